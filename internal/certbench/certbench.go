@@ -1,0 +1,267 @@
+// Package certbench drives a certifier over its real gRPC API with synthetic
+// writesets, no PostgreSQL involved, and reports throughput, latency and
+// group commit. It is the load generator of the certifier issue; the figures
+// in docs/BENCHMARKS.md come from it.
+//
+// Each client is a goroutine that certifies one writeset at a time (closed
+// loop) or at a fixed rate (open loop, latency measured from the scheduled
+// send time so that a stall is not hidden: no coordinated omission). Clients
+// are spread over a few replica streams, as proxies would be, and each
+// request's start version is its replica's delivered version, as a proxy's
+// would be.
+package certbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certclient"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+)
+
+// Config describes one benchmark run.
+type Config struct {
+	Target   string
+	Clients  []int         // client counts, one step each
+	Duration time.Duration // per step
+	Warmup   time.Duration // per step, not measured
+	Replicas int           // streams the clients are spread over
+	Keys     int           // rows per writeset
+	RowBytes int           // bytes of row values per change
+	// KeySpace is the number of distinct rows; 0 means every key is unique
+	// (no conflicts, as in the paper's AllUpdates).
+	KeySpace int
+	// Rate, when > 0, paces all clients together at this many requests per
+	// second instead of a closed loop.
+	Rate float64
+}
+
+// Result is one step's figures.
+type Result struct {
+	Clients         int
+	Certifications  int
+	Aborts          int
+	PerSecond       float64
+	P50, P99        time.Duration
+	EntriesPerFsync float64
+	FsyncTime       time.Duration // average time of one log write + fsync
+}
+
+// Run runs every step and writes a table to out.
+func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
+	fmt.Fprintf(out, "certifier %s: %d keys/writeset, %d replica streams, %s per step", cfg.Target, cfg.Keys, cfg.Replicas, cfg.Duration)
+	if cfg.Rate > 0 {
+		fmt.Fprintf(out, ", paced at %.0f/s", cfg.Rate)
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "%8s %12s %10s %10s %8s %14s %10s\n", "clients", "cert/s", "p50", "p99", "abort%", "entries/fsync", "fsync")
+	var results []Result
+	for _, n := range cfg.Clients {
+		r, err := runStep(ctx, cfg, n)
+		if err != nil {
+			return results, err
+		}
+		results = append(results, r)
+		fmt.Fprintf(out, "%8d %12.0f %10s %10s %8.2f %14.1f %10s\n", r.Clients, r.PerSecond,
+			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
+			100*float64(r.Aborts)/float64(max(1, r.Certifications)), r.EntriesPerFsync, r.FsyncTime.Round(time.Microsecond))
+	}
+	return results, nil
+}
+
+type replicaStream struct {
+	client  *certclient.Client
+	version atomic.Uint64
+}
+
+func runStep(ctx context.Context, cfg Config, clients int) (Result, error) {
+	streams, err := openStreams(ctx, cfg, clients)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		for _, s := range streams {
+			s.client.Close()
+		}
+	}()
+	stepCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var measuring atomic.Bool
+	lat := make([][]time.Duration, clients)
+	aborts := make([]int, clients)
+	var wg sync.WaitGroup
+	var failure atomic.Pointer[error]
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := drive(stepCtx, cfg, i, clients, streams[i%len(streams)], &measuring, &lat[i], &aborts[i]); err != nil && stepCtx.Err() == nil {
+				failure.CompareAndSwap(nil, &err)
+				cancel()
+			}
+		}()
+	}
+	status := streams[0].client.API()
+	sleep(stepCtx, cfg.Warmup)
+	before, err := status.Status(ctx, &pb.StatusRequest{})
+	if err != nil {
+		return Result{}, err
+	}
+	start := time.Now()
+	measuring.Store(true)
+	sleep(stepCtx, cfg.Duration)
+	measuring.Store(false)
+	elapsed := time.Since(start)
+	after, err := status.Status(ctx, &pb.StatusRequest{})
+	cancel()
+	wg.Wait()
+	if p := failure.Load(); p != nil {
+		return Result{}, *p
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	return summarize(clients, lat, aborts, elapsed, before, after), nil
+}
+
+// openStreams opens the replica streams at the certifier's durable version:
+// the bench does not replay history.
+func openStreams(ctx context.Context, cfg Config, clients int) ([]*replicaStream, error) {
+	durable, err := durableVersion(ctx, cfg.Target)
+	if err != nil {
+		return nil, err
+	}
+	n := max(1, min(cfg.Replicas, clients))
+	streams := make([]*replicaStream, n)
+	for i := range streams {
+		s := &replicaStream{}
+		s.version.Store(durable)
+		c, err := certclient.New(certclient.Options{
+			Target:         cfg.Target,
+			Replica:        "bench-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+			ReplicaVersion: durable,
+			OnEntries: func(entries []logentry.Entry, _ uint64) {
+				if len(entries) > 0 {
+					s.version.Store(entries[len(entries)-1].Version)
+				}
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.client = c
+		streams[i] = s
+	}
+	return streams, nil
+}
+
+func durableVersion(ctx context.Context, target string) (uint64, error) {
+	c, err := certclient.New(certclient.Options{Target: target, Replica: "bench-status"})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := c.API().Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return 0, fmt.Errorf("certifier status at %s: %w", target, err)
+	}
+	return st.DurableVersion, nil
+}
+
+func drive(ctx context.Context, cfg Config, id, clients int, s *replicaStream, measuring *atomic.Bool, lat *[]time.Duration, aborts *int) error {
+	rng := rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))
+	row := make([]byte, cfg.RowBytes)
+	var interval time.Duration
+	next := time.Now()
+	if cfg.Rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(clients) / cfg.Rate)
+		next = next.Add(time.Duration(rng.Int64N(int64(interval) + 1)))
+	}
+	origin := fmt.Sprintf("bench-client-%d-%d", id, rng.Uint64())
+	for seq := uint64(1); ctx.Err() == nil; seq++ {
+		sent := time.Now()
+		if interval > 0 {
+			if d := time.Until(next); d > 0 {
+				sleep(ctx, d)
+			}
+			sent = next
+			next = next.Add(interval)
+		}
+		req := &pb.CertifyRequest{
+			Txn:          &pb.TxnID{Origin: origin, Seq: seq},
+			StartVersion: s.version.Load(),
+			Writeset:     writeset(cfg, rng, id, seq, row),
+		}
+		reply, err := s.client.Certify(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if measuring.Load() {
+			*lat = append(*lat, time.Since(sent))
+			if reply.Decision != pb.Decision_DECISION_COMMIT {
+				*aborts++
+			}
+		}
+	}
+	return nil
+}
+
+func writeset(cfg Config, rng *rand.Rand, client int, seq uint64, row []byte) *pb.Writeset {
+	ws := &pb.Writeset{Changes: make([]*pb.Change, cfg.Keys)}
+	for k := range ws.Changes {
+		var key string
+		if cfg.KeySpace > 0 {
+			key = strconv.Itoa(rng.IntN(cfg.KeySpace))
+		} else {
+			key = strconv.Itoa(client) + "." + strconv.FormatUint(seq, 10) + "." + strconv.Itoa(k)
+		}
+		ws.Changes[k] = &pb.Change{Table: "public.bench", Op: pb.Op_OP_UPSERT, Key: []byte(key), Row: row}
+	}
+	return ws
+}
+
+func summarize(clients int, lat [][]time.Duration, aborts []int, elapsed time.Duration, before, after *pb.StatusReply) Result {
+	var all []time.Duration
+	r := Result{Clients: clients}
+	for i := range lat {
+		all = append(all, lat[i]...)
+		r.Aborts += aborts[i]
+	}
+	slices.Sort(all)
+	r.Certifications = len(all)
+	r.PerSecond = float64(len(all)) / elapsed.Seconds()
+	if len(all) > 0 {
+		r.P50 = all[len(all)/2]
+		r.P99 = all[len(all)*99/100]
+	}
+	committed := (after.Certifications - after.Aborts) - (before.Certifications - before.Aborts)
+	if fsyncs := after.Fsyncs - before.Fsyncs; fsyncs > 0 {
+		r.EntriesPerFsync = float64(committed) / float64(fsyncs)
+		r.FsyncTime = time.Duration((after.AppendSecondsTotal - before.AppendSecondsTotal) / float64(fsyncs) * float64(time.Second))
+	}
+	return r
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,321 @@
+// Package certclient is the proxy's side of the certifier API: one Certify
+// stream per replica, shared by all of the replica's sessions.
+//
+// Calls to Certify from many goroutines are pipelined on the stream and
+// coalesced into as few messages as the sender can: while one message is on
+// the wire, the next one collects everything that arrived meanwhile. Entries
+// (committed versions) arrive in version order and are handed to the
+// OnEntries callback before the reply that depends on them, which is what the
+// replica's commit sequencer needs.
+//
+// When the stream breaks (certifier restarted, leader changed), the client
+// reopens it from the highest version it was delivered and sends again every
+// request still unanswered, with the same transaction id. The certifier
+// answers a transaction it already committed with its original version
+// (certification.Outcome.Duplicate), so a request is never committed twice
+// and never silently dropped; its caller only sees a delay. Certify returns an
+// error (ErrOutcomeUnknown) only when its context ends first.
+package certclient
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+)
+
+// ErrOutcomeUnknown means the caller gave up waiting: the transaction may or
+// may not have committed. Its version, if any, will still be delivered as an
+// entry.
+var ErrOutcomeUnknown = errors.New("certification outcome unknown: the certifier did not answer in time")
+
+// Options configures a Client.
+type Options struct {
+	Target         string // certifier address, host:port
+	Replica        string // this replica's name
+	ReplicaVersion uint64 // versions up to here are not delivered again
+	// OnEntries receives committed entries in version order, contiguous,
+	// still encoded (Entry.Decode parses one), from one goroutine, before
+	// the replies that depend on them. It must not call back into the
+	// Client. It is also called with no entries when only the certifier's
+	// durable version is news.
+	OnEntries func(entries []logentry.Entry, durableVersion uint64)
+	Logger    *slog.Logger
+	// MessageBytesMax is the largest gRPC message accepted.
+	MessageBytesMax int
+	// ReconnectDelay is the first pause between attempts to reopen the
+	// stream; it doubles up to a second.
+	ReconnectDelay time.Duration
+	DialOptions    []grpc.DialOption
+}
+
+type call struct {
+	req   *pb.CertifyRequest
+	reply chan *pb.CertifyReply
+}
+
+// Client is safe for concurrent use.
+type Client struct {
+	opts Options
+	conn *grpc.ClientConn
+	api  pb.CertifierClient
+
+	mu        sync.Mutex
+	nextID    uint64
+	pending   map[uint64]*call // sent or to be sent, not answered
+	outbox    []*pb.CertifyRequest
+	catchUp   bool
+	delivered uint64
+	connected bool
+	wake      chan struct{}
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New connects lazily: it returns at once and keeps trying to open the
+// stream in the background until Close.
+func New(opts Options) (*Client, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MessageBytesMax == 0 {
+		opts.MessageBytesMax = 256 << 20
+	}
+	if opts.ReconnectDelay == 0 {
+		opts.ReconnectDelay = 20 * time.Millisecond
+	}
+	dial := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MessageBytesMax), grpc.MaxCallSendMsgSize(opts.MessageBytesMax)),
+		// Entries flow to every replica: see the server's window sizes.
+		grpc.WithInitialWindowSize(8 << 20), grpc.WithInitialConnWindowSize(32 << 20),
+	}, opts.DialOptions...)
+	conn, err := grpc.NewClient(opts.Target, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("certifier client for %s: %w", opts.Target, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		opts: opts, conn: conn, api: pb.NewCertifierClient(conn),
+		pending: make(map[uint64]*call), delivered: opts.ReplicaVersion,
+		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{}),
+	}
+	go c.run()
+	return c, nil
+}
+
+// API gives direct access to the unary and Fetch calls.
+func (c *Client) API() pb.CertifierClient { return c.api }
+
+// Close ends the stream; calls still waiting return ErrOutcomeUnknown.
+func (c *Client) Close() error {
+	c.cancel()
+	<-c.done
+	return c.conn.Close()
+}
+
+// Certify sends a request and waits for its reply. RequestId is assigned
+// here. The writeset is not copied: do not change it afterwards.
+func (c *Client) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.CertifyReply, error) {
+	cl := &call{req: req, reply: make(chan *pb.CertifyReply, 1)}
+	c.mu.Lock()
+	c.nextID++
+	req.RequestId = c.nextID
+	c.pending[req.RequestId] = cl
+	c.outbox = append(c.outbox, req)
+	c.mu.Unlock()
+	c.signal()
+	select {
+	case r := <-cl.reply:
+		return r, nil
+	case <-ctx.Done():
+		c.forget(req.RequestId)
+		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, ctx.Err())
+	case <-c.ctx.Done():
+		return nil, fmt.Errorf("%w: client closed", ErrOutcomeUnknown)
+	}
+}
+
+// RequestCatchUp asks the certifier for every durable entry not yet
+// delivered (bounded staleness for an idle replica). It does not wait.
+func (c *Client) RequestCatchUp() {
+	c.mu.Lock()
+	c.catchUp = true
+	c.mu.Unlock()
+	c.signal()
+}
+
+// Delivered is the highest version handed to OnEntries.
+func (c *Client) Delivered() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.delivered
+}
+
+// Connected reports whether the stream is open now.
+func (c *Client) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.connected
+}
+
+func (c *Client) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+func (c *Client) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run keeps one stream open at a time until Close.
+func (c *Client) run() {
+	defer close(c.done)
+	delay := c.opts.ReconnectDelay
+	for c.ctx.Err() == nil {
+		opened, err := c.session()
+		if c.ctx.Err() != nil {
+			return
+		}
+		if opened {
+			delay = c.opts.ReconnectDelay
+		}
+		c.opts.Logger.Warn("certifier stream ended; reopening", "target", c.opts.Target, "err", err, "retry_in", delay)
+		select {
+		case <-time.After(delay):
+		case <-c.ctx.Done():
+			return
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// session opens a stream, re-sends every unanswered request, and pumps
+// messages until the stream fails. It reports whether the stream opened.
+func (c *Client) session() (bool, error) {
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	stream, err := c.api.Certify(ctx)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	open := &pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered}, CatchUp: true}
+	c.outbox = c.outbox[:0]
+	for _, cl := range c.pending {
+		c.outbox = append(c.outbox, cl.req)
+	}
+	sortByRequestID(c.outbox)
+	c.mu.Unlock()
+	if err := stream.Send(open); err != nil {
+		return false, err
+	}
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- c.receive(stream) }()
+	c.signal()
+	for {
+		select {
+		case err := <-recvErr:
+			c.setConnected(false)
+			return true, err
+		case <-c.wake:
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+		if msg := c.takeOutbox(); msg != nil {
+			if err := stream.Send(msg); err != nil {
+				c.setConnected(false)
+				return true, err
+			}
+		}
+	}
+}
+
+func (c *Client) setConnected(v bool) {
+	c.mu.Lock()
+	c.connected = v
+	c.mu.Unlock()
+}
+
+func (c *Client) takeOutbox() *pb.CertifyStreamRequest {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.outbox) == 0 && !c.catchUp {
+		return nil
+	}
+	msg := &pb.CertifyStreamRequest{Requests: c.outbox, CatchUp: c.catchUp}
+	c.outbox = nil
+	c.catchUp = false
+	return msg
+}
+
+func (c *Client) receive(stream pb.Certifier_CertifyClient) error {
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		c.setConnected(true)
+		if err := c.deliver(msg.Entries, msg.DurableVersion); err != nil {
+			return err
+		}
+		for _, r := range msg.Replies {
+			c.mu.Lock()
+			cl := c.pending[r.RequestId]
+			delete(c.pending, r.RequestId)
+			c.mu.Unlock()
+			if cl != nil {
+				cl.reply <- r
+			}
+		}
+	}
+}
+
+// deliver checks that entries continue the delivered sequence and hands them
+// on. A gap or a repeat is the certifier's bug or a lost history: the stream
+// is dropped (and reopened from what was delivered) rather than applying it.
+func (c *Client) deliver(raw [][]byte, durable uint64) error {
+	c.mu.Lock()
+	next := c.delivered + 1
+	c.mu.Unlock()
+	entries := make([]logentry.Entry, len(raw))
+	for i, b := range raw {
+		v, err := logentry.VersionOf(b)
+		if err != nil {
+			return err
+		}
+		if v != next+uint64(i) {
+			return fmt.Errorf("certifier delivered version %d where %d was expected", v, next+uint64(i))
+		}
+		entries[i] = logentry.Entry{Version: v, Bytes: b}
+	}
+	if c.opts.OnEntries != nil {
+		c.opts.OnEntries(entries, durable)
+	}
+	if len(entries) > 0 {
+		c.mu.Lock()
+		c.delivered = entries[len(entries)-1].Version
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+func sortByRequestID(reqs []*pb.CertifyRequest) {
+	slices.SortFunc(reqs, func(a, b *pb.CertifyRequest) int { return cmp.Compare(a.RequestId, b.RequestId) })
+}

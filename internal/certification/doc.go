@@ -1,0 +1,38 @@
+// Package certification is the certifier's decision logic: generalized
+// snapshot isolation certification and the assignment of the global commit
+// order (Tashkent §2 and §6.1, ../../../shared/papers/000_*.txt).
+//
+// A transaction that wrote something asks to commit with the version its
+// snapshot was labelled with (start_version) and the keys it wrote. It may
+// commit if no transaction that committed after start_version wrote an
+// overlapping key (first-committer-wins). On commit it gets the next version.
+//
+// The package is a pure, deterministic state machine in the style of
+// etcd-io/raft's RawNode: no I/O, no clock, no goroutines. The same sequence of
+// calls always yields the same decisions and versions, which is what lets the
+// certifier group (Raft) replay its log on every member, and what lets the
+// tests compare it with a naive reference model on random histories.
+//
+// # Keys
+//
+// A Key names a row (table and encoded primary key), a whole table (Row is
+// zero: TRUNCATE, table DDL) or the whole schema (Table and Row zero: DDL
+// whose reach is not known). Keys are hashes; see Key. Two keys overlap when they are equal, when one is
+// a whole table and the other is in it, or when either is the whole schema.
+//
+// # The conflict index and the low-water mark
+//
+// Instead of scanning the log (the paper's step 1), State keeps for each row
+// the last version that wrote it, and for each table the last version that
+// wrote any of its rows and the last whole-table write. A request conflicts if
+// any of those is above its start_version. Memory is bounded by forgetting row
+// entries older than a window of versions: the low-water mark. A request whose
+// start_version is below the low-water mark can no longer be checked, so it is
+// aborted (ReasonTooOld), never waved through (BRIEF.md, "easy to get wrong").
+//
+// # Idempotence
+//
+// Requests carry a transaction id. A request for a transaction already
+// committed inside the window gets the original version back (Duplicate), so a
+// proxy that lost a reply can ask again without committing twice.
+package certification

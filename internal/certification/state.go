@@ -1,0 +1,290 @@
+package certification
+
+import (
+	"fmt"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Key is what a transaction wrote, for conflict detection, as 64-bit hashes
+// (as Galera certifies key hashes): a fixed-size key keeps the index small and
+// the lookups cheap, whatever the primary keys look like. Two different rows
+// with equal hashes look like one row, which can only cause a spurious abort
+// (about one in 2^64 / (rows in the window) requests), never a missed
+// conflict. The hash is xxhash64, the same in every process, so every member
+// of a certifier group reaches the same decisions. See the package
+// documentation for the three granularities.
+type Key struct {
+	Table uint64 // hash of the table name; 0 for the whole schema
+	Row   uint64 // hash of the table name and primary key; 0 for the whole table
+}
+
+// SchemaKey overlaps every other key.
+var SchemaKey = Key{}
+
+// TableKey is the key of a whole table.
+func TableKey(table string) Key { return Key{Table: nonZero(xxhash.Sum64String(table))} }
+
+// RowKey is the key of one row, by its encoded primary key.
+func RowKey(table string, primaryKey []byte) Key {
+	d := xxhash.New()
+	d.WriteString(table)
+	d.Write([]byte{0})
+	d.Write(primaryKey)
+	return Key{Table: TableKey(table).Table, Row: nonZero(d.Sum64())}
+}
+
+// nonZero keeps 0 free to mean "the whole table" or "the whole schema".
+func nonZero(h uint64) uint64 {
+	if h == 0 {
+		return 1
+	}
+	return h
+}
+
+func (k Key) isSchema() bool { return k.Table == 0 }
+func (k Key) isTable() bool  { return k.Table != 0 && k.Row == 0 }
+
+// TxnID names a transaction across retries.
+type TxnID struct {
+	Origin string
+	Seq    uint64
+}
+
+// Request asks to commit a transaction that started at StartVersion and wrote
+// Keys. Keys must not be empty: read-only transactions never ask.
+type Request struct {
+	Txn          TxnID
+	StartVersion uint64
+	Keys         []Key
+}
+
+// Decision is the certifier's answer.
+type Decision int
+
+const (
+	Commit Decision = iota + 1
+	Abort
+)
+
+func (d Decision) String() string {
+	switch d {
+	case Commit:
+		return "commit"
+	case Abort:
+		return "abort"
+	}
+	return fmt.Sprintf("Decision(%d)", int(d))
+}
+
+// Reason says why a request was aborted.
+type Reason int
+
+const (
+	ReasonNone     Reason = iota
+	ReasonConflict        // a transaction committed after StartVersion wrote an overlapping key
+	ReasonTooOld          // StartVersion is below the low-water mark
+	ReasonInvalid         // StartVersion is in the future, or no keys
+)
+
+func (r Reason) String() string {
+	switch r {
+	case ReasonNone:
+		return "none"
+	case ReasonConflict:
+		return "write-write conflict"
+	case ReasonTooOld:
+		return "snapshot older than the low-water mark"
+	case ReasonInvalid:
+		return "invalid request"
+	}
+	return fmt.Sprintf("Reason(%d)", int(r))
+}
+
+// Outcome is the answer to one Request.
+type Outcome struct {
+	Decision      Decision
+	CommitVersion uint64 // set when Decision is Commit
+	Reason        Reason // set when Decision is Abort
+	// ConflictVersion names one committed version that conflicted, and
+	// ConflictIndex the request's key it conflicted on (an index into
+	// Request.Keys), when Reason is ReasonConflict.
+	ConflictVersion uint64
+	ConflictIndex   int
+	// Duplicate is true when the transaction had already committed; the
+	// original CommitVersion is returned and nothing new is committed.
+	Duplicate bool
+}
+
+// Config bounds the state's memory.
+type Config struct {
+	// WindowVersions is how many of the latest versions keep their row keys
+	// in the conflict index (and their transaction ids for Duplicate
+	// detection). A transaction whose snapshot is older than that aborts.
+	WindowVersions uint64
+}
+
+// DefaultWindowVersions keeps about 25 s of history at 10,000 commits/s, at
+// about 60 bytes of index per key: roughly 60 MB at 4 keys per writeset.
+const DefaultWindowVersions = 1 << 18
+
+// rowsPresizeMax bounds the row index's initial size: sized for a full window
+// of 4-key writesets, growing it under load costs rehashes in the critical
+// section, but a huge window should not allocate everything up front.
+const rowsPresizeMax = 1 << 20
+
+type tableVersions struct {
+	lastRowWrite   uint64 // last version that wrote any row of the table
+	lastTableWrite uint64 // last version that wrote the whole table
+}
+
+type committed struct {
+	txn  TxnID
+	keys []Key
+}
+
+// State is the certification state machine. It is not safe for concurrent
+// use: the certifier serializes calls, as Raft serializes log application.
+type State struct {
+	cfg          Config
+	version      uint64 // highest version assigned
+	lowWaterMark uint64 // requests must have StartVersion >= lowWaterMark
+
+	rows            map[uint64]uint64 // row hash -> last version that wrote it
+	tables          map[uint64]*tableVersions
+	lastSchemaWrite uint64
+
+	// window holds the versions (lowWaterMark, version], oldest first, so
+	// that their row keys and transaction ids can be forgotten in order.
+	window    []committed
+	windowOff int // index of the oldest live element in window
+	txns      map[TxnID]uint64
+}
+
+// New returns an empty state whose history starts after version base: base
+// is both the current version and the low-water mark, as for a certifier that
+// restores a log whose entries up to base were compacted away.
+func New(cfg Config, base uint64) *State {
+	if cfg.WindowVersions == 0 {
+		cfg.WindowVersions = DefaultWindowVersions
+	}
+	return &State{
+		cfg:          cfg,
+		version:      base,
+		lowWaterMark: base,
+		rows:         make(map[uint64]uint64, min(cfg.WindowVersions*4, rowsPresizeMax)),
+		tables:       make(map[uint64]*tableVersions),
+		txns:         make(map[TxnID]uint64),
+	}
+}
+
+// Version is the highest version assigned.
+func (s *State) Version() uint64 { return s.version }
+
+// LowWaterMark is the oldest StartVersion that can still be certified.
+func (s *State) LowWaterMark() uint64 { return s.lowWaterMark }
+
+// Certify decides a request and, on commit, assigns it the next version.
+func (s *State) Certify(req Request) Outcome {
+	if v, ok := s.txns[req.Txn]; ok {
+		return Outcome{Decision: Commit, CommitVersion: v, Duplicate: true}
+	}
+	if len(req.Keys) == 0 || req.StartVersion > s.version {
+		return Outcome{Decision: Abort, Reason: ReasonInvalid}
+	}
+	if req.StartVersion < s.lowWaterMark {
+		return Outcome{Decision: Abort, Reason: ReasonTooOld}
+	}
+	for i, k := range req.Keys {
+		if v := s.lastOverlap(k); v > req.StartVersion {
+			return Outcome{Decision: Abort, Reason: ReasonConflict, ConflictVersion: v, ConflictIndex: i}
+		}
+	}
+	s.commit(req.Txn, req.Keys)
+	return Outcome{Decision: Commit, CommitVersion: s.version}
+}
+
+// Restore records a committed version read back from the log, without
+// certifying it again. Versions must be restored in order, each the next one.
+func (s *State) Restore(version uint64, txn TxnID, keys []Key) {
+	if version != s.version+1 {
+		panic(fmt.Sprintf("certification: restore of version %d after version %d", version, s.version))
+	}
+	s.commit(txn, keys)
+}
+
+// lastOverlap returns the highest version in the index that wrote a key
+// overlapping k (0 if none is known).
+func (s *State) lastOverlap(k Key) uint64 {
+	if k.isSchema() {
+		return s.version // every version wrote something
+	}
+	latest := s.lastSchemaWrite
+	if t := s.tables[k.Table]; t != nil {
+		latest = max(latest, t.lastTableWrite)
+		if k.isTable() {
+			latest = max(latest, t.lastRowWrite)
+		}
+	}
+	if !k.isTable() {
+		latest = max(latest, s.rows[k.Row])
+	}
+	return latest
+}
+
+func (s *State) commit(txn TxnID, keys []Key) {
+	s.version++
+	v := s.version
+	for _, k := range keys {
+		s.index(k, v)
+	}
+	s.window = append(s.window, committed{txn: txn, keys: keys})
+	s.txns[txn] = v
+	s.forgetBeyondWindow()
+}
+
+func (s *State) index(k Key, v uint64) {
+	if k.isSchema() {
+		s.lastSchemaWrite = v
+		return
+	}
+	t := s.tables[k.Table]
+	if t == nil {
+		t = &tableVersions{}
+		s.tables[k.Table] = t
+	}
+	if k.isTable() {
+		t.lastTableWrite = v
+		return
+	}
+	t.lastRowWrite = v
+	s.rows[k.Row] = v
+}
+
+// forgetBeyondWindow advances the low-water mark so that at most
+// WindowVersions versions are indexed, dropping what the older ones wrote.
+// Table and schema versions are single numbers per table and are kept.
+func (s *State) forgetBeyondWindow() {
+	for s.version-s.lowWaterMark > s.cfg.WindowVersions {
+		old := s.window[s.windowOff]
+		s.window[s.windowOff] = committed{}
+		s.windowOff++
+		s.lowWaterMark++
+		for _, k := range old.keys {
+			if !k.isSchema() && !k.isTable() && s.rows[k.Row] == s.lowWaterMark {
+				delete(s.rows, k.Row)
+			}
+		}
+		if s.txns[old.txn] == s.lowWaterMark {
+			delete(s.txns, old.txn)
+		}
+	}
+	// Compact the backing array once half of it is dead.
+	if s.windowOff > len(s.window)/2 && s.windowOff > 1024 {
+		s.window = append([]committed(nil), s.window[s.windowOff:]...)
+		s.windowOff = 0
+	}
+}
+
+// IndexedRows is the number of row keys in the conflict index (for metrics).
+func (s *State) IndexedRows() int { return len(s.rows) }

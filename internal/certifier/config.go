@@ -1,0 +1,73 @@
+package certifier
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tashkent-db/tashkent/internal/certification"
+)
+
+// Limits bound what one request may cost. A request over a limit is aborted
+// with ABORT_REASON_LIMIT and a detail naming the limit; nothing of it is
+// logged.
+type Limits struct {
+	// WritesetBytesMax bounds the encoded size of one writeset. The whole
+	// writeset travels in one gRPC message, is logged as one entry and is
+	// applied in one database transaction on every replica; 64 MiB keeps each
+	// of those far from gRPC's and PostgreSQL's own (1 GiB) limits.
+	WritesetBytesMax int
+	// WritesetKeysMax bounds the rows of one writeset: the conflict index
+	// keeps about 100 bytes per key for the whole window.
+	WritesetKeysMax int
+	// InFlightRequestsMax bounds the requests certified but not yet answered,
+	// over all streams: past it the certifier is not keeping up with fsyncs
+	// and queueing more only adds latency and memory.
+	InFlightRequestsMax int
+}
+
+// DefaultLimits are the limits used when a field is zero.
+var DefaultLimits = Limits{
+	WritesetBytesMax:    64 << 20,
+	WritesetKeysMax:     1 << 20,
+	InFlightRequestsMax: 1 << 16,
+}
+
+// Config configures a Service.
+type Config struct {
+	DataDir string
+	// WindowVersions: see certification.Config.
+	WindowVersions uint64
+	// RecentEntriesMax is how many of the latest entries stay in memory for
+	// delivery to replicas; older ones are read back from the log.
+	RecentEntriesMax int
+	// SegmentBytes is the size at which the log starts a new segment file.
+	SegmentBytes int64
+	Limits       Limits
+	// NoSync skips fsync. Only for benchmarks that say so: it voids durability.
+	NoSync   bool
+	Logger   *slog.Logger
+	Registry prometheus.Registerer // nil: metrics are not registered
+}
+
+func (c Config) withDefaults() Config {
+	if c.WindowVersions == 0 {
+		c.WindowVersions = certification.DefaultWindowVersions
+	}
+	if c.RecentEntriesMax == 0 {
+		c.RecentEntriesMax = 1 << 16
+	}
+	if c.Limits.WritesetBytesMax == 0 {
+		c.Limits.WritesetBytesMax = DefaultLimits.WritesetBytesMax
+	}
+	if c.Limits.WritesetKeysMax == 0 {
+		c.Limits.WritesetKeysMax = DefaultLimits.WritesetKeysMax
+	}
+	if c.Limits.InFlightRequestsMax == 0 {
+		c.Limits.InFlightRequestsMax = DefaultLimits.InFlightRequestsMax
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}

@@ -1,0 +1,43 @@
+// Package certifier is the certifier process's service: it wraps the pure
+// certification state machine (package certification) with the durable log
+// (package wal) and serves the gRPC API in api/certifierpb.
+//
+// # The path of a request
+//
+//	proxy stream ──> receiver goroutine ──certify (under mu)──> pending entries
+//	                        │                                         │
+//	                        ▼                                         ▼
+//	                 per-stream queue                       writer goroutine:
+//	                        │                          one write + one fsync for
+//	                        ▼                          everything pending (group
+//	                 sender goroutine  <── durable ──  commit, Tashkent §6.1)
+//	                 waits until what the reply depends on is durable, then sends
+//	                 the entries the replica has not seen and the replies
+//
+// Certification happens in memory, in arrival order, so a later request is
+// checked against entries that are certified but not yet durable. That is
+// safe because nothing leaves the certifier before it is durable: a commit
+// reply waits for its own entry, and the entries delivered with any reply are
+// durable ones. If the process dies, the requests that were certified against
+// lost entries were never answered (or were aborted, which is always safe).
+//
+// # Recovery
+//
+// Open reads the log back, restores the last window of versions into the
+// state machine (their keys and transaction ids) and starts serving at the
+// durable version it found. Everything acknowledged was durable, so it is
+// there; nothing unacknowledged was reported committed.
+//
+// # Streams
+//
+// A Certify stream is one replica's session. The service remembers per stream
+// the highest version delivered, so a replica receives each entry once, in
+// order, before any reply that depends on it. A stream whose replica is far
+// behind is caught up from the log on disk, in chunks.
+//
+// # Failure
+//
+// A failed log write or fsync leaves the log in an unknown state: the service
+// stops serving (fail-stop) and every waiting stream ends with Unavailable.
+// The process must be restarted, and recovery decides what is in the log.
+package certifier

@@ -1,0 +1,51 @@
+package certifier
+
+import (
+	"fmt"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certification"
+)
+
+// KeysOf turns a writeset into the keys certification compares. It rejects
+// changes it cannot interpret rather than guessing.
+func KeysOf(ws *pb.Writeset) ([]certification.Key, error) {
+	if ws == nil || len(ws.Changes) == 0 {
+		return nil, fmt.Errorf("empty writeset: read-only transactions commit without certification")
+	}
+	keys := make([]certification.Key, 0, len(ws.Changes))
+	for i, c := range ws.Changes {
+		k, err := keyOf(c)
+		if err != nil {
+			return nil, fmt.Errorf("change %d: %w", i, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+func keyOf(c *pb.Change) (certification.Key, error) {
+	switch c.Op {
+	case pb.Op_OP_UPSERT, pb.Op_OP_DELETE:
+		if c.Table == "" || len(c.Key) == 0 {
+			return certification.Key{}, fmt.Errorf("%v needs a table and a primary key", c.Op)
+		}
+		return certification.RowKey(c.Table, c.Key), nil
+	case pb.Op_OP_TRUNCATE:
+		if c.Table == "" {
+			return certification.Key{}, fmt.Errorf("TRUNCATE needs a table")
+		}
+		return certification.TableKey(c.Table), nil
+	case pb.Op_OP_DDL:
+		if c.Table != "" {
+			return certification.TableKey(c.Table), nil
+		}
+		return certification.SchemaKey, nil
+	default:
+		return certification.Key{}, fmt.Errorf("unknown operation %v", c.Op)
+	}
+}
+
+func txnOf(id *pb.TxnID) certification.TxnID {
+	return certification.TxnID{Origin: id.GetOrigin(), Seq: id.GetSeq()}
+}

@@ -1,0 +1,61 @@
+package certifier
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+// metrics are the Prometheus view of the service. All names start with
+// tashkent_certifier_.
+type metrics struct {
+	replies        *prometheus.CounterVec
+	replySeconds   prometheus.Histogram
+	entriesPerSync prometheus.Histogram
+}
+
+func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		replies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tashkent_certifier_replies_total",
+			Help: "Certification replies sent, by decision and abort reason.",
+		}, []string{"decision", "reason"}),
+		replySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tashkent_certifier_reply_seconds",
+			Help:    "Time from receiving a certification request to sending its reply (includes the fsync).",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
+		}),
+		entriesPerSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tashkent_certifier_entries_per_fsync",
+			Help:    "Log entries made durable by one fsync (group commit).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+	}
+	if reg == nil {
+		return m
+	}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	reg.MustRegister(m.replies, m.replySeconds, m.entriesPerSync,
+		gauge("tashkent_certifier_version", "Highest version assigned.", func() float64 { return float64(s.Version()) }),
+		gauge("tashkent_certifier_durable_version", "Highest version on stable storage.", func() float64 { return float64(s.DurableVersion()) }),
+		gauge("tashkent_certifier_low_water_mark", "Oldest snapshot version that can still be certified.", func() float64 { return float64(s.lowWaterMark()) }),
+		gauge("tashkent_certifier_in_flight_requests", "Requests certified and not yet answered.", func() float64 { return float64(s.inFlight.Load()) }),
+		gauge("tashkent_certifier_log_bytes", "Bytes of log on disk.", func() float64 { return float64(s.log.SizeBytes()) }),
+	)
+	return m
+}
+
+func (m *metrics) observeFsync(entries int) { m.entriesPerSync.Observe(float64(entries)) }
+
+func (m *metrics) observeReply(r *pb.CertifyReply, took time.Duration) {
+	reason := "none"
+	if r.Decision == pb.Decision_DECISION_ABORT {
+		reason = r.AbortReason.String()
+	}
+	m.replies.WithLabelValues(r.Decision.String(), reason).Inc()
+	m.replySeconds.Observe(took.Seconds())
+}

@@ -1,0 +1,97 @@
+package certifier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+// grpcMessageBytesMax lets a writeset at WritesetBytesMax through with room
+// for the request around it, so the limit is reported by certification
+// (a clear abort) rather than by the transport.
+func grpcMessageBytesMax(l Limits) int { return 2*l.WritesetBytesMax + (1 << 20) }
+
+// HTTP/2 flow-control windows. Every replica stream carries every committed
+// entry, so the defaults (64 KiB, grown by BDP probing) throttle delivery
+// under load; these let a few milliseconds of entries be in flight.
+const (
+	streamWindowBytes = 8 << 20
+	connWindowBytes   = 32 << 20
+)
+
+// Server is a Service listening on gRPC, with metrics on HTTP.
+type Server struct {
+	Service *Service
+	grpc    *grpc.Server
+	metrics *http.Server
+	addr    net.Addr
+}
+
+// Listen opens the service in cfg.DataDir and starts serving gRPC on
+// listenAddr and Prometheus metrics on metricsAddr (empty: no metrics).
+func Listen(cfg Config, listenAddr, metricsAddr string) (*Server, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	cfg.Registry = reg
+	cfg = cfg.withDefaults()
+	svc, err := Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", listenAddr)
+	if err != nil {
+		svc.Close()
+		return nil, fmt.Errorf("certifier listen on %s: %w", listenAddr, err)
+	}
+	size := grpcMessageBytesMax(cfg.Limits)
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(size), grpc.MaxSendMsgSize(size),
+		grpc.InitialWindowSize(streamWindowBytes), grpc.InitialConnWindowSize(connWindowBytes))
+	pb.RegisterCertifierServer(g, svc)
+	srv := &Server{Service: svc, grpc: g, addr: ln.Addr()}
+	go func() {
+		if err := g.Serve(ln); err != nil {
+			cfg.Logger.Error("certifier gRPC server stopped", "err", err)
+		}
+	}()
+	if metricsAddr != "" {
+		mln, err := net.Listen("tcp", metricsAddr)
+		if err != nil {
+			srv.Close()
+			return nil, fmt.Errorf("metrics listen on %s: %w", metricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			if err := srv.metrics.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				cfg.Logger.Error("metrics server stopped", "err", err)
+			}
+		}()
+	}
+	return srv, nil
+}
+
+// Addr is the gRPC listening address.
+func (s *Server) Addr() net.Addr { return s.addr }
+
+// Close stops serving and closes the log.
+func (s *Server) Close() error {
+	if s.metrics != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s.metrics.Shutdown(ctx)
+		cancel()
+	}
+	// Stop rather than GracefulStop: streams wait on durability and would
+	// hold a graceful stop up; their clients re-send after reconnecting.
+	s.grpc.Stop()
+	return s.Service.Close()
+}

@@ -1,0 +1,346 @@
+package certifier
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/wal"
+)
+
+// ErrStopped is returned to waiters once the service has stopped or failed.
+var ErrStopped = errors.New("certifier stopped")
+
+// Service certifies, logs and delivers. Create it with Open; serve it with
+// RegisterGRPC; stop it with Close.
+type Service struct {
+	pb.UnimplementedCertifierServer
+
+	cfg Config
+	log *wal.Log
+
+	mu      sync.Mutex // guards state, recent, pending, wake
+	state   *certification.State
+	recent  *recentEntries
+	pending []logentry.Entry // certified, not yet handed to the writer
+	wake    chan struct{}    // signalled when pending becomes non-empty
+
+	durable  *watermark
+	inFlight atomic.Int64
+	stats    *stats
+	metrics  *metrics
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     sync.WaitGroup
+	failure  atomic.Pointer[error]
+}
+
+// Open recovers the log in cfg.DataDir and starts the writer.
+func Open(cfg Config) (*Service, error) {
+	cfg = cfg.withDefaults()
+	started := time.Now()
+	log, err := wal.Open(wal.Options{Dir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes, Logger: cfg.Logger, NoSync: cfg.NoSync})
+	if err != nil {
+		return nil, fmt.Errorf("open certifier log: %w", err)
+	}
+	s := &Service{
+		cfg:     cfg,
+		log:     log,
+		recent:  newRecentEntries(cfg.RecentEntriesMax),
+		wake:    make(chan struct{}, 1),
+		durable: newWatermark(log.LastVersion()),
+		stats:   newStats(),
+		stop:    make(chan struct{}),
+	}
+	restored, err := s.restore()
+	if err != nil {
+		log.Close()
+		return nil, err
+	}
+	s.metrics = newMetrics(s, cfg.Registry)
+	cfg.Logger.Info("certifier log recovered",
+		"first_version", log.FirstVersion(), "last_version", log.LastVersion(),
+		"restored_into_index", restored, "low_water_mark", s.state.LowWaterMark(),
+		"took", time.Since(started).Round(time.Millisecond))
+	s.done.Add(2)
+	go s.writeLoop()
+	go s.sampleLoop()
+	return s, nil
+}
+
+// restore replays the last window of the log into a fresh state machine and
+// the recent-entries ring.
+func (s *Service) restore() (int, error) {
+	last := s.log.LastVersion()
+	base := uint64(0)
+	if first := s.log.FirstVersion(); first > 0 {
+		base = first - 1
+	}
+	if last > s.cfg.WindowVersions && last-s.cfg.WindowVersions > base {
+		base = last - s.cfg.WindowVersions
+	}
+	s.state = certification.New(certification.Config{WindowVersions: s.cfg.WindowVersions}, base)
+	restored := 0
+	err := s.log.ReadFrom(base, func(e wal.Entry) error {
+		entry, err := decodeEntry(e)
+		if err != nil {
+			return err
+		}
+		keys, err := KeysOf(entry.Writeset)
+		if err != nil {
+			return fmt.Errorf("log entry %d: %w", e.Version, err)
+		}
+		s.state.Restore(entry.Version, txnOf(entry.Txn), keys)
+		s.recent.add(logentry.Entry{Version: e.Version, Bytes: e.Payload})
+		restored++
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("restore certification state from the log: %w", err)
+	}
+	return restored, nil
+}
+
+func decodeEntry(e wal.Entry) (*pb.LogEntry, error) {
+	entry, err := logentry.Decode(e.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("log entry %d: %w", e.Version, err)
+	}
+	if entry.Version != e.Version {
+		// The checksum matched, so this is a bug, not a disk fault.
+		panic(fmt.Sprintf("certifier: log record %d holds entry %d", e.Version, entry.Version))
+	}
+	return entry, nil
+}
+
+// certify decides one request. On commit the entry is queued for the writer
+// and the reply must wait until durable reaches waitFor.
+func (s *Service) certify(req *pb.CertifyRequest) (reply *pb.CertifyReply, waitFor uint64) {
+	reply = &pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}
+	if detail := s.checkLimits(req); detail != "" {
+		s.stats.aborts.Add(1)
+		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT, detail), 0
+	}
+	keys, err := KeysOf(req.Writeset)
+	if err != nil || req.Txn == nil || req.Txn.Origin == "" {
+		if err == nil {
+			err = errors.New("missing transaction id")
+		}
+		s.stats.aborts.Add(1)
+		return abortReply(reply, pb.AbortReason_ABORT_REASON_INVALID, err.Error()), 0
+	}
+	prefix := logentry.EncodePrefix(req.Txn, req.Writeset) // before the lock: the costly part
+	s.mu.Lock()
+	outcome := s.state.Certify(certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys})
+	if outcome.Decision == certification.Commit && !outcome.Duplicate {
+		entry := prefix.WithVersion(outcome.CommitVersion)
+		s.recent.add(entry)
+		s.pending = append(s.pending, entry)
+		if len(s.pending) == 1 {
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	lowWaterMark, current := s.state.LowWaterMark(), s.state.Version()
+	s.mu.Unlock()
+	s.stats.certifications.Add(1)
+	if outcome.Decision == certification.Commit {
+		reply.Decision = pb.Decision_DECISION_COMMIT
+		reply.CommitVersion = outcome.CommitVersion
+		return reply, outcome.CommitVersion
+	}
+	s.stats.aborts.Add(1)
+	reply.ConflictVersion = outcome.ConflictVersion
+	return abortReply(reply, reasonOf(outcome.Reason), describeAbort(req, outcome, lowWaterMark, current)), 0
+}
+
+func (s *Service) checkLimits(req *pb.CertifyRequest) string {
+	l := s.cfg.Limits
+	if n := len(req.Writeset.GetChanges()); n > l.WritesetKeysMax {
+		return fmt.Sprintf("writeset has %d rows, over the limit of %d (writeset keys max)", n, l.WritesetKeysMax)
+	}
+	if n := proto.Size(req.Writeset); n > l.WritesetBytesMax {
+		return fmt.Sprintf("writeset is %d bytes, over the limit of %d (writeset bytes max)", n, l.WritesetBytesMax)
+	}
+	return ""
+}
+
+func abortReply(r *pb.CertifyReply, reason pb.AbortReason, detail string) *pb.CertifyReply {
+	r.Decision = pb.Decision_DECISION_ABORT
+	r.AbortReason = reason
+	r.Detail = detail
+	return r
+}
+
+func reasonOf(r certification.Reason) pb.AbortReason {
+	switch r {
+	case certification.ReasonConflict:
+		return pb.AbortReason_ABORT_REASON_CONFLICT
+	case certification.ReasonTooOld:
+		return pb.AbortReason_ABORT_REASON_TOO_OLD
+	default:
+		return pb.AbortReason_ABORT_REASON_INVALID
+	}
+}
+
+func describeAbort(req *pb.CertifyRequest, o certification.Outcome, lowWaterMark, current uint64) string {
+	switch o.Reason {
+	case certification.ReasonConflict:
+		return fmt.Sprintf("write-write conflict on %s with the transaction committed at version %d, after this transaction's snapshot (version %d)",
+			describeChange(req.Writeset.Changes[o.ConflictIndex]), o.ConflictVersion, req.StartVersion)
+	case certification.ReasonTooOld:
+		return fmt.Sprintf("snapshot version %d is older than the certifier's low-water mark %d: the transaction ran too long to be certified",
+			req.StartVersion, lowWaterMark)
+	default:
+		return fmt.Sprintf("invalid request: snapshot version %d, certifier version %d", req.StartVersion, current)
+	}
+}
+
+// writeLoop is the single writer: it takes everything certified since the
+// last fsync and makes it durable with one write and one fsync.
+func (s *Service) writeLoop() {
+	defer s.done.Done()
+	var batch []logentry.Entry
+	var records []wal.Entry
+	for {
+		select {
+		case <-s.wake:
+		case <-s.stop:
+			return
+		}
+		s.mu.Lock()
+		batch, s.pending = s.pending, batch[:0]
+		s.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		records = records[:0]
+		for _, e := range batch {
+			records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
+		}
+		started := time.Now()
+		if err := s.log.Append(records); err != nil {
+			s.fail(fmt.Errorf("log append of versions %d..%d: %w", batch[0].Version, batch[len(batch)-1].Version, err))
+			return
+		}
+		s.stats.recordFsync(len(batch), time.Since(started))
+		s.metrics.observeFsync(len(batch))
+		s.durable.advance(batch[len(batch)-1].Version)
+		// More may have arrived while this batch was written.
+		s.mu.Lock()
+		more := len(s.pending) > 0
+		s.mu.Unlock()
+		if more {
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+		clear(batch)
+	}
+}
+
+// fail stops the service after a log failure: no reply may be sent for an
+// entry whose durability is unknown.
+func (s *Service) fail(err error) {
+	s.failure.CompareAndSwap(nil, &err)
+	s.cfg.Logger.Error("certifier log failed; the certifier stops serving and must be restarted", "err", err)
+	s.durable.fail(fmt.Errorf("%w: %v", ErrStopped, err))
+	s.stopOnce.Do(func() { close(s.stop) })
+}
+
+// Err reports why the service failed, if it did.
+func (s *Service) Err() error {
+	if p := s.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Failed is closed when the service stops, by Close or by a failure.
+func (s *Service) Failed() <-chan struct{} { return s.stop }
+
+// Close stops the writer and closes the log. Streams still open end with
+// Unavailable.
+func (s *Service) Close() error {
+	s.durable.fail(ErrStopped)
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.done.Wait()
+	return s.log.Close()
+}
+
+// DurableVersion is the highest version on stable storage.
+func (s *Service) DurableVersion() uint64 { return s.durable.get() }
+
+// Version is the highest version assigned (durable or not).
+func (s *Service) Version() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Version()
+}
+
+func (s *Service) lowWaterMark() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.LowWaterMark()
+}
+
+// entriesBetween returns the encoded durable entries (after, upTo], from
+// memory when it still has them, else from the log.
+func (s *Service) entriesBetween(dst [][]byte, after, upTo uint64) ([][]byte, error) {
+	s.mu.Lock()
+	dst, ok := s.recent.between(dst, after, upTo)
+	s.mu.Unlock()
+	if ok {
+		return dst, nil
+	}
+	errDone := errors.New("done")
+	err := s.log.ReadFrom(after, func(e wal.Entry) error {
+		if e.Version > upTo {
+			return errDone
+		}
+		dst = append(dst, e.Payload)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errDone) {
+		return dst, err
+	}
+	return dst, nil
+}
+
+func pid() int64 { return int64(os.Getpid()) }
+
+// describeChange names a change for an error message: the table and the
+// primary key as the replica encoded it.
+func describeChange(c *pb.Change) string {
+	switch c.Op {
+	case pb.Op_OP_UPSERT, pb.Op_OP_DELETE:
+		return fmt.Sprintf("table %s row %s", c.Table, truncate(string(c.Key), 200))
+	case pb.Op_OP_TRUNCATE:
+		return "table " + c.Table + " (TRUNCATE)"
+	case pb.Op_OP_DDL:
+		if c.Table != "" {
+			return "table " + c.Table + " (DDL)"
+		}
+		return "the schema (DDL)"
+	}
+	return c.Op.String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,67 @@
+package certifier
+
+import (
+	"context"
+	"sync"
+)
+
+// watermark is a version that only grows, with a way to wait for it.
+type watermark struct {
+	mu      sync.Mutex
+	version uint64
+	err     error // set once: the service failed and nothing will advance
+	changed chan struct{}
+}
+
+func newWatermark(v uint64) *watermark {
+	return &watermark{version: v, changed: make(chan struct{})}
+}
+
+func (w *watermark) advance(v uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if v > w.version {
+		w.version = v
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+}
+
+func (w *watermark) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err == nil {
+		w.err = err
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+}
+
+func (w *watermark) get() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.version
+}
+
+// wait returns the version once it is at least v.
+func (w *watermark) wait(ctx context.Context, v uint64) (uint64, error) {
+	for {
+		w.mu.Lock()
+		cur, err, ch := w.version, w.err, w.changed
+		w.mu.Unlock()
+		if err != nil {
+			return cur, err
+		}
+		if cur >= v {
+			return cur, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return cur, ctx.Err()
+		}
+	}
+}
+
+// next waits until the version is above v.
+func (w *watermark) next(ctx context.Context, v uint64) (uint64, error) { return w.wait(ctx, v+1) }

@@ -1,0 +1,95 @@
+// Package logentry encodes and decodes the certifier's log entries: one
+// committed version, its transaction id and its writeset, as the protobuf
+// message certifierpb.LogEntry.
+//
+// An entry is encoded once, by the certifier, and the same bytes are written
+// to the log, delivered to every replica and served by Fetch. Encode splits
+// the work so that the expensive part (the writeset) is done before the
+// version is known, outside the certifier's critical section: protobuf allows
+// a message's fields in any order, so the version field is appended last.
+package logentry
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+// versionField is LogEntry.version's field number.
+const versionField protowire.Number = 1
+
+// Entry is an encoded log entry with its version.
+type Entry struct {
+	Version uint64
+	Bytes   []byte
+}
+
+// Decode parses the whole entry.
+func (e Entry) Decode() (*pb.LogEntry, error) { return Decode(e.Bytes) }
+
+// Prefix is an entry encoded without its version.
+type Prefix []byte
+
+// EncodePrefix encodes everything but the version.
+func EncodePrefix(txn *pb.TxnID, ws *pb.Writeset) Prefix {
+	b, err := proto.MarshalOptions{}.MarshalAppend(make([]byte, 0, 64), &pb.LogEntry{Txn: txn, Writeset: ws})
+	if err != nil {
+		panic(fmt.Sprintf("logentry: encode: %v", err)) // cannot fail for a well-formed message
+	}
+	return b
+}
+
+// WithVersion completes the entry. The prefix must not be used afterwards.
+func (p Prefix) WithVersion(version uint64) Entry {
+	b := protowire.AppendTag(p, versionField, protowire.VarintType)
+	b = protowire.AppendVarint(b, version)
+	return Entry{Version: version, Bytes: b}
+}
+
+// Encode encodes a whole entry.
+func Encode(e *pb.LogEntry) Entry {
+	return EncodePrefix(e.Txn, e.Writeset).WithVersion(e.Version)
+}
+
+// Decode parses an encoded entry.
+func Decode(b []byte) (*pb.LogEntry, error) {
+	e := &pb.LogEntry{}
+	if err := proto.Unmarshal(b, e); err != nil {
+		return nil, fmt.Errorf("decode log entry: %w", err)
+	}
+	return e, nil
+}
+
+// VersionOf reads only the version of an encoded entry, without decoding the
+// writeset: what a receiver needs to check that entries arrive in order.
+func VersionOf(b []byte) (uint64, error) {
+	var version uint64
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, fmt.Errorf("log entry: bad tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		if num == versionField && typ == protowire.VarintType {
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return 0, fmt.Errorf("log entry: bad version: %w", protowire.ParseError(m))
+			}
+			version = v // the last occurrence wins, as in proto.Unmarshal
+			b = b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return 0, fmt.Errorf("log entry: bad field %d: %w", num, protowire.ParseError(m))
+		}
+		b = b[m:]
+	}
+	if version == 0 {
+		return 0, fmt.Errorf("log entry without a version")
+	}
+	return version, nil
+}

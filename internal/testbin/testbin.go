@@ -1,0 +1,37 @@
+// Package testbin builds the tashkent binary once per test process, for
+// tests that run it as a real process (crash tests kill it with SIGKILL).
+package testbin
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+var (
+	once  sync.Once
+	path  string
+	built error
+)
+
+// Path returns the path of a freshly built tashkent binary.
+func Path(t testing.TB) string {
+	t.Helper()
+	once.Do(func() {
+		dir, err := os.MkdirTemp("", "tashkent-testbin-")
+		if err != nil {
+			built = err
+			return
+		}
+		path = filepath.Join(dir, "tashkent")
+		cmd := exec.Command("go", "build", "-o", path, "github.com/tashkent-db/tashkent/cmd/tashkent")
+		cmd.Stderr = os.Stderr
+		built = cmd.Run()
+	})
+	if built != nil {
+		t.Fatalf("build the tashkent binary: %v", built)
+	}
+	return path
+}

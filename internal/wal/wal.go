@@ -1,0 +1,300 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+)
+
+// Entry is one committed version of the global log. Payload is opaque bytes (the caller marshals a
+// protobuf).
+type Entry struct {
+	Version uint64
+	Payload []byte
+}
+
+// Options configures Open.
+type Options struct {
+	Dir          string       // created if missing
+	SegmentBytes int64        // roll to a new segment file after this many bytes (default 64 MiB)
+	Logger       *slog.Logger // default slog.Default()
+	// NoSync skips fsync, ONLY for tests/benchmarks that say so. Default false.
+	NoSync bool
+}
+
+var (
+	// ErrCompacted is returned by ReadFrom when some of the requested entries were removed by
+	// TruncateBefore.
+	ErrCompacted = errors.New("wal: requested entries were removed by retention")
+	// ErrCorrupt is wrapped (see CorruptError) when a record in the middle of the log, or in a segment
+	// that is not the last one, fails verification. The log is never repaired silently past such a
+	// record: an operator has to look at it.
+	ErrCorrupt = errors.New("wal: log is corrupt")
+	// ErrEntryTooLarge is returned by Append, before anything is written, for a payload larger than
+	// entryBytesMax (64 MiB). The log stays usable.
+	ErrEntryTooLarge = errors.New("wal: entry payload too large")
+	// ErrClosed is returned by operations on a closed log.
+	ErrClosed = errors.New("wal: log is closed")
+	// ErrLocked is returned by Open when another Log (in this or another process) has the directory open.
+	ErrLocked = errors.New("wal: directory is locked by another log")
+)
+
+// CorruptError describes a damaged record. It matches ErrCorrupt with errors.Is.
+type CorruptError struct {
+	File    string // segment file path
+	Offset  int64  // byte offset of the damaged record (or header) in File
+	Version uint64 // version the damaged record should carry
+	Reason  string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("wal: log is corrupt: %s at offset %d (version %d): %s", e.File, e.Offset, e.Version, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrCorrupt) true.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// Stats are cumulative counters since Open.
+type Stats struct {
+	Appends         uint64 // successful Append calls with at least one entry
+	Entries         uint64 // entries made durable
+	Writes          uint64 // write system calls on segment files
+	Fsyncs          uint64 // fsync calls on segment files and on the directory
+	BytesWritten    uint64 // bytes written to segment files, headers included
+	SegmentsCreated uint64
+}
+
+// segment is the in-memory index entry of one segment file. Every indexed segment holds at least one
+// record.
+type segment struct {
+	path         string
+	firstVersion uint64
+	lastVersion  uint64
+	sizeBytes    int64 // durable bytes; readers never read past it
+}
+
+// Log is the certifier's durable, append-only log. Its methods are safe for concurrent use; appends
+// are serialized.
+type Log struct {
+	dir             string
+	segmentBytesMax int64
+	noSync          bool
+	logger          *slog.Logger
+	dirLock         *os.File
+
+	// appendMu serializes the writers: Append, TruncateBefore and Close.
+	appendMu sync.Mutex
+	active   *os.File // last segment, open for appending; nil while the log is empty
+	buf      []byte   // encoding buffer, reused across appends
+	failed   error    // set when an append failed; the log refuses further writes
+	closed   atomic.Bool
+
+	// stateMu guards the index. It is only written with appendMu held too, and only after the bytes it
+	// describes are durable, so readers that snapshot it under RLock see durable data only.
+	stateMu   sync.RWMutex
+	segments  []segment
+	sizeBytes int64
+
+	appends, entries, writes, fsyncs, bytesWritten, segmentsCreated atomic.Uint64
+}
+
+const (
+	// appendBufferBytesInitial is preallocated for encoding a batch.
+	appendBufferBytesInitial = 1 << 20
+	// appendBufferBytesRetainMax: a buffer grown beyond this by a huge batch is dropped after use.
+	appendBufferBytesRetainMax = 16 << 20
+)
+
+// Open opens or creates the log in opts.Dir and recovers it: every segment is scanned and verified;
+// a torn tail of the last segment (left by a crash during an unacknowledged Append) is truncated with
+// one slog.Warn line; any other damage makes Open fail with an error wrapping ErrCorrupt, and no file
+// is modified. Only one Log may have a directory open at a time (ErrLocked).
+func Open(opts Options) (*Log, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := createDir(opts.Dir); err != nil {
+		return nil, err
+	}
+	dirLock, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	l, err := openLocked(opts, dirLock)
+	if err != nil {
+		dirLock.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (opts Options) withDefaults() (Options, error) {
+	if opts.Dir == "" {
+		return opts, errors.New("wal: Options.Dir is required")
+	}
+	if opts.SegmentBytes < 0 {
+		return opts, fmt.Errorf("wal: Options.SegmentBytes is negative (%d)", opts.SegmentBytes)
+	}
+	if opts.SegmentBytes == 0 {
+		opts.SegmentBytes = segmentBytesDefault
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return opts, nil
+}
+
+func openLocked(opts Options, dirLock *os.File) (*Log, error) {
+	files, err := listSegmentFiles(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	segments, err := recoverSegments(files, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
+	l := &Log{
+		dir:             opts.Dir,
+		segmentBytesMax: opts.SegmentBytes,
+		noSync:          opts.NoSync,
+		logger:          opts.Logger,
+		dirLock:         dirLock,
+		buf:             make([]byte, 0, appendBufferBytesInitial),
+		segments:        segments,
+	}
+	for _, s := range segments {
+		l.sizeBytes += s.sizeBytes
+	}
+	if len(segments) > 0 {
+		last := segments[len(segments)-1]
+		if l.active, err = os.OpenFile(last.path, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+			return nil, fmt.Errorf("wal: open active segment: %w", err)
+		}
+	}
+	l.logger.Debug("wal: opened", "dir", l.dir, "segments", len(segments),
+		"first_version", l.FirstVersion(), "last_version", l.LastVersion())
+	return l, nil
+}
+
+// createDir creates dir if it is missing and makes its directory entry durable.
+func createDir(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("wal: create directory: %w", err)
+	}
+	return syncDir(filepath.Dir(filepath.Clean(dir)))
+}
+
+// FirstVersion returns the lowest version still stored (0 if the log is empty).
+func (l *Log) FirstVersion() uint64 {
+	l.stateMu.RLock()
+	defer l.stateMu.RUnlock()
+	if len(l.segments) == 0 {
+		return 0
+	}
+	return l.segments[0].firstVersion
+}
+
+// LastVersion returns the highest durable version (0 if the log is empty).
+func (l *Log) LastVersion() uint64 {
+	l.stateMu.RLock()
+	defer l.stateMu.RUnlock()
+	return l.lastVersionLocked()
+}
+
+// lastVersionLocked requires stateMu, or appendMu (the index only changes with appendMu held).
+func (l *Log) lastVersionLocked() uint64 {
+	if len(l.segments) == 0 {
+		return 0
+	}
+	return l.segments[len(l.segments)-1].lastVersion
+}
+
+// SizeBytes returns the total size of the segment files.
+func (l *Log) SizeBytes() int64 {
+	l.stateMu.RLock()
+	defer l.stateMu.RUnlock()
+	return l.sizeBytes
+}
+
+// Stats returns cumulative counters since Open.
+func (l *Log) Stats() Stats {
+	return Stats{
+		Appends:         l.appends.Load(),
+		Entries:         l.entries.Load(),
+		Writes:          l.writes.Load(),
+		Fsyncs:          l.fsyncs.Load(),
+		BytesWritten:    l.bytesWritten.Load(),
+		SegmentsCreated: l.segmentsCreated.Load(),
+	}
+}
+
+// Fsyncs returns the number of fsync calls since Open (segment files and directory).
+func (l *Log) Fsyncs() uint64 { return l.fsyncs.Load() }
+
+// Close releases the files and the directory lock. Everything appended is already durable, so Close
+// does not sync. Closing twice is a no-op.
+func (l *Log) Close() error {
+	l.appendMu.Lock()
+	defer l.appendMu.Unlock()
+	if l.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	if l.active != nil {
+		errs = append(errs, l.active.Close())
+		l.active = nil
+	}
+	errs = append(errs, l.dirLock.Close())
+	return errors.Join(errs...)
+}
+
+// usable requires appendMu.
+func (l *Log) usable() error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	return l.failed
+}
+
+// syncFile fsyncs f unless NoSync is set.
+func (l *Log) syncFile(f *os.File) error {
+	if l.noSync {
+		return nil
+	}
+	l.fsyncs.Add(1)
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("wal: fsync %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// syncLogDir fsyncs the log directory unless NoSync is set.
+func (l *Log) syncLogDir() error {
+	if l.noSync {
+		return nil
+	}
+	l.fsyncs.Add(1)
+	return syncDir(l.dir)
+}
+
+// syncDir makes the entries of a directory (created, removed files) durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("wal: open directory for fsync: %w", err)
+	}
+	syncErr := d.Sync()
+	closeErr := d.Close()
+	if syncErr != nil {
+		return fmt.Errorf("wal: fsync directory %s: %w", dir, syncErr)
+	}
+	return closeErr
+}
