@@ -13,8 +13,11 @@
 // request still unanswered, with the same transaction id. The certifier
 // answers a transaction it already committed with its original version
 // (certification.Outcome.Duplicate), so a request is never committed twice
-// and never silently dropped; its caller only sees a delay. Certify returns an
-// error (ErrOutcomeUnknown) only when its context ends first.
+// and never silently dropped; its caller only sees a delay. A pending call
+// whose transaction shows up in the delivered entries is answered from them,
+// so the outcome holds even if the certifier has forgotten the transaction
+// id. Certify returns an error (ErrOutcomeUnknown) only when its context
+// ends first or the client is closed.
 package certclient
 
 import (
@@ -59,6 +62,11 @@ type Options struct {
 	DialOptions    []grpc.DialOption
 }
 
+type txnKey struct {
+	origin string
+	seq    uint64
+}
+
 type call struct {
 	req   *pb.CertifyRequest
 	reply chan *pb.CertifyReply
@@ -73,10 +81,12 @@ type Client struct {
 	mu        sync.Mutex
 	nextID    uint64
 	pending   map[uint64]*call // sent or to be sent, not answered
+	byTxn     map[txnKey]uint64 // pending request ids by transaction id
 	outbox    []*pb.CertifyRequest
 	catchUp   bool
 	delivered uint64
 	connected bool
+	received  bool // something arrived on the current stream
 	wake      chan struct{}
 
 	ctx    context.Context
@@ -109,7 +119,7 @@ func New(opts Options) (*Client, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		opts: opts, conn: conn, api: pb.NewCertifierClient(conn),
-		pending: make(map[uint64]*call), delivered: opts.ReplicaVersion,
+		pending: make(map[uint64]*call), byTxn: make(map[txnKey]uint64), delivered: opts.ReplicaVersion,
 		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
 	go c.run()
@@ -134,6 +144,7 @@ func (c *Client) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.Certi
 	c.nextID++
 	req.RequestId = c.nextID
 	c.pending[req.RequestId] = cl
+	c.byTxn[txnKey{req.Txn.GetOrigin(), req.Txn.GetSeq()}] = req.RequestId
 	c.outbox = append(c.outbox, req)
 	c.mu.Unlock()
 	c.signal()
@@ -173,8 +184,18 @@ func (c *Client) Connected() bool {
 
 func (c *Client) forget(id uint64) {
 	c.mu.Lock()
-	delete(c.pending, id)
+	c.takeLocked(id)
 	c.mu.Unlock()
+}
+
+// takeLocked removes and returns a pending call.
+func (c *Client) takeLocked(id uint64) *call {
+	cl := c.pending[id]
+	if cl != nil {
+		delete(c.pending, id)
+		delete(c.byTxn, txnKey{cl.req.Txn.GetOrigin(), cl.req.Txn.GetSeq()})
+	}
+	return cl
 }
 
 func (c *Client) signal() {
@@ -189,11 +210,11 @@ func (c *Client) run() {
 	defer close(c.done)
 	delay := c.opts.ReconnectDelay
 	for c.ctx.Err() == nil {
-		opened, err := c.session()
+		received, err := c.session()
 		if c.ctx.Err() != nil {
 			return
 		}
-		if opened {
+		if received {
 			delay = c.opts.ReconnectDelay
 		}
 		c.opts.Logger.Warn("certifier stream ended; reopening", "target", c.opts.Target, "err", err, "retry_in", delay)
@@ -207,7 +228,10 @@ func (c *Client) run() {
 }
 
 // session opens a stream, re-sends every unanswered request, and pumps
-// messages until the stream fails. It reports whether the stream opened.
+// messages until the stream fails. It reports whether anything was
+// received (a stream that fails at once is not progress: the reconnect
+// delay keeps growing). It returns only after its receiving goroutine has
+// stopped, so OnEntries is never called by two streams at once.
 func (c *Client) session() (bool, error) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
@@ -222,35 +246,43 @@ func (c *Client) session() (bool, error) {
 		c.outbox = append(c.outbox, cl.req)
 	}
 	sortByRequestID(c.outbox)
+	c.received = false
 	c.mu.Unlock()
 	if err := stream.Send(open); err != nil {
 		return false, err
 	}
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- c.receive(stream) }()
+	err, receiverDone := c.pump(ctx, stream, recvErr)
+	cancel()
+	if !receiverDone {
+		<-recvErr
+	}
+	c.mu.Lock()
+	c.connected = false
+	received := c.received
+	c.mu.Unlock()
+	return received, err
+}
+
+// pump sends what callers queue until the stream or the client ends. It
+// reports whether the receiving goroutine has already ended.
+func (c *Client) pump(ctx context.Context, stream pb.Certifier_CertifyClient, recvErr <-chan error) (error, bool) {
 	c.signal()
 	for {
 		select {
 		case err := <-recvErr:
-			c.setConnected(false)
-			return true, err
+			return err, true
 		case <-c.wake:
 		case <-ctx.Done():
-			return true, ctx.Err()
+			return ctx.Err(), false
 		}
 		if msg := c.takeOutbox(); msg != nil {
 			if err := stream.Send(msg); err != nil {
-				c.setConnected(false)
-				return true, err
+				return err, false
 			}
 		}
 	}
-}
-
-func (c *Client) setConnected(v bool) {
-	c.mu.Lock()
-	c.connected = v
-	c.mu.Unlock()
 }
 
 func (c *Client) takeOutbox() *pb.CertifyStreamRequest {
@@ -271,14 +303,15 @@ func (c *Client) receive(stream pb.Certifier_CertifyClient) error {
 		if err != nil {
 			return err
 		}
-		c.setConnected(true)
+		c.mu.Lock()
+		c.connected, c.received = true, true
+		c.mu.Unlock()
 		if err := c.deliver(msg.Entries, msg.DurableVersion); err != nil {
 			return err
 		}
 		for _, r := range msg.Replies {
 			c.mu.Lock()
-			cl := c.pending[r.RequestId]
-			delete(c.pending, r.RequestId)
+			cl := c.takeLocked(r.RequestId)
 			c.mu.Unlock()
 			if cl != nil {
 				cl.reply <- r
@@ -312,8 +345,34 @@ func (c *Client) deliver(raw [][]byte, durable uint64) error {
 		c.mu.Lock()
 		c.delivered = entries[len(entries)-1].Version
 		c.mu.Unlock()
+		c.settleFromLog(entries)
 	}
 	return nil
+}
+
+// settleFromLog answers pending calls whose transaction is in the delivered
+// entries: it committed, at that version. This is how a call re-sent after
+// a reconnection learns its outcome even when the certifier no longer
+// remembers the transaction id (it slid out of the window) and would answer
+// the re-sent request with an abort.
+func (c *Client) settleFromLog(entries []logentry.Entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) == 0 {
+		return
+	}
+	for _, e := range entries {
+		h, err := logentry.HeaderOf(e.Bytes)
+		if err != nil {
+			continue
+		}
+		id, ok := c.byTxn[txnKey{h.Origin, h.Seq}]
+		if !ok {
+			continue
+		}
+		cl := c.takeLocked(id)
+		cl.reply <- &pb.CertifyReply{RequestId: id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version}
+	}
 }
 
 func sortByRequestID(reqs []*pb.CertifyRequest) {

@@ -204,6 +204,13 @@ func (s *State) Certify(req Request) Outcome {
 	return Outcome{Decision: Commit, CommitVersion: s.version}
 }
 
+// CommittedVersion reports the version a transaction committed at, if it
+// is inside the window.
+func (s *State) CommittedVersion(txn TxnID) (uint64, bool) {
+	v, ok := s.txns[txn]
+	return v, ok
+}
+
 // Restore records a committed version read back from the log, without
 // certifying it again. Versions must be restored in order, each the next one.
 func (s *State) Restore(version uint64, txn TxnID, keys []Key) {

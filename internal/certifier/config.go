@@ -1,11 +1,13 @@
 package certifier
 
 import (
+	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/wal"
 )
 
 // Limits bound what one request may cost. A request over a limit is aborted
@@ -14,8 +16,9 @@ import (
 type Limits struct {
 	// WritesetBytesMax bounds the encoded size of one writeset. The whole
 	// writeset travels in one gRPC message, is logged as one entry and is
-	// applied in one database transaction on every replica; 64 MiB keeps each
-	// of those far from gRPC's and PostgreSQL's own (1 GiB) limits.
+	// applied in one database transaction on every replica. It must leave
+	// room for the entry around it under the log's wal.EntryBytesMax (64
+	// MiB); the default leaves 1 MiB.
 	WritesetBytesMax int
 	// WritesetKeysMax bounds the rows of one writeset: the conflict index
 	// keeps about 100 bytes per key for the whole window.
@@ -28,7 +31,7 @@ type Limits struct {
 
 // DefaultLimits are the limits used when a field is zero.
 var DefaultLimits = Limits{
-	WritesetBytesMax:    64 << 20,
+	WritesetBytesMax:    wal.EntryBytesMax - entryOverheadBytesMax,
 	WritesetKeysMax:     1 << 20,
 	InFlightRequestsMax: 1 << 16,
 }
@@ -48,6 +51,18 @@ type Config struct {
 	NoSync   bool
 	Logger   *slog.Logger
 	Registry prometheus.Registerer // nil: metrics are not registered
+}
+
+// entryOverheadBytesMax bounds what a log entry adds to its writeset: the
+// version, the transaction id (its origin is a replica name) and tags.
+const entryOverheadBytesMax = 1 << 20
+
+func (c Config) validate() error {
+	if c.Limits.WritesetBytesMax > wal.EntryBytesMax-entryOverheadBytesMax {
+		return fmt.Errorf("writeset bytes max %d is over the log's entry limit of %d bytes minus %d for the entry's header",
+			c.Limits.WritesetBytesMax, wal.EntryBytesMax, entryOverheadBytesMax)
+	}
+	return nil
 }
 
 func (c Config) withDefaults() Config {

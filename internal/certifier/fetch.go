@@ -10,9 +10,6 @@ import (
 	"github.com/tashkent-db/tashkent/internal/wal"
 )
 
-// fetchChunkEntries bounds the entries per Fetch message.
-const fetchChunkEntries = 1024
-
 // Fetch streams durable entries after req.AfterVersion; with Follow it keeps
 // streaming as new versions become durable.
 func (s *Service) Fetch(req *pb.FetchRequest, stream pb.Certifier_FetchServer) error {
@@ -24,19 +21,15 @@ func (s *Service) Fetch(req *pb.FetchRequest, stream pb.Certifier_FetchServer) e
 	}
 	for {
 		durable := s.DurableVersion()
-		for after < durable {
-			upTo := min(durable, after+fetchChunkEntries)
-			entries, err := s.entriesBetween(nil, after, upTo)
-			if errors.Is(err, wal.ErrCompacted) {
-				return status.Errorf(codes.FailedPrecondition, "version %d was removed from the log meanwhile", after+1)
-			}
-			if err != nil {
-				return status.Errorf(codes.Internal, "read log: %v", err)
-			}
-			if err := stream.Send(&pb.FetchReply{Entries: entries}); err != nil {
-				return err
-			}
-			after = upTo
+		err := s.chunkEntries(after, durable, func(entries [][]byte, last uint64) error {
+			after = last
+			return stream.Send(&pb.FetchReply{Entries: entries})
+		})
+		if errors.Is(err, wal.ErrCompacted) {
+			return status.Errorf(codes.FailedPrecondition, "version %d was removed from the log meanwhile", after+1)
+		}
+		if err != nil {
+			return status.Errorf(codes.Internal, "%v", err)
 		}
 		if !req.Follow {
 			return nil

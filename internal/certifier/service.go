@@ -47,6 +47,9 @@ type Service struct {
 // Open recovers the log in cfg.DataDir and starts the writer.
 func Open(cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	started := time.Now()
 	log, err := wal.Open(wal.Options{Dir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes, Logger: cfg.Logger, NoSync: cfg.NoSync})
 	if err != nil {
@@ -123,9 +126,23 @@ func decodeEntry(e wal.Entry) (*pb.LogEntry, error) {
 }
 
 // certify decides one request. On commit the entry is queued for the writer
-// and the reply must wait until durable reaches waitFor.
-func (s *Service) certify(req *pb.CertifyRequest) (reply *pb.CertifyReply, waitFor uint64) {
+// and the reply must wait until durable reaches waitFor. overloaded says the
+// in-flight limit is exceeded: the request is aborted, unless it is a retry
+// of a transaction that committed, which gets its version back.
+func (s *Service) certify(req *pb.CertifyRequest, overloaded bool) (reply *pb.CertifyReply, waitFor uint64) {
 	reply = &pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}
+	if overloaded {
+		s.mu.Lock()
+		v, committed := s.state.CommittedVersion(txnOf(req.Txn))
+		s.mu.Unlock()
+		if committed {
+			reply.Decision, reply.CommitVersion = pb.Decision_DECISION_COMMIT, v
+			return reply, v
+		}
+		s.stats.aborts.Add(1)
+		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT,
+			fmt.Sprintf("certifier overloaded: more requests in flight than the limit of %d (in-flight requests max); retry", s.cfg.Limits.InFlightRequestsMax)), 0
+	}
 	if detail := s.checkLimits(req); detail != "" {
 		s.stats.aborts.Add(1)
 		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT, detail), 0
@@ -139,6 +156,11 @@ func (s *Service) certify(req *pb.CertifyRequest) (reply *pb.CertifyReply, waitF
 		return abortReply(reply, pb.AbortReason_ABORT_REASON_INVALID, err.Error()), 0
 	}
 	prefix := logentry.EncodePrefix(req.Txn, req.Writeset) // before the lock: the costly part
+	if len(prefix)+logentry.VersionBytesMax > wal.EntryBytesMax {
+		s.stats.aborts.Add(1)
+		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT,
+			fmt.Sprintf("the log entry would be %d bytes, over the log's limit of %d", len(prefix), wal.EntryBytesMax)), 0
+	}
 	s.mu.Lock()
 	outcome := s.state.Certify(certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys})
 	if outcome.Decision == certification.Commit && !outcome.Duplicate {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -13,14 +15,9 @@ import (
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 )
 
-const (
-	// streamQueueMax bounds the replies a stream may have waiting for
-	// durability before its receiver stops reading (backpressure).
-	streamQueueMax = 4096
-	// replyBytesMax bounds the entries packed into one stream message, well
-	// under the gRPC message limit the server is configured with.
-	replyBytesMax = 4 << 20
-)
+// streamQueueMax bounds the replies a stream may have waiting for
+// durability before its receiver stops reading (backpressure).
+const streamQueueMax = 4096
 
 // queued is a reply waiting until durable reaches waitFor. A nil reply is a
 // catch-up: it only asks for the entries.
@@ -30,39 +27,83 @@ type queued struct {
 	received time.Time
 }
 
+// streamState is what one Certify stream counts against the service.
+type streamState struct {
+	s        *Service
+	inFlight atomic.Int64 // this stream's share of Service.inFlight
+}
+
+func (st *streamState) acquire() bool {
+	st.inFlight.Add(1)
+	return st.s.inFlight.Add(1) <= int64(st.s.cfg.Limits.InFlightRequestsMax)
+}
+
+func (st *streamState) release(n int64) {
+	st.inFlight.Add(-n)
+	st.s.inFlight.Add(-n)
+}
+
 // Certify serves one replica's session. See package documentation.
 func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
 	}
-	if first.Open == nil || first.Open.Replica == "" {
-		return status.Error(codes.InvalidArgument, "the first message of a Certify stream must open a session with the replica's name")
-	}
-	if v, durable := first.Open.ReplicaVersion, s.DurableVersion(); v > durable {
-		return status.Errorf(codes.FailedPrecondition,
-			"replica %q is at version %d but the certifier's durable version is %d: the replica holds versions this certifier never made durable (failed versions); rebuild it from a peer",
-			first.Open.Replica, v, durable)
+	if err := s.checkOpen(first.Open); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	st := &streamState{s: s}
 	queue := make(chan queued, streamQueueMax)
+	var wg sync.WaitGroup
 	sendErr := make(chan error, 1)
+	recvErr := make(chan error, 1)
+	wg.Add(2)
 	go func() {
-		sendErr <- s.sendLoop(ctx, stream, queue, first.Open.ReplicaVersion)
-		cancel()
+		defer wg.Done()
+		sendErr <- s.sendLoop(ctx, stream, st, queue, first.Open.ReplicaVersion)
 	}()
-	recvErr := s.receiveLoop(ctx, stream, first, queue)
-	close(queue)
-	if err := <-sendErr; err != nil {
+	go func() {
+		defer wg.Done()
+		recvErr <- s.receiveLoop(ctx, stream, st, first, queue)
+	}()
+	// Whatever is still queued when both loops are done was never answered.
+	go func() {
+		wg.Wait()
+		st.release(st.inFlight.Load())
+	}()
+	select {
+	case err := <-sendErr:
+		return err // returning ends the stream, which unblocks Recv
+	case err := <-recvErr:
+		close(queue)
+		if serr := <-sendErr; serr != nil {
+			return serr
+		}
 		return err
 	}
-	return recvErr
 }
 
-func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifyServer, msg *pb.CertifyStreamRequest, queue chan<- queued) error {
+func (s *Service) checkOpen(open *pb.OpenSession) error {
+	if open == nil || open.Replica == "" {
+		return status.Error(codes.InvalidArgument, "the first message of a Certify stream must open a session with the replica's name")
+	}
+	if durable := s.DurableVersion(); open.ReplicaVersion > durable {
+		return status.Errorf(codes.FailedPrecondition,
+			"replica %q is at version %d but the certifier's durable version is %d: the replica holds versions this certifier never made durable (failed versions); rebuild it from a peer",
+			open.Replica, open.ReplicaVersion, durable)
+	}
+	if first := s.log.FirstVersion(); first > 0 && open.ReplicaVersion+1 < first {
+		return status.Errorf(codes.FailedPrecondition,
+			"replica %q is at version %d but the log starts at version %d: rebuild the replica from a peer", open.Replica, open.ReplicaVersion, first)
+	}
+	return nil
+}
+
+func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, msg *pb.CertifyStreamRequest, queue chan<- queued) error {
 	for {
-		if err := s.enqueue(ctx, msg, queue); err != nil {
+		if err := s.enqueue(ctx, st, msg, queue); err != nil {
 			return err
 		}
 		var err error
@@ -79,20 +120,12 @@ func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifySe
 	}
 }
 
-func (s *Service) enqueue(ctx context.Context, msg *pb.CertifyStreamRequest, queue chan<- queued) error {
+func (s *Service) enqueue(ctx context.Context, st *streamState, msg *pb.CertifyStreamRequest, queue chan<- queued) error {
 	now := time.Now()
 	for _, req := range msg.Requests {
-		var q queued
-		if n := s.inFlight.Add(1); n > int64(s.cfg.Limits.InFlightRequestsMax) {
-			s.stats.aborts.Add(1)
-			q = queued{reply: abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}, pb.AbortReason_ABORT_REASON_LIMIT,
-				fmt.Sprintf("certifier overloaded: %d requests in flight, over the limit of %d (in-flight requests max); retry", n-1, s.cfg.Limits.InFlightRequestsMax))}
-		} else {
-			reply, waitFor := s.certify(req)
-			q = queued{reply: reply, waitFor: waitFor}
-		}
-		q.received = now
-		if err := put(ctx, queue, q); err != nil {
+		overloaded := !st.acquire()
+		reply, waitFor := s.certify(req, overloaded)
+		if err := put(ctx, queue, queued{reply: reply, waitFor: waitFor, received: now}); err != nil {
 			return err
 		}
 	}
@@ -114,26 +147,24 @@ func put(ctx context.Context, queue chan<- queued, q queued) error {
 // sendLoop sends, in order, each queued reply once what it depends on is
 // durable, preceded by every durable entry the replica has not been sent.
 // Replies that are ready together share one message.
-func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServer, queue <-chan queued, delivered uint64) error {
+func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, queue <-chan queued, delivered uint64) error {
 	var batch []queued
 	for {
 		q, ok := <-queue
 		if !ok {
 			return nil
 		}
-		batch = append(batch[:0], q)
-		batch = drain(queue, batch)
+		batch = drain(queue, append(batch[:0], q))
 		waitFor := uint64(0)
 		for _, q := range batch {
 			waitFor = max(waitFor, q.waitFor)
 		}
 		durable, err := s.durable.wait(ctx, waitFor)
 		if err != nil {
-			s.releaseInFlight(batch)
 			return status.Error(codes.Unavailable, err.Error())
 		}
 		delivered, err = s.send(stream, batch, delivered, durable)
-		s.releaseInFlight(batch)
+		st.release(answered(batch))
 		if err != nil {
 			return err
 		}
@@ -156,44 +187,42 @@ func drain(queue <-chan queued, batch []queued) []queued {
 	return batch
 }
 
-func (s *Service) releaseInFlight(batch []queued) {
+func answered(batch []queued) int64 {
+	n := int64(0)
 	for _, q := range batch {
 		if q.reply != nil {
-			s.inFlight.Add(-1)
+			n++
 		}
 	}
+	return n
 }
 
-// send delivers entries (delivered, durable] in chunks, then the replies.
+// send delivers entries (delivered, durable], then the replies.
 func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delivered, durable uint64) (uint64, error) {
-	msg := &pb.CertifyStreamReply{DurableVersion: durable}
-	msgBytes := 0
-	for delivered < durable {
-		upTo := min(durable, delivered+1024)
-		n := len(msg.Entries)
-		entries, err := s.entriesBetween(msg.Entries, delivered, upTo)
-		if err != nil {
-			return delivered, status.Errorf(codes.Internal, "read log for delivery: %v", err)
-		}
-		for _, e := range entries[n:] {
-			msgBytes += len(e)
-		}
-		msg.Entries = entries
-		delivered = upTo
-		if delivered < durable && msgBytes > replyBytesMax {
-			if err := stream.Send(msg); err != nil {
-				return delivered, err
+	var last *pb.CertifyStreamReply
+	err := s.chunkEntries(delivered, durable, func(entries [][]byte, upTo uint64) error {
+		if last != nil {
+			if err := stream.Send(last); err != nil {
+				return err
 			}
-			msg = &pb.CertifyStreamReply{DurableVersion: durable}
-			msgBytes = 0
 		}
+		last = &pb.CertifyStreamReply{Entries: entries, DurableVersion: upTo}
+		delivered = upTo
+		return nil
+	})
+	if err != nil {
+		return delivered, err
 	}
+	if last == nil {
+		last = &pb.CertifyStreamReply{DurableVersion: durable}
+	}
+	last.DurableVersion = durable
 	for _, q := range batch {
 		if q.reply != nil {
-			msg.Replies = append(msg.Replies, q.reply)
+			last.Replies = append(last.Replies, q.reply)
 		}
 	}
-	if err := stream.Send(msg); err != nil {
+	if err := stream.Send(last); err != nil {
 		return delivered, err
 	}
 	now := time.Now()
@@ -203,4 +232,42 @@ func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delive
 		}
 	}
 	return delivered, nil
+}
+
+// messageEntryBytesMax bounds the entries packed into one message. A single
+// larger entry travels alone: the gRPC message limit is set above the
+// largest writeset (grpcMessageBytesMax).
+const messageEntryBytesMax = 4 << 20
+
+// readChunkEntries is how many entries are read from memory or disk at once.
+const readChunkEntries = 1024
+
+// chunkEntries calls emit with the encoded entries (after, upTo] in order,
+// in groups of at most messageEntryBytesMax bytes (or one entry), with the
+// version of the group's last entry.
+func (s *Service) chunkEntries(after, upTo uint64, emit func(entries [][]byte, last uint64) error) error {
+	var group [][]byte
+	groupBytes := 0
+	for after < upTo {
+		to := min(upTo, after+readChunkEntries)
+		read, err := s.entriesBetween(nil, after, to)
+		if err != nil {
+			return fmt.Errorf("read log for delivery: %w", err)
+		}
+		for i, e := range read {
+			if len(group) > 0 && groupBytes+len(e) > messageEntryBytesMax {
+				if err := emit(group, after+uint64(i)); err != nil {
+					return err
+				}
+				group, groupBytes = nil, 0
+			}
+			group = append(group, e)
+			groupBytes += len(e)
+		}
+		after = to
+	}
+	if len(group) > 0 {
+		return emit(group, upTo)
+	}
+	return nil
 }

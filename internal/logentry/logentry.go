@@ -10,6 +10,7 @@
 package logentry
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -20,6 +21,9 @@ import (
 
 // versionField is LogEntry.version's field number.
 const versionField protowire.Number = 1
+
+// VersionBytesMax is what WithVersion adds at most: a tag and a varint.
+const VersionBytesMax = 1 + binary.MaxVarintLen64
 
 // Entry is an encoded log entry with its version.
 type Entry struct {
@@ -92,4 +96,56 @@ func VersionOf(b []byte) (uint64, error) {
 		return 0, fmt.Errorf("log entry without a version")
 	}
 	return version, nil
+}
+
+// Header is an entry's version and transaction id.
+type Header struct {
+	Version uint64
+	Origin  string
+	Seq     uint64
+}
+
+// txnField is LogEntry.txn's field number; TxnID has origin = 1, seq = 2.
+const txnField protowire.Number = 2
+
+// HeaderOf reads an encoded entry's version and transaction id without
+// decoding its writeset: what a replica needs to tell its own transactions
+// from remote ones.
+func HeaderOf(b []byte) (Header, error) {
+	var h Header
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return h, fmt.Errorf("log entry: bad tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case num == versionField && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return h, fmt.Errorf("log entry: bad version: %w", protowire.ParseError(m))
+			}
+			h.Version, b = v, b[m:]
+		case num == txnField && typ == protowire.BytesType:
+			txn, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return h, fmt.Errorf("log entry: bad transaction id: %w", protowire.ParseError(m))
+			}
+			id := &pb.TxnID{}
+			if err := proto.Unmarshal(txn, id); err != nil {
+				return h, fmt.Errorf("log entry: bad transaction id: %w", err)
+			}
+			h.Origin, h.Seq, b = id.Origin, id.Seq, b[m:]
+		default:
+			m := protowire.ConsumeFieldValue(num, typ, b)
+			if m < 0 {
+				return h, fmt.Errorf("log entry: bad field %d: %w", num, protowire.ParseError(m))
+			}
+			b = b[m:]
+		}
+	}
+	if h.Version == 0 {
+		return h, fmt.Errorf("log entry without a version")
+	}
+	return h, nil
 }

@@ -43,3 +43,12 @@ func TestVersionOfRejectsGarbage(t *testing.T) {
 		}
 	}
 }
+
+func TestHeaderOfReadsVersionAndTransactionID(t *testing.T) {
+	e := Encode(&pb.LogEntry{Version: 99, Txn: &pb.TxnID{Origin: "replica2", Seq: 1 << 41},
+		Writeset: &pb.Writeset{Changes: []*pb.Change{{Table: "t", Op: pb.Op_OP_DELETE, Key: []byte("[1]")}}}})
+	h, err := HeaderOf(e.Bytes)
+	if err != nil || h != (Header{Version: 99, Origin: "replica2", Seq: 1 << 41}) {
+		t.Fatalf("HeaderOf = %+v, %v", h, err)
+	}
+}

@@ -61,8 +61,8 @@ func (l *Log) mustBeConsecutive(entries []Entry) {
 
 func checkPayloadSizes(entries []Entry) error {
 	for _, e := range entries {
-		if len(e.Payload) > entryBytesMax {
-			return fmt.Errorf("%w: version %d has %d bytes, limit %d", ErrEntryTooLarge, e.Version, len(e.Payload), entryBytesMax)
+		if len(e.Payload) > EntryBytesMax {
+			return fmt.Errorf("%w: version %d has %d bytes, limit %d", ErrEntryTooLarge, e.Version, len(e.Payload), EntryBytesMax)
 		}
 	}
 	return nil

@@ -26,7 +26,7 @@
 // The version is stored in every record (8 bytes) so that a record can be recognised on its own:
 // recovery and readers verify that versions are consecutive, and the torn-tail check below can test
 // whether a stray byte range is a real record. CRC-32C (Castagnoli) is hardware-accelerated and
-// detects all burst errors up to 32 bits. A payload is limited to 64 MiB (entryBytesMax): readers
+// detects all burst errors up to 32 bits. A payload is limited to 64 MiB (EntryBytesMax): readers
 // allocate what a length field claims, so a damaged length must not turn into a huge allocation, and
 // no sane writeset is that large.
 //

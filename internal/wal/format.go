@@ -20,12 +20,12 @@ const (
 	// recordHeaderBytes: payloadLength(4) CRC(4) version(8); the payload follows.
 	recordHeaderBytes = 16
 
-	// entryBytesMax bounds one payload. Readers and recovery allocate a buffer of the length a record
+	// EntryBytesMax bounds one payload. Readers and recovery allocate a buffer of the length a record
 	// header claims, so the bound keeps a damaged length field from turning into a multi-gigabyte
 	// allocation; it is also far above any sane writeset (a replicated OLTP transaction that ships
 	// 64 MiB of changed rows is a bug upstream, not a workload), and equal to the default segment size
 	// so one record never dwarfs a segment.
-	entryBytesMax = 64 << 20
+	EntryBytesMax = 64 << 20
 
 	// segmentBytesDefault is used when Options.SegmentBytes is zero.
 	segmentBytesDefault = 64 << 20

@@ -111,7 +111,7 @@ func (r *segmentReader) readRecord(s segment, offset int64, fn func(Entry) error
 	}
 	h := decodeRecordHeader(raw[:])
 	size := recordBytes(int(h.payloadBytes))
-	if h.payloadBytes > entryBytesMax || offset+size > s.sizeBytes {
+	if h.payloadBytes > EntryBytesMax || offset+size > s.sizeBytes {
 		return 0, r.corrupt(s, offset, fmt.Sprintf("record length %d does not fit the segment", h.payloadBytes))
 	}
 	if h.version <= r.after && r.next == r.after+1 { // still before the first wanted record

@@ -190,8 +190,8 @@ func recordHeaderDefect(raw [recordHeaderBytes]byte, h recordHeader, remaining i
 	if raw == [recordHeaderBytes]byte{} {
 		return "zero-filled record header"
 	}
-	if h.payloadBytes > entryBytesMax {
-		return fmt.Sprintf("record length %d exceeds the %d-byte limit", h.payloadBytes, entryBytesMax)
+	if h.payloadBytes > EntryBytesMax {
+		return fmt.Sprintf("record length %d exceeds the %d-byte limit", h.payloadBytes, EntryBytesMax)
 	}
 	if need := recordBytes(int(h.payloadBytes)); remaining < need {
 		return fmt.Sprintf("incomplete record (%d of %d bytes)", remaining, need)
@@ -258,7 +258,7 @@ func findValidRecordAfter(scan segmentScan) (recordPosition, bool, error) {
 // [versionMin, versionMax]. The version filter is checked first, which keeps the byte-by-byte search cheap.
 func validRecordAt(b []byte, versionMin, versionMax uint64) (uint64, bool) {
 	h := decodeRecordHeader(b)
-	if h.version < versionMin || h.version > versionMax || h.payloadBytes > entryBytesMax {
+	if h.version < versionMin || h.version > versionMax || h.payloadBytes > EntryBytesMax {
 		return 0, false
 	}
 	end := recordBytes(int(h.payloadBytes))

@@ -35,7 +35,7 @@ var (
 	// record: an operator has to look at it.
 	ErrCorrupt = errors.New("wal: log is corrupt")
 	// ErrEntryTooLarge is returned by Append, before anything is written, for a payload larger than
-	// entryBytesMax (64 MiB). The log stays usable.
+	// EntryBytesMax (64 MiB). The log stays usable.
 	ErrEntryTooLarge = errors.New("wal: entry payload too large")
 	// ErrClosed is returned by operations on a closed log.
 	ErrClosed = errors.New("wal: log is closed")

@@ -164,7 +164,7 @@ func TestAppendRefusesOversizedPayloadBeforeWriting(t *testing.T) {
 	mustAppend(t, l, makeEntries(1, 3))
 	before := l.Stats()
 
-	batch := append(makeEntries(4, 2), Entry{Version: 6, Payload: make([]byte, entryBytesMax+1)})
+	batch := append(makeEntries(4, 2), Entry{Version: 6, Payload: make([]byte, EntryBytesMax+1)})
 	if err := l.Append(batch); !errors.Is(err, ErrEntryTooLarge) {
 		t.Fatalf("Append(oversized) = %v, want ErrEntryTooLarge", err)
 	}
