@@ -1,0 +1,85 @@
+package pgwire
+
+import (
+	"log/slog"
+	"time"
+)
+
+const (
+	// MessageBodyBytesMaxDefault is PostgreSQL's own limit for one protocol message
+	// (PQ_LARGE_MESSAGE_LIMIT = MaxAllocSize - 1, just under 1 GiB). The proxy is
+	// meant to be transparent, so by default it accepts everything PostgreSQL
+	// accepts; an in-flight message costs the proxy about twice its size (read
+	// buffer + re-encoded write buffer), so a deployment with many clients sending
+	// huge bytea values may want a smaller Config.MessageBodyBytesMax.
+	MessageBodyBytesMaxDefault = 0x3fffffff - 1
+
+	// authMessageBodyBytesMax bounds the client's messages before authentication
+	// succeeded: PostgreSQL's PG_MAX_AUTH_TOKEN_LENGTH (65535). An unauthenticated
+	// client must not be able to make the proxy allocate a large buffer.
+	authMessageBodyBytesMax = 65535
+
+	// StartupTimeoutDefault bounds the whole startup phase (SSL negotiation,
+	// authentication, until the first ReadyForQuery). PostgreSQL's
+	// authentication_timeout defaults to one minute too.
+	StartupTimeoutDefault = time.Minute
+
+	// DialTimeoutDefault bounds connecting to the PostgreSQL server.
+	DialTimeoutDefault = 10 * time.Second
+
+	// cancelWaitTimeout bounds how long a forwarded CancelRequest waits for the
+	// server to close the connection (which says it processed the request, the
+	// way libpq's PQcancel waits).
+	cancelWaitTimeout = 5 * time.Second
+
+	// terminateWriteTimeout bounds sending Terminate to the backend in Close.
+	terminateWriteTimeout = time.Second
+)
+
+// Config configures Accept and Serve.
+type Config struct {
+	// BackendAddr is host:port of the PostgreSQL replica.
+	BackendAddr string
+	// StartupParams are added to (and override) the client's startup parameters
+	// when connecting to the backend, e.g.
+	// {"default_transaction_isolation": "repeatable read"}.
+	StartupParams map[string]string
+	// Logger receives connection-level events; nil discards them.
+	Logger *slog.Logger
+
+	// MessageBodyBytesMax bounds one message body in either direction after
+	// authentication; 0 means MessageBodyBytesMaxDefault (PostgreSQL's limit).
+	MessageBodyBytesMax int
+	// StartupTimeout bounds the startup phase; 0 means StartupTimeoutDefault.
+	StartupTimeout time.Duration
+	// DialTimeout bounds connecting to BackendAddr; 0 means DialTimeoutDefault.
+	DialTimeout time.Duration
+}
+
+func (c *Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func (c *Config) messageBodyBytesMax() int {
+	if c.MessageBodyBytesMax <= 0 || c.MessageBodyBytesMax > MessageBodyBytesMaxDefault {
+		return MessageBodyBytesMaxDefault
+	}
+	return c.MessageBodyBytesMax
+}
+
+func (c *Config) startupTimeout() time.Duration {
+	if c.StartupTimeout > 0 {
+		return c.StartupTimeout
+	}
+	return StartupTimeoutDefault
+}
+
+func (c *Config) dialTimeout() time.Duration {
+	if c.DialTimeout > 0 {
+		return c.DialTimeout
+	}
+	return DialTimeoutDefault
+}

@@ -1,0 +1,609 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+// Applier applies remote writesets to one replica database. It caches each
+// table's metadata (primary key, columns) and the statements built from
+// it; the cache is dropped whenever a DDL entry is applied and after an
+// apply fails on what looks like a schema change. Call Invalidate after
+// DDL that reached the database some other way (a local DDL transaction).
+//
+// An Applier is safe for concurrent use, but one database connection must
+// not be used by two calls at once (pgx connections are not).
+type Applier struct {
+	mu     sync.Mutex
+	tables map[string]*tableMeta
+	gen    int64 // max(tashkent.ddl_log.gen) when the cached metadata was read
+}
+
+// NewApplier returns an Applier with an empty cache.
+func NewApplier() *Applier {
+	return &Applier{tables: map[string]*tableMeta{}}
+}
+
+// Invalidate drops the cached table metadata. Apply notices DDL that
+// changed a replicated table by itself (tashkent's event trigger logs it in
+// tashkent.ddl_log); Invalidate is for anything else.
+func (a *Applier) Invalidate() {
+	a.mu.Lock()
+	clear(a.tables)
+	a.mu.Unlock()
+}
+
+// Apply applies entries with a fresh Applier (no metadata cache across
+// calls: one more round trip per call). See Applier.Apply.
+func Apply(ctx context.Context, conn *pgx.Conn, entries []*certifierpb.LogEntry) error {
+	return NewApplier().Apply(ctx, conn, entries)
+}
+
+// ApplyInTx applies entries inside tx with a fresh Applier. See
+// Applier.ApplyInTx.
+func ApplyInTx(ctx context.Context, tx pgx.Tx, entries []*certifierpb.LogEntry) error {
+	return NewApplier().ApplyInTx(ctx, tx, entries)
+}
+
+// Apply applies the writesets of entries, in order, in one database
+// transaction that also records their versions in tashkent.applied, and
+// commits it. The entries must have consecutive versions. conn must be
+// idle (not in a transaction) and a superuser's: the transaction runs with
+// session_replication_role = replica, so that neither tashkent's capture
+// triggers nor foreign-key triggers fire.
+//
+// Rows are applied by primary key, batched: the changes of all entries are
+// collapsed to the last change per (table, key), and each table gets one
+// DELETE and one INSERT ... ON CONFLICT DO UPDATE for all its rows.
+// TRUNCATE and DDL entries are barriers: the changes before them are
+// applied first. Without DDL the whole transaction is one round trip (two
+// the first time a table is seen).
+//
+// If the upsert hits a unique violation (a secondary unique index whose
+// values the batch moves between rows), the transaction is retried once
+// deleting every affected key before inserting the new rows. If it fails in
+// a way that suggests a stale metadata cache, it is retried once with
+// fresh metadata. Apply leaves conn idle, also after an error.
+func (a *Applier) Apply(ctx context.Context, conn *pgx.Conn, entries []*certifierpb.LogEntry) error {
+	first, last, err := checkEntries(entries)
+	if err != nil || len(entries) == 0 {
+		return err
+	}
+	if st := conn.PgConn().TxStatus(); st != 'I' {
+		return fmt.Errorf("replica: apply: connection is in a transaction (status %q)", st)
+	}
+	p, err := buildPlan(entries)
+	if err != nil {
+		return err
+	}
+	tg := target{ownTx: true, sendBatch: conn.SendBatch, query: conn.Query, pg: conn.PgConn()}
+	deleteInsert, refreshed := false, false
+	for {
+		err := a.run(ctx, tg, p, first, last, deleteInsert)
+		if err == nil {
+			return nil
+		}
+		if rerr := rollback(ctx, conn); rerr != nil {
+			return fmt.Errorf("replica: apply versions %d..%d: %w (and rollback: %v)", first, last, err, rerr)
+		}
+		switch code := sqlState(err); {
+		case ctx.Err() != nil:
+		case code == "23505" && alreadyApplied(err):
+			return fmt.Errorf("replica: apply versions %d..%d: a version in the range is already recorded in tashkent.applied: %w", first, last, err)
+		case !refreshed && isSchemaError(code):
+			refreshed = true
+			a.Invalidate()
+			continue
+		case !deleteInsert && code == "23505":
+			deleteInsert = true
+			continue
+		}
+		return fmt.Errorf("replica: apply versions %d..%d: %w", first, last, err)
+	}
+}
+
+// ApplyInTx is Apply inside a transaction the caller owns and commits.
+// session_replication_role (and the other settings Apply changes) are
+// restored before it returns. There is no retry: on error the caller's
+// transaction is aborted.
+func (a *Applier) ApplyInTx(ctx context.Context, tx pgx.Tx, entries []*certifierpb.LogEntry) error {
+	first, last, err := checkEntries(entries)
+	if err != nil || len(entries) == 0 {
+		return err
+	}
+	p, err := buildPlan(entries)
+	if err != nil {
+		return err
+	}
+	tg := target{ownTx: false, sendBatch: tx.SendBatch, query: tx.Query, pg: tx.Conn().PgConn()}
+	if err := a.run(ctx, tg, p, first, last, false); err != nil {
+		return fmt.Errorf("replica: apply versions %d..%d: %w", first, last, err)
+	}
+	return nil
+}
+
+// checkEntries checks that entries carry consecutive versions and returns
+// the first and last.
+func checkEntries(entries []*certifierpb.LogEntry) (first, last uint64, err error) {
+	if len(entries) == 0 {
+		return 0, 0, nil
+	}
+	for i, e := range entries {
+		if e == nil {
+			return 0, 0, fmt.Errorf("replica: apply: entry %d is nil", i)
+		}
+		v := e.GetVersion()
+		if v == 0 || v > maxVersion {
+			return 0, 0, fmt.Errorf("replica: apply: entry %d has invalid version %d", i, v)
+		}
+		if i > 0 && v != entries[i-1].GetVersion()+1 {
+			return 0, 0, fmt.Errorf("replica: apply: versions not consecutive: %d follows %d", v, entries[i-1].GetVersion())
+		}
+	}
+	return entries[0].GetVersion(), entries[len(entries)-1].GetVersion(), nil
+}
+
+func rollback(ctx context.Context, conn *pgx.Conn) error {
+	if conn.IsClosed() || conn.PgConn().TxStatus() == 'I' {
+		return nil
+	}
+	_, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	return err
+}
+
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// alreadyApplied reports a unique violation on tashkent.applied.
+func alreadyApplied(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.SchemaName == "tashkent" && pe.TableName == "applied"
+}
+
+// isSchemaError reports SQLSTATEs that a statement built from stale table
+// metadata produces.
+func isSchemaError(code string) bool {
+	switch code {
+	case "42P01", // undefined_table
+		"42703", // undefined_column
+		"42P10", // invalid_column_reference (ON CONFLICT target not unique)
+		"42804", // datatype_mismatch
+		"42883", // undefined_function (operator for a changed type)
+		"0A000", // feature_not_supported (cached plan must not change result type)
+		"TK001": // tashkent.check_ddl_generation: a DDL committed since the cache was filled
+		return true
+	}
+	return false
+}
+
+// metaError says a table's metadata is missing from the cache.
+type metaError struct {
+	table string
+	msg   string
+}
+
+func (e *metaError) Error() string { return fmt.Sprintf("table %s %s", e.table, e.msg) }
+
+// ---- plan ----
+
+type stepKind uint8
+
+const (
+	stepRows stepKind = iota
+	stepTruncate
+	stepDDL
+)
+
+// tableRows is one table's collapsed row changes within a step.
+type tableRows struct {
+	table string
+	order []string // keys, by first appearance
+	last  map[string]*certifierpb.Change
+}
+
+type step struct {
+	kind     stepKind
+	tables   []*tableRows // stepRows, by first appearance
+	byName   map[string]*tableRows
+	truncate []string // stepTruncate
+	ddl      string   // stepDDL
+}
+
+// buildPlan turns entries into steps: runs of row changes collapsed per
+// (table, key), runs of TRUNCATEs (one statement, so that tables that
+// reference each other can be truncated together, as the origin did), and
+// DDL statements, in order.
+func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
+	var plan []*step
+	cur := func(kind stepKind) *step {
+		if n := len(plan); n > 0 && plan[n-1].kind == kind && kind != stepDDL {
+			return plan[n-1]
+		}
+		s := &step{kind: kind}
+		if kind == stepRows {
+			s.byName = map[string]*tableRows{}
+		}
+		plan = append(plan, s)
+		return s
+	}
+	for _, e := range entries {
+		for i, c := range e.GetWriteset().GetChanges() {
+			if c == nil {
+				return nil, fmt.Errorf("replica: apply: version %d change %d is nil", e.GetVersion(), i)
+			}
+			switch c.GetOp() {
+			case certifierpb.Op_OP_UPSERT, certifierpb.Op_OP_DELETE:
+				if c.GetTable() == "" || len(c.GetKey()) == 0 {
+					return nil, fmt.Errorf("replica: apply: version %d change %d: row change without table or key", e.GetVersion(), i)
+				}
+				if c.GetOp() == certifierpb.Op_OP_UPSERT && len(c.GetRow()) == 0 {
+					return nil, fmt.Errorf("replica: apply: version %d change %d: upsert of %s without a row", e.GetVersion(), i, c.GetTable())
+				}
+				s := cur(stepRows)
+				tr := s.byName[c.GetTable()]
+				if tr == nil {
+					tr = &tableRows{table: c.GetTable(), last: map[string]*certifierpb.Change{}}
+					s.byName[c.GetTable()] = tr
+					s.tables = append(s.tables, tr)
+				}
+				k := string(c.GetKey())
+				if _, ok := tr.last[k]; !ok {
+					tr.order = append(tr.order, k)
+				}
+				tr.last[k] = c
+			case certifierpb.Op_OP_TRUNCATE:
+				if c.GetTable() == "" {
+					return nil, fmt.Errorf("replica: apply: version %d change %d: truncate without table", e.GetVersion(), i)
+				}
+				s := cur(stepTruncate)
+				dup := false
+				for _, t := range s.truncate {
+					dup = dup || t == c.GetTable()
+				}
+				if !dup {
+					s.truncate = append(s.truncate, c.GetTable())
+				}
+			case certifierpb.Op_OP_DDL:
+				if len(c.GetRow()) == 0 {
+					return nil, fmt.Errorf("replica: apply: version %d change %d: DDL without SQL text", e.GetVersion(), i)
+				}
+				cur(stepDDL).ddl = string(c.GetRow())
+			default:
+				return nil, fmt.Errorf("replica: apply: version %d change %d: unknown op %v", e.GetVersion(), i, c.GetOp())
+			}
+		}
+	}
+	return plan, nil
+}
+
+// tablesUntilDDL lists the tables the steps from i up to the next DDL
+// touch.
+func tablesUntilDDL(plan []*step, i int) []string {
+	var names []string
+	for ; i < len(plan) && plan[i].kind != stepDDL; i++ {
+		for _, tr := range plan[i].tables {
+			names = append(names, tr.table)
+		}
+		names = append(names, plan[i].truncate...)
+	}
+	return names
+}
+
+// ---- execution ----
+
+type target struct {
+	ownTx     bool
+	sendBatch func(context.Context, *pgx.Batch) pgx.BatchResults
+	query     func(context.Context, string, ...any) (pgx.Rows, error)
+	pg        *pgconn.PgConn
+}
+
+// Settings for the apply transaction: triggers (capture, foreign keys)
+// silent, and values parsed as the capture trigger printed them.
+const (
+	setApplySettings = `SELECT set_config('session_replication_role', 'replica', true), ` +
+		`set_config('IntervalStyle', 'postgres', true), set_config('DateStyle', 'ISO, YMD', true)`
+	saveSettings = `SELECT set_config('tashkent.saved_srr', current_setting('session_replication_role'), true), ` +
+		`set_config('tashkent.saved_intervalstyle', current_setting('IntervalStyle'), true), ` +
+		`set_config('tashkent.saved_datestyle', current_setting('DateStyle'), true)`
+	restoreSettings = `SELECT set_config('session_replication_role', current_setting('tashkent.saved_srr'), true), ` +
+		`set_config('IntervalStyle', current_setting('tashkent.saved_intervalstyle'), true), ` +
+		`set_config('DateStyle', current_setting('tashkent.saved_datestyle'), true)`
+	checkGenSQL = `SELECT tashkent.check_ddl_generation($1)`
+	ddlPrologue = `SELECT set_config('tashkent.saved_search_path', current_setting('search_path'), true);
+SET LOCAL search_path TO DEFAULT;
+`
+	ddlEpilogue = `
+;SELECT set_config('search_path', current_setting('tashkent.saved_search_path'), true)`
+)
+
+func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last uint64, deleteInsert bool) error {
+	if err := a.loadMeta(ctx, tg, tablesUntilDDL(plan, 0)); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	if tg.ownTx {
+		b.Queue("BEGIN")
+	} else {
+		b.Queue(saveSettings)
+	}
+	b.Queue(setApplySettings)
+	if len(tablesUntilDDL(plan, 0)) > 0 {
+		a.mu.Lock()
+		gen := a.gen
+		a.mu.Unlock()
+		b.Queue(checkGenSQL, gen)
+	}
+	for i, st := range plan {
+		switch st.kind {
+		case stepRows:
+			for _, tr := range st.tables {
+				m, err := a.meta(tr.table)
+				if err != nil {
+					return err
+				}
+				m.queue(b, tr, deleteInsert)
+			}
+		case stepTruncate:
+			names := make([]string, len(st.truncate))
+			for j, t := range st.truncate {
+				m, err := a.meta(t)
+				if err != nil {
+					return err
+				}
+				names[j] = m.qname
+			}
+			queueChecked(b, "TRUNCATE "+strings.Join(names, ", "), "truncate", strings.Join(names, ", "))
+		case stepDDL:
+			if err := tg.sendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			b = &pgx.Batch{}
+			// A DDL statement may hold several statements, so it goes
+			// through the simple query protocol, run with the database's
+			// default search_path as a new session at the origin would.
+			if _, err := tg.pg.Exec(ctx, ddlPrologue+st.ddl+ddlEpilogue).ReadAll(); err != nil {
+				return fmt.Errorf("DDL %q: %w", abbrev(st.ddl, 200), err)
+			}
+			a.Invalidate()
+			if err := a.loadMeta(ctx, tg, tablesUntilDDL(plan, i+1)); err != nil {
+				return err
+			}
+		}
+	}
+	b.Queue(recordRangeSQL, int64(first), int64(last))
+	if tg.ownTx {
+		b.Queue("COMMIT")
+	} else {
+		b.Queue(restoreSettings)
+	}
+	return tg.sendBatch(ctx, b).Close()
+}
+
+// queueChecked queues sql and wraps its error with what it was doing.
+func queueChecked(b *pgx.Batch, sql, what, table string, args ...any) {
+	qq := b.Queue(sql, args...)
+	qq.Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("%s %s: %w", what, table, err)
+		}
+		return nil
+	}
+}
+
+func abbrev(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// ---- table metadata ----
+
+type tableMeta struct {
+	qname string // schema-qualified, quoted, as the catalog names it
+	// deferrablePK: ON CONFLICT cannot use a deferrable primary key as its
+	// arbiter, so such tables are always applied by delete-then-insert.
+	deferrablePK bool
+	upsert       string // INSERT ... ON CONFLICT (pk) DO UPDATE
+	insert       string // plain INSERT (delete-then-insert mode)
+	delete       string // DELETE by key
+}
+
+func (a *Applier) meta(table string) (*tableMeta, error) {
+	a.mu.Lock()
+	m := a.tables[table]
+	a.mu.Unlock()
+	if m == nil {
+		return nil, &metaError{table, "has no loaded metadata"}
+	}
+	return m, nil
+}
+
+// loadMeta loads the metadata of the tables not in the cache, in one
+// query (usually). When the DDL generation has moved since the cache was
+// filled, the rest of the cache is dropped and reloaded too.
+func (a *Applier) loadMeta(ctx context.Context, tg target, tables []string) error {
+	for range 3 {
+		missing := a.missing(tables)
+		if len(missing) == 0 {
+			return nil
+		}
+		loaded, gen, err := queryMeta(ctx, tg, missing)
+		if err != nil {
+			return err
+		}
+		a.mu.Lock()
+		if gen != a.gen {
+			clear(a.tables)
+			a.gen = gen
+		}
+		for k, v := range loaded {
+			a.tables[k] = v
+		}
+		a.mu.Unlock()
+	}
+	if missing := a.missing(tables); len(missing) > 0 {
+		return fmt.Errorf("table definitions keep changing; could not load %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+func (a *Applier) missing(tables []string) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var missing []string
+	seen := map[string]bool{}
+	for _, t := range tables {
+		if a.tables[t] == nil && !seen[t] {
+			seen[t] = true
+			missing = append(missing, t)
+		}
+	}
+	return missing
+}
+
+func queryMeta(ctx context.Context, tg target, names []string) (map[string]*tableMeta, int64, error) {
+	rows, err := tg.query(ctx, tableMetaSQL, names)
+	if err != nil {
+		return nil, 0, fmt.Errorf("load table metadata: %w", err)
+	}
+	defer rows.Close()
+	loaded := map[string]*tableMeta{}
+	var gen int64
+	for rows.Next() {
+		var name, qname string
+		var exists, deferrable bool
+		var pk, pkTypes, cols []string
+		if err := rows.Scan(&name, &exists, &qname, &deferrable, &gen, &pk, &pkTypes, &cols); err != nil {
+			return nil, 0, fmt.Errorf("load table metadata: %w", err)
+		}
+		if !exists {
+			return nil, 0, fmt.Errorf("table %s does not exist on this replica", name)
+		}
+		if len(pk) == 0 {
+			return nil, 0, fmt.Errorf("table %s has no primary key on this replica", name)
+		}
+		loaded[name] = buildMeta(qname, deferrable, pk, pkTypes, cols)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("load table metadata: %w", err)
+	}
+	return loaded, gen, nil
+}
+
+func quoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// buildMeta builds a table's statements. qname is the name the catalog
+// gives the table (format('%I.%I', schema, table)): the table name in a
+// Change, which comes over the network, is never pasted into SQL.
+func buildMeta(qname string, deferrablePK bool, pk, pkTypes, cols []string) *tableMeta {
+	qcols := make([]string, len(cols))
+	rcols := make([]string, len(cols))
+	isPK := map[string]bool{}
+	for _, c := range pk {
+		isPK[c] = true
+	}
+	var sets []string
+	for i, c := range cols {
+		qcols[i] = quoteIdent(c)
+		rcols[i] = "r." + qcols[i]
+		if !isPK[c] {
+			sets = append(sets, qcols[i]+" = EXCLUDED."+qcols[i])
+		}
+	}
+	qpk := make([]string, len(pk))
+	kpk := make([]string, len(pk))
+	build := make([]string, len(pk))
+	defs := make([]string, len(pk))
+	for i, c := range pk {
+		qpk[i] = quoteIdent(c)
+		kpk[i] = "k." + qpk[i]
+		build[i] = fmt.Sprintf("%s, e.k -> %d", quoteLiteral(c), i)
+		defs[i] = qpk[i] + " " + pkTypes[i]
+	}
+	// $1 is a text[] of rows in their text form; casting it to the table's
+	// array type runs record_in on each, and unnest expands the columns.
+	insert := fmt.Sprintf("INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM unnest($1::text[]::%s[]) AS r",
+		qname, strings.Join(qcols, ", "), strings.Join(rcols, ", "), qname)
+	conflict := " ON CONFLICT (" + strings.Join(qpk, ", ") + ") DO NOTHING"
+	if len(sets) > 0 {
+		conflict = " ON CONFLICT (" + strings.Join(qpk, ", ") + ") DO UPDATE SET " + strings.Join(sets, ", ")
+	}
+	del := fmt.Sprintf("DELETE FROM %s WHERE (%s) IN (SELECT %s FROM json_array_elements($1::json) AS e(k) "+
+		"CROSS JOIN LATERAL json_to_record(json_build_object(%s)) AS k(%s))",
+		qname, strings.Join(qpk, ", "), strings.Join(kpk, ", "), strings.Join(build, ", "), strings.Join(defs, ", "))
+	return &tableMeta{qname: qname, deferrablePK: deferrablePK, upsert: insert + conflict, insert: insert, delete: del}
+}
+
+// queue adds the statements applying tr's changes to b.
+func (m *tableMeta) queue(b *pgx.Batch, tr *tableRows, deleteInsert bool) {
+	var dels, ups []*certifierpb.Change
+	for _, k := range tr.order {
+		c := tr.last[k]
+		if c.GetOp() == certifierpb.Op_OP_DELETE {
+			dels = append(dels, c)
+		} else {
+			ups = append(ups, c)
+		}
+	}
+	if deleteInsert || m.deferrablePK {
+		if all := append(dels[:len(dels):len(dels)], ups...); len(all) > 0 {
+			queueChecked(b, m.delete, "delete from", m.qname, keyArray(all))
+		}
+		if len(ups) > 0 {
+			queueChecked(b, m.insert, "insert into", m.qname, rowArray(ups))
+		}
+		return
+	}
+	if len(dels) > 0 {
+		queueChecked(b, m.delete, "delete from", m.qname, keyArray(dels))
+	}
+	if len(ups) > 0 {
+		queueChecked(b, m.upsert, "upsert into", m.qname, rowArray(ups))
+	}
+}
+
+// rowArray returns the rows of upserts, for a text[] parameter.
+func rowArray(cs []*certifierpb.Change) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = string(c.GetRow())
+	}
+	return out
+}
+
+// keyArray concatenates the keys (JSON arrays) of cs into one JSON array.
+// They are not parsed here: PostgreSQL checks them.
+func keyArray(cs []*certifierpb.Change) string {
+	n := 2
+	for _, c := range cs {
+		n += len(c.GetKey()) + 1
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	sb.WriteByte('[')
+	for i, c := range cs {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.Write(c.GetKey())
+	}
+	sb.WriteByte(']')
+	return sb.String()
+}

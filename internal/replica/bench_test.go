@@ -1,0 +1,121 @@
+package replica
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/pgtest"
+)
+
+// BenchmarkApply applies batches of 100 remote writesets of one row each
+// (consecutive versions, distinct keys, one table): one Apply call, one
+// transaction and one commit per batch, as a proxy catching up or applying
+// what a certification reply brought. Reported: rows/s.
+//
+//	go test -run '^$' -bench BenchmarkApply -benchtime 200x ./internal/replica/
+func BenchmarkApply(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opts []pgtest.Option
+	}{
+		{"sync_commit=on", nil},
+		{"sync_commit=off", []pgtest.Option{pgtest.SynchronousCommitOff()}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			_, conn := instance(b, `CREATE TABLE bench (id bigint PRIMARY KEY, k int NOT NULL, c text NOT NULL, pad text NOT NULL)`, mode.opts...)
+			ctx := tctx(b)
+			ap := NewApplier()
+			const perBatch = 100
+			version := uint64(0)
+			batch := func() []*certifierpb.LogEntry {
+				es := make([]*certifierpb.LogEntry, perBatch)
+				for i := range es {
+					version++
+					id := strconv.FormatUint(version, 10)
+					es[i] = &certifierpb.LogEntry{Version: version, Writeset: &certifierpb.Writeset{Changes: []*certifierpb.Change{{
+						Table: "public.bench",
+						Op:    certifierpb.Op_OP_UPSERT,
+						Key:   []byte("[" + id + "]"),
+						Row:   []byte(fmt.Sprintf("(%s,%d,%s,%s)", id, version%1000, "value-"+id, "padding-padding-padding-padding-padding-padding")),
+					}}}}
+				}
+				return es
+			}
+			// Warm up: statement preparation and metadata loading.
+			if err := ap.Apply(ctx, conn, batch()); err != nil {
+				b.Fatal(err)
+			}
+			batches := make([][]*certifierpb.LogEntry, b.N)
+			for i := range batches {
+				batches[i] = batch()
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				if err := ap.Apply(ctx, conn, batches[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			el := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N*perBatch)/el.Seconds(), "rows/s")
+			if v, err := ReadVersion(ctx, conn); err != nil || v != version {
+				b.Fatalf("ReadVersion = %d, %v; want %d", v, err, version)
+			}
+			var n int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM bench`).Scan(&n); err != nil || n != int(version) {
+				b.Fatalf("bench has %d rows, %v; want %d", n, err, version)
+			}
+		})
+	}
+}
+
+// BenchmarkCapture measures what writeset capture costs a local
+// transaction: 10 single-row INSERT statements and a COMMIT, with capture
+// (trigger + CollectWriteset) and without (the same statements with
+// session_replication_role = replica, so that no trigger fires).
+//
+//	go test -run '^$' -bench BenchmarkCapture ./internal/replica/
+func BenchmarkCapture(b *testing.B) {
+	srv, _ := instance(b, `CREATE TABLE ev (id bigint PRIMARY KEY, k int NOT NULL, c text NOT NULL)`,
+		pgtest.SynchronousCommitOff())
+	ctx := tctx(b)
+	var seq int64 // b.Run calls the function several times: keys must not repeat
+	for _, captured := range []bool{false, true} {
+		name := "capture=off"
+		if captured {
+			name = "capture=on"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := session(b, srv)
+			if !captured {
+				mustExec(b, s, `SET session_replication_role = replica`)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				tx, err := s.Begin(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for j := 0; j < 10; j++ {
+					seq++
+					if _, err := tx.Exec(ctx, `INSERT INTO ev VALUES ($1, $2, $3)`, seq, j, "some text"); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if captured {
+					ws, err := CollectWriteset(ctx, tx)
+					if err != nil || len(ws) != 10 {
+						b.Fatalf("writeset of %d changes, %v", len(ws), err)
+					}
+				}
+				if err := tx.Commit(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,202 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+// Querier is what the functions of this package need from a connection:
+// *pgx.Conn, pgx.Tx and *pgxpool.Pool all satisfy it.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// SQLSTATE codes this package's database objects raise.
+const (
+	// CodeNotReplicable (object_not_in_prerequisite_state) is raised for a
+	// write that tashkent cannot replicate: to a table without a primary
+	// key, or from a session that bypasses the proxy.
+	CodeNotReplicable = "55000"
+)
+
+// Install creates or updates the tashkent schema in the connected
+// database: the tashkent.applied version table, the capture and guard
+// trigger functions, the triggers on every existing user table, and the
+// event trigger that installs them on tables created or altered later. It
+// is idempotent and safe to run concurrently; it needs a superuser (event
+// triggers do).
+func Install(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.PgConn().Exec(ctx, installSQL).ReadAll(); err != nil {
+		return fmt.Errorf("replica: install: %w", err)
+	}
+	return nil
+}
+
+// PrepareSession sets up writeset capture in the connection's session:
+// it creates the session's writeset buffer (a temporary table) and turns
+// capture on. The proxy calls it once on every backend connection it
+// opens, outside any transaction. A write from a session that did not call
+// it fails with SQLSTATE 55000. DISCARD ALL / DISCARD TEMP / RESET ALL undo
+// it; call it again afterwards.
+func PrepareSession(ctx context.Context, conn Querier) error {
+	if _, err := conn.Exec(ctx, PrepareSessionSQL); err != nil {
+		return fmt.Errorf("replica: prepare session: %w", err)
+	}
+	return nil
+}
+
+// Event is one row of the writeset buffer, as CollectSQL returns it.
+type Event struct {
+	Table string // schema-qualified, quoted
+	Op    byte   // 'U' upsert, 'D' delete, 'T' truncate
+	Key   []byte // JSON array of the primary key values; nil for 'T'
+	Row   []byte // JSON object of the new row ('U' only)
+}
+
+// CollectWriteset returns the writeset of the transaction open on conn
+// and empties the session's buffer, in one round trip. The proxy calls it
+// inside the client's transaction, just before COMMIT. The result holds
+// the last change per (table, key), ordered by the key's first appearance;
+// a TRUNCATE drops the table's earlier changes and keeps its place in the
+// order (see Collapse). It is empty for a read-only transaction.
+func CollectWriteset(ctx context.Context, conn Querier) ([]*certifierpb.Change, error) {
+	rows, err := conn.Query(ctx, CollectSQL)
+	if err != nil {
+		return nil, collectErr(err)
+	}
+	defer rows.Close()
+	var evs []Event
+	for rows.Next() {
+		var e Event
+		var op string
+		if err := rows.Scan(&e.Table, &op, &e.Key, &e.Row); err != nil {
+			return nil, fmt.Errorf("replica: collect writeset: %w", err)
+		}
+		if len(op) != 1 {
+			return nil, fmt.Errorf("replica: collect writeset: bad op %q", op)
+		}
+		e.Op = op[0]
+		evs = append(evs, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, collectErr(err)
+	}
+	return Collapse(evs)
+}
+
+func collectErr(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" {
+		return fmt.Errorf("replica: collect writeset: session not prepared (call PrepareSession): %w", err)
+	}
+	return fmt.Errorf("replica: collect writeset: %w", err)
+}
+
+// Collapse turns a transaction's row events, in the order they happened,
+// into its writeset: one change per (table, key), the last one (an insert
+// then updates is one upsert of the final row; anything then a delete is a
+// delete), placed where the key first appeared. A TRUNCATE removes the
+// table's earlier row changes and is kept, in place, as a barrier: row
+// changes after it follow it. Consecutive TRUNCATEs (one TRUNCATE a, b
+// statement) stay adjacent, so that Apply can run them as one statement.
+func Collapse(evs []Event) ([]*certifierpb.Change, error) {
+	type tk struct{ tbl, key string }
+	out := make([]*certifierpb.Change, 0, len(evs))
+	pos := make(map[tk]int, len(evs))
+	removed := 0
+	for _, e := range evs {
+		switch e.Op {
+		case 'T':
+			for k, i := range pos {
+				if k.tbl == e.Table {
+					out[i] = nil
+					delete(pos, k)
+					removed++
+				}
+			}
+			out = append(out, &certifierpb.Change{Table: e.Table, Op: certifierpb.Op_OP_TRUNCATE})
+		case 'U', 'D':
+			if len(e.Key) == 0 {
+				return nil, fmt.Errorf("replica: event on %s without a key", e.Table)
+			}
+			c := &certifierpb.Change{Table: e.Table, Key: e.Key}
+			if e.Op == 'U' {
+				c.Op = certifierpb.Op_OP_UPSERT
+				c.Row = e.Row
+			} else {
+				c.Op = certifierpb.Op_OP_DELETE
+			}
+			k := tk{e.Table, string(e.Key)}
+			if i, ok := pos[k]; ok {
+				out[i] = c
+			} else {
+				pos[k] = len(out)
+				out = append(out, c)
+			}
+		default:
+			return nil, fmt.Errorf("replica: unknown event op %q on %s", e.Op, e.Table)
+		}
+	}
+	if removed == 0 {
+		return out, nil
+	}
+	j := 0
+	for _, c := range out {
+		if c != nil {
+			out[j] = c
+			j++
+		}
+	}
+	clear(out[j:])
+	return out[:j], nil
+}
+
+// RecordVersion records version v as committed, by inserting it into
+// tashkent.applied. Call it in the transaction that commits v (a local
+// transaction, just before its COMMIT); Apply does it for remote
+// writesets. An INSERT rather than an UPDATE of one row: local transactions
+// run at REPEATABLE READ, and concurrent updates of a shared row would fail
+// each other with serialization errors.
+func RecordVersion(ctx context.Context, q Querier, v uint64) error {
+	if v == 0 || v > maxVersion {
+		return fmt.Errorf("replica: record version: invalid version %d", v)
+	}
+	if _, err := q.Exec(ctx, RecordVersionSQL, int64(v)); err != nil {
+		return fmt.Errorf("replica: record version %d: %w", v, err)
+	}
+	return nil
+}
+
+// ReadVersion returns the highest version recorded in tashkent.applied, 0
+// when none: the version the database image holds.
+func ReadVersion(ctx context.Context, q Querier) (uint64, error) {
+	var v int64
+	if err := q.QueryRow(ctx, readVersionSQL).Scan(&v); err != nil {
+		return 0, fmt.Errorf("replica: read version: %w", err)
+	}
+	return uint64(v), nil
+}
+
+// PruneApplied deletes the rows of tashkent.applied older than the keep
+// most recent versions (keep >= 1: the highest version always stays) and
+// returns how many it deleted.
+func PruneApplied(ctx context.Context, q Querier, keep uint64) (int64, error) {
+	if keep < 1 || keep > maxVersion {
+		return 0, fmt.Errorf("replica: prune applied: keep must be >= 1, got %d", keep)
+	}
+	tag, err := q.Exec(ctx, pruneAppliedSQL, int64(keep))
+	if err != nil {
+		return 0, fmt.Errorf("replica: prune applied: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+const maxVersion = 1<<63 - 1

@@ -1,0 +1,187 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/pgtest"
+)
+
+func tctx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// instance starts a PostgreSQL, runs schema (if any) and then Install, and
+// returns the server and an admin connection.
+func instance(t testing.TB, schema string, opts ...pgtest.Option) (*pgserver.Server, *pgx.Conn) {
+	t.Helper()
+	srv := pgtest.Start(t, opts...)
+	conn := pgtest.Connect(t, srv, "postgres")
+	if schema != "" {
+		mustExec(t, conn, schema)
+	}
+	if err := Install(tctx(t), conn); err != nil {
+		t.Fatal(err)
+	}
+	return srv, conn
+}
+
+// session opens a connection that went through PrepareSession, as the
+// proxy's backend connections do.
+func session(t testing.TB, srv *pgserver.Server) *pgx.Conn {
+	t.Helper()
+	c := pgtest.Connect(t, srv, "postgres")
+	if err := PrepareSession(tctx(t), c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func mustExec(t testing.TB, c *pgx.Conn, sql string) {
+	t.Helper()
+	if _, err := c.PgConn().Exec(tctx(t), sql).ReadAll(); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// commitLocal runs sql in one transaction on a prepared session, collects
+// its writeset, records version v and commits: what the proxy does for a
+// certified local transaction. It returns the log entry for the version.
+func commitLocal(t testing.TB, c *pgx.Conn, v uint64, sql string) *certifierpb.LogEntry {
+	t.Helper()
+	ctx := tctx(t)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := c.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	ws, err := CollectWriteset(ctx, tx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := RecordVersion(ctx, tx, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return &certifierpb.LogEntry{Version: v, Writeset: &certifierpb.Writeset{Changes: ws}}
+}
+
+func pgErr(t testing.TB, err error) *pgconn.PgError {
+	t.Helper()
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		t.Fatalf("want a PostgreSQL error, got %v", err)
+	}
+	return pe
+}
+
+func checksum(t testing.TB, c *pgx.Conn) map[string]string {
+	t.Helper()
+	m, err := Checksum(tctx(t), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func sameChecksums(t testing.TB, a, b map[string]string) {
+	t.Helper()
+	var keys []string
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if a[k] != b[k] {
+			t.Errorf("table %s: checksum %q on A, %q on B", k, a[k], b[k])
+		}
+	}
+}
+
+// dump returns a table's rows as text, ordered, for readable failures.
+func dump(t testing.TB, c *pgx.Conn, table string) string {
+	t.Helper()
+	rows, err := c.Query(tctx(t), "SELECT x::text FROM "+table+" AS x ORDER BY 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(s, "\n")
+}
+
+func bufferLen(t testing.TB, c *pgx.Conn) int {
+	t.Helper()
+	var n int
+	if err := c.QueryRow(tctx(t), "SELECT count(*) FROM pg_temp.tashkent_writeset").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// triggers returns "name:args" of the tashkent triggers on table.
+func triggers(t testing.TB, c *pgx.Conn, table string) []string {
+	t.Helper()
+	rows, err := c.Query(tctx(t), `SELECT tgname || ':' || replace(encode(tgargs, 'escape'), '\000', ',')
+		FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname LIKE 'tashkent%' ORDER BY tgname`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func change(c *certifierpb.Change) string {
+	switch c.GetOp() {
+	case certifierpb.Op_OP_UPSERT:
+		return "U " + c.GetTable() + " " + string(c.GetKey()) + " " + string(c.GetRow())
+	case certifierpb.Op_OP_DELETE:
+		return "D " + c.GetTable() + " " + string(c.GetKey())
+	case certifierpb.Op_OP_TRUNCATE:
+		return "T " + c.GetTable()
+	case certifierpb.Op_OP_DDL:
+		return "DDL " + string(c.GetRow())
+	}
+	return "? " + c.String()
+}
+
+func changes(cs []*certifierpb.Change) []string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = change(c)
+	}
+	return out
+}
+
+func eqStrings(t testing.TB, what string, got, want []string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("%s:\ngot:\n  %s\nwant:\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}

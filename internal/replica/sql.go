@@ -1,0 +1,407 @@
+package replica
+
+import "regexp"
+
+// installSQL creates (or updates) the tashkent schema in one database. It
+// runs as one multi-statement simple query, that is, as one implicit
+// transaction, serialized against concurrent installs by an advisory lock.
+// Every statement is idempotent.
+var installSQL = regexp.MustCompile(`\$KEY\(([a-z.]+)\)`).ReplaceAllString(installTemplate, keyExpr)
+
+// keyExpr renders a row's primary key as a JSON array of the key columns'
+// values, in key order, from the row as to_json prints it ($1); the values
+// are copied verbatim, so the key is the same text on every replica. It is
+// written inline rather than as a function: a SQL function that is not
+// inlined is planned again at every trigger call (~80 µs).
+const keyExpr = `CASE WHEN v_one THEN '[' || ($1 -> v_pk1)::text || ']'
+	ELSE '[' || array_to_string(ARRAY(
+		SELECT ($1 -> u.c)::text FROM unnest(v_pk) WITH ORDINALITY AS u(c, o) ORDER BY u.o), ',') || ']' END`
+
+const installTemplate = `
+SELECT pg_advisory_xact_lock(7346001);
+
+CREATE SCHEMA IF NOT EXISTS tashkent;
+GRANT USAGE ON SCHEMA tashkent TO PUBLIC;
+
+-- One row per committed version, inserted by the transaction that commits
+-- the version (a local commit or a remote apply), so that any database image
+-- says which versions it holds: max(version) is the replica_version.
+CREATE TABLE IF NOT EXISTS tashkent.applied (
+	version      bigint PRIMARY KEY,
+	committed_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per DDL transaction that changed a replicated table, inserted by
+-- the event trigger. The applier caches table definitions and checks
+-- max(gen), in its own snapshot, before it trusts the cache. A table rather
+-- than a sequence: the row becomes visible when the DDL commits, together
+-- with the catalog change.
+CREATE TABLE IF NOT EXISTS tashkent.ddl_log (
+	gen bigserial PRIMARY KEY,
+	at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE OR REPLACE FUNCTION tashkent.check_ddl_generation(p_gen bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+	IF coalesce((SELECT max(gen) FROM tashkent.ddl_log), 0) <> p_gen THEN
+		RAISE EXCEPTION USING ERRCODE = 'TK001',
+			MESSAGE = 'tashkent: table definitions changed since the applier cached them';
+	END IF;
+END
+$fn$;
+
+-- capture is the statement-level AFTER INSERT / UPDATE / DELETE / TRUNCATE
+-- trigger of every replicated table. The trigger arguments are the primary
+-- key columns. It appends the statement's row changes to the session's
+-- writeset buffer, pg_temp.tashkent_writeset, which PrepareSession creates.
+--
+-- Statement level with transition tables rather than FOR EACH ROW: one call
+-- per statement, set-based, and it sees the statement as a whole, which an
+-- UPDATE that moves primary keys needs (UPDATE t SET id = 3 - id swaps two
+-- keys: per row, "delete 1, upsert 2, delete 2, upsert 1" would end with key
+-- 2 deleted). Here the old keys that no new row has are deleted first, then
+-- every new row is upserted.
+--
+-- A row travels in PostgreSQL's own text form of the row (record_out; the
+-- applier reads it back with record_in), which is exact for every type:
+-- to_json would print SQL NULL and a JSON null in a json/jsonb column alike,
+-- and normalize json text. The key is a JSON array of the key values (see
+-- keyExpr), readable and compared as bytes by the certifier.
+--
+-- The SET clauses pin every setting that changes how values print (time
+-- zone of timestamptz, date and interval style, bytea format, float
+-- digits), so that keys and rows are the same text whatever the client set;
+-- they are restored when the function returns.
+CREATE OR REPLACE FUNCTION tashkent.capture() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET TimeZone = 'UTC'
+SET IntervalStyle = 'postgres'
+SET bytea_output = 'hex'
+SET DateStyle = 'ISO, YMD'
+SET extra_float_digits = '1'
+AS $fn$
+DECLARE
+	v_tbl text := format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+	v_pk text[] := TG_ARGV;
+	v_pk1 text := TG_ARGV[0];
+	v_one boolean := TG_NARGS = 1;
+	v_rows boolean;
+BEGIN
+	IF current_setting('tashkent.capture', true) IS DISTINCT FROM 'on' THEN
+		IF TG_OP = 'TRUNCATE' THEN
+			v_rows := true;
+		ELSIF TG_OP = 'INSERT' THEN
+			v_rows := EXISTS (SELECT FROM tashkent_new);
+		ELSE
+			v_rows := EXISTS (SELECT FROM tashkent_old);
+		END IF;
+		IF v_rows THEN
+			RAISE EXCEPTION USING
+				ERRCODE = '55000',
+				MESSAGE = format('cannot %s %s: writes must go through the tashkent proxy',
+					CASE TG_OP WHEN 'INSERT' THEN 'insert into' WHEN 'DELETE' THEN 'delete from' ELSE lower(TG_OP) END, v_tbl),
+				DETAIL = 'This session did not set up tashkent''s writeset capture, so the change would not reach the other replicas.',
+				HINT = 'Connect to the tashkent proxy instead of to PostgreSQL directly; writes must go through the tashkent proxy.';
+		END IF;
+		RETURN NULL;
+	END IF;
+
+	IF TG_OP = 'INSERT' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+		SELECT v_tbl, 'U', $KEY(s.j), s.r
+		FROM (SELECT to_json(tashkent_n.*) AS j, (tashkent_n.*)::text AS r FROM tashkent_new AS tashkent_n) AS s;
+	ELSIF TG_OP = 'UPDATE' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+		WITH nw AS (
+			SELECT $KEY(s.j) AS k, s.r
+			FROM (SELECT to_json(tashkent_n.*) AS j, (tashkent_n.*)::text AS r FROM tashkent_new AS tashkent_n) AS s
+		), od AS (
+			SELECT $KEY(s.j) AS k
+			FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
+		)
+		SELECT v_tbl, 'D', od.k, NULL FROM od WHERE NOT EXISTS (SELECT FROM nw WHERE nw.k = od.k)
+		UNION ALL
+		SELECT v_tbl, 'U', nw.k, nw.r FROM nw;
+	ELSIF TG_OP = 'DELETE' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT v_tbl, 'D', $KEY(s.j)
+		FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s;
+	ELSIF TG_OP = 'TRUNCATE' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op) VALUES (v_tbl, 'T');
+	END IF;
+	RETURN NULL;
+END
+$fn$;
+
+-- reject_nopk guards tables without a primary key: tashkent identifies rows
+-- by primary key, so it cannot replicate writes to them.
+CREATE OR REPLACE FUNCTION tashkent.reject_nopk() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_tbl text := format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+BEGIN
+	IF current_setting('tashkent.capture', true) = 'on' THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '55000',
+			MESSAGE = format('table %s has no primary key; tashkent cannot replicate writes to it', v_tbl),
+			HINT = format('ALTER TABLE %s ADD PRIMARY KEY (...)', v_tbl);
+	END IF;
+	RETURN NULL;
+END
+$fn$;
+
+-- ensure_triggers gives one table the triggers it should have: the capture
+-- triggers (with the primary key columns as arguments) when it has a
+-- primary key, the no-primary-key guard otherwise, nothing when it is not a
+-- replicated table. Triggers named tashkent_* that are already right are
+-- left alone, so running it again takes no lock.
+CREATE OR REPLACE FUNCTION tashkent.ensure_triggers(p_rel oid) RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_rel regclass;
+	v_pk text[];
+	v_args text;
+	v_argbytes bytea;
+	v_want text[];
+	v_have text[];
+	v_trg name;
+BEGIN
+	SELECT c.oid::regclass INTO v_rel
+	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE c.oid = p_rel
+		AND c.relkind IN ('r', 'p')
+		AND c.relpersistence <> 't'
+		AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'tashkent', 'pg_toast')
+		AND n.nspname NOT LIKE 'pg\_temp\_%'
+		AND n.nspname NOT LIKE 'pg\_toast\_temp\_%';
+	IF v_rel IS NULL THEN
+		RETURN NULL;
+	END IF;
+
+	v_pk := ARRAY(
+		SELECT a.attname::text
+		FROM pg_index i
+		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		WHERE i.indrelid = p_rel AND i.indisprimary
+		ORDER BY k.ord);
+
+	IF cardinality(v_pk) > 0 THEN
+		v_args := (SELECT string_agg(quote_literal(c), ', ') FROM unnest(v_pk) AS c);
+		v_argbytes := (SELECT string_agg(convert_to(u.c, 'UTF8') || '\x00'::bytea, ''::bytea ORDER BY u.o)
+			FROM unnest(v_pk) WITH ORDINALITY AS u(c, o));
+		v_want := ARRAY[
+			'tashkent_capture_del:' || encode(v_argbytes, 'hex') || ':O',
+			'tashkent_capture_ins:' || encode(v_argbytes, 'hex') || ':O',
+			'tashkent_capture_trunc::O',
+			'tashkent_capture_upd:' || encode(v_argbytes, 'hex') || ':O'];
+	ELSE
+		v_want := ARRAY['tashkent_nopk::O'];
+	END IF;
+	v_have := ARRAY(
+		SELECT t.tgname || ':' || encode(t.tgargs, 'hex') || ':' || t.tgenabled::text
+		FROM pg_trigger t
+		WHERE t.tgrelid = p_rel AND NOT t.tgisinternal AND t.tgname LIKE 'tashkent\_%'
+		ORDER BY t.tgname);
+	IF v_have = v_want THEN
+		RETURN 'unchanged';
+	END IF;
+
+	FOR v_trg IN
+		SELECT t.tgname FROM pg_trigger t
+		WHERE t.tgrelid = p_rel AND NOT t.tgisinternal AND t.tgname LIKE 'tashkent\_%'
+	LOOP
+		EXECUTE format('DROP TRIGGER %I ON %s', v_trg, v_rel);
+	END LOOP;
+
+	IF cardinality(v_pk) > 0 THEN
+		EXECUTE format('CREATE TRIGGER tashkent_capture_ins AFTER INSERT ON %s '
+			'REFERENCING NEW TABLE AS tashkent_new '
+			'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture(%s)', v_rel, v_args);
+		EXECUTE format('CREATE TRIGGER tashkent_capture_upd AFTER UPDATE ON %s '
+			'REFERENCING OLD TABLE AS tashkent_old NEW TABLE AS tashkent_new '
+			'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture(%s)', v_rel, v_args);
+		EXECUTE format('CREATE TRIGGER tashkent_capture_del AFTER DELETE ON %s '
+			'REFERENCING OLD TABLE AS tashkent_old '
+			'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture(%s)', v_rel, v_args);
+		EXECUTE format('CREATE TRIGGER tashkent_capture_trunc AFTER TRUNCATE ON %s '
+			'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture()', v_rel);
+		RETURN 'capture';
+	END IF;
+	EXECUTE format('CREATE TRIGGER tashkent_nopk BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
+		'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.reject_nopk()', v_rel);
+	RETURN 'nopk';
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION tashkent.ensure_all_triggers() RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+	PERFORM tashkent.ensure_triggers(c.oid) FROM pg_class c WHERE c.relkind IN ('r', 'p');
+END
+$fn$;
+
+-- on_ddl keeps the triggers right as tables are created and altered (a new
+-- table, CREATE TABLE AS, a primary key added or dropped, a key column
+-- renamed, a partition attached).
+CREATE OR REPLACE FUNCTION tashkent.on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_rel oid;
+	v_changed boolean := false;
+BEGIN
+	FOR v_rel IN
+		SELECT d.objid FROM pg_event_trigger_ddl_commands() AS d
+		WHERE d.classid = 'pg_class'::regclass
+		UNION
+		SELECT p.relid FROM pg_event_trigger_ddl_commands() AS d
+		CROSS JOIN LATERAL pg_partition_tree(d.objid::regclass) AS p
+		WHERE d.classid = 'pg_class'::regclass
+	LOOP
+		IF tashkent.ensure_triggers(v_rel) IS NOT NULL THEN
+			v_changed := true;
+		END IF;
+	END LOOP;
+	IF v_changed THEN
+		INSERT INTO tashkent.ddl_log DEFAULT VALUES;
+	END IF;
+END
+$fn$;
+
+-- The event trigger fires in every session_replication_role ("ALWAYS"):
+-- DDL applied from a remote writeset runs with the role set to replica and
+-- its tables need their triggers here too, for this replica's own clients.
+DROP EVENT TRIGGER IF EXISTS tashkent_ddl;
+CREATE EVENT TRIGGER tashkent_ddl ON ddl_command_end
+	WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE', 'CREATE SCHEMA')
+	EXECUTE FUNCTION tashkent.on_ddl();
+ALTER EVENT TRIGGER tashkent_ddl ENABLE ALWAYS;
+
+-- prepare_session sets up writeset capture for the calling session.
+--
+-- The buffer is a plain temporary table, emptied by collect_writeset's
+-- DELETE. Not ON COMMIT DELETE ROWS: truncating the table (and its TOAST
+-- table) at every commit cost about 0.5 ms per write transaction here.
+-- Each row carries the transaction that wrote it, so that rows a
+-- transaction left behind (it committed without collecting: a bug in the
+-- caller) are never mistaken for the next transaction's.
+CREATE OR REPLACE FUNCTION tashkent.prepare_session() RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+	IF to_regclass('pg_temp.tashkent_writeset') IS NULL THEN
+		CREATE TEMPORARY TABLE tashkent_writeset (
+			seq bigserial,
+			xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+			tbl text NOT NULL,
+			op  text NOT NULL,
+			key text,
+			row text
+		);
+	END IF;
+	PERFORM set_config('tashkent.capture', 'on', false);
+END
+$fn$;
+
+-- collect_writeset returns the current transaction's buffered row events
+-- in order and empties the buffer. Autovacuum does not visit temporary
+-- tables and the space of deleted rows is not reused without a VACUUM
+-- (which cannot run inside a transaction), so once the table has grown past
+-- 1 MB it is truncated (a new, empty file; rolled back with the
+-- transaction like the DELETE).
+CREATE OR REPLACE FUNCTION tashkent.collect_writeset()
+RETURNS TABLE (tbl text, op text, key text, "row" text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+	v_stale bigint;
+BEGIN
+	DELETE FROM pg_temp.tashkent_writeset AS w
+	WHERE w.xid IS DISTINCT FROM pg_current_xact_id_if_assigned();
+	GET DIAGNOSTICS v_stale = ROW_COUNT;
+	IF v_stale > 0 THEN
+		RAISE WARNING 'tashkent: discarded % writeset rows of an earlier transaction that committed without collecting them', v_stale;
+	END IF;
+	RETURN QUERY
+		WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING *)
+		SELECT d.tbl, d.op, d.key, d.row FROM d ORDER BY d.seq;
+	IF pg_relation_size('pg_temp.tashkent_writeset') > 1048576 THEN
+		TRUNCATE pg_temp.tashkent_writeset;
+	END IF;
+END
+$fn$;
+
+SELECT tashkent.ensure_all_triggers();
+`
+
+// PrepareSessionSQL sets up writeset capture in the session that runs it
+// (see PrepareSession), for callers that speak the wire protocol
+// themselves. Run it outside a transaction.
+const PrepareSessionSQL = `SELECT tashkent.prepare_session()`
+
+// CollectSQL returns the current transaction's buffered row events in
+// order and empties the buffer, in one statement. CollectWriteset sends
+// it; a proxy that speaks the wire protocol itself can send it and decode
+// the rows (tbl, op, key, row: all text) with Collapse.
+const CollectSQL = `SELECT tbl, op, key, "row" FROM tashkent.collect_writeset()`
+
+// RecordVersionSQL records a committed version; $1 is the version. Send it
+// in the transaction that commits the version.
+const RecordVersionSQL = `INSERT INTO tashkent.applied (version) VALUES ($1)`
+
+const readVersionSQL = `SELECT coalesce(max(version), 0) FROM tashkent.applied`
+
+const pruneAppliedSQL = `DELETE FROM tashkent.applied WHERE version <= (SELECT max(version) FROM tashkent.applied) - $1`
+
+const recordRangeSQL = `INSERT INTO tashkent.applied (version) SELECT generate_series($1::bigint, $2::bigint)`
+
+// tableMetaSQL loads, for each schema-qualified table name in $1, whether
+// it exists, its canonical quoted name, whether its primary key is
+// deferrable (ON CONFLICT cannot use it), the DDL generation, its primary key columns and their types (in key order), and
+// its columns that can be inserted into (not generated), in order.
+const tableMetaSQL = `
+SELECT t.name, c.oid IS NOT NULL, CASE WHEN c.oid IS NULL THEN '' ELSE format('%I.%I', n.nspname, c.relname) END,
+	coalesce((SELECT NOT i.indimmediate FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), false),
+	(SELECT coalesce(max(gen), 0) FROM tashkent.ddl_log),
+	ARRAY(SELECT a.attname::text
+		FROM pg_index i
+		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY k.ord),
+	ARRAY(SELECT format_type(a.atttypid, a.atttypmod)
+		FROM pg_index i
+		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+		WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY k.ord),
+	ARRAY(SELECT a.attname::text FROM pg_attribute a
+		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		ORDER BY a.attnum)
+FROM unnest($1::text[]) AS t(name)
+LEFT JOIN pg_class c ON c.oid = to_regclass(t.name)
+LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`
+
+// userTablesSQL lists the tables Checksum covers.
+const userTablesSQL = `
+SELECT format('%I.%I', n.nspname, c.relname)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind = 'r' AND c.relpersistence <> 't'
+	AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'tashkent', 'pg_toast')
+	AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
+ORDER BY 1`
