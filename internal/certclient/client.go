@@ -80,7 +80,7 @@ type Client struct {
 
 	mu        sync.Mutex
 	nextID    uint64
-	pending   map[uint64]*call // sent or to be sent, not answered
+	pending   map[uint64]*call  // sent or to be sent, not answered
 	byTxn     map[txnKey]uint64 // pending request ids by transaction id
 	outbox    []*pb.CertifyRequest
 	catchUp   bool
