@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tashkent-db/tashkent/internal/proxy"
+)
+
+func init() { extraCommands = append(extraCommands, newProxyCommand) }
+
+func newProxyCommand() *cobra.Command {
+	var (
+		cfg     proxy.Config
+		mode    string
+		metrics string
+	)
+	cmd := &cobra.Command{
+		Use:   "proxy",
+		Short: "Run the proxy in front of one PostgreSQL replica",
+		Long: `Runs the transparent proxy of one replica (Tashkent §6.2). Clients connect
+to it with any PostgreSQL client, as to the database itself. It installs
+tashkent's capture triggers in the replicated database, certifies every
+update transaction with the certifier, applies the other replicas' writesets
+in the global commit order, and recovers the replica after its database
+restarts.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Name == "" || cfg.BackendAddr == "" {
+				return errors.New("--name and --backend are required")
+			}
+			cfg.Mode = proxy.Mode(mode)
+			cfg.AdminPassword = os.Getenv("TASHKENT_ADMIN_PASSWORD")
+			cfg.Logger = slog.Default().With("replica", cfg.Name)
+			p, err := proxy.New(cfg)
+			if err != nil {
+				return err
+			}
+			return p.Run(cmd.Context(), metrics)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Name, "name", "", "this replica's name, unique in the cluster")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:6432", "address clients connect to")
+	f.StringVar(&cfg.BackendAddr, "backend", "", "the PostgreSQL replica, host:port")
+	f.StringVar(&cfg.Database, "database", "postgres", "the replicated database")
+	f.StringVar(&cfg.AdminUser, "admin-user", "postgres", "superuser for the proxy's own connections (password from TASHKENT_ADMIN_PASSWORD)")
+	f.StringVar(&cfg.Certifier, "certifier", "127.0.0.1:7400", "certifier address")
+	f.StringVar(&mode, "mode", string(proxy.ModeMW), "durability placement: mw (certifier log) or base (each replica's WAL)")
+	f.DurationVar(&cfg.Staleness, "staleness", 100*time.Millisecond, "an idle replica asks for remote writesets at least this often")
+	f.StringVar(&metrics, "metrics-listen", "", "Prometheus /metrics listen address; empty disables")
+	return cmd
+}

@@ -1,0 +1,178 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// result is how a forwarded or injected unit ended at the backend.
+type result struct {
+	status byte                    // ReadyForQuery status: 'I', 'T' or 'E'
+	err    *pgproto3.ErrorResponse // the first error, if any
+}
+
+func (r result) failed() bool { return r.err != nil }
+
+// errBackendGone means the backend connection broke; the session ends.
+var errBackendGone = errors.New("the replica's database connection broke")
+
+// relay reads the backend's messages until ReadyForQuery. Unless swallow,
+// it forwards every message but the ReadyForQuery to the client; the caller
+// decides what ReadyForQuery the client gets. It runs the COPY FROM STDIN
+// sub-protocol with the client when the backend asks for it.
+func (s *session) relay(swallow bool) (result, error) {
+	var r result
+	for {
+		msg, err := s.w.Server.Receive()
+		if err != nil {
+			return r, fmt.Errorf("%w: %v", errBackendGone, err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.ReadyForQuery:
+			r.status = m.TxStatus
+			s.status = m.TxStatus
+			return r, nil
+		case *pgproto3.ErrorResponse:
+			e := s.rewriteError(m)
+			if r.err == nil {
+				r.err = e
+			}
+			if !swallow {
+				s.w.Client.Send(e)
+			}
+			continue
+		case *pgproto3.ParameterStatus:
+			s.w.ServerParams[m.Name] = m.Value
+		case *pgproto3.CopyInResponse:
+			if swallow {
+				return r, fmt.Errorf("proxy: an injected statement asked for COPY data")
+			}
+			s.w.Client.Send(m)
+			if err := s.w.Client.Flush(); err != nil {
+				return r, err
+			}
+			if err := s.pumpCopyIn(); err != nil {
+				return r, err
+			}
+			continue
+		case *pgproto3.NoticeResponse:
+			if swallow {
+				s.log.Debug("notice from an injected statement", "message", m.Message)
+				continue
+			}
+		}
+		if !swallow {
+			s.w.Client.Send(msg)
+		}
+	}
+}
+
+// pumpCopyIn forwards the client's COPY data until CopyDone or CopyFail.
+func (s *session) pumpCopyIn() error {
+	for {
+		msg, err := s.w.Client.Receive()
+		if err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+		switch msg.(type) {
+		case *pgproto3.CopyData, *pgproto3.Flush, *pgproto3.Sync:
+			s.w.Server.Send(msg)
+		case *pgproto3.CopyDone, *pgproto3.CopyFail:
+			s.w.Server.Send(msg)
+			return s.w.Server.Flush()
+		default:
+			s.w.Server.Send(&pgproto3.CopyFail{Message: fmt.Sprintf("unexpected %T during COPY", msg)})
+			return s.w.Server.Flush()
+		}
+	}
+}
+
+// rewriteError turns the cancellation the lock watch caused into the
+// serialization failure it stands for.
+func (s *session) rewriteError(m *pgproto3.ErrorResponse) *pgproto3.ErrorResponse {
+	e := *m
+	if e.Code == codeQueryCanceled && s.conflictCancel.Swap(false) {
+		e.Code = codeSerializationFailure
+		e.Message = "could not serialize access: this transaction holds a row lock that a transaction committed first on another replica needs"
+		e.Detail = "The proxy cancelled the statement so that the replica can apply the other transaction (eager pre-certification, Tashkent §8.2)."
+		e.Hint = "Retry the transaction."
+	}
+	return &e
+}
+
+// exec sends a query of the proxy's own and swallows its responses.
+func (s *session) exec(sql string) (result, error) {
+	s.w.Server.Send(&pgproto3.Query{String: sql})
+	if err := s.w.Server.Flush(); err != nil {
+		return result{}, fmt.Errorf("%w: %v", errBackendGone, err)
+	}
+	return s.relay(true)
+}
+
+// queryRows runs a query of the proxy's own and returns its rows, every
+// value copied, NULL as nil.
+func (s *session) queryRows(sql string) ([][][]byte, result, error) {
+	s.w.Server.Send(&pgproto3.Query{String: sql})
+	if err := s.w.Server.Flush(); err != nil {
+		return nil, result{}, fmt.Errorf("%w: %v", errBackendGone, err)
+	}
+	var rows [][][]byte
+	var r result
+	for {
+		msg, err := s.w.Server.Receive()
+		if err != nil {
+			return nil, r, fmt.Errorf("%w: %v", errBackendGone, err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			row := make([][]byte, len(m.Values))
+			for i, v := range m.Values {
+				if v != nil {
+					row[i] = append([]byte{}, v...)
+				}
+			}
+			rows = append(rows, row)
+		case *pgproto3.ErrorResponse:
+			if r.err == nil {
+				e := *m
+				r.err = &e
+			}
+		case *pgproto3.NoticeResponse:
+			s.log.Warn("notice from the writeset buffer", "message", m.Message)
+		case *pgproto3.ReadyForQuery:
+			r.status = m.TxStatus
+			s.status = m.TxStatus
+			return rows, r, nil
+		}
+	}
+}
+
+// forwardRaw writes already-encoded client messages to the backend.
+func (s *session) forwardRaw(raw []byte) error {
+	if err := s.w.Server.Flush(); err != nil {
+		return fmt.Errorf("%w: %v", errBackendGone, err)
+	}
+	if _, err := s.w.ServerConn.Write(raw); err != nil {
+		return fmt.Errorf("%w: %v", errBackendGone, err)
+	}
+	return nil
+}
+
+// rollback ends whatever transaction the backend has open.
+func (s *session) rollback() error {
+	if s.status == 'I' {
+		return nil
+	}
+	_, err := s.exec("ROLLBACK")
+	return err
+}
+
+func errorResponse(code, message, detail, hint string) *pgproto3.ErrorResponse {
+	return &pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code, Message: message, Detail: detail, Hint: hint}
+}
+
+func (s *session) notice(message, detail string) {
+	s.w.Client.Send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "00000", Message: message, Detail: detail})
+}

@@ -1,0 +1,259 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/certifier"
+	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/pgtest"
+	"github.com/tashkent-db/tashkent/internal/proxy"
+	"github.com/tashkent-db/tashkent/internal/replica"
+)
+
+// testCluster is N real PostgreSQL 15 replicas, an in-process certifier and
+// an in-process proxy per replica.
+type testCluster struct {
+	t         *testing.T
+	certifier *certifier.Server
+	dbs       []*pgserver.Server
+	proxies   []*proxy.Proxy
+	cancels   []context.CancelFunc
+	done      []chan error
+	mode      proxy.Mode
+}
+
+func startCluster(t *testing.T, replicas int, mode proxy.Mode) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, mode: mode}
+	var err error
+	c.certifier, err = certifier.Listen(certifier.Config{DataDir: t.TempDir()}, "127.0.0.1:0", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.certifier.Close() })
+	for i := range replicas {
+		opts := []pgtest.Option{}
+		if mode == proxy.ModeMW {
+			opts = append(opts, pgtest.SynchronousCommitOff())
+		}
+		c.dbs = append(c.dbs, pgtest.Start(t, opts...))
+		c.startProxy(i)
+	}
+	return c
+}
+
+func (c *testCluster) startProxy(i int) {
+	c.t.Helper()
+	p, err := proxy.New(proxy.Config{
+		Name: fmt.Sprintf("replica%d", i+1), Listen: "127.0.0.1:0",
+		BackendAddr: fmt.Sprintf("127.0.0.1:%d", c.dbs[i].Port()), Certifier: c.certifier.Addr().String(),
+		Mode: c.mode,
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, "") }()
+	if i < len(c.proxies) {
+		c.proxies[i], c.cancels[i], c.done[i] = p, cancel, done
+	} else {
+		c.proxies = append(c.proxies, p)
+		c.cancels = append(c.cancels, cancel)
+		c.done = append(c.done, done)
+		c.t.Cleanup(func() { c.stopProxy(i) })
+	}
+	p.Addr()
+}
+
+func (c *testCluster) stopProxy(i int) {
+	c.cancels[i]()
+	select {
+	case <-c.done[i]:
+	case <-time.After(10 * time.Second):
+		c.t.Errorf("proxy %d did not stop", i)
+	}
+}
+
+func (c *testCluster) dsn(i int) string {
+	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", c.proxies[i].Addr())
+}
+
+// connect opens a client connection through proxy i.
+func (c *testCluster) connect(i int) *pgx.Conn {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.dsn(i))
+	if err != nil {
+		c.t.Fatalf("connect through proxy %d: %v", i, err)
+	}
+	c.t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// direct opens a connection to replica i's PostgreSQL itself.
+func (c *testCluster) direct(i int) *pgx.Conn {
+	c.t.Helper()
+	return pgtest.Connect(c.t, c.dbs[i], "postgres")
+}
+
+// converge waits until every replica holds the certifier's durable
+// version, then checks that their contents are equal, table by table.
+func (c *testCluster) converge(timeout time.Duration) uint64 {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	target := c.certifier.Service.DurableVersion()
+	conns := make([]*pgx.Conn, len(c.dbs))
+	for i := range c.dbs {
+		conns[i] = c.direct(i)
+	}
+	ctx := context.Background()
+	for i, conn := range conns {
+		for {
+			v, err := replica.ReadVersion(ctx, conn)
+			if err == nil && v >= target {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("replica %d at version %d (err %v), certifier durable at %d after %s", i+1, v, err, target, timeout)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first, err := replica.Checksum(ctx, conns[0])
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for i, conn := range conns[1:] {
+		sum, err := replica.Checksum(ctx, conn)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for table, want := range first {
+			if sum[table] != want {
+				c.t.Fatalf("table %s differs: replica 1 %s, replica %d %s", table, want, i+2, sum[table])
+			}
+		}
+		if len(sum) != len(first) {
+			c.t.Fatalf("replica 1 has tables %v, replica %d has %v", first, i+2, sum)
+		}
+	}
+	return target
+}
+
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+func exec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func TestWritesOnOneReplicaReachTheOthers(t *testing.T) {
+	c := startCluster(t, 3, proxy.ModeMW)
+	a, b := c.connect(0), c.connect(1)
+	exec(t, a, `CREATE TABLE kv (k int PRIMARY KEY, v text)`)
+	exec(t, a, `INSERT INTO kv VALUES (1, 'one'), (2, 'two')`)
+	// GSI: replica 2 sees replica 1's writes once it reaches their version.
+	c.converge(10 * time.Second)
+	ctx := context.Background()
+	tx, err := b.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, b, `UPDATE kv SET v = 'uno' WHERE k = 1`)
+	exec(t, b, `INSERT INTO kv VALUES (3, 'three')`)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	version := c.converge(10 * time.Second)
+	if version < 3 {
+		t.Fatalf("certifier version %d after three update transactions", version)
+	}
+	var got string
+	if err := c.connect(2).QueryRow(ctx, `SELECT string_agg(k || '=' || v, ',' ORDER BY k) FROM kv`).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != "1=uno,2=two,3=three" {
+		t.Fatalf("replica 3 reads %q", got)
+	}
+}
+
+// Tashkent's lost update across replicas: two replicas update one row from
+// the same snapshot; exactly one commits, the other gets 40001.
+func TestConcurrentUpdatesOfOneRowOnTwoReplicasCommitExactlyOne(t *testing.T) {
+	c := startCluster(t, 2, proxy.ModeMW)
+	setup := c.connect(0)
+	exec(t, setup, `CREATE TABLE counter (id int PRIMARY KEY, n int NOT NULL)`)
+	exec(t, setup, `INSERT INTO counter VALUES (1, 0)`)
+	c.converge(10 * time.Second)
+	ctx := context.Background()
+	for round := range 20 {
+		a, b := c.connect(0), c.connect(1)
+		ta, err := a.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := b.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Both read the same value, then both write it plus one.
+		var na, nb int
+		ta.QueryRow(ctx, `SELECT n FROM counter WHERE id = 1`).Scan(&na)
+		tb.QueryRow(ctx, `SELECT n FROM counter WHERE id = 1`).Scan(&nb)
+		if na != nb {
+			t.Fatalf("round %d: the replicas' snapshots disagree: %d and %d", round, na, nb)
+		}
+		if _, err := ta.Exec(ctx, `UPDATE counter SET n = $1 WHERE id = 1`, na+1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tb.Exec(ctx, `UPDATE counter SET n = $1 WHERE id = 1`, nb+1); err != nil {
+			t.Fatal(err)
+		}
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, tx := range []pgx.Tx{ta, tb} {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = tx.Commit(ctx) }()
+		}
+		wg.Wait()
+		committed := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				committed++
+			case sqlState(err) != "40001":
+				t.Fatalf("round %d: commit failed with %v, want 40001", round, err)
+			case !strings.Contains(err.Error(), "another replica"):
+				t.Fatalf("round %d: the abort does not say why: %v", round, err)
+			}
+		}
+		if committed != 1 {
+			t.Fatalf("round %d: %d of two conflicting transactions committed", round, committed)
+		}
+		c.converge(10 * time.Second)
+		var n int
+		c.direct(round % 2).QueryRow(ctx, `SELECT n FROM counter WHERE id = 1`).Scan(&n)
+		if n != round+1 {
+			t.Fatalf("round %d: counter is %d, want %d (an update was lost)", round, n, round+1)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/replica"
+	"github.com/tashkent-db/tashkent/internal/sequencer"
+)
+
+// commitTransaction is Tashkent §6.2 C1–C5 for the transaction open on the
+// backend. It leaves the backend idle. It returns the error the client gets
+// for its COMMIT (nil: committed) and, separately, a broken connection.
+func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorResponse, error) {
+	changes, res, err := s.collectWriteset()
+	if err != nil {
+		return nil, err
+	}
+	if res.failed() {
+		return res.err, s.rollback()
+	}
+	changes = append(s.ddlChanges(), changes...)
+	if len(changes) == 0 { // read-only: commits locally (C2)
+		res, err := s.exec("COMMIT")
+		return res.err, err
+	}
+	return s.certifyAndCommit(ctx, changes)
+}
+
+// collectWriteset reads the writeset the capture triggers buffered (C1).
+func (s *session) collectWriteset() ([]*pb.Change, result, error) {
+	rows, res, err := s.queryRows(replica.CollectSQL)
+	if err != nil || res.failed() {
+		return nil, res, err
+	}
+	events := make([]replica.Event, 0, len(rows))
+	for _, row := range rows {
+		if len(row) != 4 || len(row[1]) != 1 {
+			return nil, res, fmt.Errorf("proxy: unexpected writeset row %q", row)
+		}
+		events = append(events, replica.Event{Table: string(row[0]), Op: row[1][0], Key: row[2], Row: row[3]})
+	}
+	changes, err := replica.Collapse(events)
+	return changes, res, err
+}
+
+// certifyAndCommit asks the certifier (C2, C3) and commits in version order
+// (C5) or rolls back (40001).
+func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*pgproto3.ErrorResponse, error) {
+	rep := s.p.rep
+	seq := s.p.nextTxnSeq()
+	local := rep.seq.Register(seq)
+	s.committing.Store(true)
+	defer s.committing.Store(false)
+
+	cctx, cancel := context.WithTimeout(ctx, certifyTimeout)
+	reply, err := rep.cert.Certify(cctx, &pb.CertifyRequest{
+		Txn:          &pb.TxnID{Origin: s.p.cfg.Name, Seq: seq},
+		StartVersion: s.start,
+		Writeset:     &pb.Writeset{Changes: changes},
+	})
+	cancel()
+	if err != nil {
+		rep.seq.Abandon(local)
+		s.p.metrics.outcomes.WithLabelValues("unknown").Inc()
+		return errorResponse(codeResolutionUnknown,
+				"could not learn whether the transaction committed: the certifier did not answer in time",
+				err.Error(), "If it committed, every replica applies it; check before retrying."),
+			s.rollback()
+	}
+	if reply.Decision != pb.Decision_DECISION_COMMIT {
+		rep.seq.Abandon(local)
+		s.p.metrics.outcomes.WithLabelValues("abort").Inc()
+		return certificationAbort(reply), s.rollback()
+	}
+	v := reply.CommitVersion
+	if local.Version() != v {
+		// The certifier delivers a version before its reply; a mismatch is
+		// a bug. The version is applied as a remote one, so the replica
+		// still holds it.
+		s.log.Error("certified version was not delivered to this transaction", "version", v, "delivered", local.Version())
+		rep.seq.Abandon(local)
+		if err := s.rollback(); err != nil {
+			return nil, err
+		}
+		return nil, rep.seq.WaitCommitted(ctx, v)
+	}
+	if err := rep.seq.WaitTurn(ctx, local); err != nil {
+		rep.seq.Abandon(local)
+		return nil, fmt.Errorf("waiting to commit version %d: %w", v, err)
+	}
+	res, err := s.exec(fmt.Sprintf("INSERT INTO tashkent.applied (version) VALUES (%d); COMMIT", v))
+	if err != nil {
+		rep.seq.Abandon(local)
+		return nil, err
+	}
+	if res.failed() || res.status != 'I' {
+		return nil, s.softRecover(ctx, local, res)
+	}
+	rep.seq.Commit(v)
+	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
+	return nil, nil
+}
+
+// softRecover handles a database that refused to commit what the cluster
+// committed (Tashkent §8.1 "Soft Recovery"): the transaction is rolled back
+// here and its writeset applied like a remote one, in its place in the
+// order, so the replica still holds exactly the committed versions.
+func (s *session) softRecover(ctx context.Context, local *sequencer.Local, res result) error {
+	msg := ""
+	if res.err != nil {
+		msg = res.err.Code + " " + res.err.Message
+	}
+	s.log.Warn("the database refused to commit a certified transaction; applying its writeset instead",
+		"version", local.Version(), "error", msg)
+	if err := s.rollback(); err != nil {
+		s.p.rep.seq.Abandon(local)
+		return err
+	}
+	s.p.rep.seq.Abandon(local)
+	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
+	return s.p.rep.seq.WaitCommitted(ctx, local.Version())
+}
+
+// certificationAbort is the error a client gets for a transaction that
+// failed certification: 40001, which drivers and ORMs retry.
+func certificationAbort(r *pb.CertifyReply) *pgproto3.ErrorResponse {
+	switch r.AbortReason {
+	case pb.AbortReason_ABORT_REASON_CONFLICT:
+		return errorResponse(codeSerializationFailure,
+			"could not serialize access due to concurrent update on another replica",
+			r.Detail, "Retry the transaction.")
+	case pb.AbortReason_ABORT_REASON_TOO_OLD:
+		return errorResponse(codeSerializationFailure,
+			"could not serialize access: the transaction's snapshot is too old to be certified",
+			r.Detail, "Retry the transaction; keep write transactions short, or raise the certifier's --window-versions.")
+	case pb.AbortReason_ABORT_REASON_LIMIT:
+		return errorResponse("54000", "the transaction's writeset exceeds a certifier limit", r.Detail,
+			"Split the transaction into smaller ones, or raise the certifier's limit.")
+	default:
+		return errorResponse("XX000", "the certifier rejected the transaction", r.Detail, "")
+	}
+}

@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Mode is where durability is placed (BRIEF.md "Durability placements";
+// docs/MODES.md maps the names to the paper's).
+type Mode string
+
+const (
+	// ModeBase: each replica's WAL makes every commit durable
+	// (synchronous_commit=on); commits are applied serially. The paper's Base.
+	ModeBase Mode = "base"
+	// ModeMW: durability is the certifier log's; replicas run
+	// synchronous_commit=off and are caught up from the log after a crash.
+	// The paper's Tashkent-MW.
+	ModeMW Mode = "mw"
+)
+
+// Config configures one proxy.
+type Config struct {
+	Name        string // the replica's name; unique in the cluster
+	Listen      string // client-facing address
+	BackendAddr string // the PostgreSQL replica, host:port
+	Database    string // the replicated database
+	// AdminUser is the superuser the proxy connects as for its own
+	// connections (install, apply, lock watch). Trust or a password in
+	// AdminPassword.
+	AdminUser     string
+	AdminPassword string
+	Certifier     string // certifier address
+	Mode          Mode
+	// Staleness bounds how long an idle replica goes without asking for
+	// remote writesets (Tashkent §6.2 "Bounding Staleness").
+	Staleness time.Duration
+	Logger    *slog.Logger
+}
+
+const (
+	// applyBatchEntriesMax bounds the remote versions applied in one
+	// database transaction: enough to amortize the round trip, small enough
+	// that a batch does not hold locks for long.
+	applyBatchEntriesMax = 256
+	// lockWatchInterval is how long a remote apply may run before the proxy
+	// looks for local transactions blocking it. PostgreSQL's own deadlock
+	// check runs after deadlock_timeout (1 s); this must be well below it.
+	lockWatchInterval = 10 * time.Millisecond
+	// certifyTimeout bounds how long a COMMIT waits for the certifier
+	// before answering 08007 (transaction resolution unknown). The client
+	// re-sends survive certifier restarts and leader changes well within it.
+	certifyTimeout = 60 * time.Second
+	// reconnectDelayMax bounds the pause between attempts to reach the
+	// replica's database while it recovers.
+	reconnectDelayMax = time.Second
+)
+
+func (c *Config) withDefaults() error {
+	if c.Name == "" || c.Listen == "" || c.BackendAddr == "" || c.Certifier == "" {
+		return fmt.Errorf("proxy: name, listen, backend and certifier addresses are required")
+	}
+	if c.Database == "" {
+		c.Database = "postgres"
+	}
+	if c.AdminUser == "" {
+		c.AdminUser = "postgres"
+	}
+	switch c.Mode {
+	case "":
+		c.Mode = ModeMW
+	case ModeBase, ModeMW:
+	default:
+		return fmt.Errorf("proxy: mode must be %q or %q, not %q", ModeBase, ModeMW, c.Mode)
+	}
+	if c.Staleness <= 0 {
+		c.Staleness = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tashkent-db/tashkent/internal/pgwire"
+)
+
+// Proxy is one replica's proxy.
+type Proxy struct {
+	cfg     Config
+	rep     *replication
+	metrics *metrics
+	txnSeq  atomic.Uint64
+
+	mu       sync.Mutex
+	sessions map[uint32]*session // by backend PID
+	addr     net.Addr
+	ready    chan struct{}
+}
+
+// New validates the configuration.
+func New(cfg Config) (*Proxy, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	return &Proxy{cfg: cfg, sessions: map[uint32]*session{}, metrics: newMetrics(), ready: make(chan struct{})}, nil
+}
+
+func (p *Proxy) nextTxnSeq() uint64 { return p.txnSeq.Add(1) }
+
+// Addr is the client-facing address once Run is serving.
+func (p *Proxy) Addr() net.Addr {
+	<-p.ready
+	return p.addr
+}
+
+// Run serves until ctx ends. metricsAddr, if not empty, serves Prometheus
+// metrics.
+func (p *Proxy) Run(ctx context.Context, metricsAddr string) error {
+	rep, err := p.startReplication(ctx)
+	if err != nil {
+		return err
+	}
+	p.rep = rep
+	defer rep.close(context.Background())
+	ln, err := net.Listen("tcp", p.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("proxy listen on %s: %w", p.cfg.Listen, err)
+	}
+	p.addr = ln.Addr()
+	if metricsAddr != "" {
+		stop, err := p.serveMetrics(metricsAddr)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer stop()
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); rep.applyLoop(ctx) }()
+	go func() { defer wg.Done(); rep.maintainLoop(ctx) }()
+	srv := &pgwire.Server{
+		Config: pgwire.Config{
+			BackendAddr:   p.cfg.BackendAddr,
+			StartupParams: map[string]string{"default_transaction_isolation": "repeatable read"},
+			Logger:        p.cfg.Logger,
+		},
+		Handler: func(w *pgwire.Session) { p.serveSession(ctx, w) },
+	}
+	close(p.ready)
+	p.cfg.Logger.Info("proxy ready", "listen", p.addr.String(), "backend", p.cfg.BackendAddr,
+		"certifier", p.cfg.Certifier, "mode", p.cfg.Mode, "version", rep.seq.Committed())
+	err = srv.Serve(ctx, ln)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
+	defer w.Close()
+	if refusal := p.admit(w); refusal != nil {
+		w.SendErrorResponse(refusal)
+		return
+	}
+	s := newSession(p, w)
+	if err := s.setup(); err != nil {
+		s.log.Error("session setup failed", "err", err)
+		w.SendErrorResponse(errorResponse(codeObjectNotInPrereqState, "tashkent could not prepare the session", err.Error(), ""))
+		return
+	}
+	p.mu.Lock()
+	p.sessions[w.BackendPID] = s
+	p.mu.Unlock()
+	p.metrics.sessions.Inc()
+	defer func() {
+		p.mu.Lock()
+		delete(p.sessions, w.BackendPID)
+		p.mu.Unlock()
+		p.metrics.sessions.Dec()
+	}()
+	if err := s.run(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
+		s.log.Info("session ended", "err", err)
+		if errors.Is(err, errBackendGone) {
+			w.SendErrorResponse(fatal(codeAdminShutdown, "terminating connection: the replica's database connection was lost"))
+		}
+	}
+}
+
+// admit refuses clients the proxy cannot serve yet.
+func (p *Proxy) admit(w *pgwire.Session) *pgproto3.ErrorResponse {
+	if db := w.Params["database"]; db != "" && db != p.cfg.Database {
+		return fatal(codeFeatureNotSupported, fmt.Sprintf("tashkent replicates database %q, not %q", p.cfg.Database, db))
+	}
+	if w.Params["database"] == "" && w.Params["user"] != p.cfg.Database {
+		return fatal(codeFeatureNotSupported, fmt.Sprintf("tashkent replicates database %q; connect to it by name", p.cfg.Database))
+	}
+	if p.rep.recovering.Load() || p.rep.needRecover.Load() {
+		return fatal(codeCannotConnectNow, "the replica is recovering after its database restarted; retry shortly")
+	}
+	if e := p.rep.broken.Load(); e != nil {
+		return fatal(codeCannotConnectNow, "the replica stopped applying the cluster's commits and must be rebuilt: "+(*e).Error())
+	}
+	return nil
+}
+
+func fatal(code, message string) *pgproto3.ErrorResponse {
+	return &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: message}
+}
+
+func (p *Proxy) sessionByPID(pid uint32) *session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sessions[pid]
+}
+
+// closeSessions disconnects every client (their backends are gone).
+func (p *Proxy) closeSessions(reason string) {
+	p.mu.Lock()
+	sessions := make([]*session, 0, len(p.sessions))
+	for _, s := range p.sessions {
+		sessions = append(sessions, s)
+	}
+	p.mu.Unlock()
+	for _, s := range sessions {
+		s.log.Info("closing session", "reason", reason)
+		s.w.ClientConn.Close()
+		s.w.ServerConn.Close()
+	}
+}
+
+type metrics struct {
+	registry  *prometheus.Registry
+	outcomes  *prometheus.CounterVec
+	sessions  prometheus.Gauge
+	delivered prometheus.Gauge
+	applied   prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_proxy_transactions_total",
+			Help: "Update transactions by outcome: commit, abort (certification), preempted (by a remote writeset), unknown."}, []string{"outcome"}),
+		sessions:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_proxy_sessions", Help: "Client sessions."}),
+		delivered: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_proxy_delivered_version", Help: "Highest version the certifier delivered."}),
+		applied:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_proxy_remote_versions_applied_total", Help: "Remote versions applied."}),
+	}
+	m.registry.MustRegister(m.outcomes, m.sessions, m.delivered, m.applied)
+	return m
+}
+
+func (p *Proxy) serveMetrics(addr string) (func(), error) {
+	p.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tashkent_proxy_replica_version", Help: "Highest version committed at the replica."},
+		func() float64 { return float64(p.rep.seq.Committed()) }))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(p.metrics.registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return func() { srv.Close() }, nil
+}

@@ -1,0 +1,380 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certclient"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/replica"
+	"github.com/tashkent-db/tashkent/internal/sequencer"
+)
+
+// replication is the replica side of the proxy: it receives the global
+// order from the certifier, applies remote writesets in it, and keeps the
+// replica's database consistent with it across restarts.
+type replication struct {
+	p   *Proxy
+	seq *sequencer.Sequencer
+	// cert is replaced when the database restarted (the stream reopens at
+	// the version the database recovered to).
+	certPtr atomic.Pointer[certclient.Client]
+	cert    certifier
+
+	applier   *replica.Applier
+	applyConn *pgx.Conn // remote writesets; owned by the applier goroutine
+
+	controlMu   sync.Mutex
+	controlConn *pgx.Conn // lock watch, cancels, health checks
+
+	recovering  atomic.Bool
+	needRecover atomic.Bool
+	broken      atomic.Pointer[error] // the applier stopped on an error it cannot get past
+}
+
+// certifier is the part of certclient the sessions use.
+type certifier struct{ r *replication }
+
+func (c certifier) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.CertifyReply, error) {
+	return c.r.certPtr.Load().Certify(ctx, req)
+}
+
+func (p *Proxy) adminDSN() string {
+	u := url.URL{Scheme: "postgres", Host: p.cfg.BackendAddr, Path: "/" + p.cfg.Database,
+		RawQuery: "sslmode=disable&application_name=tashkent-proxy"}
+	if p.cfg.AdminPassword != "" {
+		u.User = url.UserPassword(p.cfg.AdminUser, p.cfg.AdminPassword)
+	} else {
+		u.User = url.User(p.cfg.AdminUser)
+	}
+	return u.String()
+}
+
+func (p *Proxy) connectAdmin(ctx context.Context) (*pgx.Conn, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return pgx.Connect(cctx, p.adminDSN())
+}
+
+// startReplication installs tashkent in the database, reads the version
+// its image holds and opens the certifier stream from there.
+func (p *Proxy) startReplication(ctx context.Context) (*replication, error) {
+	r := &replication{p: p, applier: replica.NewApplier()}
+	r.cert = certifier{r}
+	if err := r.connect(ctx); err != nil {
+		return nil, err
+	}
+	if err := replica.Install(ctx, r.applyConn); err != nil {
+		return nil, err
+	}
+	if err := p.checkDurabilitySetting(ctx, r.applyConn); err != nil {
+		return nil, err
+	}
+	epoch, err := nextEpoch(ctx, r.applyConn, p.cfg.Name)
+	if err != nil {
+		return nil, err
+	}
+	p.txnSeq.Store(epoch << txnSeqEpochShift)
+	version, err := replica.ReadVersion(ctx, r.applyConn)
+	if err != nil {
+		return nil, err
+	}
+	r.seq = sequencer.New(p.cfg.Name, version)
+	if err := r.openStream(version); err != nil {
+		return nil, err
+	}
+	p.cfg.Logger.Info("replica state", "version", version, "epoch", epoch)
+	return r, nil
+}
+
+// txnSeqEpochShift: a transaction id is (replica, epoch << 40 | counter);
+// the epoch grows at every proxy start, so ids never repeat across
+// restarts (the certifier would take a repeat for a retry).
+const txnSeqEpochShift = 40
+
+// nextEpoch increments and returns the proxy's start counter, durably even
+// when the database runs with synchronous_commit=off.
+func nextEpoch(ctx context.Context, conn *pgx.Conn, name string) (uint64, error) {
+	var epoch int64
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS tashkent.proxy_epoch (name text PRIMARY KEY, epoch bigint NOT NULL)`); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `INSERT INTO tashkent.proxy_epoch VALUES ($1, 1)
+			ON CONFLICT (name) DO UPDATE SET epoch = tashkent.proxy_epoch.epoch + 1 RETURNING epoch`, name).Scan(&epoch)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("proxy epoch: %w", err)
+	}
+	return uint64(epoch), nil
+}
+
+func (p *Proxy) checkDurabilitySetting(ctx context.Context, conn *pgx.Conn) error {
+	var setting string
+	if err := conn.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&setting); err != nil {
+		return err
+	}
+	want := "on"
+	if p.cfg.Mode == ModeMW {
+		want = "off"
+	}
+	if setting != want {
+		p.cfg.Logger.Warn("the replica's synchronous_commit does not match the durability mode",
+			"mode", p.cfg.Mode, "synchronous_commit", setting, "expected", want)
+	}
+	return nil
+}
+
+func (r *replication) connect(ctx context.Context) error {
+	apply, err := r.p.connectAdmin(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to the replica %s: %w", r.p.cfg.BackendAddr, err)
+	}
+	control, err := r.p.connectAdmin(ctx)
+	if err != nil {
+		apply.Close(ctx)
+		return fmt.Errorf("connect to the replica %s: %w", r.p.cfg.BackendAddr, err)
+	}
+	r.applyConn = apply
+	r.controlMu.Lock()
+	r.controlConn = control
+	r.controlMu.Unlock()
+	return nil
+}
+
+func (r *replication) openStream(version uint64) error {
+	c, err := certclient.New(certclient.Options{
+		Target: r.p.cfg.Certifier, Replica: r.p.cfg.Name, ReplicaVersion: version,
+		Logger: r.p.cfg.Logger, OnEntries: r.deliver,
+	})
+	if err != nil {
+		return err
+	}
+	if old := r.certPtr.Swap(c); old != nil {
+		old.Close()
+	}
+	return nil
+}
+
+// deliver hands entries from the certifier to the sequencer.
+func (r *replication) deliver(entries []logentry.Entry, durable uint64) {
+	if len(entries) == 0 {
+		return
+	}
+	origins := make([]string, len(entries))
+	seqs := make([]uint64, len(entries))
+	for i, e := range entries {
+		h, err := logentry.HeaderOf(e.Bytes)
+		if err != nil {
+			panic(fmt.Sprintf("proxy: entry %d from the certifier: %v", e.Version, err))
+		}
+		origins[i], seqs[i] = h.Origin, h.Seq
+	}
+	r.seq.Deliver(entries, origins, seqs)
+	r.p.metrics.delivered.Set(float64(entries[len(entries)-1].Version))
+}
+
+// applyLoop applies remote versions as their turn comes, until ctx ends.
+func (r *replication) applyLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		if r.needRecover.Load() {
+			r.recover(ctx)
+			continue
+		}
+		batch, err := r.seq.NextRemote(ctx, applyBatchEntriesMax)
+		if err != nil {
+			continue // reset (recovery) or shutdown
+		}
+		if err := r.applyBatch(ctx, batch); err != nil {
+			r.handleApplyError(ctx, batch, err)
+		}
+	}
+}
+
+func (r *replication) applyBatch(ctx context.Context, batch []logentry.Entry) error {
+	entries := make([]*pb.LogEntry, len(batch))
+	for i, e := range batch {
+		d, err := e.Decode()
+		if err != nil {
+			return err
+		}
+		entries[i] = d
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.applier.Apply(ctx, r.applyConn, entries) }()
+	watch := time.NewTicker(lockWatchInterval)
+	defer watch.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				r.seq.CommitBatch(batch)
+				r.p.metrics.applied.Add(float64(len(batch)))
+			}
+			return err
+		case <-watch.C:
+			r.preemptBlockers(ctx)
+		}
+	}
+}
+
+// preemptBlockers aborts the local transactions that hold row locks the
+// applier waits for. They would fail certification anyway: they wrote rows
+// a version they have not seen also wrote (Tashkent §8.2; Postgres-R(SI)
+// §4.2: remote transactions abort local ones).
+func (r *replication) preemptBlockers(ctx context.Context) {
+	pids, err := r.blockers(ctx)
+	if err != nil {
+		return
+	}
+	for _, pid := range pids {
+		if s := r.p.sessionByPID(uint32(pid)); s != nil {
+			s.doom()
+			continue
+		}
+		r.p.cfg.Logger.Warn("a remote writeset waits for a lock held by a session that does not go through the proxy",
+			"pid", pid, "hint", "every write to a replicated database must go through its tashkent proxy")
+	}
+}
+
+func (r *replication) blockers(ctx context.Context) ([]int32, error) {
+	r.controlMu.Lock()
+	defer r.controlMu.Unlock()
+	var pids []int32
+	err := r.controlConn.QueryRow(ctx, `SELECT pg_blocking_pids($1)`, r.applyConn.PgConn().PID()).Scan(&pids)
+	return pids, err
+}
+
+// cancelBackend cancels the statement a backend is running.
+func (r *replication) cancelBackend(pid uint32) {
+	r.controlMu.Lock()
+	defer r.controlMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	r.controlConn.Exec(ctx, `SELECT pg_cancel_backend($1)`, int32(pid))
+}
+
+func (r *replication) handleApplyError(ctx context.Context, batch []logentry.Entry, err error) {
+	var pgErr *pgconn.PgError
+	switch {
+	case ctx.Err() != nil:
+	case r.applyConn.IsClosed() || !errors.As(err, &pgErr):
+		r.p.cfg.Logger.Warn("lost the replica's database while applying; recovering", "err", err)
+		r.needRecover.Store(true)
+	case pgErr.Code == "40P01" || pgErr.Code == "40001" || pgErr.Code == "55P03" || pgErr.Code == codeQueryCanceled:
+		r.p.cfg.Logger.Info("remote apply interrupted; retrying", "first_version", batch[0].Version, "code", pgErr.Code)
+	default:
+		r.p.cfg.Logger.Error("the replica cannot apply a committed version; it stops applying and needs to be rebuilt",
+			"first_version", batch[0].Version, "err", err)
+		wrapped := fmt.Errorf("apply versions from %d: %w", batch[0].Version, err)
+		r.broken.Store(&wrapped)
+		<-ctx.Done()
+	}
+}
+
+// maintainLoop bounds staleness (Tashkent §6.2) and notices a database
+// that went away while nothing was being applied.
+func (r *replication) maintainLoop(ctx context.Context) {
+	tick := time.NewTicker(r.p.cfg.Staleness)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if r.recovering.Load() {
+			continue
+		}
+		r.certPtr.Load().RequestCatchUp()
+		if err := r.ping(ctx); err != nil && ctx.Err() == nil && !r.needRecover.Load() {
+			r.p.cfg.Logger.Warn("the replica's database does not answer; recovering", "err", err)
+			r.needRecover.Store(true)
+			r.seq.Reset(r.seq.Committed()) // wakes the applier
+		}
+	}
+}
+
+func (r *replication) ping(ctx context.Context) error {
+	r.controlMu.Lock()
+	defer r.controlMu.Unlock()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return r.controlConn.Ping(pctx)
+}
+
+// recover brings the replica back after its database restarted (Tashkent
+// §7.1 case 2, §7.2): PostgreSQL recovered its own consistent state, which
+// may lack the last commits (synchronous_commit=off); the version recorded
+// with them says where it stands, and the certifier's log supplies the rest.
+func (r *replication) recover(ctx context.Context) {
+	r.recovering.Store(true)
+	defer r.recovering.Store(false)
+	r.p.closeSessions("the replica's database restarted; reconnect")
+	delay := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := r.reconnectAndResume(ctx)
+		if err == nil {
+			r.needRecover.Store(false)
+			return
+		}
+		r.p.cfg.Logger.Warn("waiting for the replica's database", "err", err, "retry_in", delay)
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+		}
+		delay = min(2*delay, reconnectDelayMax)
+	}
+}
+
+func (r *replication) reconnectAndResume(ctx context.Context) error {
+	if r.applyConn != nil {
+		r.applyConn.Close(ctx)
+	}
+	r.controlMu.Lock()
+	if r.controlConn != nil {
+		r.controlConn.Close(ctx)
+	}
+	r.controlMu.Unlock()
+	if err := r.connect(ctx); err != nil {
+		return err
+	}
+	version, err := replica.ReadVersion(ctx, r.applyConn)
+	if err != nil {
+		return err
+	}
+	r.applier.Invalidate()
+	lost := r.seq.Committed() - min(version, r.seq.Committed())
+	r.seq.Reset(version)
+	if err := r.openStream(version); err != nil {
+		return err
+	}
+	r.p.cfg.Logger.Info("replica recovered; catching up from the certifier", "version", version, "versions_to_replay", lost)
+	return nil
+}
+
+func (r *replication) close(ctx context.Context) {
+	if c := r.certPtr.Load(); c != nil {
+		c.Close()
+	}
+	if r.applyConn != nil {
+		r.applyConn.Close(ctx)
+	}
+	r.controlMu.Lock()
+	if r.controlConn != nil {
+		r.controlConn.Close(ctx)
+	}
+	r.controlMu.Unlock()
+}

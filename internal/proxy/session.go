@@ -1,0 +1,157 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/tashkent-db/tashkent/internal/pgwire"
+	"github.com/tashkent-db/tashkent/internal/sqlclass"
+)
+
+// session is one client connection. Its goroutine reads the client's
+// units and processes them one at a time; mu is held while it does, so the
+// lock watch can tell a session that is idle in a transaction (waiting for
+// its client) from one that is running a statement.
+type session struct {
+	p   *Proxy
+	w   *pgwire.Session
+	log *slog.Logger
+
+	mu     sync.Mutex
+	status byte   // the backend's transaction status, as last reported
+	start  uint64 // start_version of the open transaction
+
+	// doomedErr is set by the lock watch after it aborted the session's
+	// idle transaction; the client gets it at its next statement.
+	doomedErr *pgproto3.ErrorResponse
+	// conflictCancel is set when the lock watch cancelled the running
+	// statement; the resulting 57014 is reported as 40001.
+	conflictCancel atomic.Bool
+	committing     atomic.Bool
+
+	ddl        []string                        // DDL run by the open transaction
+	statements map[string][]sqlclass.Statement // prepared statements by name
+	portals    map[string]string               // portal -> statement name
+}
+
+func newSession(p *Proxy, w *pgwire.Session) *session {
+	return &session{
+		p: p, w: w, log: w.Logger().With("backend_pid", w.BackendPID),
+		status: w.TxStatus, statements: map[string][]sqlclass.Statement{}, portals: map[string]string{},
+	}
+}
+
+// run serves the client until it leaves or a connection breaks.
+func (s *session) run(ctx context.Context) error {
+	for {
+		msg, err := s.w.Client.Receive()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil
+			}
+			return fmt.Errorf("client: %w", err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.Terminate:
+			return nil
+		case *pgproto3.Query:
+			err = s.locked(func() error { return s.simpleQuery(ctx, m.String) })
+		case *pgproto3.FunctionCall:
+			err = s.refuse(codeFeatureNotSupported, "the fastpath function call protocol is not supported by tashkent", "Call the function with SELECT.")
+		default:
+			var u *unit
+			u, err = s.readUnit(msg)
+			if err == nil {
+				err = s.locked(func() error { return s.extendedUnit(ctx, u) })
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.w.Client.Flush(); err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+	}
+}
+
+func (s *session) locked(f func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return f()
+}
+
+// refuse answers a whole unit with an error and ReadyForQuery.
+func (s *session) refuse(code, message, hint string) error {
+	s.w.Client.Send(errorResponse(code, message, "", hint))
+	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
+	return nil
+}
+
+// labelIfIdle returns the version to label a transaction with, read before
+// anything of the unit reaches the database (Tashkent §6.2 A1–A2).
+func (s *session) labelIfIdle() {
+	if s.status == 'I' {
+		s.start = s.p.rep.seq.Committed()
+		s.ddl = s.ddl[:0]
+	}
+}
+
+// takeDoom reports the doom the lock watch left, if any, as the answer to a
+// unit: the client learns at its next statement that its transaction was
+// aborted. ROLLBACK goes through as usual.
+func (s *session) takeDoom(kinds []sqlclass.Kind) bool {
+	if s.doomedErr == nil {
+		return false
+	}
+	if len(kinds) == 1 && kinds[0] == sqlclass.Rollback {
+		s.doomedErr = nil
+		return false
+	}
+	s.w.Client.Send(s.doomedErr)
+	s.doomedErr = nil
+	if len(kinds) == 1 && kinds[0] == sqlclass.Commit {
+		s.exec("ROLLBACK")
+	}
+	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
+	return true
+}
+
+// doom aborts the session's transaction because a remote writeset needs a
+// row lock it holds: it would fail certification anyway (Tashkent §8.2).
+// Called by the lock watch, from another goroutine.
+func (s *session) doom() {
+	if s.committing.Load() {
+		s.log.Error("a remote writeset waits for a row lock held by a certified local transaction: a conflict certification did not see (a unique index other than the primary key?)")
+		return
+	}
+	if s.mu.TryLock() { // idle: waiting for its client
+		defer s.mu.Unlock()
+		if s.status != 'T' {
+			return
+		}
+		res, err := s.exec(`DO $$BEGIN RAISE EXCEPTION USING ERRCODE = '40001', MESSAGE = 'tashkent: aborted for a remote writeset'; END$$`)
+		if err != nil {
+			return
+		}
+		if res.status == 'E' {
+			s.doomedErr = errorResponse(codeSerializationFailure,
+				"could not serialize access: this transaction was aborted because a transaction committed first on another replica wrote the same rows",
+				"The transaction held a row lock the other transaction's writeset needed; it would have failed certification at COMMIT (eager pre-certification, Tashkent §8.2).",
+				"Roll back and retry the transaction.")
+			s.p.metrics.outcomes.WithLabelValues("preempted").Inc()
+		}
+		return
+	}
+	// Running a statement: cancel it. Between statements the cancel is
+	// ignored; the lock watch tries again.
+	s.conflictCancel.Store(true)
+	s.p.rep.cancelBackend(s.w.BackendPID)
+	s.p.metrics.outcomes.WithLabelValues("preempted").Inc()
+}
