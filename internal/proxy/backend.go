@@ -136,8 +136,7 @@ func (s *session) queryRows(sql string) ([][][]byte, result, error) {
 			rows = append(rows, row)
 		case *pgproto3.ErrorResponse:
 			if r.err == nil {
-				e := *m
-				r.err = &e
+				r.err = s.rewriteError(m)
 			}
 		case *pgproto3.NoticeResponse:
 			s.log.Warn("notice from the writeset buffer", "message", m.Message)

@@ -159,7 +159,7 @@ func sqlState(err error) string {
 	return ""
 }
 
-func exec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
+func execSQL(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 	t.Helper()
 	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
@@ -169,8 +169,8 @@ func exec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 func TestWritesOnOneReplicaReachTheOthers(t *testing.T) {
 	c := startCluster(t, 3, proxy.ModeMW)
 	a, b := c.connect(0), c.connect(1)
-	exec(t, a, `CREATE TABLE kv (k int PRIMARY KEY, v text)`)
-	exec(t, a, `INSERT INTO kv VALUES (1, 'one'), (2, 'two')`)
+	execSQL(t, a, `CREATE TABLE kv (k int PRIMARY KEY, v text)`)
+	execSQL(t, a, `INSERT INTO kv VALUES (1, 'one'), (2, 'two')`)
 	// GSI: replica 2 sees replica 1's writes once it reaches their version.
 	c.converge(10 * time.Second)
 	ctx := context.Background()
@@ -178,8 +178,8 @@ func TestWritesOnOneReplicaReachTheOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exec(t, b, `UPDATE kv SET v = 'uno' WHERE k = 1`)
-	exec(t, b, `INSERT INTO kv VALUES (3, 'three')`)
+	execSQL(t, b, `UPDATE kv SET v = 'uno' WHERE k = 1`)
+	execSQL(t, b, `INSERT INTO kv VALUES (3, 'three')`)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -201,8 +201,8 @@ func TestWritesOnOneReplicaReachTheOthers(t *testing.T) {
 func TestConcurrentUpdatesOfOneRowOnTwoReplicasCommitExactlyOne(t *testing.T) {
 	c := startCluster(t, 2, proxy.ModeMW)
 	setup := c.connect(0)
-	exec(t, setup, `CREATE TABLE counter (id int PRIMARY KEY, n int NOT NULL)`)
-	exec(t, setup, `INSERT INTO counter VALUES (1, 0)`)
+	execSQL(t, setup, `CREATE TABLE counter (id int PRIMARY KEY, n int NOT NULL)`)
+	execSQL(t, setup, `INSERT INTO counter VALUES (1, 0)`)
 	c.converge(10 * time.Second)
 	ctx := context.Background()
 	for round := range 20 {
@@ -251,7 +251,7 @@ func TestConcurrentUpdatesOfOneRowOnTwoReplicasCommitExactlyOne(t *testing.T) {
 		}
 		c.converge(10 * time.Second)
 		var n int
-		c.direct(round % 2).QueryRow(ctx, `SELECT n FROM counter WHERE id = 1`).Scan(&n)
+		c.direct(round%2).QueryRow(ctx, `SELECT n FROM counter WHERE id = 1`).Scan(&n)
 		if n != round+1 {
 			t.Fatalf("round %d: counter is %d, want %d (an update was lost)", round, n, round+1)
 		}
