@@ -54,7 +54,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*
 	seq := s.p.nextTxnSeq()
 	local := rep.seq.Register(seq)
 	s.committing.Store(true)
-	defer s.committing.Store(false)
+	defer func() { s.committing.Store(false); s.certified.Store(false) }()
 
 	cctx, cancel := context.WithTimeout(ctx, certifyTimeout)
 	reply, err := rep.cert.Certify(cctx, &pb.CertifyRequest{
@@ -77,6 +77,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*
 		return certificationAbort(reply), s.rollback()
 	}
 	v := reply.CommitVersion
+	s.certified.Store(true)
 	if local.Version() != v {
 		// The certifier delivers a version before its reply; a mismatch is
 		// a bug. The version is applied as a remote one, so the replica

@@ -34,7 +34,8 @@ type session struct {
 	// conflictCancel is set when the lock watch cancelled the running
 	// statement; the resulting 57014 is reported as 40001.
 	conflictCancel atomic.Bool
-	committing     atomic.Bool
+	committing     atomic.Bool // between asking the certifier and the end of COMMIT
+	certified      atomic.Bool // the certifier said commit; the transaction waits for its turn
 
 	ddl        []string                        // DDL run by the open transaction
 	statements map[string][]sqlclass.Statement // prepared statements by name
@@ -127,8 +128,13 @@ func (s *session) takeDoom(kinds []sqlclass.Kind) bool {
 // row lock it holds: it would fail certification anyway (Tashkent §8.2).
 // Called by the lock watch, from another goroutine.
 func (s *session) doom() {
-	if s.committing.Load() {
+	if s.certified.Load() {
 		s.log.Error("a remote writeset waits for a row lock held by a certified local transaction: a conflict certification did not see (a unique index other than the primary key?)")
+		return
+	}
+	if s.committing.Load() {
+		// Its certification is in flight and will abort it: it wrote a row
+		// of a version it has not seen. The rollback releases the lock.
 		return
 	}
 	if s.mu.TryLock() { // idle: waiting for its client

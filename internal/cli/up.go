@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/demo"
+)
+
+func init() { extraCommands = append(extraCommands, newUpCommand) }
+
+func newUpCommand() *cobra.Command {
+	var (
+		o            cluster.Options
+		mode         string
+		noDemo       bool
+		demoDuration time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Create and start a local cluster (or restart a stopped one) and run a short demo",
+		Long: `Starts a local tashkent cluster in --data-dir: N PostgreSQL 15 replicas, one
+certifier and one proxy per replica, all detached so that they keep running
+after this command returns. Everything is recorded in DATA-DIR/cluster.json.
+
+Run again on the same directory, it restarts whatever is not running (same
+ports, same data; no initdb). Clients connect to any proxy as to PostgreSQL.
+
+Unless --no-demo, it then runs a few seconds of bank transfers through every
+proxy and shows that the replicas end at the same version with the same data.
+Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Dir == "" {
+				return errors.New("--data-dir is required: the directory that holds the cluster")
+			}
+			f := cmd.Flags()
+			if !f.Changed("replicas") {
+				o.Replicas = 0
+			}
+			if f.Changed("mode") {
+				m, err := cluster.ParseMode(mode)
+				if err != nil {
+					return fmt.Errorf("--mode: %w", err)
+				}
+				o.Mode = m
+			}
+			out := cmd.OutOrStdout()
+			o.Progress = out
+			st, err := cluster.Up(cmd.Context(), o)
+			if err != nil {
+				if st != nil {
+					err = fmt.Errorf("%w\n\nWhat did start is recorded in %s; stop it with `tashkent down --data-dir %s`",
+						err, cluster.StatePath(st.Dir), st.Dir)
+				}
+				return err
+			}
+			st.WriteEndpoints(out)
+			if noDemo {
+				return nil
+			}
+			_, err = demo.Run(cmd.Context(), st, demo.Config{Duration: demoDuration, Out: out, Live: isTerminal(os.Stdout)})
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Dir, "data-dir", "", "cluster directory (created if missing; reused if it holds a cluster)")
+	f.IntVar(&o.Replicas, "replicas", cluster.DefaultReplicas, "number of replicas of a new cluster")
+	f.StringVar(&mode, "mode", string(cluster.ModeMW), "durability placement of a new cluster: mw (certifier log) or base (each replica's WAL)")
+	f.IntVar(&o.CertifierPort, "certifier-port", 0, "certifier gRPC port on 127.0.0.1 (0: a free port)")
+	f.IntVar(&o.BasePort, "base-port", 0, "port of the first proxy; replica K listens on base-port+K-1 (0: free ports)")
+	f.BoolVar(&noDemo, "no-demo", false, "skip the demo workload")
+	f.DurationVar(&demoDuration, "demo-duration", 5*time.Second, "how long the demo runs transfers")
+	f.DurationVar(&o.ReadyTimeout, "ready-timeout", cluster.DefaultReadyTimeout, "how long to wait for each process to accept connections")
+	return cmd
+}
+
+// isTerminal reports whether f is a character device (a terminal), where a
+// progress line can be rewritten in place.
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

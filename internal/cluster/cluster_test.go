@@ -1,0 +1,318 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/testbin"
+)
+
+// run runs the tashkent binary and returns its combined output.
+func run(t *testing.T, bin string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	t.Logf("$ tashkent %s\n%s", strings.Join(args, " "), out.String())
+	return out.String(), err
+}
+
+func mustRun(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	out, err := run(t, bin, args...)
+	if err != nil {
+		t.Fatalf("tashkent %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// pids lists every process a cluster.json records, by what it is.
+func pids(st *cluster.State) map[string]int {
+	m := map[string]int{"certifier": st.Certifier.PID}
+	for _, r := range st.Replicas {
+		m[r.Name+" postgres"] = r.Postgres.PID
+		m[r.Name+" proxy"] = r.Proxy.PID
+	}
+	return m
+}
+
+// gone reports whether pid has exited (a zombie counts: its parent, the
+// `up` process, is gone and init reaps it).
+func gone(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+}
+
+// query runs one statement through a proxy (or any DSN) and returns the
+// last row's single text column.
+func query(t *testing.T, dsn, sql string, args ...any) string {
+	t.Helper()
+	s, err := tryQuery(dsn, sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func tryQuery(dsn, sql string, args ...any) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", fmt.Errorf("connect %s: %w", dsn, err)
+	}
+	defer conn.Close(context.Background())
+	var s string
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", sql, err)
+	}
+	for rows.Next() {
+		if err := rows.Scan(&s); err != nil {
+			return "", fmt.Errorf("%s: %w", sql, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("%s: %w", sql, err)
+	}
+	return s, nil
+}
+
+// eventually polls the query until it returns want (errors, such as a
+// table not replicated yet, count as "not yet").
+func eventually(t *testing.T, dsn, sql, want string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		got, err := tryQuery(dsn, sql)
+		if err == nil && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on %s: %q (err %v), want %q", sql, dsn, got, err, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func status(t *testing.T, bin, dir string) *cluster.Status {
+	t.Helper()
+	out := mustRun(t, bin, "status", "--data-dir", dir, "--json")
+	var s cluster.Status
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	return &s
+}
+
+// checkRunning checks that every recorded process runs and is what the
+// record says.
+func checkRunning(t *testing.T, st *cluster.State) {
+	t.Helper()
+	for what, pid := range pids(st) {
+		if pid == 0 || gone(pid) {
+			t.Errorf("%s: pid %d not running", what, pid)
+		}
+	}
+	for _, r := range st.Replicas {
+		if err := pgserver.IsPostgres(r.Postgres.PID, r.Postgres.DataDir); err != nil {
+			t.Errorf("%s: %v", r.Name, err)
+		}
+	}
+}
+
+// killLeftovers kills the processes st records that are still running:
+// tashkent processes of this test's binary (checked by /proc/PID/cmdline)
+// and postgres servers of st's data directories.
+func killLeftovers(t *testing.T, bin string, st *cluster.State) {
+	tk := []int{st.Certifier.PID}
+	for _, r := range st.Replicas {
+		tk = append(tk, r.Proxy.PID)
+		if pgserver.IsPostgres(r.Postgres.PID, r.Postgres.DataDir) == nil {
+			t.Errorf("cleanup: postgres %d of %s left running; stopping it", r.Postgres.PID, r.Name)
+			pgserver.StopPID(context.Background(), r.Postgres.DataDir, r.Postgres.PID)
+		}
+	}
+	for _, pid := range tk {
+		if pid == 0 || gone(pid) {
+			continue
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && strings.HasPrefix(string(raw), bin+"\x00") {
+			t.Errorf("cleanup: %s left running (pid %d); killing it", strings.ReplaceAll(string(raw), "\x00", " "), pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func checkGone(t *testing.T, recorded map[string]int) {
+	t.Helper()
+	for what, pid := range recorded {
+		if !gone(pid) {
+			t.Errorf("%s: pid %d still running after down", what, pid)
+		}
+	}
+}
+
+// TestUpStatusDown runs the whole life of a local cluster with the real
+// binary: up (2 replicas, no demo), status, a write through one proxy read
+// through the other, down, up again on the same directory (restart, data
+// kept), down.
+func TestUpStatusDown(t *testing.T) {
+	bin := testbin.Path(t)
+	dir, err := os.MkdirTemp("", "tashkent-cluster-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must reach pgdata
+		t.Fatal(err)
+	}
+	var seen []*cluster.State // every cluster.json read, for the cleanup
+	t.Cleanup(func() {
+		// Stop whatever a failed test left running: down, then, should down
+		// itself be broken, every PID this test saw recorded, after checking
+		// it still is that process.
+		if _, err := os.Stat(cluster.StatePath(dir)); err == nil {
+			if out, err := run(t, bin, "down", "--data-dir", dir); err != nil {
+				t.Errorf("cleanup: down: %v\n%s", err, out)
+			}
+		}
+		for _, st := range seen {
+			killLeftovers(t, bin, st)
+		}
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		} else {
+			t.Logf("cluster directory kept for inspection: %s", dir)
+		}
+	})
+
+	// up: a new cluster.
+	out := mustRun(t, bin, "up", "--data-dir", dir, "--replicas", "2", "--no-demo")
+	st, err := cluster.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen = append(seen, st)
+	if len(st.Replicas) != 2 || st.Mode != cluster.ModeMW || st.Binary != bin {
+		t.Fatalf("cluster.json: %+v", st)
+	}
+	for _, r := range st.Replicas {
+		if !strings.Contains(out, r.URI()) || !strings.Contains(out, r.PsqlCommand()) {
+			t.Errorf("up did not print %s's URI %s and psql line", r.Name, r.URI())
+		}
+	}
+	checkRunning(t, st)
+	first := pids(st)
+
+	// status: both replicas, every process up, versions readable.
+	s := status(t, bin, dir)
+	if !s.Healthy || len(s.Replicas) != 2 || !s.Certifier.Reachable || !s.Certifier.Process.Running {
+		t.Fatalf("status: %+v", s)
+	}
+	for i, r := range s.Replicas {
+		if r.Name != st.Replicas[i].Name || !r.Postgres.Running || !r.Proxy.Running || r.Version == nil || r.Lag == nil ||
+			r.URI != st.Replicas[i].URI() {
+			t.Errorf("status of %s: %+v", st.Replicas[i].Name, r)
+		}
+	}
+	table := mustRun(t, bin, "status", "--data-dir", dir)
+	for _, want := range []string{"replica1", "replica2", st.Replicas[1].URI(), "durable version", "entries/fsync", "abort rate"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("status table lacks %q", want)
+		}
+	}
+
+	// A write through replica1's proxy is read through replica2's.
+	r1, r2 := st.Replicas[0].ProxyDSN(), st.Replicas[1].ProxyDSN()
+	query(t, r1, "CREATE TABLE kept (id int PRIMARY KEY, v text)")
+	query(t, r1, "INSERT INTO kept VALUES (1, 'written before down')")
+	if got := query(t, r1, "SELECT v FROM kept WHERE id = 1"); got != "written before down" {
+		t.Fatalf("read back through replica1: %q", got)
+	}
+	eventually(t, r2, "SELECT coalesce(max(v), '') FROM kept WHERE id = 1", "written before down")
+
+	// up on a running cluster starts nothing.
+	out = mustRun(t, bin, "up", "--data-dir", dir, "--no-demo")
+	if again, _ := cluster.Load(dir); fmt.Sprint(pids(again)) != fmt.Sprint(first) {
+		t.Fatalf("up on a running cluster changed PIDs: %v -> %v", first, pids(again))
+	}
+	if strings.Contains(out, "started") {
+		t.Errorf("up on a running cluster started something:\n%s", out)
+	}
+
+	// down stops every recorded PID.
+	out = mustRun(t, bin, "down", "--data-dir", dir)
+	if n := strings.Count(out, "stopped"); n != 5 {
+		t.Errorf("down reported %d stopped processes, want 5", n)
+	}
+	checkGone(t, first)
+	if s := status(t, bin, dir); s.Healthy || s.Certifier.Process.Running || s.Replicas[0].Postgres.Running || s.Replicas[1].Proxy.Running {
+		t.Fatalf("status after down: %+v", s)
+	}
+	// down again: idempotent.
+	out = mustRun(t, bin, "down", "--data-dir", dir)
+	if strings.Count(out, "not running") != 5 {
+		t.Errorf("second down:\n%s", out)
+	}
+
+	// An existing cluster keeps its shape.
+	if out, err := run(t, bin, "up", "--data-dir", dir, "--replicas", "3", "--no-demo"); err == nil || !strings.Contains(out, "has 2 replicas") {
+		t.Fatalf("up --replicas 3 on a 2-replica cluster: %v", err)
+	}
+
+	// up again: restart on the same directory, same ports, data kept.
+	out = mustRun(t, bin, "up", "--data-dir", dir, "--no-demo")
+	if strings.Contains(out, "initdb") {
+		t.Errorf("restart ran initdb:\n%s", out)
+	}
+	st2, err := cluster.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen = append(seen, st2)
+	checkRunning(t, st2)
+	if st2.Certifier.Port != st.Certifier.Port {
+		t.Errorf("certifier port changed: %d -> %d", st.Certifier.Port, st2.Certifier.Port)
+	}
+	for i := range st.Replicas {
+		a, b := st.Replicas[i], st2.Replicas[i]
+		if a.Proxy.Port != b.Proxy.Port || a.Postgres.Port != b.Postgres.Port {
+			t.Errorf("%s: ports changed: proxy %d -> %d, postgres %d -> %d", a.Name, a.Proxy.Port, b.Proxy.Port, a.Postgres.Port, b.Postgres.Port)
+		}
+	}
+	if got := query(t, r2, "SELECT v FROM kept WHERE id = 1"); got != "written before down" {
+		t.Fatalf("after restart, replica2 reads %q", got)
+	}
+	query(t, r2, "INSERT INTO kept VALUES (2, 'written after restart')")
+	eventually(t, r1, "SELECT coalesce(max(v), '') FROM kept WHERE id = 2", "written after restart")
+	if s := status(t, bin, dir); !s.Healthy {
+		t.Fatalf("status after restart: %+v", s)
+	}
+
+	second := pids(st2)
+	mustRun(t, bin, "down", "--data-dir", dir)
+	checkGone(t, second)
+}

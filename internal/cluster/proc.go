@@ -1,0 +1,287 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The certifier and the proxies are `tashkent` subcommands started detached
+// (setsid, output to a log file) so that they outlive `tashkent up`. They are
+// identified later by their recorded PID plus their command line: the
+// subcommand and one flag value that names this cluster's instance (the
+// certifier's --data-dir, a proxy's --listen address). A PID whose command
+// line does not match is someone else's process and is never signalled.
+
+// procIdentity says what a recorded process must look like.
+type procIdentity struct {
+	sub   string // "certifier" or "proxy"
+	flag  string // e.g. "--data-dir"
+	value string // e.g. "/abs/dir/certifier"
+}
+
+func certifierIdentity(c *Certifier) procIdentity {
+	return procIdentity{sub: "certifier", flag: "--data-dir", value: c.DataDir}
+}
+
+func proxyIdentity(p *Proxy) procIdentity {
+	return procIdentity{sub: "proxy", flag: "--listen", value: hostPort(p.Port)}
+}
+
+func (id procIdentity) String() string {
+	return fmt.Sprintf("tashkent %s %s %s", id.sub, id.flag, id.value)
+}
+
+// cmdline returns the arguments of a live, non-zombie process.
+func cmdline(pid int) ([]string, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("no pid")
+	}
+	if !alive(pid) {
+		return nil, fmt.Errorf("process %d is not running", pid)
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return nil, fmt.Errorf("process %d: %w", pid, err)
+	}
+	return strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00"), nil
+}
+
+// check returns nil when pid is a live process matching id.
+func (id procIdentity) check(pid int) error {
+	args, err := cmdline(pid)
+	if err != nil {
+		return err
+	}
+	if len(args) >= 2 && args[1] == id.sub {
+		for i, a := range args[2:] {
+			if a == id.flag+"="+id.value || (a == id.flag && i+3 < len(args) && args[i+3] == id.value) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("process %d is not %s (cmdline %q)", pid, id, strings.Join(args, " "))
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	j := bytes.LastIndexByte(b, ')')
+	if j < 0 || j+2 >= len(b) {
+		return false
+	}
+	st := b[j+2]
+	return st != 'Z' && st != 'X'
+}
+
+// stopProcess stops the process pid after checking it matches id: SIGTERM,
+// then SIGKILL after grace. It reports whether it had to kill. A pid that
+// is not running is not an error (nothing to stop); a pid that is running
+// but is some other program is.
+func stopProcess(ctx context.Context, id procIdentity, pid int, grace time.Duration) (killed bool, err error) {
+	if !alive(pid) {
+		return false, errNotRunning
+	}
+	if err := id.check(pid); err != nil {
+		return false, fmt.Errorf("%w: %v", errNotOurs, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return false, fmt.Errorf("signal %d: %w", pid, err)
+	}
+	if waitGone(ctx, pid, grace) {
+		return false, nil
+	}
+	// Re-check before the SIGKILL: the PID cannot have been reused while
+	// the process was alive, but it may have exited just now.
+	if id.check(pid) != nil {
+		return false, nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	if !waitGone(context.Background(), pid, 10*time.Second) {
+		return true, fmt.Errorf("process %d did not exit after SIGKILL", pid)
+	}
+	return true, nil
+}
+
+var (
+	errNotRunning = errors.New("not running")
+	errNotOurs    = errors.New("the recorded pid now belongs to another process")
+)
+
+func waitGone(ctx context.Context, pid int, max time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for alive(pid) {
+		select {
+		case <-ctx.Done():
+			return !alive(pid)
+		case <-t.C:
+		}
+	}
+	return true
+}
+
+// child is a detached process this `tashkent up` started.
+type child struct {
+	pid       int
+	logPath   string
+	logOffset int64
+	done      chan struct{} // closed when it exited (while we still run)
+	waitErr   error
+}
+
+// spawnDetached starts bin with args in a new session, its stdin on
+// /dev/null and its output appended to logPath, so that it survives the end
+// of this process and of its terminal.
+func spawnDetached(bin string, args []string, logPath string) (*child, error) {
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	defer logf.Close() // the child has its own copy
+	off, _ := logf.Seek(0, io.SeekEnd)
+	fmt.Fprintf(logf, "--- %s: tashkent up starts: %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	c := &child{pid: cmd.Process.Pid, logPath: logPath, logOffset: off, done: make(chan struct{})}
+	go func() {
+		c.waitErr = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// exited reports whether the child has exited, and how.
+func (c *child) exited() (bool, error) {
+	select {
+	case <-c.done:
+		return true, c.waitErr
+	default:
+		return false, nil
+	}
+}
+
+// kill kills a child that did not become ready and waits for it.
+func (c *child) kill() {
+	_ = syscall.Kill(c.pid, syscall.SIGKILL)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// logTail returns the end of what this run of the child wrote to its log.
+func (c *child) logTail() string { return readTail(c.logPath, c.logOffset, logTailBytes) }
+
+const logTailBytes = 3000
+
+// readTail returns up to n bytes from the end of path, not before offset from.
+func readTail(path string, from int64, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	start := max(from, st.Size()-int64(n))
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		return err.Error()
+	}
+	b, _ := io.ReadAll(f)
+	return strings.TrimRight(string(b), "\n")
+}
+
+// errStartup is returned when a child exits or times out during startup.
+type errStartup struct {
+	what    string
+	pid     int
+	reason  string
+	logPath string
+	tail    string
+}
+
+func (e *errStartup) Error() string {
+	return fmt.Sprintf("%s (pid %d) %s\n--- %s (tail) ---\n%s\n---", e.what, e.pid, e.reason, e.logPath, e.tail)
+}
+
+// portInUse reports whether a startup failure looks like a lost race for a
+// port picked as free: a bind failed, and not on one of the fixed
+// addresses (a port the user chose, or a recorded one, stays taken).
+func (e *errStartup) portInUse(fixed ...string) bool {
+	found := false
+	for _, line := range strings.Split(e.tail, "\n") {
+		if !strings.Contains(line, "address already in use") {
+			continue
+		}
+		found = true
+		for _, addr := range fixed {
+			if strings.Contains(line, addr) {
+				return false
+			}
+		}
+	}
+	return found
+}
+
+// waitReady polls ready until it succeeds, the child exits or timeout
+// passes. On failure it kills the child (it is not recorded as running) and
+// the error carries the tail of the child's log.
+func waitReady(ctx context.Context, c *child, what string, timeout time.Duration, ready func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		if done, werr := c.exited(); done {
+			return &errStartup{what: what, pid: c.pid, reason: fmt.Sprintf("exited during startup (%v)", werr),
+				logPath: c.logPath, tail: c.logTail()}
+		}
+		attempt, acancel := context.WithTimeout(ctx, 2*time.Second)
+		last = ready(attempt)
+		acancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			c.kill()
+			reason := fmt.Sprintf("not ready after %s (last check: %v); killed it", timeout, last)
+			if errors.Is(ctx.Err(), context.Canceled) {
+				reason = "startup interrupted; killed it"
+			}
+			return &errStartup{what: what, pid: c.pid, reason: reason, logPath: c.logPath, tail: c.logTail()}
+		case <-c.done:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

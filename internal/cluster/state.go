@@ -1,0 +1,219 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// StateFile is the name, inside the cluster directory, of the file that
+// records the cluster.
+const StateFile = "cluster.json"
+
+// stateFormat is the version of the cluster.json layout. Load refuses files
+// of another version rather than guess at them.
+const stateFormat = 1
+
+// Mode names a durability placement `tashkent up` can run (BRIEF.md
+// "Durability placements").
+type Mode string
+
+const (
+	// ModeMW: the certifier's log makes commits durable; the replicas run
+	// with synchronous_commit=off.
+	ModeMW Mode = "mw"
+	// ModeBase: each replica's WAL makes every commit durable
+	// (synchronous_commit=on).
+	ModeBase Mode = "base"
+)
+
+// ParseMode checks a --mode value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeMW, ModeBase:
+		return m, nil
+	}
+	return "", fmt.Errorf("mode must be %q or %q, not %q", ModeMW, ModeBase, s)
+}
+
+// State is the content of cluster.json: everything `tashkent up` started,
+// so that `down` and `status` (and `up` again) find it. Paths are absolute.
+// A PID of 0 means the process is not running (never started, or stopped by
+// `down`); a recorded PID is only ever signalled after checking, through
+// /proc/PID/cmdline, that it still is the process recorded.
+type State struct {
+	Format  int       `json:"format"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+	// Dir is the cluster directory (the --data-dir of `up`).
+	Dir  string `json:"dir"`
+	Mode Mode   `json:"mode"`
+	// Binary is the tashkent executable that started the certifier and the
+	// proxies the last time `up` ran.
+	Binary    string     `json:"binary"`
+	Certifier Certifier  `json:"certifier"`
+	Replicas  []*Replica `json:"replicas"`
+}
+
+// Certifier records the certifier process.
+type Certifier struct {
+	DataDir     string `json:"data_dir"`
+	Port        int    `json:"port"`
+	MetricsPort int    `json:"metrics_port"`
+	PID         int    `json:"pid"`
+	Log         string `json:"log"`
+}
+
+// Replica records one replica: its PostgreSQL and its proxy.
+type Replica struct {
+	Name     string   `json:"name"`
+	Dir      string   `json:"dir"`
+	Postgres Postgres `json:"postgres"`
+	Proxy    Proxy    `json:"proxy"`
+}
+
+// Postgres records one PostgreSQL server.
+type Postgres struct {
+	DataDir string `json:"data_dir"`
+	Port    int    `json:"port"`
+	PID     int    `json:"pid"`
+	Log     string `json:"log"`
+}
+
+// Proxy records one proxy process.
+type Proxy struct {
+	Port        int    `json:"port"`
+	MetricsPort int    `json:"metrics_port"`
+	PID         int    `json:"pid"`
+	Log         string `json:"log"`
+}
+
+// CertifierAddr is the certifier's gRPC address.
+func (s *State) CertifierAddr() string { return hostPort(s.Certifier.Port) }
+
+// URI is the connection string clients use for this replica: its proxy.
+func (r *Replica) URI() string { return pgURI(r.Proxy.Port) }
+
+// PostgresDSN is a connection string straight to the replica's PostgreSQL,
+// bypassing the proxy (for version and checksum reads).
+func (r *Replica) PostgresDSN() string { return pgURI(r.Postgres.Port) + "?sslmode=disable" }
+
+// ProxyDSN is URI with the options a Go client needs (no TLS).
+func (r *Replica) ProxyDSN() string { return r.URI() + "?sslmode=disable" }
+
+// PsqlCommand is a psql command line connecting through the proxy.
+func (r *Replica) PsqlCommand() string {
+	return fmt.Sprintf("psql -h 127.0.0.1 -p %d -U postgres postgres", r.Proxy.Port)
+}
+
+func pgURI(port int) string {
+	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Host: hostPort(port), Path: "/postgres"}
+	return u.String()
+}
+
+func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// StatePath returns the path of cluster.json in dir.
+func StatePath(dir string) string { return filepath.Join(dir, StateFile) }
+
+// ErrNoCluster is returned (wrapped) by Load when dir holds no cluster.json.
+var ErrNoCluster = errors.New("no cluster")
+
+// Load reads dir/cluster.json.
+func Load(dir string) (*State, error) {
+	p := StatePath(dir)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w in %s (no %s; start one with `tashkent up --data-dir %s`)", ErrNoCluster, dir, StateFile, dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	if s.Format != stateFormat {
+		return nil, fmt.Errorf("%s: format %d, this tashkent reads format %d", p, s.Format, stateFormat)
+	}
+	if err := s.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return &s, nil
+}
+
+func (s *State) validate() error {
+	if _, err := ParseMode(string(s.Mode)); err != nil {
+		return err
+	}
+	if len(s.Replicas) == 0 {
+		return errors.New("no replicas")
+	}
+	if s.Certifier.DataDir == "" || !filepath.IsAbs(s.Certifier.DataDir) {
+		return fmt.Errorf("certifier data_dir %q is not an absolute path", s.Certifier.DataDir)
+	}
+	for i, r := range s.Replicas {
+		if r == nil || r.Name == "" || !filepath.IsAbs(r.Postgres.DataDir) {
+			return fmt.Errorf("replica %d: name or absolute postgres data_dir missing", i+1)
+		}
+	}
+	return nil
+}
+
+// Save writes s to s.Dir/cluster.json atomically: a reader (or a crash)
+// sees the old file or the new one, never a partial one.
+func (s *State) Save() error {
+	s.Format = stateFormat
+	s.Updated = time.Now().UTC().Truncate(time.Second)
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	p := StatePath(s.Dir)
+	f, err := os.CreateTemp(s.Dir, StateFile+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("save %s: %w", p, err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("save %s: %w", p, err)
+	}
+	if d, err := os.Open(s.Dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// WriteEndpoints prints how to reach the cluster: each proxy's connection
+// URI and a psql command line.
+func (s *State) WriteEndpoints(w io.Writer) {
+	fmt.Fprintf(w, "\nCluster %s is up: mode %s, %d replicas, certifier %s.\n", s.Dir, s.Mode, len(s.Replicas), s.CertifierAddr())
+	fmt.Fprintln(w, "Connect to any replica (each is a proxy in front of one PostgreSQL 15):")
+	for _, r := range s.Replicas {
+		fmt.Fprintf(w, "  %-10s %-45s %s\n", r.Name, r.URI(), r.PsqlCommand())
+	}
+	fmt.Fprintf(w, "Status: tashkent status --data-dir %s    Stop: tashkent down --data-dir %s\n", s.Dir, s.Dir)
+}

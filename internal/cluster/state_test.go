@@ -1,0 +1,142 @@
+package cluster
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func testState(dir string) *State {
+	st, err := newState(dir, Options{Replicas: 2, Mode: ModeBase, CertifierPort: 7400, BasePort: 6000})
+	if err != nil {
+		panic(err)
+	}
+	st.Binary = "/usr/local/bin/tashkent"
+	st.Certifier.PID, st.Certifier.MetricsPort = 101, 7401
+	for i, r := range st.Replicas {
+		r.Postgres.Port, r.Postgres.PID = 5500+i, 200+i
+		r.Proxy.PID, r.Proxy.MetricsPort = 300+i, 6100+i
+	}
+	return st
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	st := testState(dir)
+	if err := st.Save(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, st) {
+		t.Fatalf("round trip changed the state:\nsaved  %+v\nloaded %+v", st, got)
+	}
+	if got.Replicas[1].Proxy.Port != 6001 || got.Replicas[1].Name != "replica2" ||
+		got.Replicas[1].Postgres.DataDir != filepath.Join(dir, "replica2", "pgdata") {
+		t.Fatalf("unexpected layout: %+v", got.Replicas[1])
+	}
+	if u := got.Replicas[0].URI(); u != "postgres://postgres@127.0.0.1:6000/postgres" {
+		t.Fatalf("URI = %q", u)
+	}
+	// Saving again replaces the file and leaves no temporary file behind.
+	st.Certifier.PID = 0
+	if err := st.Save(); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 || ents[0].Name() != StateFile {
+		t.Fatalf("directory holds %v, want only %s", ents, StateFile)
+	}
+	if got, _ := Load(dir); got.Certifier.PID != 0 {
+		t.Fatalf("second save not visible: pid %d", got.Certifier.PID)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(dir); !errors.Is(err, ErrNoCluster) {
+		t.Fatalf("Load of an empty dir: %v, want ErrNoCluster", err)
+	}
+	for name, content := range map[string]string{
+		"garbage":     "{not json",
+		"format":      `{"format": 99}`,
+		"mode":        `{"format": 1, "mode": "api", "replicas": [{"name": "r", "postgres": {"data_dir": "/x"}}], "certifier": {"data_dir": "/c"}}`,
+		"no replicas": `{"format": 1, "mode": "mw", "certifier": {"data_dir": "/c"}}`,
+	} {
+		if err := os.WriteFile(StatePath(dir), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(dir); err == nil || errors.Is(err, ErrNoCluster) {
+			t.Errorf("%s: Load accepted %s (err %v)", name, content, err)
+		}
+	}
+}
+
+func TestNewStateChecksOptions(t *testing.T) {
+	for _, o := range []Options{{Replicas: -1}, {Replicas: replicasMax + 1}, {Mode: "api"}, {BasePort: 65535, Replicas: 2}} {
+		if _, err := newState("/tmp/x", o); err == nil {
+			t.Errorf("newState accepted %+v", o)
+		}
+	}
+	st, err := newState("/tmp/x", Options{})
+	if err != nil || len(st.Replicas) != DefaultReplicas || st.Mode != ModeMW {
+		t.Fatalf("defaults: %+v, %v", st, err)
+	}
+}
+
+func TestCheckCompatible(t *testing.T) {
+	st := testState("/tmp/x")
+	if err := checkCompatible(st, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkCompatible(st, Options{Replicas: 2, Mode: ModeBase, CertifierPort: 7400, BasePort: 6000}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []Options{{Replicas: 3}, {Mode: ModeMW}, {CertifierPort: 1}, {BasePort: 1}} {
+		if err := checkCompatible(st, o); err == nil {
+			t.Errorf("checkCompatible accepted %+v", o)
+		}
+	}
+}
+
+func TestMakeClusterDirRefusesForeignContent(t *testing.T) {
+	dir := t.TempDir()
+	if err := makeClusterDir(dir); err != nil {
+		t.Fatalf("empty dir: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeClusterDir(dir); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("dir with foreign content: %v", err)
+	}
+	sub := filepath.Join(dir, "new", "cluster")
+	if err := makeClusterDir(sub); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(sub); err != nil || st.Mode().Perm() != 0o755 {
+		t.Fatalf("new dir: %v %v", st.Mode(), err)
+	}
+}
+
+func TestLockDirExcludes(t *testing.T) {
+	dir := t.TempDir()
+	unlock, err := lockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockDir(dir); err == nil {
+		t.Fatal("a second lock of the same directory succeeded")
+	}
+	unlock()
+	unlock2, err := lockDir(dir)
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	unlock2()
+}

@@ -1,0 +1,241 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/replica"
+)
+
+// statusTimeout bounds each probe of Status (one connection, one query).
+const statusTimeout = 3 * time.Second
+
+// Status is what `tashkent status` reports.
+type Status struct {
+	Dir       string          `json:"dir"`
+	Mode      Mode            `json:"mode"`
+	Updated   time.Time       `json:"updated"`
+	Healthy   bool            `json:"healthy"` // every process runs and answers
+	Certifier CertifierStatus `json:"certifier"`
+	Replicas  []ReplicaStatus `json:"replicas"`
+}
+
+// ProcStatus is one recorded process.
+type ProcStatus struct {
+	PID     int    `json:"pid"`
+	Running bool   `json:"running"`
+	Port    int    `json:"port"`
+	Log     string `json:"log"`
+	Detail  string `json:"detail,omitempty"` // why it does not count as running
+}
+
+// CertifierStatus is the certifier process and its Status RPC.
+type CertifierStatus struct {
+	Process                 ProcStatus `json:"process"`
+	Addr                    string     `json:"addr"`
+	Reachable               bool       `json:"reachable"`
+	Version                 uint64     `json:"version"`
+	DurableVersion          uint64     `json:"durable_version"`
+	LowWaterMark            uint64     `json:"low_water_mark"`
+	EntriesPerFsync         float64    `json:"entries_per_fsync"`
+	AbortRate               float64    `json:"abort_rate"`
+	Certifications          uint64     `json:"certifications"`
+	Aborts                  uint64     `json:"aborts"`
+	CertificationsPerSecond float64    `json:"certifications_per_second"`
+	Error                   string     `json:"error,omitempty"`
+}
+
+// ReplicaStatus is one replica.
+type ReplicaStatus struct {
+	Name     string     `json:"name"`
+	URI      string     `json:"uri"`
+	Psql     string     `json:"psql"`
+	Postgres ProcStatus `json:"postgres"`
+	Proxy    ProcStatus `json:"proxy"`
+	// Version is the replica's version read from its database (null when
+	// it cannot be read); Lag is the certifier's durable version minus it.
+	Version *uint64 `json:"version"`
+	Lag     *int64  `json:"lag"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// GetStatus probes every process recorded in dir/cluster.json. It fails only
+// when there is no readable cluster.json; everything else is reported in
+// the Status.
+func GetStatus(ctx context.Context, dir string) (*Status, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Status{Dir: dir, Mode: st.Mode, Updated: st.Updated, Replicas: make([]ReplicaStatus, len(st.Replicas))}
+
+	c := &s.Certifier
+	c.Addr = st.CertifierAddr()
+	c.Process = ProcStatus{PID: st.Certifier.PID, Port: st.Certifier.Port, Log: st.Certifier.Log}
+	c.Process.Running, c.Process.Detail = tashkentRunning(certifierIdentity(&st.Certifier), st.Certifier.PID)
+	if c.Process.Running {
+		cctx, cancel := context.WithTimeout(ctx, statusTimeout)
+		rep, err := QueryCertifier(cctx, c.Addr)
+		cancel()
+		if err != nil {
+			c.Error = err.Error()
+		} else {
+			c.Reachable = true
+			c.Version, c.DurableVersion, c.LowWaterMark = rep.Version, rep.DurableVersion, rep.LowWaterMark
+			c.EntriesPerFsync, c.AbortRate = rep.EntriesPerFsync, rep.AbortRate
+			c.Certifications, c.Aborts, c.CertificationsPerSecond = rep.Certifications, rep.Aborts, rep.CertificationsPerSecond
+		}
+	}
+
+	var wg sync.WaitGroup
+	for i, r := range st.Replicas {
+		wg.Go(func() { s.Replicas[i] = replicaStatus(ctx, r, c) })
+	}
+	wg.Wait()
+
+	s.Healthy = c.Process.Running && c.Reachable
+	for _, r := range s.Replicas {
+		s.Healthy = s.Healthy && r.Postgres.Running && r.Proxy.Running && r.Version != nil
+	}
+	return s, nil
+}
+
+func replicaStatus(ctx context.Context, r *Replica, c *CertifierStatus) ReplicaStatus {
+	rs := ReplicaStatus{Name: r.Name, URI: r.URI(), Psql: r.PsqlCommand()}
+	rs.Postgres = ProcStatus{PID: r.Postgres.PID, Port: r.Postgres.Port, Log: r.Postgres.Log}
+	if r.Postgres.PID == 0 {
+		rs.Postgres.Detail = "not started"
+	} else if err := pgserver.IsPostgres(r.Postgres.PID, r.Postgres.DataDir); err != nil {
+		rs.Postgres.Detail = err.Error()
+	} else {
+		rs.Postgres.Running = true
+	}
+	rs.Proxy = ProcStatus{PID: r.Proxy.PID, Port: r.Proxy.Port, Log: r.Proxy.Log}
+	rs.Proxy.Running, rs.Proxy.Detail = tashkentRunning(proxyIdentity(&r.Proxy), r.Proxy.PID)
+	if !rs.Postgres.Running {
+		return rs
+	}
+	v, err := ReadReplicaVersion(ctx, r.PostgresDSN())
+	if err != nil {
+		rs.Error = err.Error()
+		return rs
+	}
+	rs.Version = &v
+	if c.Reachable {
+		lag := int64(c.DurableVersion) - int64(v)
+		rs.Lag = &lag
+	}
+	return rs
+}
+
+func tashkentRunning(id procIdentity, pid int) (bool, string) {
+	if pid == 0 {
+		return false, "not started"
+	}
+	if err := id.check(pid); err != nil {
+		return false, err.Error()
+	}
+	return true, ""
+}
+
+// ReadReplicaVersion connects straight to a replica's PostgreSQL and reads
+// the version it holds. A database the proxy has not equipped yet (no
+// tashkent schema) holds version 0.
+func ReadReplicaVersion(ctx context.Context, dsn string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	return ReadVersion(ctx, conn)
+}
+
+// ReadVersion is replica.ReadVersion on conn, with a database the proxy has
+// not equipped yet (no tashkent.applied) counting as version 0.
+func ReadVersion(ctx context.Context, conn *pgx.Conn) (uint64, error) {
+	v, err := replica.ReadVersion(ctx, conn)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") { // undefined_table, invalid_schema_name
+		return 0, nil
+	}
+	return v, err
+}
+
+// WriteTable prints s for people.
+func (s *Status) WriteTable(w io.Writer) {
+	health := "healthy"
+	if !s.Healthy {
+		health = "NOT healthy"
+	}
+	fmt.Fprintf(w, "cluster %s  mode %s  %s\n\n", s.Dir, s.Mode, health)
+
+	c := s.Certifier
+	fmt.Fprintf(w, "certifier %s  %s\n", c.Addr, procWord(c.Process))
+	switch {
+	case c.Reachable:
+		rate := "-"
+		if c.Certifications > 0 {
+			rate = fmt.Sprintf("%.2f%% (%d of %d)", 100*c.AbortRate, c.Aborts, c.Certifications)
+		}
+		fmt.Fprintf(w, "  version %d  durable version %d  low-water mark %d  entries/fsync %.1f  abort rate %s  %.0f certifications/s\n",
+			c.Version, c.DurableVersion, c.LowWaterMark, c.EntriesPerFsync, rate, c.CertificationsPerSecond)
+	case c.Error != "":
+		fmt.Fprintf(w, "  status: %s\n", c.Error)
+	}
+	fmt.Fprintln(w)
+
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPLICA\tVERSION\tLAG\tPOSTGRES\tPROXY\tURI")
+	for _, r := range s.Replicas {
+		ver, lag := "?", "?"
+		if r.Version != nil {
+			ver = fmt.Sprint(*r.Version)
+		}
+		if r.Lag != nil {
+			lag = fmt.Sprint(*r.Lag)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ver, lag,
+			procWord(r.Postgres), procWord(r.Proxy), r.URI)
+	}
+	tw.Flush()
+	var notes []string
+	for _, r := range s.Replicas {
+		if r.Error != "" {
+			notes = append(notes, fmt.Sprintf("%s: version: %s", r.Name, r.Error))
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(w, "\n%s\n", strings.Join(notes, "\n"))
+	}
+	if len(s.Replicas) > 0 {
+		fmt.Fprintf(w, "\npsql: %s\n", s.Replicas[0].Psql)
+	}
+}
+
+func procWord(p ProcStatus) string {
+	switch {
+	case p.Running:
+		return fmt.Sprintf("pid %d :%d up", p.PID, p.Port)
+	case p.PID == 0:
+		return "stopped"
+	default:
+		return fmt.Sprintf("pid %d DOWN", p.PID)
+	}
+}

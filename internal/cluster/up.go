@@ -1,0 +1,506 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/netutil"
+	"github.com/tashkent-db/tashkent/internal/pgserver"
+)
+
+const (
+	// DefaultReplicas is the size of a new cluster when --replicas is not
+	// given.
+	DefaultReplicas = 3
+	// replicasMax bounds --replicas: every replica is a PostgreSQL server
+	// (64 MiB of shared memory and a handful of processes) plus a proxy on
+	// this one machine; more is a deployment, not a local cluster.
+	replicasMax = 16
+	// DefaultReadyTimeout bounds how long up waits for one process to
+	// become ready.
+	DefaultReadyTimeout = 60 * time.Second
+	// portAttemptsMax bounds the restarts of a process whose port, picked as
+	// free, was taken by someone else before the process bound it.
+	portAttemptsMax = 3
+	// crashLeftoverWait bounds how long up waits for the remains of a
+	// killed postmaster (zombie, orphaned backends) to go away.
+	crashLeftoverWait = 15 * time.Second
+	// sharedBuffers is modest: all replicas share one machine.
+	sharedBuffers = "32MB"
+)
+
+// InstallHint says how to get PostgreSQL 15 on the machines tashkent runs on.
+const InstallHint = "install PostgreSQL 15 with `apt-get install -y postgresql postgresql-contrib` " +
+	"(or point TASHKENT_PG_BIN at the directory holding initdb and postgres)"
+
+// Options configures Up.
+type Options struct {
+	// Dir is the cluster directory; created if missing.
+	Dir string
+	// Replicas is the number of replicas of a new cluster (0: 3). For an
+	// existing cluster it must be 0 or the recorded number.
+	Replicas int
+	// Mode is the durability placement of a new cluster ("": mw). For an
+	// existing cluster it must be "" or the recorded mode.
+	Mode Mode
+	// CertifierPort and BasePort fix the certifier's gRPC port and the
+	// first proxy's port (replica K listens on BasePort+K-1); 0 picks free
+	// ports. Only for a new cluster: an existing one keeps its ports.
+	CertifierPort int
+	BasePort      int
+	// Binary is the tashkent executable run as certifier and proxies;
+	// empty: this process's executable.
+	Binary string
+	// Progress receives one line per step; nil discards.
+	Progress io.Writer
+	// ReadyTimeout bounds the wait for each process (0: 60 s).
+	ReadyTimeout time.Duration
+}
+
+// Up creates the cluster in o.Dir, or restarts whatever of the recorded
+// cluster is not running, and returns its state once every PostgreSQL, the
+// certifier and every proxy accepts connections. Everything it starts is
+// recorded in cluster.json as soon as it is started, so that Down can stop
+// it even when Up fails halfway.
+func Up(ctx context.Context, o Options) (*State, error) {
+	if o.Dir == "" {
+		return nil, errors.New("the cluster directory (--data-dir) is required")
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	binDir, err := pgserver.FindBinDir()
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL 15 is not installed: %s\n(%w)", InstallHint, err)
+	}
+	bin := o.Binary
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find the tashkent executable: %w", err)
+		}
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = DefaultReadyTimeout
+	}
+	if err := makeClusterDir(dir); err != nil {
+		return nil, err
+	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	st, err := Load(dir)
+	switch {
+	case errors.Is(err, ErrNoCluster):
+		if st, err = newState(dir, o); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, err
+	default:
+		if err := checkCompatible(st, o); err != nil {
+			return nil, err
+		}
+	}
+	st.Dir = dir
+	st.Binary = bin
+	if err := st.Save(); err != nil {
+		return nil, err
+	}
+	u := &upper{st: st, o: o, binDir: binDir, portsUsed: map[int]bool{}}
+	if err := u.startAllPostgres(ctx); err != nil {
+		return st, err
+	}
+	if err := u.startCertifier(ctx); err != nil {
+		return st, err
+	}
+	if err := u.startAllProxies(ctx); err != nil {
+		return st, err
+	}
+	return st, u.save()
+}
+
+// makeClusterDir creates dir world-traversable: the postgres user must
+// reach the data directories below it when up runs as root.
+func makeClusterDir(dir string) error {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		return os.Chmod(dir, 0o755)
+	} else if err != nil {
+		return err
+	}
+	if _, err := os.Stat(StatePath(dir)); err == nil {
+		return nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.Name() != lockFile {
+			return fmt.Errorf("%s is not empty and holds no %s: give `tashkent up` a new or empty directory", dir, StateFile)
+		}
+	}
+	return nil
+}
+
+func newState(dir string, o Options) (*State, error) {
+	n := o.Replicas
+	if n == 0 {
+		n = DefaultReplicas
+	}
+	if n < 1 || n > replicasMax {
+		return nil, fmt.Errorf("--replicas must be between 1 and %d, not %d", replicasMax, n)
+	}
+	mode := o.Mode
+	if mode == "" {
+		mode = ModeMW
+	}
+	if _, err := ParseMode(string(mode)); err != nil {
+		return nil, err
+	}
+	for _, p := range []int{o.CertifierPort, o.BasePort, o.BasePort + n - 1} {
+		if p < 0 || p > 65535 {
+			return nil, fmt.Errorf("port %d out of range", p)
+		}
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	st := &State{Created: now, Dir: dir, Mode: mode}
+	cd := filepath.Join(dir, "certifier")
+	st.Certifier = Certifier{DataDir: cd, Port: o.CertifierPort, Log: filepath.Join(cd, "certifier.log")}
+	for k := 1; k <= n; k++ {
+		name := "replica" + strconv.Itoa(k)
+		rd := filepath.Join(dir, name)
+		r := &Replica{Name: name, Dir: rd}
+		r.Postgres = Postgres{DataDir: filepath.Join(rd, "pgdata"), Log: filepath.Join(rd, "pgdata", pgserver.LogFile)}
+		r.Proxy = Proxy{Log: filepath.Join(rd, "proxy.log")}
+		if o.BasePort > 0 {
+			r.Proxy.Port = o.BasePort + k - 1
+		}
+		st.Replicas = append(st.Replicas, r)
+	}
+	return st, nil
+}
+
+// checkCompatible refuses options that contradict an existing cluster.
+func checkCompatible(st *State, o Options) error {
+	if o.Replicas != 0 && o.Replicas != len(st.Replicas) {
+		return fmt.Errorf("the cluster in %s has %d replicas, not %d (adding or removing replicas is not supported; "+
+			"use another --data-dir, or `tashkent down` and remove this one)", st.Dir, len(st.Replicas), o.Replicas)
+	}
+	if o.Mode != "" && o.Mode != st.Mode {
+		return fmt.Errorf("the cluster in %s runs mode %s, not %s (the mode of a cluster cannot change)", st.Dir, st.Mode, o.Mode)
+	}
+	if o.CertifierPort != 0 && o.CertifierPort != st.Certifier.Port {
+		return fmt.Errorf("the cluster in %s has its certifier on port %d; an existing cluster keeps its ports", st.Dir, st.Certifier.Port)
+	}
+	if o.BasePort != 0 && o.BasePort != st.Replicas[0].Proxy.Port {
+		return fmt.Errorf("the cluster in %s has its first proxy on port %d; an existing cluster keeps its ports", st.Dir, st.Replicas[0].Proxy.Port)
+	}
+	return nil
+}
+
+// upper carries one run of Up. mu guards st (goroutines start replicas in
+// parallel) and the progress writer.
+type upper struct {
+	st     *State
+	o      Options
+	binDir string
+
+	mu        sync.Mutex
+	portsUsed map[int]bool
+}
+
+func (u *upper) save() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.st.Save()
+}
+
+func (u *upper) progress(format string, args ...any) {
+	if u.o.Progress == nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	fmt.Fprintf(u.o.Progress, format+"\n", args...)
+}
+
+// freePort picks a free port not handed out earlier in this run (a port
+// picked but not yet bound looks free to the kernel).
+func (u *upper) freePort() (int, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for range 20 {
+		p, err := netutil.FreePort()
+		if err != nil {
+			return 0, fmt.Errorf("pick a free port: %w", err)
+		}
+		if !u.portsUsed[p] {
+			u.portsUsed[p] = true
+			return p, nil
+		}
+	}
+	return 0, errors.New("pick a free port: the kernel keeps handing out the same ports")
+}
+
+// parallel runs f for every replica at once and joins the errors.
+func (u *upper) parallel(f func(r *Replica) error) error {
+	errs := make([]error, len(u.st.Replicas))
+	var wg sync.WaitGroup
+	for i, r := range u.st.Replicas {
+		wg.Go(func() { errs[i] = f(r) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (u *upper) startAllPostgres(ctx context.Context) error {
+	return u.parallel(func(r *Replica) error { return u.startPostgres(ctx, r) })
+}
+
+// startPostgres adopts the postmaster serving the replica's data directory
+// or starts one (running initdb first when the directory is new).
+func (u *upper) startPostgres(ctx context.Context, r *Replica) error {
+	pg := &r.Postgres
+	if pid, ok := pgserver.Running(pg.DataDir); ok {
+		info, err := pgserver.ReadPostmasterPID(pg.DataDir)
+		u.mu.Lock()
+		pg.PID = pid
+		if err == nil && info.Port > 0 {
+			pg.Port = info.Port
+		}
+		u.mu.Unlock()
+		u.progress("%s: PostgreSQL already running (pid %d, port %d)", r.Name, pid, pg.Port)
+		return u.save()
+	}
+	if err := os.MkdirAll(r.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(r.Dir, 0o755); err != nil {
+		return err
+	}
+	fresh := true
+	if _, err := os.Stat(filepath.Join(pg.DataDir, "PG_VERSION")); err == nil {
+		fresh = false
+	}
+	if fresh {
+		u.progress("%s: initdb %s", r.Name, pg.DataDir)
+	}
+	srv, err := pgserver.Init(ctx, pgserver.Config{
+		DataDir:           pg.DataDir,
+		Port:              pg.Port,
+		SynchronousCommit: u.st.Mode == ModeBase,
+		Settings:          map[string]string{"shared_buffers": sharedBuffers},
+		BinDir:            u.binDir,
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.Name, err)
+	}
+	pid, err := srv.StartDetached(ctx)
+	for deadline, told := time.Now().Add(crashLeftoverWait), false; err != nil && crashLeftover(err) && time.Now().Before(deadline); told = true {
+		// The previous postmaster was killed a moment ago: it is still a
+		// zombie (PostgreSQL's own check sees its PID) or its orphaned
+		// backends still hold the shared memory. They go away by themselves.
+		if !told {
+			u.progress("%s: the previous PostgreSQL is still going away; retrying", r.Name)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+		pid, err = srv.StartDetached(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: start PostgreSQL: %w", r.Name, err)
+	}
+	u.mu.Lock()
+	pg.PID, pg.Port, pg.Log = pid, srv.Port(), srv.LogPath()
+	u.portsUsed[pg.Port] = true
+	u.mu.Unlock()
+	u.progress("%s: PostgreSQL started (pid %d, port %d, synchronous_commit=%v)", r.Name, pid, pg.Port, u.st.Mode == ModeBase)
+	return u.save()
+}
+
+// crashLeftover reports whether PostgreSQL refused to start because of the
+// remains of a postmaster killed a moment ago.
+func crashLeftover(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, `lock file "postmaster.pid" already exists`) ||
+		strings.Contains(msg, "pre-existing shared memory block")
+}
+
+// startDetached starts a tashkent subcommand, recording its PID through
+// record (and saving) before waiting for ready, so that a failed Up leaves
+// nothing untracked. Ports that are 0 are picked free, and picked again if
+// the process loses the race for them.
+func (u *upper) startDetached(ctx context.Context, what, logPath string, ports []*int,
+	args func() []string, record func(pid int), ready func(ctx context.Context, pid int) error) error {
+	auto := make([]bool, len(ports))
+	for i, p := range ports {
+		auto[i] = *p == 0
+	}
+	for attempt := 1; ; attempt++ {
+		for i, p := range ports {
+			if auto[i] {
+				port, err := u.freePort()
+				if err != nil {
+					return err
+				}
+				u.mu.Lock()
+				*p = port
+				u.mu.Unlock()
+			}
+		}
+		c, err := spawnDetached(u.st.Binary, args(), logPath)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		u.mu.Lock()
+		record(c.pid)
+		u.mu.Unlock()
+		if err := u.save(); err != nil {
+			c.kill()
+			return err
+		}
+		err = waitReady(ctx, c, what, u.o.ReadyTimeout, func(ctx context.Context) error { return ready(ctx, c.pid) })
+		if err == nil {
+			return nil
+		}
+		u.mu.Lock()
+		record(0)
+		u.mu.Unlock()
+		if serr := u.save(); serr != nil {
+			return errors.Join(err, serr)
+		}
+		var se *errStartup
+		anyAuto, fixed := false, []string(nil)
+		for i, a := range auto {
+			anyAuto = anyAuto || a
+			if !a {
+				fixed = append(fixed, hostPort(*ports[i]))
+			}
+		}
+		if errors.As(err, &se) && se.portInUse(fixed...) && anyAuto && attempt < portAttemptsMax {
+			u.progress("%s: a port was taken meanwhile; retrying on other ports", what)
+			continue
+		}
+		return err
+	}
+}
+
+func (u *upper) startCertifier(ctx context.Context) error {
+	c := &u.st.Certifier
+	if c.PID != 0 && certifierIdentity(c).check(c.PID) == nil {
+		u.progress("certifier: already running (pid %d, %s)", c.PID, u.st.CertifierAddr())
+		return nil
+	}
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return err
+	}
+	err := u.startDetached(ctx, "certifier", c.Log, []*int{&c.Port, &c.MetricsPort},
+		func() []string {
+			return []string{"certifier", "--data-dir", c.DataDir, "--listen", hostPort(c.Port), "--metrics-listen", hostPort(c.MetricsPort)}
+		},
+		func(pid int) { c.PID = pid },
+		func(ctx context.Context, pid int) error {
+			if err := dialOnce(ctx, hostPort(c.Port)); err != nil {
+				return err
+			}
+			st, err := QueryCertifier(ctx, hostPort(c.Port))
+			if err != nil {
+				return err
+			}
+			if st.Pid != int64(pid) {
+				return fmt.Errorf("%s is served by pid %d, not by the certifier just started", hostPort(c.Port), st.Pid)
+			}
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	u.progress("certifier: started (pid %d, %s, log %s)", c.PID, u.st.CertifierAddr(), c.Log)
+	return nil
+}
+
+func (u *upper) startAllProxies(ctx context.Context) error {
+	return u.parallel(func(r *Replica) error { return u.startProxy(ctx, r) })
+}
+
+func (u *upper) startProxy(ctx context.Context, r *Replica) error {
+	p := &r.Proxy
+	u.mu.Lock()
+	pid := p.PID
+	u.mu.Unlock()
+	if pid != 0 && proxyIdentity(p).check(pid) == nil {
+		u.progress("%s: proxy already running (pid %d, port %d)", r.Name, pid, p.Port)
+		return nil
+	}
+	err := u.startDetached(ctx, r.Name+" proxy", p.Log, []*int{&p.Port, &p.MetricsPort},
+		func() []string {
+			return []string{"proxy",
+				"--name", r.Name,
+				"--listen", hostPort(p.Port),
+				"--backend", hostPort(r.Postgres.Port),
+				"--database", "postgres",
+				"--certifier", u.st.CertifierAddr(),
+				"--mode", string(u.st.Mode),
+				"--metrics-listen", hostPort(p.MetricsPort),
+			}
+		},
+		func(pid int) { p.PID = pid },
+		func(ctx context.Context, _ int) error {
+			if err := dialOnce(ctx, hostPort(p.Port)); err != nil {
+				return err
+			}
+			return selectOne(ctx, r.ProxyDSN())
+		})
+	if err != nil {
+		return err
+	}
+	u.progress("%s: proxy started (pid %d, port %d, log %s)", r.Name, p.PID, p.Port, p.Log)
+	return nil
+}
+
+func dialOnce(ctx context.Context, addr string) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+// selectOne runs SELECT 1 through a fresh connection.
+func selectOne(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var one int
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return fmt.Errorf("SELECT 1: %w", err)
+	}
+	if one != 1 {
+		return fmt.Errorf("SELECT 1 returned %d", one)
+	}
+	return nil
+}
