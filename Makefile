@@ -1,0 +1,31 @@
+# The two commands of the README's quick start are `make demo` and `make test`.
+
+GO        ?= go
+BIN       := bin/tashkent
+DEMO_DIR  ?= .demo
+
+.PHONY: build demo down test test-short vet bench-certifier
+
+build:
+	$(GO) build -o $(BIN) ./cmd/tashkent
+
+# Brings up a local 3-replica cluster in $(DEMO_DIR), runs a short workload
+# and prints what happened and how to connect. `make down` stops it.
+demo: build
+	./$(BIN) up --data-dir $(DEMO_DIR)
+
+down: build
+	./$(BIN) down --data-dir $(DEMO_DIR)
+
+# The whole test suite: real PostgreSQL 15 instances, real processes, the
+# race detector. This is what CI runs.
+test:
+	gofmt -l . | (! grep .) || (echo "gofmt would change the files above" && exit 1)
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+bench-certifier: build
+	./$(BIN) certifier-bench
