@@ -88,9 +88,15 @@ func (s *session) locked(f func() error) error {
 	return f()
 }
 
-// refuse answers a whole unit with an error and ReadyForQuery.
+// refuse answers a whole unit with an error and ReadyForQuery. An open
+// transaction block fails, as after an error from PostgreSQL.
 func (s *session) refuse(code, message, hint string) error {
 	s.w.Client.Send(errorResponse(code, message, "", hint))
+	if s.status == 'T' {
+		if err := s.failBlock(); err != nil {
+			return err
+		}
+	}
 	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
 	return nil
 }

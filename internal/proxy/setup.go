@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -39,16 +40,25 @@ func (s *session) setup() error {
 	return nil
 }
 
-// begin opens a transaction block with the prepared BEGIN.
+// begin opens a transaction block with the prepared BEGIN. If the client
+// dropped it (DEALLOCATE ALL, DISCARD), it is prepared again.
 func (s *session) begin() (result, error) {
 	s.ddl = s.ddl[:0]
-	s.w.Server.Send(&pgproto3.Bind{PreparedStatement: beginStatement})
-	s.w.Server.Send(&pgproto3.Execute{})
-	s.w.Server.Send(&pgproto3.Sync{})
-	if err := s.w.Server.Flush(); err != nil {
-		return result{}, errBackendGone
+	for attempt := 0; ; attempt++ {
+		s.w.Server.Send(&pgproto3.Bind{PreparedStatement: beginStatement})
+		s.w.Server.Send(&pgproto3.Execute{})
+		s.w.Server.Send(&pgproto3.Sync{})
+		if err := s.w.Server.Flush(); err != nil {
+			return result{}, errBackendGone
+		}
+		res, err := s.relay(true)
+		if err != nil || !res.failed() || res.err.Code != codeInvalidStatementName || attempt > 0 {
+			return res, err
+		}
+		if err := s.setup(); err != nil {
+			return res, err
+		}
 	}
-	return s.relay(true)
 }
 
 // failBlock puts the open transaction block into the failed state, after
@@ -71,8 +81,19 @@ func (s *session) noteStatement(st sqlclass.Statement) error {
 		if s.status == 'I' {
 			return s.setup()
 		}
+	case sqlclass.Set:
+		if st.Name == "" { // RESET ALL: capture is a setting too
+			_, err := s.exec(`SELECT set_config('tashkent.capture', 'on', false)`)
+			return err
+		}
 	}
 	return nil
+}
+
+// reservedSetting reports a statement that would change one of the
+// proxy's own settings, which would turn writeset capture off.
+func reservedSetting(st sqlclass.Statement) bool {
+	return st.Kind == sqlclass.Set && strings.HasPrefix(strings.ToLower(st.Name), "tashkent.")
 }
 
 // ddlChanges turns the transaction's DDL into writeset changes, which

@@ -18,6 +18,11 @@ func (s *session) simpleQuery(ctx context.Context, sql string) error {
 	if s.takeDoom(kindsOf(stmts)) {
 		return nil
 	}
+	for _, st := range stmts {
+		if reservedSetting(st) {
+			return s.refuse(codeInsufficientPrivilege, "settings named tashkent.* belong to the tashkent proxy", "")
+		}
+	}
 	if len(stmts) == 1 {
 		return s.oneStatement(ctx, stmts[0], true)
 	}

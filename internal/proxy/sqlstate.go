@@ -13,4 +13,6 @@ const (
 	codeInvalidCatalogName     = "3D000"
 	codeConnectionFailure      = "08006"
 	codeObjectNotInPrereqState = "55000"
+	codeInvalidStatementName   = "26000"
+	codeInsufficientPrivilege  = "42501"
 )

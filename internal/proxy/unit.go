@@ -127,6 +127,11 @@ func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 	if s.takeDoom(kinds) {
 		return nil
 	}
+	for i, m := range u.msgs {
+		if m.typ == 'E' && len(stmts[i]) == 1 && reservedSetting(stmts[i][0]) {
+			return s.refuse(codeInsufficientPrivilege, "settings named tashkent.* belong to the tashkent proxy", "")
+		}
+	}
 	s.labelIfIdle()
 	if !s.unitNeedsIntervention(u, stmts) {
 		return s.forwardUnit(u, stmts)
