@@ -84,7 +84,7 @@ func (l *Log) appendToOneSegment(entries []Entry) (int, error) {
 	if startsSegment {
 		err = l.writeNewSegment(entries[0].Version)
 	} else {
-		err = l.writeDurably(l.active)
+		err = l.writeDurably(l.active, segmentBytesBefore)
 	}
 	if err != nil {
 		return 0, err
@@ -128,33 +128,82 @@ func (l *Log) encodeWhileSegmentFits(entries []Entry, segmentBytesBefore int64) 
 // first, so a later segment never exists on disk before the earlier one is complete.
 func (l *Log) writeNewSegment(firstVersion uint64) error {
 	if l.active != nil {
-		if err := l.active.Close(); err != nil {
-			return fmt.Errorf("wal: close full segment: %w", err)
+		if err := l.closeFullSegment(); err != nil {
+			return err
 		}
-		l.active = nil
 	}
 	path := filepath.Join(l.dir, segmentFileName(firstVersion))
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("wal: create segment: %w", err)
 	}
-	l.active = f
+	l.active, l.activeAllocated = f, 0
 	l.segmentsCreated.Add(1)
-	if err := l.writeDurably(f); err != nil {
+	if err := l.writeDurably(f, 0); err != nil {
 		return err
 	}
 	return l.syncLogDir()
 }
 
-// writeDurably writes l.buf to f in one call and fsyncs f.
-func (l *Log) writeDurably(f *os.File) error {
+// closeFullSegment trims the active segment's preallocated zeros, durably, and closes it: only the
+// last segment may end in zeros (recovery takes zeros anywhere else for corruption).
+func (l *Log) closeFullSegment() error {
+	f := l.active
+	if err := f.Truncate(l.activeSegmentBytes()); err != nil {
+		return fmt.Errorf("wal: trim full segment %s: %w", f.Name(), err)
+	}
+	if err := l.syncFile(f); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("wal: close full segment: %w", err)
+	}
+	l.active, l.activeAllocated = nil, 0
+	return nil
+}
+
+// writeDurably writes l.buf to f at offset in one call and makes it durable. The bytes are written
+// over zeros preallocated (and fsynced) beforehand, so the file's size and block map do not change and
+// fdatasync has only the data to flush: no journal commit for metadata, the way PostgreSQL's WAL uses
+// zero-filled segments. Recovery takes a tail of zeros after the last record for this preallocated
+// space (recover.go).
+func (l *Log) writeDurably(f *os.File, offset int64) error {
+	if end := offset + int64(len(l.buf)); end > l.activeAllocated {
+		if err := l.preallocate(f, end); err != nil {
+			return err
+		}
+	}
 	l.writes.Add(1)
-	n, err := f.Write(l.buf)
+	n, err := f.WriteAt(l.buf, offset)
 	l.bytesWritten.Add(uint64(n))
 	if err != nil {
 		return fmt.Errorf("wal: write %s: %w", f.Name(), err)
 	}
-	return l.syncFile(f)
+	return l.syncData(f)
+}
+
+// preallocChunkBytes is how much zero-filled space the active segment grows by at a time: one full
+// fsync per MiB of log instead of one per append, and at most this much to scan at recovery.
+const preallocChunkBytes = 1 << 20
+
+var zeroChunk = make([]byte, preallocChunkBytes)
+
+// preallocate writes zeros from the allocated end of f up to end rounded up to a chunk, and fsyncs
+// f, size and block map included.
+func (l *Log) preallocate(f *os.File, end int64) error {
+	target := (end + preallocChunkBytes - 1) / preallocChunkBytes * preallocChunkBytes
+	for at := l.activeAllocated; at < target; {
+		n := min(int64(len(zeroChunk)), target-at)
+		if _, err := f.WriteAt(zeroChunk[:n], at); err != nil {
+			return fmt.Errorf("wal: preallocate %s: %w", f.Name(), err)
+		}
+		at += n
+	}
+	if err := l.syncFile(f); err != nil {
+		return err
+	}
+	l.activeAllocated = target
+	return nil
 }
 
 // publish makes durable bytes visible to readers.

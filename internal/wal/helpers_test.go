@@ -195,19 +195,37 @@ func flipByte(t testing.TB, path string, offset int64) {
 	}
 }
 
-// recordOffsets returns the offset of every record in a segment file, parsing lengths only.
+// recordOffsets returns the offset of every record in a segment file, parsing lengths only, up to
+// the preallocated zeros after the last record.
 func recordOffsets(t testing.TB, path string) []int64 {
+	offsets, _ := parseRecords(t, path)
+	return offsets
+}
+
+// recordsEnd is the offset after a segment's last record: its size without preallocated zeros.
+func recordsEnd(t testing.TB, path string) int64 {
+	_, end := parseRecords(t, path)
+	return end
+}
+
+func parseRecords(t testing.TB, path string) ([]int64, int64) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var offsets []int64
-	for off := int64(segmentHeaderBytes); off < int64(len(b)); {
+	off := int64(segmentHeaderBytes)
+	for off+recordHeaderBytes <= int64(len(b)) {
+		var raw [recordHeaderBytes]byte
+		copy(raw[:], b[off:])
+		if raw == [recordHeaderBytes]byte{} {
+			break // preallocated space
+		}
 		offsets = append(offsets, off)
 		off += recordBytes(int(decodeRecordHeader(b[off:]).payloadBytes))
 	}
-	return offsets
+	return offsets, min(off, int64(len(b)))
 }
 
 // mustPanic runs f and fails the test unless it panics.

@@ -215,6 +215,19 @@ func recoverDefect(scan segmentScan, isLast bool, logger *slog.Logger) error {
 	if !isLast {
 		return scan.corruptError(scan.defect + ", in a segment that is not the last")
 	}
+	if scan.hasRecords() {
+		zeros, err := onlyZerosAfter(scan)
+		if err != nil {
+			return err
+		}
+		if zeros {
+			// Preallocated space (append.go), or an unacknowledged batch that never reached the
+			// disk: nothing to repair, the next append writes there.
+			logger.Debug("wal: zero-filled space after the last record", "file", scan.path,
+				"bytes", scan.fileBytes-scan.goodBytes, "last_version", scan.lastVersion)
+			return nil
+		}
+	}
 	later, found, err := findValidRecordAfter(scan)
 	if err != nil {
 		return err
@@ -224,6 +237,20 @@ func recoverDefect(scan segmentScan, isLast bool, logger *slog.Logger) error {
 			scan.defect, later.version, later.offset))
 	}
 	return dropTornTail(scan, logger)
+}
+
+// onlyZerosAfter reports whether every byte after the segment's good records is zero.
+func onlyZerosAfter(scan segmentScan) (bool, error) {
+	rest, err := readRange(scan.path, scan.goodBytes, scan.fileBytes-scan.goodBytes)
+	if err != nil {
+		return false, err
+	}
+	for _, b := range rest {
+		if b != 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 type recordPosition struct {

@@ -88,10 +88,13 @@ type Log struct {
 
 	// appendMu serializes the writers: Append, TruncateBefore and Close.
 	appendMu sync.Mutex
-	active   *os.File // last segment, open for appending; nil while the log is empty
-	buf      []byte   // encoding buffer, reused across appends
-	failed   error    // set when an append failed; the log refuses further writes
-	closed   atomic.Bool
+	active   *os.File // last segment, open for writing; nil while the log is empty
+	// activeAllocated is the size of the active segment's file: its records, then zeros written
+	// ahead by preallocate.
+	activeAllocated int64
+	buf             []byte // encoding buffer, reused across appends
+	failed          error  // set when an append failed; the log refuses further writes
+	closed          atomic.Bool
 
 	// stateMu guards the index. It is only written with appendMu held too, and only after the bytes it
 	// describes are durable, so readers that snapshot it under RLock see durable data only.
@@ -172,9 +175,14 @@ func openLocked(opts Options, dirLock *os.File) (*Log, error) {
 	}
 	if len(segments) > 0 {
 		last := segments[len(segments)-1]
-		if l.active, err = os.OpenFile(last.path, os.O_WRONLY|os.O_APPEND, 0); err != nil {
+		if l.active, err = os.OpenFile(last.path, os.O_WRONLY, 0); err != nil {
 			return nil, fmt.Errorf("wal: open active segment: %w", err)
 		}
+		info, err := l.active.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("wal: stat active segment: %w", err)
+		}
+		l.activeAllocated = info.Size()
 	}
 	l.logger.Debug("wal: opened", "dir", l.dir, "segments", len(segments),
 		"first_version", l.FirstVersion(), "last_version", l.LastVersion())
@@ -272,6 +280,19 @@ func (l *Log) syncFile(f *os.File) error {
 	l.fsyncs.Add(1)
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("wal: fsync %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// syncData makes f's data durable (fdatasync where there is one) unless NoSync is set. Only for data
+// written inside the file's existing size.
+func (l *Log) syncData(f *os.File) error {
+	if l.noSync {
+		return nil
+	}
+	l.fsyncs.Add(1)
+	if err := fdatasync(f); err != nil {
+		return fmt.Errorf("wal: fdatasync %s: %w", f.Name(), err)
 	}
 	return nil
 }
