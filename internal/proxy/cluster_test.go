@@ -167,7 +167,13 @@ func execSQL(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 }
 
 func TestWritesOnOneReplicaReachTheOthers(t *testing.T) {
-	c := startCluster(t, 3, proxy.ModeMW)
+	for _, mode := range []proxy.Mode{proxy.ModeMW, proxy.ModeBase} {
+		t.Run(string(mode), func(t *testing.T) { writesReachTheOthers(t, mode) })
+	}
+}
+
+func writesReachTheOthers(t *testing.T, mode proxy.Mode) {
+	c := startCluster(t, 3, mode)
 	a, b := c.connect(0), c.connect(1)
 	execSQL(t, a, `CREATE TABLE kv (k int PRIMARY KEY, v text)`)
 	execSQL(t, a, `INSERT INTO kv VALUES (1, 'one'), (2, 'two')`)

@@ -52,6 +52,10 @@ const (
 	// before answering 08007 (transaction resolution unknown). The client
 	// re-sends survive certifier restarts and leader changes well within it.
 	certifyTimeout = 60 * time.Second
+	// appliedPruneInterval and appliedVersionsKept bound tashkent.applied,
+	// which gains a row per version.
+	appliedPruneInterval = 10 * time.Second
+	appliedVersionsKept  = 10000
 	// reconnectDelayMax bounds the pause between attempts to reach the
 	// replica's database while it recovers.
 	reconnectDelayMax = time.Second

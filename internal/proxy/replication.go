@@ -289,6 +289,7 @@ func (r *replication) handleApplyError(ctx context.Context, batch []logentry.Ent
 func (r *replication) maintainLoop(ctx context.Context) {
 	tick := time.NewTicker(r.p.cfg.Staleness)
 	defer tick.Stop()
+	lastPrune := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -299,11 +300,25 @@ func (r *replication) maintainLoop(ctx context.Context) {
 			continue
 		}
 		r.certPtr.Load().RequestCatchUp()
+		if time.Since(lastPrune) > appliedPruneInterval {
+			r.pruneApplied(ctx)
+			lastPrune = time.Now()
+		}
 		if err := r.ping(ctx); err != nil && ctx.Err() == nil && !r.needRecover.Load() {
 			r.p.cfg.Logger.Warn("the replica's database does not answer; recovering", "err", err)
 			r.needRecover.Store(true)
 			r.seq.Reset(r.seq.Committed()) // wakes the applier
 		}
+	}
+}
+
+// pruneApplied keeps tashkent.applied small: only the highest version is
+// needed to know what the database holds; a few more help debugging.
+func (r *replication) pruneApplied(ctx context.Context) {
+	r.controlMu.Lock()
+	defer r.controlMu.Unlock()
+	if _, err := replica.PruneApplied(ctx, r.controlConn, appliedVersionsKept); err != nil {
+		r.p.cfg.Logger.Warn("prune tashkent.applied", "err", err)
 	}
 }
 
