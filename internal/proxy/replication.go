@@ -355,14 +355,7 @@ func (r *replication) recover(ctx context.Context) {
 }
 
 func (r *replication) reconnectAndResume(ctx context.Context) error {
-	if r.applyConn != nil {
-		r.applyConn.Close(ctx)
-	}
-	r.controlMu.Lock()
-	if r.controlConn != nil {
-		r.controlConn.Close(ctx)
-	}
-	r.controlMu.Unlock()
+	r.closeConns(ctx)
 	if err := r.connect(ctx); err != nil {
 		return err
 	}
@@ -384,6 +377,10 @@ func (r *replication) close(ctx context.Context) {
 	if c := r.certPtr.Load(); c != nil {
 		c.Close()
 	}
+	r.closeConns(ctx)
+}
+
+func (r *replication) closeConns(ctx context.Context) {
 	if r.applyConn != nil {
 		r.applyConn.Close(ctx)
 	}
