@@ -48,7 +48,7 @@ on the same directory starts the cluster again. Running down twice is fine.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&dir, "data-dir", "", "cluster directory (as given to `tashkent up`)")
+	cmd.Flags().StringVar(&dir, "data-dir", "", "cluster directory (as given to tashkent up)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "report as JSON")
 	return cmd
 }

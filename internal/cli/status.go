@@ -42,7 +42,7 @@ version, durable version, entries per fsync and abort rate.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&dir, "data-dir", "", "cluster directory (as given to `tashkent up`)")
+	cmd.Flags().StringVar(&dir, "data-dir", "", "cluster directory (as given to tashkent up)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

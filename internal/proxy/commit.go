@@ -31,8 +31,11 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 }
 
 // collectWriteset reads the writeset the capture triggers buffered (C1).
+// Deferred constraints are checked first, in the same round trip: a
+// transaction that violates one must fail here, as in PostgreSQL, not be
+// certified (other replicas apply writesets without checking them).
 func (s *session) collectWriteset() ([]*pb.Change, result, error) {
-	rows, res, err := s.queryRows(replica.CollectSQL)
+	rows, res, err := s.queryRows("SET CONSTRAINTS ALL IMMEDIATE; " + replica.CollectSQL)
 	if err != nil || res.failed() {
 		return nil, res, err
 	}
@@ -58,7 +61,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*
 
 	cctx, cancel := context.WithTimeout(ctx, certifyTimeout)
 	reply, err := rep.cert.Certify(cctx, &pb.CertifyRequest{
-		Txn:          &pb.TxnID{Origin: s.p.cfg.Name, Seq: seq},
+		Txn:          &pb.TxnID{Origin: s.p.origin, Seq: seq},
 		StartVersion: s.start,
 		Writeset:     &pb.Writeset{Changes: changes},
 	})
@@ -140,7 +143,7 @@ func certificationAbort(r *pb.CertifyReply) *pgproto3.ErrorResponse {
 			r.Detail, "Retry the transaction; keep write transactions short, or raise the certifier's --window-versions.")
 	case pb.AbortReason_ABORT_REASON_LIMIT:
 		return errorResponse("54000", "the transaction's writeset exceeds a certifier limit", r.Detail,
-			"Split the transaction into smaller ones, or raise the certifier's limit.")
+			"Split the transaction into smaller ones.")
 	default:
 		return errorResponse("XX000", "the certifier rejected the transaction", r.Detail, "")
 	}

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -22,7 +24,13 @@ type Proxy struct {
 	cfg     Config
 	rep     *replication
 	metrics *metrics
-	txnSeq  atomic.Uint64
+	// origin and txnSeq make transaction ids: origin is the replica's name
+	// and a random id of this run of the proxy, so an id never repeats,
+	// whatever happened to the replica's database (the certifier would take
+	// a repeated id for a retry and answer with the old transaction's
+	// version).
+	origin string
+	txnSeq atomic.Uint64
 
 	mu       sync.Mutex
 	sessions map[uint32]*session // by backend PID
@@ -35,7 +43,17 @@ func New(cfg Config) (*Proxy, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	return &Proxy{cfg: cfg, sessions: map[uint32]*session{}, metrics: newMetrics(), ready: make(chan struct{})}, nil
+	return &Proxy{cfg: cfg, origin: newOrigin(cfg.Name), sessions: map[uint32]*session{}, metrics: newMetrics(), ready: make(chan struct{})}, nil
+}
+
+// newOrigin names this run of the proxy: the replica's name and 128 random
+// bits.
+func newOrigin(name string) string {
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		panic(fmt.Sprintf("proxy: no randomness for a run id: %v", err))
+	}
+	return name + "#" + hex.EncodeToString(id[:])
 }
 
 func (p *Proxy) nextTxnSeq() uint64 { return p.txnSeq.Add(1) }
@@ -55,6 +73,14 @@ func (p *Proxy) Run(ctx context.Context, metricsAddr string) error {
 	}
 	p.rep = rep
 	defer rep.close(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); rep.applyLoop(ctx) }()
+	go func() { defer wg.Done(); rep.maintainLoop(ctx) }()
+	defer wg.Wait()
+	if err := rep.catchUp(ctx); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", p.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("proxy listen on %s: %w", p.cfg.Listen, err)
@@ -68,10 +94,6 @@ func (p *Proxy) Run(ctx context.Context, metricsAddr string) error {
 		}
 		defer stop()
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); rep.applyLoop(ctx) }()
-	go func() { defer wg.Done(); rep.maintainLoop(ctx) }()
 	srv := &pgwire.Server{
 		Config: pgwire.Config{
 			BackendAddr:   p.cfg.BackendAddr,
@@ -84,7 +106,6 @@ func (p *Proxy) Run(ctx context.Context, metricsAddr string) error {
 	p.cfg.Logger.Info("proxy ready", "listen", p.addr.String(), "backend", p.cfg.BackendAddr,
 		"certifier", p.cfg.Certifier, "mode", p.cfg.Mode, "version", rep.seq.Committed())
 	err = srv.Serve(ctx, ln)
-	wg.Wait()
 	if ctx.Err() != nil {
 		return nil
 	}

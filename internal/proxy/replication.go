@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"google.golang.org/grpc"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certclient"
@@ -79,46 +80,16 @@ func (p *Proxy) startReplication(ctx context.Context) (*replication, error) {
 	if err := p.checkDurabilitySetting(ctx, r.applyConn); err != nil {
 		return nil, err
 	}
-	epoch, err := nextEpoch(ctx, r.applyConn, p.cfg.Name)
-	if err != nil {
-		return nil, err
-	}
-	p.txnSeq.Store(epoch << txnSeqEpochShift)
 	version, err := replica.ReadVersion(ctx, r.applyConn)
 	if err != nil {
 		return nil, err
 	}
-	r.seq = sequencer.New(p.cfg.Name, version)
+	r.seq = sequencer.New(p.origin, version)
 	if err := r.openStream(version); err != nil {
 		return nil, err
 	}
-	p.cfg.Logger.Info("replica state", "version", version, "epoch", epoch)
+	p.cfg.Logger.Info("replica state", "version", version, "origin", p.origin)
 	return r, nil
-}
-
-// txnSeqEpochShift: a transaction id is (replica, epoch << 40 | counter);
-// the epoch grows at every proxy start, so ids never repeat across
-// restarts (the certifier would take a repeat for a retry).
-const txnSeqEpochShift = 40
-
-// nextEpoch increments and returns the proxy's start counter, durably even
-// when the database runs with synchronous_commit=off.
-func nextEpoch(ctx context.Context, conn *pgx.Conn, name string) (uint64, error) {
-	var epoch int64
-	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS tashkent.proxy_epoch (name text PRIMARY KEY, epoch bigint NOT NULL)`); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `INSERT INTO tashkent.proxy_epoch VALUES ($1, 1)
-			ON CONFLICT (name) DO UPDATE SET epoch = tashkent.proxy_epoch.epoch + 1 RETURNING epoch`, name).Scan(&epoch)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("proxy epoch: %w", err)
-	}
-	return uint64(epoch), nil
 }
 
 func (p *Proxy) checkDurabilitySetting(ctx context.Context, conn *pgx.Conn) error {
@@ -184,6 +155,66 @@ func (r *replication) deliver(entries []logentry.Entry, durable uint64) {
 	}
 	r.seq.Deliver(entries, origins, seqs)
 	r.p.metrics.delivered.Set(float64(entries[len(entries)-1].Version))
+}
+
+// catchUp waits until the replica holds every version the certifier had
+// made durable when it was asked, so that clients are not admitted to a
+// replica far behind (a rebuilt one, or one that was down). It shows
+// progress. A certifier that does not answer is waited for: a replica that
+// cannot learn the global order cannot tell how stale it is.
+func (r *replication) catchUp(ctx context.Context) error {
+	target, err := r.certifierDurableVersion(ctx)
+	if err != nil {
+		return err
+	}
+	start, began := r.seq.Committed(), time.Now()
+	if start >= target {
+		return nil
+	}
+	r.p.cfg.Logger.Info("catching up before admitting clients", "version", start, "target", target)
+	progress := time.NewTicker(2 * time.Second)
+	defer progress.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := r.seq.WaitCommitted(cctx, target)
+		cancel()
+		if err == nil {
+			r.p.cfg.Logger.Info("caught up", "version", r.seq.Committed(), "replayed", target-start,
+				"took", time.Since(began).Round(time.Millisecond))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if e := r.broken.Load(); e != nil {
+			return *e
+		}
+		select {
+		case <-progress.C:
+			done := r.seq.Committed()
+			r.p.cfg.Logger.Info("catching up", "version", done, "target", target,
+				"percent", 100*(done-start)/(target-start))
+		default:
+		}
+	}
+}
+
+// certifierDurableVersion asks the certifier, retrying until it answers.
+func (r *replication) certifierDurableVersion(ctx context.Context) (uint64, error) {
+	for attempt := 0; ; attempt++ {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := r.certPtr.Load().API().Status(sctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+		cancel()
+		if err == nil {
+			return st.DurableVersion, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		if attempt%5 == 0 {
+			r.p.cfg.Logger.Warn("waiting for the certifier", "certifier", r.p.cfg.Certifier, "err", err)
+		}
+	}
 }
 
 // applyLoop applies remote versions as their turn comes, until ctx ends.
@@ -336,13 +367,11 @@ func (r *replication) ping(ctx context.Context) error {
 // with them says where it stands, and the certifier's log supplies the rest.
 func (r *replication) recover(ctx context.Context) {
 	r.recovering.Store(true)
-	defer r.recovering.Store(false)
 	r.p.closeSessions("the replica's database restarted; reconnect")
 	delay := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := r.reconnectAndResume(ctx)
 		if err == nil {
-			r.needRecover.Store(false)
 			return
 		}
 		r.p.cfg.Logger.Warn("waiting for the replica's database", "err", err, "retry_in", delay)
@@ -370,6 +399,12 @@ func (r *replication) reconnectAndResume(ctx context.Context) error {
 		return err
 	}
 	r.p.cfg.Logger.Info("replica recovered; catching up from the certifier", "version", version, "versions_to_replay", lost)
+	r.needRecover.Store(false)
+	go func() {
+		// Clients stay out (57P03) until the lost versions are back.
+		r.catchUp(ctx)
+		r.recovering.Store(false)
+	}()
 	return nil
 }
 

@@ -117,9 +117,7 @@ func (s *session) oneStatement(ctx context.Context, st sqlclass.Statement, last 
 func (s *session) runStatement(st sqlclass.Statement) (result, error) {
 	sql := st.SQL
 	if rewritten := rewriteIsolation(st); rewritten != "" {
-		s.notice("tashkent runs every transaction at snapshot isolation across replicas (generalized snapshot isolation); "+
-			"the requested isolation level is mapped to REPEATABLE READ",
-			"Write skew is possible, as under PostgreSQL's REPEATABLE READ. See docs/GUARANTEES.md.")
+		s.isolationNotice()
 		sql = rewritten
 	}
 	s.labelIfIdle()
@@ -227,6 +225,13 @@ func (s *session) multiStatement(ctx context.Context, stmts []sqlclass.Statement
 	return nil
 }
 
+// isolationNotice tells the client its isolation request was mapped.
+func (s *session) isolationNotice() {
+	s.notice("tashkent runs every transaction at snapshot isolation across replicas (generalized snapshot isolation); "+
+		"the requested isolation level is mapped to REPEATABLE READ",
+		"Write skew is possible, as under PostgreSQL's REPEATABLE READ. See docs/GUARANTEES.md.")
+}
+
 // rewriteIsolation returns the statement rewritten to REPEATABLE READ if it
 // asks for another isolation level, or "" if it does not.
 func rewriteIsolation(st sqlclass.Statement) string {
@@ -252,6 +257,8 @@ func rewriteIsolation(st sqlclass.Statement) string {
 			return "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ" + readOnly
 		case "default_transaction_isolation":
 			return "SET default_transaction_isolation = 'repeatable read'"
+		case "transaction_isolation":
+			return "SET transaction_isolation = 'repeatable read'"
 		}
 	}
 	return ""

@@ -86,6 +86,7 @@ func (s *session) track(u *unit) [][]sqlclass.Statement {
 			if len(parsed) == 1 {
 				if rewritten := rewriteIsolation(parsed[0]); rewritten != "" {
 					m.raw, _ = (&pgproto3.Parse{Name: m.name, Query: rewritten}).Encode(nil)
+					s.isolationNotice()
 				}
 			}
 			s.statements[m.name] = parsed
