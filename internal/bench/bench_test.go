@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/testbin"
+)
+
+// The summary of pgbench 15.18, as printed to stdout.
+const sampleOutput = `pgbench (15.18 (Debian 15.18-0+deb12u1))
+transaction type: <builtin: TPC-B (sort of)>
+scaling factor: 1
+query mode: prepared
+number of clients: 2
+number of threads: 2
+maximum number of tries: 1000
+duration: 2 s
+number of transactions actually processed: 2939
+number of failed transactions: 0 (0.000%)
+number of transactions retried: 17 (0.578%)
+total number of retries: 21
+latency average = 1.356 ms
+latency stddev = 0.323 ms
+initial connection time = 7.281 ms
+tps = 1471.856442 (without initial connection time)
+`
+
+func TestParsePgbench(t *testing.T) {
+	r, err := parsePgbench(sampleOutput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pgbenchResult{TPS: 1471.856442, LatencyMs: 1.356, Processed: 2939, Failed: 0, Retried: 17, Retries: 21}
+	if r.TPS != want.TPS || r.LatencyMs != want.LatencyMs || r.Processed != want.Processed || r.Failed != want.Failed ||
+		r.Retried != want.Retried || r.Retries != want.Retries || r.Statements != nil {
+		t.Fatalf("parsed %+v, want %+v", r, want)
+	}
+	if _, err := parsePgbench("pgbench: error: connection to server failed\n"); err == nil {
+		t.Fatal("output without a tps line parsed")
+	}
+	r, err = parsePgbench(sampleOutput + `statement latencies in milliseconds, failures and retries:
+         0.002           0           0  \set aid random(1, 100000 * :scale)
+         0.105           0           0  BEGIN;
+         0.250           0          12  UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+         1.500           0           0  END;
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStmts := []StatementLatency{{"BEGIN;", 0.105, 0}, {"UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;", 0.25, 12},
+		{"END;", 1.5, 0}}
+	if !slices.Equal(r.Statements, wantStmts) {
+		t.Fatalf("statements parsed as %+v, want %+v", r.Statements, wantStmts)
+	}
+	m := progressRE.FindStringSubmatch("progress: 2.0 s, 1505.0 tps, lat 1.329 ms stddev 0.329, 0 failed, 0 retried, 0 retries")
+	if m == nil || m[1] != "2.0" || m[2] != "1505.0" || m[3] != "1.329" {
+		t.Fatalf("progress line parsed as %q", m)
+	}
+}
+
+func TestSpreadClientsOverEndpoints(t *testing.T) {
+	got := spread([]string{"a", "b", "c"}, 8)
+	if len(got) != 3 || got[0].clients != 3 || got[1].clients != 3 || got[2].clients != 2 {
+		t.Fatalf("8 clients over 3 proxies: %+v", got)
+	}
+	got = spread([]string{"a", "b", "c"}, 1)
+	if len(got) != 1 || got[0].dsn != "a" || got[0].clients != 1 {
+		t.Fatalf("1 client over 3 proxies: %+v", got)
+	}
+}
+
+func TestSummarizeMediansAndRatios(t *testing.T) {
+	systems := []*system{{kind: SyncOn, label: "on"}, {kind: MW, label: "mw"}}
+	runs := []RunResult{
+		{System: SyncOn, Clients: 4, Repeat: 1, TPS: 100, LatencyMs: 4, Processed: 1000},
+		{System: MW, Clients: 4, Repeat: 1, TPS: 90, LatencyMs: 5, Processed: 900, Retried: 9, Retries: 90, Certifications: 900, Fsyncs: 300},
+		{System: SyncOn, Clients: 4, Repeat: 2, TPS: 300, LatencyMs: 2, Processed: 3000},
+		{System: MW, Clients: 4, Repeat: 2, TPS: 110, LatencyMs: 6, Processed: 1100, Retried: 11, Certifications: 1100, Fsyncs: 100},
+		{System: SyncOn, Clients: 4, Repeat: 3, TPS: 200, LatencyMs: 3, Processed: 2000},
+		{System: MW, Clients: 4, Repeat: 3, TPS: 100, LatencyMs: 7, Processed: 1000, Retried: 10, Certifications: 1000, Fsyncs: 100},
+	}
+	rows := summarize(runs, []int{4}, systems)
+	if len(rows) != 2 {
+		t.Fatalf("rows: %+v", rows)
+	}
+	if rows[0].TPS != 200 || rows[0].Ratio != 1 || rows[0].LatencyMs != 3 {
+		t.Fatalf("sync-on row: %+v", rows[0])
+	}
+	if rows[1].TPS != 100 || rows[1].Ratio != 0.5 || rows[1].RetriedPct != 1 || rows[1].RetriesPerTxn != 0.03 || rows[1].CommitsPerFsync != 6 {
+		t.Fatalf("mw row: %+v", rows[1])
+	}
+	rows = summarize(runs[1:2], []int{4}, systems)
+	if !math.IsNaN(rows[0].Ratio) {
+		t.Fatalf("ratio without a sync-on run: %v", rows[0].Ratio)
+	}
+}
+
+// TestSmoke runs the whole bench for real, briefly: two standalone
+// PostgreSQL servers and two one-replica tashkent clusters (PostgreSQL,
+// certifier and proxy processes), TPC-B loaded into each, one 2-second run
+// of 2 clients on each. Every system must have produced transactions, the
+// table must carry the ratio column, the files must be written, and nothing
+// the bench started may survive it.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four PostgreSQL servers")
+	}
+	if _, err := pgserver.FindBinDir(); err != nil {
+		t.Fatal(err) // a missing PostgreSQL is a failure, never a pass
+	}
+	bin := testbin.Path(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Not t.TempDir: its parent is private, and the postgres user must
+	// reach the data directories.
+	dir, err := os.MkdirTemp("", "tashkent-bench-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	var progress bytes.Buffer
+	start := time.Now()
+	rep, err := Run(ctx, Config{
+		Clients:  []int{2},
+		Duration: 2 * time.Second,
+		Scale:    1,
+		Protocol: "prepared",
+		Replicas: 1,
+		Repeat:   1,
+		Binary:   bin,
+		Dir:      filepath.Join(dir, "work"),
+		OutDir:   out,
+		Progress: &progress,
+	})
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	t.Logf("in %s:%s", time.Since(start).Round(time.Second), table.String())
+
+	seen := map[System]bool{}
+	for _, r := range rep.Rows {
+		seen[r.System] = true
+		if r.TPS <= 0 {
+			t.Errorf("%s: tps %v", r.Label, r.TPS)
+		}
+		if r.Failed > 0 {
+			t.Errorf("%s: %d failed transactions", r.Label, r.Failed)
+		}
+		if math.IsNaN(r.Ratio) || r.Ratio <= 0 {
+			t.Errorf("%s: ratio %v", r.Label, r.Ratio)
+		}
+		if r.System.tashkent() && r.CommitsPerFsync <= 0 {
+			t.Errorf("%s: no certifier fsyncs seen during the run", r.Label)
+		}
+	}
+	for _, k := range AllSystems {
+		if !seen[k] {
+			t.Errorf("no row for %s", k)
+		}
+	}
+	if !strings.Contains(table.String(), RatioColumn) || !strings.Contains(table.String(), "1.00x") {
+		t.Errorf("the table lacks the %q column or the baseline's 1.00x:\n%s", RatioColumn, table.String())
+	}
+	for _, f := range []string{"pgbench.csv", "pgbench-runs.csv", "pgbench.md"} {
+		b, err := os.ReadFile(filepath.Join(out, f))
+		if err != nil {
+			t.Errorf("--out file: %v", err)
+			continue
+		}
+		if f != "pgbench-runs.csv" && !strings.Contains(string(b), "sync_on") && !strings.Contains(string(b), RatioColumn) {
+			t.Errorf("%s has no ratio column:\n%s", f, b)
+		}
+	}
+	// Everything stopped: no postmaster left on the bench's data directories.
+	matches, _ := filepath.Glob(filepath.Join(dir, "work", "*", "pg*", "postmaster.pid"))
+	for _, m := range matches {
+		if pid, ok := pgserver.Running(filepath.Dir(m)); ok {
+			t.Errorf("postgres %d still serves %s after the bench", pid, filepath.Dir(m))
+		}
+	}
+}

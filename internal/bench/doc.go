@@ -1,0 +1,87 @@
+// Package bench is `tashkent bench pgbench`: a benchmark, not a test, that
+// measures pgbench against tashkent and against PostgreSQL alone, side by
+// side, in one invocation, and reports ratios.
+//
+// # What is compared
+//
+//	sync-on   one PostgreSQL 15, synchronous_commit=on: every commit waits for
+//	          its WAL fsync. The baseline of every ratio.
+//	sync-off  one PostgreSQL 15, synchronous_commit=off: what the database
+//	          does when durability is not its job (the ceiling for mw).
+//	mw        tashkent mode mw: N replicas with synchronous_commit=off, a
+//	          certifier with fsync on (durability is its group-committed
+//	          log), one proxy per replica. The issue's goal: at least 0.8x
+//	          sync-on with one replica (the Tashkent paper's MW was within 5%
+//	          of a standalone database), ideally 1.0x or more.
+//	base      tashkent mode base: the same cluster with synchronous_commit=on
+//	          on the replicas.
+//
+// Every PostgreSQL gets the same settings apart from synchronous_commit
+// (those of internal/pgserver plus shared_buffers=128MB) and the same data:
+// pgbench's TPC-B tables at the same scale, created as tashkent needs them
+// (`pgbench -i -I dt`, a primary key `hid uuid DEFAULT gen_random_uuid()` on
+// pgbench_history, then `pgbench -i -I pg`) on the standalone servers too, so
+// that they also maintain the history key. A tashkent system is loaded
+// through its first proxy, so its replicas hold the data as replicated
+// rows.
+//
+// # How
+//
+// Run starts everything it compares itself, under a new temporary directory,
+// on free ports: PostgreSQL through internal/pgserver, and the certifier and
+// proxies as `tashkent certifier` / `tashkent proxy` child processes of this
+// binary (Config.Binary), each in its own process group, with its log next
+// to its data. It does not use `tashkent up` (internal/cluster), whose
+// replicas run with a smaller shared_buffers. At the end, and after a
+// failure or Ctrl-C, it stops what it started by the PIDs it started:
+// proxies (SIGTERM), certifier (SIGTERM), PostgreSQL (fast shutdown). The
+// directory is removed unless --keep, or the bench failed (its logs are
+// then worth reading).
+//
+// Each measured run is `pgbench -n --max-tries 1000 -T D -M PROTOCOL -c C
+// -j min(C,2) -P 1` against the system's endpoint. -n: no vacuum by pgbench
+// (instead, before each run the bench itself runs VACUUM ANALYZE and
+// CHECKPOINT straight on every server of the system, outside the measured
+// time, so that no run starts with another's dirty pages or dead tuples).
+// --max-tries: transactions that get SQLSTATE 40001 (a certification abort,
+// or a serialization failure: tashkent runs sessions at REPEATABLE READ)
+// are retried by pgbench and counted as retried; a standalone server at
+// READ COMMITTED has none. A tashkent system with several replicas gets its
+// clients spread over all its proxies, one pgbench process per proxy; tps
+// are summed and latencies averaged weighted by transactions; before each
+// of its runs the bench waits until every replica has applied every
+// version the certifier assigned.
+//
+// pgbench's "tps = X (without initial connection time)" and "latency
+// average" are parsed from its output; the certifier's Status RPC, read
+// before and after each run, gives the certifications per fsync (group
+// commit) of the tashkent systems.
+//
+// # Why ratios, interleaving and medians
+//
+// The machines this runs on are small (2 cores) and shared: absolute tps
+// move by tens of percent from one minute to the next. A number measured
+// yesterday, or in another invocation, says little; the ratio of two
+// systems measured in the same minutes says much more. So every cell is
+// run --repeat times, the systems alternate (A B C D A B C D, repeats
+// outermost) so that a noisy moment hits one run of every system rather than
+// every run of one, the table shows the median of each cell and every
+// run's tps, and the ratio column divides by the sync-on median at the same
+// client count from the same invocation.
+//
+// # Finding where the time goes
+//
+// --per-statement adds pgbench -r and prints every statement's average
+// latency per system, with the 40001 retries each statement caused (on
+// TPC-B at scale 1 under snapshot isolation, nearly all start at the one
+// pgbench_branches row). --builtin simple-update runs pgbench's TPC-B
+// without the teller and branch updates: no hot row, so what remains is
+// the cost of the path itself.
+//
+// # Profiling
+//
+// --profile-dir DIR runs every certifier and proxy with the hidden root
+// flag --cpu-profile (SYSTEM-certifier.prof, SYSTEM-proxyK.prof), written
+// when the bench stops them; a profile covers the process's whole life,
+// loading included. Read one with `go tool pprof -top BINARY FILE`.
+package bench
