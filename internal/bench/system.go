@@ -262,7 +262,7 @@ func (s *system) startProxy(ctx context.Context, r *runner, i int) error {
 			args := append(r.profileArgs(fmt.Sprintf("%s-proxy%d", s.kind, i+1)), "--log-level=warn", "proxy",
 				"--name", name,
 				"--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
-				"--backend", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.pgs[i].Port())),
+				"--backend", backendAddr(s.pgs[i]),
 				"--database", "postgres",
 				"--certifier", s.certAddr,
 				"--mode", string(s.kind))
@@ -392,4 +392,13 @@ func selectOne(ctx context.Context, dsn string) error {
 	defer conn.Close(context.Background())
 	var one int
 	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+}
+
+// backendAddr is the replica's Unix socket when it has one: the proxy beside
+// its replica, as a deployment would run it.
+func backendAddr(pg *pgserver.Server) string {
+	if socket := pg.SocketPath(); socket != "" {
+		return socket
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(pg.Port()))
 }

@@ -118,6 +118,17 @@ func pgURI(port int) string {
 	return u.String()
 }
 
+// BackendAddr is how the replica's proxy reaches its PostgreSQL: the Unix
+// socket in the data directory (cheaper than loopback TCP), or TCP when the
+// path is too long for a socket.
+func (p *Postgres) BackendAddr() string {
+	socket := fmt.Sprintf("%s/.s.PGSQL.%d", p.DataDir, p.Port)
+	if len(socket) > 107 {
+		return hostPort(p.Port)
+	}
+	return socket
+}
+
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
 // StatePath returns the path of cluster.json in dir.

@@ -458,7 +458,7 @@ func (u *upper) startProxy(ctx context.Context, r *Replica) error {
 			return []string{"proxy",
 				"--name", r.Name,
 				"--listen", hostPort(p.Port),
-				"--backend", hostPort(r.Postgres.Port),
+				"--backend", r.Postgres.BackendAddr(),
 				"--database", "postgres",
 				"--certifier", u.st.CertifierAddr(),
 				"--mode", string(u.st.Mode),

@@ -219,6 +219,15 @@ func (s *Server) ensureInclude() error {
 
 var settingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
 
+// SocketPath is the server's Unix socket, or "" when its data directory's
+// path is too long for one (it then listens on TCP only).
+func (s *Server) SocketPath() string {
+	if len(s.dataDir)+len("/.s.PGSQL.65535") > 107 {
+		return ""
+	}
+	return fmt.Sprintf("%s/.s.PGSQL.%d", s.dataDir, s.Port())
+}
+
 // conf renders tashkent.conf.
 func (s *Server) conf() (string, error) {
 	onoff := map[bool]string{true: "on", false: "off"}

@@ -38,7 +38,8 @@ const (
 
 // Config configures Accept and Serve.
 type Config struct {
-	// BackendAddr is host:port of the PostgreSQL replica.
+	// BackendAddr is host:port of the PostgreSQL replica, or the path of its
+	// Unix socket (see BackendNetwork).
 	BackendAddr string
 	// StartupParams are added to (and override) the client's startup parameters
 	// when connecting to the backend, e.g.

@@ -55,7 +55,7 @@ func (c *testCluster) startProxy(i int) {
 	c.t.Helper()
 	p, err := proxy.New(proxy.Config{
 		Name: fmt.Sprintf("replica%d", i+1), Listen: "127.0.0.1:0",
-		BackendAddr: fmt.Sprintf("127.0.0.1:%d", c.dbs[i].Port()), Certifier: c.certifier.Addr().String(),
+		BackendAddr: backendAddr(c.dbs[i]), Certifier: c.certifier.Addr().String(),
 		Mode: c.mode,
 	})
 	if err != nil {
@@ -73,6 +73,15 @@ func (c *testCluster) startProxy(i int) {
 		c.t.Cleanup(func() { c.stopProxy(i) })
 	}
 	p.Addr()
+}
+
+// backendAddr is the replica's Unix socket, as a proxy beside its replica
+// uses it; the process-based tests (faults_test.go) use TCP.
+func backendAddr(db *pgserver.Server) string {
+	if socket := db.SocketPath(); socket != "" {
+		return socket
+	}
+	return fmt.Sprintf("127.0.0.1:%d", db.Port())
 }
 
 func (c *testCluster) stopProxy(i int) {

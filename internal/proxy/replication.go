@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +18,7 @@ import (
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certclient"
 	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/pgwire"
 	"github.com/tashkent-db/tashkent/internal/replica"
 	"github.com/tashkent-db/tashkent/internal/sequencer"
 )
@@ -50,14 +53,31 @@ func (c certifier) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.Cer
 }
 
 func (p *Proxy) adminDSN() string {
-	u := url.URL{Scheme: "postgres", Host: p.cfg.BackendAddr, Path: "/" + p.cfg.Database,
-		RawQuery: "sslmode=disable&application_name=tashkent-proxy"}
+	query := url.Values{"sslmode": {"disable"}, "application_name": {"tashkent-proxy"}}
+	u := url.URL{Scheme: "postgres", Host: p.cfg.BackendAddr, Path: "/" + p.cfg.Database}
+	if dir, port, ok := socketDirAndPort(p.cfg.BackendAddr); ok {
+		u.Host = ""
+		query.Set("host", dir)
+		query.Set("port", port)
+	}
+	u.RawQuery = query.Encode()
 	if p.cfg.AdminPassword != "" {
 		u.User = url.UserPassword(p.cfg.AdminUser, p.cfg.AdminPassword)
 	} else {
 		u.User = url.User(p.cfg.AdminUser)
 	}
 	return u.String()
+}
+
+// socketDirAndPort splits a PostgreSQL Unix socket path
+// (/dir/.s.PGSQL.5432) into what libpq-style DSNs take.
+func socketDirAndPort(addr string) (dir, port string, ok bool) {
+	if pgwire.BackendNetwork(addr) != "unix" {
+		return "", "", false
+	}
+	dir, file := path.Split(addr)
+	port, found := strings.CutPrefix(file, ".s.PGSQL.")
+	return strings.TrimSuffix(dir, "/"), port, found
 }
 
 func (p *Proxy) connectAdmin(ctx context.Context) (*pgx.Conn, error) {
