@@ -44,6 +44,14 @@ const (
 	Op_OP_TRUNCATE Op = 3
 	// A schema change; `row` holds the SQL text. Conflicts with everything.
 	Op_OP_DDL Op = 4
+	// A value of a unique index other than the primary key that the
+	// transaction wrote or freed; certified like a row, never applied. `table`
+	// is "<table>#<index>": the table as for a row change, '#', and the
+	// index's name quoted as PostgreSQL quotes identifiers (format('%I')), so
+	// it never equals a table name (an unquoted '#' cannot appear in one).
+	// `key` is the JSON array of the index's key column values, in index
+	// order, encoded like a primary key; `row` is empty.
+	Op_OP_UNIQUE_KEY Op = 5
 )
 
 // Enum value maps for Op.
@@ -54,6 +62,7 @@ var (
 		2: "OP_DELETE",
 		3: "OP_TRUNCATE",
 		4: "OP_DDL",
+		5: "OP_UNIQUE_KEY",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED": 0,
@@ -61,6 +70,7 @@ var (
 		"OP_DELETE":      2,
 		"OP_TRUNCATE":    3,
 		"OP_DDL":         4,
+		"OP_UNIQUE_KEY":  5,
 	}
 )
 
@@ -200,7 +210,7 @@ type Change struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"` // schema-qualified, quoted as PostgreSQL prints it
 	Op            Op                     `protobuf:"varint,2,opt,name=op,proto3,enum=tashkent.certifier.v1.Op" json:"op,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"` // the encoded primary key; empty for TRUNCATE and DDL
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"` // the encoded primary key (or unique index values, UNIQUE_KEY); empty for TRUNCATE and DDL
 	Row           []byte                 `protobuf:"bytes,4,opt,name=row,proto3" json:"row,omitempty"` // new row values (UPSERT) or SQL text (DDL)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1093,14 +1103,15 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x03pid\x18\n" +
 	" \x01(\x03R\x03pid\x12\x1b\n" +
 	"\tlog_bytes\x18\v \x01(\x04R\blogBytes\x120\n" +
-	"\x14append_seconds_total\x18\f \x01(\x01R\x12appendSecondsTotal*S\n" +
+	"\x14append_seconds_total\x18\f \x01(\x01R\x12appendSecondsTotal*f\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_UPSERT\x10\x01\x12\r\n" +
 	"\tOP_DELETE\x10\x02\x12\x0f\n" +
 	"\vOP_TRUNCATE\x10\x03\x12\n" +
 	"\n" +
-	"\x06OP_DDL\x10\x04*M\n" +
+	"\x06OP_DDL\x10\x04\x12\x11\n" +
+	"\rOP_UNIQUE_KEY\x10\x05*M\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fDECISION_COMMIT\x10\x01\x12\x12\n" +

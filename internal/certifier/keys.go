@@ -31,6 +31,15 @@ func keyOf(c *pb.Change) (certification.Key, error) {
 			return certification.Key{}, fmt.Errorf("%v needs a table and a primary key", c.Op)
 		}
 		return certification.RowKey(c.Table, c.Key), nil
+	case pb.Op_OP_UNIQUE_KEY:
+		// A value of a unique index, as a row of its own: the table name
+		// "<table>#<index>" keeps it apart from the table's row keys, so two
+		// transactions conflict when they write or free the same value of
+		// the same index, whatever rows hold it.
+		if c.Table == "" || len(c.Key) == 0 {
+			return certification.Key{}, fmt.Errorf("%v needs a table and the index values", c.Op)
+		}
+		return certification.RowKey(c.Table, c.Key), nil
 	case pb.Op_OP_TRUNCATE:
 		if c.Table == "" {
 			return certification.Key{}, fmt.Errorf("TRUNCATE needs a table")

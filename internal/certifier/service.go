@@ -349,6 +349,8 @@ func describeChange(c *pb.Change) string {
 	switch c.Op {
 	case pb.Op_OP_UPSERT, pb.Op_OP_DELETE:
 		return fmt.Sprintf("table %s row %s", c.Table, truncate(string(c.Key), 200))
+	case pb.Op_OP_UNIQUE_KEY:
+		return fmt.Sprintf("unique index %s value %s", c.Table, truncate(string(c.Key), 200))
 	case pb.Op_OP_TRUNCATE:
 		return "table " + c.Table + " (TRUNCATE)"
 	case pb.Op_OP_DDL:

@@ -64,7 +64,8 @@ func ApplyInTx(ctx context.Context, tx pgx.Tx, entries []*certifierpb.LogEntry) 
 // collapsed to the last change per (table, key), and each table gets one
 // DELETE and one INSERT ... ON CONFLICT DO UPDATE for all its rows.
 // TRUNCATE and DDL entries are barriers: the changes before them are
-// applied first. Without DDL the whole transaction is one round trip (two
+// applied first. OP_UNIQUE_KEY changes are for certification only and are
+// skipped. Without DDL the whole transaction is one round trip (two
 // the first time a table is seen).
 //
 // If the upsert hits a unique violation (a secondary unique index whose
@@ -276,6 +277,9 @@ func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
 				if !dup {
 					s.truncate = append(s.truncate, c.GetTable())
 				}
+			case certifierpb.Op_OP_UNIQUE_KEY:
+				// Certified, never applied: the row changes that took or
+				// freed the value carry the data.
 			case certifierpb.Op_OP_DDL:
 				if len(c.GetRow()) == 0 {
 					return nil, fmt.Errorf("replica: apply: version %d change %d: DDL without SQL text", e.GetVersion(), i)

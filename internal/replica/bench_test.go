@@ -76,46 +76,55 @@ func BenchmarkApply(b *testing.B) {
 // BenchmarkCapture measures what writeset capture costs a local
 // transaction: 10 single-row INSERT statements and a COMMIT, with capture
 // (trigger + CollectWriteset) and without (the same statements with
-// session_replication_role = replica, so that no trigger fires).
+// session_replication_role = replica, so that no trigger fires), on a table
+// without a unique index other than its primary key (plain) and on one
+// with a UNIQUE column (unique), whose values capture also records.
 //
-//	go test -run '^$' -bench BenchmarkCapture ./internal/replica/
+//	go test -run '^$' -bench BenchmarkCapture -benchtime 200x ./internal/replica/
 func BenchmarkCapture(b *testing.B) {
-	srv, _ := instance(b, `CREATE TABLE ev (id bigint PRIMARY KEY, k int NOT NULL, c text NOT NULL)`,
+	srv, _ := instance(b, `CREATE TABLE ev (id bigint PRIMARY KEY, k int NOT NULL, c text NOT NULL);
+		CREATE TABLE ev_unique (id bigint PRIMARY KEY, k int NOT NULL, c text NOT NULL UNIQUE)`,
 		pgtest.SynchronousCommitOff())
 	ctx := tctx(b)
 	var seq int64 // b.Run calls the function several times: keys must not repeat
-	for _, captured := range []bool{false, true} {
-		name := "capture=off"
-		if captured {
-			name = "capture=on"
-		}
-		b.Run(name, func(b *testing.B) {
-			s := session(b, srv)
-			if !captured {
-				mustExec(b, s, `SET session_replication_role = replica`)
+	for _, table := range []string{"plain", "unique"} {
+		for _, captured := range []bool{false, true} {
+			name := table + "/capture=off"
+			if captured {
+				name = table + "/capture=on"
 			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				tx, err := s.Begin(ctx)
-				if err != nil {
-					b.Fatal(err)
+			insert := `INSERT INTO ev VALUES ($1, $2, $3)`
+			if table == "unique" {
+				insert = `INSERT INTO ev_unique VALUES ($1, $2, $3)`
+			}
+			b.Run(name, func(b *testing.B) {
+				s := session(b, srv)
+				if !captured {
+					mustExec(b, s, `SET session_replication_role = replica`)
 				}
-				for j := 0; j < 10; j++ {
-					seq++
-					if _, err := tx.Exec(ctx, `INSERT INTO ev VALUES ($1, $2, $3)`, seq, j, "some text"); err != nil {
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					tx, err := s.Begin(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					for j := 0; j < 10; j++ {
+						seq++
+						if _, err := tx.Exec(ctx, insert, seq, j, "some text "+strconv.FormatInt(seq, 10)); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if captured {
+						ws, err := CollectWriteset(ctx, tx)
+						if err != nil || len(ws) < 10 {
+							b.Fatalf("writeset of %d changes, %v", len(ws), err)
+						}
+					}
+					if err := tx.Commit(ctx); err != nil {
 						b.Fatal(err)
 					}
 				}
-				if captured {
-					ws, err := CollectWriteset(ctx, tx)
-					if err != nil || len(ws) != 10 {
-						b.Fatalf("writeset of %d changes, %v", len(ws), err)
-					}
-				}
-				if err := tx.Commit(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+			})
+		}
 	}
 }

@@ -1,9 +1,12 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,10 +58,10 @@ func PrepareSession(ctx context.Context, conn Querier) error {
 
 // Event is one row of the writeset buffer, as CollectSQL returns it.
 type Event struct {
-	Table string // schema-qualified, quoted
-	Op    byte   // 'U' upsert, 'D' delete, 'T' truncate
-	Key   []byte // JSON array of the primary key values; nil for 'T'
-	Row   []byte // JSON object of the new row ('U' only)
+	Table string // schema-qualified, quoted; "<table>#<index>" for 'K'
+	Op    byte   // 'U' upsert, 'D' delete, 'T' truncate, 'K' unique index value
+	Key   []byte // JSON array of the primary key (or 'K': index) values; nil for 'T'
+	Row   []byte // the new row in its text form ('U' only)
 }
 
 // CollectWriteset returns the writeset of the transaction open on conn
@@ -66,7 +69,8 @@ type Event struct {
 // inside the client's transaction, just before COMMIT. The result holds
 // the last change per (table, key), ordered by the key's first appearance;
 // a TRUNCATE drops the table's earlier changes and keeps its place in the
-// order (see Collapse). It is empty for a read-only transaction.
+// order; then the values of unique indexes the transaction took or freed
+// (see Collapse). It is empty for a read-only transaction.
 func CollectWriteset(ctx context.Context, conn Querier) ([]*certifierpb.Change, error) {
 	rows, err := conn.Query(ctx, CollectSQL)
 	if err != nil {
@@ -107,13 +111,33 @@ func collectErr(err error) error {
 // table's earlier row changes and is kept, in place, as a barrier: row
 // changes after it follow it. Consecutive TRUNCATEs (one TRUNCATE a, b
 // statement) stay adjacent, so that Apply can run them as one statement.
+//
+// Unique index values ('K') become OP_UNIQUE_KEY changes, one per (index,
+// values) however often the transaction took or freed them, after all the
+// row changes, sorted by index and values. A TRUNCATE does not remove
+// them: the transaction did write or free those values, and certifying a
+// key too many can only cause a spurious conflict.
 func Collapse(evs []Event) ([]*certifierpb.Change, error) {
 	type tk struct{ tbl, key string }
 	out := make([]*certifierpb.Change, 0, len(evs))
 	pos := make(map[tk]int, len(evs))
 	removed := 0
+	var uniq []*certifierpb.Change
+	var seen map[tk]bool
 	for _, e := range evs {
 		switch e.Op {
+		case 'K':
+			if len(e.Key) == 0 {
+				return nil, fmt.Errorf("replica: unique index event on %s without a key", e.Table)
+			}
+			k := tk{e.Table, string(e.Key)}
+			if seen == nil {
+				seen = map[tk]bool{}
+			}
+			if !seen[k] {
+				seen[k] = true
+				uniq = append(uniq, &certifierpb.Change{Table: e.Table, Op: certifierpb.Op_OP_UNIQUE_KEY, Key: e.Key})
+			}
 		case 'T':
 			for k, i := range pos {
 				if k.tbl == e.Table {
@@ -145,18 +169,26 @@ func Collapse(evs []Event) ([]*certifierpb.Change, error) {
 			return nil, fmt.Errorf("replica: unknown event op %q on %s", e.Op, e.Table)
 		}
 	}
-	if removed == 0 {
-		return out, nil
-	}
-	j := 0
-	for _, c := range out {
-		if c != nil {
-			out[j] = c
-			j++
+	if removed > 0 {
+		j := 0
+		for _, c := range out {
+			if c != nil {
+				out[j] = c
+				j++
+			}
 		}
+		clear(out[j:])
+		out = out[:j]
 	}
-	clear(out[j:])
-	return out[:j], nil
+	// In a fixed order, so that a transaction's writeset does not depend on
+	// how the capture trigger's queries happened to return the values.
+	slices.SortFunc(uniq, func(a, b *certifierpb.Change) int {
+		if c := strings.Compare(a.Table, b.Table); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.Key, b.Key)
+	})
+	return append(out, uniq...), nil
 }
 
 // RecordVersion records version v as committed, by inserting it into

@@ -42,6 +42,34 @@
 //   - Triggers are ordinary (ENABLE ORIGIN), so they do not fire while
 //     session_replication_role = replica, which is how Apply writes.
 //
+// # Unique indexes
+//
+// Two transactions that write different rows can still conflict: on
+// different replicas they can give the same value to a UNIQUE column, and
+// whichever is applied second fails on every other replica (on its origin,
+// the applier waits for the row lock of the certified local transaction
+// forever). So capture also records, as 'K' events and then OP_UNIQUE_KEY
+// changes, the values of unique indexes the transaction took or freed: the
+// new rows' values for an INSERT, the old rows' for a DELETE, for an UPDATE
+// the values the statement added or removed (a value only moved between
+// rows the statement wrote needs nothing: a transaction that could take or
+// free it writes one of those rows too). The certifier treats each as a
+// row named "<table>#<index>" with the index's values as its key, so two
+// transactions that take (or one takes and one frees) the same value of
+// the same index conflict. Apply skips them.
+//
+// Certified indexes are the valid unique indexes and constraints other
+// than the primary key that are neither partial nor on expressions. Their
+// list is passed to the capture triggers as arguments, computed when the
+// triggers are installed; the event trigger reinstalls a table's triggers
+// after CREATE INDEX, DROP INDEX, ALTER INDEX and ALTER TABLE. Values with
+// a NULL are not recorded where NULLs may repeat (NULLS DISTINCT, the
+// default). Tables without such indexes run exactly the statements they ran
+// before. On a table with one, a single-row statement costs about 20 µs
+// more in the trigger (50 µs for an UPDATE, which compares old and new
+// values); a transaction of 10 single-row INSERTs about 10% more end to end
+// (BenchmarkCapture).
+//
 // # Remote apply
 //
 // Apply applies a run of log entries with consecutive versions in one
@@ -68,11 +96,16 @@
 //
 //   - Only tables with a primary key are replicated; writes to others are
 //     refused through the proxy.
-//   - Conflicts are detected on primary keys only. Two replicas inserting
-//     different keys with the same value of a secondary UNIQUE column both
-//     certify, and applying the second fails on the other replicas. Within
-//     one Apply, values moved between rows of a unique column are handled
-//     by retrying with delete-then-insert.
+//   - Unique values are compared by their text, like primary keys. Where
+//     the index's equality is coarser than the text (citext, a
+//     nondeterministic collation, numeric 1.0 = 1.00), two replicas can
+//     still take "equal" values with different text, certify both, and the
+//     second fails when applied. Partial and expression unique indexes,
+//     exclusion constraints, and a unique index still being built (CREATE
+//     INDEX CONCURRENTLY) are not certified at all. Index names must be the
+//     same on every replica (they are when DDL goes through tashkent).
+//     Within one Apply, values moved between rows of a unique column are
+//     handled by retrying with delete-then-insert.
 //   - Sequences, large objects, temporary tables and unlogged-table
 //     semantics are not replicated by capture; DDL travels as SQL text
 //     (OP_DDL), which the proxy must log, and must be valid inside a

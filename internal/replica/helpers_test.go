@@ -167,6 +167,8 @@ func change(c *certifierpb.Change) string {
 		return "T " + c.GetTable()
 	case certifierpb.Op_OP_DDL:
 		return "DDL " + string(c.GetRow())
+	case certifierpb.Op_OP_UNIQUE_KEY:
+		return "K " + c.GetTable() + " " + string(c.GetKey())
 	}
 	return "? " + c.String()
 }

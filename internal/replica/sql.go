@@ -6,7 +6,17 @@ import "regexp"
 // runs as one multi-statement simple query, that is, as one implicit
 // transaction, serialized against concurrent installs by an advisory lock.
 // Every statement is idempotent.
-var installSQL = regexp.MustCompile(`\$KEY\(([a-z.]+)\)`).ReplaceAllString(installTemplate, keyExpr)
+var installSQL = expand(installTemplate, map[string]string{
+	"KEY": keyExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr})
+
+// expand replaces every $NAME(x) in s by the template of NAME, whose $1
+// stands for x.
+func expand(s string, macros map[string]string) string {
+	for name, tmpl := range macros {
+		s = regexp.MustCompile(`\$`+name+`\(([a-z.]+)\)`).ReplaceAllString(s, tmpl)
+	}
+	return s
+}
 
 // keyExpr renders a row's primary key as a JSON array of the key columns'
 // values, in key order, from the row as to_json prints it ($1); the values
@@ -16,6 +26,31 @@ var installSQL = regexp.MustCompile(`\$KEY\(([a-z.]+)\)`).ReplaceAllString(insta
 const keyExpr = `CASE WHEN v_one THEN '[' || ($1 -> v_pk1)::text || ']'
 	ELSE '[' || array_to_string(ARRAY(
 		SELECT ($1 -> u.c)::text FROM unnest(v_pk) WITH ORDINALITY AS u(c, o) ORDER BY u.o), ',') || ']' END`
+
+// uniqueKeys1Expr and uniqueKeysNExpr are subqueries, for a LATERAL join,
+// giving the keys of a row ($1, as to_json prints it) in the table's unique
+// indexes other than the primary key: one row (tbl, key) per index, tbl
+// being "<table>#<index>" and key a JSON array of the index's key columns'
+// values, each printed as keyExpr prints it. Keys with a NULL are left out
+// where the index lets NULLs repeat (flag 's'). The indexes come from the
+// trigger arguments (see tashkent.capture). uniqueKeys1Expr covers the
+// single-column indexes (v_1lab, v_1flag, v_1col: quoted name, flag and
+// column per index), uniqueKeysNExpr the others (v_nlab, v_nflag, v_nst,
+// v_nn per index; v_ncol holds every index's columns, index i's from
+// v_nst[i], v_nn[i] of them). Two forms because the general one costs
+// about 15 µs more per statement (its subplans) and nearly every unique
+// index has one column; tables with wider ones run both.
+const uniqueKeys1Expr = `(SELECT v_tbl || '#' || u.lab AS tbl, '[' || ($1 -> u.col)::text || ']' AS key
+	FROM unnest(v_1lab, v_1flag, v_1col) AS u(lab, flag, col)
+	WHERE NOT (u.flag = 's' AND ($1 -> u.col)::text = 'null'))`
+
+const uniqueKeysNExpr = `(SELECT v_tbl || '#' || u.lab AS tbl, x.key
+	FROM unnest(v_nlab, v_nflag, v_nst, v_nn) AS u(lab, flag, st, n)
+	CROSS JOIN LATERAL (
+		SELECT '[' || string_agg(e.v, ',' ORDER BY e.g) || ']' AS key, bool_or(e.v = 'null') AS hasnull
+		FROM (SELECT g.g, ($1 -> v_ncol[g.g])::text AS v
+			FROM generate_series(u.st, u.st + u.n - 1) AS g(g)) AS e) AS x
+	WHERE NOT (u.flag = 's' AND x.hasnull))`
 
 const installTemplate = `
 SELECT pg_advisory_xact_lock(7346001);
@@ -54,9 +89,17 @@ END
 $fn$;
 
 -- capture is the statement-level AFTER INSERT / UPDATE / DELETE / TRUNCATE
--- trigger of every replicated table. The trigger arguments are the primary
--- key columns. It appends the statement's row changes to the session's
--- writeset buffer, pg_temp.tashkent_writeset, which PrepareSession creates.
+-- trigger of every replicated table. It appends the statement's row changes
+-- to the session's writeset buffer, pg_temp.tashkent_writeset, which
+-- PrepareSession creates.
+--
+-- The trigger arguments are the primary key columns and, when the table
+-- has unique indexes other than the primary key that tashkent certifies
+-- (see ensure_triggers), an empty argument (no column is named '') and
+-- then: the number n of single-column indexes, their n quoted names, their
+-- n flags ('s': keys with a NULL are skipped, 'n': not), their n columns;
+-- then per wider index: its quoted name, flag, number of key columns, and
+-- those columns.
 --
 -- Statement level with transition tables rather than FOR EACH ROW: one call
 -- per statement, set-based, and it sees the statement as a whole, which an
@@ -70,6 +113,16 @@ $fn$;
 -- to_json would print SQL NULL and a JSON null in a json/jsonb column alike,
 -- and normalize json text. The key is a JSON array of the key values (see
 -- keyExpr), readable and compared as bytes by the certifier.
+--
+-- Unique index values ('K' events, certified like rows and never applied):
+-- an INSERT records the new rows' values, a DELETE the old rows' (it frees
+-- them), an UPDATE the values the statement took or freed: those of the
+-- new rows that no old row had, and those of the old rows that no new row
+-- has. A value the statement only moved between its rows stays held by a
+-- row the transaction writes, so a transaction that could take or free it
+-- conflicts on that row's primary key. The row changes are recorded by the
+-- same statements for every table, the values by statements of their own
+-- that tables without such indexes never run.
 --
 -- The SET clauses pin every setting that changes how values print (time
 -- zone of timestamptz, date and interval style, bytea format, float
@@ -86,10 +139,21 @@ SET extra_float_digits = '1'
 AS $fn$
 DECLARE
 	v_tbl text := format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
-	v_pk text[] := TG_ARGV;
+	v_sep int := array_position(TG_ARGV, '');
+	v_pk text[] := CASE WHEN v_sep IS NULL THEN TG_ARGV ELSE TG_ARGV[0:v_sep - 1] END;
 	v_pk1 text := TG_ARGV[0];
-	v_one boolean := TG_NARGS = 1;
+	v_one boolean := coalesce(v_sep, TG_NARGS) = 1;
 	v_rows boolean;
+	v_1lab text[];
+	v_1flag text[];
+	v_1col text[];
+	v_nlab text[];
+	v_nflag text[];
+	v_nst int[];
+	v_nn int[];
+	v_ncol text[];
+	v_i int;
+	v_n int;
 BEGIN
 	IF current_setting('tashkent.capture', true) IS DISTINCT FROM 'on' THEN
 		IF TG_OP = 'TRUNCATE' THEN
@@ -133,6 +197,76 @@ BEGIN
 	ELSIF TG_OP = 'TRUNCATE' THEN
 		INSERT INTO pg_temp.tashkent_writeset (tbl, op) VALUES (v_tbl, 'T');
 	END IF;
+	IF v_sep IS NULL OR TG_OP = 'TRUNCATE' THEN
+		RETURN NULL;
+	END IF;
+
+	-- Single-column unique indexes.
+	v_n := TG_ARGV[v_sep + 1]::int;
+	IF v_n > 0 THEN
+		v_1lab := TG_ARGV[v_sep + 2:v_sep + 1 + v_n];
+		v_1flag := TG_ARGV[v_sep + 2 + v_n:v_sep + 1 + 2 * v_n];
+		v_1col := TG_ARGV[v_sep + 2 + 2 * v_n:v_sep + 1 + 3 * v_n];
+		IF TG_OP = 'INSERT' THEN
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+			SELECT uk.tbl, 'K', uk.key
+			FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
+			CROSS JOIN LATERAL $UKEYS1(s.j) AS uk;
+		ELSIF TG_OP = 'UPDATE' THEN
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+			SELECT coalesce(nu.tbl, ou.tbl), 'K', coalesce(nu.key, ou.key)
+			FROM (SELECT uk.tbl, uk.key
+				FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
+				CROSS JOIN LATERAL $UKEYS1(s.j) AS uk) AS nu
+			FULL JOIN (SELECT uk.tbl, uk.key
+				FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
+				CROSS JOIN LATERAL $UKEYS1(s.j) AS uk) AS ou
+			ON ou.tbl = nu.tbl AND ou.key = nu.key
+			WHERE nu.key IS NULL OR ou.key IS NULL;
+		ELSE
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+			SELECT uk.tbl, 'K', uk.key
+			FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
+			CROSS JOIN LATERAL $UKEYS1(s.j) AS uk;
+		END IF;
+	END IF;
+
+	-- Wider unique indexes.
+	v_i := v_sep + 2 + 3 * v_n;
+	IF v_i >= TG_NARGS THEN
+		RETURN NULL;
+	END IF;
+	WHILE v_i < TG_NARGS LOOP
+		v_n := TG_ARGV[v_i + 2]::int;
+		v_nlab := v_nlab || TG_ARGV[v_i];
+		v_nflag := v_nflag || TG_ARGV[v_i + 1];
+		v_nst := v_nst || (coalesce(cardinality(v_ncol), 0) + 1);
+		v_nn := v_nn || v_n;
+		v_ncol := v_ncol || TG_ARGV[v_i + 3:v_i + 2 + v_n];
+		v_i := v_i + 3 + v_n;
+	END LOOP;
+	IF TG_OP = 'INSERT' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT uk.tbl, 'K', uk.key
+		FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
+		CROSS JOIN LATERAL $UKEYSN(s.j) AS uk;
+	ELSIF TG_OP = 'UPDATE' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT coalesce(nu.tbl, ou.tbl), 'K', coalesce(nu.key, ou.key)
+		FROM (SELECT uk.tbl, uk.key
+			FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
+			CROSS JOIN LATERAL $UKEYSN(s.j) AS uk) AS nu
+		FULL JOIN (SELECT uk.tbl, uk.key
+			FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
+			CROSS JOIN LATERAL $UKEYSN(s.j) AS uk) AS ou
+		ON ou.tbl = nu.tbl AND ou.key = nu.key
+		WHERE nu.key IS NULL OR ou.key IS NULL;
+	ELSE
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT uk.tbl, 'K', uk.key
+		FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
+		CROSS JOIN LATERAL $UKEYSN(s.j) AS uk;
+	END IF;
 	RETURN NULL;
 END
 $fn$;
@@ -157,10 +291,19 @@ END
 $fn$;
 
 -- ensure_triggers gives one table the triggers it should have: the capture
--- triggers (with the primary key columns as arguments) when it has a
--- primary key, the no-primary-key guard otherwise, nothing when it is not a
--- replicated table. Triggers named tashkent_* that are already right are
--- left alone, so running it again takes no lock.
+-- triggers (with the primary key columns and the certified unique indexes
+-- as arguments, see capture) when it has a primary key, the no-primary-key
+-- guard otherwise, nothing when it is not a replicated table. Triggers named
+-- tashkent_* that are already right are left alone, so running it again
+-- takes no lock.
+--
+-- Certified unique indexes: unique, not the primary key, valid, neither
+-- partial nor on expressions, in name order; only their key columns
+-- (INCLUDE columns are not part of the key). Keys with a NULL are skipped
+-- ('s') unless the index treats NULLs as equal (NULLS NOT DISTINCT) or a
+-- column's value can print as a JSON null without being NULL (json, jsonb,
+-- or a type with its own cast to json, which to_json uses): then SQL NULL
+-- and that value share a key, which can only cause a spurious conflict.
 CREATE OR REPLACE FUNCTION tashkent.ensure_triggers(p_rel oid) RETURNS text
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -169,6 +312,11 @@ AS $fn$
 DECLARE
 	v_rel regclass;
 	v_pk text[];
+	v_uargs text[] := '{}';
+	v_1lab text[] := '{}';
+	v_1flag text[] := '{}';
+	v_1col text[] := '{}';
+	v_idx record;
 	v_args text;
 	v_argbytes bytea;
 	v_want text[];
@@ -192,13 +340,48 @@ BEGIN
 		FROM pg_index i
 		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-		WHERE i.indrelid = p_rel AND i.indisprimary
+		WHERE i.indrelid = p_rel AND i.indisprimary AND k.ord <= i.indnkeyatts
 		ORDER BY k.ord);
 
 	IF cardinality(v_pk) > 0 THEN
-		v_args := (SELECT string_agg(quote_literal(c), ', ') FROM unnest(v_pk) AS c);
+		FOR v_idx IN
+			SELECT quote_ident(ci.relname) AS name,
+				ARRAY(SELECT a.attname::text
+					FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+					JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+					WHERE k.ord <= i.indnkeyatts ORDER BY k.ord) AS cols,
+				i.indnullsnotdistinct OR EXISTS (
+					WITH RECURSIVE b(t) AS (
+						SELECT a.atttypid
+						FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+						JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+						WHERE k.ord <= i.indnkeyatts
+						UNION
+						SELECT ty.typbasetype FROM pg_type ty JOIN b ON ty.oid = b.t WHERE ty.typtype = 'd')
+					SELECT FROM b
+					WHERE b.t IN ('json'::regtype, 'jsonb'::regtype)
+						OR (b.t >= 16384 AND EXISTS (SELECT FROM pg_cast c
+							WHERE c.castsource = b.t AND c.casttarget = 'json'::regtype))) AS keepnull
+			FROM pg_index i JOIN pg_class ci ON ci.oid = i.indexrelid
+			WHERE i.indrelid = p_rel AND i.indisunique AND NOT i.indisprimary AND i.indisvalid
+				AND i.indpred IS NULL AND i.indexprs IS NULL
+			ORDER BY ci.relname
+		LOOP
+			IF cardinality(v_idx.cols) = 1 THEN
+				v_1lab := v_1lab || v_idx.name;
+				v_1flag := v_1flag || CASE WHEN v_idx.keepnull THEN 'n' ELSE 's' END;
+				v_1col := v_1col || v_idx.cols;
+			ELSE
+				v_uargs := v_uargs || ARRAY[v_idx.name, CASE WHEN v_idx.keepnull THEN 'n' ELSE 's' END,
+					cardinality(v_idx.cols)::text] || v_idx.cols;
+			END IF;
+		END LOOP;
+		IF cardinality(v_1lab) > 0 OR cardinality(v_uargs) > 0 THEN
+			v_uargs := ARRAY['', cardinality(v_1lab)::text] || v_1lab || v_1flag || v_1col || v_uargs;
+		END IF;
+		v_args := (SELECT string_agg(quote_literal(c), ', ' ORDER BY o) FROM unnest(v_pk || v_uargs) WITH ORDINALITY AS u(c, o));
 		v_argbytes := (SELECT string_agg(convert_to(u.c, 'UTF8') || '\x00'::bytea, ''::bytea ORDER BY u.o)
-			FROM unnest(v_pk) WITH ORDINALITY AS u(c, o));
+			FROM unnest(v_pk || v_uargs) WITH ORDINALITY AS u(c, o));
 		v_want := ARRAY[
 			'tashkent_capture_del:' || encode(v_argbytes, 'hex') || ':O',
 			'tashkent_capture_ins:' || encode(v_argbytes, 'hex') || ':O',
@@ -255,7 +438,12 @@ $fn$;
 
 -- on_ddl keeps the triggers right as tables are created and altered (a new
 -- table, CREATE TABLE AS, a primary key added or dropped, a key column
--- renamed, a partition attached).
+-- renamed, a partition attached, a unique index created, dropped or
+-- renamed). A command on an index or a constraint counts for its table. A
+-- dropped index is gone from the catalog by now, and DROP reports no
+-- objects here: DROP INDEX refreshes every table whose capture triggers
+-- list unique indexes (their arguments hold an empty one, the only empty
+-- argument there is, so two NUL bytes in a row).
 CREATE OR REPLACE FUNCTION tashkent.on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -266,17 +454,34 @@ DECLARE
 	v_changed boolean := false;
 BEGIN
 	FOR v_rel IN
-		SELECT d.objid FROM pg_event_trigger_ddl_commands() AS d
-		WHERE d.classid = 'pg_class'::regclass
+		WITH cmd AS (
+			SELECT CASE d.classid
+				WHEN 'pg_class'::regclass THEN
+					coalesce((SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = d.objid), d.objid)
+				WHEN 'pg_constraint'::regclass THEN
+					(SELECT nullif(c.conrelid, 0) FROM pg_constraint c WHERE c.oid = d.objid)
+				END AS rel
+			FROM pg_event_trigger_ddl_commands() AS d
+		)
+		SELECT cmd.rel FROM cmd WHERE cmd.rel IS NOT NULL
 		UNION
-		SELECT p.relid FROM pg_event_trigger_ddl_commands() AS d
-		CROSS JOIN LATERAL pg_partition_tree(d.objid::regclass) AS p
-		WHERE d.classid = 'pg_class'::regclass
+		SELECT p.relid FROM cmd CROSS JOIN LATERAL pg_partition_tree(cmd.rel::regclass) AS p
+		WHERE cmd.rel IS NOT NULL
 	LOOP
 		IF tashkent.ensure_triggers(v_rel) IS NOT NULL THEN
 			v_changed := true;
 		END IF;
 	END LOOP;
+	IF TG_TAG = 'DROP INDEX' THEN
+		FOR v_rel IN
+			SELECT t.tgrelid FROM pg_trigger t
+			WHERE t.tgname = 'tashkent_capture_ins' AND position('\x0000'::bytea IN t.tgargs) > 0
+		LOOP
+			IF tashkent.ensure_triggers(v_rel) IS DISTINCT FROM 'unchanged' THEN
+				v_changed := true;
+			END IF;
+		END LOOP;
+	END IF;
 	IF v_changed THEN
 		INSERT INTO tashkent.ddl_log DEFAULT VALUES;
 	END IF;
@@ -288,7 +493,8 @@ $fn$;
 -- its tables need their triggers here too, for this replica's own clients.
 DROP EVENT TRIGGER IF EXISTS tashkent_ddl;
 CREATE EVENT TRIGGER tashkent_ddl ON ddl_command_end
-	WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE', 'CREATE SCHEMA')
+	WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE', 'CREATE SCHEMA',
+		'CREATE INDEX', 'DROP INDEX', 'ALTER INDEX')
 	EXECUTE FUNCTION tashkent.on_ddl();
 ALTER EVENT TRIGGER tashkent_ddl ENABLE ALWAYS;
 
@@ -384,12 +590,12 @@ SELECT t.name, c.oid IS NOT NULL, CASE WHEN c.oid IS NULL THEN '' ELSE format('%
 		FROM pg_index i
 		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-		WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY k.ord),
+		WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord <= i.indnkeyatts ORDER BY k.ord),
 	ARRAY(SELECT format_type(a.atttypid, a.atttypmod)
 		FROM pg_index i
 		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-		WHERE i.indrelid = c.oid AND i.indisprimary ORDER BY k.ord),
+		WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord <= i.indnkeyatts ORDER BY k.ord),
 	ARRAY(SELECT a.attname::text FROM pg_attribute a
 		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 		ORDER BY a.attnum)
