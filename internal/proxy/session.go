@@ -28,15 +28,18 @@ type session struct {
 	status byte   // the backend's transaction status, as last reported
 	start  uint64 // start_version of the open transaction
 
-	// doomedErr is set by the lock watch after it aborted the session's
-	// idle transaction; the client gets it at its next statement.
-	doomedErr *pgproto3.ErrorResponse
+	// doomedErr is set by the lock watch after it rolled back the session's
+	// idle transaction; the client gets it at its next statement, and the
+	// proxy plays the failed block (failedBlock) until ROLLBACK or COMMIT.
+	doomedErr   *pgproto3.ErrorResponse
+	failedBlock bool
 	// conflictCancel is set when the lock watch cancelled the running
 	// statement; the resulting 57014 is reported as 40001.
 	conflictCancel atomic.Bool
 	committing     atomic.Bool // between asking the certifier and the end of COMMIT
 	certified      atomic.Bool // the certifier said commit; the transaction waits for its turn
 
+	ex         exchange                        // the extended-protocol exchange in progress
 	ddl        []string                        // DDL run by the open transaction
 	statements map[string][]sqlclass.Statement // prepared statements by name
 	portals    map[string]string               // portal -> statement name
@@ -110,25 +113,77 @@ func (s *session) labelIfIdle() {
 	}
 }
 
-// takeDoom reports the doom the lock watch left, if any, as the answer to a
-// unit: the client learns at its next statement that its transaction was
-// aborted. ROLLBACK goes through as usual.
-func (s *session) takeDoom(kinds []sqlclass.Kind) bool {
-	if s.doomedErr == nil {
-		return false
+// A session the lock watch preempted while it was idle in a transaction
+// block has had its backend transaction rolled back (the backend is idle);
+// the client does not know yet. The proxy plays the rest of the client's
+// failed block: its next statement gets the 40001 (doomedErr), later ones
+// 25P02 (as PostgreSQL answers in a failed block), until ROLLBACK or
+// COMMIT end it. Parse and Close are still forwarded, so that the client's
+// prepared statements exist as it expects.
+
+// takeDoom answers a unit of a preempted session, if the session is one,
+// and reports whether it did. kinds are the unit's statements' kinds.
+func (s *session) takeDoom(kinds []sqlclass.Kind, u *unit) (bool, error) {
+	if s.doomedErr == nil && !s.failedBlock {
+		return false, nil
 	}
-	if len(kinds) == 1 && kinds[0] == sqlclass.Rollback {
-		s.doomedErr = nil
-		return false
+	if u != nil {
+		if err := s.forwardStatementMessages(u); err != nil {
+			return true, err
+		}
 	}
-	s.w.Client.Send(s.doomedErr)
-	s.doomedErr = nil
-	if len(kinds) == 1 && kinds[0] == sqlclass.Commit {
-		s.exec("ROLLBACK")
+	ends := len(kinds) == 1 && (kinds[0] == sqlclass.Rollback || kinds[0] == sqlclass.Commit)
+	switch {
+	case ends && s.doomedErr != nil && kinds[0] == sqlclass.Commit:
+		s.w.Client.Send(s.doomedErr) // the COMMIT fails: the transaction is over
+	case ends:
+		s.w.Client.Send(&pgproto3.CommandComplete{CommandTag: []byte("ROLLBACK")})
+	case s.doomedErr != nil:
+		s.w.Client.Send(s.doomedErr)
+	default:
+		s.w.Client.Send(errorResponse(codeInFailedTransaction,
+			"current transaction is aborted, commands ignored until end of transaction block", "", ""))
 	}
-	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
-	return true
+	s.doomedErr, s.failedBlock = nil, !ends
+	if u != nil && u.partial() {
+		// No ReadyForQuery before the client's Sync; what it sends until
+		// then is discarded, as after any error.
+		s.ex = exchange{open: true, failed: true, played: true}
+		return true, nil
+	}
+	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.playedStatus()})
+	return true, nil
 }
+
+// playedStatus is the status a preempted session's client is told.
+func (s *session) playedStatus() byte {
+	if s.failedBlock {
+		return 'E'
+	}
+	return 'I'
+}
+
+// forwardStatementMessages runs a unit's Parse and Close messages (those
+// that outlive transactions) and relays their answers; the rest of the
+// unit is answered by takeDoom.
+func (s *session) forwardStatementMessages(u *unit) error {
+	var raw []byte
+	for _, m := range u.msgs {
+		if m.typ == 'P' || (m.typ == 'C' && m.object == 'S') {
+			raw = append(raw, m.raw...)
+		}
+	}
+	if raw == nil {
+		return nil
+	}
+	if err := s.forwardRaw(append(raw, syncMessage...)); err != nil {
+		return err
+	}
+	_, err := s.relay(false)
+	return err
+}
+
+var syncMessage, _ = (&pgproto3.Sync{}).Encode(nil)
 
 // doom aborts the session's transaction because a remote writeset needs a
 // row lock it holds: it would fail certification anyway (Tashkent §8.2).
@@ -148,11 +203,11 @@ func (s *session) doom() {
 		if s.status != 'T' {
 			return
 		}
-		res, err := s.exec(`DO $$BEGIN RAISE EXCEPTION USING ERRCODE = '40001', MESSAGE = 'tashkent: aborted for a remote writeset'; END$$`)
+		res, err := s.exec("ROLLBACK")
 		if err != nil {
 			return
 		}
-		if res.status == 'E' {
+		if res.status == 'I' {
 			s.doomedErr = errorResponse(codeSerializationFailure,
 				"could not serialize access: this transaction was aborted because a transaction committed first on another replica wrote the same rows",
 				"The transaction held a row lock the other transaction's writeset needed; it would have failed certification at COMMIT (eager pre-certification, Tashkent §8.2).",

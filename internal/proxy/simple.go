@@ -15,8 +15,8 @@ func (s *session) simpleQuery(ctx context.Context, sql string) error {
 	if err != nil { // PostgreSQL reports the syntax error itself
 		return s.forwardQuery(sql)
 	}
-	if s.takeDoom(kindsOf(stmts)) {
-		return nil
+	if taken, err := s.takeDoom(kindsOf(stmts), nil); taken || err != nil {
+		return err
 	}
 	for _, st := range stmts {
 		if reservedSetting(st) {

@@ -18,21 +18,37 @@ const unitBytesMax = 256 << 20
 // forwarded) and what the proxy needs to know about it.
 type unitMsg struct {
 	raw    []byte
-	typ    byte   // 'P' Parse, 'B' Bind, 'E' Execute, 'D' Describe, 'C' Close, 'H' Flush
+	typ    byte   // 'P' Parse, 'B' Bind, 'E' Execute, 'D' Describe, 'C' Close
 	name   string // Parse: statement; Bind, Execute: portal; Describe, Close: object
 	stmt   string // Bind: the statement bound
 	query  string // Parse: the SQL
 	object byte   // Describe, Close: 'S' or 'P'
 }
 
-// unit is the extended-protocol messages up to and including Sync.
+// unit is the extended-protocol messages up to and including Sync, or up
+// to a Flush: a client may send Flush and wait for the answers before it
+// sends more (asyncpg prepares every statement that way). A unit ended by a
+// Flush is partial: the exchange goes on until Sync, and session.exchange
+// keeps what the proxy must remember across its parts.
 type unit struct {
 	msgs []unitMsg
-	sync []byte // the encoded Sync
+	sync []byte // the encoded Sync; nil for a partial unit
 }
 
+func (u *unit) partial() bool { return u.sync == nil }
+
+// terminator is what ends the unit's last segment: its Sync, or a Flush.
+func (u *unit) terminator() []byte {
+	if u.partial() {
+		return flushMessage
+	}
+	return u.sync
+}
+
+var flushMessage, _ = (&pgproto3.Flush{}).Encode(nil)
+
 // readUnit buffers extended-protocol messages, starting with first, up to
-// Sync. Everything is copied: pgproto3 reuses its buffers.
+// Sync or Flush. Everything is copied: pgproto3 reuses its buffers.
 func (s *session) readUnit(first pgproto3.FrontendMessage) (*unit, error) {
 	u := &unit{}
 	size := 0
@@ -61,7 +77,7 @@ func (s *session) readUnit(first pgproto3.FrontendMessage) (*unit, error) {
 		case *pgproto3.Close:
 			m.typ, m.name, m.object = 'C', v.Name, v.ObjectType
 		case *pgproto3.Flush:
-			m.typ = 'H'
+			return u, nil
 		default:
 			return nil, fmt.Errorf("%w: unexpected %T in an extended-protocol exchange", errProtocol, msg)
 		}
@@ -113,31 +129,85 @@ func kindOf(stmts []sqlclass.Statement) sqlclass.Kind {
 	return stmts[0].Kind
 }
 
+// exchange is what the proxy remembers across the partial units of one
+// extended-protocol exchange (up to Sync).
+type exchange struct {
+	open    bool // a partial unit was processed; Sync has not come yet
+	wrapped bool // the proxy opened a transaction block for a write (see splitUnit)
+	failed  bool // an error was reported: PostgreSQL discards everything until Sync
+	played  bool // the error came from the proxy for a preempted session: discard here, not at the backend
+}
+
 // extendedUnit processes one unit. The common cases (a read, or a statement
 // inside a transaction block) are forwarded as they are; a COMMIT of a
 // transaction block and a write outside one split the unit at the point
 // where the proxy must act.
 func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 	stmts := s.track(u)
-	var kinds []sqlclass.Kind
-	for i, m := range u.msgs {
-		if m.typ == 'E' {
-			kinds = append(kinds, kindOf(stmts[i]))
+	if s.ex.failed {
+		return s.skipToSync(ctx, u)
+	}
+	if !s.ex.open {
+		var kinds []sqlclass.Kind
+		for i, m := range u.msgs {
+			if m.typ == 'E' {
+				kinds = append(kinds, kindOf(stmts[i]))
+			}
 		}
-	}
-	if s.takeDoom(kinds) {
-		return nil
-	}
-	for i, m := range u.msgs {
-		if m.typ == 'E' && len(stmts[i]) == 1 && reservedSetting(stmts[i][0]) {
-			return s.refuse(codeInsufficientPrivilege, "settings named tashkent.* belong to the tashkent proxy", "")
+		if taken, err := s.takeDoom(kinds, u); taken || err != nil {
+			return err
 		}
+		for i, m := range u.msgs {
+			if m.typ == 'E' && len(stmts[i]) == 1 && reservedSetting(stmts[i][0]) {
+				return s.refuse(codeInsufficientPrivilege, "settings named tashkent.* belong to the tashkent proxy", "")
+			}
+		}
+		s.labelIfIdle()
 	}
-	s.labelIfIdle()
-	if !s.unitNeedsIntervention(u, stmts) {
+	s.ex.open = u.partial()
+	if !s.ex.wrapped && !s.unitNeedsIntervention(u, stmts) {
 		return s.forwardUnit(u, stmts)
 	}
 	return s.splitUnit(ctx, u, stmts)
+}
+
+// skipToSync passes on what the client sends after an error until Sync,
+// as PostgreSQL discards it, and then ends the exchange.
+func (s *session) skipToSync(ctx context.Context, u *unit) error {
+	if s.ex.played {
+		if !u.partial() {
+			s.ex = exchange{}
+			s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.playedStatus()})
+		}
+		return nil
+	}
+	if err := s.forwardRaw(u.encoded(0, len(u.msgs), u.terminator())); err != nil {
+		return err
+	}
+	if u.partial() {
+		return nil // PostgreSQL answers nothing until Sync
+	}
+	if _, err := s.relay(false); err != nil {
+		return err
+	}
+	return s.endExchange(ctx, false)
+}
+
+// endExchange answers the client's Sync: the block the proxy opened is
+// committed or rolled back, and the client gets ReadyForQuery.
+func (s *session) endExchange(ctx context.Context, ok bool) error {
+	wrapped := s.ex.wrapped
+	s.ex = exchange{}
+	if wrapped {
+		return s.finishWrapped(ctx, ok)
+	}
+	if !ok && s.status == 'T' { // the error came from the proxy, not the backend
+		if err := s.failBlock(); err != nil {
+			return err
+		}
+	}
+	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
+	return nil
 }
 
 // noteExecuted records what the Executes of messages [from, to) did, once
@@ -201,7 +271,15 @@ func (s *session) unitNeedsIntervention(u *unit, stmts [][]sqlclass.Statement) b
 
 // forwardUnit sends the unit as it is and relays the whole answer.
 func (s *session) forwardUnit(u *unit, stmts [][]sqlclass.Statement) error {
-	if err := s.forwardRaw(u.encoded(0, len(u.msgs), true)); err != nil {
+	if err := s.forwardRaw(u.encoded(0, len(u.msgs), u.terminator())); err != nil {
+		return err
+	}
+	if u.partial() {
+		failed, err := s.relayFlushed(u.msgs)
+		if err == nil && !failed {
+			err = s.noteExecuted(u, stmts, 0, len(u.msgs))
+		}
+		s.ex.failed = failed
 		return err
 	}
 	res, err := s.relay(false)
@@ -213,19 +291,62 @@ func (s *session) forwardUnit(u *unit, stmts [][]sqlclass.Statement) error {
 			return err
 		}
 	}
+	s.ex = exchange{}
 	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
 	return nil
 }
 
-func (u *unit) encoded(from, to int, withSync bool) []byte {
+// encoded concatenates messages [from, to) and the terminator (a Sync or a
+// Flush; nil for none).
+func (u *unit) encoded(from, to int, terminator []byte) []byte {
 	var b []byte
 	for _, m := range u.msgs[from:to] {
 		b = append(b, m.raw...)
 	}
-	if withSync {
-		b = append(b, u.sync...)
+	return append(b, terminator...)
+}
+
+// relayFlushed relays the answers to messages sent with Flush instead of
+// Sync: there is no ReadyForQuery to wait for, so it counts, per message,
+// up to the answer that ends it. An error ends everything: PostgreSQL
+// discards the rest until Sync. It reports whether there was one.
+func (s *session) relayFlushed(msgs []unitMsg) (bool, error) {
+	for _, m := range msgs {
+		for done := false; !done; {
+			msg, err := s.w.Server.Receive()
+			if err != nil {
+				return false, fmt.Errorf("%w: %v", errBackendGone, err)
+			}
+			switch v := msg.(type) {
+			case *pgproto3.ErrorResponse:
+				s.w.Client.Send(s.rewriteError(v))
+				return true, nil
+			case *pgproto3.ParseComplete:
+				done = m.typ == 'P'
+			case *pgproto3.BindComplete:
+				done = m.typ == 'B'
+			case *pgproto3.CloseComplete:
+				done = m.typ == 'C'
+			case *pgproto3.RowDescription, *pgproto3.NoData:
+				done = m.typ == 'D'
+			case *pgproto3.CommandComplete, *pgproto3.EmptyQueryResponse, *pgproto3.PortalSuspended:
+				done = m.typ == 'E'
+			case *pgproto3.ParameterStatus:
+				s.w.ServerParams[v.Name] = v.Value
+			case *pgproto3.CopyInResponse:
+				s.w.Client.Send(v)
+				if err := s.w.Client.Flush(); err != nil {
+					return false, err
+				}
+				if err := s.pumpCopyIn(); err != nil {
+					return false, err
+				}
+				continue
+			}
+			s.w.Client.Send(msg)
+		}
 	}
-	return b
+	return false, nil
 }
 
 // splitUnit runs the unit in segments, each ended by a Sync of the proxy's,
@@ -234,13 +355,12 @@ func (u *unit) encoded(from, to int, withSync bool) []byte {
 // the portals), committing at COMMIT. After an error the rest of the unit is
 // skipped, as PostgreSQL skips to Sync.
 func (s *session) splitUnit(ctx context.Context, u *unit, stmts [][]sqlclass.Statement) error {
-	wrapped := false
 	from := 0
 	segment := func(to int) (bool, error) {
 		if to == from {
 			return true, nil
 		}
-		if err := s.forwardRaw(u.encoded(from, to, true)); err != nil {
+		if err := s.forwardRaw(u.encoded(from, to, u.sync)); err != nil {
 			return false, err
 		}
 		start := from
@@ -251,6 +371,13 @@ func (s *session) splitUnit(ctx context.Context, u *unit, stmts [][]sqlclass.Sta
 		}
 		return true, s.noteExecuted(u, stmts, start, to)
 	}
+	if u.partial() {
+		// The proxy's own Syncs between segments end PostgreSQL's implicit
+		// transaction, and with it the portals of a flushed exchange: keep
+		// a block open for the rest of the exchange.
+		segment = s.flushedSegment(u, stmts, &from)
+	}
+	wrapped := s.ex.wrapped
 	// statusBefore predicts the backend's status before message i from the
 	// status at the start of the pending segment.
 	statusBefore := func(i int) byte {
@@ -304,16 +431,33 @@ func (s *session) splitUnit(ctx context.Context, u *unit, stmts [][]sqlclass.Sta
 			return err
 		}
 	}
-	if wrapped {
-		return s.finishWrapped(ctx, ok)
+	s.ex.wrapped = wrapped
+	if u.partial() {
+		s.ex.failed = !ok
+		return nil
 	}
-	if !ok && s.status == 'T' { // the error came from the proxy, not the backend
-		if err := s.failBlock(); err != nil {
-			return err
+	return s.endExchange(ctx, ok)
+}
+
+// flushedSegment forwards the messages of a partial unit with Flush (not
+// Sync: PostgreSQL's implicit transaction and its portals live on) and
+// relays their answers.
+func (s *session) flushedSegment(u *unit, stmts [][]sqlclass.Statement, from *int) func(int) (bool, error) {
+	return func(to int) (bool, error) {
+		if to == *from {
+			return true, nil
 		}
+		if err := s.forwardRaw(u.encoded(*from, to, flushMessage)); err != nil {
+			return false, err
+		}
+		start := *from
+		*from = to
+		failed, err := s.relayFlushed(u.msgs[start:to])
+		if err != nil || failed {
+			return false, err
+		}
+		return true, s.noteExecuted(u, stmts, start, to)
 	}
-	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
-	return nil
 }
 
 // finishWrapped commits (or, after an error, rolls back) the transaction
