@@ -4,7 +4,7 @@ GO        ?= go
 BIN       := bin/tashkent
 DEMO_DIR  ?= .demo
 
-.PHONY: build demo down test test-short vet bench-certifier
+.PHONY: build demo down test test-short vet bench-certifier compat-deps
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tashkent
@@ -17,9 +17,14 @@ demo: build
 down: build
 	./$(BIN) down --data-dir $(DEMO_DIR)
 
-# The whole test suite: real PostgreSQL 15 instances, real processes, the
-# race detector. This is what CI runs.
-test:
+# The client libraries of the compatibility suites (psycopg, asyncpg,
+# node-postgres, pgjdbc), from PyPI, npm and Maven Central.
+compat-deps:
+	bash compat/install.sh
+
+# The whole test suite: real PostgreSQL 15 instances, real processes, real
+# clients, the race detector. This is what CI runs.
+test: compat-deps
 	gofmt -l . | (! grep .) || (echo "gofmt would change the files above" && exit 1)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m ./...
