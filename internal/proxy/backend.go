@@ -15,6 +15,9 @@ type result struct {
 
 func (r result) failed() bool { return r.err != nil }
 
+// errRecovering refuses a session while the replica is being recovered.
+var errRecovering = errors.New("the replica is recovering")
+
 // errBackendGone means the backend connection broke; the session ends.
 var errBackendGone = errors.New("the replica's database connection broke")
 

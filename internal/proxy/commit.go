@@ -3,6 +3,8 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -96,7 +98,8 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*
 		rep.seq.Abandon(local)
 		return nil, fmt.Errorf("waiting to commit version %d: %w", v, err)
 	}
-	res, err := s.exec(fmt.Sprintf("INSERT INTO tashkent.applied (version) VALUES (%d); COMMIT", v))
+	record := strings.ReplaceAll(replica.RecordVersionSQL, "$1", strconv.FormatUint(v, 10))
+	res, err := s.exec(record + "; COMMIT")
 	if err != nil {
 		rep.seq.Abandon(local)
 		return nil, err

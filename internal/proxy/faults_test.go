@@ -222,8 +222,19 @@ func TestMWKill9OfReplicaProxyAndCertifierLosesNoAcknowledgedCommit(t *testing.T
 	if len(acks.ids) < 50 {
 		t.Fatalf("only %d commits acknowledged: the workload did not run", len(acks.ids))
 	}
+	// A commit whose certification was in flight when its client gave up
+	// still completes (its outcome was unknown to the client): wait until
+	// the certifier's version stops moving, and every replica holds it.
 	version := c.latestVersion(t)
-	waitAll(t, c, version, 60*time.Second)
+	for {
+		waitAll(t, c, version, 60*time.Second)
+		time.Sleep(300 * time.Millisecond)
+		if latest := c.latestVersion(t); latest != version {
+			version = latest
+			continue
+		}
+		break
+	}
 	sums := make([]map[string]string, len(c.dbs))
 	for i, db := range c.dbs {
 		conn := pgtest.Connect(t, db, "postgres")

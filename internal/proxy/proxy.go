@@ -119,7 +119,10 @@ func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
 		return
 	}
 	s := newSession(p, w)
-	if err := s.setup(); err != nil {
+	if err := s.setup(); errors.Is(err, errRecovering) {
+		w.SendErrorResponse(fatal(codeCannotConnectNow, "the replica is recovering after its database restarted; retry shortly"))
+		return
+	} else if err != nil {
 		s.log.Error("session setup failed", "err", err)
 		w.SendErrorResponse(errorResponse(codeObjectNotInPrereqState, "tashkent could not prepare the session", err.Error(), ""))
 		return

@@ -42,7 +42,11 @@ type replication struct {
 
 	recovering  atomic.Bool
 	needRecover atomic.Bool
-	broken      atomic.Pointer[error] // the applier stopped on an error it cannot get past
+	// started is pg_postmaster_start_time() of the database whose state the
+	// sequencer holds: a session that finds another one is on a restarted
+	// database the proxy has not recovered yet.
+	started atomic.Pointer[string]
+	broken  atomic.Pointer[error] // the applier stopped on an error it cannot get past
 }
 
 // certifier is the part of certclient the sessions use.
@@ -133,6 +137,12 @@ func (r *replication) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connect to the replica %s: %w", r.p.cfg.BackendAddr, err)
 	}
+	var started string
+	if err := apply.QueryRow(ctx, `SELECT pg_postmaster_start_time()::text`).Scan(&started); err != nil {
+		apply.Close(ctx)
+		return fmt.Errorf("read the replica's start time: %w", err)
+	}
+	r.started.Store(&started)
 	control, err := r.p.connectAdmin(ctx)
 	if err != nil {
 		apply.Close(ctx)
@@ -195,6 +205,7 @@ func (r *replication) catchUp(ctx context.Context) error {
 	progress := time.NewTicker(2 * time.Second)
 	defer progress.Stop()
 	for {
+		r.certPtr.Load().RequestCatchUp() // the maintenance loop does not, while recovering
 		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		err := r.seq.WaitCommitted(cctx, target)
 		cancel()
@@ -324,6 +335,8 @@ func (r *replication) handleApplyError(ctx context.Context, batch []logentry.Ent
 	case r.applyConn.IsClosed() || !errors.As(err, &pgErr):
 		r.p.cfg.Logger.Warn("lost the replica's database while applying; recovering", "err", err)
 		r.needRecover.Store(true)
+	case replica.IsVersionGap(pgErr.Code, pgErr.SchemaName, pgErr.TableName):
+		r.requestRecovery("the database lacks versions below the ones to apply")
 	case pgErr.Code == "40P01" || pgErr.Code == "40001" || pgErr.Code == "55P03" || pgErr.Code == codeQueryCanceled:
 		r.p.cfg.Logger.Info("remote apply interrupted; retrying", "first_version", batch[0].Version, "code", pgErr.Code)
 	default:
@@ -356,9 +369,7 @@ func (r *replication) maintainLoop(ctx context.Context) {
 			lastPrune = time.Now()
 		}
 		if err := r.ping(ctx); err != nil && ctx.Err() == nil && !r.needRecover.Load() {
-			r.p.cfg.Logger.Warn("the replica's database does not answer; recovering", "err", err)
-			r.needRecover.Store(true)
-			r.seq.Reset(r.seq.Committed()) // wakes the applier
+			r.requestRecovery("the replica's database does not answer: " + err.Error())
 		}
 	}
 }
@@ -371,6 +382,24 @@ func (r *replication) pruneApplied(ctx context.Context) {
 	if _, err := replica.PruneApplied(ctx, r.controlConn, appliedVersionsKept); err != nil {
 		r.p.cfg.Logger.Warn("prune tashkent.applied", "err", err)
 	}
+}
+
+func (r *replication) postmasterStart() string {
+	if p := r.started.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// requestRecovery makes the applier recover the replica (recover) at once:
+// waiters are woken, and nothing commits until the recorded version is
+// read back and the stream reopened from it.
+func (r *replication) requestRecovery(why string) {
+	if r.needRecover.Swap(true) {
+		return
+	}
+	r.p.cfg.Logger.Warn("recovering the replica", "why", why)
+	r.seq.Reset(r.seq.Committed()) // wakes the applier and every waiting session
 }
 
 func (r *replication) ping(ctx context.Context) error {

@@ -19,12 +19,18 @@ const beginStatement = "tashkent_begin"
 // (replica.PrepareSession) and the prepared BEGIN. It runs when the session
 // starts and again after DISCARD, which drops both.
 func (s *session) setup() error {
-	res, err := s.exec("SELECT tashkent.prepare_session()")
+	rows, res, err := s.queryRows("SELECT tashkent.prepare_session(), pg_postmaster_start_time()::text")
 	if err != nil {
 		return err
 	}
 	if res.failed() {
 		return fmt.Errorf("prepare the session for writeset capture: %s (is tashkent installed in database %q?)", res.err.Message, s.p.cfg.Database)
+	}
+	if len(rows) == 1 && string(rows[0][1]) != s.p.rep.postmasterStart() {
+		// The database restarted and the proxy has not recovered it yet: it
+		// may have lost commits, so nothing may run on it before that.
+		s.p.rep.requestRecovery("a new session found the database restarted")
+		return errRecovering
 	}
 	s.w.Server.Send(&pgproto3.Parse{Name: beginStatement, Query: "BEGIN"})
 	s.w.Server.Send(&pgproto3.Sync{})

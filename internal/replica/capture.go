@@ -207,6 +207,13 @@ func RecordVersion(ctx context.Context, q Querier, v uint64) error {
 	return nil
 }
 
+// IsVersionGap reports the error of recording a version whose predecessor
+// the database does not hold (see RecordVersionSQL): it lost commits, and
+// must be caught up from its recorded version before anything else commits.
+func IsVersionGap(code, schema, table string) bool {
+	return code == "23502" && schema == "tashkent" && table == "applied"
+}
+
 // ReadVersion returns the highest version recorded in tashkent.applied, 0
 // when none: the version the database image holds.
 func ReadVersion(ctx context.Context, q Querier) (uint64, error) {

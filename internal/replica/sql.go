@@ -572,11 +572,20 @@ const CollectSQL = `SELECT tbl, op, key, "row" FROM tashkent.collect_writeset()`
 // in the transaction that commits the version.
 const RecordVersionSQL = `INSERT INTO tashkent.applied (version) VALUES ($1)`
 
+// versionAfterRecorded is $1 if version $1 - 1 is recorded (or $1 is 1),
+// else NULL. Apply records its first version with it: a database that lost
+// commits in a crash (synchronous_commit=off) must not record a later
+// version, or its highest version would claim commits it does not hold. A
+// gap makes the insert fail with a not-null violation on tashkent.applied
+// (IsVersionGap). Only under READ COMMITTED, as Apply runs: a REPEATABLE
+// READ transaction's snapshot may predate its predecessor's commit.
+const versionAfterRecorded = `CASE WHEN $1::bigint = 1 OR EXISTS (SELECT FROM tashkent.applied WHERE version = $1::bigint - 1) THEN $1::bigint END`
+
 const readVersionSQL = `SELECT coalesce(max(version), 0) FROM tashkent.applied`
 
 const pruneAppliedSQL = `DELETE FROM tashkent.applied WHERE version <= (SELECT max(version) FROM tashkent.applied) - $1`
 
-const recordRangeSQL = `INSERT INTO tashkent.applied (version) SELECT generate_series($1::bigint, $2::bigint)`
+const recordRangeSQL = `INSERT INTO tashkent.applied (version) SELECT CASE WHEN g > $1::bigint THEN g ELSE ` + versionAfterRecorded + ` END FROM generate_series($1::bigint, $2::bigint) AS g`
 
 // tableMetaSQL loads, for each schema-qualified table name in $1, whether
 // it exists, its canonical quoted name, whether its primary key is
