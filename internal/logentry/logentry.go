@@ -67,35 +67,12 @@ func Decode(b []byte) (*pb.LogEntry, error) {
 	return e, nil
 }
 
-// VersionOf reads only the version of an encoded entry, without decoding the
-// writeset: what a receiver needs to check that entries arrive in order.
+// VersionOf reads only the version of an encoded entry, without decoding
+// the writeset or the transaction id: what a receiver needs to check that
+// entries arrive in order.
 func VersionOf(b []byte) (uint64, error) {
-	var version uint64
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, fmt.Errorf("log entry: bad tag: %w", protowire.ParseError(n))
-		}
-		b = b[n:]
-		if num == versionField && typ == protowire.VarintType {
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return 0, fmt.Errorf("log entry: bad version: %w", protowire.ParseError(m))
-			}
-			version = v // the last occurrence wins, as in proto.Unmarshal
-			b = b[m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return 0, fmt.Errorf("log entry: bad field %d: %w", num, protowire.ParseError(m))
-		}
-		b = b[m:]
-	}
-	if version == 0 {
-		return 0, fmt.Errorf("log entry without a version")
-	}
-	return version, nil
+	h, err := parseHeader(b, false)
+	return h.Version, err
 }
 
 // Header is an entry's version and transaction id.
@@ -111,7 +88,11 @@ const txnField protowire.Number = 2
 // HeaderOf reads an encoded entry's version and transaction id without
 // decoding its writeset: what a replica needs to tell its own transactions
 // from remote ones.
-func HeaderOf(b []byte) (Header, error) {
+func HeaderOf(b []byte) (Header, error) { return parseHeader(b, true) }
+
+// parseHeader walks the entry's fields, reading the version and, if
+// withTxn, the transaction id, and skipping everything else.
+func parseHeader(b []byte, withTxn bool) (Header, error) {
 	var h Header
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -126,7 +107,7 @@ func HeaderOf(b []byte) (Header, error) {
 				return h, fmt.Errorf("log entry: bad version: %w", protowire.ParseError(m))
 			}
 			h.Version, b = v, b[m:]
-		case num == txnField && typ == protowire.BytesType:
+		case withTxn && num == txnField && typ == protowire.BytesType:
 			txn, m := protowire.ConsumeBytes(b)
 			if m < 0 {
 				return h, fmt.Errorf("log entry: bad transaction id: %w", protowire.ParseError(m))
