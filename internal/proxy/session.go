@@ -200,7 +200,10 @@ func (s *session) doom() {
 	}
 	if s.mu.TryLock() { // idle: waiting for its client
 		defer s.mu.Unlock()
-		if s.status != 'T' {
+		if s.status != 'T' || s.ex.open {
+			// Not in a block; or between the parts of an extended-protocol
+			// exchange, whose portals a rollback would destroy under the
+			// client: the lock watch tries again after its Sync.
 			return
 		}
 		res, err := s.exec("ROLLBACK")
