@@ -158,6 +158,7 @@ const (
 	AbortReason_ABORT_REASON_TOO_OLD     AbortReason = 2 // start_version below the low-water mark
 	AbortReason_ABORT_REASON_LIMIT       AbortReason = 3 // the writeset exceeds a limit
 	AbortReason_ABORT_REASON_INVALID     AbortReason = 4 // malformed request
+	AbortReason_ABORT_REASON_OVERLOADED  AbortReason = 5 // too many requests in flight: nothing was done, retry
 )
 
 // Enum value maps for AbortReason.
@@ -168,6 +169,7 @@ var (
 		2: "ABORT_REASON_TOO_OLD",
 		3: "ABORT_REASON_LIMIT",
 		4: "ABORT_REASON_INVALID",
+		5: "ABORT_REASON_OVERLOADED",
 	}
 	AbortReason_value = map[string]int32{
 		"ABORT_REASON_UNSPECIFIED": 0,
@@ -175,6 +177,7 @@ var (
 		"ABORT_REASON_TOO_OLD":     2,
 		"ABORT_REASON_LIMIT":       3,
 		"ABORT_REASON_INVALID":     4,
+		"ABORT_REASON_OVERLOADED":  5,
 	}
 )
 
@@ -1115,13 +1118,14 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fDECISION_COMMIT\x10\x01\x12\x12\n" +
-	"\x0eDECISION_ABORT\x10\x02*\x92\x01\n" +
+	"\x0eDECISION_ABORT\x10\x02*\xaf\x01\n" +
 	"\vAbortReason\x12\x1c\n" +
 	"\x18ABORT_REASON_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ABORT_REASON_CONFLICT\x10\x01\x12\x18\n" +
 	"\x14ABORT_REASON_TOO_OLD\x10\x02\x12\x16\n" +
 	"\x12ABORT_REASON_LIMIT\x10\x03\x12\x18\n" +
-	"\x14ABORT_REASON_INVALID\x10\x042\x99\x02\n" +
+	"\x14ABORT_REASON_INVALID\x10\x04\x12\x1b\n" +
+	"\x17ABORT_REASON_OVERLOADED\x10\x052\x99\x02\n" +
 	"\tCertifier\x12e\n" +
 	"\aCertify\x12+.tashkent.certifier.v1.CertifyStreamRequest\x1a).tashkent.certifier.v1.CertifyStreamReply(\x010\x01\x12Q\n" +
 	"\x05Fetch\x12#.tashkent.certifier.v1.FetchRequest\x1a!.tashkent.certifier.v1.FetchReply0\x01\x12R\n" +

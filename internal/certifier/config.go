@@ -10,9 +10,10 @@ import (
 	"github.com/tashkent-db/tashkent/internal/wal"
 )
 
-// Limits bound what one request may cost. A request over a limit is aborted
-// with ABORT_REASON_LIMIT and a detail naming the limit; nothing of it is
-// logged.
+// Limits bound what one request may cost. A request over a writeset limit
+// is aborted with ABORT_REASON_LIMIT, one past the in-flight limit with
+// ABORT_REASON_OVERLOADED, each with a detail naming the limit; nothing of it
+// is logged.
 type Limits struct {
 	// WritesetBytesMax bounds the encoded size of one writeset. The whole
 	// writeset travels in one gRPC message, is logged as one entry and is

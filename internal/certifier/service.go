@@ -140,7 +140,7 @@ func (s *Service) certify(req *pb.CertifyRequest, overloaded bool) (reply *pb.Ce
 			return reply, v
 		}
 		s.stats.aborts.Add(1)
-		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT,
+		return abortReply(reply, pb.AbortReason_ABORT_REASON_OVERLOADED,
 			fmt.Sprintf("certifier overloaded: more requests in flight than the limit of %d (in-flight requests max); retry", s.cfg.Limits.InFlightRequestsMax)), 0
 	}
 	if detail := s.checkLimits(req); detail != "" {

@@ -144,6 +144,12 @@ func certificationAbort(r *pb.CertifyReply) *pgproto3.ErrorResponse {
 		return errorResponse(codeSerializationFailure,
 			"could not serialize access: the transaction's snapshot is too old to be certified",
 			r.Detail, "Retry the transaction; keep write transactions short, or raise the certifier's --window-versions.")
+	case pb.AbortReason_ABORT_REASON_OVERLOADED:
+		// Nothing was certified: like any serialization failure, retrying
+		// is right, and drivers do it for 40001.
+		return errorResponse(codeSerializationFailure,
+			"could not serialize access: the certifier is overloaded",
+			r.Detail, "Retry the transaction.")
 	case pb.AbortReason_ABORT_REASON_LIMIT:
 		return errorResponse("54000", "the transaction's writeset exceeds a certifier limit", r.Detail,
 			"Split the transaction into smaller ones.")
