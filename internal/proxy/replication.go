@@ -155,10 +155,17 @@ func (r *replication) connect(ctx context.Context) error {
 	return nil
 }
 
+// openStream opens the certifier stream from version. It belongs to the
+// sequencer's current epoch: after a reset, what it still delivers is
+// dropped.
 func (r *replication) openStream(version uint64) error {
+	epoch := r.seq.Epoch()
 	c, err := certclient.New(certclient.Options{
 		Target: r.p.cfg.Certifier, Replica: r.p.cfg.Name, ReplicaVersion: version,
-		Logger: r.p.cfg.Logger, OnEntries: r.deliver,
+		Logger: r.p.cfg.Logger,
+		OnEntries: func(entries []logentry.Entry, durable uint64) {
+			r.deliver(epoch, entries, durable)
+		},
 	})
 	if err != nil {
 		return err
@@ -170,7 +177,7 @@ func (r *replication) openStream(version uint64) error {
 }
 
 // deliver hands entries from the certifier to the sequencer.
-func (r *replication) deliver(entries []logentry.Entry, durable uint64) {
+func (r *replication) deliver(epoch uint64, entries []logentry.Entry, durable uint64) {
 	if len(entries) == 0 {
 		return
 	}
@@ -183,7 +190,7 @@ func (r *replication) deliver(entries []logentry.Entry, durable uint64) {
 		}
 		origins[i], seqs[i] = h.Origin, h.Seq
 	}
-	r.seq.Deliver(entries, origins, seqs)
+	r.seq.Deliver(epoch, entries, origins, seqs)
 	r.p.metrics.delivered.Set(float64(entries[len(entries)-1].Version))
 }
 

@@ -95,11 +95,23 @@ func (s *Sequencer) Register(seq uint64) *Local {
 	return l
 }
 
-// Deliver records delivered entries, in order. origins[i] and seqs[i] are
-// entry i's transaction id.
-func (s *Sequencer) Deliver(entries []logentry.Entry, origins []string, seqs []uint64) {
+// Epoch counts resets. A stream of entries opened at epoch e delivers with
+// e; once the sequencer is reset, its deliveries are dropped, and a stream
+// opened after the reset delivers them again.
+func (s *Sequencer) Epoch() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.epoch
+}
+
+// Deliver records delivered entries, in order, from a stream opened at
+// epoch (see Epoch). origins[i] and seqs[i] are entry i's transaction id.
+func (s *Sequencer) Deliver(epoch uint64, entries []logentry.Entry, origins []string, seqs []uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if epoch != s.epoch {
+		return // a stream from before a reset
+	}
 	for i, e := range entries {
 		if e.Version <= s.delivered {
 			continue // already delivered before a reconnection

@@ -14,7 +14,7 @@ import (
 func entry(v uint64) logentry.Entry { return logentry.Entry{Version: v, Bytes: []byte{byte(v)}} }
 
 func deliver(s *Sequencer, v uint64, origin string, seq uint64) {
-	s.Deliver([]logentry.Entry{entry(v)}, []string{origin}, []uint64{seq})
+	s.Deliver(s.Epoch(), []logentry.Entry{entry(v)}, []string{origin}, []uint64{seq})
 }
 
 // A replica where local and remote versions interleave commits every version
@@ -143,6 +143,26 @@ func TestResetWakesWaitersAndRedelivers(t *testing.T) {
 	batch, err := s.NextRemote(context.Background(), 10)
 	if err != nil || len(batch) != 1 || batch[0].Version != 5 {
 		t.Fatalf("redelivered: %v %v", batch, err)
+	}
+}
+
+// A stream opened before a reset goes on delivering for a moment (the
+// proxy closes it after it reopened one); what it delivers is dropped, not
+// taken for a gap.
+func TestDeliveriesFromBeforeAResetAreDropped(t *testing.T) {
+	s := New("me", 0)
+	stale := s.Epoch()
+	for v := uint64(1); v <= 4; v++ {
+		s.Deliver(stale, []logentry.Entry{entry(v)}, []string{"other"}, []uint64{v})
+	}
+	s.Reset(2) // the database recovered to version 2
+	s.Deliver(stale, []logentry.Entry{entry(5)}, []string{"other"}, []uint64{5})
+	if s.Delivered() != 2 {
+		t.Fatalf("a stale stream's delivery was taken: delivered %d", s.Delivered())
+	}
+	s.Deliver(s.Epoch(), []logentry.Entry{entry(3), entry(4)}, []string{"other", "other"}, []uint64{3, 4})
+	if s.Delivered() != 4 {
+		t.Fatalf("the new stream's deliveries: delivered %d, want 4", s.Delivered())
 	}
 }
 
