@@ -1,13 +1,49 @@
 package replica
 
-import "regexp"
+import (
+	"regexp"
+	"strings"
+)
 
 // installSQL creates (or updates) the tashkent schema in one database. It
 // runs as one multi-statement simple query, that is, as one implicit
 // transaction, serialized against concurrent installs by an advisory lock.
 // Every statement is idempotent.
-var installSQL = expand(installTemplate, map[string]string{
+var installSQL = expand(strings.NewReplacer(
+	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
+	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
+).Replace(installTemplate), map[string]string{
 	"KEY": keyExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr})
+
+// uniqueKeyEvents is the capture trigger's statement that buffers the
+// unique-index keys a statement took or freed ('K' events), with keys
+// computed by the macro named keys (uniqueKeys1Expr or uniqueKeysNExpr):
+// INSERT takes the new rows' keys, DELETE frees the old rows', UPDATE does
+// both for the keys that are not in both.
+func uniqueKeyEvents(keys string) string {
+	return strings.ReplaceAll(`IF TG_OP = 'INSERT' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT uk.tbl, 'K', uk.key
+		FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
+		CROSS JOIN LATERAL $KEYS(s.j) AS uk;
+	ELSIF TG_OP = 'UPDATE' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT coalesce(nu.tbl, ou.tbl), 'K', coalesce(nu.key, ou.key)
+		FROM (SELECT uk.tbl, uk.key
+			FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
+			CROSS JOIN LATERAL $KEYS(s.j) AS uk) AS nu
+		FULL JOIN (SELECT uk.tbl, uk.key
+			FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
+			CROSS JOIN LATERAL $KEYS(s.j) AS uk) AS ou
+		ON ou.tbl = nu.tbl AND ou.key = nu.key
+		WHERE nu.key IS NULL OR ou.key IS NULL;
+	ELSE
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT uk.tbl, 'K', uk.key
+		FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
+		CROSS JOIN LATERAL $KEYS(s.j) AS uk;
+	END IF;`, "$KEYS", "$"+keys)
+}
 
 // expand replaces every $NAME(x) in s by the template of NAME, whose $1
 // stands for x.
@@ -207,28 +243,7 @@ BEGIN
 		v_1lab := TG_ARGV[v_sep + 2:v_sep + 1 + v_n];
 		v_1flag := TG_ARGV[v_sep + 2 + v_n:v_sep + 1 + 2 * v_n];
 		v_1col := TG_ARGV[v_sep + 2 + 2 * v_n:v_sep + 1 + 3 * v_n];
-		IF TG_OP = 'INSERT' THEN
-			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
-			SELECT uk.tbl, 'K', uk.key
-			FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
-			CROSS JOIN LATERAL $UKEYS1(s.j) AS uk;
-		ELSIF TG_OP = 'UPDATE' THEN
-			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
-			SELECT coalesce(nu.tbl, ou.tbl), 'K', coalesce(nu.key, ou.key)
-			FROM (SELECT uk.tbl, uk.key
-				FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
-				CROSS JOIN LATERAL $UKEYS1(s.j) AS uk) AS nu
-			FULL JOIN (SELECT uk.tbl, uk.key
-				FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
-				CROSS JOIN LATERAL $UKEYS1(s.j) AS uk) AS ou
-			ON ou.tbl = nu.tbl AND ou.key = nu.key
-			WHERE nu.key IS NULL OR ou.key IS NULL;
-		ELSE
-			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
-			SELECT uk.tbl, 'K', uk.key
-			FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
-			CROSS JOIN LATERAL $UKEYS1(s.j) AS uk;
-		END IF;
+		$UNIQUE_KEY_EVENTS_1
 	END IF;
 
 	-- Wider unique indexes.
@@ -245,28 +260,7 @@ BEGIN
 		v_ncol := v_ncol || TG_ARGV[v_i + 3:v_i + 2 + v_n];
 		v_i := v_i + 3 + v_n;
 	END LOOP;
-	IF TG_OP = 'INSERT' THEN
-		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
-		SELECT uk.tbl, 'K', uk.key
-		FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
-		CROSS JOIN LATERAL $UKEYSN(s.j) AS uk;
-	ELSIF TG_OP = 'UPDATE' THEN
-		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
-		SELECT coalesce(nu.tbl, ou.tbl), 'K', coalesce(nu.key, ou.key)
-		FROM (SELECT uk.tbl, uk.key
-			FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
-			CROSS JOIN LATERAL $UKEYSN(s.j) AS uk) AS nu
-		FULL JOIN (SELECT uk.tbl, uk.key
-			FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
-			CROSS JOIN LATERAL $UKEYSN(s.j) AS uk) AS ou
-		ON ou.tbl = nu.tbl AND ou.key = nu.key
-		WHERE nu.key IS NULL OR ou.key IS NULL;
-	ELSE
-		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
-		SELECT uk.tbl, 'K', uk.key
-		FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
-		CROSS JOIN LATERAL $UKEYSN(s.j) AS uk;
-	END IF;
+	$UNIQUE_KEY_EVENTS_N
 	RETURN NULL;
 END
 $fn$;
