@@ -52,6 +52,10 @@ type Config struct {
 	NoSync   bool
 	Logger   *slog.Logger
 	Registry prometheus.Registerer // nil: metrics are not registered
+
+	// UnsafeSkipConflictCheck: see certification.Config. Only for the fault
+	// harness's detector self-test.
+	UnsafeSkipConflictCheck bool
 }
 
 // entryOverheadBytesMax bounds what a log entry adds to its writeset: the

@@ -91,7 +91,8 @@ func (s *Service) restore() (int, error) {
 	if last > s.cfg.WindowVersions && last-s.cfg.WindowVersions > base {
 		base = last - s.cfg.WindowVersions
 	}
-	s.state = certification.New(certification.Config{WindowVersions: s.cfg.WindowVersions}, base)
+	s.state = certification.New(certification.Config{WindowVersions: s.cfg.WindowVersions,
+		UnsafeSkipConflictCheck: s.cfg.UnsafeSkipConflictCheck}, base)
 	restored := 0
 	err := s.log.ReadFrom(base, func(e wal.Entry) error {
 		entry, err := decodeEntry(e)

@@ -41,6 +41,10 @@ the state it had acknowledged.`,
 			}
 
 			cfg.Logger = slog.Default()
+			if cfg.UnsafeSkipConflictCheck {
+				slog.Warn("UNSAFE: --unsafe-fault-skip-conflict-check is set: every writeset commits without a conflict check; " +
+					"snapshot isolation is broken on purpose (fault-harness self-test only)")
+			}
 			srv, err := certifier.Listen(cfg, listen, metrics)
 			if err != nil {
 				return err
@@ -74,5 +78,8 @@ the state it had acknowledged.`,
 	f.IntVar(&cfg.Limits.WritesetKeysMax, "writeset-keys-max", certifier.DefaultLimits.WritesetKeysMax, "most rows in one writeset")
 	f.IntVar(&cfg.Limits.InFlightRequestsMax, "in-flight-max", certifier.DefaultLimits.InFlightRequestsMax, "most requests certified and not yet answered")
 	f.BoolVar(&cfg.NoSync, "unsafe-no-fsync", false, "skip fsync: voids durability; for benchmarks only")
+	f.BoolVar(&cfg.UnsafeSkipConflictCheck, "unsafe-fault-skip-conflict-check", false,
+		"commit every writeset without a conflict check: breaks snapshot isolation; the fault harness's self-test only")
+	_ = f.MarkHidden("unsafe-fault-skip-conflict-check")
 	return cmd
 }
