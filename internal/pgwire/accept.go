@@ -87,8 +87,10 @@ func (c *connReader) Read(p []byte) (int, error) {
 }
 
 // Accept performs the startup phase on a freshly accepted client connection:
-// SSL/GSS negotiation (declined), CancelRequest forwarding, connecting to
-// cfg.BackendAddr, relaying authentication, replacing the cancel key, and relaying
+// SSL negotiation (TLS with cfg.TLS, declined without), GSS negotiation
+// (declined), CancelRequest forwarding, authenticating the client itself
+// (cfg.SCRAM, see scram.go), connecting to cfg.BackendAddr, relaying
+// authentication (without cfg.SCRAM), replacing the cancel key, and relaying
 // everything up to and including the first ReadyForQuery. On any error both
 // connections are closed; a client that broke the protocol got a FATAL
 // ErrorResponse first (*ProtocolError), a client the server refused got the
@@ -138,7 +140,7 @@ func Accept(ctx context.Context, client net.Conn, cfg Config, reg *Registry) (se
 		}
 	}()
 
-	startup, err := s.receiveStartup(ctx)
+	startup, err := s.receiveStartup(ctx, deadline)
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +149,11 @@ func Accept(ctx context.Context, client net.Conn, cfg Config, reg *Registry) (se
 		s.Params[k] = v
 	}
 	s.log = s.log.With("user", s.Params["user"], "database", s.Params["database"])
+	if cfg.SCRAM != nil {
+		if err := s.authenticateSCRAM(ctx, s.Params["user"]); err != nil {
+			return nil, err
+		}
+	}
 
 	dialer := net.Dialer{Timeout: cfg.dialTimeout(), Deadline: deadline}
 	server, err := dialer.DialContext(ctx, BackendNetwork(cfg.BackendAddr), cfg.BackendAddr)
@@ -178,7 +185,11 @@ func Accept(ctx context.Context, client net.Conn, cfg Config, reg *Registry) (se
 		return nil, fmt.Errorf("pgwire: sending startup message to backend: %w", err)
 	}
 
-	if err := s.relayAuthentication(); err != nil {
+	authenticate := s.relayAuthentication
+	if cfg.SCRAM != nil {
+		authenticate = s.expectBackendTrust
+	}
+	if err := authenticate(); err != nil {
 		return nil, err
 	}
 	s.Client.SetMaxBodyLen(cfg.messageBodyBytesMax())
@@ -191,9 +202,11 @@ func Accept(ctx context.Context, client net.Conn, cfg Config, reg *Registry) (se
 	return s, nil
 }
 
-// receiveStartup reads startup packets until a StartupMessage, declining SSL and
-// GSS encryption and handling a CancelRequest.
-func (s *Session) receiveStartup(ctx context.Context) (*pgproto3.StartupMessage, error) {
+// receiveStartup reads startup packets until a StartupMessage, switching to
+// TLS for an SSLRequest when the proxy has a certificate (declining it
+// otherwise), declining GSS encryption and handling a CancelRequest.
+func (s *Session) receiveStartup(ctx context.Context, deadline time.Time) (*pgproto3.StartupMessage, error) {
+	encrypted := false
 	for negotiations := 0; ; {
 		s.clientR.record, s.clientR.head = true, s.clientR.head[:0]
 		msg, err := s.Client.ReceiveStartupMessage()
@@ -202,14 +215,23 @@ func (s *Session) receiveStartup(ctx context.Context) (*pgproto3.StartupMessage,
 			return nil, s.startupPacketError(err)
 		}
 		switch m := msg.(type) {
-		case *pgproto3.SSLRequest, *pgproto3.GSSEncRequest:
-			negotiations++
-			if negotiations > negotiationsMax {
-				return nil, s.protocolError("08P01", "too many encryption requests", nil)
+		case *pgproto3.SSLRequest:
+			if s.cfg.TLS == nil {
+				if err := s.declineEncryption(&negotiations); err != nil {
+					return nil, err
+				}
+				continue
 			}
-			// 'N': not supported; the client continues unencrypted or gives up.
-			if _, err := s.ClientConn.Write([]byte{'N'}); err != nil {
-				return nil, fmt.Errorf("pgwire: answering encryption request: %w", err)
+			if encrypted {
+				return nil, s.protocolError("08P01", "SSL request inside an encrypted connection", nil)
+			}
+			if err := s.startTLS(deadline); err != nil {
+				return nil, err
+			}
+			encrypted = true
+		case *pgproto3.GSSEncRequest:
+			if err := s.declineEncryption(&negotiations); err != nil {
+				return nil, err
 			}
 		case *pgproto3.CancelRequest:
 			s.forwardCancel(ctx, m)
@@ -220,6 +242,19 @@ func (s *Session) receiveStartup(ctx context.Context) (*pgproto3.StartupMessage,
 			return nil, s.protocolError("08P01", "invalid startup packet", fmt.Errorf("unexpected %T", msg))
 		}
 	}
+}
+
+// declineEncryption answers an SSLRequest or GSSEncRequest with 'N': not
+// supported; the client continues unencrypted or gives up.
+func (s *Session) declineEncryption(negotiations *int) error {
+	*negotiations++
+	if *negotiations > negotiationsMax {
+		return s.protocolError("08P01", "too many encryption requests", nil)
+	}
+	if _, err := s.ClientConn.Write([]byte{'N'}); err != nil {
+		return fmt.Errorf("pgwire: answering encryption request: %w", err)
+	}
+	return nil
 }
 
 // startupPacketError turns a failure to decode a startup packet into the error

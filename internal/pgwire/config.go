@@ -1,6 +1,7 @@
 package pgwire
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"time"
 )
@@ -45,6 +46,15 @@ type Config struct {
 	// when connecting to the backend, e.g.
 	// {"default_transaction_isolation": "repeatable read"}.
 	StartupParams map[string]string
+	// TLS, when set, lets clients encrypt their connection: an SSLRequest
+	// is answered 'S' and a TLS handshake follows (tls.go). Nil: 'N', as a
+	// PostgreSQL with ssl=off answers.
+	TLS *tls.Config
+	// SCRAM, when set, makes the proxy authenticate clients itself with
+	// SCRAM-SHA-256 against the verifiers it returns, and the backend must
+	// then accept the proxy's connection without a password (scram.go).
+	// Nil: PostgreSQL's authentication is relayed to the client.
+	SCRAM SCRAMLookup
 	// Logger receives connection-level events; nil discards them.
 	Logger *slog.Logger
 

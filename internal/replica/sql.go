@@ -12,7 +12,8 @@ import (
 var installSQL = expand(strings.NewReplacer(
 	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
-).Replace(installTemplate), map[string]string{
+).Replace(strings.Replace(installTemplate,
+	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
 	"KEY": keyExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr})
 
 // uniqueKeyEvents is the capture trigger's statement that buffers the
@@ -93,6 +94,10 @@ SELECT pg_advisory_xact_lock(7346001);
 
 CREATE SCHEMA IF NOT EXISTS tashkent;
 GRANT USAGE ON SCHEMA tashkent TO PUBLIC;
+
+-- Sequences: per-replica stride and offset (sequences.go). Before the
+-- event trigger below, which calls these functions.
+$SEQUENCES
 
 -- One row per committed version, inserted by the transaction that commits
 -- the version (a local commit or a remote apply), so that any database image
@@ -466,6 +471,13 @@ BEGIN
 			v_changed := true;
 		END IF;
 	END LOOP;
+	-- Sequences created or restarted by the command (see sequences.go).
+	FOR v_rel IN
+		SELECT DISTINCT d.objid FROM pg_event_trigger_ddl_commands() AS d
+		WHERE d.classid = 'pg_class'::regclass
+	LOOP
+		PERFORM tashkent.align_relation_sequences(v_rel);
+	END LOOP;
 	IF TG_TAG = 'DROP INDEX' THEN
 		FOR v_rel IN
 			SELECT t.tgrelid FROM pg_trigger t
@@ -488,7 +500,7 @@ $fn$;
 DROP EVENT TRIGGER IF EXISTS tashkent_ddl;
 CREATE EVENT TRIGGER tashkent_ddl ON ddl_command_end
 	WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE', 'CREATE SCHEMA',
-		'CREATE INDEX', 'DROP INDEX', 'ALTER INDEX')
+		'CREATE INDEX', 'DROP INDEX', 'ALTER INDEX', 'CREATE SEQUENCE', 'ALTER SEQUENCE')
 	EXECUTE FUNCTION tashkent.on_ddl();
 ALTER EVENT TRIGGER tashkent_ddl ENABLE ALWAYS;
 
