@@ -1,0 +1,147 @@
+package sim
+
+import "github.com/tashkent-db/tashkent/internal/certification"
+
+// check runs the checkers over the final state: the certifier's durable
+// log is the truth every other observation is compared with.
+func (w *world) check() {
+	log := w.cert.disk.entries[:w.cert.disk.synced]
+	committedAt := w.checkLog(log)
+	w.checkAcknowledged(log)
+	w.checkConvergence(log)
+	w.checkNoLostUpdate(log)
+	w.checkReads(log, committedAt)
+}
+
+// checkLog: every version appears once, in order, and no transaction got
+// two versions (a retry of a logged request must get the first one back).
+func (w *world) checkLog(log []entry) map[certification.TxnID]uint64 {
+	committedAt := make(map[certification.TxnID]uint64, len(log))
+	for i, e := range log {
+		if e.version != uint64(i+1) {
+			w.violate("log position %d holds version %d", i+1, e.version)
+		}
+		if v, dup := committedAt[e.txn]; dup {
+			w.violate("transaction %v committed twice, at versions %d and %d (a retry got a second version)", e.txn, v, e.version)
+			continue
+		}
+		committedAt[e.txn] = e.version
+	}
+	return committedAt
+}
+
+// checkAcknowledged: no acknowledged commit is lost; it is in the log at
+// the version the client was told.
+func (w *world) checkAcknowledged(log []entry) {
+	for _, t := range w.hist.txns {
+		if t.status != acked {
+			continue
+		}
+		if t.version == 0 || t.version > uint64(len(log)) || log[t.version-1].txn != t.id {
+			w.violate("acknowledged commit lost: %v was acknowledged at version %d, which the final log (length %d) does not hold for it",
+				t.id, t.version, len(log))
+		}
+	}
+}
+
+// checkConvergence: after healing, every replica holds every version, in
+// the log's order (so replicas agree on the order: no long fork), and the
+// same state as the log's replay.
+func (w *world) checkConvergence(log []entry) {
+	if !w.converged {
+		w.violate("the cluster did not converge within %d ticks of healing: %s", w.cfg.HealTicksMax, w.convergenceState())
+	}
+	truth := newStore(&world{cfg: w.cfg}, -1)
+	for _, e := range log {
+		truth.commit(e.version, e.txn, e.writes)
+	}
+	for _, r := range w.replicas {
+		db := r.db
+		if w.converged && db.version != uint64(len(log)) {
+			w.violate("replica %d is at version %d, the log at %d", r.id, db.version, len(log))
+		}
+		for i, txn := range db.applied {
+			if i >= len(log) || log[i].txn != txn {
+				w.violate("replica %d committed %v at version %d, where the log has another transaction (or none)", r.id, txn, i+1)
+				break
+			}
+		}
+		if db.version == truth.version && db.checksum() != truth.checksum() {
+			w.violate("replica %d's state differs from the log's replay at version %d", r.id, db.version)
+		}
+	}
+}
+
+func (w *world) convergenceState() string {
+	s := ""
+	for _, r := range w.replicas {
+		s += " " + r.describe()
+	}
+	c := w.cert
+	return s + " | certifier up=" + boolStr(c.up) + " durable=" + uitoa(c.disk.durable()) +
+		" pending=" + uitoa(uint64(len(c.pending))) + " writing=" + boolStr(c.writing)
+}
+
+// checkNoLostUpdate: no two committed transactions with overlapping
+// writesets have overlapping [snapshot, commit] intervals: the writer
+// before each committed write of a key must be at or below the writer's
+// snapshot (first committer wins, Tashkent §2).
+func (w *world) checkNoLostUpdate(log []entry) {
+	lastWriter := make([]uint64, w.cfg.Keys)
+	for _, e := range log {
+		t := w.hist.byID[e.txn]
+		if t == nil {
+			w.violate("version %d belongs to %v, which no client ran", e.version, e.txn)
+			continue
+		}
+		if t.label > t.snapshot {
+			w.violate("%v was labelled with version %d, newer than its snapshot %d", t.id, t.label, t.snapshot)
+		}
+		for _, wr := range e.writes {
+			if prev := lastWriter[wr.key]; prev > t.snapshot {
+				w.violate("lost update: %v (snapshot %d, committed at %d) overwrote key %d, written at version %d after its snapshot",
+					t.id, t.snapshot, e.version, wr.key, prev)
+			}
+			lastWriter[wr.key] = e.version
+		}
+	}
+}
+
+// checkReads: every read, of every transaction (committed, aborted or
+// read-only, on any replica), saw exactly what the log's prefix up to its
+// snapshot holds. That excludes aborted reads (G1a), intermediate reads
+// (G1b), reads of versions above the snapshot, stale reads within a
+// snapshot, and long fork: every snapshot is a prefix of the one order.
+func (w *world) checkReads(log []entry, committedAt map[certification.TxnID]uint64) {
+	truth := newStore(&world{cfg: w.cfg}, -1)
+	for _, e := range log {
+		truth.commit(e.version, e.txn, e.writes)
+	}
+	for _, t := range w.hist.txns {
+		for _, o := range t.reads {
+			if o.own {
+				continue
+			}
+			if want := truth.read(o.key, t.snapshot); o.value != want {
+				w.violate("%v read key %d = %d at snapshot %d, but the log's prefix holds %d: %s",
+					t.id, o.key, o.value, t.snapshot, want, w.classifyRead(o, t, committedAt))
+			}
+		}
+	}
+}
+
+func (w *world) classifyRead(o observation, t *txnRecord, committedAt map[certification.TxnID]uint64) string {
+	info := w.hist.values[o.value]
+	switch {
+	case info == nil:
+		return "a stale read of the initial value"
+	case !info.final:
+		return "G1b, an intermediate value of " + txnStr(info.txn.id)
+	case committedAt[info.txn.id] == 0:
+		return "G1a, a value of " + txnStr(info.txn.id) + ", which never committed"
+	case committedAt[info.txn.id] > t.snapshot:
+		return "a read of version " + uitoa(committedAt[info.txn.id]) + ", above the snapshot"
+	default:
+		return "a stale read of version " + uitoa(committedAt[info.txn.id])
+	}
+}

@@ -1,0 +1,140 @@
+package sim
+
+import "math/rand/v2"
+
+// Mode is where durability is placed (BRIEF.md, "Durability placements"):
+// it decides what a replica's store keeps when it crashes.
+type Mode int
+
+const (
+	// ModeBase: every commit is durable in the replica's own store.
+	ModeBase Mode = iota
+	// ModeMW: the store runs with synchronous_commit=off and loses the
+	// commits after its last flush; the certifier's log has them.
+	ModeMW
+)
+
+func (m Mode) String() string {
+	if m == ModeMW {
+		return "mw"
+	}
+	return "base"
+}
+
+// Config is one simulated cluster and its faults. Times are in ticks, an
+// abstract unit (think one millisecond); nothing reads a clock.
+type Config struct {
+	Replicas          int
+	ClientsPerReplica int
+	Keys              int // the key space: few keys, many conflicts
+	OpsPerTxnMax      int
+	ReadOnlyPercent   int
+	Mode              Mode
+	// WindowVersions is the certifier's conflict window
+	// (certification.Config.WindowVersions). Small windows exercise the
+	// low-water mark and the forgetting of transaction ids.
+	WindowVersions uint64
+
+	WorkloadTicks int64 // faults and new transactions run this long
+	HealTicksMax  int64 // then the cluster has this long to converge
+
+	// Network faults, per message, in per mille.
+	DropPerMille      int
+	DuplicatePerMille int
+	DelayTicksMax     int64 // a message takes 1..DelayTicksMax ticks: reorders
+
+	// Node faults: the nemesis acts every 1..NemesisTicksMax ticks and picks
+	// one of these, weighted.
+	NemesisTicksMax       int64
+	ReplicaCrashWeight    int
+	CertifierCrashWeight  int
+	PartitionWeight       int
+	DownTicksMax          int64 // how long a crashed node or a partition lasts
+	DatabaseOnlyCrashRate int   // percent of replica crashes that keep the proxy up
+
+	DiskSyncTicksMax     int64 // the certifier's fsync latency: the unsynced window
+	StoreFlushTicks      int64 // mw: how often the replica's store flushes
+	StalenessTicks       int64 // a replica's catch-up request and keepalive period
+	CertifyTimeoutTicks  int64 // the proxy gives up on the certifier (outcome unknown)
+	ReconnectDelayTicks  int64
+	ApplyTicksMax        int64 // one remote batch or local commit takes 1..this
+	ApplyBatchEntriesMax int
+
+	// Mutation breaks one thing on purpose, for the checkers' self-test.
+	// Never set outside tests.
+	Mutation Mutation
+}
+
+// Mutation is a deliberate bug: each one must make a checker fail, or the
+// checkers prove nothing (TestMutationsAreCaught).
+type Mutation int
+
+const (
+	NoMutation Mutation = iota
+	// MutationSkipConflictCheck makes the certifier treat every request as
+	// if its snapshot were the latest version: write-write conflicts go
+	// undetected (lost updates).
+	MutationSkipConflictCheck
+	// MutationAckBeforeSync makes the certifier treat written entries as
+	// durable: replies and entries leave before the fsync.
+	MutationAckBeforeSync
+	// MutationCommitWithoutTurn lets a local transaction commit as soon as
+	// it is certified, without waiting for the versions below its own.
+	MutationCommitWithoutTurn
+	// MutationReadAboveSnapshot makes reads see one version past the
+	// snapshot.
+	MutationReadAboveSnapshot
+	// MutationRecoverFromMemory makes a restarted replica resume from the
+	// version it had before the crash instead of the one its store
+	// recovered (mw: the lost tail is never replayed).
+	MutationRecoverFromMemory
+	mutationsEnd
+)
+
+func (m Mutation) String() string {
+	return [...]string{"none", "skip-conflict-check", "ack-before-sync", "commit-without-turn",
+		"read-above-snapshot", "recover-from-memory"}[m]
+}
+
+// DefaultConfig is a mid-sized cluster with every fault enabled.
+func DefaultConfig() Config {
+	return Config{
+		Replicas: 3, ClientsPerReplica: 2, Keys: 6, OpsPerTxnMax: 4, ReadOnlyPercent: 20,
+		Mode: ModeMW, WindowVersions: 32,
+		WorkloadTicks: 400, HealTicksMax: 2000,
+		DropPerMille: 10, DuplicatePerMille: 10, DelayTicksMax: 3,
+		NemesisTicksMax: 60, ReplicaCrashWeight: 3, CertifierCrashWeight: 2, PartitionWeight: 3,
+		DownTicksMax: 40, DatabaseOnlyCrashRate: 30,
+		DiskSyncTicksMax: 3, StoreFlushTicks: 10, StalenessTicks: 10, CertifyTimeoutTicks: 120,
+		ReconnectDelayTicks: 3, ApplyTicksMax: 2, ApplyBatchEntriesMax: 4,
+	}
+}
+
+// SwarmConfig varies the cluster and the fault mix with the seed (swarm
+// testing): some seeds have no faults of a kind at all, others many, so
+// that one fault does not always mask another.
+func SwarmConfig(seed uint64) Config {
+	r := rand.New(rand.NewPCG(seed, 0x5157a9))
+	c := DefaultConfig()
+	c.Replicas = 2 + r.IntN(3)
+	c.ClientsPerReplica = 1 + r.IntN(3)
+	c.Keys = 2 + r.IntN(10)
+	c.Mode = Mode(r.IntN(2))
+	c.WindowVersions = []uint64{4, 16, 64, windowUnbounded}[r.IntN(4)]
+	c.DropPerMille = []int{0, 5, 20, 60}[r.IntN(4)]
+	c.DuplicatePerMille = []int{0, 10, 50}[r.IntN(3)]
+	c.DelayTicksMax = 1 + r.Int64N(5)
+	c.NemesisTicksMax = []int64{30, 60, 150}[r.IntN(3)]
+	c.ReplicaCrashWeight = r.IntN(4)
+	c.CertifierCrashWeight = r.IntN(4)
+	c.PartitionWeight = r.IntN(4)
+	c.DiskSyncTicksMax = 1 + r.Int64N(6)
+	c.StoreFlushTicks = 1 + r.Int64N(30)
+	c.CertifyTimeoutTicks = []int64{30, 120, 1000}[r.IntN(3)]
+	return c
+}
+
+// windowUnbounded is a window no run fills: nothing is ever forgotten.
+// (certification.New presizes its index for the window, so the real default
+// of 1<<18 would cost a large allocation per certifier restart.)
+const windowUnbounded = 4096

@@ -1,0 +1,39 @@
+package sim
+
+// disk is the certifier's log device. Entries are written, then synced;
+// only synced entries are sure to survive a crash. entries[i] holds version
+// i+1 (the simulated log is never compacted).
+type disk struct {
+	entries []entry
+	synced  int // entries[:synced] are on stable storage
+}
+
+// durable is the highest version that survives any crash.
+func (d *disk) durable() uint64 { return uint64(d.synced) }
+
+// last is the highest version written (synced or not).
+func (d *disk) last() uint64 { return uint64(len(d.entries)) }
+
+func (d *disk) write(es []entry) {
+	for _, e := range es {
+		if e.version != d.last()+1 {
+			panic("sim: the certifier wrote a log entry out of order")
+		}
+		d.entries = append(d.entries, e)
+	}
+}
+
+// sync makes the first upTo entries stable.
+func (d *disk) sync(upTo int) { d.synced = max(d.synced, upTo) }
+
+// crash loses unsynced writes. The log's records are checksummed and
+// recovery stops at the first bad one (internal/wal), so what survives is
+// the synced part plus some prefix of the unsynced tail: keep is how many
+// unsynced entries made it to the platter anyway.
+func (d *disk) crash(keep int) (lost int) {
+	survive := min(d.synced+keep, len(d.entries))
+	lost = len(d.entries) - survive
+	d.entries = d.entries[:survive:survive]
+	d.synced = survive
+	return lost
+}

@@ -1,0 +1,110 @@
+package sim
+
+import "github.com/tashkent-db/tashkent/internal/certification"
+
+// status is what the client was told about a transaction.
+type status int
+
+const (
+	running  status = iota
+	readOnly        // committed locally, never certified
+	acked           // the client got COMMIT
+	aborted         // the client got 40001 (or its session died before COMMIT)
+	unknown         // the client does not know: certify timeout, crash while committing
+)
+
+// txnRecord is everything a client saw of one transaction: the ledger the
+// checkers compare with the final log.
+type txnRecord struct {
+	id       certification.TxnID
+	replica  int
+	label    uint64 // start_version sent to the certifier
+	snapshot uint64 // the version its reads saw; label <= snapshot
+	reads    []observation
+	writes   []write // the last value per key, in first-write order
+	status   status
+	version  uint64 // the acknowledged commit version
+}
+
+// observation is one read: the value the transaction saw, and whether it
+// was its own write.
+type observation struct {
+	key   int
+	value int64
+	own   bool
+}
+
+// writeInfo says who wrote a value and whether the value was the writer's
+// last for its key (an intermediate value must never be read by others).
+type writeInfo struct {
+	txn   *txnRecord
+	final bool
+}
+
+type history struct {
+	w         *world
+	txns      []*txnRecord
+	byID      map[certification.TxnID]*txnRecord
+	values    map[int64]*writeInfo
+	lastValue int64
+	ackedAt   map[uint64]*txnRecord // version -> the transaction acknowledged with it
+}
+
+func newHistory(w *world) *history {
+	return &history{
+		w: w, byID: make(map[certification.TxnID]*txnRecord),
+		values: make(map[int64]*writeInfo), ackedAt: make(map[uint64]*txnRecord),
+	}
+}
+
+func (h *history) begin(id certification.TxnID, replica int, label uint64) *txnRecord {
+	t := &txnRecord{id: id, replica: replica, label: label}
+	h.txns = append(h.txns, t)
+	h.byID[id] = t
+	h.w.stats.Transactions++
+	return t
+}
+
+// newValue returns a value never written before, so that a read names its
+// writer.
+func (h *history) newValue(t *txnRecord, key int) int64 {
+	h.lastValue++
+	for i, wr := range t.writes {
+		if wr.key == key {
+			h.values[wr.value].final = false
+			t.writes[i].value = h.lastValue
+			h.values[h.lastValue] = &writeInfo{txn: t, final: true}
+			return h.lastValue
+		}
+	}
+	t.writes = append(t.writes, write{key: key, value: h.lastValue})
+	h.values[h.lastValue] = &writeInfo{txn: t, final: true}
+	return h.lastValue
+}
+
+// ack records a COMMIT answered to the client, at version v.
+func (h *history) ack(t *txnRecord, v uint64) {
+	if t.status == acked && t.version != v {
+		h.w.violate("transaction %v acknowledged twice, at versions %d and %d", t.id, t.version, v)
+	}
+	if other := h.ackedAt[v]; other != nil && other != t {
+		h.w.violate("version %d acknowledged to two transactions: %v and %v", v, other.id, t.id)
+	}
+	h.ackedAt[v] = t
+	t.status, t.version = acked, v
+	h.w.stats.Committed++
+	h.w.note("ack", t.id.Seq, v, uint64(t.replica))
+}
+
+func (h *history) end(t *txnRecord, s status) {
+	t.status = s
+	switch s {
+	case aborted:
+		h.w.stats.Aborted++
+	case unknown:
+		h.w.stats.Unknown++
+	case readOnly:
+		h.w.stats.ReadOnly++
+	}
+	h.w.note("txn-end", t.id.Seq, uint64(s), uint64(t.replica))
+}

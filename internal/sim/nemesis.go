@@ -1,0 +1,69 @@
+package sim
+
+// startNemesis injects node faults until the heal: every
+// 1..NemesisTicksMax ticks it crashes a replica (with its proxy, or only its
+// database), crashes the certifier, or partitions a replica from the
+// certifier, and undoes it 1..DownTicksMax ticks later.
+func startNemesis(w *world) {
+	w.after(w.between(1, w.cfg.NemesisTicksMax), "nemesis", func() {
+		if w.healing {
+			return
+		}
+		nemesisAct(w)
+		startNemesis(w)
+	})
+}
+
+func nemesisAct(w *world) {
+	c := w.cfg
+	total := c.ReplicaCrashWeight + c.CertifierCrashWeight + c.PartitionWeight
+	if total == 0 {
+		return
+	}
+	pick := w.rng.IntN(total)
+	down := w.between(1, c.DownTicksMax)
+	switch {
+	case pick < c.ReplicaCrashWeight:
+		crashReplica(w, w.replicas[w.rng.IntN(len(w.replicas))], down)
+	case pick < c.ReplicaCrashWeight+c.CertifierCrashWeight:
+		crashCertifier(w, down)
+	default:
+		partition(w, w.rng.IntN(len(w.replicas)), down)
+	}
+}
+
+func crashReplica(w *world, r *replica, down int64) {
+	if w.rng.IntN(100) < w.cfg.DatabaseOnlyCrashRate {
+		r.crashDatabaseOnly(down)
+		return
+	}
+	if !r.up {
+		return
+	}
+	r.crash()
+	w.after(down, "replica-restart", func() {
+		if !r.up {
+			r.restart()
+		}
+	})
+}
+
+func crashCertifier(w *world, down int64) {
+	if !w.cert.up {
+		return
+	}
+	w.cert.crash()
+	w.after(down, "certifier-restart", func() {
+		if !w.cert.up {
+			w.cert.restart()
+		}
+	})
+}
+
+func partition(w *world, replica int, down int64) {
+	if w.net.partitioned[replica] {
+		return
+	}
+	w.net.partition(replica)
+	w.after(down, "partition-heal", func() { w.net.heal(replica) })
+}

@@ -1,0 +1,131 @@
+package sim
+
+import "github.com/tashkent-db/tashkent/internal/certification"
+
+// connID names one stream between a replica and the certifier. A replica
+// opens a new one each time it reconnects; messages of older streams are
+// ignored by both sides, as a closed gRPC stream delivers nothing.
+type connID struct {
+	replica int
+	n       uint64
+}
+
+// request is a CertifyRequest: (txn id, start_version, writeset).
+type request struct {
+	id           uint64 // the client's request id, unique per client
+	txn          certification.TxnID
+	startVersion uint64
+	writes       []write
+	keys         []certification.Key
+}
+
+// write is one row of a writeset: the last value a transaction wrote to a
+// key (replica.Collapse keeps the last change per row).
+type write struct {
+	key   int
+	value int64
+}
+
+// reply is a CertifyReply.
+type reply struct {
+	id            uint64
+	txn           certification.TxnID
+	commit        bool
+	commitVersion uint64
+	reason        certification.Reason
+}
+
+// entry is a log entry: one committed version.
+type entry struct {
+	version uint64
+	txn     certification.TxnID
+	writes  []write
+	keys    []certification.Key
+}
+
+// message travels on one stream, in one direction. seq is the stream's
+// per-direction sequence number (what TCP would keep).
+type message struct {
+	conn   connID
+	seq    uint64
+	toCert bool
+
+	// replica -> certifier (CertifyStreamRequest)
+	open         bool
+	startVersion uint64 // OpenSession.ReplicaVersion
+	requests     []request
+	catchUp      bool
+
+	// certifier -> replica (CertifyStreamReply, or a stream reset)
+	entries []entry
+	durable uint64
+	replies []reply
+	reset   bool // the other side closed the stream
+}
+
+// network delivers messages after a random delay, and drops, duplicates and
+// partitions them as the seed says.
+type network struct {
+	w           *world
+	partitioned []bool // replica i cannot reach the certifier
+}
+
+func newNetwork(w *world) *network {
+	return &network{w: w, partitioned: make([]bool, w.cfg.Replicas)}
+}
+
+func (n *network) send(m message) {
+	w := n.w
+	if n.partitioned[m.conn.replica] {
+		return
+	}
+	faulty := !w.healing
+	if faulty && w.chance(w.cfg.DropPerMille) {
+		w.stats.Dropped++
+		w.note("drop", uint64(m.conn.replica), m.conn.n, m.seq)
+		return
+	}
+	n.schedule(m)
+	if faulty && w.chance(w.cfg.DuplicatePerMille) {
+		w.stats.Duplicated++
+		w.note("duplicate", uint64(m.conn.replica), m.conn.n, m.seq)
+		n.schedule(m)
+	}
+}
+
+func (n *network) schedule(m message) {
+	w := n.w
+	delay := int64(1)
+	if !w.healing {
+		delay = w.between(1, w.cfg.DelayTicksMax)
+	}
+	w.after(delay, "deliver", func() {
+		if n.partitioned[m.conn.replica] {
+			return // in flight when the partition started
+		}
+		if m.toCert {
+			w.cert.receive(m)
+		} else {
+			w.replicas[m.conn.replica].receive(m)
+		}
+	})
+}
+
+func (n *network) partition(replica int) {
+	n.partitioned[replica] = true
+	n.w.stats.Partitions++
+	n.w.note("partition", uint64(replica), 0, 0)
+}
+
+func (n *network) heal(replica int) {
+	if n.partitioned[replica] {
+		n.partitioned[replica] = false
+		n.w.note("partition-healed", uint64(replica), 0, 0)
+	}
+}
+
+func (n *network) healAll() {
+	for i := range n.partitioned {
+		n.heal(i)
+	}
+}

@@ -1,0 +1,322 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/sequencer"
+)
+
+// replica is one proxy and its database (proxy/replication.go): the real
+// sequencer orders its commits; remote versions are applied by the applier
+// and local ones by their sessions, one version at a time.
+type replica struct {
+	w           *world
+	id          int
+	up          bool // the proxy is running
+	dbUp        bool // the database is running
+	incarnation uint64
+
+	db       *store
+	seq      *sequencer.Sequencer
+	client   *streamClient
+	origin   string
+	restarts int
+	txnSeq   uint64
+	connN    uint64
+	entries  map[uint64]entry // delivered, not yet committed here
+	sessions []*session
+	busy     bool   // a commit (a remote batch or a local one) is in flight
+	inFlight func() // its database part, which a crash may or may not let happen
+	// versionBeforeCrash is what the proxy had committed when its database
+	// crashed (only MutationRecoverFromMemory uses it).
+	versionBeforeCrash uint64
+
+	recovering  bool // clients wait until the replica caught up
+	targetKnown bool
+	target      uint64 // the certifier's durable version when recovery began
+}
+
+// cancelled makes the sequencer's waits non-blocking polls: wait checks its
+// condition first and, when it does not hold, returns the context's error.
+var cancelled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+func newReplica(w *world, id int) *replica {
+	r := &replica{w: w, id: id, db: newStore(w, id), entries: make(map[uint64]entry)}
+	for i := range w.cfg.ClientsPerReplica {
+		r.sessions = append(r.sessions, &session{r: r, id: i})
+	}
+	return r
+}
+
+func (r *replica) start() {
+	r.restart()
+	r.scheduleFlush()
+	r.scheduleMaintenance()
+}
+
+// restart is a proxy starting on a database that recovered: it reads the
+// version the database holds, opens the stream from there and catches up
+// before admitting clients (replication.go, startReplication, catchUp).
+// The origin is new at every start, so transaction ids never repeat.
+func (r *replica) restart() {
+	r.up, r.dbUp = true, true
+	r.incarnation++
+	r.restarts++
+	r.origin = fmt.Sprintf("r%d.%d", r.id, r.restarts)
+	r.txnSeq = 0
+	r.seq = sequencer.New(r.origin, r.recoveredVersion())
+	r.w.note("replica-up", uint64(r.id), r.db.version, 0)
+	r.openStream()
+	for _, s := range r.sessions {
+		s.scheduleNext()
+	}
+}
+
+// openStream replaces the certifier client with one that starts at the
+// database's version, in the sequencer's current epoch.
+func (r *replica) openStream() {
+	if r.client != nil {
+		r.client.close()
+	}
+	r.recovering, r.targetKnown = true, false
+	r.entries = make(map[uint64]entry)
+	r.client = newStreamClient(r, r.seq.Epoch(), r.seq.Committed())
+	r.client.connect()
+}
+
+// recoveredVersion is the version the database says it holds
+// (replica.ReadVersion), where the replica resumes.
+func (r *replica) recoveredVersion() uint64 {
+	if r.w.cfg.Mutation == MutationRecoverFromMemory {
+		return max(r.db.version, r.versionBeforeCrash)
+	}
+	return r.db.version
+}
+
+// crash stops the proxy and its database. The database keeps what it
+// flushed; sessions, the sequencer and the client's pending calls are gone.
+func (r *replica) crash() {
+	if !r.up {
+		return
+	}
+	r.w.stats.ReplicaCrashes++
+	r.up = false
+	r.crashDatabase()
+	r.client.close()
+	r.client = nil
+}
+
+// crashDatabaseOnly is PostgreSQL restarting under a running proxy: the
+// proxy resets its sequencer at once (requestRecovery), closes the sessions,
+// and when the database answers again, resets to the version it recovered
+// and reopens the stream from there (recover, reconnectAndResume). Until
+// then the old stream keeps delivering into a stale epoch.
+func (r *replica) crashDatabaseOnly(downTicks int64) {
+	if !r.up || !r.dbUp {
+		return
+	}
+	r.w.stats.ReplicaCrashes++
+	r.crashDatabase()
+	r.seq.Reset(r.seq.Committed())
+	inc := r.incarnation
+	r.w.after(downTicks, "database-up", func() {
+		if r.incarnation != inc || !r.up || r.dbUp {
+			return // crashed again, or healed already
+		}
+		r.resumeAfterDatabaseRestart()
+	})
+}
+
+func (r *replica) resumeAfterDatabaseRestart() {
+	r.dbUp = true
+	r.seq.Reset(r.recoveredVersion())
+	r.w.note("database-up", uint64(r.id), r.db.version, 0)
+	r.openStream()
+	for _, s := range r.sessions {
+		s.scheduleNext()
+	}
+}
+
+func (r *replica) crashDatabase() {
+	if r.busy && r.w.rng.IntN(2) == 0 {
+		r.inFlight() // the database committed; nobody was told
+		r.w.note("committed-at-crash", uint64(r.id), r.db.version, 0)
+	}
+	r.versionBeforeCrash = r.db.version
+	r.dbUp = false
+	r.incarnation++ // in-flight commits and timers of this life are void
+	r.busy, r.inFlight = false, nil
+	for _, s := range r.sessions {
+		s.lost()
+	}
+	lost := r.db.crash()
+	r.w.stats.LostTailVersions += lost
+	r.w.note("replica-crash", uint64(r.id), r.db.version, uint64(lost))
+}
+
+// deliver hands entries of the stream opened at epoch to the sequencer
+// (replication.go, deliver).
+func (r *replica) deliver(epoch uint64, entries []entry) {
+	les := make([]logentry.Entry, len(entries))
+	origins := make([]string, len(entries))
+	seqs := make([]uint64, len(entries))
+	for i, e := range entries {
+		les[i] = logentry.Entry{Version: e.version}
+		origins[i], seqs[i] = e.txn.Origin, e.txn.Seq
+		if old, ok := r.entries[e.version]; ok && old.txn != e.txn {
+			r.w.violate("replica %d was delivered two different entries for version %d: %v and %v", r.id, e.version, old.txn, e.txn)
+		}
+		if e.version > r.db.version {
+			r.entries[e.version] = e
+		}
+	}
+	r.seq.Deliver(epoch, les, origins, seqs)
+	r.w.note("delivered", uint64(r.id), entries[len(entries)-1].version, epoch)
+	r.progress()
+}
+
+// durableSeen notes the certifier's durable version: the first one after
+// a (re)start is the catch-up target.
+func (r *replica) durableSeen(durable uint64) {
+	if r.recovering && !r.targetKnown {
+		r.target, r.targetKnown = durable, true
+	}
+	r.progress()
+}
+
+// progress starts the next commit if its turn has come: a batch of remote
+// versions (applyLoop) or a session's local commit (WaitTurn).
+func (r *replica) progress() {
+	if !r.up || !r.dbUp || r.busy {
+		return
+	}
+	r.endRecoveryIfCaughtUp()
+	if batch, err := r.seq.NextRemote(cancelled, r.w.cfg.ApplyBatchEntriesMax); err == nil {
+		r.applyRemote(batch)
+		return
+	}
+	next := r.seq.Committed() + 1
+	for _, s := range r.sessions {
+		if s.phase == waitingTurn && (s.local.Version() == next || r.w.cfg.Mutation == MutationCommitWithoutTurn) {
+			r.commitLocal(s)
+			return
+		}
+	}
+}
+
+func (r *replica) endRecoveryIfCaughtUp() {
+	if r.recovering && r.targetKnown && r.seq.Committed() >= r.target {
+		r.recovering = false
+		r.w.note("caught-up", uint64(r.id), r.seq.Committed(), 0)
+		for _, s := range r.sessions {
+			s.scheduleNext()
+		}
+	}
+}
+
+// applyRemote applies a batch in one database transaction, after a
+// latency. A crash meanwhile may or may not have let the database commit it
+// (crashDatabase); the proxy never learns which.
+func (r *replica) applyRemote(batch []logentry.Entry) {
+	entries := make([]entry, len(batch))
+	for i, le := range batch {
+		e, ok := r.entries[le.Version]
+		if !ok {
+			r.w.violate("replica %d: version %d is next but its entry is unknown", r.id, le.Version)
+			return
+		}
+		entries[i] = e
+	}
+	r.startCommit("apply", func() {
+		for _, e := range entries {
+			r.db.commit(e.version, e.txn, e.writes)
+		}
+	}, func() {
+		r.seq.CommitBatch(batch)
+		r.w.note("applied", uint64(r.id), batch[len(batch)-1].Version, uint64(len(batch)))
+	})
+}
+
+// commitLocal is C5: the session records its version and commits.
+func (r *replica) commitLocal(s *session) {
+	s.phase = committing
+	v, txn := s.local.Version(), s.txn
+	r.startCommit("commit-local", func() {
+		r.db.commit(v, txn.id, txn.writes)
+	}, func() {
+		r.seq.Commit(v)
+		r.w.hist.ack(txn, v)
+		s.finish()
+	})
+}
+
+// startCommit runs a database commit (inDatabase) after a latency, then
+// what the proxy does once the database answered (answered).
+func (r *replica) startCommit(name string, inDatabase, answered func()) {
+	r.busy, r.inFlight = true, inDatabase
+	inc := r.incarnation
+	r.w.after(r.w.between(1, r.w.cfg.ApplyTicksMax), name, func() {
+		if r.incarnation != inc {
+			return
+		}
+		r.busy, r.inFlight = false, nil
+		inDatabase()
+		answered()
+		r.progress()
+	})
+}
+
+func (r *replica) scheduleFlush() {
+	r.w.after(r.w.cfg.StoreFlushTicks, "store-flush", func() {
+		if r.dbUp {
+			r.db.flush()
+		}
+		r.scheduleFlush()
+	})
+}
+
+// scheduleMaintenance is maintainLoop: a catch-up request every staleness
+// period (bounded staleness), which also tells a dead stream from a quiet
+// one.
+func (r *replica) scheduleMaintenance() {
+	r.w.after(r.w.cfg.StalenessTicks, "maintenance", func() {
+		if r.up && r.client != nil {
+			r.client.keepalive()
+		}
+		if r.up || !r.w.converged {
+			r.scheduleMaintenance()
+		}
+	})
+}
+
+// idle is true when nothing of this replica is in flight.
+func (r *replica) idle() bool {
+	if r.busy || r.client == nil || len(r.client.pending) > 0 {
+		return false
+	}
+	for _, s := range r.sessions {
+		if s.phase != idle {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *replica) nextTxnID() certification.TxnID {
+	r.txnSeq++
+	return certification.TxnID{Origin: r.origin, Seq: r.txnSeq}
+}
+
+// receive hands a message from the certifier to the proxy's client.
+func (r *replica) receive(m message) {
+	if r.up && r.client != nil {
+		r.client.receive(m)
+	}
+}

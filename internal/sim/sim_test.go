@@ -1,0 +1,161 @@
+package sim
+
+import (
+	"flag"
+
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	seedFlag  = flag.Uint64("seed", 0, "replay this one seed (with its trace under -v)")
+	seedsFlag = flag.Int("seeds", 2000, "how many seeds TestSimulation runs")
+	firstFlag = flag.Uint64("first-seed", 1, "the first seed TestSimulation runs")
+)
+
+// TestSimulation runs many seeds, each with its own swarm configuration,
+// and fails with the command that replays the first failing seed.
+func TestSimulation(t *testing.T) {
+	if *seedFlag != 0 {
+		replay(t, *seedFlag)
+		return
+	}
+	began := time.Now()
+	var total Stats
+	failures := 0
+	for seed := *firstFlag; seed < *firstFlag+uint64(*seedsFlag); seed++ {
+		res := Run(seed, SwarmConfig(seed), Options{})
+		add(&total, res.Stats)
+		if len(res.Violations) > 0 {
+			failures++
+			if failures <= 3 {
+				t.Errorf("%s\nreplay: go test ./internal/sim -run TestSimulation -seed=%d -v", res.Report(), seed)
+			}
+		}
+	}
+	took := time.Since(began)
+	t.Logf("%d seeds in %v (%.0f seeds/s), %d failing", *seedsFlag, took.Round(time.Millisecond),
+		float64(*seedsFlag)/took.Seconds(), failures)
+	t.Logf("totals: %+v", total)
+	requireFaultsHappened(t, total)
+}
+
+func replay(t *testing.T, seed uint64) {
+	res := Run(seed, SwarmConfig(seed), Options{Trace: testing.Verbose()})
+	for _, line := range res.Trace {
+		t.Log(line)
+	}
+	t.Logf("seed %d: trace hash %016x, stats %+v", seed, res.TraceHash, res.Stats)
+	if len(res.Violations) > 0 {
+		t.Fatal(res.Report())
+	}
+}
+
+// requireFaultsHappened guards against a simulation that passes because
+// nothing happened in it.
+func requireFaultsHappened(t *testing.T, s Stats) {
+	t.Helper()
+	checks := map[string]int{
+		"acknowledged commits": s.Committed, "aborts": s.Aborted, "replica crashes": s.ReplicaCrashes,
+		"certifier crashes": s.CertifierCrashes, "partitions": s.Partitions, "dropped messages": s.Dropped,
+		"duplicated messages": s.Duplicated, "re-sent requests": s.Resent, "settled from the log": s.SettledFromLog,
+		"duplicate outcomes": s.DuplicateOutcomes, "too-old aborts": s.TooOld, "mw tails lost and replayed": s.LostTailVersions,
+		"unknown outcomes": s.Unknown,
+	}
+	if *seedsFlag < 200 {
+		return // too few seeds to expect every rare event
+	}
+	var missing []string
+	for name, n := range checks {
+		if n == 0 {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("the simulation never exercised: %s", strings.Join(missing, ", "))
+	}
+}
+
+func add(total *Stats, s Stats) {
+	total.Events += s.Events
+	total.Transactions += s.Transactions
+	total.Committed += s.Committed
+	total.Aborted += s.Aborted
+	total.Unknown += s.Unknown
+	total.ReadOnly += s.ReadOnly
+	total.Versions += s.Versions
+	total.ReplicaCrashes += s.ReplicaCrashes
+	total.CertifierCrashes += s.CertifierCrashes
+	total.Partitions += s.Partitions
+	total.Dropped += s.Dropped
+	total.Duplicated += s.Duplicated
+	total.StreamBreaks += s.StreamBreaks
+	total.Resent += s.Resent
+	total.SettledFromLog += s.SettledFromLog
+	total.DuplicateOutcomes += s.DuplicateOutcomes
+	total.TooOld += s.TooOld
+	total.LostTailVersions += s.LostTailVersions
+	total.ConvergedAtTick = max(total.ConvergedAtTick, s.ConvergedAtTick)
+}
+
+// TestDeterminism: the same seed gives the same trace, a different seed a
+// different one.
+func TestDeterminism(t *testing.T) {
+	for seed := uint64(1); seed <= 20; seed++ {
+		a := Run(seed, SwarmConfig(seed), Options{})
+		b := Run(seed, SwarmConfig(seed), Options{Trace: true})
+		if a.TraceHash != b.TraceHash || a.Stats != b.Stats {
+			t.Fatalf("seed %d ran twice gave trace hashes %016x and %016x", seed, a.TraceHash, b.TraceHash)
+		}
+		c := Run(seed+1000, SwarmConfig(seed), Options{})
+		if c.TraceHash == a.TraceHash {
+			t.Fatalf("seeds %d and %d gave the same trace", seed, seed+1000)
+		}
+	}
+}
+
+// TestMutationsAreCaught is the checkers' self-test: each deliberate bug
+// must be reported, in most seeds, by the checker meant for it. Without
+// this the checkers could pass because they check nothing.
+func TestMutationsAreCaught(t *testing.T) {
+	const seeds = 60
+	expect := map[Mutation]string{
+		MutationSkipConflictCheck: "lost update",
+		MutationAckBeforeSync:     "", // lost acknowledged commits, or replicas ahead of the log
+		MutationCommitWithoutTurn: "", // a gap in a replica's commits (the sequencer panics too)
+		MutationReadAboveSnapshot: "",
+		MutationRecoverFromMemory: "",
+	}
+	for m := NoMutation + 1; m < mutationsEnd; m++ {
+		t.Run(m.String(), func(t *testing.T) {
+			caught, example := 0, ""
+			for seed := uint64(1); seed <= seeds; seed++ {
+				cfg := SwarmConfig(seed)
+				cfg.Mutation = m
+				res := Run(seed, cfg, Options{})
+				for _, v := range res.Violations {
+					if strings.HasPrefix(v, expect[m]) {
+						caught++
+						example = v
+						break
+					}
+				}
+			}
+			t.Logf("caught in %d of %d seeds, e.g. %s", caught, seeds, example)
+			if caught < minCaught[m] {
+				t.Fatalf("the checkers caught mutation %s in only %d of %d seeds", m, caught, seeds)
+			}
+		})
+	}
+}
+
+// minCaught is how many of the 60 seeds must catch each mutation: the rare
+// ones need a crash at the right moment.
+var minCaught = map[Mutation]int{
+	MutationSkipConflictCheck: 40,
+	MutationAckBeforeSync:     5,
+	MutationCommitWithoutTurn: 10,
+	MutationReadAboveSnapshot: 20,
+	MutationRecoverFromMemory: 5,
+}
