@@ -208,6 +208,86 @@ func (AbortReason) EnumDescriptor() ([]byte, []int) {
 	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
 }
 
+type RaftMessages struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Messages      [][]byte               `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"` // each an encoded raftpb.Message
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftMessages) Reset() {
+	*x = RaftMessages{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftMessages) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftMessages) ProtoMessage() {}
+
+func (x *RaftMessages) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftMessages.ProtoReflect.Descriptor instead.
+func (*RaftMessages) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RaftMessages) GetMessages() [][]byte {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type RaftAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftAck) Reset() {
+	*x = RaftAck{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftAck) ProtoMessage() {}
+
+func (x *RaftAck) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
+func (*RaftAck) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{1}
+}
+
 // Change is one row (or table, or schema) a transaction wrote.
 type Change struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -221,7 +301,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -233,7 +313,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -246,7 +326,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{0}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Change) GetTable() string {
@@ -286,7 +366,7 @@ type Writeset struct {
 
 func (x *Writeset) Reset() {
 	*x = Writeset{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +378,7 @@ func (x *Writeset) String() string {
 func (*Writeset) ProtoMessage() {}
 
 func (x *Writeset) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +391,7 @@ func (x *Writeset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writeset.ProtoReflect.Descriptor instead.
 func (*Writeset) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{1}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Writeset) GetChanges() []*Change {
@@ -333,7 +413,7 @@ type TxnID struct {
 
 func (x *TxnID) Reset() {
 	*x = TxnID{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -345,7 +425,7 @@ func (x *TxnID) String() string {
 func (*TxnID) ProtoMessage() {}
 
 func (x *TxnID) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -358,7 +438,7 @@ func (x *TxnID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnID.ProtoReflect.Descriptor instead.
 func (*TxnID) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TxnID) GetOrigin() string {
@@ -385,7 +465,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +477,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +490,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{3}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OpenSession) GetReplica() string {
@@ -439,7 +519,7 @@ type CertifyRequest struct {
 
 func (x *CertifyRequest) Reset() {
 	*x = CertifyRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +531,7 @@ func (x *CertifyRequest) String() string {
 func (*CertifyRequest) ProtoMessage() {}
 
 func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +544,7 @@ func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyRequest.ProtoReflect.Descriptor instead.
 func (*CertifyRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{4}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CertifyRequest) GetRequestId() uint64 {
@@ -508,7 +588,7 @@ type CertifyStreamRequest struct {
 
 func (x *CertifyStreamRequest) Reset() {
 	*x = CertifyStreamRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +600,7 @@ func (x *CertifyStreamRequest) String() string {
 func (*CertifyStreamRequest) ProtoMessage() {}
 
 func (x *CertifyStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +613,7 @@ func (x *CertifyStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamRequest.ProtoReflect.Descriptor instead.
 func (*CertifyStreamRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{5}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CertifyStreamRequest) GetOpen() *OpenSession {
@@ -572,7 +652,7 @@ type CertifyReply struct {
 
 func (x *CertifyReply) Reset() {
 	*x = CertifyReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +664,7 @@ func (x *CertifyReply) String() string {
 func (*CertifyReply) ProtoMessage() {}
 
 func (x *CertifyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +677,7 @@ func (x *CertifyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyReply.ProtoReflect.Descriptor instead.
 func (*CertifyReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{6}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CertifyReply) GetRequestId() uint64 {
@@ -661,7 +741,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +753,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +766,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{7}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LogEntry) GetVersion() uint64 {
@@ -726,7 +806,7 @@ type CertifyStreamReply struct {
 
 func (x *CertifyStreamReply) Reset() {
 	*x = CertifyStreamReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +818,7 @@ func (x *CertifyStreamReply) String() string {
 func (*CertifyStreamReply) ProtoMessage() {}
 
 func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +831,7 @@ func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamReply.ProtoReflect.Descriptor instead.
 func (*CertifyStreamReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CertifyStreamReply) GetEntries() [][]byte {
@@ -786,7 +866,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +878,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +891,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FetchRequest) GetAfterVersion() uint64 {
@@ -837,7 +917,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +929,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +942,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FetchReply) GetEntries() [][]byte {
@@ -880,7 +960,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +972,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +985,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
 }
 
 type StatusReply struct {
@@ -922,13 +1002,23 @@ type StatusReply struct {
 	Pid                     int64                  `protobuf:"varint,10,opt,name=pid,proto3" json:"pid,omitempty"`
 	LogBytes                uint64                 `protobuf:"varint,11,opt,name=log_bytes,json=logBytes,proto3" json:"log_bytes,omitempty"`
 	AppendSecondsTotal      float64                `protobuf:"fixed64,12,opt,name=append_seconds_total,json=appendSecondsTotal,proto3" json:"append_seconds_total,omitempty"` // time spent writing + fsyncing the log
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// The certifier group (internal/certgroup). A single certifier reports
+	// member_id 0 and role "single".
+	MemberId      uint64    `protobuf:"varint,13,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Role          string    `protobuf:"bytes,14,opt,name=role,proto3" json:"role,omitempty"` // "leader", "follower", "candidate", "single"
+	Term          uint64    `protobuf:"varint,15,opt,name=term,proto3" json:"term,omitempty"`
+	LeaderId      uint64    `protobuf:"varint,16,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`             // 0 when no leader is known
+	LeaderAddr    string    `protobuf:"bytes,17,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`        // the leader's gRPC address, when known
+	RaftIndex     uint64    `protobuf:"varint,18,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"`          // last index in this member's Raft log
+	AppliedIndex  uint64    `protobuf:"varint,19,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"` // last Raft index applied
+	Members       []*Member `protobuf:"bytes,20,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1030,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1043,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StatusReply) GetVersion() uint64 {
@@ -1040,11 +1130,122 @@ func (x *StatusReply) GetAppendSecondsTotal() float64 {
 	return 0
 }
 
+func (x *StatusReply) GetMemberId() uint64 {
+	if x != nil {
+		return x.MemberId
+	}
+	return 0
+}
+
+func (x *StatusReply) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *StatusReply) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *StatusReply) GetLeaderId() uint64 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+func (x *StatusReply) GetLeaderAddr() string {
+	if x != nil {
+		return x.LeaderAddr
+	}
+	return ""
+}
+
+func (x *StatusReply) GetRaftIndex() uint64 {
+	if x != nil {
+		return x.RaftIndex
+	}
+	return 0
+}
+
+func (x *StatusReply) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *StatusReply) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type Member struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Member) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Member) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
 var File_api_certifierpb_certifier_proto protoreflect.FileDescriptor
 
 const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\n" +
-	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"m\n" +
+	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"*\n" +
+	"\fRaftMessages\x12\x1a\n" +
+	"\bmessages\x18\x01 \x03(\fR\bmessages\"\t\n" +
+	"\aRaftAck\"m\n" +
 	"\x06Change\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12)\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x19.tashkent.certifier.v1.OpR\x02op\x12\x10\n" +
@@ -1091,7 +1292,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\n" +
 	"FetchReply\x12\x18\n" +
 	"\aentries\x18\x01 \x03(\fR\aentries\"\x0f\n" +
-	"\rStatusRequest\"\xb6\x03\n" +
+	"\rStatusRequest\"\xb6\x05\n" +
 	"\vStatusReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12'\n" +
 	"\x0fdurable_version\x18\x02 \x01(\x04R\x0edurableVersion\x12$\n" +
@@ -1106,7 +1307,20 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x03pid\x18\n" +
 	" \x01(\x03R\x03pid\x12\x1b\n" +
 	"\tlog_bytes\x18\v \x01(\x04R\blogBytes\x120\n" +
-	"\x14append_seconds_total\x18\f \x01(\x01R\x12appendSecondsTotal*f\n" +
+	"\x14append_seconds_total\x18\f \x01(\x01R\x12appendSecondsTotal\x12\x1b\n" +
+	"\tmember_id\x18\r \x01(\x04R\bmemberId\x12\x12\n" +
+	"\x04role\x18\x0e \x01(\tR\x04role\x12\x12\n" +
+	"\x04term\x18\x0f \x01(\x04R\x04term\x12\x1b\n" +
+	"\tleader_id\x18\x10 \x01(\x04R\bleaderId\x12\x1f\n" +
+	"\vleader_addr\x18\x11 \x01(\tR\n" +
+	"leaderAddr\x12\x1d\n" +
+	"\n" +
+	"raft_index\x18\x12 \x01(\x04R\traftIndex\x12#\n" +
+	"\rapplied_index\x18\x13 \x01(\x04R\fappliedIndex\x127\n" +
+	"\amembers\x18\x14 \x03(\v2\x1d.tashkent.certifier.v1.MemberR\amembers\",\n" +
+	"\x06Member\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr*f\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_UPSERT\x10\x01\x12\r\n" +
@@ -1129,7 +1343,9 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\tCertifier\x12e\n" +
 	"\aCertify\x12+.tashkent.certifier.v1.CertifyStreamRequest\x1a).tashkent.certifier.v1.CertifyStreamReply(\x010\x01\x12Q\n" +
 	"\x05Fetch\x12#.tashkent.certifier.v1.FetchRequest\x1a!.tashkent.certifier.v1.FetchReply0\x01\x12R\n" +
-	"\x06Status\x12$.tashkent.certifier.v1.StatusRequest\x1a\".tashkent.certifier.v1.StatusReplyB1Z/github.com/tashkent-db/tashkent/api/certifierpbb\x06proto3"
+	"\x06Status\x12$.tashkent.certifier.v1.StatusRequest\x1a\".tashkent.certifier.v1.StatusReply2U\n" +
+	"\x04Raft\x12M\n" +
+	"\x04Send\x12#.tashkent.certifier.v1.RaftMessages\x1a\x1e.tashkent.certifier.v1.RaftAck(\x01B1Z/github.com/tashkent-db/tashkent/api/certifierpbb\x06proto3"
 
 var (
 	file_api_certifierpb_certifier_proto_rawDescOnce sync.Once
@@ -1144,49 +1360,55 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                      // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                // 1: tashkent.certifier.v1.Decision
 	(AbortReason)(0),             // 2: tashkent.certifier.v1.AbortReason
-	(*Change)(nil),               // 3: tashkent.certifier.v1.Change
-	(*Writeset)(nil),             // 4: tashkent.certifier.v1.Writeset
-	(*TxnID)(nil),                // 5: tashkent.certifier.v1.TxnID
-	(*OpenSession)(nil),          // 6: tashkent.certifier.v1.OpenSession
-	(*CertifyRequest)(nil),       // 7: tashkent.certifier.v1.CertifyRequest
-	(*CertifyStreamRequest)(nil), // 8: tashkent.certifier.v1.CertifyStreamRequest
-	(*CertifyReply)(nil),         // 9: tashkent.certifier.v1.CertifyReply
-	(*LogEntry)(nil),             // 10: tashkent.certifier.v1.LogEntry
-	(*CertifyStreamReply)(nil),   // 11: tashkent.certifier.v1.CertifyStreamReply
-	(*FetchRequest)(nil),         // 12: tashkent.certifier.v1.FetchRequest
-	(*FetchReply)(nil),           // 13: tashkent.certifier.v1.FetchReply
-	(*StatusRequest)(nil),        // 14: tashkent.certifier.v1.StatusRequest
-	(*StatusReply)(nil),          // 15: tashkent.certifier.v1.StatusReply
+	(*RaftMessages)(nil),         // 3: tashkent.certifier.v1.RaftMessages
+	(*RaftAck)(nil),              // 4: tashkent.certifier.v1.RaftAck
+	(*Change)(nil),               // 5: tashkent.certifier.v1.Change
+	(*Writeset)(nil),             // 6: tashkent.certifier.v1.Writeset
+	(*TxnID)(nil),                // 7: tashkent.certifier.v1.TxnID
+	(*OpenSession)(nil),          // 8: tashkent.certifier.v1.OpenSession
+	(*CertifyRequest)(nil),       // 9: tashkent.certifier.v1.CertifyRequest
+	(*CertifyStreamRequest)(nil), // 10: tashkent.certifier.v1.CertifyStreamRequest
+	(*CertifyReply)(nil),         // 11: tashkent.certifier.v1.CertifyReply
+	(*LogEntry)(nil),             // 12: tashkent.certifier.v1.LogEntry
+	(*CertifyStreamReply)(nil),   // 13: tashkent.certifier.v1.CertifyStreamReply
+	(*FetchRequest)(nil),         // 14: tashkent.certifier.v1.FetchRequest
+	(*FetchReply)(nil),           // 15: tashkent.certifier.v1.FetchReply
+	(*StatusRequest)(nil),        // 16: tashkent.certifier.v1.StatusRequest
+	(*StatusReply)(nil),          // 17: tashkent.certifier.v1.StatusReply
+	(*Member)(nil),               // 18: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	0,  // 0: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
-	3,  // 1: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
-	5,  // 2: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
-	4,  // 3: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
-	6,  // 4: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
-	7,  // 5: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
-	5,  // 6: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
+	5,  // 1: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
+	7,  // 2: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	6,  // 3: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
+	8,  // 4: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
+	9,  // 5: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
+	7,  // 6: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
 	1,  // 7: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
 	2,  // 8: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
-	5,  // 9: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
-	4,  // 10: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
-	9,  // 11: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	8,  // 12: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
-	12, // 13: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	14, // 14: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	11, // 15: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	13, // 16: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	15, // 17: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	15, // [15:18] is the sub-list for method output_type
-	12, // [12:15] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 9: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
+	6,  // 10: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
+	11, // 11: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
+	18, // 12: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	10, // 13: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
+	14, // 14: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
+	16, // 15: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	3,  // 16: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	13, // 17: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	15, // 18: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	17, // 19: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	4,  // 20: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_api_certifierpb_certifier_proto_init() }
@@ -1200,9 +1422,9 @@ func file_api_certifierpb_certifier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_api_certifierpb_certifier_proto_goTypes,
 		DependencyIndexes: file_api_certifierpb_certifier_proto_depIdxs,

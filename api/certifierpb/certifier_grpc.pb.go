@@ -212,3 +212,108 @@ var Certifier_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "api/certifierpb/certifier.proto",
 }
+
+const (
+	Raft_Send_FullMethodName = "/tashkent.certifier.v1.Raft/Send"
+)
+
+// RaftClient is the client API for Raft service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Raft carries the certifier group's Raft messages between members
+// (internal/certgroup). Each member opens one Send stream to each peer and
+// writes raftpb.Message values, encoded, in order; a broken stream is
+// reopened, and Raft tolerates the messages lost meanwhile.
+type RaftClient interface {
+	Send(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftMessages, RaftAck], error)
+}
+
+type raftClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewRaftClient(cc grpc.ClientConnInterface) RaftClient {
+	return &raftClient{cc}
+}
+
+func (c *raftClient) Send(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftMessages, RaftAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Raft_ServiceDesc.Streams[0], Raft_Send_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RaftMessages, RaftAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_SendClient = grpc.ClientStreamingClient[RaftMessages, RaftAck]
+
+// RaftServer is the server API for Raft service.
+// All implementations must embed UnimplementedRaftServer
+// for forward compatibility.
+//
+// Raft carries the certifier group's Raft messages between members
+// (internal/certgroup). Each member opens one Send stream to each peer and
+// writes raftpb.Message values, encoded, in order; a broken stream is
+// reopened, and Raft tolerates the messages lost meanwhile.
+type RaftServer interface {
+	Send(grpc.ClientStreamingServer[RaftMessages, RaftAck]) error
+	mustEmbedUnimplementedRaftServer()
+}
+
+// UnimplementedRaftServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedRaftServer struct{}
+
+func (UnimplementedRaftServer) Send(grpc.ClientStreamingServer[RaftMessages, RaftAck]) error {
+	return status.Error(codes.Unimplemented, "method Send not implemented")
+}
+func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
+func (UnimplementedRaftServer) testEmbeddedByValue()              {}
+
+// UnsafeRaftServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to RaftServer will
+// result in compilation errors.
+type UnsafeRaftServer interface {
+	mustEmbedUnimplementedRaftServer()
+}
+
+func RegisterRaftServer(s grpc.ServiceRegistrar, srv RaftServer) {
+	// If the following call panics, it indicates UnimplementedRaftServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Raft_ServiceDesc, srv)
+}
+
+func _Raft_Send_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftServer).Send(&grpc.GenericServerStream[RaftMessages, RaftAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_SendServer = grpc.ClientStreamingServer[RaftMessages, RaftAck]
+
+// Raft_ServiceDesc is the grpc.ServiceDesc for Raft service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Raft_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "tashkent.certifier.v1.Raft",
+	HandlerType: (*RaftServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Send",
+			Handler:       _Raft_Send_Handler,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "api/certifierpb/certifier.proto",
+}

@@ -5,6 +5,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
 )
 
 // KeysOf turns a writeset into the keys certification compares. It rejects
@@ -57,4 +58,19 @@ func keyOf(c *pb.Change) (certification.Key, error) {
 
 func txnOf(id *pb.TxnID) certification.TxnID {
 	return certification.TxnID{Origin: id.GetOrigin(), Seq: id.GetSeq()}
+}
+
+// DecodeEntryKeys reads an encoded log entry's transaction id and
+// certification keys: how a member of a certifier group restores a
+// committed version it did not certify itself (certgroup.DecodeFunc).
+func DecodeEntryKeys(b []byte) (certification.TxnID, []certification.Key, error) {
+	e, err := logentry.Decode(b)
+	if err != nil {
+		return certification.TxnID{}, nil, err
+	}
+	keys, err := KeysOf(e.Writeset)
+	if err != nil {
+		return certification.TxnID{}, nil, fmt.Errorf("log entry %d: %w", e.Version, err)
+	}
+	return txnOf(e.Txn), keys, nil
 }

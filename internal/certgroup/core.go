@@ -1,0 +1,527 @@
+package certgroup
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+)
+
+// DecodeFunc reads the transaction id and the certification keys out of an
+// encoded log entry. It must be deterministic: every member calls it on the
+// same bytes and must reach the same keys.
+type DecodeFunc func(entry []byte) (certification.TxnID, []certification.Key, error)
+
+// Config configures a Core.
+type Config struct {
+	ID uint64
+	// Peers are the voting members a new group starts with (bootstrap). A
+	// member that restarts with a Raft log, or that joins an existing group,
+	// ignores them.
+	Peers []uint64
+	// Join: this member starts with an empty log and waits to be added by
+	// the group (certifier members add).
+	Join bool
+	// ElectionTicks and HeartbeatTicks count Tick calls (Raft's timers are
+	// counted, not slept).
+	ElectionTicks  int
+	HeartbeatTicks int
+	// WindowVersions: see certification.Config.
+	WindowVersions uint64
+	Decode         DecodeFunc
+	Logger         raft.Logger // nil: Raft logs nothing
+	// DisableCheckQuorum turns off Raft's CheckQuorum and with it the
+	// leader lease, which counts election ticks: the simulation drives
+	// elections itself and never lets them run out (see sim_test.go).
+	DisableCheckQuorum bool
+}
+
+// defaults for the tick counts: with a 10 ms tick, a follower starts an
+// election 1 to 2 s after it last heard from the leader (Raft randomizes
+// in [ElectionTicks, 2*ElectionTicks)), well inside the 2 s failover target
+// on average, and heartbeats go out every 50 ms.
+const (
+	DefaultElectionTicks  = 60
+	DefaultHeartbeatTicks = 5
+)
+
+// maxSizePerMsgBytes bounds the entries in one append message: large enough
+// that a burst of certified entries travels in few messages.
+const maxSizePerMsgBytes = 4 << 20
+
+// maxInflightMsgs bounds the append messages in flight to one follower
+// (pipelining).
+const maxInflightMsgs = 256
+
+// ErrNotReady means this member is the leader but has not yet applied its
+// whole log (its barrier entry), or has just re-fenced itself; retry soon.
+var ErrNotReady = errors.New("certifier group: the leader is still applying its log; retry")
+
+// NotLeaderError is returned by Certify on a member that is not the leader.
+type NotLeaderError struct {
+	Leader uint64 // 0 when no leader is known
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == 0 {
+		return "not the leader of the certifier group, and no leader is known yet (an election is under way)"
+	}
+	return fmt.Sprintf("not the leader of the certifier group; member %d is", e.Leader)
+}
+
+// Persisted is what a member finds on its disk when it starts.
+type Persisted struct {
+	HardState *raftpb.HardState
+	Entries   []*raftpb.Entry
+}
+
+// Batch is one Ready of the Raft node: what the driver must do, in order,
+// before calling Advance.
+type Batch struct {
+	// Entries and HardState must be written to stable storage, with one
+	// sync when MustSync (group commit: every entry of the batch shares it).
+	Entries   []*raftpb.Entry
+	HardState *raftpb.HardState
+	MustSync  bool
+	// Messages are sent after the write.
+	Messages []*raftpb.Message
+}
+
+// Applied is what Advance applied.
+type Applied struct {
+	// Committed are the versions Raft committed in this batch, in version
+	// order, contiguous with the ones before: durable on a majority.
+	Committed []logentry.Entry
+	// LostLeadership says this member was the leader and no longer is (or
+	// is leader of a later term). Entries it certified and did not see
+	// committed may be failed versions: every reply waiting for one must be
+	// dropped, never sent.
+	LostLeadership bool
+	// MembersChanged says a configuration change was applied.
+	MembersChanged bool
+	// Confirmed is the highest abort ticket confirmed so far: aborts with
+	// a ticket up to it may be sent.
+	Confirmed uint64
+}
+
+// Core is one member of the certifier group as a deterministic state
+// machine: Raft (etcd's RawNode) plus the certification state. It does no
+// I/O and starts no goroutines; it is not safe for concurrent use. A driver
+// (Node, or the simulation) feeds it ticks, messages and requests and
+// carries out its batches.
+type Core struct {
+	cfg   Config
+	rn    *raft.RawNode
+	mem   *raft.MemoryStorage
+	state *certification.State
+
+	applied     uint64 // Raft index of the last applied entry
+	appliedTerm uint64 // its term
+	// appliedVersion is the highest version Raft committed and this member
+	// applied: the durable prefix.
+	appliedVersion uint64
+
+	// leaderTerm is the term in which this member leads, 0 when it does not.
+	leaderTerm uint64
+	// spec are the entries this leader certified and proposed in leaderTerm
+	// and has not yet applied: versions appliedVersion+1..state.Version().
+	spec []logentry.Entry
+	// fenceVersion: after a proposal was dropped the leader certifies again
+	// only once the versions it did propose are applied.
+	fenceVersion uint64
+
+	// Abort decisions are sent only once a majority confirmed, after the
+	// decision, that this member still leads (Raft's ReadIndex): a deposed
+	// leader that has not heard of its successor could otherwise abort a
+	// retried transaction that the successor committed. openTicket is the
+	// ticket of the aborts decided since the last ReadIndex (0: none);
+	// confirmedTicket the highest ticket confirmed.
+	openTicket, lastTicket, confirmedTicket uint64
+
+	pending   *raft.Ready // between Ready and Advance
+	confState *raftpb.ConfState
+}
+
+// NewCore starts a member from what its disk holds.
+func NewCore(cfg Config, disk Persisted) (*Core, error) {
+	if cfg.ElectionTicks == 0 {
+		cfg.ElectionTicks = DefaultElectionTicks
+	}
+	if cfg.HeartbeatTicks == 0 {
+		cfg.HeartbeatTicks = DefaultHeartbeatTicks
+	}
+	if cfg.Decode == nil {
+		return nil, errors.New("certifier group: no DecodeFunc")
+	}
+	mem := raft.NewMemoryStorage()
+	if disk.HardState != nil {
+		if err := mem.SetHardState(disk.HardState); err != nil {
+			return nil, err
+		}
+	}
+	if err := mem.Append(disk.Entries); err != nil {
+		return nil, fmt.Errorf("certifier group: load raft log: %w", err)
+	}
+	rc := &raft.Config{
+		ID:                        cfg.ID,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   mem,
+		MaxSizePerMsg:             maxSizePerMsgBytes,
+		MaxInflightMsgs:           maxInflightMsgs,
+		CheckQuorum:               !cfg.DisableCheckQuorum,
+		PreVote:                   true,
+		DisableProposalForwarding: true, // only the leader certifies
+		StepDownOnRemoval:         true,
+		Logger:                    cfg.Logger,
+	}
+	if rc.Logger == nil {
+		rc.Logger = quietLogger{}
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("certifier group: %w", err)
+	}
+	c := &Core{cfg: cfg, rn: rn, mem: mem, confState: &raftpb.ConfState{}}
+	c.state = c.newState(0)
+	last, _ := mem.LastIndex()
+	if last == 0 && !cfg.Join {
+		peers := make([]raft.Peer, len(cfg.Peers))
+		for i, id := range cfg.Peers {
+			peers[i] = raft.Peer{ID: id}
+		}
+		if err := rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("certifier group: bootstrap: %w", err)
+		}
+	}
+	return c, nil
+}
+
+func (c *Core) newState(base uint64) *certification.State {
+	return certification.New(certification.Config{WindowVersions: c.cfg.WindowVersions}, base)
+}
+
+// Tick advances Raft's logical clock by one tick.
+func (c *Core) Tick() { c.rn.Tick() }
+
+// Campaign makes this member start an election now.
+func (c *Core) Campaign() error { return c.rn.Campaign() }
+
+// Step hands a message from a peer to Raft.
+func (c *Core) Step(m *raftpb.Message) error { return c.rn.Step(m) }
+
+// ReportUnreachable tells Raft a message to peer could not be sent.
+func (c *Core) ReportUnreachable(peer uint64) { c.rn.ReportUnreachable(peer) }
+
+// Certify decides a request on the leader. A new commit is proposed to
+// Raft at once (pipelined); its version is durable when Advance reports it
+// in Applied.Committed. An abort may be sent once Applied.Confirmed reaches
+// the returned ticket. Errors: *NotLeaderError, ErrNotReady.
+func (c *Core) Certify(req certification.Request, prefix logentry.Prefix) (certification.Outcome, uint64, error) {
+	if err := c.checkCertifying(); err != nil {
+		return certification.Outcome{}, 0, err
+	}
+	o := c.state.Certify(req)
+	if o.Decision != certification.Commit {
+		return o, c.abortTicket(), nil
+	}
+	if o.Duplicate {
+		return o, 0, nil
+	}
+	e := prefix.WithVersion(o.CommitVersion)
+	if err := c.rn.Propose(encodeCertified(e)); err != nil {
+		// The entry is not in the log, but the state counted it: go back to
+		// the applied state and certify again once every entry that was
+		// proposed is applied.
+		c.fenceVersion = o.CommitVersion - 1
+		c.dropSpeculation()
+		return certification.Outcome{}, 0, ErrNotReady
+	}
+	c.spec = append(c.spec, e)
+	return o, 0, nil
+}
+
+// Lookup answers a request the leader will not certify (it is over a limit
+// of the service): if the transaction committed, its version; otherwise a
+// ticket to confirm the abort with, as for Certify.
+func (c *Core) Lookup(txn certification.TxnID) (version, ticket uint64, err error) {
+	if err := c.checkCertifying(); err != nil {
+		return 0, 0, err
+	}
+	if v, ok := c.state.CommittedVersion(txn); ok {
+		return v, 0, nil
+	}
+	return 0, c.abortTicket(), nil
+}
+
+func (c *Core) abortTicket() uint64 {
+	if c.openTicket == 0 {
+		c.lastTicket++
+		c.openTicket = c.lastTicket
+	}
+	return c.openTicket
+}
+
+// confirmLeadership issues a ReadIndex for the aborts decided since the
+// last one.
+func (c *Core) confirmLeadership() {
+	if c.openTicket == 0 {
+		return
+	}
+	var ctx [8]byte
+	binary.BigEndian.PutUint64(ctx[:], c.openTicket)
+	c.rn.ReadIndex(ctx[:])
+	c.openTicket = 0
+}
+
+// checkCertifying says whether this member may certify now: it leads in
+// the current term and has applied its whole log (an entry of its own term,
+// the barrier Raft appends on election, is applied).
+func (c *Core) checkCertifying() error {
+	st := c.rn.BasicStatus()
+	if st.RaftState != raft.StateLeader {
+		return &NotLeaderError{Leader: st.Lead}
+	}
+	if c.leaderTerm == 0 || st.GetTerm() != c.leaderTerm || c.appliedTerm != c.leaderTerm || c.state.Version() < c.fenceVersion {
+		return ErrNotReady
+	}
+	return nil
+}
+
+// CommittedVersion reports the version a transaction committed at (or was
+// certified at by this leader), if it is inside the window.
+func (c *Core) CommittedVersion(txn certification.TxnID) (uint64, bool) {
+	return c.state.CommittedVersion(txn)
+}
+
+// Versions returns the highest version certified and the low-water mark.
+func (c *Core) Versions() (version, lowWaterMark uint64) {
+	return c.state.Version(), c.state.LowWaterMark()
+}
+
+// IndexedRows is the size of the conflict index.
+func (c *Core) IndexedRows() int { return c.state.IndexedRows() }
+
+// Ready returns the next batch, if there is one. The driver must carry it
+// out and call Advance before calling Ready again.
+func (c *Core) Ready() (Batch, bool) {
+	if c.pending != nil {
+		panic("certgroup: Ready called twice without Advance")
+	}
+	c.confirmLeadership()
+	if !c.rn.HasReady() {
+		return Batch{}, false
+	}
+	rd := c.rn.Ready()
+	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+		// The group never compacts its Raft log (see package doc), so Raft
+		// has no reason to send a snapshot.
+		panic("certgroup: unexpected raft snapshot")
+	}
+	c.pending = &rd
+	return Batch{Entries: rd.Entries, HardState: rd.HardState, MustSync: rd.MustSync, Messages: rd.Messages}, true
+}
+
+// Advance records that the batch is on stable storage and its messages are
+// sent, applies what Raft committed and reports it.
+func (c *Core) Advance() Applied {
+	rd := c.pending
+	if rd == nil {
+		panic("certgroup: Advance without Ready")
+	}
+	c.pending = nil
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		if err := c.mem.SetHardState(rd.HardState); err != nil {
+			panic(err)
+		}
+	}
+	if err := c.mem.Append(rd.Entries); err != nil {
+		panic(fmt.Sprintf("certgroup: append to the raft log: %v", err))
+	}
+	var out Applied
+	// A lost leadership is settled before committed entries are applied:
+	// a committed entry at the index of one of this leader's proposals may
+	// be the new leader's.
+	c.checkRole(&out)
+	for _, e := range rd.CommittedEntries {
+		c.apply(e, &out)
+	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) == 8 {
+			c.confirmedTicket = max(c.confirmedTicket, binary.BigEndian.Uint64(rs.RequestCtx))
+		}
+	}
+	c.rn.Advance(*rd)
+	c.checkRole(&out)
+	out.Confirmed = c.confirmedTicket
+	return out
+}
+
+func (c *Core) checkRole(out *Applied) {
+	st := c.rn.BasicStatus()
+	leading := st.RaftState == raft.StateLeader
+	if c.leaderTerm != 0 && (!leading || st.GetTerm() != c.leaderTerm) {
+		c.leaderTerm = 0
+		c.fenceVersion = 0
+		c.dropSpeculation()
+		out.LostLeadership = true
+	}
+	if leading && c.leaderTerm == 0 {
+		c.leaderTerm = st.GetTerm()
+	}
+}
+
+func (c *Core) apply(e *raftpb.Entry, out *Applied) {
+	c.applied, c.appliedTerm = e.GetIndex(), e.GetTerm()
+	switch e.GetType() {
+	case raftpb.EntryNormal:
+		if len(e.Data) > 0 {
+			c.applyCertified(e, out)
+		}
+	case raftpb.EntryConfChange:
+		cc := &raftpb.ConfChange{}
+		mustUnmarshal(e.Data, cc)
+		c.confState = c.rn.ApplyConfChange(cc)
+		out.MembersChanged = true
+	case raftpb.EntryConfChangeV2:
+		cc := &raftpb.ConfChangeV2{}
+		mustUnmarshal(e.Data, cc)
+		c.confState = c.rn.ApplyConfChange(cc)
+		out.MembersChanged = true
+	}
+}
+
+func mustUnmarshal(b []byte, m proto.Message) {
+	if err := proto.Unmarshal(b, m); err != nil {
+		panic(fmt.Sprintf("certgroup: committed configuration change does not decode: %v", err))
+	}
+}
+
+// applyCertified applies a committed version. On the leader that proposed
+// it, it is already in the state (spec); elsewhere it is restored into the
+// state as read, never certified again: the leader's decision is the log's.
+func (c *Core) applyCertified(e *raftpb.Entry, out *Applied) {
+	entry, err := decodeCertified(e.Data)
+	if err != nil {
+		panic(fmt.Sprintf("certgroup: committed raft entry %d: %v", e.GetIndex(), err))
+	}
+	if entry.Version != c.appliedVersion+1 {
+		panic(fmt.Sprintf("certgroup: committed raft entry %d holds version %d after version %d: versions must be contiguous",
+			e.GetIndex(), entry.Version, c.appliedVersion))
+	}
+	if len(c.spec) > 0 {
+		own := c.spec[0]
+		if own.Version != entry.Version || !bytes.Equal(own.Bytes, entry.Bytes) {
+			panic(fmt.Sprintf("certgroup: the leader of term %d proposed version %d but another entry with that version committed",
+				c.leaderTerm, own.Version))
+		}
+		c.spec = c.spec[1:]
+	} else {
+		c.restore(entry)
+	}
+	c.appliedVersion = entry.Version
+	out.Committed = append(out.Committed, entry)
+}
+
+func (c *Core) restore(entry logentry.Entry) {
+	txn, keys, err := c.cfg.Decode(entry.Bytes)
+	if err != nil {
+		panic(fmt.Sprintf("certgroup: committed version %d does not decode: %v", entry.Version, err))
+	}
+	c.state.Restore(entry.Version, txn, keys)
+}
+
+// dropSpeculation returns the state to the applied prefix: it replays the
+// last window of applied versions from the Raft log into a fresh state.
+// Versions this leader certified beyond it either commit later (and are
+// applied then, like any other member's) or are failed versions.
+func (c *Core) dropSpeculation() {
+	if len(c.spec) == 0 && c.state.Version() == c.appliedVersion {
+		return
+	}
+	c.spec = nil
+	window := c.cfg.WindowVersions
+	if window == 0 {
+		window = certification.DefaultWindowVersions
+	}
+	base := uint64(0)
+	if c.appliedVersion > window {
+		base = c.appliedVersion - window
+	}
+	c.state = c.newState(base)
+	first, _ := c.mem.FirstIndex()
+	if c.applied < first {
+		return
+	}
+	ents, err := c.mem.Entries(first, c.applied+1, ^uint64(0))
+	if err != nil {
+		panic(fmt.Sprintf("certgroup: read back the raft log: %v", err))
+	}
+	for _, e := range ents {
+		if e.GetType() != raftpb.EntryNormal || len(e.Data) == 0 || versionOfData(e.Data) <= base {
+			continue
+		}
+		entry, err := decodeCertified(e.Data)
+		if err != nil {
+			panic(err)
+		}
+		c.restore(entry)
+	}
+	if c.state.Version() != c.appliedVersion {
+		panic(fmt.Sprintf("certgroup: rebuilt state at version %d, applied %d", c.state.Version(), c.appliedVersion))
+	}
+}
+
+// ProposeConfChange asks the group to add or remove a member (leader only).
+func (c *Core) ProposeConfChange(cc *raftpb.ConfChange) error {
+	if st := c.rn.BasicStatus(); st.RaftState != raft.StateLeader {
+		return &NotLeaderError{Leader: st.Lead}
+	}
+	return c.rn.ProposeConfChange(cc)
+}
+
+// Status is a member's view of the group.
+type Status struct {
+	ID, Term, Leader          uint64
+	Role                      string
+	LastIndex, AppliedIndex   uint64
+	Version, AppliedVersion   uint64
+	LowWaterMark              uint64
+	Voters                    []uint64
+	CertifyingSinceApplyIndex bool
+}
+
+// Status reports role, term, positions and members.
+func (c *Core) Status() Status {
+	st := c.rn.BasicStatus()
+	last, _ := c.mem.LastIndex()
+	return Status{
+		ID: c.cfg.ID, Term: st.GetTerm(), Leader: st.Lead, Role: roleName(st.RaftState),
+		LastIndex: last, AppliedIndex: c.applied,
+		Version: c.state.Version(), AppliedVersion: c.appliedVersion, LowWaterMark: c.state.LowWaterMark(),
+		Voters:                    append([]uint64(nil), c.confState.GetVoters()...),
+		CertifyingSinceApplyIndex: c.checkCertifying() == nil,
+	}
+}
+
+// AppliedVersion is the durable prefix this member has applied.
+func (c *Core) AppliedVersion() uint64 { return c.appliedVersion }
+
+func roleName(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateFollower:
+		return "follower"
+	case raft.StateCandidate, raft.StatePreCandidate:
+		return "candidate"
+	}
+	return s.String()
+}

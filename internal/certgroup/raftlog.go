@@ -1,0 +1,160 @@
+package certgroup
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// File is the stable storage under a member's Raft log: an append-only
+// file. Write appends; Sync makes everything written so far survive a
+// crash. The real one is an *os.File; the simulation's loses what was not
+// synced when it crashes.
+type File interface {
+	Write(p []byte) (int, error)
+	Sync() error
+}
+
+// The Raft log on disk is a sequence of records:
+//
+//	length (u32, of kind+payload) | crc32c (u32, of kind+payload) | kind (1 byte) | payload
+//
+// kindHardState's payload is a raftpb.HardState, kindEntry's a raftpb.Entry.
+// An entry at index i replaces the entry at i and every later one (a new
+// leader overwrote them). Reading stops at the first record that is torn or
+// fails its checksum: a crash can only tear the unsynced tail.
+const (
+	recordHeaderBytes = 9
+	kindHardState     = 1
+	kindEntry         = 2
+	// recordBytesMax bounds one record: an entry holds one log entry,
+	// itself bounded by wal.EntryBytesMax (64 MiB), plus Raft's fields.
+	recordBytesMax = 65 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// DiskLog appends a member's Raft state to a File.
+type DiskLog struct {
+	f   File
+	buf []byte
+	// Syncs and SyncedEntries count fsyncs and the entries they carried.
+	Syncs, SyncedEntries uint64
+}
+
+// NewDiskLog appends to f, which holds what LoadDiskLog read (or nothing).
+func NewDiskLog(f File) *DiskLog { return &DiskLog{f: f} }
+
+// Save appends a batch's entries and hard state and, when sync, makes them
+// durable with one sync: the group commit of every entry in the batch.
+func (d *DiskLog) Save(hs *raftpb.HardState, entries []*raftpb.Entry, sync bool) error {
+	d.buf = d.buf[:0]
+	var err error
+	for _, e := range entries {
+		if d.buf, err = appendRecord(d.buf, kindEntry, e); err != nil {
+			return err
+		}
+	}
+	if hs != nil {
+		if d.buf, err = appendRecord(d.buf, kindHardState, hs); err != nil {
+			return err
+		}
+	}
+	if len(d.buf) > 0 {
+		if _, err := d.f.Write(d.buf); err != nil {
+			return fmt.Errorf("write raft log: %w", err)
+		}
+	}
+	if sync {
+		if err := d.f.Sync(); err != nil {
+			return fmt.Errorf("sync raft log: %w", err)
+		}
+		d.Syncs++
+		d.SyncedEntries += uint64(len(entries))
+	}
+	return nil
+}
+
+func appendRecord(b []byte, kind byte, m proto.Message) ([]byte, error) {
+	start := len(b)
+	b = append(b, make([]byte, recordHeaderBytes)...)
+	b, err := proto.MarshalOptions{}.MarshalAppend(b, m)
+	if err != nil {
+		return b[:start], fmt.Errorf("encode raft record: %w", err)
+	}
+	body := b[start+8:]
+	body[0] = kind
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(body, castagnoli))
+	return b, nil
+}
+
+// ErrTornTail is reported (wrapped) when LoadDiskLog stopped before the end.
+var ErrTornTail = errors.New("raft log has a torn or corrupt tail")
+
+// LoadDiskLog reads a Raft log back. valid is the length of its intact
+// prefix: the caller truncates the file there before appending.
+func LoadDiskLog(data []byte) (p Persisted, valid int, err error) {
+	for off := 0; off < len(data); {
+		kind, payload, n := nextRecord(data[off:])
+		if n == 0 {
+			return p, off, fmt.Errorf("%w at byte %d of %d", ErrTornTail, off, len(data))
+		}
+		switch kind {
+		case kindHardState:
+			hs := &raftpb.HardState{}
+			if err := proto.Unmarshal(payload, hs); err != nil {
+				return p, off, fmt.Errorf("raft log: hard state at byte %d: %w", off, err)
+			}
+			p.HardState = hs
+		case kindEntry:
+			e := &raftpb.Entry{}
+			if err := proto.Unmarshal(payload, e); err != nil {
+				return p, off, fmt.Errorf("raft log: entry at byte %d: %w", off, err)
+			}
+			p.Entries = placeEntry(p.Entries, e)
+		default:
+			return p, off, fmt.Errorf("raft log: record of unknown kind %d at byte %d", kind, off)
+		}
+		off += n
+	}
+	return p, len(data), nil
+}
+
+// nextRecord returns the record at the start of b and its length, or n = 0
+// when it is torn or fails its checksum.
+func nextRecord(b []byte) (kind byte, payload []byte, n int) {
+	if len(b) < recordHeaderBytes {
+		return 0, nil, 0
+	}
+	size := int(binary.LittleEndian.Uint32(b))
+	if size < 1 || size > recordBytesMax || len(b) < 8+size {
+		return 0, nil, 0
+	}
+	body := b[8 : 8+size]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
+		return 0, nil, 0
+	}
+	return body[0], body[1:], 8 + size
+}
+
+// placeEntry puts e at its index, dropping the entries it replaces.
+func placeEntry(ents []*raftpb.Entry, e *raftpb.Entry) []*raftpb.Entry {
+	if len(ents) == 0 {
+		return append(ents, e)
+	}
+	first := ents[0].GetIndex()
+	i := e.GetIndex()
+	switch {
+	case i < first:
+		return []*raftpb.Entry{e}
+	case i > first+uint64(len(ents)):
+		panic(fmt.Sprintf("certgroup: raft log on disk has a gap before index %d", i))
+	default:
+		return append(ents[:i-first], e)
+	}
+}

@@ -1,0 +1,643 @@
+package certgroup_test
+
+// The seeded deterministic simulation of the certifier group (issue 4,
+// Tashkent §7.3). One seed runs a whole group in one goroutine: the real
+// Core of every member (etcd Raft + the certification state machine) over a
+// simulated network that drops, delays and reorders messages and cuts
+// partitions, simulated disks that lose what was not synced when their
+// member crashes (and may keep a torn part of it), crashes and restarts,
+// and clients that certify conflicting transactions and re-send those
+// whose outcome they lost, as certclient does. The driver does for each
+// member what Node does for a real one: persist a batch (one sync), send
+// its messages, Advance, and answer the waiting requests the way the
+// certifier service does (commits once durable in the same leadership,
+// aborts once leadership is confirmed, everything dropped on a lost
+// leadership).
+//
+// Checkers, at every step and at the end:
+//   - no version assigned twice: every member that applies version v applies
+//     the same entry, and no transaction commits at two versions;
+//   - no acknowledged entry lost: every commit a client was told of is in the
+//     final log at its version, which every live member has applied;
+//   - an abort a client was told of is never committed (40001 only when the
+//     transaction certainly did not commit);
+//   - live members' logs agree on the committed prefix and converge.
+//
+// Raft randomizes election timeouts with crypto/rand, which no seed
+// controls, so the members' election timers are set out of reach and the
+// simulation starts elections itself (Core.Campaign) from its seeded
+// source: when no leader is known for a while, and at random, to force
+// leader changes under load.
+//
+// Replay a failing seed: go test ./internal/certgroup -run TestSimulation -seed=N -v
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"math/rand"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certgroup"
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/certifier"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+)
+
+var (
+	flagSeed  = flag.Int64("seed", 0, "run only this simulation seed (replays a failure)")
+	flagSeeds = flag.Int("seeds", 0, "how many seeds TestSimulation runs (default 2000; 300 with -short)")
+	flagSteps = flag.Int("steps", 0, "steps per seed (default 250)")
+)
+
+func TestSimulation(t *testing.T) {
+	if *flagSeed != 0 {
+		if err := runSim(*flagSeed, simSteps(), true); err != nil {
+			t.Fatalf("seed %d: %v", *flagSeed, err)
+		}
+		return
+	}
+	seeds := *flagSeeds
+	if seeds == 0 {
+		seeds = 2000
+		if testing.Short() {
+			seeds = 300
+		}
+	}
+	for seed := int64(1); seed <= int64(seeds); seed++ {
+		if err := runSim(seed, simSteps(), false); err != nil {
+			t.Fatalf("seed %d: %v\nreplay: go test ./internal/certgroup -run TestSimulation -seed=%d -v", seed, err, seed)
+		}
+	}
+}
+
+// TestSimulationIsDeterministic runs seeds twice and compares traces: a
+// failing seed must replay exactly.
+func TestSimulationIsDeterministic(t *testing.T) {
+	for seed := int64(1); seed <= 20; seed++ {
+		a, errA := traceSim(seed)
+		b, errB := traceSim(seed)
+		if errA != nil || errB != nil {
+			t.Fatalf("seed %d: %v / %v", seed, errA, errB)
+		}
+		if a != b {
+			t.Fatalf("seed %d ran differently twice:\n%s\n---\n%s", seed, a, b)
+		}
+	}
+}
+
+func simSteps() int {
+	if *flagSteps != 0 {
+		return *flagSteps
+	}
+	return 250
+}
+
+func traceSim(seed int64) (string, error) {
+	s := newSim(seed, false)
+	err := s.run(simSteps())
+	return s.trace.String(), err
+}
+
+func runSim(seed int64, steps int, verbose bool) (err error) {
+	s := newSim(seed, verbose)
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\ntrace tail:\n%s", r, tail(s.trace.String(), 3000))
+		}
+	}()
+	return s.run(steps)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// --- simulated disk ---
+
+type simFile struct {
+	data   []byte
+	synced int
+}
+
+func (f *simFile) Write(p []byte) (int, error) { f.data = append(f.data, p...); return len(p), nil }
+func (f *simFile) Sync() error                 { f.synced = len(f.data); return nil }
+
+// crash loses the unsynced tail, except a random (possibly torn) part of it.
+func (f *simFile) crash(rng *rand.Rand) {
+	keep := f.synced + rng.Intn(len(f.data)-f.synced+1)
+	f.data = f.data[:keep:keep]
+	f.synced = keep
+}
+
+// --- members, network, clients ---
+
+type waiting struct {
+	txn     certification.TxnID
+	version uint64 // commit: durable at this version
+	ticket  uint64 // abort: confirmed at this ticket
+	abort   bool
+	epoch   int
+}
+
+type member struct {
+	id      uint64
+	core    *certgroup.Core // nil while crashed
+	disk    *simFile
+	log     *certgroup.DiskLog
+	epoch   int
+	waits   []waiting
+	applied uint64 // versions applied since the last start
+	confirm uint64
+	// leaderless counts ticks without a known leader.
+	leaderless int
+}
+
+type message struct {
+	at, seq int64
+	m       *raftpb.Message
+}
+
+type txn struct {
+	id    certification.TxnID
+	start uint64
+	ws    *pb.Writeset
+	// outcome the client was told: 0 none yet, else the version; aborted
+	// when told abort.
+	acked   uint64
+	aborted bool
+	sentAt  int64
+}
+
+type sim struct {
+	rng     *rand.Rand
+	verbose bool
+	trace   bytes.Buffer
+	now     int64
+	seq     int64
+	members []*member
+	net     []message
+	cut     map[[2]uint64]bool
+	dropPct int
+
+	history map[uint64][]byte // version -> entry committed
+	txnAt   map[certification.TxnID]uint64
+	txns    []*txn
+	nextSeq uint64
+}
+
+func newSim(seed int64, verbose bool) *sim {
+	rng := rand.New(rand.NewSource(seed))
+	n := 3
+	if rng.Intn(4) == 0 {
+		n = 5
+	}
+	s := &sim{rng: rng, verbose: verbose, cut: map[[2]uint64]bool{}, dropPct: rng.Intn(15),
+		history: map[uint64][]byte{}, txnAt: map[certification.TxnID]uint64{}}
+	for i := 1; i <= n; i++ {
+		s.members = append(s.members, &member{id: uint64(i), disk: &simFile{}})
+	}
+	for _, m := range s.members {
+		s.start(m)
+	}
+	return s
+}
+
+func (s *sim) logf(format string, args ...any) {
+	fmt.Fprintf(&s.trace, "%d: ", s.now)
+	fmt.Fprintf(&s.trace, format, args...)
+	s.trace.WriteByte('\n')
+	if s.verbose {
+		fmt.Printf("%d: "+format+"\n", append([]any{s.now}, args...)...)
+	}
+}
+
+func (s *sim) peers() []uint64 {
+	ids := make([]uint64, len(s.members))
+	for i, m := range s.members {
+		ids[i] = m.id
+	}
+	return ids
+}
+
+// window small enough that the simulation slides it: re-sent requests then
+// also exercise the clients' settling from the log.
+const simWindowVersions = 64
+
+func (s *sim) start(m *member) {
+	p, valid, _ := certgroup.LoadDiskLog(m.disk.data)
+	m.disk.data = m.disk.data[:valid:valid]
+	m.disk.synced = valid
+	core, err := certgroup.NewCore(certgroup.Config{
+		ID: m.id, Peers: s.peers(), ElectionTicks: 1 << 20, HeartbeatTicks: 2,
+		WindowVersions: simWindowVersions, Decode: certifier.DecodeEntryKeys, DisableCheckQuorum: true,
+	}, p)
+	if err != nil {
+		panic(err)
+	}
+	m.core, m.log, m.applied, m.waits, m.confirm = core, certgroup.NewDiskLog(m.disk), 0, nil, 0
+	m.epoch++
+}
+
+func (s *sim) crash(m *member) {
+	s.logf("crash %d", m.id)
+	m.core = nil
+	m.waits = nil
+	m.disk.crash(s.rng)
+}
+
+func (s *sim) live() []*member {
+	var out []*member
+	for _, m := range s.members {
+		if m.core != nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (s *sim) member(id uint64) *member { return s.members[id-1] }
+
+func (s *sim) connected(a, b uint64) bool { return !s.cut[[2]uint64{a, b}] && !s.cut[[2]uint64{b, a}] }
+
+func (s *sim) send(from uint64, msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		if !s.connected(from, m.GetTo()) || s.rng.Intn(100) < s.dropPct {
+			continue
+		}
+		s.seq++
+		s.net = append(s.net, message{at: s.now + 1 + int64(s.rng.Intn(4)), seq: s.seq, m: m})
+	}
+}
+
+// drive carries out every batch a member has ready, as Node does.
+func (s *sim) drive(m *member) error {
+	for m.core != nil {
+		b, ok := m.core.Ready()
+		if !ok {
+			return nil
+		}
+		if err := m.log.Save(b.HardState, b.Entries, b.MustSync); err != nil {
+			return err
+		}
+		s.send(m.id, b.Messages)
+		a := m.core.Advance()
+		if err := s.applied(m, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *sim) applied(m *member, a certgroup.Applied) error {
+	for _, e := range a.Committed {
+		if e.Version != m.applied+1 {
+			return fmt.Errorf("member %d applied version %d after %d", m.id, e.Version, m.applied)
+		}
+		m.applied = e.Version
+		if prev, ok := s.history[e.Version]; ok {
+			if !bytes.Equal(prev, e.Bytes) {
+				return fmt.Errorf("version %d assigned twice: member %d applied a different entry", e.Version, m.id)
+			}
+			continue
+		}
+		h, err := logentry.HeaderOf(e.Bytes)
+		if err != nil {
+			return err
+		}
+		id := certification.TxnID{Origin: h.Origin, Seq: h.Seq}
+		if v, ok := s.txnAt[id]; ok {
+			return fmt.Errorf("transaction %v committed twice, at versions %d and %d", id, v, e.Version)
+		}
+		s.history[e.Version], s.txnAt[id] = e.Bytes, e.Version
+		s.logf("version %d committed: %v (member %d)", e.Version, id, m.id)
+	}
+	if a.LostLeadership {
+		s.logf("member %d lost leadership; %d replies dropped", m.id, len(m.waits))
+		m.epoch++
+		m.waits = nil
+	}
+	if a.MembersChanged {
+		s.logf("member %d voters %v", m.id, m.core.Status().Voters)
+	}
+	m.confirm = max(m.confirm, a.Confirmed)
+	return s.answer(m)
+}
+
+// answer sends, in order, the replies whose condition holds, as the
+// service's send loop does.
+func (s *sim) answer(m *member) error {
+	for len(m.waits) > 0 {
+		w := m.waits[0]
+		if w.epoch != m.epoch {
+			panic("reply of an older leadership left waiting")
+		}
+		if w.abort && w.ticket > m.confirm || !w.abort && w.version > m.applied {
+			return nil
+		}
+		m.waits = m.waits[1:]
+		t := s.txns[w.txn.Seq-1]
+		if at, ok := s.txnAt[w.txn]; ok && w.abort && at <= m.applied {
+			// The member sends every entry it applied before the reply, and
+			// the client settles a pending call from the entries
+			// (certclient.settleFromLog): the commit wins over an abort by
+			// a member that forgot the transaction id (window slid).
+			s.logf("client settles %v from the log at version %d", w.txn, at)
+			w.abort, w.version = false, at
+		}
+		if w.abort {
+			s.logf("client told %v aborted (member %d)", w.txn, m.id)
+			if t.acked != 0 {
+				return fmt.Errorf("transaction %v told abort after commit at %d", w.txn, t.acked)
+			}
+			t.aborted = true
+			continue
+		}
+		at, ok := s.txnAt[w.txn]
+		if !ok || at != w.version {
+			return fmt.Errorf("member %d acknowledged %v at version %d, but the log has it at %d (%v)", m.id, w.txn, w.version, at, ok)
+		}
+		if t.aborted {
+			return fmt.Errorf("transaction %v told commit after abort", w.txn)
+		}
+		t.acked = w.version
+	}
+	return nil
+}
+
+func (s *sim) newTxn() *txn {
+	s.nextSeq++
+	rows := 1 + s.rng.Intn(3)
+	ws := &pb.Writeset{}
+	for i := 0; i < rows; i++ {
+		ws.Changes = append(ws.Changes, &pb.Change{Table: "t", Op: pb.Op_OP_UPSERT, Key: fmt.Appendf(nil, "[%d]", s.rng.Intn(30)), Row: []byte("x")})
+	}
+	// A replica's snapshot is a durable version some member applied.
+	start := uint64(0)
+	if l := s.live(); len(l) > 0 {
+		start = l[s.rng.Intn(len(l))].applied
+	}
+	t := &txn{id: certification.TxnID{Origin: "sim", Seq: s.nextSeq}, start: start, ws: ws}
+	s.txns = append(s.txns, t)
+	return t
+}
+
+// submit sends a transaction to a member, as certclient does: to the
+// leader it was told of, else anyone.
+func (s *sim) submit(t *txn, m *member) error {
+	if m.core == nil {
+		return nil
+	}
+	keys, err := certifier.KeysOf(t.ws)
+	if err != nil {
+		return err
+	}
+	t.sentAt = s.now
+	prefix := logentry.EncodePrefix(&pb.TxnID{Origin: t.id.Origin, Seq: t.id.Seq}, t.ws)
+	o, ticket, err := m.core.Certify(certification.Request{Txn: t.id, StartVersion: t.start, Keys: keys}, prefix)
+	if err != nil {
+		return nil // not the leader or not ready: the client tries again later
+	}
+	w := waiting{txn: t.id, epoch: m.epoch}
+	if o.Decision == certification.Commit {
+		w.version = o.CommitVersion
+	} else {
+		w.abort, w.ticket = true, ticket
+	}
+	m.waits = append(m.waits, w)
+	s.logf("member %d certified %v: %v %d", m.id, t.id, o.Decision, o.CommitVersion)
+	return s.drive(m)
+}
+
+func (s *sim) leader() *member {
+	for _, m := range s.live() {
+		if st := m.core.Status(); st.Role == "leader" {
+			return m
+		}
+	}
+	return nil
+}
+
+func (s *sim) deliver() error {
+	sort.Slice(s.net, func(i, j int) bool {
+		if s.net[i].at != s.net[j].at {
+			return s.net[i].at < s.net[j].at
+		}
+		return s.net[i].seq < s.net[j].seq
+	})
+	n := 0
+	for n < len(s.net) && s.net[n].at <= s.now {
+		n++
+	}
+	due := s.net[:n]
+	s.net = append([]message(nil), s.net[n:]...)
+	for _, msg := range due {
+		to := s.member(msg.m.GetTo())
+		if to.core == nil || !s.connected(msg.m.GetFrom(), to.id) {
+			continue
+		}
+		_ = to.core.Step(msg.m)
+		if err := s.drive(to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *sim) tick() error {
+	for _, m := range s.live() {
+		m.core.Tick()
+		if err := s.drive(m); err != nil {
+			return err
+		}
+	}
+	// Each member's election timer, counted in ticks without a leader,
+	// with seeded jitter.
+	for _, m := range s.live() {
+		if m.core.Status().Leader != 0 {
+			m.leaderless = 0
+			continue
+		}
+		m.leaderless++
+		if m.leaderless > 4+s.rng.Intn(8) {
+			s.logf("member %d campaigns", m.id)
+			m.leaderless = 0
+			_ = m.core.Campaign()
+			if err := s.drive(m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pending are the transactions with no outcome told yet.
+func (s *sim) pending() []*txn {
+	var out []*txn
+	for _, t := range s.txns {
+		if t.acked == 0 && !t.aborted {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (s *sim) step() error {
+	s.now++
+	if err := s.deliver(); err != nil {
+		return err
+	}
+	if err := s.tick(); err != nil {
+		return err
+	}
+	switch r := s.rng.Intn(100); {
+	case r < 45: // new transactions, to the leader if there is one
+		for i := s.rng.Intn(4); i >= 0; i-- {
+			t := s.newTxn()
+			if err := s.submit(t, s.target()); err != nil {
+				return err
+			}
+		}
+	case r < 60: // re-send transactions whose outcome is still unknown
+		for _, t := range s.pending() {
+			if s.now-t.sentAt > 8 {
+				if err := s.submit(t, s.target()); err != nil {
+					return err
+				}
+			}
+		}
+	case r < 63:
+		if l := s.live(); len(l) > len(s.members)/2 {
+			s.crash(l[s.rng.Intn(len(l))])
+		}
+	case r < 68:
+		for _, m := range s.members {
+			if m.core == nil {
+				s.logf("restart %d", m.id)
+				s.start(m)
+				break
+			}
+		}
+	case r < 71:
+		a, b := uint64(1+s.rng.Intn(len(s.members))), uint64(1+s.rng.Intn(len(s.members)))
+		if a != b {
+			s.logf("cut %d-%d", a, b)
+			s.cut[[2]uint64{a, b}] = true
+		}
+	case r < 74:
+		s.logf("heal")
+		s.cut = map[[2]uint64]bool{}
+	case r < 76: // force a leader change under load
+		if l := s.live(); len(l) > 0 {
+			m := l[s.rng.Intn(len(l))]
+			s.logf("member %d campaigns", m.id)
+			_ = m.core.Campaign()
+			return s.drive(m)
+		}
+	}
+	return nil
+}
+
+// target is the member a client sends to: usually the leader (clients
+// follow the leader hint), sometimes anyone (a stale hint).
+func (s *sim) target() *member {
+	if l := s.leader(); l != nil && s.rng.Intn(5) != 0 {
+		return l
+	}
+	return s.members[s.rng.Intn(len(s.members))]
+}
+
+func (s *sim) run(steps int) error {
+	for i := 0; i < steps; i++ {
+		if err := s.step(); err != nil {
+			return err
+		}
+	}
+	return s.settle()
+}
+
+// settle heals everything, restarts every member, resolves every pending
+// transaction and then checks the end state.
+func (s *sim) settle() error {
+	s.logf("settle")
+	s.cut, s.dropPct = map[[2]uint64]bool{}, 0
+	for _, m := range s.members {
+		if m.core == nil {
+			s.start(m)
+		}
+	}
+	for round := 0; round < 4000; round++ {
+		s.now++
+		if err := s.deliver(); err != nil {
+			return err
+		}
+		if err := s.tick(); err != nil {
+			return err
+		}
+		if round%10 == 0 {
+			for _, t := range s.pending() {
+				if err := s.submit(t, s.target()); err != nil {
+					return err
+				}
+			}
+		}
+		if len(s.pending()) == 0 && s.converged() {
+			return s.check()
+		}
+	}
+	var states []string
+	for _, m := range s.members {
+		states = append(states, fmt.Sprintf("%+v applied %d", m.core.Status(), m.applied))
+	}
+	return fmt.Errorf("did not settle: %d transactions pending, converged %v, leader %v\n%s", len(s.pending()), s.converged(), s.leader() != nil, strings.Join(states, "\n"))
+}
+
+// converged: every member has the same log, all of it applied.
+func (s *sim) converged() bool {
+	first := s.members[0].core.Status()
+	for _, m := range s.members {
+		st := m.core.Status()
+		if m.applied != s.members[0].applied || st.LastIndex != first.LastIndex || st.AppliedIndex != st.LastIndex {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *sim) check() error {
+	last := s.members[0].applied
+	if uint64(len(s.history)) < last {
+		return fmt.Errorf("history has %d versions, members applied %d", len(s.history), last)
+	}
+	for v := uint64(1); v <= last; v++ {
+		if s.history[v] == nil {
+			return fmt.Errorf("version %d missing from the history", v)
+		}
+	}
+	acked, aborted := 0, 0
+	for _, t := range s.txns {
+		at, committed := s.txnAt[t.id]
+		switch {
+		case t.acked != 0:
+			acked++
+			if !committed || at != t.acked || at > last {
+				return fmt.Errorf("acknowledged %v at version %d lost (log: %d %v, applied %d)", t.id, t.acked, at, committed, last)
+			}
+		case t.aborted:
+			aborted++
+			if committed {
+				return fmt.Errorf("%v was told abort but committed at version %d", t.id, at)
+			}
+		}
+	}
+	s.logf("end: %d versions, %d acknowledged, %d aborted", last, acked, aborted)
+	return nil
+}
