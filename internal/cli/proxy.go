@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tashkent-db/tashkent/internal/proxy"
+	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
 func init() { extraCommands = append(extraCommands, newProxyCommand) }
@@ -17,6 +19,7 @@ func newProxyCommand() *cobra.Command {
 	var (
 		cfg     proxy.Config
 		mode    string
+		auth    string
 		metrics string
 	)
 	cmd := &cobra.Command{
@@ -34,6 +37,7 @@ restarts.`,
 				return errors.New("--name and --backend are required")
 			}
 			cfg.Mode = proxy.Mode(mode)
+			cfg.Auth = proxy.AuthMode(auth)
 			cfg.AdminPassword = os.Getenv("TASHKENT_ADMIN_PASSWORD")
 			cfg.Logger = slog.Default().With("replica", cfg.Name)
 			p, err := proxy.New(cfg)
@@ -53,5 +57,11 @@ restarts.`,
 	f.StringVar(&mode, "mode", string(proxy.ModeMW), "durability placement: mw (certifier log) or base (each replica's WAL)")
 	f.DurationVar(&cfg.Staleness, "staleness", 100*time.Millisecond, "an idle replica asks for remote writesets at least this often")
 	f.StringVar(&metrics, "metrics-listen", "", "Prometheus /metrics listen address; empty disables")
+	f.IntVar(&cfg.ReplicaIndex, "replica-index", 0, "this replica's number, 1 to --sequence-stride, unique in the cluster: its sequences hand out only values congruent to it (0: the one recorded in the database)")
+	f.IntVar(&cfg.SequenceStride, "sequence-stride", replica.SequenceStrideDefault, fmt.Sprintf("every sequence advances by this much; the most replicas the cluster can ever have (at most %d)", replica.SequenceStrideMax))
+	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) for clients' TLS connections; with --tls-key (none: SSL requests are declined)")
+	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&auth, "auth", string(proxy.AuthRelay), "client authentication: relay (PostgreSQL authenticates through the proxy) or scram (the proxy verifies SCRAM-SHA-256 itself; PostgreSQL must trust the proxy's socket)")
+	f.StringVar(&cfg.AuthFile, "auth-file", "", `with --auth scram: a user list file of "user" "SCRAM-SHA-256$..." lines, instead of pg_authid`)
 	return cmd
 }

@@ -453,9 +453,13 @@ func (u *upper) startProxy(ctx context.Context, r *Replica) error {
 		u.progress("%s: proxy already running (pid %d, port %d)", r.Name, pid, p.Port)
 		return nil
 	}
-	err := u.startDetached(ctx, r.Name+" proxy", p.Log, []*int{&p.Port, &p.MetricsPort},
+	clientSide, err := u.clientSideArgs(r)
+	if err != nil {
+		return err
+	}
+	err = u.startDetached(ctx, r.Name+" proxy", p.Log, []*int{&p.Port, &p.MetricsPort},
 		func() []string {
-			return []string{"proxy",
+			return append([]string{"proxy",
 				"--name", r.Name,
 				"--listen", hostPort(p.Port),
 				"--backend", r.Postgres.BackendAddr(),
@@ -463,7 +467,7 @@ func (u *upper) startProxy(ctx context.Context, r *Replica) error {
 				"--certifier", u.st.CertifierAddr(),
 				"--mode", string(u.st.Mode),
 				"--metrics-listen", hostPort(p.MetricsPort),
-			}
+			}, clientSide...)
 		},
 		func(pid int) { p.PID = pid },
 		func(ctx context.Context, _ int) error {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
 // Mode is where durability is placed (BRIEF.md "Durability placements";
@@ -37,6 +39,27 @@ type Config struct {
 	// remote writesets (Tashkent §6.2 "Bounding Staleness").
 	Staleness time.Duration
 	Logger    *slog.Logger
+
+	// ReplicaIndex is this replica's number in the cluster, 1 to
+	// SequenceStride, unique among the replicas: its sequences hand out
+	// only values congruent to it modulo SequenceStride
+	// (replica/sequences.go). 0 keeps what the database recorded last
+	// time; a database that never had one keeps PostgreSQL's sequences,
+	// which then collide across replicas (the proxy warns).
+	ReplicaIndex int
+	// SequenceStride is how far every sequence advances per value: the
+	// most replicas the cluster can ever have. 0 means
+	// replica.SequenceStrideDefault (16).
+	SequenceStride int
+
+	// TLSCert and TLSKey are PEM files of the certificate (chain) and key
+	// clients' TLS connections use; none: SSLRequest is declined.
+	TLSCert, TLSKey string
+	// Auth is who authenticates clients: AuthRelay (default) or AuthSCRAM.
+	Auth AuthMode
+	// AuthFile, with AuthSCRAM, is a user list file (LoadUserList) used
+	// instead of pg_authid.
+	AuthFile string
 }
 
 const (
@@ -77,6 +100,24 @@ func (c *Config) withDefaults() error {
 	case ModeBase, ModeMW:
 	default:
 		return fmt.Errorf("proxy: mode must be %q or %q, not %q", ModeBase, ModeMW, c.Mode)
+	}
+	if c.SequenceStride == 0 {
+		c.SequenceStride = replica.SequenceStrideDefault
+	}
+	if c.SequenceStride < 1 || c.SequenceStride > replica.SequenceStrideMax {
+		return fmt.Errorf("proxy: sequence stride must be between 1 and %d, not %d", replica.SequenceStrideMax, c.SequenceStride)
+	}
+	if c.ReplicaIndex < 0 || c.ReplicaIndex > c.SequenceStride {
+		return fmt.Errorf("proxy: replica index must be between 1 and the sequence stride %d, not %d", c.SequenceStride, c.ReplicaIndex)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("proxy: TLS needs both a certificate and a key (--tls-cert and --tls-key)")
+	}
+	if c.Auth == "" {
+		c.Auth = AuthRelay
+	}
+	if c.AuthFile != "" && c.Auth != AuthSCRAM {
+		return fmt.Errorf("proxy: an auth file is used only with --auth %s", AuthSCRAM)
 	}
 	if c.Staleness <= 0 {
 		c.Staleness = 100 * time.Millisecond

@@ -12,11 +12,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tashkent-db/tashkent/internal/pgwire"
+	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
 // Proxy is one replica's proxy.
@@ -73,6 +75,14 @@ func (p *Proxy) Run(ctx context.Context, metricsAddr string) error {
 	}
 	p.rep = rep
 	defer rep.close(context.Background())
+	if err := p.configureSequences(ctx, rep.applyConn); err != nil {
+		return err
+	}
+	client, releaseAuth, err := p.clientConfig()
+	if err != nil {
+		return err
+	}
+	defer releaseAuth()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); rep.applyLoop(ctx) }()
@@ -95,21 +105,68 @@ func (p *Proxy) Run(ctx context.Context, metricsAddr string) error {
 		defer stop()
 	}
 	srv := &pgwire.Server{
-		Config: pgwire.Config{
-			BackendAddr:   p.cfg.BackendAddr,
-			StartupParams: map[string]string{"default_transaction_isolation": "repeatable read"},
-			Logger:        p.cfg.Logger,
-		},
+		Config:  client,
 		Handler: func(w *pgwire.Session) { p.serveSession(ctx, w) },
 	}
 	close(p.ready)
 	p.cfg.Logger.Info("proxy ready", "listen", p.addr.String(), "backend", p.cfg.BackendAddr,
-		"certifier", p.cfg.Certifier, "mode", p.cfg.Mode, "version", rep.seq.Committed())
+		"certifier", p.cfg.Certifier, "mode", p.cfg.Mode, "version", rep.seq.Committed(),
+		"tls", client.TLS != nil, "auth", p.cfg.Auth)
 	err = srv.Serve(ctx, ln)
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
+}
+
+// clientConfig is the client side's pgwire configuration: TLS and who
+// authenticates (auth.go).
+func (p *Proxy) clientConfig() (pgwire.Config, func(), error) {
+	cfg := pgwire.Config{
+		BackendAddr:   p.cfg.BackendAddr,
+		StartupParams: map[string]string{"default_transaction_isolation": "repeatable read"},
+		Logger:        p.cfg.Logger,
+	}
+	if p.cfg.TLSCert != "" {
+		tlsCfg, err := pgwire.LoadTLSConfig(p.cfg.TLSCert, p.cfg.TLSKey)
+		if err != nil {
+			return cfg, nil, err
+		}
+		cfg.TLS = tlsCfg
+	}
+	lookup, release, err := p.clientAuth()
+	if err != nil {
+		return cfg, nil, err
+	}
+	cfg.SCRAM = lookup
+	return cfg, release, nil
+}
+
+// configureSequences records the replica's index and the stride in its
+// database and aligns its sequences (replica/sequences.go), over the
+// proxy's admin connection, so that nothing of it is replicated.
+func (p *Proxy) configureSequences(ctx context.Context, conn *pgx.Conn) error {
+	index := p.cfg.ReplicaIndex
+	if index == 0 {
+		recorded, stride, ok, err := replica.SequenceSettings(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			p.cfg.Logger.Warn("no replica index: sequences are not offset per replica and hand out the same values on every replica; start the proxy with --replica-index")
+			return nil
+		}
+		index = recorded
+		if p.cfg.SequenceStride != stride {
+			p.cfg.Logger.Info("keeping the recorded sequence stride", "stride", stride)
+			p.cfg.SequenceStride = stride
+		}
+	}
+	if err := replica.ConfigureSequences(ctx, conn, index, p.cfg.SequenceStride); err != nil {
+		return err
+	}
+	p.cfg.Logger.Info("sequences offset per replica", "replica_index", index, "stride", p.cfg.SequenceStride)
+	return nil
 }
 
 func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {

@@ -18,6 +18,9 @@ func (s *session) simpleQuery(ctx context.Context, sql string) error {
 	if taken, err := s.takeDoom(kindsOf(stmts), nil); taken || err != nil {
 		return err
 	}
+	if refused, err := s.refuseUnreplicated(stmts...); refused || err != nil {
+		return err
+	}
 	for _, st := range stmts {
 		if reservedSetting(st) {
 			return s.refuse(codeInsufficientPrivilege, "settings named tashkent.* belong to the tashkent proxy", "")

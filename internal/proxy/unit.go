@@ -161,6 +161,9 @@ func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 			if m.typ == 'E' && len(stmts[i]) == 1 && reservedSetting(stmts[i][0]) {
 				return s.refuse(codeInsufficientPrivilege, "settings named tashkent.* belong to the tashkent proxy", "")
 			}
+			if refused, err := s.refuseUnreplicated(executed(m, stmts[i])...); refused || err != nil {
+				return err
+			}
 		}
 		s.labelIfIdle()
 	}

@@ -176,6 +176,10 @@ type Statement struct {
 	// "plans", "sequences", "temp"), the cursor name (DECLARE, FETCH, MOVE, CLOSE;
 	// "" for CLOSE ALL).
 	Name string
+	// Unreplicated is the feature the statement uses whose effect would
+	// stay on one replica (LISTEN/NOTIFY, large objects, advisory locks;
+	// see Feature), Replicated when none is visible in the text.
+	Unreplicated Feature
 	// Inner is, for Prepare, the kind of the prepared statement; for a DECLARE
 	// CURSOR, Read or Write of its query; for EXPLAIN, the kind of the explained
 	// statement. Other elsewhere.
@@ -234,6 +238,7 @@ func classifyUncached(sql string) ([]Statement, error) {
 	out := make([]Statement, 0, len(tree.Stmts))
 	for _, raw := range tree.Stmts {
 		st := classifyNode(raw.Stmt)
+		st.Unreplicated = unreplicatedFeature(raw.Stmt, st.Kind)
 		st.SQL = sliceStmt(sql, int(raw.StmtLocation), int(raw.StmtLen))
 		out = append(out, st)
 	}

@@ -1,0 +1,54 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/tashkent-db/tashkent/internal/pgwire"
+)
+
+// The proxies' client side: every proxy of a local cluster serves TLS with
+// one self-signed certificate for 127.0.0.1 and localhost, generated in
+// the cluster directory (tls/server.crt, tls/server.key) the first time and
+// kept afterwards; clients that verify use server.crt as their root
+// (sslrootcert). Replace the two files with your own to use another
+// certificate.
+
+// tlsFiles returns the cluster's certificate and key, creating them if
+// they do not exist yet.
+func tlsFiles(dir string) (cert, key string, err error) {
+	tlsDir := filepath.Join(dir, "tls")
+	cert, key = filepath.Join(tlsDir, "server.crt"), filepath.Join(tlsDir, "server.key")
+	if _, err := os.Stat(cert); err == nil {
+		return cert, key, nil
+	}
+	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
+		return "", "", err
+	}
+	if err := pgwire.WriteSelfSignedCert(cert, key, []string{"127.0.0.1", "localhost"}); err != nil {
+		return "", "", fmt.Errorf("generating the proxies' TLS certificate: %w", err)
+	}
+	return cert, key, nil
+}
+
+// clientSideArgs are the proxy flags for replica r: its index for the
+// per-replica sequence offsets (its position in the cluster, 1-based) and
+// the TLS files.
+func (u *upper) clientSideArgs(r *Replica) ([]string, error) {
+	index := 0
+	for i, other := range u.st.Replicas {
+		if other == r {
+			index = i + 1
+		}
+	}
+	if index == 0 {
+		return nil, fmt.Errorf("replica %s is not in the cluster", r.Name)
+	}
+	cert, key, err := tlsFiles(u.st.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return []string{"--replica-index", strconv.Itoa(index), "--tls-cert", cert, "--tls-key", key}, nil
+}

@@ -1,0 +1,64 @@
+package proxy
+
+import (
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/tashkent-db/tashkent/internal/sqlclass"
+)
+
+// unreplicatedRefusal is the error for a statement that uses a feature
+// whose effect would stay on this replica (sqlclass.Feature), nil for
+// others. On a cluster these would silently mean something else than on
+// one PostgreSQL: a NOTIFY that only this replica's listeners hear, a
+// large object the other replicas never get, an advisory lock that does
+// not exclude sessions of other replicas. So they are refused, with
+// SQLSTATE 0A000 and what to do instead (docs/COMPATIBILITY.md). The
+// answer is the same in the simple and the extended protocol; an open
+// transaction block fails, as after an error from PostgreSQL.
+func unreplicatedRefusal(st sqlclass.Statement) *pgproto3.ErrorResponse {
+	switch st.Unreplicated {
+	case sqlclass.Notifications:
+		return errorResponse(codeFeatureNotSupported,
+			"LISTEN, NOTIFY and pg_notify() are not supported by tashkent: notifications would reach only sessions on the same replica",
+			"tashkent replicates table rows, not notifications.",
+			"Poll a table for changes instead (rows are replicated), or send notifications through a PostgreSQL outside the cluster.")
+	case sqlclass.LargeObjects:
+		return errorResponse(codeFeatureNotSupported,
+			"large objects are not supported by tashkent: pg_largeobject is not replicated",
+			"tashkent replicates rows of tables with a primary key; large objects live outside them.",
+			"Store the data in a bytea column of a table with a primary key.")
+	case sqlclass.AdvisoryLocks:
+		return errorResponse(codeFeatureNotSupported,
+			"advisory locks are not supported by tashkent: they would exclude only sessions on the same replica",
+			"An advisory lock is held in one replica's memory; the other replicas do not see it.",
+			"Update a row of a lock table instead: tashkent certifies concurrent writes of one row across replicas, and one of two such transactions fails with 40001.")
+	}
+	return nil
+}
+
+// refuseUnreplicated answers a unit whose statements use such a feature
+// with the refusal and reports whether it did.
+func (s *session) refuseUnreplicated(stmts ...sqlclass.Statement) (bool, error) {
+	for _, st := range stmts {
+		if e := unreplicatedRefusal(st); e != nil {
+			s.w.Client.Send(e)
+			if s.status == 'T' {
+				if err := s.failBlock(); err != nil {
+					return true, err
+				}
+			}
+			s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// executed is what an extended-protocol message runs: the statement of an
+// Execute, nothing for the others.
+func executed(m unitMsg, stmts []sqlclass.Statement) []sqlclass.Statement {
+	if m.typ != 'E' {
+		return nil
+	}
+	return stmts
+}
