@@ -4,7 +4,7 @@ GO        ?= go
 BIN       := bin/tashkent
 DEMO_DIR  ?= .demo
 
-.PHONY: build demo down test test-short vet bench-certifier compat-deps
+.PHONY: build demo down test test-short vet bench-certifier compat-deps faults
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tashkent
@@ -34,3 +34,12 @@ test-short:
 
 bench-certifier: build
 	./$(BIN) certifier-bench
+
+# The fault test's long profile: a real 3-replica cluster under ten minutes
+# of kill -9, SIGSTOP and client disconnects, checked by adya, the bank and
+# long-fork checkers, durability and convergence, then the detector
+# self-test (docs/RELIABILITY.md). The short profile runs in `make test`
+# (internal/faults). Output stays in a new directory under .faults/.
+FAULTS_DIR ?= .faults/$(shell date -u +%Y%m%dT%H%M%S)
+faults: build
+	./$(BIN) check --profile long --out $(FAULTS_DIR)

@@ -1,0 +1,155 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+const (
+	// txnTimeout bounds one transaction: a paused process (SIGSTOP) must
+	// not hold a client forever, and a timed-out COMMIT is recorded as an
+	// unknown outcome, like any broken connection.
+	txnTimeout = 15 * time.Second
+	// connectTimeout bounds one connection attempt; a client whose proxy is
+	// down retries until the workload ends.
+	connectTimeout = 5 * time.Second
+	// reconnectPause is the wait between connection attempts.
+	reconnectPause = 200 * time.Millisecond
+)
+
+// endpoint is one proxy clients connect to.
+type endpoint struct {
+	Replica string
+	DSN     string
+}
+
+// processes hands out history process ids. As in Jepsen, a client whose
+// connection broke continues as a new process: the session (and its
+// session guarantees) ended with the connection.
+type processes struct{ next atomic.Int64 }
+
+func (p *processes) new() int { return int(p.next.Add(1) - 1) }
+
+// client is one workload session pinned to one proxy.
+type client struct {
+	ep   endpoint
+	proc int
+	conn *pgx.Conn
+	rng  *rand.Rand
+	ids  *processes
+}
+
+func newClient(ep endpoint, ids *processes, seed uint64) *client {
+	return &client{ep: ep, ids: ids, proc: ids.new(), rng: rand.New(rand.NewPCG(seed, 0x7a5))}
+}
+
+// connect (re)opens the connection, retrying until ctx ends.
+func (c *client) connect(ctx context.Context) error {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		conn, err := pgx.Connect(cctx, c.ep.DSN)
+		cancel()
+		if err == nil {
+			c.conn = conn
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(reconnectPause):
+		}
+	}
+}
+
+// drop closes a connection that broke or was abandoned on purpose; the
+// next transaction runs as a new process.
+func (c *client) drop() {
+	if c.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.conn.Close(ctx)
+		cancel()
+		c.conn = nil
+	}
+	c.proc = c.ids.new()
+}
+
+// errDisconnect is returned by a transaction body that closed its
+// connection on purpose (the "client disconnects mid-transaction" fault).
+var errDisconnect = errors.New("client disconnected mid-transaction on purpose")
+
+// txn runs body inside BEGIN ... COMMIT and classifies the outcome the way
+// Elle needs it (see outcomeOf). It drops the connection when it broke.
+func (c *client) txn(ctx context.Context, body func(ctx context.Context, conn *pgx.Conn) error) (OpType, error) {
+	ctx, cancel := context.WithTimeout(ctx, txnTimeout)
+	defer cancel()
+	if _, err := c.conn.Exec(ctx, "BEGIN"); err != nil {
+		return c.failed(ctx, err)
+	}
+	if err := body(ctx, c.conn); err != nil {
+		return c.failed(ctx, err)
+	}
+	tag, err := c.conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		t := commitOutcome(err)
+		if t == Info || c.conn == nil || c.conn.IsClosed() {
+			// A process whose transaction has an unknown outcome never
+			// runs another one (Jepsen's rule): the session ends here.
+			c.drop()
+		}
+		return t, err
+	}
+	if tag.String() != "COMMIT" {
+		// PostgreSQL answers COMMIT of a failed transaction with ROLLBACK.
+		return Fail, errors.New("COMMIT answered " + tag.String())
+	}
+	return OK, nil
+}
+
+// failed handles an error before COMMIT was sent: the transaction cannot
+// have committed (the proxy certifies only at COMMIT, Tashkent §6.2 C2).
+func (c *client) failed(ctx context.Context, err error) (OpType, error) {
+	if c.conn != nil && isPgError(err) && !c.conn.IsClosed() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, rerr := c.conn.Exec(rctx, "ROLLBACK"); rerr == nil {
+			return Fail, err
+		}
+	}
+	c.drop()
+	return Fail, err
+}
+
+// commitOutcome classifies an error answering COMMIT. A certification abort
+// (40001) and constraint or data errors certainly did not commit; anything
+// else (a broken connection, 08007 "outcome unknown", a proxy closing
+// sessions while it recovers) may have committed.
+func commitOutcome(err error) OpType {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch pg.Code[:2] {
+		case "40", "23", "22", "42", "25":
+			return Fail
+		}
+	}
+	return Info
+}
+
+func isPgError(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg)
+}
+
+// sqlState returns the SQLSTATE of err, or "" when it has none.
+func sqlState(err error) string {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Code
+	}
+	return ""
+}

@@ -1,0 +1,98 @@
+package faults
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// Config configures one run of the harness.
+type Config struct {
+	// Dir is the output directory: the cluster (cluster/), the histories,
+	// adya's reports, faults.json and summary.json. Kept after the run.
+	Dir string
+	// Binary is the tashkent executable run as certifier and proxies.
+	Binary string
+	// Duration is how long the workloads run under faults.
+	Duration time.Duration
+	// ClientsPerProxy is the number of list-append clients on each proxy
+	// (the bank and long-fork workloads add one client each per proxy).
+	ClientsPerProxy int
+	// Faults are the kinds injected; empty runs without faults.
+	Faults []FaultKind
+	// FaultHold is how long a process stays dead or paused; FaultGap is the
+	// rest between two faults.
+	FaultHold time.Duration
+	FaultGap  time.Duration
+	// DisconnectEvery: with ClientDisconnect, one list-append transaction in
+	// DisconnectEvery closes its connection after its first statement.
+	DisconnectEvery int
+	// ConvergeTimeout bounds the wait for replicas to converge once faults
+	// are healed (issue 7: 30 s).
+	ConvergeTimeout time.Duration
+	// SelfTest runs the detector self-test after the checks: the certifier
+	// restarted without its conflict check must be caught.
+	SelfTest         bool
+	SelfTestDuration time.Duration
+	// KeepCluster leaves the cluster running at the end (for inspection;
+	// stop it with `tashkent down --data-dir DIR/cluster`).
+	KeepCluster bool
+	Seed        uint64
+	// Progress receives one line per step; nil discards.
+	Progress io.Writer
+}
+
+// ShortProfile is what CI runs on every change (internal/faults's test):
+// every fault kind at least once, in well under a minute of workload.
+func ShortProfile() Config {
+	return Config{
+		Duration:         40 * time.Second,
+		ClientsPerProxy:  2,
+		Faults:           append([]FaultKind(nil), AllFaults...),
+		FaultHold:        1500 * time.Millisecond,
+		FaultGap:         2500 * time.Millisecond,
+		DisconnectEvery:  40,
+		ConvergeTimeout:  30 * time.Second,
+		SelfTest:         true,
+		SelfTestDuration: 8 * time.Second,
+		Seed:             1,
+	}
+}
+
+// LongProfile is `make faults`: ten minutes of faults, each kind many times.
+func LongProfile() Config {
+	c := ShortProfile()
+	c.Duration = 10 * time.Minute
+	c.ClientsPerProxy = 3
+	c.FaultHold = 3 * time.Second
+	c.FaultGap = 5 * time.Second
+	c.SelfTestDuration = 15 * time.Second
+	return c
+}
+
+// Profile returns the named profile ("short" or "long").
+func Profile(name string) (Config, error) {
+	switch name {
+	case "short":
+		return ShortProfile(), nil
+	case "long":
+		return LongProfile(), nil
+	}
+	return Config{}, fmt.Errorf("profile must be short or long, not %q", name)
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Dir == "":
+		return fmt.Errorf("the output directory is required")
+	case c.Binary == "":
+		return fmt.Errorf("the tashkent binary is required")
+	case c.Duration <= 0:
+		return fmt.Errorf("the duration must be positive")
+	case c.ClientsPerProxy < 1:
+		return fmt.Errorf("at least one client per proxy is needed")
+	case c.ConvergeTimeout <= 0:
+		return fmt.Errorf("the convergence timeout must be positive")
+	}
+	return nil
+}

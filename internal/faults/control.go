@@ -1,0 +1,240 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tashkent-db/tashkent/internal/cluster"
+)
+
+// control owns the cluster under test: the real processes `tashkent up`
+// starts (cluster.Up), restarted the same way after a kill, and stopped by
+// cluster.Down. Every signal goes to a PID recorded in cluster.json.
+type control struct {
+	dir string
+	bin string
+
+	mu sync.Mutex
+	st *cluster.State
+	// unsafeCertifier is the certifier the self-test started with the
+	// conflict check disabled (nil otherwise).
+	unsafeCertifier *exec.Cmd
+	unsafeDone      chan struct{}
+}
+
+// up starts whatever of the cluster is not running and waits until all of
+// it accepts connections.
+func (c *control) up(ctx context.Context) error {
+	st, err := cluster.Up(ctx, cluster.Options{Dir: c.dir, Binary: c.bin, Replicas: 3, Mode: cluster.ModeMW})
+	if st != nil {
+		c.mu.Lock()
+		c.st = st
+		c.mu.Unlock()
+	}
+	return err
+}
+
+func (c *control) state() *cluster.State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st
+}
+
+// down stops every process of the cluster.
+func (c *control) down(ctx context.Context) error {
+	c.stopUnsafeCertifier()
+	_, err := cluster.Down(ctx, c.dir)
+	return err
+}
+
+func (c *control) endpoints() []endpoint {
+	var out []endpoint
+	for _, r := range c.state().Replicas {
+		out = append(out, endpoint{Replica: r.Name, DSN: r.ProxyDSN()})
+	}
+	return out
+}
+
+// target is one process a fault hits.
+type target struct {
+	name string // "certifier", "replica2 proxy", "replica1 postgres"
+	pid  int
+	pg   bool // a postmaster: its backends are hit too
+}
+
+func (c *control) targets() []target {
+	st := c.state()
+	out := []target{{name: "certifier", pid: st.Certifier.PID}}
+	for _, r := range st.Replicas {
+		out = append(out, target{name: r.Name + " proxy", pid: r.Proxy.PID})
+		out = append(out, target{name: r.Name + " postgres", pid: r.Postgres.PID, pg: true})
+	}
+	return out
+}
+
+// pids returns the process of t and, for a postmaster, its children: a
+// crashed or paused database is the whole server, not one process.
+func (t target) pids() []int {
+	out := []int{t.pid}
+	if t.pg {
+		out = append(out, childrenOf(t.pid)...)
+	}
+	return out
+}
+
+// childrenOf lists the live children of pid from /proc.
+func childrenOf(pid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) >= 2 && f[1] == strconv.Itoa(pid) {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// signal sends sig to every pid, ignoring those already gone.
+func signal(pids []int, sig syscall.Signal) error {
+	var errs []error
+	for _, p := range pids {
+		if p <= 0 {
+			continue
+		}
+		if err := syscall.Kill(p, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("signal %v to %d: %w", sig, p, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitGone waits until none of pids runs (zombies count as gone).
+func waitGone(pids []int, max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		alive := false
+		for _, p := range pids {
+			if running(p) {
+				alive = true
+			}
+		}
+		if !alive {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// startUnsafeCertifier replaces the certifier by one started with the
+// hidden fault point --unsafe-fault-skip-conflict-check, on the same data
+// directory and ports, for the detector self-test. Proxies reconnect to it
+// as to any restarted certifier.
+func (c *control) startUnsafeCertifier(ctx context.Context) error {
+	st := c.state()
+	cert := st.Certifier
+	if err := signal([]int{cert.PID}, syscall.SIGTERM); err != nil {
+		return err
+	}
+	if !waitGone([]int{cert.PID}, 20*time.Second) {
+		return fmt.Errorf("certifier pid %d did not stop within 20 s of SIGTERM", cert.PID)
+	}
+	logf, err := os.OpenFile(cert.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	addr := st.CertifierAddr()
+	cmd := exec.Command(c.bin, "certifier", "--data-dir", cert.DataDir, "--listen", addr,
+		"--metrics-listen", "127.0.0.1:"+strconv.Itoa(cert.MetricsPort), "--unsafe-fault-skip-conflict-check")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the unsafe certifier: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	c.mu.Lock()
+	c.unsafeCertifier, c.unsafeDone = cmd, done
+	c.st.Certifier.PID = cmd.Process.Pid // so that cluster.Down stops it too
+	err = c.st.Save()
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, err := cluster.QueryCertifier(ctx, addr)
+		if err == nil && s.Pid == int64(cmd.Process.Pid) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the unsafe certifier did not become ready within 30 s (last error: %v)", err)
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("the unsafe certifier exited; see %s", cert.Log)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stopUnsafeCertifier stops the self-test's certifier, by the PID this
+// process started.
+func (c *control) stopUnsafeCertifier() {
+	c.mu.Lock()
+	cmd, done := c.unsafeCertifier, c.unsafeDone
+	c.unsafeCertifier = nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	c.mu.Lock()
+	c.st.Certifier.PID = 0
+	_ = c.st.Save()
+	c.mu.Unlock()
+}

@@ -1,0 +1,79 @@
+package faults
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tashkent-db/tashkent/internal/testbin"
+)
+
+// TestShortProfile is the fault test CI runs on every change: a real
+// 3-replica mw cluster (PostgreSQL 15, proxies, certifier as processes),
+// every fault kind, all checkers, and the detector self-test. It fails when
+// adya is missing: a fault test that does not run must not pass.
+func TestShortProfile(t *testing.T) {
+	cfg := ShortProfile()
+	if testing.Short() {
+		cfg.Duration = 25 * time.Second
+		cfg.SelfTestDuration = 6 * time.Second
+	}
+	cfg.Binary = testbin.Path(t)
+	cfg.Dir = outputDir(t)
+	cfg.Progress = testWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sum, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	sum.Write(&b)
+	t.Log("\n" + b.String())
+	if !sum.OK() {
+		t.Fatalf("fault test failed; histories and reports in %s", cfg.Dir)
+	}
+	counts := sum.FaultCounts()
+	for _, k := range AllFaults {
+		if counts[k] == 0 {
+			t.Errorf("no %s fault was injected", k)
+		}
+	}
+	for _, f := range sum.Faults {
+		if f.Error != "" {
+			t.Errorf("fault %s", f)
+		}
+	}
+	if sum.SelfTest == nil || !sum.SelfTest.Detected {
+		t.Error("the self-test did not run or did not detect the disabled conflict check")
+	}
+}
+
+// outputDir keeps the histories of a failed run for inspection.
+func outputDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "tashkent-faults-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		} else {
+			t.Logf("kept %s", filepath.Join(dir))
+		}
+	})
+	return dir
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
