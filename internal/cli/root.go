@@ -18,6 +18,7 @@ type globalFlags struct {
 	logLevel    string
 	logFormat   string
 	cpuProfile  string
+	maxProcs    int
 	stopProfile func()
 }
 
@@ -37,7 +38,10 @@ func Execute() int {
 				}
 				g.stopProfile = stop
 			}
-			return g.setupLogging()
+			if err := g.setupLogging(); err != nil {
+				return err
+			}
+			return setMaxProcs(cmd, g.maxProcs)
 		},
 		PersistentPostRun: func(*cobra.Command, []string) {
 			if g.stopProfile != nil {
@@ -47,6 +51,8 @@ func Execute() int {
 	}
 	root.PersistentFlags().StringVar(&g.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the command to this file")
 	root.PersistentFlags().MarkHidden("cpu-profile")
+	root.PersistentFlags().IntVar(&g.maxProcs, "max-procs", 0,
+		"Go threads running code at once (GOMAXPROCS); 0: automatic (half the CPUs for the proxy, which shares its host with PostgreSQL; all for other commands)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "text or json")
 	root.AddCommand(newCertifierCommand(), newCertifierBenchCommand())
