@@ -55,7 +55,10 @@ func (c *certifier) restart() {
 	if last > c.w.cfg.WindowVersions {
 		base = last - c.w.cfg.WindowVersions
 	}
-	c.state = certification.New(certification.Config{WindowVersions: c.w.cfg.WindowVersions}, base)
+	c.state = certification.New(certification.Config{
+		WindowVersions:          c.w.cfg.WindowVersions,
+		UnsafeSkipConflictCheck: c.w.cfg.Mutation == MutationSkipConflictCheck, // the real fault point
+	}, base)
 	for _, e := range c.disk.entries[base:] {
 		c.state.Restore(e.version, e.txn, e.keys)
 	}
@@ -152,11 +155,7 @@ func (c *certifier) handle(st *certStream, m message) {
 // queued for the writer, and the reply waits for its version's durability.
 func (c *certifier) certify(req request) (*reply, uint64) {
 	r := &reply{id: req.id, txn: req.txn}
-	start := req.startVersion
-	if c.w.cfg.Mutation == MutationSkipConflictCheck && start >= c.state.LowWaterMark() {
-		start = c.state.Version() // the mutation: every writeset looks fresh
-	}
-	out := c.state.Certify(certification.Request{Txn: req.txn, StartVersion: start, Keys: req.keys})
+	out := c.state.Certify(certification.Request{Txn: req.txn, StartVersion: req.startVersion, Keys: req.keys})
 	c.w.note("certify", req.txn.Seq, out.CommitVersion, uint64(out.Reason))
 	if out.Decision != certification.Commit {
 		r.reason = out.Reason

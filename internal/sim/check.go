@@ -1,6 +1,11 @@
 package sim
 
-import "github.com/tashkent-db/tashkent/internal/certification"
+import (
+	"math"
+	"sort"
+
+	"github.com/tashkent-db/tashkent/internal/certification"
+)
 
 // check runs the checkers over the final state: the certifier's durable
 // log is the truth every other observation is compared with.
@@ -11,6 +16,7 @@ func (w *world) check() {
 	w.checkConvergence(log)
 	w.checkNoLostUpdate(log)
 	w.checkReads(log, committedAt)
+	w.checkObservedPrefixes(log, committedAt)
 }
 
 // checkLog: every version appears once, in order, and no transaction got
@@ -143,5 +149,45 @@ func (w *world) classifyRead(o observation, t *txnRecord, committedAt map[certif
 		return "a read of version " + uitoa(committedAt[info.txn.id]) + ", above the snapshot"
 	default:
 		return "a stale read of version " + uitoa(committedAt[info.txn.id])
+	}
+}
+
+// checkObservedPrefixes checks long fork from the reads alone, without
+// trusting the snapshots the simulation recorded: the values a transaction
+// read must all be explained by one prefix of the log. Each read of key k
+// that saw the write of version v says the prefix ends in [v, next write of
+// k after v); the intersection must not be empty. Two read-only
+// transactions on different replicas that saw two writes in opposite orders
+// (a long fork) cannot both pass, as the log has one order.
+func (w *world) checkObservedPrefixes(log []entry, committedAt map[certification.TxnID]uint64) {
+	writers := make([][]uint64, w.cfg.Keys) // per key, the versions that wrote it
+	for _, e := range log {
+		for _, wr := range e.writes {
+			writers[wr.key] = append(writers[wr.key], e.version)
+		}
+	}
+	for _, t := range w.hist.txns {
+		lo, hi := uint64(0), uint64(math.MaxUint64)
+		for _, o := range t.reads {
+			if o.own {
+				continue
+			}
+			seen := uint64(0) // the initial value
+			if info := w.hist.values[o.value]; info != nil {
+				if seen = committedAt[info.txn.id]; seen == 0 {
+					continue // an aborted read: checkReads reports it
+				}
+			}
+			vs := writers[o.key]
+			i := sort.Search(len(vs), func(i int) bool { return vs[i] > seen })
+			lo = max(lo, seen)
+			if i < len(vs) {
+				hi = min(hi, vs[i]-1)
+			}
+		}
+		if lo > hi {
+			w.violate("long fork: %v's reads fit no prefix of the log (one read needs version %d, another excludes every version above %d)",
+				t.id, lo, hi)
+		}
 	}
 }

@@ -59,6 +59,9 @@ type Config struct {
 	ReconnectDelayTicks  int64
 	ApplyTicksMax        int64 // one remote batch or local commit takes 1..this
 	ApplyBatchEntriesMax int
+	// SoftRecoveryPerMille is how often a replica's store refuses a local
+	// commit after certification (Tashkent §8.1 soft recovery).
+	SoftRecoveryPerMille int
 
 	// Mutation breaks one thing on purpose, for the checkers' self-test.
 	// Never set outside tests.
@@ -71,8 +74,8 @@ type Mutation int
 
 const (
 	NoMutation Mutation = iota
-	// MutationSkipConflictCheck makes the certifier treat every request as
-	// if its snapshot were the latest version: write-write conflicts go
+	// MutationSkipConflictCheck sets the real state machine's fault point,
+	// certification.Config.UnsafeSkipConflictCheck: write-write conflicts go
 	// undetected (lost updates).
 	MutationSkipConflictCheck
 	// MutationAckBeforeSync makes the certifier treat written entries as
@@ -88,12 +91,16 @@ const (
 	// version it had before the crash instead of the one its store
 	// recovered (mw: the lost tail is never replayed).
 	MutationRecoverFromMemory
+	// MutationSwapRemoteVersions makes the applier install two adjacent
+	// remote versions of a batch in swapped order: that replica's snapshots
+	// show a different order than the others' (long fork).
+	MutationSwapRemoteVersions
 	mutationsEnd
 )
 
 func (m Mutation) String() string {
 	return [...]string{"none", "skip-conflict-check", "ack-before-sync", "commit-without-turn",
-		"read-above-snapshot", "recover-from-memory"}[m]
+		"read-above-snapshot", "recover-from-memory", "swap-remote-versions"}[m]
 }
 
 // DefaultConfig is a mid-sized cluster with every fault enabled.
@@ -106,7 +113,7 @@ func DefaultConfig() Config {
 		NemesisTicksMax: 60, ReplicaCrashWeight: 3, CertifierCrashWeight: 2, PartitionWeight: 3,
 		DownTicksMax: 40, DatabaseOnlyCrashRate: 30,
 		DiskSyncTicksMax: 3, StoreFlushTicks: 10, StalenessTicks: 10, CertifyTimeoutTicks: 120,
-		ReconnectDelayTicks: 3, ApplyTicksMax: 2, ApplyBatchEntriesMax: 4,
+		ReconnectDelayTicks: 3, ApplyTicksMax: 2, ApplyBatchEntriesMax: 4, SoftRecoveryPerMille: 20,
 	}
 }
 
@@ -131,6 +138,7 @@ func SwarmConfig(seed uint64) Config {
 	c.DiskSyncTicksMax = 1 + r.Int64N(6)
 	c.StoreFlushTicks = 1 + r.Int64N(30)
 	c.CertifyTimeoutTicks = []int64{30, 120, 1000}[r.IntN(3)]
+	c.SoftRecoveryPerMille = []int{0, 20, 100}[r.IntN(3)]
 	return c
 }
 

@@ -198,6 +198,7 @@ func (r *replica) progress() {
 		return
 	}
 	r.endRecoveryIfCaughtUp()
+	r.ackSoftRecovered()
 	if batch, err := r.seq.NextRemote(cancelled, r.w.cfg.ApplyBatchEntriesMax); err == nil {
 		r.applyRemote(batch)
 		return
@@ -234,9 +235,13 @@ func (r *replica) applyRemote(batch []logentry.Entry) {
 		}
 		entries[i] = e
 	}
+	if r.w.cfg.Mutation == MutationSwapRemoteVersions && len(entries) >= 2 {
+		entries[0].writes, entries[1].writes = entries[1].writes, entries[0].writes
+	}
 	r.startCommit("apply", func() {
 		for _, e := range entries {
 			r.db.commit(e.version, e.txn, e.writes)
+			delete(r.entries, e.version)
 		}
 	}, func() {
 		r.seq.CommitBatch(batch)
@@ -244,17 +249,41 @@ func (r *replica) applyRemote(batch []logentry.Entry) {
 	})
 }
 
-// commitLocal is C5: the session records its version and commits.
+// commitLocal is C5: the session records its version and commits. If the
+// database refuses (out of disk, a crashed backend), the proxy rolls back
+// and hands the version to the applier, which applies its writeset like a
+// remote one; the client still gets COMMIT (Tashkent §8.1 soft recovery,
+// proxy/commit.go softRecover).
 func (r *replica) commitLocal(s *session) {
 	s.phase = committing
 	v, txn := s.local.Version(), s.txn
+	if r.w.chance(r.w.cfg.SoftRecoveryPerMille) {
+		r.startCommit("commit-refused", func() {}, func() {
+			r.w.stats.SoftRecoveries++
+			r.seq.Abandon(s.local)
+			s.phase = awaitingApply
+		})
+		return
+	}
 	r.startCommit("commit-local", func() {
 		r.db.commit(v, txn.id, txn.writes)
 	}, func() {
+		delete(r.entries, v)
 		r.seq.Commit(v)
 		r.w.hist.ack(txn, v)
 		s.finish()
 	})
+}
+
+// ackSoftRecovered answers the sessions whose version the applier
+// committed for them.
+func (r *replica) ackSoftRecovered() {
+	for _, s := range r.sessions {
+		if s.phase == awaitingApply && r.seq.Committed() >= s.version {
+			r.w.hist.ack(s.txn, s.version)
+			s.finish()
+		}
+	}
 }
 
 // startCommit runs a database commit (inDatabase) after a latency, then

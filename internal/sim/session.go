@@ -11,11 +11,12 @@ import (
 type phase int
 
 const (
-	idle        phase = iota
-	active            // running statements
-	certifying        // COMMIT sent to the certifier (C2, C3)
-	waitingTurn       // certified, waiting for the versions below it (C4)
-	committing        // its commit is in flight in the store (C5)
+	idle          phase = iota
+	active              // running statements
+	certifying          // COMMIT sent to the certifier (C2, C3)
+	waitingTurn         // certified, waiting for the versions below it (C4)
+	committing          // its commit is in flight in the store (C5)
+	awaitingApply       // the store refused its commit; the applier applies it
 )
 
 // session is one client connection with the proxy's session logic
@@ -33,6 +34,7 @@ type session struct {
 	started bool // the snapshot is taken
 	local   *sequencer.Local
 	reqID   uint64
+	version uint64 // the commit version, once certified
 }
 
 // thinkTicksMax is the pause between a client's transactions.
@@ -165,7 +167,7 @@ func (s *session) onReply(rep reply) {
 		s.finish()
 		return
 	}
-	s.phase = waitingTurn
+	s.phase, s.version = waitingTurn, rep.commitVersion
 	r.progress()
 }
 
@@ -179,20 +181,20 @@ func (s *session) lost() {
 			s.r.client.forget(s.reqID)
 		}
 		s.r.w.hist.end(s.txn, unknown)
-	case waitingTurn, committing:
+	case waitingTurn, committing, awaitingApply:
 		s.r.w.hist.end(s.txn, unknown) // certified, not acknowledged
 	default:
 		s.r.w.hist.end(s.txn, aborted)
 	}
 	s.phase = idle
 	s.gen++
-	s.txn, s.local = nil, nil
+	s.txn, s.local, s.version = nil, nil, 0
 }
 
 func (s *session) finish() {
 	s.phase = idle
 	s.gen++
-	s.txn, s.local = nil, nil
+	s.txn, s.local, s.version = nil, nil, 0
 	if s.admitted() {
 		s.scheduleNext()
 	}

@@ -38,6 +38,7 @@ type Stats struct {
 	DuplicateOutcomes int // certifier answered a retry with the original version
 	TooOld            int // aborts below the low-water mark
 	LostTailVersions  int // versions mw replicas lost on crashes and replayed
+	SoftRecoveries    int // local commits the store refused, applied as remote
 	ConvergedAtTick   int64
 }
 
@@ -196,7 +197,7 @@ func (w *world) note(kind string, a, b, c uint64) {
 	}
 	w.hash = h
 	if w.opts.Trace {
-		w.trace = append(w.trace, fmt.Sprintf("%6d %-22s %d %d %d", w.now, kind, a, b, c))
+		w.trace = append(w.trace, traceLine(w.now, kind, [3]uint64{a, b, c}))
 	}
 }
 

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"flag"
+	"slices"
 
 	"strings"
 	"testing"
@@ -43,6 +44,7 @@ func TestSimulation(t *testing.T) {
 
 func replay(t *testing.T, seed uint64) {
 	res := Run(seed, SwarmConfig(seed), Options{Trace: testing.Verbose()})
+	t.Logf("seed %d, config %+v", seed, res.Config)
 	for _, line := range res.Trace {
 		t.Log(line)
 	}
@@ -61,7 +63,7 @@ func requireFaultsHappened(t *testing.T, s Stats) {
 		"certifier crashes": s.CertifierCrashes, "partitions": s.Partitions, "dropped messages": s.Dropped,
 		"duplicated messages": s.Duplicated, "re-sent requests": s.Resent, "settled from the log": s.SettledFromLog,
 		"duplicate outcomes": s.DuplicateOutcomes, "too-old aborts": s.TooOld, "mw tails lost and replayed": s.LostTailVersions,
-		"unknown outcomes": s.Unknown,
+		"unknown outcomes": s.Unknown, "soft recoveries": s.SoftRecoveries,
 	}
 	if *seedsFlag < 200 {
 		return // too few seeds to expect every rare event
@@ -96,6 +98,7 @@ func add(total *Stats, s Stats) {
 	total.DuplicateOutcomes += s.DuplicateOutcomes
 	total.TooOld += s.TooOld
 	total.LostTailVersions += s.LostTailVersions
+	total.SoftRecoveries += s.SoftRecoveries
 	total.ConvergedAtTick = max(total.ConvergedAtTick, s.ConvergedAtTick)
 }
 
@@ -113,6 +116,13 @@ func TestDeterminism(t *testing.T) {
 			t.Fatalf("seeds %d and %d gave the same trace", seed, seed+1000)
 		}
 	}
+	// A failing run replays with the same findings.
+	cfg := SwarmConfig(3)
+	cfg.Mutation = MutationSkipConflictCheck
+	a, b := Run(3, cfg, Options{}), Run(3, cfg, Options{})
+	if len(a.Violations) == 0 || a.TraceHash != b.TraceHash || !slices.Equal(a.Violations, b.Violations) {
+		t.Fatalf("a failing seed did not replay identically:\n%s\n%s", a.Report(), b.Report())
+	}
 }
 
 // TestMutationsAreCaught is the checkers' self-test: each deliberate bug
@@ -121,11 +131,12 @@ func TestDeterminism(t *testing.T) {
 func TestMutationsAreCaught(t *testing.T) {
 	const seeds = 60
 	expect := map[Mutation]string{
-		MutationSkipConflictCheck: "lost update",
-		MutationAckBeforeSync:     "", // lost acknowledged commits, or replicas ahead of the log
-		MutationCommitWithoutTurn: "", // a gap in a replica's commits (the sequencer panics too)
-		MutationReadAboveSnapshot: "",
-		MutationRecoverFromMemory: "",
+		MutationSkipConflictCheck:  "lost update",
+		MutationAckBeforeSync:      "", // lost acknowledged commits, or replicas ahead of the log
+		MutationCommitWithoutTurn:  "", // a gap in a replica's commits (the sequencer panics too)
+		MutationReadAboveSnapshot:  "",
+		MutationRecoverFromMemory:  "",
+		MutationSwapRemoteVersions: "long fork",
 	}
 	for m := NoMutation + 1; m < mutationsEnd; m++ {
 		t.Run(m.String(), func(t *testing.T) {
@@ -153,9 +164,10 @@ func TestMutationsAreCaught(t *testing.T) {
 // minCaught is how many of the 60 seeds must catch each mutation: the rare
 // ones need a crash at the right moment.
 var minCaught = map[Mutation]int{
-	MutationSkipConflictCheck: 40,
-	MutationAckBeforeSync:     5,
-	MutationCommitWithoutTurn: 10,
-	MutationReadAboveSnapshot: 20,
-	MutationRecoverFromMemory: 5,
+	MutationSkipConflictCheck:  40,
+	MutationAckBeforeSync:      5,
+	MutationCommitWithoutTurn:  10,
+	MutationReadAboveSnapshot:  20,
+	MutationRecoverFromMemory:  5,
+	MutationSwapRemoteVersions: 5,
 }

@@ -1,0 +1,50 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+)
+
+// traceArgs names the three numbers each trace step carries, for the
+// readable trace of a replayed seed (-seed=N -v). Steps not listed print
+// their numbers bare.
+var traceArgs = map[string][3]string{
+	"ack":                   {"txn_seq", "version", "replica"},
+	"applied":               {"replica", "up_to_version", "entries"},
+	"caught-up":             {"replica", "version", ""},
+	"certifier-crash":       {"lost_pending", "lost_unsynced", "durable"},
+	"certifier-up":          {"incarnation", "log_last", "window_base"},
+	"certify":               {"txn_seq", "version", "abort_reason"},
+	"committed-at-crash":    {"replica", "version", ""},
+	"connect":               {"replica", "stream", "from_version"},
+	"database-up":           {"replica", "version", ""},
+	"delivered":             {"replica", "up_to_version", "epoch"},
+	"drop":                  {"replica", "stream", "msg_seq"},
+	"duplicate":             {"replica", "stream", "msg_seq"},
+	"durable":               {"version", "", ""},
+	"entry-out-of-sequence": {"replica", "version", "delivered"},
+	"partition":             {"replica", "", ""},
+	"partition-healed":      {"replica", "", ""},
+	"replica-crash":         {"replica", "version_kept", "versions_lost"},
+	"replica-up":            {"replica", "version", ""},
+	"stream-broken":         {"replica", "stream", ""},
+	"stream-open":           {"replica", "stream", "from_version"},
+	"txn-end":               {"txn_seq", "status", "replica"},
+	"violation":             {"index", "", ""},
+}
+
+// traceLine formats one step of the readable trace.
+func traceLine(now int64, kind string, vals [3]uint64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%6d %-22s", now, kind)
+	names, named := traceArgs[kind]
+	for i, v := range vals {
+		switch {
+		case !named:
+			fmt.Fprintf(&b, " %d", v)
+		case names[i] != "":
+			fmt.Fprintf(&b, " %s=%d", names[i], v)
+		}
+	}
+	return b.String()
+}
