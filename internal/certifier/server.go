@@ -13,12 +13,17 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certclient"
 )
 
 // grpcMessageBytesMax lets a writeset at WritesetBytesMax through with room
-// for the request around it, so the limit is reported by certification
-// (a clear abort) rather than by the transport.
-func grpcMessageBytesMax(l Limits) int { return 2*l.WritesetBytesMax + (1 << 20) }
+// for the request around it, and anything the client sends
+// (certclient.DefaultMessageBytesMax), so the limit is reported by
+// certification (a clear abort) rather than by the transport, which would
+// break the stream.
+func grpcMessageBytesMax(l Limits) int {
+	return max(2*l.WritesetBytesMax+(1<<20), certclient.DefaultMessageBytesMax)
+}
 
 // HTTP/2 flow-control windows. Every replica stream carries every committed
 // entry, so the defaults (64 KiB, grown by BDP probing) throttle delivery
@@ -56,6 +61,9 @@ func Listen(cfg Config, listenAddr, metricsAddr string) (*Server, error) {
 	g := grpc.NewServer(grpc.MaxRecvMsgSize(size), grpc.MaxSendMsgSize(size),
 		grpc.InitialWindowSize(streamWindowBytes), grpc.InitialConnWindowSize(connWindowBytes))
 	pb.RegisterCertifierServer(g, svc)
+	if cfg.Group != nil {
+		pb.RegisterRaftServer(g, cfg.Group.RaftServer())
+	}
 	srv := &Server{Service: svc, grpc: g, addr: ln.Addr()}
 	go func() {
 		if err := g.Serve(ln); err != nil {
