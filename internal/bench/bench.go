@@ -122,6 +122,9 @@ type runner struct {
 	pgbench pgbench
 	dir     string
 	systems []*system
+	// maxClients is the most clients one run has (pgpool sizes its
+	// process pool by it).
+	maxClients int
 
 	mu sync.Mutex // guards systems' fields while they start in parallel
 }
@@ -196,7 +199,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: cfg, binDir: binDir, pgbench: newPgbench(binDir)}
+	r := &runner{cfg: cfg, binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients)}
 	if _, err := os.Stat(r.pgbench.path); err != nil {
 		return nil, fmt.Errorf("pgbench not found next to postgres (%w); install postgresql-contrib or postgresql-15", err)
 	}

@@ -114,6 +114,10 @@ func (p pgbench) init(ctx context.Context, dsn, steps string, scale int) error {
 type load struct {
 	dsn     string
 	clients int
+	// offset is the number of clients of the loads before this one:
+	// pgbench's :client_id restarts at 0 in every process, and a script
+	// that gives every client its own rows adds :coff (pgbench -D).
+	offset int
 }
 
 // spread divides clients over the endpoints: one pgbench process per
@@ -127,7 +131,11 @@ func spread(endpoints []string, clients int) []load {
 			c++
 		}
 		if c > 0 {
-			out = append(out, load{dsn: e, clients: c})
+			off := 0
+			if len(out) > 0 {
+				off = out[len(out)-1].offset + out[len(out)-1].clients
+			}
+			out = append(out, load{dsn: e, clients: c, offset: off})
 		}
 	}
 	return out
@@ -140,6 +148,12 @@ type runOpts struct {
 	builtin      string
 	perStatement bool               // -r
 	tick         func(progressTick) // receives every progress line; may be nil
+	// scripts, when set, replace the builtin: pgbench -f FILE[@WEIGHT].
+	scripts []string
+	// defines are pgbench -D NAME=VALUE, besides coff (load.offset).
+	defines map[string]string
+	// maxTries is pgbench --max-tries; 0: 1000 (retry 40001 until done).
+	maxTries int
 }
 
 // run runs the builtin script with every load at once for o.seconds and
@@ -154,8 +168,24 @@ func (p pgbench) run(ctx context.Context, loads []load, o runOpts) (pgbenchResul
 	var wg sync.WaitGroup
 	for i, l := range loads {
 		wg.Go(func() {
-			args := []string{"-n", "--max-tries", "1000", "-T", strconv.Itoa(o.seconds), "-M", o.protocol, "-b", o.builtin,
+			tries := o.maxTries
+			if tries == 0 {
+				tries = 1000
+			}
+			args := []string{"-n", "--max-tries", strconv.Itoa(tries), "-T", strconv.Itoa(o.seconds), "-M", o.protocol,
 				"-c", strconv.Itoa(l.clients), "-j", strconv.Itoa(min(l.clients, 2)), "-P", "1"}
+			if len(o.scripts) == 0 {
+				args = append(args, "-b", o.builtin)
+			}
+			for _, f := range o.scripts {
+				args = append(args, "-f", f)
+			}
+			if len(o.scripts) > 0 {
+				args = append(args, "-D", "coff="+strconv.Itoa(l.offset))
+			}
+			for k, v := range o.defines {
+				args = append(args, "-D", k+"="+v)
+			}
 			if o.perStatement {
 				args = append(args, "-r")
 			}

@@ -22,6 +22,9 @@ type proc struct {
 	logFrom int64         // where this run's output starts in logPath
 	done    chan struct{} // closed once the process has been reaped
 	waitErr error
+	// stopSignal asks the process to stop; 0: SIGTERM. (pgpool's SIGTERM
+	// is a smart shutdown that waits for its clients; SIGINT is fast.)
+	stopSignal syscall.Signal
 }
 
 // startProc starts bin with args, appending its output to logPath.
@@ -92,7 +95,11 @@ func (p *proc) stop(grace time.Duration) error {
 	if p.exited() {
 		return nil
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	sig := p.stopSignal
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	_ = p.cmd.Process.Signal(sig)
 	select {
 	case <-p.done:
 		return nil
@@ -100,7 +107,7 @@ func (p *proc) stop(grace time.Duration) error {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.done
-	return fmt.Errorf("%s (pid %d) did not exit within %s of SIGTERM; killed it", p.what, p.pid(), grace)
+	return fmt.Errorf("%s (pid %d) did not exit within %s of %v; killed it", p.what, p.pid(), grace, sig)
 }
 
 // addrInUse reports whether the process failed because a port it was given

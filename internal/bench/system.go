@@ -35,22 +35,39 @@ const (
 	// Base is a tashkent cluster in mode base: replicas with
 	// synchronous_commit=on.
 	Base System = "base"
+	// Streaming is PostgreSQL streaming replication: a primary and
+	// synchronous standbys (synchronous_standby_names), clients on the
+	// primary.
+	Streaming System = "streaming"
+	// PgpoolNative is pgpool-II in native replication mode over
+	// standalone PostgreSQL backends.
+	PgpoolNative System = "pgpool-native"
+	// PgpoolSI is pgpool-II in snapshot-isolation mode.
+	PgpoolSI System = "pgpool-si"
 )
 
-// AllSystems is the default set, in the order runs alternate.
+// AllSystems is the default set of `tashkent bench pgbench`, in the order
+// runs alternate.
 var AllSystems = []System{SyncOn, SyncOff, MW, Base}
+
+// KnownSystems are all the systems the bench can start.
+var KnownSystems = []System{SyncOn, SyncOff, MW, Base, Streaming, PgpoolNative, PgpoolSI}
 
 // ParseSystem checks a system name.
 func ParseSystem(s string) (System, error) {
-	for _, k := range AllSystems {
+	for _, k := range KnownSystems {
 		if string(k) == s {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, mw or base)", s)
+	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, mw, base, streaming, pgpool-native or pgpool-si)", s)
 }
 
 func (k System) tashkent() bool { return k == MW || k == Base }
+
+// replicated reports whether the system runs several servers (its replica
+// count means something).
+func (k System) replicated() bool { return k != SyncOn && k != SyncOff }
 
 const (
 	// sharedBuffers is the same for every PostgreSQL the bench starts.
@@ -75,6 +92,14 @@ type system struct {
 	certAddr  string
 	proxies   []*proc
 	proxyPort []int
+
+	// delay is the one-way delay of the links between the system's hosts
+	// (delay.go); 0: none.
+	delay  time.Duration
+	relays []*relay
+	// pgpool and its client port (pgpool systems).
+	pgpool     *proc
+	pgpoolPort int
 }
 
 func label(k System, replicas int) string {
@@ -85,6 +110,9 @@ func label(k System, replicas int) string {
 		return "pg sync=off"
 	}
 	s := "tashkent " + string(k)
+	if !k.tashkent() {
+		s = string(k)
+	}
 	if replicas > 1 {
 		s += " x" + strconv.Itoa(replicas)
 	}
@@ -94,6 +122,9 @@ func label(k System, replicas int) string {
 // endpoints are the connection strings pgbench connects to: the proxies of
 // a tashkent system, the server itself otherwise.
 func (s *system) endpoints() []string {
+	if s.pgpool != nil {
+		return []string{dsn(s.pgpoolPort)}
+	}
 	if !s.kind.tashkent() {
 		return []string{s.pgs[0].DSN("postgres")}
 	}
@@ -119,6 +150,9 @@ func (s *system) pids() string {
 	if s.certifier != nil {
 		out += fmt.Sprintf(" certifier=%d", s.certifier.pid())
 	}
+	if s.pgpool != nil {
+		out += fmt.Sprintf(" pgpool=%d", s.pgpool.pid())
+	}
 	for i, p := range s.proxies {
 		if p != nil {
 			out += fmt.Sprintf(" proxy%d=%d", i+1, p.pid())
@@ -136,6 +170,12 @@ func (s *system) start(ctx context.Context, r *runner) error {
 	}
 	if err := os.Chmod(s.dir, 0o755); err != nil {
 		return err
+	}
+	switch s.kind {
+	case Streaming:
+		return s.startStreaming(ctx, r)
+	case PgpoolNative, PgpoolSI:
+		return s.startPgpool(ctx, r)
 	}
 	n := 1
 	if s.kind.tashkent() {
@@ -175,6 +215,13 @@ func (s *system) start(ctx context.Context, r *runner) error {
 	}
 	if err := s.startCertifier(ctx, r); err != nil {
 		return err
+	}
+	if s.delay > 0 { // the proxies reach the certifier through a delaying relay
+		rl, err := startRelay(s.certAddr, s.delay)
+		if err != nil {
+			return err
+		}
+		s.relays = append(s.relays, rl)
 	}
 	s.proxies = make([]*proc, n)
 	s.proxyPort = make([]int, n)
@@ -264,12 +311,21 @@ func (s *system) startProxy(ctx context.Context, r *runner, i int) error {
 				"--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
 				"--backend", backendAddr(s.pgs[i]),
 				"--database", "postgres",
-				"--certifier", s.certAddr,
+				"--certifier", s.certifierAddrForProxies(),
 				"--mode", string(s.kind))
 			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, name+"-proxy.log"))
 		},
 		func(p *proc, ports []int) { s.proxies[i], s.proxyPort[i] = p, ports[0] },
 		func(ctx context.Context, ports []int) error { return selectOne(ctx, dsn(ports[0])) })
+}
+
+// certifierAddrForProxies is the certifier's address, or the relay's
+// that delays the link to it.
+func (s *system) certifierAddrForProxies() string {
+	if len(s.relays) > 0 {
+		return s.relays[0].addr()
+	}
+	return s.certAddr
 }
 
 // stop stops everything of the system that runs, in the order of
@@ -292,10 +348,18 @@ func (s *system) stop() error {
 		}
 	}
 	wg.Wait()
+	if s.pgpool != nil {
+		if err := s.pgpool.stop(proxyGrace); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if s.certifier != nil {
 		if err := s.certifier.stop(certGrace); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	for _, rl := range s.relays {
+		rl.close()
 	}
 	for _, pg := range s.pgs {
 		if pg != nil {
@@ -317,7 +381,10 @@ func (s *system) stop() error {
 // direct runs statements on every PostgreSQL of the system, bypassing the
 // proxies (maintenance that is not replicated data: VACUUM, CHECKPOINT).
 func (s *system) direct(ctx context.Context, stmts ...string) error {
-	for _, pg := range s.pgs {
+	for i, pg := range s.pgs {
+		if s.kind == Streaming && i > 0 {
+			break // standbys are read-only; they replay the primary's VACUUM
+		}
 		conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.label, err)

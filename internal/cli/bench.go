@@ -16,10 +16,13 @@ func init() { extraCommands = append(extraCommands, newBenchCommand) }
 func newBenchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Benchmarks that compare tashkent with PostgreSQL side by side, in one invocation",
+		Short: "Benchmarks that compare tashkent with PostgreSQL and its peers side by side, in one invocation",
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newBenchPgbenchCommand())
+	for _, w := range bench.Workloads {
+		cmd.AddCommand(newBenchSuiteCommand(w))
+	}
 	return cmd
 }
 

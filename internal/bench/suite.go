@@ -1,0 +1,575 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tashkent-db/tashkent/internal/pgserver"
+)
+
+// SystemSpec is one system of a suite run: a kind and its server count.
+type SystemSpec struct {
+	Kind     System
+	Replicas int
+}
+
+func (sp SystemSpec) label() string { return label(sp.Kind, sp.Replicas) }
+
+// peerServersDefault is the server count of streaming replication and
+// pgpool when --systems does not say (the issue's 3 backends).
+const peerServersDefault = 3
+
+// ParseSystemSpecs reads --systems: a comma-separated list of KIND or
+// KIND:N. A tashkent kind without :N gets one system per entry of
+// replicas; streaming and pgpool without :N get 3 servers; standalone
+// PostgreSQL is always one server.
+func ParseSystemSpecs(list string, replicas []int) ([]SystemSpec, error) {
+	var out []SystemSpec
+	seen := map[string]bool{}
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, count, hasCount := strings.Cut(item, ":")
+		k, err := ParseSystem(name)
+		if err != nil {
+			return nil, err
+		}
+		var ns []int
+		switch {
+		case hasCount:
+			n, err := strconv.Atoi(count)
+			if err != nil || n < 1 || n > 8 {
+				return nil, fmt.Errorf("%s: server count %q must be 1 to 8", item, count)
+			}
+			ns = []int{n}
+		case !k.replicated():
+			ns = []int{1}
+		case k.tashkent():
+			ns = replicas
+		default:
+			ns = []int{peerServersDefault}
+		}
+		for _, n := range ns {
+			if !k.replicated() {
+				n = 1
+			}
+			if (k == PgpoolNative || k == PgpoolSI || k == Streaming) && n < 2 {
+				return nil, fmt.Errorf("%s needs at least 2 servers", item)
+			}
+			sp := SystemSpec{Kind: k, Replicas: n}
+			if seen[sp.label()] {
+				return nil, fmt.Errorf("system %s given twice", sp.label())
+			}
+			seen[sp.label()] = true
+			out = append(out, sp)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no systems")
+	}
+	return out, nil
+}
+
+// SuiteConfig describes one invocation of `tashkent bench WORKLOAD`.
+type SuiteConfig struct {
+	Workload Workload
+	Systems  []SystemSpec
+	// Clients are the client counts, one step each. Contention runs at
+	// the largest only and steps through ContentionFractions instead.
+	Clients []int
+	// ContentionFractions are the c of the contention workload: the
+	// fraction of transactions that hit the hottest 5% of the rows.
+	ContentionFractions []float64
+	Duration            time.Duration
+	Repeat              int
+	Warmup              time.Duration
+	// Scale is the TPC-B scale (tpcb only); Protocol is pgbench -M.
+	Scale    int
+	Protocol string
+	// Delay is the one-way delay added to the links between the hosts of
+	// every replicated system (delay.go); 0: none.
+	Delay time.Duration
+	// Baseline is the label of the system every ratio divides by; empty:
+	// the first system.
+	Baseline string
+	// ScaleOut measures the writing overhead wo on the first mw system
+	// with at least 2 replicas and fits the scale-out model.
+	ScaleOut bool
+	Binary   string
+	Dir      string
+	Keep     bool
+	// OutDir receives CSV, Markdown and PNG files.
+	OutDir   string
+	Progress io.Writer
+	Live     bool
+}
+
+func (c *SuiteConfig) check() error {
+	if len(c.Clients) == 0 {
+		return errors.New("no client counts")
+	}
+	for _, n := range c.Clients {
+		if n < 1 {
+			return fmt.Errorf("client count %d: must be at least 1", n)
+		}
+	}
+	if c.Duration < time.Second || c.Duration%time.Second != 0 {
+		return fmt.Errorf("duration %s: must be a whole number of seconds, at least 1s", c.Duration)
+	}
+	if c.Warmup < 0 || c.Warmup%time.Second != 0 {
+		return fmt.Errorf("warmup %s: must be a whole number of seconds", c.Warmup)
+	}
+	if c.Repeat < 1 {
+		c.Repeat = 1
+	}
+	if c.Scale < 1 {
+		c.Scale = 1
+	}
+	if c.Protocol == "" {
+		c.Protocol = "prepared"
+	}
+	if c.Workload == Contention && len(c.ContentionFractions) == 0 {
+		c.ContentionFractions = []float64{0.5, 0.7, 0.9, 0.95}
+	}
+	for _, f := range c.ContentionFractions {
+		if f < 0 || f > 1 {
+			return fmt.Errorf("contention fraction %v: must be between 0 and 1", f)
+		}
+	}
+	if len(c.Systems) == 0 {
+		return errors.New("no systems")
+	}
+	found := c.Baseline == ""
+	for _, sp := range c.Systems {
+		if sp.Kind.tashkent() && c.Binary == "" {
+			return errors.New("the tashkent binary (SuiteConfig.Binary) is required to run a tashkent system")
+		}
+		found = found || sp.label() == c.Baseline
+	}
+	if !found {
+		return fmt.Errorf("baseline %q is not one of the systems", c.Baseline)
+	}
+	if c.Baseline == "" {
+		c.Baseline = c.Systems[0].label()
+	}
+	if c.Workload.sysbench() {
+		if _, err := exec.LookPath(sysbenchBinary); err != nil {
+			return fmt.Errorf("sysbench not found (apt-get install sysbench): %w", err)
+		}
+	}
+	return nil
+}
+
+// point is one x of a figure: a client count, and for contention c.
+type point struct {
+	clients int
+	param   float64 // contention c; 0 otherwise
+}
+
+func (c *SuiteConfig) points() []point {
+	if c.Workload == Contention {
+		top := slices.Max(c.Clients)
+		var out []point
+		for _, f := range c.ContentionFractions {
+			out = append(out, point{clients: top, param: f})
+		}
+		return out
+	}
+	out := make([]point, len(c.Clients))
+	for i, n := range c.Clients {
+		out[i] = point{clients: n}
+	}
+	return out
+}
+
+// SuiteRun is one measured run of one system.
+type SuiteRun struct {
+	Label     string
+	Kind      System
+	Replicas  int
+	Clients   int
+	Param     float64
+	Repeat    int
+	TPS       float64
+	LatencyMs float64
+	Processed int64
+	Failed    int64 // aborted and not retried (contention: --max-tries 1)
+	Retries   int64 // aborted and re-run
+	// Certifier counters over the run (tashkent systems only).
+	Certifications, Fsyncs uint64
+	// Error is why the run produced no result (the client failed, e.g.
+	// pgpool ended its sessions); the other systems' runs go on.
+	Error string
+}
+
+// SuiteRow is the median over the repeats of one (system, point) cell.
+type SuiteRow struct {
+	Label     string
+	Kind      System
+	Replicas  int
+	Clients   int
+	Param     float64
+	TPS       float64
+	LatencyMs float64
+	RunsTPS   []float64
+	// AbortPct is aborted attempts (failed + retried) over all attempts.
+	AbortPct        float64
+	CommitsPerFsync float64
+	// Ratio and LatencyRatio divide by the baseline's medians at the same
+	// point, measured in the same invocation.
+	Ratio, LatencyRatio float64
+	// Error is the first failed run's error when no run of the cell
+	// succeeded.
+	Error string
+}
+
+// SuiteReport is everything one invocation measured.
+type SuiteReport struct {
+	Config   SuiteConfig
+	Started  time.Time
+	CPUs     int
+	Runs     []SuiteRun
+	Rows     []SuiteRow
+	ScaleOut *ScaleOut
+	Files    []string
+}
+
+// suiteRunner carries one invocation; it reuses runner's system control.
+type suiteRunner struct {
+	*runner
+	scfg    SuiteConfig
+	scripts []string
+}
+
+// RunSuite starts every system, loads the workload into each, runs it on
+// each for every point and repeat, alternating the systems, optionally
+// measures the scale-out model, stops everything it started (by PID) and
+// writes the output files.
+func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	binDir, err := pgserver.FindBinDir()
+	if err != nil {
+		return nil, err
+	}
+	r := &suiteRunner{scfg: cfg, runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients),
+		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, Progress: cfg.Progress, Live: cfg.Live}}}
+	removeDir := false
+	if cfg.Dir == "" {
+		if r.dir, err = os.MkdirTemp("", "tashkent-bench-"); err != nil {
+			return nil, err
+		}
+		removeDir = !cfg.Keep
+	} else {
+		if r.dir, err = filepath.Abs(cfg.Dir); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(r.dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Chmod(r.dir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, sp := range cfg.Systems {
+		r.systems = append(r.systems, &system{kind: sp.Kind, label: sp.label(), replicas: sp.Replicas, delay: cfg.Delay,
+			dir: filepath.Join(r.dir, strings.ReplaceAll(sp.label(), " ", "-"))})
+	}
+	defer func() { err = r.cleanup(ctx, err, removeDir) }()
+
+	rep = &SuiteReport{Config: cfg, Started: time.Now(), CPUs: runtime.NumCPU()}
+	r.progress("tashkent bench %s: systems %s, clients %s, %s per run, %d repeat(s), delay %s, %d CPUs, work dir %s",
+		cfg.Workload, r.labels(), joinInts(cfg.Clients), cfg.Duration, cfg.Repeat, cfg.Delay, rep.CPUs, r.dir)
+	if r.scripts, err = cfg.Workload.scripts(r.dir); err != nil {
+		return rep, err
+	}
+	if err := r.setupAll(ctx); err != nil {
+		return rep, err
+	}
+	if err := r.measureAll(ctx, rep); err != nil {
+		return rep, err
+	}
+	rep.Rows = summarizeSuite(rep.Runs, cfg.points(), r.systems, cfg.Baseline)
+	if cfg.ScaleOut {
+		if rep.ScaleOut, err = r.scaleOut(ctx, rep.Rows); err != nil {
+			return rep, err
+		}
+	}
+	if cfg.OutDir != "" {
+		if rep.Files, err = rep.WriteFiles(cfg.OutDir); err != nil {
+			return rep, err
+		}
+		r.progress("wrote %s", strings.Join(rep.Files, ", "))
+	}
+	return rep, nil
+}
+
+func (r *suiteRunner) labels() string {
+	out := make([]string, len(r.systems))
+	for i, s := range r.systems {
+		out[i] = s.label
+	}
+	return strings.Join(out, ", ")
+}
+
+// cleanup stops every system by the PIDs the bench started and removes
+// the work directory unless it is worth keeping.
+func (r *suiteRunner) cleanup(ctx context.Context, err error, removeDir bool) error {
+	r.progress("stopping everything the bench started")
+	var errs []error
+	for _, s := range r.systems {
+		if serr := s.stop(); serr != nil {
+			errs = append(errs, serr)
+		}
+	}
+	interrupted := ctx.Err() != nil
+	if interrupted {
+		err = fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	if serr := errors.Join(errs...); serr != nil {
+		err = errors.Join(err, fmt.Errorf("cleanup: %w", serr))
+	}
+	if err != nil && removeDir && !interrupted {
+		r.progress("keeping %s for its logs", r.dir)
+	} else if removeDir {
+		os.RemoveAll(r.dir)
+	}
+	return err
+}
+
+// setupAll starts every system and loads the workload, in parallel.
+func (r *suiteRunner) setupAll(ctx context.Context) error {
+	errs := make([]error, len(r.systems))
+	var wg sync.WaitGroup
+	for i, s := range r.systems {
+		wg.Go(func() {
+			t0 := time.Now()
+			r.progress("setup %-20s starting", s.label)
+			if err := s.start(ctx, r.runner); err != nil {
+				errs[i] = fmt.Errorf("%s: start: %w", s.label, err)
+				return
+			}
+			if err := r.loadWorkload(ctx, s); err != nil {
+				errs[i] = fmt.Errorf("%s: load %s: %w", s.label, r.scfg.Workload, err)
+				return
+			}
+			r.progress("setup %-20s ready in %s:%s", s.label, time.Since(t0).Round(100*time.Millisecond), s.pids())
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if r.scfg.Warmup <= 0 {
+		return nil
+	}
+	top := point{clients: r.maxClients, param: 0.5}
+	for _, s := range r.systems {
+		r.progress("warmup %-20s %d clients, %s (not measured)", s.label, top.clients, r.scfg.Warmup)
+		if _, err := r.runOnce(ctx, s, spread(s.endpoints(), top.clients), top, int(r.scfg.Warmup/time.Second), nil); err != nil {
+			return fmt.Errorf("%s: warmup: %w", s.label, err)
+		}
+		if err := r.settle(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadWorkload creates the workload's data through the system's first
+// endpoint, then settles the system.
+func (r *suiteRunner) loadWorkload(ctx context.Context, s *system) error {
+	w := r.scfg.Workload
+	switch {
+	case w == TPCB:
+		return r.load(ctx, s)
+	case w.sysbench():
+		if err := sysbenchPrepare(ctx, s.endpoints()[0]); err != nil {
+			return err
+		}
+	default:
+		table, rows := w.tableFor(r.maxClients)
+		if err := setupTable(ctx, s.endpoints()[0], table, rows); err != nil {
+			return err
+		}
+	}
+	return r.settle(ctx, s)
+}
+
+// runOnce runs the workload once on the given loads.
+func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p point, seconds int, tick func(progressTick)) (pgbenchResult, error) {
+	w := r.scfg.Workload
+	if w.sysbench() {
+		return sysbenchRun(ctx, w, loads, seconds, tick)
+	}
+	o := runOpts{seconds: seconds, protocol: r.scfg.Protocol, builtin: "tpcb-like", tick: tick, scripts: r.scripts}
+	if w == Contention {
+		o.defines = map[string]string{"hot": strconv.Itoa(int(p.param*1000 + 0.5))}
+		o.maxTries = 1 // the abort rate is the measurement
+	}
+	return r.pgbench.run(ctx, loads, o)
+}
+
+// measureAll makes every run: repeats outermost, then points, then every
+// system in turn (A B C A B C).
+func (r *suiteRunner) measureAll(ctx context.Context, rep *SuiteReport) error {
+	points := r.scfg.points()
+	total := r.scfg.Repeat * len(points) * len(r.systems)
+	seconds := int(r.scfg.Duration / time.Second)
+	n := 0
+	for rpt := 1; rpt <= r.scfg.Repeat; rpt++ {
+		for _, p := range points {
+			for _, s := range r.systems {
+				n++
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				head := fmt.Sprintf("[%d/%d] %-20s %3d clients", n, total, s.label, p.clients)
+				if r.scfg.Workload == Contention {
+					head += fmt.Sprintf("  c=%.2f", p.param)
+				}
+				run, err := r.measureOne(ctx, s, p, seconds, head)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				line := fmt.Sprintf("%s  %9.1f tps  %7.2f ms  %5.1f%% aborts", head, run.TPS, run.LatencyMs, abortPct(run.Processed, run.Failed, run.Retries))
+				if err != nil { // the system failed this run: record it, go on with the others
+					run.Error = firstLine(err.Error())
+					line = fmt.Sprintf("%s  FAILED: %s (logs: %s)", head, run.Error, s.dir)
+				}
+				run.Repeat = rpt
+				rep.Runs = append(rep.Runs, run)
+				if r.cfg.Live {
+					r.progress("\r\033[K%s", line)
+				} else {
+					r.progress("%s", line)
+				}
+				if err := r.settle(ctx, s); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (r *suiteRunner) measureOne(ctx context.Context, s *system, p point, seconds int, head string) (SuiteRun, error) {
+	run := SuiteRun{Label: s.label, Kind: s.kind, Replicas: s.replicas, Clients: p.clients, Param: p.param}
+	loads := spread(s.endpoints(), p.clients)
+	before, err := s.certStatus(ctx)
+	if err != nil {
+		return run, err
+	}
+	var tick func(progressTick)
+	if r.cfg.Live {
+		tick = r.liveTicker(head, seconds, len(loads))
+	}
+	res, err := r.runOnce(ctx, s, loads, p, seconds, tick)
+	if err != nil {
+		return run, err
+	}
+	run.TPS, run.LatencyMs, run.Processed, run.Failed, run.Retries = res.TPS, res.LatencyMs, res.Processed, res.Failed, res.Retries
+	if before != nil {
+		after, err := s.certStatus(ctx)
+		if err != nil {
+			return run, err
+		}
+		run.Certifications = after.certifications - before.certifications
+		run.Fsyncs = after.fsyncs - before.fsyncs
+	}
+	return run, nil
+}
+
+func abortPct(processed, failed, retries int64) float64 {
+	attempts := processed + failed + retries
+	if attempts == 0 {
+		return 0
+	}
+	return 100 * float64(failed+retries) / float64(attempts)
+}
+
+// summarizeSuite makes one row per (point, system): medians over the
+// repeats, ratios to the baseline at the same point.
+func summarizeSuite(runs []SuiteRun, points []point, systems []*system, baseline string) []SuiteRow {
+	var rows []SuiteRow
+	for _, p := range points {
+		start := len(rows)
+		var base *SuiteRow
+		for _, s := range systems {
+			row := SuiteRow{Label: s.label, Kind: s.kind, Replicas: s.replicas, Clients: p.clients, Param: p.param}
+			var lats []float64
+			var processed, failed, retries int64
+			var certs, fsyncs uint64
+			for _, r := range runs {
+				if r.Label != s.label || r.Clients != p.clients || r.Param != p.param {
+					continue
+				}
+				if r.Error != "" {
+					if row.Error == "" {
+						row.Error = r.Error
+					}
+					continue
+				}
+				row.RunsTPS = append(row.RunsTPS, r.TPS)
+				lats = append(lats, r.LatencyMs)
+				processed += r.Processed
+				failed += r.Failed
+				retries += r.Retries
+				certs += r.Certifications
+				fsyncs += r.Fsyncs
+			}
+			if len(row.RunsTPS) == 0 {
+				if row.Error != "" {
+					row.TPS, row.LatencyMs = nan, nan
+					rows = append(rows, row)
+				}
+				continue
+			}
+			row.Error = ""
+			row.TPS, row.LatencyMs = median(row.RunsTPS), median(lats)
+			row.AbortPct = abortPct(processed, failed, retries)
+			if fsyncs > 0 {
+				row.CommitsPerFsync = float64(certs) / float64(fsyncs)
+			}
+			rows = append(rows, row)
+		}
+		for i := start; i < len(rows); i++ {
+			if rows[i].Label == baseline {
+				base = &rows[i]
+			}
+		}
+		for i := start; i < len(rows); i++ {
+			rows[i].Ratio, rows[i].LatencyRatio = nan, nan
+			if base != nil {
+				rows[i].Ratio = rows[i].TPS / base.TPS
+				rows[i].LatencyRatio = rows[i].LatencyMs / base.LatencyMs
+			}
+		}
+	}
+	return rows
+}
+
+var nan = math.NaN()
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}

@@ -1,0 +1,318 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+func (rep *SuiteReport) header() string {
+	c := rep.Config
+	h := fmt.Sprintf("tashkent bench %s: %s per run, median of %d run(s) per cell, systems interleaved, %d CPUs (shared machine)",
+		c.Workload, c.Duration, c.Repeat, rep.CPUs)
+	if c.Workload == TPCB {
+		h += fmt.Sprintf(", scale %d", c.Scale)
+	}
+	if !c.Workload.sysbench() {
+		h += ", pgbench -M " + c.Protocol
+	}
+	if c.Delay > 0 {
+		h += fmt.Sprintf(", %s one-way delay between hosts", c.Delay)
+	}
+	return h
+}
+
+func fmtRatio(x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
+
+// tableRows renders the rows as cells, the heading first.
+func (rep *SuiteReport) tableRows() [][]string {
+	contention := rep.Config.Workload == Contention
+	head := []string{"system", "clients"}
+	if contention {
+		head = append(head, "c")
+	}
+	head = append(head, "tps", "lat avg ms", "abort %", "vs "+rep.Config.Baseline, "lat vs "+rep.Config.Baseline, "tps of each run", "commits/fsync")
+	out := [][]string{head}
+	for _, r := range rep.Rows {
+		row := []string{r.Label, strconv.Itoa(r.Clients)}
+		if contention {
+			row = append(row, fmt.Sprintf("%.2f", r.Param))
+		}
+		runs := make([]string, len(r.RunsTPS))
+		for i, t := range r.RunsTPS {
+			runs[i] = fmt.Sprintf("%.0f", t)
+		}
+		cpf := "-"
+		if r.CommitsPerFsync > 0 {
+			cpf = fmt.Sprintf("%.1f", r.CommitsPerFsync)
+		}
+		if r.Error != "" {
+			row = append(row, "FAILED", "-", "-", "-", "-", "-", "-")
+		} else {
+			row = append(row, fmt.Sprintf("%.1f", r.TPS), fmt.Sprintf("%.2f", r.LatencyMs), fmt.Sprintf("%.2f", r.AbortPct),
+				fmtRatio(r.Ratio), fmtRatio(r.LatencyRatio), strings.Join(runs, " "), cpf)
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+const suiteFootnote = "Ratios divide by the baseline's median at the same point, measured in this invocation. " +
+	"abort %: attempts that ended in an abort (SQLSTATE 40001 and the like; retried by the client except in contention) over all attempts."
+
+// WriteTable prints the table for people.
+func (rep *SuiteReport) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "\n%s\n\n", rep.header())
+	rows := rep.tableRows()
+	width := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, v := range r {
+			width[i] = max(width[i], len(v))
+		}
+	}
+	for i, r := range rows {
+		if i > 1 && (rep.Rows[i-1].Clients != rep.Rows[i-2].Clients || rep.Rows[i-1].Param != rep.Rows[i-2].Param) {
+			fmt.Fprintln(w)
+		}
+		var b strings.Builder
+		for j, v := range r {
+			if j == 0 {
+				fmt.Fprintf(&b, "%-*s", width[j], v)
+			} else {
+				fmt.Fprintf(&b, "  %*s", width[j], v)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+	fmt.Fprintf(w, "\n%s\n", suiteFootnote)
+	rep.writeFailures(w)
+	if so := rep.ScaleOut; so != nil {
+		fmt.Fprintf(w, "\n%s\n", so.summary())
+	}
+}
+
+// writeFailures lists the cells that produced no result, and why.
+func (rep *SuiteReport) writeFailures(w io.Writer) {
+	for _, r := range rep.Rows {
+		if r.Error != "" {
+			fmt.Fprintf(w, "\nFAILED %s, %d clients: %s\n", r.Label, r.Clients, r.Error)
+		}
+	}
+}
+
+// WriteMarkdown writes the same table in Markdown.
+func (rep *SuiteReport) WriteMarkdown(w io.Writer) {
+	fmt.Fprintf(w, "%s\n\n", rep.header())
+	rows := rep.tableRows()
+	fmt.Fprintf(w, "| %s |\n", strings.Join(rows[0], " | "))
+	aligns := make([]string, len(rows[0]))
+	for i := range aligns {
+		aligns[i] = "---:"
+	}
+	aligns[0] = "---"
+	fmt.Fprintf(w, "| %s |\n", strings.Join(aligns, " | "))
+	for _, r := range rows[1:] {
+		fmt.Fprintf(w, "| %s |\n", strings.Join(r, " | "))
+	}
+	fmt.Fprintf(w, "\n%s\n", suiteFootnote)
+	rep.writeFailures(w)
+	if so := rep.ScaleOut; so != nil {
+		fmt.Fprintf(w, "\n%s\n", so.summary())
+	}
+}
+
+func (so *ScaleOut) summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Scale-out model (Jiménez-Peris et al. §2.1), %s: on %s with %d clients all on replica 1, %d transactions; "+
+		"PostgreSQL CPU of replica 1 (local execution) %s, of replica 2 (remote apply) %s: wo·w = %.3f, w = %.2f",
+		so.Workload, so.Probe, so.Clients, so.Transactions, so.LocalCPU.Round(1e6), so.ApplyCPU.Round(1e6), so.WoW, so.W)
+	if !math.IsNaN(so.Wo) {
+		fmt.Fprintf(&b, ", wo = %.3f", so.Wo)
+	}
+	b.WriteString(".\nModel so(n) = n/(1+wo·w·(n−1)):")
+	for n := 1; n <= 5; n++ {
+		fmt.Fprintf(&b, " so(%d)=%.2f", n, ScaleOutModel(n, so.WoW))
+	}
+	if len(so.Measured) > 0 {
+		b.WriteString(".\nMeasured tps(mw xN)/tps(mw x1) on this machine (2 shared cores: every replica shares them, so no scale-out can show):")
+		for _, p := range so.Measured {
+			fmt.Fprintf(&b, " %d: %.2f", p.Replicas, p.SO)
+		}
+		if !math.IsNaN(so.FittedWoW) {
+			fmt.Fprintf(&b, "; least-squares wo·w fitted to these: %.3f", so.FittedWoW)
+		}
+	}
+	b.WriteString(".")
+	return b.String()
+}
+
+// WriteFiles writes WORKLOAD.csv, WORKLOAD-runs.csv, WORKLOAD.md and the
+// PNG figures into dir, and returns the paths written.
+func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	name := string(rep.Config.Workload)
+	if rep.Config.Delay > 0 {
+		name += "-delay" + strings.ReplaceAll(rep.Config.Delay.String(), ".", "_")
+	}
+	var written []string
+	path := func(suffix string) string {
+		p := filepath.Join(dir, name+suffix)
+		written = append(written, p)
+		return p
+	}
+	f3 := func(x float64) string {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return ""
+		}
+		return strconv.FormatFloat(x, 'f', 3, 64)
+	}
+	rows := [][]string{{"workload", "system", "kind", "replicas", "clients", "param_c", "tps_median", "latency_avg_ms_median", "abort_pct",
+		"ratio_tps_vs_baseline", "ratio_latency_vs_baseline", "baseline", "commits_per_fsync", "runs_tps", "delay_ms"}}
+	for _, r := range rep.Rows {
+		runs := make([]string, len(r.RunsTPS))
+		for i, t := range r.RunsTPS {
+			runs[i] = f3(t)
+		}
+		rows = append(rows, []string{name, r.Label, string(r.Kind), strconv.Itoa(r.Replicas), strconv.Itoa(r.Clients), f3(r.Param),
+			f3(r.TPS), f3(r.LatencyMs), f3(r.AbortPct), f3(r.Ratio), f3(r.LatencyRatio), rep.Config.Baseline, f3(r.CommitsPerFsync),
+			strings.Join(runs, ";"), f3(float64(rep.Config.Delay.Microseconds()) / 1000)})
+	}
+	if err := writeCSV(path(".csv"), rows); err != nil {
+		return nil, err
+	}
+	runs := [][]string{{"system", "clients", "param_c", "repeat", "tps", "latency_avg_ms", "processed", "failed", "retries", "certifications", "fsyncs"}}
+	for _, r := range rep.Runs {
+		runs = append(runs, []string{r.Label, strconv.Itoa(r.Clients), f3(r.Param), strconv.Itoa(r.Repeat), f3(r.TPS), f3(r.LatencyMs),
+			strconv.FormatInt(r.Processed, 10), strconv.FormatInt(r.Failed, 10), strconv.FormatInt(r.Retries, 10),
+			strconv.FormatUint(r.Certifications, 10), strconv.FormatUint(r.Fsyncs, 10)})
+	}
+	if err := writeCSV(path("-runs.csv"), runs); err != nil {
+		return nil, err
+	}
+	md, err := os.Create(path(".md"))
+	if err != nil {
+		return nil, err
+	}
+	rep.WriteMarkdown(md)
+	if err := md.Close(); err != nil {
+		return nil, err
+	}
+	for suffix, fig := range rep.figures() {
+		if err := fig.save(path(suffix)); err != nil {
+			return nil, fmt.Errorf("plot %s: %w", suffix, err)
+		}
+	}
+	slices.Sort(written)
+	return written, nil
+}
+
+// figures are the PNGs of the report, by file suffix.
+func (rep *SuiteReport) figures() map[string]figure {
+	c := rep.Config
+	wl := string(c.Workload)
+	base := c.Baseline
+	figs := map[string]figure{}
+	x := func(r SuiteRow) float64 { return float64(r.Clients) }
+	xl := "clients"
+	if c.Workload == Contention {
+		x = func(r SuiteRow) float64 { return r.Param }
+		xl = "fraction c of transactions on the hottest 5% of rows"
+	}
+	bySystem := func(y func(SuiteRow) float64) []series {
+		var out []series
+		for _, sp := range c.Systems {
+			s := series{name: sp.label()}
+			for _, r := range rep.Rows {
+				if r.Label == sp.label() {
+					s.xs, s.ys = append(s.xs, x(r)), append(s.ys, y(r))
+				}
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	suffix := ""
+	if c.Delay > 0 {
+		suffix = fmt.Sprintf(", %s delay", c.Delay)
+	}
+	figs["-tps.png"] = figure{wl + ": throughput" + suffix, xl, "tps", bySystem(func(r SuiteRow) float64 { return r.TPS })}
+	figs["-tps-ratio.png"] = figure{wl + ": throughput / " + base + suffix, xl, "ratio", bySystem(func(r SuiteRow) float64 { return r.Ratio })}
+	figs["-latency.png"] = figure{wl + ": response time" + suffix, xl, "ms", bySystem(func(r SuiteRow) float64 { return r.LatencyMs })}
+	figs["-latency-ratio.png"] = figure{wl + ": response time / " + base + suffix, xl, "ratio",
+		bySystem(func(r SuiteRow) float64 { return r.LatencyRatio })}
+	if c.Workload == Contention {
+		figs["-aborts.png"] = figure{wl + ": abort rate" + suffix, xl, "% of attempts aborted", bySystem(func(r SuiteRow) float64 { return r.AbortPct })}
+	}
+	if tps, ratio, ok := rep.replicaFigures(); ok {
+		figs["-replicas.png"], figs["-replicas-ratio.png"] = tps, ratio
+	}
+	if so := rep.ScaleOut; so != nil {
+		figs["-scaleout.png"] = so.figure()
+	}
+	return figs
+}
+
+// replicaFigures plot throughput against replicas at the last point, one
+// line per kind that ran with two replica counts or more.
+func (rep *SuiteReport) replicaFigures() (tps, ratio figure, ok bool) {
+	pts := rep.Config.points()
+	last := pts[len(pts)-1]
+	byKind := map[System]*[2]series{}
+	var kinds []System
+	for _, r := range rep.Rows {
+		if r.Clients != last.clients || r.Param != last.param || !r.Kind.replicated() {
+			continue
+		}
+		if byKind[r.Kind] == nil {
+			byKind[r.Kind] = &[2]series{{name: string(r.Kind)}, {name: string(r.Kind)}}
+			kinds = append(kinds, r.Kind)
+		}
+		s := byKind[r.Kind]
+		s[0].xs, s[0].ys = append(s[0].xs, float64(r.Replicas)), append(s[0].ys, r.TPS)
+		s[1].xs, s[1].ys = append(s[1].xs, float64(r.Replicas)), append(s[1].ys, r.Ratio)
+	}
+	title := fmt.Sprintf("%s: throughput against replicas, %d clients", rep.Config.Workload, last.clients)
+	tps = figure{title: title, xLabel: "replicas (servers)", yLabel: "tps"}
+	ratio = figure{title: title + " / " + rep.Config.Baseline, xLabel: "replicas (servers)", yLabel: "ratio"}
+	for _, k := range kinds {
+		if len(byKind[k][0].xs) >= 2 {
+			tps.series = append(tps.series, byKind[k][0])
+			ratio.series = append(ratio.series, byKind[k][1])
+			ok = true
+		}
+	}
+	return tps, ratio, ok
+}
+
+func (so *ScaleOut) figure() figure {
+	f := figure{title: fmt.Sprintf("%s: scale-out so(n) = n/(1+wo·w·(n−1))", so.Workload), xLabel: "replicas n", yLabel: "so(n)"}
+	model := func(name string, woW float64) series {
+		s := series{name: name, dashed: true}
+		for n := 1; n <= 5; n++ {
+			s.xs, s.ys = append(s.xs, float64(n)), append(s.ys, ScaleOutModel(n, woW))
+		}
+		return s
+	}
+	f.series = append(f.series, model(fmt.Sprintf("model, measured wo·w=%.3f", so.WoW), so.WoW))
+	f.series = append(f.series, model("model, paper wo=0.15", 0.15*so.W))
+	if len(so.Measured) > 0 {
+		m := series{name: "measured (2 shared cores)"}
+		for _, p := range so.Measured {
+			m.xs, m.ys = append(m.xs, float64(p.Replicas)), append(m.ys, p.SO)
+		}
+		f.series = append(f.series, m)
+	}
+	return f
+}

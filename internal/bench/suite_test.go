@@ -1,0 +1,244 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/testbin"
+)
+
+// The end of sysbench 1.0.20's report.
+const sysbenchSample = `SQL statistics:
+    queries performed:
+        read:                            5306
+        write:                           1516
+        other:                           758
+        total:                           7580
+    transactions:                        379    (125.81 per sec.)
+    queries:                             7580   (2516.24 per sec.)
+    ignored errors:                      4      (1.33 per sec.)
+    reconnects:                          0      (0.00 per sec.)
+
+Latency (ms):
+         min:                                    4.97
+         avg:                                   31.71
+         max:                                  117.94
+`
+
+func TestParseSysbench(t *testing.T) {
+	r, err := parseSysbench(sysbenchSample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Processed != 379 || r.TPS != 125.81 || r.Retries != 4 || r.LatencyMs != 31.71 {
+		t.Fatalf("parsed %+v", r)
+	}
+	if _, err := parseSysbench("FATAL: connection failed\n"); err == nil {
+		t.Fatal("output without a transactions line parsed")
+	}
+	m := sbProgressRE.FindStringSubmatch("[ 2s ] thds: 4 tps: 130.00 qps: 2600.00 (r/w/o: 1820.00/520.00/260.00) lat (ms,95%): 61.08 err/s: 0.00 reconn/s: 0.00")
+	if m == nil || m[1] != "2" || m[2] != "130.00" || m[3] != "61.08" {
+		t.Fatalf("progress line parsed as %q", m)
+	}
+}
+
+func TestParseSystemSpecs(t *testing.T) {
+	got, err := ParseSystemSpecs("sync-on, mw, base:2, streaming, pgpool-native:3", []int{1, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"pg sync=on", "tashkent mw", "tashkent mw x3", "tashkent base x2", "streaming x3", "pgpool-native x3"}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i, sp := range got {
+		if sp.label() != want[i] {
+			t.Errorf("system %d: %q, want %q", i, sp.label(), want[i])
+		}
+	}
+	for _, bad := range []string{"mw,mw", "nosuch", "pgpool-si:1", "mw:0", ""} {
+		if _, err := ParseSystemSpecs(bad, []int{1}); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// The model is the paper's formula, and fitting it to points drawn from
+// it gives back its parameter.
+func TestScaleOutModelAndFit(t *testing.T) {
+	if got := ScaleOutModel(1, 0.7); got != 1 {
+		t.Fatalf("so(1) = %v", got)
+	}
+	if got := ScaleOutModel(5, 0.15); math.Abs(got-5/1.6) > 1e-12 {
+		t.Fatalf("so(5) at wo·w 0.15 = %v", got)
+	}
+	var pts []ScalePoint
+	for n := 1; n <= 5; n++ {
+		pts = append(pts, ScalePoint{Replicas: n, SO: ScaleOutModel(n, 0.234)})
+	}
+	if got := FitWoW(pts); math.Abs(got-0.234) > 0.0005 {
+		t.Fatalf("fitted %v, want 0.234", got)
+	}
+	if !math.IsNaN(FitWoW(pts[:1])) {
+		t.Fatal("a fit from one point")
+	}
+}
+
+func TestSummarizeSuiteRatiosAndFailures(t *testing.T) {
+	systems := []*system{{kind: SyncOn, label: "on"}, {kind: MW, label: "mw", replicas: 2}, {kind: PgpoolNative, label: "pool", replicas: 3}}
+	runs := []SuiteRun{
+		{Label: "on", Clients: 4, TPS: 100, LatencyMs: 10, Processed: 1000},
+		{Label: "mw", Clients: 4, TPS: 50, LatencyMs: 20, Processed: 500, Retries: 500},
+		{Label: "pool", Clients: 4, Error: "pgpool ended the session"},
+	}
+	rows := summarizeSuite(runs, []point{{clients: 4}}, systems, "on")
+	if len(rows) != 3 {
+		t.Fatalf("rows %+v", rows)
+	}
+	if rows[1].Ratio != 0.5 || rows[1].LatencyRatio != 2 || rows[1].AbortPct != 50 {
+		t.Fatalf("mw row %+v", rows[1])
+	}
+	if rows[2].Error == "" || !math.IsNaN(rows[2].TPS) {
+		t.Fatalf("failed cell %+v", rows[2])
+	}
+}
+
+// The relay delays each direction by its delay: a request-response round
+// trip takes at least twice the delay.
+func TestRelayDelaysBothDirections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	const delay = 20 * time.Millisecond
+	rl, err := startRelay(ln.Addr().String(), delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.close()
+	c, err := net.Dial("tcp", rl.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 5)
+	for range 3 {
+		start := time.Now()
+		if _, err := c.Write([]byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+		if rtt := time.Since(start); rtt < 2*delay || string(buf) != "hello" {
+			t.Fatalf("round trip %s (want >= %s), echoed %q", rtt, 2*delay, buf)
+		}
+	}
+}
+
+// TestSuiteSmoke runs the suite for real, briefly: AllUpdates on
+// standalone PostgreSQL, a 2-replica tashkent mw cluster behind a 1 ms
+// delayed certifier link, streaming replication with a synchronous
+// standby and pgpool-II in native replication mode, with the scale-out
+// measurement. Every system must commit transactions, the ratios, CSV,
+// Markdown and PNG files must be there, and nothing may survive.
+func TestSuiteSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six PostgreSQL servers and pgpool")
+	}
+	if _, err := pgserver.FindBinDir(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(pgpoolBinary); err != nil {
+		t.Fatalf("pgpool-II is needed (apt-get install pgpool2; .ci/run installs it): %v", err)
+	}
+	bin := testbin.Path(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "tashkent-suite-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	systems, err := ParseSystemSpecs("sync-on,mw:2,streaming:2,pgpool-native:2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	var progress bytes.Buffer
+	start := time.Now()
+	rep, err := RunSuite(ctx, SuiteConfig{
+		Workload: AllUpdates,
+		Systems:  systems,
+		Clients:  []int{2},
+		Duration: time.Second,
+		Delay:    time.Millisecond,
+		ScaleOut: true,
+		Binary:   bin,
+		Dir:      filepath.Join(dir, "work"),
+		OutDir:   out,
+		Progress: &progress,
+	})
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	t.Logf("in %s:%s", time.Since(start).Round(time.Second), table.String())
+	if len(rep.Rows) != len(systems) {
+		t.Fatalf("%d rows for %d systems", len(rep.Rows), len(systems))
+	}
+	for _, r := range rep.Rows {
+		if r.Error != "" || r.TPS <= 0 || math.IsNaN(r.Ratio) || r.Ratio <= 0 {
+			t.Errorf("%s: tps %v ratio %v error %q", r.Label, r.TPS, r.Ratio, r.Error)
+		}
+		if r.Kind == MW && r.CommitsPerFsync <= 0 {
+			t.Errorf("%s: no certifier fsyncs during the run", r.Label)
+		}
+	}
+	so := rep.ScaleOut
+	if so == nil || so.LocalCPU <= 0 || so.Transactions <= 0 || so.W != 1 {
+		t.Errorf("scale-out measurement: %+v", so)
+	}
+	if !strings.Contains(table.String(), "vs pg sync=on") || !strings.Contains(table.String(), "1.00x") {
+		t.Errorf("the table lacks the ratio column or the baseline's 1.00x:\n%s", table.String())
+	}
+	for _, f := range []string{"allupdates-delay1ms.csv", "allupdates-delay1ms.md", "allupdates-delay1ms-tps.png",
+		"allupdates-delay1ms-tps-ratio.png", "allupdates-delay1ms-latency.png", "allupdates-delay1ms-scaleout.png"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("output %s: %v", f, err)
+		}
+	}
+	matches, _ := filepath.Glob(filepath.Join(dir, "work", "*", "pg*", "postmaster.pid"))
+	for _, m := range matches {
+		if pid, ok := pgserver.Running(filepath.Dir(m)); ok {
+			t.Errorf("postgres %d still serves %s after the bench", pid, filepath.Dir(m))
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "work", "pgpool-native-x2", "pgpool.pid")); err == nil {
+		t.Errorf("pgpool left its pid file (pid %s): not stopped", strings.TrimSpace(string(b)))
+	}
+}

@@ -1,0 +1,153 @@
+package bench
+
+// The workloads of `tashkent bench WORKLOAD`. All but sysbench's are
+// pgbench scripts, so that every system is driven by the same client, with
+// the same protocol, the same retry rule and the same accounting.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Workload names one workload of the suite.
+type Workload string
+
+const (
+	// AllUpdates is Tashkent §9.1: back-to-back short update transactions
+	// that do not conflict. Every client updates one row of its own 100
+	// per transaction (autocommit UPDATE by primary key).
+	AllUpdates Workload = "allupdates"
+	// TPCB is pgbench's built-in TPC-B-like script (Tashkent §9.2 used
+	// TPC-B too); pgbench_history gets a primary key.
+	TPCB Workload = "tpcb"
+	// OLTPReadWrite and OLTPReadOnly are sysbench's scripts (Debian
+	// sysbench, pgsql driver), 2 tables of 10,000 rows.
+	OLTPReadWrite Workload = "oltp_read_write"
+	OLTPReadOnly  Workload = "oltp_read_only"
+	// Contention is ED §4.4: single-row update transactions at REPEATABLE
+	// READ on every system, a fraction c of which hit the hottest 5% of
+	// the rows (500 of 10,000). Aborts are not retried (pgbench
+	// --max-tries 1): the abort rate is what the table reports.
+	Contention Workload = "contention"
+	// ReadMostly is an 80/20 mix: 80% single-row reads, 20% single-row
+	// updates (pgbench -f read@80 -f write@20), for read scaling.
+	ReadMostly Workload = "readmostly"
+)
+
+// Workloads are all workloads, in the order the docs list them.
+var Workloads = []Workload{AllUpdates, TPCB, OLTPReadWrite, OLTPReadOnly, Contention, ReadMostly}
+
+// ParseWorkload checks a workload name.
+func ParseWorkload(s string) (Workload, error) {
+	for _, w := range Workloads {
+		if string(w) == s {
+			return w, nil
+		}
+	}
+	return "", fmt.Errorf("unknown workload %q (want allupdates, tpcb, oltp_read_write, oltp_read_only, contention or readmostly)", s)
+}
+
+// WriteFraction is w of the scale-out model (Jiménez-Peris et al. §2.1):
+// the fraction of transactions that write.
+func (w Workload) WriteFraction() float64 {
+	switch w {
+	case OLTPReadOnly:
+		return 0
+	case ReadMostly:
+		return 0.2
+	}
+	return 1
+}
+
+func (w Workload) sysbench() bool { return w == OLTPReadWrite || w == OLTPReadOnly }
+
+const (
+	// rowsPerClient is how many rows of its own an AllUpdates client
+	// updates (so that no two clients ever touch the same row).
+	rowsPerClient = 100
+	// contentionRows and contentionHotRows: the hottest 5% (ED §4.4).
+	contentionRows    = 10000
+	contentionHotRows = contentionRows / 20
+	// readMostlyRows is the size of the 80/20 table.
+	readMostlyRows = 10000
+	// sysbenchTables, sysbenchTableRows: sysbench --tables, --table-size.
+	sysbenchTables    = 2
+	sysbenchTableRows = 10000
+	// insertChunkRows bounds one INSERT of the setup (one writeset).
+	insertChunkRows = 2000
+)
+
+// scripts writes the workload's pgbench scripts into dir and returns the
+// -f arguments (FILE@WEIGHT).
+func (w Workload) scripts(dir string) ([]string, error) {
+	files := map[string]string{}
+	var args []string
+	switch w {
+	case AllUpdates:
+		files["allupdates.sql"] = fmt.Sprintf("\\set id (:client_id + :coff) * %d + random(1, %d)\n"+
+			"UPDATE allupdates SET v = v + 1 WHERE id = :id;\n", rowsPerClient, rowsPerClient)
+		args = []string{"allupdates.sql"}
+	case Contention:
+		files["contention.sql"] = fmt.Sprintf("\\set r random(1, 1000)\n"+
+			"\\if :r <= :hot\n\\set id random(1, %d)\n\\else\n\\set id random(%d, %d)\n\\endif\n"+
+			"BEGIN ISOLATION LEVEL REPEATABLE READ;\nUPDATE contention SET v = v + 1 WHERE id = :id;\nEND;\n",
+			contentionHotRows, contentionHotRows+1, contentionRows)
+		args = []string{"contention.sql"}
+	case ReadMostly:
+		files["read.sql"] = fmt.Sprintf("\\set id random(1, %d)\nSELECT v FROM kv WHERE id = :id;\n", readMostlyRows)
+		files["write.sql"] = fmt.Sprintf("\\set id random(1, %d)\nUPDATE kv SET v = v + 1 WHERE id = :id;\n", readMostlyRows)
+		args = []string{"read.sql@80", "write.sql@20"}
+	default:
+		return nil, nil
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	for i, a := range args {
+		args[i] = filepath.Join(dir, a)
+	}
+	return args, nil
+}
+
+// tableFor is the table a pgbench-script workload creates, and its rows.
+func (w Workload) tableFor(maxClients int) (string, int) {
+	switch w {
+	case AllUpdates:
+		return "allupdates", (maxClients + 1) * rowsPerClient
+	case Contention:
+		return "contention", contentionRows
+	case ReadMostly:
+		return "kv", readMostlyRows
+	}
+	return "", 0
+}
+
+// setupTable creates the workload's table through the system's first
+// endpoint (so that a tashkent system replicates it) and fills it in
+// chunks.
+func setupTable(ctx context.Context, dsn, table string, rows int) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE TABLE "+table+" (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0, pad text NOT NULL)"); err != nil {
+		return fmt.Errorf("create %s: %w", table, err)
+	}
+	for lo := 1; lo <= rows; lo += insertChunkRows {
+		hi := min(lo+insertChunkRows-1, rows)
+		q := "INSERT INTO " + table + " (id, pad) SELECT g, repeat('x', 80) FROM generate_series(" +
+			strconv.Itoa(lo) + ", " + strconv.Itoa(hi) + ") g"
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("fill %s: %w", table, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tashkent-db/tashkent/internal/bench"
+)
+
+// newBenchSuiteCommand is `tashkent bench WORKLOAD`: one workload against
+// every system of --systems, in one invocation.
+func newBenchSuiteCommand(w bench.Workload) *cobra.Command {
+	var (
+		cfg       bench.SuiteConfig
+		clients   string
+		systems   string
+		replicas  string
+		fractions string
+	)
+	cmd := &cobra.Command{
+		Use:   string(w),
+		Short: "the " + string(w) + " workload against the systems of --systems, ratios from the same run",
+		Long: `Starts every system of --systems itself (temporary directory, free ports), loads the
+workload into each, runs it for every client count (contention: for every c of --c at the
+largest client count), alternating the systems --repeat times, and prints median tps,
+latency, abort rate and ratios to the baseline measured in this same invocation. With --out,
+writes CSV, Markdown and PNG figures there. Everything it started is stopped by PID.
+
+Systems (KIND or KIND:N):
+  sync-on, sync-off     one standalone PostgreSQL 15, synchronous_commit on / off
+  mw, base              tashkent, N replicas (without :N, one system per --replicas entry)
+  streaming             PostgreSQL streaming replication: primary + N-1 synchronous standbys (default N=3)
+  pgpool-native         pgpool-II 4.3 native replication over N backends (default 3)
+  pgpool-si             pgpool-II 4.3 snapshot-isolation mode over N backends (default 3)
+
+--delay adds a one-way delay to the links between the hosts of each replicated system
+(proxy->certifier, standby->primary, pgpool->backends) through a user-space relay.
+--scaleout measures the writing overhead wo on the first mw system with 2+ replicas and fits
+the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			cfg.Workload = w
+			if cfg.Clients, err = parseInts(clients); err != nil {
+				return fmt.Errorf("--clients: %w", err)
+			}
+			reps, err := parseInts(replicas)
+			if err != nil {
+				return fmt.Errorf("--replicas: %w", err)
+			}
+			if cfg.Systems, err = bench.ParseSystemSpecs(systems, reps); err != nil {
+				return fmt.Errorf("--systems: %w", err)
+			}
+			if cfg.ContentionFractions, err = parseFloats(fractions); err != nil {
+				return fmt.Errorf("--c: %w", err)
+			}
+			if cfg.Binary, err = os.Executable(); err != nil {
+				return fmt.Errorf("find the tashkent executable: %w", err)
+			}
+			cfg.Progress = cmd.ErrOrStderr()
+			cfg.Live = isTerminal(os.Stderr)
+			rep, err := bench.RunSuite(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			rep.WriteTable(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&systems, "systems", "sync-on,sync-off,mw,base", "systems to compare (KIND or KIND:N), in the order runs alternate; the first is the baseline unless --baseline")
+	f.StringVar(&replicas, "replicas", "1", "comma-separated replica counts of each tashkent system given without :N")
+	f.StringVar(&clients, "clients", "1,4,8,16", "comma-separated client counts")
+	f.StringVar(&fractions, "c", "0.5,0.7,0.9,0.95", "contention only: fractions of transactions on the hottest 5% of rows")
+	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of one measured run (whole seconds)")
+	f.IntVar(&cfg.Repeat, "repeat", 1, "runs of every cell, interleaved across systems; the table shows the median")
+	f.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured run on every system after loading (0: none)")
+	f.IntVar(&cfg.Scale, "scale", 1, "TPC-B scale factor (tpcb only)")
+	f.StringVar(&cfg.Protocol, "protocol", "prepared", "pgbench -M: simple, extended or prepared (pgbench workloads)")
+	f.DurationVar(&cfg.Delay, "delay", 0, "one-way delay between the hosts of replicated systems (e.g. 500us, 2ms)")
+	f.StringVar(&cfg.Baseline, "baseline", "", "label of the system ratios divide by (e.g. \"pg sync=on\"); default: the first")
+	f.BoolVar(&cfg.ScaleOut, "scaleout", false, "measure wo and fit the scale-out model (needs a tashkent system with 2+ replicas)")
+	f.StringVar(&cfg.OutDir, "out", "", "write CSV, Markdown and PNG figures into this directory")
+	f.StringVar(&cfg.Dir, "dir", "", "work directory for the systems (default: a new temporary one)")
+	f.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (data directories and logs) afterwards")
+	return cmd
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		x, err := strconv.ParseFloat(p, 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
