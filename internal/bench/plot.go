@@ -25,7 +25,7 @@ type series struct {
 // figure is one PNG.
 type figure struct {
 	title, xLabel, yLabel string
-	series               []series
+	series                []series
 }
 
 // save draws the figure into path (PNG, 6x4 inches).
