@@ -18,6 +18,20 @@
 // so the outcome holds even if the certifier has forgotten the transaction
 // id. Certify returns an error (ErrOutcomeUnknown) only when its context
 // ends first or the client is closed.
+//
+// # Certifier groups
+//
+// Target may name every member of a certifier group, comma-separated. The
+// client keeps its stream on the leader: a member that does not lead
+// refuses the stream and names the leader in the trailer
+// (certifier.LeaderTrailer), which the client dials next, at once; with no
+// name it tries the next member. When the leader dies or loses its
+// leadership mid-flight, the pending requests are re-sent to the next
+// leader as after any reconnection: the new leader has applied its whole
+// log before it certifies, so a transaction the old leader committed is
+// answered with its version (Duplicate), and one it never got committed is
+// certified anew. The outcome is never guessed: 40001 reaches a client only
+// for a transaction that certainly did not commit.
 package certclient
 
 import (
@@ -44,7 +58,9 @@ var ErrOutcomeUnknown = errors.New("certification outcome unknown: the certifier
 
 // Options configures a Client.
 type Options struct {
-	Target         string // certifier address, host:port
+	// Target is the certifier's address, host:port, or the addresses of
+	// every member of a certifier group, comma-separated.
+	Target         string
 	Replica        string // this replica's name
 	ReplicaVersion uint64 // versions up to here are not delivered again
 	// OnEntries receives committed entries in version order, contiguous,
@@ -74,9 +90,8 @@ type call struct {
 
 // Client is safe for concurrent use.
 type Client struct {
-	opts Options
-	conn *grpc.ClientConn
-	api  pb.CertifierClient
+	opts  Options
+	peers *members
 
 	mu        sync.Mutex
 	nextID    uint64
@@ -101,7 +116,7 @@ func New(opts Options) (*Client, error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.MessageBytesMax == 0 {
-		opts.MessageBytesMax = 256 << 20
+		opts.MessageBytesMax = DefaultMessageBytesMax
 	}
 	if opts.ReconnectDelay == 0 {
 		opts.ReconnectDelay = 20 * time.Millisecond
@@ -112,13 +127,13 @@ func New(opts Options) (*Client, error) {
 		// Entries flow to every replica: see the server's window sizes.
 		grpc.WithInitialWindowSize(8 << 20), grpc.WithInitialConnWindowSize(32 << 20),
 	}, opts.DialOptions...)
-	conn, err := grpc.NewClient(opts.Target, dial...)
+	peers, err := newMembers(opts.Target, dial)
 	if err != nil {
-		return nil, fmt.Errorf("certifier client for %s: %w", opts.Target, err)
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
-		opts: opts, conn: conn, api: pb.NewCertifierClient(conn),
+		opts: opts, peers: peers,
 		pending: make(map[uint64]*call), byTxn: make(map[txnKey]uint64), delivered: opts.ReplicaVersion,
 		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
@@ -126,19 +141,23 @@ func New(opts Options) (*Client, error) {
 	return c, nil
 }
 
-// API gives direct access to the unary and Fetch calls.
-func (c *Client) API() pb.CertifierClient { return c.api }
+// API gives direct access to the unary and Fetch calls, on the member the
+// stream is on (the leader, as far as the client knows).
+func (c *Client) API() pb.CertifierClient { return currentAPI{c.peers} }
 
 // Close ends the stream; calls still waiting return ErrOutcomeUnknown.
 func (c *Client) Close() error {
 	c.cancel()
 	<-c.done
-	return c.conn.Close()
+	return c.peers.close()
 }
 
 // Certify sends a request and waits for its reply. RequestId is assigned
 // here. The writeset is not copied: do not change it afterwards.
 func (c *Client) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.CertifyReply, error) {
+	if r := c.oversized(req); r != nil {
+		return r, nil
+	}
 	cl := &call{req: req, reply: make(chan *pb.CertifyReply, 1)}
 	c.mu.Lock()
 	c.nextID++
@@ -210,14 +229,20 @@ func (c *Client) run() {
 	defer close(c.done)
 	delay := c.opts.ReconnectDelay
 	for c.ctx.Err() == nil {
-		received, err := c.session()
+		target := c.peers.current()
+		received, leader, err := c.session()
 		if c.ctx.Err() != nil {
 			return
 		}
 		if received {
 			delay = c.opts.ReconnectDelay
 		}
-		c.opts.Logger.Warn("certifier stream ended; reopening", "target", c.opts.Target, "err", err, "retry_in", delay)
+		if c.peers.follow(leader) {
+			// Redirected to the leader by a member: go there at once.
+			c.opts.Logger.Info("certifier stream: following the leader", "from", target, "to", leader)
+			continue
+		}
+		c.opts.Logger.Warn("certifier stream ended; reopening", "target", target, "next", c.peers.current(), "err", err, "retry_in", delay)
 		select {
 		case <-time.After(delay):
 		case <-c.ctx.Done():
@@ -232,12 +257,12 @@ func (c *Client) run() {
 // received (a stream that fails at once is not progress: the reconnect
 // delay keeps growing). It returns only after its receiving goroutine has
 // stopped, so OnEntries is never called by two streams at once.
-func (c *Client) session() (bool, error) {
+func (c *Client) session() (bool, string, error) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
-	stream, err := c.api.Certify(ctx)
+	stream, err := c.peers.api().Certify(ctx)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	c.mu.Lock()
 	open := &pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered}, CatchUp: true}
@@ -249,7 +274,7 @@ func (c *Client) session() (bool, error) {
 	c.received = false
 	c.mu.Unlock()
 	if err := stream.Send(open); err != nil {
-		return false, err
+		return false, "", err
 	}
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- c.receive(stream) }()
@@ -262,7 +287,7 @@ func (c *Client) session() (bool, error) {
 	c.connected = false
 	received := c.received
 	c.mu.Unlock()
-	return received, err
+	return received, leaderHint(stream), err
 }
 
 // pump sends what callers queue until the stream or the client ends. It

@@ -35,8 +35,11 @@ type Config struct {
 	HeartbeatTicks int
 	// WindowVersions: see certification.Config.
 	WindowVersions uint64
-	Decode         DecodeFunc
-	Logger         raft.Logger // nil: Raft logs nothing
+	// UnsafeSkipConflictCheck: see certification.Config (the fault
+	// harness's detector self-test only).
+	UnsafeSkipConflictCheck bool
+	Decode                  DecodeFunc
+	Logger                  raft.Logger // nil: Raft logs nothing
 	// DisableCheckQuorum turns off Raft's CheckQuorum and with it the
 	// leader lease, which counts election ticks: the simulation drives
 	// elections itself and never lets them run out (see sim_test.go).
@@ -205,7 +208,8 @@ func NewCore(cfg Config, disk Persisted) (*Core, error) {
 }
 
 func (c *Core) newState(base uint64) *certification.State {
-	return certification.New(certification.Config{WindowVersions: c.cfg.WindowVersions}, base)
+	return certification.New(certification.Config{WindowVersions: c.cfg.WindowVersions,
+		UnsafeSkipConflictCheck: c.cfg.UnsafeSkipConflictCheck}, base)
 }
 
 // Tick advances Raft's logical clock by one tick.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tashkent-db/tashkent/internal/certgroup"
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/wal"
 )
@@ -49,7 +50,12 @@ type Config struct {
 	SegmentBytes int64
 	Limits       Limits
 	// NoSync skips fsync. Only for benchmarks that say so: it voids durability.
-	NoSync   bool
+	NoSync bool
+	// Group, when set, makes the service one member of a certifier group
+	// (Tashkent §7.3): the group's Raft log is the durable log, the leader
+	// certifies, and every member applies committed versions and serves
+	// them (group.go). Nil: a single certifier with its own log.
+	Group    *certgroup.Node
 	Logger   *slog.Logger
 	Registry prometheus.Registerer // nil: metrics are not registered
 

@@ -42,7 +42,7 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.replies, m.replySeconds, m.entriesPerSync,
 		gauge("tashkent_certifier_version", "Highest version assigned.", func() float64 { return float64(s.Version()) }),
 		gauge("tashkent_certifier_durable_version", "Highest version on stable storage.", func() float64 { return float64(s.DurableVersion()) }),
-		gauge("tashkent_certifier_low_water_mark", "Oldest snapshot version that can still be certified.", func() float64 { return float64(s.lowWaterMark()) }),
+		gauge("tashkent_certifier_low_water_mark", "Oldest snapshot version that can still be certified.", func() float64 { _, lwm := s.versions(); return float64(lwm) }),
 		gauge("tashkent_certifier_in_flight_requests", "Requests certified and not yet answered.", func() float64 { return float64(s.inFlight.Load()) }),
 		gauge("tashkent_certifier_log_bytes", "Bytes of log on disk.", func() float64 { return float64(s.log.SizeBytes()) }),
 	)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certgroup"
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 	"github.com/tashkent-db/tashkent/internal/wal"
@@ -42,6 +43,11 @@ type Service struct {
 	stopOnce sync.Once
 	done     sync.WaitGroup
 	failure  atomic.Pointer[error]
+
+	// Certifier group only (group.go): nil group for a single certifier.
+	group      *certgroup.Node
+	leadership leadership
+	confirmed  *watermark // abort tickets confirmed by the group
 }
 
 // Open recovers the log in cfg.DataDir and starts the writer.
@@ -51,7 +57,10 @@ func Open(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	started := time.Now()
-	log, err := wal.Open(wal.Options{Dir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes, Logger: cfg.Logger, NoSync: cfg.NoSync})
+	// In a group the Raft log is the durable one; the versioned log is
+	// rebuilt from it after a crash (the group replays it on start), so it
+	// is written without fsync.
+	log, err := wal.Open(wal.Options{Dir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes, Logger: cfg.Logger, NoSync: cfg.NoSync || cfg.Group != nil})
 	if err != nil {
 		return nil, fmt.Errorf("open certifier log: %w", err)
 	}
@@ -63,6 +72,7 @@ func Open(cfg Config) (*Service, error) {
 		durable: newWatermark(log.LastVersion()),
 		stats:   newStats(),
 		stop:    make(chan struct{}),
+		group:   cfg.Group,
 	}
 	restored, err := s.restore()
 	if err != nil {
@@ -74,6 +84,12 @@ func Open(cfg Config) (*Service, error) {
 		"first_version", log.FirstVersion(), "last_version", log.LastVersion(),
 		"restored_into_index", restored, "low_water_mark", s.state.LowWaterMark(),
 		"took", time.Since(started).Round(time.Millisecond))
+	if s.group != nil {
+		s.startGroup()
+		s.done.Add(1)
+		go s.sampleLoop()
+		return s, nil
+	}
 	s.done.Add(2)
 	go s.writeLoop()
 	go s.sampleLoop()
@@ -103,7 +119,9 @@ func (s *Service) restore() (int, error) {
 		if err != nil {
 			return fmt.Errorf("log entry %d: %w", e.Version, err)
 		}
-		s.state.Restore(entry.Version, txnOf(entry.Txn), keys)
+		if s.group == nil { // a group's state is the group's (certgroup.Core)
+			s.state.Restore(entry.Version, txnOf(entry.Txn), keys)
+		}
 		s.recent.add(logentry.Entry{Version: e.Version, Bytes: e.Payload})
 		restored++
 		return nil
@@ -300,6 +318,12 @@ func (s *Service) Close() error {
 	s.durable.fail(ErrStopped)
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.done.Wait()
+	if s.group != nil {
+		if err := s.group.Close(); err != nil {
+			s.cfg.Logger.Error("close the certifier group's raft log", "err", err)
+		}
+		s.leadership.lost()
+	}
 	return s.log.Close()
 }
 
@@ -308,15 +332,19 @@ func (s *Service) DurableVersion() uint64 { return s.durable.get() }
 
 // Version is the highest version assigned (durable or not).
 func (s *Service) Version() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state.Version()
+	v, _ := s.versions()
+	return v
 }
 
-func (s *Service) lowWaterMark() uint64 {
+// versions returns the highest version certified and the low-water mark,
+// of the group's state when in a group.
+func (s *Service) versions() (version, lowWaterMark uint64) {
+	if s.group != nil {
+		return s.group.Versions()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.state.LowWaterMark()
+	return s.state.Version(), s.state.LowWaterMark()
 }
 
 // entriesBetween returns the encoded durable entries (after, upTo], from

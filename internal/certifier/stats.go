@@ -83,9 +83,7 @@ func (s *Service) Status(context.Context, *pb.StatusRequest) (*pb.StatusReply, e
 
 // StatusNow is Status without the RPC.
 func (s *Service) StatusNow() *pb.StatusReply {
-	s.mu.Lock()
-	version, lwm := s.state.Version(), s.state.LowWaterMark()
-	s.mu.Unlock()
+	version, lwm := s.versions()
 	st := s.stats
 	certs, aborts, fsyncs, entries := st.certifications.Load(), st.aborts.Load(), st.fsyncs.Load(), st.loggedEntries.Load()
 	reply := &pb.StatusReply{
@@ -99,6 +97,10 @@ func (s *Service) StatusNow() *pb.StatusReply {
 	}
 	if certs > 0 {
 		reply.AbortRate = float64(aborts) / float64(certs)
+	}
+	reply.Role = "single"
+	if s.group != nil {
+		s.groupStatus(reply)
 	}
 	return reply
 }

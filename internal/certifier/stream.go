@@ -25,6 +25,10 @@ type queued struct {
 	reply    *pb.CertifyReply
 	waitFor  uint64
 	received time.Time
+	// In a group: an abort waits until the group confirmed ticket; epoch
+	// is the leadership it was decided in (group.go).
+	ticket uint64
+	epoch  uint64
 }
 
 // streamState is what one Certify stream counts against the service.
@@ -54,6 +58,15 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	if s.group != nil {
+		// The stream lives as long as this member's leadership: replies
+		// certified in it are dropped, never sent, once it is lost.
+		if err := s.checkLeader(stream); err != nil {
+			return err
+		}
+		stopFollowing := context.AfterFunc(s.leadership.context(), cancel)
+		defer stopFollowing()
+	}
 	st := &streamState{s: s}
 	queue := make(chan queued, streamQueueMax)
 	var wg sync.WaitGroup
@@ -88,6 +101,17 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 func (s *Service) checkOpen(open *pb.OpenSession) error {
 	if open == nil || open.Replica == "" {
 		return status.Error(codes.InvalidArgument, "the first message of a Certify stream must open a session with the replica's name")
+	}
+	if s.group != nil {
+		// Every version a replica holds was committed by the group, so a
+		// new leader still applying its log reaches it soon.
+		ctx, cancel := context.WithTimeout(context.Background(), groupCatchUpWaitMax)
+		_, err := s.durable.wait(ctx, open.ReplicaVersion)
+		cancel()
+		if err != nil {
+			return status.Errorf(codes.Unavailable, "replica %q is at version %d, this certifier member has applied %d so far; retry",
+				open.Replica, open.ReplicaVersion, s.DurableVersion())
+		}
 	}
 	if durable := s.DurableVersion(); open.ReplicaVersion > durable {
 		return status.Errorf(codes.FailedPrecondition,
@@ -124,8 +148,17 @@ func (s *Service) enqueue(ctx context.Context, st *streamState, msg *pb.CertifyS
 	now := time.Now()
 	for _, req := range msg.Requests {
 		overloaded := !st.acquire()
-		reply, waitFor := s.certify(req, overloaded)
-		if err := put(ctx, queue, queued{reply: reply, waitFor: waitFor, received: now}); err != nil {
+		var q queued
+		if s.group != nil {
+			var err error
+			if q, err = s.certifyInGroup(ctx, req, overloaded); err != nil {
+				return err
+			}
+		} else {
+			q.reply, q.waitFor = s.certify(req, overloaded)
+		}
+		q.received = now
+		if err := put(ctx, queue, q); err != nil {
 			return err
 		}
 	}
@@ -155,13 +188,18 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 			return nil
 		}
 		batch = drain(queue, append(batch[:0], q))
-		waitFor := uint64(0)
+		waitFor, ticket := uint64(0), uint64(0)
 		for _, q := range batch {
-			waitFor = max(waitFor, q.waitFor)
+			waitFor, ticket = max(waitFor, q.waitFor), max(ticket, q.ticket)
 		}
 		durable, err := s.durable.wait(ctx, waitFor)
 		if err != nil {
 			return status.Error(codes.Unavailable, err.Error())
+		}
+		if s.group != nil {
+			if err := s.groupMaySend(ctx, batch, ticket); err != nil {
+				return err
+			}
 		}
 		delivered, err = s.send(stream, batch, delivered, durable)
 		st.release(answered(batch))

@@ -15,6 +15,9 @@ import (
 
 func newCertifierCommand() *cobra.Command {
 	var (
+		memberID   uint64
+		peers      string
+		join       bool
 		cfg        certifier.Config
 		listen     string
 		metrics    string
@@ -27,7 +30,12 @@ func newCertifierCommand() *cobra.Command {
 assigns the global commit order, makes every committed writeset durable in its
 log (one fsync for all pending entries: group commit) before answering, and
 serves the log to replicas. Restarted, also after kill -9, it recovers exactly
-the state it had acknowledged.`,
+the state it had acknowledged.
+
+With --id and --peers it is one member of a certifier group replicated with
+Raft (Tashkent §7.3): the leader certifies, a version is durable once a
+majority holds it, and a new leader takes over when the leader dies. Proxies
+are given every member (--certifier a,b,c) and follow the leader.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.DataDir == "" {
@@ -44,6 +52,16 @@ the state it had acknowledged.`,
 			if cfg.UnsafeSkipConflictCheck {
 				slog.Warn("UNSAFE: --unsafe-fault-skip-conflict-check is set: every writeset commits without a conflict check; " +
 					"snapshot isolation is broken on purpose (fault-harness self-test only)")
+			}
+			if peers != "" {
+				node, err := openGroupMember(cfg, memberID, peers, join)
+				if err != nil {
+					return err
+				}
+				cfg.Group = node
+				if listen == defaultCertifierListen {
+					listen = node.AddrOf(memberID) // a member listens where its peers dial it
+				}
 			}
 			srv, err := certifier.Listen(cfg, listen, metrics)
 			if err != nil {
@@ -68,7 +86,10 @@ the state it had acknowledged.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory of the durable log (created if missing)")
-	f.StringVar(&listen, "listen", "127.0.0.1:7400", "gRPC listen address")
+	f.StringVar(&listen, "listen", defaultCertifierListen, "gRPC listen address (a group member: its address in --peers)")
+	f.Uint64Var(&memberID, "id", 0, "this member's id in the certifier group (with --peers)")
+	f.StringVar(&peers, "peers", "", "every member of the certifier group, id=host:port,... (Raft, Tashkent §7.3); empty: a single certifier")
+	f.BoolVar(&join, "join", false, "join an existing group with an empty log (after `tashkent certifier members add`)")
 	f.StringVar(&metrics, "metrics-listen", "127.0.0.1:7401", "Prometheus /metrics listen address; empty disables")
 	f.Uint64Var(&cfg.WindowVersions, "window-versions", certification.DefaultWindowVersions,
 		"versions kept in the conflict index; a transaction whose snapshot is older aborts")

@@ -1,0 +1,130 @@
+package certclient
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+// leaderTrailer is certifier.LeaderTrailer (not imported: the client does
+// not depend on the server).
+const leaderTrailer = "tashkent-leader"
+
+// members are the certifier addresses the client knows, with one
+// connection each, and the one it uses now.
+type members struct {
+	dial []grpc.DialOption
+
+	mu    sync.Mutex
+	addrs []string
+	conns map[string]*grpc.ClientConn
+	cur   int
+}
+
+func newMembers(target string, dial []grpc.DialOption) (*members, error) {
+	m := &members{dial: dial, conns: map[string]*grpc.ClientConn{}}
+	for _, a := range strings.Split(target, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			m.addrs = append(m.addrs, a)
+		}
+	}
+	if len(m.addrs) == 0 {
+		return nil, fmt.Errorf("certifier client: no certifier address in %q", target)
+	}
+	for _, a := range m.addrs {
+		if _, err := m.conn(a); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *members) conn(addr string) (*grpc.ClientConn, error) {
+	if c := m.conns[addr]; c != nil {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, m.dial...)
+	if err != nil {
+		return nil, fmt.Errorf("certifier client for %s: %w", addr, err)
+	}
+	m.conns[addr] = c
+	return c, nil
+}
+
+func (m *members) current() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.addrs[m.cur]
+}
+
+func (m *members) api() pb.CertifierClient {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return pb.NewCertifierClient(m.conns[m.addrs[m.cur]])
+}
+
+// follow moves to the leader a member named, and reports whether it did.
+// With no name it moves to the next member (the current one may be dead)
+// and reports false.
+func (m *members) follow(leader string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if leader == "" || leader == m.addrs[m.cur] {
+		m.cur = (m.cur + 1) % len(m.addrs)
+		return false
+	}
+	for i, a := range m.addrs {
+		if a == leader {
+			m.cur = i
+			return true
+		}
+	}
+	if _, err := m.conn(leader); err != nil {
+		m.cur = (m.cur + 1) % len(m.addrs)
+		return false
+	}
+	m.addrs = append(m.addrs, leader) // a member added to the group
+	m.cur = len(m.addrs) - 1
+	return true
+}
+
+func (m *members) close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var first error
+	for _, c := range m.conns {
+		if err := c.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// leaderHint is the leader's address a member named when it refused or
+// ended the stream.
+func leaderHint(stream grpc.ClientStream) string {
+	if v := stream.Trailer().Get(leaderTrailer); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// currentAPI sends each unary or Fetch call to the current member.
+type currentAPI struct{ m *members }
+
+func (a currentAPI) Certify(ctx context.Context, opts ...grpc.CallOption) (pb.Certifier_CertifyClient, error) {
+	return a.m.api().Certify(ctx, opts...)
+}
+
+func (a currentAPI) Fetch(ctx context.Context, in *pb.FetchRequest, opts ...grpc.CallOption) (pb.Certifier_FetchClient, error) {
+	return a.m.api().Fetch(ctx, in, opts...)
+}
+
+func (a currentAPI) Status(ctx context.Context, in *pb.StatusRequest, opts ...grpc.CallOption) (*pb.StatusReply, error) {
+	return a.m.api().Status(ctx, in, opts...)
+}

@@ -1,0 +1,338 @@
+package certgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+)
+
+// DefaultTickInterval is Raft's tick: with DefaultElectionTicks a follower
+// that stops hearing from the leader campaigns after 0.6 to 1.2 s.
+const DefaultTickInterval = 10 * time.Millisecond
+
+// readyWaitMax bounds how long Certify waits for a new leader to finish
+// applying its log before it answers ErrNotReady (the client retries).
+const readyWaitMax = 3 * time.Second
+
+// NodeConfig configures a Node.
+type NodeConfig struct {
+	Core Config
+	// DataDir holds the member's Raft log (raft.log).
+	DataDir string
+	// Members maps every member's id to its gRPC address (the one proxies
+	// and peers dial).
+	Members      map[uint64]string
+	TickInterval time.Duration
+	// NoSync skips fsync: voids durability; benchmarks only.
+	NoSync      bool
+	DialOptions []grpc.DialOption // e.g. TLS credentials
+	Logger      *slog.Logger
+}
+
+// Callbacks are how a Node reports to the service, all from its one loop
+// goroutine, in order.
+type Callbacks struct {
+	// Committed: versions durable on a majority, contiguous, in order.
+	Committed func([]logentry.Entry)
+	// LostLeadership: drop every reply not yet sent (see Applied).
+	LostLeadership func()
+	// Confirmed: aborts with a ticket up to t may be sent.
+	Confirmed func(t uint64)
+	// Failed: the Raft log could not be written; the member stops.
+	Failed func(error)
+}
+
+// Node runs a Core: a ticker, the Ready loop (one write and one fsync per
+// batch: group commit), the transport to the peers.
+type Node struct {
+	cfg  NodeConfig
+	log  *slog.Logger
+	file *os.File
+	disk *DiskLog
+
+	mu       sync.Mutex // guards core, changed, members
+	core     *Core
+	changed  chan struct{} // closed and replaced after every batch
+	members  map[uint64]string
+	cb       Callbacks
+	lastRole string
+
+	wake      chan struct{}
+	transport *transport
+	stop      chan struct{}
+	done      sync.WaitGroup
+	stopOnce  sync.Once
+}
+
+// OpenNode reads the member's Raft log back and builds its Core.
+func OpenNode(cfg NodeConfig) (*Node, error) {
+	if cfg.TickInterval == 0 {
+		cfg.TickInterval = DefaultTickInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if _, ok := cfg.Members[cfg.Core.ID]; !ok {
+		return nil, fmt.Errorf("certifier group: member id %d is not among the members %v", cfg.Core.ID, cfg.Members)
+	}
+	if len(cfg.Core.Peers) == 0 {
+		for id := range cfg.Members {
+			cfg.Core.Peers = append(cfg.Core.Peers, id)
+		}
+		sort.Slice(cfg.Core.Peers, func(i, j int) bool { return cfg.Core.Peers[i] < cfg.Core.Peers[j] })
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("certifier group: %w", err)
+	}
+	path := filepath.Join(cfg.DataDir, "raft.log")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("certifier group: open raft log: %w", err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("certifier group: read raft log: %w", err)
+	}
+	p, valid, err := LoadDiskLog(data)
+	if err != nil && !errors.Is(err, ErrTornTail) {
+		f.Close()
+		return nil, err
+	}
+	if valid < len(data) {
+		cfg.Logger.Warn("raft log: dropping a torn tail (unsynced writes of a crash)", "path", path, "kept_bytes", valid, "dropped_bytes", len(data)-valid)
+		if err := f.Truncate(int64(valid)); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if _, err := f.Seek(int64(valid), io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	core, err := NewCore(cfg.Core, p)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	n := &Node{
+		cfg: cfg, log: cfg.Logger, file: f, disk: NewDiskLog(syncFile{f, cfg.NoSync}),
+		core: core, changed: make(chan struct{}), members: cfg.Members,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	n.transport = newTransport(n, cfg.DialOptions)
+	return n, nil
+}
+
+type syncFile struct {
+	*os.File
+	noSync bool
+}
+
+func (f syncFile) Sync() error {
+	if f.noSync {
+		return nil
+	}
+	return f.File.Sync()
+}
+
+// Start runs the node until Close.
+func (n *Node) Start(cb Callbacks) {
+	n.cb = cb
+	n.done.Add(1)
+	go n.run()
+}
+
+// Close stops the loop and the transport and closes the Raft log.
+func (n *Node) Close() error {
+	n.stopOnce.Do(func() { close(n.stop) })
+	n.done.Wait()
+	n.transport.close()
+	return n.file.Close()
+}
+
+func (n *Node) signal() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Node) run() {
+	defer n.done.Done()
+	ticker := time.NewTicker(n.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			n.mu.Lock()
+			n.core.Tick()
+			n.mu.Unlock()
+		case <-n.wake:
+		case <-n.stop:
+			return
+		}
+		if err := n.processReady(); err != nil {
+			n.log.Error("certifier group: raft log write failed; this member stops", "err", err)
+			if n.cb.Failed != nil {
+				n.cb.Failed(err)
+			}
+			return
+		}
+	}
+}
+
+// processReady carries out batches until Raft has none: persist (one
+// fsync), send, apply, report.
+func (n *Node) processReady() error {
+	for {
+		n.mu.Lock()
+		b, ok := n.core.Ready()
+		n.mu.Unlock()
+		if !ok {
+			return nil
+		}
+		if err := n.disk.Save(b.HardState, b.Entries, b.MustSync); err != nil {
+			return err
+		}
+		n.transport.send(b.Messages)
+		n.mu.Lock()
+		a := n.core.Advance()
+		st := n.core.Status()
+		close(n.changed)
+		n.changed = make(chan struct{})
+		n.mu.Unlock()
+		n.report(a, st)
+	}
+}
+
+func (n *Node) report(a Applied, st Status) {
+	if len(a.Committed) > 0 && n.cb.Committed != nil {
+		n.cb.Committed(a.Committed)
+	}
+	if a.LostLeadership && n.cb.LostLeadership != nil {
+		n.cb.LostLeadership()
+	}
+	if n.cb.Confirmed != nil {
+		n.cb.Confirmed(a.Confirmed)
+	}
+	if st.Role != n.lastRole {
+		n.log.Info("certifier group: role changed", "member", st.ID, "role", st.Role, "term", st.Term,
+			"leader", st.Leader, "applied_version", st.AppliedVersion)
+		n.lastRole = st.Role
+	}
+}
+
+// Certify decides a request if this member leads; a leader still applying
+// its log is waited for (up to readyWaitMax). See Core.Certify.
+func (n *Node) Certify(ctx context.Context, req certification.Request, prefix logentry.Prefix) (certification.Outcome, uint64, error) {
+	deadline := time.Now().Add(readyWaitMax)
+	for {
+		n.mu.Lock()
+		o, ticket, err := n.core.Certify(req, prefix)
+		changed := n.changed
+		n.mu.Unlock()
+		if err == nil {
+			if o.Decision == certification.Commit && !o.Duplicate || ticket != 0 {
+				n.signal()
+			}
+			return o, ticket, nil
+		}
+		if !errors.Is(err, ErrNotReady) || time.Now().After(deadline) {
+			return o, ticket, err
+		}
+		select {
+		case <-changed:
+		case <-time.After(time.Until(deadline)):
+		case <-ctx.Done():
+			return o, ticket, err
+		}
+	}
+}
+
+// Lookup: see Core.Lookup.
+func (n *Node) Lookup(txn certification.TxnID) (version, ticket uint64, err error) {
+	n.mu.Lock()
+	version, ticket, err = n.core.Lookup(txn)
+	n.mu.Unlock()
+	if err == nil && ticket != 0 {
+		n.signal()
+	}
+	return version, ticket, err
+}
+
+// Versions: see Core.Versions.
+func (n *Node) Versions() (version, lowWaterMark uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.core.Versions()
+}
+
+// IndexedRows: see Core.IndexedRows.
+func (n *Node) IndexedRows() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.core.IndexedRows()
+}
+
+// Status reports this member's view.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.core.Status()
+}
+
+// ID is this member's id.
+func (n *Node) ID() uint64 { return n.cfg.Core.ID }
+
+// Members maps member ids to addresses.
+func (n *Node) Members() map[uint64]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[uint64]string, len(n.members))
+	for id, a := range n.members {
+		out[id] = a
+	}
+	return out
+}
+
+// AddrOf is a member's address ("" if unknown).
+func (n *Node) AddrOf(id uint64) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.members[id]
+}
+
+// FsyncStats: syncs of the Raft log and the entries they carried.
+func (n *Node) FsyncStats() (syncs, entries uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.disk.Syncs, n.disk.SyncedEntries
+}
+
+// step hands a peer's message to Raft (from the transport).
+func (n *Node) step(m *raftpb.Message) {
+	n.mu.Lock()
+	_ = n.core.Step(m) // messages from unknown members or old terms are dropped
+	n.mu.Unlock()
+	n.signal()
+}
+
+func (n *Node) reportUnreachable(id uint64) {
+	n.mu.Lock()
+	n.core.ReportUnreachable(id)
+	n.mu.Unlock()
+}

@@ -1,0 +1,176 @@
+package certgroup
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+// peerQueueMax bounds the messages waiting for one peer. Past it messages
+// are dropped and the peer reported unreachable: Raft retransmits.
+const peerQueueMax = 4096
+
+// peerRedialDelay is the pause before a broken stream to a peer is reopened.
+const peerRedialDelay = 50 * time.Millisecond
+
+// transport sends Raft messages to peers over gRPC: one Raft.Send stream
+// per peer, fed by a queue, so a slow or dead peer never blocks the Ready
+// loop.
+type transport struct {
+	n    *Node
+	dial []grpc.DialOption
+
+	mu    sync.Mutex
+	peers map[uint64]*peer
+	ctx   context.Context
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+}
+
+type peer struct {
+	id    uint64
+	queue chan *raftpb.Message
+	conn  *grpc.ClientConn
+}
+
+func newTransport(n *Node, dial []grpc.DialOption) *transport {
+	ctx, cancel := context.WithCancel(context.Background())
+	if len(dial) == 0 {
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return &transport{n: n, dial: dial, peers: map[uint64]*peer{}, ctx: ctx, stop: cancel}
+}
+
+func (t *transport) send(msgs []*raftpb.Message) {
+	for _, m := range msgs {
+		p := t.peer(m.GetTo())
+		if p == nil {
+			continue
+		}
+		select {
+		case p.queue <- m:
+		default:
+			t.n.reportUnreachable(p.id)
+		}
+	}
+}
+
+func (t *transport) peer(id uint64) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[id]; p != nil {
+		return p
+	}
+	addr := t.n.AddrOf(id)
+	if addr == "" || t.ctx.Err() != nil {
+		return nil
+	}
+	conn, err := grpc.NewClient(addr, t.dial...)
+	if err != nil {
+		t.n.log.Error("certifier group: cannot dial peer", "peer", id, "addr", addr, "err", err)
+		return nil
+	}
+	p := &peer{id: id, queue: make(chan *raftpb.Message, peerQueueMax), conn: conn}
+	t.peers[id] = p
+	t.wg.Add(1)
+	go t.pump(p)
+	return p
+}
+
+// pump keeps a stream open to the peer and writes its queue to it, as many
+// messages per gRPC message as are waiting.
+func (t *transport) pump(p *peer) {
+	defer t.wg.Done()
+	defer p.conn.Close()
+	client := pb.NewRaftClient(p.conn)
+	for t.ctx.Err() == nil {
+		err := t.stream(client, p)
+		if t.ctx.Err() != nil {
+			return
+		}
+		t.n.reportUnreachable(p.id)
+		t.n.log.Debug("certifier group: stream to peer broke", "peer", p.id, "err", err)
+		select {
+		case <-time.After(peerRedialDelay):
+		case <-t.ctx.Done():
+			return
+		}
+	}
+}
+
+func (t *transport) stream(client pb.RaftClient, p *peer) error {
+	ctx, cancel := context.WithCancel(t.ctx)
+	defer cancel()
+	s, err := client.Send(ctx)
+	if err != nil {
+		return err
+	}
+	batch := &pb.RaftMessages{}
+	for {
+		var m *raftpb.Message
+		select {
+		case m = <-p.queue:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		batch.Messages = batch.Messages[:0]
+		for m != nil {
+			b, err := proto.Marshal(m)
+			if err != nil {
+				return err
+			}
+			batch.Messages = append(batch.Messages, b)
+			select {
+			case m = <-p.queue:
+			default:
+				m = nil
+			}
+		}
+		if err := s.Send(batch); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *transport) close() {
+	t.stop()
+	t.wg.Wait()
+}
+
+// Server is the receiving side: register it on the member's gRPC server.
+type Server struct {
+	pb.UnimplementedRaftServer
+	n *Node
+}
+
+// RaftServer returns the gRPC service that hands peers' messages to n.
+func (n *Node) RaftServer() *Server { return &Server{n: n} }
+
+// Send receives one peer's messages.
+func (s *Server) Send(stream pb.Raft_SendServer) error {
+	for {
+		batch, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&pb.RaftAck{})
+		}
+		if err != nil {
+			return err
+		}
+		for _, b := range batch.Messages {
+			m := &raftpb.Message{}
+			if err := proto.Unmarshal(b, m); err != nil {
+				return err
+			}
+			s.n.step(m)
+		}
+	}
+}

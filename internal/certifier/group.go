@@ -1,0 +1,247 @@
+package certifier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certgroup"
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/wal"
+)
+
+// The service as one member of a certifier group (Tashkent §7.3; the
+// group itself is internal/certgroup).
+//
+//   - Only the leader serves Certify streams. Other members refuse a stream
+//     with Unavailable, "not the leader", and the leader's address in the
+//     trailer (LeaderTrailer), which certclient follows.
+//   - The leader certifies in the group's state (certgroup.Node.Certify);
+//     a commit reply waits, as in a single certifier, until the durable
+//     version covers it. Durable here means committed by Raft and applied
+//     by this member: every member applies committed versions to its
+//     versioned log (groupCommitted), so any member serves Fetch.
+//   - An abort reply waits until the group confirmed this member still
+//     leads (a ReadIndex after the decision): see certgroup.Core.
+//   - When the member loses its leadership, every Certify stream ends, with
+//     every reply not yet sent: a version it certified may never commit
+//     (a failed version), and a later leader may give that version to
+//     another transaction. The proxies re-send to the new leader, which
+//     answers from its log (Duplicate), or they settle from the entries
+//     delivered to them.
+
+// groupCatchUpWaitMax bounds how long a stream waits for this member to
+// apply the versions its replica already holds.
+const groupCatchUpWaitMax = 5 * time.Second
+
+// LeaderTrailer is the trailer key of the leader's address on a refused
+// Certify stream.
+const LeaderTrailer = "tashkent-leader"
+
+// leadership is a context per leadership of this member: cancelled when
+// the leadership is lost, which ends the streams opened in it.
+type leadership struct {
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+	epoch  atomic.Uint64
+}
+
+func (l *leadership) context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancel(context.Background())
+	}
+	return l.ctx
+}
+
+// lost ends the current leadership. The epoch moves first: a reply whose
+// epoch is older is never sent, whatever the durable version says then.
+func (l *leadership) lost() {
+	l.epoch.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+}
+
+func (s *Service) startGroup() {
+	s.confirmed = newWatermark(0)
+	s.group.Start(certgroup.Callbacks{
+		Committed:      s.groupCommitted,
+		LostLeadership: s.leadership.lost,
+		Confirmed:      s.confirmed.advance,
+		Failed:         s.fail,
+	})
+}
+
+// groupCommitted applies versions the group committed: to the recent ring
+// and the versioned log (which serve delivery and Fetch), then to the
+// durable watermark, which releases the replies waiting for them. After a
+// restart the group replays its whole log: versions the versioned log
+// already has are skipped.
+func (s *Service) groupCommitted(entries []logentry.Entry) {
+	last := s.log.LastVersion()
+	records := make([]wal.Entry, 0, len(entries))
+	s.mu.Lock()
+	for _, e := range entries {
+		if e.Version <= last {
+			continue
+		}
+		s.recent.add(e)
+		records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
+	}
+	s.mu.Unlock()
+	if len(records) == 0 {
+		return
+	}
+	if err := s.log.Append(records); err != nil {
+		s.fail(fmt.Errorf("versioned log append of versions %d..%d: %w", records[0].Version, records[len(records)-1].Version, err))
+		return
+	}
+	syncs, synced := s.group.FsyncStats()
+	s.stats.fsyncs.Store(syncs)
+	s.stats.loggedEntries.Store(synced)
+	s.durable.advance(records[len(records)-1].Version)
+}
+
+// checkLeader refuses a stream on a member that does not lead, naming the
+// leader for the client to follow.
+func (s *Service) checkLeader(stream grpc.ServerStream) error {
+	st := s.group.Status()
+	if st.Role == "leader" {
+		return nil
+	}
+	return s.notLeader(stream, &certgroup.NotLeaderError{Leader: st.Leader})
+}
+
+func (s *Service) notLeader(stream grpc.ServerStream, err *certgroup.NotLeaderError) error {
+	addr := ""
+	if err.Leader != 0 {
+		addr = s.group.AddrOf(err.Leader)
+		stream.SetTrailer(metadata.Pairs(LeaderTrailer, addr))
+	}
+	return status.Errorf(codes.Unavailable, "certifier member %d: %v (leader address %q); the client retries there", s.group.ID(), err, addr)
+}
+
+// certifyInGroup is certify for a member of a group.
+func (s *Service) certifyInGroup(ctx context.Context, req *pb.CertifyRequest, overloaded bool) (queued, error) {
+	q := queued{epoch: s.leadership.epoch.Load()}
+	reply := &pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}
+	q.reply = reply
+	if overloaded {
+		v, ticket, err := s.group.Lookup(txnOf(req.Txn))
+		if err != nil {
+			return q, s.groupError(ctx, err)
+		}
+		if v != 0 {
+			reply.Decision, reply.CommitVersion, q.waitFor = pb.Decision_DECISION_COMMIT, v, v
+			return q, nil
+		}
+		s.stats.aborts.Add(1)
+		q.ticket = ticket
+		abortReply(reply, pb.AbortReason_ABORT_REASON_OVERLOADED,
+			fmt.Sprintf("certifier overloaded: more requests in flight than the limit of %d (in-flight requests max); retry", s.cfg.Limits.InFlightRequestsMax))
+		return q, nil
+	}
+	if detail := s.checkLimits(req); detail != "" {
+		s.stats.aborts.Add(1)
+		abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT, detail)
+		return q, nil
+	}
+	keys, err := KeysOf(req.Writeset)
+	if err != nil || req.Txn == nil || req.Txn.Origin == "" {
+		if err == nil {
+			err = errors.New("missing transaction id")
+		}
+		s.stats.aborts.Add(1)
+		abortReply(reply, pb.AbortReason_ABORT_REASON_INVALID, err.Error())
+		return q, nil
+	}
+	prefix := logentry.EncodePrefix(req.Txn, req.Writeset)
+	if len(prefix)+logentry.VersionBytesMax > wal.EntryBytesMax {
+		s.stats.aborts.Add(1)
+		abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT,
+			fmt.Sprintf("the log entry would be %d bytes, over the log's limit of %d", len(prefix), wal.EntryBytesMax))
+		return q, nil
+	}
+	outcome, ticket, err := s.group.Certify(ctx, certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}, prefix)
+	if err != nil {
+		return q, s.groupError(ctx, err)
+	}
+	s.stats.certifications.Add(1)
+	if outcome.Decision == certification.Commit {
+		reply.Decision, reply.CommitVersion, q.waitFor = pb.Decision_DECISION_COMMIT, outcome.CommitVersion, outcome.CommitVersion
+		return q, nil
+	}
+	s.stats.aborts.Add(1)
+	q.ticket = ticket
+	current, lowWaterMark := s.group.Versions()
+	reply.ConflictVersion = outcome.ConflictVersion
+	abortReply(reply, reasonOf(outcome.Reason), describeAbort(req, outcome, lowWaterMark, current))
+	return q, nil
+}
+
+// groupError ends the stream: not the leader (with the leader's address),
+// or a leader not ready in time. The client re-sends elsewhere or later.
+func (s *Service) groupError(ctx context.Context, err error) error {
+	var nl *certgroup.NotLeaderError
+	if errors.As(err, &nl) {
+		if stream := grpc.ServerTransportStreamFromContext(ctx); stream != nil {
+			addr := s.group.AddrOf(nl.Leader)
+			if addr != "" {
+				_ = grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, addr))
+			}
+		}
+		return status.Errorf(codes.Unavailable, "certifier member %d: %v; the client retries at the leader", s.group.ID(), nl)
+	}
+	return status.Errorf(codes.Unavailable, "certifier member %d: %v", s.group.ID(), err)
+}
+
+// groupMaySend holds a batch of replies until its aborts are confirmed,
+// and drops it if the leadership it was decided in is gone.
+func (s *Service) groupMaySend(ctx context.Context, batch []queued, ticket uint64) error {
+	if ticket > 0 {
+		if _, err := s.confirmed.wait(ctx, ticket); err != nil {
+			return status.Error(codes.Unavailable, "certifier leadership lost before the abort was confirmed; re-send")
+		}
+	}
+	epoch := s.leadership.epoch.Load()
+	for _, q := range batch {
+		if q.reply != nil && q.epoch != epoch {
+			return status.Error(codes.Unavailable, "certifier leadership lost: replies not yet sent are dropped; re-send to the new leader")
+		}
+	}
+	return nil
+}
+
+// groupStatus adds the member's view of the group to a status reply.
+func (s *Service) groupStatus(r *pb.StatusReply) {
+	st := s.group.Status()
+	r.MemberId, r.Role, r.Term, r.LeaderId = st.ID, st.Role, st.Term, st.Leader
+	r.RaftIndex, r.AppliedIndex = st.LastIndex, st.AppliedIndex
+	members := s.group.Members()
+	r.LeaderAddr = members[st.Leader]
+	ids := make([]uint64, 0, len(members))
+	for id := range members {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for _, id := range ids {
+		r.Members = append(r.Members, &pb.Member{Id: id, Addr: members[id]})
+	}
+}

@@ -1,0 +1,200 @@
+package certifier_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/netutil"
+	"github.com/tashkent-db/tashkent/internal/testbin"
+)
+
+var flagGroupKills = flag.Int("group-kills", 0, "kill -9 rounds of the certifier group's leader (default 5; the issue's full run: 20)")
+
+// groupMember is one `tashkent certifier --id N --peers ...` process.
+type groupMember struct {
+	id   int
+	dir  string
+	addr string
+	proc *certifierProcess
+}
+
+func startMember(t *testing.T, bin string, m *groupMember, peers string) {
+	t.Helper()
+	p := &certifierProcess{stderr: &lockedWriter{}, addr: m.addr}
+	p.cmd = exec.Command(bin, "certifier", "--data-dir", m.dir, "--id", strconv.Itoa(m.id), "--peers", peers,
+		"--listen", m.addr, "--metrics-listen", "", "--segment-mib", "1")
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.kill() })
+	if err := netutil.WaitListening(m.addr, 20*time.Second); err != nil {
+		t.Fatalf("member %d did not start: %v\n%s", m.id, err, p.stderr.text())
+	}
+	m.proc = p
+}
+
+func memberStatus(addr string) (*pb.StatusReply, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return pb.NewCertifierClient(conn).Status(ctx, &pb.StatusRequest{})
+}
+
+// waitLeader returns the member every live member agrees leads.
+func waitLeader(t *testing.T, members []*groupMember, timeout time.Duration) *groupMember {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for _, m := range members {
+			if m.proc == nil {
+				continue
+			}
+			if st, err := memberStatus(m.addr); err == nil && st.Role == "leader" {
+				return m
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no leader within %v", timeout)
+	return nil
+}
+
+// TestGroupLeaderKill9UnderLoad: a 3-member certifier group of real
+// processes under a pipelined certify load; the leader is killed with
+// SIGKILL again and again and restarted. Every acknowledged commit must be
+// in every member's log at its version, the members' logs must be equal,
+// and each failover (kill to the next acknowledged commit) is reported.
+func TestGroupLeaderKill9UnderLoad(t *testing.T) {
+	kills := 5
+	if testing.Short() {
+		kills = 3
+	}
+	if *flagGroupKills > 0 {
+		kills = *flagGroupKills
+	}
+	bin := testbin.Path(t)
+	base := t.TempDir()
+	var members []*groupMember
+	var peers, targets []string
+	for id := 1; id <= 3; id++ {
+		port, err := netutil.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &groupMember{id: id, dir: filepath.Join(base, fmt.Sprint(id)), addr: "127.0.0.1:" + strconv.Itoa(port)}
+		members = append(members, m)
+		peers = append(peers, fmt.Sprintf("%d=%s", id, m.addr))
+		targets = append(targets, m.addr)
+	}
+	for _, m := range members {
+		startMember(t, bin, m, strings.Join(peers, ","))
+	}
+	waitLeader(t, members, 20*time.Second)
+
+	acks := &acknowledgements{version: map[string]uint64{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { load(ctx, t, strings.Join(targets, ","), 0, acks); close(done) }()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	var pauses []time.Duration
+	for round := 0; round < kills; round++ {
+		time.Sleep(time.Duration(300+rng.IntN(400)) * time.Millisecond)
+		leader := waitLeader(t, members, 20*time.Second)
+		before := ackCount(acks)
+		killed := time.Now()
+		leader.proc.kill()
+		leader.proc = nil
+		pause, ok := waitProgress(acks, before, 20*time.Second)
+		if !ok {
+			cancel()
+			t.Fatalf("round %d: no commit acknowledged within 20 s of killing leader %d", round, leader.id)
+		}
+		pauses = append(pauses, pause)
+		t.Logf("round %d: killed leader %d at %s; next acknowledged commit after %v", round, leader.id, killed.Format("15:04:05.000"), pause.Round(time.Millisecond))
+		startMember(t, bin, leader, strings.Join(peers, ","))
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	<-done
+
+	// Every member holds the same log, with every acknowledged commit.
+	waitConverged(t, members, 20*time.Second)
+	var first []*pb.LogEntry
+	for _, m := range members {
+		log := fetchAll(t, m.addr)
+		checkLog(t, log, acks)
+		if first == nil {
+			first = log
+			continue
+		}
+		if len(log) != len(first) {
+			t.Fatalf("member %d has %d versions, member 1 has %d", m.id, len(log), len(first))
+		}
+		for i := range log {
+			if log[i].Txn.Origin != first[i].Txn.Origin || log[i].Txn.Seq != first[i].Txn.Seq {
+				t.Fatalf("member %d holds %v at version %d, member 1 holds %v", m.id, log[i].Txn, i+1, first[i].Txn)
+			}
+		}
+	}
+	sort.Slice(pauses, func(i, j int) bool { return pauses[i] < pauses[j] })
+	t.Logf("%d leader kills: %d acknowledged commits, %d aborts, %d versions on every member; failover pause min %v median %v max %v",
+		kills, len(acks.version), acks.aborts, len(first), pauses[0].Round(time.Millisecond),
+		pauses[len(pauses)/2].Round(time.Millisecond), pauses[len(pauses)-1].Round(time.Millisecond))
+}
+
+func ackCount(a *acknowledgements) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.version)
+}
+
+// waitProgress waits until more commits are acknowledged than before.
+func waitProgress(a *acknowledgements, before int, timeout time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < timeout {
+		if ackCount(a) > before {
+			return time.Since(start), true
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return timeout, false
+}
+
+func waitConverged(t *testing.T, members []*groupMember, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		versions := map[uint64]bool{}
+		for _, m := range members {
+			st, err := memberStatus(m.addr)
+			if err != nil {
+				versions[0] = true
+				continue
+			}
+			versions[st.DurableVersion] = true
+		}
+		if len(versions) == 1 && !versions[0] {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("members did not converge within %v", timeout)
+}

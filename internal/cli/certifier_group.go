@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/tashkent-db/tashkent/internal/certgroup"
+	"github.com/tashkent-db/tashkent/internal/certifier"
+)
+
+const defaultCertifierListen = "127.0.0.1:7400"
+
+// parsePeers reads id=host:port,... into a map.
+func parsePeers(s string) (map[uint64]string, error) {
+	out := map[uint64]string{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(part, "=")
+		n, err := strconv.ParseUint(id, 10, 64)
+		if !ok || err != nil || n == 0 || addr == "" {
+			return nil, fmt.Errorf("--peers: %q is not id=host:port with a positive id", part)
+		}
+		if _, dup := out[n]; dup {
+			return nil, fmt.Errorf("--peers: member id %d given twice", n)
+		}
+		out[n] = addr
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--peers: no member")
+	}
+	return out, nil
+}
+
+// openGroupMember opens this member's Raft node; its log lives beside the
+// versioned log, in <data-dir>/raft.
+func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool) (*certgroup.Node, error) {
+	members, err := parsePeers(peers)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := members[id]; !ok {
+		return nil, fmt.Errorf("--id %d is not among the members in --peers (%s)", id, peers)
+	}
+	return certgroup.OpenNode(certgroup.NodeConfig{
+		Core: certgroup.Config{
+			ID: id, Join: join, WindowVersions: cfg.WindowVersions, Decode: certifier.DecodeEntryKeys,
+			UnsafeSkipConflictCheck: cfg.UnsafeSkipConflictCheck,
+		},
+		DataDir: filepath.Join(cfg.DataDir, "raft"),
+		Members: members,
+		NoSync:  cfg.NoSync,
+		Logger:  slog.Default(),
+	})
+}
