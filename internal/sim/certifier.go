@@ -23,6 +23,9 @@ type certifier struct {
 	writing bool    // a write and its sync are in flight
 
 	streams []*certStream // in opening order: iteration must not depend on maps
+	// inFlight counts requests received and not yet answered, over all
+	// streams (stream.go, acquire and release).
+	inFlight int
 }
 
 // certStream is the certifier's side of one replica's stream.
@@ -78,7 +81,7 @@ func (c *certifier) crash() {
 	lost := c.disk.crash(c.w.rng.IntN(unsynced + 1))
 	c.w.stats.CertifierCrashes++
 	c.w.note("certifier-crash", uint64(len(c.pending)), uint64(lost), c.disk.durable())
-	c.pending, c.writing, c.streams, c.state = nil, false, nil, nil
+	c.pending, c.writing, c.streams, c.state, c.inFlight = nil, false, nil, nil, 0
 }
 
 func (c *certifier) receive(m message) {
@@ -103,8 +106,8 @@ func (c *certifier) receive(m message) {
 		return
 	case m.seq == st.recvNext:
 		st.recvNext++
-	default:
-		// A duplicate: handed to the service again, which must be harmless.
+	case !c.w.cfg.DeliverDuplicateRequests:
+		return // a duplicate: the transport discards it, as TCP does
 	}
 	c.handle(st, m)
 }
@@ -127,7 +130,13 @@ func (c *certifier) open(m message) *certStream {
 		return nil
 	}
 	// A newer stream of the same replica replaces the old one.
-	c.streams = slices.DeleteFunc(c.streams, func(s *certStream) bool { return s.conn.replica == m.conn.replica })
+	c.streams = slices.DeleteFunc(c.streams, func(s *certStream) bool {
+		if s.conn.replica == m.conn.replica {
+			c.inFlight -= unanswered(s.queue)
+			return true
+		}
+		return false
+	})
 	st := &certStream{conn: m.conn, delivered: m.startVersion, recvNext: 1}
 	c.streams = append(c.streams, st)
 	c.w.note("stream-open", uint64(m.conn.replica), m.conn.n, m.startVersion)
@@ -136,12 +145,14 @@ func (c *certifier) open(m message) *certStream {
 
 func (c *certifier) close(st *certStream) {
 	c.streams = slices.DeleteFunc(c.streams, func(s *certStream) bool { return s == st })
+	c.inFlight -= unanswered(st.queue)
 	c.send(st, message{reset: true})
 }
 
 func (c *certifier) handle(st *certStream, m message) {
 	for _, req := range m.requests {
-		r, waitFor := c.certify(req)
+		c.inFlight++
+		r, waitFor := c.certify(req, c.inFlight > c.w.cfg.InFlightRequestsMax)
 		st.queue = append(st.queue, queued{reply: r, waitFor: waitFor})
 	}
 	if m.catchUp {
@@ -153,8 +164,19 @@ func (c *certifier) handle(st *certStream, m message) {
 
 // certify is service.go's certify: the state machine decides, a commit is
 // queued for the writer, and the reply waits for its version's durability.
-func (c *certifier) certify(req request) (*reply, uint64) {
+// Overloaded, it aborts the request unless it is a retry of a transaction
+// that committed, which gets its version back.
+func (c *certifier) certify(req request, overloaded bool) (*reply, uint64) {
 	r := &reply{id: req.id, txn: req.txn}
+	if overloaded {
+		c.w.stats.Overloaded++
+		if v, ok := c.state.CommittedVersion(req.txn); ok {
+			r.commit, r.commitVersion = true, v
+			return r, v
+		}
+		r.reason = reasonOverloaded
+		return r, 0
+	}
 	out := c.state.Certify(certification.Request{Txn: req.txn, StartVersion: req.startVersion, Keys: req.keys})
 	c.w.note("certify", req.txn.Seq, out.CommitVersion, uint64(out.Reason))
 	if out.Decision != certification.Commit {
@@ -226,6 +248,7 @@ func (c *certifier) flush(st *certStream) {
 			m.replies = append(m.replies, *q.reply)
 		}
 	}
+	c.inFlight -= len(m.replies)
 	st.queue = slices.Delete(st.queue, 0, n)
 	c.send(st, m)
 }
@@ -234,4 +257,18 @@ func (c *certifier) send(st *certStream, m message) {
 	m.conn, m.seq, m.toCert = st.conn, st.sendNext, false
 	st.sendNext++
 	c.w.net.send(m)
+}
+
+// reasonOverloaded stands for pb.AbortReason_ABORT_REASON_OVERLOADED, which
+// the state machine does not know: the service decides it.
+const reasonOverloaded = certification.Reason(-1)
+
+func unanswered(queue []queued) int {
+	n := 0
+	for _, q := range queue {
+		if q.reply != nil {
+			n++
+		}
+	}
+	return n
 }

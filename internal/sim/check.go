@@ -13,6 +13,7 @@ func (w *world) check() {
 	log := w.cert.disk.entries[:w.cert.disk.synced]
 	committedAt := w.checkLog(log)
 	w.checkAcknowledged(log)
+	w.checkAbortedStayAborted(committedAt)
 	w.checkConvergence(log)
 	w.checkNoLostUpdate(log)
 	w.checkReads(log, committedAt)
@@ -46,6 +47,17 @@ func (w *world) checkAcknowledged(log []entry) {
 		if t.version == 0 || t.version > uint64(len(log)) || log[t.version-1].txn != t.id {
 			w.violate("acknowledged commit lost: %v was acknowledged at version %d, which the final log (length %d) does not hold for it",
 				t.id, t.version, len(log))
+		}
+	}
+}
+
+// checkAbortedStayAborted: a transaction whose client was told it aborted
+// (40001) must not be in the log. The client retries such a transaction, so
+// a commit would execute its work twice.
+func (w *world) checkAbortedStayAborted(committedAt map[certification.TxnID]uint64) {
+	for _, t := range w.hist.txns {
+		if t.status == aborted && committedAt[t.id] != 0 {
+			w.violate("%v was answered as aborted but committed at version %d", t.id, committedAt[t.id])
 		}
 	}
 }

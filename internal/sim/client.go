@@ -139,9 +139,10 @@ func (c *streamClient) receive(m message) {
 		c.breakStream() // closed by the certifier, or a message went missing
 		return
 	}
-	if m.seq == c.recvNext {
-		c.recvNext++
-	} // else a duplicate, handed on like any message
+	if m.seq < c.recvNext {
+		return // a duplicate: the transport discards it, as TCP does
+	}
+	c.recvNext++
 	c.lastHeard = c.r.w.now
 	if !c.deliver(m.entries) {
 		c.breakStream()

@@ -51,6 +51,8 @@ type Config struct {
 	PartitionWeight       int
 	DownTicksMax          int64 // how long a crashed node or a partition lasts
 	DatabaseOnlyCrashRate int   // percent of replica crashes that keep the proxy up
+	ProxyOnlyCrashRate    int   // percent of the others that keep the database up
+	OneWayPartitionRate   int   // percent of partitions that cut one direction only
 
 	DiskSyncTicksMax     int64 // the certifier's fsync latency: the unsynced window
 	StoreFlushTicks      int64 // mw: how often the replica's store flushes
@@ -59,9 +61,19 @@ type Config struct {
 	ReconnectDelayTicks  int64
 	ApplyTicksMax        int64 // one remote batch or local commit takes 1..this
 	ApplyBatchEntriesMax int
+	// InFlightRequestsMax is the certifier's limit on requests received and
+	// not yet answered (certifier.Limits.InFlightRequestsMax); above it,
+	// requests abort as overloaded.
+	InFlightRequestsMax int
 	// SoftRecoveryPerMille is how often a replica's store refuses a local
 	// commit after certification (Tashkent §8.1 soft recovery).
 	SoftRecoveryPerMille int
+
+	// DeliverDuplicateRequests hands duplicated replica-to-certifier
+	// messages to the certifier a second time instead of discarding them as
+	// the transport does. gRPC never does that, and the service relies on
+	// it: an abort is not idempotent (see TestAbortIsFinalOnlyWithoutDuplicates).
+	DeliverDuplicateRequests bool
 
 	// Mutation breaks one thing on purpose, for the checkers' self-test.
 	// Never set outside tests.
@@ -111,9 +123,10 @@ func DefaultConfig() Config {
 		WorkloadTicks: 400, HealTicksMax: 2000,
 		DropPerMille: 10, DuplicatePerMille: 10, DelayTicksMax: 3,
 		NemesisTicksMax: 60, ReplicaCrashWeight: 3, CertifierCrashWeight: 2, PartitionWeight: 3,
-		DownTicksMax: 40, DatabaseOnlyCrashRate: 30,
+		DownTicksMax: 40, DatabaseOnlyCrashRate: 30, ProxyOnlyCrashRate: 20, OneWayPartitionRate: 30,
 		DiskSyncTicksMax: 3, StoreFlushTicks: 10, StalenessTicks: 10, CertifyTimeoutTicks: 120,
 		ReconnectDelayTicks: 3, ApplyTicksMax: 2, ApplyBatchEntriesMax: 4, SoftRecoveryPerMille: 20,
+		InFlightRequestsMax: 1 << 16,
 	}
 }
 
@@ -139,6 +152,9 @@ func SwarmConfig(seed uint64) Config {
 	c.StoreFlushTicks = 1 + r.Int64N(30)
 	c.CertifyTimeoutTicks = []int64{30, 120, 1000}[r.IntN(3)]
 	c.SoftRecoveryPerMille = []int{0, 20, 100}[r.IntN(3)]
+	c.InFlightRequestsMax = []int{1 << 16, 1 << 16, 4, 1}[r.IntN(4)]
+	c.ProxyOnlyCrashRate = []int{0, 30}[r.IntN(2)]
+	c.OneWayPartitionRate = []int{0, 50}[r.IntN(2)]
 	return c
 }
 

@@ -1,9 +1,9 @@
 package sim
 
 // startNemesis injects node faults until the heal: every
-// 1..NemesisTicksMax ticks it crashes a replica (with its proxy, or only its
-// database), crashes the certifier, or partitions a replica from the
-// certifier, and undoes it 1..DownTicksMax ticks later.
+// 1..NemesisTicksMax ticks it crashes a replica (its proxy and database,
+// only its database, or only its proxy), crashes the certifier, or partitions a replica from the
+// certifier (both ways or one way), and undoes it 1..DownTicksMax ticks later.
 func startNemesis(w *world) {
 	w.after(w.between(1, w.cfg.NemesisTicksMax), "nemesis", func() {
 		if w.healing {
@@ -40,7 +40,7 @@ func crashReplica(w *world, r *replica, down int64) {
 	if !r.up {
 		return
 	}
-	r.crash()
+	r.crash(w.rng.IntN(100) < w.cfg.ProxyOnlyCrashRate)
 	w.after(down, "replica-restart", func() {
 		if !r.up {
 			r.restart()
@@ -61,9 +61,13 @@ func crashCertifier(w *world, down int64) {
 }
 
 func partition(w *world, replica int, down int64) {
-	if w.net.partitioned[replica] {
+	if w.net.partitioned[replica] != 0 {
 		return
 	}
-	w.net.partition(replica)
+	c := cutBoth
+	if w.rng.IntN(100) < w.cfg.OneWayPartitionRate {
+		c = []cut{cutToCertifier, cutFromCertifier}[w.rng.IntN(2)]
+	}
+	w.net.partition(replica, c)
 	w.after(down, "partition-heal", func() { w.net.heal(replica) })
 }

@@ -63,20 +63,38 @@ type message struct {
 	reset   bool // the other side closed the stream
 }
 
+// cut says which directions of a replica's link a partition cuts.
+type cut uint8
+
+const (
+	cutToCertifier cut = 1 << iota
+	cutFromCertifier
+	cutBoth = cutToCertifier | cutFromCertifier
+)
+
 // network delivers messages after a random delay, and drops, duplicates and
 // partitions them as the seed says.
 type network struct {
 	w           *world
-	partitioned []bool // replica i cannot reach the certifier
+	partitioned []cut // per replica, the directions cut off
 }
 
 func newNetwork(w *world) *network {
-	return &network{w: w, partitioned: make([]bool, w.cfg.Replicas)}
+	return &network{w: w, partitioned: make([]cut, w.cfg.Replicas)}
+}
+
+// blocked is true when m's direction of its link is cut.
+func (n *network) blocked(m message) bool {
+	dir := cutFromCertifier
+	if m.toCert {
+		dir = cutToCertifier
+	}
+	return n.partitioned[m.conn.replica]&dir != 0
 }
 
 func (n *network) send(m message) {
 	w := n.w
-	if n.partitioned[m.conn.replica] {
+	if n.blocked(m) {
 		return
 	}
 	faulty := !w.healing
@@ -100,7 +118,7 @@ func (n *network) schedule(m message) {
 		delay = w.between(1, w.cfg.DelayTicksMax)
 	}
 	w.after(delay, "deliver", func() {
-		if n.partitioned[m.conn.replica] {
+		if n.blocked(m) {
 			return // in flight when the partition started
 		}
 		if m.toCert {
@@ -111,15 +129,15 @@ func (n *network) schedule(m message) {
 	})
 }
 
-func (n *network) partition(replica int) {
-	n.partitioned[replica] = true
+func (n *network) partition(replica int, c cut) {
+	n.partitioned[replica] = c
 	n.w.stats.Partitions++
-	n.w.note("partition", uint64(replica), 0, 0)
+	n.w.note("partition", uint64(replica), uint64(c), 0)
 }
 
 func (n *network) heal(replica int) {
-	if n.partitioned[replica] {
-		n.partitioned[replica] = false
+	if n.partitioned[replica] != 0 {
+		n.partitioned[replica] = 0
 		n.w.note("partition-healed", uint64(replica), 0, 0)
 	}
 }

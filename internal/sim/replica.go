@@ -100,17 +100,32 @@ func (r *replica) recoveredVersion() uint64 {
 	return r.db.version
 }
 
-// crash stops the proxy and its database. The database keeps what it
-// flushed; sessions, the sequencer and the client's pending calls are gone.
-func (r *replica) crash() {
+// crash stops the proxy, and its database unless proxyOnly: sessions, the
+// sequencer and the client's pending calls are gone. A database that
+// crashes keeps what it flushed; one that stays up keeps every commit,
+// including the one in flight, if it got that far.
+func (r *replica) crash(proxyOnly bool) {
 	if !r.up {
 		return
 	}
 	r.w.stats.ReplicaCrashes++
 	r.up = false
-	r.crashDatabase()
+	if proxyOnly {
+		r.crashProxy()
+	} else {
+		r.crashDatabase()
+	}
 	r.client.close()
 	r.client = nil
+}
+
+func (r *replica) crashProxy() {
+	r.settleInFlight()
+	r.incarnation++
+	for _, s := range r.sessions {
+		s.lost()
+	}
+	r.w.note("proxy-crash", uint64(r.id), r.db.version, 0)
 }
 
 // crashDatabaseOnly is PostgreSQL restarting under a running proxy: the
@@ -145,20 +160,26 @@ func (r *replica) resumeAfterDatabaseRestart() {
 }
 
 func (r *replica) crashDatabase() {
-	if r.busy && r.w.rng.IntN(2) == 0 {
-		r.inFlight() // the database committed; nobody was told
-		r.w.note("committed-at-crash", uint64(r.id), r.db.version, 0)
-	}
+	r.settleInFlight()
 	r.versionBeforeCrash = r.db.version
 	r.dbUp = false
 	r.incarnation++ // in-flight commits and timers of this life are void
-	r.busy, r.inFlight = false, nil
 	for _, s := range r.sessions {
 		s.lost()
 	}
 	lost := r.db.crash()
 	r.w.stats.LostTailVersions += lost
 	r.w.note("replica-crash", uint64(r.id), r.db.version, uint64(lost))
+}
+
+// settleInFlight decides the fate of the commit in flight at a crash: the
+// database may have committed it, and nobody was told.
+func (r *replica) settleInFlight() {
+	if r.busy && r.w.rng.IntN(2) == 0 {
+		r.inFlight()
+		r.w.note("committed-at-crash", uint64(r.id), r.db.version, 0)
+	}
+	r.busy, r.inFlight = false, nil
 }
 
 // deliver hands entries of the stream opened at epoch to the sequencer

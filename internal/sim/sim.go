@@ -39,6 +39,7 @@ type Stats struct {
 	TooOld            int // aborts below the low-water mark
 	LostTailVersions  int // versions mw replicas lost on crashes and replayed
 	SoftRecoveries    int // local commits the store refused, applied as remote
+	Overloaded        int // requests the certifier received over its in-flight limit
 	ConvergedAtTick   int64
 }
 

@@ -64,6 +64,7 @@ func requireFaultsHappened(t *testing.T, s Stats) {
 		"duplicated messages": s.Duplicated, "re-sent requests": s.Resent, "settled from the log": s.SettledFromLog,
 		"duplicate outcomes": s.DuplicateOutcomes, "too-old aborts": s.TooOld, "mw tails lost and replayed": s.LostTailVersions,
 		"unknown outcomes": s.Unknown, "soft recoveries": s.SoftRecoveries,
+		"overloaded certifier": s.Overloaded,
 	}
 	if *seedsFlag < 200 {
 		return // too few seeds to expect every rare event
@@ -99,6 +100,7 @@ func add(total *Stats, s Stats) {
 	total.TooOld += s.TooOld
 	total.LostTailVersions += s.LostTailVersions
 	total.SoftRecoveries += s.SoftRecoveries
+	total.Overloaded += s.Overloaded
 	total.ConvergedAtTick = max(total.ConvergedAtTick, s.ConvergedAtTick)
 }
 
@@ -170,4 +172,37 @@ var minCaught = map[Mutation]int{
 	MutationReadAboveSnapshot:  20,
 	MutationRecoverFromMemory:  5,
 	MutationSwapRemoteVersions: 5,
+}
+
+// TestAbortIsFinalOnlyWithoutDuplicates documents an assumption of the
+// certifier service that the simulation found: its commits are idempotent
+// (a re-sent request gets its version back), its aborts are not. An abort
+// may be transient: the simulation finds it with an overloaded certifier
+// (ABORT_REASON_OVERLOADED); by the same reasoning, a conflict with a
+// version certified in memory that a crash lost before its fsync is
+// transient too. The same request, processed again, can then commit
+// although its client was already answered 40001 and will run the
+// transaction again. The real system is safe because
+// a gRPC stream never delivers a request twice and certclient re-sends only
+// requests it has no answer for. A transport, a certifier group or a retry
+// policy that could deliver an answered request again must first make aborts
+// final (for example, remember aborted transaction ids like committed ones).
+func TestAbortIsFinalOnlyWithoutDuplicates(t *testing.T) {
+	found := false
+	for seed := uint64(1); seed <= 300 && !found; seed++ {
+		cfg := SwarmConfig(seed)
+		cfg.DuplicatePerMille, cfg.InFlightRequestsMax = 50, 1
+		cfg.DeliverDuplicateRequests = true
+		for _, v := range Run(seed, cfg, Options{}).Violations {
+			if strings.Contains(v, "was answered as aborted but committed") {
+				t.Logf("seed %d: %s", seed, v)
+				found = true
+				break
+			}
+		}
+	}
+	if !found {
+		t.Fatal("duplicated requests never turned an answered abort into a commit: if aborts became final, " +
+			"update this test and docs/RELIABILITY.md")
+	}
 }
