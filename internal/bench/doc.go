@@ -1,6 +1,34 @@
-// Package bench is `tashkent bench pgbench`: a benchmark, not a test, that
-// measures pgbench against tashkent and against PostgreSQL alone, side by
-// side, in one invocation, and reports ratios.
+// Package bench is `tashkent bench`: benchmarks, not tests, that measure
+// tashkent against PostgreSQL alone and against the peers a user would pick
+// instead, side by side, in one invocation, and report ratios.
+//
+// Two commands share the machinery here (starting systems, pgbench,
+// interleaving, medians, cleanup by PID):
+//
+//   - `tashkent bench pgbench` (Config, Run; bench.go, report.go): TPC-B of
+//     standalone PostgreSQL against tashkent mw and base, described below.
+//   - `tashkent bench WORKLOAD --systems LIST` (SuiteConfig, RunSuite;
+//     suite.go, suite_report.go): one of the workloads of workload.go
+//     (AllUpdates, TPC-B, sysbench oltp_read_write and oltp_read_only,
+//     contention, an 80/20 read-mostly mix) against any of the systems of
+//     system.go and peers.go (standalone PostgreSQL with
+//     synchronous_commit on/off, tashkent mw and base with 1..8 replicas,
+//     streaming replication with synchronous standbys, pgpool-II native
+//     replication and snapshot-isolation mode). It writes CSV, Markdown and
+//     PNG figures (plot.go, gonum/plot), every figure also as a ratio to a
+//     baseline of the same invocation. delay.go is the latency regime
+//     (a delaying relay between the hosts of a replicated system: the
+//     kernel here has no netem), scaleout.go the scale-out model of
+//     Jiménez-Peris et al. §2.1 with wo measured from /proc (cpu.go).
+//
+// Every workload but sysbench's is a pgbench script, so that every system
+// is driven by the same client with the same retry rule. A failed run of
+// one system (pgpool-II ends sessions on a cross-backend deadlock, and
+// sysbench then crashes) is recorded as FAILED in its cell and the others
+// go on.
+//
+// The rest of this comment describes `tashkent bench pgbench`; the suite
+// follows the same rules (interleaving, medians, settle between runs).
 //
 // # What is compared
 //
