@@ -168,7 +168,7 @@ func TestMutationsAreCaught(t *testing.T) {
 var minCaught = map[Mutation]int{
 	MutationSkipConflictCheck:  40,
 	MutationAckBeforeSync:      5,
-	MutationCommitWithoutTurn:  10,
+	MutationCommitWithoutTurn:  5,
 	MutationReadAboveSnapshot:  20,
 	MutationRecoverFromMemory:  5,
 	MutationSwapRemoteVersions: 5,
