@@ -187,12 +187,12 @@ func (r *runner) workload(ctx context.Context, la *listAppend, bk *bank, lf *lon
 	for _, ep := range r.ctl.endpoints() {
 		for range r.cfg.ClientsPerProxy {
 			c := newClient(ep, &r.ids, r.nextSeed())
-			wg.Go(func() { r.loop(wctx, c, func(ctx context.Context) { r.listAppendStep(ctx, la, c, disconnect) }) })
+			wg.Go(func() { r.loop(ctx, wctx, c, func(ctx context.Context) { r.listAppendStep(ctx, la, c, disconnect) }) })
 		}
 		b := newClient(ep, &r.ids, r.nextSeed())
-		wg.Go(func() { r.loop(wctx, b, func(ctx context.Context) { bk.step(ctx, b) }) })
+		wg.Go(func() { r.loop(ctx, wctx, b, func(ctx context.Context) { bk.step(ctx, b) }) })
 		l := newClient(ep, &r.ids, r.nextSeed())
-		wg.Go(func() { r.loop(wctx, l, func(ctx context.Context) { lf.step(ctx, l) }) })
+		wg.Go(func() { r.loop(ctx, wctx, l, func(ctx context.Context) { lf.step(ctx, l) }) })
 	}
 	n := &nemesis{ctl: r.ctl, log: r.log, kinds: r.cfg.Faults, hold: r.cfg.FaultHold, gap: r.cfg.FaultGap,
 		rng: rand.New(rand.NewPCG(r.nextSeed(), 1)), logf: r.progress}
@@ -205,12 +205,14 @@ func (r *runner) nextSeed() uint64 {
 	return r.seed
 }
 
-// loop runs step on c until ctx ends, reconnecting as needed.
-func (r *runner) loop(ctx context.Context, c *client, step func(ctx context.Context)) {
+// loop runs step on c until stop ends, reconnecting as needed. Steps run
+// under ctx, not stop, so that the end of the workload does not turn the
+// transactions in flight into unknown outcomes.
+func (r *runner) loop(ctx, stop context.Context, c *client, step func(ctx context.Context)) {
 	defer c.drop()
-	for ctx.Err() == nil {
+	for stop.Err() == nil {
 		if c.conn == nil {
-			if c.connect(ctx) != nil {
+			if c.connect(stop) != nil {
 				return
 			}
 		}

@@ -58,7 +58,7 @@ func (r *runner) selfTest(ctx context.Context, w *listAppend) error {
 	for _, ep := range r.ctl.endpoints() {
 		for range r.cfg.ClientsPerProxy {
 			c := newClient(ep, &r.ids, r.nextSeed())
-			wg.Go(func() { r.loop(wctx, c, func(ctx context.Context) { w.step(ctx, c, false) }) })
+			wg.Go(func() { r.loop(ctx, wctx, c, func(ctx context.Context) { w.step(ctx, c, false) }) })
 		}
 	}
 	bctx, stopBreaker := context.WithCancel(ctx)
