@@ -90,6 +90,7 @@ func (l *Log) appendToOneSegment(entries []Entry) (int, error) {
 		return 0, err
 	}
 	l.publish(startsSegment, entries[0].Version, entries[written-1].Version, int64(len(l.buf)))
+	l.noteWritten(l.activeSegmentBytes())
 	l.releaseHugeBuffer()
 	return written, nil
 }
@@ -137,7 +138,8 @@ func (l *Log) writeNewSegment(firstVersion uint64) error {
 	if err != nil {
 		return fmt.Errorf("wal: create segment: %w", err)
 	}
-	l.active, l.activeAllocated = f, 0
+	l.active = f
+	l.setZeroed(f, 0, 0)
 	l.segmentsCreated.Add(1)
 	if err := l.writeDurably(f, 0); err != nil {
 		return err
@@ -149,6 +151,7 @@ func (l *Log) writeNewSegment(firstVersion uint64) error {
 // last segment may end in zeros (recovery takes zeros anywhere else for corruption).
 func (l *Log) closeFullSegment() error {
 	f := l.active
+	l.setZeroed(nil, 0, 0) // waits for a chunk being zeroed in f
 	if err := f.Truncate(l.activeSegmentBytes()); err != nil {
 		return fmt.Errorf("wal: trim full segment %s: %w", f.Name(), err)
 	}
@@ -158,20 +161,17 @@ func (l *Log) closeFullSegment() error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("wal: close full segment: %w", err)
 	}
-	l.active, l.activeAllocated = nil, 0
+	l.active = nil
 	return nil
 }
 
 // writeDurably writes l.buf to f at offset in one call and makes it durable. The bytes are written
-// over zeros preallocated (and fsynced) beforehand, so the file's size and block map do not change and
-// fdatasync has only the data to flush: no journal commit for metadata, the way PostgreSQL's WAL uses
-// zero-filled segments. Recovery takes a tail of zeros after the last record for this preallocated
-// space (recover.go).
+// over zeros preallocated (and fsynced) beforehand (prealloc.go), so the file's size and block map do
+// not change and fdatasync has only the data to flush. Recovery takes a tail of zeros after the last
+// record for this preallocated space (recover.go).
 func (l *Log) writeDurably(f *os.File, offset int64) error {
-	if end := offset + int64(len(l.buf)); end > l.activeAllocated {
-		if err := l.preallocate(f, end); err != nil {
-			return err
-		}
+	if err := l.ensureZeroed(offset + int64(len(l.buf))); err != nil {
+		return err
 	}
 	l.writes.Add(1)
 	n, err := f.WriteAt(l.buf, offset)
@@ -180,30 +180,6 @@ func (l *Log) writeDurably(f *os.File, offset int64) error {
 		return fmt.Errorf("wal: write %s: %w", f.Name(), err)
 	}
 	return l.syncData(f)
-}
-
-// preallocChunkBytes is how much zero-filled space the active segment grows by at a time: one full
-// fsync per MiB of log instead of one per append, and at most this much to scan at recovery.
-const preallocChunkBytes = 1 << 20
-
-var zeroChunk = make([]byte, preallocChunkBytes)
-
-// preallocate writes zeros from the allocated end of f up to end rounded up to a chunk, and fsyncs
-// f, size and block map included.
-func (l *Log) preallocate(f *os.File, end int64) error {
-	target := (end + preallocChunkBytes - 1) / preallocChunkBytes * preallocChunkBytes
-	for at := l.activeAllocated; at < target; {
-		n := min(int64(len(zeroChunk)), target-at)
-		if _, err := f.WriteAt(zeroChunk[:n], at); err != nil {
-			return fmt.Errorf("wal: preallocate %s: %w", f.Name(), err)
-		}
-		at += n
-	}
-	if err := l.syncFile(f); err != nil {
-		return err
-	}
-	l.activeAllocated = target
-	return nil
 }
 
 // publish makes durable bytes visible to readers.

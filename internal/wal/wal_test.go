@@ -76,10 +76,14 @@ func TestGroupCommitIsOneWriteAndOneFsync(t *testing.T) {
 	defer mustClose(t, l)
 
 	before := l.Stats()
-	// Creates the first segment: the preallocated zeros are fsynced, then the records
-	// (fdatasync), then the directory.
+	// Creates the first segment: the preallocated zeros are fsynced (counted in ZeroedChunks), then
+	// the records (fdatasync), then the directory.
 	mustAppend(t, l, makeEntries(1, 100))
-	checkStatsDelta(t, before, l.Stats(), Stats{Appends: 1, Entries: 100, Writes: 1, Fsyncs: 3, SegmentsCreated: 1})
+	after := l.Stats()
+	checkStatsDelta(t, before, after, Stats{Appends: 1, Entries: 100, Writes: 1, Fsyncs: 2, SegmentsCreated: 1})
+	if after.ZeroedChunks < 1 {
+		t.Fatal("the new segment was written without zeroing it first")
+	}
 
 	// Within the preallocated space: one write, one sync.
 	for i := range 5 {
@@ -103,10 +107,13 @@ func TestBatchCrossingSegmentsWritesOncePerSegment(t *testing.T) {
 	if segmentsTouched < 3 {
 		t.Fatalf("batch touched %d segments, want at least 3", segmentsTouched)
 	}
-	// One write and one sync per segment; and per new segment one fsync to trim the full one, one
-	// for the new one's preallocated zeros and one for the directory.
+	// One write and one sync per segment; and per new segment one fsync to trim the full one and one
+	// for the directory. Zeroing a new segment ahead of its records is counted apart (ZeroedChunks).
 	checkStatsDelta(t, before, after, Stats{Appends: 1, Entries: 100, Writes: segmentsTouched,
-		Fsyncs: segmentsTouched + 3*(segmentsTouched-1), SegmentsCreated: segmentsTouched - 1})
+		Fsyncs: segmentsTouched + 2*(segmentsTouched-1), SegmentsCreated: segmentsTouched - 1})
+	if zeroed := after.ZeroedChunks - before.ZeroedChunks; zeroed < segmentsTouched-1 {
+		t.Fatalf("%d chunks zeroed for %d new segments", zeroed, segmentsTouched-1)
+	}
 	checkEntries(t, readAll(t, l, 0), 1, 105)
 }
 
