@@ -56,6 +56,10 @@ var (
 )
 
 func TestSimulation(t *testing.T) {
+	if raceBuild && *flagSeed == 0 && *flagSeeds == 0 {
+		runSimulationWithoutRace(t)
+		return
+	}
 	if *flagSeed != 0 {
 		if err := runSim(*flagSeed, simSteps(), true); err != nil {
 			t.Fatalf("seed %d: %v", *flagSeed, err)
@@ -100,15 +104,17 @@ func simSteps() int {
 
 func traceSim(seed int64) (string, error) {
 	s := newSim(seed, false)
+	s.tracing = true
 	err := s.run(simSteps())
 	return s.trace.String(), err
 }
 
 func runSim(seed int64, steps int, verbose bool) (err error) {
 	s := newSim(seed, verbose)
+	s.tracing = verbose || *flagSeed != 0
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\ntrace tail:\n%s", r, tail(s.trace.String(), 3000))
+			err = fmt.Errorf("panic: %v (replay with -seed=%d -v for the trace)\n%s", r, seed, tail(s.trace.String(), 3000))
 		}
 	}()
 	return s.run(steps)
@@ -180,6 +186,7 @@ type txn struct {
 type sim struct {
 	rng     *rand.Rand
 	verbose bool
+	tracing bool // keep a trace (replays and the determinism test)
 	trace   bytes.Buffer
 	now     int64
 	seq     int64
@@ -212,6 +219,9 @@ func newSim(seed int64, verbose bool) *sim {
 }
 
 func (s *sim) logf(format string, args ...any) {
+	if !s.tracing {
+		return
+	}
 	fmt.Fprintf(&s.trace, "%d: ", s.now)
 	fmt.Fprintf(&s.trace, format, args...)
 	s.trace.WriteByte('\n')

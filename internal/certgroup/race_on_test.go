@@ -1,0 +1,5 @@
+//go:build race
+
+package certgroup_test
+
+const raceBuild = true
