@@ -3,6 +3,7 @@ package faults
 import (
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -93,6 +94,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("at least one client per proxy is needed")
 	case c.ConvergeTimeout <= 0:
 		return fmt.Errorf("the convergence timeout must be positive")
+	case c.KeepCluster && slices.Contains(c.Faults, PartitionCertifier):
+		return fmt.Errorf("a kept cluster cannot have partition faults: the relay to the certifier's namespace ends with the run")
 	}
 	return nil
 }

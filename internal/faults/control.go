@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,10 +26,13 @@ type control struct {
 
 	mu sync.Mutex
 	st *cluster.State
-	// unsafeCertifier is the certifier the self-test started with the
-	// conflict check disabled (nil otherwise).
-	unsafeCertifier *exec.Cmd
-	unsafeDone      chan struct{}
+	// cert is the certifier this harness started in place of the one
+	// `tashkent up` started (takeOverCertifier); certDone is closed when it
+	// exits.
+	cert     *exec.Cmd
+	certDone chan struct{}
+	// net is the certifier's network namespace (nil: the host's).
+	net *certNet
 }
 
 // up starts whatever of the cluster is not running and waits until all of
@@ -51,8 +55,11 @@ func (c *control) state() *cluster.State {
 
 // down stops every process of the cluster.
 func (c *control) down(ctx context.Context) error {
-	c.stopUnsafeCertifier()
+	c.stopCertifier()
 	_, err := cluster.Down(ctx, c.dir)
+	if c.net != nil {
+		c.net.teardown()
+	}
 	return err
 }
 
@@ -163,37 +170,75 @@ func running(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
-// startUnsafeCertifier replaces the certifier by one started with the
-// hidden fault point --unsafe-fault-skip-conflict-check, on the same data
-// directory and ports, for the detector self-test. Proxies reconnect to it
-// as to any restarted certifier.
-func (c *control) startUnsafeCertifier(ctx context.Context) error {
+// takeOverCertifier replaces the certifier `tashkent up` started by one
+// this harness starts, restarts (after kill -9) and swaps for the
+// self-test's unsafe one; with withNet, inside a network namespace of its
+// own so that it can be partitioned (netpart.go). It listens on the same
+// data directory and ports, and proxies reconnect to it as to any
+// restarted certifier.
+func (c *control) takeOverCertifier(ctx context.Context, withNet bool) error {
 	st := c.state()
-	cert := st.Certifier
-	if err := signal([]int{cert.PID}, syscall.SIGTERM); err != nil {
+	pid := st.Certifier.PID
+	if err := signal([]int{pid}, syscall.SIGTERM); err != nil {
 		return err
 	}
-	if !waitGone([]int{cert.PID}, 20*time.Second) {
-		return fmt.Errorf("certifier pid %d did not stop within 20 s of SIGTERM", cert.PID)
+	if !waitGone([]int{pid}, 20*time.Second) {
+		return fmt.Errorf("certifier pid %d did not stop within 20 s of SIGTERM", pid)
 	}
+	if withNet {
+		n, err := newCertNet(ctx)
+		if err != nil {
+			return err
+		}
+		c.net = n
+		if err := n.startRelay(st.CertifierAddr(), net.JoinHostPort(n.nsIP, strconv.Itoa(st.Certifier.Port))); err != nil {
+			return err
+		}
+	}
+	return c.startCertifier(ctx, false)
+}
+
+// certifierAddr is where the certifier process listens (inside its
+// namespace, if it has one).
+func (c *control) certifierAddr(port int) string {
+	if c.net != nil {
+		return net.JoinHostPort(c.net.nsIP, strconv.Itoa(port))
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// startCertifier starts the certifier, with the hidden fault point
+// --unsafe-fault-skip-conflict-check when unsafe, records its PID in
+// cluster.json (so that cluster.Down stops it too) and waits until it
+// answers.
+func (c *control) startCertifier(ctx context.Context, unsafe bool) error {
+	st := c.state()
+	cert := st.Certifier
 	logf, err := os.OpenFile(cert.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	addr := st.CertifierAddr()
-	cmd := exec.Command(c.bin, "certifier", "--data-dir", cert.DataDir, "--listen", addr,
-		"--metrics-listen", "127.0.0.1:"+strconv.Itoa(cert.MetricsPort), "--unsafe-fault-skip-conflict-check")
+	addr := c.certifierAddr(cert.Port)
+	args := []string{"certifier", "--data-dir", cert.DataDir, "--listen", addr,
+		"--metrics-listen", c.certifierAddr(cert.MetricsPort)}
+	if unsafe {
+		args = append(args, "--unsafe-fault-skip-conflict-check")
+	}
+	cmd := exec.Command(c.bin, args...)
+	if c.net != nil {
+		cmd = c.net.command(c.bin, args...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start the unsafe certifier: %w", err)
+		return fmt.Errorf("start the certifier: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	c.mu.Lock()
-	c.unsafeCertifier, c.unsafeDone = cmd, done
-	c.st.Certifier.PID = cmd.Process.Pid // so that cluster.Down stops it too
+	c.cert, c.certDone = cmd, done
+	c.st.Certifier.PID = cmd.Process.Pid
 	err = c.st.Save()
 	c.mu.Unlock()
 	if err != nil {
@@ -206,22 +251,37 @@ func (c *control) startUnsafeCertifier(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the unsafe certifier did not become ready within 30 s (last error: %v)", err)
+			return fmt.Errorf("the certifier did not become ready within 30 s (last error: %v)", err)
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("the unsafe certifier exited; see %s", cert.Log)
+			return fmt.Errorf("the certifier exited; see %s", cert.Log)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// stopUnsafeCertifier stops the self-test's certifier, by the PID this
-// process started.
-func (c *control) stopUnsafeCertifier() {
+// restartCertifier starts the certifier again after it was killed.
+func (c *control) restartCertifier(ctx context.Context) error {
 	c.mu.Lock()
-	cmd, done := c.unsafeCertifier, c.unsafeDone
-	c.unsafeCertifier = nil
+	done := c.certDone
+	c.mu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			return errors.New("the killed certifier has not exited")
+		}
+	}
+	return c.startCertifier(ctx, false)
+}
+
+// stopCertifier stops the certifier this harness started, by the PID it
+// started, and records it stopped.
+func (c *control) stopCertifier() {
+	c.mu.Lock()
+	cmd, done := c.cert, c.certDone
+	c.cert = nil
 	c.mu.Unlock()
 	if cmd == nil {
 		return

@@ -31,10 +31,14 @@ const (
 	// ClientDisconnect: a client closes its connection in the middle of a
 	// transaction (injected by the list-append clients themselves).
 	ClientDisconnect FaultKind = "client-disconnect"
+	// PartitionCertifier: the certifier is cut from every replica by
+	// setting its veth down (netpart.go), then healed.
+	PartitionCertifier FaultKind = "partition-certifier"
 )
 
 // AllFaults lists every kind, in the order the nemesis cycles through them.
-var AllFaults = []FaultKind{KillPostgres, PauseProxy, KillCertifier, PausePostgres, KillProxy, PauseCertifier, ClientDisconnect}
+var AllFaults = []FaultKind{KillPostgres, PauseProxy, KillCertifier, PartitionCertifier, PausePostgres, KillProxy, PauseCertifier,
+	ClientDisconnect}
 
 // ParseFaults reads a comma-separated list of kinds ("all" for AllFaults,
 // "none" or "" for none).
@@ -155,8 +159,24 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 		}
 		n.logf("fault: %s %s (pids %v)", kind, t.name, f.PIDs)
 		sleepCtx(ctx, n.hold)
-		if uerr := n.ctl.up(heal); uerr != nil {
+		restart := n.ctl.up
+		if kind == KillCertifier {
+			restart = n.ctl.restartCertifier
+		}
+		if uerr := restart(heal); uerr != nil {
 			err = fmt.Errorf("restart: %w", uerr)
+		}
+	case PartitionCertifier:
+		f.PIDs = nil
+		if n.ctl.net == nil {
+			err = fmt.Errorf("the certifier has no network namespace of its own")
+			break
+		}
+		err = n.ctl.net.cut(ctx)
+		n.logf("fault: %s (veth %s down)", kind, n.ctl.net.hostIf)
+		sleepCtx(ctx, n.hold)
+		if herr := n.ctl.net.heal(heal); herr != nil {
+			err = herr
 		}
 	case PausePostgres, PauseProxy, PauseCertifier:
 		err = signal(f.PIDs, syscall.SIGSTOP)
@@ -178,7 +198,7 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 func (n *nemesis) pick(kind FaultKind) target {
 	var want string
 	switch kind {
-	case KillCertifier, PauseCertifier:
+	case KillCertifier, PauseCertifier, PartitionCertifier:
 		return n.ctl.targets()[0]
 	case KillProxy, PauseProxy:
 		want = " proxy"

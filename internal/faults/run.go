@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,6 +67,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := r.ctl.up(ctx); err != nil {
 		_ = r.ctl.down(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("start the cluster: %w", err)
+	}
+	if err := r.ctl.takeOverCertifier(ctx, slices.Contains(cfg.Faults, PartitionCertifier)); err != nil {
+		_ = r.ctl.down(context.WithoutCancel(ctx))
+		return nil, err
 	}
 	if !cfg.KeepCluster {
 		defer func() {
@@ -177,6 +182,9 @@ func (r *runner) workload(ctx context.Context, la *listAppend, bk *bank, lf *lon
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.Duration)
 	defer cancel()
 	r.log = &faultLog{start: time.Now()}
+	la.hist.mu.Lock()
+	la.hist.start = r.log.start // history times and fault times share their origin
+	la.hist.mu.Unlock()
 	disconnect := 0
 	for _, k := range r.cfg.Faults {
 		if k == ClientDisconnect {

@@ -50,7 +50,8 @@ WHERE w.wait_event_type = 'Lock'
 
 func (r *runner) selfTest(ctx context.Context, w *listAppend) error {
 	r.progress("self-test: certifier restarted with --unsafe-fault-skip-conflict-check for %s", r.cfg.SelfTestDuration)
-	if err := r.ctl.startUnsafeCertifier(ctx); err != nil {
+	r.ctl.stopCertifier()
+	if err := r.ctl.startCertifier(ctx, true); err != nil {
 		return fmt.Errorf("self-test: %w", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.SelfTestDuration)
@@ -67,10 +68,10 @@ func (r *runner) selfTest(ctx context.Context, w *listAppend) error {
 	bwg.Go(func() { broken = breakDeadlocks(bctx, r.ctl.state()) })
 	wg.Wait()
 	cancel()
-	r.ctl.stopUnsafeCertifier()
+	r.ctl.stopCertifier()
 	// Back to the normal certifier, and let every replica receive every
 	// version before the durability check counts lost appends.
-	if err := r.ctl.up(ctx); err != nil {
+	if err := r.ctl.startCertifier(ctx, false); err != nil {
 		stopBreaker()
 		return fmt.Errorf("self-test: restart the certifier: %w", err)
 	}
