@@ -120,7 +120,7 @@ func DefaultConfig() Config {
 	return Config{
 		Replicas: 3, ClientsPerReplica: 2, Keys: 6, OpsPerTxnMax: 4, ReadOnlyPercent: 20,
 		Mode: ModeMW, WindowVersions: 32,
-		WorkloadTicks: 400, HealTicksMax: 2000,
+		WorkloadTicks: 300, HealTicksMax: 2000,
 		DropPerMille: 10, DuplicatePerMille: 10, DelayTicksMax: 3,
 		NemesisTicksMax: 60, ReplicaCrashWeight: 3, CertifierCrashWeight: 2, PartitionWeight: 3,
 		DownTicksMax: 40, DatabaseOnlyCrashRate: 30, ProxyOnlyCrashRate: 20, OneWayPartitionRate: 30,
