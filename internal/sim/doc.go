@@ -49,16 +49,22 @@
 // wire protocol, DDL, the certifier group (Raft), encoding (internal/logentry:
 // entries travel as Go values; the encoding has its own tests).
 //
-// # Network
+// # Faults
 //
 // Each replica talks to the certifier over streams (gRPC in the real system).
-// A stream carries per-direction sequence numbers, as TCP would. Faults act on
+// A stream carries per-direction sequence numbers, as TCP does. Faults act on
 // single messages: a drop or a reorder shows up as a gap and breaks the stream
-// (both sides then reconnect, which is how a real stream fails); a duplicate is
-// handed to the application a second time, so the certifier's transaction-id
-// deduplication and the client's handling of repeated replies and entries are
-// exercised. A partition drops everything between one replica and the
-// certifier for a while.
+// (both sides then reconnect, which is how a real stream fails, and the
+// client re-sends what is unanswered); a duplicate is discarded by the
+// receiver, as TCP would (Config.DeliverDuplicateRequests hands it to the
+// certifier instead, see TestAbortIsFinalOnlyWithoutDuplicates). A partition
+// drops everything between one replica and the certifier, in both directions
+// or one, for a while. The nemesis also crashes replicas (proxy and database,
+// the database alone, or the proxy alone; a commit in flight may or may not
+// have reached the database), crashes the certifier (its disk loses what was
+// not synced), lets a store refuse a local commit (soft recovery, Tashkent
+// §8.1), and the certifier aborts requests over its in-flight limit
+// (overloaded). SwarmConfig varies the mix with the seed.
 //
 // # Checkers (check.go)
 //
@@ -69,10 +75,18 @@
 // every read equals the value the log's prefix at the snapshot holds (which
 // rules out G1a aborted reads, G1b intermediate reads, fractured reads and
 // long fork, since every snapshot is a prefix of the one log); every replica
-// applied the log's transaction at every version (long fork across replicas).
+// applied the log's transaction at every version (long fork across replicas);
+// and, from the values read alone, without trusting the snapshots the
+// simulation recorded, each transaction's reads fit one prefix of the log
+// (long fork as observed by clients). A transaction whose client was
+// answered 40001 must not be in the log.
 //
-// A self-test (Config.UnsafeSkipConflictCheck) disables the conflict check;
-// the checkers must catch it.
+// The self-test (TestMutationsAreCaught) runs deliberate bugs (Mutation): the
+// real certification.Config.UnsafeSkipConflictCheck fault point, replies
+// before fsync, a commit that does not wait for its turn, reads above the
+// snapshot, recovery from the in-memory version instead of the store's, and
+// a replica installing two versions in swapped order. Each must be caught by
+// the checker meant for it.
 //
 // # Running
 //
