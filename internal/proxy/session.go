@@ -41,6 +41,7 @@ type session struct {
 
 	ex         exchange                        // the extended-protocol exchange in progress
 	ddl        []string                        // DDL run by the open transaction
+	savepoints []savepoint                     // the open transaction's, oldest first (savepoints.go)
 	statements map[string][]sqlclass.Statement // prepared statements by name
 	portals    map[string]string               // portal -> statement name
 }
@@ -109,7 +110,7 @@ func (s *session) refuse(code, message, hint string) error {
 func (s *session) labelIfIdle() {
 	if s.status == 'I' {
 		s.start = s.p.rep.seq.Committed()
-		s.ddl = s.ddl[:0]
+		s.resetTransaction()
 	}
 }
 

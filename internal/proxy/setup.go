@@ -49,7 +49,7 @@ func (s *session) setup() error {
 // begin opens a transaction block with the prepared BEGIN. If the client
 // dropped it (DEALLOCATE ALL, DISCARD), it is prepared again.
 func (s *session) begin() (result, error) {
-	s.ddl = s.ddl[:0]
+	s.resetTransaction()
 	for attempt := 0; ; attempt++ {
 		s.w.Server.Send(&pgproto3.Bind{PreparedStatement: beginStatement})
 		s.w.Server.Send(&pgproto3.Execute{})
@@ -83,6 +83,8 @@ func (s *session) noteStatement(st sqlclass.Statement) error {
 		if !st.TempOnly {
 			s.ddl = append(s.ddl, st.SQL)
 		}
+	case sqlclass.Savepoint, sqlclass.Release, sqlclass.RollbackTo:
+		s.noteSavepoint(st)
 	case sqlclass.Discard:
 		if s.status == 'I' {
 			return s.setup()
