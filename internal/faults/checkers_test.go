@@ -82,3 +82,30 @@ func TestCommitOutcome(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+func TestForbiddenAllowsOnlyTheG2Family(t *testing.T) {
+	r := &AdyaReport{Valid: "false", AnomalyTypes: []string{"G2-item", "G2-item-process"}}
+	if !r.OK() || len(r.Forbidden()) != 0 {
+		t.Fatalf("write skew alone must pass: OK=%v forbidden=%v", r.OK(), r.Forbidden())
+	}
+	r.AnomalyTypes = append(r.AnomalyTypes, "G-single-item")
+	if r.OK() {
+		t.Fatal("G-single-item must fail the check")
+	}
+	if (&AdyaReport{Valid: "unknown"}).OK() {
+		t.Fatal("an unknown verdict must fail the check")
+	}
+}
+
+func TestParseFaults(t *testing.T) {
+	all, err := ParseFaults("all")
+	if err != nil || len(all) != len(AllFaults) {
+		t.Fatalf("all: %v %v", all, err)
+	}
+	if ks, err := ParseFaults("kill-proxy, pause-certifier"); err != nil || len(ks) != 2 || ks[1] != PauseCertifier {
+		t.Fatalf("list: %v %v", ks, err)
+	}
+	if _, err := ParseFaults("kill-everything"); err == nil || !strings.Contains(err.Error(), "unknown fault") {
+		t.Fatalf("unknown kind: %v", err)
+	}
+}

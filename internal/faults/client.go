@@ -144,12 +144,3 @@ func isPgError(err error) bool {
 	var pg *pgconn.PgError
 	return errors.As(err, &pg)
 }
-
-// sqlState returns the SQLSTATE of err, or "" when it has none.
-func sqlState(err error) string {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		return pg.Code
-	}
-	return ""
-}

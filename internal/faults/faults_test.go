@@ -3,7 +3,6 @@ package faults
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,7 +64,7 @@ func outputDir(t *testing.T) string {
 		if !t.Failed() {
 			os.RemoveAll(dir)
 		} else {
-			t.Logf("kept %s", filepath.Join(dir))
+			t.Logf("kept %s", dir)
 		}
 	})
 	return dir

@@ -1,0 +1,35 @@
+// Package faults is the fault-test harness (issue 7): it proves, the way
+// Jepsen does, that tashkent keeps snapshot isolation across replicas
+// (Tashkent §2, GSI) and loses no acknowledged commit while its processes
+// crash, pause and get partitioned.
+//
+// Why real processes. The properties at stake live in the seams between
+// processes: a PostgreSQL that loses its last commits under
+// synchronous_commit=off and must be caught up from the certifier's log
+// (Tashkent §7.1), a proxy that dies between certification and its local
+// commit, a certifier restarted on its log while proxies re-send. Only
+// kill -9 of real processes exercises those paths, so Run starts a real
+// 3-replica mw cluster with cluster.Up (what `tashkent up` runs) and signals
+// the PIDs recorded in cluster.json. The seeded deterministic simulation
+// (internal/sim) covers the same checkers over many more interleavings,
+// without PostgreSQL.
+//
+// Layout, one concern per file:
+//
+//   - run.go: one run: cluster, setup, workload under faults, checks.
+//   - client.go: a session pinned to one proxy; how an error maps to
+//     :ok / :fail / :info (Elle's outcome types).
+//   - listappend.go, history.go, adya.go: the list-append workload, its
+//     EDN history, and adya's verdict (G2-item allowed, everything else
+//     forbidden).
+//   - bank.go, longfork.go: invariants checked by the harness itself.
+//   - converge.go: equal versions and checksums after the faults heal.
+//   - nemesis.go, control.go, netpart.go: the faults, the processes they hit,
+//     and the certifier's network namespace for partitions.
+//   - selftest.go: the detector self-test; a harness that cannot see a
+//     certifier that certifies nothing proves nothing.
+//
+// Where to start debugging a failed run: summary.json and faults.txt in
+// the output directory, then adya's report (history.adya.json), then the
+// processes' logs under cluster/. docs/RELIABILITY.md says what is tested.
+package faults
