@@ -453,7 +453,7 @@ func (r *suiteRunner) measureAll(ctx context.Context, rep *SuiteReport) error {
 				line := fmt.Sprintf("%s  %9.1f tps  %7.2f ms  %5.1f%% aborts", head, run.TPS, run.LatencyMs, abortPct(run.Processed, run.Failed, run.Retries))
 				if err != nil { // the system failed this run: record it, go on with the others
 					run.Error = firstLine(err.Error())
-					line = fmt.Sprintf("%s  FAILED: %s (logs: %s)", head, run.Error, s.dir)
+					line = fmt.Sprintf("%s  FAILED: %v", head, err)
 				}
 				run.Repeat = rpt
 				rep.Runs = append(rep.Runs, run)
