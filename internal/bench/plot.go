@@ -64,6 +64,9 @@ func (f figure) save(path string) error {
 		c := plotutil.Color(i)
 		line.Color, points.Color = c, c
 		line.Width = vg.Points(1.5)
+		if i >= len(plotutil.SoftColors) { // colors repeat: tell the lines apart by dashes
+			line.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+		}
 		points.Shape = plotutil.Shape(i)
 		if s.dashed {
 			line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
