@@ -153,6 +153,9 @@ func (c *streamClient) receive(m message) {
 	}
 	for _, rep := range m.replies {
 		if cl := c.take(rep.id); cl != nil {
+			if rep.commit {
+				c.r.w.stats.CommitReplies++
+			}
 			cl.session.onReply(rep)
 		}
 	}

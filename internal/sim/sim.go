@@ -35,6 +35,7 @@ type Stats struct {
 	StreamBreaks      int
 	Resent            int // requests re-sent after a reconnection
 	SettledFromLog    int // pending calls answered from delivered entries
+	CommitReplies     int // commit replies that answered a call (settling from entries comes first)
 	DuplicateOutcomes int // certifier answered a retry with the original version
 	TooOld            int // aborts below the low-water mark
 	LostTailVersions  int // versions mw replicas lost on crashes and replayed

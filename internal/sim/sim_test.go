@@ -96,6 +96,7 @@ func add(total *Stats, s Stats) {
 	total.StreamBreaks += s.StreamBreaks
 	total.Resent += s.Resent
 	total.SettledFromLog += s.SettledFromLog
+	total.CommitReplies += s.CommitReplies
 	total.DuplicateOutcomes += s.DuplicateOutcomes
 	total.TooOld += s.TooOld
 	total.LostTailVersions += s.LostTailVersions
