@@ -340,9 +340,8 @@ func (r *replica) scheduleMaintenance() {
 		if r.up && r.client != nil {
 			r.client.keepalive()
 		}
-		if r.up || !r.w.converged {
-			r.scheduleMaintenance()
-		}
+		r.scheduleMaintenance() // the run ends at convergence or its time limit
+
 	})
 }
 

@@ -155,6 +155,7 @@ func (w *world) loop() {
 		}
 		w.now = e.at
 		w.stats.Events++
+		w.hashEvent(e)
 		e.fn()
 	}
 }
@@ -182,6 +183,16 @@ const (
 	fnvOffset = 14695981039346656037
 	fnvPrime  = 1099511628211
 )
+
+// hashEvent adds every event's time and kind to the trace hash, so that
+// two runs that differ anywhere have different hashes.
+func (w *world) hashEvent(e *event) {
+	h := (w.hash ^ uint64(e.at)) * fnvPrime
+	for i := 0; i < len(e.name); i++ {
+		h = (h ^ uint64(e.name[i])) * fnvPrime
+	}
+	w.hash = h
+}
 
 // note adds a step to the trace hash (and the readable trace if asked).
 // Hashing numbers instead of formatting strings keeps thousands of seeds
