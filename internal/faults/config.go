@@ -94,7 +94,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("at least one client per proxy is needed")
 	case c.ConvergeTimeout <= 0:
 		return fmt.Errorf("the convergence timeout must be positive")
-	case c.KeepCluster && slices.Contains(c.Faults, PartitionCertifier):
+	case c.KeepCluster && (slices.Contains(c.Faults, PartitionCertifier) || slices.Contains(c.Faults, PartitionReplica)):
 		return fmt.Errorf("a kept cluster cannot have partition faults: the relay to the certifier's namespace ends with the run")
 	}
 	return nil

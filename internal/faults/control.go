@@ -76,6 +76,8 @@ type target struct {
 	name string // "certifier", "replica2 proxy", "replica1 postgres"
 	pid  int
 	pg   bool // a postmaster: its backends are hit too
+	// links are the replicas whose veth to the certifier a partition cuts.
+	links []int
 }
 
 func (c *control) targets() []target {
@@ -186,25 +188,51 @@ func (c *control) takeOverCertifier(ctx context.Context, withNet bool) error {
 		return fmt.Errorf("certifier pid %d did not stop within 20 s of SIGTERM", pid)
 	}
 	if withNet {
-		n, err := newCertNet(ctx)
+		n, err := newCertNet(ctx, len(st.Replicas))
 		if err != nil {
 			return err
 		}
 		c.net = n
-		if err := n.startRelay(st.CertifierAddr(), net.JoinHostPort(n.nsIP, strconv.Itoa(st.Certifier.Port))); err != nil {
+		n.linkOf = c.replicaOfClientPort
+		if err := n.startRelay(st.CertifierAddr(), st.Certifier.Port); err != nil {
 			return err
 		}
 	}
 	return c.startCertifier(ctx, false)
 }
 
-// certifierAddr is where the certifier process listens (inside its
-// namespace, if it has one).
-func (c *control) certifierAddr(port int) string {
+// certifierListen is the address the certifier process listens on: every
+// address of its namespace, if it has one.
+func (c *control) certifierListen(port int) string {
 	if c.net != nil {
-		return net.JoinHostPort(c.net.nsIP, strconv.Itoa(port))
+		return net.JoinHostPort("0.0.0.0", strconv.Itoa(port))
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// certifierDial is where the harness reaches the certifier process
+// directly (across its own veth, if the certifier has a namespace).
+func (c *control) certifierDial(port int) string {
+	if c.net != nil {
+		return net.JoinHostPort(c.net.harnessLink().nsIP, strconv.Itoa(port))
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// replicaOfClientPort says which replica's proxy owns the connection from
+// 127.0.0.1:port to the certifier relay (-1: none, e.g. the harness).
+func (c *control) replicaOfClientPort(port int) int {
+	st := c.state()
+	inode, err := socketInode(port, st.Certifier.Port)
+	if err != nil {
+		return -1
+	}
+	for i, r := range st.Replicas {
+		if ownsSocket(r.Proxy.PID, inode) {
+			return i
+		}
+	}
+	return -1
 }
 
 // startCertifier starts the certifier, with the hidden fault point
@@ -219,9 +247,9 @@ func (c *control) startCertifier(ctx context.Context, unsafe bool) error {
 		return err
 	}
 	defer logf.Close()
-	addr := c.certifierAddr(cert.Port)
-	args := []string{"certifier", "--data-dir", cert.DataDir, "--listen", addr,
-		"--metrics-listen", c.certifierAddr(cert.MetricsPort)}
+	addr := c.certifierDial(cert.Port)
+	args := []string{"certifier", "--data-dir", cert.DataDir, "--listen", c.certifierListen(cert.Port),
+		"--metrics-listen", c.certifierListen(cert.MetricsPort)}
 	if unsafe {
 		args = append(args, "--unsafe-fault-skip-conflict-check")
 	}
@@ -297,4 +325,22 @@ func (c *control) stopCertifier() {
 	c.st.Certifier.PID = 0
 	_ = c.st.Save()
 	c.mu.Unlock()
+}
+
+// relayConnections names the relay's per-link counts (nil without a
+// namespace).
+func (c *control) relayConnections() map[string]int {
+	if c.net == nil {
+		return nil
+	}
+	out := map[string]int{}
+	st := c.state()
+	for i, n := range c.net.dialedPerLink() {
+		name := "harness"
+		if i < len(st.Replicas) {
+			name = st.Replicas[i].Name
+		}
+		out[name] = n
+	}
+	return out
 }

@@ -46,6 +46,11 @@ func TestShortProfile(t *testing.T) {
 			t.Errorf("fault %s", f)
 		}
 	}
+	for _, r := range []string{"replica1", "replica2", "replica3"} {
+		if sum.RelayConnections[r] == 0 {
+			t.Errorf("no connection of %s crossed its own veth to the certifier: partitions cannot isolate it (%v)", r, sum.RelayConnections)
+		}
+	}
 	if sum.SelfTest == nil || !sum.SelfTest.Detected {
 		t.Error("the self-test did not run or did not detect the disabled conflict check")
 	}

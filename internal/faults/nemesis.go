@@ -32,13 +32,16 @@ const (
 	// transaction (injected by the list-append clients themselves).
 	ClientDisconnect FaultKind = "client-disconnect"
 	// PartitionCertifier: the certifier is cut from every replica by
-	// setting its veth down (netpart.go), then healed.
+	// setting their veths down (netpart.go), then healed.
 	PartitionCertifier FaultKind = "partition-certifier"
+	// PartitionReplica: one replica is cut from the certifier (and so from
+	// the rest of the cluster), then healed: a minority of one.
+	PartitionReplica FaultKind = "partition-replica"
 )
 
 // AllFaults lists every kind, in the order the nemesis cycles through them.
 var AllFaults = []FaultKind{KillPostgres, PauseProxy, KillCertifier, PartitionCertifier, PausePostgres, KillProxy, PauseCertifier,
-	ClientDisconnect}
+	PartitionReplica, ClientDisconnect}
 
 // ParseFaults reads a comma-separated list of kinds ("all" for AllFaults,
 // "none" or "" for none).
@@ -166,24 +169,18 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 		if uerr := restart(heal); uerr != nil {
 			err = fmt.Errorf("restart: %w", uerr)
 		}
-	case PartitionCertifier:
+	case PartitionCertifier, PartitionReplica:
 		f.PIDs = nil
 		if n.ctl.net == nil {
 			err = fmt.Errorf("the certifier has no network namespace of its own")
 			break
 		}
-		err = n.ctl.net.cut(ctx)
-		n.logf("fault: %s (veth %s down)", kind, n.ctl.net.hostIf)
+		links := t.links
+		err = n.ctl.net.setLinks(ctx, links, false)
+		n.logf("fault: %s %s (replica links %v down)", kind, t.name, links)
 		sleepCtx(ctx, n.hold)
-		if herr := n.ctl.net.heal(heal); herr != nil {
+		if herr := n.ctl.net.setLinks(heal, links, true); herr != nil {
 			err = herr
-		}
-	case PausePostgres, PauseProxy, PauseCertifier:
-		err = signal(f.PIDs, syscall.SIGSTOP)
-		n.logf("fault: %s %s (pids %v)", kind, t.name, f.PIDs)
-		sleepCtx(ctx, n.hold)
-		if cerr := signal(f.PIDs, syscall.SIGCONT); cerr != nil {
-			err = cerr
 		}
 	}
 	f.Healed = n.log.since()
@@ -198,8 +195,17 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 func (n *nemesis) pick(kind FaultKind) target {
 	var want string
 	switch kind {
-	case KillCertifier, PauseCertifier, PartitionCertifier:
+	case KillCertifier, PauseCertifier:
 		return n.ctl.targets()[0]
+	case PartitionCertifier:
+		t := target{name: "certifier"}
+		for i := range n.ctl.state().Replicas {
+			t.links = append(t.links, i)
+		}
+		return t
+	case PartitionReplica:
+		i := n.rng.IntN(len(n.ctl.state().Replicas))
+		return target{name: n.ctl.state().Replicas[i].Name, links: []int{i}}
 	case KillProxy, PauseProxy:
 		want = " proxy"
 	default:

@@ -1,24 +1,31 @@
 package faults
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 )
 
 // Network partitions (issue 7: "ip netns and veth"). The certifier runs in
-// a network namespace of its own, reached from the host through a veth
-// pair; the proxies, started by `tashkent up` with the certifier at
-// 127.0.0.1:PORT, reach it through a TCP relay on that address that dials
-// across the veth. Setting the host end of the veth down partitions the
-// certifier from every replica: packets are dropped, connections stall,
-// new ones time out. Setting it up heals the partition.
+// a network namespace of its own. Every replica reaches it through a veth
+// pair of its own, and the harness through one more. The proxies, started
+// by `tashkent up` with the certifier at 127.0.0.1:PORT, connect to a TCP
+// relay on that address; the relay finds which proxy a connection comes
+// from (its socket's owner, from /proc) and dials the certifier across that
+// replica's veth. Setting the host end of a veth down drops that replica's
+// packets to and from the certifier: its connections stall, new ones time
+// out. Down on one veth isolates one replica (a minority of one against the
+// certifier and the other replicas); down on every replica's veth isolates
+// the certifier. Up heals.
 
 const (
 	// relayDialTimeout bounds the relay's connection to the certifier; a
@@ -26,43 +33,53 @@ const (
 	relayDialTimeout = 2 * time.Second
 )
 
-// certNet is the certifier's namespace, veth pair and relay.
-type certNet struct {
-	ns     string
-	hostIf string
-	nsIf   string
-	hostIP string
-	nsIP   string
-
-	relay    net.Listener
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    map[net.Conn]bool
-	upstream string
+// vethLink is one veth pair between the host and the certifier's namespace.
+type vethLink struct {
+	hostIf, nsIf string
+	hostIP, nsIP string
 }
 
-// newCertNet creates the namespace and the veth pair. Names carry this
-// process's PID so that concurrent runs do not collide.
-func newCertNet(ctx context.Context) (*certNet, error) {
+// certNet is the certifier's namespace, its veth pairs and the relay.
+// links[i] serves replica i; the last link serves the harness itself.
+type certNet struct {
+	ns    string
+	links []vethLink
+
+	// linkOf maps a connection's client port (on 127.0.0.1) to the link it
+	// must take: the replica whose proxy owns the socket, or the harness's.
+	linkOf func(clientPort int) int
+
+	relay net.Listener
+	port  int // the certifier's port, inside the namespace and at the relay
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+	// dialed counts the relayed connections per link, so that a run shows
+	// that every replica's traffic took its own veth.
+	dialed []int
+}
+
+// newCertNet creates the namespace and one veth pair per replica plus one
+// for the harness. Names and subnets derive from this process's PID so that
+// concurrent runs do not collide.
+func newCertNet(ctx context.Context, replicas int) (*certNet, error) {
 	pid := os.Getpid()
-	sub := pid % 16384 // a /30 inside 10.213.0.0/16
-	n := &certNet{
-		ns:     fmt.Sprintf("tashkent-faults-%d", pid),
-		hostIf: fmt.Sprintf("tkf%dh", pid),
-		nsIf:   fmt.Sprintf("tkf%dn", pid),
-		hostIP: fmt.Sprintf("10.213.%d.%d", sub/64, sub%64*4+1),
-		nsIP:   fmt.Sprintf("10.213.%d.%d", sub/64, sub%64*4+2),
-		conns:  map[net.Conn]bool{},
-	}
-	steps := [][]string{
-		{"ip", "netns", "add", n.ns},
-		{"ip", "link", "add", n.hostIf, "type", "veth", "peer", "name", n.nsIf},
-		{"ip", "link", "set", n.nsIf, "netns", n.ns},
-		{"ip", "addr", "add", n.hostIP + "/30", "dev", n.hostIf},
-		{"ip", "link", "set", n.hostIf, "up"},
-		{"ip", "netns", "exec", n.ns, "ip", "addr", "add", n.nsIP + "/30", "dev", n.nsIf},
-		{"ip", "netns", "exec", n.ns, "ip", "link", "set", n.nsIf, "up"},
-		{"ip", "netns", "exec", n.ns, "ip", "link", "set", "lo", "up"},
+	n := &certNet{ns: fmt.Sprintf("tashkent-faults-%d", pid), conns: map[net.Conn]bool{}}
+	steps := [][]string{{"ip", "netns", "add", n.ns}, {"ip", "netns", "exec", n.ns, "ip", "link", "set", "lo", "up"}}
+	for i := range replicas + 1 {
+		idx := (pid%4096)*4 + i // a /30 inside 10.213.0.0/16
+		l := vethLink{
+			hostIf: fmt.Sprintf("tkf%dh%d", pid, i), nsIf: fmt.Sprintf("tkf%dn%d", pid, i),
+			hostIP: fmt.Sprintf("10.213.%d.%d", idx/64, idx%64*4+1), nsIP: fmt.Sprintf("10.213.%d.%d", idx/64, idx%64*4+2),
+		}
+		n.links = append(n.links, l)
+		steps = append(steps,
+			[]string{"ip", "link", "add", l.hostIf, "type", "veth", "peer", "name", l.nsIf},
+			[]string{"ip", "link", "set", l.nsIf, "netns", n.ns},
+			[]string{"ip", "addr", "add", l.hostIP + "/30", "dev", l.hostIf},
+			[]string{"ip", "link", "set", l.hostIf, "up"},
+			[]string{"ip", "netns", "exec", n.ns, "ip", "addr", "add", l.nsIP + "/30", "dev", l.nsIf},
+			[]string{"ip", "netns", "exec", n.ns, "ip", "link", "set", l.nsIf, "up"})
 	}
 	for _, s := range steps {
 		if err := run(ctx, s...); err != nil {
@@ -86,24 +103,31 @@ func (n *certNet) command(bin string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", n.ns, bin}, args...)...)
 }
 
-// cut partitions the certifier from every replica.
-func (n *certNet) cut(ctx context.Context) error {
-	return run(ctx, "ip", "link", "set", n.hostIf, "down")
-}
+// harnessLink is the link of the harness's own connections.
+func (n *certNet) harnessLink() vethLink { return n.links[len(n.links)-1] }
 
-// heal ends the partition.
-func (n *certNet) heal(ctx context.Context) error {
-	return run(ctx, "ip", "link", "set", n.hostIf, "up")
+// setLinks sets the host ends of the given replicas' links down or up.
+func (n *certNet) setLinks(ctx context.Context, replicas []int, up bool) error {
+	state := "down"
+	if up {
+		state = "up"
+	}
+	for _, i := range replicas {
+		if err := run(ctx, "ip", "link", "set", n.links[i].hostIf, state); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // startRelay listens on addr (where the proxies look for the certifier)
-// and relays every connection to upstream, across the veth.
-func (n *certNet) startRelay(addr, upstream string) error {
+// and relays every connection across the veth of the replica it comes from.
+func (n *certNet) startRelay(addr string, port int) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("certifier relay: %w", err)
 	}
-	n.relay, n.upstream = l, upstream
+	n.relay, n.port = l, port
 	n.wg.Go(func() {
 		for {
 			c, err := l.Accept()
@@ -117,7 +141,21 @@ func (n *certNet) startRelay(addr, upstream string) error {
 }
 
 func (n *certNet) pipe(down net.Conn) {
-	up, err := net.DialTimeout("tcp", n.upstream, relayDialTimeout)
+	li := len(n.links) - 1 // the harness's
+	if a, ok := down.RemoteAddr().(*net.TCPAddr); ok && n.linkOf != nil {
+		if i := n.linkOf(a.Port); i >= 0 && i < len(n.links) {
+			li = i
+		}
+	}
+	link := n.links[li]
+	n.mu.Lock()
+	if n.dialed == nil {
+		n.dialed = make([]int, len(n.links))
+	}
+	n.dialed[li]++
+	n.mu.Unlock()
+	d := net.Dialer{Timeout: relayDialTimeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(link.hostIP)}}
+	up, err := d.Dial("tcp", net.JoinHostPort(link.nsIP, strconv.Itoa(n.port)))
 	if err != nil {
 		down.Close()
 		return
@@ -162,7 +200,14 @@ func (n *certNet) untrack(cs ...net.Conn) {
 	}
 }
 
-// teardown closes the relay and deletes the veth pair and the namespace.
+// dialedPerLink returns how many connections took each link.
+func (n *certNet) dialedPerLink() []int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]int(nil), n.dialed...)
+}
+
+// teardown closes the relay and deletes the veth pairs and the namespace.
 // The certifier inside must have been stopped.
 func (n *certNet) teardown() {
 	if n.relay != nil {
@@ -177,7 +222,46 @@ func (n *certNet) teardown() {
 	n.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// Either may already be gone (a failed set-up): nothing to report.
-	_ = run(ctx, "ip", "link", "del", n.hostIf)
+	// Any of them may already be gone (a failed set-up): nothing to report.
+	for _, l := range n.links {
+		_ = run(ctx, "ip", "link", "del", l.hostIf)
+	}
 	_ = run(ctx, "ip", "netns", "del", n.ns)
+}
+
+// socketInode returns the inode of the TCP socket bound to 127.0.0.1:port
+// and connected to 127.0.0.1:peer, from /proc/net/tcp.
+func socketInode(port, peer int) (string, error) {
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	local := fmt.Sprintf("0100007F:%04X", port)
+	remote := fmt.Sprintf("0100007F:%04X", peer)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		f := strings.Fields(sc.Text())
+		if len(f) >= 10 && f[1] == local && f[2] == remote {
+			return f[9], nil
+		}
+	}
+	return "", fmt.Errorf("no socket 127.0.0.1:%d -> 127.0.0.1:%d", port, peer)
+}
+
+// ownsSocket reports whether process pid has the socket inode open.
+func ownsSocket(pid int, inode string) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	want := "socket:[" + inode + "]"
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && target == want {
+			return true
+		}
+	}
+	return false
 }

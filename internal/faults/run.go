@@ -68,7 +68,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		_ = r.ctl.down(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("start the cluster: %w", err)
 	}
-	if err := r.ctl.takeOverCertifier(ctx, slices.Contains(cfg.Faults, PartitionCertifier)); err != nil {
+	if err := r.ctl.takeOverCertifier(ctx, slices.Contains(cfg.Faults, PartitionCertifier) || slices.Contains(cfg.Faults, PartitionReplica)); err != nil {
 		_ = r.ctl.down(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -107,6 +107,7 @@ func (r *runner) run(ctx context.Context) error {
 	r.progress("workload for %s with faults: %s", r.cfg.Duration, joinKinds(r.cfg.Faults))
 	r.workload(ctx, la, bk, lf)
 	r.sum.Faults = r.log.all()
+	r.sum.RelayConnections = r.ctl.relayConnections()
 
 	r.progress("faults healed; waiting for convergence")
 	conv, err := converge(ctx, r.ctl.state(), r.cfg.ConvergeTimeout)

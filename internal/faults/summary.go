@@ -32,8 +32,12 @@ type Summary struct {
 	// Convergence is how long replicas took to converge after the faults
 	// were healed and the workload stopped.
 	Convergence time.Duration `json:"convergence_ns"`
-	SelfTest    *SelfTest     `json:"self_test,omitempty"`
-	Failures    []string      `json:"failures,omitempty"`
+	// RelayConnections counts, when the certifier has a namespace of its
+	// own, the connections relayed across each replica's veth (and the
+	// harness's), by name.
+	RelayConnections map[string]int `json:"relay_connections,omitempty"`
+	SelfTest         *SelfTest      `json:"self_test,omitempty"`
+	Failures         []string       `json:"failures,omitempty"`
 }
 
 // SelfTest is the outcome of the detector self-test.
@@ -79,6 +83,9 @@ func (s *Summary) Write(w io.Writer) {
 	fmt.Fprintf(w, "  durability: %d acknowledged writes checked, %d lost\n", s.AcknowledgedCommits, len(s.Lost))
 	fmt.Fprintf(w, "  faults injected: %d (%s)\n", len(s.Faults), describeFaults(s.FaultCounts()))
 	fmt.Fprintf(w, "  convergence after healing: %.2f s\n", s.Convergence.Seconds())
+	if len(s.RelayConnections) > 0 {
+		fmt.Fprintf(w, "  connections relayed to the certifier's namespace, by veth: %v\n", s.RelayConnections)
+	}
 	if st := s.SelfTest; st != nil {
 		yes := "no"
 		if st.Detected {
