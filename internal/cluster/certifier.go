@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -10,8 +12,37 @@ import (
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 )
 
-// QueryCertifier asks the certifier at addr for its Status.
+// QueryCertifier asks the certifier at addr for its Status. addr may list
+// every member of a certifier group, comma-separated: the leader's reply is
+// returned (versions and rates are the leader's), else the first member
+// that answers.
 func QueryCertifier(ctx context.Context, addr string) (*pb.StatusReply, error) {
+	addrs := strings.Split(addr, ",")
+	if len(addrs) == 1 {
+		return queryMember(ctx, addr)
+	}
+	var first *pb.StatusReply
+	var errs []error
+	for _, a := range addrs {
+		st, err := queryMember(ctx, a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if st.Role == "leader" {
+			return st, nil
+		}
+		if first == nil {
+			first = st
+		}
+	}
+	if first != nil {
+		return first, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+func queryMember(ctx context.Context, addr string) (*pb.StatusReply, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("certifier %s: %w", addr, err)

@@ -93,7 +93,13 @@ func Down(ctx context.Context, dir string) ([]Stopped, error) {
 	eachReplica(func(r *Replica) {
 		add(stopTashkent(ctx, "proxy", r.Name, proxyIdentity(&r.Proxy), &r.Proxy.PID, proxyStopGrace))
 	})
-	add(stopTashkent(ctx, "certifier", "certifier", certifierIdentity(&st.Certifier), &st.Certifier.PID, certifierStopGrace))
+	for _, c := range st.CertifierMembers() {
+		name := "certifier"
+		if c.ID != 0 {
+			name = fmt.Sprintf("certifier %d", c.ID)
+		}
+		add(stopTashkent(ctx, "certifier", name, certifierIdentity(c), &c.PID, certifierStopGrace))
+	}
 	eachReplica(func(r *Replica) { add(stopPostgres(ctx, r)) })
 
 	if err := st.Save(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -60,10 +61,15 @@ type State struct {
 	Binary    string     `json:"binary"`
 	Certifier Certifier  `json:"certifier"`
 	Replicas  []*Replica `json:"replicas"`
+	// MoreCertifiers are members 2..N of a certifier group (`up
+	// --certifiers N`); Certifier is then member 1. Empty: one certifier.
+	MoreCertifiers []*Certifier `json:"more_certifiers,omitempty"`
 }
 
 // Certifier records the certifier process.
 type Certifier struct {
+	// ID is the member id in a certifier group (0: a single certifier).
+	ID          int    `json:"id,omitempty"`
 	DataDir     string `json:"data_dir"`
 	Port        int    `json:"port"`
 	MetricsPort int    `json:"metrics_port"`
@@ -95,8 +101,29 @@ type Proxy struct {
 	Log         string `json:"log"`
 }
 
-// CertifierAddr is the certifier's gRPC address.
-func (s *State) CertifierAddr() string { return hostPort(s.Certifier.Port) }
+// CertifierAddr is the certifier's gRPC address; for a certifier group,
+// every member's, comma-separated (what proxies and certclient take).
+func (s *State) CertifierAddr() string {
+	addrs := make([]string, 0, 1+len(s.MoreCertifiers))
+	for _, c := range s.CertifierMembers() {
+		addrs = append(addrs, hostPort(c.Port))
+	}
+	return strings.Join(addrs, ",")
+}
+
+// CertifierMembers is the certifier, or every member of the group.
+func (s *State) CertifierMembers() []*Certifier {
+	return append([]*Certifier{&s.Certifier}, s.MoreCertifiers...)
+}
+
+// certifierPeers is the --peers value of the group's members.
+func (s *State) certifierPeers() string {
+	var parts []string
+	for _, c := range s.CertifierMembers() {
+		parts = append(parts, fmt.Sprintf("%d=%s", c.ID, hostPort(c.Port)))
+	}
+	return strings.Join(parts, ",")
+}
 
 // URI is the connection string clients use for this replica: its proxy.
 func (r *Replica) URI() string { return pgURI(r.Proxy.Port) }
@@ -167,8 +194,10 @@ func (s *State) validate() error {
 	if len(s.Replicas) == 0 {
 		return errors.New("no replicas")
 	}
-	if s.Certifier.DataDir == "" || !filepath.IsAbs(s.Certifier.DataDir) {
-		return fmt.Errorf("certifier data_dir %q is not an absolute path", s.Certifier.DataDir)
+	for _, c := range s.CertifierMembers() {
+		if c.DataDir == "" || !filepath.IsAbs(c.DataDir) {
+			return fmt.Errorf("certifier data_dir %q is not an absolute path", c.DataDir)
+		}
 	}
 	for i, r := range s.Replicas {
 		if r == nil || r.Name == "" || !filepath.IsAbs(r.Postgres.DataDir) {

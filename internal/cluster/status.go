@@ -54,6 +54,22 @@ type CertifierStatus struct {
 	Aborts                  uint64     `json:"aborts"`
 	CertificationsPerSecond float64    `json:"certifications_per_second"`
 	Error                   string     `json:"error,omitempty"`
+	// Members of a certifier group (empty for a single certifier).
+	Members []MemberStatus `json:"members,omitempty"`
+}
+
+// MemberStatus is one member of a certifier group.
+type MemberStatus struct {
+	ID             int        `json:"id"`
+	Process        ProcStatus `json:"process"`
+	Addr           string     `json:"addr"`
+	Reachable      bool       `json:"reachable"`
+	Role           string     `json:"role"`
+	Term           uint64     `json:"term"`
+	RaftIndex      uint64     `json:"raft_index"`
+	AppliedIndex   uint64     `json:"applied_index"`
+	DurableVersion uint64     `json:"durable_version"`
+	Error          string     `json:"error,omitempty"`
 }
 
 // ReplicaStatus is one replica.
@@ -100,6 +116,10 @@ func GetStatus(ctx context.Context, dir string) (*Status, error) {
 			c.EntriesPerFsync, c.AbortRate = rep.EntriesPerFsync, rep.AbortRate
 			c.Certifications, c.Aborts, c.CertificationsPerSecond = rep.Certifications, rep.Aborts, rep.CertificationsPerSecond
 		}
+	}
+
+	if len(st.MoreCertifiers) > 0 {
+		groupStatus(ctx, st, c)
 	}
 
 	var wg sync.WaitGroup
@@ -187,7 +207,11 @@ func (s *Status) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "cluster %s  mode %s  %s\n\n", s.Dir, s.Mode, health)
 
 	c := s.Certifier
-	fmt.Fprintf(w, "certifier %s  %s\n", c.Addr, procWord(c.Process))
+	if len(c.Members) > 0 {
+		writeMembers(w, c)
+	} else {
+		fmt.Fprintf(w, "certifier %s  %s\n", c.Addr, procWord(c.Process))
+	}
 	switch {
 	case c.Reachable:
 		rate := "-"

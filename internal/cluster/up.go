@@ -59,6 +59,10 @@ type Options struct {
 	// ports. Only for a new cluster: an existing one keeps its ports.
 	CertifierPort int
 	BasePort      int
+	// Certifiers is the size of a new cluster's certifier group (0 or 1:
+	// one certifier; 3 or 5: a Raft group, Tashkent §7.3). For an existing
+	// cluster it must be 0 or the recorded size.
+	Certifiers int
 	// Binary is the tashkent executable run as certifier and proxies;
 	// empty: this process's executable.
 	Binary string
@@ -184,6 +188,9 @@ func newState(dir string, o Options) (*State, error) {
 	st := &State{Created: now, Dir: dir, Mode: mode}
 	cd := filepath.Join(dir, "certifier")
 	st.Certifier = Certifier{DataDir: cd, Port: o.CertifierPort, Log: filepath.Join(cd, "certifier.log")}
+	if err := addCertifierMembers(st, dir, o); err != nil {
+		return nil, err
+	}
 	for k := 1; k <= n; k++ {
 		name := "replica" + strconv.Itoa(k)
 		rd := filepath.Join(dir, name)
@@ -206,6 +213,9 @@ func checkCompatible(st *State, o Options) error {
 	}
 	if o.Mode != "" && o.Mode != st.Mode {
 		return fmt.Errorf("the cluster in %s runs mode %s, not %s (the mode of a cluster cannot change)", st.Dir, st.Mode, o.Mode)
+	}
+	if n := len(st.CertifierMembers()); o.Certifiers > 1 && o.Certifiers != n || o.Certifiers == 1 && n != 1 {
+		return fmt.Errorf("the cluster in %s has %d certifier(s), not %d (the group's size is fixed when the cluster is created)", st.Dir, n, o.Certifiers)
 	}
 	if o.CertifierPort != 0 && o.CertifierPort != st.Certifier.Port {
 		return fmt.Errorf("the cluster in %s has its certifier on port %d; an existing cluster keeps its ports", st.Dir, st.Certifier.Port)
@@ -407,6 +417,9 @@ func (u *upper) startDetached(ctx context.Context, what, logPath string, ports [
 }
 
 func (u *upper) startCertifier(ctx context.Context) error {
+	if len(u.st.MoreCertifiers) > 0 {
+		return u.startCertifierGroup(ctx)
+	}
 	c := &u.st.Certifier
 	if c.PID != 0 && certifierIdentity(c).check(c.PID) == nil {
 		u.progress("certifier: already running (pid %d, %s)", c.PID, u.st.CertifierAddr())
