@@ -72,13 +72,17 @@ func (c *certifier) restart() {
 // crash loses the streams, everything certified but not written, and
 // whatever the disk had not synced.
 func (c *certifier) crash() {
+	c.crashKeeping(c.w.rng.IntN(len(c.disk.entries) - c.disk.synced + 1))
+}
+
+// crashKeeping crashes with keep of the unsynced entries surviving.
+func (c *certifier) crashKeeping(keep int) {
 	if !c.up {
 		return
 	}
 	c.up = false
 	c.incarnation++
-	unsynced := len(c.disk.entries) - c.disk.synced
-	lost := c.disk.crash(c.w.rng.IntN(unsynced + 1))
+	lost := c.disk.crash(keep)
 	c.w.stats.CertifierCrashes++
 	c.w.note("certifier-crash", uint64(len(c.pending)), uint64(lost), c.disk.durable())
 	c.pending, c.writing, c.streams, c.state, c.inFlight = nil, false, nil, nil, 0

@@ -149,7 +149,7 @@ func (w *world) start() {
 func (w *world) loop() {
 	limit := w.cfg.WorkloadTicks + w.cfg.HealTicksMax
 	for w.queue.Len() > 0 && !w.converged && len(w.violations) < violationsMax {
-		e := heap.Pop(&w.queue).(*event)
+		e := popEvent(w)
 		if e.at > limit {
 			break
 		}
@@ -159,6 +159,8 @@ func (w *world) loop() {
 		e.fn()
 	}
 }
+
+func popEvent(w *world) *event { return heap.Pop(&w.queue).(*event) }
 
 // after schedules fn to run delay ticks from now (at least one).
 func (w *world) after(delay int64, name string, fn func()) {
