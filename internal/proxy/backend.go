@@ -121,6 +121,11 @@ func (s *session) queryRows(sql string) ([][][]byte, result, error) {
 	if err := s.w.Server.Flush(); err != nil {
 		return nil, result{}, fmt.Errorf("%w: %v", errBackendGone, err)
 	}
+	return s.readRows()
+}
+
+// readRows collects the rows of the proxy's own query up to ReadyForQuery.
+func (s *session) readRows() ([][][]byte, result, error) {
 	var rows [][][]byte
 	var r result
 	for {

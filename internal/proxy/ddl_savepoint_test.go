@@ -18,7 +18,7 @@ import (
 // §5.1: the DDL a transaction replicates is the DDL it commits).
 func TestDDLUndoneBySavepointRollbackIsNotReplicated(t *testing.T) {
 	c := startCluster(t, 2, proxy.ModeMW)
-	modes := map[string]pgx.QueryExecMode{"simple": pgx.QueryExecModeSimpleProtocol, "extended": pgx.QueryExecModeExec}
+	modes := map[string]func(*pgx.Conn, string) error{"simple": execSimple, "extended": execExtended}
 	for name, mode := range modes {
 		conn := c.connect(0)
 		statements := []string{
@@ -42,7 +42,7 @@ func TestDDLUndoneBySavepointRollbackIsNotReplicated(t *testing.T) {
 			if strings.Contains(st, "%") {
 				st = fmt.Sprintf(st, name)
 			}
-			if _, err := conn.Exec(context.Background(), st, mode); err != nil {
+			if err := mode(conn, st); err != nil {
 				t.Fatalf("%s: %s: %v", name, st, err)
 			}
 		}
@@ -62,4 +62,16 @@ func TestDDLUndoneBySavepointRollbackIsNotReplicated(t *testing.T) {
 			}
 		}
 	}
+}
+
+// execSimple runs sql with the simple query protocol (pgx does for Exec
+// without arguments), execExtended with the extended one: Parse of the
+// unnamed statement, Bind, Describe, Execute, Sync.
+func execSimple(conn *pgx.Conn, sql string) error {
+	_, err := conn.Exec(context.Background(), sql)
+	return err
+}
+
+func execExtended(conn *pgx.Conn, sql string) error {
+	return conn.PgConn().ExecParams(context.Background(), sql, nil, nil, nil, nil).Read().Err
 }

@@ -166,6 +166,9 @@ func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 			}
 		}
 		s.labelIfIdle()
+		if err := s.markLocalDDL(u, stmts); err != nil {
+			return err
+		}
 	}
 	s.ex.open = u.partial()
 	if !s.ex.wrapped && !s.unitNeedsIntervention(u, stmts) {

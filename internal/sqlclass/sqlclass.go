@@ -158,6 +158,11 @@ type Statement struct {
 	// objects, when that is knowable from the text (CREATE TEMP TABLE, SELECT INTO
 	// TEMP, objects qualified with pg_temp).
 	TempOnly bool
+	// Relations are, for a DDL, the existing relations it acts on that it
+	// names without a schema: temporary or not depending on the session
+	// (a temporary table shadows a permanent one), which the text cannot
+	// tell.
+	Relations []string
 	// Tag is the command tag PostgreSQL returns in CommandComplete, without the
 	// row count ("BEGIN", "START TRANSACTION", "COMMIT", "INSERT", "CREATE TABLE").
 	// It is "" for EXECUTE, whose tag is that of the prepared statement.
@@ -389,7 +394,7 @@ func classifyNode(n *pg_query.Node) Statement {
 		return Statement{Kind: Other, Tag: "ALTER SYSTEM"}
 	}
 	if tag, temp, ok := ddlTag(n); ok {
-		return Statement{Kind: DDL, Tag: tag, TempOnly: temp}
+		return Statement{Kind: DDL, Tag: tag, TempOnly: temp, Relations: unqualifiedRelations(n)}
 	}
 	return Statement{Kind: Other}
 }
