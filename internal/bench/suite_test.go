@@ -153,6 +153,22 @@ func TestRelayDelaysBothDirections(t *testing.T) {
 			t.Fatalf("round trip %s (want >= %s), echoed %q", rtt, 2*delay, buf)
 		}
 	}
+	// Pipelined requests are delayed, not serialized: 10 requests sent
+	// 2 ms apart all come back within one round trip of the last.
+	start := time.Now()
+	for range 10 {
+		if _, err := c.Write([]byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	all := make([]byte, 50)
+	if _, err := io.ReadFull(c, all); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 20*time.Millisecond+4*delay {
+		t.Fatalf("10 pipelined round trips took %s: the relay serializes them", took)
+	}
 }
 
 // TestSuiteSmoke runs the suite for real, briefly: AllUpdates on
