@@ -134,18 +134,26 @@ type nemesis struct {
 
 // run cycles through the process fault kinds until ctx ends. Every fault
 // is healed before it returns, also when ctx ends during the hold.
-func (n *nemesis) run(ctx context.Context) {
+// cycled is closed once every kind was injected once.
+func (n *nemesis) run(ctx context.Context, cycled chan<- struct{}) {
 	var kinds []FaultKind
 	for _, k := range n.kinds {
 		if k != ClientDisconnect {
 			kinds = append(kinds, k)
 		}
 	}
-	for i := 0; len(kinds) > 0; i++ {
+	if len(kinds) == 0 {
+		close(cycled)
+		return
+	}
+	for i := 0; ; i++ {
 		if !sleepCtx(ctx, n.gap) {
 			return
 		}
 		n.inject(ctx, kinds[i%len(kinds)])
+		if i == len(kinds)-1 {
+			close(cycled)
+		}
 	}
 }
 

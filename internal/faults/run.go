@@ -180,8 +180,8 @@ func countAccounts(ctx context.Context, dsn string) (int, error) {
 // workload runs the clients and the nemesis for cfg.Duration and returns
 // once every fault is healed and every client stopped.
 func (r *runner) workload(ctx context.Context, la *listAppend, bk *bank, lf *longFork) {
-	wctx, cancel := context.WithTimeout(ctx, r.cfg.Duration)
-	defer cancel()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
 	r.log = &faultLog{start: time.Now()}
 	la.hist.mu.Lock()
 	la.hist.start = r.log.start // history times and fault times share their origin
@@ -205,8 +205,26 @@ func (r *runner) workload(ctx context.Context, la *listAppend, bk *bank, lf *lon
 	}
 	n := &nemesis{ctl: r.ctl, log: r.log, kinds: r.cfg.Faults, hold: r.cfg.FaultHold, gap: r.cfg.FaultGap,
 		rng: rand.New(rand.NewPCG(r.nextSeed(), 1)), logf: r.progress}
-	wg.Go(func() { n.run(wctx) })
+	cycled := make(chan struct{})
+	wg.Go(func() { n.run(wctx, cycled) })
+	wg.Go(func() { r.stopAfter(wctx, stop, cycled) })
 	wg.Wait()
+}
+
+// stopAfter ends the workload once cfg.Duration has passed and every fault
+// kind was injected at least once (a loaded machine restarts processes
+// slowly), but no later than twice cfg.Duration.
+func (r *runner) stopAfter(ctx context.Context, stop context.CancelFunc, cycled <-chan struct{}) {
+	defer stop()
+	if !sleepCtx(ctx, r.cfg.Duration) {
+		return
+	}
+	select {
+	case <-cycled:
+	case <-ctx.Done():
+	case <-time.After(r.cfg.Duration):
+		r.progress("not every fault kind was injected within twice the duration; stopping anyway")
+	}
 }
 
 func (r *runner) nextSeed() uint64 {
