@@ -40,7 +40,7 @@ func TestBankCheckerFindsBrokenInvariant(t *testing.T) {
 }
 
 func TestDurabilityCheckerFindsLostAppend(t *testing.T) {
-	w := newListAppend("t", 0)
+	w := newListAppend("t")
 	w.ack([]Mop{{Kind: Append, Key: 1, Value: 7}, {Kind: Read, Key: 1}, {Kind: Append, Key: 2, Value: 8}})
 	if lost := w.lost(map[int][]int{1: {3, 7}, 2: {8}}); len(lost) != 0 {
 		t.Fatalf("lost = %v", lost)

@@ -94,8 +94,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("at least one client per proxy is needed")
 	case c.ConvergeTimeout <= 0:
 		return fmt.Errorf("the convergence timeout must be positive")
-	case c.KeepCluster && (slices.Contains(c.Faults, PartitionCertifier) || slices.Contains(c.Faults, PartitionReplica)):
+	case c.KeepCluster && c.partitions():
 		return fmt.Errorf("a kept cluster cannot have partition faults: the relay to the certifier's namespace ends with the run")
 	}
 	return nil
+}
+
+// partitions reports whether a partition fault is wanted: the certifier
+// then runs in a network namespace of its own.
+func (c Config) partitions() bool {
+	return slices.Contains(c.Faults, PartitionCertifier) || slices.Contains(c.Faults, PartitionReplica)
 }

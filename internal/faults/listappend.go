@@ -32,8 +32,7 @@ const (
 // listAppend generates list-append transactions over a rotating pool of
 // keys and records them in a History. Safe for concurrent use.
 type listAppend struct {
-	table   string
-	keyBase int // first key, so that two runs on one table do not mix
+	table string
 
 	mu      sync.Mutex
 	active  []int
@@ -47,8 +46,8 @@ type listAppend struct {
 	acked map[int][]int // key -> elements whose append was acknowledged
 }
 
-func newListAppend(table string, keyBase int) *listAppend {
-	w := &listAppend{table: table, keyBase: keyBase, writes: map[int]int{}, hist: NewHistory(), acked: map[int][]int{}}
+func newListAppend(table string) *listAppend {
+	w := &listAppend{table: table, writes: map[int]int{}, hist: NewHistory(), acked: map[int][]int{}}
 	for range laActiveKeys {
 		w.active = append(w.active, w.freshKeyLocked())
 	}
@@ -56,9 +55,8 @@ func newListAppend(table string, keyBase int) *listAppend {
 }
 
 func (w *listAppend) freshKeyLocked() int {
-	k := w.keyBase + w.nextKey
 	w.nextKey++
-	return k
+	return w.nextKey - 1
 }
 
 func (w *listAppend) createSQL() string {

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -68,22 +67,22 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		_ = r.ctl.down(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("start the cluster: %w", err)
 	}
-	if err := r.ctl.takeOverCertifier(ctx, slices.Contains(cfg.Faults, PartitionCertifier) || slices.Contains(cfg.Faults, PartitionReplica)); err != nil {
+	if err := r.ctl.takeOverCertifier(ctx, cfg.partitions()); err != nil {
 		_ = r.ctl.down(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if !cfg.KeepCluster {
-		defer func() {
+	defer func() {
+		if !cfg.KeepCluster {
 			r.progress("stopping the cluster")
 			if err := r.ctl.down(context.WithoutCancel(ctx)); err != nil {
 				r.sum.fail("stop the cluster: %v", err)
 			}
-		}()
-	}
+		}
+		if err := r.sum.save(); err != nil {
+			r.sum.fail("save the summary: %v", err)
+		}
+	}()
 	err = r.run(ctx)
-	if serr := r.sum.save(); serr != nil && err == nil {
-		err = serr
-	}
 	return r.sum, err
 }
 
@@ -94,10 +93,10 @@ func (r *runner) progress(format string, args ...any) {
 }
 
 func (r *runner) run(ctx context.Context) error {
-	la := newListAppend(tableListAppend, 0)
+	la := newListAppend(tableListAppend)
 	bk := newBank(tableBank)
 	lf := newLongFork(tableLongFork)
-	st := newListAppend(tableSelfTest, 0)
+	st := newListAppend(tableSelfTest)
 	setup := []string{la.createSQL(), st.createSQL(), lf.createSQL()}
 	setup = append(setup, bk.setupSQL()...)
 	if err := r.setup(ctx, setup); err != nil {
