@@ -153,6 +153,20 @@ func sequenceRestartIsRealigned(t *testing.T, c *testCluster) {
 			t.Fatalf("replica %d: first id after RESTART WITH 1000 is %d", r+1, id)
 		}
 	}
+	// Rows that arrived with explicit ids (a restored dump): a plain RESTART
+	// moves every replica's sequence past them.
+	execSQL(t, a, `INSERT INTO t (id, origin) SELECT g, 0 FROM generate_series(5000, 5100) AS g`)
+	execSQL(t, a, `ALTER SEQUENCE t_id_seq RESTART`)
+	c.converge(10 * time.Second)
+	for r := range c.proxies {
+		var id int
+		if err := c.connect(r).QueryRow(ctx, `INSERT INTO t (origin) VALUES ($1) RETURNING id`, r+1).Scan(&id); err != nil {
+			t.Fatalf("replica %d after RESTART: %v", r+1, err)
+		}
+		if id <= 5100 || id > 5100+16 || id%16 != r+1 {
+			t.Fatalf("replica %d: first id after RESTART over rows up to 5100 is %d", r+1, id)
+		}
+	}
 	c.converge(10 * time.Second)
 }
 
@@ -221,6 +235,7 @@ func unreplicatedFeaturesAreRefused(t *testing.T, c *testCluster) {
 		`SELECT lo_from_bytea(0, '\x0102')`,
 		`SELECT pg_advisory_lock(42)`,
 		`SELECT pg_try_advisory_xact_lock(42)`,
+		`SELECT setval('t_id_seq', 5000)`,
 	} {
 		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 			_, err := conn.Exec(ctx, sql, mode)

@@ -32,6 +32,11 @@ func unreplicatedRefusal(st sqlclass.Statement) *pgproto3.ErrorResponse {
 			"advisory locks are not supported by tashkent: they would exclude only sessions on the same replica",
 			"An advisory lock is held in one replica's memory; the other replicas do not see it.",
 			"Update a row of a lock table instead: tashkent certifies concurrent writes of one row across replicas, and one of two such transactions fails with 40001.")
+	case sqlclass.SequenceSet:
+		return errorResponse(codeFeatureNotSupported,
+			"setval() is not supported by tashkent: it would move the sequence on this replica only",
+			"Each replica's sequences hand out their own values (a per-replica offset); setval would break that on one replica.",
+			"Use ALTER SEQUENCE name RESTART WITH n: it is replicated, and every replica moves the sequence to its own next value at or past n and past the values already in the sequence's column.")
 	}
 	return nil
 }

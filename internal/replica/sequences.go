@@ -41,12 +41,13 @@ import (
 // so it is never replicated. It fires the event trigger again, which finds
 // the sequence aligned and does nothing.
 //
-// Not covered: setval() is an ordinary function call, which no trigger
-// sees; it moves only the local sequence, and afterwards that sequence
-// hands out values congruent to whatever setval gave it until it is
-// aligned again (SELECT tashkent.align_all_sequences() on the replica, or
-// a restart of its proxy). A user's own INCREMENT BY is replaced by ±s.
-// Sessions that cached values (CACHE > 1) before an ALTER keep handing
+// setval() is an ordinary function call, which no trigger sees: it would
+// move only the local sequence and break its offset, so the proxy refuses
+// it (sqlclass.SequenceSet) and points to ALTER SEQUENCE ... RESTART,
+// which is replicated and realigned here. One hidden in a user function
+// is not seen; SELECT tashkent.align_all_sequences() on the replica, or a
+// restart of its proxy, realigns. A user's own INCREMENT BY is replaced by
+// ±s. Sessions that cached values (CACHE > 1) before an ALTER keep handing
 // them out, as in PostgreSQL.
 
 const (

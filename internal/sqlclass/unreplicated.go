@@ -26,6 +26,9 @@ const (
 	// AdvisoryLocks are pg_advisory_* and pg_try_advisory_*: they exclude
 	// only sessions of the same replica.
 	AdvisoryLocks
+	// SequenceSet is setval(): it would move the sequence of one replica
+	// only, and break its per-replica offset (replica/sequences.go).
+	SequenceSet
 )
 
 // String returns the feature's name as the docs spell it.
@@ -37,6 +40,8 @@ func (f Feature) String() string {
 		return "large objects"
 	case AdvisoryLocks:
 		return "advisory locks"
+	case SequenceSet:
+		return "setval"
 	}
 	return "replicated"
 }
@@ -97,6 +102,8 @@ func functionFeature(fc *pg_query.FuncCall) Feature {
 		return LargeObjects
 	case strings.HasPrefix(name, "pg_advisory_") || strings.HasPrefix(name, "pg_try_advisory_"):
 		return AdvisoryLocks
+	case name == "setval":
+		return SequenceSet
 	}
 	return Replicated
 }

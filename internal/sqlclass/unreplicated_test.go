@@ -24,6 +24,8 @@ func TestUnreplicatedFeatures(t *testing.T) {
 		{"SELECT * FROM t WHERE pg_advisory_xact_lock_shared(id) IS NOT NULL", AdvisoryLocks},
 		{"PREPARE p AS SELECT pg_advisory_unlock_all()", AdvisoryLocks},
 		{"WITH x AS (SELECT 1) SELECT lo_unlink(1) FROM x", LargeObjects},
+		{"SELECT pg_catalog.setval('public.t_id_seq', 40, true)", SequenceSet},
+		{"SELECT setval('s', 1)", SequenceSet},
 		// Not features: ordinary calls, a user's own schema, and names
 		// that merely look alike.
 		{"SELECT now(), count(*) FROM t", Replicated},
