@@ -93,8 +93,12 @@ type Batch struct {
 	Entries   []*raftpb.Entry
 	HardState *raftpb.HardState
 	MustSync  bool
-	// Messages are sent after the write.
+	// Messages are sent after the write, except on a leader (Leader
+	// true), which may send its appends while it writes them itself (Raft
+	// thesis §10.2.1; etcd does the same): an entry commits once a majority
+	// wrote it, whoever they are, and a leader's messages carry no vote.
 	Messages []*raftpb.Message
+	Leader   bool
 }
 
 // Applied is what Advance applied.
@@ -330,7 +334,8 @@ func (c *Core) Ready() (Batch, bool) {
 		panic("certgroup: unexpected raft snapshot")
 	}
 	c.pending = &rd
-	return Batch{Entries: rd.Entries, HardState: rd.HardState, MustSync: rd.MustSync, Messages: rd.Messages}, true
+	leading := c.rn.BasicStatus().RaftState == raft.StateLeader
+	return Batch{Entries: rd.Entries, HardState: rd.HardState, MustSync: rd.MustSync, Messages: rd.Messages, Leader: leading}, true
 }
 
 // Advance records that the batch is on stable storage and its messages are
@@ -513,6 +518,13 @@ func (c *Core) Status() Status {
 		Voters:                    append([]uint64(nil), c.confState.GetVoters()...),
 		CertifyingSinceApplyIndex: c.checkCertifying() == nil,
 	}
+}
+
+// Leader is who this member believes leads, in which term, and whether it
+// is itself the leader (cheaper than Status).
+func (c *Core) Leader() (id, term uint64, leading bool) {
+	st := c.rn.BasicStatus()
+	return st.Lead, st.GetTerm(), st.RaftState == raft.StateLeader
 }
 
 // AppliedVersion is the durable prefix this member has applied.

@@ -205,10 +205,15 @@ func (n *Node) processReady() error {
 		if !ok {
 			return nil
 		}
+		if b.Leader {
+			n.transport.send(b.Messages)
+		}
 		if err := n.disk.Save(b.HardState, b.Entries, b.MustSync); err != nil {
 			return err
 		}
-		n.transport.send(b.Messages)
+		if !b.Leader {
+			n.transport.send(b.Messages)
+		}
 		n.mu.Lock()
 		a := n.core.Advance()
 		st := n.core.Status()

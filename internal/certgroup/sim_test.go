@@ -52,7 +52,7 @@ import (
 var (
 	flagSeed  = flag.Int64("seed", 0, "run only this simulation seed (replays a failure)")
 	flagSeeds = flag.Int("seeds", 0, "how many seeds TestSimulation runs (default 2000; 300 with -short)")
-	flagSteps = flag.Int("steps", 0, "steps per seed (default 250)")
+	flagSteps = flag.Int("steps", 0, "steps per seed (default 200)")
 )
 
 func TestSimulation(t *testing.T) {
@@ -99,7 +99,7 @@ func simSteps() int {
 	if *flagSteps != 0 {
 		return *flagSteps
 	}
-	return 250
+	return 200
 }
 
 func traceSim(seed int64) (string, error) {
@@ -184,16 +184,17 @@ type txn struct {
 }
 
 type sim struct {
-	rng     *rand.Rand
-	verbose bool
-	tracing bool // keep a trace (replays and the determinism test)
-	trace   bytes.Buffer
-	now     int64
-	seq     int64
-	members []*member
-	net     []message
-	cut     map[[2]uint64]bool
-	dropPct int
+	rng      *rand.Rand
+	verbose  bool
+	tracing  bool // keep a trace (replays and the determinism test)
+	settling bool // no more faults
+	trace    bytes.Buffer
+	now      int64
+	seq      int64
+	members  []*member
+	net      []message
+	cut      map[[2]uint64]bool
+	dropPct  int
 
 	history map[uint64][]byte // version -> entry committed
 	txnAt   map[certification.TxnID]uint64
@@ -295,10 +296,23 @@ func (s *sim) drive(m *member) error {
 		if !ok {
 			return nil
 		}
-		if err := m.log.Save(b.HardState, b.Entries, b.MustSync); err != nil {
-			return err
+		if b.Leader && s.rng.Intn(2) == 0 {
+			// A leader may send before its own write; a crash then loses
+			// the write but not the messages.
+			s.send(m.id, b.Messages)
+			if !s.settling && s.rng.Intn(50) == 0 {
+				s.crash(m)
+				return nil
+			}
+			if err := m.log.Save(b.HardState, b.Entries, b.MustSync); err != nil {
+				return err
+			}
+		} else {
+			if err := m.log.Save(b.HardState, b.Entries, b.MustSync); err != nil {
+				return err
+			}
+			s.send(m.id, b.Messages)
 		}
-		s.send(m.id, b.Messages)
 		a := m.core.Advance()
 		if err := s.applied(m, a); err != nil {
 			return err
@@ -429,7 +443,7 @@ func (s *sim) submit(t *txn, m *member) error {
 
 func (s *sim) leader() *member {
 	for _, m := range s.live() {
-		if st := m.core.Status(); st.Role == "leader" {
+		if _, _, leading := m.core.Leader(); leading {
 			return m
 		}
 	}
@@ -472,7 +486,7 @@ func (s *sim) tick() error {
 	// Each member's election timer, counted in ticks without a leader,
 	// with seeded jitter.
 	for _, m := range s.live() {
-		if m.core.Status().Leader != 0 {
+		if s.hearsLeader(m) {
 			m.leaderless = 0
 			continue
 		}
@@ -487,6 +501,25 @@ func (s *sim) tick() error {
 		}
 	}
 	return nil
+}
+
+// hearsLeader: the member's leader is alive, leads in the member's term
+// and is connected to it (what Raft's election timer measures by hearing
+// heartbeats).
+func (s *sim) hearsLeader(m *member) bool {
+	lead, term, leading := m.core.Leader()
+	if lead == 0 {
+		return false
+	}
+	if lead == m.id {
+		return leading
+	}
+	l := s.member(lead)
+	if l.core == nil || !s.connected(m.id, l.id) {
+		return false
+	}
+	_, lterm, lleading := l.core.Leader()
+	return lleading && lterm == term
 }
 
 // pending are the transactions with no outcome told yet.
@@ -578,6 +611,7 @@ func (s *sim) run(steps int) error {
 // transaction and then checks the end state.
 func (s *sim) settle() error {
 	s.logf("settle")
+	s.settling = true
 	s.cut, s.dropPct = map[[2]uint64]bool{}, 0
 	for _, m := range s.members {
 		if m.core == nil {

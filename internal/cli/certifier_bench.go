@@ -21,6 +21,7 @@ func newCertifierBenchCommand() *cobra.Command {
 		cfg     certbench.Config
 		clients string
 		noSync  bool
+		members int
 	)
 	cmd := &cobra.Command{
 		Use:   "certifier-bench",
@@ -28,7 +29,10 @@ func newCertifierBenchCommand() *cobra.Command {
 		Long: `Drives a certifier with synthetic writesets and prints, per client count,
 certifications per second, p50 and p99 latency, abort rate and log entries per
 fsync. Without --target it starts a certifier of its own (this binary, in a
-temporary directory, as a separate process) and stops it by PID afterwards.`,
+temporary directory, as a separate process) and stops it by PID afterwards;
+with --members 3 or 5, a certifier group of that many processes (the load goes
+to the leader; entries/fsync is the leader's Raft log). --target may list
+every member of a running group, comma-separated.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			counts, err := parseInts(clients)
@@ -37,7 +41,7 @@ temporary directory, as a separate process) and stops it by PID afterwards.`,
 			}
 			cfg.Clients = counts
 			if cfg.Target == "" {
-				target, stop, err := startBenchCertifier(noSync)
+				target, stop, err := startBenchGroup(noSync, members)
 				if err != nil {
 					return err
 				}
@@ -59,6 +63,7 @@ temporary directory, as a separate process) and stops it by PID afterwards.`,
 	f.IntVar(&cfg.KeySpace, "key-space", 0, "distinct rows (0: every key unique, no conflicts)")
 	f.Float64Var(&cfg.Rate, "rate", 0, "total requests per second (0: closed loop)")
 	f.BoolVar(&noSync, "unsafe-no-fsync", false, "start the certifier without fsync (to see what fsync costs)")
+	f.IntVar(&members, "members", 1, "without --target: start a certifier group of this many members (Raft; 1 is a single certifier)")
 	return cmd
 }
 
