@@ -2,8 +2,16 @@ package pgwire
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,5 +135,63 @@ func TestTLSOffDeclinesSSLRequest(t *testing.T) {
 	err := pgxSSL(t, tlsURL(p, "sslmode=require"), true)
 	if err == nil || !strings.Contains(err.Error(), "server refused TLS connection") {
 		t.Fatalf("sslmode=require without TLS: %v, want pgx's 'server refused TLS connection'", err)
+	}
+}
+
+// writeCAAndLeaf writes a test CA and a server certificate it signed for
+// 127.0.0.1 (the server file holds the leaf then the CA, a chain).
+func writeCAAndLeaf(t *testing.T) (caFile, certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "tashkent test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "proxy"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &leafKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalPKCS8PrivateKey(leafKey)
+	caFile, certFile, keyFile = filepath.Join(dir, "ca.crt"), filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	pemOf := func(typ string, der []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}) }
+	for file, data := range map[string][]byte{
+		caFile:   pemOf("CERTIFICATE", caDER),
+		certFile: append(pemOf("CERTIFICATE", leafDER), pemOf("CERTIFICATE", caDER)...),
+		keyFile:  pemOf("PRIVATE KEY", keyDER),
+	} {
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return caFile, certFile, keyFile
+}
+
+// A certificate signed by a CA (not self-signed): pgx and psql verify it
+// against the CA alone.
+func TestTLSWithATestCA(t *testing.T) {
+	caFile, certFile, keyFile := writeCAAndLeaf(t)
+	tlsCfg, err := LoadTLSConfig(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, Config{BackendAddr: postgresForTest(t).addr, TLS: tlsCfg})
+	if err := pgxSSL(t, tlsURL(p, "sslmode=verify-full&sslrootcert="+caFile), true); err != nil {
+		t.Fatalf("pgx verify-full: %v", err)
+	}
+	host, port, _ := strings.Cut(p.addr, ":")
+	cmd := exec.Command("psql", "-X", "-A", "-t", "-h", host, "-p", port, "-U", "postgres", "-d", "postgres", "-c", `\conninfo`)
+	cmd.Env = append(os.Environ(), "PGSSLMODE=verify-full", "PGSSLROOTCERT="+caFile, "PGCONNECT_TIMEOUT=10")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "SSL connection") {
+		t.Fatalf("psql verify-full: %v\n%s", err, out)
 	}
 }
