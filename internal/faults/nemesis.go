@@ -177,6 +177,13 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 		if uerr := restart(heal); uerr != nil {
 			err = fmt.Errorf("restart: %w", uerr)
 		}
+	case PausePostgres, PauseProxy, PauseCertifier:
+		err = signal(f.PIDs, syscall.SIGSTOP)
+		n.logf("fault: %s %s (pids %v)", kind, t.name, f.PIDs)
+		sleepCtx(ctx, n.hold)
+		if cerr := signal(f.PIDs, syscall.SIGCONT); cerr != nil {
+			err = cerr
+		}
 	case PartitionCertifier, PartitionReplica:
 		f.PIDs = nil
 		if n.ctl.net == nil {
@@ -190,6 +197,8 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 		if herr := n.ctl.net.setLinks(heal, links, true); herr != nil {
 			err = herr
 		}
+	default:
+		err = fmt.Errorf("the nemesis cannot inject %s", kind)
 	}
 	f.Healed = n.log.since()
 	if err != nil {
@@ -224,6 +233,9 @@ func (n *nemesis) pick(kind FaultKind) target {
 		if strings.HasSuffix(t.name, want) {
 			cands = append(cands, t)
 		}
+	}
+	if len(cands) == 0 {
+		return target{name: "nothing"}
 	}
 	return cands[n.rng.IntN(len(cands))]
 }
