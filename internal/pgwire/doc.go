@@ -13,8 +13,9 @@
 // of the replica to the client and the client's answers back, so trust, password,
 // md5 and SCRAM-SHA-256 (SASL) all work and pg_hba.conf stays the single place
 // that decides who may connect. (SCRAM channel binding cannot work through any
-// proxy that terminates TLS; without TLS, which is the case today, it is not
-// offered.) Messages are decoded and re-encoded with
+// proxy that terminates TLS, so it is not offered.) That is the default; with
+// Config.SCRAM the proxy authenticates clients itself instead (scram.go), and
+// PostgreSQL must trust the proxy's own connection. Messages are decoded and re-encoded with
 // github.com/jackc/pgx/v5/pgproto3 on both sides (Backend towards the client,
 // Frontend towards PostgreSQL) rather than copied as bytes, because the
 // transaction layer built on top needs typed messages (Query, Parse, ReadyForQuery
@@ -31,11 +32,12 @@
 //   - Config.StartupParams are added to the client's startup parameters (and
 //     override them), e.g. default_transaction_isolation = 'repeatable read',
 //     which is what snapshot isolation is in PostgreSQL.
-//   - SSLRequest and GSSENCRequest are answered 'N' (not supported): TLS between
-//     client and proxy is not implemented yet. A client that insists on encryption
-//     (sslmode=require, verify-ca, verify-full, or gssencmode=require) then fails
-//     with its driver's own clear message, e.g. libpq's "server does not support
-//     SSL, but SSL was required"; sslmode=prefer/allow/disable works.
+//   - SSLRequest is answered 'S' and TLS is terminated at the proxy when
+//     Config.TLS is set (tls.go), 'N' otherwise; GSSENCRequest is always answered
+//     'N'. A client that insists on encryption the proxy does not offer
+//     (sslmode=require without Config.TLS, gssencmode=require) fails with its
+//     driver's own clear message, e.g. libpq's "server does not support SSL, but
+//     SSL was required".
 //
 // # pgproto3 details that matter here
 //
