@@ -51,7 +51,7 @@ func ShortProfile() Config {
 		ClientsPerProxy:  2,
 		Faults:           append([]FaultKind(nil), AllFaults...),
 		FaultHold:        1500 * time.Millisecond,
-		FaultGap:         2500 * time.Millisecond,
+		FaultGap:         1500 * time.Millisecond,
 		DisconnectEvery:  40,
 		ConvergeTimeout:  30 * time.Second,
 		SelfTest:         true,
