@@ -61,7 +61,7 @@ restarts.`,
 	f.IntVar(&cfg.SequenceStride, "sequence-stride", replica.SequenceStrideDefault, fmt.Sprintf("every sequence advances by this much; the most replicas the cluster can ever have (at most %d)", replica.SequenceStrideMax))
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) for clients' TLS connections; with --tls-key (none: SSL requests are declined)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
-	f.StringVar(&auth, "auth", string(proxy.AuthRelay), "client authentication: relay (PostgreSQL authenticates through the proxy) or scram (the proxy verifies SCRAM-SHA-256 itself; PostgreSQL must trust the proxy's socket)")
+	f.StringVar(&auth, "auth", string(proxy.AuthRelay), "client authentication: relay (PostgreSQL authenticates through the proxy) or scram (the proxy verifies SCRAM-SHA-256 itself, then authenticates to PostgreSQL with the client's SCRAM key or by trust)")
 	f.StringVar(&cfg.AuthFile, "auth-file", "", `with --auth scram: a user list file of "user" "SCRAM-SHA-256$..." lines, instead of pg_authid`)
 	return markSharesHost(cmd)
 }

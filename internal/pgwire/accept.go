@@ -149,8 +149,9 @@ func Accept(ctx context.Context, client net.Conn, cfg Config, reg *Registry) (se
 		s.Params[k] = v
 	}
 	s.log = s.log.With("user", s.Params["user"], "database", s.Params["database"])
+	var keys scramKeys
 	if cfg.SCRAM != nil {
-		if err := s.authenticateSCRAM(ctx, s.Params["user"]); err != nil {
+		if keys, err = s.authenticateSCRAM(ctx, s.Params["user"]); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +188,7 @@ func Accept(ctx context.Context, client net.Conn, cfg Config, reg *Registry) (se
 
 	authenticate := s.relayAuthentication
 	if cfg.SCRAM != nil {
-		authenticate = s.expectBackendTrust
+		authenticate = func() error { return s.authenticateToBackend(keys) }
 	}
 	if err := authenticate(); err != nil {
 		return nil, err

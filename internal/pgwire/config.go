@@ -51,8 +51,9 @@ type Config struct {
 	// PostgreSQL with ssl=off answers.
 	TLS *tls.Config
 	// SCRAM, when set, makes the proxy authenticate clients itself with
-	// SCRAM-SHA-256 against the verifiers it returns, and the backend must
-	// then accept the proxy's connection without a password (scram.go).
+	// SCRAM-SHA-256 against the verifiers it returns (scram.go); it then
+	// authenticates to the backend with the client's ClientKey or not at
+	// all (trust), never with a relayed password (scram_backend.go).
 	// Nil: PostgreSQL's authentication is relayed to the client.
 	SCRAM SCRAMLookup
 	// Logger receives connection-level events; nil discards them.

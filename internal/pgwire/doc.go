@@ -15,7 +15,7 @@
 // that decides who may connect. (SCRAM channel binding cannot work through any
 // proxy that terminates TLS, so it is not offered.) That is the default; with
 // Config.SCRAM the proxy authenticates clients itself instead (scram.go), and
-// PostgreSQL must trust the proxy's own connection. Messages are decoded and re-encoded with
+// then itself to PostgreSQL (scram_backend.go). Messages are decoded and re-encoded with
 // github.com/jackc/pgx/v5/pgproto3 on both sides (Backend towards the client,
 // Frontend towards PostgreSQL) rather than copied as bytes, because the
 // transaction layer built on top needs typed messages (Query, Parse, ReadyForQuery

@@ -10,11 +10,11 @@ package pgwire
 // client's proof against a stored SCRAM-SHA-256 verifier, the same string
 // PostgreSQL keeps in pg_authid.rolpassword, with the maintained
 // github.com/xdg-go/scram server. Only then does it open the backend
-// connection, as the same user, authenticated by the backend's own means
-// for the proxy (pg_hba.conf trust or peer on the proxy's Unix socket):
-// if PostgreSQL asks the proxy for a password, the connection is refused
-// with a hint, never relayed. The client receives AuthenticationOk only
-// once both succeeded.
+// connection, as the same user, and authenticates it by its own means
+// (scram_backend.go): SCRAM-SHA-256 with the ClientKey the client's proof
+// revealed, or nothing when PostgreSQL trusts the proxy's connection; a
+// request for a password (password, md5) is refused with a hint, never
+// relayed. The client receives AuthenticationOk only once both succeeded.
 //
 // PostgreSQL's clients put an empty user name in the SCRAM message (the
 // user is the startup packet's); the proxy does the same. An unknown user
@@ -84,11 +84,11 @@ func mockCredentials() scram.StoredCredentials {
 // returns nil when the client proved it knows the password. It sends
 // everything up to AuthenticationSASLFinal; AuthenticationOk is the
 // caller's, once the backend accepted the connection.
-func (s *Session) authenticateSCRAM(ctx context.Context, user string) error {
+func (s *Session) authenticateSCRAM(ctx context.Context, user string) (scramKeys, error) {
 	verifier, ok, err := s.cfg.SCRAM(ctx, user)
 	if err != nil {
 		s.sendFatal("08006", "the tashkent proxy could not look up the user's credentials")
-		return fmt.Errorf("pgwire: looking up credentials of %q: %w", user, err)
+		return scramKeys{}, fmt.Errorf("pgwire: looking up credentials of %q: %w", user, err)
 	}
 	cred := mockCredentials()
 	if ok {
@@ -101,43 +101,50 @@ func (s *Session) authenticateSCRAM(ctx context.Context, user string) error {
 	}
 	server, err := scram.SHA256.NewServer(func(string) (scram.StoredCredentials, error) { return cred, nil })
 	if err != nil {
-		return err
+		return scramKeys{}, err
 	}
 	conv := server.NewConversation()
 
 	s.Client.Send(&pgproto3.AuthenticationSASL{AuthMechanisms: []string{scramMechanism}})
 	first, err := s.receiveSASL(pgproto3.AuthTypeSASL)
 	if err != nil {
-		return err
+		return scramKeys{}, err
 	}
 	initial, ok := first.(*pgproto3.SASLInitialResponse)
 	if !ok || initial.AuthMechanism != scramMechanism {
-		return s.protocolError("08P01", "client selected an invalid SASL authentication mechanism", nil)
+		return scramKeys{}, s.protocolError("08P01", "client selected an invalid SASL authentication mechanism", nil)
 	}
 	// xdg-go/scram indexes the first byte of the GS2 header unchecked.
 	if d := initial.Data; len(d) == 0 || (d[0] != 'n' && d[0] != 'y' && d[0] != 'p') {
-		return s.protocolError("08P01", "malformed SCRAM message", nil)
+		return scramKeys{}, s.protocolError("08P01", "malformed SCRAM message", nil)
 	}
-	challenge, err := conv.Step(string(initial.Data))
+	// A copy: the message's bytes are pgproto3's buffer, reused by the next
+	// Receive.
+	clientFirst := string(initial.Data)
+	challenge, err := conv.Step(clientFirst)
 	if err != nil {
-		return s.protocolError("08P01", "malformed SCRAM message", err)
+		return scramKeys{}, s.protocolError("08P01", "malformed SCRAM message", err)
 	}
 	s.Client.Send(&pgproto3.AuthenticationSASLContinue{Data: []byte(challenge)})
 	next, err := s.receiveSASL(pgproto3.AuthTypeSASLContinue)
 	if err != nil {
-		return err
+		return scramKeys{}, err
 	}
 	resp, ok := next.(*pgproto3.SASLResponse)
 	if !ok {
-		return s.protocolError("08P01", fmt.Sprintf("expected SASL response, got %T", next), nil)
+		return scramKeys{}, s.protocolError("08P01", fmt.Sprintf("expected SASL response, got %T", next), nil)
 	}
 	final, err := conv.Step(string(resp.Data))
 	if err != nil || !conv.Valid() {
 		s.sendFatal(CodeInvalidPassword, fmt.Sprintf("password authentication failed for user %q", user))
-		return &AuthError{User: user, Err: err}
+		return scramKeys{}, &AuthError{User: user, Err: err}
+	}
+	clientKey, err := clientKeyOf(cred, clientFirst, challenge, string(resp.Data))
+	if err != nil { // cannot happen after a valid proof
+		return scramKeys{}, s.protocolError("08P01", "malformed SCRAM message", err)
 	}
 	s.Client.Send(&pgproto3.AuthenticationSASLFinal{Data: []byte(final)})
-	return nil
+	return scramKeys{cred: cred, clientKey: clientKey}, nil
 }
 
 // receiveSASL flushes the pending authentication request and reads the
@@ -178,33 +185,3 @@ func (e *AuthError) Error() string {
 }
 
 func (e *AuthError) Unwrap() error { return e.Err }
-
-// expectBackendTrust reads the backend's answer to the startup message
-// when the proxy authenticated the client itself: the backend must accept
-// the proxy's connection without a password. Its AuthenticationOk goes to
-// the client.
-func (s *Session) expectBackendTrust() error {
-	for {
-		msg, err := s.Server.Receive()
-		if err != nil {
-			s.sendFatal("08006", "the tashkent proxy lost its connection to PostgreSQL during authentication")
-			return fmt.Errorf("pgwire: receiving from backend during authentication: %w", err)
-		}
-		switch m := msg.(type) {
-		case *pgproto3.AuthenticationOk:
-			s.Client.Send(m)
-			_ = s.Client.SetAuthType(pgproto3.AuthTypeOk)
-			return nil
-		case *pgproto3.NoticeResponse, *pgproto3.NegotiateProtocolVersion:
-			s.Client.Send(m)
-		case *pgproto3.ErrorResponse:
-			return s.relayServerError(m)
-		default:
-			s.Client.Send(&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "28000",
-				Message: "PostgreSQL asked the tashkent proxy for a password after the proxy authenticated the client",
-				Hint:    "With the proxy's own authentication, PostgreSQL must trust the proxy's connections: use trust or peer for its Unix socket in pg_hba.conf, or run the proxy with --auth relay."})
-			_ = s.Client.Flush()
-			return fmt.Errorf("pgwire: backend asked for authentication (%T) in SCRAM mode", msg)
-		}
-	}
-}

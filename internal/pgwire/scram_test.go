@@ -90,6 +90,32 @@ func TestSCRAMAtTheProxy(t *testing.T) {
 	})
 }
 
+// PostgreSQL asks the proxy itself for SCRAM-SHA-256 (pg_hba.conf:
+// scram-sha-256 for scramuser over TCP): the proxy answers with the
+// ClientKey the client's proof revealed, and checks PostgreSQL's
+// signature. A user PostgreSQL asks for a cleartext password (clearuser:
+// "password" in pg_hba.conf) is refused with 28000: the proxy has no
+// password to give.
+func TestSCRAMPassThroughToBackend(t *testing.T) {
+	pg := postgresForTest(t)
+	var lookups atomic.Int32
+	p := startProxy(t, Config{BackendAddr: pg.addr, SCRAM: pgAuthidLookup(t, pg, &lookups)})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn := connect(t, p.url(scramUser, scramPassword))
+	var who string
+	if err := conn.QueryRow(ctx, "SELECT current_user").Scan(&who); err != nil || who != scramUser {
+		t.Fatalf("current_user = %q, %v", who, err)
+	}
+	if _, err := pgx.Connect(ctx, p.url(scramUser, "wrong")); pgCode(err) != CodeInvalidPassword {
+		t.Fatalf("wrong password: %v, want 28P01", err)
+	}
+	_, err := pgx.Connect(ctx, p.url(clearUser, clearPassword))
+	if pgCode(err) != "28000" || !strings.Contains(err.Error(), "cannot authenticate to PostgreSQL") {
+		t.Fatalf("backend asking for a cleartext password: %v, want 28000", err)
+	}
+}
+
 // A client that answers SCRAM with garbage gets a protocol error, and the
 // proxy does not crash (xdg-go/scram indexes the GS2 header unchecked).
 func TestSCRAMMalformedMessages(t *testing.T) {

@@ -7,8 +7,9 @@ package proxy
 // client. AuthSCRAM makes the proxy verify SCRAM-SHA-256 itself
 // (pgwire/scram.go) against the verifiers PostgreSQL stores in
 // pg_authid.rolpassword, read over the proxy's own admin connection, or
-// against a user list file when --auth-file is given; PostgreSQL must then
-// trust the proxy's own connection (its Unix socket).
+// against a user list file when --auth-file is given; it then authenticates
+// to PostgreSQL with the client's SCRAM ClientKey, or not at all where
+// PostgreSQL trusts its connection (pgwire/scram_backend.go).
 
 import (
 	"bufio"
