@@ -102,5 +102,6 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	f.BoolVar(&cfg.UnsafeSkipConflictCheck, "unsafe-fault-skip-conflict-check", false,
 		"commit every writeset without a conflict check: breaks snapshot isolation; the fault harness's self-test only")
 	_ = f.MarkHidden("unsafe-fault-skip-conflict-check")
+	cmd.AddCommand(newCertifierMembersCommand())
 	return cmd
 }
