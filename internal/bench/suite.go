@@ -385,7 +385,11 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 	for _, s := range r.systems {
 		r.progress("warmup %-20s %d clients, %s (not measured)", s.label, top.clients, r.scfg.Warmup)
 		if _, err := r.runOnce(ctx, s, spread(s.endpoints(), top.clients), top, int(r.scfg.Warmup/time.Second), nil); err != nil {
-			return fmt.Errorf("%s: warmup: %w", s.label, err)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// Not fatal: the measured runs show whether the system copes.
+			r.progress("warmup %-20s FAILED: %s", s.label, firstLine(err.Error()))
 		}
 		if err := r.settle(ctx, s); err != nil {
 			return err
