@@ -72,6 +72,9 @@ func unreplicatedFeature(n *pg_query.Node, k Kind) Feature {
 	if largeObjectDDL(n) {
 		return LargeObjects
 	}
+	if !executesExpressions(n, k) {
+		return Replicated
+	}
 	found := Replicated
 	walk(n.ProtoReflect(), func(m proto.Message) bool {
 		if found != Replicated {
@@ -106,6 +109,24 @@ func functionFeature(fc *pg_query.FuncCall) Feature {
 		return SequenceSet
 	}
 	return Replicated
+}
+
+// executesExpressions reports statements that evaluate expressions when
+// they run. Other DDL only defines objects (a view or a function that
+// calls pg_notify is not a notification until it is used; its use is
+// unseen anyway), and the transaction-control and SET statements call
+// nothing.
+func executesExpressions(n *pg_query.Node, k Kind) bool {
+	switch k {
+	case Read, Write, Prepare, CopyTo, CopyFrom, Call, Other:
+		return true
+	case DDL:
+		switch n.Node.(type) {
+		case *pg_query.Node_CreateTableAsStmt, *pg_query.Node_SelectStmt:
+			return true // CREATE TABLE AS / SELECT INTO run their query
+		}
+	}
+	return false
 }
 
 func largeObjectDDL(n *pg_query.Node) bool {

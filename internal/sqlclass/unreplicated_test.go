@@ -1,6 +1,10 @@
 package sqlclass
 
-import "testing"
+import (
+	"testing"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+)
 
 func TestUnreplicatedFeatures(t *testing.T) {
 	cases := []struct {
@@ -33,6 +37,13 @@ func TestUnreplicatedFeatures(t *testing.T) {
 		{"SELECT 'pg_advisory_lock(1)'", Replicated},
 		{"SELECT * FROM t FOR UPDATE", Replicated},
 		{"GRANT SELECT ON TABLE t TO bob", Replicated},
+		// Definitions call nothing yet; CREATE TABLE AS runs its query.
+		{"CREATE VIEW v AS SELECT pg_advisory_lock(1)", Replicated},
+		{"CREATE FUNCTION f() RETURNS void LANGUAGE sql BEGIN ATOMIC SELECT pg_notify('a', 'b'); END", Replicated},
+		{"CREATE TABLE x AS SELECT lo_create(0) AS o", LargeObjects},
+		{"SELECT setval('s', 1) INTO TEMP y", SequenceSet},
+		{"COPY (SELECT pg_advisory_lock(1)) TO STDOUT", AdvisoryLocks},
+		{"CALL p(pg_advisory_lock(1))", AdvisoryLocks},
 	}
 	for _, c := range cases {
 		stmts, err := Classify(c.sql)
@@ -41,6 +52,27 @@ func TestUnreplicatedFeatures(t *testing.T) {
 		}
 		if got := stmts[0].Unreplicated; got != c.want {
 			t.Errorf("%s: %v, want %v", c.sql, got, c.want)
+		}
+	}
+}
+
+// BenchmarkUnreplicatedFeature is the cost the feature check adds to an
+// uncached classification (the tree walk), on the same queries as
+// BenchmarkClassifyUncached.
+func BenchmarkUnreplicatedFeature(b *testing.B) {
+	var trees []*pg_query.ParseResult
+	for _, q := range benchQueries {
+		t, err := pg_query.Parse(q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		trees = append(trees, t)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, raw := range trees[i%len(trees)].Stmts {
+			unreplicatedFeature(raw.Stmt, Read)
 		}
 	}
 }
