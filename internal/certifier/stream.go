@@ -53,6 +53,12 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if err != nil {
 		return err
 	}
+	if s.group != nil {
+		// Redirect at once, before waiting for anything.
+		if err := s.checkLeader(stream); err != nil {
+			return err
+		}
+	}
 	if err := s.checkOpen(first.Open); err != nil {
 		return err
 	}
@@ -61,9 +67,6 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if s.group != nil {
 		// The stream lives as long as this member's leadership: replies
 		// certified in it are dropped, never sent, once it is lost.
-		if err := s.checkLeader(stream); err != nil {
-			return err
-		}
 		stopFollowing := context.AfterFunc(s.leadership.context(), cancel)
 		defer stopFollowing()
 	}
