@@ -339,11 +339,15 @@ func checkStartupAnswer(t *testing.T, sess *Session, err error, out []byte, mode
 func declinedEncryptionRequests(in []byte) int {
 	n := 0
 	for len(in) >= 8 && n < negotiationsMax {
-		if !bytes.Equal(in[:4], be32(8)) || (!bytes.Equal(in[4:8], be32(80877103)) && !bytes.Equal(in[4:8], be32(80877104))) {
+		// Any packet length pgproto3 accepts (PostgreSQL does not insist on
+		// 8 either); the whole packet must have arrived.
+		length := int(binary.BigEndian.Uint32(in))
+		code := binary.BigEndian.Uint32(in[4:])
+		if length < 8 || length > 10_004 || length > len(in) || (code != 80877103 && code != 80877104) {
 			break
 		}
 		n++
-		in = in[8:]
+		in = in[length:]
 	}
 	return n
 }
