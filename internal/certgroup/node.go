@@ -40,6 +40,9 @@ type NodeConfig struct {
 	NoSync      bool
 	DialOptions []grpc.DialOption // e.g. TLS credentials
 	Logger      *slog.Logger
+	// UnsafeFaultPartitionFile: see partitionFile (real-process fault
+	// tests only).
+	UnsafeFaultPartitionFile string
 }
 
 // Callbacks are how a Node reports to the service, all from its one loop
@@ -72,6 +75,7 @@ type Node struct {
 
 	wake      chan struct{}
 	transport *transport
+	partition *partitionFile
 	stop      chan struct{}
 	done      sync.WaitGroup
 	stopOnce  sync.Once
@@ -134,6 +138,11 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	n.transport = newTransport(n, cfg.DialOptions)
+	if cfg.UnsafeFaultPartitionFile != "" {
+		n.partition = &partitionFile{path: cfg.UnsafeFaultPartitionFile}
+		n.log.Warn("UNSAFE: fault point set: Raft messages to and from the members listed in this file are dropped while it exists",
+			"file", cfg.UnsafeFaultPartitionFile)
+	}
 	return n, nil
 }
 

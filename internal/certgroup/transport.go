@@ -52,6 +52,9 @@ func newTransport(n *Node, dial []grpc.DialOption) *transport {
 
 func (t *transport) send(msgs []*raftpb.Message) {
 	for _, m := range msgs {
+		if t.n.partition.isCut(m.GetTo()) {
+			continue
+		}
 		p := t.peer(m.GetTo())
 		if p == nil {
 			continue
@@ -169,6 +172,9 @@ func (s *Server) Send(stream pb.Raft_SendServer) error {
 			m := &raftpb.Message{}
 			if err := proto.Unmarshal(b, m); err != nil {
 				return err
+			}
+			if s.n.partition.isCut(m.GetFrom()) {
+				continue
 			}
 			s.n.step(m)
 		}

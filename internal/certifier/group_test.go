@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -31,11 +32,16 @@ type groupMember struct {
 	proc *certifierProcess
 }
 
+// partitionFile is the member's fault point: while it lists "*", the
+// member neither sends nor receives Raft messages.
+func (m *groupMember) partitionFile() string { return m.dir + ".partition" }
+
 func startMember(t *testing.T, bin string, m *groupMember, peers string) {
 	t.Helper()
 	p := &certifierProcess{stderr: &lockedWriter{}, addr: m.addr}
 	p.cmd = exec.Command(bin, "certifier", "--data-dir", m.dir, "--id", strconv.Itoa(m.id), "--peers", peers,
-		"--listen", m.addr, "--metrics-listen", "", "--segment-mib", "1")
+		"--listen", m.addr, "--metrics-listen", "", "--segment-mib", "1",
+		"--unsafe-fault-partition-file", m.partitionFile())
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -197,4 +203,78 @@ func waitConverged(t *testing.T, members []*groupMember, timeout time.Duration) 
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("members did not converge within %v", timeout)
+}
+
+// TestGroupLeaderPartitionUnderLoad cuts the leader off from the other
+// members (a fault-injecting transport in the real processes) under load,
+// twice, and heals it. The majority elects a new leader; the deposed one
+// steps down (CheckQuorum) and its streams end, so clients move to the new
+// leader. Every acknowledged commit must be on every member after healing,
+// with equal logs.
+func TestGroupLeaderPartitionUnderLoad(t *testing.T) {
+	bin := testbin.Path(t)
+	base := t.TempDir()
+	var members []*groupMember
+	var peers, targets []string
+	for id := 1; id <= 3; id++ {
+		port, err := netutil.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &groupMember{id: id, dir: filepath.Join(base, fmt.Sprint(id)), addr: "127.0.0.1:" + strconv.Itoa(port)}
+		members = append(members, m)
+		peers = append(peers, fmt.Sprintf("%d=%s", id, m.addr))
+		targets = append(targets, m.addr)
+	}
+	for _, m := range members {
+		startMember(t, bin, m, strings.Join(peers, ","))
+	}
+	waitLeader(t, members, 20*time.Second)
+	acks := &acknowledgements{version: map[string]uint64{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { load(ctx, t, strings.Join(targets, ","), 7, acks); close(done) }()
+	for round := 0; round < 2; round++ {
+		time.Sleep(500 * time.Millisecond)
+		leader := waitLeader(t, members, 20*time.Second)
+		if err := os.WriteFile(leader.partitionFile(), []byte("*"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before := ackCount(acks)
+		pause, ok := waitProgress(acks, before, 20*time.Second)
+		if !ok {
+			t.Fatalf("round %d: no commit acknowledged within 20 s of cutting off leader %d", round, leader.id)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			st, err := memberStatus(leader.addr)
+			if err == nil && st.Role != "leader" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the cut-off member %d still leads after 10 s", round, leader.id)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("round %d: cut off leader %d; next acknowledged commit after %v; it stepped down", round, leader.id, pause.Round(time.Millisecond))
+		time.Sleep(300 * time.Millisecond)
+		if err := os.Remove(leader.partitionFile()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	<-done
+	waitConverged(t, members, 20*time.Second)
+	var first []*pb.LogEntry
+	for _, m := range members {
+		log := fetchAll(t, m.addr)
+		checkLog(t, log, acks)
+		if first != nil && len(log) != len(first) {
+			t.Fatalf("member %d has %d versions, member 1 has %d", m.id, len(log), len(first))
+		}
+		first = log
+	}
+	t.Logf("2 partitions of the leader: %d acknowledged commits, %d aborts, %d versions on every member", len(acks.version), acks.aborts, len(first))
 }

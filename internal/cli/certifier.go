@@ -15,13 +15,14 @@ import (
 
 func newCertifierCommand() *cobra.Command {
 	var (
-		memberID   uint64
-		peers      string
-		join       bool
-		cfg        certifier.Config
-		listen     string
-		metrics    string
-		segmentMiB int64
+		partitionFile string
+		memberID      uint64
+		peers         string
+		join          bool
+		cfg           certifier.Config
+		listen        string
+		metrics       string
+		segmentMiB    int64
 	)
 	cmd := &cobra.Command{
 		Use:   "certifier",
@@ -54,7 +55,7 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 					"snapshot isolation is broken on purpose (fault-harness self-test only)")
 			}
 			if peers != "" {
-				node, err := openGroupMember(cfg, memberID, peers, join)
+				node, err := openGroupMember(cfg, memberID, peers, join, partitionFile)
 				if err != nil {
 					return err
 				}
@@ -102,6 +103,9 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	f.BoolVar(&cfg.UnsafeSkipConflictCheck, "unsafe-fault-skip-conflict-check", false,
 		"commit every writeset without a conflict check: breaks snapshot isolation; the fault harness's self-test only")
 	_ = f.MarkHidden("unsafe-fault-skip-conflict-check")
+	f.StringVar(&partitionFile, "unsafe-fault-partition-file", "",
+		"drop Raft messages to and from the member ids listed in this file while it exists: real-process fault tests only")
+	_ = f.MarkHidden("unsafe-fault-partition-file")
 	cmd.AddCommand(newCertifierMembersCommand())
 	return cmd
 }

@@ -39,7 +39,7 @@ func parsePeers(s string) (map[uint64]string, error) {
 
 // openGroupMember opens this member's Raft node; its log lives beside the
 // versioned log, in <data-dir>/raft.
-func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool) (*certgroup.Node, error) {
+func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, partitionFile string) (*certgroup.Node, error) {
 	members, err := parsePeers(peers)
 	if err != nil {
 		return nil, err
@@ -56,5 +56,7 @@ func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool) (
 		Members: members,
 		NoSync:  cfg.NoSync,
 		Logger:  slog.Default(),
+
+		UnsafeFaultPartitionFile: partitionFile,
 	})
 }
