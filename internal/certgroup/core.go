@@ -498,13 +498,13 @@ func (c *Core) ProposeConfChange(cc *raftpb.ConfChange) error {
 
 // Status is a member's view of the group.
 type Status struct {
-	ID, Term, Leader          uint64
-	Role                      string
-	LastIndex, AppliedIndex   uint64
-	Version, AppliedVersion   uint64
-	LowWaterMark              uint64
-	Voters                    []uint64
-	CertifyingSinceApplyIndex bool
+	ID, Term, Leader        uint64
+	Role                    string
+	LastIndex, AppliedIndex uint64
+	Version, AppliedVersion uint64
+	LowWaterMark            uint64
+	Voters                  []uint64
+	Certifying              bool
 }
 
 // Status reports role, term, positions and members.
@@ -515,8 +515,8 @@ func (c *Core) Status() Status {
 		ID: c.cfg.ID, Term: st.GetTerm(), Leader: st.Lead, Role: roleName(st.RaftState),
 		LastIndex: last, AppliedIndex: c.applied,
 		Version: c.state.Version(), AppliedVersion: c.appliedVersion, LowWaterMark: c.state.LowWaterMark(),
-		Voters:                    append([]uint64(nil), c.confState.GetVoters()...),
-		CertifyingSinceApplyIndex: c.checkCertifying() == nil,
+		Voters:     append([]uint64(nil), c.confState.GetVoters()...),
+		Certifying: c.checkCertifying() == nil,
 	}
 }
 
