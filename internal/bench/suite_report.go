@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 func (rep *SuiteReport) header() string {
@@ -164,7 +165,7 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	}
 	name := string(rep.Config.Workload)
 	if rep.Config.Delay > 0 {
-		name += "-delay" + strings.ReplaceAll(rep.Config.Delay.String(), ".", "_")
+		name += "-delay" + delayName(rep.Config.Delay)
 	}
 	var written []string
 	path := func(suffix string) string {
@@ -315,4 +316,12 @@ func (so *ScaleOut) figure() figure {
 		f.series = append(f.series, m)
 	}
 	return f
+}
+
+// delayName spells a delay for a file name, in ASCII: 2ms, 500us.
+func delayName(d time.Duration) string {
+	if d%time.Millisecond == 0 {
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	}
+	return strconv.FormatInt(d.Microseconds(), 10) + "us"
 }
