@@ -335,9 +335,20 @@ func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
 
 func join(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
+// orderedStartup encodes a StartupMessage with its parameters in the order
+// given (pgproto3 encodes a map, in random order, which would make the
+// committed seed corpus differ from run to run).
+func orderedStartup(version uint32, kv ...string) []byte {
+	body := be32(version)
+	for _, s := range kv {
+		body = append(append(body, s...), 0)
+	}
+	body = append(body, 0)
+	return join(be32(uint32(4+len(body))), body)
+}
+
 func startupSeeds(tb testing.TB) [][]byte {
-	startup := enc(tb, &pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30,
-		Parameters: map[string]string{"user": "postgres", "database": "postgres"}})
+	startup := orderedStartup(pgproto3.ProtocolVersion30, "user", "postgres", "database", "postgres")
 	ssl := join(be32(8), be32(80877103))
 	gss := join(be32(8), be32(80877104))
 	query := enc(tb, &pgproto3.Query{String: "SELECT 1"}, &pgproto3.Terminate{})
@@ -349,9 +360,9 @@ func startupSeeds(tb testing.TB) [][]byte {
 		join(gss, ssl, startup),
 		join(ssl, ssl, ssl),
 		enc(tb, &pgproto3.CancelRequest{ProcessID: 1, SecretKey: []byte{1, 2, 3, 4}}),
-		enc(tb, &pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion32, Parameters: map[string]string{"user": "postgres"}}),
-		enc(tb, &pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30, Parameters: map[string]string{"user": "postgres", "database": "other"}}),
-		enc(tb, &pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30, Parameters: map[string]string{"user": "nobody"}}),
+		orderedStartup(pgproto3.ProtocolVersion32, "user", "postgres"),
+		orderedStartup(pgproto3.ProtocolVersion30, "user", "postgres", "database", "other"),
+		orderedStartup(pgproto3.ProtocolVersion30, "user", "nobody"),
 		join(be32(8), be32(2<<16)),                          // protocol 2.0
 		join(be32(8), be32(3<<16|1)),                        // protocol 3.1
 		join(be32(2), be32(196608)),                         // length below the header
