@@ -40,6 +40,7 @@ type session struct {
 	certified      atomic.Bool // the certifier said commit; the transaction waits for its turn
 
 	ex         exchange                        // the extended-protocol exchange in progress
+	beginFirst bool                            // the next statement goes after the proxy's BEGIN, in the same write (simple.go)
 	ddl        []string                        // DDL run by the open transaction
 	savepoints []savepoint                     // the open transaction's, oldest first (savepoints.go)
 	statements map[string][]sqlclass.Statement // prepared statements by name

@@ -114,3 +114,56 @@ func (s *session) ddlChanges() []*pb.Change {
 	}
 	return changes
 }
+
+// beginPrefix is the proxy's prepared BEGIN (see begin) as messages to
+// send ahead of a segment of the client's, in the same write, without a
+// Sync between: the block is open before the client's messages run, and it
+// costs no round trip of its own.
+var beginPrefix = func() []byte {
+	b, _ := (&pgproto3.Bind{PreparedStatement: beginStatement}).Encode(nil)
+	b, _ = (&pgproto3.Execute{}).Encode(b)
+	return b
+}()
+
+// afterPipelinedBegin reads the answers to beginPrefix, swallowed, and
+// reports whether the block opened. If the BEGIN failed, PostgreSQL skipped
+// what followed it up to a Sync (sent here unless synced: the messages sent
+// after the BEGIN end with their own): the backend is idle again and the
+// client has seen nothing; the block is opened the ordinary way (begin
+// prepares the BEGIN again if the client dropped it) and then, the
+// client's messages after the BEGIN, are sent again. false means that
+// failed too, and the client got the error.
+func (s *session) afterPipelinedBegin(then []byte, synced bool) (bool, error) {
+	for {
+		msg, err := s.w.Server.Receive()
+		if err != nil {
+			return false, fmt.Errorf("%w: %v", errBackendGone, err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CommandComplete:
+			return true, nil
+		case *pgproto3.ParameterStatus:
+			s.w.ServerParams[m.Name] = m.Value
+		case *pgproto3.ErrorResponse:
+			if !synced {
+				s.w.Server.Send(&pgproto3.Sync{})
+				if err := s.w.Server.Flush(); err != nil {
+					return false, errBackendGone
+				}
+			}
+			if _, err := s.relay(true); err != nil { // up to the Sync
+				return false, err
+			}
+			s.log.Debug("pipelined BEGIN failed; opening the block with its own round trip", "error", m.Message)
+			res, err := s.begin()
+			if err != nil {
+				return false, err
+			}
+			if res.failed() {
+				s.w.Client.Send(res.err)
+				return false, nil
+			}
+			return true, s.forwardRaw(then)
+		}
+	}
+}

@@ -128,9 +128,13 @@ func (s *session) runStatement(st sqlclass.Statement) (result, error) {
 		sql = rewritten
 	}
 	s.labelIfIdle()
-	s.w.Server.Send(&pgproto3.Query{String: sql})
-	if err := s.w.Server.Flush(); err != nil {
-		return result{}, errBackendGone
+	query, _ := (&pgproto3.Query{String: sql}).Encode(nil)
+	if s.beginFirst {
+		if ok, err := s.pipelineBegin(query); !ok || err != nil {
+			return result{status: s.status, err: errBeginFailed}, err
+		}
+	} else if err := s.forwardRaw(query); err != nil {
+		return result{}, err
 	}
 	res, err := s.relay(false)
 	if err != nil || res.failed() {
@@ -139,21 +143,39 @@ func (s *session) runStatement(st sqlclass.Statement) (result, error) {
 	return res, s.noteStatement(st)
 }
 
+// errBeginFailed marks a statement that did not run because the proxy
+// could not open its transaction block; the client got the error.
+var errBeginFailed = &pgproto3.ErrorResponse{Severity: "ERROR", Code: "XX000", Message: "the proxy could not open a transaction block"}
+
+// pipelineBegin sends query after the proxy's BEGIN, in one write (see
+// beginPrefix). If the BEGIN fails, PostgreSQL ignores the query until
+// Sync: the proxy sends one, and opens the block the ordinary way before
+// it sends the query again. false means that failed too, and the client
+// got the error.
+func (s *session) pipelineBegin(query []byte) (bool, error) {
+	s.beginFirst = false
+	if err := s.forwardRaw(append(append([]byte{}, beginPrefix...), query...)); err != nil {
+		return false, err
+	}
+	return s.afterPipelinedBegin(query, false)
+}
+
 // wrapped runs a write that arrived outside a transaction block inside one
 // the proxy opens, so that it is certified (the database would commit it by
 // itself), then commits it or rolls it back.
 func (s *session) wrapped(ctx context.Context, run func() (result, error), last bool) error {
 	s.labelIfIdle()
-	if res, err := s.begin(); err != nil || res.failed() {
-		if err == nil {
-			s.w.Client.Send(res.err)
-			s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: res.status})
-		}
-		return err
-	}
+	s.beginFirst = true // run's first statement opens the block (runStatement)
 	res, err := run()
+	s.beginFirst = false
 	if err != nil {
 		return err
+	}
+	if res.err == errBeginFailed {
+		if last {
+			s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
+		}
+		return nil
 	}
 	if res.failed() || res.status != 'T' {
 		if err := s.rollback(); err != nil {

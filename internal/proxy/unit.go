@@ -362,15 +362,28 @@ func (s *session) relayFlushed(msgs []unitMsg) (bool, error) {
 // skipped, as PostgreSQL skips to Sync.
 func (s *session) splitUnit(ctx context.Context, u *unit, stmts [][]sqlclass.Statement) error {
 	from := 0
+	beginFirst := false // the next segment goes after the proxy's BEGIN, in the same write
+	wrapped := s.ex.wrapped
 	segment := func(to int) (bool, error) {
 		if to == from {
 			return true, nil
 		}
-		if err := s.forwardRaw(u.encoded(from, to, u.sync)); err != nil {
+		raw := u.encoded(from, to, u.sync)
+		if beginFirst {
+			raw = append(append([]byte{}, beginPrefix...), raw...)
+		}
+		if err := s.forwardRaw(raw); err != nil {
 			return false, err
 		}
 		start := from
 		from = to
+		if beginFirst {
+			beginFirst = false
+			if ok, err := s.afterPipelinedBegin(u.encoded(start, to, u.sync), true); !ok || err != nil {
+				wrapped = false
+				return false, err
+			}
+		}
 		res, err := s.relay(false)
 		if err != nil || res.failed() {
 			return false, err
@@ -383,7 +396,6 @@ func (s *session) splitUnit(ctx context.Context, u *unit, stmts [][]sqlclass.Sta
 		// a block open for the rest of the exchange.
 		segment = s.flushedSegment(u, stmts, &from)
 	}
-	wrapped := s.ex.wrapped
 	// statusBefore predicts the backend's status before message i from the
 	// status at the start of the pending segment.
 	statusBefore := func(i int) byte {
@@ -397,6 +409,13 @@ func (s *session) splitUnit(ctx context.Context, u *unit, stmts [][]sqlclass.Sta
 	for i, m := range u.msgs {
 		what, _ := interventionAt(m, stmts[i], statusBefore(i))
 		if what == none {
+			continue
+		}
+		if what == openBlock && s.status == 'I' && !wrapped && !u.partial() && !executes(u.msgs[from:i]) {
+			// Nothing before the write needs the implicit transaction:
+			// the block opens ahead of the whole segment, in one round trip.
+			s.labelIfIdle()
+			beginFirst, wrapped = true, true
 			continue
 		}
 		var err error
@@ -483,4 +502,14 @@ func (s *session) finishWrapped(ctx context.Context, ok bool) error {
 	}
 	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
 	return nil
+}
+
+// executes reports whether any of msgs is an Execute.
+func executes(msgs []unitMsg) bool {
+	for _, m := range msgs {
+		if m.typ == 'E' {
+			return true
+		}
+	}
+	return false
 }
