@@ -164,6 +164,9 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 		return nil, err
 	}
 	name := string(rep.Config.Workload)
+	if rep.Config.Workload == TPCB && rep.Config.Scale > 1 {
+		name += "-scale" + strconv.Itoa(rep.Config.Scale)
+	}
 	if rep.Config.Delay > 0 {
 		name += "-delay" + delayName(rep.Config.Delay)
 	}
