@@ -248,7 +248,7 @@ func (c *Client) run() {
 		case <-c.ctx.Done():
 			return
 		}
-		delay = min(2*delay, time.Second)
+		delay = min(2*delay, c.peers.reconnectDelayMax())
 	}
 }
 

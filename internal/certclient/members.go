@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -24,6 +25,23 @@ type members struct {
 	addrs []string
 	conns map[string]*grpc.ClientConn
 	cur   int
+	// failed is the member the last stream failed on without naming a
+	// leader (likely dead): a stale hint naming it is not followed.
+	failed string
+}
+
+// groupReconnectDelayMax caps the pause between attempts when there are
+// several members: one of them leads soon after an election, and each
+// attempt is one cheap refused stream.
+const groupReconnectDelayMax = 100 * time.Millisecond
+
+func (m *members) reconnectDelayMax() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.addrs) > 1 {
+		return groupReconnectDelayMax
+	}
+	return time.Second
 }
 
 func newMembers(target string, dial []grpc.DialOption) (*members, error) {
@@ -74,10 +92,14 @@ func (m *members) api() pb.CertifierClient {
 func (m *members) follow(leader string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if leader == "" || leader == m.addrs[m.cur] {
+	if leader == "" || leader == m.addrs[m.cur] || leader == m.failed {
+		if leader == "" {
+			m.failed = m.addrs[m.cur]
+		}
 		m.cur = (m.cur + 1) % len(m.addrs)
 		return false
 	}
+	m.failed = ""
 	for i, a := range m.addrs {
 		if a == leader {
 			m.cur = i
