@@ -308,6 +308,7 @@ func (s *system) startProxy(ctx context.Context, r *runner, i int) error {
 		func(ports []int) (*proc, error) {
 			args := append(r.profileArgs(fmt.Sprintf("%s-proxy%d", s.kind, i+1)), "--log-level=warn", "proxy",
 				"--name", name,
+				"--replica-index", strconv.Itoa(i+1), // sequences offset per replica, as a deployment would run
 				"--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
 				"--backend", backendAddr(s.pgs[i]),
 				"--database", "postgres",
