@@ -58,6 +58,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*
 	rep := s.p.rep
 	seq := s.p.nextTxnSeq()
 	local := rep.seq.Register(seq)
+	epoch := rep.seq.Epoch()
 	s.committing.Store(true)
 	defer func() { s.committing.Store(false); s.certified.Store(false) }()
 
@@ -84,10 +85,16 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*
 	v := reply.CommitVersion
 	s.certified.Store(true)
 	if local.Version() != v {
-		// The certifier delivers a version before its reply; a mismatch is
-		// a bug. The version is applied as a remote one, so the replica
-		// still holds it.
-		s.log.Error("certified version was not delivered to this transaction", "version", v, "delivered", local.Version())
+		// The certifier delivers a version before its reply, so a mismatch
+		// means the replica was recovered meanwhile (the sequencer drops
+		// what the stream opened before the reset delivers) or a bug.
+		// Either way the version is applied as a remote one, in its place.
+		if rep.seq.Epoch() != epoch {
+			s.log.Info("the replica was recovered while this transaction was certified; its version is applied with the others",
+				"version", v)
+		} else {
+			s.log.Error("certified version was not delivered to this transaction", "version", v, "delivered", local.Version())
+		}
 		rep.seq.Abandon(local)
 		if err := s.rollback(); err != nil {
 			return nil, err
