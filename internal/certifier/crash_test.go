@@ -233,7 +233,11 @@ func splitKey(key string) (string, uint64) {
 
 func fetchAll(t *testing.T, addr string) []*pb.LogEntry {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The certifier packs up to 4 MiB of entries per message
+	// (messageEntryBytesMax), which with its framing is over gRPC's default
+	// 4 MiB receive limit: accept what certclient accepts.
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(certclient.DefaultMessageBytesMax)))
 	if err != nil {
 		t.Fatal(err)
 	}
