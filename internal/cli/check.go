@@ -23,6 +23,7 @@ func newCheckCommand() *cobra.Command {
 		selfTest  bool
 		keep      bool
 		seed      uint64
+		certs     int
 	)
 	cmd := &cobra.Command{
 		Use:   "check",
@@ -39,8 +40,15 @@ disconnect mid-transaction), heals them and checks:
   - every acknowledged commit is present at the end;
   - replicas converge to equal versions and checksums within 30 s.
 
-Then the detector self-test restarts the certifier with its conflict check
-disabled and requires the checkers to notice. Exits non-zero on any failure.
+With --certifiers 3 (the long profile's default) the certifier is a Raft
+group (Tashkent §7.3) and the certifier faults are the group's: kill -9 and
+restart of the leader and of a follower, SIGSTOP/SIGCONT of the leader, the
+leader cut from the other members, a follower cut off, a random
+majority/minority split. The summary reports the longest time without an
+acknowledged commit around each fault (the failover pauses).
+
+Then the detector self-test restarts the certifier (every member of a group)
+with its conflict check disabled and requires the checkers to notice. Exits non-zero on any failure.
 Histories, adya's reports, faults.txt and summary.json stay in --out.
 Needs PostgreSQL 15 and adya (cargo install adya --locked).`,
 		Args: cobra.NoArgs,
@@ -66,8 +74,12 @@ Needs PostgreSQL 15 and adya (cargo install adya --locked).`,
 			if cmd.Flags().Changed("duration") {
 				cfg.Duration = duration
 			}
+			if cmd.Flags().Changed("certifiers") && certs != cfg.Certifiers {
+				cfg.Certifiers = certs
+				cfg.Faults = faults.FaultsFor(certs)
+			}
 			if cmd.Flags().Changed("faults") {
-				if cfg.Faults, err = faults.ParseFaults(faultList); err != nil {
+				if cfg.Faults, err = faults.ParseFaults(faultList, cfg.Certifiers); err != nil {
 					return err
 				}
 			}
@@ -96,9 +108,10 @@ Needs PostgreSQL 15 and adya (cargo install adya --locked).`,
 	f.StringVar(&profile, "profile", "short", "short (about a minute, what CI runs) or long (10 minutes of faults)")
 	f.StringVar(&dir, "out", "", "output directory: the cluster, histories, adya reports, faults.txt, summary.json (default: a new temporary directory)")
 	f.DurationVar(&duration, "duration", 0, "how long the workloads run under faults (default: the profile's)")
-	f.StringVar(&faultList, "faults", "all", "comma-separated fault kinds, all or none")
+	f.StringVar(&faultList, "faults", "all", "comma-separated fault kinds, all or none (the kinds depend on --certifiers; see docs/RELIABILITY.md)")
 	f.BoolVar(&selfTest, "self-test", true, "run the detector self-test (certifier without conflict check) after the checks")
 	f.BoolVar(&keep, "keep-cluster", false, "leave the cluster running (stop it with tashkent down --data-dir OUT/cluster)")
 	f.Uint64Var(&seed, "seed", 1, "seed of the workload and fault choices")
+	f.IntVar(&certs, "certifiers", 0, "certifier group size: 1, 3 or 5 (default: the profile's, 1 short, 3 long)")
 	return cmd
 }

@@ -98,14 +98,14 @@ func TestForbiddenAllowsOnlyTheG2Family(t *testing.T) {
 }
 
 func TestParseFaults(t *testing.T) {
-	all, err := ParseFaults("all")
+	all, err := ParseFaults("all", 1)
 	if err != nil || len(all) != len(AllFaults) {
 		t.Fatalf("all: %v %v", all, err)
 	}
-	if ks, err := ParseFaults("kill-proxy, pause-certifier"); err != nil || len(ks) != 2 || ks[1] != PauseCertifier {
+	if ks, err := ParseFaults("kill-proxy, pause-certifier", 1); err != nil || len(ks) != 2 || ks[1] != PauseCertifier {
 		t.Fatalf("list: %v %v", ks, err)
 	}
-	if _, err := ParseFaults("kill-everything"); err == nil || !strings.Contains(err.Error(), "unknown fault") {
+	if _, err := ParseFaults("kill-everything", 1); err == nil || !strings.Contains(err.Error(), "unknown fault") {
 		t.Fatalf("unknown kind: %v", err)
 	}
 }

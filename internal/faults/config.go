@@ -19,7 +19,12 @@ type Config struct {
 	// ClientsPerProxy is the number of list-append clients on each proxy
 	// (the bank and long-fork workloads add one client each per proxy).
 	ClientsPerProxy int
-	// Faults are the kinds injected; empty runs without faults.
+	// Certifiers is the size of the certifier group (0 or 1: a single
+	// certifier; 3 or 5: a Raft group, `tashkent up --certifiers N`).
+	Certifiers int
+	// Faults are the kinds injected; empty runs without faults. Group kinds
+	// (kill-leader, ...) need Certifiers > 1, the single certifier's kinds
+	// (kill-certifier, partition-replica, ...) a single certifier.
 	Faults []FaultKind
 	// FaultHold is how long a process stays dead or paused; FaultGap is the
 	// rest between two faults.
@@ -60,9 +65,19 @@ func ShortProfile() Config {
 	}
 }
 
-// LongProfile is `make faults`: ten minutes of faults, each kind many times.
-func LongProfile() Config {
+// GroupShortProfile is ShortProfile with a 3-member certifier group and
+// every group fault kind.
+func GroupShortProfile() Config {
 	c := ShortProfile()
+	c.Certifiers = 3
+	c.Faults = FaultsFor(3)
+	return c
+}
+
+// LongProfile is `make faults`: ten minutes of faults, each kind many
+// times, against a 3-member certifier group.
+func LongProfile() Config {
+	c := GroupShortProfile()
 	c.Duration = 10 * time.Minute
 	c.ClientsPerProxy = 3
 	c.FaultHold = 3 * time.Second
@@ -96,6 +111,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("the convergence timeout must be positive")
 	case c.KeepCluster && c.partitions():
 		return fmt.Errorf("a kept cluster cannot have partition faults: the relay to the certifier's namespace ends with the run")
+	case c.Certifiers != 0 && c.Certifiers != 1 && c.Certifiers != 3 && c.Certifiers != 5:
+		return fmt.Errorf("the certifier group must have 1, 3 or 5 members, not %d", c.Certifiers)
+	}
+	for _, k := range c.Faults {
+		if groupKind(k) && c.Certifiers <= 1 {
+			return fmt.Errorf("fault %s needs a certifier group (--certifiers 3)", k)
+		}
+		if singleCertifierKind(k) && c.Certifiers > 1 {
+			return fmt.Errorf("fault %s is for a single certifier; with a group use %s", k, joinKinds(GroupFaults))
+		}
 	}
 	return nil
 }

@@ -33,12 +33,18 @@ type control struct {
 	certDone chan struct{}
 	// net is the certifier's network namespace (nil: the host's).
 	net *certNet
+
+	// certifiers is the size of the certifier group (0 or 1: a single
+	// certifier); members are the group's processes this harness started
+	// (group.go), by member id.
+	certifiers int
+	members    map[int]*member
 }
 
 // up starts whatever of the cluster is not running and waits until all of
 // it accepts connections.
 func (c *control) up(ctx context.Context) error {
-	st, err := cluster.Up(ctx, cluster.Options{Dir: c.dir, Binary: c.bin, Replicas: 3, Mode: cluster.ModeMW})
+	st, err := cluster.Up(ctx, cluster.Options{Dir: c.dir, Binary: c.bin, Replicas: 3, Mode: cluster.ModeMW, Certifiers: c.certifiers})
 	if st != nil {
 		c.mu.Lock()
 		c.st = st
@@ -56,6 +62,8 @@ func (c *control) state() *cluster.State {
 // down stops every process of the cluster.
 func (c *control) down(ctx context.Context) error {
 	c.stopCertifier()
+	c.stopGroup()
+	_ = c.healCuts()
 	_, err := cluster.Down(ctx, c.dir)
 	if c.net != nil {
 		c.net.teardown()
@@ -78,11 +86,16 @@ type target struct {
 	pg   bool // a postmaster: its backends are hit too
 	// links are the replicas whose veth to the certifier a partition cuts.
 	links []int
+	// member is the certifier group member hit (0: none).
+	member int
 }
 
 func (c *control) targets() []target {
 	st := c.state()
-	out := []target{{name: "certifier", pid: st.Certifier.PID}}
+	var out []target
+	if !c.grouped() {
+		out = append(out, target{name: "certifier", pid: st.Certifier.PID})
+	}
 	for _, r := range st.Replicas {
 		out = append(out, target{name: r.Name + " proxy", pid: r.Proxy.PID})
 		out = append(out, target{name: r.Name + " postgres", pid: r.Postgres.PID, pg: true})
@@ -170,6 +183,26 @@ func running(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// takeOver takes over the certifier group's members, or the single
+// certifier (in a network namespace of its own withNet).
+func (c *control) takeOver(ctx context.Context, withNet bool) error {
+	if c.grouped() {
+		return c.takeOverGroup(ctx)
+	}
+	return c.takeOverCertifier(ctx, withNet)
+}
+
+// restartCertifiers stops the certifier or every group member and starts
+// them again, without their conflict check when unsafe (the self-test).
+func (c *control) restartCertifiers(ctx context.Context, unsafe bool) error {
+	if c.grouped() {
+		c.stopGroup()
+		return c.startGroup(ctx, unsafe)
+	}
+	c.stopCertifier()
+	return c.startCertifier(ctx, unsafe)
 }
 
 // takeOverCertifier replaces the certifier `tashkent up` started by one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -37,30 +38,82 @@ const (
 	// PartitionReplica: one replica is cut from the certifier (and so from
 	// the rest of the cluster), then healed: a minority of one.
 	PartitionReplica FaultKind = "partition-replica"
+
+	// With a certifier group (Config.Certifiers > 1; group.go):
+	// KillLeader, KillFollower: SIGKILL to the member that leads (or to one
+	// that follows), then restart; a new leader takes over (Tashkent §7.3).
+	KillLeader   FaultKind = "kill-leader"
+	KillFollower FaultKind = "kill-follower"
+	// PauseLeader: SIGSTOP to the leader, then SIGCONT: it wakes up in an
+	// older term and must step down without certifying.
+	PauseLeader FaultKind = "pause-leader"
+	// PartitionLeader: the leader is cut from every other member (the
+	// group's transport fault point), then healed.
+	PartitionLeader FaultKind = "partition-leader"
+	// PartitionFollower: one follower is cut from every other member: a
+	// minority of one, the leader keeps a majority.
+	PartitionFollower FaultKind = "partition-follower"
+	// PartitionSplit: the members are split at random into a minority and
+	// a majority (1/2 with 3 members, 2/3 with 5) that drop each other's
+	// messages; the leader may be on either side.
+	PartitionSplit FaultKind = "partition-split"
 )
 
-// AllFaults lists every kind, in the order the nemesis cycles through them.
+// AllFaults lists every kind of a single certifier, in the order the
+// nemesis cycles through them.
 var AllFaults = []FaultKind{KillPostgres, PauseProxy, KillCertifier, PartitionCertifier, PausePostgres, KillProxy, PauseCertifier,
 	PartitionReplica, ClientDisconnect}
 
-// ParseFaults reads a comma-separated list of kinds ("all" for AllFaults,
-// "none" or "" for none).
-func ParseFaults(s string) ([]FaultKind, error) {
+// GroupFaults lists every kind with a certifier group, in the order the
+// nemesis cycles through them. The single certifier's kinds are not among
+// them: the group's members replace the certifier, and the netns relay
+// (netpart.go) serves one certifier address.
+var GroupFaults = []FaultKind{KillPostgres, PauseProxy, KillLeader, PartitionLeader, PausePostgres, KillProxy, PauseLeader,
+	PartitionFollower, KillFollower, PartitionSplit, ClientDisconnect}
+
+// FaultsFor returns every kind that applies to a cluster with the given
+// number of certifiers.
+func FaultsFor(certifiers int) []FaultKind {
+	if certifiers > 1 {
+		return append([]FaultKind(nil), GroupFaults...)
+	}
+	return append([]FaultKind(nil), AllFaults...)
+}
+
+// groupKind reports whether kind needs a certifier group.
+func groupKind(kind FaultKind) bool {
+	switch kind {
+	case KillLeader, KillFollower, PauseLeader, PartitionLeader, PartitionFollower, PartitionSplit:
+		return true
+	}
+	return false
+}
+
+// singleCertifierKind reports whether kind needs a single certifier.
+func singleCertifierKind(kind FaultKind) bool {
+	switch kind {
+	case KillCertifier, PauseCertifier, PartitionCertifier, PartitionReplica:
+		return true
+	}
+	return false
+}
+
+// ParseFaults reads a comma-separated list of kinds for a cluster with
+// the given number of certifiers ("all" for FaultsFor(certifiers), "none"
+// or "" for none).
+func ParseFaults(s string, certifiers int) ([]FaultKind, error) {
 	switch s {
 	case "all":
-		return append([]FaultKind(nil), AllFaults...), nil
+		return FaultsFor(certifiers), nil
 	case "", "none":
 		return nil, nil
 	}
+	known := FaultsFor(certifiers)
 	var out []FaultKind
 	for _, part := range strings.Split(s, ",") {
 		k := FaultKind(strings.TrimSpace(part))
-		found := false
-		for _, a := range AllFaults {
-			found = found || a == k
-		}
-		if !found {
-			return nil, fmt.Errorf("unknown fault %q (known: %s, all, none)", k, joinKinds(AllFaults))
+		if !slices.Contains(known, k) {
+			return nil, fmt.Errorf("unknown fault %q with %d certifier(s) (known: %s, all, none)", k, max(certifiers, 1), joinKinds(known))
 		}
 		out = append(out, k)
 	}
@@ -83,13 +136,26 @@ type Fault struct {
 	// At and Healed are since the start of the workload.
 	At     time.Duration `json:"at_ns"`
 	Healed time.Duration `json:"healed_ns,omitempty"`
-	Error  string        `json:"error,omitempty"`
+	// Pause is the longest time without an acknowledged commit from the
+	// injection until a gap after healing (pauses.go).
+	Pause time.Duration `json:"pause_ns,omitempty"`
+	// LeaderBefore and LeaderAfter are the certifier group's leader when
+	// the fault was injected and right after it healed (0: none known).
+	LeaderBefore int    `json:"leader_before,omitempty"`
+	LeaderAfter  int    `json:"leader_after,omitempty"`
+	Error        string `json:"error,omitempty"`
 }
 
 func (f Fault) String() string {
 	s := fmt.Sprintf("%8.3fs %-17s %s", f.At.Seconds(), f.Kind, f.Target)
 	if f.Healed > 0 {
 		s += fmt.Sprintf(" (healed at %.3fs)", f.Healed.Seconds())
+	}
+	if f.LeaderBefore > 0 {
+		s += fmt.Sprintf(" leader %d -> %d", f.LeaderBefore, f.LeaderAfter)
+	}
+	if f.Pause > 0 {
+		s += fmt.Sprintf(", longest time without a commit %.3fs", f.Pause.Seconds())
 	}
 	if f.Error != "" {
 		s += ": " + f.Error
@@ -158,6 +224,10 @@ func (n *nemesis) run(ctx context.Context, cycled chan<- struct{}) {
 }
 
 func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
+	if groupKind(kind) {
+		n.log.add(n.injectGroup(ctx, kind))
+		return
+	}
 	t := n.pick(kind)
 	f := Fault{Kind: kind, Target: t.name, PIDs: t.pids(), At: n.log.since()}
 	heal := context.WithoutCancel(ctx)

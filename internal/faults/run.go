@@ -60,14 +60,14 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if _, err := os.Stat(filepath.Join(dir, "cluster")); err == nil {
 		return nil, fmt.Errorf("%s already holds a cluster from an earlier run: give the fault test a new output directory", dir)
 	}
-	r := &runner{cfg: cfg, adya: adya, ctl: &control{dir: filepath.Join(dir, "cluster"), bin: cfg.Binary},
-		sum: &Summary{Dir: dir}, seed: cfg.Seed}
-	r.progress("starting a 3-replica mw cluster in %s", r.ctl.dir)
+	r := &runner{cfg: cfg, adya: adya, ctl: &control{dir: filepath.Join(dir, "cluster"), bin: cfg.Binary, certifiers: cfg.Certifiers},
+		sum: &Summary{Dir: dir, Certifiers: max(cfg.Certifiers, 1)}, seed: cfg.Seed}
+	r.progress("starting a 3-replica mw cluster with %d certifier(s) in %s", max(cfg.Certifiers, 1), r.ctl.dir)
 	if err := r.ctl.up(ctx); err != nil {
 		_ = r.ctl.down(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("start the cluster: %w", err)
 	}
-	if err := r.ctl.takeOverCertifier(ctx, cfg.partitions()); err != nil {
+	if err := r.ctl.takeOver(ctx, cfg.partitions()); err != nil {
 		_ = r.ctl.down(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -105,7 +105,8 @@ func (r *runner) run(ctx context.Context) error {
 
 	r.progress("workload for %s with faults: %s", r.cfg.Duration, joinKinds(r.cfg.Faults))
 	r.workload(ctx, la, bk, lf)
-	r.sum.Faults = r.log.all()
+	r.sum.Faults = withPauses(r.log.all(), commitTimes(la.hist), r.cfg.FaultGap)
+	r.sum.Pauses = pausesByKind(r.sum.Faults)
 	r.sum.RelayConnections = r.ctl.relayConnections()
 
 	r.progress("faults healed; waiting for convergence")

@@ -49,9 +49,8 @@ WHERE w.wait_event_type = 'Lock'
   AND s.state = 'idle in transaction'`
 
 func (r *runner) selfTest(ctx context.Context, w *listAppend) error {
-	r.progress("self-test: certifier restarted with --unsafe-fault-skip-conflict-check for %s", r.cfg.SelfTestDuration)
-	r.ctl.stopCertifier()
-	if err := r.ctl.startCertifier(ctx, true); err != nil {
+	r.progress("self-test: certifier (every member of a group) restarted with --unsafe-fault-skip-conflict-check for %s", r.cfg.SelfTestDuration)
+	if err := r.ctl.restartCertifiers(ctx, true); err != nil {
 		return fmt.Errorf("self-test: %w", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.SelfTestDuration)
@@ -68,10 +67,9 @@ func (r *runner) selfTest(ctx context.Context, w *listAppend) error {
 	bwg.Go(func() { broken = breakDeadlocks(bctx, r.ctl.state()) })
 	wg.Wait()
 	cancel()
-	r.ctl.stopCertifier()
 	// Back to the normal certifier, and let every replica receive every
 	// version before the durability check counts lost appends.
-	if err := r.ctl.startCertifier(ctx, false); err != nil {
+	if err := r.ctl.restartCertifiers(ctx, false); err != nil {
 		stopBreaker()
 		return fmt.Errorf("self-test: restart the certifier: %w", err)
 	}

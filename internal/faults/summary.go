@@ -15,6 +15,8 @@ import (
 // failed; a run passes when it is empty.
 type Summary struct {
 	Dir string `json:"dir"`
+	// Certifiers is the size of the certifier group (1: a single one).
+	Certifiers int `json:"certifiers"`
 	// Transactions are the list-append transactions adya checked, by outcome.
 	Transactions map[OpType]int `json:"transactions"`
 	Adya         *AdyaReport    `json:"adya,omitempty"`
@@ -29,6 +31,9 @@ type Summary struct {
 	AcknowledgedCommits int      `json:"acknowledged_commits"`
 	Lost                []string `json:"lost,omitempty"`
 	Faults              []Fault  `json:"faults"`
+	// Pauses are the longest times without an acknowledged commit around
+	// each fault, by kind (the failover pauses of the certifier group).
+	Pauses map[FaultKind]PauseStats `json:"pauses,omitempty"`
 	// Convergence is how long replicas took to converge after the faults
 	// were healed and the workload stopped.
 	Convergence time.Duration `json:"convergence_ns"`
@@ -71,7 +76,7 @@ func (s *Summary) FaultCounts() map[FaultKind]int {
 
 // Write prints the summary for people.
 func (s *Summary) Write(w io.Writer) {
-	fmt.Fprintf(w, "fault-test summary (%s)\n", s.Dir)
+	fmt.Fprintf(w, "fault-test summary (%s, %d certifier(s))\n", s.Dir, s.Certifiers)
 	fmt.Fprintf(w, "  list-append transactions checked: %d (%d ok, %d failed, %d unknown)\n",
 		s.Transactions[OK]+s.Transactions[Fail]+s.Transactions[Info], s.Transactions[OK], s.Transactions[Fail], s.Transactions[Info])
 	if s.Adya != nil {
@@ -82,6 +87,9 @@ func (s *Summary) Write(w io.Writer) {
 	fmt.Fprintf(w, "  long fork: %d reads, %d inserts, %d forks\n", s.LongForkReads, s.LongForkInserts, len(s.LongForks))
 	fmt.Fprintf(w, "  durability: %d acknowledged writes checked, %d lost\n", s.AcknowledgedCommits, len(s.Lost))
 	fmt.Fprintf(w, "  faults injected: %d (%s)\n", len(s.Faults), describeFaults(s.FaultCounts()))
+	if len(s.Pauses) > 0 {
+		fmt.Fprintf(w, "  longest time without an acknowledged commit, by fault: %s\n", describePauses(s.Pauses))
+	}
 	fmt.Fprintf(w, "  convergence after healing: %.2f s\n", s.Convergence.Seconds())
 	if len(s.RelayConnections) > 0 {
 		fmt.Fprintf(w, "  connections relayed to the certifier's namespace, by veth: %v\n", s.RelayConnections)
