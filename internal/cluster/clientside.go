@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	"github.com/tashkent-db/tashkent/internal/pgwire"
 )
@@ -16,9 +17,15 @@ import (
 // (sslrootcert). Replace the two files with your own to use another
 // certificate.
 
+// tlsFilesMu serializes tlsFiles: `tashkent up` starts proxies in
+// parallel, and two first uses would each write a pair over the other's.
+var tlsFilesMu sync.Mutex
+
 // tlsFiles returns the cluster's certificate and key, creating them if
 // they do not exist yet.
 func tlsFiles(dir string) (cert, key string, err error) {
+	tlsFilesMu.Lock()
+	defer tlsFilesMu.Unlock()
 	tlsDir := filepath.Join(dir, "tls")
 	cert, key = filepath.Join(tlsDir, "server.crt"), filepath.Join(tlsDir, "server.key")
 	if _, err := os.Stat(cert); err == nil {
