@@ -35,11 +35,14 @@ test-short:
 bench-certifier: build
 	./$(BIN) certifier-bench
 
-# The fault test's long profile: a real 3-replica cluster under ten minutes
-# of kill -9, SIGSTOP and client disconnects, checked by adya, the bank and
-# long-fork checkers, durability and convergence, then the detector
-# self-test (docs/RELIABILITY.md). The short profile runs in `make test`
-# (internal/faults). Output stays in a new directory under .faults/.
+# The fault test's long profile: a real 3-replica cluster with a certifier
+# group of FAULTS_CERTIFIERS members (1: one certifier, with the netns
+# partitions) under ten minutes of kill -9, SIGSTOP, partitions and client
+# disconnects, checked by adya, the bank and long-fork checkers, durability
+# and convergence, then the detector self-test (docs/RELIABILITY.md). The
+# short profile runs in `make test` (internal/faults). Output stays in a new
+# directory under .faults/.
 FAULTS_DIR ?= .faults/$(shell date -u +%Y%m%dT%H%M%S)
+FAULTS_CERTIFIERS ?= 3
 faults: build
-	./$(BIN) check --profile long --out $(FAULTS_DIR)
+	./$(BIN) check --profile long --certifiers $(FAULTS_CERTIFIERS) --out $(FAULTS_DIR)

@@ -26,6 +26,12 @@
 //   - converge.go: equal versions and checksums after the faults heal.
 //   - nemesis.go, control.go, netpart.go: the faults, the processes they hit,
 //     and the certifier's network namespace for partitions.
+//   - group.go, group_nemesis.go: a certifier group (Config.Certifiers > 1,
+//     Tashkent §7.3): its members taken over, the leader found by Status,
+//     kill -9 / SIGSTOP of the leader or a follower, and member-to-member
+//     partitions through the group's transport fault point.
+//   - pauses.go: the longest time without an acknowledged commit around
+//     each fault (the failover pause as clients see it).
 //   - selftest.go: the detector self-test; a harness that cannot see a
 //     certifier that certifies nothing proves nothing.
 //
