@@ -115,7 +115,7 @@ func TestFaultKindsMatchTheCertifiers(t *testing.T) {
 	if ks, err := ParseFaults("kill-leader,partition-split", 3); err != nil || len(ks) != 2 {
 		t.Errorf("ParseFaults with a group: %v %v", ks, err)
 	}
-	if _, err := ParseFaults("kill-leader", 1); err == nil {
-		t.Error("kill-leader accepted with a single certifier")
+	if _, err := ParseFaults("kill-leader", 1); err == nil || !strings.Contains(err.Error(), "--certifiers 3") {
+		t.Errorf("kill-leader with a single certifier: %v", err)
 	}
 }

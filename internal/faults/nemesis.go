@@ -112,7 +112,13 @@ func ParseFaults(s string, certifiers int) ([]FaultKind, error) {
 	var out []FaultKind
 	for _, part := range strings.Split(s, ",") {
 		k := FaultKind(strings.TrimSpace(part))
-		if !slices.Contains(known, k) {
+		switch {
+		case slices.Contains(known, k):
+		case groupKind(k):
+			return nil, fmt.Errorf("fault %s needs a certifier group: add --certifiers 3", k)
+		case singleCertifierKind(k):
+			return nil, fmt.Errorf("fault %s is for a single certifier (--certifiers 1); with a group the kinds are %s", k, joinKinds(known))
+		default:
 			return nil, fmt.Errorf("unknown fault %q with %d certifier(s) (known: %s, all, none)", k, max(certifiers, 1), joinKinds(known))
 		}
 		out = append(out, k)
