@@ -59,6 +59,11 @@ func (s *session) relay(swallow bool) (result, error) {
 			if err := s.pumpCopyIn(); err != nil {
 				return r, err
 			}
+			if s.relayingSyncedUnit {
+				if err := s.forwardSyncAfterCopy(); err != nil {
+					return r, err
+				}
+			}
 			continue
 		case *pgproto3.NoticeResponse:
 			if swallow {
@@ -182,4 +187,31 @@ func errorResponse(code, message, detail, hint string) *pgproto3.ErrorResponse {
 
 func (s *session) notice(message, detail string) {
 	s.w.Client.Send(&pgproto3.NoticeResponse{Severity: "NOTICE", SeverityUnlocalized: "NOTICE", Code: "00000", Message: message, Detail: detail})
+}
+
+// relayUnit relays the answer to an extended-protocol unit the proxy sent
+// with a Sync at its end (see relay).
+func (s *session) relayUnit() (result, error) {
+	s.relayingSyncedUnit = true
+	defer func() { s.relayingSyncedUnit = false }()
+	return s.relay(false)
+}
+
+// forwardSyncAfterCopy passes on the Sync a client sends after the
+// CopyDone of a COPY FROM STDIN it started with the extended protocol.
+// PostgreSQL ignored the unit's own Sync, which came during copy-in mode
+// (libpq sends Execute and Sync together and a second Sync after
+// CopyDone), and answers nothing more until that second one. The proxy
+// must read it from the client, or both wait for ever; a client that
+// leaves instead ends the session here rather than leaving it stuck.
+func (s *session) forwardSyncAfterCopy() error {
+	msg, err := s.w.Client.Receive()
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	if _, ok := msg.(*pgproto3.Sync); !ok {
+		return fmt.Errorf("%w: %T after the CopyDone of an extended-protocol COPY, where PostgreSQL needs a Sync", errProtocol, msg)
+	}
+	s.w.Server.Send(msg)
+	return s.w.Server.Flush()
 }

@@ -196,8 +196,11 @@ func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
 	}()
 	if err := s.run(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		s.log.Info("session ended", "err", err)
-		if errors.Is(err, errBackendGone) {
+		switch {
+		case errors.Is(err, errBackendGone):
 			w.SendErrorResponse(fatal(codeAdminShutdown, "terminating connection: the replica's database connection was lost"))
+		case errors.Is(err, errProtocol):
+			w.SendErrorResponse(fatal(codeProtocolViolation, err.Error()))
 		}
 	}
 }

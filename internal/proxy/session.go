@@ -39,12 +39,15 @@ type session struct {
 	committing     atomic.Bool // between asking the certifier and the end of COMMIT
 	certified      atomic.Bool // the certifier said commit; the transaction waits for its turn
 
-	ex         exchange                        // the extended-protocol exchange in progress
-	beginFirst bool                            // the next statement goes after the proxy's BEGIN, in the same write (simple.go)
-	ddl        []string                        // DDL run by the open transaction
-	savepoints []savepoint                     // the open transaction's, oldest first (savepoints.go)
-	statements map[string][]sqlclass.Statement // prepared statements by name
-	portals    map[string]string               // portal -> statement name
+	ex         exchange // the extended-protocol exchange in progress
+	beginFirst bool     // the next statement goes after the proxy's BEGIN, in the same write (simple.go)
+	// relayingSyncedUnit is set while relay reads the answer to an
+	// extended-protocol unit sent with its Sync (forwardSyncAfterCopy).
+	relayingSyncedUnit bool
+	ddl                []string                        // DDL run by the open transaction
+	savepoints         []savepoint                     // the open transaction's, oldest first (savepoints.go)
+	statements         map[string][]sqlclass.Statement // prepared statements by name
+	portals            map[string]string               // portal -> statement name
 }
 
 func newSession(p *Proxy, w *pgwire.Session) *session {

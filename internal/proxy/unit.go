@@ -288,7 +288,7 @@ func (s *session) forwardUnit(u *unit, stmts [][]sqlclass.Statement) error {
 		s.ex.failed = failed
 		return err
 	}
-	res, err := s.relay(false)
+	res, err := s.relayUnit()
 	if err != nil {
 		return err
 	}
@@ -347,6 +347,13 @@ func (s *session) relayFlushed(msgs []unitMsg) (bool, error) {
 				if err := s.pumpCopyIn(); err != nil {
 					return false, err
 				}
+				// PostgreSQL holds the COPY's CommandComplete until a
+				// Flush or Sync, which the client sends only after it,
+				// so the proxy asks for it.
+				s.w.Server.Send(&pgproto3.Flush{})
+				if err := s.w.Server.Flush(); err != nil {
+					return false, fmt.Errorf("%w: %v", errBackendGone, err)
+				}
 				continue
 			}
 			s.w.Client.Send(msg)
@@ -384,7 +391,7 @@ func (s *session) splitUnit(ctx context.Context, u *unit, stmts [][]sqlclass.Sta
 				return false, err
 			}
 		}
-		res, err := s.relay(false)
+		res, err := s.relayUnit()
 		if err != nil || res.failed() {
 			return false, err
 		}
