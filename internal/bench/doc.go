@@ -36,6 +36,9 @@
 //	          its WAL fsync. The baseline of every ratio.
 //	sync-off  one PostgreSQL 15, synchronous_commit=off: what the database
 //	          does when durability is not its job (the ceiling for mw).
+//	sync-on-rr  sync-on at REPEATABLE READ, the isolation tashkent gives:
+//	          the cost of snapshot isolation itself (40001 and retries on
+//	          hot rows) apart from what tashkent adds.
 //	mw        tashkent mode mw: N replicas with synchronous_commit=off, a
 //	          certifier with fsync on (durability is its group-committed
 //	          log), one proxy per replica. The goal: at least 0.8x

@@ -29,6 +29,11 @@ const (
 	SyncOn System = "sync-on"
 	// SyncOff is one standalone PostgreSQL with synchronous_commit=off.
 	SyncOff System = "sync-off"
+	// SyncOnRR is SyncOn with every transaction at REPEATABLE READ
+	// (default_transaction_isolation), the snapshot isolation tashkent
+	// gives: it separates what snapshot isolation costs a workload (first
+	// updater wins, the others retry after 40001) from what tashkent adds.
+	SyncOnRR System = "sync-on-rr"
 	// MW is a tashkent cluster in mode mw: replicas with
 	// synchronous_commit=off, durability in the certifier's log.
 	MW System = "mw"
@@ -51,7 +56,7 @@ const (
 var AllSystems = []System{SyncOn, SyncOff, MW, Base}
 
 // KnownSystems are all the systems the bench can start.
-var KnownSystems = []System{SyncOn, SyncOff, MW, Base, Streaming, PgpoolNative, PgpoolSI}
+var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, Base, Streaming, PgpoolNative, PgpoolSI}
 
 // ParseSystem checks a system name.
 func ParseSystem(s string) (System, error) {
@@ -60,14 +65,14 @@ func ParseSystem(s string) (System, error) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, mw, base, streaming, pgpool-native or pgpool-si)", s)
+	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, base, streaming, pgpool-native or pgpool-si)", s)
 }
 
 func (k System) tashkent() bool { return k == MW || k == Base }
 
 // replicated reports whether the system runs several servers (its replica
 // count means something).
-func (k System) replicated() bool { return k != SyncOn && k != SyncOff }
+func (k System) replicated() bool { return k != SyncOn && k != SyncOff && k != SyncOnRR }
 
 const (
 	// sharedBuffers is the same for every PostgreSQL the bench starts.
@@ -106,6 +111,8 @@ func label(k System, replicas int) string {
 	switch k {
 	case SyncOn:
 		return "pg sync=on"
+	case SyncOnRR:
+		return "pg sync=on RR"
 	case SyncOff:
 		return "pg sync=off"
 	}
@@ -187,10 +194,14 @@ func (s *system) start(ctx context.Context, r *runner) error {
 	for i := range n {
 		wg.Go(func() {
 			pgDir := filepath.Join(s.dir, "pg"+strconv.Itoa(i+1))
+			settings := map[string]string{"shared_buffers": sharedBuffers}
+			if s.kind == SyncOnRR {
+				settings["default_transaction_isolation"] = "repeatable read"
+			}
 			srv, err := pgserver.Init(ctx, pgserver.Config{
 				DataDir:           pgDir,
-				SynchronousCommit: s.kind == SyncOn || s.kind == Base,
-				Settings:          map[string]string{"shared_buffers": sharedBuffers},
+				SynchronousCommit: s.kind == SyncOn || s.kind == SyncOnRR || s.kind == Base,
+				Settings:          settings,
 				BinDir:            r.binDir,
 				NoSync:            true, // a throwaway instance: initdb's final sync only costs setup time
 			})

@@ -39,6 +39,8 @@ func newBenchPgbenchCommand() *cobra.Command {
 
   sync-on   one PostgreSQL 15, synchronous_commit=on (the baseline of every ratio)
   sync-off  one PostgreSQL 15, synchronous_commit=off
+  sync-on-rr  sync-on with every transaction at REPEATABLE READ (not run
+            unless named): what snapshot isolation itself costs the workload
   mw        tashkent mode mw: --replicas PostgreSQL with synchronous_commit=off,
             a certifier (fsync on) and one proxy per replica
   base      tashkent mode base: the same with synchronous_commit=on
