@@ -53,10 +53,18 @@ func TestCertifierGroupLeaderKill9ThroughProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	status := mustRun(t, bin, "status", "--data-dir", dir)
+	// The group may still be electing its first leader (up returns once
+	// every member listens): status shows it within the election timeout.
+	var status string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		status = mustRun(t, bin, "status", "--data-dir", dir)
+		if strings.Contains(status, "leader") || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, want := range []string{"certifier group of 3 members", "leader", "follower"} {
 		if !strings.Contains(status, want) {
-			t.Fatalf("tashkent status does not show %q", want)
+			t.Fatalf("tashkent status does not show %q:\n%s", want, status)
 		}
 	}
 	setupTable(t, st)
