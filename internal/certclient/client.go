@@ -84,8 +84,9 @@ type txnKey struct {
 }
 
 type call struct {
-	req   *pb.CertifyRequest
-	reply chan *pb.CertifyReply
+	req    *pb.CertifyRequest
+	reply  chan *pb.CertifyReply
+	queued time.Time
 }
 
 // Client is safe for concurrent use.
@@ -101,7 +102,8 @@ type Client struct {
 	catchUp   bool
 	delivered uint64
 	connected bool
-	received  bool // something arrived on the current stream
+	received  bool      // something arrived on the current stream
+	heardAt   time.Time // when the current stream opened or last brought something
 	wake      chan struct{}
 
 	ctx    context.Context
@@ -158,7 +160,7 @@ func (c *Client) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.Certi
 	if r := c.oversized(req); r != nil {
 		return r, nil
 	}
-	cl := &call{req: req, reply: make(chan *pb.CertifyReply, 1)}
+	cl := &call{req: req, reply: make(chan *pb.CertifyReply, 1), queued: time.Now()}
 	c.mu.Lock()
 	c.nextID++
 	req.RequestId = c.nextID
@@ -272,6 +274,7 @@ func (c *Client) session() (bool, string, error) {
 	}
 	sortByRequestID(c.outbox)
 	c.received = false
+	c.heardAt = time.Now()
 	c.mu.Unlock()
 	if err := stream.Send(open); err != nil {
 		return false, "", err
@@ -294,11 +297,22 @@ func (c *Client) session() (bool, string, error) {
 // reports whether the receiving goroutine has already ended.
 func (c *Client) pump(ctx context.Context, stream pb.Certifier_CertifyClient, recvErr <-chan error) (error, bool) {
 	c.signal()
+	var stallCheck <-chan time.Time
+	if c.peers.several() {
+		t := time.NewTicker(stallCheckInterval)
+		defer t.Stop()
+		stallCheck = t.C
+	}
 	for {
 		select {
 		case err := <-recvErr:
 			return err, true
 		case <-c.wake:
+		case now := <-stallCheck:
+			if c.stalled(now) {
+				return errStalled, false
+			}
+			continue
 		case <-ctx.Done():
 			return ctx.Err(), false
 		}
@@ -329,7 +343,7 @@ func (c *Client) receive(stream pb.Certifier_CertifyClient) error {
 			return err
 		}
 		c.mu.Lock()
-		c.connected, c.received = true, true
+		c.connected, c.received, c.heardAt = true, true, time.Now()
 		c.mu.Unlock()
 		if err := c.deliver(msg.Entries, msg.DurableVersion); err != nil {
 			return err

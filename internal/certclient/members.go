@@ -74,6 +74,13 @@ func (m *members) conn(addr string) (*grpc.ClientConn, error) {
 	return c, nil
 }
 
+// several reports whether the client knows more than one member.
+func (m *members) several() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.addrs) > 1
+}
+
 func (m *members) current() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -53,6 +53,31 @@ func startMember(t *testing.T, bin string, m *groupMember, peers string) {
 	m.proc = p
 }
 
+// startGroup starts a 3-member certifier group of real processes and waits
+// for its first leader. It returns the members, the --peers list and the
+// client target (every member).
+func startGroup(t *testing.T, bin string) (members []*groupMember, peers, targets string) {
+	t.Helper()
+	base := t.TempDir()
+	var peerList, targetList []string
+	for id := 1; id <= 3; id++ {
+		port, err := netutil.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &groupMember{id: id, dir: filepath.Join(base, fmt.Sprint(id)), addr: "127.0.0.1:" + strconv.Itoa(port)}
+		members = append(members, m)
+		peerList = append(peerList, fmt.Sprintf("%d=%s", id, m.addr))
+		targetList = append(targetList, m.addr)
+	}
+	peers, targets = strings.Join(peerList, ","), strings.Join(targetList, ",")
+	for _, m := range members {
+		startMember(t, bin, m, peers)
+	}
+	waitLeader(t, members, 20*time.Second)
+	return members, peers, targets
+}
+
 func memberStatus(addr string) (*pb.StatusReply, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -97,28 +122,12 @@ func TestGroupLeaderKill9UnderLoad(t *testing.T) {
 		kills = *flagGroupKills
 	}
 	bin := testbin.Path(t)
-	base := t.TempDir()
-	var members []*groupMember
-	var peers, targets []string
-	for id := 1; id <= 3; id++ {
-		port, err := netutil.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := &groupMember{id: id, dir: filepath.Join(base, fmt.Sprint(id)), addr: "127.0.0.1:" + strconv.Itoa(port)}
-		members = append(members, m)
-		peers = append(peers, fmt.Sprintf("%d=%s", id, m.addr))
-		targets = append(targets, m.addr)
-	}
-	for _, m := range members {
-		startMember(t, bin, m, strings.Join(peers, ","))
-	}
-	waitLeader(t, members, 20*time.Second)
+	members, peers, targets := startGroup(t, bin)
 
 	acks := &acknowledgements{version: map[string]uint64{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { load(ctx, t, strings.Join(targets, ","), 0, acks); close(done) }()
+	go func() { load(ctx, t, targets, 0, acks); close(done) }()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 	var pauses []time.Duration
 	for round := 0; round < kills; round++ {
@@ -135,7 +144,7 @@ func TestGroupLeaderKill9UnderLoad(t *testing.T) {
 		pause := longestGap(acks, killed, pauseObservation)
 		pauses = append(pauses, pause)
 		t.Logf("round %d: killed leader %d at %s; longest time without an acknowledged commit: %v", round, leader.id, killed.Format("15:04:05.000"), pause.Round(time.Millisecond))
-		startMember(t, bin, leader, strings.Join(peers, ","))
+		startMember(t, bin, leader, peers)
 	}
 	time.Sleep(300 * time.Millisecond)
 	cancel()
@@ -233,28 +242,12 @@ func waitConverged(t *testing.T, members []*groupMember, timeout time.Duration) 
 // with equal logs.
 func TestGroupLeaderPartitionUnderLoad(t *testing.T) {
 	bin := testbin.Path(t)
-	base := t.TempDir()
-	var members []*groupMember
-	var peers, targets []string
-	for id := 1; id <= 3; id++ {
-		port, err := netutil.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := &groupMember{id: id, dir: filepath.Join(base, fmt.Sprint(id)), addr: "127.0.0.1:" + strconv.Itoa(port)}
-		members = append(members, m)
-		peers = append(peers, fmt.Sprintf("%d=%s", id, m.addr))
-		targets = append(targets, m.addr)
-	}
-	for _, m := range members {
-		startMember(t, bin, m, strings.Join(peers, ","))
-	}
-	waitLeader(t, members, 20*time.Second)
+	members, _, targets := startGroup(t, bin)
 	acks := &acknowledgements{version: map[string]uint64{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
-	go func() { load(ctx, t, strings.Join(targets, ","), 7, acks); close(done) }()
+	go func() { load(ctx, t, targets, 7, acks); close(done) }()
 	for round := 0; round < 2; round++ {
 		time.Sleep(500 * time.Millisecond)
 		leader := waitLeader(t, members, 20*time.Second)
