@@ -132,6 +132,9 @@ func (s *session) takeDoom(kinds []sqlclass.Kind, u *unit) (bool, error) {
 	if s.doomedErr == nil && !s.failedBlock {
 		return false, nil
 	}
+	if u != nil && !u.partial() && len(kinds) == 0 && s.doomedErr != nil {
+		return true, s.answerWithoutStatement(u)
+	}
 	if u != nil {
 		if err := s.forwardStatementMessages(u); err != nil {
 			return true, err
@@ -229,4 +232,22 @@ func (s *session) doom() {
 	s.conflictCancel.Store(true)
 	s.p.rep.cancelBackend(s.w.BackendPID)
 	s.p.metrics.outcomes.WithLabelValues("preempted").Inc()
+}
+
+// answerWithoutStatement answers a unit up to Sync that runs no statement
+// (Parse, Describe, Bind, Close: a client preparing its next statement, as
+// pgbench -M prepared does with PQprepare) of a session whose 40001 the
+// client has not had yet: as PostgreSQL would in a block that has not
+// failed. The 40001 waits for the next statement, which the client can
+// retry; delivered here, it reads as a failed PREPARE, and the client's
+// next statement then meets 25P02 and gives up.
+func (s *session) answerWithoutStatement(u *unit) error {
+	if err := s.forwardRaw(u.encoded(0, len(u.msgs), u.sync)); err != nil {
+		return err
+	}
+	if _, err := s.relay(false); err != nil {
+		return err
+	}
+	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: 'T'})
+	return nil
 }
