@@ -437,8 +437,14 @@ func (s *session) splitUnit(ctx context.Context, u *unit, stmts [][]sqlclass.Sta
 			s.w.Client.Send(errorResponse(codeFeatureNotSupported, "tashkent does not support two-phase commit (PREPARE TRANSACTION)", "",
 				"The cluster itself is the coordinator: commit the transaction normally."))
 			ok = false
-		case what == commitBlock && s.status == 'T' && !wrapped:
+		case what == commitBlock && s.status == 'T':
+			// The client's COMMIT, of its own block or of the one the proxy
+			// opened for a write outside a block (PostgreSQL would commit
+			// its implicit transaction there): certified either way. It was
+			// forwarded as it was after a wrapped write, which committed the
+			// write on this replica only.
 			from = i + 1 // the COMMIT itself is not forwarded
+			wrapped = false
 			if err := s.commitStatement(ctx, stmts[i][0], false); err != nil {
 				return err
 			}
