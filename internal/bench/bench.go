@@ -212,22 +212,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 		r.cfg.ProfileDir = cfg.ProfileDir
 	}
-	removeDir := false
-	if cfg.Dir == "" {
-		if r.dir, err = os.MkdirTemp("", "tashkent-bench-"); err != nil {
-			return nil, err
-		}
-		removeDir = !cfg.Keep
-	} else {
-		if r.dir, err = filepath.Abs(cfg.Dir); err != nil {
-			return nil, err
-		}
-		if err := os.MkdirAll(r.dir, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	// The postgres user must reach the data directories below it.
-	if err := os.Chmod(r.dir, 0o755); err != nil {
+	var removeDir bool
+	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
 		return nil, err
 	}
 	for _, k := range cfg.Systems {
@@ -535,4 +521,24 @@ func joinInts(xs []int) string {
 		parts[i] = fmt.Sprint(x)
 	}
 	return strings.Join(parts, ",")
+}
+
+// workDir is the directory a bench runs in: dir, or a new temporary one
+// (removed afterwards unless keep). The postgres user must reach the data
+// directories below it.
+func workDir(dir string, keep bool) (path string, remove bool, err error) {
+	if dir == "" {
+		if path, err = os.MkdirTemp("", "tashkent-bench-"); err != nil {
+			return "", false, err
+		}
+		remove = !keep
+	} else {
+		if path, err = filepath.Abs(dir); err != nil {
+			return "", false, err
+		}
+		if err := os.MkdirAll(path, 0o755); err != nil {
+			return "", false, err
+		}
+	}
+	return path, remove, os.Chmod(path, 0o755)
 }

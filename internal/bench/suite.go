@@ -272,21 +272,8 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	}
 	r := &suiteRunner{scfg: cfg, runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients),
 		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, Progress: cfg.Progress, Live: cfg.Live}}}
-	removeDir := false
-	if cfg.Dir == "" {
-		if r.dir, err = os.MkdirTemp("", "tashkent-bench-"); err != nil {
-			return nil, err
-		}
-		removeDir = !cfg.Keep
-	} else {
-		if r.dir, err = filepath.Abs(cfg.Dir); err != nil {
-			return nil, err
-		}
-		if err := os.MkdirAll(r.dir, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	if err := os.Chmod(r.dir, 0o755); err != nil {
+	var removeDir bool
+	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
 		return nil, err
 	}
 	for _, sp := range cfg.Systems {

@@ -20,32 +20,7 @@ func TestShortProfile(t *testing.T) {
 		cfg.Duration = 25 * time.Second
 		cfg.SelfTestDuration = 6 * time.Second
 	}
-	cfg.Binary = testbin.Path(t)
-	cfg.Dir = outputDir(t)
-	cfg.Progress = testWriter{t}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	sum, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	sum.Write(&b)
-	t.Log("\n" + b.String())
-	if !sum.OK() {
-		t.Fatalf("fault test failed; histories and reports in %s", cfg.Dir)
-	}
-	counts := sum.FaultCounts()
-	for _, k := range AllFaults {
-		if counts[k] == 0 {
-			t.Errorf("no %s fault was injected", k)
-		}
-	}
-	for _, f := range sum.Faults {
-		if f.Error != "" {
-			t.Errorf("fault %s", f)
-		}
-	}
+	sum := runProfile(t, cfg, AllFaults)
 	for _, r := range []string{"replica1", "replica2", "replica3"} {
 		if sum.RelayConnections[r] == 0 {
 			t.Errorf("no connection of %s crossed its own veth to the certifier: partitions cannot isolate it (%v)", r, sum.RelayConnections)
@@ -80,4 +55,38 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// runProfile runs a profile with the tashkent binary built for the tests,
+// logs its summary, and fails the test if a check failed, a kind of kinds
+// was never injected, or an injection went wrong.
+func runProfile(t *testing.T, cfg Config, kinds []FaultKind) *Summary {
+	t.Helper()
+	cfg.Binary = testbin.Path(t)
+	cfg.Dir = outputDir(t)
+	cfg.Progress = testWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sum, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	sum.Write(&b)
+	t.Log("\n" + b.String())
+	if !sum.OK() {
+		t.Fatalf("fault test failed; histories and reports in %s", cfg.Dir)
+	}
+	counts := sum.FaultCounts()
+	for _, k := range kinds {
+		if counts[k] == 0 {
+			t.Errorf("no %s fault was injected", k)
+		}
+	}
+	for _, f := range sum.Faults {
+		if f.Error != "" {
+			t.Errorf("fault %s", f)
+		}
+	}
+	return sum
 }

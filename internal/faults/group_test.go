@@ -1,13 +1,10 @@
 package faults
 
 import (
-	"context"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
 // TestGroupShortProfile is the short profile against a 3-member certifier
@@ -24,32 +21,7 @@ func TestGroupShortProfile(t *testing.T) {
 	if testing.Short() {
 		cfg.Duration = 25 * time.Second
 	}
-	cfg.Binary = testbin.Path(t)
-	cfg.Dir = outputDir(t)
-	cfg.Progress = testWriter{t}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	sum, err := Run(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	sum.Write(&b)
-	t.Log("\n" + b.String())
-	if !sum.OK() {
-		t.Fatalf("fault test failed; histories and reports in %s", cfg.Dir)
-	}
-	counts := sum.FaultCounts()
-	for _, k := range GroupFaults {
-		if counts[k] == 0 {
-			t.Errorf("no %s fault was injected", k)
-		}
-	}
-	for _, f := range sum.Faults {
-		if f.Error != "" {
-			t.Errorf("fault %s", f)
-		}
-	}
+	sum := runProfile(t, cfg, GroupFaults)
 	if sum.Pauses[KillLeader].Count == 0 {
 		t.Errorf("no failover pause measured after killing the leader: %v", sum.Pauses)
 	}
