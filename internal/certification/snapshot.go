@@ -1,0 +1,171 @@
+package certification
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Snapshots of the state (issue 4: the certifier group compacts its Raft
+// log behind a snapshot, and a lagging member installs the leader's).
+//
+// Only what cannot be rebuilt is written: the version, the low-water mark,
+// the per-table and schema versions (kept for the whole history), and the
+// window of versions (lowWaterMark, version] with each one's transaction id
+// and keys. Unmarshal replays the window through commit, which rebuilds the
+// row index and the transaction ids exactly as they were (a row or id is in
+// them iff its last write is inside the window), then puts back the table
+// and schema versions. The encoding is deterministic (tables sorted), so two
+// members with equal states write equal bytes.
+//
+//	magic "TKCS" | format (1 byte) | version | lowWaterMark | lastSchemaWrite
+//	tables: count, then per table (ascending hash): hash (8 bytes) | lastRowWrite | lastTableWrite
+//	window: count, then per version: len(origin) | origin | seq | keys count | keys (16 bytes each)
+//
+// Integers are uvarints unless a size is given.
+const (
+	snapshotMagic  = "TKCS"
+	snapshotFormat = 1
+)
+
+// ErrBadSnapshot is wrapped by Unmarshal for bytes that are not a snapshot
+// of this format (truncated, corrupt or of another version).
+var ErrBadSnapshot = errors.New("certification: bad state snapshot")
+
+// Marshal encodes the state. The state is not modified.
+func (s *State) Marshal() []byte {
+	b := make([]byte, 0, 64+len(s.tables)*24+(len(s.window)-s.windowOff)*48)
+	b = append(b, snapshotMagic...)
+	b = append(b, snapshotFormat)
+	b = binary.AppendUvarint(b, s.version)
+	b = binary.AppendUvarint(b, s.lowWaterMark)
+	b = binary.AppendUvarint(b, s.lastSchemaWrite)
+	tables := make([]uint64, 0, len(s.tables))
+	for t := range s.tables {
+		tables = append(tables, t)
+	}
+	slices.Sort(tables)
+	b = binary.AppendUvarint(b, uint64(len(tables)))
+	for _, t := range tables {
+		b = binary.BigEndian.AppendUint64(b, t)
+		b = binary.AppendUvarint(b, s.tables[t].lastRowWrite)
+		b = binary.AppendUvarint(b, s.tables[t].lastTableWrite)
+	}
+	live := s.window[s.windowOff:]
+	b = binary.AppendUvarint(b, uint64(len(live)))
+	for _, c := range live {
+		b = binary.AppendUvarint(b, uint64(len(c.txn.Origin)))
+		b = append(b, c.txn.Origin...)
+		b = binary.AppendUvarint(b, c.txn.Seq)
+		b = binary.AppendUvarint(b, uint64(len(c.keys)))
+		for _, k := range c.keys {
+			b = binary.BigEndian.AppendUint64(b, k.Table)
+			b = binary.BigEndian.AppendUint64(b, k.Row)
+		}
+	}
+	return b
+}
+
+// Unmarshal rebuilds a state from Marshal's bytes, with cfg (a smaller
+// window than the snapshot's slides it at once).
+func Unmarshal(cfg Config, data []byte) (*State, error) {
+	r := snapshotReader{b: data}
+	if len(data) < len(snapshotMagic)+1 || string(data[:len(snapshotMagic)]) != snapshotMagic {
+		return nil, fmt.Errorf("%w: no magic", ErrBadSnapshot)
+	}
+	if data[len(snapshotMagic)] != snapshotFormat {
+		return nil, fmt.Errorf("%w: format %d, want %d", ErrBadSnapshot, data[len(snapshotMagic)], snapshotFormat)
+	}
+	r.b = data[len(snapshotMagic)+1:]
+	version, lowWaterMark, lastSchemaWrite := r.uvarint(), r.uvarint(), r.uvarint()
+	tables := r.tables()
+	s := New(cfg, lowWaterMark)
+	n := r.count(3) // a window element takes at least 3 bytes
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		txn := TxnID{Origin: string(r.bytes()), Seq: r.uvarint()}
+		keys := make([]Key, r.count(16))
+		for j := range keys {
+			keys[j] = Key{Table: r.fixed64(), Row: r.fixed64()}
+		}
+		if r.err == nil {
+			s.commit(txn, keys)
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the end", ErrBadSnapshot, len(r.b))
+	}
+	if s.version != version || lowWaterMark > version {
+		return nil, fmt.Errorf("%w: window ends at version %d, snapshot says %d", ErrBadSnapshot, s.version, version)
+	}
+	s.tables, s.lastSchemaWrite = tables, lastSchemaWrite
+	return s, nil
+}
+
+// snapshotReader reads Marshal's fields; the first error sticks.
+type snapshotReader struct {
+	b   []byte
+	err error
+}
+
+func (r *snapshotReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: truncated or corrupt %s", ErrBadSnapshot, what)
+	}
+	r.b = nil
+}
+
+func (r *snapshotReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("integer")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *snapshotReader) fixed64() uint64 {
+	if len(r.b) < 8 {
+		r.fail("key")
+		return 0
+	}
+	v := binary.BigEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+// count reads a count of elements of at least minBytes each, refusing one
+// the rest of the data cannot hold (a corrupt count must not allocate).
+func (r *snapshotReader) count(minBytes int) uint64 {
+	n := r.uvarint()
+	if minBytes > 0 && n > uint64(len(r.b)/minBytes)+1 {
+		r.fail("count")
+		return 0
+	}
+	return n
+}
+
+func (r *snapshotReader) bytes() []byte {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.fail("string")
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *snapshotReader) tables() map[uint64]*tableVersions {
+	n := r.count(10)
+	tables := make(map[uint64]*tableVersions, n)
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		t := r.fixed64()
+		tables[t] = &tableVersions{lastRowWrite: r.uvarint(), lastTableWrite: r.uvarint()}
+	}
+	return tables
+}
