@@ -44,7 +44,26 @@ type Config struct {
 	// leader lease, which counts election ticks: the simulation drives
 	// elections itself and never lets them run out (see sim_test.go).
 	DisableCheckQuorum bool
+	// SnapshotEntries: this member takes a snapshot of its state every
+	// SnapshotEntries applied Raft entries, or as soon as SnapshotBytes of
+	// entry data were applied since the last one, and compacts its log
+	// behind it but for CatchUpEntries entries (a follower that far behind
+	// catches up from the log; one further behind gets the snapshot). Zero:
+	// the defaults.
+	SnapshotEntries uint64
+	SnapshotBytes   uint64
+	CatchUpEntries  uint64
 }
+
+// Snapshot defaults. A snapshot costs a pass over the conflict window
+// (certification.State.Marshal, tens of MB with the default window): every
+// 10,000 entries keeps that a small share of the work while the log stays
+// a few MB. etcd keeps 5,000 entries behind a snapshot for slow followers.
+const (
+	DefaultSnapshotEntries = 10_000
+	DefaultSnapshotBytes   = 64 << 20
+	DefaultCatchUpEntries  = 5_000
+)
 
 // defaults for the tick counts: with a 10 ms tick, a follower starts an
 // election 1 to 2 s after it last heard from the leader (Raft randomizes
@@ -81,8 +100,9 @@ func (e *NotLeaderError) Error() string {
 
 // Persisted is what a member finds on its disk when it starts.
 type Persisted struct {
+	Snapshot  *raftpb.Snapshot // nil: none yet
 	HardState *raftpb.HardState
-	Entries   []*raftpb.Entry
+	Entries   []*raftpb.Entry // the log after the snapshot
 }
 
 // Batch is one Ready of the Raft node: what the driver must do, in order,
@@ -99,6 +119,11 @@ type Batch struct {
 	// wrote it, whoever they are, and a leader's messages carry no vote.
 	Messages []*raftpb.Message
 	Leader   bool
+	// Snapshot, when set, is the leader's snapshot this member must install:
+	// written durably, and the whole log before it dropped, before Entries
+	// (DiskLog.InstallSnapshot). State is the hard state after the batch.
+	Snapshot *raftpb.Snapshot
+	State    *raftpb.HardState
 }
 
 // Applied is what Advance applied.
@@ -116,6 +141,20 @@ type Applied struct {
 	// Confirmed is the highest abort ticket confirmed so far: aborts with
 	// a ticket up to it may be sent.
 	Confirmed uint64
+	// Installed is set (to the snapshot's version) when this member
+	// installed the leader's snapshot: versions up to it were never in
+	// Committed here, and the next ones follow it.
+	Installed uint64
+	// Compaction, when set, is a snapshot this member took: the driver
+	// saves it durably, then compacts its log up to Compaction.Index.
+	Compaction *Compaction
+}
+
+// Compaction is a snapshot taken by Advance and the log prefix it lets go.
+type Compaction struct {
+	Snapshot  *raftpb.Snapshot
+	Index     uint64            // entries up to it may be dropped from disk
+	HardState *raftpb.HardState // the current one, for the next segment
 }
 
 // Core is one member of the certifier group as a deterministic state
@@ -154,6 +193,13 @@ type Core struct {
 
 	pending   *raft.Ready // between Ready and Advance
 	confState *raftpb.ConfState
+
+	// snapIndex is the Raft index of the last snapshot (0: none);
+	// bytesSinceSnap the entry data applied since.
+	snapIndex, bytesSinceSnap uint64
+	// addrs are the members' addresses learned from configuration changes
+	// (their context) and snapshots.
+	addrs map[uint64]string
 }
 
 // NewCore starts a member from what its disk holds.
@@ -167,7 +213,13 @@ func NewCore(cfg Config, disk Persisted) (*Core, error) {
 	if cfg.Decode == nil {
 		return nil, errors.New("certifier group: no DecodeFunc")
 	}
+	cfg = cfg.withSnapshotDefaults()
 	mem := raft.NewMemoryStorage()
+	if disk.Snapshot != nil {
+		if err := mem.ApplySnapshot(disk.Snapshot); err != nil {
+			return nil, fmt.Errorf("certifier group: load raft snapshot: %w", err)
+		}
+	}
 	if disk.HardState != nil {
 		if err := mem.SetHardState(disk.HardState); err != nil {
 			return nil, err
@@ -188,6 +240,7 @@ func NewCore(cfg Config, disk Persisted) (*Core, error) {
 		DisableProposalForwarding: true, // only the leader certifies
 		StepDownOnRemoval:         true,
 		Logger:                    cfg.Logger,
+		Applied:                   disk.Snapshot.GetMetadata().GetIndex(),
 	}
 	if rc.Logger == nil {
 		rc.Logger = quietLogger{}
@@ -196,8 +249,13 @@ func NewCore(cfg Config, disk Persisted) (*Core, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certifier group: %w", err)
 	}
-	c := &Core{cfg: cfg, rn: rn, mem: mem, confState: &raftpb.ConfState{}}
+	c := &Core{cfg: cfg, rn: rn, mem: mem, confState: &raftpb.ConfState{}, addrs: map[uint64]string{}}
 	c.state = c.newState(0)
+	if disk.Snapshot != nil {
+		if err := c.restoreSnapshot(disk.Snapshot); err != nil {
+			return nil, err
+		}
+	}
 	last, _ := mem.LastIndex()
 	if last == 0 && !cfg.Join {
 		peers := make([]raft.Peer, len(cfg.Peers))
@@ -227,6 +285,18 @@ func (c *Core) Step(m *raftpb.Message) error { return c.rn.Step(m) }
 
 // ReportUnreachable tells Raft a message to peer could not be sent.
 func (c *Core) ReportUnreachable(peer uint64) { c.rn.ReportUnreachable(peer) }
+
+// ReportSnapshot tells Raft whether a snapshot message (MsgSnap) reached
+// peer. Until it is told, the leader sends that peer nothing more (Raft's
+// StateSnapshot): a lost snapshot must be reported, or the peer is never
+// caught up.
+func (c *Core) ReportSnapshot(peer uint64, failed bool) {
+	st := raft.SnapshotFinish
+	if failed {
+		st = raft.SnapshotFailure
+	}
+	c.rn.ReportSnapshot(peer, st)
+}
 
 // Certify decides a request on the leader. A new commit is proposed to
 // Raft at once (pipelined); its version is durable when Advance reports it
@@ -328,15 +398,20 @@ func (c *Core) Ready() (Batch, bool) {
 		return Batch{}, false
 	}
 	rd := c.rn.Ready()
-	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
-		// The group never compacts its Raft log (see package doc), so Raft
-		// has no reason to send a snapshot.
-		panic("certgroup: unexpected raft snapshot")
-	}
 	c.pending = &rd
 	leading := c.rn.BasicStatus().RaftState == raft.StateLeader
-	return Batch{Entries: rd.Entries, HardState: rd.HardState, MustSync: rd.MustSync, Messages: rd.Messages, Leader: leading}, true
+	b := Batch{Entries: rd.Entries, HardState: rd.HardState, MustSync: rd.MustSync, Messages: rd.Messages, Leader: leading}
+	if hasSnapshot(&rd) {
+		b.Snapshot = rd.Snapshot
+	}
+	b.State, _, _ = c.mem.InitialState()
+	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
+		b.State = rd.HardState
+	}
+	return b, true
 }
+
+func hasSnapshot(rd *raft.Ready) bool { return rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) }
 
 // Advance records that the batch is on stable storage and its messages are
 // sent, applies what Raft committed and reports it.
@@ -346,6 +421,15 @@ func (c *Core) Advance() Applied {
 		panic("certgroup: Advance without Ready")
 	}
 	c.pending = nil
+	var out Applied
+	// A lost leadership is settled before committed entries are applied:
+	// a committed entry at the index of one of this leader's proposals may
+	// be the new leader's. It rebuilds the state from the storage as it was
+	// before this batch.
+	c.checkRole(&out)
+	if hasSnapshot(rd) {
+		c.installSnapshot(rd.Snapshot, &out)
+	}
 	if rd.HardState != nil && !raft.IsEmptyHardState(rd.HardState) {
 		if err := c.mem.SetHardState(rd.HardState); err != nil {
 			panic(err)
@@ -354,11 +438,6 @@ func (c *Core) Advance() Applied {
 	if err := c.mem.Append(rd.Entries); err != nil {
 		panic(fmt.Sprintf("certgroup: append to the raft log: %v", err))
 	}
-	var out Applied
-	// A lost leadership is settled before committed entries are applied:
-	// a committed entry at the index of one of this leader's proposals may
-	// be the new leader's.
-	c.checkRole(&out)
 	for _, e := range rd.CommittedEntries {
 		c.apply(e, &out)
 	}
@@ -370,6 +449,7 @@ func (c *Core) Advance() Applied {
 	c.rn.Advance(*rd)
 	c.checkRole(&out)
 	out.Confirmed = c.confirmedTicket
+	c.maybeSnapshot(&out)
 	return out
 }
 
@@ -389,6 +469,7 @@ func (c *Core) checkRole(out *Applied) {
 
 func (c *Core) apply(e *raftpb.Entry, out *Applied) {
 	c.applied, c.appliedTerm = e.GetIndex(), e.GetTerm()
+	c.bytesSinceSnap += uint64(len(e.Data))
 	switch e.GetType() {
 	case raftpb.EntryNormal:
 		if len(e.Data) > 0 {
@@ -447,8 +528,7 @@ func (c *Core) restore(entry logentry.Entry) {
 	c.state.Restore(entry.Version, txn, keys)
 }
 
-// dropSpeculation returns the state to the applied prefix: it replays the
-// last window of applied versions from the Raft log into a fresh state.
+// dropSpeculation returns the state to the applied prefix (appliedState).
 // Versions this leader certified beyond it either commit later (and are
 // applied then, like any other member's) or are failed versions.
 func (c *Core) dropSpeculation() {
@@ -456,36 +536,7 @@ func (c *Core) dropSpeculation() {
 		return
 	}
 	c.spec = nil
-	window := c.cfg.WindowVersions
-	if window == 0 {
-		window = certification.DefaultWindowVersions
-	}
-	base := uint64(0)
-	if c.appliedVersion > window {
-		base = c.appliedVersion - window
-	}
-	c.state = c.newState(base)
-	first, _ := c.mem.FirstIndex()
-	if c.applied < first {
-		return
-	}
-	ents, err := c.mem.Entries(first, c.applied+1, ^uint64(0))
-	if err != nil {
-		panic(fmt.Sprintf("certgroup: read back the raft log: %v", err))
-	}
-	for _, e := range ents {
-		if e.GetType() != raftpb.EntryNormal || len(e.Data) == 0 || versionOfData(e.Data) <= base {
-			continue
-		}
-		entry, err := decodeCertified(e.Data)
-		if err != nil {
-			panic(err)
-		}
-		c.restore(entry)
-	}
-	if c.state.Version() != c.appliedVersion {
-		panic(fmt.Sprintf("certgroup: rebuilt state at version %d, applied %d", c.state.Version(), c.appliedVersion))
-	}
+	c.state = c.appliedState()
 }
 
 // ProposeConfChange asks the group to add or remove a member (leader only).
@@ -504,14 +555,21 @@ type Status struct {
 	Version, AppliedVersion uint64
 	LowWaterMark            uint64
 	Voters                  []uint64
+	Learners                []uint64
 	Certifying              bool
+	// SnapshotIndex is the Raft index of the last snapshot, FirstIndex the
+	// first entry still in the log.
+	SnapshotIndex, FirstIndex uint64
 }
 
 // Status reports role, term, positions and members.
 func (c *Core) Status() Status {
 	st := c.rn.BasicStatus()
 	last, _ := c.mem.LastIndex()
+	first, _ := c.mem.FirstIndex()
 	return Status{
+		SnapshotIndex: c.snapIndex, FirstIndex: first,
+		Learners: append([]uint64(nil), c.confState.GetLearners()...),
 		ID: c.cfg.ID, Term: st.GetTerm(), Leader: st.Lead, Role: roleName(st.RaftState),
 		LastIndex: last, AppliedIndex: c.applied,
 		Version: c.state.Version(), AppliedVersion: c.appliedVersion, LowWaterMark: c.state.LowWaterMark(),

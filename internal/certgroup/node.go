@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -56,6 +54,10 @@ type Callbacks struct {
 	Confirmed func(t uint64)
 	// Failed: the Raft log could not be written; the member stops.
 	Failed func(error)
+	// Restored: this member's state starts at a snapshot of this version
+	// (at Start, from its disk, or later, received from the leader): the
+	// next Committed versions follow it, and none before it will come.
+	Restored func(version uint64)
 }
 
 // Node runs a Core: a ticker, the Ready loop (one write and one fsync per
@@ -63,7 +65,6 @@ type Callbacks struct {
 type Node struct {
 	cfg  NodeConfig
 	log  *slog.Logger
-	file *os.File
 	disk *DiskLog
 
 	mu       sync.Mutex // guards core, changed, members
@@ -101,39 +102,20 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("certifier group: %w", err)
 	}
-	path := filepath.Join(cfg.DataDir, "raft.log")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	disk, p, torn, err := OpenDiskLog(OSDir{Path: cfg.DataDir, NoSync: cfg.NoSync})
 	if err != nil {
-		return nil, fmt.Errorf("certifier group: open raft log: %w", err)
+		return nil, fmt.Errorf("certifier group: open the raft log in %s: %w", cfg.DataDir, err)
 	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("certifier group: read raft log: %w", err)
-	}
-	p, valid, err := LoadDiskLog(data)
-	if err != nil && !errors.Is(err, ErrTornTail) {
-		f.Close()
-		return nil, err
-	}
-	if valid < len(data) {
-		cfg.Logger.Warn("raft log: dropping a torn tail (unsynced writes of a crash)", "path", path, "kept_bytes", valid, "dropped_bytes", len(data)-valid)
-		if err := f.Truncate(int64(valid)); err != nil {
-			f.Close()
-			return nil, err
-		}
-	}
-	if _, err := f.Seek(int64(valid), io.SeekStart); err != nil {
-		f.Close()
-		return nil, err
+	if torn > 0 {
+		cfg.Logger.Warn("raft log: dropped a torn tail (unsynced writes of a crash)", "dir", cfg.DataDir, "dropped_bytes", torn)
 	}
 	core, err := NewCore(cfg.Core, p)
 	if err != nil {
-		f.Close()
+		disk.Close()
 		return nil, err
 	}
 	n := &Node{
-		cfg: cfg, log: cfg.Logger, file: f, disk: NewDiskLog(syncFile{f, cfg.NoSync}),
+		cfg: cfg, log: cfg.Logger, disk: disk,
 		core: core, changed: make(chan struct{}), members: cfg.Members,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
@@ -146,21 +128,15 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 	return n, nil
 }
 
-type syncFile struct {
-	*os.File
-	noSync bool
-}
-
-func (f syncFile) Sync() error {
-	if f.noSync {
-		return nil
-	}
-	return f.File.Sync()
-}
-
 // Start runs the node until Close.
 func (n *Node) Start(cb Callbacks) {
 	n.cb = cb
+	n.mu.Lock()
+	v := n.core.SnapshotVersion()
+	n.mu.Unlock()
+	if v > 0 && cb.Restored != nil {
+		cb.Restored(v)
+	}
 	n.done.Add(1)
 	go n.run()
 }
@@ -170,7 +146,7 @@ func (n *Node) Close() error {
 	n.stopOnce.Do(func() { close(n.stop) })
 	n.done.Wait()
 	n.transport.close()
-	return n.file.Close()
+	return n.disk.Close()
 }
 
 func (n *Node) signal() {
@@ -217,6 +193,12 @@ func (n *Node) processReady() error {
 		if b.Leader {
 			n.transport.send(b.Messages)
 		}
+		if b.Snapshot != nil {
+			if err := n.disk.InstallSnapshot(b.Snapshot, b.State); err != nil {
+				return err
+			}
+			n.log.Info("certifier group: installing the leader's snapshot", "index", b.Snapshot.GetMetadata().GetIndex())
+		}
 		if err := n.disk.Save(b.HardState, b.Entries, b.MustSync); err != nil {
 			return err
 		}
@@ -229,11 +211,34 @@ func (n *Node) processReady() error {
 		close(n.changed)
 		n.changed = make(chan struct{})
 		n.mu.Unlock()
+		if err := n.compact(a.Compaction); err != nil {
+			return err
+		}
 		n.report(a, st)
 	}
 }
 
+// compact saves a snapshot the core took, durably, and only then drops the
+// log prefix it covers.
+func (n *Node) compact(c *Compaction) error {
+	if c == nil {
+		return nil
+	}
+	if err := n.disk.SaveSnapshot(c.Snapshot); err != nil {
+		return err
+	}
+	if err := n.disk.Compact(c.Index, c.HardState); err != nil {
+		return err
+	}
+	n.log.Debug("certifier group: snapshot taken, raft log compacted", "snapshot_index", c.Snapshot.GetMetadata().GetIndex(),
+		"compacted_to", c.Index, "snapshot_bytes", len(c.Snapshot.GetData()), "segments", n.disk.Segments())
+	return nil
+}
+
 func (n *Node) report(a Applied, st Status) {
+	if a.Installed > 0 && n.cb.Restored != nil {
+		n.cb.Restored(a.Installed)
+	}
 	if len(a.Committed) > 0 && n.cb.Committed != nil {
 		n.cb.Committed(a.Committed)
 	}

@@ -10,13 +10,13 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// File is the stable storage under a member's Raft log: an append-only
-// file. Write appends; Sync makes everything written so far survive a
-// crash. The real one is an *os.File; the simulation's loses what was not
-// synced when it crashes.
+// File is one append-only file of a member's Raft log. Write appends; Sync
+// makes everything written so far survive a crash. The real one is an
+// *os.File; the simulation's loses what was not synced when it crashes.
 type File interface {
 	Write(p []byte) (int, error)
 	Sync() error
+	Close() error
 }
 
 // The Raft log on disk is a sequence of records:
@@ -38,16 +38,18 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// DiskLog appends a member's Raft state to a File.
+// DiskLog is a member's Raft state on disk (see storage.go for the files):
+// the last snapshot, and the log after it as segment files of records.
+// Save appends to the active segment; a snapshot starts a new segment and
+// drops the oldest ones it covers (Compact). Not safe for concurrent use.
 type DiskLog struct {
-	f   File
-	buf []byte
+	dir      Dir
+	active   File
+	segments []segmentInfo // oldest first; the last one is active
+	buf      []byte
 	// Syncs and SyncedEntries count fsyncs and the entries they carried.
 	Syncs, SyncedEntries uint64
 }
-
-// NewDiskLog appends to f, which holds what LoadDiskLog read (or nothing).
-func NewDiskLog(f File) *DiskLog { return &DiskLog{f: f} }
 
 // Save appends a batch's entries and hard state and, when sync, makes them
 // durable with one sync: the group commit of every entry in the batch.
@@ -65,12 +67,16 @@ func (d *DiskLog) Save(hs *raftpb.HardState, entries []*raftpb.Entry, sync bool)
 		}
 	}
 	if len(d.buf) > 0 {
-		if _, err := d.f.Write(d.buf); err != nil {
+		if _, err := d.active.Write(d.buf); err != nil {
 			return fmt.Errorf("write raft log: %w", err)
 		}
 	}
+	if n := len(entries); n > 0 {
+		seg := &d.segments[len(d.segments)-1]
+		seg.maxIndex = max(seg.maxIndex, entries[n-1].GetIndex())
+	}
 	if sync {
-		if err := d.f.Sync(); err != nil {
+		if err := d.active.Sync(); err != nil {
 			return fmt.Errorf("sync raft log: %w", err)
 		}
 		d.Syncs++
@@ -93,36 +99,39 @@ func appendRecord(b []byte, kind byte, m proto.Message) ([]byte, error) {
 	return b, nil
 }
 
-// ErrTornTail is reported (wrapped) when LoadDiskLog stopped before the end.
+// ErrTornTail is reported (wrapped) when a segment ends in a torn or
+// corrupt record.
 var ErrTornTail = errors.New("raft log has a torn or corrupt tail")
 
-// LoadDiskLog reads a Raft log back. valid is the length of its intact
-// prefix: the caller truncates the file there before appending.
-func LoadDiskLog(data []byte) (p Persisted, valid int, err error) {
+// loadRecords reads one segment's records into p. valid is the length of
+// its intact prefix (the caller cuts a last segment there before
+// appending), maxIndex the highest entry index in it.
+func loadRecords(data []byte, p *Persisted) (valid int, maxIndex uint64, err error) {
 	for off := 0; off < len(data); {
 		kind, payload, n := nextRecord(data[off:])
 		if n == 0 {
-			return p, off, fmt.Errorf("%w at byte %d of %d", ErrTornTail, off, len(data))
+			return off, maxIndex, fmt.Errorf("%w at byte %d of %d", ErrTornTail, off, len(data))
 		}
 		switch kind {
 		case kindHardState:
 			hs := &raftpb.HardState{}
 			if err := proto.Unmarshal(payload, hs); err != nil {
-				return p, off, fmt.Errorf("raft log: hard state at byte %d: %w", off, err)
+				return off, maxIndex, fmt.Errorf("raft log: hard state at byte %d: %w", off, err)
 			}
 			p.HardState = hs
 		case kindEntry:
 			e := &raftpb.Entry{}
 			if err := proto.Unmarshal(payload, e); err != nil {
-				return p, off, fmt.Errorf("raft log: entry at byte %d: %w", off, err)
+				return off, maxIndex, fmt.Errorf("raft log: entry at byte %d: %w", off, err)
 			}
 			p.Entries = placeEntry(p.Entries, e)
+			maxIndex = max(maxIndex, e.GetIndex())
 		default:
-			return p, off, fmt.Errorf("raft log: record of unknown kind %d at byte %d", kind, off)
+			return off, maxIndex, fmt.Errorf("raft log: record of unknown kind %d at byte %d", kind, off)
 		}
 		off += n
 	}
-	return p, len(data), nil
+	return len(data), maxIndex, nil
 }
 
 // nextRecord returns the record at the start of b and its length, or n = 0

@@ -10,10 +10,13 @@ import (
 // A member restarted from its disk re-applies its configuration changes
 // before it can campaign: it must know all voters, never lead alone.
 func TestRestartKnowsVoters(t *testing.T) {
-	disk := &simFile{}
+	disk := newSimDir()
 	cfg := certgroup.Config{ID: 1, Peers: []uint64{1, 2, 3}, Decode: certifier.DecodeEntryKeys}
 	drive := func(c *certgroup.Core) {
-		log := certgroup.NewDiskLog(disk)
+		log, _, _, err := certgroup.OpenDiskLog(disk)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for {
 			b, ok := c.Ready()
 			if !ok {
@@ -33,7 +36,7 @@ func TestRestartKnowsVoters(t *testing.T) {
 	if v := c.Status().Voters; len(v) != 3 {
 		t.Fatalf("voters after bootstrap: %v", v)
 	}
-	p, _, err := certgroup.LoadDiskLog(disk.data)
+	_, p, _, err := certgroup.OpenDiskLog(disk)
 	if err != nil {
 		t.Fatal(err)
 	}

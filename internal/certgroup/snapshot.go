@@ -1,0 +1,223 @@
+package certgroup
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/tashkent-db/tashkent/internal/certification"
+)
+
+// Snapshots (Tashkent §7.3: "a crashed certifier recovers by state
+// transfer"). A snapshot is the member's state at an applied Raft index:
+// Raft's metadata (index, term, configuration) plus, in its data, the last
+// applied version, the members' addresses and the certification state
+// (certification.State.Marshal). It is always of the applied state, never
+// of a leader's speculation: a leader with versions certified and not yet
+// applied rebuilds the applied state for it (appliedState).
+//
+// The data:
+//
+//	format (1 byte) | applied version | members: count, then (id, len(addr), addr) by id | state
+const coreSnapshotFormat = 1
+
+func (cfg Config) withSnapshotDefaults() Config {
+	if cfg.SnapshotEntries == 0 {
+		cfg.SnapshotEntries = DefaultSnapshotEntries
+	}
+	if cfg.SnapshotBytes == 0 {
+		cfg.SnapshotBytes = DefaultSnapshotBytes
+	}
+	if cfg.CatchUpEntries == 0 {
+		cfg.CatchUpEntries = DefaultCatchUpEntries
+	}
+	return cfg
+}
+
+func encodeCoreSnapshot(version uint64, addrs map[uint64]string, state []byte) []byte {
+	b := make([]byte, 0, 32+len(state))
+	b = append(b, coreSnapshotFormat)
+	b = binary.AppendUvarint(b, version)
+	ids := make([]uint64, 0, len(addrs))
+	for id := range addrs {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binary.AppendUvarint(b, id)
+		b = binary.AppendUvarint(b, uint64(len(addrs[id])))
+		b = append(b, addrs[id]...)
+	}
+	return append(b, state...)
+}
+
+var errBadCoreSnapshot = errors.New("certifier group: bad snapshot data")
+
+func decodeCoreSnapshot(b []byte) (version uint64, addrs map[uint64]string, state []byte, err error) {
+	if len(b) < 1 || b[0] != coreSnapshotFormat {
+		return 0, nil, nil, errBadCoreSnapshot
+	}
+	b = b[1:]
+	next := func() uint64 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			err = errBadCoreSnapshot
+			b = nil
+			return 0
+		}
+		b = b[n:]
+		return v
+	}
+	version = next()
+	count := next()
+	addrs = map[uint64]string{}
+	for i := uint64(0); i < count && err == nil; i++ {
+		id, n := next(), next()
+		if n > uint64(len(b)) {
+			return 0, nil, nil, errBadCoreSnapshot
+		}
+		addrs[id] = string(b[:n])
+		b = b[n:]
+	}
+	return version, addrs, b, err
+}
+
+// restoreSnapshot makes the snapshot this member's applied state.
+func (c *Core) restoreSnapshot(snap *raftpb.Snapshot) error {
+	version, addrs, data, err := decodeCoreSnapshot(snap.GetData())
+	if err != nil {
+		return fmt.Errorf("raft snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	state, err := certification.Unmarshal(c.stateConfig(), data)
+	if err != nil {
+		return fmt.Errorf("raft snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	if state.Version() != version {
+		return fmt.Errorf("raft snapshot at index %d: state at version %d, snapshot says %d", snap.GetMetadata().GetIndex(), state.Version(), version)
+	}
+	md := snap.GetMetadata()
+	c.state, c.spec = state, nil
+	c.applied, c.appliedTerm, c.appliedVersion = md.GetIndex(), md.GetTerm(), version
+	c.snapIndex, c.bytesSinceSnap = md.GetIndex(), 0
+	if md.GetConfState() != nil {
+		c.confState = md.GetConfState()
+	}
+	for id, a := range addrs {
+		c.addrs[id] = a
+	}
+	return nil
+}
+
+func (c *Core) stateConfig() certification.Config {
+	return certification.Config{WindowVersions: c.cfg.WindowVersions, UnsafeSkipConflictCheck: c.cfg.UnsafeSkipConflictCheck}
+}
+
+// installSnapshot applies a snapshot the leader sent (Raft handed it over in
+// a Ready: this member's log was too far behind the leader's first entry).
+func (c *Core) installSnapshot(snap *raftpb.Snapshot, out *Applied) {
+	if err := c.mem.ApplySnapshot(snap); err != nil {
+		panic(fmt.Sprintf("certgroup: install raft snapshot at index %d: %v", snap.GetMetadata().GetIndex(), err))
+	}
+	if err := c.restoreSnapshot(snap); err != nil {
+		panic(fmt.Sprintf("certgroup: the leader's snapshot does not decode: %v", err))
+	}
+	out.Installed = c.appliedVersion
+	out.MembersChanged = true
+}
+
+// maybeSnapshot takes a snapshot when one is due and compacts the log in
+// memory behind it; the driver does the same on disk (Applied.Compaction).
+func (c *Core) maybeSnapshot(out *Applied) {
+	if c.applied <= c.snapIndex ||
+		c.applied-c.snapIndex < c.cfg.SnapshotEntries && c.bytesSinceSnap < c.cfg.SnapshotBytes {
+		return
+	}
+	state := c.state
+	if len(c.spec) > 0 || state.Version() != c.appliedVersion {
+		state = c.appliedState()
+	}
+	data := encodeCoreSnapshot(c.appliedVersion, c.addrs, state.Marshal())
+	snap, err := c.mem.CreateSnapshot(c.applied, c.confState, data)
+	if err != nil {
+		panic(fmt.Sprintf("certgroup: snapshot at applied index %d: %v", c.applied, err))
+	}
+	c.snapIndex, c.bytesSinceSnap = c.applied, 0
+	compact := uint64(0)
+	if c.applied > c.cfg.CatchUpEntries {
+		compact = c.applied - c.cfg.CatchUpEntries
+	}
+	if first, _ := c.mem.FirstIndex(); compact >= first {
+		if err := c.mem.Compact(compact); err != nil {
+			panic(fmt.Sprintf("certgroup: compact the raft log to %d: %v", compact, err))
+		}
+	}
+	hs, _, _ := c.mem.InitialState()
+	out.Compaction = &Compaction{Snapshot: snap, Index: compact, HardState: hs}
+}
+
+// appliedState rebuilds the certification state at the applied index: the
+// last snapshot's state plus the committed versions after it, restored as
+// read from the log.
+func (c *Core) appliedState() *certification.State {
+	state := c.newState(0)
+	from := uint64(1)
+	if c.snapIndex > 0 {
+		snap, err := c.mem.Snapshot()
+		if err != nil {
+			panic(err)
+		}
+		_, _, data, err := decodeCoreSnapshot(snap.GetData())
+		if err == nil {
+			state, err = certification.Unmarshal(c.stateConfig(), data)
+		}
+		if err != nil {
+			panic(fmt.Sprintf("certgroup: own snapshot at index %d does not decode: %v", c.snapIndex, err))
+		}
+		from = c.snapIndex + 1
+	}
+	if first, _ := c.mem.FirstIndex(); from < first {
+		from = first
+	}
+	if c.applied >= from {
+		ents, err := c.mem.Entries(from, c.applied+1, ^uint64(0))
+		if err != nil {
+			panic(fmt.Sprintf("certgroup: read back the raft log: %v", err))
+		}
+		for _, e := range ents {
+			if e.GetType() != raftpb.EntryNormal || len(e.Data) == 0 || versionOfData(e.Data) <= state.Version() {
+				continue
+			}
+			entry, err := decodeCertified(e.Data)
+			if err != nil {
+				panic(err)
+			}
+			txn, keys, err := c.cfg.Decode(entry.Bytes)
+			if err != nil {
+				panic(fmt.Sprintf("certgroup: committed version %d does not decode: %v", entry.Version, err))
+			}
+			state.Restore(entry.Version, txn, keys)
+		}
+	}
+	if state.Version() != c.appliedVersion {
+		panic(fmt.Sprintf("certgroup: rebuilt state at version %d, applied %d", state.Version(), c.appliedVersion))
+	}
+	return state
+}
+
+// SnapshotVersion is the version of the last snapshot this member started
+// from or took (0: none).
+func (c *Core) SnapshotVersion() uint64 {
+	if c.snapIndex == 0 {
+		return 0
+	}
+	snap, err := c.mem.Snapshot()
+	if err != nil {
+		return 0
+	}
+	v, _, _, _ := decodeCoreSnapshot(snap.GetData())
+	return v
+}
