@@ -570,7 +570,7 @@ func (c *Core) Status() Status {
 	return Status{
 		SnapshotIndex: c.snapIndex, FirstIndex: first,
 		Learners: append([]uint64(nil), c.confState.GetLearners()...),
-		ID: c.cfg.ID, Term: st.GetTerm(), Leader: st.Lead, Role: roleName(st.RaftState),
+		ID:       c.cfg.ID, Term: st.GetTerm(), Leader: st.Lead, Role: roleName(st.RaftState),
 		LastIndex: last, AppliedIndex: c.applied,
 		Version: c.state.Version(), AppliedVersion: c.appliedVersion, LowWaterMark: c.state.LowWaterMark(),
 		Voters:     append([]uint64(nil), c.confState.GetVoters()...),

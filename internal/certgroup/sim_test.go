@@ -260,7 +260,7 @@ type sim struct {
 	// Snapshots every snapEntries applied entries, catchUp entries kept
 	// behind each: small, so that members restart from snapshots and
 	// lagging ones catch up by one.
-	snapEntries, catchUp uint64
+	snapEntries, catchUp      uint64
 	snapshotsTaken, installed int
 
 	history map[uint64][]byte // version -> entry committed
