@@ -568,13 +568,13 @@ func (c *Core) Status() Status {
 	last, _ := c.mem.LastIndex()
 	first, _ := c.mem.FirstIndex()
 	return Status{
-		SnapshotIndex: c.snapIndex, FirstIndex: first,
-		Learners: append([]uint64(nil), c.confState.GetLearners()...),
-		ID:       c.cfg.ID, Term: st.GetTerm(), Leader: st.Lead, Role: roleName(st.RaftState),
+		ID: c.cfg.ID, Term: st.GetTerm(), Leader: st.Lead, Role: roleName(st.RaftState),
 		LastIndex: last, AppliedIndex: c.applied,
 		Version: c.state.Version(), AppliedVersion: c.appliedVersion, LowWaterMark: c.state.LowWaterMark(),
-		Voters:     append([]uint64(nil), c.confState.GetVoters()...),
-		Certifying: c.checkCertifying() == nil,
+		Voters:        append([]uint64(nil), c.confState.GetVoters()...),
+		Certifying:    c.checkCertifying() == nil,
+		Learners:      append([]uint64(nil), c.confState.GetLearners()...),
+		SnapshotIndex: c.snapIndex, FirstIndex: first,
 	}
 }
 
