@@ -43,7 +43,10 @@ type Server struct {
 
 // Listen opens the service in cfg.DataDir and starts serving gRPC on
 // listenAddr and Prometheus metrics on metricsAddr (empty: no metrics).
-func Listen(cfg Config, listenAddr, metricsAddr string) (*Server, error) {
+// extra are further gRPC server options: the certifier TLS credentials
+// (grpctls.Files.ServerOptions), which then cover Certify, Fetch, Status
+// and the group members' Raft stream alike.
+func Listen(cfg Config, listenAddr, metricsAddr string, extra ...grpc.ServerOption) (*Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	cfg.Registry = reg
@@ -58,8 +61,8 @@ func Listen(cfg Config, listenAddr, metricsAddr string) (*Server, error) {
 		return nil, fmt.Errorf("certifier listen on %s: %w", listenAddr, err)
 	}
 	size := grpcMessageBytesMax(cfg.Limits)
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(size), grpc.MaxSendMsgSize(size),
-		grpc.InitialWindowSize(streamWindowBytes), grpc.InitialConnWindowSize(connWindowBytes))
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(size), grpc.MaxSendMsgSize(size),
+		grpc.InitialWindowSize(streamWindowBytes), grpc.InitialConnWindowSize(connWindowBytes)}, extra...)...)
 	pb.RegisterCertifierServer(g, svc)
 	if cfg.Group != nil {
 		pb.RegisterRaftServer(g, cfg.Group.RaftServer())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/certifier"
+	"github.com/tashkent-db/tashkent/internal/grpctls"
 )
 
 func newCertifierCommand() *cobra.Command {
@@ -23,6 +24,7 @@ func newCertifierCommand() *cobra.Command {
 		listen        string
 		metrics       string
 		segmentMiB    int64
+		certTLS       grpctls.Files
 	)
 	cmd := &cobra.Command{
 		Use:   "certifier",
@@ -54,8 +56,12 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 				slog.Warn("UNSAFE: --unsafe-fault-skip-conflict-check is set: every writeset commits without a conflict check; " +
 					"snapshot isolation is broken on purpose (fault-harness self-test only)")
 			}
+			tlsServer, tlsDial, err := certifierTLS(certTLS)
+			if err != nil {
+				return err
+			}
 			if peers != "" {
-				node, err := openGroupMember(cfg, memberID, peers, join, partitionFile)
+				node, err := openGroupMember(cfg, memberID, peers, join, partitionFile, tlsDial)
 				if err != nil {
 					return err
 				}
@@ -64,11 +70,11 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 					listen = node.AddrOf(memberID) // a member listens where its peers dial it
 				}
 			}
-			srv, err := certifier.Listen(cfg, listen, metrics)
+			srv, err := certifier.Listen(cfg, listen, metrics, tlsServer...)
 			if err != nil {
 				return err
 			}
-			slog.Info("certifier ready", "listen", srv.Addr().String(), "metrics", metrics, "pid", os.Getpid(),
+			slog.Info("certifier ready", "listen", srv.Addr().String(), "metrics", metrics, "pid", os.Getpid(), "tls", certTLS.Enabled(),
 				"data_dir", cfg.DataDir, "durable_version", srv.Service.DurableVersion())
 			select {
 			case <-cmd.Context().Done():
@@ -106,6 +112,7 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	f.StringVar(&partitionFile, "unsafe-fault-partition-file", "",
 		"drop Raft messages to and from the member ids listed in this file while it exists: real-process fault tests only")
 	_ = f.MarkHidden("unsafe-fault-partition-file")
+	certTLS.AddFlags(f)
 	cmd.AddCommand(newCertifierMembersCommand())
 	return cmd
 }

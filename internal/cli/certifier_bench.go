@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
 	"github.com/tashkent-db/tashkent/internal/certbench"
+	"github.com/tashkent-db/tashkent/internal/grpctls"
 	"github.com/tashkent-db/tashkent/internal/netutil"
 )
 
@@ -22,6 +24,7 @@ func newCertifierBenchCommand() *cobra.Command {
 		clients string
 		noSync  bool
 		members int
+		certTLS grpctls.Files
 	)
 	cmd := &cobra.Command{
 		Use:   "certifier-bench",
@@ -40,6 +43,14 @@ every member of a running group, comma-separated.`,
 				return fmt.Errorf("--clients: %w", err)
 			}
 			cfg.Clients = counts
+			dial, err := certifierDial(certTLS)
+			if err != nil {
+				return err
+			}
+			if certTLS.Enabled() && cfg.Target == "" {
+				return errors.New("--certifier-tls-* need --target: the certifier the bench starts itself runs without TLS")
+			}
+			cfg.DialOptions = []grpc.DialOption{dial}
 			if cfg.Target == "" {
 				target, stop, err := startBenchGroup(noSync, members)
 				if err != nil {
@@ -63,6 +74,7 @@ every member of a running group, comma-separated.`,
 	f.IntVar(&cfg.KeySpace, "key-space", 0, "distinct rows (0: every key unique, no conflicts)")
 	f.Float64Var(&cfg.Rate, "rate", 0, "total requests per second (0: closed loop)")
 	f.BoolVar(&noSync, "unsafe-no-fsync", false, "start the certifier without fsync (to see what fsync costs)")
+	certTLS.AddFlags(f)
 	f.IntVar(&members, "members", 1, "without --target: start a certifier group of this many members (Raft; 1 is a single certifier)")
 	return cmd
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/grpc"
+
 	"github.com/tashkent-db/tashkent/internal/certgroup"
 	"github.com/tashkent-db/tashkent/internal/certifier"
 )
@@ -39,7 +41,7 @@ func parsePeers(s string) (map[uint64]string, error) {
 
 // openGroupMember opens this member's Raft node; its log lives beside the
 // versioned log, in <data-dir>/raft.
-func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, partitionFile string) (*certgroup.Node, error) {
+func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, partitionFile string, dial []grpc.DialOption) (*certgroup.Node, error) {
 	members, err := parsePeers(peers)
 	if err != nil {
 		return nil, err
@@ -56,6 +58,8 @@ func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, p
 		Members: members,
 		NoSync:  cfg.NoSync,
 		Logger:  slog.Default(),
+		// The member dials its peers with the certifier TLS it serves with.
+		DialOptions: dial,
 
 		UnsafeFaultPartitionFile: partitionFile,
 	})

@@ -9,16 +9,19 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/grpctls"
 )
 
 // newCertifierMembersCommand lists the members of a certifier group as
 // each member sees itself. Changing membership (add, remove) is not
 // implemented yet: see docs/OPERATIONS.md.
 func newCertifierMembersCommand() *cobra.Command {
-	var targets string
+	var (
+		targets string
+		certTLS grpctls.Files
+	)
 	cmd := &cobra.Command{
 		Use:   "members",
 		Short: "List the members of a certifier group: role, term, Raft index, applied index, durable version, pid",
@@ -30,14 +33,19 @@ online is not implemented yet (docs/OPERATIONS.md).`,
 			if targets == "" {
 				return fmt.Errorf("--certifier is required: one or more member addresses, comma-separated")
 			}
-			return listMembers(cmd.Context(), targets, cmd.OutOrStdout())
+			dial, err := certifierDial(certTLS)
+			if err != nil {
+				return err
+			}
+			return listMembers(cmd.Context(), targets, cmd.OutOrStdout(), dial)
 		},
 	}
 	cmd.Flags().StringVar(&targets, "certifier", "", "member addresses, host:port,... (one is enough: it names the others)")
+	certTLS.AddFlags(cmd.Flags())
 	return cmd
 }
 
-func listMembers(ctx context.Context, targets string, out interface{ Write([]byte) (int, error) }) error {
+func listMembers(ctx context.Context, targets string, out interface{ Write([]byte) (int, error) }, dial grpc.DialOption) error {
 	seen := map[string]bool{}
 	queue := strings.Split(targets, ",")
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -49,7 +57,7 @@ func listMembers(ctx context.Context, targets string, out interface{ Write([]byt
 			continue
 		}
 		seen[addr] = true
-		st, err := memberStatus(ctx, addr)
+		st, err := memberStatus(ctx, addr, dial)
 		if err != nil {
 			fmt.Fprintf(tw, "?\t%s\tunreachable: %v\t\t\t\t\t\t\n", addr, err)
 			continue
@@ -63,13 +71,14 @@ func listMembers(ctx context.Context, targets string, out interface{ Write([]byt
 	return tw.Flush()
 }
 
-func memberStatus(ctx context.Context, addr string) (*pb.StatusReply, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func memberStatus(ctx context.Context, addr string, dial grpc.DialOption) (*pb.StatusReply, error) {
+	conn, err := grpc.NewClient(addr, dial)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	return pb.NewCertifierClient(conn).Status(ctx, &pb.StatusRequest{})
+	st, err := pb.NewCertifierClient(conn).Status(ctx, &pb.StatusRequest{})
+	return st, grpctls.HintPlaintext(err)
 }

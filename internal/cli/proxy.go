@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 
+	"github.com/tashkent-db/tashkent/internal/grpctls"
 	"github.com/tashkent-db/tashkent/internal/proxy"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
@@ -21,6 +23,7 @@ func newProxyCommand() *cobra.Command {
 		mode    string
 		auth    string
 		metrics string
+		certTLS grpctls.Files
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy",
@@ -40,6 +43,11 @@ restarts.`,
 			cfg.Auth = proxy.AuthMode(auth)
 			cfg.AdminPassword = os.Getenv("TASHKENT_ADMIN_PASSWORD")
 			cfg.Logger = slog.Default().With("replica", cfg.Name)
+			dial, err := certifierDial(certTLS)
+			if err != nil {
+				return err
+			}
+			cfg.CertifierDialOptions = []grpc.DialOption{dial}
 			p, err := proxy.New(cfg)
 			if err != nil {
 				return err
@@ -62,6 +70,7 @@ restarts.`,
 	f.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate (chain) for clients' TLS connections; with --tls-key (none: SSL requests are declined)")
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&auth, "auth", string(proxy.AuthRelay), "client authentication: relay (PostgreSQL authenticates through the proxy) or scram (the proxy verifies SCRAM-SHA-256 itself, then authenticates to PostgreSQL with the client's SCRAM key or by trust)")
+	certTLS.AddFlags(f)
 	f.StringVar(&cfg.AuthFile, "auth-file", "", `with --auth scram: a user list file of "user" "SCRAM-SHA-256$..." lines, instead of pg_authid`)
 	return markSharesHost(cmd)
 }

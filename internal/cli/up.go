@@ -75,6 +75,8 @@ Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 	f.IntVar(&o.CertifierPort, "certifier-port", 0, "certifier gRPC port on 127.0.0.1 (0: a free port)")
 	f.IntVar(&o.BasePort, "base-port", 0, "port of the first proxy; replica K listens on base-port+K-1 (0: free ports)")
 	f.IntVar(&o.Certifiers, "certifiers", 0, "certifier group size of a new cluster: 1, or 3 or 5 members replicated with Raft (Tashkent §7.3)")
+	f.BoolVar(&o.CertifierTLS, "certifier-tls", false, "a new cluster uses mutual TLS between proxies and certifiers and among certifiers, "+
+		"with a CA and per-process certificates generated in DATA-DIR/certifier-tls (recorded in cluster.json)")
 	f.BoolVar(&noDemo, "no-demo", false, "skip the demo workload")
 	f.DurationVar(&demoDuration, "demo-duration", 5*time.Second, "how long the demo runs transfers")
 	f.DurationVar(&o.ReadyTimeout, "ready-timeout", cluster.DefaultReadyTimeout, "how long to wait for each process to accept connections")

@@ -10,21 +10,23 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/grpctls"
 )
 
 // QueryCertifier asks the certifier at addr for its Status. addr may list
 // every member of a certifier group, comma-separated: the leader's reply is
 // returned (versions and rates are the leader's), else the first member
-// that answers.
-func QueryCertifier(ctx context.Context, addr string) (*pb.StatusReply, error) {
+// that answers. dial replaces the plaintext default (certifier TLS:
+// State.QueryCertifier).
+func QueryCertifier(ctx context.Context, addr string, dial ...grpc.DialOption) (*pb.StatusReply, error) {
 	addrs := strings.Split(addr, ",")
 	if len(addrs) == 1 {
-		return queryMember(ctx, addr)
+		return queryMember(ctx, addr, dial...)
 	}
 	var first *pb.StatusReply
 	var errs []error
 	for _, a := range addrs {
-		st, err := queryMember(ctx, a)
+		st, err := queryMember(ctx, a, dial...)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -42,15 +44,15 @@ func QueryCertifier(ctx context.Context, addr string) (*pb.StatusReply, error) {
 	return nil, errors.Join(errs...)
 }
 
-func queryMember(ctx context.Context, addr string) (*pb.StatusReply, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func queryMember(ctx context.Context, addr string, dial ...grpc.DialOption) (*pb.StatusReply, error) {
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
 	if err != nil {
 		return nil, fmt.Errorf("certifier %s: %w", addr, err)
 	}
 	defer conn.Close()
 	st, err := pb.NewCertifierClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
 	if err != nil {
-		return nil, fmt.Errorf("certifier %s: status: %w", addr, err)
+		return nil, fmt.Errorf("certifier %s: status: %w", addr, grpctls.HintPlaintext(err))
 	}
 	return st, nil
 }

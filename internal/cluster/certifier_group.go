@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -72,15 +73,15 @@ func (u *upper) startMember(ctx context.Context, c *Certifier) error {
 	peers := u.st.certifierPeers()
 	err := u.startDetached(ctx, what, c.Log, []*int{&c.Port, &c.MetricsPort},
 		func() []string {
-			return []string{"certifier", "--data-dir", c.DataDir, "--id", strconv.Itoa(c.ID), "--peers", peers,
-				"--listen", hostPort(c.Port), "--metrics-listen", hostPort(c.MetricsPort)}
+			return append([]string{"certifier", "--data-dir", c.DataDir, "--id", strconv.Itoa(c.ID), "--peers", peers,
+				"--listen", hostPort(c.Port), "--metrics-listen", hostPort(c.MetricsPort)}, u.st.certifierTLSFiles(c.tlsName()).Args()...)
 		},
 		func(pid int) { c.PID = pid },
 		func(ctx context.Context, pid int) error {
 			if err := dialOnce(ctx, hostPort(c.Port)); err != nil {
 				return err
 			}
-			st, err := QueryCertifier(ctx, hostPort(c.Port))
+			st, err := u.st.QueryCertifier(ctx, hostPort(c.Port))
 			if err != nil {
 				return err
 			}
@@ -101,13 +102,15 @@ func (u *upper) startMember(ctx context.Context, c *Certifier) error {
 func groupStatus(ctx context.Context, st *State, c *CertifierStatus) {
 	c.Members = make([]MemberStatus, 0, len(st.MoreCertifiers)+1)
 	allUp := true
+	dial, dialErr := st.CertifierDialOptions()
 	for _, m := range st.CertifierMembers() {
 		ms := MemberStatus{ID: m.ID, Addr: hostPort(m.Port), Process: ProcStatus{PID: m.PID, Port: m.Port, Log: m.Log}}
 		ms.Process.Running, ms.Process.Detail = tashkentRunning(certifierIdentity(m), m.PID)
 		if ms.Process.Running {
 			cctx, cancel := context.WithTimeout(ctx, statusTimeout)
-			rep, err := queryMember(cctx, ms.Addr)
+			rep, err := queryMember(cctx, ms.Addr, dial...)
 			cancel()
+			err = errors.Join(dialErr, err)
 			if err != nil {
 				ms.Error = err.Error()
 			} else {

@@ -64,6 +64,9 @@ type State struct {
 	// MoreCertifiers are members 2..N of a certifier group (`up
 	// --certifiers N`); Certifier is then member 1. Empty: one certifier.
 	MoreCertifiers []*Certifier `json:"more_certifiers,omitempty"`
+	// CertifierTLS: mutual TLS on the certifier channels (`up
+	// --certifier-tls`); nil: plaintext.
+	CertifierTLS *CertifierTLS `json:"certifier_tls,omitempty"`
 }
 
 // Certifier records the certifier process.

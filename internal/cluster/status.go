@@ -106,7 +106,7 @@ func GetStatus(ctx context.Context, dir string) (*Status, error) {
 	c.Process.Running, c.Process.Detail = tashkentRunning(certifierIdentity(&st.Certifier), st.Certifier.PID)
 	if c.Process.Running {
 		cctx, cancel := context.WithTimeout(ctx, statusTimeout)
-		rep, err := QueryCertifier(cctx, c.Addr)
+		rep, err := st.QueryCertifier(cctx, c.Addr)
 		cancel()
 		if err != nil {
 			c.Error = err.Error()

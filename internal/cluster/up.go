@@ -70,6 +70,10 @@ type Options struct {
 	Progress io.Writer
 	// ReadyTimeout bounds the wait for each process (0: 60 s).
 	ReadyTimeout time.Duration
+	// CertifierTLS makes a new cluster use mutual TLS on every certifier
+	// channel, with a CA and certificates generated in the cluster
+	// directory (certifier_tls.go).
+	CertifierTLS bool
 }
 
 // Up creates the cluster in o.Dir, or restarts whatever of the recorded
@@ -124,6 +128,9 @@ func Up(ctx context.Context, o Options) (*State, error) {
 	st.Binary = bin
 	if err := st.Save(); err != nil {
 		return nil, err
+	}
+	if err := ensureCertifierTLS(st); err != nil {
+		return st, err
 	}
 	u := &upper{st: st, o: o, binDir: binDir, portsUsed: map[int]bool{}}
 	if err := u.startAllPostgres(ctx); err != nil {
@@ -185,7 +192,7 @@ func newState(dir string, o Options) (*State, error) {
 		}
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	st := &State{Created: now, Dir: dir, Mode: mode}
+	st := &State{Created: now, Dir: dir, Mode: mode, CertifierTLS: newCertifierTLS(dir, o.CertifierTLS)}
 	cd := filepath.Join(dir, "certifier")
 	st.Certifier = Certifier{DataDir: cd, Port: o.CertifierPort, Log: filepath.Join(cd, "certifier.log")}
 	if err := addCertifierMembers(st, dir, o); err != nil {
@@ -216,6 +223,9 @@ func checkCompatible(st *State, o Options) error {
 	}
 	if n := len(st.CertifierMembers()); o.Certifiers > 1 && o.Certifiers != n || o.Certifiers == 1 && n != 1 {
 		return fmt.Errorf("the cluster in %s has %d certifier(s), not %d (the group's size is fixed when the cluster is created)", st.Dir, n, o.Certifiers)
+	}
+	if err := checkCertifierTLS(st, o); err != nil {
+		return err
 	}
 	if o.CertifierPort != 0 && o.CertifierPort != st.Certifier.Port {
 		return fmt.Errorf("the cluster in %s has its certifier on port %d; an existing cluster keeps its ports", st.Dir, st.Certifier.Port)
@@ -430,14 +440,15 @@ func (u *upper) startCertifier(ctx context.Context) error {
 	}
 	err := u.startDetached(ctx, "certifier", c.Log, []*int{&c.Port, &c.MetricsPort},
 		func() []string {
-			return []string{"certifier", "--data-dir", c.DataDir, "--listen", hostPort(c.Port), "--metrics-listen", hostPort(c.MetricsPort)}
+			return append([]string{"certifier", "--data-dir", c.DataDir, "--listen", hostPort(c.Port), "--metrics-listen", hostPort(c.MetricsPort)},
+				u.st.certifierTLSFiles(c.tlsName()).Args()...)
 		},
 		func(pid int) { c.PID = pid },
 		func(ctx context.Context, pid int) error {
 			if err := dialOnce(ctx, hostPort(c.Port)); err != nil {
 				return err
 			}
-			st, err := QueryCertifier(ctx, hostPort(c.Port))
+			st, err := u.st.QueryCertifier(ctx, hostPort(c.Port))
 			if err != nil {
 				return err
 			}
@@ -480,7 +491,7 @@ func (u *upper) startProxy(ctx context.Context, r *Replica) error {
 				"--certifier", u.st.CertifierAddr(),
 				"--mode", string(u.st.Mode),
 				"--metrics-listen", hostPort(p.MetricsPort),
-			}, clientSide...)
+			}, append(clientSide, u.st.certifierTLSFiles(r.Name).Args()...)...)
 		},
 		func(pid int) { p.PID = pid },
 		func(ctx context.Context, _ int) error {

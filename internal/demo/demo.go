@@ -224,7 +224,7 @@ func (d *run) formatVersions(vs []uint64) string {
 // version as of now, so that the transfers start from the full table
 // everywhere.
 func (d *run) waitCaughtUp(ctx context.Context) error {
-	st, err := cluster.QueryCertifier(ctx, d.st.CertifierAddr())
+	st, err := d.st.QueryCertifier(ctx, d.st.CertifierAddr())
 	if err != nil {
 		return err
 	}
@@ -404,7 +404,7 @@ func sqlState(err error) string {
 func (d *run) verify(ctx context.Context) error {
 	deadline := time.Now().Add(d.cfg.ConvergeTimeout)
 	for {
-		st, err := cluster.QueryCertifier(ctx, d.st.CertifierAddr())
+		st, err := d.st.QueryCertifier(ctx, d.st.CertifierAddr())
 		if err != nil {
 			return err
 		}

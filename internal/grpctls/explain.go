@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -106,4 +107,19 @@ func (l *logLimiter) allow(key string) (bool, int) {
 	}
 	l.last[key] = limited{at: now}
 	return true, e.suppressed
+}
+
+// HintPlaintext adds a hint to the error of a plaintext call that a
+// certifier with TLS refused: gRPC reports it only as a connection closed
+// before the server's preface. Other errors are returned as they are.
+func HintPlaintext(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "server preface") {
+		return fmt.Errorf("%w (hint: a certifier with TLS closes plaintext connections like this: give --%s, --%s and --%s)",
+			err, FlagCA, FlagCert, FlagKey)
+	}
+	return err
 }

@@ -229,9 +229,11 @@ func TestWrongSANIsRefused(t *testing.T) {
 func TestPlaintextClientIsLogged(t *testing.T) {
 	p := newPKI(t, "cluster")
 	addr, logs := serve(t, p.files("certifier", "127.0.0.1"))
-	if err := check(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err == nil {
+	err := check(t, addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err == nil {
 		t.Fatal("a plaintext client was served by a TLS certifier")
 	}
+	mustContain(t, "the hinted client's error", grpctls.HintPlaintext(err).Error(), "hint: a certifier with TLS", "--certifier-tls-ca")
 	waitLog(t, logs, "refused a connection", "the client speaks plaintext")
 }
 

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
@@ -39,6 +41,10 @@ type Config struct {
 	// remote writesets (Tashkent §6.2 "Bounding Staleness").
 	Staleness time.Duration
 	Logger    *slog.Logger
+
+	// CertifierDialOptions dial the certifier: its TLS credentials
+	// (grpctls, --certifier-tls-*); none: plaintext.
+	CertifierDialOptions []grpc.DialOption
 
 	// ReplicaIndex is this replica's number in the cluster, 1 to
 	// SequenceStride, unique among the replicas: its sequences hand out
