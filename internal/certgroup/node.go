@@ -350,6 +350,18 @@ func (n *Node) step(m *raftpb.Message) {
 	n.signal()
 }
 
+// snapshotSent reports whether a snapshot message reached the gRPC stream
+// (see Core.ReportSnapshot); other messages are ignored.
+func (n *Node) snapshotSent(m *raftpb.Message, ok bool) {
+	if m.GetType() != raftpb.MessageType_MsgSnap {
+		return
+	}
+	n.mu.Lock()
+	n.core.ReportSnapshot(m.GetTo(), !ok)
+	n.mu.Unlock()
+	n.signal()
+}
+
 func (n *Node) reportUnreachable(id uint64) {
 	n.mu.Lock()
 	n.core.ReportUnreachable(id)

@@ -53,16 +53,19 @@ func newTransport(n *Node, dial []grpc.DialOption) *transport {
 func (t *transport) send(msgs []*raftpb.Message) {
 	for _, m := range msgs {
 		if t.n.partition.isCut(m.GetTo()) {
+			t.n.snapshotSent(m, false)
 			continue
 		}
 		p := t.peer(m.GetTo())
 		if p == nil {
+			t.n.snapshotSent(m, false)
 			continue
 		}
 		select {
 		case p.queue <- m:
 		default:
 			t.n.reportUnreachable(p.id)
+			t.n.snapshotSent(m, false)
 		}
 	}
 }
@@ -126,7 +129,11 @@ func (t *transport) stream(client pb.RaftClient, p *peer) error {
 			return ctx.Err()
 		}
 		batch.Messages = batch.Messages[:0]
+		var snaps []*raftpb.Message
 		for m != nil {
+			if m.GetType() == raftpb.MessageType_MsgSnap {
+				snaps = append(snaps, m)
+			}
 			b, err := proto.Marshal(m)
 			if err != nil {
 				return err
@@ -138,7 +145,11 @@ func (t *transport) stream(client pb.RaftClient, p *peer) error {
 				m = nil
 			}
 		}
-		if err := s.Send(batch); err != nil {
+		err := s.Send(batch)
+		for _, m := range snaps {
+			t.n.snapshotSent(m, err == nil)
+		}
+		if err != nil {
 			return err
 		}
 	}
