@@ -108,6 +108,9 @@ type Log struct {
 	stateMu   sync.RWMutex
 	segments  []segment
 	sizeBytes int64
+	// restartedAfter is the version RestartAfter continues after while the
+	// log is empty (restart.go).
+	restartedAfter uint64
 
 	appends, entries, writes, fsyncs, bytesWritten, segmentsCreated, zeroedChunks atomic.Uint64
 }
@@ -228,7 +231,7 @@ func (l *Log) LastVersion() uint64 {
 // lastVersionLocked requires stateMu, or appendMu (the index only changes with appendMu held).
 func (l *Log) lastVersionLocked() uint64 {
 	if len(l.segments) == 0 {
-		return 0
+		return l.restartedAfter
 	}
 	return l.segments[len(l.segments)-1].lastVersion
 }
