@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,6 +92,57 @@ func TestCertifierTLSGroupEndToEnd(t *testing.T) {
 	}
 
 	refusals(t, st, leader)
+	halfConfigured(t, bin)
+	restartFollowerOverTLS(t, st, bin, leader)
+}
+
+// halfConfigured: a certifier or a proxy given part of the TLS flags
+// refuses to start, naming what is missing.
+func halfConfigured(t *testing.T, bin string) {
+	t.Helper()
+	crt := filepath.Join(t.TempDir(), "x.crt")
+	for _, args := range [][]string{
+		{"certifier", "--data-dir", t.TempDir(), "--metrics-listen", "", "--certifier-tls-cert", crt},
+		{"proxy", "--name", "r", "--backend", "127.0.0.1:1", "--certifier-tls-key", crt},
+	} {
+		out, err := run(t, bin, args...)
+		if err == nil || !strings.Contains(out, "certifier TLS is half configured") || !strings.Contains(out, "--certifier-tls-ca") {
+			t.Fatalf("tashkent %s with half the TLS flags: err %v\n%s", args[0], err, out)
+		}
+	}
+}
+
+// restartFollowerOverTLS: kill -9 of a follower and `up` again restarts
+// it with its recorded certificate; it rejoins the group over TLS and
+// catches up.
+func restartFollowerOverTLS(t *testing.T, st *cluster.State, bin, leader string) {
+	t.Helper()
+	var follower *cluster.Certifier
+	for _, m := range st.CertifierMembers() {
+		if tlsMemberAddr(m) != leader {
+			follower = m
+			break
+		}
+	}
+	if err := syscall.Kill(follower.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, follower.PID)
+	if _, err := cluster.Up(context.Background(), cluster.Options{Dir: st.Dir, Binary: bin}); err != nil {
+		t.Fatalf("up after kill -9 of a follower: %v", err)
+	}
+	want := certifierVersion(t, st)
+	var rep *pb.StatusReply
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var err error
+		rep, err = st.QueryCertifier(ctx, tlsMemberAddr(follower))
+		cancel()
+		if err == nil && rep.Role == "follower" && rep.DurableVersion >= want {
+			return
+		}
+	}
+	t.Fatalf("the restarted follower did not rejoin over TLS at version %d: %+v", want, rep)
 }
 
 // refusals: every kind of bad client is refused with its cause named.
