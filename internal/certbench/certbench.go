@@ -27,6 +27,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certclient"
+	"github.com/tashkent-db/tashkent/internal/grpctls"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 )
 
@@ -180,7 +181,7 @@ func durableVersion(ctx context.Context, target string, dial []grpc.DialOption) 
 	defer cancel()
 	st, err := c.API().Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
 	if err != nil {
-		return 0, fmt.Errorf("certifier status at %s: %w", target, err)
+		return 0, fmt.Errorf("certifier status at %s: %w", target, grpctls.HintPlaintext(err))
 	}
 	return st.DurableVersion, nil
 }

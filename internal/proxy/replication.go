@@ -17,6 +17,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certclient"
+	"github.com/tashkent-db/tashkent/internal/grpctls"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 	"github.com/tashkent-db/tashkent/internal/pgwire"
 	"github.com/tashkent-db/tashkent/internal/replica"
@@ -250,7 +251,7 @@ func (r *replication) certifierDurableVersion(ctx context.Context) (uint64, erro
 			return 0, ctx.Err()
 		}
 		if attempt%5 == 0 {
-			r.p.cfg.Logger.Warn("waiting for the certifier", "certifier", r.p.cfg.Certifier, "err", err)
+			r.p.cfg.Logger.Warn("waiting for the certifier", "certifier", r.p.cfg.Certifier, "err", grpctls.HintPlaintext(err))
 		}
 	}
 }
