@@ -39,8 +39,9 @@
 // # Not done
 //
 // Membership changes (Core.ProposeConfChange exists; nothing calls it),
-// snapshots and log compaction (the Raft log grows; a restart replays it),
-// TLS between members.
+// snapshots and log compaction (the Raft log grows; a restart replays it).
+// (TLS between members: NodeConfig.DialOptions carries the member's
+// certifier TLS, package grpctls; the server side is certifier.Listen's.)
 //
 // # Debugging
 //
