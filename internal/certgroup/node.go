@@ -35,7 +35,9 @@ type NodeConfig struct {
 	Members      map[uint64]string
 	TickInterval time.Duration
 	// NoSync skips fsync: voids durability; benchmarks only.
-	NoSync      bool
+	NoSync bool
+	// SyncDelay: DiskLog.SyncDelay (an emulated slow disk; benchmarks only).
+	SyncDelay   time.Duration
 	DialOptions []grpc.DialOption // e.g. TLS credentials
 	Logger      *slog.Logger
 	// UnsafeFaultPartitionFile: see partitionFile (real-process fault
@@ -106,6 +108,7 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certifier group: open the raft log in %s: %w", cfg.DataDir, err)
 	}
+	disk.SyncDelay = cfg.SyncDelay
 	if torn > 0 {
 		cfg.Logger.Warn("raft log: dropped a torn tail (unsynced writes of a crash)", "dir", cfg.DataDir, "dropped_bytes", torn)
 	}

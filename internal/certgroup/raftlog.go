@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -49,6 +50,9 @@ type DiskLog struct {
 	buf      []byte
 	// Syncs and SyncedEntries count fsyncs and the entries they carried.
 	Syncs, SyncedEntries uint64
+	// SyncDelay sleeps this long after every sync: an emulated slow disk
+	// (Tashkent §9's 8 ms fsync) for benchmarks; durability stays real.
+	SyncDelay time.Duration
 }
 
 // Save appends a batch's entries and hard state and, when sync, makes them
@@ -79,6 +83,7 @@ func (d *DiskLog) Save(hs *raftpb.HardState, entries []*raftpb.Entry, sync bool)
 		if err := d.active.Sync(); err != nil {
 			return fmt.Errorf("sync raft log: %w", err)
 		}
+		time.Sleep(d.SyncDelay)
 		d.Syncs++
 		d.SyncedEntries += uint64(len(entries))
 	}

@@ -3,6 +3,7 @@ package certifier
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -51,6 +52,9 @@ type Config struct {
 	Limits       Limits
 	// NoSync skips fsync. Only for benchmarks that say so: it voids durability.
 	NoSync bool
+	// SyncDelay sleeps this long after every sync of the log: an emulated
+	// slow disk for benchmarks (`--unsafe-fault-fsync-delay`, wal.Options).
+	SyncDelay time.Duration
 	// Group, when set, makes the service one member of a certifier group
 	// (Tashkent §7.3): the group's Raft log is the durable log, the leader
 	// certifies, and every member applies committed versions and serves

@@ -60,7 +60,7 @@ func Open(cfg Config) (*Service, error) {
 	// In a group the Raft log is the durable one; the versioned log is
 	// rebuilt from it after a crash (the group replays it on start), so it
 	// is written without fsync.
-	log, err := wal.Open(wal.Options{Dir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes, Logger: cfg.Logger, NoSync: cfg.NoSync || cfg.Group != nil})
+	log, err := wal.Open(wal.Options{Dir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes, Logger: cfg.Logger, NoSync: cfg.NoSync || cfg.Group != nil, SyncDelay: cfg.SyncDelay})
 	if err != nil {
 		return nil, fmt.Errorf("open certifier log: %w", err)
 	}

@@ -112,6 +112,9 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	f.StringVar(&partitionFile, "unsafe-fault-partition-file", "",
 		"drop Raft messages to and from the member ids listed in this file while it exists: real-process fault tests only")
 	_ = f.MarkHidden("unsafe-fault-partition-file")
+	f.DurationVar(&cfg.SyncDelay, "unsafe-fault-fsync-delay", 0,
+		"sleep this long after every sync of the log (an emulated slow disk, Tashkent §9): benchmarks only")
+	_ = f.MarkHidden("unsafe-fault-fsync-delay")
 	certTLS.AddFlags(f)
 	cmd.AddCommand(newCertifierMembersCommand())
 	return cmd

@@ -54,10 +54,11 @@ func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, p
 			ID: id, Join: join, WindowVersions: cfg.WindowVersions, Decode: certifier.DecodeEntryKeys,
 			UnsafeSkipConflictCheck: cfg.UnsafeSkipConflictCheck,
 		},
-		DataDir: filepath.Join(cfg.DataDir, "raft"),
-		Members: members,
-		NoSync:  cfg.NoSync,
-		Logger:  slog.Default(),
+		DataDir:   filepath.Join(cfg.DataDir, "raft"),
+		Members:   members,
+		NoSync:    cfg.NoSync,
+		SyncDelay: cfg.SyncDelay,
+		Logger:    slog.Default(),
 		// The member dials its peers with the certifier TLS it serves with.
 		DialOptions: dial,
 

@@ -46,6 +46,10 @@ type Config struct {
 	// a freshly initialized cluster is not durable until the OS writes it
 	// back. A kill -9 of PostgreSQL does not lose it; a machine crash can.
 	NoSync bool
+	// Env is extra environment (NAME=value) for the postmaster and so for
+	// every backend, not for initdb: e.g. the bench's LD_PRELOAD slow-disk
+	// shim (internal/bench/slowdisk).
+	Env []string
 }
 
 // Server is one local PostgreSQL instance. Its methods are safe for
@@ -377,7 +381,7 @@ func (s *Server) spawn(detached bool) error {
 	off, _ := logf.Seek(0, io.SeekEnd)
 	cmd := exec.Command(filepath.Join(s.binDir, "postgres"), "-D", s.dataDir)
 	cmd.Dir = s.dataDir
-	cmd.Env = childEnv()
+	cmd.Env = append(childEnv(), s.cfg.Env...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Setsid: detached}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Entry is one committed version of the global log. Payload is opaque bytes (the caller marshals a
@@ -24,6 +25,9 @@ type Options struct {
 	Logger       *slog.Logger // default slog.Default()
 	// NoSync skips fsync, ONLY for tests/benchmarks that say so. Default false.
 	NoSync bool
+	// SyncDelay sleeps this long after every real data sync of appended entries: an emulated slow
+	// disk (the Tashkent paper's 8 ms fsync, §9) for benchmarks. Durability stays real. Default 0.
+	SyncDelay time.Duration
 }
 
 var (
@@ -86,6 +90,7 @@ type Log struct {
 	dir             string
 	segmentBytesMax int64
 	noSync          bool
+	syncDelay       time.Duration
 	logger          *slog.Logger
 	dirLock         *os.File
 
@@ -175,6 +180,7 @@ func openLocked(opts Options, dirLock *os.File) (*Log, error) {
 		dir:             opts.Dir,
 		segmentBytesMax: opts.SegmentBytes,
 		noSync:          opts.NoSync,
+		syncDelay:       opts.SyncDelay,
 		logger:          opts.Logger,
 		dirLock:         dirLock,
 		buf:             make([]byte, 0, appendBufferBytesInitial),
@@ -308,6 +314,7 @@ func (l *Log) syncData(f *os.File) error {
 	if err := fdatasync(f); err != nil {
 		return fmt.Errorf("wal: fdatasync %s: %w", f.Name(), err)
 	}
+	time.Sleep(l.syncDelay) // Options.SyncDelay: an emulated slow disk; returns at once for 0
 	return nil
 }
 
