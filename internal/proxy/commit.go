@@ -17,7 +17,9 @@ import (
 // backend. It leaves the backend idle. It returns the error the client gets
 // for its COMMIT (nil: committed) and, separately, a broken connection.
 func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorResponse, error) {
+	clock := s.p.metrics.phaseClock()
 	changes, res, err := s.collectWriteset()
+	clock.lap("collect")
 	if err != nil {
 		return nil, err
 	}
@@ -29,7 +31,7 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 		res, err := s.exec("COMMIT")
 		return res.err, err
 	}
-	return s.certifyAndCommit(ctx, changes)
+	return s.certifyAndCommit(ctx, changes, clock)
 }
 
 // collectWriteset reads the writeset the capture triggers buffered (C1).
@@ -54,7 +56,7 @@ func (s *session) collectWriteset() ([]*pb.Change, result, error) {
 
 // certifyAndCommit asks the certifier (C2, C3) and commits in version order
 // (C5) or rolls back (40001).
-func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*pgproto3.ErrorResponse, error) {
+func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, clock phaseClock) (*pgproto3.ErrorResponse, error) {
 	rep := s.p.rep
 	seq := s.p.nextTxnSeq()
 	local := rep.seq.Register(seq)
@@ -69,6 +71,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*
 		Writeset:     &pb.Writeset{Changes: changes},
 	})
 	cancel()
+	clock.lap("certify")
 	if err != nil {
 		rep.seq.Abandon(local)
 		s.p.metrics.outcomes.WithLabelValues("unknown").Inc()
@@ -105,6 +108,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*
 		rep.seq.Abandon(local)
 		return nil, fmt.Errorf("waiting to commit version %d: %w", v, err)
 	}
+	clock.lap("order")
 	record := strings.ReplaceAll(replica.RecordVersionSQL, "$1", strconv.FormatUint(v, 10))
 	res, err := s.exec(record + "; COMMIT")
 	if err != nil {
@@ -115,6 +119,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change) (*
 		return nil, s.softRecover(ctx, local, res)
 	}
 	rep.seq.Commit(v)
+	clock.lap("local")
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
 	return nil, nil
 }
