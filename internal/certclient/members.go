@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 )
@@ -151,7 +153,58 @@ func (a currentAPI) Certify(ctx context.Context, opts ...grpc.CallOption) (pb.Ce
 }
 
 func (a currentAPI) Fetch(ctx context.Context, in *pb.FetchRequest, opts ...grpc.CallOption) (pb.Certifier_FetchClient, error) {
-	return a.m.api().Fetch(ctx, in, opts...)
+	s, err := a.m.api().Fetch(ctx, in, opts...)
+	if err != nil || !a.m.several() {
+		return s, err
+	}
+	return &fallbackFetch{Certifier_FetchClient: s, m: a.m, ctx: ctx, in: in, opts: opts}, nil
+}
+
+// fallbackFetch is a Fetch that, refused with FailedPrecondition before it
+// delivered anything (the member caught up by snapshot, or its retention
+// removed the versions: certifier/group_snapshot.go), asks the other
+// members in turn. The current member is left as it is: it may well be
+// the leader, which Certify keeps using.
+type fallbackFetch struct {
+	pb.Certifier_FetchClient
+	m        *members
+	ctx      context.Context
+	in       *pb.FetchRequest
+	opts     []grpc.CallOption
+	received bool
+	tried    int // other members asked so far
+}
+
+func (f *fallbackFetch) Recv() (*pb.FetchReply, error) {
+	for {
+		r, err := f.Certifier_FetchClient.Recv()
+		if err == nil {
+			f.received = true
+			return r, nil
+		}
+		if f.received || status.Code(err) != codes.FailedPrecondition || f.tried+1 >= f.m.count() {
+			return r, err
+		}
+		f.tried++
+		next, nerr := f.m.apiAfter(f.tried).Fetch(f.ctx, f.in, f.opts...)
+		if nerr != nil {
+			return nil, err
+		}
+		f.Certifier_FetchClient = next
+	}
+}
+
+func (m *members) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.addrs)
+}
+
+// apiAfter is the member k places after the current one.
+func (m *members) apiAfter(k int) pb.CertifierClient {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return pb.NewCertifierClient(m.conns[m.addrs[(m.cur+k)%len(m.addrs)]])
 }
 
 func (a currentAPI) Status(ctx context.Context, in *pb.StatusRequest, opts ...grpc.CallOption) (*pb.StatusReply, error) {

@@ -63,6 +63,11 @@ type Config struct {
 	Logger   *slog.Logger
 	Registry prometheus.Registerer // nil: metrics are not registered
 
+	// LogRetentionVersions, for a group member, bounds its versioned log:
+	// segments wholly older than the latest version minus it are removed
+	// (group_snapshot.go). 0 keeps everything.
+	LogRetentionVersions uint64
+
 	// UnsafeSkipConflictCheck: see certification.Config. Only for the fault
 	// harness's detector self-test.
 	UnsafeSkipConflictCheck bool

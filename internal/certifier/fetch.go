@@ -15,6 +15,9 @@ import (
 func (s *Service) Fetch(req *pb.FetchRequest, stream pb.Certifier_FetchServer) error {
 	ctx := stream.Context()
 	after := req.AfterVersion
+	if err := s.checkFetchable(after); err != nil {
+		return err
+	}
 	if first := s.log.FirstVersion(); first > 0 && after+1 < first {
 		return status.Errorf(codes.FailedPrecondition,
 			"versions up to %d were removed from the log; a replica at version %d must be rebuilt from a peer", first-1, after)

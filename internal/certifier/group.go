@@ -86,14 +86,16 @@ func (s *Service) startGroup() {
 		LostLeadership: s.leadership.lost,
 		Confirmed:      s.confirmed.advance,
 		Failed:         s.fail,
+		Restored:       s.groupRestored,
 	})
 }
 
 // groupCommitted applies versions the group committed: to the recent ring
 // and the versioned log (which serve delivery and Fetch), then to the
 // durable watermark, which releases the replies waiting for them. After a
-// restart the group replays its whole log: versions the versioned log
-// already has are skipped.
+// restart the group replays its log after its snapshot: versions the
+// versioned log already has are skipped (group_snapshot.go for a versioned
+// log behind the snapshot).
 func (s *Service) groupCommitted(entries []logentry.Entry) {
 	last := s.log.LastVersion()
 	records := make([]wal.Entry, 0, len(entries))
@@ -117,6 +119,7 @@ func (s *Service) groupCommitted(entries []logentry.Entry) {
 	s.stats.fsyncs.Store(syncs)
 	s.stats.loggedEntries.Store(synced)
 	s.durable.advance(records[len(records)-1].Version)
+	s.applyRetention(records[len(records)-1].Version)
 }
 
 // checkLeader refuses a stream on a member that does not lead, naming the

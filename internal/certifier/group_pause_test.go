@@ -48,7 +48,5 @@ func TestGroupLeaderPausedUnderLoad(t *testing.T) {
 	cancel()
 	<-done
 	waitConverged(t, members, 20*time.Second)
-	for _, m := range members {
-		checkLog(t, fetchAll(t, m.addr), acks)
-	}
+	checkGroupLogs(t, members, acks)
 }

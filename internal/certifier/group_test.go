@@ -36,12 +36,12 @@ type groupMember struct {
 // member neither sends nor receives Raft messages.
 func (m *groupMember) partitionFile() string { return m.dir + ".partition" }
 
-func startMember(t *testing.T, bin string, m *groupMember, peers string) {
+func startMember(t *testing.T, bin string, m *groupMember, peers string, extra ...string) {
 	t.Helper()
 	p := &certifierProcess{stderr: &lockedWriter{}, addr: m.addr}
-	p.cmd = exec.Command(bin, "certifier", "--data-dir", m.dir, "--id", strconv.Itoa(m.id), "--peers", peers,
+	p.cmd = exec.Command(bin, append([]string{"certifier", "--data-dir", m.dir, "--id", strconv.Itoa(m.id), "--peers", peers,
 		"--listen", m.addr, "--metrics-listen", "", "--segment-mib", "1",
-		"--unsafe-fault-partition-file", m.partitionFile())
+		"--unsafe-fault-partition-file", m.partitionFile()}, extra...)...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func startMember(t *testing.T, bin string, m *groupMember, peers string) {
 // startGroup starts a 3-member certifier group of real processes and waits
 // for its first leader. It returns the members, the --peers list and the
 // client target (every member).
-func startGroup(t *testing.T, bin string) (members []*groupMember, peers, targets string) {
+func startGroup(t *testing.T, bin string, extra ...string) (members []*groupMember, peers, targets string) {
 	t.Helper()
 	base := t.TempDir()
 	var peerList, targetList []string
@@ -72,7 +72,7 @@ func startGroup(t *testing.T, bin string) (members []*groupMember, peers, target
 	}
 	peers, targets = strings.Join(peerList, ","), strings.Join(targetList, ",")
 	for _, m := range members {
-		startMember(t, bin, m, peers)
+		startMember(t, bin, m, peers, extra...)
 	}
 	waitLeader(t, members, 20*time.Second)
 	return members, peers, targets
@@ -152,23 +152,7 @@ func TestGroupLeaderKill9UnderLoad(t *testing.T) {
 
 	// Every member holds the same log, with every acknowledged commit.
 	waitConverged(t, members, 20*time.Second)
-	var first []*pb.LogEntry
-	for _, m := range members {
-		log := fetchAll(t, m.addr)
-		checkLog(t, log, acks)
-		if first == nil {
-			first = log
-			continue
-		}
-		if len(log) != len(first) {
-			t.Fatalf("member %d has %d versions, member 1 has %d", m.id, len(log), len(first))
-		}
-		for i := range log {
-			if log[i].Txn.Origin != first[i].Txn.Origin || log[i].Txn.Seq != first[i].Txn.Seq {
-				t.Fatalf("member %d holds %v at version %d, member 1 holds %v", m.id, log[i].Txn, i+1, first[i].Txn)
-			}
-		}
-	}
+	first := checkGroupLogs(t, members, acks)
 	sort.Slice(pauses, func(i, j int) bool { return pauses[i] < pauses[j] })
 	t.Logf("%d leader kills: %d acknowledged commits, %d aborts, %d versions on every member; failover pause min %v median %v max %v",
 		kills, len(acks.version), acks.aborts, len(first), pauses[0].Round(time.Millisecond),
@@ -280,14 +264,6 @@ func TestGroupLeaderPartitionUnderLoad(t *testing.T) {
 	cancel()
 	<-done
 	waitConverged(t, members, 20*time.Second)
-	var first []*pb.LogEntry
-	for _, m := range members {
-		log := fetchAll(t, m.addr)
-		checkLog(t, log, acks)
-		if first != nil && len(log) != len(first) {
-			t.Fatalf("member %d has %d versions, member 1 has %d", m.id, len(log), len(first))
-		}
-		first = log
-	}
+	first := checkGroupLogs(t, members, acks)
 	t.Logf("2 partitions of the leader: %d acknowledged commits, %d aborts, %d versions on every member", len(acks.version), acks.aborts, len(first))
 }

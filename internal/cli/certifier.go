@@ -25,6 +25,7 @@ func newCertifierCommand() *cobra.Command {
 		metrics       string
 		segmentMiB    int64
 		certTLS       grpctls.Files
+		snapshots     groupSnapshotFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "certifier",
@@ -61,7 +62,7 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 				return err
 			}
 			if peers != "" {
-				node, err := openGroupMember(cfg, memberID, peers, join, partitionFile, tlsDial)
+				node, err := openGroupMember(cfg, memberID, peers, join, partitionFile, tlsDial, snapshots)
 				if err != nil {
 					return err
 				}
@@ -116,6 +117,7 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 		"sleep this long after every sync of the log (an emulated slow disk, Tashkent §9): benchmarks only")
 	_ = f.MarkHidden("unsafe-fault-fsync-delay")
 	certTLS.AddFlags(f)
+	snapshots.addFlags(f, &cfg)
 	cmd.AddCommand(newCertifierMembersCommand())
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 
 	"github.com/tashkent-db/tashkent/internal/certgroup"
@@ -41,7 +42,8 @@ func parsePeers(s string) (map[uint64]string, error) {
 
 // openGroupMember opens this member's Raft node; its log lives beside the
 // versioned log, in <data-dir>/raft.
-func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, partitionFile string, dial []grpc.DialOption) (*certgroup.Node, error) {
+func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, partitionFile string, dial []grpc.DialOption,
+	snapshots groupSnapshotFlags) (*certgroup.Node, error) {
 	members, err := parsePeers(peers)
 	if err != nil {
 		return nil, err
@@ -53,6 +55,9 @@ func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, p
 		Core: certgroup.Config{
 			ID: id, Join: join, WindowVersions: cfg.WindowVersions, Decode: certifier.DecodeEntryKeys,
 			UnsafeSkipConflictCheck: cfg.UnsafeSkipConflictCheck,
+			SnapshotEntries:         snapshots.entries,
+			SnapshotBytes:           snapshots.mib << 20,
+			CatchUpEntries:          snapshots.catchUp,
 		},
 		DataDir:   filepath.Join(cfg.DataDir, "raft"),
 		Members:   members,
@@ -64,4 +69,25 @@ func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, p
 
 		UnsafeFaultPartitionFile: partitionFile,
 	})
+}
+
+// groupSnapshotFlags: when a group member snapshots its state and compacts
+// its Raft log, and how long its versioned log is kept (issue 4).
+type groupSnapshotFlags struct {
+	entries, mib, catchUp uint64
+}
+
+// defaultLogRetentionVersions keeps about 2 GB of versioned log at 200
+// bytes an entry: generous, as a replica further behind must be rebuilt.
+const defaultLogRetentionVersions = 10_000_000
+
+func (g *groupSnapshotFlags) addFlags(f *pflag.FlagSet, cfg *certifier.Config) {
+	f.Uint64Var(&g.entries, "snapshot-entries", certgroup.DefaultSnapshotEntries,
+		"group member: snapshot the certifier state and compact the Raft log every this many applied entries")
+	f.Uint64Var(&g.mib, "snapshot-mib", certgroup.DefaultSnapshotBytes>>20,
+		"group member: snapshot once this many MiB of entries were applied since the last snapshot")
+	f.Uint64Var(&g.catchUp, "snapshot-catch-up-entries", certgroup.DefaultCatchUpEntries,
+		"group member: Raft entries kept behind a snapshot, so that a follower that little behind catches up from the log")
+	f.Uint64Var(&cfg.LogRetentionVersions, "log-retention-versions", defaultLogRetentionVersions,
+		"group member: versions kept in the versioned log that replicas fetch from (0: all); a replica further behind must be rebuilt")
 }

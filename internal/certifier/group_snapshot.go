@@ -1,0 +1,68 @@
+package certifier
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The versioned log of a group member, around snapshots (issue 4).
+//
+// A member normally applies every committed version to its versioned log
+// (internal/wal), which serves Fetch and delivery. A member that installed
+// a snapshot (it was too far behind the leader's first Raft entry, or it is
+// new) never sees the versions the snapshot covers: its versioned log
+// restarts after the snapshot's version (wal.RestartAfter), and a Fetch
+// below it is refused with FailedPrecondition, which certclient answers by
+// asking another member. The same happens after a restart when the
+// versioned log, written without fsync in a group (the Raft log is the
+// durable one), lost a tail that the Raft log no longer holds.
+//
+// Retention (LogRetentionVersions) bounds the versioned log on disk: whole
+// segments older than the latest version minus the retention are removed.
+// A replica further behind than every member's retention cannot catch up
+// from the log and must be rebuilt (docs/OPERATIONS.md).
+
+// groupRestored is Callbacks.Restored: this member's state starts at a
+// snapshot of version.
+func (s *Service) groupRestored(version uint64) {
+	if s.log.LastVersion() >= version {
+		return // the versioned log already holds everything up to it
+	}
+	if err := s.log.RestartAfter(version); err != nil {
+		s.fail(fmt.Errorf("restart the versioned log after snapshot version %d: %w", version, err))
+		return
+	}
+	s.mu.Lock()
+	s.recent = newRecentEntries(s.cfg.RecentEntriesMax)
+	s.mu.Unlock()
+	s.durable.advance(version)
+	s.cfg.Logger.Info("certifier group: this member starts at a snapshot; its versioned log restarts after it, and Fetch below it goes to other members",
+		"member", s.group.ID(), "snapshot_version", version)
+}
+
+// checkFetchable refuses a Fetch that starts below what this group member
+// holds, naming the way out.
+func (s *Service) checkFetchable(after uint64) error {
+	if s.group == nil {
+		return nil
+	}
+	if base := s.log.StartsAfter(); after < base {
+		return status.Errorf(codes.FailedPrecondition,
+			"versions up to %d are compacted on this member (certifier member %d caught up by snapshot or applied retention); fetch from another member",
+			base, s.group.ID())
+	}
+	return nil
+}
+
+// applyRetention removes versioned-log segments older than the retention.
+func (s *Service) applyRetention(last uint64) {
+	keep := s.cfg.LogRetentionVersions
+	if keep == 0 || last <= keep {
+		return
+	}
+	if err := s.log.TruncateBefore(last - keep); err != nil {
+		s.fail(fmt.Errorf("versioned log retention: %w", err))
+	}
+}
