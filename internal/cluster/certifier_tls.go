@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"google.golang.org/grpc"
 
@@ -145,4 +147,14 @@ func ensureCertifierTLS(st *State) error {
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return !errors.Is(err, os.ErrNotExist)
+}
+
+// writeCertifierTLS tells `up`'s user where the files are and the flags
+// the tools need.
+func (s *State) writeCertifierTLS(w io.Writer) {
+	if s.CertifierTLS == nil {
+		return
+	}
+	fmt.Fprintf(w, "Certifier channels use mutual TLS (CA and certificates in %s); to ask the members yourself:\n", s.CertifierTLS.Dir)
+	fmt.Fprintf(w, "  tashkent certifier members --certifier %s %s\n", hostPort(s.Certifier.Port), strings.Join(s.AdminTLSFiles().Args(), " "))
 }

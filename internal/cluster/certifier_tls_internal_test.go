@@ -37,6 +37,16 @@ func TestCertifierTLSIsChosenAtCreation(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "created without --certifier-tls") {
 		t.Fatalf("turning TLS on for a plaintext cluster: %v", err)
 	}
+	var out bytes.Buffer
+	got.WriteEndpoints(&out)
+	if !strings.Contains(out.String(), "mutual TLS") || !strings.Contains(out.String(), "--certifier-tls-cert "+got.CertifierTLS.Dir+"/admin.crt") {
+		t.Fatalf("up's endpoints do not say how to reach the TLS certifiers:\n%s", out.String())
+	}
+	out.Reset()
+	plain.WriteEndpoints(&out)
+	if strings.Contains(out.String(), "mutual TLS") {
+		t.Fatalf("a plaintext cluster's endpoints mention TLS:\n%s", out.String())
+	}
 	if len(plain.certifierTLSFiles("replica1").Args()) != 0 {
 		t.Fatal("a plaintext cluster hands TLS flags to its processes")
 	}

@@ -259,4 +259,5 @@ func (s *State) WriteEndpoints(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %-45s %s\n", r.Name, r.URI(), r.PsqlCommand())
 	}
 	fmt.Fprintf(w, "Status: tashkent status --data-dir %s    Stop: tashkent down --data-dir %s\n", s.Dir, s.Dir)
+	s.writeCertifierTLS(w)
 }
