@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 PATH="$PATH:$(go env GOPATH)/bin"
 protoc --go_out=. --go_opt=paths=source_relative \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
-  api/certifierpb/certifier.proto
+  api/certifierpb/certifier.proto api/certifierpb/group.proto

@@ -26,6 +26,9 @@ type Config struct {
 	// member that restarts with a Raft log, or that joins an existing group,
 	// ignores them.
 	Peers []uint64
+	// Addrs are the members' addresses this member starts with; those in
+	// its snapshot and configuration changes take precedence.
+	Addrs map[uint64]string
 	// Join: this member starts with an empty log and waits to be added by
 	// the group (certifier members add).
 	Join bool
@@ -250,6 +253,9 @@ func NewCore(cfg Config, disk Persisted) (*Core, error) {
 		return nil, fmt.Errorf("certifier group: %w", err)
 	}
 	c := &Core{cfg: cfg, rn: rn, mem: mem, confState: &raftpb.ConfState{}, addrs: map[uint64]string{}}
+	for id, a := range cfg.Addrs {
+		c.addrs[id] = a
+	}
 	c.state = c.newState(0)
 	if disk.Snapshot != nil {
 		if err := c.restoreSnapshot(disk.Snapshot); err != nil {
@@ -484,6 +490,7 @@ func (c *Core) apply(e *raftpb.Entry, out *Applied) {
 		cc := &raftpb.ConfChangeV2{}
 		mustUnmarshal(e.Data, cc)
 		c.confState = c.rn.ApplyConfChange(cc)
+		c.learnAddresses(cc)
 		out.MembersChanged = true
 	}
 }

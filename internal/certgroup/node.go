@@ -75,6 +75,7 @@ type Node struct {
 	members  map[uint64]string
 	cb       Callbacks
 	lastRole string
+	removed  bool // this member saw its own removal applied
 
 	wake      chan struct{}
 	transport *transport
@@ -112,6 +113,7 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 	if torn > 0 {
 		cfg.Logger.Warn("raft log: dropped a torn tail (unsynced writes of a crash)", "dir", cfg.DataDir, "dropped_bytes", torn)
 	}
+	cfg.Core.Addrs = cfg.Members
 	core, err := NewCore(cfg.Core, p)
 	if err != nil {
 		disk.Close()
@@ -210,6 +212,9 @@ func (n *Node) processReady() error {
 		}
 		n.mu.Lock()
 		a := n.core.Advance()
+		if a.MembersChanged {
+			n.syncMembers()
+		}
 		st := n.core.Status()
 		close(n.changed)
 		n.changed = make(chan struct{})
@@ -256,6 +261,26 @@ func (n *Node) report(a Applied, st Status) {
 			"leader", st.Leader, "applied_version", st.AppliedVersion)
 		n.lastRole = st.Role
 	}
+}
+
+// syncMembers makes the address book the applied configuration's members
+// with their addresses (n.mu held).
+func (n *Node) syncMembers() {
+	addrs := n.core.Addrs()
+	voters, learners := n.core.Config()
+	members := make(map[uint64]string, len(voters)+len(learners))
+	for _, id := range append(voters, learners...) {
+		if a := addrs[id]; a != "" {
+			members[id] = a
+		} else if a := n.members[id]; a != "" {
+			members[id] = a
+		}
+	}
+	if _, self := members[n.cfg.Core.ID]; !self && len(voters) > 0 && !n.removed {
+		n.log.Warn("certifier group: this member was removed from the group; stop its process", "member", n.cfg.Core.ID)
+		n.removed = true
+	}
+	n.members = members
 }
 
 // Certify decides a request if this member leads; a leader still applying

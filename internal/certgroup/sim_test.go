@@ -813,8 +813,9 @@ func (s *sim) check() error {
 // members from them and catch lagging members up by one; otherwise the
 // checkers above would pass without testing compaction at all.
 func TestSimulationExercisesSnapshots(t *testing.T) {
+	const seeds = 30
 	taken, installed, restarted := 0, 0, 0
-	for seed := int64(1); seed <= 100; seed++ {
+	for seed := int64(1); seed <= seeds; seed++ {
 		s := newSim(seed, false)
 		s.tracing = true
 		if err := s.run(simSteps()); err != nil {
@@ -824,7 +825,7 @@ func TestSimulationExercisesSnapshots(t *testing.T) {
 		installed += s.installed
 		restarted += strings.Count(s.trace.String(), "starts from its snapshot")
 	}
-	t.Logf("100 seeds: %d snapshots taken, %d installed from a leader, %d restarts from a snapshot", taken, installed, restarted)
+	t.Logf("%d seeds: %d snapshots taken, %d installed from a leader, %d restarts from a snapshot", seeds, taken, installed, restarted)
 	if taken == 0 || installed == 0 || restarted == 0 {
 		t.Fatalf("snapshots taken %d, installed %d, restarts from one %d: each must happen", taken, installed, restarted)
 	}

@@ -66,6 +66,7 @@ func Listen(cfg Config, listenAddr, metricsAddr string, extra ...grpc.ServerOpti
 	pb.RegisterCertifierServer(g, svc)
 	if cfg.Group != nil {
 		pb.RegisterRaftServer(g, cfg.Group.RaftServer())
+		pb.RegisterCertifierGroupServer(g, cfg.Group.AdminServer())
 	}
 	srv := &Server{Service: svc, grpc: g, addr: ln.Addr()}
 	go func() {

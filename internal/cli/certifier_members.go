@@ -15,8 +15,8 @@ import (
 )
 
 // newCertifierMembersCommand lists the members of a certifier group as
-// each member sees itself. Changing membership (add, remove) is not
-// implemented yet: see docs/OPERATIONS.md.
+// each member sees itself; its subcommands add and remove members
+// (certifier_members_change.go, docs/OPERATIONS.md).
 func newCertifierMembersCommand() *cobra.Command {
 	var (
 		targets string
@@ -26,8 +26,8 @@ func newCertifierMembersCommand() *cobra.Command {
 		Use:   "members",
 		Short: "List the members of a certifier group: role, term, Raft index, applied index, durable version, pid",
 		Long: `Asks every member named in --certifier (and every member they know of)
-for its Status and prints one line per member. Adding and removing members
-online is not implemented yet (docs/OPERATIONS.md).`,
+for its Status and prints one line per member. The subcommands add and
+remove change the membership online (docs/OPERATIONS.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if targets == "" {
@@ -42,6 +42,7 @@ online is not implemented yet (docs/OPERATIONS.md).`,
 	}
 	cmd.Flags().StringVar(&targets, "certifier", "", "member addresses, host:port,... (one is enough: it names the others)")
 	certTLS.AddFlags(cmd.Flags())
+	cmd.AddCommand(newCertifierMembersAddCommand(), newCertifierMembersRemoveCommand())
 	return cmd
 }
 
