@@ -7,8 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"text/tabwriter"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 )
 
 // The certifier group of `tashkent up --certifiers N` (Tashkent §7.3): N
@@ -103,6 +108,7 @@ func groupStatus(ctx context.Context, st *State, c *CertifierStatus) {
 	c.Members = make([]MemberStatus, 0, len(st.MoreCertifiers)+1)
 	allUp := true
 	dial, dialErr := st.CertifierDialOptions()
+	var group []*pb.Member // the members as the group knows them
 	for _, m := range st.CertifierMembers() {
 		ms := MemberStatus{ID: m.ID, Addr: hostPort(m.Port), Process: ProcStatus{PID: m.PID, Port: m.Port, Log: m.Log}}
 		ms.Process.Running, ms.Process.Detail = tashkentRunning(certifierIdentity(m), m.PID)
@@ -116,10 +122,16 @@ func groupStatus(ctx context.Context, st *State, c *CertifierStatus) {
 			} else {
 				ms.Reachable = true
 				ms.Role, ms.Term, ms.RaftIndex, ms.AppliedIndex, ms.DurableVersion = rep.Role, rep.Term, rep.RaftIndex, rep.AppliedIndex, rep.DurableVersion
+				if group == nil || rep.Role == "leader" {
+					group = rep.Members
+				}
 			}
 		}
 		allUp = allUp && ms.Process.Running && ms.Reachable
 		c.Members = append(c.Members, ms)
+	}
+	if len(group) > 0 {
+		allUp = addOnlineMembers(ctx, c, group, dial)
 	}
 	c.Process.Running = allUp
 	c.Process.Detail = ""
@@ -140,4 +152,43 @@ func writeMembers(w io.Writer, c CertifierStatus) {
 		fmt.Fprintf(tw, "  %d\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", m.ID, role, m.Term, m.RaftIndex, m.AppliedIndex, m.DurableVersion, procWord(m.Process), m.Addr)
 	}
 	tw.Flush()
+}
+
+// addOnlineMembers reconciles the members `tashkent up` started with the
+// group's own configuration, which `tashkent certifier members add|remove`
+// changes online: a member the group no longer has is shown as removed
+// (and does not count against the group being up), and a member added
+// online, which cluster.json does not know, is listed and asked for its
+// status. It reports whether every member of the group answered.
+func addOnlineMembers(ctx context.Context, c *CertifierStatus, group []*pb.Member, dial []grpc.DialOption) bool {
+	inGroup := map[int]string{}
+	for _, m := range group {
+		inGroup[int(m.Id)] = m.Addr
+	}
+	allUp := true
+	for i := range c.Members {
+		ms := &c.Members[i]
+		if _, ok := inGroup[ms.ID]; !ok {
+			ms.Role = "removed"
+			continue
+		}
+		delete(inGroup, ms.ID)
+		allUp = allUp && ms.Process.Running && ms.Reachable
+	}
+	for id, addr := range inGroup {
+		ms := MemberStatus{ID: id, Addr: addr, Process: ProcStatus{Detail: "added online (not started by tashkent up)"}}
+		cctx, cancel := context.WithTimeout(ctx, statusTimeout)
+		rep, err := queryMember(cctx, addr, dial...)
+		cancel()
+		if err != nil {
+			ms.Error = err.Error()
+		} else {
+			ms.Reachable, ms.Process.Running, ms.Process.PID = true, true, int(rep.Pid)
+			ms.Role, ms.Term, ms.RaftIndex, ms.AppliedIndex, ms.DurableVersion = rep.Role, rep.Term, rep.RaftIndex, rep.AppliedIndex, rep.DurableVersion
+		}
+		allUp = allUp && ms.Reachable
+		c.Members = append(c.Members, ms)
+	}
+	sort.Slice(c.Members, func(i, j int) bool { return c.Members[i].ID < c.Members[j].ID })
+	return allUp
 }
