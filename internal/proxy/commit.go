@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -62,7 +63,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 	local := rep.seq.Register(seq)
 	epoch := rep.seq.Epoch()
 	s.committing.Store(true)
-	defer func() { s.committing.Store(false); s.certified.Store(false) }()
+	defer func() { s.committing.Store(false); s.certified.Store(false); s.waitingTurn.Store(nil) }()
 
 	cctx, cancel := context.WithTimeout(ctx, certifyTimeout)
 	reply, err := rep.cert.Certify(cctx, &pb.CertifyRequest{
@@ -86,6 +87,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 		return certificationAbort(reply), s.rollback()
 	}
 	v := reply.CommitVersion
+	s.waitingTurn.Store(local)
 	s.certified.Store(true)
 	if local.Version() != v {
 		// The certifier delivers a version before its reply, so a mismatch
@@ -98,13 +100,12 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 		} else {
 			s.log.Error("certified version was not delivered to this transaction", "version", v, "delivered", local.Version())
 		}
-		rep.seq.Abandon(local)
-		if err := s.rollback(); err != nil {
-			return nil, err
-		}
-		return nil, rep.seq.WaitCommitted(ctx, v)
+		return nil, s.applyInstead(ctx, local, v)
 	}
-	if err := rep.seq.WaitTurn(ctx, local); err != nil {
+	if err := rep.seq.WaitTurn(ctx, local); errors.Is(err, sequencer.ErrDisplaced) {
+		s.log.Info("the transaction gave way to an earlier version; its writeset is applied in its place", "version", v)
+		return nil, s.applyInstead(ctx, local, v)
+	} else if err != nil {
 		rep.seq.Abandon(local)
 		return nil, fmt.Errorf("waiting to commit version %d: %w", v, err)
 	}
@@ -122,6 +123,22 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 	clock.lap("local")
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
 	return nil, nil
+}
+
+// applyInstead rolls back the database transaction of certified version v
+// and waits until the replica applies v from its writeset, in its place in
+// the order, like a remote version: the client's COMMIT succeeds, as the
+// version is committed in the cluster.
+func (s *session) applyInstead(ctx context.Context, local *sequencer.Local, v uint64) error {
+	s.p.rep.seq.Abandon(local)
+	if err := s.rollback(); err != nil {
+		return err
+	}
+	if err := s.p.rep.seq.WaitCommitted(ctx, v); err != nil {
+		return err
+	}
+	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
+	return nil
 }
 
 // softRecover handles a database that refused to commit what the cluster

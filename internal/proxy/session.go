@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/tashkent-db/tashkent/internal/pgwire"
+	"github.com/tashkent-db/tashkent/internal/sequencer"
 	"github.com/tashkent-db/tashkent/internal/sqlclass"
 )
 
@@ -36,8 +37,9 @@ type session struct {
 	// conflictCancel is set when the lock watch cancelled the running
 	// statement; the resulting 57014 is reported as 40001.
 	conflictCancel atomic.Bool
-	committing     atomic.Bool // between asking the certifier and the end of COMMIT
-	certified      atomic.Bool // the certifier said commit; the transaction waits for its turn
+	committing     atomic.Bool                     // between asking the certifier and the end of COMMIT
+	certified      atomic.Bool                     // the certifier said commit; the transaction waits for its turn
+	waitingTurn    atomic.Pointer[sequencer.Local] // the certified transaction's place in the order, while certified
 
 	ex         exchange // the extended-protocol exchange in progress
 	beginFirst bool     // the next statement goes after the proxy's BEGIN, in the same write (simple.go)
@@ -198,7 +200,10 @@ var syncMessage, _ = (&pgproto3.Sync{}).Encode(nil)
 // Called by the lock watch, from another goroutine.
 func (s *session) doom() {
 	if s.certified.Load() {
-		s.log.Error("a remote writeset waits for a row lock held by a certified local transaction: a conflict certification did not see (a unique index other than the primary key?)")
+		if l := s.waitingTurn.Load(); l != nil {
+			s.log.Warn("a remote writeset waits for a row lock held by a certified local transaction (a lock certification does not see: SELECT ... FOR UPDATE/SHARE of a row the transaction did not write, or a foreign-key check); the local transaction gives way and its writeset is applied in its place")
+			s.p.rep.seq.Displace(l)
+		}
 		return
 	}
 	if s.committing.Load() {

@@ -33,11 +33,17 @@ import (
 // database restarted and its state is being recovered).
 var ErrReset = errors.New("replica is recovering: its commit order was reset")
 
+// ErrDisplaced is returned by WaitTurn to a local transaction that was
+// displaced (Displace): it must roll back its database transaction and
+// Abandon its version, which is then applied from its writeset.
+var ErrDisplaced = errors.New("an earlier version needs a lock this transaction holds: it gives way, and its writeset is applied in its place")
+
 // Local is a transaction of this replica waiting for its version.
 type Local struct {
-	Seq     uint64
-	version uint64         // 0 until its entry is delivered
-	entry   logentry.Entry // kept so that Abandon can make it remote
+	Seq       uint64
+	version   uint64         // 0 until its entry is delivered
+	entry     logentry.Entry // kept so that Abandon can make it remote
+	displaced bool           // see Displace
 }
 
 // Version is the commit version delivered for the transaction, 0 if none yet.
@@ -149,12 +155,35 @@ func (s *Sequencer) Abandon(l *Local) {
 }
 
 // WaitTurn waits until every version before l's is committed, so that l may
-// commit. l must have a version.
+// commit. l must have a version. It returns ErrDisplaced if l is displaced
+// before its turn comes.
 func (s *Sequencer) WaitTurn(ctx context.Context, l *Local) error {
 	if l.version == 0 {
 		panic("sequencer: WaitTurn before the version was delivered")
 	}
-	return s.wait(ctx, func() bool { return s.committed+1 >= l.version })
+	turn := false
+	err := s.wait(ctx, func() bool {
+		turn = s.committed+1 >= l.version
+		return turn || l.displaced
+	})
+	if err == nil && !turn {
+		return ErrDisplaced
+	}
+	return err
+}
+
+// Displace makes a local transaction that waits for its turn give way
+// (WaitTurn returns ErrDisplaced): an earlier version cannot be applied
+// because the transaction's database session holds a row lock it needs,
+// a conflict certification does not see (SELECT ... FOR UPDATE of a row
+// the transaction does not write, a foreign-key check's lock on the
+// parent row). Without it, each waits for the other for ever. Once its
+// turn has come, Displace has no effect: the earlier versions committed.
+func (s *Sequencer) Displace(l *Local) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l.displaced = true
+	s.notifyLocked()
 }
 
 // Commit records that version v committed in the database. Versions commit

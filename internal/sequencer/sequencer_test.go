@@ -174,3 +174,35 @@ func TestCommitOutOfOrderPanics(t *testing.T) {
 	}()
 	New("me", 0).Commit(2)
 }
+
+// A displaced local transaction stops waiting for its turn with
+// ErrDisplaced, and once abandoned its version is applied as a remote one
+// after the earlier versions. Displacing after the turn came changes
+// nothing.
+func TestDisplacedLocalGivesWayAndIsAppliedInItsPlace(t *testing.T) {
+	s := New("me", 0)
+	deliver(s, 1, "other", 1)
+	l := s.Register(7)
+	deliver(s, 2, "me", 7)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- s.WaitTurn(ctx, l) }()
+	s.Displace(l)
+	if err := <-waited; !errors.Is(err, ErrDisplaced) {
+		t.Fatalf("WaitTurn of a displaced transaction: %v, want ErrDisplaced", err)
+	}
+	s.Abandon(l)
+	batch, err := s.NextRemote(ctx, 10)
+	if err != nil || len(batch) != 2 || batch[0].Version != 1 || batch[1].Version != 2 {
+		t.Fatalf("remote batch %v (%v), want versions 1 and 2", batch, err)
+	}
+	s.CommitBatch(batch)
+
+	late := s.Register(8)
+	deliver(s, 3, "me", 8)
+	s.Displace(late)
+	if err := s.WaitTurn(ctx, late); err != nil {
+		t.Fatalf("WaitTurn whose turn had come before Displace: %v, want nil", err)
+	}
+}
