@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tashkent-db/tashkent/internal/bench/slowdisk"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 )
 
@@ -53,6 +54,9 @@ type Config struct {
 	// PerStatement runs pgbench with -r and reports every statement's
 	// average latency per system: where a transaction's time goes.
 	PerStatement bool
+	// FsyncDelay, when > 0, is the slow-disk regime (fsyncdelay.go): every
+	// durable flush of every system takes this much longer.
+	FsyncDelay time.Duration
 	// ProfileDir, if set, makes every certifier and proxy write a Go CPU
 	// profile there (SYSTEM-certifier.prof, SYSTEM-proxyK.prof), covering
 	// its whole life: setup, the runs and the idle time between them.
@@ -125,6 +129,8 @@ type runner struct {
 	// maxClients is the most clients one run has (pgpool sizes its
 	// process pool by it).
 	maxClients int
+	// slowDisk is the compiled shim of the slow-disk regime; nil: none.
+	slowDisk *slowdisk.Shim
 
 	mu sync.Mutex // guards systems' fields while they start in parallel
 }
@@ -146,6 +152,9 @@ func (c *Config) check() error {
 	}
 	if c.Scale < 1 {
 		return fmt.Errorf("scale %d: must be at least 1", c.Scale)
+	}
+	if err := checkFsyncDelay(c.FsyncDelay); err != nil {
+		return err
 	}
 	switch c.Protocol {
 	case "simple", "extended", "prepared":
@@ -247,6 +256,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep = &Report{Config: r.cfg, Started: time.Now(), CPUs: runtime.NumCPU()}
 	r.progress("tashkent bench pgbench: -b %s, scale %d, -M %s, clients %s, %s per run, %d repeat(s), %d CPUs, work dir %s",
 		r.cfg.Builtin, cfg.Scale, cfg.Protocol, joinInts(cfg.Clients), cfg.Duration, cfg.Repeat, rep.CPUs, r.dir)
+	if err := r.buildSlowDisk(); err != nil {
+		return rep, err
+	}
 	if err := r.setup(ctx); err != nil {
 		return rep, err
 	}
@@ -258,8 +270,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		if err := rep.WriteFiles(cfg.OutDir); err != nil {
 			return rep, err
 		}
-		r.progress("wrote %s", strings.Join([]string{
-			filepath.Join(cfg.OutDir, "pgbench.csv"), filepath.Join(cfg.OutDir, "pgbench-runs.csv"), filepath.Join(cfg.OutDir, "pgbench.md")}, ", "))
+		base := filepath.Join(cfg.OutDir, cfg.fileBase())
+		r.progress("wrote %s", strings.Join([]string{base + ".csv", base + "-runs.csv", base + ".md"}, ", "))
 	}
 	return rep, nil
 }

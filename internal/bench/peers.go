@@ -92,9 +92,10 @@ func (s *system) initPG(ctx context.Context, r *runner, i int, syncCommit bool, 
 	return pgserver.Init(ctx, pgserver.Config{
 		DataDir:           filepath.Join(s.dir, "pg"+strconv.Itoa(i+1)),
 		SynchronousCommit: syncCommit,
-		Settings:          settings,
+		Settings:          r.pgSettings(settings),
 		BinDir:            r.binDir,
 		NoSync:            true,
+		Env:               r.pgEnv(),
 	})
 }
 

@@ -17,7 +17,17 @@ const RatioColumn = "vs sync=on"
 func (rep *Report) header() string {
 	c := rep.Config
 	return fmt.Sprintf("pgbench -b %s, scale %d, -M %s, %s per run, median of %d run(s) per cell, systems interleaved, %d CPUs; "+
-		"tashkent systems have %d replica(s)", c.Builtin, c.Scale, c.Protocol, c.Duration, c.Repeat, rep.CPUs, c.Replicas)
+		"tashkent systems have %d replica(s)", c.Builtin, c.Scale, c.Protocol, c.Duration, c.Repeat, rep.CPUs, c.Replicas) +
+		fsyncDelayNote(c.FsyncDelay)
+}
+
+// fileBase is the name the output files start with: pgbench, or
+// pgbench-fsync8ms in the slow-disk regime.
+func (c Config) fileBase() string {
+	if c.FsyncDelay > 0 {
+		return "pgbench-fsync" + delayName(c.FsyncDelay)
+	}
+	return "pgbench"
 }
 
 type cells struct {
@@ -162,7 +172,8 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 }
 
 // WriteFiles writes pgbench.csv (the table), pgbench-runs.csv (every run)
-// and pgbench.md (the table in Markdown) into dir.
+// and pgbench.md (the table in Markdown) into dir (pgbench-fsyncD.* in the
+// slow-disk regime).
 func (rep *Report) WriteFiles(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -194,12 +205,13 @@ func (rep *Report) WriteFiles(dir string) error {
 			strconv.FormatInt(r.Processed, 10), strconv.FormatInt(r.Retried, 10), strconv.FormatInt(r.Retries, 10), strconv.FormatInt(r.Failed, 10),
 			strconv.FormatUint(r.Certifications, 10), strconv.FormatUint(r.CertAborts, 10), strconv.FormatUint(r.Fsyncs, 10)})
 	}
-	for name, recs := range map[string][][]string{"pgbench.csv": summary, "pgbench-runs.csv": runs} {
+	base := rep.Config.fileBase()
+	for name, recs := range map[string][][]string{base + ".csv": summary, base + "-runs.csv": runs} {
 		if err := writeCSV(filepath.Join(dir, name), recs); err != nil {
 			return err
 		}
 	}
-	f, err := os.Create(filepath.Join(dir, "pgbench.md"))
+	f, err := os.Create(filepath.Join(dir, base+".md"))
 	if err != nil {
 		return err
 	}

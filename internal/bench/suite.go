@@ -103,6 +103,9 @@ type SuiteConfig struct {
 	// Delay is the one-way delay added to the links between the hosts of
 	// every replicated system (delay.go); 0: none.
 	Delay time.Duration
+	// FsyncDelay, when > 0, is the slow-disk regime (fsyncdelay.go): every
+	// durable flush of every system takes this much longer.
+	FsyncDelay time.Duration
 	// Baseline is the label of the system every ratio divides by; empty:
 	// the first system.
 	Baseline string
@@ -132,6 +135,9 @@ func (c *SuiteConfig) check() error {
 	}
 	if c.Warmup < 0 || c.Warmup%time.Second != 0 {
 		return fmt.Errorf("warmup %s: must be a whole number of seconds", c.Warmup)
+	}
+	if err := checkFsyncDelay(c.FsyncDelay); err != nil {
+		return err
 	}
 	if c.Repeat < 1 {
 		c.Repeat = 1
@@ -271,7 +277,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		return nil, err
 	}
 	r := &suiteRunner{scfg: cfg, runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients),
-		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, Progress: cfg.Progress, Live: cfg.Live}}}
+		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, Progress: cfg.Progress, Live: cfg.Live}}}
 	var removeDir bool
 	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
 		return nil, err
@@ -286,6 +292,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	r.progress("tashkent bench %s: systems %s, clients %s, %s per run, %d repeat(s), delay %s, %d CPUs, work dir %s",
 		cfg.Workload, r.labels(), joinInts(cfg.Clients), cfg.Duration, cfg.Repeat, cfg.Delay, rep.CPUs, r.dir)
 	if r.scripts, err = cfg.Workload.scripts(r.dir); err != nil {
+		return rep, err
+	}
+	if err := r.buildSlowDisk(); err != nil {
 		return rep, err
 	}
 	if err := r.setupAll(ctx); err != nil {

@@ -25,7 +25,7 @@ func (rep *SuiteReport) header() string {
 	if c.Delay > 0 {
 		h += fmt.Sprintf(", %s one-way delay between hosts", c.Delay)
 	}
-	return h
+	return h + fsyncDelayNote(c.FsyncDelay)
 }
 
 func fmtRatio(x float64) string {
@@ -170,6 +170,9 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	if rep.Config.Delay > 0 {
 		name += "-delay" + delayName(rep.Config.Delay)
 	}
+	if rep.Config.FsyncDelay > 0 {
+		name += "-fsync" + delayName(rep.Config.FsyncDelay)
+	}
 	var written []string
 	path := func(suffix string) string {
 		p := filepath.Join(dir, name+suffix)
@@ -250,6 +253,9 @@ func (rep *SuiteReport) figures() map[string]figure {
 	suffix := ""
 	if c.Delay > 0 {
 		suffix = fmt.Sprintf(", %s delay", c.Delay)
+	}
+	if c.FsyncDelay > 0 {
+		suffix += fmt.Sprintf(", fsync +%s", c.FsyncDelay)
 	}
 	figs["-tps.png"] = figure{wl + ": throughput" + suffix, xl, "tps", bySystem(func(r SuiteRow) float64 { return r.TPS })}
 	figs["-tps-ratio.png"] = figure{wl + ": throughput / " + base + suffix, xl, "ratio", bySystem(func(r SuiteRow) float64 { return r.Ratio })}

@@ -177,6 +177,9 @@ func TestRelayDelaysBothDirections(t *testing.T) {
 // standby and pgpool-II in native replication mode, with the scale-out
 // measurement. Every system must commit transactions, the ratios, CSV,
 // Markdown and PNG files must be there, and nothing may survive.
+// smokeFsyncDelay is the smoke run's --fsync-delay.
+const smokeFsyncDelay = 10 * time.Millisecond
+
 func TestSuiteSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts six PostgreSQL servers and pgpool")
@@ -211,11 +214,15 @@ func TestSuiteSmoke(t *testing.T) {
 		Clients:  []int{2},
 		Duration: time.Second,
 		Delay:    time.Millisecond,
-		ScaleOut: true,
-		Binary:   bin,
-		Dir:      filepath.Join(dir, "work"),
-		OutDir:   out,
-		Progress: &progress,
+		// The slow-disk regime: every commit of every system waits for at
+		// least one delayed flush (PostgreSQL's WAL through the shim, or
+		// the certifier's log), so no row's latency can be below it.
+		FsyncDelay: smokeFsyncDelay,
+		ScaleOut:   true,
+		Binary:     bin,
+		Dir:        filepath.Join(dir, "work"),
+		OutDir:     out,
+		Progress:   &progress,
 	})
 	t.Logf("progress:\n%s", progress.String())
 	if err != nil {
@@ -234,6 +241,9 @@ func TestSuiteSmoke(t *testing.T) {
 		if r.Kind == MW && r.CommitsPerFsync <= 0 {
 			t.Errorf("%s: no certifier fsyncs during the run", r.Label)
 		}
+		if r.LatencyMs < float64(smokeFsyncDelay.Milliseconds()) {
+			t.Errorf("%s: latency %.2f ms under the %s fsync delay: a durable flush escaped the slow-disk regime", r.Label, r.LatencyMs, smokeFsyncDelay)
+		}
 	}
 	so := rep.ScaleOut
 	if so == nil || so.LocalCPU <= 0 || so.Transactions <= 0 || so.W != 1 {
@@ -242,8 +252,11 @@ func TestSuiteSmoke(t *testing.T) {
 	if !strings.Contains(table.String(), "vs pg sync=on") || !strings.Contains(table.String(), "1.00x") {
 		t.Errorf("the table lacks the ratio column or the baseline's 1.00x:\n%s", table.String())
 	}
-	for _, f := range []string{"allupdates-delay1ms.csv", "allupdates-delay1ms.md", "allupdates-delay1ms-tps.png",
-		"allupdates-delay1ms-tps-ratio.png", "allupdates-delay1ms-latency.png", "allupdates-delay1ms-scaleout.png"} {
+	if !strings.Contains(table.String(), "fsync delay 10ms (emulated slow disk)") {
+		t.Errorf("the table's header does not name the fsync delay:\n%s", table.String())
+	}
+	for _, f := range []string{"allupdates-delay1ms-fsync10ms.csv", "allupdates-delay1ms-fsync10ms.md", "allupdates-delay1ms-fsync10ms-tps.png",
+		"allupdates-delay1ms-fsync10ms-tps-ratio.png", "allupdates-delay1ms-fsync10ms-latency.png", "allupdates-delay1ms-fsync10ms-scaleout.png"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("output %s: %v", f, err)
 		}
@@ -256,5 +269,19 @@ func TestSuiteSmoke(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "work", "pgpool-native-x2", "pgpool.pid")); err == nil {
 		t.Errorf("pgpool left its pid file (pid %s): not stopped", strings.TrimSpace(string(b)))
+	}
+}
+
+// --fsync-delay is checked before anything starts.
+func TestFsyncDelayIsChecked(t *testing.T) {
+	for _, d := range []time.Duration{-time.Millisecond, 2 * time.Second} {
+		cfg := SuiteConfig{Workload: AllUpdates, Clients: []int{1}, Duration: time.Second, FsyncDelay: d}
+		if err := cfg.check(); err == nil || !strings.Contains(err.Error(), "fsync delay") {
+			t.Errorf("fsync delay %s: %v", d, err)
+		}
+		pc := Config{Clients: []int{1}, Duration: time.Second, Scale: 1, Protocol: "prepared", Replicas: 1, Repeat: 1, FsyncDelay: d}
+		if err := pc.check(); err == nil || !strings.Contains(err.Error(), "fsync delay") {
+			t.Errorf("pgbench, fsync delay %s: %v", d, err)
+		}
 	}
 }

@@ -201,9 +201,10 @@ func (s *system) start(ctx context.Context, r *runner) error {
 			srv, err := pgserver.Init(ctx, pgserver.Config{
 				DataDir:           pgDir,
 				SynchronousCommit: s.kind == SyncOn || s.kind == SyncOnRR || s.kind == Base,
-				Settings:          settings,
+				Settings:          r.pgSettings(settings),
 				BinDir:            r.binDir,
 				NoSync:            true, // a throwaway instance: initdb's final sync only costs setup time
+				Env:               r.pgEnv(),
 			})
 			if err != nil {
 				errs[i] = err
@@ -294,6 +295,7 @@ func (s *system) startCertifier(ctx context.Context, r *runner) error {
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 			args := append(r.profileArgs(string(s.kind)+"-certifier"), "--log-level=warn", "certifier",
 				"--data-dir", dataDir, "--listen", addr, "--metrics-listen", "")
+			args = append(args, r.certifierSyncArgs()...)
 			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, "certifier.log"))
 		},
 		func(p *proc, ports []int) {

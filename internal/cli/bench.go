@@ -50,7 +50,11 @@ tashkent needs), runs pgbench on each for every client count, alternating the
 systems (A B C D A B C D) --repeat times, and prints the median tps, latency and
 the ratio to sync-on measured in this same invocation. Clients of a tashkent
 system with several replicas are spread over all its proxies (one pgbench per
-proxy, tps summed). Everything it started is stopped by PID at the end.`,
+proxy, tps summed). Everything it started is stopped by PID at the end.
+
+--fsync-delay D emulates slow disks (the paper's fsync took 8 ms): every PostgreSQL
+runs with an LD_PRELOAD shim whose fsync/fdatasync sleep D after the real flush
+(wal_sync_method pinned to fdatasync), and the certifier sleeps D after each log sync.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -89,6 +93,8 @@ proxy, tps summed). Everything it started is stopped by PID at the end.`,
 	f.StringVar(&systems, "systems", "sync-on,sync-off,mw,base", "systems to compare, in the order runs alternate")
 	f.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured pgbench run on every system after loading (0: none)")
 	f.StringVar(&cfg.OutDir, "out", "", "also write pgbench.csv, pgbench-runs.csv and pgbench.md into this directory")
+	f.DurationVar(&cfg.FsyncDelay, "fsync-delay", 0,
+		"every durable flush (fsync/fdatasync) of every system takes this much longer, after the real flush: the slow-disk regime of Tashkent §9 (e.g. 2ms, 8ms); needs cc")
 	f.BoolVar(&cfg.PerStatement, "per-statement", false, "run pgbench -r and print each statement's latency per system")
 	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "run every certifier and proxy with --cpu-profile into this directory")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (data directories and logs) afterwards")

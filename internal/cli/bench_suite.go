@@ -40,6 +40,9 @@ Systems (KIND or KIND:N):
 
 --delay adds a one-way delay to the links between the hosts of each replicated system
 (proxy->certifier, standby->primary, pgpool->backends) through a user-space relay.
+--fsync-delay D emulates slow disks (the paper's fsync took 8 ms): every PostgreSQL runs
+with an LD_PRELOAD shim (built with cc) whose fsync/fdatasync sleep D after the real
+flush, wal_sync_method pinned to fdatasync, and the certifier sleeps D after each log sync.
 --scaleout measures the writing overhead wo on the first mw system with 2+ replicas and fits
 the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 		Args: cobra.NoArgs,
@@ -83,6 +86,8 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.IntVar(&cfg.Scale, "scale", 1, "TPC-B scale factor (tpcb only)")
 	f.StringVar(&cfg.Protocol, "protocol", "prepared", "pgbench -M: simple, extended or prepared (pgbench workloads)")
 	f.DurationVar(&cfg.Delay, "delay", 0, "one-way delay between the hosts of replicated systems (e.g. 500us, 2ms)")
+	f.DurationVar(&cfg.FsyncDelay, "fsync-delay", 0,
+		"every durable flush (fsync/fdatasync) of every system takes this much longer, after the real flush: the slow-disk regime of Tashkent §9 (e.g. 2ms, 8ms); needs cc")
 	f.StringVar(&cfg.Baseline, "baseline", "", "label of the system ratios divide by (e.g. \"pg sync=on\"); default: the first")
 	f.BoolVar(&cfg.ScaleOut, "scaleout", false, "measure wo and fit the scale-out model (needs a tashkent system with 2+ replicas)")
 	f.StringVar(&cfg.OutDir, "out", "", "write CSV, Markdown and PNG figures into this directory")
