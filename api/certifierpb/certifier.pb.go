@@ -637,6 +637,142 @@ func (x *CertifyStreamRequest) GetCatchUp() bool {
 	return false
 }
 
+// CertifyRequestEncoded is CertifyRequest with its writeset left encoded:
+// the two are the same on the wire (a message field and a bytes field are
+// both length-delimited), so either side may use either. The certifier reads
+// every request this way: certification needs only the keys, read straight
+// from the bytes, and the log entry carries the writeset bytes as they came,
+// so the values are never decoded nor encoded again on the certifier.
+type CertifyRequestEncoded struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Txn           *TxnID                 `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
+	StartVersion  uint64                 `protobuf:"varint,3,opt,name=start_version,json=startVersion,proto3" json:"start_version,omitempty"`
+	Writeset      []byte                 `protobuf:"bytes,4,opt,name=writeset,proto3" json:"writeset,omitempty"` // an encoded Writeset
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertifyRequestEncoded) Reset() {
+	*x = CertifyRequestEncoded{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertifyRequestEncoded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertifyRequestEncoded) ProtoMessage() {}
+
+func (x *CertifyRequestEncoded) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertifyRequestEncoded.ProtoReflect.Descriptor instead.
+func (*CertifyRequestEncoded) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CertifyRequestEncoded) GetRequestId() uint64 {
+	if x != nil {
+		return x.RequestId
+	}
+	return 0
+}
+
+func (x *CertifyRequestEncoded) GetTxn() *TxnID {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *CertifyRequestEncoded) GetStartVersion() uint64 {
+	if x != nil {
+		return x.StartVersion
+	}
+	return 0
+}
+
+func (x *CertifyRequestEncoded) GetWriteset() []byte {
+	if x != nil {
+		return x.Writeset
+	}
+	return nil
+}
+
+// CertifyStreamRequestEncoded is CertifyStreamRequest with encoded
+// writesets, the same on the wire.
+type CertifyStreamRequestEncoded struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Open          *OpenSession             `protobuf:"bytes,1,opt,name=open,proto3" json:"open,omitempty"`
+	Requests      []*CertifyRequestEncoded `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"`
+	CatchUp       bool                     `protobuf:"varint,3,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertifyStreamRequestEncoded) Reset() {
+	*x = CertifyStreamRequestEncoded{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertifyStreamRequestEncoded) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertifyStreamRequestEncoded) ProtoMessage() {}
+
+func (x *CertifyStreamRequestEncoded) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertifyStreamRequestEncoded.ProtoReflect.Descriptor instead.
+func (*CertifyStreamRequestEncoded) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CertifyStreamRequestEncoded) GetOpen() *OpenSession {
+	if x != nil {
+		return x.Open
+	}
+	return nil
+}
+
+func (x *CertifyStreamRequestEncoded) GetRequests() []*CertifyRequestEncoded {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+func (x *CertifyStreamRequestEncoded) GetCatchUp() bool {
+	if x != nil {
+		return x.CatchUp
+	}
+	return false
+}
+
 type CertifyReply struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	RequestId       uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -652,7 +788,7 @@ type CertifyReply struct {
 
 func (x *CertifyReply) Reset() {
 	*x = CertifyReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +800,7 @@ func (x *CertifyReply) String() string {
 func (*CertifyReply) ProtoMessage() {}
 
 func (x *CertifyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +813,7 @@ func (x *CertifyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyReply.ProtoReflect.Descriptor instead.
 func (*CertifyReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CertifyReply) GetRequestId() uint64 {
@@ -741,7 +877,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +889,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +902,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogEntry) GetVersion() uint64 {
@@ -806,7 +942,7 @@ type CertifyStreamReply struct {
 
 func (x *CertifyStreamReply) Reset() {
 	*x = CertifyStreamReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +954,7 @@ func (x *CertifyStreamReply) String() string {
 func (*CertifyStreamReply) ProtoMessage() {}
 
 func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +967,7 @@ func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamReply.ProtoReflect.Descriptor instead.
 func (*CertifyStreamReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CertifyStreamReply) GetEntries() [][]byte {
@@ -866,7 +1002,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1014,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1027,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FetchRequest) GetAfterVersion() uint64 {
@@ -917,7 +1053,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1065,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1078,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FetchReply) GetEntries() [][]byte {
@@ -960,7 +1096,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1108,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1121,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
 }
 
 type StatusReply struct {
@@ -1018,7 +1154,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1166,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1179,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusReply) GetVersion() uint64 {
@@ -1196,7 +1332,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1344,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1357,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Member) GetId() uint64 {
@@ -1268,6 +1404,16 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x14CertifyStreamRequest\x126\n" +
 	"\x04open\x18\x01 \x01(\v2\".tashkent.certifier.v1.OpenSessionR\x04open\x12A\n" +
 	"\brequests\x18\x02 \x03(\v2%.tashkent.certifier.v1.CertifyRequestR\brequests\x12\x19\n" +
+	"\bcatch_up\x18\x03 \x01(\bR\acatchUp\"\xa7\x01\n" +
+	"\x15CertifyRequestEncoded\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
+	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12#\n" +
+	"\rstart_version\x18\x03 \x01(\x04R\fstartVersion\x12\x1a\n" +
+	"\bwriteset\x18\x04 \x01(\fR\bwriteset\"\xba\x01\n" +
+	"\x1bCertifyStreamRequestEncoded\x126\n" +
+	"\x04open\x18\x01 \x01(\v2\".tashkent.certifier.v1.OpenSessionR\x04open\x12H\n" +
+	"\brequests\x18\x02 \x03(\v2,.tashkent.certifier.v1.CertifyRequestEncodedR\brequests\x12\x19\n" +
 	"\bcatch_up\x18\x03 \x01(\bR\acatchUp\"\xcb\x02\n" +
 	"\fCertifyReply\x12\x1d\n" +
 	"\n" +
@@ -1360,27 +1506,29 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
-	(Op)(0),                      // 0: tashkent.certifier.v1.Op
-	(Decision)(0),                // 1: tashkent.certifier.v1.Decision
-	(AbortReason)(0),             // 2: tashkent.certifier.v1.AbortReason
-	(*RaftMessages)(nil),         // 3: tashkent.certifier.v1.RaftMessages
-	(*RaftAck)(nil),              // 4: tashkent.certifier.v1.RaftAck
-	(*Change)(nil),               // 5: tashkent.certifier.v1.Change
-	(*Writeset)(nil),             // 6: tashkent.certifier.v1.Writeset
-	(*TxnID)(nil),                // 7: tashkent.certifier.v1.TxnID
-	(*OpenSession)(nil),          // 8: tashkent.certifier.v1.OpenSession
-	(*CertifyRequest)(nil),       // 9: tashkent.certifier.v1.CertifyRequest
-	(*CertifyStreamRequest)(nil), // 10: tashkent.certifier.v1.CertifyStreamRequest
-	(*CertifyReply)(nil),         // 11: tashkent.certifier.v1.CertifyReply
-	(*LogEntry)(nil),             // 12: tashkent.certifier.v1.LogEntry
-	(*CertifyStreamReply)(nil),   // 13: tashkent.certifier.v1.CertifyStreamReply
-	(*FetchRequest)(nil),         // 14: tashkent.certifier.v1.FetchRequest
-	(*FetchReply)(nil),           // 15: tashkent.certifier.v1.FetchReply
-	(*StatusRequest)(nil),        // 16: tashkent.certifier.v1.StatusRequest
-	(*StatusReply)(nil),          // 17: tashkent.certifier.v1.StatusReply
-	(*Member)(nil),               // 18: tashkent.certifier.v1.Member
+	(Op)(0),                             // 0: tashkent.certifier.v1.Op
+	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
+	(AbortReason)(0),                    // 2: tashkent.certifier.v1.AbortReason
+	(*RaftMessages)(nil),                // 3: tashkent.certifier.v1.RaftMessages
+	(*RaftAck)(nil),                     // 4: tashkent.certifier.v1.RaftAck
+	(*Change)(nil),                      // 5: tashkent.certifier.v1.Change
+	(*Writeset)(nil),                    // 6: tashkent.certifier.v1.Writeset
+	(*TxnID)(nil),                       // 7: tashkent.certifier.v1.TxnID
+	(*OpenSession)(nil),                 // 8: tashkent.certifier.v1.OpenSession
+	(*CertifyRequest)(nil),              // 9: tashkent.certifier.v1.CertifyRequest
+	(*CertifyStreamRequest)(nil),        // 10: tashkent.certifier.v1.CertifyStreamRequest
+	(*CertifyRequestEncoded)(nil),       // 11: tashkent.certifier.v1.CertifyRequestEncoded
+	(*CertifyStreamRequestEncoded)(nil), // 12: tashkent.certifier.v1.CertifyStreamRequestEncoded
+	(*CertifyReply)(nil),                // 13: tashkent.certifier.v1.CertifyReply
+	(*LogEntry)(nil),                    // 14: tashkent.certifier.v1.LogEntry
+	(*CertifyStreamReply)(nil),          // 15: tashkent.certifier.v1.CertifyStreamReply
+	(*FetchRequest)(nil),                // 16: tashkent.certifier.v1.FetchRequest
+	(*FetchReply)(nil),                  // 17: tashkent.certifier.v1.FetchReply
+	(*StatusRequest)(nil),               // 18: tashkent.certifier.v1.StatusRequest
+	(*StatusReply)(nil),                 // 19: tashkent.certifier.v1.StatusReply
+	(*Member)(nil),                      // 20: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	0,  // 0: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
@@ -1389,26 +1537,29 @@ var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	6,  // 3: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
 	8,  // 4: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
 	9,  // 5: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
-	7,  // 6: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
-	1,  // 7: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
-	2,  // 8: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
-	7,  // 9: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
-	6,  // 10: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
-	11, // 11: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	18, // 12: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
-	10, // 13: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
-	14, // 14: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	16, // 15: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	3,  // 16: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	13, // 17: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	15, // 18: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	17, // 19: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	4,  // 20: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	17, // [17:21] is the sub-list for method output_type
-	13, // [13:17] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	7,  // 6: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
+	8,  // 7: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
+	11, // 8: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
+	7,  // 9: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
+	1,  // 10: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
+	2,  // 11: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
+	7,  // 12: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
+	6,  // 13: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
+	13, // 14: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
+	20, // 15: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	10, // 16: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
+	16, // 17: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
+	18, // 18: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	3,  // 19: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	15, // 20: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	17, // 21: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	19, // 22: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	4,  // 23: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	20, // [20:24] is the sub-list for method output_type
+	16, // [16:20] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_api_certifierpb_certifier_proto_init() }
@@ -1422,7 +1573,7 @@ func file_api_certifierpb_certifier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -46,6 +46,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/logentry"
@@ -84,7 +85,7 @@ type txnKey struct {
 }
 
 type call struct {
-	req    *pb.CertifyRequest
+	req    *pb.CertifyRequestEncoded
 	reply  chan *pb.CertifyReply
 	queued time.Time
 }
@@ -98,7 +99,7 @@ type Client struct {
 	nextID    uint64
 	pending   map[uint64]*call  // sent or to be sent, not answered
 	byTxn     map[txnKey]uint64 // pending request ids by transaction id
-	outbox    []*pb.CertifyRequest
+	outbox    []*pb.CertifyRequestEncoded
 	catchUp   bool
 	delivered uint64
 	connected bool
@@ -155,11 +156,35 @@ func (c *Client) Close() error {
 }
 
 // Certify sends a request and waits for its reply. RequestId is assigned
-// here. The writeset is not copied: do not change it afterwards.
+// here. The writeset is encoded here, in the caller's goroutine (the
+// certifier reads it encoded: CertifyRequestEncoded).
 func (c *Client) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.CertifyReply, error) {
-	if r := c.oversized(req); r != nil {
+	writeset, err := proto.Marshal(req.Writeset)
+	if err != nil {
+		return &pb.CertifyReply{Txn: req.Txn, Decision: pb.Decision_DECISION_ABORT, AbortReason: pb.AbortReason_ABORT_REASON_INVALID,
+			Detail: fmt.Sprintf("the writeset cannot be encoded: %v", err)}, nil
+	}
+	enc := &pb.CertifyRequestEncoded{Txn: req.Txn, StartVersion: req.StartVersion, Writeset: writeset}
+	if r := c.oversized(enc, len(req.GetWriteset().GetChanges())); r != nil {
 		return r, nil
 	}
+	reply, err := c.certify(ctx, enc)
+	req.RequestId = enc.RequestId
+	return reply, err
+}
+
+// CertifyEncoded is Certify for a request whose writeset is already
+// encoded (an encoded Writeset): what a caller that builds writesets as
+// bytes uses, the load generator among them. RequestId is assigned here. The
+// request is not copied: do not change it afterwards.
+func (c *Client) CertifyEncoded(ctx context.Context, req *pb.CertifyRequestEncoded) (*pb.CertifyReply, error) {
+	if r := c.oversized(req, -1); r != nil {
+		return r, nil
+	}
+	return c.certify(ctx, req)
+}
+
+func (c *Client) certify(ctx context.Context, req *pb.CertifyRequestEncoded) (*pb.CertifyReply, error) {
 	cl := &call{req: req, reply: make(chan *pb.CertifyReply, 1), queued: time.Now()}
 	c.mu.Lock()
 	c.nextID++
@@ -267,7 +292,7 @@ func (c *Client) session() (bool, string, error) {
 		return false, "", err
 	}
 	c.mu.Lock()
-	open := &pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered}, CatchUp: true}
+	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered}, CatchUp: true}
 	c.outbox = c.outbox[:0]
 	for _, cl := range c.pending {
 		c.outbox = append(c.outbox, cl.req)
@@ -276,7 +301,7 @@ func (c *Client) session() (bool, string, error) {
 	c.received = false
 	c.heardAt = time.Now()
 	c.mu.Unlock()
-	if err := stream.Send(open); err != nil {
+	if err := stream.SendMsg(open); err != nil {
 		return false, "", err
 	}
 	recvErr := make(chan error, 1)
@@ -317,20 +342,21 @@ func (c *Client) pump(ctx context.Context, stream pb.Certifier_CertifyClient, re
 			return ctx.Err(), false
 		}
 		if msg := c.takeOutbox(); msg != nil {
-			if err := stream.Send(msg); err != nil {
+			// CertifyStreamRequestEncoded is CertifyStreamRequest on the wire.
+			if err := stream.SendMsg(msg); err != nil {
 				return err, false
 			}
 		}
 	}
 }
 
-func (c *Client) takeOutbox() *pb.CertifyStreamRequest {
+func (c *Client) takeOutbox() *pb.CertifyStreamRequestEncoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.outbox) == 0 && !c.catchUp {
 		return nil
 	}
-	msg := &pb.CertifyStreamRequest{Requests: c.outbox, CatchUp: c.catchUp}
+	msg := &pb.CertifyStreamRequestEncoded{Requests: c.outbox, CatchUp: c.catchUp}
 	c.outbox = nil
 	c.catchUp = false
 	return msg
@@ -348,13 +374,20 @@ func (c *Client) receive(stream pb.Certifier_CertifyClient) error {
 		if err := c.deliver(msg.Entries, msg.DurableVersion); err != nil {
 			return err
 		}
-		for _, r := range msg.Replies {
-			c.mu.Lock()
-			cl := c.takeLocked(r.RequestId)
-			c.mu.Unlock()
-			if cl != nil {
-				cl.reply <- r
-			}
+		c.answer(msg.Replies)
+	}
+}
+
+// answer hands replies to their callers, under one lock for the batch.
+func (c *Client) answer(replies []*pb.CertifyReply) {
+	if len(replies) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range replies {
+		if cl := c.takeLocked(r.RequestId); cl != nil {
+			cl.reply <- r // buffered, and taken once: never blocks
 		}
 	}
 }
@@ -401,11 +434,11 @@ func (c *Client) settleFromLog(entries []logentry.Entry) {
 		return
 	}
 	for _, e := range entries {
-		h, err := logentry.HeaderOf(e.Bytes)
+		h, err := logentry.RawHeaderOf(e.Bytes) // allocates nothing: every entry is looked at
 		if err != nil {
 			continue
 		}
-		id, ok := c.byTxn[txnKey{h.Origin, h.Seq}]
+		id, ok := c.byTxn[txnKey{string(h.Origin), h.Seq}]
 		if !ok {
 			continue
 		}
@@ -414,6 +447,6 @@ func (c *Client) settleFromLog(entries []logentry.Entry) {
 	}
 }
 
-func sortByRequestID(reqs []*pb.CertifyRequest) {
-	slices.SortFunc(reqs, func(a, b *pb.CertifyRequest) int { return cmp.Compare(a.RequestId, b.RequestId) })
+func sortByRequestID(reqs []*pb.CertifyRequestEncoded) {
+	slices.SortFunc(reqs, func(a, b *pb.CertifyRequestEncoded) int { return cmp.Compare(a.RequestId, b.RequestId) })
 }

@@ -20,16 +20,23 @@ const DefaultMessageBytesMax = 256 << 20
 // would send it again, holding up every other request on the stream until
 // its caller gave up. The transaction certainly did not commit: it is
 // aborted here with the reason a certifier limit gets.
-func (c *Client) oversized(req *pb.CertifyRequest) *pb.CertifyReply {
+//
+// changes is the writeset's number of changes, for the message; -1 when the
+// writeset came encoded and was not counted.
+func (c *Client) oversized(req *pb.CertifyRequestEncoded, changes int) *pb.CertifyReply {
 	size := proto.Size(req)
 	if size <= c.opts.MessageBytesMax {
 		return nil
+	}
+	counted := ""
+	if changes >= 0 {
+		counted = fmt.Sprintf(" (%d changes)", changes)
 	}
 	return &pb.CertifyReply{
 		Txn:         req.Txn,
 		Decision:    pb.Decision_DECISION_ABORT,
 		AbortReason: pb.AbortReason_ABORT_REASON_LIMIT,
-		Detail: fmt.Sprintf("the certify request is %d MiB (%d changes), over the %d MiB one request may carry",
-			size>>20, len(req.GetWriteset().GetChanges()), c.opts.MessageBytesMax>>20),
+		Detail: fmt.Sprintf("the certify request is %d MiB%s, over the %d MiB one request may carry",
+			size>>20, counted, c.opts.MessageBytesMax>>20),
 	}
 }

@@ -27,11 +27,31 @@ func TableKey(table string) Key { return Key{Table: nonZero(xxhash.Sum64String(t
 
 // RowKey is the key of one row, by its encoded primary key.
 func RowKey(table string, primaryKey []byte) Key {
-	d := xxhash.New()
+	var d xxhash.Digest
+	d.Reset()
 	d.WriteString(table)
-	d.Write([]byte{0})
+	d.Write(rowKeySeparator[:])
 	d.Write(primaryKey)
 	return Key{Table: TableKey(table).Table, Row: nonZero(d.Sum64())}
+}
+
+// rowKeySeparator ends the table name inside a row key's hash.
+var rowKeySeparator = [1]byte{0}
+
+// TableKeyBytes is TableKey of a table name still in its encoded bytes:
+// the certifier reads keys straight from an encoded writeset without
+// allocating strings (equal to TableKey(string(table))).
+func TableKeyBytes(table []byte) Key { return Key{Table: nonZero(xxhash.Sum64(table))} }
+
+// RowKeyBytes is RowKey of a table name still in its encoded bytes (equal
+// to RowKey(string(table), primaryKey)).
+func RowKeyBytes(table, primaryKey []byte) Key {
+	var d xxhash.Digest
+	d.Reset()
+	d.Write(table)
+	d.Write(rowKeySeparator[:])
+	d.Write(primaryKey)
+	return Key{Table: TableKeyBytes(table).Table, Row: nonZero(d.Sum64())}
 }
 
 // nonZero keeps 0 free to mean "the whole table" or "the whole schema".
@@ -156,7 +176,7 @@ type State struct {
 	version      uint64 // highest version assigned
 	lowWaterMark uint64 // requests must have StartVersion >= lowWaterMark
 
-	rows            map[uint64]uint64 // row hash -> last version that wrote it
+	rows            *rowIndex // row hash -> last version that wrote it
 	tables          map[uint64]*tableVersions
 	lastSchemaWrite uint64
 
@@ -178,7 +198,7 @@ func New(cfg Config, base uint64) *State {
 		cfg:          cfg,
 		version:      base,
 		lowWaterMark: base,
-		rows:         make(map[uint64]uint64, min(cfg.WindowVersions*4, rowsPresizeMax)),
+		rows:         newRowIndex(int(min(cfg.WindowVersions*4, rowsPresizeMax))),
 		tables:       make(map[uint64]*tableVersions),
 		txns:         make(map[TxnID]uint64),
 	}
@@ -243,7 +263,7 @@ func (s *State) lastOverlap(k Key) uint64 {
 		}
 	}
 	if !k.isTable() {
-		latest = max(latest, s.rows[k.Row])
+		latest = max(latest, s.rows.get(k.Row))
 	}
 	return latest
 }
@@ -274,7 +294,7 @@ func (s *State) index(k Key, v uint64) {
 		return
 	}
 	t.lastRowWrite = v
-	s.rows[k.Row] = v
+	s.rows.set(k.Row, v)
 }
 
 // forgetBeyondWindow advances the low-water mark so that at most
@@ -287,8 +307,8 @@ func (s *State) forgetBeyondWindow() {
 		s.windowOff++
 		s.lowWaterMark++
 		for _, k := range old.keys {
-			if !k.isSchema() && !k.isTable() && s.rows[k.Row] == s.lowWaterMark {
-				delete(s.rows, k.Row)
+			if !k.isSchema() && !k.isTable() {
+				s.rows.deleteIf(k.Row, s.lowWaterMark)
 			}
 		}
 		if s.txns[old.txn] == s.lowWaterMark {
@@ -303,4 +323,4 @@ func (s *State) forgetBeyondWindow() {
 }
 
 // IndexedRows is the number of row keys in the conflict index (for metrics).
-func (s *State) IndexedRows() int { return len(s.rows) }
+func (s *State) IndexedRows() int { return s.rows.len() }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // workload draws random requests over a small key space so that conflicts,
@@ -226,5 +228,63 @@ func BenchmarkCertifyFourKeys(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		s.Certify(Request{Txn: TxnID{"bench", uint64(i)}, StartVersion: s.Version(), Keys: keys[i%len(keys)]})
+	}
+}
+
+// The certifier hashes keys read from encoded bytes; they must equal the
+// keys of the same strings, or a group member restoring from decoded
+// entries would disagree with the leader.
+func TestKeyFromBytesEqualsKeyFromString(t *testing.T) {
+	for _, c := range []struct{ table, pk string }{
+		{"public.accounts", `[1]`}, {"", ""}, {`"Odd"."name"`, `["a\u0000b", 2]`}, {"t", "x"},
+	} {
+		if got, want := TableKeyBytes([]byte(c.table)), TableKey(c.table); got != want {
+			t.Errorf("TableKeyBytes(%q) = %v, TableKey = %v", c.table, got, want)
+		}
+		if got, want := RowKeyBytes([]byte(c.table), []byte(c.pk)), RowKey(c.table, []byte(c.pk)); got != want {
+			t.Errorf("RowKeyBytes(%q, %q) = %v, RowKey = %v", c.table, c.pk, got, want)
+		}
+	}
+	// The definition must never change: the log and every member's state
+	// depend on it.
+	got := RowKey("public.bench", []byte("1"))
+	if want := (Key{Table: xxhash.Sum64String("public.bench"), Row: xxhash.Sum64String("public.bench\x001")}); got != want {
+		t.Fatalf("RowKey = %v, want %v", got, want)
+	}
+}
+
+// BenchmarkCertifyUniqueKeysFullWindow is the certifier under the load
+// generator: four new rows per transaction, the window full (every commit
+// also forgets the oldest version), so the row index is at its full size
+// and its lookups miss the caches as they do in production.
+func BenchmarkCertifyUniqueKeysFullWindow(b *testing.B) {
+	s := New(Config{}, 0)
+	next := 0
+	request := func(i int) Request {
+		keys := make([]Key, 4)
+		for k := range keys {
+			keys[k] = row("public.bench", next)
+			next++
+		}
+		return Request{Txn: TxnID{"bench-client-17-1234567890", uint64(i)}, StartVersion: s.Version(), Keys: keys}
+	}
+	for i := range int(DefaultWindowVersions) + 1000 {
+		s.Certify(request(i))
+	}
+	reqs := make([]Request, 1<<16)
+	for i := range reqs {
+		reqs[i] = request(int(DefaultWindowVersions) + 1000 + i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		r := reqs[i%len(reqs)]
+		if i >= len(reqs) { // new transaction ids and keys again
+			r.Txn.Seq += uint64(i)
+		}
+		r.StartVersion = s.Version()
+		if o := s.Certify(r); o.Decision != Commit {
+			b.Fatalf("request %d: %+v", i, o)
+		}
 	}
 }

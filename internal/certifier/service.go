@@ -148,25 +148,26 @@ func decodeEntry(e wal.Entry) (*pb.LogEntry, error) {
 // and the reply must wait until durable reaches waitFor. overloaded says the
 // in-flight limit is exceeded: the request is aborted, unless it is a retry
 // of a transaction that committed, which gets its version back.
-func (s *Service) certify(req *pb.CertifyRequest, overloaded bool) (reply *pb.CertifyReply, waitFor uint64) {
+//
+// The writeset stays encoded (CertifyRequestEncoded): its keys are read
+// from the bytes and the bytes go into the log entry as they came, the only
+// copy made.
+func (s *Service) certify(req *pb.CertifyRequestEncoded, overloaded bool) (reply *pb.CertifyReply, waitFor uint64) {
 	reply = &pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}
 	if overloaded {
-		s.mu.Lock()
-		v, committed := s.state.CommittedVersion(txnOf(req.Txn))
-		s.mu.Unlock()
-		if committed {
-			reply.Decision, reply.CommitVersion = pb.Decision_DECISION_COMMIT, v
-			return reply, v
-		}
-		s.stats.aborts.Add(1)
-		return abortReply(reply, pb.AbortReason_ABORT_REASON_OVERLOADED,
-			fmt.Sprintf("certifier overloaded: more requests in flight than the limit of %d (in-flight requests max); retry", s.cfg.Limits.InFlightRequestsMax)), 0
+		return s.certifyOverloaded(reply, req.Txn), 0
 	}
-	if detail := s.checkLimits(req); detail != "" {
+	if detail := s.checkEncodedBytes(req); detail != "" {
 		s.stats.aborts.Add(1)
 		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT, detail), 0
 	}
-	keys, err := KeysOf(req.Writeset)
+	// The state keeps the keys (its window): a slice of their own.
+	keys, err := keysOfEncoded(make([]certification.Key, 0, keysCapacityGuess), req.Writeset)
+	if n := len(keys); n > s.cfg.Limits.WritesetKeysMax {
+		s.stats.aborts.Add(1)
+		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT,
+			fmt.Sprintf("writeset has %d rows, over the limit of %d (writeset keys max)", n, s.cfg.Limits.WritesetKeysMax)), 0
+	}
 	if err != nil || req.Txn == nil || req.Txn.Origin == "" {
 		if err == nil {
 			err = errors.New("missing transaction id")
@@ -174,14 +175,33 @@ func (s *Service) certify(req *pb.CertifyRequest, overloaded bool) (reply *pb.Ce
 		s.stats.aborts.Add(1)
 		return abortReply(reply, pb.AbortReason_ABORT_REASON_INVALID, err.Error()), 0
 	}
-	prefix := logentry.EncodePrefix(req.Txn, req.Writeset) // before the lock: the costly part
+	prefix := logentry.EncodePrefixOfEncoded(req.Txn, req.Writeset) // before the lock
 	if len(prefix)+logentry.VersionBytesMax > wal.EntryBytesMax {
 		s.stats.aborts.Add(1)
 		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT,
 			fmt.Sprintf("the log entry would be %d bytes, over the log's limit of %d", len(prefix), wal.EntryBytesMax)), 0
 	}
+	outcome, lowWaterMark, current := s.decide(certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}, prefix)
+	s.stats.certifications.Add(1)
+	if outcome.Decision == certification.Commit {
+		reply.Decision = pb.Decision_DECISION_COMMIT
+		reply.CommitVersion = outcome.CommitVersion
+		return reply, outcome.CommitVersion
+	}
+	s.stats.aborts.Add(1)
+	reply.ConflictVersion = outcome.ConflictVersion
+	return abortReply(reply, reasonOf(outcome.Reason), describeEncodedAbort(req, outcome, lowWaterMark, current)), 0
+}
+
+// keysCapacityGuess sizes a request's key slice: most writesets are small.
+const keysCapacityGuess = 8
+
+// decide runs the state machine in the critical section and, on a new
+// commit, queues the entry for the writer.
+func (s *Service) decide(req certification.Request, prefix logentry.Prefix) (outcome certification.Outcome, lowWaterMark, current uint64) {
 	s.mu.Lock()
-	outcome := s.state.Certify(certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys})
+	defer s.mu.Unlock()
+	outcome = s.state.Certify(req)
 	if outcome.Decision == certification.Commit && !outcome.Duplicate {
 		entry := prefix.WithVersion(outcome.CommitVersion)
 		s.recent.add(entry)
@@ -193,17 +213,41 @@ func (s *Service) certify(req *pb.CertifyRequest, overloaded bool) (reply *pb.Ce
 			}
 		}
 	}
-	lowWaterMark, current := s.state.LowWaterMark(), s.state.Version()
+	return outcome, s.state.LowWaterMark(), s.state.Version()
+}
+
+// certifyOverloaded answers a request over the in-flight limit.
+func (s *Service) certifyOverloaded(reply *pb.CertifyReply, txn *pb.TxnID) *pb.CertifyReply {
+	s.mu.Lock()
+	v, committed := s.state.CommittedVersion(txnOf(txn))
 	s.mu.Unlock()
-	s.stats.certifications.Add(1)
-	if outcome.Decision == certification.Commit {
-		reply.Decision = pb.Decision_DECISION_COMMIT
-		reply.CommitVersion = outcome.CommitVersion
-		return reply, outcome.CommitVersion
+	if committed {
+		reply.Decision, reply.CommitVersion = pb.Decision_DECISION_COMMIT, v
+		return reply
 	}
 	s.stats.aborts.Add(1)
-	reply.ConflictVersion = outcome.ConflictVersion
-	return abortReply(reply, reasonOf(outcome.Reason), describeAbort(req, outcome, lowWaterMark, current)), 0
+	return abortReply(reply, pb.AbortReason_ABORT_REASON_OVERLOADED,
+		fmt.Sprintf("certifier overloaded: more requests in flight than the limit of %d (in-flight requests max); retry", s.cfg.Limits.InFlightRequestsMax))
+}
+
+// checkEncodedBytes is checkLimits' size limit for an encoded writeset:
+// its size is its length, as proto.Size of the decoded one. It comes
+// before the keys are read, so an oversized writeset is not parsed.
+func (s *Service) checkEncodedBytes(req *pb.CertifyRequestEncoded) string {
+	if n, limit := len(req.Writeset), s.cfg.Limits.WritesetBytesMax; n > limit {
+		return fmt.Sprintf("writeset is %d bytes, over the limit of %d (writeset bytes max)", n, limit)
+	}
+	return ""
+}
+
+// describeEncodedAbort is describeAbort for an encoded request: a conflict
+// names the change, so only then is the writeset decoded.
+func describeEncodedAbort(req *pb.CertifyRequestEncoded, o certification.Outcome, lowWaterMark, current uint64) string {
+	decoded, err := decodedRequest(req)
+	if err != nil { // keysOfEncoded read it: cannot happen
+		return err.Error()
+	}
+	return describeAbort(decoded, o, lowWaterMark, current)
 }
 
 func (s *Service) checkLimits(req *pb.CertifyRequest) string {

@@ -49,7 +49,7 @@ func (st *streamState) release(n int64) {
 
 // Certify serves one replica's session. See package documentation.
 func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
-	first, err := stream.Recv()
+	first, err := recvEncoded(stream)
 	if err != nil {
 		return err
 	}
@@ -128,13 +128,23 @@ func (s *Service) checkOpen(open *pb.OpenSession) error {
 	return nil
 }
 
-func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, msg *pb.CertifyStreamRequest, queue chan<- queued) error {
+// recvEncoded reads the next message with its writesets left encoded
+// (CertifyStreamRequestEncoded is CertifyStreamRequest on the wire).
+func recvEncoded(stream pb.Certifier_CertifyServer) (*pb.CertifyStreamRequestEncoded, error) {
+	msg := &pb.CertifyStreamRequestEncoded{}
+	if err := stream.RecvMsg(msg); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, msg *pb.CertifyStreamRequestEncoded, queue chan<- queued) error {
 	for {
 		if err := s.enqueue(ctx, st, msg, queue); err != nil {
 			return err
 		}
 		var err error
-		msg, err = stream.Recv()
+		msg, err = recvEncoded(stream)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -147,14 +157,14 @@ func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifySe
 	}
 }
 
-func (s *Service) enqueue(ctx context.Context, st *streamState, msg *pb.CertifyStreamRequest, queue chan<- queued) error {
+func (s *Service) enqueue(ctx context.Context, st *streamState, msg *pb.CertifyStreamRequestEncoded, queue chan<- queued) error {
 	now := time.Now()
 	for _, req := range msg.Requests {
 		overloaded := !st.acquire()
 		var q queued
 		if s.group != nil {
 			var err error
-			if q, err = s.certifyInGroup(ctx, req, overloaded); err != nil {
+			if q, err = s.certifyEncodedInGroup(ctx, req, overloaded); err != nil {
 				return err
 			}
 		} else {
@@ -169,6 +179,18 @@ func (s *Service) enqueue(ctx context.Context, st *streamState, msg *pb.CertifyS
 		return put(ctx, queue, queued{received: now})
 	}
 	return nil
+}
+
+// certifyEncodedInGroup decodes the writeset for certifyInGroup, which
+// takes the decoded request.
+func (s *Service) certifyEncodedInGroup(ctx context.Context, req *pb.CertifyRequestEncoded, overloaded bool) (queued, error) {
+	decoded, err := decodedRequest(req)
+	if err != nil {
+		s.stats.aborts.Add(1)
+		reply := abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}, pb.AbortReason_ABORT_REASON_INVALID, err.Error())
+		return queued{reply: reply, epoch: s.leadership.epoch.Load()}, nil
+	}
+	return s.certifyInGroup(ctx, decoded, overloaded)
 }
 
 func put(ctx context.Context, queue chan<- queued, q queued) error {

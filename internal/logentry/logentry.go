@@ -46,6 +46,62 @@ func EncodePrefix(txn *pb.TxnID, ws *pb.Writeset) Prefix {
 	return b
 }
 
+// writesetField is LogEntry.writeset's field number.
+const writesetField protowire.Number = 3
+
+// EncodePrefixOfEncoded is EncodePrefix for a writeset still encoded (an
+// encoded Writeset, as CertifyRequestEncoded carries it): the bytes go into
+// the entry as they are, with no decoding and no re-encoding, in one
+// allocation sized for the whole entry. A LogEntry holding the decoded
+// writeset encodes to the same bytes.
+func EncodePrefixOfEncoded(txn *pb.TxnID, writeset []byte) Prefix {
+	txnBytes := txnSize(txn)
+	size := protowire.SizeTag(txnField) + protowire.SizeBytes(txnBytes)
+	if len(writeset) > 0 {
+		size += protowire.SizeTag(writesetField) + protowire.SizeBytes(len(writeset))
+	}
+	b := make([]byte, 0, size+VersionBytesMax)
+	if txn != nil {
+		b = protowire.AppendTag(b, txnField, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(txnBytes))
+		b = appendTxn(b, txn)
+	}
+	if len(writeset) > 0 {
+		b = protowire.AppendTag(b, writesetField, protowire.BytesType)
+		b = protowire.AppendBytes(b, writeset)
+	}
+	return b
+}
+
+// TxnID's fields: origin = 1, seq = 2.
+const (
+	txnOriginField protowire.Number = 1
+	txnSeqField    protowire.Number = 2
+)
+
+func txnSize(txn *pb.TxnID) int {
+	n := 0
+	if o := txn.GetOrigin(); o != "" {
+		n += protowire.SizeTag(txnOriginField) + protowire.SizeBytes(len(o))
+	}
+	if seq := txn.GetSeq(); seq != 0 {
+		n += protowire.SizeTag(txnSeqField) + protowire.SizeVarint(seq)
+	}
+	return n
+}
+
+func appendTxn(b []byte, txn *pb.TxnID) []byte {
+	if o := txn.GetOrigin(); o != "" {
+		b = protowire.AppendTag(b, txnOriginField, protowire.BytesType)
+		b = protowire.AppendString(b, o)
+	}
+	if seq := txn.GetSeq(); seq != 0 {
+		b = protowire.AppendTag(b, txnSeqField, protowire.VarintType)
+		b = protowire.AppendVarint(b, seq)
+	}
+	return b
+}
+
 // WithVersion completes the entry. The prefix must not be used afterwards.
 func (p Prefix) WithVersion(version uint64) Entry {
 	b := protowire.AppendTag(p, versionField, protowire.VarintType)
@@ -73,6 +129,82 @@ func Decode(b []byte) (*pb.LogEntry, error) {
 func VersionOf(b []byte) (uint64, error) {
 	h, err := parseHeader(b, false)
 	return h.Version, err
+}
+
+// RawHeader is Header with the origin still in the entry's bytes (it
+// aliases them): reading it allocates nothing, which matters to a client
+// that looks at every delivered entry.
+type RawHeader struct {
+	Version uint64
+	Origin  []byte
+	Seq     uint64
+}
+
+// RawHeaderOf reads an encoded entry's version and transaction id without
+// allocating.
+func RawHeaderOf(b []byte) (RawHeader, error) {
+	var h RawHeader
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return h, fmt.Errorf("log entry: bad tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case num == versionField && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return h, fmt.Errorf("log entry: bad version: %w", protowire.ParseError(m))
+			}
+			h.Version, b = v, b[m:]
+		case num == txnField && typ == protowire.BytesType:
+			txn, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return h, fmt.Errorf("log entry: bad transaction id: %w", protowire.ParseError(m))
+			}
+			var err error
+			if h.Origin, h.Seq, err = parseTxn(txn); err != nil {
+				return h, err
+			}
+			b = b[m:]
+		default:
+			m := protowire.ConsumeFieldValue(num, typ, b)
+			if m < 0 {
+				return h, fmt.Errorf("log entry: bad field %d: %w", num, protowire.ParseError(m))
+			}
+			b = b[m:]
+		}
+	}
+	if h.Version == 0 {
+		return h, fmt.Errorf("log entry without a version")
+	}
+	return h, nil
+}
+
+// parseTxn reads an encoded TxnID; as protobuf decoding does, the last
+// occurrence of a field wins.
+func parseTxn(b []byte) (origin []byte, seq uint64, err error) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, 0, fmt.Errorf("log entry: bad transaction id: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var m int
+		switch {
+		case num == txnOriginField && typ == protowire.BytesType:
+			origin, m = protowire.ConsumeBytes(b)
+		case num == txnSeqField && typ == protowire.VarintType:
+			seq, m = protowire.ConsumeVarint(b)
+		default:
+			m = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if m < 0 {
+			return nil, 0, fmt.Errorf("log entry: bad transaction id: %w", protowire.ParseError(m))
+		}
+		b = b[m:]
+	}
+	return origin, seq, nil
 }
 
 // Header is an entry's version and transaction id.

@@ -52,3 +52,47 @@ func TestHeaderOfReadsVersionAndTransactionID(t *testing.T) {
 		t.Fatalf("HeaderOf = %+v, %v", h, err)
 	}
 }
+
+func TestPrefixOfEncodedWritesetIsTheSameEntry(t *testing.T) {
+	ws := &pb.Writeset{Changes: []*pb.Change{
+		{Table: "public.t", Op: pb.Op_OP_UPSERT, Key: []byte(`[1]`), Row: []byte(`{"id":1}`)},
+		{Table: "public.t", Op: pb.Op_OP_DDL, Row: []byte("ALTER TABLE t ADD c int")},
+	}}
+	encoded, err := proto.Marshal(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, txn := range []*pb.TxnID{{Origin: "r1", Seq: 7}, {Origin: "r1"}, {Seq: 1 << 60}, {}, nil} {
+		want := EncodePrefix(txn, ws).WithVersion(42)
+		got := EncodePrefixOfEncoded(txn, encoded).WithVersion(42)
+		if string(got.Bytes) != string(want.Bytes) {
+			t.Fatalf("txn %v: encoded-writeset prefix gives %x, want %x", txn, got.Bytes, want.Bytes)
+		}
+		if cap(got.Bytes) > len(got.Bytes)+VersionBytesMax {
+			t.Errorf("txn %v: entry of %d bytes was given a buffer of %d", txn, len(got.Bytes), cap(got.Bytes))
+		}
+	}
+}
+
+func TestRawHeaderOfMatchesHeaderOf(t *testing.T) {
+	for _, txn := range []*pb.TxnID{{Origin: "replica2", Seq: 1 << 41}, {Origin: "r"}, {Seq: 3}, nil} {
+		e := Encode(&pb.LogEntry{Version: 99, Txn: txn,
+			Writeset: &pb.Writeset{Changes: []*pb.Change{{Table: "t", Op: pb.Op_OP_DELETE, Key: []byte("[1]")}}}})
+		want, err := HeaderOf(e.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := RawHeaderOf(e.Bytes)
+		if err != nil || got.Version != want.Version || string(got.Origin) != want.Origin || got.Seq != want.Seq {
+			t.Fatalf("RawHeaderOf = %+v, %v; HeaderOf = %+v", got, err, want)
+		}
+		if n := testing.AllocsPerRun(100, func() { RawHeaderOf(e.Bytes) }); n != 0 {
+			t.Errorf("RawHeaderOf allocates %.0f times", n)
+		}
+	}
+	for _, b := range [][]byte{{0xff}, {0x12, 0x03, 0x0a, 0x05, 0x61}, {0x08}} {
+		if _, err := RawHeaderOf(b); err == nil {
+			t.Errorf("RawHeaderOf(%x) succeeded", b)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package certifier
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+// randomWriteset draws changes of every operation, some of them invalid
+// (missing table or key, unknown operation), so that both readers must
+// agree on errors too.
+func randomWriteset(rng *rand.Rand) *pb.Writeset {
+	tables := []string{"", "public.t", `"Odd".x`, "t#idx"}
+	ws := &pb.Writeset{}
+	for range rng.IntN(6) {
+		c := &pb.Change{Table: tables[rng.IntN(len(tables))], Op: pb.Op(rng.IntN(7))}
+		if rng.IntN(4) > 0 {
+			c.Key = []byte(strings.Repeat("k", rng.IntN(3)) + string(rune('0'+rng.IntN(10))))
+		}
+		if rng.IntN(2) == 0 {
+			c.Row = []byte(`{"v":1}`)
+		}
+		ws.Changes = append(ws.Changes, c)
+	}
+	return ws
+}
+
+func TestKeysOfEncodedAgreesWithKeysOf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 5000 {
+		ws := randomWriteset(rng)
+		b, err := proto.Marshal(ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantErr := KeysOf(ws)
+		got, gotErr := keysOfEncoded(nil, b)
+		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
+			t.Fatalf("writeset %d %v: KeysOf error %v, keysOfEncoded error %v", i, ws, wantErr, gotErr)
+		}
+		if wantErr == nil && !slices.Equal(got, want) {
+			t.Fatalf("writeset %d %v: keysOfEncoded = %v, KeysOf = %v", i, ws, got, want)
+		}
+	}
+}
+
+// Protobuf decoding keeps the last occurrence of a scalar field, and so
+// must the key reader: the replicas apply what they decode.
+func TestKeysOfEncodedLastFieldWins(t *testing.T) {
+	var change []byte
+	change = protowire.AppendTag(change, changeTableField, protowire.BytesType)
+	change = protowire.AppendString(change, "public.first")
+	change = protowire.AppendTag(change, changeOpField, protowire.VarintType)
+	change = protowire.AppendVarint(change, uint64(pb.Op_OP_UPSERT))
+	change = protowire.AppendTag(change, changeKeyField, protowire.BytesType)
+	change = protowire.AppendString(change, "[1]")
+	change = protowire.AppendTag(change, changeTableField, protowire.BytesType)
+	change = protowire.AppendString(change, "public.second")
+	ws := protowire.AppendTag(nil, writesetChangesField, protowire.BytesType)
+	ws = protowire.AppendBytes(ws, change)
+	decoded := &pb.Writeset{}
+	if err := proto.Unmarshal(ws, decoded); err != nil {
+		t.Fatal(err)
+	}
+	want, err := KeysOf(decoded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := keysOfEncoded(nil, ws)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("keysOfEncoded = %v, %v; want %v (table %q)", got, err, want, decoded.Changes[0].Table)
+	}
+}
+
+func TestKeysOfEncodedRejectsMalformedBytes(t *testing.T) {
+	valid, _ := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{{Table: "t", Op: pb.Op_OP_UPSERT, Key: []byte("1")}}})
+	badUTF8 := slices.Clone(valid)
+	badUTF8[4] = 0xff // the table name's only byte
+	for name, b := range map[string][]byte{
+		"empty":          nil,
+		"truncated":      valid[:len(valid)-1],
+		"bad tag":        {0xff},
+		"changes varint": {0x08, 0x01},
+		"table not utf8": badUTF8,
+	} {
+		if keys, err := keysOfEncoded(nil, b); err == nil {
+			t.Errorf("%s (%x): keysOfEncoded accepted it: %v", name, b, keys)
+		}
+		if name != "empty" && name != "changes varint" {
+			if err := proto.Unmarshal(b, &pb.Writeset{}); err == nil {
+				t.Errorf("%s: protobuf accepts it, the key reader should too", name)
+			}
+		}
+	}
+}
+
+func BenchmarkKeysOfEncoded(b *testing.B) {
+	ws := &pb.Writeset{}
+	for k := range 4 {
+		ws.Changes = append(ws.Changes, &pb.Change{Table: "public.bench", Op: pb.Op_OP_UPSERT,
+			Key: []byte{'1', byte('0' + k)}, Row: make([]byte, 32)})
+	}
+	enc, _ := proto.Marshal(ws)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := keysOfEncoded(nil, enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
