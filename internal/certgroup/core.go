@@ -200,6 +200,9 @@ type Core struct {
 	// snapIndex is the Raft index of the last snapshot (0: none);
 	// bytesSinceSnap the entry data applied since.
 	snapIndex, bytesSinceSnap uint64
+	// snapshotDue: a member was added since the last snapshot (see
+	// snapshotForNewMember).
+	snapshotDue bool
 	// addrs are the members' addresses learned from configuration changes
 	// (their context) and snapshots.
 	addrs map[uint64]string
@@ -491,6 +494,7 @@ func (c *Core) apply(e *raftpb.Entry, out *Applied) {
 		mustUnmarshal(e.Data, cc)
 		c.confState = c.rn.ApplyConfChange(cc)
 		c.learnAddresses(cc)
+		c.snapshotForNewMember(cc)
 		out.MembersChanged = true
 	}
 }

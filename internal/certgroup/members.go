@@ -57,6 +57,20 @@ func (c *Core) learnAddresses(cc *raftpb.ConfChangeV2) {
 	}
 }
 
+// snapshotForNewMember makes the next Advance take a snapshot when a
+// member is added: a new member catches up by the leader's snapshot, and
+// Raft refuses to install one whose configuration does not list it (the
+// last snapshot may predate its addition), so the leader would send it the
+// same refused snapshot forever.
+func (c *Core) snapshotForNewMember(cc *raftpb.ConfChangeV2) {
+	for _, ch := range cc.GetChanges() {
+		switch ch.GetType() {
+		case raftpb.ConfChangeType_ConfChangeAddNode, raftpb.ConfChangeType_ConfChangeAddLearnerNode:
+			c.snapshotDue = true
+		}
+	}
+}
+
 // Config is the applied configuration: voters and learners.
 func (c *Core) Config() (voters, learners []uint64) {
 	return append([]uint64(nil), c.confState.GetVoters()...), append([]uint64(nil), c.confState.GetLearners()...)

@@ -227,6 +227,10 @@ type member struct {
 	confirm uint64
 	// leaderless counts ticks without a known leader.
 	leaderless int
+	// join: added to the group online (starts empty, never bootstraps);
+	// added once the leader's configuration had it; removed once the
+	// leader's configuration no longer has it (then stopped for good).
+	join, added, removed bool
 }
 
 type message struct {
@@ -262,6 +266,11 @@ type sim struct {
 	// lagging ones catch up by one.
 	snapEntries, catchUp      uint64
 	snapshotsTaken, installed int
+	// membership: this seed adds and removes members online; initial are
+	// the members the group was bootstrapped with.
+	membership       bool
+	initial          []uint64
+	joined, departed int
 
 	history map[uint64][]byte // version -> entry committed
 	txnAt   map[certification.TxnID]uint64
@@ -278,8 +287,10 @@ func newSim(seed int64, verbose bool) *sim {
 	s := &sim{rng: rng, verbose: verbose, cut: map[[2]uint64]bool{}, dropPct: rng.Intn(15),
 		history: map[uint64][]byte{}, txnAt: map[certification.TxnID]uint64{},
 		snapEntries: uint64(3 + rng.Intn(30)), catchUp: uint64(1 + rng.Intn(10))}
+	s.membership = rng.Intn(3) == 0
 	for i := 1; i <= n; i++ {
-		s.members = append(s.members, &member{id: uint64(i), disk: newSimDir()})
+		s.members = append(s.members, &member{id: uint64(i), disk: newSimDir(), added: true})
+		s.initial = append(s.initial, uint64(i))
 	}
 	for _, m := range s.members {
 		s.start(m)
@@ -299,14 +310,6 @@ func (s *sim) logf(format string, args ...any) {
 	}
 }
 
-func (s *sim) peers() []uint64 {
-	ids := make([]uint64, len(s.members))
-	for i, m := range s.members {
-		ids[i] = m.id
-	}
-	return ids
-}
-
 // window small enough that the simulation slides it: re-sent requests then
 // also exercise the clients' settling from the log.
 const simWindowVersions = 64
@@ -317,7 +320,7 @@ func (s *sim) start(m *member) {
 		panic(err)
 	}
 	core, err := certgroup.NewCore(certgroup.Config{
-		ID: m.id, Peers: s.peers(), ElectionTicks: 1 << 20, HeartbeatTicks: 2,
+		ID: m.id, Peers: s.initial, Join: m.join, ElectionTicks: 1 << 20, HeartbeatTicks: 2,
 		WindowVersions: simWindowVersions, Decode: certifier.DecodeEntryKeys, DisableCheckQuorum: true,
 		SnapshotEntries: s.snapEntries, CatchUpEntries: s.catchUp,
 	}, p)
@@ -411,7 +414,12 @@ func (s *sim) drive(m *member) error {
 				return err
 			}
 			if !s.settling && s.rng.Intn(40) == 0 {
-				// Crash between the snapshot and the compaction.
+				// Crash between the snapshot and the compaction, before
+				// the batch is reported to the service (as in Node): the
+				// versions it committed are committed all the same.
+				if err := s.recordCommitted(m, a.Committed); err != nil {
+					return err
+				}
 				s.crash(m)
 				return nil
 			}
@@ -438,7 +446,25 @@ func (s *sim) applied(m *member, a certgroup.Applied) error {
 		s.logf("member %d installed the leader's snapshot: version %d (was %d)", m.id, a.Installed, m.applied)
 		m.applied = a.Installed
 	}
-	for _, e := range a.Committed {
+	if err := s.recordCommitted(m, a.Committed); err != nil {
+		return err
+	}
+	if a.LostLeadership {
+		s.logf("member %d lost leadership; %d replies dropped", m.id, len(m.waits))
+		m.epoch++
+		m.waits = nil
+	}
+	if a.MembersChanged {
+		s.logf("member %d voters %v", m.id, m.core.Status().Voters)
+	}
+	m.confirm = max(m.confirm, a.Confirmed)
+	return s.answer(m)
+}
+
+// recordCommitted checks the versions a member applied against the
+// history of the whole run and records new ones.
+func (s *sim) recordCommitted(m *member, entries []logentry.Entry) error {
+	for _, e := range entries {
 		if e.Version != m.applied+1 {
 			return fmt.Errorf("member %d applied version %d after %d", m.id, e.Version, m.applied)
 		}
@@ -460,16 +486,7 @@ func (s *sim) applied(m *member, a certgroup.Applied) error {
 		s.history[e.Version], s.txnAt[id] = e.Bytes, e.Version
 		s.logf("version %d committed: %v (member %d)", e.Version, id, m.id)
 	}
-	if a.LostLeadership {
-		s.logf("member %d lost leadership; %d replies dropped", m.id, len(m.waits))
-		m.epoch++
-		m.waits = nil
-	}
-	if a.MembersChanged {
-		s.logf("member %d voters %v", m.id, m.core.Status().Voters)
-	}
-	m.confirm = max(m.confirm, a.Confirmed)
-	return s.answer(m)
+	return nil
 }
 
 // answer sends, in order, the replies whose condition holds, as the
@@ -681,11 +698,11 @@ func (s *sim) step() error {
 			}
 		}
 	case r < 63:
-		if l := s.live(); len(l) > len(s.members)/2 {
+		if l := s.live(); len(l) > len(s.active())/2 {
 			s.crash(l[s.rng.Intn(len(l))])
 		}
 	case r < 68:
-		for _, m := range s.members {
+		for _, m := range s.active() {
 			if m.core == nil {
 				s.logf("restart %d", m.id)
 				s.start(m)
@@ -708,8 +725,14 @@ func (s *sim) step() error {
 			_ = m.core.Campaign()
 			return s.drive(m)
 		}
+	case r < 79:
+		if s.membership {
+			if err := s.changeMembership(); err != nil {
+				return err
+			}
+		}
 	}
-	return nil
+	return s.reconcileMembers(false)
 }
 
 // target is the member a client sends to: usually the leader (clients
@@ -736,12 +759,15 @@ func (s *sim) settle() error {
 	s.logf("settle")
 	s.settling = true
 	s.cut, s.dropPct = map[[2]uint64]bool{}, 0
-	for _, m := range s.members {
+	for _, m := range s.active() {
 		if m.core == nil {
 			s.start(m)
 		}
 	}
 	for round := 0; round < 4000; round++ {
+		if err := s.reconcileMembers(round%10 == 0); err != nil {
+			return err
+		}
 		s.now++
 		if err := s.deliver(); err != nil {
 			return err
@@ -761,7 +787,7 @@ func (s *sim) settle() error {
 		}
 	}
 	var states []string
-	for _, m := range s.members {
+	for _, m := range s.active() {
 		states = append(states, fmt.Sprintf("%+v applied %d", m.core.Status(), m.applied))
 	}
 	return fmt.Errorf("did not settle: %d transactions pending, converged %v, leader %v\n%s", len(s.pending()), s.converged(), s.leader() != nil, strings.Join(states, "\n"))
@@ -769,10 +795,11 @@ func (s *sim) settle() error {
 
 // converged: every member has the same log, all of it applied.
 func (s *sim) converged() bool {
-	first := s.members[0].core.Status()
-	for _, m := range s.members {
+	active := s.active()
+	first := active[0].core.Status()
+	for _, m := range active {
 		st := m.core.Status()
-		if m.applied != s.members[0].applied || st.LastIndex != first.LastIndex || st.AppliedIndex != st.LastIndex {
+		if m.applied != active[0].applied || st.LastIndex != first.LastIndex || st.AppliedIndex != st.LastIndex {
 			return false
 		}
 	}
@@ -780,7 +807,7 @@ func (s *sim) converged() bool {
 }
 
 func (s *sim) check() error {
-	last := s.members[0].applied
+	last := s.active()[0].applied
 	if uint64(len(s.history)) < last {
 		return fmt.Errorf("history has %d versions, members applied %d", len(s.history), last)
 	}
@@ -805,7 +832,7 @@ func (s *sim) check() error {
 			}
 		}
 	}
-	s.logf("end: %d versions, %d acknowledged, %d aborted", last, acked, aborted)
+	s.logf("end: %d versions, %d acknowledged, %d aborted; members %v", last, acked, aborted, s.activeIDs())
 	return nil
 }
 
@@ -829,4 +856,99 @@ func TestSimulationExercisesSnapshots(t *testing.T) {
 	if taken == 0 || installed == 0 || restarted == 0 {
 		t.Fatalf("snapshots taken %d, installed %d, restarts from one %d: each must happen", taken, installed, restarted)
 	}
+}
+
+// --- membership ---
+
+// active are the members not removed from the group (running or crashed).
+func (s *sim) active() []*member {
+	var out []*member
+	for _, m := range s.members {
+		if !m.removed {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (s *sim) activeIDs() []uint64 {
+	var ids []uint64
+	for _, m := range s.active() {
+		ids = append(ids, m.id)
+	}
+	return ids
+}
+
+// changeMembership adds a member (started empty, as a learner; promoted by
+// reconcileMembers once caught up) or removes a voter, the leader itself
+// included, one change at a time, as `certifier members add|remove` does.
+func (s *sim) changeMembership() error {
+	l := s.leader()
+	if l == nil {
+		return nil
+	}
+	voters, learners := l.core.Config()
+	if len(learners) > 0 || len(s.active()) != len(voters) {
+		return nil // a change is under way
+	}
+	if len(voters) < 5 && len(s.members) < 9 && s.rng.Intn(2) == 0 {
+		m := &member{id: uint64(len(s.members) + 1), disk: newSimDir(), join: true}
+		s.members = append(s.members, m)
+		s.start(m)
+		s.logf("member %d started empty; the leader %d adds it as a learner", m.id, l.id)
+		_ = l.core.ProposeMemberChange(raftpb.ConfChangeType_ConfChangeAddLearnerNode, m.id, "")
+		return s.drive(l)
+	}
+	if len(voters) > 3 {
+		id := voters[s.rng.Intn(len(voters))]
+		s.logf("the leader %d removes member %d", l.id, id)
+		_ = l.core.ProposeMemberChange(raftpb.ConfChangeType_ConfChangeRemoveNode, id, "")
+		return s.drive(l)
+	}
+	return nil
+}
+
+// reconcileMembers follows the leader's applied configuration (once it has
+// applied its whole log): members in it are added, members that were added
+// and are no longer in it are removed and stopped for good, learners that
+// caught up are promoted. With retry, members started to join but not in
+// the configuration (their addition was dropped with a leadership) are
+// proposed again.
+func (s *sim) reconcileMembers(retry bool) error {
+	l := s.leader()
+	if l == nil || !l.core.Status().Certifying {
+		return nil
+	}
+	voters, learners := l.core.Config()
+	in := map[uint64]bool{}
+	for _, id := range append(append([]uint64(nil), voters...), learners...) {
+		in[id] = true
+	}
+	for _, m := range s.members {
+		switch {
+		case m.removed:
+		case in[m.id] && !m.added:
+			m.added = true
+			s.joined++
+			s.logf("member %d is in the configuration", m.id)
+		case !in[m.id] && m.added:
+			m.removed = true
+			s.departed++
+			m.core, m.waits = nil, nil
+			s.logf("member %d removed; stopped", m.id)
+		case !in[m.id] && retry:
+			_ = l.core.ProposeMemberChange(raftpb.ConfChangeType_ConfChangeAddLearnerNode, m.id, "")
+		}
+	}
+	for _, id := range learners {
+		if l.core.CaughtUp(id) {
+			s.logf("the leader %d promotes learner %d", l.id, id)
+			_ = l.core.ProposeMemberChange(raftpb.ConfChangeType_ConfChangeAddNode, id, "")
+			break
+		}
+	}
+	if l.core == nil {
+		return nil
+	}
+	return s.drive(l)
 }

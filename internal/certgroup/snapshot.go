@@ -133,9 +133,10 @@ func (c *Core) installSnapshot(snap *raftpb.Snapshot, out *Applied) {
 // memory behind it; the driver does the same on disk (Applied.Compaction).
 func (c *Core) maybeSnapshot(out *Applied) {
 	if c.applied <= c.snapIndex ||
-		c.applied-c.snapIndex < c.cfg.SnapshotEntries && c.bytesSinceSnap < c.cfg.SnapshotBytes {
+		c.applied-c.snapIndex < c.cfg.SnapshotEntries && c.bytesSinceSnap < c.cfg.SnapshotBytes && !c.snapshotDue {
 		return
 	}
+	c.snapshotDue = false
 	state := c.state
 	if len(c.spec) > 0 || state.Version() != c.appliedVersion {
 		state = c.appliedState()
