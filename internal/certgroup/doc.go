@@ -21,15 +21,37 @@
 //     rebuilds the state from the applied prefix: versions certified and not
 //     committed are failed versions, never acknowledged. Aborts wait for a
 //     ReadIndex that confirms the leadership after the decision.
-//   - raftlog.go: DiskLog, the member's Raft log on disk (entries and hard
-//     state as checksummed records, one write and one sync per batch; a torn
-//     tail is dropped on load).
+//   - raftlog.go, storage.go: DiskLog, the member's Raft state on disk: the
+//     last snapshot (raft.snap, replaced atomically) and the log after it in
+//     segment files (entries and hard state as checksummed records, one
+//     write and one sync per batch; a torn tail of the last segment is
+//     dropped on load). Compaction starts a segment and deletes the oldest
+//     ones a durable snapshot covers: crash-safe at every step, no rewrite.
+//   - snapshot.go: snapshots (Tashkent §7.3 "state transfer"): every
+//     SnapshotEntries applied entries (or SnapshotBytes) a member snapshots
+//     its applied state (certification.State.Marshal plus the applied
+//     version and the members' addresses), compacts its log but for
+//     CatchUpEntries, and restarts from snapshot plus log. A follower
+//     behind the leader's first entry, or a new member, installs the
+//     leader's snapshot (MsgSnap; the transport reports it sent or lost,
+//     Raft's ReportSnapshot); Applied.Installed tells the service, whose
+//     versioned log then restarts after it (certifier/group_snapshot.go).
+//   - members.go, admin.go: online membership: the CertifierGroup service
+//     (api/certifierpb/group.proto) adds a member as a learner, waits for
+//     it to catch up, promotes it; removes a member, the leader handing its
+//     leadership over first. Addresses travel in the ConfChange context and
+//     in snapshots; the transport and Status follow the applied
+//     configuration. Adding a member forces a snapshot: Raft refuses one
+//     whose configuration does not list the receiver.
 //   - node.go: Node, the driver: Ready loop, callbacks to the certifier
 //     service (committed versions, lost leadership, confirmed aborts).
 //   - transport.go: one gRPC stream per peer (Raft.Send in api/certifierpb).
 //   - fault.go: a partition fault point for real-process tests.
 //   - sim_test.go: the seeded simulation (network drops, delays, partitions;
-//     crashes; disks that lose unsynced writes; checkers; -seed=N replays).
+//     crashes; disks that lose unsynced writes; snapshots every few entries,
+//     restarts from them, catch-up by the leader's snapshot, crashes between
+//     snapshot and compaction; members added and removed online; checkers;
+//     -seed=N replays).
 //
 // The certifier service (internal/certifier/group.go) owns what the group
 // means to proxies: only the leader serves Certify, replies wait for
@@ -38,8 +60,15 @@
 //
 // # Not done
 //
-// Membership changes (Core.ProposeConfChange exists; nothing calls it),
-// snapshots and log compaction (the Raft log grows; a restart replays it).
+//   - A snapshot is taken in the Raft loop (a pass over the conflict window,
+//     tens of milliseconds with the default window) and sent as one gRPC
+//     message (limit about 65 MiB): a larger state would need chunking.
+//   - A member restarted empty under an id the group knows panics in Raft
+//     ("tocommit out of range"): it must be removed and added under a new id
+//     (docs/OPERATIONS.md); nothing detects the mistake earlier.
+//   - tashkent up/down know only the members they started; the fault
+//     harness knows only member 1.
+//
 // (TLS between members: NodeConfig.DialOptions carries the member's
 // certifier TLS, package grpctls; the server side is certifier.Listen's.)
 //
