@@ -66,6 +66,9 @@
 //   - A member restarted empty under an id the group knows panics in Raft
 //     ("tocommit out of range"): it must be removed and added under a new id
 //     (docs/OPERATIONS.md); nothing detects the mistake earlier.
+//   - A proxy behind the start of the leader's versioned log is told to
+//     rebuild its replica even if another member holds the versions: the
+//     Certify stream delivers from the leader only (Fetch falls back).
 //   - tashkent up/down know only the members they started; the fault
 //     harness knows only member 1.
 //
