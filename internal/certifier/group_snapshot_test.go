@@ -18,8 +18,8 @@ var tinySnapshots = []string{"--snapshot-entries", "500", "--snapshot-catch-up-e
 // raftDirBoundBytes bounds a member's Raft directory with tinySnapshots:
 // the snapshot (the conflict window of a few thousand versions of two keys
 // each, well under 1 MiB) and at most a few segments of at most
-// 600 entries of about 150 bytes. The versioned log, which is not
-// compacted by snapshots, grows far past it in the same time.
+// 600 entries of about 150 bytes. (The versioned log, which snapshots do
+// not compact, is reported beside it.)
 const raftDirBoundBytes = 4 << 20
 
 // TestGroupSnapshotsUnderLoad (issue 4, Tashkent §7.3 "state transfer"): a
