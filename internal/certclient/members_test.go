@@ -17,13 +17,17 @@ import (
 
 // compactedMember refuses every Fetch as a group member that caught up by
 // snapshot does; fullMember answers with one message.
-type compactedMember struct{ pb.UnimplementedCertifierServer }
+type compactedMember struct {
+	pb.UnimplementedCertifierServer
+}
 
 func (compactedMember) Fetch(*pb.FetchRequest, pb.Certifier_FetchServer) error {
 	return status.Error(codes.FailedPrecondition, "versions up to 100 are compacted on this member; fetch from another member")
 }
 
-type fullMember struct{ pb.UnimplementedCertifierServer }
+type fullMember struct {
+	pb.UnimplementedCertifierServer
+}
 
 func (fullMember) Fetch(_ *pb.FetchRequest, s pb.Certifier_FetchServer) error {
 	return s.Send(&pb.FetchReply{Entries: [][]byte{[]byte("entry")}})
