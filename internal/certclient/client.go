@@ -46,9 +46,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/grpcbuf"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 )
 
@@ -126,9 +128,11 @@ func New(opts Options) (*Client, error) {
 	}
 	dial := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MessageBytesMax), grpc.MaxCallSendMsgSize(opts.MessageBytesMax)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(opts.MessageBytesMax), grpc.MaxCallSendMsgSize(opts.MessageBytesMax),
+			grpc.ForceCodecV2(grpcbuf.Codec{})),
 		// Entries flow to every replica: see the server's window sizes.
 		grpc.WithInitialWindowSize(8 << 20), grpc.WithInitialConnWindowSize(32 << 20),
+		experimental.WithBufferPool(grpcbuf.Shared), // buffers not zeroed: see grpcbuf
 	}, opts.DialOptions...)
 	peers, err := newMembers(opts.Target, dial)
 	if err != nil {

@@ -11,9 +11,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certclient"
+	"github.com/tashkent-db/tashkent/internal/grpcbuf"
 )
 
 // grpcMessageBytesMax lets a writeset at WritesetBytesMax through with room
@@ -62,7 +64,8 @@ func Listen(cfg Config, listenAddr, metricsAddr string, extra ...grpc.ServerOpti
 	}
 	size := grpcMessageBytesMax(cfg.Limits)
 	g := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(size), grpc.MaxSendMsgSize(size),
-		grpc.InitialWindowSize(streamWindowBytes), grpc.InitialConnWindowSize(connWindowBytes)}, extra...)...)
+		grpc.InitialWindowSize(streamWindowBytes), grpc.InitialConnWindowSize(connWindowBytes),
+		experimental.BufferPool(grpcbuf.Shared), grpc.ForceServerCodecV2(grpcbuf.Codec{})}, extra...)...) // buffers not zeroed: see grpcbuf
 	pb.RegisterCertifierServer(g, svc)
 	if cfg.Group != nil {
 		pb.RegisterRaftServer(g, cfg.Group.RaftServer())
