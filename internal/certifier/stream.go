@@ -129,13 +129,15 @@ func (s *Service) checkOpen(open *pb.OpenSession) error {
 }
 
 // recvEncoded reads the next message with its writesets left encoded
-// (CertifyStreamRequestEncoded is CertifyStreamRequest on the wire).
+// (CertifyStreamRequestEncoded is CertifyStreamRequest on the wire),
+// through the fast decoder (requestdecode.go) when the server's codec is
+// grpcbuf.Codec.
 func recvEncoded(stream pb.Certifier_CertifyServer) (*pb.CertifyStreamRequestEncoded, error) {
-	msg := &pb.CertifyStreamRequestEncoded{}
-	if err := stream.RecvMsg(msg); err != nil {
+	r := &streamRequest{&pb.CertifyStreamRequestEncoded{}}
+	if err := stream.RecvMsg(r); err != nil {
 		return nil, err
 	}
-	return msg, nil
+	return r.CertifyStreamRequestEncoded, nil
 }
 
 func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, msg *pb.CertifyStreamRequestEncoded, queue chan<- queued) error {

@@ -110,13 +110,26 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.NewBuffer(buf, Shared)}, nil
 }
 
-// Unmarshal decodes a protobuf message; it keeps no reference to data.
+// Unmarshal decodes a protobuf message, or a RawUnmarshaler; it keeps no
+// reference to data.
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(proto.Message)
-	if !ok {
+	raw, isRaw := v.(RawUnmarshaler)
+	m, isMessage := v.(proto.Message)
+	if !isRaw && !isMessage {
 		return fmt.Errorf("grpcbuf: cannot unmarshal into %T, want a proto.Message", v)
 	}
 	buf := data.MaterializeToBuffer(Shared)
 	defer buf.Free()
+	if isRaw {
+		return raw.UnmarshalRaw(buf.ReadOnlyData())
+	}
 	return proto.Unmarshal(buf.ReadOnlyData(), m)
+}
+
+// RawUnmarshaler is a message that decodes itself from the encoded bytes:
+// Codec.Unmarshal hands them over instead of calling proto.Unmarshal, for a
+// hot message with a faster decoder of its own. The bytes are only valid
+// during the call.
+type RawUnmarshaler interface {
+	UnmarshalRaw(b []byte) error
 }
