@@ -292,10 +292,23 @@ func describeAbort(req *pb.CertifyRequest, o certification.Outcome, lowWaterMark
 	}
 }
 
+// syncsInFlightMax is how many group commits may be in flight at once
+// (wal.Pending): the next batch is written, and its fsync started, while
+// the previous fsync runs, so at moderate load a request waits for about
+// one fsync instead of up to two. At saturation the writer waits for a
+// slot, and batches grow as before.
+const syncsInFlightMax = 2
+
 // writeLoop is the single writer: it takes everything certified since the
-// last fsync and makes it durable with one write and one fsync.
+// last write and makes it durable with one write and one fsync, up to
+// syncsInFlightMax of them overlapping (wal/pipeline.go). The durable
+// version advances only once a batch and every batch before it are on
+// stable storage: no reply is sent earlier.
 func (s *Service) writeLoop() {
 	defer s.done.Done()
+	var syncs sync.WaitGroup
+	defer syncs.Wait() // Close closes the log only after the last fsync
+	slots := make(chan struct{}, syncsInFlightMax)
 	var batch []logentry.Entry
 	var records []wal.Entry
 	for {
@@ -304,24 +317,37 @@ func (s *Service) writeLoop() {
 		case <-s.stop:
 			return
 		}
+		select {
+		case slots <- struct{}{}: // meanwhile more requests join the batch
+		case <-s.stop:
+			return
+		}
 		s.mu.Lock()
 		batch, s.pending = s.pending, batch[:0]
 		s.mu.Unlock()
 		if len(batch) == 0 {
+			<-slots
 			continue
 		}
 		records = records[:0]
 		for _, e := range batch {
 			records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
 		}
+		first, last, n := batch[0].Version, batch[len(batch)-1].Version, len(batch)
 		started := time.Now()
-		if err := s.log.Append(records); err != nil {
-			s.fail(fmt.Errorf("log append of versions %d..%d: %w", batch[0].Version, batch[len(batch)-1].Version, err))
+		p, err := s.log.Write(records)
+		if err != nil {
+			<-slots
+			s.fail(fmt.Errorf("log write of versions %d..%d: %w", first, last, err))
 			return
 		}
-		s.stats.recordFsync(len(batch), time.Since(started))
-		s.metrics.observeFsync(len(batch))
-		s.durable.advance(batch[len(batch)-1].Version)
+		syncs.Add(1)
+		go func() {
+			defer syncs.Done()
+			defer func() { <-slots }()
+			s.awaitDurable(p, first, last, n, started)
+		}()
+		clear(batch)
 		// More may have arrived while this batch was written.
 		s.mu.Lock()
 		more := len(s.pending) > 0
@@ -332,8 +358,19 @@ func (s *Service) writeLoop() {
 			default:
 			}
 		}
-		clear(batch)
 	}
+}
+
+// awaitDurable waits for one group commit and advances the durable
+// version past it.
+func (s *Service) awaitDurable(p *wal.Pending, first, last uint64, n int, started time.Time) {
+	if err := p.Wait(); err != nil {
+		s.fail(fmt.Errorf("log append of versions %d..%d: %w", first, last, err))
+		return
+	}
+	s.stats.recordFsync(n, time.Since(started))
+	s.metrics.observeFsync(n)
+	s.durable.advance(last)
 }
 
 // fail stops the service after a log failure: no reply may be sent for an

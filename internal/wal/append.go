@@ -30,26 +30,17 @@ func (l *Log) Append(entries []Entry) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
-	l.mustBeConsecutive(entries)
+	l.mustContinue(entries, l.writtenVersionLocked())
 	if err := checkPayloadSizes(entries); err != nil {
 		return err
 	}
-	for rest := entries; len(rest) > 0; {
-		written, err := l.appendToOneSegment(rest)
-		if err != nil {
-			l.failed = fmt.Errorf("wal: log unusable after a failed append: %w", err)
-			return l.failed
-		}
-		rest = rest[written:]
-	}
-	l.appends.Add(1)
-	l.entries.Add(uint64(len(entries)))
-	return nil
+	return l.appendNowLocked(entries) // after any pipelined batch (pipeline.go)
 }
 
-// mustBeConsecutive panics unless entries continue the log without gap or repetition.
-func (l *Log) mustBeConsecutive(entries []Entry) {
-	want := l.lastVersionLocked() + 1
+// mustContinue panics unless entries continue the log (whose last version
+// written is last) without gap or repetition.
+func (l *Log) mustContinue(entries []Entry, last uint64) {
+	want := last + 1
 	for i, e := range entries {
 		if e.Version != want {
 			panic(fmt.Sprintf("wal: Append entry %d of %d has version %d, want %d (versions must be consecutive from LastVersion()+1)",

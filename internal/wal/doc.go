@@ -71,4 +71,11 @@
 // its version could follow the good prefix. This classification is deliberately conservative: if a
 // crash persisted the later pages of an unacknowledged write but not the earlier ones, Open reports
 // corruption rather than guessing, and an operator decides.
+//
+// Pipelined group commit (pipeline.go: Write, then Pending.Wait) lets the next batch be written while
+// the previous batch's fdatasync runs; nothing is published or acknowledged before its own fsync and
+// every earlier one returned. It widens that conservative case: after a power loss (not a process
+// crash: the page cache survives kill -9) with two unacknowledged batches in flight, the later one may
+// have reached the disk without the earlier one, and Open reports corruption at the gap although both
+// were unacknowledged. The certifier keeps at most two batches in flight (certifier.syncsInFlightMax).
 package wal

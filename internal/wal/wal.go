@@ -100,6 +100,13 @@ type Log struct {
 	buf      []byte   // encoding buffer, reused across appends
 	failed   error    // set when an append failed; the log refuses further writes
 	closed   atomic.Bool
+	// Pipelined appends (pipeline.go): batches written and not yet
+	// published, oldest first; published is signalled, with appendMu,
+	// whenever one is (or the log fails).
+	unpublished  []*Pending
+	writeSeq     uint64
+	publishedSeq uint64
+	published    sync.Cond
 
 	// allocMu guards zeroed.file and the zeroing of the active segment
 	// ahead of the writer (prealloc.go).
@@ -186,6 +193,7 @@ func openLocked(opts Options, dirLock *os.File) (*Log, error) {
 		buf:             make([]byte, 0, appendBufferBytesInitial),
 		segments:        segments,
 	}
+	l.published.L = &l.appendMu
 	for _, s := range segments {
 		l.sizeBytes += s.sizeBytes
 	}
