@@ -85,7 +85,8 @@ func (a *AdminServer) rpcError(err error) error {
 func (n *Node) AddMember(ctx context.Context, id uint64, addr string) error {
 	voters, learners := n.config()
 	if slices.Contains(voters, id) {
-		return nil
+		return status.Errorf(codes.AlreadyExists, "member %d is already a voter of the group (at %s); a member whose data directory was "+
+			"wiped must be removed and added under a new id", id, n.AddrOf(id))
 	}
 	if !slices.Contains(learners, id) {
 		if err := n.changeMember(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, id, addr); err != nil {

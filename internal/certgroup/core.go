@@ -289,8 +289,41 @@ func (c *Core) Tick() { c.rn.Tick() }
 // Campaign makes this member start an election now.
 func (c *Core) Campaign() error { return c.rn.Campaign() }
 
-// Step hands a message from a peer to Raft.
-func (c *Core) Step(m *raftpb.Message) error { return c.rn.Step(m) }
+// ErrLostLog: the leader knows this member acknowledged Raft entries that
+// its log no longer holds (its data directory was wiped or replaced, and it
+// came back under its old id). Raft would panic; the member must stop and
+// come back under a new id.
+var ErrLostLog = errors.New("certifier group: the leader counts Raft entries this member acknowledged but no longer holds " +
+	"(its data directory was wiped or replaced): stop it, remove it (`tashkent certifier members remove`) and add it back " +
+	"under a new id with an empty directory (docs/OPERATIONS.md)")
+
+// lastIndexHeld is the last index this member holds, entries of the batch
+// being written (between Ready and Advance) included: the follower may
+// already have acknowledged them.
+func (c *Core) lastIndexHeld() uint64 {
+	last, _ := c.mem.LastIndex()
+	if rd := c.pending; rd != nil {
+		if n := len(rd.Entries); n > 0 {
+			last = max(last, rd.Entries[n-1].GetIndex())
+		}
+		if hasSnapshot(rd) {
+			last = max(last, rd.Snapshot.GetMetadata().GetIndex())
+		}
+	}
+	return last
+}
+
+// Step hands a message from a peer to Raft. A heartbeat that commits
+// beyond this member's log (ErrLostLog) is refused: the leader only commits
+// on a follower what the follower acknowledged, so the log was lost.
+func (c *Core) Step(m *raftpb.Message) error {
+	if m.GetType() == raftpb.MessageType_MsgHeartbeat && m.GetTerm() >= c.rn.BasicStatus().GetTerm() {
+		if last := c.lastIndexHeld(); m.GetCommit() > last {
+			return fmt.Errorf("%w (the leader, member %d, commits index %d on it; its log ends at %d)", ErrLostLog, m.GetFrom(), m.GetCommit(), last)
+		}
+	}
+	return c.rn.Step(m)
+}
 
 // ReportUnreachable tells Raft a message to peer could not be sent.
 func (c *Core) ReportUnreachable(peer uint64) { c.rn.ReportUnreachable(peer) }

@@ -63,9 +63,10 @@
 //   - A snapshot is taken in the Raft loop (a pass over the conflict window,
 //     tens of milliseconds with the default window) and sent as one gRPC
 //     message (limit about 65 MiB): a larger state would need chunking.
-//   - A member restarted empty under an id the group knows panics in Raft
-//     ("tocommit out of range"): it must be removed and added under a new id
-//     (docs/OPERATIONS.md); nothing detects the mistake earlier.
+//   - A member restarted empty under an id the group knows is only caught
+//     at the leader's first heartbeat that commits beyond its log
+//     (ErrLostLog: it stops); until then it may have voted again. It must
+//     be removed and added under a new id (docs/OPERATIONS.md).
 //   - A proxy behind the start of the leader's versioned log is told to
 //     rebuild its replica even if another member holds the versions: the
 //     Certify stream delivers from the leader only (Fetch falls back).

@@ -124,6 +124,11 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 		core: core, changed: make(chan struct{}), members: cfg.Members,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
+	if voters, _ := core.Config(); len(voters) > 0 {
+		// Restarted from a snapshot: its configuration and addresses (members
+		// added or removed online) win over --peers.
+		n.syncMembers()
+	}
 	n.transport = newTransport(n, cfg.DialOptions)
 	if cfg.UnsafeFaultPartitionFile != "" {
 		n.partition = &partitionFile{path: cfg.UnsafeFaultPartitionFile}
@@ -373,9 +378,24 @@ func (n *Node) FsyncStats() (syncs, entries uint64) {
 // step hands a peer's message to Raft (from the transport).
 func (n *Node) step(m *raftpb.Message) {
 	n.mu.Lock()
-	_ = n.core.Step(m) // messages from unknown members or old terms are dropped
+	err := n.core.Step(m) // messages from unknown members or old terms are dropped
 	n.mu.Unlock()
+	if errors.Is(err, ErrLostLog) {
+		n.lostLog(err)
+		return
+	}
 	n.signal()
+}
+
+// lostLog stops the member: its log is behind what it acknowledged.
+func (n *Node) lostLog(err error) {
+	n.stopOnce.Do(func() {
+		n.log.Error("certifier group: this member stops", "err", err)
+		close(n.stop)
+		if n.cb.Failed != nil {
+			go n.cb.Failed(err)
+		}
+	})
 }
 
 // snapshotSent reports whether a snapshot message reached the gRPC stream

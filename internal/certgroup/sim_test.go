@@ -33,6 +33,7 @@ package certgroup_test
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand"
@@ -93,6 +94,7 @@ func TestSimulation(t *testing.T) {
 // simStats count what a run exercised.
 type simStats struct {
 	SnapshotsTaken, Installed, RestartsFromSnapshot, Joined, Departed int
+	LostLog                                                           int // members stopped on ErrLostLog
 }
 
 func (a *simStats) add(b simStats) {
@@ -632,7 +634,14 @@ func (s *sim) deliver() error {
 				from.core.ReportSnapshot(to.id, false)
 			}
 		}
-		_ = to.core.Step(msg.m)
+		if err := to.core.Step(msg.m); errors.Is(err, certgroup.ErrLostLog) {
+			// The member stops, as Node does. No member of a normal run
+			// loses synced writes, so check() fails the run on it.
+			s.logf("member %d stops: %v", to.id, err)
+			s.stats.LostLog++
+			to.core, to.waits = nil, nil
+			continue
+		}
 		if err := s.drive(to); err != nil {
 			return err
 		}
@@ -831,6 +840,9 @@ func (s *sim) converged() bool {
 }
 
 func (s *sim) check() error {
+	if s.stats.LostLog > 0 {
+		return fmt.Errorf("%d times a member refused a heartbeat as beyond its log (ErrLostLog), but no member lost synced writes", s.stats.LostLog)
+	}
 	last := s.active()[0].applied
 	if uint64(len(s.history)) < last {
 		return fmt.Errorf("history has %d versions, members applied %d", len(s.history), last)

@@ -199,10 +199,19 @@ func (d *DiskLog) Compact(index uint64, hs *raftpb.HardState) error {
 }
 
 // InstallSnapshot makes a snapshot received from the leader the member's
-// and drops the whole log before it: Raft discarded it.
+// and drops the whole log before it: Raft discarded it. hs is the batch's
+// hard state; the new segment starts with it committing no further than
+// the snapshot, since the batch's entries are not written yet (Save writes
+// them, then hs itself): a crash in between must not leave a commit index
+// beyond the log, which Raft refuses at every start.
 func (d *DiskLog) InstallSnapshot(snap *raftpb.Snapshot, hs *raftpb.HardState) error {
 	if err := d.SaveSnapshot(snap); err != nil {
 		return err
+	}
+	idx := snap.GetMetadata().GetIndex()
+	if hs != nil && hs.GetCommit() > idx {
+		hs = proto.Clone(hs).(*raftpb.HardState)
+		hs.Commit = proto.Uint64(idx)
 	}
 	return d.Compact(^uint64(0), hs)
 }
