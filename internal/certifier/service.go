@@ -144,85 +144,124 @@ func decodeEntry(e wal.Entry) (*pb.LogEntry, error) {
 	return entry, nil
 }
 
-// certify decides one request. On commit the entry is queued for the writer
-// and the reply must wait until durable reaches waitFor. overloaded says the
-// in-flight limit is exceeded: the request is aborted, unless it is a retry
-// of a transaction that committed, which gets its version back.
-//
-// The writeset stays encoded (CertifyRequestEncoded): its keys are read
-// from the bytes and the bytes go into the log entry as they came, the only
-// copy made.
-func (s *Service) certify(req *pb.CertifyRequestEncoded, overloaded bool) (reply *pb.CertifyReply, waitFor uint64) {
-	reply = &pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}
+// A stream's message is certified in three steps, so that the critical
+// section is entered once per message rather than once per request (the
+// streams' receivers contend for it; at saturation the lock hand-offs cost
+// more than the state machine): prepare reads the keys and encodes the log
+// entry, outside the lock; decideAll runs the state machine for the whole
+// message under one lock; answer builds each reply. The writeset stays
+// encoded (CertifyRequestEncoded): its keys are read from the bytes and the
+// bytes go into the log entry as they came, the only copy made.
+
+// certifying is one request on its way through the three steps.
+type certifying struct {
+	req        *pb.CertifyRequestEncoded
+	overloaded bool
+	reply      *pb.CertifyReply // set early for a request refused before the state machine
+	request    certification.Request
+	prefix     logentry.Prefix
+	// Set by decideAll.
+	outcome              certification.Outcome
+	lowWaterMark, latest uint64
+	committedBefore      uint64 // overloaded: the version the transaction committed at, 0 if none
+}
+
+// prepare checks a request's limits, reads its keys and encodes its log
+// entry; a request refused here gets its reply at once.
+func (s *Service) prepare(req *pb.CertifyRequestEncoded, overloaded bool) certifying {
+	c := certifying{req: req, overloaded: overloaded}
 	if overloaded {
-		return s.certifyOverloaded(reply, req.Txn), 0
+		return c
+	}
+	refuse := func(reason pb.AbortReason, detail string) certifying {
+		s.stats.aborts.Add(1)
+		c.reply = abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}, reason, detail)
+		return c
 	}
 	if detail := s.checkEncodedBytes(req); detail != "" {
-		s.stats.aborts.Add(1)
-		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT, detail), 0
+		return refuse(pb.AbortReason_ABORT_REASON_LIMIT, detail)
 	}
 	// The state keeps the keys (its window): a slice of their own.
 	keys, err := keysOfEncoded(make([]certification.Key, 0, keysCapacityGuess), req.Writeset)
 	if n := len(keys); n > s.cfg.Limits.WritesetKeysMax {
-		s.stats.aborts.Add(1)
-		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT,
-			fmt.Sprintf("writeset has %d rows, over the limit of %d (writeset keys max)", n, s.cfg.Limits.WritesetKeysMax)), 0
+		return refuse(pb.AbortReason_ABORT_REASON_LIMIT,
+			fmt.Sprintf("writeset has %d rows, over the limit of %d (writeset keys max)", n, s.cfg.Limits.WritesetKeysMax))
 	}
 	if err != nil || req.Txn == nil || req.Txn.Origin == "" {
 		if err == nil {
 			err = errors.New("missing transaction id")
 		}
-		s.stats.aborts.Add(1)
-		return abortReply(reply, pb.AbortReason_ABORT_REASON_INVALID, err.Error()), 0
+		return refuse(pb.AbortReason_ABORT_REASON_INVALID, err.Error())
 	}
-	prefix := logentry.EncodePrefixOfEncoded(req.Txn, req.Writeset) // before the lock
-	if len(prefix)+logentry.VersionBytesMax > wal.EntryBytesMax {
-		s.stats.aborts.Add(1)
-		return abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT,
-			fmt.Sprintf("the log entry would be %d bytes, over the log's limit of %d", len(prefix), wal.EntryBytesMax)), 0
+	c.prefix = logentry.EncodePrefixOfEncoded(req.Txn, req.Writeset)
+	if len(c.prefix)+logentry.VersionBytesMax > wal.EntryBytesMax {
+		return refuse(pb.AbortReason_ABORT_REASON_LIMIT,
+			fmt.Sprintf("the log entry would be %d bytes, over the log's limit of %d", len(c.prefix), wal.EntryBytesMax))
 	}
-	outcome, lowWaterMark, current := s.decide(certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}, prefix)
+	c.request = certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}
+	return c
+}
+
+// decideAll runs the state machine for every prepared request, in order,
+// under one lock, and queues the new commits for the writer.
+func (s *Service) decideAll(batch []certifying) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wasEmpty := len(s.pending) == 0
+	for i := range batch {
+		c := &batch[i]
+		switch {
+		case c.reply != nil:
+		case c.overloaded:
+			c.committedBefore, _ = s.state.CommittedVersion(txnOf(c.req.Txn))
+		default:
+			c.outcome = s.state.Certify(c.request)
+			if c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
+				entry := c.prefix.WithVersion(c.outcome.CommitVersion)
+				s.recent.add(entry)
+				s.pending = append(s.pending, entry)
+			}
+			c.lowWaterMark, c.latest = s.state.LowWaterMark(), s.state.Version()
+		}
+	}
+	if wasEmpty && len(s.pending) > 0 {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// answer builds a request's reply; on commit it must wait until durable
+// reaches waitFor.
+func (s *Service) answer(c *certifying) (reply *pb.CertifyReply, waitFor uint64) {
+	if c.reply != nil {
+		return c.reply, 0
+	}
+	reply = &pb.CertifyReply{RequestId: c.req.RequestId, Txn: c.req.Txn}
+	if c.overloaded {
+		return s.overloadedReply(reply, c.committedBefore), c.committedBefore
+	}
 	s.stats.certifications.Add(1)
-	if outcome.Decision == certification.Commit {
+	if c.outcome.Decision == certification.Commit {
 		reply.Decision = pb.Decision_DECISION_COMMIT
-		reply.CommitVersion = outcome.CommitVersion
-		return reply, outcome.CommitVersion
+		reply.CommitVersion = c.outcome.CommitVersion
+		return reply, c.outcome.CommitVersion
 	}
 	s.stats.aborts.Add(1)
-	reply.ConflictVersion = outcome.ConflictVersion
-	return abortReply(reply, reasonOf(outcome.Reason), describeEncodedAbort(req, outcome, lowWaterMark, current)), 0
+	reply.ConflictVersion = c.outcome.ConflictVersion
+	return abortReply(reply, reasonOf(c.outcome.Reason), describeEncodedAbort(c.req, c.outcome, c.lowWaterMark, c.latest)), 0
 }
 
 // keysCapacityGuess sizes a request's key slice: most writesets are small.
 const keysCapacityGuess = 8
 
-// decide runs the state machine in the critical section and, on a new
-// commit, queues the entry for the writer.
-func (s *Service) decide(req certification.Request, prefix logentry.Prefix) (outcome certification.Outcome, lowWaterMark, current uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	outcome = s.state.Certify(req)
-	if outcome.Decision == certification.Commit && !outcome.Duplicate {
-		entry := prefix.WithVersion(outcome.CommitVersion)
-		s.recent.add(entry)
-		s.pending = append(s.pending, entry)
-		if len(s.pending) == 1 {
-			select {
-			case s.wake <- struct{}{}:
-			default:
-			}
-		}
-	}
-	return outcome, s.state.LowWaterMark(), s.state.Version()
-}
-
-// certifyOverloaded answers a request over the in-flight limit.
-func (s *Service) certifyOverloaded(reply *pb.CertifyReply, txn *pb.TxnID) *pb.CertifyReply {
-	s.mu.Lock()
-	v, committed := s.state.CommittedVersion(txnOf(txn))
-	s.mu.Unlock()
-	if committed {
-		reply.Decision, reply.CommitVersion = pb.Decision_DECISION_COMMIT, v
+// overloadedReply answers a request over the in-flight limit: aborted,
+// unless its transaction already committed (at committed, non-zero), which
+// gets its version back.
+func (s *Service) overloadedReply(reply *pb.CertifyReply, committed uint64) *pb.CertifyReply {
+	if committed != 0 {
+		reply.Decision, reply.CommitVersion = pb.Decision_DECISION_COMMIT, committed
 		return reply
 	}
 	s.stats.aborts.Add(1)

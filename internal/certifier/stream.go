@@ -161,24 +161,40 @@ func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifySe
 
 func (s *Service) enqueue(ctx context.Context, st *streamState, msg *pb.CertifyStreamRequestEncoded, queue chan<- queued) error {
 	now := time.Now()
-	for _, req := range msg.Requests {
-		overloaded := !st.acquire()
-		var q queued
-		if s.group != nil {
-			var err error
-			if q, err = s.certifyEncodedInGroup(ctx, req, overloaded); err != nil {
+	if s.group != nil {
+		for _, req := range msg.Requests {
+			q, err := s.certifyEncodedInGroup(ctx, req, !st.acquire())
+			if err != nil {
 				return err
 			}
-		} else {
-			q.reply, q.waitFor = s.certify(req, overloaded)
+			q.received = now
+			if err := put(ctx, queue, q); err != nil {
+				return err
+			}
 		}
-		q.received = now
-		if err := put(ctx, queue, q); err != nil {
-			return err
-		}
+	} else if err := s.certifyMessage(ctx, st, msg.Requests, now, queue); err != nil {
+		return err
 	}
 	if msg.CatchUp {
 		return put(ctx, queue, queued{received: now})
+	}
+	return nil
+}
+
+// certifyMessage certifies a message's requests with one entry into the
+// critical section (service.go: prepare, decideAll, answer).
+func (s *Service) certifyMessage(ctx context.Context, st *streamState, reqs []*pb.CertifyRequestEncoded, now time.Time, queue chan<- queued) error {
+	batch := make([]certifying, len(reqs))
+	for i, req := range reqs {
+		batch[i] = s.prepare(req, !st.acquire())
+	}
+	s.decideAll(batch)
+	for i := range batch {
+		q := queued{received: now}
+		q.reply, q.waitFor = s.answer(&batch[i])
+		if err := put(ctx, queue, q); err != nil {
+			return err
+		}
 	}
 	return nil
 }
