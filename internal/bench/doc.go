@@ -21,6 +21,16 @@
 //     kernel here has no netem), scaleout.go the scale-out model of
 //     Jiménez-Peris et al. §2.1 with wo measured from /proc (cpu.go).
 //
+// Both take --fsync-delay D, the slow-disk regime (fsyncdelay.go and
+// internal/bench/slowdisk): every durable flush of every system takes D
+// longer, after the real flush, as the Tashkent paper's 8 ms disks did (§9,
+// Fig. 4–6). Every PostgreSQL runs with an LD_PRELOAD shim around fsync,
+// fdatasync and syncfs (wal_sync_method pinned to fdatasync); the
+// certifier, whose Go system calls LD_PRELOAD cannot reach, sleeps after
+// each log sync (`tashkent certifier --unsafe-fault-fsync-delay`). Without
+// it, fsync here takes 0.1–1 ms and the paper's durability-versus-ordering
+// effect cannot show.
+//
 // Every workload but sysbench's is a pgbench script, so that every system
 // is driven by the same client with the same retry rule. A failed run of
 // one system (pgpool-II ends sessions on a cross-backend deadlock, and
@@ -50,11 +60,13 @@
 // Every PostgreSQL gets the same settings apart from synchronous_commit
 // (those of internal/pgserver plus shared_buffers=128MB) and the same data:
 // pgbench's TPC-B tables at the same scale, created as tashkent needs them
-// (`pgbench -i -I dt`, a primary key `hid uuid DEFAULT gen_random_uuid()` on
-// pgbench_history, then `pgbench -i -I pg`) on the standalone servers too, so
-// that they also maintain the history key. A tashkent system is loaded
-// through its first proxy, so its replicas hold the data as replicated
-// rows.
+// (`pgbench -i -I dtp`, a primary key `hid uuid DEFAULT gen_random_uuid()` on
+// pgbench_history, then the rows pgbench would generate, inserted in
+// transactions of at most 50,000 rows, tpcbload.go) on the standalone
+// servers too, so that they also maintain the history key. A tashkent
+// system is loaded through its first proxy, so its replicas hold the data
+// as replicated rows; the chunks keep every writeset within the
+// certifier's limits at any scale.
 //
 // # How
 //

@@ -21,13 +21,18 @@ func (rep *Report) header() string {
 		fsyncDelayNote(c.FsyncDelay)
 }
 
-// fileBase is the name the output files start with: pgbench, or
-// pgbench-fsync8ms in the slow-disk regime.
+// fileBase is the name the output files start with: pgbench, with
+// -scaleN above scale 1 and -fsyncD in the slow-disk regime (as the
+// suite's).
 func (c Config) fileBase() string {
-	if c.FsyncDelay > 0 {
-		return "pgbench-fsync" + delayName(c.FsyncDelay)
+	base := "pgbench"
+	if c.Scale > 1 {
+		base += "-scale" + strconv.Itoa(c.Scale)
 	}
-	return "pgbench"
+	if c.FsyncDelay > 0 {
+		base += "-fsync" + delayName(c.FsyncDelay)
+	}
+	return base
 }
 
 type cells struct {
@@ -172,8 +177,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) {
 }
 
 // WriteFiles writes pgbench.csv (the table), pgbench-runs.csv (every run)
-// and pgbench.md (the table in Markdown) into dir (pgbench-fsyncD.* in the
-// slow-disk regime).
+// and pgbench.md (the table in Markdown) into dir (named by fileBase).
 func (rep *Report) WriteFiles(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
