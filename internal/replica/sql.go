@@ -10,11 +10,41 @@ import (
 // transaction, serialized against concurrent installs by an advisory lock.
 // Every statement is idempotent.
 var installSQL = expand(strings.NewReplacer(
+	"$ROW_EVENTS_1", rowEvents("KEY"),
+	"$ROW_EVENTS_N", rowEvents("KEYS"),
 	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
 ).Replace(strings.Replace(installTemplate,
 	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
-	"KEY": keyExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr})
+	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr})
+
+// rowEvents is the general capture trigger's statement that buffers a
+// statement's row events ('U' upsert with the new row, 'D' delete), with
+// keys computed by the macro named key (keyExpr or keysExpr). An UPDATE
+// deletes the old keys that no new row has, then upserts every new row.
+func rowEvents(key string) string {
+	return strings.ReplaceAll(`IF TG_OP = 'UPDATE' THEN
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+			WITH nw AS (
+				SELECT $KEY(s.j) AS k, s.r
+				FROM (SELECT to_json(tashkent_n.*) AS j, (tashkent_n.*)::text AS r FROM tashkent_new AS tashkent_n) AS s
+			), od AS (
+				SELECT $KEY(s.j) AS k
+				FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
+			)
+			SELECT v_tbl, 'D', od.k, NULL FROM od WHERE NOT EXISTS (SELECT FROM nw WHERE nw.k = od.k)
+			UNION ALL
+			SELECT v_tbl, 'U', nw.k, nw.r FROM nw;
+		ELSIF TG_OP = 'INSERT' THEN
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+			SELECT v_tbl, 'U', $KEY(s.j), s.r
+			FROM (SELECT to_json(tashkent_n.*) AS j, (tashkent_n.*)::text AS r FROM tashkent_new AS tashkent_n) AS s;
+		ELSE
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+			SELECT v_tbl, 'D', $KEY(s.j)
+			FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s;
+		END IF;`, "$KEY", "$"+key)
+}
 
 // uniqueKeyEvents is the capture trigger's statement that buffers the
 // unique-index keys a statement took or freed ('K' events), with keys
@@ -59,10 +89,16 @@ func expand(s string, macros map[string]string) string {
 // values, in key order, from the row as to_json prints it ($1); the values
 // are copied verbatim, so the key is the same text on every replica. It is
 // written inline rather than as a function: a SQL function that is not
-// inlined is planned again at every trigger call (~80 µs).
-const keyExpr = `CASE WHEN v_one THEN '[' || ($1 -> v_pk1)::text || ']'
-	ELSE '[' || array_to_string(ARRAY(
-		SELECT ($1 -> u.c)::text FROM unnest(v_pk) WITH ORDINALITY AS u(c, o) ORDER BY u.o), ',') || ']' END`
+// inlined is planned again at every trigger call (~80 µs). keyExpr is the
+// form for one key column (v_pk1), the common case; keysExpr the general
+// one (v_pk), whose subplan costs every statement that holds it about
+// 5 µs to set up even where it is not evaluated, so capture runs
+// statements with one or the other, never both (see "Capture cost" in
+// doc.go).
+const keyExpr = `'[' || ($1 -> v_pk1)::text || ']'`
+
+const keysExpr = `'[' || array_to_string(ARRAY(
+		SELECT ($1 -> u.c)::text FROM unnest(v_pk) WITH ORDINALITY AS u(c, o) ORDER BY u.o), ',') || ']'`
 
 // uniqueKeys1Expr and uniqueKeysNExpr are subqueries, for a LATERAL join,
 // giving the keys of a row ($1, as to_json prints it) in the table's unique
@@ -129,6 +165,23 @@ BEGIN
 END
 $fn$;
 
+-- refuse_uncaptured raises the error for a write from a session that did
+-- not set up capture (see capture).
+CREATE OR REPLACE FUNCTION tashkent.refuse_uncaptured(p_op text, p_schema name, p_table name) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+	RAISE EXCEPTION USING
+		ERRCODE = '55000',
+		MESSAGE = format('cannot %s %s: writes must go through the tashkent proxy',
+			CASE p_op WHEN 'INSERT' THEN 'insert into' WHEN 'DELETE' THEN 'delete from' ELSE lower(p_op) END,
+			format('%I.%I', p_schema, p_table)),
+		DETAIL = 'This session did not set up tashkent''s writeset capture, so the change would not reach the other replicas.',
+		HINT = 'Connect to the tashkent proxy instead of to PostgreSQL directly; writes must go through the tashkent proxy.';
+END
+$fn$;
+
 -- capture is the statement-level AFTER INSERT / UPDATE / DELETE / TRUNCATE
 -- trigger of every replicated table. It appends the statement's row changes
 -- to the session's writeset buffer, pg_temp.tashkent_writeset, which
@@ -165,25 +218,31 @@ $fn$;
 -- same statements for every table, the values by statements of their own
 -- that tables without such indexes never run.
 --
--- The SET clauses pin every setting that changes how values print (time
--- zone of timestamptz, date and interval style, bytea format, float
--- digits), so that keys and rows are the same text whatever the client set;
--- they are restored when the function returns.
+-- Values must print the same on every replica whatever the client set:
+-- the time zone of timestamptz, date and interval style, bytea format and
+-- float digits are pinned while capture runs. Pinning them with SET
+-- clauses on the function cost about 15 µs per call (five settings set
+-- and restored, at every statement), so capture pins them itself, and only
+-- when the session's values would print differently: with TimeZone UTC
+-- (or Etc/UTC), an ISO DateStyle (its field order does not change ISO
+-- output), IntervalStyle postgres, bytea_output hex and
+-- extra_float_digits > 0 (all print shortest-exact floats) values print
+-- exactly as under the pinned ones. Otherwise it sets them for the
+-- transaction (set_config(..., true)) and sets the session's values back
+-- before it returns; an error in between aborts the (sub)transaction,
+-- which undoes both. The SET clause on search_path stays: it is cheap, and
+-- keeps name lookup in the function's statements the same whatever the
+-- client's search_path.
 CREATE OR REPLACE FUNCTION tashkent.capture() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-SET TimeZone = 'UTC'
-SET IntervalStyle = 'postgres'
-SET bytea_output = 'hex'
-SET DateStyle = 'ISO, YMD'
-SET extra_float_digits = '1'
 AS $fn$
 DECLARE
 	v_tbl text := format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
-	v_sep int := array_position(TG_ARGV, '');
-	v_pk text[] := CASE WHEN v_sep IS NULL THEN TG_ARGV ELSE TG_ARGV[0:v_sep - 1] END;
 	v_pk1 text := TG_ARGV[0];
-	v_one boolean := coalesce(v_sep, TG_NARGS) = 1;
+	v_sep int;
+	v_pk text[];
+	v_saved text[];
 	v_rows boolean;
 	v_1lab text[];
 	v_1flag text[];
@@ -205,67 +264,164 @@ BEGIN
 			v_rows := EXISTS (SELECT FROM tashkent_old);
 		END IF;
 		IF v_rows THEN
-			RAISE EXCEPTION USING
-				ERRCODE = '55000',
-				MESSAGE = format('cannot %s %s: writes must go through the tashkent proxy',
-					CASE TG_OP WHEN 'INSERT' THEN 'insert into' WHEN 'DELETE' THEN 'delete from' ELSE lower(TG_OP) END, v_tbl),
-				DETAIL = 'This session did not set up tashkent''s writeset capture, so the change would not reach the other replicas.',
-				HINT = 'Connect to the tashkent proxy instead of to PostgreSQL directly; writes must go through the tashkent proxy.';
+			PERFORM tashkent.refuse_uncaptured(TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
 		END IF;
 		RETURN NULL;
 	END IF;
-
-	IF TG_OP = 'INSERT' THEN
-		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
-		SELECT v_tbl, 'U', $KEY(s.j), s.r
-		FROM (SELECT to_json(tashkent_n.*) AS j, (tashkent_n.*)::text AS r FROM tashkent_new AS tashkent_n) AS s;
-	ELSIF TG_OP = 'UPDATE' THEN
-		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
-		WITH nw AS (
-			SELECT $KEY(s.j) AS k, s.r
-			FROM (SELECT to_json(tashkent_n.*) AS j, (tashkent_n.*)::text AS r FROM tashkent_new AS tashkent_n) AS s
-		), od AS (
-			SELECT $KEY(s.j) AS k
-			FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
-		)
-		SELECT v_tbl, 'D', od.k, NULL FROM od WHERE NOT EXISTS (SELECT FROM nw WHERE nw.k = od.k)
-		UNION ALL
-		SELECT v_tbl, 'U', nw.k, nw.r FROM nw;
-	ELSIF TG_OP = 'DELETE' THEN
-		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
-		SELECT v_tbl, 'D', $KEY(s.j)
-		FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s;
-	ELSIF TG_OP = 'TRUNCATE' THEN
+	IF TG_OP = 'TRUNCATE' THEN
 		INSERT INTO pg_temp.tashkent_writeset (tbl, op) VALUES (v_tbl, 'T');
-	END IF;
-	IF v_sep IS NULL OR TG_OP = 'TRUNCATE' THEN
 		RETURN NULL;
 	END IF;
 
-	-- Single-column unique indexes.
-	v_n := TG_ARGV[v_sep + 1]::int;
-	IF v_n > 0 THEN
-		v_1lab := TG_ARGV[v_sep + 2:v_sep + 1 + v_n];
-		v_1flag := TG_ARGV[v_sep + 2 + v_n:v_sep + 1 + 2 * v_n];
-		v_1col := TG_ARGV[v_sep + 2 + 2 * v_n:v_sep + 1 + 3 * v_n];
-		$UNIQUE_KEY_EVENTS_1
+	IF NOT (current_setting('TimeZone') IN ('UTC', 'Etc/UTC')
+			AND current_setting('DateStyle') LIKE 'ISO,%'
+			AND current_setting('IntervalStyle') = 'postgres'
+			AND current_setting('bytea_output') = 'hex'
+			AND current_setting('extra_float_digits')::int > 0) THEN
+		v_saved := ARRAY[current_setting('TimeZone'), current_setting('DateStyle'),
+			current_setting('IntervalStyle'), current_setting('bytea_output'),
+			current_setting('extra_float_digits')];
+		PERFORM set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', true),
+			set_config('IntervalStyle', 'postgres', true), set_config('bytea_output', 'hex', true),
+			set_config('extra_float_digits', '1', true);
 	END IF;
 
-	-- Wider unique indexes.
-	v_i := v_sep + 2 + 3 * v_n;
-	IF v_i >= TG_NARGS THEN
-		RETURN NULL;
+	v_sep := array_position(TG_ARGV, '');
+	IF coalesce(v_sep, TG_NARGS) = 1 THEN
+		$ROW_EVENTS_1
+	ELSE
+		v_pk := CASE WHEN v_sep IS NULL THEN TG_ARGV ELSE TG_ARGV[0:v_sep - 1] END;
+		$ROW_EVENTS_N
 	END IF;
-	WHILE v_i < TG_NARGS LOOP
-		v_n := TG_ARGV[v_i + 2]::int;
-		v_nlab := v_nlab || TG_ARGV[v_i];
-		v_nflag := v_nflag || TG_ARGV[v_i + 1];
-		v_nst := v_nst || (coalesce(cardinality(v_ncol), 0) + 1);
-		v_nn := v_nn || v_n;
-		v_ncol := v_ncol || TG_ARGV[v_i + 3:v_i + 2 + v_n];
-		v_i := v_i + 3 + v_n;
-	END LOOP;
-	$UNIQUE_KEY_EVENTS_N
+
+	IF v_sep IS NOT NULL THEN
+		-- Single-column unique indexes.
+		v_n := TG_ARGV[v_sep + 1]::int;
+		IF v_n > 0 THEN
+			v_1lab := TG_ARGV[v_sep + 2:v_sep + 1 + v_n];
+			v_1flag := TG_ARGV[v_sep + 2 + v_n:v_sep + 1 + 2 * v_n];
+			v_1col := TG_ARGV[v_sep + 2 + 2 * v_n:v_sep + 1 + 3 * v_n];
+			$UNIQUE_KEY_EVENTS_1
+		END IF;
+
+		-- Wider unique indexes.
+		v_i := v_sep + 2 + 3 * v_n;
+		IF v_i < TG_NARGS THEN
+			WHILE v_i < TG_NARGS LOOP
+				v_n := TG_ARGV[v_i + 2]::int;
+				v_nlab := v_nlab || TG_ARGV[v_i];
+				v_nflag := v_nflag || TG_ARGV[v_i + 1];
+				v_nst := v_nst || (coalesce(cardinality(v_ncol), 0) + 1);
+				v_nn := v_nn || v_n;
+				v_ncol := v_ncol || TG_ARGV[v_i + 3:v_i + 2 + v_n];
+				v_i := v_i + 3 + v_n;
+			END LOOP;
+			$UNIQUE_KEY_EVENTS_N
+		END IF;
+	END IF;
+
+	IF v_saved IS NOT NULL THEN
+		PERFORM set_config('TimeZone', v_saved[1], true), set_config('DateStyle', v_saved[2], true),
+			set_config('IntervalStyle', v_saved[3], true), set_config('bytea_output', v_saved[4], true),
+			set_config('extra_float_digits', v_saved[5], true);
+	END IF;
+	RETURN NULL;
+END
+$fn$;
+
+-- capture_key is capture for the common case, a table with one primary key
+-- column and no certified unique index (ensure_triggers picks it): the same
+-- events, keys and rows, in the same order, at about half the cost per
+-- statement (measured, see "Capture cost" in doc.go). What it saves:
+--
+--   - No SET clause at all. A SET clause costs every call a GUC nest level
+--     and, for search_path, a new search path for the function's
+--     statements and again for the caller's; instead every function,
+--     operator and type here is schema-qualified, so the client's
+--     search_path cannot change what they mean, and the print settings are
+--     pinned only when needed (see capture).
+--   - Few plpgsql expressions: each is set up again in every transaction.
+--   - An UPDATE that moved no key records its upserts without comparing
+--     the old and new key sets (the CTE, anti-join and union of capture's
+--     UPDATE cost about as much as everything else together). Whether a key
+--     moved is asked first, cheaply and exactly: is there an old row and a
+--     new row with different keys? With at most one row each (the OLTP
+--     case), no such pair means the key did not move. With two rows or more
+--     there always is one (keys are distinct), the answer comes after a
+--     row or two (LIMIT 1 on a nested loop: the join condition is not an
+--     equality, so no hash is built), and the general comparison follows,
+--     as in capture. So the events are exactly capture's.
+CREATE OR REPLACE FUNCTION tashkent.capture_key() RETURNS trigger
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+	v_tbl text;
+	v_saved text[];
+	v_rows boolean;
+BEGIN
+	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
+			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
+			AND pg_catalog.current_setting('DateStyle') OPERATOR(pg_catalog.~~) 'ISO,%'
+			AND pg_catalog.current_setting('IntervalStyle') OPERATOR(pg_catalog.=) 'postgres'
+			AND pg_catalog.current_setting('bytea_output') OPERATOR(pg_catalog.=) 'hex'
+			AND pg_catalog.current_setting('extra_float_digits')::pg_catalog.int4 OPERATOR(pg_catalog.>) 0, false) THEN
+		IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on', false) THEN
+			IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
+				v_rows := EXISTS (SELECT FROM tashkent_new);
+			ELSE
+				v_rows := EXISTS (SELECT FROM tashkent_old);
+			END IF;
+			IF v_rows THEN
+				PERFORM tashkent.refuse_uncaptured(TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+			END IF;
+			RETURN NULL;
+		END IF;
+		v_saved := ARRAY[pg_catalog.current_setting('TimeZone'), pg_catalog.current_setting('DateStyle'),
+			pg_catalog.current_setting('IntervalStyle'), pg_catalog.current_setting('bytea_output'),
+			pg_catalog.current_setting('extra_float_digits')];
+		PERFORM pg_catalog.set_config('TimeZone', 'UTC', true), pg_catalog.set_config('DateStyle', 'ISO, YMD', true),
+			pg_catalog.set_config('IntervalStyle', 'postgres', true), pg_catalog.set_config('bytea_output', 'hex', true),
+			pg_catalog.set_config('extra_float_digits', '1', true);
+	END IF;
+	v_tbl := pg_catalog.quote_ident(TG_TABLE_SCHEMA) OPERATOR(pg_catalog.||) '.'
+		OPERATOR(pg_catalog.||) pg_catalog.quote_ident(TG_TABLE_NAME);
+
+	IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
+		PERFORM FROM tashkent_old AS tashkent_o, tashkent_new AS tashkent_n
+		WHERE (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.<>) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text
+		LIMIT 1;
+		IF FOUND THEN
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+			WITH nw AS (
+				SELECT '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']' AS k, (tashkent_n.*)::pg_catalog.text AS r
+				FROM tashkent_new AS tashkent_n
+			), od AS (
+				SELECT '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']' AS k
+				FROM tashkent_old AS tashkent_o
+			)
+			SELECT v_tbl, 'D', od.k, NULL FROM od WHERE NOT EXISTS (SELECT FROM nw WHERE nw.k OPERATOR(pg_catalog.=) od.k)
+			UNION ALL
+			SELECT v_tbl, 'U', nw.k, nw.r FROM nw;
+		ELSE
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+			SELECT v_tbl, 'U', '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']', (tashkent_n.*)::pg_catalog.text
+			FROM tashkent_new AS tashkent_n;
+		END IF;
+	ELSIF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+		SELECT v_tbl, 'U', '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']', (tashkent_n.*)::pg_catalog.text
+		FROM tashkent_new AS tashkent_n;
+	ELSE
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT v_tbl, 'D', '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']'
+		FROM tashkent_old AS tashkent_o;
+	END IF;
+
+	IF v_saved IS NOT NULL THEN
+		PERFORM pg_catalog.set_config('TimeZone', v_saved[1], true), pg_catalog.set_config('DateStyle', v_saved[2], true),
+			pg_catalog.set_config('IntervalStyle', v_saved[3], true), pg_catalog.set_config('bytea_output', v_saved[4], true),
+			pg_catalog.set_config('extra_float_digits', v_saved[5], true);
+	END IF;
 	RETURN NULL;
 END
 $fn$;
@@ -310,6 +466,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
 	v_rel regclass;
+	v_fn text;
 	v_pk text[];
 	v_uargs text[] := '{}';
 	v_1lab text[] := '{}';
@@ -381,16 +538,20 @@ BEGIN
 		v_args := (SELECT string_agg(quote_literal(c), ', ' ORDER BY o) FROM unnest(v_pk || v_uargs) WITH ORDINALITY AS u(c, o));
 		v_argbytes := (SELECT string_agg(convert_to(u.c, 'UTF8') || '\x00'::bytea, ''::bytea ORDER BY u.o)
 			FROM unnest(v_pk || v_uargs) WITH ORDINALITY AS u(c, o));
+		-- One key column and no certified unique index: the common case,
+		-- captured by capture_key (see there); the others by capture.
+		v_fn := CASE WHEN cardinality(v_pk) = 1 AND cardinality(v_uargs) = 0
+			THEN 'tashkent.capture_key' ELSE 'tashkent.capture' END;
 		v_want := ARRAY[
-			'tashkent_capture_del:' || encode(v_argbytes, 'hex') || ':O',
-			'tashkent_capture_ins:' || encode(v_argbytes, 'hex') || ':O',
-			'tashkent_capture_trunc::O',
-			'tashkent_capture_upd:' || encode(v_argbytes, 'hex') || ':O'];
+			'tashkent_capture_del:' || encode(v_argbytes, 'hex') || ':O:' || v_fn,
+			'tashkent_capture_ins:' || encode(v_argbytes, 'hex') || ':O:' || v_fn,
+			'tashkent_capture_trunc::O:tashkent.capture',
+			'tashkent_capture_upd:' || encode(v_argbytes, 'hex') || ':O:' || v_fn];
 	ELSE
-		v_want := ARRAY['tashkent_nopk::O'];
+		v_want := ARRAY['tashkent_nopk::O:tashkent.reject_nopk'];
 	END IF;
 	v_have := ARRAY(
-		SELECT t.tgname || ':' || encode(t.tgargs, 'hex') || ':' || t.tgenabled::text
+		SELECT t.tgname || ':' || encode(t.tgargs, 'hex') || ':' || t.tgenabled::text || ':' || t.tgfoid::regproc::text
 		FROM pg_trigger t
 		WHERE t.tgrelid = p_rel AND NOT t.tgisinternal AND t.tgname LIKE 'tashkent\_%'
 		ORDER BY t.tgname);
@@ -408,13 +569,13 @@ BEGIN
 	IF cardinality(v_pk) > 0 THEN
 		EXECUTE format('CREATE TRIGGER tashkent_capture_ins AFTER INSERT ON %s '
 			'REFERENCING NEW TABLE AS tashkent_new '
-			'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture(%s)', v_rel, v_args);
+			'FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)', v_rel, v_fn, v_args);
 		EXECUTE format('CREATE TRIGGER tashkent_capture_upd AFTER UPDATE ON %s '
 			'REFERENCING OLD TABLE AS tashkent_old NEW TABLE AS tashkent_new '
-			'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture(%s)', v_rel, v_args);
+			'FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)', v_rel, v_fn, v_args);
 		EXECUTE format('CREATE TRIGGER tashkent_capture_del AFTER DELETE ON %s '
 			'REFERENCING OLD TABLE AS tashkent_old '
-			'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture(%s)', v_rel, v_args);
+			'FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)', v_rel, v_fn, v_args);
 		EXECUTE format('CREATE TRIGGER tashkent_capture_trunc AFTER TRUNCATE ON %s '
 			'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture()', v_rel);
 		RETURN 'capture';
@@ -534,27 +695,45 @@ $fn$;
 -- in order and empties the buffer. Autovacuum does not visit temporary
 -- tables and the space of deleted rows is not reused without a VACUUM
 -- (which cannot run inside a transaction), so once the table has grown past
--- 1 MB it is truncated (a new, empty file; rolled back with the
--- transaction like the DELETE).
-CREATE OR REPLACE FUNCTION tashkent.collect_writeset()
-RETURNS TABLE (tbl text, op text, key text, "row" text)
+-- 256 kB it is truncated (a new, empty file; rolled back with the
+-- transaction like the DELETE). Every collect scans the whole table, dead
+-- rows included, and a truncation costs about 1 ms: 256 kB, a few hundred
+-- typical transactions, keeps both small (measured, see doc.go).
+--
+-- One statement deletes every row and returns the transaction's own: rows
+-- a transaction left behind (it committed without collecting: a bug in the
+-- caller) are dropped, never mistaken for this one's, and reported in a
+-- warning by tashkent.warn_stale_writeset, evaluated once (an InitPlan) and
+-- called only when there are any. Like capture_key it has no SET clause
+-- and qualifies every name.
+CREATE OR REPLACE FUNCTION tashkent.warn_stale_writeset(p_rows bigint) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-#variable_conflict use_column
-DECLARE
-	v_stale bigint;
 BEGIN
-	DELETE FROM pg_temp.tashkent_writeset AS w
-	WHERE w.xid IS DISTINCT FROM pg_current_xact_id_if_assigned();
-	GET DIAGNOSTICS v_stale = ROW_COUNT;
-	IF v_stale > 0 THEN
-		RAISE WARNING 'tashkent: discarded % writeset rows of an earlier transaction that committed without collecting them', v_stale;
-	END IF;
+	RAISE WARNING 'tashkent: discarded % writeset rows of an earlier transaction that committed without collecting them', p_rows;
+	RETURN p_rows;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION tashkent.collect_writeset()
+RETURNS TABLE (tbl text, op text, key text, "row" text)
+LANGUAGE plpgsql
+AS $fn$
+#variable_conflict use_column
+BEGIN
 	RETURN QUERY
-		WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING *)
-		SELECT d.tbl, d.op, d.key, d.row FROM d ORDER BY d.seq;
-	IF pg_relation_size('pg_temp.tashkent_writeset') > 1048576 THEN
+		WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING *),
+		stale AS (
+			SELECT tashkent.warn_stale_writeset(pg_catalog.count(*)) FROM d
+			WHERE NOT coalesce(d.xid OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned(), false)
+			HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0
+		)
+		SELECT d.tbl, d.op, d.key, d.row FROM d
+		WHERE d.xid OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned()
+			AND (SELECT pg_catalog.count(*) FROM stale) OPERATOR(pg_catalog.>=) 0
+		ORDER BY d.seq;
+	IF pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144 THEN
 		TRUNCATE pg_temp.tashkent_writeset;
 	END IF;
 END

@@ -1,0 +1,187 @@
+package replica
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/pgtest"
+)
+
+// The capture functions before the capture cost work: the reference.
+var (
+	//go:embed testdata/capture_v0.sql
+	captureV0SQL string
+	//go:embed testdata/collect_v0.sql
+	collectV0SQL string
+)
+
+// equivSchema has a table for each way capture can go: one key column
+// without unique indexes (capture_key), with a unique index, a wider key,
+// a deferrable key (keys swapped within a statement), keys whose text
+// depends on settings, a partitioned table, and column names that clash
+// with the functions' own names.
+const equivSchema = `
+CREATE TABLE a (id int PRIMARY KEY, v text, f float8, ts timestamptz, b bytea, iv interval, j json, n int, o text);
+CREATE TABLE tk (k text PRIMARY KEY, n int, tashkent_n int, k2 int);
+CREATE TABLE wide (a int, b text, v int, PRIMARY KEY (b, a));
+CREATE TABLE u (id int PRIMARY KEY, email text UNIQUE, v int);
+CREATE TABLE s (id int PRIMARY KEY DEFERRABLE, v text);
+CREATE TABLE tz (at timestamptz PRIMARY KEY, v int);
+CREATE TABLE fl (x float8 PRIMARY KEY, v int);
+CREATE TABLE p (id int, r int, v text, PRIMARY KEY (id, r)) PARTITION BY RANGE (r);
+CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (10);
+CREATE TABLE p2 PARTITION OF p FOR VALUES FROM (10) TO (20);`
+
+// equivTransactions are run in order, each as one transaction, on both
+// databases; every statement is deterministic.
+var equivTransactions = [][]string{
+	{`INSERT INTO a SELECT g, 'v' || g, g / 3.0, '2024-03-01 10:00:00+00'::timestamptz + g * interval '1 hour', '\x00ff'::bytea, g * interval '90 minutes', '{"g": 1}', g, 'o' FROM generate_series(1, 20) g`,
+		`INSERT INTO tk VALUES ('x', 1, 1, 1), ('y"q', 2, 2, 2), ('z\', 3, 3, 3)`,
+		`INSERT INTO wide VALUES (1, 'a', 1), (2, 'a', 2), (1, 'b', 3)`,
+		`INSERT INTO u VALUES (1, 'a@x', 1), (2, 'b@x', 2), (3, NULL, 3)`,
+		`INSERT INTO s VALUES (1, 'a'), (2, 'b'), (3, 'c')`,
+		`INSERT INTO tz VALUES ('2024-01-02 12:00:00+09', 1), ('2024-06-01 00:00:00+00', 2)`,
+		`INSERT INTO fl VALUES (0.1, 1), (1e300, 2), (-0.0, 3)`,
+		`INSERT INTO p VALUES (1, 1, 'a'), (2, 11, 'b')`},
+	// Single-row updates that keep the key (the fast path), and that move it.
+	{`UPDATE a SET v = 'w' WHERE id = 1`, `UPDATE a SET id = 101 WHERE id = 2`, `UPDATE a SET n = n + 1 WHERE id = 3`,
+		`UPDATE tk SET n = 9 WHERE k = 'x'`, `UPDATE tk SET k = 'x2' WHERE k = 'y"q'`,
+		`UPDATE a SET v = 'none' WHERE id = -1`},
+	// Multi-row updates, with and without moved keys; key swaps.
+	{`UPDATE a SET v = v || '+' WHERE id BETWEEN 4 AND 9`, `UPDATE a SET id = id + 1000 WHERE id BETWEEN 10 AND 12`,
+		`UPDATE a SET id = 2 WHERE id = 101`, `UPDATE s SET id = 3 - id WHERE id IN (1, 2)`, `UPDATE s SET id = 30 WHERE id = 3`,
+		`UPDATE wide SET a = a + 10 WHERE b = 'a'`, `UPDATE wide SET v = 0`},
+	// Unique indexes, deletes, upserts, partitions, truncate.
+	{`UPDATE u SET email = 'c@x' WHERE id = 1`, `UPDATE u SET id = 10 WHERE id = 2`, `DELETE FROM u WHERE id = 3`,
+		`INSERT INTO a VALUES (1, 'up') ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v`,
+		`INSERT INTO a VALUES (500, 'new') ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v`,
+		`DELETE FROM a WHERE id IN (4, 5)`, `DELETE FROM a WHERE id = 6`,
+		`UPDATE p SET r = 12 WHERE id = 1`, `UPDATE p1 SET v = 'p1' WHERE true`, `DELETE FROM p WHERE id = 2`,
+		`UPDATE tz SET at = at + interval '1 second' WHERE v = 1`, `UPDATE fl SET x = 0.2 WHERE v = 1`, `UPDATE fl SET v = 7 WHERE v = 2`},
+	{`TRUNCATE tk`, `INSERT INTO tk VALUES ('after', 1, 1, 1)`, `UPDATE tk SET k2 = 5`},
+}
+
+// equivSettings are the client settings each round runs under: the
+// defaults (values print as pinned: capture pins nothing), and settings
+// that print differently (capture pins them), with a search_path that
+// puts look-alike functions first.
+var equivSettings = []string{
+	``,
+	`SET TimeZone = 'America/New_York'; SET DateStyle = 'SQL, DMY'; SET IntervalStyle = 'sql_standard';
+	 SET bytea_output = 'escape'; SET extra_float_digits = 0; SET search_path = decoy, public, pg_catalog`,
+}
+
+// TestCaptureSameEventsAsBefore runs the same transactions on two
+// databases, one with today's capture functions and one with those from
+// before the capture cost work (testdata), and compares the raw event
+// streams the buffer returns: same events, same key and row text, same
+// order (see "Capture cost" in doc.go).
+func TestCaptureSameEventsAsBefore(t *testing.T) {
+	srv := pgtest.Start(t)
+	admin := pgtest.Connect(t, srv, "postgres")
+	ctx := tctx(t)
+	dbs := map[string]*pgx.Conn{}
+	for _, db := range []string{"today", "before"} {
+		mustExec(t, admin, "CREATE DATABASE "+db)
+		c := pgtest.Connect(t, srv, db)
+		mustExec(t, c, equivSchema+`
+			CREATE SCHEMA decoy;
+			CREATE FUNCTION decoy.to_json(anyelement) RETURNS json LANGUAGE sql AS $$ SELECT 'null'::json $$;
+			CREATE FUNCTION decoy.quote_ident(name) RETURNS text LANGUAGE sql AS $$ SELECT 'decoy' $$;
+			CREATE FUNCTION decoy.current_setting(text) RETURNS text LANGUAGE sql AS $$ SELECT 'decoy' $$;
+			GRANT USAGE ON SCHEMA decoy TO PUBLIC`)
+		if err := Install(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		dbs[db] = c
+	}
+	// Today's triggers call capture or capture_key; in "before" both run
+	// the old body.
+	for _, fn := range []string{"tashkent.capture", "tashkent.capture_key"} {
+		mustExec(t, dbs["before"], strings.ReplaceAll(captureV0SQL, "FUNCNAME", fn))
+	}
+	mustExec(t, dbs["before"], collectV0SQL)
+	var keyTables string
+	if err := dbs["today"].QueryRow(ctx, `SELECT string_agg(DISTINCT tgrelid::regclass::text, ',' ORDER BY tgrelid::regclass::text)
+		FROM pg_trigger WHERE tgfoid = 'tashkent.capture_key'::regproc`).Scan(&keyTables); err != nil {
+		t.Fatal(err)
+	}
+	if keyTables != "a,fl,s,tk,tz" {
+		t.Errorf("tables captured by capture_key: %s, want a,fl,s,tk,tz", keyTables)
+	}
+
+	events := 0
+	for round, settings := range equivSettings {
+		got := map[string][]string{}
+		for name, c := range dbs {
+			s := pgtest.Connect(t, srv, c.Config().Database)
+			if err := PrepareSession(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if settings != "" {
+				mustExec(t, s, settings)
+			}
+			if round > 0 {
+				mustExec(t, s, `SET session_replication_role = replica; TRUNCATE a, tk, wide, u, s, tz, fl, p; RESET session_replication_role`)
+			}
+			for i, stmts := range equivTransactions {
+				evs := runCollect(ctx, t, s, stmts)
+				got[name] = append(got[name], fmt.Sprintf("-- transaction %d", i))
+				got[name] = append(got[name], evs...)
+			}
+		}
+		eqStrings(t, fmt.Sprintf("events with settings %q (today vs before)", settings), got["today"], got["before"])
+		events += len(got["today"])
+	}
+	if events < 100 {
+		t.Errorf("only %d events: the workload does not exercise capture", events)
+	}
+}
+
+// runCollect runs stmts in one transaction on a prepared session and
+// returns the raw events CollectSQL gives, then commits.
+func runCollect(ctx context.Context, t *testing.T, s *pgx.Conn, stmts []string) []string {
+	t.Helper()
+	tx, err := s.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, st := range stmts {
+		if _, err := tx.Exec(ctx, st); err != nil {
+			t.Fatalf("%s: %v", st, err)
+		}
+	}
+	rows, err := tx.Query(ctx, CollectSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rows.Next() {
+		var tbl, op string
+		var key, row *string
+		if err := rows.Scan(&tbl, &op, &key, &row); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s %s %s %s", op, tbl, deref(key), deref(row)))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<null>"
+	}
+	return *s
+}
