@@ -180,11 +180,19 @@ type Core struct {
 	// leaderTerm is the term in which this member leads, 0 when it does not.
 	leaderTerm uint64
 	// spec are the entries this leader certified and proposed in leaderTerm
-	// and has not yet applied: versions appliedVersion+1..state.Version().
-	spec []logentry.Entry
+	// and has not yet applied, then batch the ones certified since its last
+	// proposal (proposed as one Raft entry at the next Ready, or when
+	// batchBytes reach maxBatchBytes): together versions
+	// appliedVersion+1..state.Version().
+	spec, batch []logentry.Entry
+	batchBytes  int
 	// fenceVersion: after a proposal was dropped the leader certifies again
 	// only once the versions it did propose are applied.
 	fenceVersion uint64
+	// proposalDropped: Raft refused a batch whose versions were already
+	// answered as commits; the next Advance reports LostLeadership so that
+	// no reply waiting for them is ever sent (they are failed versions).
+	proposalDropped bool
 
 	// Abort decisions are sent only once a majority confirmed, after the
 	// decision, that this member still leads (Raft's ReadIndex): a deposed
@@ -340,13 +348,18 @@ func (c *Core) ReportSnapshot(peer uint64, failed bool) {
 	c.rn.ReportSnapshot(peer, st)
 }
 
-// Certify decides a request on the leader. A new commit is proposed to
-// Raft at once (pipelined); its version is durable when Advance reports it
-// in Applied.Committed. An abort may be sent once Applied.Confirmed reaches
-// the returned ticket. Errors: *NotLeaderError, ErrNotReady.
+// Certify decides a request on the leader. A new commit joins the batch
+// that the next Ready proposes to Raft as one entry (pipelined: batches
+// follow one another without waiting); its version is durable when Advance
+// reports it in Applied.Committed. An abort may be sent once
+// Applied.Confirmed reaches the returned ticket. Errors: *NotLeaderError,
+// ErrNotReady.
 func (c *Core) Certify(req certification.Request, prefix logentry.Prefix) (certification.Outcome, uint64, error) {
 	if err := c.checkCertifying(); err != nil {
 		return certification.Outcome{}, 0, err
+	}
+	if c.batchBytes >= maxBatchBytes && !c.proposeBatch() {
+		return certification.Outcome{}, 0, ErrNotReady
 	}
 	o := c.state.Certify(req)
 	if o.Decision != certification.Commit {
@@ -356,16 +369,31 @@ func (c *Core) Certify(req certification.Request, prefix logentry.Prefix) (certi
 		return o, 0, nil
 	}
 	e := prefix.WithVersion(o.CommitVersion)
-	if err := c.rn.Propose(encodeCertified(e)); err != nil {
-		// The entry is not in the log, but the state counted it: go back to
-		// the applied state and certify again once every entry that was
-		// proposed is applied.
-		c.fenceVersion = o.CommitVersion - 1
-		c.dropSpeculation()
-		return certification.Outcome{}, 0, ErrNotReady
-	}
-	c.spec = append(c.spec, e)
+	c.batch = append(c.batch, e)
+	c.batchBytes += len(e.Bytes)
 	return o, 0, nil
+}
+
+// proposeBatch proposes the entries certified since the last proposal as
+// one Raft entry. If Raft refuses it (this member no longer leads, or hands
+// its leadership over), the state counted versions that are not in the
+// log: it goes back to the applied state, certifies again only once every
+// entry that was proposed is applied, and the next Advance reports a lost
+// leadership (the batch's replies are dropped, never sent).
+func (c *Core) proposeBatch() bool {
+	if len(c.batch) == 0 {
+		return true
+	}
+	first := c.batch[0].Version
+	if err := c.rn.Propose(encodeBatch(c.batch)); err != nil {
+		c.fenceVersion = first - 1
+		c.dropSpeculation()
+		c.proposalDropped = true
+		return false
+	}
+	c.spec = append(c.spec, c.batch...)
+	c.batch, c.batchBytes = c.batch[:0], 0 // spec holds copies
+	return true
 }
 
 // Lookup answers a request the leader will not certify (it is over a limit
@@ -435,6 +463,7 @@ func (c *Core) Ready() (Batch, bool) {
 	if c.pending != nil {
 		panic("certgroup: Ready called twice without Advance")
 	}
+	c.proposeBatch()
 	c.confirmLeadership()
 	if !c.rn.HasReady() {
 		return Batch{}, false
@@ -464,6 +493,7 @@ func (c *Core) Advance() Applied {
 	}
 	c.pending = nil
 	var out Applied
+	out.LostLeadership, c.proposalDropped = c.proposalDropped, false
 	// A lost leadership is settled before committed entries are applied:
 	// a committed entry at the index of one of this leader's proposals may
 	// be the new leader's. It rebuilds the state from the storage as it was
@@ -538,30 +568,33 @@ func mustUnmarshal(b []byte, m proto.Message) {
 	}
 }
 
-// applyCertified applies a committed version. On the leader that proposed
-// it, it is already in the state (spec); elsewhere it is restored into the
-// state as read, never certified again: the leader's decision is the log's.
+// applyCertified applies a committed batch of versions. On the leader that
+// proposed them, they are already in the state (spec); elsewhere they are
+// restored into the state as read, never certified again: the leader's
+// decisions are the log's.
 func (c *Core) applyCertified(e *raftpb.Entry, out *Applied) {
-	entry, err := decodeCertified(e.Data)
+	entries, err := decodeEntries(e.Data)
 	if err != nil {
 		panic(fmt.Sprintf("certgroup: committed raft entry %d: %v", e.GetIndex(), err))
 	}
-	if entry.Version != c.appliedVersion+1 {
-		panic(fmt.Sprintf("certgroup: committed raft entry %d holds version %d after version %d: versions must be contiguous",
-			e.GetIndex(), entry.Version, c.appliedVersion))
-	}
-	if len(c.spec) > 0 {
-		own := c.spec[0]
-		if own.Version != entry.Version || !bytes.Equal(own.Bytes, entry.Bytes) {
-			panic(fmt.Sprintf("certgroup: the leader of term %d proposed version %d but another entry with that version committed",
-				c.leaderTerm, own.Version))
+	for _, entry := range entries {
+		if entry.Version != c.appliedVersion+1 {
+			panic(fmt.Sprintf("certgroup: committed raft entry %d holds version %d after version %d: versions must be contiguous",
+				e.GetIndex(), entry.Version, c.appliedVersion))
 		}
-		c.spec = c.spec[1:]
-	} else {
-		c.restore(entry)
+		if len(c.spec) > 0 {
+			own := c.spec[0]
+			if own.Version != entry.Version || !bytes.Equal(own.Bytes, entry.Bytes) {
+				panic(fmt.Sprintf("certgroup: the leader of term %d proposed version %d but another entry with that version committed",
+					c.leaderTerm, own.Version))
+			}
+			c.spec = c.spec[1:]
+		} else {
+			c.restore(entry)
+		}
+		c.appliedVersion = entry.Version
 	}
-	c.appliedVersion = entry.Version
-	out.Committed = append(out.Committed, entry)
+	out.Committed = append(out.Committed, entries...)
 }
 
 func (c *Core) restore(entry logentry.Entry) {
@@ -576,6 +609,7 @@ func (c *Core) restore(entry logentry.Entry) {
 // Versions this leader certified beyond it either commit later (and are
 // applied then, like any other member's) or are failed versions.
 func (c *Core) dropSpeculation() {
+	c.batch, c.batchBytes = nil, 0
 	if len(c.spec) == 0 && c.state.Version() == c.appliedVersion {
 		return
 	}

@@ -2,21 +2,59 @@ package certgroup
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tashkent-db/tashkent/internal/logentry"
 )
 
-// A Raft entry of the group carries one certified log entry:
+// A Raft entry of the group carries the log entries the leader certified
+// since its last proposal, versions contiguous (a batch: Raft framing, the
+// record checksum, one message per peer and one apply are paid per batch,
+// not per version):
+//
+//	kindBatch | first version (uvarint) | count (uvarint) | count × (length (uvarint) | log entry bytes)
+//
+// Logs written before batching hold one certified entry per Raft entry:
 //
 //	kindCertified | version (uvarint) | log entry bytes (logentry encoding)
 //
-// The version is repeated in front of the entry so that rebuilding the
-// state after a lost leadership can skip old entries without decoding them.
-// Raft's own empty entries (a new leader's barrier) and configuration
-// changes carry no such payload.
-const kindCertified byte = 1
+// Both are read (a member upgraded in place replays its old log: an old
+// entry is a batch of one); only batches are written. The first byte tells
+// them apart. The versions are in front of the entries so that rebuilding
+// the state after a lost leadership can skip old entries without decoding
+// them. Raft's own empty entries (a new leader's barrier) and
+// configuration changes carry no such payload.
+const (
+	kindCertified byte = 1 // one entry (the format before batching)
+	kindBatch     byte = 2 // a batch of entries with contiguous versions
+)
 
+// maxBatchBytes bounds the log entry bytes of one proposal: a batch well
+// under maxSizePerMsgBytes still travels to a follower with others.
+const maxBatchBytes = 1 << 20
+
+// encodeBatch encodes entries whose versions are contiguous.
+func encodeBatch(entries []logentry.Entry) []byte {
+	size := 1 + 2*binary.MaxVarintLen64
+	for _, e := range entries {
+		size += binary.MaxVarintLen32 + len(e.Bytes)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, kindBatch)
+	b = binary.AppendUvarint(b, entries[0].Version)
+	b = binary.AppendUvarint(b, uint64(len(entries)))
+	for _, e := range entries {
+		b = binary.AppendUvarint(b, uint64(len(e.Bytes)))
+		b = append(b, e.Bytes...)
+	}
+	return b
+}
+
+// encodeCertified is the format before batching (kept to test that old
+// logs still read).
 func encodeCertified(e logentry.Entry) []byte {
 	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(e.Bytes))
 	b = append(b, kindCertified)
@@ -24,25 +62,73 @@ func encodeCertified(e logentry.Entry) []byte {
 	return append(b, e.Bytes...)
 }
 
-func decodeCertified(data []byte) (logentry.Entry, error) {
-	if len(data) < 2 || data[0] != kindCertified {
-		return logentry.Entry{}, fmt.Errorf("certifier group: raft entry of unknown kind (%d bytes)", len(data))
+var errBadBatch = errors.New("certifier group: raft entry with a bad batch of log entries")
+
+// decodeEntries reads the log entries of a Raft entry's payload, either
+// format. The entries' bytes alias data.
+func decodeEntries(data []byte) ([]logentry.Entry, error) {
+	first, count, body, err := decodeHeader(data)
+	if err != nil {
+		return nil, err
 	}
-	v, n := binary.Uvarint(data[1:])
-	if n <= 0 || v == 0 {
-		return logentry.Entry{}, fmt.Errorf("certifier group: raft entry with a bad version")
+	if data[0] == kindCertified {
+		return []logentry.Entry{{Version: first, Bytes: body}}, nil
 	}
-	return logentry.Entry{Version: v, Bytes: data[1+n:]}, nil
+	out := make([]logentry.Entry, 0, count)
+	for i := uint64(0); i < count; i++ {
+		n, k := binary.Uvarint(body)
+		if k <= 0 || n > uint64(len(body)-k) {
+			return nil, errBadBatch
+		}
+		out = append(out, logentry.Entry{Version: first + i, Bytes: body[k : k+int(n)]})
+		body = body[k+int(n):]
+	}
+	if len(body) != 0 {
+		return nil, errBadBatch
+	}
+	return out, nil
 }
 
-// versionOfData reads only the version (0 for a payload of another kind).
-func versionOfData(data []byte) uint64 {
-	if len(data) < 2 || data[0] != kindCertified {
+// decodeHeader reads the first version and the count of a payload, and
+// returns what follows them.
+func decodeHeader(data []byte) (first, count uint64, body []byte, err error) {
+	if len(data) < 2 || data[0] != kindCertified && data[0] != kindBatch {
+		return 0, 0, nil, fmt.Errorf("certifier group: raft entry of unknown kind (%d bytes)", len(data))
+	}
+	first, n := binary.Uvarint(data[1:])
+	if n <= 0 || first == 0 {
+		return 0, 0, nil, fmt.Errorf("certifier group: raft entry with a bad version")
+	}
+	body = data[1+n:]
+	if data[0] == kindCertified {
+		return first, 1, body, nil
+	}
+	count, k := binary.Uvarint(body)
+	if k <= 0 || count == 0 || count > uint64(len(body)) {
+		return 0, 0, nil, errBadBatch
+	}
+	return first, count, body[k:], nil
+}
+
+// versionsOfData reads only the versions a payload holds, first..last
+// (0, 0 for a payload of another kind).
+func versionsOfData(data []byte) (first, last uint64) {
+	first, count, _, err := decodeHeader(data)
+	if err != nil {
+		return 0, 0
+	}
+	return first, first + count - 1
+}
+
+// certifiedCount is how many log entries a Raft entry carries (0 for
+// Raft's own entries): what "entries per fsync" counts.
+func certifiedCount(e *raftpb.Entry) uint64 {
+	if e.GetType() != raftpb.EntryNormal {
 		return 0
 	}
-	v, n := binary.Uvarint(data[1:])
-	if n <= 0 {
+	first, last := versionsOfData(e.GetData())
+	if first == 0 {
 		return 0
 	}
-	return v
+	return last - first + 1
 }

@@ -252,11 +252,15 @@ func (n *Node) report(a Applied, st Status) {
 	if a.Installed > 0 && n.cb.Restored != nil {
 		n.cb.Restored(a.Installed)
 	}
-	if len(a.Committed) > 0 && n.cb.Committed != nil {
-		n.cb.Committed(a.Committed)
-	}
+	// A lost leadership is reported before the versions committed in the
+	// same batch: those may be the new leader's at versions this member
+	// answered as its own commits, and the service drops those replies only
+	// if it hears of the loss before their version becomes durable.
 	if a.LostLeadership && n.cb.LostLeadership != nil {
 		n.cb.LostLeadership()
+	}
+	if len(a.Committed) > 0 && n.cb.Committed != nil {
+		n.cb.Committed(a.Committed)
 	}
 	if n.cb.Confirmed != nil {
 		n.cb.Confirmed(a.Confirmed)

@@ -27,7 +27,7 @@ func (s *sim) quietRounds(t *testing.T, n int, load bool) {
 			t.Fatal(err)
 		}
 		if load {
-			if err := s.submit(s.newTxn(), s.target()); err != nil {
+			if err := s.submit(s.newTxn(), s.target(), true); err != nil {
 				t.Fatal(err)
 			}
 		}

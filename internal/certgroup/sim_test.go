@@ -575,7 +575,7 @@ func (s *sim) newTxn() *txn {
 
 // submit sends a transaction to a member, as certclient does: to the
 // leader it was told of, else anyone.
-func (s *sim) submit(t *txn, m *member) error {
+func (s *sim) submit(t *txn, m *member, drive bool) error {
 	if m.core == nil {
 		return nil
 	}
@@ -597,6 +597,9 @@ func (s *sim) submit(t *txn, m *member) error {
 	}
 	m.waits = append(m.waits, w)
 	s.logf("member %d certified %v: %v %d", m.id, t.id, o.Decision, o.CommitVersion)
+	if !drive {
+		return nil
+	}
 	return s.drive(m)
 }
 
@@ -716,16 +719,19 @@ func (s *sim) step() error {
 	}
 	switch r := s.rng.Intn(100); {
 	case r < 45: // new transactions, to the leader if there is one
+		// A burst reaches the member before it is driven: the leader
+		// proposes them as one batch (one Raft entry) at its next Ready.
+		burst := s.rng.Intn(2) == 0
 		for i := s.rng.Intn(4); i >= 0; i-- {
 			t := s.newTxn()
-			if err := s.submit(t, s.target()); err != nil {
+			if err := s.submit(t, s.target(), !burst || i == 0); err != nil {
 				return err
 			}
 		}
 	case r < 60: // re-send transactions whose outcome is still unknown
 		for _, t := range s.pending() {
 			if s.now-t.sentAt > 8 {
-				if err := s.submit(t, s.target()); err != nil {
+				if err := s.submit(t, s.target(), true); err != nil {
 					return err
 				}
 			}
@@ -810,7 +816,7 @@ func (s *sim) settle() error {
 		}
 		if round%10 == 0 {
 			for _, t := range s.pending() {
-				if err := s.submit(t, s.target()); err != nil {
+				if err := s.submit(t, s.target(), true); err != nil {
 					return err
 				}
 			}

@@ -100,7 +100,7 @@ func (c *Core) restoreSnapshot(snap *raftpb.Snapshot) error {
 		return fmt.Errorf("raft snapshot at index %d: state at version %d, snapshot says %d", snap.GetMetadata().GetIndex(), state.Version(), version)
 	}
 	md := snap.GetMetadata()
-	c.state, c.spec = state, nil
+	c.state, c.spec, c.batch, c.batchBytes = state, nil, nil, 0
 	c.applied, c.appliedTerm, c.appliedVersion = md.GetIndex(), md.GetTerm(), version
 	c.snapIndex, c.bytesSinceSnap = md.GetIndex(), 0
 	if md.GetConfState() != nil {
@@ -189,24 +189,39 @@ func (c *Core) appliedState() *certification.State {
 			panic(fmt.Sprintf("certgroup: read back the raft log: %v", err))
 		}
 		for _, e := range ents {
-			if e.GetType() != raftpb.EntryNormal || len(e.Data) == 0 || versionOfData(e.Data) <= state.Version() {
-				continue
-			}
-			entry, err := decodeCertified(e.Data)
-			if err != nil {
-				panic(err)
-			}
-			txn, keys, err := c.cfg.Decode(entry.Bytes)
-			if err != nil {
-				panic(fmt.Sprintf("certgroup: committed version %d does not decode: %v", entry.Version, err))
-			}
-			state.Restore(entry.Version, txn, keys)
+			c.restoreInto(state, e)
 		}
 	}
 	if state.Version() != c.appliedVersion {
 		panic(fmt.Sprintf("certgroup: rebuilt state at version %d, applied %d", state.Version(), c.appliedVersion))
 	}
 	return state
+}
+
+// restoreInto restores the versions of a committed Raft entry that state
+// does not hold yet (a batch is skipped whole when it is older, without
+// decoding it).
+func (c *Core) restoreInto(state *certification.State, e *raftpb.Entry) {
+	if e.GetType() != raftpb.EntryNormal || len(e.Data) == 0 {
+		return
+	}
+	if _, last := versionsOfData(e.Data); last <= state.Version() {
+		return
+	}
+	entries, err := decodeEntries(e.Data)
+	if err != nil {
+		panic(fmt.Sprintf("certgroup: committed raft entry %d: %v", e.GetIndex(), err))
+	}
+	for _, entry := range entries {
+		if entry.Version <= state.Version() {
+			continue
+		}
+		txn, keys, err := c.cfg.Decode(entry.Bytes)
+		if err != nil {
+			panic(fmt.Sprintf("certgroup: committed version %d does not decode: %v", entry.Version, err))
+		}
+		state.Restore(entry.Version, txn, keys)
+	}
 }
 
 // SnapshotVersion is the version of the last snapshot this member started
