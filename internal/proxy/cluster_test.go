@@ -100,9 +100,23 @@ func (c *testCluster) dsn(i int) string {
 // connect opens a client connection through proxy i.
 func (c *testCluster) connect(i int) *pgx.Conn {
 	c.t.Helper()
+	return c.connectWith(i, nil)
+}
+
+// connectWith is connect with the connection's configuration changed by
+// configure (if not nil) first.
+func (c *testCluster) connectWith(i int, configure func(*pgx.ConnConfig)) *pgx.Conn {
+	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, c.dsn(i))
+	cfg, err := pgx.ParseConfig(c.dsn(i))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if configure != nil {
+		configure(cfg)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		c.t.Fatalf("connect through proxy %d: %v", i, err)
 	}

@@ -131,14 +131,43 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 // version is committed in the cluster.
 func (s *session) applyInstead(ctx context.Context, local *sequencer.Local, v uint64) error {
 	s.p.rep.seq.Abandon(local)
+	lost := s.sessionState || s.wroteTemporaryTables()
 	if err := s.rollback(); err != nil {
 		return err
+	}
+	if lost {
+		s.endSessionAfterCommit()
 	}
 	if err := s.p.rep.seq.WaitCommitted(ctx, v); err != nil {
 		return err
 	}
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
 	return nil
+}
+
+// wroteTemporaryTables reports whether the open transaction changed rows
+// of temporary tables (other than the proxy's writeset buffer), from the
+// database's statistics of the current transaction. An error reads as yes.
+func (s *session) wroteTemporaryTables() bool {
+	rows, res, err := s.queryRows(`SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_xact_all_tables
+		WHERE schemaname LIKE 'pg\_temp\_%' AND relname <> 'tashkent_writeset'
+		AND n_tup_ins + n_tup_upd + n_tup_del > 0)`)
+	return err != nil || res.failed() || len(rows) != 1 || string(rows[0][0]) != "f"
+}
+
+// endSessionAfterCommit is for a committed transaction whose effects on
+// the session (settings, temporary tables) were rolled back with its
+// database transaction while its writeset was applied: the session is no
+// longer what the client believes, so the client is told, its COMMIT
+// succeeds (the transaction is committed), and then the session ends.
+func (s *session) endSessionAfterCommit() {
+	s.log.Warn("the committed transaction's settings and temporary-table changes were lost when it was applied from its writeset; ending the session after its COMMIT")
+	s.w.Client.Send(&pgproto3.NoticeResponse{Severity: "WARNING", SeverityUnlocalized: "WARNING", Code: "01000",
+		Message: "the transaction is committed, but its settings and temporary-table changes were lost; this session ends after the COMMIT",
+		Detail:  "The transaction had to be applied from its writeset instead of committing where it ran (an earlier transaction needed a lock it held, or the database refused the commit); a writeset carries only replicated rows."})
+	s.endAfterReply = &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: codeAdminShutdown,
+		Message: "terminating connection: its last transaction committed, but the settings and temporary tables it changed could not be kept",
+		Hint:    "Reconnect; settings and temporary tables must be set up again. The transaction itself is committed: do not retry it."}
 }
 
 // softRecover handles a database that refused to commit what the cluster
@@ -157,6 +186,9 @@ func (s *session) softRecover(ctx context.Context, local *sequencer.Local, res r
 		return err
 	}
 	s.p.rep.seq.Abandon(local)
+	if s.sessionState {
+		s.endSessionAfterCommit()
+	}
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
 	return s.p.rep.seq.WaitCommitted(ctx, local.Version())
 }

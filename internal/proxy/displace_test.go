@@ -2,8 +2,12 @@ package proxy_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/proxy"
 )
@@ -23,6 +27,55 @@ import (
 // applied here, a session straight on the database (not through the
 // proxy, so the lock watch cannot preempt it) holds up the applier.
 func TestCertifiedTransactionHoldingALockAnEarlierVersionNeedsGivesWay(t *testing.T) {
+	c, local := giveWay(t, nil, "")
+	ctx := context.Background()
+	// The session goes on: the transaction changed nothing the writeset
+	// does not carry.
+	var balance1, balance2, audits int
+	if err := local.QueryRow(ctx, `SELECT (SELECT balance FROM accounts WHERE id = 1), (SELECT balance FROM accounts WHERE id = 2),
+		(SELECT count(*) FROM audit)`).Scan(&balance1, &balance2, &audits); err != nil {
+		t.Fatalf("the session after its transaction gave way: %v", err)
+	}
+	if balance1 != 110 || balance2 != 101 || audits != 1 {
+		t.Fatalf("replica 1 holds balances %d, %d and %d audit rows; want 110, 101 and 1", balance1, balance2, audits)
+	}
+	c.converge(10 * time.Second)
+}
+
+// A transaction that gives way loses what its writeset does not carry:
+// its settings and its temporary-table rows. Its COMMIT still succeeds (it
+// is committed), with a warning, and then the session ends (57P01), rather
+// than going on with state the client does not expect.
+func TestGivingWayEndsASessionWhoseSettingsOrTemporaryTablesItChanged(t *testing.T) {
+	for name, statement := range map[string]string{
+		"setting":         `SET myapp.marker = 'set in the transaction'`,
+		"temporary table": `INSERT INTO scratch VALUES (1)`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var warned []string
+			c, local := giveWay(t, func(cfg *pgx.ConnConfig) {
+				cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { warned = append(warned, n.Message) }
+			}, `CREATE TEMP TABLE scratch (x int)`, statement)
+			if len(warned) == 0 || !strings.Contains(warned[0], "settings and temporary-table changes were lost") {
+				t.Fatalf("notices with the COMMIT: %q, want the warning that the session's state was lost", warned)
+			}
+			_, err := local.Exec(context.Background(), `SELECT 1`)
+			if err == nil {
+				t.Fatal("the session went on after losing its settings or temporary-table rows")
+			}
+			if code := sqlState(err); code != "" && code != "57P01" {
+				t.Fatalf("the session ended with %v, want 57P01 or a closed connection", err)
+			}
+			c.converge(10 * time.Second)
+		})
+	}
+}
+
+// giveWay builds the situation, with the client's connection configured
+// by configure, before its transaction sessionSQL and in it txSQL, and
+// returns once the COMMIT succeeded.
+func giveWay(t *testing.T, configure func(*pgx.ConnConfig), sessionSQL string, txSQL ...string) (*testCluster, *pgx.Conn) {
+	t.Helper()
 	c := startCluster(t, 2, proxy.ModeMW)
 	ctx := context.Background()
 	setup := c.connect(0)
@@ -44,16 +97,20 @@ func TestCertifiedTransactionHoldingALockAnEarlierVersionNeedsGivesWay(t *testin
 	execSQL(t, other, `UPDATE accounts SET balance = balance + 1 WHERE id = 2`)
 
 	// The local transaction locks row 1 without writing it.
-	local := c.connect(0)
+	local := c.connectWith(0, configure)
+	if sessionSQL != "" {
+		execSQL(t, local, sessionSQL)
+	}
 	tx, err := local.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT FROM accounts WHERE id = 1 FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO audit VALUES (1, 'checked account 1')`); err != nil {
-		t.Fatal(err)
+	statements := append([]string{`SELECT FROM accounts WHERE id = 1 FOR UPDATE`,
+		`INSERT INTO audit VALUES (1, 'checked account 1')`}, txSQL...)
+	for _, sql := range statements {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
 	}
 	// A version before the local transaction's updates row 1.
 	execSQL(t, other, `UPDATE accounts SET balance = balance + 10 WHERE id = 1`)
@@ -74,15 +131,5 @@ func TestCertifiedTransactionHoldingALockAnEarlierVersionNeedsGivesWay(t *testin
 	case <-time.After(15 * time.Second):
 		t.Fatal("COMMIT did not return: the certified transaction and the earlier version wait for each other")
 	}
-
-	c.converge(10 * time.Second)
-	check := c.connect(0)
-	var balance1, balance2, audits int
-	if err := check.QueryRow(ctx, `SELECT (SELECT balance FROM accounts WHERE id = 1), (SELECT balance FROM accounts WHERE id = 2),
-		(SELECT count(*) FROM audit)`).Scan(&balance1, &balance2, &audits); err != nil {
-		t.Fatal(err)
-	}
-	if balance1 != 110 || balance2 != 101 || audits != 1 {
-		t.Fatalf("replica 1 holds balances %d, %d and %d audit rows; want 110, 101 and 1", balance1, balance2, audits)
-	}
+	return c, local
 }

@@ -19,6 +19,7 @@ type savepoint struct {
 func (s *session) resetTransaction() {
 	s.ddl = s.ddl[:0]
 	s.savepoints = s.savepoints[:0]
+	s.sessionState = false
 }
 
 // noteSavepoint follows a SAVEPOINT, RELEASE or ROLLBACK TO that completed,

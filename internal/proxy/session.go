@@ -46,10 +46,14 @@ type session struct {
 	// relayingSyncedUnit is set while relay reads the answer to an
 	// extended-protocol unit sent with its Sync (forwardSyncAfterCopy).
 	relayingSyncedUnit bool
-	ddl                []string                        // DDL run by the open transaction
-	savepoints         []savepoint                     // the open transaction's, oldest first (savepoints.go)
-	statements         map[string][]sqlclass.Statement // prepared statements by name
-	portals            map[string]string               // portal -> statement name
+	ddl                []string // DDL run by the open transaction
+	sessionState       bool     // the open transaction ran a statement keepsSessionState reports
+	// endAfterReply, once the reply to the current message is flushed, is
+	// sent to the client and ends the session (see applyInstead).
+	endAfterReply *pgproto3.ErrorResponse
+	savepoints    []savepoint                     // the open transaction's, oldest first (savepoints.go)
+	statements    map[string][]sqlclass.Statement // prepared statements by name
+	portals       map[string]string               // portal -> statement name
 }
 
 func newSession(p *Proxy, w *pgwire.Session) *session {
@@ -88,6 +92,10 @@ func (s *session) run(ctx context.Context) error {
 		}
 		if err := s.w.Client.Flush(); err != nil {
 			return fmt.Errorf("client: %w", err)
+		}
+		if s.endAfterReply != nil {
+			s.w.Client.Send(s.endAfterReply)
+			return s.w.Client.Flush()
 		}
 	}
 }

@@ -78,6 +78,9 @@ func (s *session) failBlock() error {
 // means for the proxy: DDL is replicated with the transaction's writeset;
 // DISCARD dropped the proxy's session setup.
 func (s *session) noteStatement(st sqlclass.Statement) error {
+	if keepsSessionState(st) {
+		s.sessionState = true
+	}
 	switch st.Kind {
 	case sqlclass.DDL:
 		if !st.TempOnly {
@@ -96,6 +99,21 @@ func (s *session) noteStatement(st sqlclass.Statement) error {
 		}
 	}
 	return nil
+}
+
+// keepsSessionState reports a statement whose effect the transaction's
+// writeset does not carry and that outlives the transaction in the
+// session: a setting (not SET LOCAL, not the transaction's own
+// characteristics) or a change to a temporary table. A transaction that
+// gives way loses such effects (see applyInstead).
+func keepsSessionState(st sqlclass.Statement) bool {
+	switch st.Kind {
+	case sqlclass.Set:
+		return !st.TransactionLocal && st.Name != "transaction" && st.Name != "constraints"
+	case sqlclass.DDL, sqlclass.Write, sqlclass.Truncate, sqlclass.CopyFrom:
+		return st.TempOnly
+	}
+	return false
 }
 
 // reservedSetting reports a statement that would change one of the

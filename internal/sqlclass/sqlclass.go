@@ -154,6 +154,9 @@ type Statement struct {
 	// SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY and
 	// SET [default_]transaction_read_only = on.
 	ReadOnly bool
+	// TransactionLocal is set for SET LOCAL, whose setting ends with the
+	// transaction.
+	TransactionLocal bool
 	// TempOnly reports a DDL, Write or Truncate that only touches temporary
 	// objects, when that is knowable from the text (CREATE TEMP TABLE, SELECT INTO
 	// TEMP, objects qualified with pg_temp).
@@ -449,7 +452,7 @@ func transactionOptions(opts []*pg_query.Node) (isolation string, readOnly bool)
 }
 
 func classifySet(v *pg_query.VariableSetStmt) Statement {
-	st := Statement{Kind: Set, Tag: "SET", Name: strings.ToLower(v.Name)}
+	st := Statement{Kind: Set, Tag: "SET", Name: strings.ToLower(v.Name), TransactionLocal: v.IsLocal}
 	switch v.Kind {
 	case pg_query.VariableSetKind_VAR_RESET, pg_query.VariableSetKind_VAR_RESET_ALL:
 		st.Tag = "RESET"
