@@ -123,6 +123,9 @@ type Log struct {
 	// restartedAfter is the version RestartAfter continues after while the
 	// log is empty (restart.go).
 	restartedAfter uint64
+	// syncedBefore: the segments that start below it are durable and
+	// immutable (SyncAll, for a log opened with NoSync).
+	syncedBefore uint64
 
 	appends, entries, writes, fsyncs, bytesWritten, segmentsCreated, zeroedChunks atomic.Uint64
 }
