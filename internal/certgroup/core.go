@@ -48,9 +48,10 @@ type Config struct {
 	// elections itself and never lets them run out (see sim_test.go).
 	DisableCheckQuorum bool
 	// SnapshotEntries: this member takes a snapshot of its state every
-	// SnapshotEntries applied Raft entries, or as soon as SnapshotBytes of
+	// SnapshotEntries applied log entries (versions: a Raft entry holds a
+	// batch of them; one without counts one), or as soon as SnapshotBytes of
 	// entry data were applied since the last one, and compacts its log
-	// behind it but for CatchUpEntries entries (a follower that far behind
+	// behind it but for CatchUpEntries Raft entries (a follower that far behind
 	// catches up from the log; one further behind gets the snapshot). Zero:
 	// the defaults.
 	SnapshotEntries uint64
@@ -206,8 +207,9 @@ type Core struct {
 	confState *raftpb.ConfState
 
 	// snapIndex is the Raft index of the last snapshot (0: none);
-	// bytesSinceSnap the entry data applied since.
-	snapIndex, bytesSinceSnap uint64
+	// bytesSinceSnap the entry data applied since, entriesSinceSnap the log
+	// entries (versions; other Raft entries count one).
+	snapIndex, bytesSinceSnap, entriesSinceSnap uint64
 	// snapshotDue: a member was added since the last snapshot (see
 	// snapshotForNewMember).
 	snapshotDue bool
@@ -542,6 +544,7 @@ func (c *Core) checkRole(out *Applied) {
 func (c *Core) apply(e *raftpb.Entry, out *Applied) {
 	c.applied, c.appliedTerm = e.GetIndex(), e.GetTerm()
 	c.bytesSinceSnap += uint64(len(e.Data))
+	c.entriesSinceSnap += max(1, certifiedCount(e))
 	switch e.GetType() {
 	case raftpb.EntryNormal:
 		if len(e.Data) > 0 {
@@ -676,4 +679,44 @@ func roleName(s raft.StateType) string {
 		return "candidate"
 	}
 	return s.String()
+}
+
+// Request is one request of a stream's message for CertifyAll: certified,
+// or (Lookup) only looked up, as Lookup does for a request the service
+// will not certify.
+type Request struct {
+	Certify certification.Request
+	Prefix  logentry.Prefix
+	Lookup  bool
+}
+
+// Result is what CertifyAll decided for a Request: the outcome (or, for a
+// lookup, Version, 0 when the transaction did not commit), the abort
+// ticket, and the versions right after the decision (for an abort's
+// description).
+type Result struct {
+	Outcome              certification.Outcome
+	Version, Ticket      uint64
+	LowWaterMark, Latest uint64
+}
+
+// certifyAll decides the requests in order, as Certify and Lookup would,
+// and stops at the first error: the results before it stand.
+func (c *Core) certifyAll(reqs []Request) ([]Result, error) {
+	out := make([]Result, 0, len(reqs))
+	for _, r := range reqs {
+		var res Result
+		var err error
+		if r.Lookup {
+			res.Version, res.Ticket, err = c.Lookup(r.Certify.Txn)
+		} else {
+			res.Outcome, res.Ticket, err = c.Certify(r.Certify, r.Prefix)
+		}
+		if err != nil {
+			return out, err
+		}
+		res.Latest, res.LowWaterMark = c.Versions()
+		out = append(out, res)
+	}
+	return out, nil
 }

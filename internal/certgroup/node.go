@@ -319,6 +319,33 @@ func (n *Node) Certify(ctx context.Context, req certification.Request, prefix lo
 	}
 }
 
+// CertifyAll decides a stream's message with one entry into the member's
+// lock (the stream receivers and the Raft loop contend for it): Certify or
+// Lookup for each request, in order. A leader still applying its log is
+// waited for (up to readyWaitMax) before the first request. On an error the
+// results before it stand and the rest are not decided.
+func (n *Node) CertifyAll(ctx context.Context, reqs []Request) ([]Result, error) {
+	deadline := time.Now().Add(readyWaitMax)
+	for {
+		n.mu.Lock()
+		out, err := n.core.certifyAll(reqs)
+		changed := n.changed
+		n.mu.Unlock()
+		if len(out) > 0 {
+			n.signal()
+		}
+		if err == nil || len(out) > 0 || !errors.Is(err, ErrNotReady) || time.Now().After(deadline) {
+			return out, err
+		}
+		select {
+		case <-changed:
+		case <-time.After(time.Until(deadline)):
+		case <-ctx.Done():
+			return out, err
+		}
+	}
+}
+
 // Lookup: see Core.Lookup.
 func (n *Node) Lookup(txn certification.TxnID) (version, ticket uint64, err error) {
 	n.mu.Lock()

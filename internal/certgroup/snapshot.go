@@ -102,7 +102,7 @@ func (c *Core) restoreSnapshot(snap *raftpb.Snapshot) error {
 	md := snap.GetMetadata()
 	c.state, c.spec, c.batch, c.batchBytes = state, nil, nil, 0
 	c.applied, c.appliedTerm, c.appliedVersion = md.GetIndex(), md.GetTerm(), version
-	c.snapIndex, c.bytesSinceSnap = md.GetIndex(), 0
+	c.snapIndex, c.bytesSinceSnap, c.entriesSinceSnap = md.GetIndex(), 0, 0
 	if md.GetConfState() != nil {
 		c.confState = md.GetConfState()
 	}
@@ -133,7 +133,7 @@ func (c *Core) installSnapshot(snap *raftpb.Snapshot, out *Applied) {
 // memory behind it; the driver does the same on disk (Applied.Compaction).
 func (c *Core) maybeSnapshot(out *Applied) {
 	if c.applied <= c.snapIndex ||
-		c.applied-c.snapIndex < c.cfg.SnapshotEntries && c.bytesSinceSnap < c.cfg.SnapshotBytes && !c.snapshotDue {
+		c.entriesSinceSnap < c.cfg.SnapshotEntries && c.bytesSinceSnap < c.cfg.SnapshotBytes && !c.snapshotDue {
 		return
 	}
 	c.snapshotDue = false
@@ -146,7 +146,7 @@ func (c *Core) maybeSnapshot(out *Applied) {
 	if err != nil {
 		panic(fmt.Sprintf("certgroup: snapshot at applied index %d: %v", c.applied, err))
 	}
-	c.snapIndex, c.bytesSinceSnap = c.applied, 0
+	c.snapIndex, c.bytesSinceSnap, c.entriesSinceSnap = c.applied, 0, 0
 	compact := uint64(0)
 	if c.applied > c.cfg.CatchUpEntries {
 		compact = c.applied - c.cfg.CatchUpEntries

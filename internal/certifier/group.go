@@ -16,7 +16,6 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certgroup"
-	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 	"github.com/tashkent-db/tashkent/internal/wal"
 )
@@ -141,62 +140,54 @@ func (s *Service) notLeader(stream grpc.ServerStream, err *certgroup.NotLeaderEr
 	return status.Errorf(codes.Unavailable, "certifier member %d: %v (leader address %q); the client retries there", s.group.ID(), err, addr)
 }
 
-// certifyInGroup is certify for a member of a group.
-func (s *Service) certifyInGroup(ctx context.Context, req *pb.CertifyRequest, overloaded bool) (queued, error) {
-	q := queued{epoch: s.leadership.epoch.Load()}
-	reply := &pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}
-	q.reply = reply
-	if overloaded {
-		v, ticket, err := s.group.Lookup(txnOf(req.Txn))
-		if err != nil {
-			return q, s.groupError(ctx, err)
+// certifyMessageInGroup is certifyMessage for a member of a group: the
+// same prepare (keys read from the encoded writeset, which goes into the
+// log entry as it came) and answer, with the decisions taken by the group
+// (certgroup.Node.CertifyAll: one entry into its lock per message). A
+// reply carries the leadership epoch it was decided in and, for an abort,
+// the ticket its confirmation waits for (groupMaySend). An error ends the
+// stream after the requests decided before it are queued.
+func (s *Service) certifyMessageInGroup(ctx context.Context, st *streamState, reqs []*pb.CertifyRequestEncoded, now time.Time, queue chan<- queued) error {
+	epoch := s.leadership.epoch.Load()
+	batch := make([]certifying, len(reqs))
+	var toDecide []certgroup.Request
+	var decided []int // batch index of each request in toDecide
+	for i, req := range reqs {
+		batch[i] = s.prepare(req, !st.acquire())
+		if c := &batch[i]; c.reply == nil {
+			toDecide = append(toDecide, certgroup.Request{Certify: c.request, Prefix: c.prefix, Lookup: c.overloaded})
+			if c.overloaded {
+				toDecide[len(toDecide)-1].Certify.Txn = txnOf(req.Txn)
+			}
+			decided = append(decided, i)
 		}
-		if v != 0 {
-			reply.Decision, reply.CommitVersion, q.waitFor = pb.Decision_DECISION_COMMIT, v, v
-			return q, nil
+	}
+	var results []certgroup.Result
+	var err error
+	if len(toDecide) > 0 {
+		results, err = s.group.CertifyAll(ctx, toDecide)
+	}
+	tickets := make([]uint64, len(batch))
+	for k, r := range results {
+		c := &batch[decided[k]]
+		c.outcome, c.lowWaterMark, c.latest, c.committedBefore = r.Outcome, r.LowWaterMark, r.Latest, r.Version
+		tickets[decided[k]] = r.Ticket
+	}
+	stop := len(batch) // requests from stop on were not decided: the stream ends with err
+	if len(results) < len(decided) {
+		stop = decided[len(results)]
+	}
+	for i := range batch[:stop] {
+		q := queued{received: now, epoch: epoch, ticket: tickets[i]}
+		q.reply, q.waitFor = s.answer(&batch[i])
+		if e := put(ctx, queue, q); e != nil {
+			return e
 		}
-		s.stats.aborts.Add(1)
-		q.ticket = ticket
-		abortReply(reply, pb.AbortReason_ABORT_REASON_OVERLOADED,
-			fmt.Sprintf("certifier overloaded: more requests in flight than the limit of %d (in-flight requests max); retry", s.cfg.Limits.InFlightRequestsMax))
-		return q, nil
 	}
-	if detail := s.checkLimits(req); detail != "" {
-		s.stats.aborts.Add(1)
-		abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT, detail)
-		return q, nil
-	}
-	keys, err := KeysOf(req.Writeset)
-	if err != nil || req.Txn == nil || req.Txn.Origin == "" {
-		if err == nil {
-			err = errors.New("missing transaction id")
-		}
-		s.stats.aborts.Add(1)
-		abortReply(reply, pb.AbortReason_ABORT_REASON_INVALID, err.Error())
-		return q, nil
-	}
-	prefix := logentry.EncodePrefix(req.Txn, req.Writeset)
-	if len(prefix)+logentry.VersionBytesMax > wal.EntryBytesMax {
-		s.stats.aborts.Add(1)
-		abortReply(reply, pb.AbortReason_ABORT_REASON_LIMIT,
-			fmt.Sprintf("the log entry would be %d bytes, over the log's limit of %d", len(prefix), wal.EntryBytesMax))
-		return q, nil
-	}
-	outcome, ticket, err := s.group.Certify(ctx, certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}, prefix)
 	if err != nil {
-		return q, s.groupError(ctx, err)
+		return s.groupError(ctx, err)
 	}
-	s.stats.certifications.Add(1)
-	if outcome.Decision == certification.Commit {
-		reply.Decision, reply.CommitVersion, q.waitFor = pb.Decision_DECISION_COMMIT, outcome.CommitVersion, outcome.CommitVersion
-		return q, nil
-	}
-	s.stats.aborts.Add(1)
-	q.ticket = ticket
-	current, lowWaterMark := s.group.Versions()
-	reply.ConflictVersion = outcome.ConflictVersion
-	abortReply(reply, reasonOf(outcome.Reason), describeAbort(req, outcome, lowWaterMark, current))
-	return q, nil
+	return nil
 }
 
 // groupError ends the stream: not the leader (with the leader's address),

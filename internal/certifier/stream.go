@@ -162,15 +162,8 @@ func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifySe
 func (s *Service) enqueue(ctx context.Context, st *streamState, msg *pb.CertifyStreamRequestEncoded, queue chan<- queued) error {
 	now := time.Now()
 	if s.group != nil {
-		for _, req := range msg.Requests {
-			q, err := s.certifyEncodedInGroup(ctx, req, !st.acquire())
-			if err != nil {
-				return err
-			}
-			q.received = now
-			if err := put(ctx, queue, q); err != nil {
-				return err
-			}
+		if err := s.certifyMessageInGroup(ctx, st, msg.Requests, now, queue); err != nil {
+			return err
 		}
 	} else if err := s.certifyMessage(ctx, st, msg.Requests, now, queue); err != nil {
 		return err
@@ -197,18 +190,6 @@ func (s *Service) certifyMessage(ctx context.Context, st *streamState, reqs []*p
 		}
 	}
 	return nil
-}
-
-// certifyEncodedInGroup decodes the writeset for certifyInGroup, which
-// takes the decoded request.
-func (s *Service) certifyEncodedInGroup(ctx context.Context, req *pb.CertifyRequestEncoded, overloaded bool) (queued, error) {
-	decoded, err := decodedRequest(req)
-	if err != nil {
-		s.stats.aborts.Add(1)
-		reply := abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}, pb.AbortReason_ABORT_REASON_INVALID, err.Error())
-		return queued{reply: reply, epoch: s.leadership.epoch.Load()}, nil
-	}
-	return s.certifyInGroup(ctx, decoded, overloaded)
 }
 
 func put(ctx context.Context, queue chan<- queued, q queued) error {

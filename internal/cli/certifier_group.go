@@ -83,7 +83,7 @@ const defaultLogRetentionVersions = 10_000_000
 
 func (g *groupSnapshotFlags) addFlags(f *pflag.FlagSet, cfg *certifier.Config) {
 	f.Uint64Var(&g.entries, "snapshot-entries", certgroup.DefaultSnapshotEntries,
-		"group member: snapshot the certifier state and compact the Raft log every this many applied entries")
+		"group member: snapshot the certifier state and compact the Raft log every this many applied log entries (versions)")
 	f.Uint64Var(&g.mib, "snapshot-mib", certgroup.DefaultSnapshotBytes>>20,
 		"group member: snapshot once this many MiB of entries were applied since the last snapshot")
 	f.Uint64Var(&g.catchUp, "snapshot-catch-up-entries", certgroup.DefaultCatchUpEntries,
