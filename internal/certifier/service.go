@@ -332,11 +332,17 @@ func describeAbort(req *pb.CertifyRequest, o certification.Outcome, lowWaterMark
 }
 
 // syncsInFlightMax is how many group commits may be in flight at once
-// (wal.Pending): the next batch is written, and its fsync started, while
-// the previous fsync runs, so at moderate load a request waits for about
-// one fsync instead of up to two. At saturation the writer waits for a
-// slot, and batches grow as before.
-const syncsInFlightMax = 2
+// (wal.Pending). With 2, the next batch is written, and its fsync started,
+// while the previous fsync runs, so at moderate load a request waits for
+// about one fsync instead of up to two. It is 1: after a power loss with
+// two batches in flight, the later may be on disk without the earlier, and
+// the log's recovery, which never guesses, then refuses to start (a defect
+// followed by valid records reads as corruption; internal/wal/doc.go)
+// until an operator steps in. Both batches were unacknowledged, but
+// recovery cannot tell that from damage to acknowledged entries. Raising
+// it needs a log format that records batch boundaries so that recovery
+// can; the gain measured was within the noise (docs/BENCHMARKS.md).
+const syncsInFlightMax = 1
 
 // writeLoop is the single writer: it takes everything certified since the
 // last write and makes it durable with one write and one fsync, up to
