@@ -185,3 +185,45 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestInstallUpgradesCaptureTriggers: an installation from before
+// capture_key has every table's triggers on tashkent.capture, with the
+// same names and arguments. Installing again moves the tables capture_key
+// covers to it, and captures the same events.
+func TestInstallUpgradesCaptureTriggers(t *testing.T) {
+	srv, c := instance(t, `CREATE TABLE one (id int PRIMARY KEY, v text); CREATE TABLE two (a int, b int, PRIMARY KEY (a, b))`)
+	ctx := tctx(t)
+	functions := func() string {
+		var s string
+		if err := c.QueryRow(ctx, `SELECT string_agg(tgrelid::regclass || '.' || tgname || '=' || tgfoid::regproc, ' ' ORDER BY tgrelid::regclass::text, tgname)
+			FROM pg_trigger WHERE tgname LIKE 'tashkent%'`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	const today = "one.tashkent_capture_del=tashkent.capture_key one.tashkent_capture_ins=tashkent.capture_key " +
+		"one.tashkent_capture_trunc=tashkent.capture one.tashkent_capture_upd=tashkent.capture_key " +
+		"two.tashkent_capture_del=tashkent.capture two.tashkent_capture_ins=tashkent.capture " +
+		"two.tashkent_capture_trunc=tashkent.capture two.tashkent_capture_upd=tashkent.capture"
+	if got := functions(); got != today {
+		t.Fatalf("trigger functions after Install:\n%s\nwant\n%s", got, today)
+	}
+	// The triggers as the previous Install created them (DROP TRIGGER and
+	// CREATE TRIGGER do not run the event trigger's refresh).
+	mustExec(t, c, `DROP TRIGGER tashkent_capture_ins ON one; DROP TRIGGER tashkent_capture_upd ON one; DROP TRIGGER tashkent_capture_del ON one;
+		CREATE TRIGGER tashkent_capture_ins AFTER INSERT ON one REFERENCING NEW TABLE AS tashkent_new FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture('id');
+		CREATE TRIGGER tashkent_capture_upd AFTER UPDATE ON one REFERENCING OLD TABLE AS tashkent_old NEW TABLE AS tashkent_new FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture('id');
+		CREATE TRIGGER tashkent_capture_del AFTER DELETE ON one REFERENCING OLD TABLE AS tashkent_old FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture('id')`)
+	if got := functions(); got == today {
+		t.Fatal("could not set up the old triggers")
+	}
+	if err := Install(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if got := functions(); got != today {
+		t.Errorf("trigger functions after upgrading:\n%s\nwant\n%s", got, today)
+	}
+	e := commitLocal(t, session(t, srv), 1, `INSERT INTO one VALUES (1, 'a'), (2, 'b'); UPDATE one SET id = 3 WHERE id = 1; UPDATE one SET v = 'c' WHERE id = 2`)
+	eqStrings(t, "capture after upgrading", changes(e.GetWriteset().GetChanges()), []string{
+		`D public.one [1]`, `U public.one [2] (2,c)`, `U public.one [3] (3,a)`})
+}

@@ -1,0 +1,279 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/pgtest"
+)
+
+// The capture cost benchmarks compare, on one PostgreSQL, three databases
+// with the same tables: "today" (Install), "before" (Install, then the
+// capture and collect functions from before the capture cost work,
+// testdata/capture_v0.sql), and "none" (no tashkent at all). They measure
+// the CPU time of each database's backend (/proc/<pid>/schedstat), in
+// rounds that alternate the databases, so that the noise of a shared
+// machine hits all three alike. Capture's cost is a database's time minus
+// none's.
+
+// costVariants are the databases, in the order each round runs them.
+var costVariants = []string{"today", "before", "none"}
+
+// tpcbSchema is pgbench's TPC-B-like schema at scale 1, with the primary
+// key that capture needs on pgbench_history, and the version table of the
+// proxy's commit (tashkent.applied in the captured databases).
+const tpcbSchema = `
+CREATE TABLE pgbench_branches (bid int PRIMARY KEY, bbalance int, filler char(88));
+CREATE TABLE pgbench_tellers (tid int PRIMARY KEY, bid int, tbalance int, filler char(84));
+CREATE TABLE pgbench_accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84));
+CREATE TABLE pgbench_history (tid int, bid int, aid int, delta int, mtime timestamp, filler char(22),
+	hid uuid PRIMARY KEY DEFAULT gen_random_uuid());
+INSERT INTO pgbench_branches SELECT 1, 0, '';
+INSERT INTO pgbench_tellers SELECT g, 1, 0, '' FROM generate_series(1, 10) g;
+INSERT INTO pgbench_accounts SELECT g, 1, 0, '' FROM generate_series(1, 100000) g;
+CREATE TABLE bulk (id int PRIMARY KEY, abalance int, filler char(84));
+INSERT INTO bulk SELECT g, 0, '' FROM generate_series(1, 100000) g;`
+
+// costDatabases starts a PostgreSQL (synchronous_commit=off, as mw runs)
+// with the three databases and returns a prepared session on each.
+func costDatabases(b *testing.B) (*pgserver.Server, map[string]*pgx.Conn) {
+	srv := pgtest.Start(b, pgtest.SynchronousCommitOff())
+	admin := pgtest.Connect(b, srv, "postgres")
+	ctx := tctx(b)
+	sessions := map[string]*pgx.Conn{}
+	for _, db := range costVariants {
+		mustExec(b, admin, "CREATE DATABASE "+db)
+		c := pgtest.Connect(b, srv, db)
+		mustExec(b, c, tpcbSchema)
+		mustExec(b, c, `VACUUM ANALYZE`)
+		if db == "none" {
+			mustExec(b, c, `CREATE SCHEMA tashkent; CREATE TABLE tashkent.applied (version bigint PRIMARY KEY, committed_at timestamptz NOT NULL DEFAULT now())`)
+		} else if err := Install(ctx, c); err != nil {
+			b.Fatal(err)
+		}
+		if db == "before" {
+			for _, fn := range []string{"tashkent.capture", "tashkent.capture_key"} {
+				mustExec(b, c, strings.ReplaceAll(captureV0SQL, "FUNCNAME", fn))
+			}
+			mustExec(b, c, collectV0SQL)
+		}
+		s := pgtest.Connect(b, srv, db)
+		if db != "none" {
+			if err := PrepareSession(ctx, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sessions[db] = s
+	}
+	return srv, sessions
+}
+
+// backendCPU returns the CPU time the session's backend has used so far.
+func backendCPU(ctx context.Context, b *testing.B, c *pgx.Conn) time.Duration {
+	pid := c.PgConn().PID()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		b.Fatalf("backend %d: %v", pid, err)
+	}
+	ns, err := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ns)
+}
+
+// tpcbTransaction runs one pgbench TPC-B-like transaction as the proxy
+// commits it: with capture, SET CONSTRAINTS ALL IMMEDIATE, the collect and
+// the version insert before COMMIT; without, the same minus the collect.
+func tpcbTransaction(ctx context.Context, b *testing.B, c *pgx.Conn, captured bool, version int64, rnd *rand.Rand) {
+	aid, tid, delta := 1+rnd.Intn(100000), 1+rnd.Intn(10), rnd.Intn(10001)-5000
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var bal int
+	steps := []func() error{
+		func() error {
+			_, err := tx.Exec(ctx, `UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2`, delta, aid)
+			return err
+		},
+		func() error {
+			return tx.QueryRow(ctx, `SELECT abalance FROM pgbench_accounts WHERE aid = $1`, aid).Scan(&bal)
+		},
+		func() error {
+			_, err := tx.Exec(ctx, `UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2`, delta, tid)
+			return err
+		},
+		func() error {
+			_, err := tx.Exec(ctx, `UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2`, delta, 1)
+			return err
+		},
+		func() error {
+			_, err := tx.Exec(ctx, `INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)`, tid, 1, aid, delta)
+			return err
+		},
+		func() error {
+			_, err := tx.Exec(ctx, `SET CONSTRAINTS ALL IMMEDIATE`)
+			return err
+		},
+		func() error {
+			if !captured {
+				return nil
+			}
+			ws, err := CollectWriteset(ctx, tx)
+			if err == nil && len(ws) != 4 {
+				err = fmt.Errorf("writeset of %d changes, want 4", len(ws))
+			}
+			return err
+		},
+		func() error {
+			_, err := tx.Exec(ctx, RecordVersionSQL, version)
+			return err
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkCaptureCostTPCB measures capture's CPU per pgbench TPC-B-like
+// transaction (one client, prepared statements), today and before the
+// capture cost work. b.N transactions per database, in rounds of 100
+// alternating the databases. Reported: backend CPU µs per transaction of
+// each database, and capture's cost today as a fraction of before's
+// ((today - none) / (before - none)). Medians over the rounds.
+//
+//	go test -run '^$' -bench BenchmarkCaptureCostTPCB -benchtime 3000x ./internal/replica/
+func BenchmarkCaptureCostTPCB(b *testing.B) {
+	_, sessions := costDatabases(b)
+	ctx := tctx(b)
+	rnd := rand.New(rand.NewSource(1))
+	const perRound = 100
+	version := map[string]int64{}
+	// Warm up: plans cached, the plpgsql functions compiled.
+	for _, db := range costVariants {
+		for i := 0; i < 20; i++ {
+			version[db]++
+			tpcbTransaction(ctx, b, sessions[db], db != "none", version[db], rnd)
+		}
+	}
+	perTxn := map[string][]float64{}
+	b.ResetTimer()
+	for done := 0; done < b.N; done += perRound {
+		n := min(perRound, b.N-done)
+		for _, db := range costVariants {
+			s := sessions[db]
+			before := backendCPU(ctx, b, s)
+			for i := 0; i < n; i++ {
+				version[db]++
+				tpcbTransaction(ctx, b, s, db != "none", version[db], rnd)
+			}
+			perTxn[db] = append(perTxn[db], float64(backendCPU(ctx, b, s)-before)/float64(time.Microsecond)/float64(n))
+		}
+	}
+	b.StopTimer()
+	reportCaptureCost(b, perTxn, "µs/txn")
+}
+
+// BenchmarkCaptureCostBulkUpdate measures an UPDATE of 100,000 rows (no
+// key moved) and the collect of its writeset, today and before the capture
+// cost work, rolled back each time. b.N statements per database,
+// alternating. Reported: backend CPU ms of the UPDATE, of the collect, and
+// of both, per database (medians), and today / before for both.
+//
+//	go test -run '^$' -bench BenchmarkCaptureCostBulkUpdate -benchtime 5x ./internal/replica/
+func BenchmarkCaptureCostBulkUpdate(b *testing.B) {
+	_, sessions := costDatabases(b)
+	ctx := tctx(b)
+	update, collect := map[string][]float64{}, map[string][]float64{}
+	total := map[string][]float64{}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, db := range costVariants {
+			s := sessions[db]
+			tx, err := s.Begin(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			t0 := backendCPU(ctx, b, s)
+			tag, err := tx.Exec(ctx, `UPDATE bulk SET abalance = abalance + 1`)
+			if err != nil || tag.RowsAffected() != 100000 {
+				b.Fatalf("%s: update: %v, %v", db, tag, err)
+			}
+			t1 := backendCPU(ctx, b, s)
+			if db != "none" {
+				ws, err := CollectWriteset(ctx, tx)
+				if err != nil || len(ws) != 100000 {
+					b.Fatalf("%s: writeset of %d changes, %v", db, len(ws), err)
+				}
+			}
+			t2 := backendCPU(ctx, b, s)
+			if err := tx.Rollback(ctx); err != nil {
+				b.Fatal(err)
+			}
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			update[db] = append(update[db], ms(t1-t0))
+			collect[db] = append(collect[db], ms(t2-t1))
+			total[db] = append(total[db], ms(t2-t0))
+		}
+	}
+	b.StopTimer()
+	for _, db := range costVariants {
+		b.ReportMetric(median(update[db]), db+"-update-ms")
+		if db != "none" {
+			b.ReportMetric(median(collect[db]), db+"-collect-ms")
+		}
+	}
+	b.ReportMetric(median(total["today"])/median(total["before"]), "today/before")
+	b.Logf("update+collect ms per round: today %v before %v none %v", rounded(total["today"]), rounded(total["before"]), rounded(total["none"]))
+}
+
+// reportCaptureCost reports the medians of per-round costs and capture's
+// cost today relative to before.
+func reportCaptureCost(b *testing.B, perTxn map[string][]float64, unit string) {
+	m := map[string]float64{}
+	for _, db := range costVariants {
+		m[db] = median(perTxn[db])
+		b.ReportMetric(m[db], db+"-"+unit)
+	}
+	b.ReportMetric(m["today"]-m["none"], "capture-today-"+unit)
+	b.ReportMetric(m["before"]-m["none"], "capture-before-"+unit)
+	b.ReportMetric((m["today"]-m["none"])/(m["before"]-m["none"]), "capture-today/before")
+	b.Logf("per round (%s): today %v before %v none %v", unit, rounded(perTxn["today"]), rounded(perTxn["before"]), rounded(perTxn["none"]))
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func rounded(xs []float64) []int {
+	out := make([]int, len(xs))
+	for i, x := range xs {
+		out[i] = int(x + 0.5)
+	}
+	return out
+}
