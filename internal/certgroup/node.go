@@ -60,6 +60,12 @@ type Callbacks struct {
 	// (at Start, from its disk, or later, received from the leader): the
 	// next Committed versions follow it, and none before it will come.
 	Restored func(version uint64)
+	// BeforeCompact is called before the Raft log drops entries a snapshot
+	// covers (every one of them already reported by Committed). A snapshot
+	// holds certification keys, not writesets: the service must make the
+	// versions it wrote durable now, since the Raft log was their durable
+	// copy. An error stops the member.
+	BeforeCompact func() error
 }
 
 // Node runs a Core: a ticker, the Ready loop (one write and one fsync per
@@ -224,10 +230,13 @@ func (n *Node) processReady() error {
 		close(n.changed)
 		n.changed = make(chan struct{})
 		n.mu.Unlock()
+		// Report first: the service writes the committed versions to its
+		// versioned log, which compact makes durable (BeforeCompact)
+		// before the Raft log drops them.
+		n.report(a, st)
 		if err := n.compact(a.Compaction); err != nil {
 			return err
 		}
-		n.report(a, st)
 	}
 }
 
@@ -239,6 +248,11 @@ func (n *Node) compact(c *Compaction) error {
 	}
 	if err := n.disk.SaveSnapshot(c.Snapshot); err != nil {
 		return err
+	}
+	if n.cb.BeforeCompact != nil {
+		if err := n.cb.BeforeCompact(); err != nil {
+			return fmt.Errorf("before compacting the raft log: %w", err)
+		}
 	}
 	if err := n.disk.Compact(c.Index, c.HardState); err != nil {
 		return err

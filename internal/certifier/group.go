@@ -86,6 +86,7 @@ func (s *Service) startGroup() {
 		Confirmed:      s.confirmed.advance,
 		Failed:         s.fail,
 		Restored:       s.groupRestored,
+		BeforeCompact:  s.log.SyncAll,
 	})
 }
 

@@ -59,7 +59,8 @@ func Open(cfg Config) (*Service, error) {
 	started := time.Now()
 	// In a group the Raft log is the durable one; the versioned log is
 	// rebuilt from it after a crash (the group replays it on start), so it
-	// is written without fsync.
+	// is written without fsync, except before the Raft log is compacted
+	// (Callbacks.BeforeCompact: wal.SyncAll).
 	log, err := wal.Open(wal.Options{Dir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes, Logger: cfg.Logger, NoSync: cfg.NoSync || cfg.Group != nil, SyncDelay: cfg.SyncDelay})
 	if err != nil {
 		return nil, fmt.Errorf("open certifier log: %w", err)
