@@ -227,3 +227,16 @@ func TestInstallUpgradesCaptureTriggers(t *testing.T) {
 	eqStrings(t, "capture after upgrading", changes(e.GetWriteset().GetChanges()), []string{
 		`D public.one [1]`, `U public.one [2] (2,c)`, `U public.one [3] (3,a)`})
 }
+
+// TestCaptureColumnsNamedLikeVariables: the capture functions' statements
+// read the user's columns through the transition tables; columns named
+// like the functions' variables must not confuse them.
+func TestCaptureColumnsNamedLikeVariables(t *testing.T) {
+	srv, _ := instance(t, `CREATE TABLE k1 (id int PRIMARY KEY, v_tbl text, tg_argv int, v_saved text, v_pk1 text);
+		CREATE TABLE k2 (id int PRIMARY KEY, v_tbl text UNIQUE, v_sep int, v_pk text, v_one int, tg_op text)`)
+	s := session(t, srv)
+	e := commitLocal(t, s, 1, `INSERT INTO k1 VALUES (1, 'a', 2, 'b', 'c'); UPDATE k1 SET v_tbl = 'x';
+		INSERT INTO k2 VALUES (1, 'a', 2, 'b', 3, 'd'); UPDATE k2 SET id = 2; DELETE FROM k1`)
+	eqStrings(t, "events", changes(e.GetWriteset().GetChanges()), []string{
+		`D public.k1 [1]`, `D public.k2 [1]`, `U public.k2 [2] (2,a,2,b,3,d)`, `K public.k2#k2_v_tbl_key ["a"]`})
+}

@@ -220,6 +220,11 @@ $fn$;
 -- same statements for every table, the values by statements of their own
 -- that tables without such indexes never run.
 --
+-- The function's statements read the transition tables, whose columns are
+-- the user's: with variable_conflict use_variable a column that happens to
+-- be named like one of the function's variables (v_tbl, tg_argv, ...) does
+-- not make them ambiguous (it used to be an error).
+--
 -- Values must print the same on every replica whatever the client set:
 -- the time zone of timestamptz, date and interval style, bytea format and
 -- float digits are pinned while capture runs. Pinning them with SET
@@ -240,6 +245,7 @@ CREATE OR REPLACE FUNCTION tashkent.capture() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+#variable_conflict use_variable
 DECLARE
 	v_tbl text := format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME);
 	v_pk1 text := TG_ARGV[0];
@@ -357,6 +363,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION tashkent.capture_key() RETURNS trigger
 LANGUAGE plpgsql
 AS $fn$
+#variable_conflict use_variable
 DECLARE
 	v_tbl text;
 	v_saved text[];
