@@ -118,6 +118,11 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 	if slices.Contains(voters, id) && len(voters) <= 1 {
 		return status.Error(codes.FailedPrecondition, "remove member: it is the group's last voter")
 	}
+	if slices.Contains(voters, id) {
+		if err := n.removalKeepsAMajority(id); err != nil {
+			return err
+		}
+	}
 	if err := n.changeMember(ctx, raftpb.ConfChangeType_ConfChangeRemoveNode, id, ""); err != nil {
 		return err
 	}
@@ -226,4 +231,20 @@ func (n *Node) handOverLeadership(ctx context.Context) error {
 		}
 	}
 	return errors.New("certifier group: the leadership was not handed over in time; retry")
+}
+
+// removalKeepsAMajority refuses to remove voter id when the voters left
+// would not have a majority that the leader can reach: the group would
+// stop taking updates until the unreachable ones came back (etcd's
+// strict reconfiguration check does the same).
+func (n *Node) removalKeepsAMajority(id uint64) error {
+	n.mu.Lock()
+	reachable, voters, leads := n.core.ReachableVotersWithout(id)
+	n.mu.Unlock()
+	if leads && reachable < voters/2+1 { // not the leader: the proposal is refused with the leader's name
+		return status.Errorf(codes.FailedPrecondition,
+			"remove member %d: of the %d voters left, only %d are reachable from the leader, fewer than a majority; the group would stop taking updates. Bring the others back (or remove an unreachable one) first",
+			id, voters, reachable)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // Online membership (issue 4). A member is added as a learner (it receives
@@ -87,15 +88,38 @@ func (c *Core) Addrs() map[uint64]string {
 }
 
 // CaughtUp reports, on the leader, whether member id's log is within
-// learnerLagEntriesMax entries of the leader's.
+// learnerLagEntriesMax entries of the leader's, and the leader is sending
+// it entries (not probing, not waiting for a snapshot): a learner that has
+// nothing yet is never "within" a short log.
 func (c *Core) CaughtUp(id uint64) bool {
 	st := c.rn.Status()
 	pr, ok := st.Progress[id]
-	if !ok || st.RaftState != raft.StateLeader {
+	if !ok || st.RaftState != raft.StateLeader || pr.State != tracker.StateReplicate || pr.Match == 0 {
 		return false
 	}
+	first, _ := c.mem.FirstIndex()
 	last, _ := c.mem.LastIndex()
-	return pr.Match+learnerLagEntriesMax >= last
+	return pr.Match+1 >= first && pr.Match+learnerLagEntriesMax >= last
+}
+
+// ReachableVotersWithout counts, on the leader, the voters other than id
+// that it heard from recently (the leader included), and the voters there
+// would be without id. ok is false on a member that does not lead.
+func (c *Core) ReachableVotersWithout(id uint64) (reachable, voters int, ok bool) {
+	st := c.rn.Status()
+	if st.RaftState != raft.StateLeader {
+		return 0, 0, false
+	}
+	for _, v := range c.confState.GetVoters() {
+		if v == id {
+			continue
+		}
+		voters++
+		if pr, known := st.Progress[v]; v == c.cfg.ID || known && pr.RecentActive {
+			reachable++
+		}
+	}
+	return reachable, voters, true
 }
 
 // TransferLeadership hands the leadership to the voter with the most of

@@ -117,7 +117,7 @@ func changeMember(ctx context.Context, targets string, dial grpc.DialOption, out
 			return nil
 		}
 		last = err
-		if status.Code(err) != codes.FailedPrecondition && status.Code(err) != codes.Unavailable {
+		if !redirected(err) {
 			return err
 		}
 		next := ""
@@ -165,4 +165,18 @@ func findLeader(ctx context.Context, targets string, dial grpc.DialOption) strin
 		}
 	}
 	return ""
+}
+
+// redirected reports a refusal that another member may accept: this one
+// does not lead (it names the leader, or an empty address during an
+// election) or cannot be reached. Other refusals (the last voter, a
+// removal that would leave no reachable majority) are final.
+func redirected(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return true
+	case codes.FailedPrecondition:
+		return strings.Contains(err.Error(), `leader address "`)
+	}
+	return false
 }
