@@ -123,7 +123,8 @@ func (c *Core) ReachableVotersWithout(id uint64) (reachable, voters int, ok bool
 }
 
 // TransferLeadership hands the leadership to the voter with the most of
-// the log (leader only) and returns it, 0 if there is none.
+// the log among those the leader heard from recently (leader only) and
+// returns it, 0 if there is none.
 func (c *Core) TransferLeadership() uint64 {
 	st := c.rn.Status()
 	if st.RaftState != raft.StateLeader {
@@ -131,7 +132,7 @@ func (c *Core) TransferLeadership() uint64 {
 	}
 	best, match := uint64(0), uint64(0)
 	for _, id := range c.confState.GetVoters() {
-		if pr, ok := st.Progress[id]; ok && id != c.cfg.ID && (best == 0 || pr.Match > match) {
+		if pr, ok := st.Progress[id]; ok && pr.RecentActive && id != c.cfg.ID && (best == 0 || pr.Match > match) {
 			best, match = id, pr.Match
 		}
 	}
