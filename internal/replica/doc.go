@@ -120,19 +120,22 @@
 //
 //   - go test -run '^$' -bench BenchmarkCaptureCostTPCB -benchtime 6000x ./internal/replica/
 //     (60 interleaved rounds of 100 transactions per database; backend
-//     CPU from /proc/<pid>/schedstat): capture 744 µs/txn before, 553
-//     today: 0.74x (median of per-round ratios 0.69x). Without tashkent
-//     511 µs/txn.
+//     CPU from /proc/<pid>/schedstat), two runs: capture 744 -> 553
+//     µs/txn, 0.74x (median of per-round ratios 0.69x), and, on a busier
+//     machine, 1030 -> 644 µs/txn, 0.63x (0.67x). Without tashkent
+//     511 and 591 µs/txn.
 //   - pgbench -n -M prepared -c 1 -t 1500 with the same transaction as a
 //     script (prepare_session once per connection), CPU of the postmaster's
 //     exited children (the backend; autovacuum off), 10 interleaved
 //     rounds: before 1073 µs/txn, today 906, without tashkent 393:
 //     capture 680 -> 513 µs, 0.75x (median of per-round ratios 0.70x).
 //   - A plpgsql procedure running the transactions in one backend,
-//     interleaving before and today per transaction: 0.62-0.65x.
+//     interleaving before and today per transaction (no client round
+//     trips): 0.54-0.65x over several runs.
 //
-// So capture costs about 25-35% less per TPC-B transaction, short of the
-// 40% the issue asked for. What is left is mostly fixed cost per trigger
+// So capture costs about 25-40% less per TPC-B transaction depending on
+// the harness and the run: the 40% the issue asked for is reached only
+// where the client round trip of the collect is left out. What is left is mostly fixed cost per trigger
 // call (the trigger with transition tables, one plpgsql call, one or two
 // SPI statements with their executor set-up, to_json of the row to find
 // its key) and per commit (the collect statement); a version that skipped
