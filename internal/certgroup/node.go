@@ -96,6 +96,9 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 	if cfg.TickInterval == 0 {
 		cfg.TickInterval = DefaultTickInterval
 	}
+	if cfg.Core.ElectionTicks == 0 {
+		cfg.Core.ElectionTicks = DefaultElectionTicks
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -176,11 +179,15 @@ func (n *Node) run() {
 	defer n.done.Done()
 	ticker := time.NewTicker(n.cfg.TickInterval)
 	defer ticker.Stop()
+	clock := tickClock{interval: n.cfg.TickInterval, last: time.Now()}
 	for {
 		select {
-		case <-ticker.C:
+		case now := <-ticker.C:
 			n.mu.Lock()
-			n.core.Tick()
+			_, _, leading := n.core.Leader()
+			for i := clock.due(now, leading, n.cfg.Core.ElectionTicks); i > 0; i-- {
+				n.core.Tick()
+			}
 			n.mu.Unlock()
 		case <-n.wake:
 		case <-n.stop:
@@ -194,6 +201,37 @@ func (n *Node) run() {
 			return
 		}
 	}
+}
+
+// tickClock keeps a follower's Raft clock on the wall clock. A
+// time.Ticker drops the ticks its receiver was too late for: on a loaded
+// machine (a busy Ready loop, or a process waiting for a CPU) a follower's
+// election timer then ran at a fraction of real time, and elections after
+// a leader's death took 1.3 to 2.1 s instead of at most 1.2 s (measured:
+// docs/BENCHMARKS.md "Failover"). A follower or candidate is given the
+// ticks it missed, at most one election timeout's worth at once; the leader
+// is not (its timers are the heartbeat and CheckQuorum: catching up after
+// a stall, before the followers' queued answers are read, could make it
+// step down for nothing). A follower that campaigns too early is stopped
+// by PreVote while the others still hear the leader.
+type tickClock struct {
+	interval time.Duration
+	last     time.Time
+}
+
+// due is how many ticks to give Raft at now.
+func (c *tickClock) due(now time.Time, leading bool, electionTicks int) int {
+	missed := int(now.Sub(c.last) / c.interval)
+	if leading || missed < 1 {
+		c.last = now
+		return 1
+	}
+	if limit := max(electionTicks, 1); missed > limit {
+		c.last = now
+		return limit
+	}
+	c.last = c.last.Add(time.Duration(missed) * c.interval)
+	return missed
 }
 
 // processReady carries out batches until Raft has none: persist (one

@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
@@ -21,6 +22,20 @@ const peerQueueMax = 4096
 
 // peerRedialDelay is the pause before a broken stream to a peer is reopened.
 const peerRedialDelay = 50 * time.Millisecond
+
+// peerConnectParams: a peer that was down (killed, restarted) is dialled
+// again within peerReconnectDelayMax. gRPC's default backoff (1 s, growing
+// by 1.6 up to 2 min) left a restarted member unreachable from its peers
+// for 1.6 to 4 s after it came back: it lagged, and when the leader died
+// next, the surviving follower could not get its vote, so elections took
+// up to 2.4 s (docs/BENCHMARKS.md "Failover"). A dial attempt to a dead
+// peer on a LAN is one refused connection every quarter second.
+const peerReconnectDelayMax = 250 * time.Millisecond
+
+var peerConnectParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: peerReconnectDelayMax},
+	MinConnectTimeout: 5 * time.Second,
+}
 
 // transport sends Raft messages to peers over gRPC: one Raft.Send stream
 // per peer, fed by a queue, so a slow or dead peer never blocks the Ready
@@ -47,6 +62,7 @@ func newTransport(n *Node, dial []grpc.DialOption) *transport {
 	if len(dial) == 0 {
 		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
+	dial = append(dial[:len(dial):len(dial)], grpc.WithConnectParams(peerConnectParams))
 	return &transport{n: n, dial: dial, peers: map[uint64]*peer{}, ctx: ctx, stop: cancel}
 }
 
