@@ -60,11 +60,15 @@ type Config struct {
 }
 
 // Snapshot defaults. A snapshot costs a pass over the conflict window
-// (certification.State.Marshal, tens of MB with the default window): every
-// 10,000 entries keeps that a small share of the work while the log stays
-// a few MB. etcd keeps 5,000 entries behind a snapshot for slow followers.
+// (certification.State.Marshal, tens of MB with the default window) and
+// its write and fsync, in the Raft loop: every 10,000 versions, at 20,000
+// certifications/s, halved the 3-member group's throughput and made its
+// p99 330-460 ms (docs/BENCHMARKS.md, session 4). Every 100,000 versions
+// the log between snapshots stays about 20 MB (SnapshotBytes bounds it
+// anyway) and a restart replays at most that. etcd keeps 5,000 entries
+// behind a snapshot for slow followers.
 const (
-	DefaultSnapshotEntries = 10_000
+	DefaultSnapshotEntries = 100_000
 	DefaultSnapshotBytes   = 64 << 20
 	DefaultCatchUpEntries  = 5_000
 )

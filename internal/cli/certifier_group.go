@@ -53,7 +53,7 @@ func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, p
 	}
 	return certgroup.OpenNode(certgroup.NodeConfig{
 		Core: certgroup.Config{
-			ID: id, Join: join, WindowVersions: cfg.WindowVersions, Decode: certifier.DecodeEntryKeys,
+			ID: id, Join: join, WindowVersions: cfg.WindowVersions, Decode: certifier.GroupEntryKeys,
 			UnsafeSkipConflictCheck: cfg.UnsafeSkipConflictCheck,
 			SnapshotEntries:         snapshots.entries,
 			SnapshotBytes:           snapshots.mib << 20,
