@@ -63,7 +63,7 @@ type Config struct {
 // (certification.State.Marshal, tens of MB with the default window) and
 // its write and fsync, in the Raft loop: every 10,000 versions, at 20,000
 // certifications/s, halved the 3-member group's throughput and made its
-// p99 330-460 ms (docs/BENCHMARKS.md, session 4). Every 100,000 versions
+// p99 330-460 ms (docs/BENCHMARKS.md, session 3). Every 100,000 versions
 // the log between snapshots stays about 20 MB (SnapshotBytes bounds it
 // anyway) and a restart replays at most that. etcd keeps 5,000 entries
 // behind a snapshot for slow followers.
@@ -74,11 +74,15 @@ const (
 )
 
 // defaults for the tick counts: with a 10 ms tick, a follower starts an
-// election 1 to 2 s after it last heard from the leader (Raft randomizes
-// in [ElectionTicks, 2*ElectionTicks)), well inside the 2 s failover target
-// on average, and heartbeats go out every 50 ms.
+// election 0.4 to 0.8 s after it last heard from the leader (Raft
+// randomizes in [ElectionTicks, 2*ElectionTicks)), and heartbeats go out
+// every 50 ms (8 per election timeout). An election that needs a second
+// round (a pre-vote refused by a follower whose lease on the dead leader
+// had a tick or a heartbeat left) then still ends within 1.6 s, inside the
+// 2 s failover target; with 60 ticks, 2 of 20 kills on a quiet machine
+// took 2.1 and 2.4 s (docs/BENCHMARKS.md, "The tail").
 const (
-	DefaultElectionTicks  = 60
+	DefaultElectionTicks  = 40
 	DefaultHeartbeatTicks = 5
 )
 

@@ -80,10 +80,12 @@
 //     (the single certifier does 70,000-80,000 there); see
 //     docs/BENCHMARKS.md. etcd's AsyncStorageWrites (the leader's fsync off
 //     the Ready loop) is not tried.
-//   - Failover: most of the pause is the election timeout (0.6 to 1.2 s);
-//     an election that splits the vote takes a second round (about one
-//     kill in twenty in the 20-kill test: 2.0 to 2.2 s). The timers are not
-//     shortened (spurious elections on a loaded machine).
+//   - Failover: most of the pause is the election timeout (0.4 to 0.8 s
+//     since session 3; it was 0.6 to 1.2 s); an election that takes a
+//     second round (about one kill in ten) then still ends within 2 s. A
+//     shorter timeout risks elections while the leader lives on a loaded
+//     machine (PreVote keeps those from deposing it while the other
+//     follower hears it).
 //   - A snapshot is taken, written and fsynced in the Raft loop (a pass
 //     over the conflict window, tens of MB with the default window): every
 //     SnapshotEntries versions the loop stops for a moment (the p99 of a

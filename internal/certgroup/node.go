@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultTickInterval is Raft's tick: with DefaultElectionTicks a follower
-// that stops hearing from the leader campaigns after 0.6 to 1.2 s.
+// that stops hearing from the leader campaigns after 0.4 to 0.8 s.
 const DefaultTickInterval = 10 * time.Millisecond
 
 // readyWaitMax bounds how long Certify waits for a new leader to finish
