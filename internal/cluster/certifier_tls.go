@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certs"
 	"github.com/tashkent-db/tashkent/internal/grpctls"
 )
 
@@ -121,7 +122,7 @@ func ensureCertifierTLS(st *State) error {
 	ca := t.Files(adminTLSName).CA
 	caKey := filepath.Join(t.Dir, "ca.key")
 	if !exists(ca) {
-		if err := grpctls.WriteCA(ca, caKey, "tashkent cluster CA ("+st.Dir+")"); err != nil {
+		if err := certs.WriteCA(ca, caKey, "tashkent cluster CA ("+st.Dir+")"); err != nil {
 			return fmt.Errorf("generating the certifier TLS CA: %w", err)
 		}
 	}
@@ -137,7 +138,7 @@ func ensureCertifierTLS(st *State) error {
 		if exists(f.Cert) && exists(f.Key) {
 			continue
 		}
-		if err := grpctls.Issue(ca, caKey, f.Cert, f.Key, name, []string{"127.0.0.1", "localhost"}); err != nil {
+		if err := certs.Issue(ca, caKey, f.Cert, f.Key, name, []string{"127.0.0.1", "localhost"}); err != nil {
 			return fmt.Errorf("generating the certifier TLS certificate of %s: %w", name, err)
 		}
 	}

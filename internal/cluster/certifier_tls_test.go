@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certs"
 	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/grpctls"
 	"github.com/tashkent-db/tashkent/internal/testbin"
@@ -244,10 +245,10 @@ func otherCAFiles(t *testing.T) grpctls.Files {
 	t.Helper()
 	d := t.TempDir()
 	f := grpctls.Files{CA: filepath.Join(d, "ca.crt"), Cert: filepath.Join(d, "x.crt"), Key: filepath.Join(d, "x.key")}
-	if err := grpctls.WriteCA(f.CA, filepath.Join(d, "ca.key"), "another CA"); err != nil {
+	if err := certs.WriteCA(f.CA, filepath.Join(d, "ca.key"), "another CA"); err != nil {
 		t.Fatal(err)
 	}
-	if err := grpctls.Issue(f.CA, filepath.Join(d, "ca.key"), f.Cert, f.Key, "intruder", []string{"127.0.0.1"}); err != nil {
+	if err := certs.Issue(f.CA, filepath.Join(d, "ca.key"), f.Cert, f.Key, "intruder", []string{"127.0.0.1"}); err != nil {
 		t.Fatal(err)
 	}
 	return f

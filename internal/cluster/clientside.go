@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/tashkent-db/tashkent/internal/pgwire"
+	"github.com/tashkent-db/tashkent/internal/certs"
 )
 
 // The proxies' client side: every proxy of a local cluster serves TLS with
@@ -34,7 +34,7 @@ func tlsFiles(dir string) (cert, key string, err error) {
 	if err := os.MkdirAll(tlsDir, 0o700); err != nil {
 		return "", "", err
 	}
-	if err := pgwire.WriteSelfSignedCert(cert, key, []string{"127.0.0.1", "localhost"}); err != nil {
+	if err := certs.WriteSelfSigned(cert, key, "tashkent proxy", []string{"127.0.0.1", "localhost"}); err != nil {
 		return "", "", fmt.Errorf("generating the proxies' TLS certificate: %w", err)
 	}
 	return cert, key, nil

@@ -23,7 +23,7 @@
 //
 // One Files value (CA, certificate, key) configures both directions: a group
 // member is a server to its peers and a client of them with the same pair,
-// so certificates are issued for both server and client use (Issue).
+// so certificates are issued for both server and client use (certs.Issue).
 //
 // Without the flags everything stays plaintext, as before: Files{} gives
 // insecure dial credentials and no server option. Half a configuration

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tashkent-db/tashkent/internal/certs"
 	"github.com/tashkent-db/tashkent/internal/grpctls"
 )
 
@@ -37,7 +38,7 @@ func newPKI(t *testing.T, name string) *pki {
 		t.Fatal(err)
 	}
 	p := &pki{t: t, dir: dir, ca: filepath.Join(dir, "ca.crt"), key: filepath.Join(dir, "ca.key")}
-	if err := grpctls.WriteCA(p.ca, p.key, name+" CA"); err != nil {
+	if err := certs.WriteCA(p.ca, p.key, name+" CA"); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -47,7 +48,7 @@ func newPKI(t *testing.T, name string) *pki {
 func (p *pki) files(name string, hosts ...string) grpctls.Files {
 	p.t.Helper()
 	f := grpctls.Files{CA: p.ca, Cert: filepath.Join(p.dir, name+".crt"), Key: filepath.Join(p.dir, name+".key")}
-	if err := grpctls.Issue(p.ca, p.key, f.Cert, f.Key, name, hosts); err != nil {
+	if err := certs.Issue(p.ca, p.key, f.Cert, f.Key, name, hosts); err != nil {
 		p.t.Fatal(err)
 	}
 	return f

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/certs"
 )
 
 // testCert writes a self-signed certificate for 127.0.0.1 and localhost:
@@ -31,7 +33,7 @@ func testCert(t *testing.T, hosts ...string) (cert, key string) {
 	if len(hosts) == 0 {
 		hosts = []string{"127.0.0.1", "localhost"}
 	}
-	if err := WriteSelfSignedCert(cert, key, hosts); err != nil {
+	if err := certs.WriteSelfSigned(cert, key, "tashkent proxy", hosts); err != nil {
 		t.Fatal(err)
 	}
 	return cert, key

@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/certifier"
+	"github.com/tashkent-db/tashkent/internal/certs"
 	"github.com/tashkent-db/tashkent/internal/pgtest"
-	"github.com/tashkent-db/tashkent/internal/pgwire"
 	"github.com/tashkent-db/tashkent/internal/proxy"
 )
 
@@ -176,7 +176,7 @@ func sequenceRestartIsRealigned(t *testing.T, c *testCluster) {
 func TestTLSAndSCRAMThroughTheProxy(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
-	if err := pgwire.WriteSelfSignedCert(cert, key, []string{"127.0.0.1", "localhost"}); err != nil {
+	if err := certs.WriteSelfSigned(cert, key, "tashkent proxy", []string{"127.0.0.1", "localhost"}); err != nil {
 		t.Fatal(err)
 	}
 	c := startClusterWith(t, 1, func(i int, cfg *proxy.Config) {

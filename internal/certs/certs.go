@@ -1,4 +1,9 @@
-package grpctls
+// Package certs issues the certificates a local cluster needs when the
+// operator brings none: a CA and per-process certificates for the
+// certifier channels (mutual TLS, internal/grpctls), and a self-signed
+// certificate for the proxies' PostgreSQL clients (internal/pgwire). One
+// place, so that key type, validity and file modes are the same for both.
+package certs
 
 import (
 	"crypto/ecdsa"
@@ -41,6 +46,30 @@ func WriteCA(certFile, keyFile, commonName string) error {
 	return writePair(certFile, keyFile, der, key)
 }
 
+// WriteSelfSigned writes a new self-signed certificate and its key (mode
+// 0600) for hosts, for a server: clients that want verify-full use the
+// certificate itself as their root (sslrootcert), so it is its own CA.
+func WriteSelfSigned(certFile, keyFile, commonName string, hosts []string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl, err := template(commonName)
+	if err != nil {
+		return err
+	}
+	tmpl.IsCA = true
+	tmpl.BasicConstraintsValid = true
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	addHosts(tmpl, hosts)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	return writePair(certFile, keyFile, der, key)
+}
+
 // Issue signs a certificate for one process with the CA in caCert/caKey,
 // for hosts (IP addresses become IP SANs, names DNS SANs), valid for both
 // server and client use: a group member is both. The key is written with
@@ -67,6 +96,17 @@ func Issue(caCert, caKey, certFile, keyFile, commonName string, hosts []string) 
 	}
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	addHosts(tmpl, hosts)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caX509, &key.PublicKey, ca.PrivateKey)
+	if err != nil {
+		return err
+	}
+	return writePair(certFile, keyFile, der, key)
+}
+
+// addHosts adds hosts to the certificate's subject alternative names: IP
+// addresses as IP SANs, names as DNS SANs.
+func addHosts(tmpl *x509.Certificate, hosts []string) {
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
@@ -74,11 +114,6 @@ func Issue(caCert, caKey, certFile, keyFile, commonName string, hosts []string) 
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caX509, &key.PublicKey, ca.PrivateKey)
-	if err != nil {
-		return err
-	}
-	return writePair(certFile, keyFile, der, key)
 }
 
 func template(commonName string) (*x509.Certificate, error) {
