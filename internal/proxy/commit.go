@@ -20,7 +20,7 @@ import (
 func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorResponse, error) {
 	clock := s.p.metrics.phaseClock()
 	changes, res, err := s.collectWriteset()
-	clock.lap("collect")
+	clock.lap(phaseCollect)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func (s *session) collectWriteset() ([]*pb.Change, result, error) {
 
 // certifyAndCommit asks the certifier (C2, C3) and commits in version order
 // (C5) or rolls back (40001).
-func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, clock phaseClock) (*pgproto3.ErrorResponse, error) {
+func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, clock *phaseClock) (*pgproto3.ErrorResponse, error) {
 	rep := s.p.rep
 	seq := s.p.nextTxnSeq()
 	local := rep.seq.Register(seq)
@@ -72,7 +72,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 		Writeset:     &pb.Writeset{Changes: changes},
 	})
 	cancel()
-	clock.lap("certify")
+	clock.lap(phaseCertify)
 	if err != nil {
 		rep.seq.Abandon(local)
 		s.p.metrics.outcomes.WithLabelValues("unknown").Inc()
@@ -109,7 +109,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 		rep.seq.Abandon(local)
 		return nil, fmt.Errorf("waiting to commit version %d: %w", v, err)
 	}
-	clock.lap("order")
+	clock.lap(phaseOrder)
 	record := strings.ReplaceAll(replica.RecordVersionSQL, "$1", strconv.FormatUint(v, 10))
 	res, err := s.exec(record + "; COMMIT")
 	if err != nil {
@@ -120,7 +120,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 		return nil, s.softRecover(ctx, local, res)
 	}
 	rep.seq.Commit(v)
-	clock.lap("local")
+	clock.lap(phaseLocal)
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
 	return nil, nil
 }
