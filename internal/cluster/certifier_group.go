@@ -82,19 +82,7 @@ func (u *upper) startMember(ctx context.Context, c *Certifier) error {
 				"--listen", hostPort(c.Port), "--metrics-listen", hostPort(c.MetricsPort)}, u.st.certifierTLSFiles(c.tlsName()).Args()...)
 		},
 		func(pid int) { c.PID = pid },
-		func(ctx context.Context, pid int) error {
-			if err := dialOnce(ctx, hostPort(c.Port)); err != nil {
-				return err
-			}
-			st, err := u.st.QueryCertifier(ctx, hostPort(c.Port))
-			if err != nil {
-				return err
-			}
-			if st.Pid != int64(pid) {
-				return fmt.Errorf("%s is served by pid %d, not by the certifier just started", hostPort(c.Port), st.Pid)
-			}
-			return nil
-		})
+		u.certifierServes(c.Port))
 	if err != nil {
 		return err
 	}

@@ -444,19 +444,7 @@ func (u *upper) startCertifier(ctx context.Context) error {
 				u.st.certifierTLSFiles(c.tlsName()).Args()...)
 		},
 		func(pid int) { c.PID = pid },
-		func(ctx context.Context, pid int) error {
-			if err := dialOnce(ctx, hostPort(c.Port)); err != nil {
-				return err
-			}
-			st, err := u.st.QueryCertifier(ctx, hostPort(c.Port))
-			if err != nil {
-				return err
-			}
-			if st.Pid != int64(pid) {
-				return fmt.Errorf("%s is served by pid %d, not by the certifier just started", hostPort(c.Port), st.Pid)
-			}
-			return nil
-		})
+		u.certifierServes(c.Port))
 	if err != nil {
 		return err
 	}
@@ -531,4 +519,22 @@ func selectOne(ctx context.Context, dsn string) error {
 		return fmt.Errorf("SELECT 1 returned %d", one)
 	}
 	return nil
+}
+
+// certifierServes is the readiness check of a certifier (or group member)
+// started on port: it answers Status, from the process just started.
+func (u *upper) certifierServes(port int) func(ctx context.Context, pid int) error {
+	return func(ctx context.Context, pid int) error {
+		if err := dialOnce(ctx, hostPort(port)); err != nil {
+			return err
+		}
+		st, err := u.st.QueryCertifier(ctx, hostPort(port))
+		if err != nil {
+			return err
+		}
+		if st.Pid != int64(pid) {
+			return fmt.Errorf("%s is served by pid %d, not by the certifier just started", hostPort(port), st.Pid)
+		}
+		return nil
+	}
 }

@@ -1,10 +1,5 @@
 package wal
 
-import (
-	"fmt"
-	"os"
-)
-
 // SyncAll makes everything the log holds durable, whatever Options.NoSync
 // says. A certifier group member writes its versioned log without fsync,
 // because the Raft log is the durable copy of the same versions; before
@@ -40,21 +35,9 @@ func (l *Log) SyncAll() error {
 		l.fsyncs.Add(1)
 	}
 	if err := syncDir(l.dir); err != nil {
-		return fmt.Errorf("wal: fsync directory: %w", err)
+		return err
 	}
 	l.fsyncs.Add(1)
 	l.syncedBefore = activeFirst
-	return nil
-}
-
-func syncPath(path string) error {
-	f, err := os.OpenFile(path, os.O_RDONLY, 0)
-	if err != nil {
-		return fmt.Errorf("wal: open %s to sync it: %w", path, err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("wal: fsync %s: %w", path, err)
-	}
 	return nil
 }

@@ -340,14 +340,20 @@ func (l *Log) syncLogDir() error {
 
 // syncDir makes the entries of a directory (created, removed files) durable.
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
+	return syncPath(dir)
+}
+
+// syncPath fsyncs the file or directory at path through a descriptor of
+// its own (fsync makes the file's data durable whichever descriptor wrote it).
+func syncPath(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("wal: open directory for fsync: %w", err)
+		return fmt.Errorf("wal: open %s for fsync: %w", path, err)
 	}
-	syncErr := d.Sync()
-	closeErr := d.Close()
+	syncErr := f.Sync()
+	closeErr := f.Close()
 	if syncErr != nil {
-		return fmt.Errorf("wal: fsync directory %s: %w", dir, syncErr)
+		return fmt.Errorf("wal: fsync %s: %w", path, syncErr)
 	}
 	return closeErr
 }
