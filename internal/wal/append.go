@@ -161,14 +161,8 @@ func (l *Log) closeFullSegment() error {
 // not change and fdatasync has only the data to flush. Recovery takes a tail of zeros after the last
 // record for this preallocated space (recover.go).
 func (l *Log) writeDurably(f *os.File, offset int64) error {
-	if err := l.ensureZeroed(offset + int64(len(l.buf))); err != nil {
+	if err := l.writeOnly(f, offset); err != nil {
 		return err
-	}
-	l.writes.Add(1)
-	n, err := f.WriteAt(l.buf, offset)
-	l.bytesWritten.Add(uint64(n))
-	if err != nil {
-		return fmt.Errorf("wal: write %s: %w", f.Name(), err)
 	}
 	return l.syncData(f)
 }
