@@ -222,43 +222,16 @@ const txnField protowire.Number = 2
 // from remote ones.
 func HeaderOf(b []byte) (Header, error) { return parseHeader(b, true) }
 
-// parseHeader walks the entry's fields, reading the version and, if
-// withTxn, the transaction id, and skipping everything else.
+// parseHeader reads the version and, if withTxn, the transaction id
+// (RawHeaderOf, copied out of b).
 func parseHeader(b []byte, withTxn bool) (Header, error) {
-	var h Header
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return h, fmt.Errorf("log entry: bad tag: %w", protowire.ParseError(n))
-		}
-		b = b[n:]
-		switch {
-		case num == versionField && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return h, fmt.Errorf("log entry: bad version: %w", protowire.ParseError(m))
-			}
-			h.Version, b = v, b[m:]
-		case withTxn && num == txnField && typ == protowire.BytesType:
-			txn, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return h, fmt.Errorf("log entry: bad transaction id: %w", protowire.ParseError(m))
-			}
-			id := &pb.TxnID{}
-			if err := proto.Unmarshal(txn, id); err != nil {
-				return h, fmt.Errorf("log entry: bad transaction id: %w", err)
-			}
-			h.Origin, h.Seq, b = id.Origin, id.Seq, b[m:]
-		default:
-			m := protowire.ConsumeFieldValue(num, typ, b)
-			if m < 0 {
-				return h, fmt.Errorf("log entry: bad field %d: %w", num, protowire.ParseError(m))
-			}
-			b = b[m:]
-		}
+	raw, err := RawHeaderOf(b)
+	if err != nil {
+		return Header{}, err
 	}
-	if h.Version == 0 {
-		return h, fmt.Errorf("log entry without a version")
+	h := Header{Version: raw.Version}
+	if withTxn {
+		h.Origin, h.Seq = string(raw.Origin), raw.Seq
 	}
 	return h, nil
 }
