@@ -82,7 +82,7 @@ func (u *upper) startMember(ctx context.Context, c *Certifier) error {
 				"--listen", hostPort(c.Port), "--metrics-listen", hostPort(c.MetricsPort)}, u.st.certifierTLSFiles(c.tlsName()).Args()...)
 		},
 		func(pid int) { c.PID = pid },
-		u.certifierServes(c.Port))
+		u.certifierServes(&c.Port))
 	if err != nil {
 		return err
 	}

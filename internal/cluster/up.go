@@ -444,7 +444,7 @@ func (u *upper) startCertifier(ctx context.Context) error {
 				u.st.certifierTLSFiles(c.tlsName()).Args()...)
 		},
 		func(pid int) { c.PID = pid },
-		u.certifierServes(c.Port))
+		u.certifierServes(&c.Port))
 	if err != nil {
 		return err
 	}
@@ -522,18 +522,20 @@ func selectOne(ctx context.Context, dsn string) error {
 }
 
 // certifierServes is the readiness check of a certifier (or group member)
-// started on port: it answers Status, from the process just started.
-func (u *upper) certifierServes(port int) func(ctx context.Context, pid int) error {
+// started on *port (read when checked: startDetached picks a free port
+// first): it answers Status, from the process just started.
+func (u *upper) certifierServes(port *int) func(ctx context.Context, pid int) error {
 	return func(ctx context.Context, pid int) error {
-		if err := dialOnce(ctx, hostPort(port)); err != nil {
+		addr := hostPort(*port)
+		if err := dialOnce(ctx, addr); err != nil {
 			return err
 		}
-		st, err := u.st.QueryCertifier(ctx, hostPort(port))
+		st, err := u.st.QueryCertifier(ctx, addr)
 		if err != nil {
 			return err
 		}
 		if st.Pid != int64(pid) {
-			return fmt.Errorf("%s is served by pid %d, not by the certifier just started", hostPort(port), st.Pid)
+			return fmt.Errorf("%s is served by pid %d, not by the certifier just started", addr, st.Pid)
 		}
 		return nil
 	}
