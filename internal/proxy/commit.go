@@ -105,6 +105,9 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 	if err := rep.seq.WaitTurn(ctx, local); errors.Is(err, sequencer.ErrDisplaced) {
 		s.log.Info("the transaction gave way to an earlier version; its writeset is applied in its place", "version", v)
 		return nil, s.applyInstead(ctx, local, v)
+	} else if errors.Is(err, sequencer.ErrHalted) {
+		rep.seq.Abandon(local)
+		return nil, s.committedButHalted(v, err, s.rollback())
 	} else if err != nil {
 		rep.seq.Abandon(local)
 		return nil, fmt.Errorf("waiting to commit version %d: %w", v, err)
@@ -138,9 +141,33 @@ func (s *session) applyInstead(ctx context.Context, local *sequencer.Local, v ui
 	if lost {
 		s.endSessionAfterCommit()
 	}
-	if err := s.p.rep.seq.WaitCommitted(ctx, v); err != nil {
+	if err := s.p.rep.seq.WaitCommitted(ctx, v); errors.Is(err, sequencer.ErrHalted) {
+		return s.committedButHalted(v, err, nil)
+	} else if err != nil {
 		return err
 	}
+	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
+	return nil
+}
+
+// committedButHalted answers the COMMIT of certified version v on a
+// replica whose applier stopped for good (halted wraps
+// sequencer.ErrHalted) before v could commit here: v is committed in the
+// cluster, durably in the certifier's log, so the COMMIT succeeds (a
+// retry would commit it twice), with a WARNING that this replica cannot
+// show it; then the session ends (57P03, as for new connections), since
+// nothing will commit here until the replica is rebuilt. rollbackErr is
+// the rollback of the local transaction, if the caller made one.
+func (s *session) committedButHalted(v uint64, halted, rollbackErr error) error {
+	if rollbackErr != nil {
+		return rollbackErr
+	}
+	s.log.Error("a certified transaction cannot commit here: the replica stopped applying", "version", v, "err", halted)
+	s.w.Client.Send(&pgproto3.NoticeResponse{Severity: "WARNING", SeverityUnlocalized: "WARNING", Code: "01000",
+		Message: fmt.Sprintf("the transaction is committed in the cluster (version %d), but this replica stopped applying the cluster's commits and will not show it", v),
+		Detail:  halted.Error(),
+		Hint:    "Do not retry the transaction: other replicas apply it. This replica must be rebuilt; see OPERATIONS.md."})
+	s.endAfterReply = replicaHalted(halted)
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
 	return nil
 }
@@ -189,8 +216,12 @@ func (s *session) softRecover(ctx context.Context, local *sequencer.Local, res r
 	if s.sessionState {
 		s.endSessionAfterCommit()
 	}
+	err := s.p.rep.seq.WaitCommitted(ctx, local.Version())
+	if errors.Is(err, sequencer.ErrHalted) {
+		return s.committedButHalted(local.Version(), err, nil)
+	}
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
-	return s.p.rep.seq.WaitCommitted(ctx, local.Version())
+	return err
 }
 
 // certificationAbort is the error a client gets for a transaction that

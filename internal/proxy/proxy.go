@@ -217,9 +217,18 @@ func (p *Proxy) admit(w *pgwire.Session) *pgproto3.ErrorResponse {
 		return fatal(codeCannotConnectNow, "the replica is recovering after its database restarted; retry shortly")
 	}
 	if e := p.rep.broken.Load(); e != nil {
-		return fatal(codeCannotConnectNow, "the replica stopped applying the cluster's commits and must be rebuilt: "+(*e).Error())
+		return replicaHalted(*e)
 	}
 	return nil
+}
+
+// replicaHalted is the FATAL error that keeps clients off a replica whose
+// applier stopped for good (cause): new connections get it, and sessions
+// get it at their next transaction.
+func replicaHalted(cause error) *pgproto3.ErrorResponse {
+	e := fatal(codeCannotConnectNow, "the replica stopped applying the cluster's commits and must be rebuilt: "+cause.Error())
+	e.Hint = "Connect to another replica. OPERATIONS.md says how to repair or rebuild this one."
+	return e
 }
 
 func fatal(code, message string) *pgproto3.ErrorResponse {

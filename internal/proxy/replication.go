@@ -352,6 +352,7 @@ func (r *replication) handleApplyError(ctx context.Context, batch []logentry.Ent
 			"first_version", batch[0].Version, "err", err)
 		wrapped := fmt.Errorf("apply versions from %d: %w", batch[0].Version, err)
 		r.broken.Store(&wrapped)
+		r.seq.Halt(wrapped) // sessions waiting for their turn are told, not left hanging
 		<-ctx.Done()
 	}
 }

@@ -73,6 +73,10 @@ func (s *session) run(ctx context.Context) error {
 			}
 			return fmt.Errorf("client: %w", err)
 		}
+		if refusal := s.haltedBetweenTransactions(msg); refusal != nil {
+			s.w.Client.Send(refusal)
+			return s.w.Client.Flush()
+		}
 		switch m := msg.(type) {
 		case *pgproto3.Terminate:
 			return nil
@@ -98,6 +102,22 @@ func (s *session) run(ctx context.Context) error {
 			return s.w.Client.Flush()
 		}
 	}
+}
+
+// haltedBetweenTransactions returns the error that ends a session between
+// transactions on a replica that stopped applying: its data would only
+// grow staler. A transaction in progress goes on to its end.
+func (s *session) haltedBetweenTransactions(next pgproto3.FrontendMessage) *pgproto3.ErrorResponse {
+	e := s.p.rep.broken.Load()
+	if _, terminate := next.(*pgproto3.Terminate); e == nil || terminate {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.status != 'I' || s.ex.open {
+		return nil
+	}
+	return replicaHalted(*e)
 }
 
 func (s *session) locked(f func() error) error {

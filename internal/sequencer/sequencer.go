@@ -38,6 +38,11 @@ var ErrReset = errors.New("replica is recovering: its commit order was reset")
 // Abandon its version, which is then applied from its writeset.
 var ErrDisplaced = errors.New("an earlier version needs a lock this transaction holds: it gives way, and its writeset is applied in its place")
 
+// ErrHalted is returned to waiters once the replica stopped applying the
+// cluster's commits for good (Halt): what they wait for will not happen
+// here until the replica is rebuilt.
+var ErrHalted = errors.New("the replica stopped applying the cluster's commits")
+
 // Local is a transaction of this replica waiting for its version.
 type Local struct {
 	Seq       uint64
@@ -65,6 +70,7 @@ type Sequencer struct {
 	locals    map[uint64]*Local // registered transactions by sequence number
 	changed   chan struct{}     // closed and replaced on every change
 	epoch     uint64            // incremented by Reset
+	halted    error             // set by Halt; wraps ErrHalted
 }
 
 // New starts the order after version committed. origin is this replica's
@@ -240,6 +246,19 @@ func (s *Sequencer) Reset(committed uint64) {
 	s.notifyLocked()
 }
 
+// Halt records that no further version will commit here: the applier met
+// a version the database refuses (cause) and the replica must be rebuilt.
+// Every wait, current and future, returns an error wrapping ErrHalted and
+// cause instead of waiting for ever. Reset does not undo it.
+func (s *Sequencer) Halt(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.halted == nil {
+		s.halted = fmt.Errorf("%w: %w", ErrHalted, cause)
+		s.notifyLocked()
+	}
+}
+
 func (s *Sequencer) notifyLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -257,6 +276,11 @@ func (s *Sequencer) wait(ctx context.Context, ready func() bool) error {
 		if ready() {
 			s.mu.Unlock()
 			return nil
+		}
+		if s.halted != nil {
+			err := s.halted
+			s.mu.Unlock()
+			return err
 		}
 		ch := s.changed
 		s.mu.Unlock()

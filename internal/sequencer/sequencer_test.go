@@ -206,3 +206,36 @@ func TestDisplacedLocalGivesWayAndIsAppliedInItsPlace(t *testing.T) {
 		t.Fatalf("WaitTurn whose turn had come before Displace: %v, want nil", err)
 	}
 }
+
+// A replica whose applier stopped for good (an uncertified unique-index
+// collision, say) must not leave its sessions waiting for ever: every wait,
+// current and future, ends with ErrHalted and the cause, and a wait already
+// satisfied still succeeds.
+func TestHaltEndsEveryWait(t *testing.T) {
+	s := New("me", 0)
+	mine := s.Register(1)
+	deliver(s, 1, "other", 9)
+	deliver(s, 2, "me", 1)
+	s.Commit(1)
+	cause := errors.New("duplicate key value violates unique constraint")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	waiting := make(chan error, 1)
+	go func() { waiting <- s.WaitCommitted(ctx, 3) }()
+	time.Sleep(20 * time.Millisecond) // let it block
+	s.Halt(cause)
+	if err := <-waiting; !errors.Is(err, ErrHalted) || !errors.Is(err, cause) {
+		t.Fatalf("a current wait returned %v, want ErrHalted wrapping the cause", err)
+	}
+	if err := s.WaitTurn(ctx, mine); err != nil {
+		t.Fatalf("the turn of version 2 has come (1 committed), yet WaitTurn returned %v", err)
+	}
+	if _, err := s.NextRemote(ctx, 10); !errors.Is(err, ErrHalted) {
+		t.Fatalf("a later wait returned %v, want ErrHalted", err)
+	}
+	s.Reset(1)
+	if err := s.WaitCommitted(ctx, 2); !errors.Is(err, ErrHalted) {
+		t.Fatalf("after a reset, a wait returned %v: halting is for good", err)
+	}
+}
