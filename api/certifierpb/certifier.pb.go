@@ -52,6 +52,18 @@ const (
 	// `key` is the JSON array of the index's key column values, in index
 	// order, encoded like a primary key; `row` is empty.
 	Op_OP_UNIQUE_KEY Op = 5
+	// A row the transaction's new or changed rows reference through a
+	// foreign key: the referenced (parent) row must still exist when the
+	// transaction commits. Certified as a shared key, never applied: it
+	// conflicts with a write (UPSERT, DELETE, TRUNCATE, DDL) of the same key
+	// committed after the transaction's snapshot, and a write conflicts with
+	// a reference committed after the writer's snapshot; references never
+	// conflict with each other (Galera's reference keys). When the foreign
+	// key references the parent's primary key, `table` and `key` are the
+	// parent row's, encoded exactly as for a row change of the parent; when
+	// it references another unique constraint, they are named as for
+	// OP_UNIQUE_KEY ("<table>#<index>", the index's values). `row` is empty.
+	Op_OP_REFERENCE Op = 6
 )
 
 // Enum value maps for Op.
@@ -63,6 +75,7 @@ var (
 		3: "OP_TRUNCATE",
 		4: "OP_DDL",
 		5: "OP_UNIQUE_KEY",
+		6: "OP_REFERENCE",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED": 0,
@@ -71,6 +84,7 @@ var (
 		"OP_TRUNCATE":    3,
 		"OP_DDL":         4,
 		"OP_UNIQUE_KEY":  5,
+		"OP_REFERENCE":   6,
 	}
 )
 
@@ -159,6 +173,11 @@ const (
 	AbortReason_ABORT_REASON_LIMIT       AbortReason = 3 // the writeset exceeds a limit
 	AbortReason_ABORT_REASON_INVALID     AbortReason = 4 // malformed request
 	AbortReason_ABORT_REASON_OVERLOADED  AbortReason = 5 // too many requests in flight: nothing was done, retry
+	// A foreign-key reference met a concurrent write inside the window: the
+	// row this transaction references was changed or deleted by a
+	// transaction committed after its snapshot, or a row it changed or
+	// deleted was referenced by one (OP_REFERENCE).
+	AbortReason_ABORT_REASON_REFERENCE_CONFLICT AbortReason = 6
 )
 
 // Enum value maps for AbortReason.
@@ -170,14 +189,16 @@ var (
 		3: "ABORT_REASON_LIMIT",
 		4: "ABORT_REASON_INVALID",
 		5: "ABORT_REASON_OVERLOADED",
+		6: "ABORT_REASON_REFERENCE_CONFLICT",
 	}
 	AbortReason_value = map[string]int32{
-		"ABORT_REASON_UNSPECIFIED": 0,
-		"ABORT_REASON_CONFLICT":    1,
-		"ABORT_REASON_TOO_OLD":     2,
-		"ABORT_REASON_LIMIT":       3,
-		"ABORT_REASON_INVALID":     4,
-		"ABORT_REASON_OVERLOADED":  5,
+		"ABORT_REASON_UNSPECIFIED":        0,
+		"ABORT_REASON_CONFLICT":           1,
+		"ABORT_REASON_TOO_OLD":            2,
+		"ABORT_REASON_LIMIT":              3,
+		"ABORT_REASON_INVALID":            4,
+		"ABORT_REASON_OVERLOADED":         5,
+		"ABORT_REASON_REFERENCE_CONFLICT": 6,
 	}
 )
 
@@ -1466,7 +1487,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\amembers\x18\x14 \x03(\v2\x1d.tashkent.certifier.v1.MemberR\amembers\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr*f\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr*x\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_UPSERT\x10\x01\x12\r\n" +
@@ -1474,18 +1495,20 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\vOP_TRUNCATE\x10\x03\x12\n" +
 	"\n" +
 	"\x06OP_DDL\x10\x04\x12\x11\n" +
-	"\rOP_UNIQUE_KEY\x10\x05*M\n" +
+	"\rOP_UNIQUE_KEY\x10\x05\x12\x10\n" +
+	"\fOP_REFERENCE\x10\x06*M\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fDECISION_COMMIT\x10\x01\x12\x12\n" +
-	"\x0eDECISION_ABORT\x10\x02*\xaf\x01\n" +
+	"\x0eDECISION_ABORT\x10\x02*\xd4\x01\n" +
 	"\vAbortReason\x12\x1c\n" +
 	"\x18ABORT_REASON_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ABORT_REASON_CONFLICT\x10\x01\x12\x18\n" +
 	"\x14ABORT_REASON_TOO_OLD\x10\x02\x12\x16\n" +
 	"\x12ABORT_REASON_LIMIT\x10\x03\x12\x18\n" +
 	"\x14ABORT_REASON_INVALID\x10\x04\x12\x1b\n" +
-	"\x17ABORT_REASON_OVERLOADED\x10\x052\x99\x02\n" +
+	"\x17ABORT_REASON_OVERLOADED\x10\x05\x12#\n" +
+	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x062\x99\x02\n" +
 	"\tCertifier\x12e\n" +
 	"\aCertify\x12+.tashkent.certifier.v1.CertifyStreamRequest\x1a).tashkent.certifier.v1.CertifyStreamReply(\x010\x01\x12Q\n" +
 	"\x05Fetch\x12#.tashkent.certifier.v1.FetchRequest\x1a!.tashkent.certifier.v1.FetchReply0\x01\x12R\n" +

@@ -3,7 +3,8 @@ package certification
 // referenceModel is the paper's certification, written as plainly as
 // possible: keep every committed writeset and scan all of those committed
 // after the request's start version (Tashkent §6.1, step 1). It shares no code
-// with State.
+// with State. Foreign-key references are shared keys: two keys conflict when
+// they overlap, unless both are references.
 type referenceModel struct {
 	window  uint64
 	log     []modelEntry // log[i] has version i+1
@@ -25,6 +26,16 @@ func overlaps(a, b Key) bool {
 	return a.Row == 0 || b.Row == 0 || a.Row == b.Row
 }
 
+// conflicts is the whole rule: overlapping keys conflict unless both are
+// references; a reference must name one row.
+func conflicts(a, b Key) bool {
+	return overlaps(a, b) && !(a.Kind == Reference && b.Kind == Reference)
+}
+
+func validKey(k Key) bool {
+	return k.Kind == Write || (k.Kind == Reference && k.Table != 0 && k.Row != 0)
+}
+
 func (m *referenceModel) lowWaterMark() uint64 {
 	if m.version > m.window {
 		return m.version - m.window
@@ -42,13 +53,22 @@ func (m *referenceModel) certify(req Request) Outcome {
 	if len(req.Keys) == 0 || req.StartVersion > m.version {
 		return Outcome{Decision: Abort, Reason: ReasonInvalid}
 	}
+	for _, k := range req.Keys {
+		if !validKey(k) {
+			return Outcome{Decision: Abort, Reason: ReasonInvalid}
+		}
+	}
 	if req.StartVersion < lwm {
 		return Outcome{Decision: Abort, Reason: ReasonTooOld}
 	}
 	for v := req.StartVersion + 1; v <= m.version; v++ {
 		for _, committedKey := range m.log[v-1].keys {
 			for _, k := range req.Keys {
-				if overlaps(k, committedKey) {
+				if conflicts(k, committedKey) {
+					// Which of the two conflict reasons State names depends
+					// on the key it checks first: the tests compare only
+					// that it is a conflict, then check State's (version,
+					// key, reason) with conflictKinds.
 					return Outcome{Decision: Abort, Reason: ReasonConflict}
 				}
 			}
@@ -59,13 +79,23 @@ func (m *referenceModel) certify(req Request) Outcome {
 	return Outcome{Decision: Commit, CommitVersion: m.version}
 }
 
-// conflictsWith reports whether the committed version v wrote a key that
-// overlaps k: how the tests check the conflict State reports.
-func (m *referenceModel) conflictsWith(v uint64, k Key) bool {
+// conflictKinds reports whether the committed version v has a key that
+// conflicts with k as a write-write conflict (both writes) and as a
+// reference conflict (one of them a reference): how the tests check the
+// conflict and the reason State reports.
+func (m *referenceModel) conflictKinds(v uint64, k Key) (writeWrite, reference bool) {
 	for _, committedKey := range m.log[v-1].keys {
-		if overlaps(k, committedKey) {
-			return true
+		if !conflicts(k, committedKey) {
+			continue
+		}
+		if k.Kind == Write && committedKey.Kind == Write {
+			writeWrite = true
+		} else {
+			reference = true
 		}
 	}
-	return false
+	return writeWrite, reference
 }
+
+// isConflict reports whether r is one of the two conflict reasons.
+func isConflict(r Reason) bool { return r == ReasonConflict || r == ReasonReferenceConflict }

@@ -20,13 +20,18 @@ import (
 // members with equal states write equal bytes.
 //
 //	magic "TKCS" | format (1 byte) | version | lowWaterMark | lastSchemaWrite
-//	tables: count, then per table (ascending hash): hash (8 bytes) | lastRowWrite | lastTableWrite
-//	window: count, then per version: len(origin) | origin | seq | keys count | keys (16 bytes each)
+//	tables: count, then per table (ascending hash): hash (8 bytes) | lastRowWrite | lastTableWrite | lastRowReference
+//	window: count, then per version: len(origin) | origin | seq | keys count | keys (17 bytes each: table, row, kind)
 //
-// Integers are uvarints unless a size is given.
+// Integers are uvarints unless a size is given. Format 2 added the
+// foreign-key references (Reference keys): lastRowReference per table and
+// a kind byte per key. Format 1 (no references) is still read: every key
+// a write, no table referenced.
 const (
 	snapshotMagic  = "TKCS"
-	snapshotFormat = 1
+	snapshotFormat = 2
+	// snapshotFormatNoReferences is the format before references.
+	snapshotFormatNoReferences = 1
 )
 
 // ErrBadSnapshot is wrapped by Unmarshal for bytes that are not a snapshot
@@ -51,6 +56,7 @@ func (s *State) Marshal() []byte {
 		b = binary.BigEndian.AppendUint64(b, t)
 		b = binary.AppendUvarint(b, s.tables[t].lastRowWrite)
 		b = binary.AppendUvarint(b, s.tables[t].lastTableWrite)
+		b = binary.AppendUvarint(b, s.tables[t].lastRowReference)
 	}
 	live := s.window[s.windowOff:]
 	b = binary.AppendUvarint(b, uint64(len(live)))
@@ -62,6 +68,7 @@ func (s *State) Marshal() []byte {
 		for _, k := range c.keys {
 			b = binary.BigEndian.AppendUint64(b, k.Table)
 			b = binary.BigEndian.AppendUint64(b, k.Row)
+			b = append(b, byte(k.Kind))
 		}
 	}
 	return b
@@ -74,19 +81,25 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 	if len(data) < len(snapshotMagic)+1 || string(data[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, fmt.Errorf("%w: no magic", ErrBadSnapshot)
 	}
-	if data[len(snapshotMagic)] != snapshotFormat {
-		return nil, fmt.Errorf("%w: format %d, want %d", ErrBadSnapshot, data[len(snapshotMagic)], snapshotFormat)
+	format := data[len(snapshotMagic)]
+	if format != snapshotFormat && format != snapshotFormatNoReferences {
+		return nil, fmt.Errorf("%w: format %d, this version reads %d and %d (a snapshot of a newer tashkent?)",
+			ErrBadSnapshot, format, snapshotFormatNoReferences, snapshotFormat)
 	}
 	r.b = data[len(snapshotMagic)+1:]
+	r.references = format >= snapshotFormat
 	version, lowWaterMark, lastSchemaWrite := r.uvarint(), r.uvarint(), r.uvarint()
 	tables := r.tables()
 	s := New(cfg, lowWaterMark)
 	n := r.count(3) // a window element takes at least 3 bytes
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		txn := TxnID{Origin: string(r.bytes()), Seq: r.uvarint()}
-		keys := make([]Key, r.count(16))
+		keys := make([]Key, r.count(r.keyBytes()))
 		for j := range keys {
-			keys[j] = Key{Table: r.fixed64(), Row: r.fixed64()}
+			keys[j] = r.key()
+		}
+		if r.err == nil && !allValid(keys) {
+			r.fail("key kind")
 		}
 		if r.err == nil {
 			s.commit(txn, keys)
@@ -107,8 +120,29 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 
 // snapshotReader reads Marshal's fields; the first error sticks.
 type snapshotReader struct {
-	b   []byte
-	err error
+	b          []byte
+	err        error
+	references bool // format 2: keys and tables carry references
+}
+
+// keyBytes is the size of one encoded key.
+func (r *snapshotReader) keyBytes() int {
+	if r.references {
+		return 17
+	}
+	return 16
+}
+
+func (r *snapshotReader) key() Key {
+	k := Key{Table: r.fixed64(), Row: r.fixed64()}
+	if r.references {
+		if len(r.b) < 1 {
+			r.fail("key")
+			return k
+		}
+		k.Kind, r.b = KeyKind(r.b[0]), r.b[1:]
+	}
+	return k
 }
 
 func (r *snapshotReader) fail(what string) {
@@ -161,11 +195,14 @@ func (r *snapshotReader) bytes() []byte {
 }
 
 func (r *snapshotReader) tables() map[uint64]*tableVersions {
-	n := r.count(10)
+	n := r.count(10) // at least 8 + 2 bytes (format 1)
 	tables := make(map[uint64]*tableVersions, n)
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		t := r.fixed64()
 		tables[t] = &tableVersions{lastRowWrite: r.uvarint(), lastTableWrite: r.uvarint()}
+		if r.references {
+			tables[t].lastRowReference = r.uvarint()
+		}
 	}
 	return tables
 }

@@ -17,6 +17,35 @@ import (
 type Key struct {
 	Table uint64 // hash of the table name; 0 for the whole schema
 	Row   uint64 // hash of the table name and primary key; 0 for the whole table
+	Kind  KeyKind
+}
+
+// KeyKind says how a transaction touched a key.
+type KeyKind uint8
+
+const (
+	// Write: the transaction wrote the row, table or schema. Writes
+	// conflict with writes and with references.
+	Write KeyKind = iota
+	// Reference: a row the transaction's new rows point to through a
+	// foreign key (the parent row), which must still be there when the
+	// transaction commits. A shared key, as Galera's reference keys: it
+	// conflicts with writes of the row, never with other references, so
+	// any number of transactions may insert children of one parent at
+	// once, while a parent deleted concurrently with the insert of a child
+	// aborts one of the two instead of leaving an orphan on every replica.
+	// A reference always names one row (ReferenceKey).
+	Reference
+)
+
+func (k KeyKind) String() string {
+	switch k {
+	case Write:
+		return "write"
+	case Reference:
+		return "reference"
+	}
+	return fmt.Sprintf("KeyKind(%d)", uint8(k))
 }
 
 // SchemaKey overlaps every other key.
@@ -33,6 +62,23 @@ func RowKey(table string, primaryKey []byte) Key {
 	d.Write(rowKeySeparator[:])
 	d.Write(primaryKey)
 	return Key{Table: TableKey(table).Table, Row: nonZero(d.Sum64())}
+}
+
+// ReferenceKey is the key of a row referenced through a foreign key: the
+// parent row's RowKey (or, for a foreign key on another unique constraint,
+// the index value's), as a Reference.
+func ReferenceKey(table string, key []byte) Key {
+	k := RowKey(table, key)
+	k.Kind = Reference
+	return k
+}
+
+// ReferenceKeyBytes is ReferenceKey of a table name still in its encoded
+// bytes (equal to ReferenceKey(string(table), key)).
+func ReferenceKeyBytes(table, key []byte) Key {
+	k := RowKeyBytes(table, key)
+	k.Kind = Reference
+	return k
 }
 
 // rowKeySeparator ends the table name inside a row key's hash.
@@ -64,6 +110,19 @@ func nonZero(h uint64) uint64 {
 
 func (k Key) isSchema() bool { return k.Table == 0 }
 func (k Key) isTable() bool  { return k.Table != 0 && k.Row == 0 }
+func (k Key) isRow() bool    { return k.Table != 0 && k.Row != 0 }
+
+// valid reports whether the key is one certification knows: a write of
+// any granularity, or a reference to one row.
+func (k Key) valid() bool {
+	switch k.Kind {
+	case Write:
+		return true
+	case Reference:
+		return k.isRow()
+	}
+	return false
+}
 
 // TxnID names a transaction across retries.
 type TxnID struct {
@@ -104,7 +163,11 @@ const (
 	ReasonNone     Reason = iota
 	ReasonConflict        // a transaction committed after StartVersion wrote an overlapping key
 	ReasonTooOld          // StartVersion is below the low-water mark
-	ReasonInvalid         // StartVersion is in the future, or no keys
+	ReasonInvalid         // StartVersion is in the future, no keys, or a key of an unknown kind
+	// ReasonReferenceConflict: a row the request references was written by
+	// a transaction committed after StartVersion, or a row the request
+	// wrote was referenced by one (see Reference).
+	ReasonReferenceConflict
 )
 
 func (r Reason) String() string {
@@ -117,6 +180,8 @@ func (r Reason) String() string {
 		return "snapshot older than the low-water mark"
 	case ReasonInvalid:
 		return "invalid request"
+	case ReasonReferenceConflict:
+		return "foreign-key reference conflict"
 	}
 	return fmt.Sprintf("Reason(%d)", int(r))
 }
@@ -160,8 +225,9 @@ const DefaultWindowVersions = 1 << 18
 const rowsPresizeMax = 1 << 20
 
 type tableVersions struct {
-	lastRowWrite   uint64 // last version that wrote any row of the table
-	lastTableWrite uint64 // last version that wrote the whole table
+	lastRowWrite     uint64 // last version that wrote any row of the table
+	lastTableWrite   uint64 // last version that wrote the whole table
+	lastRowReference uint64 // last version that referenced any row of the table
 }
 
 type committed struct {
@@ -177,8 +243,15 @@ type State struct {
 	lowWaterMark uint64 // requests must have StartVersion >= lowWaterMark
 
 	rows            *rowIndex // row hash -> last version that wrote it
+	references      *rowIndex // row hash -> last version that referenced it
 	tables          map[uint64]*tableVersions
 	lastSchemaWrite uint64
+	// lastWrite and lastReference are the last versions that wrote any key
+	// and referenced any row: what a schema write conflicts with. Both are
+	// rebuilt exactly by replaying the window (snapshot.go): only versions
+	// above the low-water mark are ever compared.
+	lastWrite     uint64
+	lastReference uint64
 
 	// window holds the versions (lowWaterMark, version], oldest first, so
 	// that their row keys and transaction ids can be forgotten in order.
@@ -199,6 +272,8 @@ func New(cfg Config, base uint64) *State {
 		version:      base,
 		lowWaterMark: base,
 		rows:         newRowIndex(int(min(cfg.WindowVersions*4, rowsPresizeMax))),
+		// Starts small: a workload without foreign keys never fills it.
+		references: newRowIndex(0),
 		tables:       make(map[uint64]*tableVersions),
 		txns:         make(map[TxnID]uint64),
 	}
@@ -215,7 +290,7 @@ func (s *State) Certify(req Request) Outcome {
 	if v, ok := s.txns[req.Txn]; ok {
 		return Outcome{Decision: Commit, CommitVersion: v, Duplicate: true}
 	}
-	if len(req.Keys) == 0 || req.StartVersion > s.version {
+	if len(req.Keys) == 0 || req.StartVersion > s.version || !allValid(req.Keys) {
 		return Outcome{Decision: Abort, Reason: ReasonInvalid}
 	}
 	if req.StartVersion < s.lowWaterMark {
@@ -225,12 +300,40 @@ func (s *State) Certify(req Request) Outcome {
 		if s.cfg.UnsafeSkipConflictCheck {
 			break
 		}
-		if v := s.lastOverlap(k); v > req.StartVersion {
-			return Outcome{Decision: Abort, Reason: ReasonConflict, ConflictVersion: v, ConflictIndex: i}
+		if v, reason := s.conflict(k, req.StartVersion); v != 0 {
+			return Outcome{Decision: Abort, Reason: reason, ConflictVersion: v, ConflictIndex: i}
 		}
 	}
 	s.commit(req.Txn, req.Keys)
 	return Outcome{Decision: Commit, CommitVersion: s.version}
+}
+
+func allValid(keys []Key) bool {
+	for _, k := range keys {
+		if !k.valid() {
+			return false
+		}
+	}
+	return true
+}
+
+// conflict returns a version committed after start that conflicts with k,
+// and why, or 0. A write meets earlier writes first (ReasonConflict), then
+// references; a reference meets writes only (§6.1's rule, with Galera's
+// shared keys: two references never conflict).
+func (s *State) conflict(k Key, start uint64) (uint64, Reason) {
+	if v := s.lastOverlap(k); v > start {
+		if k.Kind == Reference {
+			return v, ReasonReferenceConflict
+		}
+		return v, ReasonConflict
+	}
+	if k.Kind == Write {
+		if v := s.lastReferenceOverlap(k); v > start {
+			return v, ReasonReferenceConflict
+		}
+	}
+	return 0, ReasonNone
 }
 
 // CommittedVersion reports the version a transaction committed at, if it
@@ -253,7 +356,7 @@ func (s *State) Restore(version uint64, txn TxnID, keys []Key) {
 // overlapping k (0 if none is known).
 func (s *State) lastOverlap(k Key) uint64 {
 	if k.isSchema() {
-		return s.version // every version wrote something
+		return s.lastWrite
 	}
 	latest := s.lastSchemaWrite
 	if t := s.tables[k.Table]; t != nil {
@@ -268,6 +371,24 @@ func (s *State) lastOverlap(k Key) uint64 {
 	return latest
 }
 
+// lastReferenceOverlap returns the highest version in the index that
+// referenced a row the write k covers (0 if none is known).
+func (s *State) lastReferenceOverlap(k Key) uint64 {
+	switch {
+	case k.isSchema():
+		return s.lastReference
+	case k.isTable():
+		if t := s.tables[k.Table]; t != nil {
+			return t.lastRowReference
+		}
+		return 0
+	case s.references.len() == 0: // no foreign keys in the window: no probe
+		return 0
+	default:
+		return s.references.get(k.Row)
+	}
+}
+
 func (s *State) commit(txn TxnID, keys []Key) {
 	s.version++
 	v := s.version
@@ -280,6 +401,11 @@ func (s *State) commit(txn TxnID, keys []Key) {
 }
 
 func (s *State) index(k Key, v uint64) {
+	if k.Kind == Reference {
+		s.indexReference(k, v)
+		return
+	}
+	s.lastWrite = v
 	if k.isSchema() {
 		s.lastSchemaWrite = v
 		return
@@ -297,6 +423,18 @@ func (s *State) index(k Key, v uint64) {
 	s.rows.set(k.Row, v)
 }
 
+// indexReference records that version v referenced the row k.
+func (s *State) indexReference(k Key, v uint64) {
+	s.lastReference = v
+	t := s.tables[k.Table]
+	if t == nil {
+		t = &tableVersions{}
+		s.tables[k.Table] = t
+	}
+	t.lastRowReference = v
+	s.references.set(k.Row, v)
+}
+
 // forgetBeyondWindow advances the low-water mark so that at most
 // WindowVersions versions are indexed, dropping what the older ones wrote.
 // Table and schema versions are single numbers per table and are kept.
@@ -307,7 +445,11 @@ func (s *State) forgetBeyondWindow() {
 		s.windowOff++
 		s.lowWaterMark++
 		for _, k := range old.keys {
-			if !k.isSchema() && !k.isTable() {
+			switch {
+			case !k.isRow():
+			case k.Kind == Reference:
+				s.references.deleteIf(k.Row, s.lowWaterMark)
+			default:
 				s.rows.deleteIf(k.Row, s.lowWaterMark)
 			}
 		}
@@ -324,3 +466,6 @@ func (s *State) forgetBeyondWindow() {
 
 // IndexedRows is the number of row keys in the conflict index (for metrics).
 func (s *State) IndexedRows() int { return s.rows.len() }
+
+// IndexedReferences is the number of referenced rows in the index.
+func (s *State) IndexedReferences() int { return s.references.len() }
