@@ -20,6 +20,24 @@
 // whose reach is not known). Keys are hashes; see Key. Two keys overlap when they are equal, when one is
 // a whole table and the other is in it, or when either is the whole schema.
 //
+// # Foreign-key references
+//
+// Two transactions on different replicas can write different rows and still
+// break an invariant every replica then shares: one deletes a parent row,
+// the other inserts a child that references it, both certify, and every
+// replica ends with the orphan child (each replica's foreign-key check saw
+// only its own snapshot, and remote writesets are applied without checks).
+// So a transaction also names the parent rows its new rows reference, as
+// keys of kind Reference (Galera does the same with its reference keys). A
+// reference is a shared key: it conflicts with a write of the same row (or
+// its table, or the schema) committed after the transaction's snapshot, a
+// write conflicts with a reference committed after the writer's snapshot,
+// and two references never conflict, so children of one parent are
+// inserted concurrently on any number of replicas. The conflict is reported
+// as ReasonReferenceConflict. References have an index of their own, kept
+// to the window like the row index; a workload without foreign keys leaves
+// it empty and never probes it.
+//
 // # The conflict index and the low-water mark
 //
 // Instead of scanning the log (the paper's step 1), State keeps for each row

@@ -274,8 +274,8 @@ func New(cfg Config, base uint64) *State {
 		rows:         newRowIndex(int(min(cfg.WindowVersions*4, rowsPresizeMax))),
 		// Starts small: a workload without foreign keys never fills it.
 		references: newRowIndex(0),
-		tables:       make(map[uint64]*tableVersions),
-		txns:         make(map[TxnID]uint64),
+		tables:     make(map[uint64]*tableVersions),
+		txns:       make(map[TxnID]uint64),
 	}
 }
 

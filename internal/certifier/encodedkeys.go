@@ -131,6 +131,12 @@ func keyOfEncoded(c encodedChange) (certification.Key, error) {
 			return certification.Key{}, fmt.Errorf("%v needs a table and the index values", c.op)
 		}
 		return certification.RowKeyBytes(c.table, c.key), nil
+	case pb.Op_OP_REFERENCE:
+		// A foreign-key reference, a shared key (see keyOf).
+		if len(c.table) == 0 || len(c.key) == 0 {
+			return certification.Key{}, fmt.Errorf("%v needs a table and the referenced key", c.op)
+		}
+		return certification.ReferenceKeyBytes(c.table, c.key), nil
 	case pb.Op_OP_TRUNCATE:
 		if len(c.table) == 0 {
 			return certification.Key{}, fmt.Errorf("TRUNCATE needs a table")

@@ -41,6 +41,14 @@ func keyOf(c *pb.Change) (certification.Key, error) {
 			return certification.Key{}, fmt.Errorf("%v needs a table and the index values", c.Op)
 		}
 		return certification.RowKey(c.Table, c.Key), nil
+	case pb.Op_OP_REFERENCE:
+		// A parent row a new row references through a foreign key: a
+		// shared key, named as the parent row (or the unique index value)
+		// it references (certification.Reference).
+		if c.Table == "" || len(c.Key) == 0 {
+			return certification.Key{}, fmt.Errorf("%v needs a table and the referenced key", c.Op)
+		}
+		return certification.ReferenceKey(c.Table, c.Key), nil
 	case pb.Op_OP_TRUNCATE:
 		if c.Table == "" {
 			return certification.Key{}, fmt.Errorf("TRUNCATE needs a table")

@@ -314,6 +314,8 @@ func reasonOf(r certification.Reason) pb.AbortReason {
 		return pb.AbortReason_ABORT_REASON_CONFLICT
 	case certification.ReasonTooOld:
 		return pb.AbortReason_ABORT_REASON_TOO_OLD
+	case certification.ReasonReferenceConflict:
+		return pb.AbortReason_ABORT_REASON_REFERENCE_CONFLICT
 	default:
 		return pb.AbortReason_ABORT_REASON_INVALID
 	}
@@ -324,6 +326,8 @@ func describeAbort(req *pb.CertifyRequest, o certification.Outcome, lowWaterMark
 	case certification.ReasonConflict:
 		return fmt.Sprintf("write-write conflict on %s with the transaction committed at version %d, after this transaction's snapshot (version %d)",
 			describeChange(req.Writeset.Changes[o.ConflictIndex]), o.ConflictVersion, req.StartVersion)
+	case certification.ReasonReferenceConflict:
+		return describeReferenceConflict(req.Writeset.Changes[o.ConflictIndex], o.ConflictVersion, req.StartVersion)
 	case certification.ReasonTooOld:
 		return fmt.Sprintf("snapshot version %d is older than the certifier's low-water mark %d: the transaction ran too long to be certified",
 			req.StartVersion, lowWaterMark)
@@ -507,6 +511,8 @@ func describeChange(c *pb.Change) string {
 		return fmt.Sprintf("table %s row %s", c.Table, truncate(string(c.Key), 200))
 	case pb.Op_OP_UNIQUE_KEY:
 		return fmt.Sprintf("unique index %s value %s", c.Table, truncate(string(c.Key), 200))
+	case pb.Op_OP_REFERENCE:
+		return fmt.Sprintf("the row referenced through a foreign key, %s key %s", c.Table, truncate(string(c.Key), 200))
 	case pb.Op_OP_TRUNCATE:
 		return "table " + c.Table + " (TRUNCATE)"
 	case pb.Op_OP_DDL:
@@ -516,6 +522,18 @@ func describeChange(c *pb.Change) string {
 		return "the schema (DDL)"
 	}
 	return c.Op.String()
+}
+
+// describeReferenceConflict says which side of a foreign key met a
+// concurrent change: the request's reference a write committed after its
+// snapshot, or the request's write a reference committed after it.
+func describeReferenceConflict(c *pb.Change, conflictVersion, start uint64) string {
+	if c.Op == pb.Op_OP_REFERENCE {
+		return fmt.Sprintf("this transaction references (foreign key) %s key %s, which the transaction committed at version %d changed or deleted after this transaction's snapshot (version %d)",
+			c.Table, truncate(string(c.Key), 200), conflictVersion, start)
+	}
+	return fmt.Sprintf("this transaction changed %s, which the transaction committed at version %d references through a foreign key; it committed after this transaction's snapshot (version %d)",
+		describeChange(c), conflictVersion, start)
 }
 
 func truncate(s string, n int) string {
