@@ -277,9 +277,10 @@ func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
 				if !dup {
 					s.truncate = append(s.truncate, c.GetTable())
 				}
-			case certifierpb.Op_OP_UNIQUE_KEY:
+			case certifierpb.Op_OP_UNIQUE_KEY, certifierpb.Op_OP_REFERENCE:
 				// Certified, never applied: the row changes that took or
-				// freed the value carry the data.
+				// freed the value (or wrote the referencing row) carry the
+				// data.
 			case certifierpb.Op_OP_DDL:
 				if len(c.GetRow()) == 0 {
 					return nil, fmt.Errorf("replica: apply: version %d change %d: DDL without SQL text", e.GetVersion(), i)

@@ -58,9 +58,9 @@ func PrepareSession(ctx context.Context, conn Querier) error {
 
 // Event is one row of the writeset buffer, as CollectSQL returns it.
 type Event struct {
-	Table string // schema-qualified, quoted; "<table>#<index>" for 'K'
-	Op    byte   // 'U' upsert, 'D' delete, 'T' truncate, 'K' unique index value
-	Key   []byte // JSON array of the primary key (or 'K': index) values; nil for 'T'
+	Table string // schema-qualified, quoted; "<table>#<index>" for 'K' (and 'R' through a unique index)
+	Op    byte   // 'U' upsert, 'D' delete, 'T' truncate, 'K' unique index value, 'R' referenced parent key
+	Key   []byte // JSON array of the primary key (or 'K': index, 'R': parent key) values; nil for 'T'
 	Row   []byte // the new row in its text form ('U' only)
 }
 
@@ -70,7 +70,8 @@ type Event struct {
 // the last change per (table, key), ordered by the key's first appearance;
 // a TRUNCATE drops the table's earlier changes and keeps its place in the
 // order; then the values of unique indexes the transaction took or freed
-// (see Collapse). It is empty for a read-only transaction.
+// (see Collapse), and the parent keys its new rows reference. It is empty
+// for a read-only transaction.
 func CollectWriteset(ctx context.Context, conn Querier) ([]*certifierpb.Change, error) {
 	rows, err := conn.Query(ctx, CollectSQL)
 	if err != nil {
@@ -117,22 +118,38 @@ func collectErr(err error) error {
 // row changes, sorted by index and values. A TRUNCATE does not remove
 // them: the transaction did write or free those values, and certifying a
 // key too many can only cause a spurious conflict.
+//
+// Referenced parent keys ('R') become OP_REFERENCE changes, last, one per
+// (parent, key), sorted, except those the writeset already writes as a row
+// change or unique value: a write of the key conflicts with everything a
+// reference to it would.
 func Collapse(evs []Event) ([]*certifierpb.Change, error) {
-	type tk struct{ tbl, key string }
 	out := make([]*certifierpb.Change, 0, len(evs))
-	pos := make(map[tk]int, len(evs))
+	pos := make(map[tableKey]int, len(evs))
 	removed := 0
-	var uniq []*certifierpb.Change
-	var seen map[tk]bool
+	var uniq, refs []*certifierpb.Change
+	var seen, referenced map[tableKey]bool
 	for _, e := range evs {
 		switch e.Op {
+		case 'R':
+			if len(e.Key) == 0 {
+				return nil, fmt.Errorf("replica: reference event on %s without a key", e.Table)
+			}
+			k := tableKey{e.Table, string(e.Key)}
+			if referenced == nil {
+				referenced = map[tableKey]bool{}
+			}
+			if !referenced[k] {
+				referenced[k] = true
+				refs = append(refs, &certifierpb.Change{Table: e.Table, Op: certifierpb.Op_OP_REFERENCE, Key: e.Key})
+			}
 		case 'K':
 			if len(e.Key) == 0 {
 				return nil, fmt.Errorf("replica: unique index event on %s without a key", e.Table)
 			}
-			k := tk{e.Table, string(e.Key)}
+			k := tableKey{e.Table, string(e.Key)}
 			if seen == nil {
-				seen = map[tk]bool{}
+				seen = map[tableKey]bool{}
 			}
 			if !seen[k] {
 				seen[k] = true
@@ -158,7 +175,7 @@ func Collapse(evs []Event) ([]*certifierpb.Change, error) {
 			} else {
 				c.Op = certifierpb.Op_OP_DELETE
 			}
-			k := tk{e.Table, string(e.Key)}
+			k := tableKey{e.Table, string(e.Key)}
 			if i, ok := pos[k]; ok {
 				out[i] = c
 			} else {
@@ -182,13 +199,25 @@ func Collapse(evs []Event) ([]*certifierpb.Change, error) {
 	}
 	// In a fixed order, so that a transaction's writeset does not depend on
 	// how the capture trigger's queries happened to return the values.
-	slices.SortFunc(uniq, func(a, b *certifierpb.Change) int {
-		if c := strings.Compare(a.Table, b.Table); c != 0 {
-			return c
-		}
-		return bytes.Compare(a.Key, b.Key)
+	slices.SortFunc(uniq, compareChanges)
+	refs = slices.DeleteFunc(refs, func(c *certifierpb.Change) bool {
+		k := tableKey{c.Table, string(c.Key)}
+		_, written := pos[k]
+		return written || seen[k]
 	})
-	return append(out, uniq...), nil
+	slices.SortFunc(refs, compareChanges)
+	out = append(out, uniq...)
+	return append(out, refs...), nil
+}
+
+// tableKey is a (table, key) pair of a writeset.
+type tableKey struct{ tbl, key string }
+
+func compareChanges(a, b *certifierpb.Change) int {
+	if c := strings.Compare(a.Table, b.Table); c != 0 {
+		return c
+	}
+	return bytes.Compare(a.Key, b.Key)
 }
 
 // RecordVersion records version v as committed, by inserting it into

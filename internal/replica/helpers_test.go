@@ -169,6 +169,8 @@ func change(c *certifierpb.Change) string {
 		return "DDL " + string(c.GetRow())
 	case certifierpb.Op_OP_UNIQUE_KEY:
 		return "K " + c.GetTable() + " " + string(c.GetKey())
+	case certifierpb.Op_OP_REFERENCE:
+		return "R " + c.GetTable() + " " + string(c.GetKey())
 	}
 	return "? " + c.String()
 }

@@ -16,7 +16,8 @@ var installSQL = expand(strings.NewReplacer(
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
 ).Replace(strings.Replace(installTemplate,
 	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
-	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr})
+	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
+	"REFS": referencesExpr})
 
 // rowEvents is the general capture trigger's statement that buffers a
 // statement's row events ('U' upsert with the new row, 'D' delete), with
@@ -124,6 +125,22 @@ const uniqueKeysNExpr = `(SELECT v_tbl || '#' || u.lab AS tbl, x.key
 		FROM (SELECT g.g, ($1 -> v_ncol[g.g])::text AS v
 			FROM generate_series(u.st, u.st + u.n - 1) AS g(g)) AS e) AS x
 	WHERE NOT (u.flag = 's' AND x.hasnull))`
+
+// referencesExpr is a subquery, for a LATERAL join, giving the parent keys
+// a row ($1, as to_json prints it) references through the table's foreign
+// keys: one row (tbl, key) per foreign key whose columns are all non-NULL,
+// tbl the name the parent's key is certified under and key a JSON array
+// of the values in the parent key's order, each printed as keyExpr prints
+// it. The foreign keys come from the trigger arguments (v_lab, v_st, v_n
+// per foreign key, its columns in v_col from v_st[i], v_n[i] of them; see
+// tashkent.capture_references).
+const referencesExpr = `(SELECT u.lab AS tbl, x.key
+	FROM unnest(v_lab, v_st, v_n) AS u(lab, st, n)
+	CROSS JOIN LATERAL (
+		SELECT '[' || string_agg(e.v, ',' ORDER BY e.g) || ']' AS key, bool_or(e.v = 'null') AS hasnull
+		FROM (SELECT g.g, ($1 -> v_col[g.g])::text AS v
+			FROM generate_series(u.st, u.st + u.n - 1) AS g(g)) AS e) AS x
+	WHERE NOT x.hasnull)`
 
 const installTemplate = `
 SELECT pg_advisory_xact_lock(7346001);
@@ -455,6 +472,161 @@ BEGIN
 END
 $fn$;
 
+-- Foreign-key references (see "Foreign keys" in doc.go). A transaction
+-- that inserts a row, or updates rows so that they reference a parent row
+-- they did not reference before, records that parent as an 'R' event,
+-- certified as a shared key (OP_REFERENCE) and never applied: it conflicts
+-- with a concurrent write of the parent row, so a parent deleted on one
+-- replica while a child is inserted on another aborts one of the two
+-- instead of leaving the same orphan on every replica.
+--
+-- reference_arguments lists a table's foreign keys as the arguments of its
+-- reference triggers: per foreign key, the name the parent's key goes by
+-- in certification, the number n of columns, and the n referencing
+-- columns in the order of the parent's key. The name is the parent table
+-- (format('%I.%I'), as capture names it) when the foreign key uses the
+-- parent's primary key, and "<table>#<index>" (as capture names a unique
+-- index value) when it uses another unique index, so that the reference
+-- meets the parent's row changes or its unique-index values. Foreign keys
+-- are in name order. Left out: the per-partition copies PostgreSQL makes
+-- of a foreign key that references a partitioned table (same referencing
+-- table, a parent constraint): the parent's rows are captured under the
+-- partitioned table's name, which the top constraint gives.
+CREATE OR REPLACE FUNCTION tashkent.reference_arguments(p_rel oid) RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+	SELECT coalesce(array_agg(x.a ORDER BY f.conname, f.oid, x.o), '{}')
+	FROM (
+		SELECT con.conname, con.oid,
+			format('%I.%I', pn.nspname, pc.relname)
+				|| CASE WHEN pi.indisprimary THEN '' ELSE '#' || quote_ident(ic.relname) END AS lab,
+			ARRAY(SELECT ca.attname::text
+				FROM unnest(pi.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+				JOIN unnest(con.confkey, con.conkey) AS m(pk, fk) ON m.pk = k.attnum
+				JOIN pg_attribute ca ON ca.attrelid = con.conrelid AND ca.attnum = m.fk
+				WHERE k.ord <= pi.indnkeyatts ORDER BY k.ord) AS cols,
+			cardinality(con.conkey) AS n
+		FROM pg_constraint con
+		JOIN pg_index pi ON pi.indexrelid = con.conindid
+		JOIN pg_class ic ON ic.oid = con.conindid
+		JOIN pg_class pc ON pc.oid = con.confrelid
+		JOIN pg_namespace pn ON pn.oid = pc.relnamespace
+		WHERE con.contype = 'f' AND con.conrelid = p_rel
+			AND (con.conparentid = 0
+				OR (SELECT pcon.conrelid FROM pg_constraint pcon WHERE pcon.oid = con.conparentid) <> con.conrelid)
+	) AS f
+	CROSS JOIN LATERAL unnest(ARRAY[f.lab, f.n::text] || f.cols) WITH ORDINALITY AS x(a, o)
+	WHERE cardinality(f.cols) = f.n
+$fn$;
+
+-- capture_references is the statement-level AFTER INSERT and AFTER UPDATE
+-- trigger of tables with foreign keys (tashkent_capture_ref_ins and
+-- _upd; ensure_triggers installs them only there, so tables without
+-- foreign keys run nothing more). Its arguments are reference_arguments'.
+-- It fires after the capture triggers (names sort so), which already
+-- refused the write if the session bypasses the proxy.
+--
+-- INSERT: every new row references, per foreign key, the parent key its
+-- columns hold. UPDATE: only the parent keys the statement's new rows hold
+-- and its old rows did not (the foreign-key columns changed). A parent key
+-- an old row already held needs no reference: a transaction that deleted
+-- or re-keyed that parent concurrently had to cascade to, or fail on, that
+-- old row (its foreign-key check saw it), and this statement writes that
+-- row too, so the two conflict on it; or the old row was written earlier
+-- in this transaction, whose own statement recorded the reference. MATCH
+-- SIMPLE: a key with any NULL column references nothing (MATCH FULL allows
+-- only all or none NULL, so the rule holds for it too). Values print as in
+-- capture (the same JSON text, settings pinned the same way), so the key
+-- equals the parent's key text when the columns have the parent's types.
+CREATE OR REPLACE FUNCTION tashkent.capture_references() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_variable
+DECLARE
+	v_lab text[];
+	v_st int[];
+	v_n int[];
+	v_col text[];
+	v_i int := 0;
+	v_k int;
+	v_saved text[];
+BEGIN
+	IF current_setting('tashkent.capture', true) IS DISTINCT FROM 'on' THEN
+		RETURN NULL;
+	END IF;
+	IF NOT (current_setting('TimeZone') IN ('UTC', 'Etc/UTC')
+			AND current_setting('DateStyle') LIKE 'ISO,%'
+			AND current_setting('IntervalStyle') = 'postgres'
+			AND current_setting('bytea_output') = 'hex'
+			AND current_setting('extra_float_digits')::int > 0) THEN
+		v_saved := ARRAY[current_setting('TimeZone'), current_setting('DateStyle'),
+			current_setting('IntervalStyle'), current_setting('bytea_output'),
+			current_setting('extra_float_digits')];
+		PERFORM set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', true),
+			set_config('IntervalStyle', 'postgres', true), set_config('bytea_output', 'hex', true),
+			set_config('extra_float_digits', '1', true);
+	END IF;
+
+	WHILE v_i < TG_NARGS LOOP
+		v_k := TG_ARGV[v_i + 1]::int;
+		v_lab := v_lab || TG_ARGV[v_i];
+		v_st := v_st || (coalesce(cardinality(v_col), 0) + 1);
+		v_n := v_n || v_k;
+		v_col := v_col || TG_ARGV[v_i + 2:v_i + 1 + v_k];
+		v_i := v_i + 2 + v_k;
+	END LOOP;
+
+	IF TG_OP = 'INSERT' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT DISTINCT r.tbl, 'R', r.key
+		FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
+		CROSS JOIN LATERAL $REFS(s.j) AS r;
+	ELSE
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT r.tbl, 'R', r.key
+		FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
+		CROSS JOIN LATERAL $REFS(s.j) AS r
+		EXCEPT
+		SELECT r.tbl, 'R', r.key
+		FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
+		CROSS JOIN LATERAL $REFS(s.j) AS r;
+	END IF;
+
+	IF v_saved IS NOT NULL THEN
+		PERFORM set_config('TimeZone', v_saved[1], true), set_config('DateStyle', v_saved[2], true),
+			set_config('IntervalStyle', v_saved[3], true), set_config('bytea_output', v_saved[4], true),
+			set_config('extra_float_digits', v_saved[5], true);
+	END IF;
+	RETURN NULL;
+END
+$fn$;
+
+-- ensure_referencing_triggers runs ensure_triggers on the tables whose
+-- foreign keys reference p_rel (other than p_rel itself), and reports
+-- whether any of their triggers changed.
+CREATE OR REPLACE FUNCTION tashkent.ensure_referencing_triggers(p_rel oid) RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_rel oid;
+	v_changed boolean := false;
+BEGIN
+	FOR v_rel IN
+		SELECT DISTINCT con.conrelid FROM pg_constraint con
+		WHERE con.contype = 'f' AND con.confrelid = p_rel AND con.conrelid <> p_rel
+	LOOP
+		IF tashkent.ensure_triggers(v_rel) IS DISTINCT FROM 'unchanged' THEN
+			v_changed := true;
+		END IF;
+	END LOOP;
+	RETURN v_changed;
+END
+$fn$;
+
 -- ensure_triggers gives one table the triggers it should have: the capture
 -- triggers (with the primary key columns and the certified unique indexes
 -- as arguments, see capture) when it has a primary key, the no-primary-key
@@ -485,6 +657,8 @@ DECLARE
 	v_idx record;
 	v_args text;
 	v_argbytes bytea;
+	v_refargs text[];
+	v_refargbytes bytea;
 	v_want text[];
 	v_have text[];
 	v_trg name;
@@ -552,9 +726,17 @@ BEGIN
 		-- captured by capture_key (see there); the others by capture.
 		v_fn := CASE WHEN cardinality(v_pk) = 1 AND cardinality(v_uargs) = 0
 			THEN 'tashkent.capture_key' ELSE 'tashkent.capture' END;
+		v_refargs := tashkent.reference_arguments(p_rel);
+		v_refargbytes := (SELECT string_agg(convert_to(u.c, 'UTF8') || '\x00'::bytea, ''::bytea ORDER BY u.o)
+			FROM unnest(v_refargs) WITH ORDINALITY AS u(c, o));
 		v_want := ARRAY[
 			'tashkent_capture_del:' || encode(v_argbytes, 'hex') || ':O:' || v_fn,
-			'tashkent_capture_ins:' || encode(v_argbytes, 'hex') || ':O:' || v_fn,
+			'tashkent_capture_ins:' || encode(v_argbytes, 'hex') || ':O:' || v_fn]
+			|| CASE WHEN cardinality(v_refargs) > 0 THEN ARRAY[
+				'tashkent_capture_ref_ins:' || encode(v_refargbytes, 'hex') || ':O:tashkent.capture_references',
+				'tashkent_capture_ref_upd:' || encode(v_refargbytes, 'hex') || ':O:tashkent.capture_references']
+				ELSE '{}'::text[] END
+			|| ARRAY[
 			'tashkent_capture_trunc::O:tashkent.capture',
 			'tashkent_capture_upd:' || encode(v_argbytes, 'hex') || ':O:' || v_fn];
 	ELSE
@@ -588,6 +770,15 @@ BEGIN
 			'FOR EACH STATEMENT EXECUTE FUNCTION %s(%s)', v_rel, v_fn, v_args);
 		EXECUTE format('CREATE TRIGGER tashkent_capture_trunc AFTER TRUNCATE ON %s '
 			'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture()', v_rel);
+		IF cardinality(v_refargs) > 0 THEN
+			v_args := (SELECT string_agg(quote_literal(c), ', ' ORDER BY o) FROM unnest(v_refargs) WITH ORDINALITY AS u(c, o));
+			EXECUTE format('CREATE TRIGGER tashkent_capture_ref_ins AFTER INSERT ON %s '
+				'REFERENCING NEW TABLE AS tashkent_new '
+				'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture_references(%s)', v_rel, v_args);
+			EXECUTE format('CREATE TRIGGER tashkent_capture_ref_upd AFTER UPDATE ON %s '
+				'REFERENCING OLD TABLE AS tashkent_old NEW TABLE AS tashkent_new '
+				'FOR EACH STATEMENT EXECUTE FUNCTION tashkent.capture_references(%s)', v_rel, v_args);
+		END IF;
 		RETURN 'capture';
 	END IF;
 	EXECUTE format('CREATE TRIGGER tashkent_nopk BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
@@ -639,6 +830,12 @@ BEGIN
 		WHERE cmd.rel IS NOT NULL
 	LOOP
 		IF tashkent.ensure_triggers(v_rel) IS NOT NULL THEN
+			v_changed := true;
+		END IF;
+		-- Tables whose foreign keys reference this one name it (and its
+		-- unique indexes) in their reference triggers' arguments: a
+		-- renamed parent table or index must reach them.
+		IF tashkent.ensure_referencing_triggers(v_rel) THEN
 			v_changed := true;
 		END IF;
 	END LOOP;
