@@ -232,6 +232,14 @@ func certificationAbort(r *pb.CertifyReply) *pgproto3.ErrorResponse {
 		return errorResponse(codeSerializationFailure,
 			"could not serialize access due to concurrent update on another replica",
 			r.Detail, "Retry the transaction.")
+	case pb.AbortReason_ABORT_REASON_REFERENCE_CONFLICT:
+		// A foreign key met a concurrent change on another replica: the
+		// parent row this transaction references was changed or deleted,
+		// or a row it changed or deleted was newly referenced. The detail
+		// says which.
+		return errorResponse(codeSerializationFailure,
+			"could not serialize access: a row this transaction references was changed or deleted concurrently on another replica, or a row it changed was referenced there",
+			r.Detail, "Retry the transaction.")
 	case pb.AbortReason_ABORT_REASON_TOO_OLD:
 		return errorResponse(codeSerializationFailure,
 			"could not serialize access: the transaction's snapshot is too old to be certified",

@@ -1,0 +1,156 @@
+package proxy_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/proxy"
+)
+
+// Foreign keys across replicas. Each replica checks a foreign key against
+// its own snapshot, and remote writesets are applied without checks, so a
+// parent deleted on one replica while a child referencing it is inserted
+// on another used to leave the same orphan child on every replica. Capture
+// now certifies the parent key a new child references as a shared
+// reference key (internal/certification, "Foreign-key references"): it
+// conflicts with a concurrent write of the parent, not with other
+// references.
+//
+// The three cases share one cluster (starting two PostgreSQL servers is
+// most of the time); each uses parents and children of its own.
+func TestForeignKeysAcrossReplicas(t *testing.T) {
+	c := foreignKeyCluster(t)
+	t.Run("parent delete racing child insert leaves no orphan", func(t *testing.T) { parentDeleteRacingChildInsert(t, c) })
+	t.Run("conflict messages", func(t *testing.T) { foreignKeyConflictMessages(t, c) })
+	t.Run("concurrent children of one parent both commit", func(t *testing.T) { concurrentChildrenOfOneParent(t, c) })
+}
+
+const foreignKeyRounds = 15
+
+func foreignKeyCluster(t *testing.T) *testCluster {
+	t.Helper()
+	c := startCluster(t, 2, proxy.ModeMW)
+	setup := c.connect(0)
+	execSQL(t, setup, `CREATE TABLE parent (id int PRIMARY KEY, v text)`)
+	execSQL(t, setup, `CREATE TABLE child (id int PRIMARY KEY, parent_id int NOT NULL REFERENCES parent, v text)`)
+	execSQL(t, setup, `INSERT INTO parent SELECT g, 'p' FROM generate_series(0, 100) AS g`)
+	c.converge(10 * time.Second)
+	return c
+}
+
+// beginWith opens a transaction on conn and runs sql in it.
+func beginWith(t *testing.T, conn *pgx.Conn, sql string, args ...any) pgx.Tx {
+	t.Helper()
+	tx := begin(t, conn)
+	if _, err := tx.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return tx
+}
+
+// noOrphans checks every replica's database for child rows whose parent
+// is gone.
+func noOrphans(t *testing.T, c *testCluster) {
+	t.Helper()
+	for i := range c.dbs {
+		var orphans int
+		if err := c.direct(i).QueryRow(context.Background(),
+			`SELECT count(*) FROM child WHERE NOT EXISTS (SELECT FROM parent WHERE parent.id = child.parent_id)`).Scan(&orphans); err != nil {
+			t.Fatal(err)
+		}
+		if orphans != 0 {
+			t.Errorf("replica %d holds %d orphan child rows", i+1, orphans)
+		}
+	}
+}
+
+// Replica 1 deletes a parent while replica 2 inserts a child of it, both
+// from the same snapshot, committing at once: exactly one commits, the
+// other fails with 40001, and no replica holds an orphan.
+func parentDeleteRacingChildInsert(t *testing.T, c *testCluster) {
+	a, b := c.connect(0), c.connect(1)
+	wins := [2]int{}
+	for round := 1; round <= foreignKeyRounds; round++ {
+		del := beginWith(t, a, `DELETE FROM parent WHERE id = $1`, round)
+		ins := beginWith(t, b, `INSERT INTO child VALUES ($1, $1, 'c')`, round)
+		errs := commitConcurrently(t, del, ins)
+		winner := -1
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				if winner >= 0 {
+					t.Fatalf("round %d: the parent's delete and the child's insert both committed", round)
+				}
+				winner = i
+			case sqlState(err) != "40001":
+				t.Fatalf("round %d: transaction %d failed with %v, want 40001", round, i, err)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: neither committed: %v", round, errs)
+		}
+		wins[winner]++
+	}
+	t.Logf("delete won %d rounds, insert won %d", wins[0], wins[1])
+	c.converge(20 * time.Second)
+	noOrphans(t, c)
+}
+
+// The two orders, one after the other, and the message the loser gets.
+func foreignKeyConflictMessages(t *testing.T, c *testCluster) {
+	a, b := c.connect(0), c.connect(1)
+	ctx := context.Background()
+
+	// The child commits first: the parent's delete aborts.
+	del := beginWith(t, a, `DELETE FROM parent WHERE id = 50`)
+	ins := beginWith(t, b, `INSERT INTO child VALUES (50, 50, 'c')`)
+	if err := ins.Commit(ctx); err != nil {
+		t.Fatalf("the child's insert: %v", err)
+	}
+	err := del.Commit(ctx)
+	if sqlState(err) != "40001" || !strings.Contains(err.Error(), "referenced") {
+		t.Fatalf("the parent's delete after a concurrent child: %v, want 40001 saying the row was referenced", err)
+	}
+
+	// The parent's delete commits first: the child's insert aborts (by
+	// certification, or earlier, when the delete's apply on replica 2
+	// meets the child's lock on the parent row and the lock watch
+	// preempts the doomed local transaction).
+	ins = beginWith(t, b, `INSERT INTO child VALUES (60, 60, 'c')`)
+	del = beginWith(t, a, `DELETE FROM parent WHERE id = 60`)
+	if err := del.Commit(ctx); err != nil {
+		t.Fatalf("the parent's delete: %v", err)
+	}
+	if err := ins.Commit(ctx); sqlState(err) != "40001" {
+		t.Fatalf("the child's insert after a concurrent delete of its parent: %v, want 40001", err)
+	}
+	c.converge(20 * time.Second)
+	noOrphans(t, c)
+}
+
+// References do not conflict with each other: two replicas inserting
+// children of one parent at the same time both commit.
+func concurrentChildrenOfOneParent(t *testing.T, c *testCluster) {
+	a, b := c.connect(0), c.connect(1)
+	for round := 1; round <= foreignKeyRounds; round++ {
+		first := beginWith(t, a, `INSERT INTO child VALUES ($1, 77, 'a')`, 1000+2*round)
+		second := beginWith(t, b, `INSERT INTO child VALUES ($1, 77, 'b')`, 1001+2*round)
+		for i, err := range commitConcurrently(t, first, second) {
+			if err != nil {
+				t.Fatalf("round %d: child insert %d: %v, want both to commit", round, i, err)
+			}
+		}
+	}
+	c.converge(20 * time.Second)
+	var n int
+	if err := c.direct(1).QueryRow(context.Background(), `SELECT count(*) FROM child WHERE parent_id = 77`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2*foreignKeyRounds {
+		t.Fatalf("replica 2 holds %d children of parent 77, want %d", n, 2*foreignKeyRounds)
+	}
+}
