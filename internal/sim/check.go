@@ -16,6 +16,7 @@ func (w *world) check() {
 	w.checkAbortedStayAborted(committedAt)
 	w.checkConvergence(log)
 	w.checkNoLostUpdate(log)
+	w.checkReferences(log)
 	w.checkReads(log, committedAt)
 	w.checkObservedPrefixes(log, committedAt)
 }
@@ -120,6 +121,42 @@ func (w *world) checkNoLostUpdate(log []entry) {
 				w.violate("lost update: %v (snapshot %d, committed at %d) overwrote key %d, written at version %d after its snapshot",
 					t.id, t.snapshot, e.version, wr.key, prev)
 			}
+			lastWriter[wr.key] = e.version
+		}
+	}
+}
+
+// checkReferences: a committed transaction's foreign-key parents were not
+// written between its snapshot and its commit, and no committed write of a
+// key came from a snapshot older than a reference to it committed before
+// the write: in both orders, a parent deleted concurrently with the insert
+// of a child would leave an orphan (internal/certification, "Foreign-key
+// references").
+func (w *world) checkReferences(log []entry) {
+	lastWriter := make([]uint64, w.cfg.Keys)
+	lastReferencer := make([]uint64, w.cfg.Keys)
+	for _, e := range log {
+		t := w.hist.byID[e.txn]
+		if t == nil {
+			continue // checkNoLostUpdate reports it
+		}
+		refs := t.referencedOnly()
+		for _, key := range refs {
+			if prev := lastWriter[key]; prev > t.snapshot {
+				w.violate("referenced row changed: %v (snapshot %d, committed at %d) referenced key %d, written at version %d after its snapshot",
+					t.id, t.snapshot, e.version, key, prev)
+			}
+		}
+		for _, wr := range e.writes {
+			if prev := lastReferencer[wr.key]; prev > t.snapshot {
+				w.violate("referenced row changed: %v (snapshot %d, committed at %d) wrote key %d, referenced at version %d after its snapshot",
+					t.id, t.snapshot, e.version, wr.key, prev)
+			}
+		}
+		for _, key := range refs {
+			lastReferencer[key] = e.version
+		}
+		for _, wr := range e.writes {
 			lastWriter[wr.key] = e.version
 		}
 	}

@@ -78,6 +78,9 @@ type Config struct {
 	// Mutation breaks one thing on purpose, for the checkers' self-test.
 	// Never set outside tests.
 	Mutation Mutation
+	// ReferencePercent is the share of an update transaction's reads that
+	// are of foreign-key parents: certified as references (Reference keys).
+	ReferencePercent int
 }
 
 // Mutation is a deliberate bug: each one must make a checker fail, or the
@@ -107,18 +110,22 @@ const (
 	// remote versions of a batch in swapped order: that replica's snapshots
 	// show a different order than the others' (long fork).
 	MutationSwapRemoteVersions
+	// MutationIgnoreReferences makes sessions leave their foreign-key
+	// references out of certification requests: a parent changes under a
+	// transaction that committed depending on it.
+	MutationIgnoreReferences
 	mutationsEnd
 )
 
 func (m Mutation) String() string {
 	return [...]string{"none", "skip-conflict-check", "ack-before-sync", "commit-without-turn",
-		"read-above-snapshot", "recover-from-memory", "swap-remote-versions"}[m]
+		"read-above-snapshot", "recover-from-memory", "swap-remote-versions", "ignore-references"}[m]
 }
 
 // DefaultConfig is a mid-sized cluster with every fault enabled.
 func DefaultConfig() Config {
 	return Config{
-		Replicas: 3, ClientsPerReplica: 2, Keys: 6, OpsPerTxnMax: 4, ReadOnlyPercent: 20,
+		Replicas: 3, ClientsPerReplica: 2, Keys: 6, OpsPerTxnMax: 4, ReadOnlyPercent: 20, ReferencePercent: 30,
 		Mode: ModeMW, WindowVersions: 32,
 		WorkloadTicks: 300, HealTicksMax: 2000,
 		DropPerMille: 10, DuplicatePerMille: 10, DelayTicksMax: 3,

@@ -79,13 +79,19 @@
 // and, from the values read alone, without trusting the snapshots the
 // simulation recorded, each transaction's reads fit one prefix of the log
 // (long fork as observed by clients). A transaction whose client was
-// answered 40001 must not be in the log.
+// answered 40001 must not be in the log. Foreign keys: some reads of update
+// transactions stand for a foreign-key check of a parent row
+// (Config.ReferencePercent) and are certified as references; no committed
+// transaction's referenced key was written between its snapshot and its
+// commit, and no write committed from a snapshot older than a reference to
+// its key committed before it (the orphan-row race, in both orders).
 //
 // The self-test (TestMutationsAreCaught) runs deliberate bugs (Mutation): the
 // real certification.Config.UnsafeSkipConflictCheck fault point, replies
 // before fsync, a commit that does not wait for its turn, reads above the
-// snapshot, recovery from the in-memory version instead of the store's, and
-// a replica installing two versions in swapped order. Each must be caught by
+// snapshot, recovery from the in-memory version instead of the store's, a
+// replica installing two versions in swapped order, and requests sent
+// without their references. Each must be caught by
 // the checker meant for it.
 //
 // # Running

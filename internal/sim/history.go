@@ -1,6 +1,10 @@
 package sim
 
-import "github.com/tashkent-db/tashkent/internal/certification"
+import (
+	"slices"
+
+	"github.com/tashkent-db/tashkent/internal/certification"
+)
 
 // status is what the client was told about a transaction.
 type status int
@@ -22,8 +26,25 @@ type txnRecord struct {
 	snapshot uint64 // the version its reads saw; label <= snapshot
 	reads    []observation
 	writes   []write // the last value per key, in first-write order
-	status   status
-	version  uint64 // the acknowledged commit version
+	// references are the keys the transaction read as parents of a
+	// foreign key (its writes depend on them still being as it read them),
+	// in first-read order, sent as certification references.
+	references []int
+	status     status
+	version    uint64 // the acknowledged commit version
+}
+
+// referencedOnly is the keys the transaction referenced and did not
+// write: a write of the key conflicts with all a reference would, so the
+// proxy's capture leaves those out too (replica.Collapse).
+func (t *txnRecord) referencedOnly() []int {
+	var out []int
+	for _, key := range t.references {
+		if !slices.ContainsFunc(t.writes, func(wr write) bool { return wr.key == key }) {
+			out = append(out, key)
+		}
+	}
+	return out
 }
 
 // observation is one read: the value the transaction saw, and whether it

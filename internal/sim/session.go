@@ -89,6 +89,11 @@ func (s *session) statement() {
 		w.hist.newValue(s.txn, key)
 	} else {
 		s.txn.reads = append(s.txn.reads, s.read(key))
+		if s.writer && w.rng.IntN(100) < w.cfg.ReferencePercent && !slices.Contains(s.txn.references, key) {
+			// The read is of a parent row the transaction's writes point
+			// to (a foreign-key check): certified as a reference.
+			s.txn.references = append(s.txn.references, key)
+		}
 	}
 	s.opsLeft--
 	if s.opsLeft > 0 {
@@ -123,6 +128,11 @@ func (s *session) commit() {
 	req := request{txn: s.txn.id, startVersion: s.txn.label, writes: slices.Clone(s.txn.writes)}
 	for _, wr := range req.writes {
 		req.keys = append(req.keys, keyOf(wr.key))
+	}
+	if w.cfg.Mutation != MutationIgnoreReferences {
+		for _, key := range s.txn.referencedOnly() {
+			req.keys = append(req.keys, referenceKeyOf(key))
+		}
 	}
 	s.local = r.seq.Register(s.txn.id.Seq)
 	s.phase = certifying
@@ -203,13 +213,18 @@ func (s *session) finish() {
 // keyOf is a key's certification key: one row of one table.
 func keyOf(key int) certification.Key { return rowKeys[key] }
 
-// rowKeys are computed once: hashing is the costliest part of a request.
-var rowKeys = func() []certification.Key {
-	keys := make([]certification.Key, keysMax)
+// referenceKeyOf is a key's certification key as a foreign-key parent.
+func referenceKeyOf(key int) certification.Key { return referenceKeys[key] }
+
+// rowKeys and referenceKeys are computed once: hashing is the costliest
+// part of a request.
+var rowKeys, referenceKeys = func() ([]certification.Key, []certification.Key) {
+	keys, refs := make([]certification.Key, keysMax), make([]certification.Key, keysMax)
 	for i := range keys {
 		keys[i] = certification.RowKey("kv", []byte{byte(i)})
+		refs[i] = certification.ReferenceKey("kv", []byte{byte(i)})
 	}
-	return keys
+	return keys, refs
 }()
 
 // keysMax bounds Config.Keys (the keys are one byte).

@@ -140,6 +140,7 @@ func TestMutationsAreCaught(t *testing.T) {
 		MutationReadAboveSnapshot:  "",
 		MutationRecoverFromMemory:  "",
 		MutationSwapRemoteVersions: "long fork",
+		MutationIgnoreReferences:   "referenced row changed",
 	}
 	for m := NoMutation + 1; m < mutationsEnd; m++ {
 		t.Run(m.String(), func(t *testing.T) {
@@ -175,6 +176,7 @@ var minCaught = map[Mutation]int{
 	MutationReadAboveSnapshot:  40,
 	MutationRecoverFromMemory:  12,
 	MutationSwapRemoteVersions: 7,
+	MutationIgnoreReferences:   50,
 }
 
 // TestAbortIsFinalOnlyWithoutDuplicates documents an assumption of the
