@@ -78,24 +78,35 @@ func BenchmarkApply(b *testing.B) {
 // (trigger + CollectWriteset) and without (the same statements with
 // session_replication_role = replica, so that no trigger fires), on a table
 // without a unique index other than its primary key (plain) and on one
-// with a UNIQUE column (unique), whose values capture also records.
+// with a UNIQUE column (unique), whose values capture also records, and
+// on one with a foreign key (fk), whose parent keys capture records as
+// references. capture=off also turns off the foreign-key check (it is a
+// trigger too): compare fk/capture=on with plain/capture=on for what the
+// check and the references cost together.
 //
 //	go test -run '^$' -bench BenchmarkCapture -benchtime 200x ./internal/replica/
 func BenchmarkCapture(b *testing.B) {
 	srv, _ := instance(b, `CREATE TABLE ev (id bigint PRIMARY KEY, k int NOT NULL, c text NOT NULL);
-		CREATE TABLE ev_unique (id bigint PRIMARY KEY, k int NOT NULL, c text NOT NULL UNIQUE)`,
+		CREATE TABLE ev_unique (id bigint PRIMARY KEY, k int NOT NULL, c text NOT NULL UNIQUE);
+		CREATE TABLE ev_parent (id int PRIMARY KEY);
+		CREATE TABLE ev_fk (id bigint PRIMARY KEY, k int NOT NULL REFERENCES ev_parent, c text NOT NULL)`,
 		pgtest.SynchronousCommitOff())
 	ctx := tctx(b)
+	parents := session(b, srv)
+	mustExec(b, parents, `SET session_replication_role = replica; INSERT INTO ev_parent SELECT generate_series(0, 9)`)
 	var seq int64 // b.Run calls the function several times: keys must not repeat
-	for _, table := range []string{"plain", "unique"} {
+	for _, table := range []string{"plain", "unique", "fk"} {
 		for _, captured := range []bool{false, true} {
 			name := table + "/capture=off"
 			if captured {
 				name = table + "/capture=on"
 			}
 			insert := `INSERT INTO ev VALUES ($1, $2, $3)`
-			if table == "unique" {
+			switch table {
+			case "unique":
 				insert = `INSERT INTO ev_unique VALUES ($1, $2, $3)`
+			case "fk":
+				insert = `INSERT INTO ev_fk VALUES ($1, $2, $3)`
 			}
 			b.Run(name, func(b *testing.B) {
 				s := session(b, srv)

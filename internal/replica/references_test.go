@@ -50,6 +50,7 @@ func TestCaptureReferences(t *testing.T) {
 		CREATE TABLE pp (id int PRIMARY KEY) PARTITION BY RANGE (id);
 		CREATE TABLE pp1 PARTITION OF pp FOR VALUES FROM (0) TO (100);
 		CREATE TABLE pc (id int PRIMARY KEY, pp_id int REFERENCES pp);
+		CREATE TABLE two (id int PRIMARY KEY, a int REFERENCES parent, b text REFERENCES parent (code));
 		CREATE TABLE nofk (id int PRIMARY KEY, v int);`)
 	s := session(t, srv)
 	v := uint64(0)
@@ -61,10 +62,11 @@ func TestCaptureReferences(t *testing.T) {
 
 	eqStrings(t, "a table without foreign keys keeps its triggers", triggers(t, c, "nofk"), want("id"))
 	eqStrings(t, "parent", triggers(t, c, "parent"), want("id,,1,parent_code_key,s,code"))
-	eqStrings(t, "child", triggers(t, c, "child"), withRefTriggers("id", "public.parent,1,parent_id"))
-	eqStrings(t, "through a unique constraint", triggers(t, c, "by_code"), withRefTriggers("id", `public.parent#parent_code_key,1,code`))
+	eqStrings(t, "child", triggers(t, c, "child"), withRefTriggers("id", "public.parent,parent_id"))
+	eqStrings(t, "through a unique constraint", triggers(t, c, "by_code"), withRefTriggers("id", `public.parent#parent_code_key,code`))
 	eqStrings(t, "columns in the parent key's order", triggers(t, c, "wc"), withRefTriggers("id", "public.wp,2,y,x"))
-	eqStrings(t, "a partitioned parent, not its partitions", triggers(t, c, "pc"), withRefTriggers("id", "public.pp,1,pp_id"))
+	eqStrings(t, "two one-column foreign keys", triggers(t, c, "two"), withRefTriggers("id", "public.parent,a,public.parent#parent_code_key,b"))
+	eqStrings(t, "a partitioned parent, not its partitions", triggers(t, c, "pc"), withRefTriggers("id", "public.pp,pp_id"))
 
 	parents := run(`INSERT INTO parent VALUES (1, 'a', 'x'), (2, 'b', 'x'), (3, 'c', 'x'); INSERT INTO wp VALUES (5, 'q"x');
 		INSERT INTO tp VALUES ('2024-05-01 12:00:00+00'); INSERT INTO pp VALUES (7)`)
@@ -87,6 +89,12 @@ func TestCaptureReferences(t *testing.T) {
 		`R public.parent#parent_code_key ["a"]`})
 	e = run(`INSERT INTO wc VALUES (1, 'q"x', 5), (2, 'q"x', NULL), (3, NULL, 5)`)
 	eqStrings(t, "two columns: the parent's key text; MATCH SIMPLE", references(t, e), []string{`R public.wp ` + wpKey})
+	e = run(`UPDATE wc SET y = 5 WHERE id = 2; UPDATE wc SET x = NULL WHERE id = 1`)
+	eqStrings(t, "two columns: an update that completes a key", references(t, e), []string{`R public.wp ` + wpKey})
+	e = run(`INSERT INTO two VALUES (1, 1, 'b'), (2, NULL, 'b')`)
+	eqStrings(t, "two foreign keys", references(t, e), []string{`R public.parent [1]`, `R public.parent#parent_code_key ["b"]`})
+	e = run(`UPDATE two SET b = 'a' WHERE id = 1`)
+	eqStrings(t, "two foreign keys: the one that changed", references(t, e), []string{`R public.parent#parent_code_key ["a"]`})
 	mustExec(t, s, `SET TimeZone = 'Asia/Tokyo'; SET DateStyle = 'SQL, DMY'`)
 	e = run(`INSERT INTO tc VALUES (1, '2024-05-01 21:00:00+09')`)
 	mustExec(t, s, `RESET TimeZone; RESET DateStyle`)
