@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,8 +24,11 @@ var (
 // equivSchema has a table for each way capture can go: one key column
 // without unique indexes (capture_key), with a unique index, a wider key,
 // a deferrable key (keys swapped within a statement), keys whose text
-// depends on settings, a partitioned table, and column names that clash
-// with the functions' own names.
+// depends on settings, a partitioned table, column names that clash
+// with the functions' own names, and foreign keys (fkc: its reference
+// events come from today's reference triggers in both databases, so the
+// comparison checks that they leave the row events alone, and that they
+// run under the odd settings and the decoy search_path).
 const equivSchema = `
 CREATE TABLE a (id int PRIMARY KEY, v text, f float8, ts timestamptz, b bytea, iv interval, j json, n int, o text);
 CREATE TABLE tk (k text PRIMARY KEY, n int, tashkent_n int, k2 int);
@@ -35,7 +39,9 @@ CREATE TABLE tz (at timestamptz PRIMARY KEY, v int);
 CREATE TABLE fl (x float8 PRIMARY KEY, v int);
 CREATE TABLE p (id int, r int, v text, PRIMARY KEY (id, r)) PARTITION BY RANGE (r);
 CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (10);
-CREATE TABLE p2 PARTITION OF p FOR VALUES FROM (10) TO (20);`
+CREATE TABLE p2 PARTITION OF p FOR VALUES FROM (10) TO (20);
+CREATE TABLE fkc (id int PRIMARY KEY, a_id int REFERENCES a, at timestamptz REFERENCES tz, wa int, wb text,
+	FOREIGN KEY (wb, wa) REFERENCES wide (b, a));`
 
 // equivTransactions are run in order, each as one transaction, on both
 // databases; every statement is deterministic.
@@ -47,7 +53,8 @@ var equivTransactions = [][]string{
 		`INSERT INTO s VALUES (1, 'a'), (2, 'b'), (3, 'c')`,
 		`INSERT INTO tz VALUES ('2024-01-02 12:00:00+09', 1), ('2024-06-01 00:00:00+00', 2)`,
 		`INSERT INTO fl VALUES (0.1, 1), (1e300, 2), (-0.0, 3)`,
-		`INSERT INTO p VALUES (1, 1, 'a'), (2, 11, 'b')`},
+		`INSERT INTO p VALUES (1, 1, 'a'), (2, 11, 'b')`,
+		`INSERT INTO fkc VALUES (1, 7, '2024-06-01 00:00:00+00', 1, 'b'), (2, NULL, NULL, NULL, 'b')`},
 	// Single-row updates that keep the key (the fast path), and that move it.
 	{`UPDATE a SET v = 'w' WHERE id = 1`, `UPDATE a SET id = 101 WHERE id = 2`, `UPDATE a SET n = n + 1 WHERE id = 3`,
 		`UPDATE tk SET n = 9 WHERE k = 'x'`, `UPDATE tk SET k = 'x2' WHERE k = 'y"q'`,
@@ -55,7 +62,8 @@ var equivTransactions = [][]string{
 	// Multi-row updates, with and without moved keys; key swaps.
 	{`UPDATE a SET v = v || '+' WHERE id BETWEEN 4 AND 9`, `UPDATE a SET id = id + 1000 WHERE id BETWEEN 10 AND 12`,
 		`UPDATE a SET id = 2 WHERE id = 101`, `UPDATE s SET id = 3 - id WHERE id IN (1, 2)`, `UPDATE s SET id = 30 WHERE id = 3`,
-		`UPDATE wide SET a = a + 10 WHERE b = 'a'`, `UPDATE wide SET v = 0`},
+		`UPDATE wide SET a = a + 10 WHERE b = 'a'`, `UPDATE wide SET v = 0`,
+		`INSERT INTO fkc VALUES (3, 8, '2024-06-01 00:00:00+00', 1, 'b')`, `UPDATE fkc SET a_id = 9, wa = 1 WHERE id IN (1, 2)`},
 	// Unique indexes, deletes, upserts, partitions, truncate.
 	{`UPDATE u SET email = 'c@x' WHERE id = 1`, `UPDATE u SET id = 10 WHERE id = 2`, `DELETE FROM u WHERE id = 3`,
 		`INSERT INTO a VALUES (1, 'up') ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v`,
@@ -111,8 +119,8 @@ func TestCaptureSameEventsAsBefore(t *testing.T) {
 		FROM pg_trigger WHERE tgfoid = 'tashkent.capture_key'::regproc`).Scan(&keyTables); err != nil {
 		t.Fatal(err)
 	}
-	if keyTables != "a,fl,s,tk,tz" {
-		t.Errorf("tables captured by capture_key: %s, want a,fl,s,tk,tz", keyTables)
+	if keyTables != "a,fkc,fl,s,tk,tz" {
+		t.Errorf("tables captured by capture_key: %s, want a,fkc,fl,s,tk,tz", keyTables)
 	}
 
 	events := 0
@@ -127,7 +135,7 @@ func TestCaptureSameEventsAsBefore(t *testing.T) {
 				mustExec(t, s, settings)
 			}
 			if round > 0 {
-				mustExec(t, s, `SET session_replication_role = replica; TRUNCATE a, tk, wide, u, s, tz, fl, p; RESET session_replication_role`)
+				mustExec(t, s, `SET session_replication_role = replica; TRUNCATE a, tk, wide, u, s, tz, fl, p, fkc; RESET session_replication_role`)
 			}
 			for i, stmts := range equivTransactions {
 				evs := runCollect(ctx, t, s, stmts)
@@ -136,6 +144,12 @@ func TestCaptureSameEventsAsBefore(t *testing.T) {
 			}
 		}
 		eqStrings(t, fmt.Sprintf("events with settings %q (today vs before)", settings), got["today"], got["before"])
+		for _, ref := range []string{`R public.a [7] <null>`, `R public.tz ["2024-06-01T00:00:00+00:00"] <null>`,
+			`R public.wide ["b",1] <null>`, `R public.a [9] <null>`} {
+			if !slices.Contains(got["today"], ref) {
+				t.Errorf("settings %q: no reference event %s", settings, ref)
+			}
+		}
 		events += len(got["today"])
 	}
 	if events < 100 {
