@@ -15,6 +15,8 @@ func TestEncodeInTwoStepsDecodesToTheSameEntry(t *testing.T) {
 		Writeset: &pb.Writeset{Changes: []*pb.Change{
 			{Table: "public.t", Op: pb.Op_OP_UPSERT, Key: []byte(`[1]`), Row: []byte(`{"id":1}`)},
 			{Table: "public.t", Op: pb.Op_OP_DELETE, Key: []byte(`[2]`)},
+			{Table: "public.t#t_code_key", Op: pb.Op_OP_UNIQUE_KEY, Key: []byte(`["a"]`)},
+			{Table: "public.parent", Op: pb.Op_OP_REFERENCE, Key: []byte(`[9]`)}, // a foreign-key reference
 		}},
 	}
 	e := EncodePrefix(want.Txn, want.Writeset).WithVersion(want.Version)
