@@ -68,6 +68,22 @@ func TestCaptureReferences(t *testing.T) {
 	eqStrings(t, "two one-column foreign keys", triggers(t, c, "two"), withRefTriggers("id", "public.parent,a,public.parent#parent_code_key,b"))
 	eqStrings(t, "a partitioned parent, not its partitions", triggers(t, c, "pc"), withRefTriggers("id", "public.pp,pp_id"))
 
+	// Installing again leaves the reference triggers alone (no lock taken).
+	oids := func() string {
+		var s string
+		if err := c.QueryRow(tctx(t), `SELECT string_agg(oid::text, ',' ORDER BY oid) FROM pg_trigger WHERE tgname LIKE 'tashkent%'`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := oids()
+	if err := Install(tctx(t), c); err != nil {
+		t.Fatal(err)
+	}
+	if oids() != before {
+		t.Error("Install recreated triggers that were already right")
+	}
+
 	parents := run(`INSERT INTO parent VALUES (1, 'a', 'x'), (2, 'b', 'x'), (3, 'c', 'x'); INSERT INTO wp VALUES (5, 'q"x');
 		INSERT INTO tp VALUES ('2024-05-01 12:00:00+00'); INSERT INTO pp VALUES (7)`)
 	eqStrings(t, "parents reference nothing", references(t, parents), nil)
