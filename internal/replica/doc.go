@@ -110,11 +110,13 @@
 //
 // Cost, measured with BenchmarkCaptureCostForeignKey (backend CPU of a
 // transaction of 10 single-row INSERTs with collect and version insert, in
-// alternating rounds, on the shared 2-core VM, so noisy): references add
-// about 80 µs per INSERT statement on a table with a one-column foreign
-// key (829 µs per transaction of 10 over the same table with the reference
-// trigger disabled; the general function cost about 260 µs per
-// statement, which is why capture_reference_keys exists). Folding the
+// alternating rounds, on the shared 2-core VM at a load average of 10 to
+// 14, so noisy): references add about 50-80 µs per INSERT statement on a
+// table with a one-column foreign key (two runs: 829 and 510 µs per
+// transaction of 10 over the same table with the reference trigger
+// disabled, whose transaction took 2193 and 1825 µs; the general function
+// cost about 260 µs per statement, which is why capture_reference_keys
+// exists). Folding the
 // references into capture_key's call would save the second trigger call
 // and is not done.
 //
