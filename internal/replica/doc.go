@@ -90,7 +90,16 @@
 // JSON array when the foreign key uses the primary key, "<table>#<index>"
 // and the index values (as for a unique index value) when it uses another
 // unique index, the values in the parent key's column order, printed under
-// the same pinned settings. The certifier treats a reference as a shared
+// the same pinned settings. Equal values need not print alike (numeric
+// 1.5 = 1.50 in one column, char(2) against char(4), int against numeric,
+// timestamp against timestamptz, float8 -0 = 0, jsonb 'null', which is no
+// SQL NULL, nondeterministic collations): the child's own text would name
+// no parent. A foreign key with such a column pair (the catalog decides,
+// tashkent.reference_prints_alike) goes through the general trigger,
+// which looks the parent rows up with the foreign key's own equality
+// operators and prints the parent row's key; that costs a query planned
+// per statement and needs SELECT on the parent's key columns (the trigger
+// runs with the session's rights). The certifier treats a reference as a shared
 // key (internal/certification): it conflicts with a write of the parent,
 // never with another reference. Collapse keeps one per key and drops those
 // the writeset writes itself. Apply skips them.

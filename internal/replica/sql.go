@@ -480,6 +480,34 @@ $fn$;
 -- replica while a child is inserted on another aborts one of the two
 -- instead of leaving the same orphan on every replica.
 --
+-- reference_prints_alike reports whether a referencing column (type,
+-- typmod, collation) and the parent key column it references print equal
+-- values as the same text (to_json, under capture's pinned settings), so
+-- that the referencing row's own values name the parent's key. True for
+-- the same type and typmod among types whose equality is identity of the
+-- printed value (numeric and char only with a typmod: it fixes the scale
+-- and the padding), for integers of any width, and for text and varchar;
+-- collatable ones only under deterministic collations. Everything else
+-- (other types, domains, float -0 = 0, jsonb 'null', interval) goes
+-- through the parent lookup.
+CREATE OR REPLACE FUNCTION tashkent.reference_prints_alike(p_ctype oid, p_cmod int, p_ccoll oid,
+	p_ptype oid, p_pmod int, p_pcoll oid) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+	SELECT (
+		(p_ctype = p_ptype AND p_cmod = p_pmod
+			AND p_ctype IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'text'::regtype,
+				'varchar'::regtype, 'uuid'::regtype, 'bool'::regtype, 'date'::regtype,
+				'timestamp'::regtype, 'timestamptz'::regtype, 'time'::regtype, 'bytea'::regtype,
+				'oid'::regtype, 'numeric'::regtype, 'bpchar'::regtype)
+			AND NOT (p_ctype IN ('numeric'::regtype, 'bpchar'::regtype) AND p_cmod = -1))
+		OR (p_ctype IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype)
+			AND p_ptype IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype))
+		OR (p_ctype IN ('text'::regtype, 'varchar'::regtype) AND p_ptype IN ('text'::regtype, 'varchar'::regtype)))
+		AND coalesce((SELECT bool_and(c.collisdeterministic) FROM pg_collation c WHERE c.oid IN (p_ccoll, p_pcoll)), true)
+$fn$;
+
 -- reference_arguments lists a table's foreign keys as the arguments of its
 -- reference triggers: per foreign key, the name the parent's key goes by
 -- in certification, the number n of columns, and the n referencing
@@ -492,6 +520,18 @@ $fn$;
 -- of a foreign key that references a partitioned table (same referencing
 -- table, a parent constraint): the parent's rows are captured under the
 -- partitioned table's name, which the top constraint gives.
+--
+-- A foreign key whose referencing values can print differently from the
+-- parent key they equal (reference_prints_alike is false for a column:
+-- numeric 1.5 = 1.50, char(2) 'ab' = char(4) 'ab  ', timestamp against
+-- timestamptz, float -0 = 0, jsonb 'null', a nondeterministic collation,
+-- a domain) is listed instead as the name, 'L', and three SQL fragments
+-- for capture_references' parent lookup: the parent relation (AS p), the
+-- parent key's JSON array printed from the parent row p (as capture
+-- prints the parent's own key), and the condition that p is the row a
+-- referencing row x references, with the foreign key's own equality
+-- operators (conpfeqop) and the parent column's collation, as
+-- PostgreSQL's own foreign-key check compares.
 CREATE OR REPLACE FUNCTION tashkent.reference_arguments(p_rel oid) RETURNS text[]
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -501,22 +541,40 @@ AS $fn$
 		SELECT con.conname, con.oid,
 			format('%I.%I', pn.nspname, pc.relname)
 				|| CASE WHEN pi.indisprimary THEN '' ELSE '#' || quote_ident(ic.relname) END AS lab,
-			ARRAY(SELECT ca.attname::text
-				FROM unnest(pi.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-				JOIN unnest(con.confkey, con.conkey) AS m(pk, fk) ON m.pk = k.attnum
-				JOIN pg_attribute ca ON ca.attrelid = con.conrelid AND ca.attnum = m.fk
-				WHERE k.ord <= pi.indnkeyatts ORDER BY k.ord) AS cols,
-			cardinality(con.conkey) AS n
+			cardinality(con.conkey) AS n,
+			cols.names AS cols, cols.alike,
+			CASE WHEN pc.relkind = 'p' THEN '' ELSE 'ONLY ' END
+				|| format('%I.%I', pn.nspname, pc.relname) || ' AS p' AS lookup_from,
+			cols.lookup_key, cols.lookup_match
 		FROM pg_constraint con
 		JOIN pg_index pi ON pi.indexrelid = con.conindid
 		JOIN pg_class ic ON ic.oid = con.conindid
 		JOIN pg_class pc ON pc.oid = con.confrelid
 		JOIN pg_namespace pn ON pn.oid = pc.relnamespace
+		CROSS JOIN LATERAL (
+			SELECT array_agg(ca.attname::text ORDER BY k.ord) AS names,
+				bool_and(tashkent.reference_prints_alike(ca.atttypid, ca.atttypmod, ca.attcollation,
+					pa.atttypid, pa.atttypmod, pa.attcollation)) AS alike,
+				'''['' || ' || string_agg(format('to_json(p.%I)::text', pa.attname), ' || '','' || ' ORDER BY k.ord)
+					|| ' || '']''' AS lookup_key,
+				string_agg(format('p.%I OPERATOR(%I.%s) (x.%I)::%s', pa.attname, opn.nspname, op.oprname,
+						ca.attname, format_type(op.oprright, -1))
+					|| coalesce((SELECT format(' COLLATE %I.%I', cn.nspname, co.collname)
+						FROM pg_collation co JOIN pg_namespace cn ON cn.oid = co.collnamespace
+						WHERE co.oid = pa.attcollation), ''), ' AND ' ORDER BY k.ord) AS lookup_match
+			FROM unnest(pi.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+			JOIN unnest(con.confkey, con.conkey, con.conpfeqop) AS m(pk, fk, eqop) ON m.pk = k.attnum
+			JOIN pg_attribute ca ON ca.attrelid = con.conrelid AND ca.attnum = m.fk
+			JOIN pg_attribute pa ON pa.attrelid = con.confrelid AND pa.attnum = m.pk
+			JOIN pg_operator op ON op.oid = m.eqop
+			JOIN pg_namespace opn ON opn.oid = op.oprnamespace
+			WHERE k.ord <= pi.indnkeyatts) AS cols
 		WHERE con.contype = 'f' AND con.conrelid = p_rel
 			AND (con.conparentid = 0
 				OR (SELECT pcon.conrelid FROM pg_constraint pcon WHERE pcon.oid = con.conparentid) <> con.conrelid)
 	) AS f
-	CROSS JOIN LATERAL unnest(ARRAY[f.lab, f.n::text] || f.cols) WITH ORDINALITY AS x(a, o)
+	CROSS JOIN LATERAL unnest(CASE WHEN f.alike THEN ARRAY[f.lab, f.n::text] || f.cols
+		ELSE ARRAY[f.lab, 'L', f.lookup_from, f.lookup_key, f.lookup_match] END) WITH ORDINALITY AS x(a, o)
 	WHERE cardinality(f.cols) = f.n
 $fn$;
 
@@ -538,7 +596,12 @@ $fn$;
 -- SIMPLE: a key with any NULL column references nothing (MATCH FULL allows
 -- only all or none NULL, so the rule holds for it too). Values print as in
 -- capture (the same JSON text, settings pinned the same way), so the key
--- equals the parent's key text when the columns have the parent's types.
+-- equals the parent's key text when the columns print alike
+-- (reference_prints_alike); the other foreign keys ('L' arguments) look
+-- the parent rows up and print their key, which takes SELECT on the
+-- parent's key columns (the function runs with the session's rights: its
+-- arguments are SQL, which a definer's rights would let any table owner
+-- run as the installer).
 CREATE OR REPLACE FUNCTION tashkent.capture_references() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -552,6 +615,7 @@ DECLARE
 	v_i int := 0;
 	v_k int;
 	v_saved text[];
+	v_lookups text[] := '{}'; -- per lookup foreign key: name, from, key, match
 BEGIN
 	IF current_setting('tashkent.capture', true) IS DISTINCT FROM 'on' THEN
 		RETURN NULL;
@@ -570,6 +634,11 @@ BEGIN
 	END IF;
 
 	WHILE v_i < TG_NARGS LOOP
+		IF TG_ARGV[v_i + 1] = 'L' THEN
+			v_lookups := v_lookups || TG_ARGV[v_i] || TG_ARGV[v_i + 2:v_i + 4];
+			v_i := v_i + 5;
+			CONTINUE;
+		END IF;
 		v_k := TG_ARGV[v_i + 1]::int;
 		v_lab := v_lab || TG_ARGV[v_i];
 		v_st := v_st || (coalesce(cardinality(v_col), 0) + 1);
@@ -578,7 +647,9 @@ BEGIN
 		v_i := v_i + 2 + v_k;
 	END LOOP;
 
-	IF TG_OP = 'INSERT' THEN
+	IF v_lab IS NULL THEN
+		NULL; -- every foreign key goes through the parent lookup
+	ELSIF TG_OP = 'INSERT' THEN
 		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
 		SELECT DISTINCT r.tbl, 'R', r.key
 		FROM (SELECT to_json(tashkent_n.*) AS j FROM tashkent_new AS tashkent_n) AS s
@@ -593,6 +664,21 @@ BEGIN
 		FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s
 		CROSS JOIN LATERAL $REFS(s.j) AS r;
 	END IF;
+
+	-- Foreign keys whose values may print differently from the parent key
+	-- they equal (see reference_arguments): the parent rows the new rows
+	-- reference, found with the foreign key's own equality, print the key
+	-- as the parent's capture does. UPDATE: those no old row referenced.
+	v_i := 1;
+	WHILE v_i < cardinality(v_lookups) LOOP
+		EXECUTE format('INSERT INTO pg_temp.tashkent_writeset (tbl, op, key) '
+			'SELECT DISTINCT %L, ''R'', %s FROM %s '
+			'WHERE EXISTS (SELECT FROM tashkent_new AS x WHERE %s)',
+			v_lookups[v_i], v_lookups[v_i + 2], v_lookups[v_i + 1], v_lookups[v_i + 3])
+			|| CASE WHEN TG_OP = 'UPDATE' THEN format(
+				' AND NOT EXISTS (SELECT FROM tashkent_old AS x WHERE %s)', v_lookups[v_i + 3]) ELSE '' END;
+		v_i := v_i + 4;
+	END LOOP;
 
 	IF v_saved IS NOT NULL THEN
 		PERFORM set_config('TimeZone', v_saved[1], true), set_config('DateStyle', v_saved[2], true),
