@@ -97,3 +97,28 @@ func TestCaptureReferencesNameTheParentsKeyText(t *testing.T) {
 		}
 	}
 }
+
+// TestCaptureReferencesToAPartition: a foreign key may reference a
+// partition itself, but the parent's rows, written through the
+// partitioned table, are captured under the root's name (and its index's).
+// Named by the partition, the reference met none of the parent's writes.
+func TestCaptureReferencesToAPartition(t *testing.T) {
+	srv, c := instance(t, `
+		CREATE TABLE pq (id int PRIMARY KEY, code int, UNIQUE (code, id)) PARTITION BY RANGE (id);
+		CREATE TABLE pq1 PARTITION OF pq FOR VALUES FROM (0) TO (100);
+		CREATE TABLE cr (id int PRIMARY KEY, p int REFERENCES pq1);
+		CREATE TABLE cs (id int PRIMARY KEY, code int, p int, FOREIGN KEY (code, p) REFERENCES pq1 (code, id));`)
+	s := session(t, srv)
+	v := uint64(0)
+	run := func(sql string) *certifierpb.LogEntry {
+		t.Helper()
+		v++
+		return commitLocal(t, s, v, sql)
+	}
+	eqStrings(t, "the parent, written through the root", changes(run(`INSERT INTO pq VALUES (3, 4)`).GetWriteset().GetChanges()),
+		[]string{`U public.pq [3] (3,4)`, `K public.pq#pq_code_id_key [4,3]`})
+	eqStrings(t, "primary key", references(t, run(`INSERT INTO cr VALUES (1, 3)`)), []string{`R public.pq [3]`})
+	eqStrings(t, "unique index", references(t, run(`INSERT INTO cs VALUES (1, 4, 3)`)), []string{`R public.pq#pq_code_id_key [4,3]`})
+	mustExec(t, c, `ALTER TABLE pq RENAME TO pr`)
+	eqStrings(t, "root renamed", references(t, run(`INSERT INTO cr VALUES (2, 3)`)), []string{`R public.pr [3]`})
+}

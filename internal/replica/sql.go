@@ -519,7 +519,10 @@ $fn$;
 -- are in name order. Left out: the per-partition copies PostgreSQL makes
 -- of a foreign key that references a partitioned table (same referencing
 -- table, a parent constraint): the parent's rows are captured under the
--- partitioned table's name, which the top constraint gives.
+-- partitioned table's name, which the top constraint gives. For the same
+-- reason a foreign key that references a partition itself is named by the
+-- root of its partition tree and the root's index (pg_partition_root),
+-- when the index is part of the tree's.
 --
 -- A foreign key whose referencing values can print differently from the
 -- parent key they equal (reference_prints_alike is false for a column:
@@ -540,7 +543,7 @@ AS $fn$
 	FROM (
 		SELECT con.conname, con.oid,
 			format('%I.%I', pn.nspname, pc.relname)
-				|| CASE WHEN pi.indisprimary THEN '' ELSE '#' || quote_ident(ic.relname) END AS lab,
+				|| CASE WHEN ri.indisprimary THEN '' ELSE '#' || quote_ident(ic.relname) END AS lab,
 			cardinality(con.conkey) AS n,
 			cols.names AS cols, cols.alike,
 			CASE WHEN pc.relkind = 'p' THEN '' ELSE 'ONLY ' END
@@ -548,8 +551,12 @@ AS $fn$
 			cols.lookup_key, cols.lookup_match
 		FROM pg_constraint con
 		JOIN pg_index pi ON pi.indexrelid = con.conindid
-		JOIN pg_class ic ON ic.oid = con.conindid
-		JOIN pg_class pc ON pc.oid = con.confrelid
+		CROSS JOIN LATERAL (SELECT coalesce(pg_partition_root(con.conindid), con.conindid) AS idx,
+			CASE WHEN pg_partition_root(con.conindid) IS NULL THEN con.confrelid
+				ELSE pg_partition_root(con.confrelid) END AS rel) AS root
+		JOIN pg_index ri ON ri.indexrelid = root.idx
+		JOIN pg_class ic ON ic.oid = root.idx
+		JOIN pg_class pc ON pc.oid = root.rel
 		JOIN pg_namespace pn ON pn.oid = pc.relnamespace
 		CROSS JOIN LATERAL (
 			SELECT array_agg(ca.attname::text ORDER BY k.ord) AS names,
