@@ -32,6 +32,9 @@ func TestCaptureReferencesNameTheParentsKeyText(t *testing.T) {
 		CREATE TABLE cv (id int PRIMARY KEY, p varchar REFERENCES pb);
 		CREATE TABLE pt (at timestamptz PRIMARY KEY);
 		CREATE TABLE ct (id int PRIMARY KEY, at timestamp REFERENCES pt);
+		CREATE TABLE cdt (id int PRIMARY KEY, d date REFERENCES pt);
+		CREATE TABLE pts (at timestamp PRIMARY KEY);
+		CREATE TABLE ctz (id int PRIMARY KEY, at timestamptz REFERENCES pts);
 		CREATE TABLE pf (x float8 PRIMARY KEY);
 		CREATE TABLE cf (id int PRIMARY KEY, x float8 REFERENCES pf);
 		CREATE TABLE pj (j jsonb PRIMARY KEY);
@@ -60,6 +63,8 @@ func TestCaptureReferencesNameTheParentsKeyText(t *testing.T) {
 	n20 := parentKey(`INSERT INTO pn VALUES (2.0, 8.00)`)
 	b := parentKey(`INSERT INTO pb VALUES ('ab')`)
 	ts := parentKey(`INSERT INTO pt VALUES ('2024-01-01 00:00:00+00')`)
+	ts0 := parentKey(`INSERT INTO pt VALUES ('2023-12-31 23:00:00+00')`)
+	tsl := parentKey(`INSERT INTO pts VALUES ('2024-01-01 18:00:00')`)
 	f := parentKey(`INSERT INTO pf VALUES ('-0')`)
 	j := parentKey(`INSERT INTO pj VALUES ('null')`)
 	ck := parentKey(`INSERT INTO pc VALUES ('ABC')`)
@@ -73,6 +78,12 @@ func TestCaptureReferencesNameTheParentsKeyText(t *testing.T) {
 		{"char of another length", `INSERT INTO cb VALUES (1, 'ab')`, "public.pb " + b},
 		{"varchar referencing char", `INSERT INTO cv VALUES (1, 'ab')`, "public.pb " + b},
 		{"timestamp referencing timestamptz", `INSERT INTO ct VALUES (1, '2024-01-01 00:00:00')`, "public.pt " + ts},
+		{"timestamp referencing timestamptz, in the session's time zone",
+			`SET LOCAL TimeZone = 'Asia/Tokyo'; INSERT INTO ct VALUES (2, '2024-01-01 09:00:00')`, "public.pt " + ts},
+		{"date referencing timestamptz, in the session's time zone",
+			`SET LOCAL TimeZone = 'Etc/GMT-1'; INSERT INTO cdt VALUES (1, '2024-01-01')`, "public.pt " + ts0},
+		{"timestamptz referencing timestamp, in the session's time zone",
+			`SET LOCAL TimeZone = 'Asia/Tokyo'; INSERT INTO ctz VALUES (1, '2024-01-01 09:00:00+00')`, "public.pts " + tsl},
 		{"float 0 and -0", `INSERT INTO cf VALUES (1, 0)`, "public.pf " + f},
 		{"jsonb null is a value", `INSERT INTO cj VALUES (1, 'null')`, "public.pj " + j},
 		{"nondeterministic collation", `INSERT INTO cc VALUES (1, 'abc')`, "public.pc " + ck},

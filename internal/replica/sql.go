@@ -508,6 +508,36 @@ AS $fn$
 		AND coalesce((SELECT bool_and(c.collisdeterministic) FROM pg_collation c WHERE c.oid IN (p_ccoll, p_pcoll)), true)
 $fn$;
 
+-- reference_condition is the condition, for capture_references' parent
+-- lookup, that the parent row p's column p_pcol equals the referencing
+-- row x's column p_ccol under the foreign key's operator p_op (PK = FK),
+-- the referencing value cast to the operator's type, compared under the
+-- parent column's collation p_coll, as PostgreSQL's own check compares.
+-- Where the operator compares a timestamptz with a timestamp or date, the
+-- session's time zone decides which instant the other one is, and the
+-- lookup runs under capture's pinned UTC: that side is converted
+-- explicitly, at the time zone the statement ran in ($1 of the lookup).
+CREATE OR REPLACE FUNCTION tashkent.reference_condition(p_pcol name, p_ccol name, p_op oid, p_coll oid)
+RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+	SELECT CASE WHEN op.oprleft <> op.oprright AND 'timestamptz'::regtype IN (op.oprleft, op.oprright)
+			AND (op.oprleft IN ('timestamp'::regtype, 'date'::regtype) OR op.oprright IN ('timestamp'::regtype, 'date'::regtype))
+		THEN format('%s OPERATOR(pg_catalog.=) %s',
+			CASE WHEN op.oprleft = 'timestamptz'::regtype THEN format('p.%I', p_pcol)
+				ELSE format('((p.%I)::timestamp AT TIME ZONE $1)', p_pcol) END,
+			CASE WHEN op.oprright = 'timestamptz'::regtype THEN format('(x.%I)::timestamptz', p_ccol)
+				ELSE format('((x.%I)::timestamp AT TIME ZONE $1)', p_ccol) END)
+		ELSE format('p.%I OPERATOR(%I.%s) (x.%I)::%s', p_pcol, opn.nspname, op.oprname, p_ccol, format_type(op.oprright, -1))
+			|| coalesce((SELECT format(' COLLATE %I.%I', cn.nspname, co.collname)
+				FROM pg_collation co JOIN pg_namespace cn ON cn.oid = co.collnamespace
+				WHERE co.oid = p_coll), '')
+		END
+	FROM pg_operator op JOIN pg_namespace opn ON opn.oid = op.oprnamespace
+	WHERE op.oid = p_op
+$fn$;
+
 -- reference_arguments lists a table's foreign keys as the arguments of its
 -- reference triggers: per foreign key, the name the parent's key goes by
 -- in certification, the number n of columns, and the n referencing
@@ -564,17 +594,12 @@ AS $fn$
 					pa.atttypid, pa.atttypmod, pa.attcollation)) AS alike,
 				'''['' || ' || string_agg(format('to_json(p.%I)::text', pa.attname), ' || '','' || ' ORDER BY k.ord)
 					|| ' || '']''' AS lookup_key,
-				string_agg(format('p.%I OPERATOR(%I.%s) (x.%I)::%s', pa.attname, opn.nspname, op.oprname,
-						ca.attname, format_type(op.oprright, -1))
-					|| coalesce((SELECT format(' COLLATE %I.%I', cn.nspname, co.collname)
-						FROM pg_collation co JOIN pg_namespace cn ON cn.oid = co.collnamespace
-						WHERE co.oid = pa.attcollation), ''), ' AND ' ORDER BY k.ord) AS lookup_match
+				string_agg(tashkent.reference_condition(pa.attname, ca.attname, m.eqop, pa.attcollation),
+					' AND ' ORDER BY k.ord) AS lookup_match
 			FROM unnest(pi.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
 			JOIN unnest(con.confkey, con.conkey, con.conpfeqop) AS m(pk, fk, eqop) ON m.pk = k.attnum
 			JOIN pg_attribute ca ON ca.attrelid = con.conrelid AND ca.attnum = m.fk
 			JOIN pg_attribute pa ON pa.attrelid = con.confrelid AND pa.attnum = m.pk
-			JOIN pg_operator op ON op.oid = m.eqop
-			JOIN pg_namespace opn ON opn.oid = op.oprnamespace
 			WHERE k.ord <= pi.indnkeyatts) AS cols
 		WHERE con.contype = 'f' AND con.conrelid = p_rel
 			AND (con.conparentid = 0
@@ -623,6 +648,7 @@ DECLARE
 	v_k int;
 	v_saved text[];
 	v_lookups text[] := '{}'; -- per lookup foreign key: name, from, key, match
+	v_zone text := current_setting('TimeZone'); -- the statement's, before pinning
 BEGIN
 	IF current_setting('tashkent.capture', true) IS DISTINCT FROM 'on' THEN
 		RETURN NULL;
@@ -683,7 +709,8 @@ BEGIN
 			'WHERE EXISTS (SELECT FROM tashkent_new AS x WHERE %s)',
 			v_lookups[v_i], v_lookups[v_i + 2], v_lookups[v_i + 1], v_lookups[v_i + 3])
 			|| CASE WHEN TG_OP = 'UPDATE' THEN format(
-				' AND NOT EXISTS (SELECT FROM tashkent_old AS x WHERE %s)', v_lookups[v_i + 3]) ELSE '' END;
+				' AND NOT EXISTS (SELECT FROM tashkent_old AS x WHERE %s)', v_lookups[v_i + 3]) ELSE '' END
+			USING v_zone;
 		v_i := v_i + 4;
 	END LOOP;
 
