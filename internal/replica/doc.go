@@ -97,9 +97,17 @@
 // no parent. A foreign key with such a column pair (the catalog decides,
 // tashkent.reference_prints_alike) goes through the general trigger,
 // which looks the parent rows up with the foreign key's own equality
-// operators and prints the parent row's key; that costs a query planned
-// per statement and needs SELECT on the parent's key columns (the trigger
-// runs with the session's rights). The certifier treats a reference as a shared
+// operators (a timestamp or date against a timestamptz in the statement's
+// time zone, not capture's pinned UTC) and prints the parent row's key.
+// That needs SELECT on the parent's key columns (the trigger runs with the
+// session's rights) and costs a query planned per statement: a one-row
+// INSERT through a numeric foreign key took about 300-480 µs against
+// 125-130 µs through an int one and 55-95 µs with no foreign key (2000
+// INSERTs each from a plpgsql loop, three rounds, load average 5-8 on the
+// shared 2-core VM). Casting the referencing value to the parent column's
+// type and typmod would print the parent's text for numeric(p,s) and
+// char(n) keys at the fast trigger's cost; not done. The certifier treats
+// a reference as a shared
 // key (internal/certification): it conflicts with a write of the parent,
 // never with another reference. Collapse keeps one per key and drops those
 // the writeset writes itself. Apply skips them.
