@@ -133,3 +133,32 @@ func TestCaptureReferencesToAPartition(t *testing.T) {
 	mustExec(t, c, `ALTER TABLE pq RENAME TO pr`)
 	eqStrings(t, "root renamed", references(t, run(`INSERT INTO cr VALUES (2, 3)`)), []string{`R public.pr [3]`})
 }
+
+// TestCaptureReferencesAfterTheParentIsDropped: DROP TABLE ... CASCADE and
+// ALTER TABLE ... DROP ... CASCADE on a parent drop the children's foreign
+// keys without a command on the children, and DROP reports no objects to
+// the event trigger. A child whose reference trigger looks the parent up
+// would then fail every write (the parent, or its column, is gone): the
+// event trigger refreshes the tables whose reference triggers look up.
+func TestCaptureReferencesAfterTheParentIsDropped(t *testing.T) {
+	srv, c := instance(t, `
+		CREATE TABLE pn (id numeric PRIMARY KEY, code numeric UNIQUE);
+		CREATE TABLE cn (id int PRIMARY KEY, p numeric REFERENCES pn);
+		CREATE TABLE cu (id int PRIMARY KEY, code numeric REFERENCES pn (code));
+		INSERT INTO pn VALUES (1, 1);`)
+	s := session(t, srv)
+	v := uint64(0)
+	run := func(sql string) *certifierpb.LogEntry {
+		t.Helper()
+		v++
+		return commitLocal(t, s, v, sql)
+	}
+	mustExec(t, c, `ALTER TABLE pn DROP COLUMN code CASCADE`)
+	eqStrings(t, "unique column dropped", triggers(t, c, "cu"), want("id"))
+	eqStrings(t, "its child writes", changes(run(`INSERT INTO cu VALUES (1, 1)`).GetWriteset().GetChanges()),
+		[]string{`U public.cu [1] (1,1)`})
+	mustExec(t, c, `DROP TABLE pn CASCADE`)
+	eqStrings(t, "parent dropped", triggers(t, c, "cn"), want("id"))
+	eqStrings(t, "the child writes", changes(run(`INSERT INTO cn VALUES (1, 1)`).GetWriteset().GetChanges()),
+		[]string{`U public.cn [1] (1,1)`})
+}

@@ -1091,6 +1091,21 @@ BEGIN
 			END IF;
 		END LOOP;
 	END IF;
+	-- A parent lookup (an 'L' argument, see reference_arguments) names the
+	-- parent, its key columns and types; DROP ... CASCADE and ALTER on the
+	-- parent can drop or change them, and the children's foreign keys,
+	-- without a command on the children (DROP reports no objects): every
+	-- write to a child would then fail. Those few tables are refreshed.
+	IF TG_TAG LIKE 'DROP %' OR TG_TAG LIKE 'ALTER %' THEN
+		FOR v_rel IN
+			SELECT t.tgrelid FROM pg_trigger t
+			WHERE t.tgname = 'tashkent_capture_ref_ins' AND position('\x004c00'::bytea IN t.tgargs) > 0
+		LOOP
+			IF tashkent.ensure_triggers(v_rel) IS DISTINCT FROM 'unchanged' THEN
+				v_changed := true;
+			END IF;
+		END LOOP;
+	END IF;
 	IF v_changed THEN
 		INSERT INTO tashkent.ddl_log DEFAULT VALUES;
 	END IF;
@@ -1103,7 +1118,10 @@ $fn$;
 DROP EVENT TRIGGER IF EXISTS tashkent_ddl;
 CREATE EVENT TRIGGER tashkent_ddl ON ddl_command_end
 	WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE', 'CREATE SCHEMA',
-		'CREATE INDEX', 'DROP INDEX', 'ALTER INDEX', 'CREATE SEQUENCE', 'ALTER SEQUENCE')
+		'CREATE INDEX', 'DROP INDEX', 'ALTER INDEX', 'CREATE SEQUENCE', 'ALTER SEQUENCE',
+		-- for the parent lookups of foreign-key references (see on_ddl)
+		'DROP TABLE', 'DROP SCHEMA', 'DROP TYPE', 'DROP DOMAIN', 'DROP EXTENSION', 'DROP OWNED',
+		'ALTER TYPE', 'ALTER DOMAIN')
 	EXECUTE FUNCTION tashkent.on_ddl();
 ALTER EVENT TRIGGER tashkent_ddl ENABLE ALWAYS;
 
