@@ -27,6 +27,7 @@ func TestForeignKeysAcrossReplicas(t *testing.T) {
 	t.Run("parent delete racing child insert leaves no orphan", func(t *testing.T) { parentDeleteRacingChildInsert(t, c) })
 	t.Run("conflict messages", func(t *testing.T) { foreignKeyConflictMessages(t, c) })
 	t.Run("concurrent children of one parent both commit", func(t *testing.T) { concurrentChildrenOfOneParent(t, c) })
+	t.Run("a key that prints differently in the child", func(t *testing.T) { keyPrintedDifferentlyInTheChild(t, c) })
 }
 
 const foreignKeyRounds = 15
@@ -152,5 +153,51 @@ func concurrentChildrenOfOneParent(t *testing.T, c *testCluster) {
 	}
 	if n != 2*foreignKeyRounds {
 		t.Fatalf("replica 2 holds %d children of parent 77, want %d", n, 2*foreignKeyRounds)
+	}
+}
+
+// A numeric key equals the child's value at another scale (1.00 = 1), so
+// the foreign key holds, but the child's own text names no parent: the
+// reference must name the parent's key as the parent's capture prints it
+// (internal/replica, "Foreign keys"), else the parent's delete and the
+// child's insert both commit, in either order, and leave an orphan.
+func keyPrintedDifferentlyInTheChild(t *testing.T, c *testCluster) {
+	setup := c.connect(0)
+	execSQL(t, setup, `CREATE TABLE nparent (id numeric PRIMARY KEY)`)
+	execSQL(t, setup, `CREATE TABLE nchild (id int PRIMARY KEY, parent_id numeric NOT NULL REFERENCES nparent)`)
+	execSQL(t, setup, `INSERT INTO nparent SELECT g + 0.00 FROM generate_series(1, 10) AS g`)
+	c.converge(10 * time.Second)
+	a, b := c.connect(0), c.connect(1)
+	ctx := context.Background()
+	for id := 1; id <= 3; id++ {
+		del := beginWith(t, a, `DELETE FROM nparent WHERE id = $1`, id)
+		ins := beginWith(t, b, `INSERT INTO nchild VALUES ($1, $1::int)`, id)
+		if err := ins.Commit(ctx); err != nil {
+			t.Fatalf("child %d: %v", id, err)
+		}
+		if err := del.Commit(ctx); sqlState(err) != "40001" {
+			t.Fatalf("parent %d deleted under a concurrent child: %v, want 40001", id, err)
+		}
+	}
+	for id := 4; id <= 6; id++ {
+		ins := beginWith(t, b, `INSERT INTO nchild VALUES ($1, $1::int)`, id)
+		del := beginWith(t, a, `DELETE FROM nparent WHERE id = $1`, id)
+		if err := del.Commit(ctx); err != nil {
+			t.Fatalf("parent %d: %v", id, err)
+		}
+		if err := ins.Commit(ctx); sqlState(err) != "40001" {
+			t.Fatalf("child %d inserted under a concurrent delete of its parent: %v, want 40001", id, err)
+		}
+	}
+	c.converge(20 * time.Second)
+	for i := range c.dbs {
+		var orphans int
+		if err := c.direct(i).QueryRow(ctx,
+			`SELECT count(*) FROM nchild WHERE NOT EXISTS (SELECT FROM nparent WHERE nparent.id = nchild.parent_id)`).Scan(&orphans); err != nil {
+			t.Fatal(err)
+		}
+		if orphans != 0 {
+			t.Errorf("replica %d holds %d orphan child rows", i+1, orphans)
+		}
 	}
 }
