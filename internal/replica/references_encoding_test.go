@@ -139,7 +139,9 @@ func TestCaptureReferencesToAPartition(t *testing.T) {
 // keys without a command on the children, and DROP reports no objects to
 // the event trigger. A child whose reference trigger looks the parent up
 // would then fail every write (the parent, or its column, is gone): the
-// event trigger refreshes the tables whose reference triggers look up.
+// event trigger refreshes the tables whose reference triggers look up. A
+// renamed schema renames the parents in it: every reference trigger is
+// refreshed (before, references kept the old name and met no write).
 func TestCaptureReferencesAfterTheParentIsDropped(t *testing.T) {
 	srv, c := instance(t, `
 		CREATE TABLE pn (id numeric PRIMARY KEY, code numeric UNIQUE);
@@ -157,6 +159,12 @@ func TestCaptureReferencesAfterTheParentIsDropped(t *testing.T) {
 	eqStrings(t, "unique column dropped", triggers(t, c, "cu"), want("id"))
 	eqStrings(t, "its child writes", changes(run(`INSERT INTO cu VALUES (1, 1)`).GetWriteset().GetChanges()),
 		[]string{`U public.cu [1] (1,1)`})
+	mustExec(t, c, `CREATE SCHEMA s; CREATE TABLE s.pi (id int PRIMARY KEY); CREATE TABLE s.pn (id numeric PRIMARY KEY);
+		CREATE TABLE ci (id int PRIMARY KEY, p int REFERENCES s.pi); CREATE TABLE cs (id int PRIMARY KEY, p numeric REFERENCES s.pn)`)
+	run(`INSERT INTO s.pi VALUES (1); INSERT INTO s.pn VALUES (1)`)
+	mustExec(t, c, `ALTER SCHEMA s RENAME TO s2`)
+	eqStrings(t, "schema renamed under a parent", references(t, run(`INSERT INTO ci VALUES (1, 1); INSERT INTO cs VALUES (1, 1)`)),
+		[]string{"R s2.pi [1]", "R s2.pn [1]"})
 	mustExec(t, c, `DROP TABLE pn CASCADE`)
 	eqStrings(t, "parent dropped", triggers(t, c, "cn"), want("id"))
 	eqStrings(t, "the child writes", changes(run(`INSERT INTO cn VALUES (1, 1)`).GetWriteset().GetChanges()),

@@ -1095,11 +1095,14 @@ BEGIN
 	-- parent, its key columns and types; DROP ... CASCADE and ALTER on the
 	-- parent can drop or change them, and the children's foreign keys,
 	-- without a command on the children (DROP reports no objects): every
-	-- write to a child would then fail. Those few tables are refreshed.
+	-- write to a child would then fail. Those few tables are refreshed. A
+	-- renamed schema renames parents under every reference: all tables
+	-- with reference triggers are.
 	IF TG_TAG LIKE 'DROP %' OR TG_TAG LIKE 'ALTER %' THEN
 		FOR v_rel IN
 			SELECT t.tgrelid FROM pg_trigger t
-			WHERE t.tgname = 'tashkent_capture_ref_ins' AND position('\x004c00'::bytea IN t.tgargs) > 0
+			WHERE t.tgname = 'tashkent_capture_ref_ins'
+				AND (TG_TAG = 'ALTER SCHEMA' OR position('\x004c00'::bytea IN t.tgargs) > 0)
 		LOOP
 			IF tashkent.ensure_triggers(v_rel) IS DISTINCT FROM 'unchanged' THEN
 				v_changed := true;
@@ -1121,7 +1124,7 @@ CREATE EVENT TRIGGER tashkent_ddl ON ddl_command_end
 		'CREATE INDEX', 'DROP INDEX', 'ALTER INDEX', 'CREATE SEQUENCE', 'ALTER SEQUENCE',
 		-- for the parent lookups of foreign-key references (see on_ddl)
 		'DROP TABLE', 'DROP SCHEMA', 'DROP TYPE', 'DROP DOMAIN', 'DROP EXTENSION', 'DROP OWNED',
-		'ALTER TYPE', 'ALTER DOMAIN')
+		'ALTER TYPE', 'ALTER DOMAIN', 'ALTER SCHEMA')
 	EXECUTE FUNCTION tashkent.on_ddl();
 ALTER EVENT TRIGGER tashkent_ddl ENABLE ALWAYS;
 
