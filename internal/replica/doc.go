@@ -118,7 +118,10 @@
 // arguments list the foreign keys (tashkent.reference_arguments), computed
 // at install; the event trigger refreshes them when a table is created or
 // altered (a foreign key added or dropped) and, for the tables that
-// reference it, when a parent table or its index is renamed. One-column
+// reference it, when a parent table or its index is renamed; after DROP
+// and ALTER commands, those whose triggers look parents up (the parent or
+// its column may be gone, with the foreign key, unseen), and after ALTER
+// SCHEMA all of them. One-column
 // foreign keys, nearly all, go through tashkent.capture_reference_keys
 // (no SET clause, no subplans, as capture_key); wider ones through
 // tashkent.capture_references. Cascaded deletes and updates need nothing:
