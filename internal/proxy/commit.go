@@ -254,6 +254,16 @@ func certificationAbort(r *pb.CertifyReply) *pgproto3.ErrorResponse {
 		return errorResponse("54000", "the transaction's writeset exceeds a certifier limit", r.Detail,
 			"Split the transaction into smaller ones.")
 	default:
-		return errorResponse("XX000", "the certifier rejected the transaction", r.Detail, "")
+		return errorResponse("XX000", "the certifier rejected the transaction", r.Detail, rejectionHint(r.Detail))
 	}
+}
+
+// rejectionHint explains the one rejection an operator causes: a certifier
+// older than the proxy does not know an operation the proxy sends (the
+// foreign-key references, OP_REFERENCE, added after it).
+func rejectionHint(detail string) string {
+	if strings.Contains(detail, "unknown operation") {
+		return "The certifier is older than this proxy: upgrade every certifier before the proxies (docs/OPERATIONS.md, upgrading)."
+	}
+	return ""
 }
