@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -238,6 +239,12 @@ type SuiteRow struct {
 	// Ratio and LatencyRatio divide by the baseline's medians at the same
 	// point, measured in the same invocation.
 	Ratio, LatencyRatio float64
+	// RepeatRatios divide each repeat's tps by the baseline's tps in the
+	// same repeat (the runs made next to each other), for every repeat
+	// both succeeded; RepeatRatio is their median, RepeatRatioMin and
+	// RepeatRatioMax their spread. With one repeat they equal Ratio.
+	RepeatRatios                                 []float64
+	RepeatRatio, RepeatRatioMin, RepeatRatioMax float64
 	// Error is the first failed run's error when no run of the cell
 	// succeeded.
 	Error string
@@ -245,9 +252,13 @@ type SuiteRow struct {
 
 // SuiteReport is everything one invocation measured.
 type SuiteReport struct {
-	Config   SuiteConfig
-	Started  time.Time
-	CPUs     int
+	Config  SuiteConfig
+	Started time.Time
+	CPUs    int
+	// LoadBefore and LoadAfter are the machine's 1-minute load averages
+	// (/proc/loadavg, what uptime prints) when the measured runs began and
+	// ended: how busy the shared machine was.
+	LoadBefore, LoadAfter float64
 	Runs     []SuiteRun
 	Rows     []SuiteRow
 	ScaleOut *ScaleOut
@@ -300,9 +311,11 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	if err := r.setupAll(ctx); err != nil {
 		return rep, err
 	}
+	rep.LoadBefore = loadAverage()
 	if err := r.measureAll(ctx, rep); err != nil {
 		return rep, err
 	}
+	rep.LoadAfter = loadAverage()
 	rep.Rows = summarizeSuite(rep.Runs, cfg.points(), r.systems, cfg.Baseline)
 	if cfg.ScaleOut {
 		if rep.ScaleOut, err = r.scaleOut(ctx, rep.Rows); err != nil {
@@ -558,13 +571,61 @@ func summarizeSuite(runs []SuiteRun, points []point, systems []*system, baseline
 		}
 		for i := start; i < len(rows); i++ {
 			rows[i].Ratio, rows[i].LatencyRatio = nan, nan
+			rows[i].RepeatRatio, rows[i].RepeatRatioMin, rows[i].RepeatRatioMax = nan, nan, nan
 			if base != nil {
 				rows[i].Ratio = rows[i].TPS / base.TPS
 				rows[i].LatencyRatio = rows[i].LatencyMs / base.LatencyMs
+				rows[i].setRepeatRatios(runs, base.Label)
 			}
 		}
 	}
 	return rows
+}
+
+// setRepeatRatios pairs each repeat of the row's cell with the baseline's
+// run of the same repeat (made moments apart, so a noisy moment of the
+// shared machine hits both) and records the median and range of their
+// ratios.
+func (row *SuiteRow) setRepeatRatios(runs []SuiteRun, baseline string) {
+	tpsOf := func(label string) map[int]float64 {
+		m := map[int]float64{}
+		for _, r := range runs {
+			if r.Label == label && r.Clients == row.Clients && r.Param == row.Param && r.Error == "" {
+				m[r.Repeat] = r.TPS
+			}
+		}
+		return m
+	}
+	mine, base := tpsOf(row.Label), tpsOf(baseline)
+	row.RepeatRatios = nil
+	for _, rpt := range slices.Sorted(maps.Keys(mine)) {
+		if b, ok := base[rpt]; ok && b > 0 {
+			row.RepeatRatios = append(row.RepeatRatios, mine[rpt]/b)
+		}
+	}
+	if len(row.RepeatRatios) == 0 {
+		return
+	}
+	row.RepeatRatio = median(row.RepeatRatios)
+	row.RepeatRatioMin, row.RepeatRatioMax = slices.Min(row.RepeatRatios), slices.Max(row.RepeatRatios)
+}
+
+// loadAverage is the 1-minute load average, NaN where /proc/loadavg
+// cannot be read.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nan
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return nan
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return nan
+	}
+	return v
 }
 
 var nan = math.NaN()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,44 @@ func TestSummarizeSuiteRatiosAndFailures(t *testing.T) {
 	}
 	if rows[2].Error == "" || !math.IsNaN(rows[2].TPS) {
 		t.Fatalf("failed cell %+v", rows[2])
+	}
+}
+
+// The per-repeat ratio pairs each run with the baseline's run of the same
+// repeat: its median and range, not the ratio of the two medians, and a
+// repeat the baseline failed is left out.
+func TestSummarizeSuiteRatioPerRepeat(t *testing.T) {
+	systems := []*system{{kind: MW, label: "mw", replicas: 3}, {kind: Base, label: "base", replicas: 3}}
+	runs := []SuiteRun{
+		{Label: "mw", Clients: 8, Repeat: 1, TPS: 300, Processed: 1},
+		{Label: "base", Clients: 8, Repeat: 1, TPS: 100, Processed: 1},
+		{Label: "mw", Clients: 8, Repeat: 2, TPS: 200, Processed: 1},
+		{Label: "base", Clients: 8, Repeat: 2, TPS: 50, Processed: 1},
+		{Label: "mw", Clients: 8, Repeat: 3, TPS: 100, Processed: 1},
+		{Label: "base", Clients: 8, Repeat: 3, TPS: 50, Processed: 1},
+		{Label: "mw", Clients: 8, Repeat: 4, TPS: 900, Processed: 1},
+		{Label: "base", Clients: 8, Repeat: 4, Error: "failed"},
+	}
+	rows := summarizeSuite(runs, []point{{clients: 8}}, systems, "base")
+	mw := rows[0]
+	if want := []float64{3, 4, 2}; !slices.Equal(mw.RepeatRatios, want) {
+		t.Fatalf("ratios per repeat %v, want %v", mw.RepeatRatios, want)
+	}
+	if mw.RepeatRatio != 3 || mw.RepeatRatioMin != 2 || mw.RepeatRatioMax != 4 {
+		t.Fatalf("median %v, range %v–%v; want 3, 2–4", mw.RepeatRatio, mw.RepeatRatioMin, mw.RepeatRatioMax)
+	}
+	// The ratio of medians is another number: median(300,200,100,900)=250 over 50.
+	if mw.Ratio != 5 {
+		t.Fatalf("ratio of medians %v, want 5", mw.Ratio)
+	}
+	rep := &SuiteReport{Config: SuiteConfig{Workload: AllUpdates, Repeat: 4, Baseline: "base", Systems: []SystemSpec{{MW, 3}, {Base, 3}}},
+		Rows: rows, LoadBefore: 1.5, LoadAfter: 2.25}
+	var b strings.Builder
+	rep.WriteMarkdown(&b)
+	for _, want := range []string{"3.00x (2.00–4.00)", "per repeat: median (min–max)", "load average 1.50 when the runs began, 2.25"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("markdown lacks %q:\n%s", want, b.String())
+		}
 	}
 }
 
