@@ -332,7 +332,14 @@ func (r *runner) setup(ctx context.Context) error {
 // VACUUM ANALYZE and CHECKPOINT on every server, as pgbench -i would
 // vacuum.
 func (r *runner) load(ctx context.Context, s *system) error {
-	dsn := s.endpoints()[0]
+	if err := r.loadTPCB(ctx, s.endpoints()[0]); err != nil {
+		return err
+	}
+	return r.settle(ctx, s)
+}
+
+// loadTPCB creates the TPC-B schema and rows through dsn.
+func (r *runner) loadTPCB(ctx context.Context, dsn string) error {
 	if err := r.pgbench.init(ctx, dsn, "dtp", r.cfg.Scale); err != nil {
 		return err
 	}
@@ -344,10 +351,7 @@ func (r *runner) load(ctx context.Context, s *system) error {
 	if _, err = conn.Exec(ctx, `ALTER TABLE pgbench_history ADD COLUMN hid uuid PRIMARY KEY DEFAULT gen_random_uuid()`); err != nil {
 		return fmt.Errorf("add a primary key to pgbench_history: %w", err)
 	}
-	if err := fillTPCB(ctx, conn, r.cfg.Scale); err != nil {
-		return err
-	}
-	return r.settle(ctx, s)
+	return fillTPCB(ctx, conn, r.cfg.Scale)
 }
 
 // settle brings a system to the same state before every run and after

@@ -113,9 +113,12 @@ type SuiteConfig struct {
 	// ScaleOut measures the writing overhead wo on the first mw system
 	// with at least 2 replicas and fits the scale-out model.
 	ScaleOut bool
-	Binary   string
-	Dir      string
-	Keep     bool
+	// Breakdown measures, in every run, CPU per process kind, the
+	// proxies' commit phases and the replicas' staleness (breakdown.go).
+	Breakdown bool
+	Binary    string
+	Dir       string
+	Keep      bool
 	// OutDir receives CSV, Markdown and PNG files.
 	OutDir   string
 	Progress io.Writer
@@ -221,6 +224,8 @@ type SuiteRun struct {
 	// Error is why the run produced no result (the client failed, e.g.
 	// pgpool ended its sessions); the other systems' runs go on.
 	Error string
+	// Breakdown is where the run's time went (--breakdown only).
+	Breakdown *Breakdown
 }
 
 // SuiteRow is the median over the repeats of one (system, point) cell.
@@ -243,7 +248,7 @@ type SuiteRow struct {
 	// same repeat (the runs made next to each other), for every repeat
 	// both succeeded; RepeatRatio is their median, RepeatRatioMin and
 	// RepeatRatioMax their spread. With one repeat they equal Ratio.
-	RepeatRatios                                 []float64
+	RepeatRatios                                []float64
 	RepeatRatio, RepeatRatioMin, RepeatRatioMax float64
 	// Error is the first failed run's error when no run of the cell
 	// succeeded.
@@ -259,10 +264,10 @@ type SuiteReport struct {
 	// (/proc/loadavg, what uptime prints) when the measured runs began and
 	// ended: how busy the shared machine was.
 	LoadBefore, LoadAfter float64
-	Runs     []SuiteRun
-	Rows     []SuiteRow
-	ScaleOut *ScaleOut
-	Files    []string
+	Runs                  []SuiteRun
+	Rows                  []SuiteRow
+	ScaleOut              *ScaleOut
+	Files                 []string
 }
 
 // suiteRunner carries one invocation; it reuses runner's system control.
@@ -294,14 +299,22 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		return nil, err
 	}
 	for _, sp := range cfg.Systems {
-		r.systems = append(r.systems, &system{kind: sp.Kind, label: sp.label(), replicas: sp.Replicas, delay: cfg.Delay,
-			dir: filepath.Join(r.dir, strings.ReplaceAll(sp.label(), " ", "-"))})
+		s := &system{kind: sp.Kind, label: sp.label(), replicas: sp.Replicas, delay: cfg.Delay,
+			dir: filepath.Join(r.dir, strings.ReplaceAll(sp.label(), " ", "-"))}
+		if r.seeds(s) {
+			s.seed = r.loadTPCB
+		}
+		r.systems = append(r.systems, s)
 	}
 	defer func() { err = r.cleanup(ctx, err, removeDir) }()
 
 	rep = &SuiteReport{Config: cfg, Started: time.Now(), CPUs: runtime.NumCPU()}
 	r.progress("tashkent bench %s: systems %s, clients %s, %s per run, %d repeat(s), delay %s, %d CPUs, work dir %s",
 		cfg.Workload, r.labels(), joinInts(cfg.Clients), cfg.Duration, cfg.Repeat, cfg.Delay, rep.CPUs, r.dir)
+	if cfg.Workload == TPCB && cfg.Scale < r.maxClients {
+		r.progress("note: scale %d is below the %d clients; pgbench's documentation asks for at least as many branches as clients, "+
+			"else the runs mostly measure update contention on the branch rows (TPC-B itself asks for one branch per tps)", cfg.Scale, r.maxClients)
+	}
 	if r.scripts, err = cfg.Workload.scripts(r.dir); err != nil {
 		return rep, err
 	}
@@ -412,6 +425,7 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 func (r *suiteRunner) loadWorkload(ctx context.Context, s *system) error {
 	w := r.scfg.Workload
 	switch {
+	case w == TPCB && s.seed != nil: // loaded before the proxies started
 	case w == TPCB:
 		return r.load(ctx, s)
 	case w.sysbench():
@@ -495,7 +509,20 @@ func (r *suiteRunner) measureOne(ctx context.Context, s *system, p point, second
 	if r.cfg.Live {
 		tick = r.liveTicker(head, seconds, len(loads))
 	}
+	var probe *breakdownProbe
+	if r.scfg.Breakdown {
+		if probe, err = s.startBreakdown(ctx); err != nil {
+			return run, err
+		}
+	}
 	res, err := r.runOnce(ctx, s, loads, p, seconds, tick)
+	if probe != nil {
+		b, perr := probe.finish(ctx)
+		if err == nil && perr != nil {
+			return run, perr
+		}
+		run.Breakdown = b
+	}
 	if err != nil {
 		return run, err
 	}

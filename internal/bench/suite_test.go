@@ -113,6 +113,72 @@ func TestSummarizeSuiteRatiosAndFailures(t *testing.T) {
 	}
 }
 
+// checkSmokeBreakdown: every run has a breakdown, every system's servers
+// used CPU, and mw's proxies saw every COMMIT wait in certify for at least
+// the certifier's delayed flush plus the delayed link's round trip.
+func checkSmokeBreakdown(t *testing.T, rep *SuiteReport) {
+	t.Helper()
+	for _, r := range rep.Runs {
+		b := r.Breakdown
+		if b == nil {
+			t.Errorf("%s: no breakdown", r.Label)
+			continue
+		}
+		if b.CPU["postgres"] <= 0 {
+			t.Errorf("%s: PostgreSQL used no CPU during the run: %v", r.Label, b.CPU)
+		}
+		if r.Kind != MW {
+			continue
+		}
+		if b.CPU["proxies"] <= 0 || b.CPU["certifier"] <= 0 {
+			t.Errorf("%s: proxies or certifier used no CPU: %v", r.Label, b.CPU)
+		}
+		n := b.PhaseCount["certify"]
+		if n < float64(r.Processed) || n == 0 {
+			t.Errorf("%s: %v COMMITs timed in certify for %d committed transactions", r.Label, n, r.Processed)
+			continue
+		}
+		if mean := time.Duration(b.PhaseSeconds["certify"] / n * float64(time.Second)); mean < smokeFsyncDelay+2*time.Millisecond {
+			t.Errorf("%s: certify phase %s on average, under the %s fsync delay plus the 2 ms round trip", r.Label, mean, smokeFsyncDelay)
+		}
+		if b.Outcomes["commit"] < float64(r.Processed) {
+			t.Errorf("%s: proxies counted %v commits, pgbench %d", r.Label, b.Outcomes["commit"], r.Processed)
+		}
+		if b.StalenessCount == 0 {
+			t.Errorf("%s: no staleness sample", r.Label)
+		}
+	}
+	var md strings.Builder
+	rep.WriteMarkdown(&md)
+	if !strings.Contains(md.String(), "commit phases, aborts by cause") {
+		t.Errorf("the markdown lacks the breakdown:\n%s", md.String())
+	}
+}
+
+func TestParseMetricsAndCPUBetween(t *testing.T) {
+	m, err := parseMetrics(strings.NewReader(`# HELP x y
+# TYPE tashkent_proxy_commit_phase_seconds histogram
+tashkent_proxy_commit_phase_seconds_sum{phase="certify"} 1.5
+tashkent_proxy_commit_phase_seconds_count{phase="certify"} 3
+tashkent_proxy_replica_version 42
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m[`tashkent_proxy_commit_phase_seconds_sum{phase="certify"}`] != 1.5 || m["tashkent_proxy_replica_version"] != 42 || len(m) != 3 {
+		t.Fatalf("parsed %v", m)
+	}
+	a := cpuSnapshot{parts: map[string]time.Duration{"postgres": time.Second, "proxies": time.Second}, machineBusy: 10 * time.Second}
+	b := cpuSnapshot{parts: map[string]time.Duration{"postgres": 3 * time.Second, "proxies": 2 * time.Second}, machineBusy: 15 * time.Second}
+	got := cpuBetween(a, b)
+	if got["postgres"] != 2*time.Second || got["proxies"] != time.Second || got["others"] != 2*time.Second {
+		t.Fatalf("cpu between %v", got)
+	}
+	if machineBusy() <= 0 {
+		t.Fatal("no busy time in /proc/stat")
+	}
+}
+
 // The per-repeat ratio pairs each run with the baseline's run of the same
 // repeat: its median and range, not the ratio of the two medians, and a
 // repeat the baseline failed is left out.
@@ -258,6 +324,7 @@ func TestSuiteSmoke(t *testing.T) {
 		// the certifier's log), so no row's latency can be below it.
 		FsyncDelay: smokeFsyncDelay,
 		ScaleOut:   true,
+		Breakdown:  true,
 		Binary:     bin,
 		Dir:        filepath.Join(dir, "work"),
 		OutDir:     out,
@@ -284,6 +351,7 @@ func TestSuiteSmoke(t *testing.T) {
 			t.Errorf("%s: latency %.2f ms under the %s fsync delay: a durable flush escaped the slow-disk regime", r.Label, r.LatencyMs, smokeFsyncDelay)
 		}
 	}
+	checkSmokeBreakdown(t, rep)
 	so := rep.ScaleOut
 	if so == nil || so.LocalCPU <= 0 || so.Transactions <= 0 || so.W != 1 {
 		t.Errorf("scale-out measurement: %+v", so)
@@ -295,7 +363,8 @@ func TestSuiteSmoke(t *testing.T) {
 		t.Errorf("the table's header does not name the fsync delay:\n%s", table.String())
 	}
 	for _, f := range []string{"allupdates-delay1ms-fsync10ms.csv", "allupdates-delay1ms-fsync10ms.md", "allupdates-delay1ms-fsync10ms-tps.png",
-		"allupdates-delay1ms-fsync10ms-tps-ratio.png", "allupdates-delay1ms-fsync10ms-latency.png", "allupdates-delay1ms-fsync10ms-scaleout.png"} {
+		"allupdates-delay1ms-fsync10ms-tps-ratio.png", "allupdates-delay1ms-fsync10ms-latency.png", "allupdates-delay1ms-fsync10ms-scaleout.png",
+		"allupdates-delay1ms-fsync10ms-breakdown-cpu.csv", "allupdates-delay1ms-fsync10ms-breakdown-commit.csv"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("output %s: %v", f, err)
 		}
