@@ -57,6 +57,10 @@ type Config struct {
 	// FsyncDelay, when > 0, is the slow-disk regime (fsyncdelay.go): every
 	// durable flush of every system takes this much longer.
 	FsyncDelay time.Duration
+	// ProxyStaleness, when > 0, is every proxy's --staleness: how often a
+	// replica asks the certifier for remote writesets it has not received
+	// with a certification reply (Tashkent §6.2); 0: the proxy's default.
+	ProxyStaleness time.Duration
 	// ProfileDir, if set, makes every certifier and proxy write a Go CPU
 	// profile there (SYSTEM-certifier.prof, SYSTEM-proxyK.prof), covering
 	// its whole life: setup, the runs and the idle time between them.

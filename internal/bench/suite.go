@@ -113,6 +113,9 @@ type SuiteConfig struct {
 	// ScaleOut measures the writing overhead wo on the first mw system
 	// with at least 2 replicas and fits the scale-out model.
 	ScaleOut bool
+	// ProxyStaleness is every tashkent proxy's --staleness; 0: the
+	// proxy's default (100 ms).
+	ProxyStaleness time.Duration
 	// Breakdown measures, in every run, CPU per process kind, the
 	// proxies' commit phases and the replicas' staleness (breakdown.go).
 	Breakdown bool
@@ -293,7 +296,8 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		return nil, err
 	}
 	r := &suiteRunner{scfg: cfg, runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients),
-		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, Progress: cfg.Progress, Live: cfg.Live}}}
+		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, ProxyStaleness: cfg.ProxyStaleness,
+			Progress: cfg.Progress, Live: cfg.Live}}}
 	var removeDir bool
 	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
 		return nil, err

@@ -26,6 +26,9 @@ func (rep *SuiteReport) header() string {
 		h += fmt.Sprintf(", %s one-way delay between hosts", c.Delay)
 	}
 	h += fsyncDelayNote(c.FsyncDelay)
+	if c.ProxyStaleness > 0 {
+		h += fmt.Sprintf(", tashkent proxies with --staleness %s", c.ProxyStaleness)
+	}
 	if !math.IsNaN(rep.LoadBefore) && !math.IsNaN(rep.LoadAfter) && (rep.LoadBefore > 0 || rep.LoadAfter > 0) {
 		h += fmt.Sprintf("; load average %.2f when the runs began, %.2f when they ended", rep.LoadBefore, rep.LoadAfter)
 	}
@@ -236,6 +239,9 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	}
 	if rep.Config.FsyncDelay > 0 {
 		name += "-fsync" + delayName(rep.Config.FsyncDelay)
+	}
+	if rep.Config.ProxyStaleness > 0 {
+		name += "-staleness" + delayName(rep.Config.ProxyStaleness)
 	}
 	var written []string
 	path := func(suffix string) string {

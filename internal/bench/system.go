@@ -337,6 +337,9 @@ func (s *system) startProxy(ctx context.Context, r *runner, i int) error {
 				"--database", "postgres",
 				"--certifier", s.certifierAddrForProxies(),
 				"--mode", string(s.kind))
+			if r.cfg.ProxyStaleness > 0 {
+				args = append(args, "--staleness", r.cfg.ProxyStaleness.String())
+			}
 			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, name+"-proxy.log"))
 		},
 		func(p *proc, ports []int) { s.proxies[i], s.proxyPort[i], s.metricsPort[i] = p, ports[0], ports[1] },
