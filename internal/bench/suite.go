@@ -113,6 +113,10 @@ type SuiteConfig struct {
 	// ScaleOut measures the writing overhead wo on the first mw system
 	// with at least 2 replicas and fits the scale-out model.
 	ScaleOut bool
+	// OneWriter sends every client of a tashkent system to its first
+	// proxy: one replica executes, the others only apply its writesets,
+	// the topology of streaming replication (clients on the primary).
+	OneWriter bool
 	// ProxyStaleness is every tashkent proxy's --staleness; 0: the
 	// proxy's default (100 ms).
 	ProxyStaleness time.Duration
@@ -410,7 +414,7 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 	top := point{clients: r.maxClients, param: 0.5}
 	for _, s := range r.systems {
 		r.progress("warmup %-20s %d clients, %s (not measured)", s.label, top.clients, r.scfg.Warmup)
-		if _, err := r.runOnce(ctx, s, spread(s.endpoints(), top.clients), top, int(r.scfg.Warmup/time.Second), nil); err != nil {
+		if _, err := r.runOnce(ctx, s, spread(r.clientEndpoints(s), top.clients), top, int(r.scfg.Warmup/time.Second), nil); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -459,6 +463,16 @@ func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p po
 	return r.pgbench.run(ctx, loads, o)
 }
 
+// clientEndpoints are the endpoints the clients of a run connect to: all
+// of them, or only a tashkent system's first proxy with OneWriter.
+func (r *suiteRunner) clientEndpoints(s *system) []string {
+	eps := s.endpoints()
+	if r.scfg.OneWriter && s.kind.tashkent() {
+		return eps[:1]
+	}
+	return eps
+}
+
 // measureAll makes every run: repeats outermost, then points, then every
 // system in turn (A B C A B C).
 func (r *suiteRunner) measureAll(ctx context.Context, rep *SuiteReport) error {
@@ -504,7 +518,7 @@ func (r *suiteRunner) measureAll(ctx context.Context, rep *SuiteReport) error {
 
 func (r *suiteRunner) measureOne(ctx context.Context, s *system, p point, seconds int, head string) (SuiteRun, error) {
 	run := SuiteRun{Label: s.label, Kind: s.kind, Replicas: s.replicas, Clients: p.clients, Param: p.param}
-	loads := spread(s.endpoints(), p.clients)
+	loads := spread(r.clientEndpoints(s), p.clients)
 	before, err := s.certStatus(ctx)
 	if err != nil {
 		return run, err

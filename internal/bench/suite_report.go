@@ -29,6 +29,9 @@ func (rep *SuiteReport) header() string {
 	if c.ProxyStaleness > 0 {
 		h += fmt.Sprintf(", tashkent proxies with --staleness %s", c.ProxyStaleness)
 	}
+	if c.OneWriter {
+		h += ", every tashkent client on replica 1 (--one-writer)"
+	}
 	if !math.IsNaN(rep.LoadBefore) && !math.IsNaN(rep.LoadAfter) && (rep.LoadBefore > 0 || rep.LoadAfter > 0) {
 		h += fmt.Sprintf("; load average %.2f when the runs began, %.2f when they ended", rep.LoadBefore, rep.LoadAfter)
 	}
@@ -242,6 +245,9 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	}
 	if rep.Config.ProxyStaleness > 0 {
 		name += "-staleness" + delayName(rep.Config.ProxyStaleness)
+	}
+	if rep.Config.OneWriter {
+		name += "-onewriter"
 	}
 	var written []string
 	path := func(suffix string) string {

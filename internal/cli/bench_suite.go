@@ -91,6 +91,7 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.StringVar(&cfg.Baseline, "baseline", "", "label of the system ratios divide by (e.g. \"pg sync=on\"); default: the first")
 	f.BoolVar(&cfg.ScaleOut, "scaleout", false, "measure wo and fit the scale-out model (needs a tashkent system with 2+ replicas)")
 	f.DurationVar(&cfg.ProxyStaleness, "staleness", 0, "every tashkent proxy's --staleness (how often an idle replica fetches remote writesets); 0: the proxy's default")
+	f.BoolVar(&cfg.OneWriter, "one-writer", false, "send every client of a tashkent system to replica 1 (the others only apply), as streaming replication sends them to its primary")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "per run: CPU per committed transaction of every kind of process, the proxies' commit phases, aborts by cause, replica staleness")
 	f.StringVar(&cfg.OutDir, "out", "", "write CSV, Markdown and PNG figures into this directory")
 	f.StringVar(&cfg.Dir, "dir", "", "work directory for the systems (default: a new temporary one)")
