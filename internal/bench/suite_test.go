@@ -393,3 +393,27 @@ func TestFsyncDelayIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// --one-writer sends a tashkent system's clients to its first proxy only,
+// and leaves the peers' endpoints alone.
+func TestOneWriterRoutesTashkentClientsToReplicaOne(t *testing.T) {
+	mw := &system{kind: MW, replicas: 3, proxyPort: []int{5001, 5002, 5003}}
+	pool := &system{kind: PgpoolNative, replicas: 3, pgpoolPort: 6000, pgpool: &proc{}}
+	for _, one := range []bool{false, true} {
+		r := &suiteRunner{scfg: SuiteConfig{OneWriter: one}}
+		want := 3
+		if one {
+			want = 1
+		}
+		if got := r.clientEndpoints(mw); len(got) != want || got[0] != dsn(5001) {
+			t.Errorf("one writer %v: mw endpoints %v", one, got)
+		}
+		if got := r.clientEndpoints(pool); len(got) != 1 || got[0] != dsn(6000) {
+			t.Errorf("one writer %v: pgpool endpoints %v", one, got)
+		}
+		loads := spread(r.clientEndpoints(mw), 8)
+		if len(loads) != want {
+			t.Errorf("one writer %v: %d pgbench processes for 8 clients", one, len(loads))
+		}
+	}
+}
