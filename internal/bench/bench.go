@@ -57,6 +57,10 @@ type Config struct {
 	// FsyncDelay, when > 0, is the slow-disk regime (fsyncdelay.go): every
 	// durable flush of every system takes this much longer.
 	FsyncDelay time.Duration
+	// ProxyStaleness, when > 0, is every proxy's --staleness: how often a
+	// replica asks the certifier for remote writesets it has not received
+	// with a certification reply (Tashkent §6.2); 0: the proxy's default.
+	ProxyStaleness time.Duration
 	// ProfileDir, if set, makes every certifier and proxy write a Go CPU
 	// profile there (SYSTEM-certifier.prof, SYSTEM-proxyK.prof), covering
 	// its whole life: setup, the runs and the idle time between them.
@@ -332,7 +336,14 @@ func (r *runner) setup(ctx context.Context) error {
 // VACUUM ANALYZE and CHECKPOINT on every server, as pgbench -i would
 // vacuum.
 func (r *runner) load(ctx context.Context, s *system) error {
-	dsn := s.endpoints()[0]
+	if err := r.loadTPCB(ctx, s.endpoints()[0]); err != nil {
+		return err
+	}
+	return r.settle(ctx, s)
+}
+
+// loadTPCB creates the TPC-B schema and rows through dsn.
+func (r *runner) loadTPCB(ctx context.Context, dsn string) error {
 	if err := r.pgbench.init(ctx, dsn, "dtp", r.cfg.Scale); err != nil {
 		return err
 	}
@@ -344,10 +355,7 @@ func (r *runner) load(ctx context.Context, s *system) error {
 	if _, err = conn.Exec(ctx, `ALTER TABLE pgbench_history ADD COLUMN hid uuid PRIMARY KEY DEFAULT gen_random_uuid()`); err != nil {
 		return fmt.Errorf("add a primary key to pgbench_history: %w", err)
 	}
-	if err := fillTPCB(ctx, conn, r.cfg.Scale); err != nil {
-		return err
-	}
-	return r.settle(ctx, s)
+	return fillTPCB(ctx, conn, r.cfg.Scale)
 }
 
 // settle brings a system to the same state before every run and after

@@ -110,7 +110,11 @@
 // outermost) so that a noisy moment hits one run of every system rather than
 // every run of one, the table shows the median of each cell and every
 // run's tps, and the ratio column divides by the sync-on median at the same
-// client count from the same invocation.
+// client count from the same invocation. The suite (tashkent bench
+// WORKLOAD) also divides each run by the baseline's run of the same repeat
+// and reports the median and range of those ratios, with the load average
+// of the machine: the spread says whether a target is met reliably or in
+// one lucky cell.
 //
 // # Finding where the time goes
 //
@@ -120,6 +124,11 @@
 // pgbench_branches row). --builtin simple-update runs pgbench's TPC-B
 // without the teller and branch updates: no hot row, so what remains is
 // the cost of the path itself.
+//
+// The suite's --breakdown (breakdown.go) explains a ratio instead: CPU per
+// committed transaction and share of the cores of every kind of process
+// (and of the rest of the shared machine), the proxies' commit phases,
+// aborts by cause and replica staleness.
 //
 // # Profiling
 //

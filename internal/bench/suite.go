@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -112,9 +113,19 @@ type SuiteConfig struct {
 	// ScaleOut measures the writing overhead wo on the first mw system
 	// with at least 2 replicas and fits the scale-out model.
 	ScaleOut bool
-	Binary   string
-	Dir      string
-	Keep     bool
+	// OneWriter sends every client of a tashkent system to its first
+	// proxy: one replica executes, the others only apply its writesets,
+	// the topology of streaming replication (clients on the primary).
+	OneWriter bool
+	// ProxyStaleness is every tashkent proxy's --staleness; 0: the
+	// proxy's default (100 ms).
+	ProxyStaleness time.Duration
+	// Breakdown measures, in every run, CPU per process kind, the
+	// proxies' commit phases and the replicas' staleness (breakdown.go).
+	Breakdown bool
+	Binary    string
+	Dir       string
+	Keep      bool
 	// OutDir receives CSV, Markdown and PNG files.
 	OutDir   string
 	Progress io.Writer
@@ -220,6 +231,8 @@ type SuiteRun struct {
 	// Error is why the run produced no result (the client failed, e.g.
 	// pgpool ended its sessions); the other systems' runs go on.
 	Error string
+	// Breakdown is where the run's time went (--breakdown only).
+	Breakdown *Breakdown
 }
 
 // SuiteRow is the median over the repeats of one (system, point) cell.
@@ -238,6 +251,12 @@ type SuiteRow struct {
 	// Ratio and LatencyRatio divide by the baseline's medians at the same
 	// point, measured in the same invocation.
 	Ratio, LatencyRatio float64
+	// RepeatRatios divide each repeat's tps by the baseline's tps in the
+	// same repeat (the runs made next to each other), for every repeat
+	// both succeeded; RepeatRatio is their median, RepeatRatioMin and
+	// RepeatRatioMax their spread. With one repeat they equal Ratio.
+	RepeatRatios                                []float64
+	RepeatRatio, RepeatRatioMin, RepeatRatioMax float64
 	// Error is the first failed run's error when no run of the cell
 	// succeeded.
 	Error string
@@ -245,13 +264,17 @@ type SuiteRow struct {
 
 // SuiteReport is everything one invocation measured.
 type SuiteReport struct {
-	Config   SuiteConfig
-	Started  time.Time
-	CPUs     int
-	Runs     []SuiteRun
-	Rows     []SuiteRow
-	ScaleOut *ScaleOut
-	Files    []string
+	Config  SuiteConfig
+	Started time.Time
+	CPUs    int
+	// LoadBefore and LoadAfter are the machine's 1-minute load averages
+	// (/proc/loadavg, what uptime prints) when the measured runs began and
+	// ended: how busy the shared machine was.
+	LoadBefore, LoadAfter float64
+	Runs                  []SuiteRun
+	Rows                  []SuiteRow
+	ScaleOut              *ScaleOut
+	Files                 []string
 }
 
 // suiteRunner carries one invocation; it reuses runner's system control.
@@ -277,20 +300,29 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		return nil, err
 	}
 	r := &suiteRunner{scfg: cfg, runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients),
-		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, Progress: cfg.Progress, Live: cfg.Live}}}
+		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, ProxyStaleness: cfg.ProxyStaleness,
+			Progress: cfg.Progress, Live: cfg.Live}}}
 	var removeDir bool
 	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
 		return nil, err
 	}
 	for _, sp := range cfg.Systems {
-		r.systems = append(r.systems, &system{kind: sp.Kind, label: sp.label(), replicas: sp.Replicas, delay: cfg.Delay,
-			dir: filepath.Join(r.dir, strings.ReplaceAll(sp.label(), " ", "-"))})
+		s := &system{kind: sp.Kind, label: sp.label(), replicas: sp.Replicas, delay: cfg.Delay,
+			dir: filepath.Join(r.dir, strings.ReplaceAll(sp.label(), " ", "-"))}
+		if r.seeds(s) {
+			s.seed = r.loadTPCB
+		}
+		r.systems = append(r.systems, s)
 	}
 	defer func() { err = r.cleanup(ctx, err, removeDir) }()
 
 	rep = &SuiteReport{Config: cfg, Started: time.Now(), CPUs: runtime.NumCPU()}
 	r.progress("tashkent bench %s: systems %s, clients %s, %s per run, %d repeat(s), delay %s, %d CPUs, work dir %s",
 		cfg.Workload, r.labels(), joinInts(cfg.Clients), cfg.Duration, cfg.Repeat, cfg.Delay, rep.CPUs, r.dir)
+	if cfg.Workload == TPCB && cfg.Scale < r.maxClients {
+		r.progress("note: scale %d is below the %d clients; pgbench's documentation asks for at least as many branches as clients, "+
+			"else the runs mostly measure update contention on the branch rows (TPC-B itself asks for one branch per tps)", cfg.Scale, r.maxClients)
+	}
 	if r.scripts, err = cfg.Workload.scripts(r.dir); err != nil {
 		return rep, err
 	}
@@ -300,9 +332,11 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	if err := r.setupAll(ctx); err != nil {
 		return rep, err
 	}
+	rep.LoadBefore = loadAverage()
 	if err := r.measureAll(ctx, rep); err != nil {
 		return rep, err
 	}
+	rep.LoadAfter = loadAverage()
 	rep.Rows = summarizeSuite(rep.Runs, cfg.points(), r.systems, cfg.Baseline)
 	if cfg.ScaleOut {
 		if rep.ScaleOut, err = r.scaleOut(ctx, rep.Rows); err != nil {
@@ -380,7 +414,7 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 	top := point{clients: r.maxClients, param: 0.5}
 	for _, s := range r.systems {
 		r.progress("warmup %-20s %d clients, %s (not measured)", s.label, top.clients, r.scfg.Warmup)
-		if _, err := r.runOnce(ctx, s, spread(s.endpoints(), top.clients), top, int(r.scfg.Warmup/time.Second), nil); err != nil {
+		if _, err := r.runOnce(ctx, s, spread(r.clientEndpoints(s), top.clients), top, int(r.scfg.Warmup/time.Second), nil); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -399,6 +433,7 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 func (r *suiteRunner) loadWorkload(ctx context.Context, s *system) error {
 	w := r.scfg.Workload
 	switch {
+	case w == TPCB && s.seed != nil: // loaded before the proxies started
 	case w == TPCB:
 		return r.load(ctx, s)
 	case w.sysbench():
@@ -426,6 +461,16 @@ func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p po
 		o.maxTries = 1 // the abort rate is the measurement
 	}
 	return r.pgbench.run(ctx, loads, o)
+}
+
+// clientEndpoints are the endpoints the clients of a run connect to: all
+// of them, or only a tashkent system's first proxy with OneWriter.
+func (r *suiteRunner) clientEndpoints(s *system) []string {
+	eps := s.endpoints()
+	if r.scfg.OneWriter && s.kind.tashkent() {
+		return eps[:1]
+	}
+	return eps
 }
 
 // measureAll makes every run: repeats outermost, then points, then every
@@ -473,7 +518,7 @@ func (r *suiteRunner) measureAll(ctx context.Context, rep *SuiteReport) error {
 
 func (r *suiteRunner) measureOne(ctx context.Context, s *system, p point, seconds int, head string) (SuiteRun, error) {
 	run := SuiteRun{Label: s.label, Kind: s.kind, Replicas: s.replicas, Clients: p.clients, Param: p.param}
-	loads := spread(s.endpoints(), p.clients)
+	loads := spread(r.clientEndpoints(s), p.clients)
 	before, err := s.certStatus(ctx)
 	if err != nil {
 		return run, err
@@ -482,7 +527,20 @@ func (r *suiteRunner) measureOne(ctx context.Context, s *system, p point, second
 	if r.cfg.Live {
 		tick = r.liveTicker(head, seconds, len(loads))
 	}
+	var probe *breakdownProbe
+	if r.scfg.Breakdown {
+		if probe, err = s.startBreakdown(ctx); err != nil {
+			return run, err
+		}
+	}
 	res, err := r.runOnce(ctx, s, loads, p, seconds, tick)
+	if probe != nil {
+		b, perr := probe.finish(ctx)
+		if err == nil && perr != nil {
+			return run, perr
+		}
+		run.Breakdown = b
+	}
 	if err != nil {
 		return run, err
 	}
@@ -558,13 +616,61 @@ func summarizeSuite(runs []SuiteRun, points []point, systems []*system, baseline
 		}
 		for i := start; i < len(rows); i++ {
 			rows[i].Ratio, rows[i].LatencyRatio = nan, nan
+			rows[i].RepeatRatio, rows[i].RepeatRatioMin, rows[i].RepeatRatioMax = nan, nan, nan
 			if base != nil {
 				rows[i].Ratio = rows[i].TPS / base.TPS
 				rows[i].LatencyRatio = rows[i].LatencyMs / base.LatencyMs
+				rows[i].setRepeatRatios(runs, base.Label)
 			}
 		}
 	}
 	return rows
+}
+
+// setRepeatRatios pairs each repeat of the row's cell with the baseline's
+// run of the same repeat (made moments apart, so a noisy moment of the
+// shared machine hits both) and records the median and range of their
+// ratios.
+func (row *SuiteRow) setRepeatRatios(runs []SuiteRun, baseline string) {
+	tpsOf := func(label string) map[int]float64 {
+		m := map[int]float64{}
+		for _, r := range runs {
+			if r.Label == label && r.Clients == row.Clients && r.Param == row.Param && r.Error == "" {
+				m[r.Repeat] = r.TPS
+			}
+		}
+		return m
+	}
+	mine, base := tpsOf(row.Label), tpsOf(baseline)
+	row.RepeatRatios = nil
+	for _, rpt := range slices.Sorted(maps.Keys(mine)) {
+		if b, ok := base[rpt]; ok && b > 0 {
+			row.RepeatRatios = append(row.RepeatRatios, mine[rpt]/b)
+		}
+	}
+	if len(row.RepeatRatios) == 0 {
+		return
+	}
+	row.RepeatRatio = median(row.RepeatRatios)
+	row.RepeatRatioMin, row.RepeatRatioMax = slices.Min(row.RepeatRatios), slices.Max(row.RepeatRatios)
+}
+
+// loadAverage is the 1-minute load average, NaN where /proc/loadavg
+// cannot be read.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nan
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return nan
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return nan
+	}
+	return v
 }
 
 var nan = math.NaN()

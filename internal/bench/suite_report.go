@@ -25,8 +25,34 @@ func (rep *SuiteReport) header() string {
 	if c.Delay > 0 {
 		h += fmt.Sprintf(", %s one-way delay between hosts", c.Delay)
 	}
-	return h + fsyncDelayNote(c.FsyncDelay)
+	h += fsyncDelayNote(c.FsyncDelay)
+	if c.ProxyStaleness > 0 {
+		h += fmt.Sprintf(", tashkent proxies with --staleness %s", c.ProxyStaleness)
+	}
+	if c.OneWriter {
+		h += ", every tashkent client on replica 1 (--one-writer)"
+	}
+	if !math.IsNaN(rep.LoadBefore) && !math.IsNaN(rep.LoadAfter) && (rep.LoadBefore > 0 || rep.LoadAfter > 0) {
+		h += fmt.Sprintf("; load average %.2f when the runs began, %.2f when they ended", rep.LoadBefore, rep.LoadAfter)
+	}
+	return h
 }
+
+// fmtRatioSpread is a cell's per-repeat ratio: the median and, with more
+// than one repeat, the range.
+func fmtRatioSpread(r SuiteRow) string {
+	if len(r.RepeatRatios) == 0 {
+		return "-"
+	}
+	if len(r.RepeatRatios) == 1 {
+		return fmtRatio(r.RepeatRatio)
+	}
+	return fmt.Sprintf("%.2fx (%.2f–%.2f)", r.RepeatRatio, r.RepeatRatioMin, r.RepeatRatioMax)
+}
+
+// showRepeatRatios: the per-repeat ratio column only says more than the
+// ratio of medians when there are repeats.
+func (rep *SuiteReport) showRepeatRatios() bool { return rep.Config.Repeat > 1 }
 
 func fmtRatio(x float64) string {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
@@ -43,6 +69,9 @@ func (rep *SuiteReport) tableRows() [][]string {
 		head = append(head, "c")
 	}
 	head = append(head, "tps", "lat avg ms", "abort %", "vs "+rep.Config.Baseline, "lat vs "+rep.Config.Baseline, "tps of each run", "commits/fsync")
+	if rep.showRepeatRatios() {
+		head = append(head, "vs "+rep.Config.Baseline+" per repeat: median (min–max)")
+	}
 	out := [][]string{head}
 	for _, r := range rep.Rows {
 		row := []string{r.Label, strconv.Itoa(r.Clients)}
@@ -63,12 +92,16 @@ func (rep *SuiteReport) tableRows() [][]string {
 			row = append(row, fmt.Sprintf("%.1f", r.TPS), fmt.Sprintf("%.2f", r.LatencyMs), fmt.Sprintf("%.2f", r.AbortPct),
 				fmtRatio(r.Ratio), fmtRatio(r.LatencyRatio), strings.Join(runs, " "), cpf)
 		}
+		if rep.showRepeatRatios() {
+			row = append(row, fmtRatioSpread(r))
+		}
 		out = append(out, row)
 	}
 	return out
 }
 
-const suiteFootnote = "Ratios divide by the baseline's median at the same point, measured in this invocation. " +
+const suiteFootnote = "Ratios divide by the baseline's median at the same point, measured in this invocation; " +
+	"per repeat: each run divided by the baseline's run of the same repeat (made moments apart), median and range over the repeats. " +
 	"abort %: attempts that ended in an abort (SQLSTATE 40001 and the like; retried by the client except in contention) over all attempts."
 
 // WriteTable prints the table for people.
@@ -96,10 +129,14 @@ func (rep *SuiteReport) WriteTable(w io.Writer) {
 		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
 	fmt.Fprintf(w, "\n%s\n", suiteFootnote)
+	if note := rep.tpcbScaleNote(); note != "" {
+		fmt.Fprintf(w, "\n%s\n", note)
+	}
 	rep.writeFailures(w)
 	if so := rep.ScaleOut; so != nil {
 		fmt.Fprintf(w, "\n%s\n", so.summary())
 	}
+	rep.writeBreakdown(w)
 }
 
 // writeFailures lists the cells that produced no result, and why.
@@ -126,10 +163,43 @@ func (rep *SuiteReport) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s |\n", strings.Join(r, " | "))
 	}
 	fmt.Fprintf(w, "\n%s\n", suiteFootnote)
+	if note := rep.tpcbScaleNote(); note != "" {
+		fmt.Fprintf(w, "\n%s\n", note)
+	}
 	rep.writeFailures(w)
 	if so := rep.ScaleOut; so != nil {
 		fmt.Fprintf(w, "\n%s\n", so.summary())
 	}
+	rep.writeBreakdown(w)
+}
+
+// tpcbScaleNote says which TPC-B cells a spec-conforming database of this
+// scale could report: TPC-B (clause 4.2) sizes the database by the
+// throughput it is configured for, one branch, 10 tellers and 100,000
+// accounts per tps, so scale S carries at most S tps. pgbench's own rule
+// is weaker: a scale of at least the clients, else the run mostly measures
+// contention on the branch rows.
+func (rep *SuiteReport) tpcbScaleNote() string {
+	c := rep.Config
+	if c.Workload != TPCB {
+		return ""
+	}
+	var over []string
+	for _, r := range rep.Rows {
+		if r.Error == "" && r.TPS > float64(c.Scale) {
+			over = append(over, fmt.Sprintf("%s at %d clients (%.0f tps)", r.Label, r.Clients, r.TPS))
+		}
+	}
+	note := fmt.Sprintf("TPC-B scaling (clause 4.2: 1 branch, 10 tellers, 100,000 accounts per tps): scale %d carries at most %d tps; ", c.Scale, c.Scale)
+	if len(over) == 0 {
+		note += "every cell is within it."
+	} else {
+		note += fmt.Sprintf("%d of %d cells are over it, so not spec-conforming: %s.", len(over), len(rep.Rows), strings.Join(over, ", "))
+	}
+	if top := slices.Max(c.Clients); c.Scale < top {
+		note += fmt.Sprintf(" The scale is also below the %d clients (pgbench's rule: at least the clients, else the run mostly measures update contention on the branch rows).", top)
+	}
+	return note
 }
 
 func (so *ScaleOut) summary() string {
@@ -173,6 +243,12 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	if rep.Config.FsyncDelay > 0 {
 		name += "-fsync" + delayName(rep.Config.FsyncDelay)
 	}
+	if rep.Config.ProxyStaleness > 0 {
+		name += "-staleness" + delayName(rep.Config.ProxyStaleness)
+	}
+	if rep.Config.OneWriter {
+		name += "-onewriter"
+	}
 	var written []string
 	path := func(suffix string) string {
 		p := filepath.Join(dir, name+suffix)
@@ -186,15 +262,21 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 		return strconv.FormatFloat(x, 'f', 3, 64)
 	}
 	rows := [][]string{{"workload", "system", "kind", "replicas", "clients", "param_c", "tps_median", "latency_avg_ms_median", "abort_pct",
-		"ratio_tps_vs_baseline", "ratio_latency_vs_baseline", "baseline", "commits_per_fsync", "runs_tps", "delay_ms"}}
+		"ratio_tps_vs_baseline", "ratio_latency_vs_baseline", "baseline", "commits_per_fsync", "runs_tps", "delay_ms",
+		"ratio_per_repeat_median", "ratio_per_repeat_min", "ratio_per_repeat_max", "ratios_per_repeat", "load_before", "load_after"}}
 	for _, r := range rep.Rows {
 		runs := make([]string, len(r.RunsTPS))
 		for i, t := range r.RunsTPS {
 			runs[i] = f3(t)
 		}
+		ratios := make([]string, len(r.RepeatRatios))
+		for i, x := range r.RepeatRatios {
+			ratios[i] = f3(x)
+		}
 		rows = append(rows, []string{name, r.Label, string(r.Kind), strconv.Itoa(r.Replicas), strconv.Itoa(r.Clients), f3(r.Param),
 			f3(r.TPS), f3(r.LatencyMs), f3(r.AbortPct), f3(r.Ratio), f3(r.LatencyRatio), rep.Config.Baseline, f3(r.CommitsPerFsync),
-			strings.Join(runs, ";"), f3(float64(rep.Config.Delay.Microseconds()) / 1000)})
+			strings.Join(runs, ";"), f3(float64(rep.Config.Delay.Microseconds()) / 1000),
+			f3(r.RepeatRatio), f3(r.RepeatRatioMin), f3(r.RepeatRatioMax), strings.Join(ratios, ";"), f3(rep.LoadBefore), f3(rep.LoadAfter)})
 	}
 	if err := writeCSV(path(".csv"), rows); err != nil {
 		return nil, err
@@ -207,6 +289,14 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	}
 	if err := writeCSV(path("-runs.csv"), runs); err != nil {
 		return nil, err
+	}
+	if cpu, commit := rep.breakdownTables(); len(cpu) > 1 {
+		if err := writeCSV(path("-breakdown-cpu.csv"), cpu); err != nil {
+			return nil, err
+		}
+		if err := writeCSV(path("-breakdown-commit.csv"), commit); err != nil {
+			return nil, err
+		}
 	}
 	md, err := os.Create(path(".md"))
 	if err != nil {

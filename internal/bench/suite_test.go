@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,110 @@ func TestSummarizeSuiteRatiosAndFailures(t *testing.T) {
 	}
 	if rows[2].Error == "" || !math.IsNaN(rows[2].TPS) {
 		t.Fatalf("failed cell %+v", rows[2])
+	}
+}
+
+// checkSmokeBreakdown: every run has a breakdown, every system's servers
+// used CPU, and mw's proxies saw every COMMIT wait in certify for at least
+// the certifier's delayed flush plus the delayed link's round trip.
+func checkSmokeBreakdown(t *testing.T, rep *SuiteReport) {
+	t.Helper()
+	for _, r := range rep.Runs {
+		b := r.Breakdown
+		if b == nil {
+			t.Errorf("%s: no breakdown", r.Label)
+			continue
+		}
+		if b.CPU["postgres"] <= 0 {
+			t.Errorf("%s: PostgreSQL used no CPU during the run: %v", r.Label, b.CPU)
+		}
+		if r.Kind != MW {
+			continue
+		}
+		if b.CPU["proxies"] <= 0 || b.CPU["certifier"] <= 0 {
+			t.Errorf("%s: proxies or certifier used no CPU: %v", r.Label, b.CPU)
+		}
+		n := b.PhaseCount["certify"]
+		if n < float64(r.Processed) || n == 0 {
+			t.Errorf("%s: %v COMMITs timed in certify for %d committed transactions", r.Label, n, r.Processed)
+			continue
+		}
+		if mean := time.Duration(b.PhaseSeconds["certify"] / n * float64(time.Second)); mean < smokeFsyncDelay+2*time.Millisecond {
+			t.Errorf("%s: certify phase %s on average, under the %s fsync delay plus the 2 ms round trip", r.Label, mean, smokeFsyncDelay)
+		}
+		if b.Outcomes["commit"] < float64(r.Processed) {
+			t.Errorf("%s: proxies counted %v commits, pgbench %d", r.Label, b.Outcomes["commit"], r.Processed)
+		}
+		if b.StalenessCount == 0 {
+			t.Errorf("%s: no staleness sample", r.Label)
+		}
+	}
+	var md strings.Builder
+	rep.WriteMarkdown(&md)
+	if !strings.Contains(md.String(), "commit phases, aborts by cause") {
+		t.Errorf("the markdown lacks the breakdown:\n%s", md.String())
+	}
+}
+
+func TestParseMetricsAndCPUBetween(t *testing.T) {
+	m, err := parseMetrics(strings.NewReader(`# HELP x y
+# TYPE tashkent_proxy_commit_phase_seconds histogram
+tashkent_proxy_commit_phase_seconds_sum{phase="certify"} 1.5
+tashkent_proxy_commit_phase_seconds_count{phase="certify"} 3
+tashkent_proxy_replica_version 42
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m[`tashkent_proxy_commit_phase_seconds_sum{phase="certify"}`] != 1.5 || m["tashkent_proxy_replica_version"] != 42 || len(m) != 3 {
+		t.Fatalf("parsed %v", m)
+	}
+	a := cpuSnapshot{parts: map[string]time.Duration{"postgres": time.Second, "proxies": time.Second}, machineBusy: 10 * time.Second}
+	b := cpuSnapshot{parts: map[string]time.Duration{"postgres": 3 * time.Second, "proxies": 2 * time.Second}, machineBusy: 15 * time.Second}
+	got := cpuBetween(a, b)
+	if got["postgres"] != 2*time.Second || got["proxies"] != time.Second || got["others"] != 2*time.Second {
+		t.Fatalf("cpu between %v", got)
+	}
+	if machineBusy() <= 0 {
+		t.Fatal("no busy time in /proc/stat")
+	}
+}
+
+// The per-repeat ratio pairs each run with the baseline's run of the same
+// repeat: its median and range, not the ratio of the two medians, and a
+// repeat the baseline failed is left out.
+func TestSummarizeSuiteRatioPerRepeat(t *testing.T) {
+	systems := []*system{{kind: MW, label: "mw", replicas: 3}, {kind: Base, label: "base", replicas: 3}}
+	runs := []SuiteRun{
+		{Label: "mw", Clients: 8, Repeat: 1, TPS: 300, Processed: 1},
+		{Label: "base", Clients: 8, Repeat: 1, TPS: 100, Processed: 1},
+		{Label: "mw", Clients: 8, Repeat: 2, TPS: 200, Processed: 1},
+		{Label: "base", Clients: 8, Repeat: 2, TPS: 50, Processed: 1},
+		{Label: "mw", Clients: 8, Repeat: 3, TPS: 100, Processed: 1},
+		{Label: "base", Clients: 8, Repeat: 3, TPS: 50, Processed: 1},
+		{Label: "mw", Clients: 8, Repeat: 4, TPS: 900, Processed: 1},
+		{Label: "base", Clients: 8, Repeat: 4, Error: "failed"},
+	}
+	rows := summarizeSuite(runs, []point{{clients: 8}}, systems, "base")
+	mw := rows[0]
+	if want := []float64{3, 4, 2}; !slices.Equal(mw.RepeatRatios, want) {
+		t.Fatalf("ratios per repeat %v, want %v", mw.RepeatRatios, want)
+	}
+	if mw.RepeatRatio != 3 || mw.RepeatRatioMin != 2 || mw.RepeatRatioMax != 4 {
+		t.Fatalf("median %v, range %v–%v; want 3, 2–4", mw.RepeatRatio, mw.RepeatRatioMin, mw.RepeatRatioMax)
+	}
+	// The ratio of medians is another number: median(300,200,100,900)=250 over 50.
+	if mw.Ratio != 5 {
+		t.Fatalf("ratio of medians %v, want 5", mw.Ratio)
+	}
+	rep := &SuiteReport{Config: SuiteConfig{Workload: AllUpdates, Repeat: 4, Baseline: "base", Systems: []SystemSpec{{MW, 3}, {Base, 3}}},
+		Rows: rows, LoadBefore: 1.5, LoadAfter: 2.25}
+	var b strings.Builder
+	rep.WriteMarkdown(&b)
+	for _, want := range []string{"3.00x (2.00–4.00)", "per repeat: median (min–max)", "load average 1.50 when the runs began, 2.25"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("markdown lacks %q:\n%s", want, b.String())
+		}
 	}
 }
 
@@ -219,6 +324,7 @@ func TestSuiteSmoke(t *testing.T) {
 		// the certifier's log), so no row's latency can be below it.
 		FsyncDelay: smokeFsyncDelay,
 		ScaleOut:   true,
+		Breakdown:  true,
 		Binary:     bin,
 		Dir:        filepath.Join(dir, "work"),
 		OutDir:     out,
@@ -245,6 +351,7 @@ func TestSuiteSmoke(t *testing.T) {
 			t.Errorf("%s: latency %.2f ms under the %s fsync delay: a durable flush escaped the slow-disk regime", r.Label, r.LatencyMs, smokeFsyncDelay)
 		}
 	}
+	checkSmokeBreakdown(t, rep)
 	so := rep.ScaleOut
 	if so == nil || so.LocalCPU <= 0 || so.Transactions <= 0 || so.W != 1 {
 		t.Errorf("scale-out measurement: %+v", so)
@@ -256,7 +363,8 @@ func TestSuiteSmoke(t *testing.T) {
 		t.Errorf("the table's header does not name the fsync delay:\n%s", table.String())
 	}
 	for _, f := range []string{"allupdates-delay1ms-fsync10ms.csv", "allupdates-delay1ms-fsync10ms.md", "allupdates-delay1ms-fsync10ms-tps.png",
-		"allupdates-delay1ms-fsync10ms-tps-ratio.png", "allupdates-delay1ms-fsync10ms-latency.png", "allupdates-delay1ms-fsync10ms-scaleout.png"} {
+		"allupdates-delay1ms-fsync10ms-tps-ratio.png", "allupdates-delay1ms-fsync10ms-latency.png", "allupdates-delay1ms-fsync10ms-scaleout.png",
+		"allupdates-delay1ms-fsync10ms-breakdown-cpu.csv", "allupdates-delay1ms-fsync10ms-breakdown-commit.csv"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("output %s: %v", f, err)
 		}
@@ -282,6 +390,30 @@ func TestFsyncDelayIsChecked(t *testing.T) {
 		pc := Config{Clients: []int{1}, Duration: time.Second, Scale: 1, Protocol: "prepared", Replicas: 1, Repeat: 1, FsyncDelay: d}
 		if err := pc.check(); err == nil || !strings.Contains(err.Error(), "fsync delay") {
 			t.Errorf("pgbench, fsync delay %s: %v", d, err)
+		}
+	}
+}
+
+// --one-writer sends a tashkent system's clients to its first proxy only,
+// and leaves the peers' endpoints alone.
+func TestOneWriterRoutesTashkentClientsToReplicaOne(t *testing.T) {
+	mw := &system{kind: MW, replicas: 3, proxyPort: []int{5001, 5002, 5003}}
+	pool := &system{kind: PgpoolNative, replicas: 3, pgpoolPort: 6000, pgpool: &proc{}}
+	for _, one := range []bool{false, true} {
+		r := &suiteRunner{scfg: SuiteConfig{OneWriter: one}}
+		want := 3
+		if one {
+			want = 1
+		}
+		if got := r.clientEndpoints(mw); len(got) != want || got[0] != dsn(5001) {
+			t.Errorf("one writer %v: mw endpoints %v", one, got)
+		}
+		if got := r.clientEndpoints(pool); len(got) != 1 || got[0] != dsn(6000) {
+			t.Errorf("one writer %v: pgpool endpoints %v", one, got)
+		}
+		loads := spread(r.clientEndpoints(mw), 8)
+		if len(loads) != want {
+			t.Errorf("one writer %v: %d pgbench processes for 8 clients", one, len(loads))
 		}
 	}
 }

@@ -97,11 +97,16 @@ type system struct {
 	certAddr  string
 	proxies   []*proc
 	proxyPort []int
+	// metricsPort are the proxies' Prometheus ports (breakdown.go).
+	metricsPort []int
 
 	// delay is the one-way delay of the links between the system's hosts
 	// (delay.go); 0: none.
 	delay  time.Duration
 	relays []*relay
+	// seed, when set, loads a tashkent system's data straight into every
+	// replica before the certifier and the proxies start (seed.go).
+	seed func(ctx context.Context, dsn string) error
 	// pgpool and its client port (pgpool systems).
 	pgpool     *proc
 	pgpoolPort int
@@ -225,6 +230,9 @@ func (s *system) start(ctx context.Context, r *runner) error {
 	if !s.kind.tashkent() {
 		return nil
 	}
+	if err := s.seedReplicas(ctx); err != nil {
+		return err
+	}
 	if err := s.startCertifier(ctx, r); err != nil {
 		return err
 	}
@@ -237,6 +245,7 @@ func (s *system) start(ctx context.Context, r *runner) error {
 	}
 	s.proxies = make([]*proc, n)
 	s.proxyPort = make([]int, n)
+	s.metricsPort = make([]int, n)
 	for i := range n {
 		wg.Go(func() { errs[i] = s.startProxy(ctx, r, i) })
 	}
@@ -317,9 +326,10 @@ func (s *system) startCertifier(ctx context.Context, r *runner) error {
 func (s *system) startProxy(ctx context.Context, r *runner, i int) error {
 	name := "replica" + strconv.Itoa(i+1)
 	what := s.label + " proxy " + strconv.Itoa(i+1)
-	return startWithPorts(ctx, r, what, 1,
+	return startWithPorts(ctx, r, what, 2,
 		func(ports []int) (*proc, error) {
 			args := append(r.profileArgs(fmt.Sprintf("%s-proxy%d", s.kind, i+1)), "--log-level=warn", "proxy",
+				"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
 				"--name", name,
 				"--replica-index", strconv.Itoa(i+1), // sequences offset per replica, as a deployment would run
 				"--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
@@ -327,9 +337,12 @@ func (s *system) startProxy(ctx context.Context, r *runner, i int) error {
 				"--database", "postgres",
 				"--certifier", s.certifierAddrForProxies(),
 				"--mode", string(s.kind))
+			if r.cfg.ProxyStaleness > 0 {
+				args = append(args, "--staleness", r.cfg.ProxyStaleness.String())
+			}
 			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, name+"-proxy.log"))
 		},
-		func(p *proc, ports []int) { s.proxies[i], s.proxyPort[i] = p, ports[0] },
+		func(p *proc, ports []int) { s.proxies[i], s.proxyPort[i], s.metricsPort[i] = p, ports[0], ports[1] },
 		func(ctx context.Context, ports []int) error { return selectOne(ctx, dsn(ports[0])) })
 }
 
