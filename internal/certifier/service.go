@@ -48,6 +48,9 @@ type Service struct {
 	group      *certgroup.Node
 	leadership leadership
 	confirmed  *watermark // abort tickets confirmed by the group
+
+	stages    *stageLog // nil unless TASHKENT_CERTIFIER_STAGES (stagelog.go)
+	stopTrace func()
 }
 
 // Open recovers the log in cfg.DataDir and starts the writer.
@@ -74,7 +77,9 @@ func Open(cfg Config) (*Service, error) {
 		stats:   newStats(),
 		stop:    make(chan struct{}),
 		group:   cfg.Group,
+		stages:  openStageLog(),
 	}
+	s.stopTrace = startTrace()
 	restored, err := s.restore()
 	if err != nil {
 		log.Close()
@@ -386,6 +391,7 @@ func (s *Service) writeLoop() {
 		first, last, n := batch[0].Version, batch[len(batch)-1].Version, len(batch)
 		started := time.Now()
 		p, err := s.log.Write(records)
+		written := time.Now()
 		if err != nil {
 			<-slots
 			s.fail(fmt.Errorf("log write of versions %d..%d: %w", first, last, err))
@@ -396,6 +402,9 @@ func (s *Service) writeLoop() {
 			defer syncs.Done()
 			defer func() { <-slots }()
 			s.awaitDurable(p, first, last, n, started)
+			if s.stages != nil {
+				s.stages.batch(batchStages{first: first, last: last, writeStart: unixNano(started), written: unixNano(written), durable: time.Now().UnixNano()})
+			}
 		}()
 		clear(batch)
 		// More may have arrived while this batch was written.
@@ -449,6 +458,12 @@ func (s *Service) Close() error {
 	s.durable.fail(ErrStopped)
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.done.Wait()
+	s.stopTrace()
+	if s.stages != nil {
+		if err := s.stages.write(); err != nil {
+			s.cfg.Logger.Error("write the stage log", "path", s.stages.path, "err", err)
+		}
+	}
 	if s.group != nil {
 		if err := s.group.Close(); err != nil {
 			s.cfg.Logger.Error("close the certifier group's raft log", "err", err)
