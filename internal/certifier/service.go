@@ -394,6 +394,10 @@ func (s *Service) writeLoop() {
 			records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
 		}
 		first, last, n := batch[0].Version, batch[len(batch)-1].Version, len(batch)
+		var zeroedBefore uint64
+		if s.stages != nil {
+			zeroedBefore = s.log.Stats().ZeroedChunks
+		}
 		started := time.Now()
 		p, err := s.log.Write(records)
 		written := time.Now()
@@ -406,7 +410,8 @@ func (s *Service) writeLoop() {
 			defer func() { <-slots }()
 			s.awaitDurable(p, first, last, n, started)
 			if s.stages != nil {
-				s.stages.batch(batchStages{first: first, last: last, writeStart: unixNano(started), written: unixNano(written), durable: time.Now().UnixNano()})
+				s.stages.batch(batchStages{first: first, last: last, writeStart: unixNano(started), written: unixNano(written), durable: time.Now().UnixNano(),
+					zeroedBefore: zeroedBefore, zeroedAfter: s.log.Stats().ZeroedChunks})
 			}
 		}
 		if syncsInFlightMax == 1 {

@@ -18,7 +18,7 @@ import (
 //     joined with the load generator's (certbench, the same variable
 //     name with _BENCH) by transaction id and version. Lines:
 //     "r origin seq version received decided sendStart sent" and
-//     "b first last writeStart written durable".
+//     "b first last writeStart written durable zeroedBefore zeroedAfter".
 //   - TASHKENT_CERTIFIER_TRACE: a runtime/trace of the whole process life
 //     (`go tool trace FILE`).
 //
@@ -38,6 +38,10 @@ type replyStages struct {
 type batchStages struct {
 	first, last                  uint64
 	writeStart, written, durable int64
+	// The log's zeroed chunks (wal.Stats.ZeroedChunks) before the write
+	// and once durable: a background preallocation that finished during
+	// the batch's fsync shows as a difference.
+	zeroedBefore, zeroedAfter uint64
 }
 
 // stageLog collects the records in memory until the service closes.
@@ -79,7 +83,7 @@ func (l *stageLog) write() error {
 		fmt.Fprintf(w, "r %s %d %d %d %d %d %d\n", r.origin, r.seq, r.version, r.received, r.decided, r.sendStart, r.at)
 	}
 	for _, b := range l.batches {
-		fmt.Fprintf(w, "b %d %d %d %d %d\n", b.first, b.last, b.writeStart, b.written, b.durable)
+		fmt.Fprintf(w, "b %d %d %d %d %d %d %d\n", b.first, b.last, b.writeStart, b.written, b.durable, b.zeroedBefore, b.zeroedAfter)
 	}
 	l.mu.Unlock()
 	if err := w.Flush(); err != nil {
