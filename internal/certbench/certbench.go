@@ -72,7 +72,7 @@ type Result struct {
 	// ServerP50 and ServerP99 are the certifier's own latency, from
 	// receiving a request to handing its reply to gRPC (Config.MetricsURL;
 	// 0 without it).
-	ServerP50, ServerP99 time.Duration
+	ServerP50, ServerP99 ServerLatency
 	EntriesPerFsync      float64
 	FsyncTime            time.Duration // average time of one log write + fsync
 }
@@ -99,7 +99,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 		results = append(results, r)
 		fmt.Fprintf(out, "%8d %12.0f %10s %10s %10s %10s %10s %8.2f %14.1f %10s\n", r.Clients, r.PerSecond,
 			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.LateP99.Round(time.Microsecond),
-			orDash(r.ServerP50), orDash(r.ServerP99),
+			r.ServerP50, r.ServerP99,
 			100*float64(r.Aborts)/float64(max(1, r.Certifications)), r.EntriesPerFsync, r.FsyncTime.Round(time.Microsecond))
 	}
 	return results, nil
@@ -362,14 +362,6 @@ func summarize(clients int, recs []recorder, elapsed time.Duration, before, afte
 		r.FsyncTime = time.Duration((after.AppendSecondsTotal - before.AppendSecondsTotal) / float64(fsyncs) * float64(time.Second))
 	}
 	return r
-}
-
-// orDash prints a figure that was not measured as "-".
-func orDash(d time.Duration) string {
-	if d == 0 {
-		return "-"
-	}
-	return d.Round(time.Microsecond).String()
 }
 
 // quantile sorts d and returns its q-quantile (0 when empty).

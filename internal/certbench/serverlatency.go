@@ -94,15 +94,20 @@ func (h histogram) minus(earlier histogram) histogram {
 
 // quantile interpolates linearly inside the bucket holding the q-quantile
 // (as Prometheus' histogram_quantile does); 0 when empty. A quantile in the
-// +Inf bucket reports the largest finite bound.
-func (h histogram) quantile(q float64) time.Duration {
+// +Inf bucket is reported as over the largest finite bound (Over).
+func (h histogram) quantile(q float64) ServerLatency {
+	d, over := h.quantileOf(q)
+	return ServerLatency{Duration: d, Over: over}
+}
+
+func (h histogram) quantileOf(q float64) (time.Duration, bool) {
 	if len(h.counts) == 0 || h.counts[len(h.counts)-1] == 0 {
-		return 0
+		return 0, false
 	}
 	rank := q * h.counts[len(h.counts)-1]
 	i := sort.SearchFloat64s(h.counts, rank)
 	if i >= len(h.bounds)-1 {
-		return seconds(h.bounds[len(h.bounds)-2])
+		return seconds(h.bounds[len(h.bounds)-2]), true
 	}
 	lower, below := 0.0, 0.0
 	if i > 0 {
@@ -110,9 +115,25 @@ func (h histogram) quantile(q float64) time.Duration {
 	}
 	inBucket := h.counts[i] - below
 	if inBucket <= 0 {
-		return seconds(h.bounds[i])
+		return seconds(h.bounds[i]), false
 	}
-	return seconds(lower + (h.bounds[i]-lower)*(rank-below)/inBucket)
+	return seconds(lower + (h.bounds[i]-lower)*(rank-below)/inBucket), false
+}
+
+// ServerLatency is a quantile of the certifier's reply latency.
+type ServerLatency struct {
+	time.Duration      // 0: not measured
+	Over          bool // above the histogram's largest bucket, Duration
+}
+
+func (l ServerLatency) String() string {
+	switch {
+	case l.Duration == 0:
+		return "-"
+	case l.Over:
+		return ">" + l.Round(time.Millisecond).String()
+	}
+	return l.Round(time.Microsecond).String()
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
