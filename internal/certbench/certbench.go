@@ -3,12 +3,18 @@
 // group commit. It is the load generator of the certifier issue; the figures
 // in docs/BENCHMARKS.md come from it.
 //
-// Each client is a goroutine that certifies one writeset at a time (closed
-// loop) or at a fixed rate (open loop, latency measured from the scheduled
-// send time so that a stall is not hidden: no coordinated omission). Clients
-// are spread over a few replica streams, as proxies would be, and each
-// request's start version is its replica's delivered version, as a proxy's
-// would be.
+// Each client is a goroutine that certifies one writeset at a time: in a
+// closed loop, or, paced (Config.Rate), one request per ticket of a single
+// pacer (pacer.go), latency measured from the ticket's due time so that a
+// stall is not hidden (no coordinated omission). Clients are spread over a
+// few replica streams, as proxies would be, and each request's start
+// version is its replica's delivered version, as a proxy's would be.
+//
+// The generator shares the machine's cores with the certifier, so besides
+// the latency its clients see it reports its own part of it (late p99: due
+// time to call) and, when it can read the certifier's metrics, the
+// certifier's own latency from receiving a request to answering it
+// (serverlatency.go).
 package certbench
 
 import (
