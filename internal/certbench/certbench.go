@@ -104,7 +104,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 		}
 		results = append(results, r)
 		fmt.Fprintf(out, "%8d %12.0f %10s %10s %10s %10s %10s %8.2f %14.1f %10s\n", r.Clients, r.PerSecond,
-			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.LateP99.Round(time.Microsecond),
+			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), lateColumn(cfg, r),
 			r.ServerP50, r.ServerP99,
 			100*float64(r.Aborts)/float64(max(1, r.Certifications)), r.EntriesPerFsync, r.FsyncTime.Round(time.Microsecond))
 	}
@@ -368,6 +368,14 @@ func summarize(clients int, recs []recorder, elapsed time.Duration, before, afte
 		r.FsyncTime = time.Duration((after.AppendSecondsTotal - before.AppendSecondsTotal) / float64(fsyncs) * float64(time.Second))
 	}
 	return r
+}
+
+// lateColumn shows the generator's lateness, which only a paced step has.
+func lateColumn(cfg Config, r Result) string {
+	if cfg.Rate <= 0 {
+		return "-"
+	}
+	return r.LateP99.Round(time.Microsecond).String()
 }
 
 // quantile sorts d and returns its q-quantile (0 when empty).
