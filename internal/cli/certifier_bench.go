@@ -30,8 +30,9 @@ func newCertifierBenchCommand() *cobra.Command {
 		Use:   "certifier-bench",
 		Short: "Load-test a certifier over its gRPC API with synthetic writesets (no PostgreSQL)",
 		Long: `Drives a certifier with synthetic writesets and prints, per client count,
-certifications per second, p50 and p99 latency, abort rate and log entries per
-fsync. Without --target it starts a certifier of its own (this binary, in a
+certifications per second, p50 and p99 latency (paced: from each request's due
+time), the generator's own lateness (late p99), the certifier's own latency from
+its metrics (srv p50/p99), abort rate and log entries per fsync. Without --target it starts a certifier of its own (this binary, in a
 temporary directory, as a separate process) and stops it by PID afterwards;
 with --members 3 or 5, a certifier group of that many processes (the load goes
 to the leader; entries/fsync is the leader's Raft log). --target may list
