@@ -3,16 +3,23 @@
 // group commit. It is the load generator of the certifier issue; the figures
 // in docs/BENCHMARKS.md come from it.
 //
-// Each client is a goroutine that certifies one writeset at a time (closed
-// loop) or at a fixed rate (open loop, latency measured from the scheduled
-// send time so that a stall is not hidden: no coordinated omission). Clients
-// are spread over a few replica streams, as proxies would be, and each
-// request's start version is its replica's delivered version, as a proxy's
-// would be.
+// Each client is a goroutine that certifies one writeset at a time: in a
+// closed loop, or, paced (Config.Rate), one request per ticket of a single
+// pacer (pacer.go), latency measured from the ticket's due time so that a
+// stall is not hidden (no coordinated omission). Clients are spread over a
+// few replica streams, as proxies would be, and each request's start
+// version is its replica's delivered version, as a proxy's would be.
+//
+// The generator shares the machine's cores with the certifier, so besides
+// the latency its clients see it reports its own part of it (late p99: due
+// time to call) and, when it can read the certifier's metrics, the
+// certifier's own latency from receiving a request to answering it
+// (serverlatency.go).
 package certbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -47,6 +54,9 @@ type Config struct {
 	// Rate, when > 0, paces all clients together at this many requests per
 	// second instead of a closed loop.
 	Rate float64
+	// MetricsURL, when set, is the certifier's Prometheus endpoint: its own
+	// reply latency is then reported beside the clients' (serverlatency.go).
+	MetricsURL string
 	// DialOptions dial the certifier: its TLS credentials (grpctls,
 	// --certifier-tls-*); none: plaintext.
 	DialOptions []grpc.DialOption
@@ -57,13 +67,20 @@ const benchGCPercent = 400
 
 // Result is one step's figures.
 type Result struct {
-	Clients         int
-	Certifications  int
-	Aborts          int
-	PerSecond       float64
-	P50, P99        time.Duration
-	EntriesPerFsync float64
-	FsyncTime       time.Duration // average time of one log write + fsync
+	Clients        int
+	Certifications int
+	Aborts         int
+	PerSecond      float64
+	P50, P99       time.Duration // client-observed: from the due time (paced) or the call
+	// LateP99 is the generator's own delay, from a request's due time to
+	// its call, at the 99th percentile: included in P99, not the certifier's.
+	LateP99 time.Duration
+	// ServerP50 and ServerP99 are the certifier's own latency, from
+	// receiving a request to handing its reply to gRPC (Config.MetricsURL;
+	// 0 without it).
+	ServerP50, ServerP99 ServerLatency
+	EntriesPerFsync      float64
+	FsyncTime            time.Duration // average time of one log write + fsync
 }
 
 // Run runs every step and writes a table to out.
@@ -77,16 +94,18 @@ func Run(ctx context.Context, cfg Config, out io.Writer) ([]Result, error) {
 		fmt.Fprintf(out, ", paced at %.0f/s", cfg.Rate)
 	}
 	fmt.Fprintln(out)
-	fmt.Fprintf(out, "%8s %12s %10s %10s %8s %14s %10s\n", "clients", "cert/s", "p50", "p99", "abort%", "entries/fsync", "fsync")
+	fmt.Fprintf(out, "%8s %12s %10s %10s %10s %10s %10s %8s %14s %10s\n", "clients", "cert/s", "p50", "p99", "late p99", "srv p50", "srv p99", "abort%", "entries/fsync", "fsync")
 	var results []Result
+	defer stages.flush()
 	for _, n := range cfg.Clients {
 		r, err := runStep(ctx, cfg, n)
 		if err != nil {
 			return results, err
 		}
 		results = append(results, r)
-		fmt.Fprintf(out, "%8d %12.0f %10s %10s %8.2f %14.1f %10s\n", r.Clients, r.PerSecond,
-			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
+		fmt.Fprintf(out, "%8d %12.0f %10s %10s %10s %10s %10s %8.2f %14.1f %10s\n", r.Clients, r.PerSecond,
+			r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), lateColumn(cfg, r),
+			r.ServerP50, r.ServerP99,
 			100*float64(r.Aborts)/float64(max(1, r.Certifications)), r.EntriesPerFsync, r.FsyncTime.Round(time.Microsecond))
 	}
 	return results, nil
@@ -110,15 +129,19 @@ func runStep(ctx context.Context, cfg Config, clients int) (Result, error) {
 	stepCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var measuring atomic.Bool
-	lat := make([][]time.Duration, clients)
-	aborts := make([]int, clients)
+	recs := make([]recorder, clients)
 	var wg sync.WaitGroup
 	var failure atomic.Pointer[error]
+	var tickets chan time.Time
+	if cfg.Rate > 0 {
+		tickets = make(chan time.Time, ticketsMax)
+		go pace(stepCtx, time.Now(), time.Duration(float64(time.Second)/cfg.Rate), tickets)
+	}
 	for i := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := drive(stepCtx, cfg, i, clients, streams[i%len(streams)], &measuring, &lat[i], &aborts[i]); err != nil && stepCtx.Err() == nil {
+			if err := drive(stepCtx, cfg, i, streams[i%len(streams)], tickets, &measuring, &recs[i]); err != nil && stepCtx.Err() == nil {
 				failure.CompareAndSwap(nil, &err)
 				cancel()
 			}
@@ -130,21 +153,37 @@ func runStep(ctx context.Context, cfg Config, clients int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	serverBefore, err := scrapeIf(ctx, cfg.MetricsURL)
+	if err != nil {
+		return Result{}, err
+	}
 	start := time.Now()
 	measuring.Store(true)
 	sleep(stepCtx, cfg.Duration)
 	measuring.Store(false)
 	elapsed := time.Since(start)
 	after, err := status.Status(ctx, &pb.StatusRequest{})
+	serverAfter, serr := scrapeIf(ctx, cfg.MetricsURL)
 	cancel()
 	wg.Wait()
 	if p := failure.Load(); p != nil {
 		return Result{}, *p
 	}
-	if err != nil {
+	if err = errors.Join(err, serr); err != nil {
 		return Result{}, err
 	}
-	return summarize(clients, lat, aborts, elapsed, before, after), nil
+	r := summarize(clients, recs, elapsed, before, after)
+	server := serverAfter.minus(serverBefore)
+	r.ServerP50, r.ServerP99 = server.quantile(0.50), server.quantile(0.99)
+	return r, nil
+}
+
+// scrapeIf scrapes the certifier's reply latency when url is set.
+func scrapeIf(ctx context.Context, url string) (histogram, error) {
+	if url == "" {
+		return histogram{}, nil
+	}
+	return scrapeReplySeconds(ctx, url)
 }
 
 // openStreams opens the replica streams at the certifier's durable version:
@@ -194,30 +233,26 @@ func durableVersion(ctx context.Context, target string, dial []grpc.DialOption) 
 	return st.DurableVersion, nil
 }
 
-func drive(ctx context.Context, cfg Config, id, clients int, s *replicaStream, measuring *atomic.Bool, lat *[]time.Duration, aborts *int) error {
+// drive runs one client: a closed loop, or, paced, one request per ticket
+// it takes (pacer.go), its latency measured from the ticket's due time.
+func drive(ctx context.Context, cfg Config, id int, s *replicaStream, tickets <-chan time.Time, measuring *atomic.Bool, rec *recorder) error {
 	rng := rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))
 	ws := newWritesetEncoder(cfg, id)
-	var interval time.Duration
-	next := time.Now()
-	if cfg.Rate > 0 {
-		interval = time.Duration(float64(time.Second) * float64(clients) / cfg.Rate)
-		next = next.Add(time.Duration(rng.Int64N(int64(interval) + 1)))
-	}
-	txn := &pb.TxnID{Origin: fmt.Sprintf("bench-client-%d-%d", id, rng.Uint64())}
+	origin := fmt.Sprintf("bench-client-%d-%d", id, rng.Uint64())
 	for seq := uint64(1); ctx.Err() == nil; seq++ {
-		sent := time.Now()
-		if interval > 0 {
-			if d := time.Until(next); d > 0 {
-				sleep(ctx, d)
+		due := time.Now()
+		if tickets != nil {
+			var ok bool
+			if due, ok = <-tickets; !ok {
+				return nil
 			}
-			sent = next
-			next = next.Add(interval)
 		}
 		req := &pb.CertifyRequestEncoded{
-			Txn:          &pb.TxnID{Origin: txn.Origin, Seq: seq},
+			Txn:          &pb.TxnID{Origin: origin, Seq: seq},
 			StartVersion: s.version.Load(),
 			Writeset:     ws.encode(rng, seq),
 		}
+		called := time.Now()
 		reply, err := s.client.CertifyEncoded(ctx, req)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -226,13 +261,29 @@ func drive(ctx context.Context, cfg Config, id, clients int, s *replicaStream, m
 			return err
 		}
 		if measuring.Load() {
-			*lat = append(*lat, time.Since(sent))
-			if reply.Decision != pb.Decision_DECISION_COMMIT {
-				*aborts++
+			returned := time.Now()
+			rec.add(returned.Sub(due), called.Sub(due), reply.Decision != pb.Decision_DECISION_COMMIT)
+			if stages != nil {
+				stages.add(origin, seq, due, called, returned)
 			}
 		}
 	}
 	return nil
+}
+
+// recorder is one client's measurements.
+type recorder struct {
+	latency []time.Duration // due (or sent, in a closed loop) to reply
+	late    []time.Duration // due to the call: the generator's own delay
+	aborts  int
+}
+
+func (r *recorder) add(latency, late time.Duration, aborted bool) {
+	r.latency = append(r.latency, latency)
+	r.late = append(r.late, late)
+	if aborted {
+		r.aborts++
+	}
 }
 
 // writesetEncoder builds a client's synthetic writesets directly as an
@@ -299,26 +350,41 @@ func appendUpsert(b, key, row []byte) []byte {
 	return b
 }
 
-func summarize(clients int, lat [][]time.Duration, aborts []int, elapsed time.Duration, before, after *pb.StatusReply) Result {
-	var all []time.Duration
+func summarize(clients int, recs []recorder, elapsed time.Duration, before, after *pb.StatusReply) Result {
+	var all, late []time.Duration
 	r := Result{Clients: clients}
-	for i := range lat {
-		all = append(all, lat[i]...)
-		r.Aborts += aborts[i]
+	for i := range recs {
+		all = append(all, recs[i].latency...)
+		late = append(late, recs[i].late...)
+		r.Aborts += recs[i].aborts
 	}
-	slices.Sort(all)
 	r.Certifications = len(all)
 	r.PerSecond = float64(len(all)) / elapsed.Seconds()
-	if len(all) > 0 {
-		r.P50 = all[len(all)/2]
-		r.P99 = all[len(all)*99/100]
-	}
+	r.P50, r.P99 = quantile(all, 0.50), quantile(all, 0.99)
+	r.LateP99 = quantile(late, 0.99)
 	committed := (after.Certifications - after.Aborts) - (before.Certifications - before.Aborts)
 	if fsyncs := after.Fsyncs - before.Fsyncs; fsyncs > 0 {
 		r.EntriesPerFsync = float64(committed) / float64(fsyncs)
 		r.FsyncTime = time.Duration((after.AppendSecondsTotal - before.AppendSecondsTotal) / float64(fsyncs) * float64(time.Second))
 	}
 	return r
+}
+
+// lateColumn shows the generator's lateness, which only a paced step has.
+func lateColumn(cfg Config, r Result) string {
+	if cfg.Rate <= 0 {
+		return "-"
+	}
+	return r.LateP99.Round(time.Microsecond).String()
+}
+
+// quantile sorts d and returns its q-quantile (0 when empty).
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[min(len(d)-1, int(float64(len(d))*q))]
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,9 @@ type Service struct {
 	group      *certgroup.Node
 	leadership leadership
 	confirmed  *watermark // abort tickets confirmed by the group
+
+	stages    *stageLog // nil unless TASHKENT_CERTIFIER_STAGES (stagelog.go)
+	stopTrace func()
 }
 
 // Open recovers the log in cfg.DataDir and starts the writer.
@@ -74,7 +78,9 @@ func Open(cfg Config) (*Service, error) {
 		stats:   newStats(),
 		stop:    make(chan struct{}),
 		group:   cfg.Group,
+		stages:  openStageLog(),
 	}
+	s.stopTrace = startTrace()
 	restored, err := s.restore()
 	if err != nil {
 		log.Close()
@@ -354,6 +360,11 @@ const syncsInFlightMax = 1
 // syncsInFlightMax of them overlapping (wal/pipeline.go). The durable
 // version advances only once a batch and every batch before it are on
 // stable storage: no reply is sent earlier.
+//
+// With one group commit in flight (syncsInFlightMax = 1) the writer waits
+// for the fsync itself: a goroutine per batch and a slot to hand back
+// would only add two scheduling hops to every batch's path, on cores the
+// certifier shares with its clients.
 func (s *Service) writeLoop() {
 	defer s.done.Done()
 	var syncs sync.WaitGroup
@@ -384,19 +395,42 @@ func (s *Service) writeLoop() {
 			records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
 		}
 		first, last, n := batch[0].Version, batch[len(batch)-1].Version, len(batch)
+		var zeroedBefore uint64
+		if s.stages != nil {
+			zeroedBefore = s.log.Stats().ZeroedChunks
+		}
 		started := time.Now()
 		p, err := s.log.Write(records)
+		written := time.Now()
 		if err != nil {
 			<-slots
 			s.fail(fmt.Errorf("log write of versions %d..%d: %w", first, last, err))
 			return
 		}
-		syncs.Add(1)
-		go func() {
-			defer syncs.Done()
+		commit := func() {
 			defer func() { <-slots }()
 			s.awaitDurable(p, first, last, n, started)
-		}()
+			if s.stages != nil {
+				s.stages.batch(batchStages{first: first, last: last, writeStart: unixNano(started), written: unixNano(written), durable: time.Now().UnixNano(),
+					zeroedBefore: zeroedBefore, zeroedAfter: s.log.Stats().ZeroedChunks})
+			}
+		}
+		if syncsInFlightMax == 1 {
+			commit()
+			// The streams just woken by the durable version are queued on
+			// this goroutine's P; the next batch's fsync would hold that P
+			// (a blocking system call keeps it until sysmon takes it back)
+			// and their replies with it, unless the other core is free to
+			// steal them. Let them send first: the next fsync starts a few
+			// tens of microseconds later, the replies an fsync earlier.
+			runtime.Gosched()
+		} else {
+			syncs.Add(1)
+			go func() {
+				defer syncs.Done()
+				commit()
+			}()
+		}
 		clear(batch)
 		// More may have arrived while this batch was written.
 		s.mu.Lock()
@@ -449,6 +483,12 @@ func (s *Service) Close() error {
 	s.durable.fail(ErrStopped)
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.done.Wait()
+	s.stopTrace()
+	if s.stages != nil {
+		if err := s.stages.write(); err != nil {
+			s.cfg.Logger.Error("write the stage log", "path", s.stages.path, "err", err)
+		}
+	}
 	if s.group != nil {
 		if err := s.group.Close(); err != nil {
 			s.cfg.Logger.Error("close the certifier group's raft log", "err", err)

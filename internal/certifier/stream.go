@@ -25,6 +25,7 @@ type queued struct {
 	reply    *pb.CertifyReply
 	waitFor  uint64
 	received time.Time
+	decided  time.Time // stage log only
 	// In a group: an abort waits until the group confirmed ticket; epoch
 	// is the leadership it was decided in (group.go).
 	ticket uint64
@@ -182,8 +183,12 @@ func (s *Service) certifyMessage(ctx context.Context, st *streamState, reqs []*p
 		batch[i] = s.prepare(req, !st.acquire())
 	}
 	s.decideAll(batch)
+	var decided time.Time
+	if s.stages != nil {
+		decided = time.Now()
+	}
 	for i := range batch {
-		q := queued{received: now}
+		q := queued{received: now, decided: decided}
 		q.reply, q.waitFor = s.answer(&batch[i])
 		if err := put(ctx, queue, q); err != nil {
 			return err
@@ -284,10 +289,14 @@ func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delive
 			last.Replies = append(last.Replies, q.reply)
 		}
 	}
+	sendStart := time.Now()
 	if err := stream.Send(last); err != nil {
 		return delivered, err
 	}
 	now := time.Now()
+	if s.stages != nil {
+		s.logStages(batch, sendStart, now)
+	}
 	for _, q := range batch {
 		if q.reply != nil {
 			s.metrics.observeReply(q.reply, now.Sub(q.received))
@@ -332,4 +341,13 @@ func (s *Service) chunkEntries(after, upTo uint64, emit func(entries [][]byte, l
 		return emit(group, upTo)
 	}
 	return nil
+}
+
+func (s *Service) logStages(batch []queued, sendStart, sent time.Time) {
+	for _, q := range batch {
+		if q.reply != nil {
+			s.stages.reply(replyStages{origin: q.reply.Txn.GetOrigin(), seq: q.reply.Txn.GetSeq(), version: q.reply.CommitVersion,
+				received: unixNano(q.received), decided: unixNano(q.decided), sendStart: unixNano(sendStart), at: unixNano(sent)})
+		}
+	}
 }

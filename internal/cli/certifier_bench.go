@@ -30,8 +30,9 @@ func newCertifierBenchCommand() *cobra.Command {
 		Use:   "certifier-bench",
 		Short: "Load-test a certifier over its gRPC API with synthetic writesets (no PostgreSQL)",
 		Long: `Drives a certifier with synthetic writesets and prints, per client count,
-certifications per second, p50 and p99 latency, abort rate and log entries per
-fsync. Without --target it starts a certifier of its own (this binary, in a
+certifications per second, p50 and p99 latency (paced: from each request's due
+time), the generator's own lateness (late p99), the certifier's own latency from
+its metrics (srv p50/p99), abort rate and log entries per fsync. Without --target it starts a certifier of its own (this binary, in a
 temporary directory, as a separate process) and stops it by PID afterwards;
 with --members 3 or 5, a certifier group of that many processes (the load goes
 to the leader; entries/fsync is the leader's Raft log). --target may list
@@ -52,12 +53,19 @@ every member of a running group, comma-separated.`,
 			}
 			cfg.DialOptions = []grpc.DialOption{dial}
 			if cfg.Target == "" {
-				target, stop, err := startBenchGroup(noSync, members)
+				metricsAddr, err := benchMetricsAddr(members)
+				if err != nil {
+					return err
+				}
+				target, stop, err := startBenchGroup(noSync, members, metricsAddr)
 				if err != nil {
 					return err
 				}
 				defer stop()
 				cfg.Target = target
+				if metricsAddr != "" {
+					cfg.MetricsURL = "http://" + metricsAddr + "/metrics"
+				}
 			}
 			_, err = certbench.Run(cmd.Context(), cfg, cmd.OutOrStdout())
 			return err
@@ -65,6 +73,7 @@ every member of a running group, comma-separated.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfg.Target, "target", "", "certifier address; empty starts one")
+	f.StringVar(&cfg.MetricsURL, "target-metrics", "", "with --target: the certifier's metrics URL (http://host:port/metrics), to report its own latency beside the clients'")
 	f.StringVar(&clients, "clients", "1,4,16,64,256", "comma-separated client counts, one step each")
 	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "measured time per step")
 	f.DurationVar(&cfg.Warmup, "warmup", time.Second, "unmeasured time per step")
@@ -91,9 +100,23 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
+// benchMetricsAddr is where the bench's own single certifier serves its
+// metrics, which the bench reads its latency from; none for a group.
+func benchMetricsAddr(members int) (string, error) {
+	if members > 1 {
+		return "", nil
+	}
+	port, err := netutil.FreePort()
+	if err != nil {
+		return "", err
+	}
+	return "127.0.0.1:" + strconv.Itoa(port), nil
+}
+
 // startBenchCertifier runs `tashkent certifier` as a child process on a free
-// port, and returns its address and a function that stops it by PID.
-func startBenchCertifier(noSync bool) (string, func(), error) {
+// port, with metrics on metricsAddr (empty: none), and returns its address
+// and a function that stops it by PID.
+func startBenchCertifier(noSync bool, metricsAddr string) (string, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", nil, err
@@ -107,7 +130,7 @@ func startBenchCertifier(noSync bool) (string, func(), error) {
 		return "", nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args := []string{"certifier", "--data-dir", filepath.Join(dir, "log"), "--listen", addr, "--metrics-listen", "", "--log-level", "warn"}
+	args := []string{"certifier", "--data-dir", filepath.Join(dir, "log"), "--listen", addr, "--metrics-listen", metricsAddr, "--log-level", "warn"}
 	if noSync {
 		args = append(args, "--unsafe-no-fsync")
 	}

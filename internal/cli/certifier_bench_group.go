@@ -15,9 +15,9 @@ import (
 
 // startBenchGroup starts the certifier the bench measures: one process, or
 // a group of members processes on loopback. stop ends them by PID.
-func startBenchGroup(noSync bool, members int) (string, func(), error) {
+func startBenchGroup(noSync bool, members int, metricsAddr string) (string, func(), error) {
 	if members <= 1 {
-		return startBenchCertifier(noSync)
+		return startBenchCertifier(noSync, metricsAddr)
 	}
 	self, err := os.Executable()
 	if err != nil {
