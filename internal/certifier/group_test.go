@@ -226,25 +226,47 @@ func waitProgress(a *acknowledgements, before int, timeout time.Duration) (time.
 	return timeout, false
 }
 
+// waitConverged waits until every member holds the same durable version,
+// with nothing certified beyond it, for convergedQuietFor.
 func waitConverged(t *testing.T, members []*groupMember, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	var agreed uint64
+	var since time.Time
 	for time.Now().Before(deadline) {
-		versions := map[uint64]bool{}
-		for _, m := range members {
-			st, err := memberStatus(m.addr)
-			if err != nil {
-				versions[0] = true
-				continue
-			}
-			versions[st.DurableVersion] = true
-		}
-		if len(versions) == 1 && !versions[0] {
+		v, ok := commonDurableVersion(members)
+		switch {
+		case !ok:
+			since = time.Time{}
+		case since.IsZero() || v != agreed:
+			agreed, since = v, time.Now()
+		case time.Since(since) >= convergedQuietFor:
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("members did not converge within %v", timeout)
+}
+
+// convergedQuietFor is how long the members must agree, with nothing in
+// flight, before waitConverged believes them: requests a stopped load
+// sent just before it stopped are still being committed for a moment, and
+// every member may pass through the same version on the way (a test that
+// fetched every log at such a moment saw logs of different lengths).
+const convergedQuietFor = 300 * time.Millisecond
+
+// commonDurableVersion returns the durable version every member reports,
+// if they all report the same one and none has a version assigned beyond it.
+func commonDurableVersion(members []*groupMember) (uint64, bool) {
+	var common uint64
+	for i, m := range members {
+		st, err := memberStatus(m.addr)
+		if err != nil || st.Version != st.DurableVersion || (i > 0 && st.DurableVersion != common) {
+			return 0, false
+		}
+		common = st.DurableVersion
+	}
+	return common, true
 }
 
 // TestGroupLeaderPartitionUnderLoad cuts the leader off from the other

@@ -325,6 +325,11 @@ func (s *Service) chunkEntries(after, upTo uint64, emit func(entries [][]byte, l
 		if err != nil {
 			return fmt.Errorf("read log for delivery: %w", err)
 		}
+		if uint64(len(read)) != to-after {
+			// Never deliver a gap: the reader would take the versions
+			// it did not get as delivered.
+			return fmt.Errorf("read log for delivery: %d entries for versions %d..%d", len(read), after+1, to)
+		}
 		for i, e := range read {
 			if len(group) > 0 && groupBytes+len(e) > messageEntryBytesMax {
 				if err := emit(group, after+uint64(i)); err != nil {
