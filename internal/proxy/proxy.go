@@ -202,7 +202,9 @@ func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
 		case errors.Is(err, errProtocol):
 			w.SendErrorResponse(fatal(codeProtocolViolation, err.Error()))
 		case errors.Is(err, errDeferredBegin):
-			w.SendErrorResponse(fatal(codeAdminShutdown, "terminating connection: "+err.Error()))
+			e := fatal(codeAdminShutdown, "terminating connection: "+err.Error())
+			e.Hint = "Reconnect and run the transaction again; nothing of it ran."
+			w.SendErrorResponse(e)
 		}
 	}
 }

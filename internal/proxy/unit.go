@@ -173,11 +173,11 @@ func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 		if err := s.markLocalDDL(u, stmts); err != nil {
 			return err
 		}
+		if s.deferBeginUnit(u, stmts) { // a whole exchange that only opens a block
+			return nil
+		}
 	}
 	s.ex.open = u.partial()
-	if s.deferBeginUnit(u, stmts) {
-		return nil
-	}
 	if !s.ex.wrapped && !s.unitNeedsIntervention(u, stmts) {
 		return s.forwardUnit(u, stmts)
 	}
