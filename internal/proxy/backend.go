@@ -112,6 +112,9 @@ func (s *session) rewriteError(m *pgproto3.ErrorResponse) *pgproto3.ErrorRespons
 
 // exec sends a query of the proxy's own and swallows its responses.
 func (s *session) exec(sql string) (result, error) {
+	if err := s.openDeferredBegin(); err != nil {
+		return result{}, err
+	}
 	s.w.Server.Send(&pgproto3.Query{String: sql})
 	if err := s.w.Server.Flush(); err != nil {
 		return result{}, fmt.Errorf("%w: %v", errBackendGone, err)
@@ -122,6 +125,9 @@ func (s *session) exec(sql string) (result, error) {
 // queryRows runs a query of the proxy's own and returns its rows, every
 // value copied, NULL as nil.
 func (s *session) queryRows(sql string) ([][][]byte, result, error) {
+	if err := s.openDeferredBegin(); err != nil {
+		return nil, result{}, err
+	}
 	s.w.Server.Send(&pgproto3.Query{String: sql})
 	if err := s.w.Server.Flush(); err != nil {
 		return nil, result{}, fmt.Errorf("%w: %v", errBackendGone, err)
@@ -161,8 +167,12 @@ func (s *session) readRows() ([][][]byte, result, error) {
 	}
 }
 
-// forwardRaw writes already-encoded client messages to the backend.
+// forwardRaw writes already-encoded client messages to the backend, after
+// a deferred BEGIN if there is one (forwardDeferred).
 func (s *session) forwardRaw(raw []byte) error {
+	if s.deferredBegin {
+		return s.forwardDeferred(raw)
+	}
 	if err := s.w.Server.Flush(); err != nil {
 		return fmt.Errorf("%w: %v", errBackendGone, err)
 	}
@@ -174,7 +184,7 @@ func (s *session) forwardRaw(raw []byte) error {
 
 // rollback ends whatever transaction the backend has open.
 func (s *session) rollback() error {
-	if s.status == 'I' {
+	if s.status == 'I' || s.endDeferredBegin() {
 		return nil
 	}
 	_, err := s.exec("ROLLBACK")

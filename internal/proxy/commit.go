@@ -18,6 +18,9 @@ import (
 // backend. It leaves the backend idle. It returns the error the client gets
 // for its COMMIT (nil: committed) and, separately, a broken connection.
 func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorResponse, error) {
+	if s.endDeferredBegin() { // nothing ran: nothing to commit
+		return nil, nil
+	}
 	clock := s.p.metrics.phaseClock()
 	changes, res, err := s.collectWriteset()
 	clock.lap(phaseCollect)

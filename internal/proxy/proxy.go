@@ -201,6 +201,10 @@ func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
 			w.SendErrorResponse(fatal(codeAdminShutdown, "terminating connection: the replica's database connection was lost"))
 		case errors.Is(err, errProtocol):
 			w.SendErrorResponse(fatal(codeProtocolViolation, err.Error()))
+		case errors.Is(err, errDeferredBegin):
+			e := fatal(codeAdminShutdown, "terminating connection: "+err.Error())
+			e.Hint = "Reconnect and run the transaction again; nothing of it ran."
+			w.SendErrorResponse(e)
 		}
 	}
 }

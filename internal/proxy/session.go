@@ -43,6 +43,10 @@ type session struct {
 
 	ex         exchange // the extended-protocol exchange in progress
 	beginFirst bool     // the next statement goes after the proxy's BEGIN, in the same write (simple.go)
+	// deferredBegin: the client's plain BEGIN was answered by the proxy and
+	// status is 'T', but the database is idle; the block opens with the
+	// next thing sent to it (deferbegin.go).
+	deferredBegin bool
 	// relayingSyncedUnit is set while relay reads the answer to an
 	// extended-protocol unit sent with its Sync (forwardSyncAfterCopy).
 	relayingSyncedUnit bool
@@ -241,10 +245,11 @@ func (s *session) doom() {
 	}
 	if s.mu.TryLock() { // idle: waiting for its client
 		defer s.mu.Unlock()
-		if s.status != 'T' || s.ex.open {
+		if s.status != 'T' || s.ex.open || s.deferredBegin {
 			// Not in a block; or between the parts of an extended-protocol
 			// exchange, whose portals a rollback would destroy under the
-			// client: the lock watch tries again after its Sync.
+			// client: the lock watch tries again after its Sync. A deferred
+			// BEGIN holds no locks.
 			return
 		}
 		res, err := s.exec("ROLLBACK")

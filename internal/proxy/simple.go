@@ -80,9 +80,9 @@ func writes(k sqlclass.Kind) bool {
 
 func (s *session) forwardQuery(sql string) error {
 	s.labelIfIdle()
-	s.w.Server.Send(&pgproto3.Query{String: sql})
-	if err := s.w.Server.Flush(); err != nil {
-		return errBackendGone
+	query, _ := (&pgproto3.Query{String: sql}).Encode(nil)
+	if err := s.forwardRaw(query); err != nil {
+		return err
 	}
 	res, err := s.relay(false)
 	if err != nil {
@@ -102,6 +102,9 @@ func (s *session) oneStatement(ctx context.Context, st sqlclass.Statement, last 
 			"The cluster itself is the coordinator: commit the transaction normally.")
 	case st.Kind == sqlclass.Commit && s.status == 'T':
 		return s.commitStatement(ctx, st, last)
+	case s.status == 'I' && isPlainBegin(st):
+		s.deferBegin(st, last)
+		return nil
 	case s.status == 'I' && writes(st.Kind):
 		return s.wrapped(ctx, func() (result, error) { return s.runStatement(st) }, last)
 	}

@@ -53,6 +53,9 @@ func (s *session) countTemporary(names []string) (int, error) {
 		params[i] = "$" + strconv.Itoa(i+1)
 		values[i] = []byte(n)
 	}
+	if err := s.openDeferredBegin(); err != nil {
+		return 0, err
+	}
 	sql := `SELECT count(*) FROM pg_catalog.unnest(ARRAY[` + strings.Join(params, ",") + `]::text[]) AS n
 		JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident(n))
 		WHERE c.relpersistence = 't'`

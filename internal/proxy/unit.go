@@ -23,6 +23,9 @@ type unitMsg struct {
 	stmt   string // Bind: the statement bound
 	query  string // Parse: the SQL
 	object byte   // Describe, Close: 'S' or 'P'
+	// bindArgs is, for a Bind, its parameters and parameter format codes
+	// (deferBeginUnit defers only a Bind without either).
+	bindArgs int
 }
 
 // unit is the extended-protocol messages up to and including Sync, or up
@@ -70,6 +73,7 @@ func (s *session) readUnit(first pgproto3.FrontendMessage) (*unit, error) {
 			m.typ, m.name, m.query = 'P', v.Name, v.Query
 		case *pgproto3.Bind:
 			m.typ, m.name, m.stmt = 'B', v.DestinationPortal, v.PreparedStatement
+			m.bindArgs = len(v.Parameters) + len(v.ParameterFormatCodes)
 		case *pgproto3.Execute:
 			m.typ, m.name = 'E', v.Portal
 		case *pgproto3.Describe:
@@ -168,6 +172,9 @@ func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 		s.labelIfIdle()
 		if err := s.markLocalDDL(u, stmts); err != nil {
 			return err
+		}
+		if s.deferBeginUnit(u, stmts) { // a whole exchange that only opens a block
+			return nil
 		}
 	}
 	s.ex.open = u.partial()

@@ -1,0 +1,163 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/tashkent-db/tashkent/internal/sqlclass"
+)
+
+// A client's plain BEGIN is answered by the proxy and sent to PostgreSQL
+// in the same write as whatever the session sends next (deferred BEGIN).
+// It saves one round trip to the database per explicit transaction block:
+// pgbench's TPC-B transaction is BEGIN, five statements and END, so the
+// BEGIN's round trip was one of eight (issue 3, docs/BENCHMARKS.md).
+//
+// Why it keeps PostgreSQL's semantics: a REPEATABLE READ transaction takes
+// its snapshot at its first statement, not at BEGIN, so the snapshot is the
+// same; the start_version label is read when the client's BEGIN arrives,
+// as before, and is therefore never newer than the snapshot (Tashkent §6.2,
+// "conservative assigning of versions"). The client sees what PostgreSQL
+// would answer: the BEGIN's CommandComplete and ReadyForQuery 'T'. Only a
+// BEGIN without options is deferred (isPlainBegin): BEGIN READ ONLY,
+// ISOLATION LEVEL, DEFERRABLE and SERIALIZABLE go to the database at once,
+// as before. What differs: now() and transaction_timestamp() are the time
+// the block opened in the database (at the next statement), and
+// pg_stat_activity shows the session idle, not idle in transaction, until
+// then.
+//
+// The deferred BEGIN is the proxy's prepared one (beginPrefix), sent ahead
+// of the next client messages without a Sync between, so that if it fails
+// PostgreSQL skips the client's messages (afterPipelinedBegin opens the
+// block the ordinary way and sends them again). The proxy's own queries
+// (exec, queryRows, the temporary-table check) open the block with a round
+// trip of its own first (openDeferredBegin). A BEGIN followed by COMMIT or
+// ROLLBACK with nothing between never reaches the database.
+
+// errDeferredBegin ends a session whose deferred BEGIN could not be opened
+// in the database even with a round trip of its own: the client was told
+// its block is open, so its statements must not run outside one.
+var errDeferredBegin = errors.New("the transaction block the client opened could not be opened in the replica's database")
+
+// isPlainBegin reports a BEGIN or START TRANSACTION without options (no
+// isolation level, READ ONLY/WRITE or DEFERRABLE), whose text is one of the
+// plain forms; anything else, a comment included, is sent as it is.
+func isPlainBegin(st sqlclass.Statement) bool {
+	if st.Kind != sqlclass.Begin || st.Isolation != "" || st.ReadOnly || st.Chain {
+		return false
+	}
+	switch strings.Join(strings.Fields(strings.ToLower(st.SQL)), " ") {
+	case "begin", "begin transaction", "begin work", "start transaction":
+		return true
+	}
+	return false
+}
+
+// deferBegin answers a plain BEGIN arriving while the session is idle and
+// leaves the block to be opened with the next thing sent to the database.
+// It sends the BEGIN's CommandComplete and, if last, ReadyForQuery 'T'.
+func (s *session) deferBegin(st sqlclass.Statement, last bool) {
+	s.labelIfIdle()
+	s.deferredBegin = true
+	s.status = 'T'
+	s.w.Client.Send(&pgproto3.CommandComplete{CommandTag: []byte(st.Tag)})
+	if last {
+		s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
+	}
+}
+
+// deferBeginUnit answers an extended-protocol unit that only runs a plain
+// BEGIN through the unnamed portal (Bind, optionally Describe of the
+// portal, Execute, Sync: how libpq runs a prepared statement, pgbench -M
+// prepared among others) and reports whether it did. Units with a Parse
+// are forwarded: the statement the client parses must exist in the
+// database.
+func (s *session) deferBeginUnit(u *unit, stmts [][]sqlclass.Statement) bool {
+	if u.partial() || s.status != 'I' || !onlyPortalBegin(u, stmts) {
+		return false
+	}
+	s.labelIfIdle()
+	s.deferredBegin = true
+	s.status = 'T'
+	for _, m := range u.msgs {
+		switch m.typ {
+		case 'B':
+			s.w.Client.Send(&pgproto3.BindComplete{})
+		case 'D':
+			s.w.Client.Send(&pgproto3.NoData{})
+		case 'E':
+			s.w.Client.Send(&pgproto3.CommandComplete{CommandTag: []byte(stmts[len(u.msgs)-1][0].Tag)})
+		}
+	}
+	s.ex = exchange{}
+	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
+	return true
+}
+
+// onlyPortalBegin reports a unit of exactly Bind (no arguments), an
+// optional Describe of the portal, and Execute, all of the unnamed portal,
+// binding a statement that is a plain BEGIN.
+func onlyPortalBegin(u *unit, stmts [][]sqlclass.Statement) bool {
+	n := len(u.msgs)
+	if n < 2 || n > 3 {
+		return false
+	}
+	first, last := u.msgs[0], u.msgs[n-1]
+	if first.typ != 'B' || first.name != "" || first.bindArgs != 0 || last.typ != 'E' || last.name != "" {
+		return false
+	}
+	if n == 3 && (u.msgs[1].typ != 'D' || u.msgs[1].object != 'P' || u.msgs[1].name != "") {
+		return false
+	}
+	return len(stmts[n-1]) == 1 && isPlainBegin(stmts[n-1][0])
+}
+
+// forwardDeferred writes the client's messages to the backend, after the
+// deferred BEGIN if there is one, in the same write, and reads the BEGIN's
+// answers. raw ends with a Sync exactly when the client's messages end with
+// their own (a Query or a Flush does not end with the Sync's five bytes).
+func (s *session) forwardDeferred(raw []byte) error {
+	s.deferredBegin = false
+	if err := s.forwardRaw(append(append([]byte{}, beginPrefix...), raw...)); err != nil {
+		return err
+	}
+	ok, err := s.afterPipelinedBegin(raw, bytes.HasSuffix(raw, syncMessage))
+	if err == nil && !ok {
+		err = errDeferredBegin
+	}
+	return err
+}
+
+// openDeferredBegin opens the deferred block with a round trip of its own,
+// before a query of the proxy's.
+func (s *session) openDeferredBegin() error {
+	if !s.deferredBegin {
+		return nil
+	}
+	s.deferredBegin = false
+	res, err := s.begin()
+	if err != nil {
+		return err
+	}
+	if res.failed() {
+		s.w.Client.Send(res.err)
+		return fmt.Errorf("%w: %s", errDeferredBegin, res.err.Message)
+	}
+	return nil
+}
+
+// endDeferredBegin ends a block that never reached the database (COMMIT
+// or ROLLBACK right after a deferred BEGIN) and reports whether there was
+// one.
+func (s *session) endDeferredBegin() bool {
+	if !s.deferredBegin {
+		return false
+	}
+	s.deferredBegin = false
+	s.status = 'I'
+	return true
+}
