@@ -48,6 +48,10 @@ func (s *session) relay(swallow bool) (result, error) {
 			continue
 		case *pgproto3.ParameterStatus:
 			s.w.ServerParams[m.Name] = m.Value
+		case *pgproto3.ParseComplete:
+			if !swallow { // a client's Parse (parsetrack.go)
+				s.confirmParse()
+			}
 		case *pgproto3.CopyInResponse:
 			if swallow {
 				return r, fmt.Errorf("proxy: an injected statement asked for COPY data")

@@ -58,6 +58,10 @@ type session struct {
 	savepoints    []savepoint                     // the open transaction's, oldest first (savepoints.go)
 	statements    map[string][]sqlclass.Statement // prepared statements by name
 	portals       map[string]string               // portal -> statement name
+
+	// unconfirmedParses: the current unit's Parses not yet completed by
+	// PostgreSQL (parsetrack.go).
+	unconfirmedParses []parseChange
 }
 
 func newSession(p *Proxy, w *pgwire.Session) *session {

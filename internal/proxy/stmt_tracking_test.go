@@ -1,14 +1,3 @@
-//go:build knownbug
-
-// A reproducer of a bug found in review h21 and not fixed yet: it fails on
-// main. Run it with
-//
-//	go test -tags knownbug -race -count=1 -p 1 -run TestRefusedParseDoesNotRedefineATrackedStatement ./internal/proxy/
-//
-// It is behind a build tag so that CI stays green until the fix (tracking
-// a Parse only once PostgreSQL answered ParseComplete) lands; the tag goes
-// with the fix.
-
 package proxy_test
 
 import (

@@ -109,6 +109,7 @@ func (s *session) track(u *unit) [][]sqlclass.Statement {
 					s.isolationNotice()
 				}
 			}
+			s.noteParse(m.name)
 			s.statements[m.name] = parsed
 		case 'B':
 			s.portals[m.name] = m.stmt
@@ -148,6 +149,7 @@ type exchange struct {
 // where the proxy must act.
 func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 	stmts := s.track(u)
+	defer s.undoUnconfirmedParses()
 	if s.ex.failed {
 		return s.skipToSync(ctx, u)
 	}
@@ -336,6 +338,7 @@ func (s *session) relayFlushed(msgs []unitMsg) (bool, error) {
 				return true, nil
 			case *pgproto3.ParseComplete:
 				done = m.typ == 'P'
+				s.confirmParse()
 			case *pgproto3.BindComplete:
 				done = m.typ == 'B'
 			case *pgproto3.CloseComplete:
