@@ -50,3 +50,19 @@ func (s *session) undoUnconfirmedParses() {
 	}
 	s.unconfirmedParses = s.unconfirmedParses[:0]
 }
+
+// forgetStatements drops from the tracking the prepared statement name, or
+// every named one for "" (DEALLOCATE ALL, DISCARD ALL), after SQL dropped
+// them: a Bind of one must reach PostgreSQL (26000), not be taken for the
+// statement it was. The unnamed statement is not dropped by either.
+func (s *session) forgetStatements(name string) {
+	if name != "" {
+		delete(s.statements, name)
+		return
+	}
+	for n := range s.statements {
+		if n != "" {
+			delete(s.statements, n)
+		}
+	}
+}

@@ -88,7 +88,12 @@ func (s *session) noteStatement(st sqlclass.Statement) error {
 		}
 	case sqlclass.Savepoint, sqlclass.Release, sqlclass.RollbackTo:
 		s.noteSavepoint(st)
+	case sqlclass.Deallocate:
+		s.forgetStatements(st.Name)
 	case sqlclass.Discard:
+		if st.Name == "all" {
+			s.forgetStatements("")
+		}
 		if s.status == 'I' {
 			return s.setup()
 		}

@@ -14,7 +14,8 @@ import (
 // proxy must keep classifying the old one, or a write runs as what the
 // refused Parse said (a BEGIN): with the deferred BEGIN the write is
 // answered as BEGIN and never runs; with parameters it runs outside a block,
-// uncertified, on this replica only.
+// uncertified, on this replica only. Likewise a statement dropped with
+// SQL (DEALLOCATE, DISCARD ALL) must not be answered as the BEGIN it was.
 func TestRefusedParseDoesNotRedefineATrackedStatement(t *testing.T) {
 	c := startCluster(t, 2, proxy.ModeMW)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -44,6 +45,25 @@ func TestRefusedParseDoesNotRedefineATrackedStatement(t *testing.T) {
 	}
 	if res := pg.ExecPrepared(ctx, "wp", [][]byte{[]byte("2")}, nil, nil).Read(); res.Err != nil {
 		t.Fatal(res.Err)
+	}
+	// A statement dropped with SQL is gone for Bind too: PostgreSQL answers
+	// 26000, not a BEGIN the proxy would defer.
+	if _, err := pg.Prepare(ctx, "b", "BEGIN", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, drop := range []string{"DEALLOCATE b", "DEALLOCATE ALL", "DISCARD ALL"} {
+		if _, err := pg.Prepare(ctx, "b", "BEGIN", nil); err != nil && sqlState(err) != "42P05" {
+			t.Fatal(err)
+		}
+		if _, err := pg.Exec(ctx, drop).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", drop, err)
+		}
+		if res := pg.ExecPrepared(ctx, "b", nil, nil, nil).Read(); sqlState(res.Err) != "26000" {
+			t.Fatalf("Bind of statement b after %s: tag %q, err %v; want 26000", drop, res.CommandTag, res.Err)
+		}
+		if st := pg.TxStatus(); st != 'I' {
+			t.Fatalf("transaction status %q after %s and a failed Bind, want I", st, drop)
+		}
 	}
 	c.converge(30 * time.Second)
 	var n int
