@@ -10,8 +10,8 @@ import (
 )
 
 // Diagnostics for latency work, off unless an environment variable names a
-// file (nothing is recorded otherwise; the cost is one nil check per
-// message and per batch):
+// file (nothing is recorded otherwise; the cost is a nil check and a
+// time.Now per message and per batch, tens of nanoseconds):
 //
 //   - TASHKENT_CERTIFIER_STAGES: every reply's and every group commit's
 //     wall-clock timestamps (ns), written when the service closes, to be

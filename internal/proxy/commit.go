@@ -160,18 +160,19 @@ func (s *session) applyInstead(ctx context.Context, local *sequencer.Local, v ui
 // retry would commit it twice), with a WARNING that this replica cannot
 // show it; then the session ends (57P03, as for new connections), since
 // nothing will commit here until the replica is rebuilt. rollbackErr is
-// the rollback of the local transaction, if the caller made one.
+// the rollback of the local transaction, if the caller made one: the
+// client is warned even if it failed.
 func (s *session) committedButHalted(v uint64, halted, rollbackErr error) error {
-	if rollbackErr != nil {
-		return rollbackErr
-	}
 	s.log.Error("a certified transaction cannot commit here: the replica stopped applying", "version", v, "err", halted)
 	s.w.Client.Send(&pgproto3.NoticeResponse{Severity: "WARNING", SeverityUnlocalized: "WARNING", Code: "01000",
 		Message: fmt.Sprintf("the transaction is committed in the cluster (version %d), but this replica stopped applying the cluster's commits and will not show it", v),
 		Detail:  halted.Error(),
 		Hint:    "Do not retry the transaction: other replicas apply it. This replica must be rebuilt; see OPERATIONS.md."})
-	s.endAfterReply = replicaHalted(halted)
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
+	if rollbackErr != nil {
+		return rollbackErr // the client was warned first; the session ends on the lost connection
+	}
+	s.endAfterReply = replicaHalted(halted)
 	return nil
 }
 

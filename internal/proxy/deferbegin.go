@@ -35,8 +35,10 @@ import (
 // PostgreSQL skips the client's messages (afterPipelinedBegin opens the
 // block the ordinary way and sends them again). The proxy's own queries
 // (exec, queryRows, the temporary-table check) open the block with a round
-// trip of its own first (openDeferredBegin). A BEGIN followed by COMMIT or
-// ROLLBACK with nothing between never reaches the database.
+// trip of its own first (openDeferredBegin). A BEGIN followed directly by
+// a simple-protocol COMMIT or END is answered by the proxy alone; a
+// ROLLBACK goes to the database with the BEGIN, in one write; an
+// extended-protocol COMMIT opens the block first (one round trip more).
 
 // errDeferredBegin ends a session whose deferred BEGIN could not be opened
 // in the database even with a round trip of its own: the client was told

@@ -41,6 +41,12 @@ func TestStoppedApplierAnswersWaitingSessions(t *testing.T) {
 	execSQL(t, second, `CREATE UNIQUE INDEX users_email_ci ON users (lower(email))`)
 	uqWaitVersion(t, c, 0, c.certifier.Service.DurableVersion())
 	first := c.connect(0)
+	// A block opened before the collision, whose BEGIN the proxy defers
+	// (it has run nothing yet): it ends with the replica too.
+	opened, err := c.connect(0).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	execSQL(t, first, `INSERT INTO users VALUES (1, 'A@example.com')`)
 	tx, err := second.Begin(ctx)
 	if err != nil {
@@ -78,6 +84,10 @@ func TestStoppedApplierAnswersWaitingSessions(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if _, err := opened.Exec(ctx, `SELECT count(*) FROM users`); sqlState(err) != "57P03" {
+		t.Fatalf("first statement of a block begun before replica 1 stopped: %v, want 57P03", err)
+	}
+
 	// New connections are refused (after the startup handshake, which the
 	// proxy relays to the database before it admits a session).
 	for i := range 2 {

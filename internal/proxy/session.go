@@ -114,7 +114,8 @@ func (s *session) run(ctx context.Context) error {
 
 // haltedBetweenTransactions returns the error that ends a session between
 // transactions on a replica that stopped applying: its data would only
-// grow staler. A transaction in progress goes on to its end.
+// grow staler. A block whose BEGIN the proxy still defers has run nothing
+// and ends too; a transaction in progress goes on to its end.
 func (s *session) haltedBetweenTransactions(next pgproto3.FrontendMessage) *pgproto3.ErrorResponse {
 	e := s.p.rep.broken.Load()
 	if _, terminate := next.(*pgproto3.Terminate); e == nil || terminate {
@@ -122,8 +123,8 @@ func (s *session) haltedBetweenTransactions(next pgproto3.FrontendMessage) *pgpr
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.status != 'I' || s.ex.open {
-		return nil
+	if (s.status != 'I' && !s.deferredBegin) || s.ex.open {
+		return nil // a transaction that ran something goes on to its end
 	}
 	return replicaHalted(*e)
 }
