@@ -128,7 +128,7 @@ func runStep(ctx context.Context, cfg Config, clients int) (Result, error) {
 	}()
 	stepCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var measuring atomic.Bool
+	var window measureWindow
 	recs := make([]recorder, clients)
 	var wg sync.WaitGroup
 	var failure atomic.Pointer[error]
@@ -141,7 +141,7 @@ func runStep(ctx context.Context, cfg Config, clients int) (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := drive(stepCtx, cfg, i, streams[i%len(streams)], tickets, &measuring, &recs[i]); err != nil && stepCtx.Err() == nil {
+			if err := drive(stepCtx, cfg, i, streams[i%len(streams)], tickets, &window, &recs[i]); err != nil && stepCtx.Err() == nil {
 				failure.CompareAndSwap(nil, &err)
 				cancel()
 			}
@@ -157,15 +157,12 @@ func runStep(ctx context.Context, cfg Config, clients int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	start := time.Now()
-	measuring.Store(true)
+	start := window.open()
 	sleep(stepCtx, cfg.Duration)
-	measuring.Store(false)
-	elapsed := time.Since(start)
+	elapsed := window.close().Sub(start)
 	after, err := status.Status(ctx, &pb.StatusRequest{})
 	serverAfter, serr := scrapeIf(ctx, cfg.MetricsURL)
-	cancel()
-	wg.Wait()
+	waitOrCancel(&wg, drainTimeout, cancel)
 	if p := failure.Load(); p != nil {
 		return Result{}, *p
 	}
@@ -235,7 +232,7 @@ func durableVersion(ctx context.Context, target string, dial []grpc.DialOption) 
 
 // drive runs one client: a closed loop, or, paced, one request per ticket
 // it takes (pacer.go), its latency measured from the ticket's due time.
-func drive(ctx context.Context, cfg Config, id int, s *replicaStream, tickets <-chan time.Time, measuring *atomic.Bool, rec *recorder) error {
+func drive(ctx context.Context, cfg Config, id int, s *replicaStream, tickets <-chan time.Time, window *measureWindow, rec *recorder) error {
 	rng := rand.New(rand.NewPCG(uint64(id), uint64(time.Now().UnixNano())))
 	ws := newWritesetEncoder(cfg, id)
 	origin := fmt.Sprintf("bench-client-%d-%d", id, rng.Uint64())
@@ -246,6 +243,9 @@ func drive(ctx context.Context, cfg Config, id int, s *replicaStream, tickets <-
 			if due, ok = <-tickets; !ok {
 				return nil
 			}
+		}
+		if window.past(due) {
+			return nil // the step is over; what was due in it has been sent
 		}
 		req := &pb.CertifyRequestEncoded{
 			Txn:          &pb.TxnID{Origin: origin, Seq: seq},
@@ -260,7 +260,7 @@ func drive(ctx context.Context, cfg Config, id int, s *replicaStream, tickets <-
 			}
 			return err
 		}
-		if measuring.Load() {
+		if window.holds(due) {
 			returned := time.Now()
 			rec.add(returned.Sub(due), called.Sub(due), reply.Decision != pb.Decision_DECISION_COMMIT)
 			if stages != nil {
@@ -269,6 +269,57 @@ func drive(ctx context.Context, cfg Config, id int, s *replicaStream, tickets <-
 		}
 	}
 	return nil
+}
+
+// measureWindow is the measured part of a step. A request belongs to it by
+// its due time (its send time in a closed loop), not by when its reply
+// comes: requests due inside the window are waited for after it closes, so
+// a stall at the end of a step shows in its latencies instead of being cut
+// off.
+type measureWindow struct {
+	start, end atomic.Int64 // Unix nanoseconds; 0 until opened, closed
+}
+
+func (w *measureWindow) open() time.Time {
+	now := time.Now()
+	w.start.Store(now.UnixNano())
+	return now
+}
+
+func (w *measureWindow) close() time.Time {
+	now := time.Now()
+	w.end.Store(now.UnixNano())
+	return now
+}
+
+// holds reports whether a request due at due is measured.
+func (w *measureWindow) holds(due time.Time) bool {
+	start, end := w.start.Load(), w.end.Load()
+	return start != 0 && due.UnixNano() >= start && (end == 0 || due.UnixNano() < end)
+}
+
+// past reports whether the window closed before due.
+func (w *measureWindow) past(due time.Time) bool {
+	end := w.end.Load()
+	return end != 0 && due.UnixNano() >= end
+}
+
+// drainTimeout bounds the wait for the requests due inside a step once it
+// ended; a certifier that stopped answering fails the step instead.
+const drainTimeout = 30 * time.Second
+
+// waitOrCancel waits for the clients to finish what was due in the step,
+// and cancels them if that takes longer than timeout.
+func waitOrCancel(wg *sync.WaitGroup, timeout time.Duration, cancel context.CancelFunc) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		cancel()
+		<-done
+	}
+	cancel()
 }
 
 // recorder is one client's measurements.

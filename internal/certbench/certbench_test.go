@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -37,5 +38,32 @@ func TestWritesetEncoderMatchesProtobuf(t *testing.T) {
 				t.Fatalf("%+v: encoded %x, protobuf encodes %x", cfg, got, want)
 			}
 		}
+	}
+}
+
+// A request belongs to the step it was due in, whenever its reply comes:
+// one due before the window closed is measured even if answered after it,
+// so a stall at the end of a step is not cut off from its latencies.
+func TestMeasureWindowSelectsByDueTime(t *testing.T) {
+	var w measureWindow
+	before := time.Now()
+	if w.holds(before) || w.past(before) {
+		t.Fatal("a window not yet opened holds nothing and has not passed")
+	}
+	start := w.open()
+	inside := start.Add(time.Millisecond)
+	if !w.holds(inside) || w.holds(before) {
+		t.Fatal("an open window holds what is due from its start on, nothing before")
+	}
+	end := w.close()
+	if end.Before(inside) {
+		end = inside.Add(time.Nanosecond) // the clock is coarse: keep the case meaningful
+		w.end.Store(end.UnixNano())
+	}
+	if !w.holds(inside) || w.past(inside) {
+		t.Fatal("a request due inside the window is still measured after the window closed")
+	}
+	if w.holds(end) || !w.past(end) {
+		t.Fatal("a request due at or after the close is not measured, and the step is past it")
 	}
 }
