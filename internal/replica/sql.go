@@ -10,6 +10,8 @@ import (
 // transaction, serialized against concurrent installs by an advisory lock.
 // Every statement is idempotent.
 var installSQL = expand(strings.NewReplacer(
+	"$SAVE_AND_PIN_OUTPUT_SETTINGS", saveAndPinOutputSettings,
+	"$RESTORE_OUTPUT_SETTINGS", restoreOutputSettings,
 	"$ROW_EVENTS_1", rowEvents("KEY"),
 	"$ROW_EVENTS_N", rowEvents("KEYS"),
 	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
@@ -18,6 +20,23 @@ var installSQL = expand(strings.NewReplacer(
 	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
 	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
 	"REFS": referencesExpr})
+
+// saveAndPinOutputSettings, in a capture function, saves (into v_saved)
+// and pins, for the rest of the trigger call, the settings that change how
+// values print as text, so that a key prints the same on every replica
+// whatever the session set; restoreOutputSettings puts them back. They are
+// schema-qualified: capture runs under the session's search_path.
+const (
+	saveAndPinOutputSettings = `v_saved := ARRAY[pg_catalog.current_setting('TimeZone'), pg_catalog.current_setting('DateStyle'),
+			pg_catalog.current_setting('IntervalStyle'), pg_catalog.current_setting('bytea_output'),
+			pg_catalog.current_setting('extra_float_digits')];
+		PERFORM pg_catalog.set_config('TimeZone', 'UTC', true), pg_catalog.set_config('DateStyle', 'ISO, YMD', true),
+			pg_catalog.set_config('IntervalStyle', 'postgres', true), pg_catalog.set_config('bytea_output', 'hex', true),
+			pg_catalog.set_config('extra_float_digits', '1', true);`
+	restoreOutputSettings = `PERFORM pg_catalog.set_config('TimeZone', v_saved[1], true), pg_catalog.set_config('DateStyle', v_saved[2], true),
+			pg_catalog.set_config('IntervalStyle', v_saved[3], true), pg_catalog.set_config('bytea_output', v_saved[4], true),
+			pg_catalog.set_config('extra_float_digits', v_saved[5], true);`
+)
 
 // rowEvents is the general capture trigger's statement that buffers a
 // statement's row events ('U' upsert with the new row, 'D' delete), with
@@ -304,12 +323,7 @@ BEGIN
 			AND current_setting('IntervalStyle') = 'postgres'
 			AND current_setting('bytea_output') = 'hex'
 			AND current_setting('extra_float_digits')::int > 0) THEN
-		v_saved := ARRAY[current_setting('TimeZone'), current_setting('DateStyle'),
-			current_setting('IntervalStyle'), current_setting('bytea_output'),
-			current_setting('extra_float_digits')];
-		PERFORM set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', true),
-			set_config('IntervalStyle', 'postgres', true), set_config('bytea_output', 'hex', true),
-			set_config('extra_float_digits', '1', true);
+		$SAVE_AND_PIN_OUTPUT_SETTINGS
 	END IF;
 
 	v_sep := array_position(TG_ARGV, '');
@@ -347,9 +361,7 @@ BEGIN
 	END IF;
 
 	IF v_saved IS NOT NULL THEN
-		PERFORM set_config('TimeZone', v_saved[1], true), set_config('DateStyle', v_saved[2], true),
-			set_config('IntervalStyle', v_saved[3], true), set_config('bytea_output', v_saved[4], true),
-			set_config('extra_float_digits', v_saved[5], true);
+		$RESTORE_OUTPUT_SETTINGS
 	END IF;
 	RETURN NULL;
 END
@@ -403,12 +415,7 @@ BEGIN
 			END IF;
 			RETURN NULL;
 		END IF;
-		v_saved := ARRAY[pg_catalog.current_setting('TimeZone'), pg_catalog.current_setting('DateStyle'),
-			pg_catalog.current_setting('IntervalStyle'), pg_catalog.current_setting('bytea_output'),
-			pg_catalog.current_setting('extra_float_digits')];
-		PERFORM pg_catalog.set_config('TimeZone', 'UTC', true), pg_catalog.set_config('DateStyle', 'ISO, YMD', true),
-			pg_catalog.set_config('IntervalStyle', 'postgres', true), pg_catalog.set_config('bytea_output', 'hex', true),
-			pg_catalog.set_config('extra_float_digits', '1', true);
+		$SAVE_AND_PIN_OUTPUT_SETTINGS
 	END IF;
 	v_tbl := pg_catalog.quote_ident(TG_TABLE_SCHEMA) OPERATOR(pg_catalog.||) '.'
 		OPERATOR(pg_catalog.||) pg_catalog.quote_ident(TG_TABLE_NAME);
@@ -445,9 +452,7 @@ BEGIN
 	END IF;
 
 	IF v_saved IS NOT NULL THEN
-		PERFORM pg_catalog.set_config('TimeZone', v_saved[1], true), pg_catalog.set_config('DateStyle', v_saved[2], true),
-			pg_catalog.set_config('IntervalStyle', v_saved[3], true), pg_catalog.set_config('bytea_output', v_saved[4], true),
-			pg_catalog.set_config('extra_float_digits', v_saved[5], true);
+		$RESTORE_OUTPUT_SETTINGS
 	END IF;
 	RETURN NULL;
 END
@@ -658,12 +663,7 @@ BEGIN
 			AND current_setting('IntervalStyle') = 'postgres'
 			AND current_setting('bytea_output') = 'hex'
 			AND current_setting('extra_float_digits')::int > 0) THEN
-		v_saved := ARRAY[current_setting('TimeZone'), current_setting('DateStyle'),
-			current_setting('IntervalStyle'), current_setting('bytea_output'),
-			current_setting('extra_float_digits')];
-		PERFORM set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', true),
-			set_config('IntervalStyle', 'postgres', true), set_config('bytea_output', 'hex', true),
-			set_config('extra_float_digits', '1', true);
+		$SAVE_AND_PIN_OUTPUT_SETTINGS
 	END IF;
 
 	WHILE v_i < TG_NARGS LOOP
@@ -715,9 +715,7 @@ BEGIN
 	END LOOP;
 
 	IF v_saved IS NOT NULL THEN
-		PERFORM set_config('TimeZone', v_saved[1], true), set_config('DateStyle', v_saved[2], true),
-			set_config('IntervalStyle', v_saved[3], true), set_config('bytea_output', v_saved[4], true),
-			set_config('extra_float_digits', v_saved[5], true);
+		$RESTORE_OUTPUT_SETTINGS
 	END IF;
 	RETURN NULL;
 END
@@ -749,12 +747,7 @@ BEGIN
 		IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on', false) THEN
 			RETURN NULL; -- the capture trigger, which fired first, refused the write
 		END IF;
-		v_saved := ARRAY[pg_catalog.current_setting('TimeZone'), pg_catalog.current_setting('DateStyle'),
-			pg_catalog.current_setting('IntervalStyle'), pg_catalog.current_setting('bytea_output'),
-			pg_catalog.current_setting('extra_float_digits')];
-		PERFORM pg_catalog.set_config('TimeZone', 'UTC', true), pg_catalog.set_config('DateStyle', 'ISO, YMD', true),
-			pg_catalog.set_config('IntervalStyle', 'postgres', true), pg_catalog.set_config('bytea_output', 'hex', true),
-			pg_catalog.set_config('extra_float_digits', '1', true);
+		$SAVE_AND_PIN_OUTPUT_SETTINGS
 	END IF;
 
 	IF TG_NARGS OPERATOR(pg_catalog.=) 2 THEN
@@ -800,9 +793,7 @@ BEGIN
 	END IF;
 
 	IF v_saved IS NOT NULL THEN
-		PERFORM pg_catalog.set_config('TimeZone', v_saved[1], true), pg_catalog.set_config('DateStyle', v_saved[2], true),
-			pg_catalog.set_config('IntervalStyle', v_saved[3], true), pg_catalog.set_config('bytea_output', v_saved[4], true),
-			pg_catalog.set_config('extra_float_digits', v_saved[5], true);
+		$RESTORE_OUTPUT_SETTINGS
 	END IF;
 	RETURN NULL;
 END
