@@ -408,6 +408,8 @@ func (rep *SuiteReport) writeBreakdown(w io.Writer) {
 	fmt.Fprintf(w, "\n%s\n", breakdownFootnote)
 }
 
+// writeMarkdownTable writes rows (the first is the header) as a Markdown
+// table, the first column left-aligned and the others right-aligned.
 func writeMarkdownTable(w io.Writer, rows [][]string) {
 	fmt.Fprintf(w, "| %s |\n", strings.Join(rows[0], " | "))
 	aligns := make([]string, len(rows[0]))

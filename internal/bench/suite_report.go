@@ -151,17 +151,7 @@ func (rep *SuiteReport) writeFailures(w io.Writer) {
 // WriteMarkdown writes the same table in Markdown.
 func (rep *SuiteReport) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "%s\n\n", rep.header())
-	rows := rep.tableRows()
-	fmt.Fprintf(w, "| %s |\n", strings.Join(rows[0], " | "))
-	aligns := make([]string, len(rows[0]))
-	for i := range aligns {
-		aligns[i] = "---:"
-	}
-	aligns[0] = "---"
-	fmt.Fprintf(w, "| %s |\n", strings.Join(aligns, " | "))
-	for _, r := range rows[1:] {
-		fmt.Fprintf(w, "| %s |\n", strings.Join(r, " | "))
-	}
+	writeMarkdownTable(w, rep.tableRows())
 	fmt.Fprintf(w, "\n%s\n", suiteFootnote)
 	if note := rep.tpcbScaleNote(); note != "" {
 		fmt.Fprintf(w, "\n%s\n", note)
