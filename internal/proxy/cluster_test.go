@@ -103,6 +103,26 @@ func (c *testCluster) connect(i int) *pgx.Conn {
 	return c.connectWith(i, nil)
 }
 
+// connectNoticed is connect, with the notices the connection gets kept:
+// notices() returns them so far, each as "SEVERITY: message", one per line.
+func (c *testCluster) connectNoticed(i int) (conn *pgx.Conn, notices func() string) {
+	c.t.Helper()
+	var mu sync.Mutex
+	var got []string
+	conn = c.connectWith(i, func(cfg *pgx.ConnConfig) {
+		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, n.Severity+": "+n.Message)
+		}
+	})
+	return conn, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(got, "\n")
+	}
+}
+
 // connectWith is connect with the connection's configuration changed by
 // configure (if not nil) first.
 func (c *testCluster) connectWith(i int, configure func(*pgx.ConnConfig)) *pgx.Conn {

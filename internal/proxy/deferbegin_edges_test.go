@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,15 +22,7 @@ func TestDeferredBeginProtocolEdges(t *testing.T) {
 	c := startCluster(t, 2, proxy.ModeMW)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var mu sync.Mutex
-	var notices []string
-	conn := c.connectWith(0, func(cfg *pgx.ConnConfig) {
-		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-			mu.Lock()
-			defer mu.Unlock()
-			notices = append(notices, n.Message)
-		}
-	})
+	conn, notices := c.connectNoticed(0)
 	other := c.connect(1)
 	execSQL(t, conn, "CREATE TABLE edge (id int PRIMARY KEY, v text)")
 	pg := conn.PgConn()
@@ -153,10 +144,7 @@ func TestDeferredBeginProtocolEdges(t *testing.T) {
 			t.Fatalf("isolation %q (%v), want repeatable read", iso, err)
 		}
 		mustSimple("ROLLBACK")
-		mu.Lock()
-		got := strings.Join(notices, "\n")
-		mu.Unlock()
-		if !strings.Contains(got, "mapped to REPEATABLE READ") {
+		if got := notices(); !strings.Contains(got, "mapped to REPEATABLE READ") {
 			t.Fatalf("no notice of the isolation mapping; notices %q", got)
 		}
 

@@ -3,12 +3,10 @@ package proxy_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A replica whose applier stops for good must answer the sessions that
@@ -26,15 +24,7 @@ func TestStoppedApplierAnswersWaitingSessions(t *testing.T) {
 	c := startClusterStaleness(t, []time.Duration{0, time.Hour})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var mu sync.Mutex
-	var warnings []string
-	second := c.connectWith(1, func(cfg *pgx.ConnConfig) {
-		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-			mu.Lock()
-			defer mu.Unlock()
-			warnings = append(warnings, n.Severity+": "+n.Message)
-		}
-	})
+	second, notices := c.connectNoticed(1)
 	// The schema is created on the stale replica (its own transactions
 	// commit there) and reaches replica 1 within its staleness bound.
 	execSQL(t, second, `CREATE TABLE users (id int PRIMARY KEY, email text NOT NULL)`)
@@ -58,10 +48,7 @@ func TestStoppedApplierAnswersWaitingSessions(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("COMMIT of a certified transaction on a replica that stopped applying: %v, want success with a WARNING", err)
 	}
-	mu.Lock()
-	got := strings.Join(warnings, "\n")
-	mu.Unlock()
-	if !strings.Contains(got, "WARNING: the transaction is committed in the cluster") {
+	if got := notices(); !strings.Contains(got, "WARNING: the transaction is committed in the cluster") {
 		t.Fatalf("the client was not warned that the replica will not show its commit; notices: %q", got)
 	}
 	if _, err := second.Exec(ctx, `SELECT 1`); err == nil {
