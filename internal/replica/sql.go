@@ -10,6 +10,7 @@ import (
 // transaction, serialized against concurrent installs by an advisory lock.
 // Every statement is idempotent.
 var installSQL = expand(strings.NewReplacer(
+	"$PIN_OUTPUT_SETTINGS_UNLESS_PINNED", pinOutputSettingsUnlessPinned,
 	"$SAVE_AND_PIN_OUTPUT_SETTINGS", saveAndPinOutputSettings,
 	"$RESTORE_OUTPUT_SETTINGS", restoreOutputSettings,
 	"$ROW_EVENTS_1", rowEvents("KEY"),
@@ -33,6 +34,15 @@ const (
 		PERFORM pg_catalog.set_config('TimeZone', 'UTC', true), pg_catalog.set_config('DateStyle', 'ISO, YMD', true),
 			pg_catalog.set_config('IntervalStyle', 'postgres', true), pg_catalog.set_config('bytea_output', 'hex', true),
 			pg_catalog.set_config('extra_float_digits', '1', true);`
+	// pinOutputSettingsUnlessPinned saves and pins them unless they already
+	// have the pinned values (v_saved then stays NULL: nothing to restore).
+	pinOutputSettingsUnlessPinned = `IF NOT (current_setting('TimeZone') IN ('UTC', 'Etc/UTC')
+			AND current_setting('DateStyle') LIKE 'ISO,%'
+			AND current_setting('IntervalStyle') = 'postgres'
+			AND current_setting('bytea_output') = 'hex'
+			AND current_setting('extra_float_digits')::int > 0) THEN
+		` + saveAndPinOutputSettings + `
+	END IF;`
 	restoreOutputSettings = `PERFORM pg_catalog.set_config('TimeZone', v_saved[1], true), pg_catalog.set_config('DateStyle', v_saved[2], true),
 			pg_catalog.set_config('IntervalStyle', v_saved[3], true), pg_catalog.set_config('bytea_output', v_saved[4], true),
 			pg_catalog.set_config('extra_float_digits', v_saved[5], true);`
@@ -318,13 +328,7 @@ BEGIN
 		RETURN NULL;
 	END IF;
 
-	IF NOT (current_setting('TimeZone') IN ('UTC', 'Etc/UTC')
-			AND current_setting('DateStyle') LIKE 'ISO,%'
-			AND current_setting('IntervalStyle') = 'postgres'
-			AND current_setting('bytea_output') = 'hex'
-			AND current_setting('extra_float_digits')::int > 0) THEN
-		$SAVE_AND_PIN_OUTPUT_SETTINGS
-	END IF;
+	$PIN_OUTPUT_SETTINGS_UNLESS_PINNED
 
 	v_sep := array_position(TG_ARGV, '');
 	IF coalesce(v_sep, TG_NARGS) = 1 THEN
@@ -658,13 +662,7 @@ BEGIN
 	IF current_setting('tashkent.capture', true) IS DISTINCT FROM 'on' THEN
 		RETURN NULL;
 	END IF;
-	IF NOT (current_setting('TimeZone') IN ('UTC', 'Etc/UTC')
-			AND current_setting('DateStyle') LIKE 'ISO,%'
-			AND current_setting('IntervalStyle') = 'postgres'
-			AND current_setting('bytea_output') = 'hex'
-			AND current_setting('extra_float_digits')::int > 0) THEN
-		$SAVE_AND_PIN_OUTPUT_SETTINGS
-	END IF;
+	$PIN_OUTPUT_SETTINGS_UNLESS_PINNED
 
 	WHILE v_i < TG_NARGS LOOP
 		IF TG_ARGV[v_i + 1] = 'L' THEN
