@@ -27,10 +27,6 @@ const certValidity = 10 * 365 * 24 * time.Hour
 // WriteCA creates a new CA (ECDSA P-256) for certifier channels: its
 // certificate and its key (mode 0600).
 func WriteCA(certFile, keyFile, commonName string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
 	tmpl, err := template(commonName)
 	if err != nil {
 		return err
@@ -39,21 +35,13 @@ func WriteCA(certFile, keyFile, commonName string) error {
 	tmpl.BasicConstraintsValid = true
 	tmpl.MaxPathLenZero = true
 	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	return writePair(certFile, keyFile, der, key)
+	return signAndWrite(tmpl, nil, nil, certFile, keyFile)
 }
 
 // WriteSelfSigned writes a new self-signed certificate and its key (mode
 // 0600) for hosts, for a server: clients that want verify-full use the
 // certificate itself as their root (sslrootcert), so it is its own CA.
 func WriteSelfSigned(certFile, keyFile, commonName string, hosts []string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
 	tmpl, err := template(commonName)
 	if err != nil {
 		return err
@@ -63,11 +51,7 @@ func WriteSelfSigned(certFile, keyFile, commonName string, hosts []string) error
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	addHosts(tmpl, hosts)
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	return writePair(certFile, keyFile, der, key)
+	return signAndWrite(tmpl, nil, nil, certFile, keyFile)
 }
 
 // Issue signs a certificate for one process with the CA in caCert/caKey,
@@ -86,10 +70,6 @@ func Issue(caCert, caKey, certFile, keyFile, commonName string, hosts []string) 
 	if !caX509.IsCA {
 		return fmt.Errorf("%s is not a CA certificate", caCert)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
 	tmpl, err := template(commonName)
 	if err != nil {
 		return err
@@ -97,7 +77,21 @@ func Issue(caCert, caKey, certFile, keyFile, commonName string, hosts []string) 
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	addHosts(tmpl, hosts)
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caX509, &key.PublicKey, ca.PrivateKey)
+	return signAndWrite(tmpl, caX509, ca.PrivateKey, certFile, keyFile)
+}
+
+// signAndWrite generates a key (ECDSA P-256) for tmpl, has the certificate
+// signed by parent with parentKey (self-signed when parent is nil), and
+// writes both (writePair).
+func signAndWrite(tmpl, parent *x509.Certificate, parentKey any, certFile, keyFile string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		return err
 	}
