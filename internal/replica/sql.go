@@ -20,7 +20,17 @@ var installSQL = expand(strings.NewReplacer(
 ).Replace(strings.Replace(installTemplate,
 	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
 	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
-	"REFS": referencesExpr})
+	"REFS": referencesExpr, "REFKEY1": referenceKey1Expr, "REFKEYN": referenceKeyNExpr})
+
+// referenceKey1Expr and referenceKeyNExpr are the fast reference trigger's
+// parent key of a row ($1, an alias of a transition table): the referencing
+// column's value as a one-element JSON array, printed as the parent's own
+// key is; referenceKey1Expr for a trigger with one foreign key (its column
+// is TG_ARGV[1]), referenceKeyNExpr inside the loop over several (u.col).
+const (
+	referenceKey1Expr = `'[' OPERATOR(pg_catalog.||) (pg_catalog.to_json($1.*) OPERATOR(pg_catalog.->) TG_ARGV[1])::pg_catalog.text OPERATOR(pg_catalog.||) ']'`
+	referenceKeyNExpr = `'[' OPERATOR(pg_catalog.||) (pg_catalog.to_json($1.*) OPERATOR(pg_catalog.->) u.col)::pg_catalog.text OPERATOR(pg_catalog.||) ']'`
+)
 
 // saveAndPinOutputSettings, in a capture function, saves (into v_saved)
 // and pins, for the rest of the trigger call, the settings that change how
@@ -110,7 +120,7 @@ func uniqueKeyEvents(keys string) string {
 // stands for x.
 func expand(s string, macros map[string]string) string {
 	for name, tmpl := range macros {
-		s = regexp.MustCompile(`\$`+name+`\(([a-z.]+)\)`).ReplaceAllString(s, tmpl)
+		s = regexp.MustCompile(`\$`+name+`\(([a-z._]+)\)`).ReplaceAllString(s, tmpl)
 	}
 	return s
 }
@@ -753,16 +763,16 @@ BEGIN
 		IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
 			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
 			SELECT DISTINCT TG_ARGV[0], 'R', s.k
-			FROM (SELECT '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[1])::pg_catalog.text OPERATOR(pg_catalog.||) ']' AS k
+			FROM (SELECT $REFKEY1(tashkent_n) AS k
 				FROM tashkent_new AS tashkent_n) AS s
 			WHERE s.k OPERATOR(pg_catalog.<>) '[null]';
 		ELSE
 			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
 			SELECT TG_ARGV[0], 'R', s.k
-			FROM (SELECT '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[1])::pg_catalog.text OPERATOR(pg_catalog.||) ']' AS k
+			FROM (SELECT $REFKEY1(tashkent_n) AS k
 				FROM tashkent_new AS tashkent_n
 				EXCEPT
-				SELECT '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) TG_ARGV[1])::pg_catalog.text OPERATOR(pg_catalog.||) ']'
+				SELECT $REFKEY1(tashkent_o)
 				FROM tashkent_old AS tashkent_o) AS s
 			WHERE s.k OPERATOR(pg_catalog.<>) '[null]';
 		END IF;
@@ -775,16 +785,16 @@ BEGIN
 		IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
 			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
 			SELECT DISTINCT s.lab, 'R', s.k
-			FROM (SELECT u.lab, '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) u.col)::pg_catalog.text OPERATOR(pg_catalog.||) ']' AS k
+			FROM (SELECT u.lab, $REFKEYN(tashkent_n) AS k
 				FROM tashkent_new AS tashkent_n, ROWS FROM (pg_catalog.unnest(v_lab), pg_catalog.unnest(v_col)) AS u(lab, col)) AS s
 			WHERE s.k OPERATOR(pg_catalog.<>) '[null]';
 		ELSE
 			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
 			SELECT s.lab, 'R', s.k
-			FROM (SELECT u.lab, '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) u.col)::pg_catalog.text OPERATOR(pg_catalog.||) ']' AS k
+			FROM (SELECT u.lab, $REFKEYN(tashkent_n) AS k
 				FROM tashkent_new AS tashkent_n, ROWS FROM (pg_catalog.unnest(v_lab), pg_catalog.unnest(v_col)) AS u(lab, col)
 				EXCEPT
-				SELECT u.lab, '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) u.col)::pg_catalog.text OPERATOR(pg_catalog.||) ']'
+				SELECT u.lab, $REFKEYN(tashkent_o)
 				FROM tashkent_old AS tashkent_o, ROWS FROM (pg_catalog.unnest(v_lab), pg_catalog.unnest(v_col)) AS u(lab, col)) AS s
 			WHERE s.k OPERATOR(pg_catalog.<>) '[null]';
 		END IF;
