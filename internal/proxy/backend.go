@@ -140,16 +140,26 @@ func (s *session) queryRows(sql string) ([][][]byte, result, error) {
 }
 
 // readRows collects the rows of the proxy's own query up to ReadyForQuery.
-func (s *session) readRows() ([][][]byte, result, error) {
+func (s *session) readRows() ([][][]byte, result, error) { return s.readRowsOf(-1) }
+
+// readRowsOf is readRows for a pipeline of statements: it keeps only the
+// rows of the statement at index only (counted by the statements'
+// completions), or every statement's for -1.
+func (s *session) readRowsOf(only int) ([][][]byte, result, error) {
 	var rows [][][]byte
 	var r result
-	for {
+	for stmt := 0; ; {
 		msg, err := s.w.Server.Receive()
 		if err != nil {
 			return nil, r, fmt.Errorf("%w: %v", errBackendGone, err)
 		}
 		switch m := msg.(type) {
+		case *pgproto3.CommandComplete, *pgproto3.EmptyQueryResponse:
+			stmt++
 		case *pgproto3.DataRow:
+			if only >= 0 && stmt != only {
+				continue
+			}
 			row := make([][]byte, len(m.Values))
 			for i, v := range m.Values {
 				if v != nil {

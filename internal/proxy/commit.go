@@ -28,7 +28,7 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 		return nil, err
 	}
 	if res.failed() {
-		return res.err, s.rollback()
+		return res.err, s.rollbackAfterCollect(res)
 	}
 	changes = append(s.ddlChanges(), changes...)
 	if len(changes) == 0 { // read-only: commits locally (C2)
@@ -43,10 +43,14 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 // transaction that violates one must fail here, as in PostgreSQL, not be
 // certified (other replicas apply writesets without checking them).
 func (s *session) collectWriteset() ([]*pb.Change, result, error) {
-	rows, res, err := s.queryRows("SET CONSTRAINTS ALL IMMEDIATE; " + replica.CollectSQL)
+	if err := s.sendCollect(); err != nil {
+		return nil, result{}, err
+	}
+	rows, res, err := s.readRowsOf(collectIndex)
 	if err != nil || res.failed() {
 		return nil, res, err
 	}
+	s.noteCollectStatements(res)
 	events := make([]replica.Event, 0, len(rows))
 	for _, row := range rows {
 		if len(row) != 4 || len(row[1]) != 1 {
@@ -56,6 +60,16 @@ func (s *session) collectWriteset() ([]*pb.Change, result, error) {
 	}
 	changes, err := replica.Collapse(events)
 	return changes, res, err
+}
+
+// rollbackAfterCollect rolls back a transaction whose collect failed, and
+// prepares the proxy's statements again if the failure was theirs.
+func (s *session) rollbackAfterCollect(res result) error {
+	lost := s.noteCollectStatements(res)
+	if err := s.rollback(); err != nil || !lost {
+		return err
+	}
+	return s.prepareStatements()
 }
 
 // certifyAndCommit asks the certifier (C2, C3) and commits in version order

@@ -58,6 +58,9 @@ type session struct {
 	savepoints    []savepoint                     // the open transaction's, oldest first (savepoints.go)
 	statements    map[string][]sqlclass.Statement // prepared statements by name
 	portals       map[string]string               // portal -> statement name
+	// unprepared are the proxy's own statements the client dropped
+	// (statements.go).
+	unprepared map[string]bool
 
 	// unconfirmedParses: the current unit's Parses not yet completed by
 	// PostgreSQL (parsetrack.go).
@@ -68,6 +71,7 @@ func newSession(p *Proxy, w *pgwire.Session) *session {
 	return &session{
 		p: p, w: w, log: w.Logger().With("backend_pid", w.BackendPID),
 		status: w.TxStatus, statements: map[string][]sqlclass.Statement{}, portals: map[string]string{},
+		unprepared: map[string]bool{},
 	}
 }
 

@@ -10,14 +10,12 @@ import (
 	"github.com/tashkent-db/tashkent/internal/sqlclass"
 )
 
-// beginStatement is the name of the prepared BEGIN the proxy injects with
-// the extended protocol: unlike a simple Query, Bind/Execute of a named
-// statement leaves the client's unnamed statement alone.
-const beginStatement = "tashkent_begin"
-
 // setup prepares the backend session for the proxy: the writeset buffer
-// (replica.PrepareSession) and the prepared BEGIN. It runs when the session
-// starts and again after DISCARD, which drops both.
+// (replica.PrepareSession) and the proxy's prepared statements
+// (statements.go; the BEGIN the proxy injects is one: unlike a simple
+// Query, Bind/Execute of a named statement leaves the client's unnamed
+// statement alone). It runs when the session starts and again after
+// DISCARD, which drops both.
 func (s *session) setup() error {
 	rows, res, err := s.queryRows("SELECT tashkent.prepare_session(), pg_postmaster_start_time()::text")
 	if err != nil {
@@ -32,18 +30,7 @@ func (s *session) setup() error {
 		s.p.rep.requestRecovery("a new session found the database restarted")
 		return errRecovering
 	}
-	s.w.Server.Send(&pgproto3.Parse{Name: beginStatement, Query: "BEGIN"})
-	s.w.Server.Send(&pgproto3.Sync{})
-	if err := s.w.Server.Flush(); err != nil {
-		return errBackendGone
-	}
-	if res, err = s.relay(true); err != nil || res.failed() {
-		if err == nil && res.err.Code != "42P05" { // already prepared
-			err = fmt.Errorf("prepare BEGIN: %s", res.err.Message)
-		}
-		return err
-	}
-	return nil
+	return s.prepareStatements()
 }
 
 // begin opens a transaction block with the prepared BEGIN. If the client
@@ -90,9 +77,11 @@ func (s *session) noteStatement(st sqlclass.Statement) error {
 		s.noteSavepoint(st)
 	case sqlclass.Deallocate:
 		s.forgetStatements(st.Name)
+		s.forgetProxyStatements(st.Name)
 	case sqlclass.Discard:
 		if st.Name == "all" {
 			s.forgetStatements("")
+			s.forgetProxyStatements("")
 		}
 		if s.status == 'I' {
 			return s.setup()
