@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tashkent-db/tashkent/internal/wal"
 )
 
 // File is one append-only file of a member's Raft log. Write appends; Sync
@@ -84,7 +86,7 @@ func (d *DiskLog) Save(hs *raftpb.HardState, entries []*raftpb.Entry, sync bool)
 		if err := d.active.Sync(); err != nil {
 			return fmt.Errorf("sync raft log: %w", err)
 		}
-		time.Sleep(d.SyncDelay)
+		wal.SlowDiskSleep(d.SyncDelay)
 		d.Syncs++
 		for _, e := range entries {
 			d.SyncedEntries += certifiedCount(e)

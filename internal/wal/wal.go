@@ -325,7 +325,7 @@ func (l *Log) syncData(f *os.File) error {
 	if err := fdatasync(f); err != nil {
 		return fmt.Errorf("wal: fdatasync %s: %w", f.Name(), err)
 	}
-	time.Sleep(l.syncDelay) // Options.SyncDelay: an emulated slow disk; returns at once for 0
+	SlowDiskSleep(l.syncDelay) // Options.SyncDelay: an emulated slow disk; returns at once for 0
 	return nil
 }
 
