@@ -216,14 +216,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if _, err := os.Stat(r.pgbench.path); err != nil {
 		return nil, fmt.Errorf("pgbench not found next to postgres (%w); install postgresql-contrib or postgresql-15", err)
 	}
-	if cfg.ProfileDir != "" {
-		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
-			return nil, err
-		}
-		if cfg.ProfileDir, err = filepath.Abs(cfg.ProfileDir); err != nil {
-			return nil, err
-		}
-		r.cfg.ProfileDir = cfg.ProfileDir
+	if r.cfg.ProfileDir, err = profileDir(cfg.ProfileDir); err != nil {
+		return nil, err
 	}
 	var removeDir bool
 	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
@@ -562,4 +556,16 @@ func workDir(dir string, keep bool) (path string, remove bool, err error) {
 		}
 	}
 	return path, remove, os.Chmod(path, 0o755)
+}
+
+// profileDir creates dir, the --profile-dir of a run, and returns its
+// absolute path (the certifiers and proxies run elsewhere); "" stays "".
+func profileDir(dir string) (string, error) {
+	if dir == "" {
+		return "", nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	return filepath.Abs(dir)
 }

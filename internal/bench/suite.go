@@ -123,9 +123,13 @@ type SuiteConfig struct {
 	// Breakdown measures, in every run, CPU per process kind, the
 	// proxies' commit phases and the replicas' staleness (breakdown.go).
 	Breakdown bool
-	Binary    string
-	Dir       string
-	Keep      bool
+	// ProfileDir, if set, makes every certifier and proxy write a Go CPU
+	// profile there (as Config.ProfileDir); seeding does not go through
+	// them, so the profiles are the runs'.
+	ProfileDir string
+	Binary     string
+	Dir        string
+	Keep       bool
 	// OutDir receives CSV, Markdown and PNG files.
 	OutDir   string
 	Progress io.Writer
@@ -299,9 +303,13 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	if err != nil {
 		return nil, err
 	}
+	profiles, err := profileDir(cfg.ProfileDir)
+	if err != nil {
+		return nil, err
+	}
 	r := &suiteRunner{scfg: cfg, runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients),
 		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, ProxyStaleness: cfg.ProxyStaleness,
-			Progress: cfg.Progress, Live: cfg.Live}}}
+			ProfileDir: profiles, Progress: cfg.Progress, Live: cfg.Live}}}
 	var removeDir bool
 	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
 		return nil, err

@@ -93,6 +93,7 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.DurationVar(&cfg.ProxyStaleness, "staleness", 0, "every tashkent proxy's --staleness (how often an idle replica fetches remote writesets); 0: the proxy's default")
 	f.BoolVar(&cfg.OneWriter, "one-writer", false, "send every client of a tashkent system to replica 1 (the others only apply), as streaming replication sends them to its primary")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "per run: CPU per committed transaction of every kind of process, the proxies' commit phases, aborts by cause, replica staleness")
+	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "run every certifier and proxy with --cpu-profile into this directory (seeding does not go through them)")
 	f.StringVar(&cfg.OutDir, "out", "", "write CSV, Markdown and PNG figures into this directory")
 	f.StringVar(&cfg.Dir, "dir", "", "work directory for the systems (default: a new temporary one)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (data directories and logs) afterwards")

@@ -43,14 +43,14 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 // transaction that violates one must fail here, as in PostgreSQL, not be
 // certified (other replicas apply writesets without checking them).
 func (s *session) collectWriteset() ([]*pb.Change, result, error) {
-	if err := s.sendCollect(); err != nil {
+	if err := s.sendPipeline(collectStatements); err != nil {
 		return nil, result{}, err
 	}
 	rows, res, err := s.readRowsOf(collectIndex)
 	if err != nil || res.failed() {
 		return nil, res, err
 	}
-	s.noteCollectStatements(res)
+	s.notePipeline(collectStatements, res)
 	events := make([]replica.Event, 0, len(rows))
 	for _, row := range rows {
 		if len(row) != 4 || len(row[1]) != 1 {
@@ -65,7 +65,10 @@ func (s *session) collectWriteset() ([]*pb.Change, result, error) {
 // rollbackAfterCollect rolls back a transaction whose collect failed, and
 // prepares the proxy's statements again if the failure was theirs.
 func (s *session) rollbackAfterCollect(res result) error {
-	lost := s.noteCollectStatements(res)
+	lost := s.notePipeline(collectStatements, res)
+	if lost {
+		res.err.Hint = "The transaction was rolled back; retry it. " + res.err.Hint
+	}
 	if err := s.rollback(); err != nil || !lost {
 		return err
 	}
@@ -130,19 +133,31 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 		return nil, fmt.Errorf("waiting to commit version %d: %w", v, err)
 	}
 	clock.lap(phaseOrder)
-	record := strings.ReplaceAll(replica.RecordVersionSQL, "$1", strconv.FormatUint(v, 10))
-	res, err := s.exec(record + "; COMMIT")
+	res, err := s.commitInTurn(v)
 	if err != nil {
 		rep.seq.Abandon(local)
 		return nil, err
 	}
-	if res.failed() || res.status != 'I' {
-		return nil, s.softRecover(ctx, local, res)
+	if lost := s.notePipeline(commitStatements, res); res.failed() || res.status != 'I' {
+		if err := s.softRecover(ctx, local, res); err != nil || !lost {
+			return nil, err
+		}
+		return nil, s.prepareStatements()
 	}
 	rep.seq.Commit(v)
 	clock.lap(phaseLocal)
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
 	return nil, nil
+}
+
+// commitInTurn records version v in the open transaction and commits it
+// (C5), in one round trip.
+func (s *session) commitInTurn(v uint64) (result, error) {
+	version := [][]byte{[]byte(strconv.FormatUint(v, 10))}
+	if err := s.sendPipeline(commitStatements, version); err != nil {
+		return result{}, err
+	}
+	return s.relay(true)
 }
 
 // applyInstead rolls back the database transaction of certified version v

@@ -22,6 +22,10 @@
 //     certclient), and either roll back with SQLSTATE 40001 or wait for the
 //     version's turn (package sequencer), record the version in the same
 //     database transaction and commit.
+//   - statements.go holds what the proxy itself runs at every transaction
+//     (its BEGIN, the collect, the ordered commit) as prepared statements
+//     of each backend session, sent as pipelines with one Sync: neither
+//     parsed nor planned again, one round trip each.
 //   - replication.go owns the replica side: the certifier stream, the
 //     sequencer, the applier that applies remote writesets in version order,
 //     the lock watch that aborts a local transaction holding a row lock a

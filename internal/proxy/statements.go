@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -10,9 +11,10 @@ import (
 
 // The proxy's own prepared statements. Every backend session has them,
 // prepared by setup, so that what the proxy runs at every transaction is
-// neither parsed nor planned again: its BEGIN, and the collect at COMMIT
-// (C1: check deferred constraints, take the writeset, trim the buffer),
-// sent as one pipeline of Bind/Execute with a single Sync.
+// neither parsed nor planned again: its BEGIN, the collect at COMMIT (C1:
+// check deferred constraints, take the writeset, trim the buffer) and the
+// ordered commit (C5: record the version, commit), each sent as one
+// pipeline of Bind/Execute with a single Sync.
 //
 // A client can drop them: DEALLOCATE ALL (and DEALLOCATE of one of these
 // names), which the proxy sees, marks them unprepared and the next collect
@@ -27,6 +29,8 @@ const (
 	constraintsStatement = "tashkent_constraints"
 	collectStatement     = "tashkent_collect"
 	trimStatement        = "tashkent_trim"
+	recordStatement      = "tashkent_record"
+	commitStatement      = "tashkent_commit"
 )
 
 // proxyStatement is one of the proxy's prepared statements.
@@ -44,8 +48,15 @@ var collectStatements = []proxyStatement{
 
 const collectIndex = 1
 
+// commitStatements commit a certified transaction in its turn: the
+// version is recorded (its parameter) in the transaction that commits it.
+var commitStatements = []proxyStatement{
+	{recordStatement, replica.RecordVersionSQL},
+	{commitStatement, "COMMIT"},
+}
+
 // proxyStatements are all of them, as setup prepares them.
-var proxyStatements = append([]proxyStatement{{beginStatement, "BEGIN"}}, collectStatements...)
+var proxyStatements = slices.Concat([]proxyStatement{{beginStatement, "BEGIN"}}, collectStatements, commitStatements)
 
 // isProxyStatement reports one of the proxy's statement names.
 func isProxyStatement(name string) bool {
@@ -92,14 +103,19 @@ func (s *session) forgetProxyStatements(name string) {
 	}
 }
 
-// sendCollect writes the collect's pipeline, preparing first whichever of
-// its statements the client dropped.
-func (s *session) sendCollect() error {
-	for _, st := range collectStatements {
+// sendPipeline writes one pipeline of the proxy's statements, with the
+// text parameters args[i] for statements[i] (none if args is short),
+// preparing first whichever of them the client dropped.
+func (s *session) sendPipeline(statements []proxyStatement, args ...[][]byte) error {
+	for i, st := range statements {
 		if s.unprepared[st.name] {
 			s.w.Server.Send(&pgproto3.Parse{Name: st.name, Query: st.sql})
 		}
-		s.w.Server.Send(&pgproto3.Bind{PreparedStatement: st.name})
+		bind := &pgproto3.Bind{PreparedStatement: st.name}
+		if i < len(args) {
+			bind.Parameters = args[i]
+		}
+		s.w.Server.Send(bind)
 		s.w.Server.Send(&pgproto3.Execute{})
 	}
 	s.w.Server.Send(&pgproto3.Sync{})
@@ -109,14 +125,14 @@ func (s *session) sendCollect() error {
 	return nil
 }
 
-// noteCollectStatements records the outcome of a collect for the statements it
-// used: prepared if it succeeded; if one was missing or there already
-// (what the proxy could not see), the error the client gets says what
-// happened, and they are all prepared again once the transaction is rolled
-// back (afterCollectFailure).
-func (s *session) noteCollectStatements(res result) (lost bool) {
+// notePipeline records the outcome of a pipeline for the statements it
+// used, and reports whether it failed for want of one of them (or because
+// one was there already): what the proxy could not see, a protocol Close
+// of one of them. The error then says so; the caller prepares them all
+// again once the transaction is over.
+func (s *session) notePipeline(statements []proxyStatement, res result) (lost bool) {
 	if !res.failed() {
-		for _, st := range collectStatements {
+		for _, st := range statements {
 			delete(s.unprepared, st.name)
 		}
 		return false
@@ -125,6 +141,6 @@ func (s *session) noteCollectStatements(res result) (lost bool) {
 		return false
 	}
 	res.err.Message = "the tashkent proxy's prepared statements were closed in this session: " + res.err.Message
-	res.err.Hint = "The transaction was rolled back; retry it. Do not close or deallocate prepared statements named tashkent_*."
+	res.err.Hint = "Do not close or deallocate prepared statements named tashkent_*."
 	return true
 }

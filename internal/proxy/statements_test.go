@@ -15,6 +15,8 @@ import (
 // it cannot (a protocol Close of one of them), must lose no commit and
 // never get a commit that is not replicated: each write below either
 // commits on both replicas or fails with an error, and the session goes on.
+// The DEALLOCATE ALL inside a transaction also drops the statements of the
+// ordered commit, which that transaction's COMMIT needs.
 func TestDroppedProxyStatementsAreRepreparedAndNothingIsLost(t *testing.T) {
 	c := startCluster(t, 2, proxy.ModeMW)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -61,6 +63,15 @@ func TestDroppedProxyStatementsAreRepreparedAndNothingIsLost(t *testing.T) {
 		t.Fatalf("transaction status %q after the failed COMMIT, want I", st)
 	}
 	write("after the failed COMMIT")
+
+	// Closed, the statement that records the version: the certified
+	// transaction cannot commit where it ran, so it is applied from its
+	// writeset in its place (soft recovery); its COMMIT succeeds.
+	if err := pg.Deallocate(ctx, "tashkent_record"); err != nil {
+		t.Fatal(err)
+	}
+	write("after the client closed the proxy's version record")
+	write("after the soft recovery")
 
 	c.converge(30 * time.Second)
 	for i := 0; i < 2; i++ {
