@@ -59,3 +59,37 @@ func TestCollapseKeepingUpdates(t *testing.T) {
 		t.Error("a keyless keeping update was accepted")
 	}
 }
+
+// TestCaptureKeepingUpdates: capture_key records a one-row UPDATE that
+// moved no key as a keeping update, on a parent referenced by its primary
+// key as on any table; a key-moving UPDATE, an insert then an update, a
+// multi-row UPDATE (conservative: no per-row comparison) and the tables
+// that capture (not capture_key) covers are plain writes.
+func TestCaptureKeepingUpdates(t *testing.T) {
+	srv, c := instance(t, `
+		CREATE TABLE parent (id int PRIMARY KEY, v text);
+		CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent, v text);
+		CREATE TABLE coded (id int PRIMARY KEY, code text UNIQUE, v text);
+		CREATE TABLE by_code (id int PRIMARY KEY, code text REFERENCES coded (code));
+		INSERT INTO parent VALUES (1, 'a'), (2, 'b'), (3, 'c');
+		INSERT INTO child VALUES (1, 1, 'x');
+		INSERT INTO coded VALUES (1, 'c1', 'a');`)
+	eqStrings(t, "parent triggers", triggers(t, c, "parent"), want("id"))
+	s := session(t, srv)
+	for i, tc := range []struct {
+		sql  string
+		want []string
+	}{
+		{`UPDATE parent SET v = 'a2' WHERE id = 1`, []string{"M public.parent [1] (1,a2)"}},
+		{`UPDATE child SET v = 'y' WHERE id = 1`, []string{"M public.child [1] (1,1,y)"}},
+		{`UPDATE child SET parent_id = 2 WHERE id = 1`, []string{"M public.child [1] (1,2,y)", "R public.parent [2]"}},
+		{`UPDATE parent SET id = 4 WHERE id = 3`, []string{"D public.parent [3]", "U public.parent [4] (4,c)"}},
+		{`INSERT INTO parent VALUES (5, 'e'); UPDATE parent SET v = 'e2' WHERE id = 5`, []string{"U public.parent [5] (5,e2)"}},
+		{`UPDATE parent SET v = 'm' WHERE id IN (1, 2)`, []string{"U public.parent [1] (1,m)", "U public.parent [2] (2,m)"}},
+		{`UPDATE coded SET v = 'b' WHERE id = 1`, []string{"U public.coded [1] (1,c1,b)"}},
+		{`UPDATE parent SET v = 'z' WHERE id = 1; DELETE FROM parent WHERE id = 4`, []string{"M public.parent [1] (1,z)", "D public.parent [4]"}},
+	} {
+		e := commitLocal(t, s, uint64(i+1), tc.sql)
+		eqStrings(t, tc.sql, keeping(e.GetWriteset().GetChanges()), tc.want)
+	}
+}
