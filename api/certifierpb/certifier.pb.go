@@ -58,7 +58,8 @@ const (
 	// conflicts with a write (UPSERT, DELETE, TRUNCATE, DDL) of the same key
 	// committed after the transaction's snapshot, and a write conflicts with
 	// a reference committed after the writer's snapshot; references never
-	// conflict with each other (Galera's reference keys). When the foreign
+	// conflict with each other (Galera's reference keys), nor with an UPSERT
+	// that keeps the row (Change.keeps_row). When the foreign
 	// key references the parent's primary key, `table` and `key` are the
 	// parent row's, encoded exactly as for a row change of the parent; when
 	// it references another unique constraint, they are named as for
