@@ -5,8 +5,10 @@ import (
 	"math/rand/v2"
 )
 
-// rowIndex maps a row key's hash to the last version that wrote the row:
-// the conflict index of §6.1, the certifier's hottest data structure. At a
+// rowIndex maps a row key's hash to the last version that wrote the row,
+// and the last that wrote it other than by a keeping write (what a
+// reference conflicts with, see KeepingWrite): the conflict index of §6.1,
+// the certifier's hottest data structure. At a
 // full window it holds about a million rows, far more than the caches, so
 // each lookup costs a memory access; a Go map spends two or more (control
 // word, then slot) and hashes the already uniform key again. This is a flat

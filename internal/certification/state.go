@@ -244,7 +244,9 @@ type Config struct {
 }
 
 // DefaultWindowVersions keeps about 25 s of history at 10,000 commits/s, at
-// about 60 bytes of index per key: roughly 60 MB at 4 keys per writeset.
+// about 75 bytes of index per key (a 24-byte row slot at half load, since
+// keeping writes the slot holds the last plain write too; the key in the
+// window): roughly 75 MB at 4 keys per writeset.
 const DefaultWindowVersions = 1 << 18
 
 // rowsPresizeMax bounds the row index's initial size: sized for a full window
