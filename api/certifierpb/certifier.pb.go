@@ -58,7 +58,8 @@ const (
 	// conflicts with a write (UPSERT, DELETE, TRUNCATE, DDL) of the same key
 	// committed after the transaction's snapshot, and a write conflicts with
 	// a reference committed after the writer's snapshot; references never
-	// conflict with each other (Galera's reference keys). When the foreign
+	// conflict with each other (Galera's reference keys), nor with an UPSERT
+	// that keeps the row (Change.keeps_row). When the foreign
 	// key references the parent's primary key, `table` and `key` are the
 	// parent row's, encoded exactly as for a row change of the parent; when
 	// it references another unique constraint, they are named as for
@@ -311,11 +312,21 @@ func (*RaftAck) Descriptor() ([]byte, []int) {
 
 // Change is one row (or table, or schema) a transaction wrote.
 type Change struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"` // schema-qualified, quoted as PostgreSQL prints it
-	Op            Op                     `protobuf:"varint,2,opt,name=op,proto3,enum=tashkent.certifier.v1.Op" json:"op,omitempty"`
-	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"` // the encoded primary key (or unique index values, UNIQUE_KEY); empty for TRUNCATE and DDL
-	Row           []byte                 `protobuf:"bytes,4,opt,name=row,proto3" json:"row,omitempty"` // new row values (UPSERT) or SQL text (DDL)
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"` // schema-qualified, quoted as PostgreSQL prints it
+	Op    Op                     `protobuf:"varint,2,opt,name=op,proto3,enum=tashkent.certifier.v1.Op" json:"op,omitempty"`
+	Key   []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"` // the encoded primary key (or unique index values, UNIQUE_KEY); empty for TRUNCATE and DDL
+	Row   []byte                 `protobuf:"bytes,4,opt,name=row,proto3" json:"row,omitempty"` // new row values (UPSERT) or SQL text (DDL)
+	// keeps_row marks an UPSERT that kept the row: an update that moved no
+	// primary key and changed no value any foreign key references (a keeping
+	// update). Certified as a write of the row that does not conflict with
+	// references (OP_REFERENCE) to it, in either order: a child inserted
+	// concurrently still finds its parent under the same key. Applied as any
+	// UPSERT. A new field, not a new Op, so that versions mix safely: an
+	// older proxy applies it as an upsert, an older certifier ignores it and
+	// certifies a plain write (a spurious conflict at worst, never a missed
+	// one). Only meaningful with OP_UPSERT; ignored on other ops.
+	KeepsRow      bool `protobuf:"varint,5,opt,name=keeps_row,json=keepsRow,proto3" json:"keeps_row,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -376,6 +387,13 @@ func (x *Change) GetRow() []byte {
 		return x.Row
 	}
 	return nil
+}
+
+func (x *Change) GetKeepsRow() bool {
+	if x != nil {
+		return x.KeepsRow
+	}
+	return false
 }
 
 type Writeset struct {
@@ -1402,12 +1420,13 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"*\n" +
 	"\fRaftMessages\x12\x1a\n" +
 	"\bmessages\x18\x01 \x03(\fR\bmessages\"\t\n" +
-	"\aRaftAck\"m\n" +
+	"\aRaftAck\"\x8a\x01\n" +
 	"\x06Change\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12)\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x19.tashkent.certifier.v1.OpR\x02op\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12\x10\n" +
-	"\x03row\x18\x04 \x01(\fR\x03row\"C\n" +
+	"\x03row\x18\x04 \x01(\fR\x03row\x12\x1b\n" +
+	"\tkeeps_row\x18\x05 \x01(\bR\bkeepsRow\"C\n" +
 	"\bWriteset\x127\n" +
 	"\achanges\x18\x01 \x03(\v2\x1d.tashkent.certifier.v1.ChangeR\achanges\"1\n" +
 	"\x05TxnID\x12\x16\n" +

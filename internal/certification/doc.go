@@ -38,6 +38,24 @@
 // to the window like the row index; a workload without foreign keys leaves
 // it empty and never probes it.
 //
+// A reference depends on the parent row's existence under the key the
+// child points to, not on the parent's other columns. So an update that
+// keeps the row (it moved no primary key and changed no value any foreign
+// key references: a keeping update, which the replica's capture decides)
+// is certified as a KeepingWrite: it conflicts with writes and keeping
+// writes of the row, its table and the schema (first-committer-wins, as
+// a write), but not with references, in either order. That is
+// PostgreSQL's own rule on one server: a child's FOR KEY SHARE lock on
+// its parent does not block a non-key (FOR NO KEY UPDATE) update. For
+// that the row index keeps, per row, the last version of any write (for
+// write-write conflicts) and the last version of a plain write (what a
+// reference conflicts with); a plain write is an insert, a delete, a
+// key-moving update, an update of a table some foreign key references
+// through other columns than its primary key, or any write from a replica
+// that does not mark keeping updates. A row leaves the index with its
+// last write; its last plain write is never later, so it is out of the
+// window by then too.
+//
 // # The conflict index and the low-water mark
 //
 // Instead of scanning the log (the paper's step 1), State keeps for each row

@@ -4,7 +4,8 @@ package certification
 // possible: keep every committed writeset and scan all of those committed
 // after the request's start version (Tashkent §6.1, step 1). It shares no code
 // with State. Foreign-key references are shared keys: two keys conflict when
-// they overlap, unless both are references.
+// they overlap, unless both are references, or one is a reference and the
+// other a keeping write (an update that kept the referenced row).
 type referenceModel struct {
 	window  uint64
 	log     []modelEntry // log[i] has version i+1
@@ -27,13 +28,18 @@ func overlaps(a, b Key) bool {
 }
 
 // conflicts is the whole rule: overlapping keys conflict unless both are
-// references; a reference must name one row.
+// references or one is a reference and the other a keeping write; a
+// reference and a keeping write must name one row.
 func conflicts(a, b Key) bool {
-	return overlaps(a, b) && !(a.Kind == Reference && b.Kind == Reference)
+	if a.Kind == Reference && (b.Kind == Reference || b.Kind == KeepingWrite) ||
+		b.Kind == Reference && a.Kind == KeepingWrite {
+		return false
+	}
+	return overlaps(a, b)
 }
 
 func validKey(k Key) bool {
-	return k.Kind == Write || (k.Kind == Reference && k.Table != 0 && k.Row != 0)
+	return k.Kind == Write || ((k.Kind == Reference || k.Kind == KeepingWrite) && k.Table != 0 && k.Row != 0)
 }
 
 func (m *referenceModel) lowWaterMark() uint64 {
@@ -88,7 +94,7 @@ func (m *referenceModel) conflictKinds(v uint64, k Key) (writeWrite, reference b
 		if !conflicts(k, committedKey) {
 			continue
 		}
-		if k.Kind == Write && committedKey.Kind == Write {
+		if k.Kind != Reference && committedKey.Kind != Reference {
 			writeWrite = true
 		} else {
 			reference = true

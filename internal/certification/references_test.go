@@ -37,6 +37,12 @@ func TestReferencePairs(t *testing.T) {
 		{"unique value freed, then child inserted", uniqueValue, refUnique, ReasonReferenceConflict},
 		{"child inserted, then unique value freed", refUnique, uniqueValue, ReasonReferenceConflict},
 		{"a row of another table", row("public.child", 7), refParent, ReasonNone},
+		// A keeping update (non-key columns only) leaves the parent in
+		// place: it and a child insert both commit, where PostgreSQL alone
+		// lets both through too (FOR KEY SHARE vs FOR NO KEY UPDATE).
+		{"parent kept, then child inserted", keep("public.parent", 7), refParent, ReasonNone},
+		{"child inserted, then parent kept", refParent, keep("public.parent", 7), ReasonNone},
+		{"parent kept, then child of the unique value", RowKey("public.parent#parent_code_key", []byte(`["y"]`)), refUnique, ReasonNone},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(Config{WindowVersions: 100}, 0)
@@ -59,6 +65,41 @@ func TestReferencePairs(t *testing.T) {
 	}
 }
 
+// A plain write of a parent that a keeping write then followed inside the
+// window still conflicts with a reference whose snapshot precedes it: the
+// index keeps the row's last plain write under its keeping writes.
+func TestReferenceMeetsAPlainWriteBehindAKeepingWrite(t *testing.T) {
+	s := New(Config{WindowVersions: 100}, 0)
+	s.Certify(Request{Txn: TxnID{"x", 1}, Keys: []Key{row("public.z", 0)}})                        // version 1
+	s.Certify(Request{Txn: TxnID{"x", 2}, StartVersion: 1, Keys: []Key{row("public.parent", 7)}})  // 2: plain (say the key moved back)
+	s.Certify(Request{Txn: TxnID{"x", 3}, StartVersion: 2, Keys: []Key{keep("public.parent", 7)}}) // 3: keeping
+	o := s.Certify(Request{Txn: TxnID{"r", 1}, StartVersion: 1, Keys: []Key{ref("public.parent", 7)}})
+	if o.Decision != Abort || o.Reason != ReasonReferenceConflict || o.ConflictVersion != 2 {
+		t.Fatalf("reference from before the plain write: %+v, want a reference conflict with version 2", o)
+	}
+	o = s.Certify(Request{Txn: TxnID{"r", 2}, StartVersion: 2, Keys: []Key{ref("public.parent", 7)}})
+	if o.Decision != Commit {
+		t.Fatalf("reference from after the plain write: %+v, want commit", o)
+	}
+	// And a delete of the parent still meets the keeping writes and the
+	// reference (write-write first).
+	o = s.Certify(Request{Txn: TxnID{"d", 1}, StartVersion: 2, Keys: []Key{row("public.parent", 7)}})
+	if o.Decision != Abort || o.Reason != ReasonConflict || o.ConflictVersion != 3 {
+		t.Fatalf("delete: %+v, want a write-write conflict with version 3", o)
+	}
+}
+
+// Keeping writes leave the row index with their versions, as writes do.
+func TestKeepingWritesLeaveTheIndexWithTheWindow(t *testing.T) {
+	s := New(Config{WindowVersions: 4}, 0)
+	for i := range 100 {
+		s.Certify(Request{Txn: TxnID{"r", uint64(i + 1)}, StartVersion: s.Version(), Keys: []Key{keep("public.parent", i)}})
+	}
+	if n := s.IndexedRows(); n != 4 {
+		t.Fatalf("%d rows indexed, want the window's 4", n)
+	}
+}
+
 // A reference committed before the writer's snapshot does not conflict:
 // the writer's own replica saw the child (its foreign-key check, or its
 // cascade, decides).
@@ -74,7 +115,8 @@ func TestReferenceBeforeSnapshotDoesNotConflict(t *testing.T) {
 // A request whose reference is not one row is invalid.
 func TestReferenceMustNameARow(t *testing.T) {
 	s := New(Config{WindowVersions: 100}, 0)
-	for _, k := range []Key{{Kind: Reference}, {Table: TableKey("public.t").Table, Kind: Reference}, {Table: 1, Row: 2, Kind: 9}} {
+	for _, k := range []Key{{Kind: Reference}, {Table: TableKey("public.t").Table, Kind: Reference}, {Table: 1, Row: 2, Kind: 9},
+		{Kind: KeepingWrite}, {Table: TableKey("public.t").Table, Kind: KeepingWrite}} {
 		if o := s.Certify(Request{Txn: TxnID{"r", 1}, Keys: []Key{k}}); o.Reason != ReasonInvalid {
 			t.Fatalf("key %+v: %+v, want invalid", k, o)
 		}
@@ -111,9 +153,36 @@ func TestSnapshotFormat1IsStillRead(t *testing.T) {
 		t.Fatal("a format 1 snapshot decodes to another state")
 	}
 	bad := marshalFormat1(s)
-	bad[len(snapshotMagic)] = 3
+	bad[len(snapshotMagic)] = snapshotFormat + 1
 	if _, err := Unmarshal(Config{WindowVersions: 8}, bad); !errors.Is(err, ErrBadSnapshot) {
-		t.Fatalf("format 3: %v, want ErrBadSnapshot", err)
+		t.Fatalf("format %d: %v, want ErrBadSnapshot", snapshotFormat+1, err)
+	}
+}
+
+// TestSnapshotFormat2IsStillRead: a snapshot written before keeping writes
+// (format 2: the layout of format 3, no KeepingWrite key) is read, and the
+// state decides as the one it was taken from; a format 2 snapshot that
+// holds a keeping write is corrupt.
+func TestSnapshotFormat2IsStillRead(t *testing.T) {
+	s := New(Config{WindowVersions: 8}, 0)
+	for i := range 20 {
+		s.Certify(Request{Txn: TxnID{"r", uint64(i + 1)}, StartVersion: s.Version(),
+			Keys: []Key{row("public.t", i%5), ref("public.p", i%3), TableKey("public.u")}})
+	}
+	old := s.Marshal()
+	old[len(snapshotMagic)] = snapshotFormatNoKeepingWrites
+	copied, err := Unmarshal(Config{WindowVersions: 8}, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(copied.Marshal(), s.Marshal()) {
+		t.Fatal("a format 2 snapshot decodes to another state")
+	}
+	s.Certify(Request{Txn: TxnID{"r", 100}, StartVersion: s.Version(), Keys: []Key{keep("public.p", 1)}})
+	withKeeping := s.Marshal()
+	withKeeping[len(snapshotMagic)] = snapshotFormatNoKeepingWrites
+	if _, err := Unmarshal(Config{WindowVersions: 8}, withKeeping); !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("format 2 with a keeping write: %v, want ErrBadSnapshot", err)
 	}
 }
 

@@ -5,8 +5,10 @@ import (
 	"math/rand/v2"
 )
 
-// rowIndex maps a row key's hash to the last version that wrote the row:
-// the conflict index of §6.1, the certifier's hottest data structure. At a
+// rowIndex maps a row key's hash to the last version that wrote the row,
+// and the last that wrote it other than by a keeping write (what a
+// reference conflicts with, see KeepingWrite): the conflict index of §6.1,
+// the certifier's hottest data structure. At a
 // full window it holds about a million rows, far more than the caches, so
 // each lookup costs a memory access; a Go map spends two or more (control
 // word, then slot) and hashes the already uniform key again. This is a flat
@@ -31,6 +33,13 @@ type rowIndex struct {
 type rowSlot struct {
 	row     uint64 // 0: free
 	version uint64
+	// plain is the last version that wrote the row other than by a
+	// keeping write (KeepingWrite), 0 if none is indexed: what a
+	// reference conflicts with. It is never above version, so a row
+	// leaves the index (with its last write) no earlier than its last
+	// plain write leaves the window. The reference index leaves it equal
+	// to version.
+	plain uint64
 }
 
 // rowIndexLoadMax is the largest fill (count / slots) before the table
@@ -65,17 +74,44 @@ func (t *rowIndex) get(row uint64) uint64 {
 	}
 }
 
-// set records that version wrote row.
-func (t *rowIndex) set(row, version uint64) {
+// getPlain returns the version that last wrote row other than by a
+// keeping write, 0 if none is indexed.
+func (t *rowIndex) getPlain(row uint64) uint64 {
+	mask := t.mask()
+	for i := t.home(row); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.row == row {
+			return s.plain
+		}
+		if s.row == 0 {
+			return 0
+		}
+	}
+}
+
+// set records that version wrote row (a plain write).
+func (t *rowIndex) set(row, version uint64) { t.put(row, version, true) }
+
+// setKeeping records that version wrote row by a keeping write: the last
+// plain write stays what it was.
+func (t *rowIndex) setKeeping(row, version uint64) { t.put(row, version, false) }
+
+func (t *rowIndex) put(row, version uint64, plain bool) {
 	mask := t.mask()
 	for i := t.home(row); ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.row == row {
 			s.version = version
+			if plain {
+				s.plain = version
+			}
 			return
 		}
 		if s.row == 0 {
 			s.row, s.version = row, version
+			if plain {
+				s.plain = version
+			}
 			t.count++
 			if float64(t.count) > rowIndexLoadMax*float64(len(t.slots)) {
 				t.grow()

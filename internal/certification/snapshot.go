@@ -25,13 +25,19 @@ import (
 //
 // Integers are uvarints unless a size is given. Format 2 added the
 // foreign-key references (Reference keys): lastRowReference per table and
-// a kind byte per key. Format 1 (no references) is still read: every key
-// a write, no table referenced.
+// a kind byte per key. Format 3 has the layout of format 2 and adds a key
+// kind, KeepingWrite (a keeping update of a row): a reader of format 2
+// would refuse such a key as corrupt, so the format number says "newer"
+// instead. Formats 1 (no references: every key a write, no table
+// referenced) and 2 (no keeping writes: every row write plain) are still
+// read.
 const (
 	snapshotMagic  = "TKCS"
-	snapshotFormat = 2
+	snapshotFormat = 3
 	// snapshotFormatNoReferences is the format before references.
 	snapshotFormatNoReferences = 1
+	// snapshotFormatNoKeepingWrites is the format before keeping writes.
+	snapshotFormatNoKeepingWrites = 2
 )
 
 // ErrBadSnapshot is wrapped by Unmarshal for bytes that are not a snapshot
@@ -82,12 +88,13 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 		return nil, fmt.Errorf("%w: no magic", ErrBadSnapshot)
 	}
 	format := data[len(snapshotMagic)]
-	if format != snapshotFormat && format != snapshotFormatNoReferences {
-		return nil, fmt.Errorf("%w: format %d, this version reads %d and %d (a snapshot of a newer tashkent?)",
+	if format < snapshotFormatNoReferences || format > snapshotFormat {
+		return nil, fmt.Errorf("%w: format %d, this version reads %d to %d (a snapshot of a newer tashkent?)",
 			ErrBadSnapshot, format, snapshotFormatNoReferences, snapshotFormat)
 	}
 	r.b = data[len(snapshotMagic)+1:]
-	r.references = format >= snapshotFormat
+	r.references = format >= snapshotFormatNoKeepingWrites
+	r.keepingWrites = format >= snapshotFormat
 	version, lowWaterMark, lastSchemaWrite := r.uvarint(), r.uvarint(), r.uvarint()
 	tables := r.tables()
 	s := New(cfg, lowWaterMark)
@@ -98,7 +105,7 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 		for j := range keys {
 			keys[j] = r.key()
 		}
-		if r.err == nil && !allValid(keys) {
+		if r.err == nil && (!allValid(keys) || (!r.keepingWrites && hasKeepingWrite(keys))) {
 			r.fail("key kind")
 		}
 		if r.err == nil {
@@ -118,11 +125,21 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 	return s, nil
 }
 
+func hasKeepingWrite(keys []Key) bool {
+	for _, k := range keys {
+		if k.Kind == KeepingWrite {
+			return true
+		}
+	}
+	return false
+}
+
 // snapshotReader reads Marshal's fields; the first error sticks.
 type snapshotReader struct {
-	b          []byte
-	err        error
-	references bool // format 2: keys and tables carry references
+	b             []byte
+	err           error
+	references    bool // format 2 and later: keys and tables carry references
+	keepingWrites bool // format 3: keys may be keeping writes
 }
 
 // keyBytes is the size of one encoded key.

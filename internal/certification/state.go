@@ -36,6 +36,16 @@ const (
 	// aborts one of the two instead of leaving an orphan on every replica.
 	// A reference always names one row (ReferenceKey).
 	Reference
+	// KeepingWrite: the transaction updated the row but kept it: its
+	// primary key and every value a foreign key references are unchanged
+	// (a keeping update; the replica decides, see
+	// api/certifierpb.Change.keeps_row). It conflicts like a Write with
+	// writes and keeping writes of the row (first-committer-wins, §6.1)
+	// and with its table and the schema, but not with references: a child
+	// inserted concurrently still finds its parent, under the same key, on
+	// every replica. A keeping write always names one row
+	// (KeepingRowKey).
+	KeepingWrite
 )
 
 func (k KeyKind) String() string {
@@ -44,6 +54,8 @@ func (k KeyKind) String() string {
 		return "write"
 	case Reference:
 		return "reference"
+	case KeepingWrite:
+		return "keeping write"
 	}
 	return fmt.Sprintf("KeyKind(%d)", uint8(k))
 }
@@ -81,6 +93,22 @@ func ReferenceKeyBytes(table, key []byte) Key {
 	return k
 }
 
+// KeepingRowKey is the key of a row updated by a keeping update: its
+// RowKey, as a KeepingWrite.
+func KeepingRowKey(table string, primaryKey []byte) Key {
+	k := RowKey(table, primaryKey)
+	k.Kind = KeepingWrite
+	return k
+}
+
+// KeepingRowKeyBytes is KeepingRowKey of a table name still in its encoded
+// bytes (equal to KeepingRowKey(string(table), primaryKey)).
+func KeepingRowKeyBytes(table, primaryKey []byte) Key {
+	k := RowKeyBytes(table, primaryKey)
+	k.Kind = KeepingWrite
+	return k
+}
+
 // rowKeySeparator ends the table name inside a row key's hash.
 var rowKeySeparator = [1]byte{0}
 
@@ -113,12 +141,12 @@ func (k Key) isTable() bool  { return k.Table != 0 && k.Row == 0 }
 func (k Key) isRow() bool    { return k.Table != 0 && k.Row != 0 }
 
 // valid reports whether the key is one certification knows: a write of
-// any granularity, or a reference to one row.
+// any granularity, or a reference or keeping write of one row.
 func (k Key) valid() bool {
 	switch k.Kind {
 	case Write:
 		return true
-	case Reference:
+	case Reference, KeepingWrite:
 		return k.isRow()
 	}
 	return false
@@ -216,7 +244,9 @@ type Config struct {
 }
 
 // DefaultWindowVersions keeps about 25 s of history at 10,000 commits/s, at
-// about 60 bytes of index per key: roughly 60 MB at 4 keys per writeset.
+// about 75 bytes of index per key (a 24-byte row slot at half load, since
+// keeping writes the slot holds the last plain write too; the key in the
+// window): roughly 75 MB at 4 keys per writeset.
 const DefaultWindowVersions = 1 << 18
 
 // rowsPresizeMax bounds the row index's initial size: sized for a full window
@@ -242,7 +272,7 @@ type State struct {
 	version      uint64 // highest version assigned
 	lowWaterMark uint64 // requests must have StartVersion >= lowWaterMark
 
-	rows            *rowIndex // row hash -> last version that wrote it
+	rows            *rowIndex // row hash -> last version that wrote it, and last plain (not keeping) write
 	references      *rowIndex // row hash -> last version that referenced it
 	tables          map[uint64]*tableVersions
 	lastSchemaWrite uint64
@@ -318,14 +348,19 @@ func allValid(keys []Key) bool {
 }
 
 // conflict returns a version committed after start that conflicts with k,
-// and why, or 0. A write meets earlier writes first (ReasonConflict), then
-// references; a reference meets writes only (§6.1's rule, with Galera's
-// shared keys: two references never conflict).
+// and why, or 0. A write or keeping write meets earlier writes of either
+// kind first (ReasonConflict); a write then meets references; a reference
+// meets plain writes only (§6.1's rule, with Galera's shared keys: two
+// references never conflict, and a keeping write leaves the row a
+// reference needs in place).
 func (s *State) conflict(k Key, start uint64) (uint64, Reason) {
-	if v := s.lastOverlap(k); v > start {
-		if k.Kind == Reference {
+	if k.Kind == Reference {
+		if v := s.lastPlainOverlap(k); v > start {
 			return v, ReasonReferenceConflict
 		}
+		return 0, ReasonNone
+	}
+	if v := s.lastOverlap(k); v > start {
 		return v, ReasonConflict
 	}
 	if k.Kind == Write {
@@ -367,6 +402,17 @@ func (s *State) lastOverlap(k Key) uint64 {
 	}
 	if !k.isTable() {
 		latest = max(latest, s.rows.get(k.Row))
+	}
+	return latest
+}
+
+// lastPlainOverlap returns the highest version in the index that wrote
+// the row k names, or its table or the schema, other than by a keeping
+// write: what a reference to the row conflicts with.
+func (s *State) lastPlainOverlap(k Key) uint64 {
+	latest := max(s.lastSchemaWrite, s.rows.getPlain(k.Row))
+	if t := s.tables[k.Table]; t != nil {
+		latest = max(latest, t.lastTableWrite)
 	}
 	return latest
 }
@@ -420,6 +466,10 @@ func (s *State) index(k Key, v uint64) {
 		return
 	}
 	t.lastRowWrite = v
+	if k.Kind == KeepingWrite {
+		s.rows.setKeeping(k.Row, v)
+		return
+	}
 	s.rows.set(k.Row, v)
 }
 

@@ -31,12 +31,20 @@ func (w *workload) key() Key {
 		k := TableKey(table)
 		k.Kind = Reference
 		return k
+	case r < 252: // not a row: invalid as a keeping write
+		k := TableKey(table)
+		k.Kind = KeepingWrite
+		return k
+	case r < 500: // a keeping update of a (parent) row
+		return keep(table, w.rng.IntN(w.rows))
 	default:
 		return row(table, w.rng.IntN(w.rows))
 	}
 }
 
 func ref(table string, pk int) Key { return ReferenceKey(table, []byte(fmt.Sprintf("[%d]", pk))) }
+
+func keep(table string, pk int) Key { return KeepingRowKey(table, []byte(fmt.Sprintf("[%d]", pk))) }
 
 func row(table string, pk int) Key { return RowKey(table, []byte(fmt.Sprintf("[%d]", pk))) }
 
@@ -122,6 +130,13 @@ func TestConflictingPairInsideWindowAbortsOneSide(t *testing.T) {
 		a, b Key
 	}{
 		{"same row", row("public.acct", 1), row("public.acct", 1)},
+		{"keeping write then write of the row", keep("public.acct", 1), row("public.acct", 1)},
+		{"write then keeping write of the row", row("public.acct", 1), keep("public.acct", 1)},
+		{"two keeping writes of the row", keep("public.acct", 1), keep("public.acct", 1)},
+		{"keeping write then its table", keep("public.acct", 1), TableKey("public.acct")},
+		{"table then a keeping write in it", TableKey("public.acct"), keep("public.acct", 9)},
+		{"keeping write then schema", keep("public.acct", 1), SchemaKey},
+		{"schema then keeping write", SchemaKey, keep("public.other", 1)},
 		{"row then its table", row("public.acct", 1), TableKey("public.acct")},
 		{"table then a row in it", TableKey("public.acct"), row("public.acct", 9)},
 		{"row then schema", row("public.acct", 1), SchemaKey},

@@ -28,13 +28,15 @@ const (
 	changeOpField        protowire.Number = 2
 	changeKeyField       protowire.Number = 3
 	changeRowField       protowire.Number = 4
+	changeKeepsRowField  protowire.Number = 5
 )
 
 // encodedChange is one change's fields, aliasing the writeset's bytes.
 type encodedChange struct {
-	table []byte
-	op    pb.Op
-	key   []byte
+	table    []byte
+	op       pb.Op
+	key      []byte
+	keepsRow bool
 }
 
 // keysOfEncoded appends the certification keys of an encoded writeset to
@@ -80,8 +82,9 @@ func keysOfEncoded(dst []certification.Key, ws []byte) ([]certification.Key, err
 	return dst, nil
 }
 
-// parseChange reads a Change's table, op and key; as protobuf decoding
-// does, the last occurrence of a field wins. The row is skipped unread.
+// parseChange reads a Change's table, op, key and keeps_row; as protobuf
+// decoding does, the last occurrence of a field wins. The row is skipped
+// unread.
 func parseChange(b []byte) (encodedChange, error) {
 	var c encodedChange
 	for len(b) > 0 {
@@ -103,8 +106,12 @@ func parseChange(b []byte) (encodedChange, error) {
 			c.op = pb.Op(int32(op))
 		case num == changeKeyField && typ == protowire.BytesType:
 			c.key, m = protowire.ConsumeBytes(b)
+		case num == changeKeepsRowField && typ == protowire.VarintType:
+			var v uint64
+			v, m = protowire.ConsumeVarint(b)
+			c.keepsRow = v != 0 // as protobuf decodes a bool
 		case num == changeTableField || num == changeOpField || num == changeKeyField ||
-			(num == changeRowField && typ != protowire.BytesType):
+			num == changeKeepsRowField || (num == changeRowField && typ != protowire.BytesType):
 			return c, fmt.Errorf("malformed change: field %d encoded as wire type %d", num, typ)
 		default: // the row, or a field this version does not know
 			m = protowire.ConsumeFieldValue(num, typ, b)
@@ -123,6 +130,10 @@ func keyOfEncoded(c encodedChange) (certification.Key, error) {
 	case pb.Op_OP_UPSERT, pb.Op_OP_DELETE:
 		if len(c.table) == 0 || len(c.key) == 0 {
 			return certification.Key{}, fmt.Errorf("%v needs a table and a primary key", c.op)
+		}
+		if c.op == pb.Op_OP_UPSERT && c.keepsRow {
+			// A keeping update (see keyOf).
+			return certification.KeepingRowKeyBytes(c.table, c.key), nil
 		}
 		return certification.RowKeyBytes(c.table, c.key), nil
 	case pb.Op_OP_UNIQUE_KEY:

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certification"
 )
 
 // randomWriteset draws changes of every operation, some of them invalid
@@ -26,6 +27,7 @@ func randomWriteset(rng *rand.Rand) *pb.Writeset {
 		if rng.IntN(2) == 0 {
 			c.Row = []byte(`{"v":1}`)
 		}
+		c.KeepsRow = rng.IntN(3) == 0 // on any op: only an upsert's counts
 		ws.Changes = append(ws.Changes, c)
 	}
 	return ws
@@ -75,6 +77,51 @@ func TestKeysOfEncodedLastFieldWins(t *testing.T) {
 	got, err := keysOfEncoded(nil, ws)
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("keysOfEncoded = %v, %v; want %v (table %q)", got, err, want, decoded.Changes[0].Table)
+	}
+}
+
+// keeps_row turns an upsert's row key into a keeping write (and nothing
+// else's): read as protobuf reads a bool (any non-zero varint), the last
+// occurrence winning.
+func TestKeysOfEncodedReadsKeepsRow(t *testing.T) {
+	upsert := func(keeps ...uint64) []byte {
+		var change []byte
+		change = protowire.AppendTag(change, changeTableField, protowire.BytesType)
+		change = protowire.AppendString(change, "public.parent")
+		change = protowire.AppendTag(change, changeOpField, protowire.VarintType)
+		change = protowire.AppendVarint(change, uint64(pb.Op_OP_UPSERT))
+		change = protowire.AppendTag(change, changeKeyField, protowire.BytesType)
+		change = protowire.AppendString(change, "[1]")
+		for _, k := range keeps {
+			change = protowire.AppendTag(change, changeKeepsRowField, protowire.VarintType)
+			change = protowire.AppendVarint(change, k)
+		}
+		ws := protowire.AppendTag(nil, writesetChangesField, protowire.BytesType)
+		return protowire.AppendBytes(ws, change)
+	}
+	for _, tc := range []struct {
+		keeps []uint64
+		want  certification.KeyKind
+	}{
+		{nil, certification.Write},
+		{[]uint64{1}, certification.KeepingWrite},
+		{[]uint64{2}, certification.KeepingWrite},
+		{[]uint64{1, 0}, certification.Write},
+		{[]uint64{0, 1}, certification.KeepingWrite},
+	} {
+		ws := upsert(tc.keeps...)
+		decoded := &pb.Writeset{}
+		if err := proto.Unmarshal(ws, decoded); err != nil {
+			t.Fatal(err)
+		}
+		want, err := KeysOf(decoded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := keysOfEncoded(nil, ws)
+		if err != nil || !slices.Equal(got, want) || got[0].Kind != tc.want {
+			t.Fatalf("keeps_row %v: keysOfEncoded = %v, %v; KeysOf = %v; want kind %v", tc.keeps, got, err, want, tc.want)
+		}
 	}
 }
 

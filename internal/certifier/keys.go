@@ -31,6 +31,11 @@ func keyOf(c *pb.Change) (certification.Key, error) {
 		if c.Table == "" || len(c.Key) == 0 {
 			return certification.Key{}, fmt.Errorf("%v needs a table and a primary key", c.Op)
 		}
+		if c.Op == pb.Op_OP_UPSERT && c.KeepsRow {
+			// A keeping update: a write that references do not conflict
+			// with (certification.KeepingWrite).
+			return certification.KeepingRowKey(c.Table, c.Key), nil
+		}
 		return certification.RowKey(c.Table, c.Key), nil
 	case pb.Op_OP_UNIQUE_KEY:
 		// A value of a unique index, as a row of its own: the table name

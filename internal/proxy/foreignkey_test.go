@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,10 @@ import (
 // now certifies the parent key a new child references as a shared
 // reference key (internal/certification, "Foreign-key references"): it
 // conflicts with a concurrent write of the parent, not with other
-// references.
+// references, nor with an update that keeps the parent row (its key and
+// every value a foreign key references: a keeping update,
+// certification.KeepingWrite), as PostgreSQL's FOR KEY SHARE lock does
+// not block a non-key update on one server.
 //
 // The three cases share one cluster (starting two PostgreSQL servers is
 // most of the time); each uses parents and children of its own.
@@ -28,6 +32,8 @@ func TestForeignKeysAcrossReplicas(t *testing.T) {
 	t.Run("conflict messages", func(t *testing.T) { foreignKeyConflictMessages(t, c) })
 	t.Run("concurrent children of one parent both commit", func(t *testing.T) { concurrentChildrenOfOneParent(t, c) })
 	t.Run("a key that prints differently in the child", func(t *testing.T) { keyPrintedDifferentlyInTheChild(t, c) })
+	t.Run("parent non-key update racing child insert: both commit", func(t *testing.T) { parentKeepingUpdateRacingChildInsert(t, c) })
+	t.Run("referenced unique value updated racing child insert leaves no orphan", func(t *testing.T) { referencedUniqueValueUpdateRacingChildInsert(t, c) })
 }
 
 const foreignKeyRounds = 15
@@ -194,6 +200,87 @@ func keyPrintedDifferentlyInTheChild(t *testing.T, c *testCluster) {
 		var orphans int
 		if err := c.direct(i).QueryRow(ctx,
 			`SELECT count(*) FROM nchild WHERE NOT EXISTS (SELECT FROM nparent WHERE nparent.id = nchild.parent_id)`).Scan(&orphans); err != nil {
+			t.Fatal(err)
+		}
+		if orphans != 0 {
+			t.Errorf("replica %d holds %d orphan child rows", i+1, orphans)
+		}
+	}
+}
+
+// The common case the keeping update is for: orders inserted on one
+// replica referencing a customer whose other columns (last_seen) another
+// replica updates all the time. The parent's UPDATE of a non-key column
+// on replica 1 and the insert of a child of that parent on replica 2, from
+// the same snapshot, committing at once: both commit, every round, on one
+// hot parent row (before keeping updates, one of the two aborted with a
+// foreign-key reference conflict).
+func parentKeepingUpdateRacingChildInsert(t *testing.T, c *testCluster) {
+	a, b := c.connect(0), c.connect(1)
+	const parent = 90
+	for round := 1; round <= foreignKeyRounds; round++ {
+		upd := beginWith(t, a, `UPDATE parent SET v = $1 WHERE id = $2`, fmt.Sprintf("seen %d", round), parent)
+		ins := beginWith(t, b, `INSERT INTO child VALUES ($1, $2, 'order')`, 3000+round, parent)
+		for i, err := range commitConcurrently(t, upd, ins) {
+			if err != nil {
+				t.Fatalf("round %d: transaction %d (0: parent update, 1: child insert): %v, want both to commit", round, i, err)
+			}
+		}
+	}
+	c.converge(20 * time.Second)
+	for i := range c.dbs {
+		var v string
+		var children int
+		if err := c.direct(i).QueryRow(context.Background(),
+			`SELECT (SELECT v FROM parent WHERE id = $1), (SELECT count(*) FROM child WHERE parent_id = $1)`, parent).Scan(&v, &children); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("seen %d", foreignKeyRounds); v != want || children != foreignKeyRounds {
+			t.Errorf("replica %d: parent v %q with %d children, want %q with %d", i+1, v, children, want, foreignKeyRounds)
+		}
+	}
+	noOrphans(t, c)
+}
+
+// A foreign key through a UNIQUE column other than the primary key: an
+// UPDATE of that column on replica 1 frees the value a child inserted
+// concurrently on replica 2 references. The update is a plain write (the
+// referenced value changed; capture is conservative for such tables), so
+// exactly one of the two commits, and no replica holds a child whose code
+// names no parent.
+func referencedUniqueValueUpdateRacingChildInsert(t *testing.T, c *testCluster) {
+	setup := c.connect(0)
+	execSQL(t, setup, `CREATE TABLE uparent (id int PRIMARY KEY, code text NOT NULL UNIQUE, v text)`)
+	execSQL(t, setup, `CREATE TABLE uchild (id int PRIMARY KEY, code text NOT NULL REFERENCES uparent (code))`)
+	execSQL(t, setup, `INSERT INTO uparent SELECT g, 'c' || g, 'p' FROM generate_series(1, 20) AS g`)
+	c.converge(10 * time.Second)
+	a, b := c.connect(0), c.connect(1)
+	wins := [2]int{}
+	for round := 1; round <= foreignKeyRounds; round++ {
+		upd := beginWith(t, a, `UPDATE uparent SET code = code || 'x' WHERE id = $1`, round)
+		ins := beginWith(t, b, `INSERT INTO uchild VALUES ($1, $2)`, round, fmt.Sprintf("c%d", round))
+		errs := commitConcurrently(t, upd, ins)
+		switch {
+		case errs[0] == nil && errs[1] == nil:
+			t.Fatalf("round %d: the referenced value's update and the child's insert both committed", round)
+		case errs[0] != nil && errs[1] != nil:
+			t.Fatalf("round %d: neither committed: %v", round, errs)
+		}
+		for i, err := range errs {
+			if err != nil && sqlState(err) != "40001" {
+				t.Fatalf("round %d: transaction %d failed with %v, want 40001", round, i, err)
+			}
+			if err == nil {
+				wins[i]++
+			}
+		}
+	}
+	t.Logf("update won %d rounds, insert won %d", wins[0], wins[1])
+	c.converge(20 * time.Second)
+	for i := range c.dbs {
+		var orphans int
+		if err := c.direct(i).QueryRow(context.Background(),
+			`SELECT count(*) FROM uchild WHERE NOT EXISTS (SELECT FROM uparent WHERE uparent.code = uchild.code)`).Scan(&orphans); err != nil {
 			t.Fatal(err)
 		}
 		if orphans != 0 {

@@ -59,9 +59,9 @@ func PrepareSession(ctx context.Context, conn Querier) error {
 // Event is one row of the writeset buffer, as CollectSQL returns it.
 type Event struct {
 	Table string // schema-qualified, quoted; "<table>#<index>" for 'K' (and 'R' through a unique index)
-	Op    byte   // 'U' upsert, 'D' delete, 'T' truncate, 'K' unique index value, 'R' referenced parent key
+	Op    byte   // 'U' upsert, 'M' keeping update, 'D' delete, 'T' truncate, 'K' unique index value, 'R' referenced parent key
 	Key   []byte // JSON array of the primary key (or 'K': index, 'R': parent key) values; nil for 'T'
-	Row   []byte // the new row in its text form ('U' only)
+	Row   []byte // the new row in its text form ('U' and 'M' only)
 }
 
 // CollectWriteset returns the writeset of the transaction open on conn
@@ -119,10 +119,18 @@ func collectErr(err error) error {
 // them: the transaction did write or free those values, and certifying a
 // key too many can only cause a spurious conflict.
 //
+// A keeping update ('M': an UPDATE that moved no primary key, of a table
+// no foreign key references through other columns, see capture_key) is an
+// upsert with KeepsRow set, which certification does not hold against
+// concurrent references to the row (certification.KeepingWrite). The key's
+// change keeps KeepsRow only if every event of the key in the transaction
+// was 'M': an insert then updates is a plain upsert, anything then a delete
+// is a delete.
+//
 // Referenced parent keys ('R') become OP_REFERENCE changes, last, one per
 // (parent, key), sorted, except those the writeset already writes as a row
-// change or unique value: a write of the key conflicts with everything a
-// reference to it would.
+// change or unique value: a write of the key, keeping or not, conflicts
+// with everything a reference to it would.
 func Collapse(evs []Event) ([]*certifierpb.Change, error) {
 	out := make([]*certifierpb.Change, 0, len(evs))
 	pos := make(map[tableKey]int, len(evs))
@@ -164,19 +172,21 @@ func Collapse(evs []Event) ([]*certifierpb.Change, error) {
 				}
 			}
 			out = append(out, &certifierpb.Change{Table: e.Table, Op: certifierpb.Op_OP_TRUNCATE})
-		case 'U', 'D':
+		case 'U', 'M', 'D':
 			if len(e.Key) == 0 {
 				return nil, fmt.Errorf("replica: event on %s without a key", e.Table)
 			}
 			c := &certifierpb.Change{Table: e.Table, Key: e.Key}
-			if e.Op == 'U' {
+			if e.Op == 'D' {
+				c.Op = certifierpb.Op_OP_DELETE
+			} else {
 				c.Op = certifierpb.Op_OP_UPSERT
 				c.Row = e.Row
-			} else {
-				c.Op = certifierpb.Op_OP_DELETE
+				c.KeepsRow = e.Op == 'M'
 			}
 			k := tableKey{e.Table, string(e.Key)}
 			if i, ok := pos[k]; ok {
+				c.KeepsRow = c.KeepsRow && out[i].KeepsRow // every event 'M'
 				out[i] = c
 			} else {
 				pos[k] = len(out)

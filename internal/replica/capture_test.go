@@ -16,6 +16,9 @@ import (
 const captureSet = "tashkent_capture_del:%s,|tashkent_capture_ins:%s,|tashkent_capture_trunc:|tashkent_capture_upd:%s,"
 
 func want(pk string) []string {
+	if !strings.Contains(pk, ",") { // capture_key's second argument: the letter of a keeping update
+		pk += ",M"
+	}
 	return strings.Split(strings.ReplaceAll(captureSet, "%s", pk), "|")
 }
 

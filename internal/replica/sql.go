@@ -403,7 +403,21 @@ $fn$;
 --     there always is one (keys are distinct), the answer comes after a
 --     row or two (LIMIT 1 on a nested loop: the join condition is not an
 --     equality, so no hash is built), and the general comparison follows,
---     as in capture. So the events are exactly capture's.
+--     as in capture. So the events are exactly capture's, but for the op
+--     letter of an UPDATE that moved no key (below).
+--
+-- An UPDATE that moved no key records its rows with the letter TG_ARGV[1]
+-- (ensure_triggers passes it): 'M', a keeping update, which certification
+-- does not hold against concurrent foreign-key references to the row
+-- (certification.KeepingWrite), unless some foreign key references the
+-- table through other columns than its primary key: then 'U', a plain
+-- write (an UPDATE may have changed the referenced value; no per-row
+-- comparison is made). Such a table has a certified unique index (a
+-- foreign key needs one on the referenced columns) and is captured by
+-- capture, which always records 'U'; the check is made anyway. Choosing
+-- the letter is all the hot path does for it; triggers installed before
+-- the argument existed ('U') keep working until ensure_triggers replaces
+-- them.
 CREATE OR REPLACE FUNCTION tashkent.capture_key() RETURNS trigger
 LANGUAGE plpgsql
 AS $fn$
@@ -453,7 +467,7 @@ BEGIN
 			SELECT v_tbl, 'U', nw.k, nw.r FROM nw;
 		ELSE
 			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
-			SELECT v_tbl, 'U', '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']', (tashkent_n.*)::pg_catalog.text
+			SELECT v_tbl, COALESCE(TG_ARGV[1], 'U'), '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']', (tashkent_n.*)::pg_catalog.text
 			FROM tashkent_new AS tashkent_n;
 		END IF;
 	ELSIF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
@@ -853,6 +867,30 @@ BEGIN
 END
 $fn$;
 
+-- ensure_referenced_triggers runs ensure_triggers on the tables p_rel's
+-- foreign keys reference (other than p_rel itself), and reports whether
+-- any of their triggers changed.
+CREATE OR REPLACE FUNCTION tashkent.ensure_referenced_triggers(p_rel oid) RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_rel oid;
+	v_changed boolean := false;
+BEGIN
+	FOR v_rel IN
+		SELECT DISTINCT con.confrelid FROM pg_constraint con
+		WHERE con.contype = 'f' AND con.conrelid = p_rel AND con.confrelid <> p_rel
+	LOOP
+		IF tashkent.ensure_triggers(v_rel) IS DISTINCT FROM 'unchanged' THEN
+			v_changed := true;
+		END IF;
+	END LOOP;
+	RETURN v_changed;
+END
+$fn$;
+
 -- ensure_triggers gives one table the triggers it should have: the capture
 -- triggers (with the primary key columns and the certified unique indexes
 -- as arguments, see capture) when it has a primary key, the no-primary-key
@@ -954,6 +992,18 @@ BEGIN
 		-- captured by capture_key (see there); the others by capture.
 		v_fn := CASE WHEN cardinality(v_pk) = 1 AND cardinality(v_uargs) = 0
 			THEN 'tashkent.capture_key' ELSE 'tashkent.capture' END;
+		IF v_fn = 'tashkent.capture_key' THEN
+			-- The op letter of an UPDATE that moved no key (see
+			-- capture_key): 'M' unless a foreign key references the table
+			-- through an index other than its primary key.
+			v_pk := v_pk || CASE WHEN EXISTS (SELECT FROM pg_constraint con
+					WHERE con.contype = 'f' AND con.confrelid = p_rel
+						AND NOT EXISTS (SELECT FROM pg_index i WHERE i.indexrelid = con.conindid AND i.indisprimary))
+				THEN 'U' ELSE 'M' END;
+			v_args := (SELECT string_agg(quote_literal(c), ', ' ORDER BY o) FROM unnest(v_pk) WITH ORDINALITY AS u(c, o));
+			v_argbytes := (SELECT string_agg(convert_to(u.c, 'UTF8') || '\x00'::bytea, ''::bytea ORDER BY u.o)
+				FROM unnest(v_pk) WITH ORDINALITY AS u(c, o));
+		END IF;
 		v_refargs := tashkent.reference_arguments(p_rel);
 		-- One-column foreign keys only, the common case: the cheaper
 		-- capture_reference_keys.
@@ -1071,6 +1121,15 @@ BEGIN
 		-- unique indexes) in their reference triggers' arguments: a
 		-- renamed parent table or index must reach them.
 		IF tashkent.ensure_referencing_triggers(v_rel) THEN
+			v_changed := true;
+		END IF;
+		-- And the tables this one's foreign keys reference: whether a
+		-- foreign key references a parent through other columns than its
+		-- primary key decides the parent's capture_key op letter (see
+		-- ensure_triggers). A dropped foreign key is gone from the catalog
+		-- by now: its parent keeps the conservative 'U' until its next
+		-- refresh.
+		IF tashkent.ensure_referenced_triggers(v_rel) THEN
 			v_changed := true;
 		END IF;
 	END LOOP;

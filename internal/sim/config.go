@@ -81,6 +81,12 @@ type Config struct {
 	// ReferencePercent is the share of an update transaction's reads that
 	// are of foreign-key parents: certified as references (Reference keys).
 	ReferencePercent int
+	// KeepingPercent is the share of writes that keep the row (a keeping
+	// update: the primary key and every value a foreign key references
+	// unchanged), certified as KeepingWrite keys, which references do not
+	// conflict with. A key a transaction writes several times is kept
+	// only if every write kept it (replica.Collapse).
+	KeepingPercent int
 }
 
 // Mutation is a deliberate bug: each one must make a checker fail, or the
@@ -114,18 +120,23 @@ const (
 	// references out of certification requests: a parent changes under a
 	// transaction that committed depending on it.
 	MutationIgnoreReferences
+	// MutationAllWritesKeeping makes sessions certify every write as a
+	// keeping update: a parent deleted (a plain write) concurrently with
+	// a reference to it commits.
+	MutationAllWritesKeeping
 	mutationsEnd
 )
 
 func (m Mutation) String() string {
 	return [...]string{"none", "skip-conflict-check", "ack-before-sync", "commit-without-turn",
-		"read-above-snapshot", "recover-from-memory", "swap-remote-versions", "ignore-references"}[m]
+		"read-above-snapshot", "recover-from-memory", "swap-remote-versions", "ignore-references",
+		"all-writes-keeping"}[m]
 }
 
 // DefaultConfig is a mid-sized cluster with every fault enabled.
 func DefaultConfig() Config {
 	return Config{
-		Replicas: 3, ClientsPerReplica: 2, Keys: 6, OpsPerTxnMax: 4, ReadOnlyPercent: 20, ReferencePercent: 30,
+		Replicas: 3, ClientsPerReplica: 2, Keys: 6, OpsPerTxnMax: 4, ReadOnlyPercent: 20, ReferencePercent: 30, KeepingPercent: 30,
 		Mode: ModeMW, WindowVersions: 32,
 		WorkloadTicks: 300, HealTicksMax: 2000,
 		DropPerMille: 10, DuplicatePerMille: 10, DelayTicksMax: 3,

@@ -88,17 +88,18 @@ func (h *history) begin(id certification.TxnID, replica int, label uint64) *txnR
 
 // newValue returns a value never written before, so that a read names its
 // writer.
-func (h *history) newValue(t *txnRecord, key int) int64 {
+func (h *history) newValue(t *txnRecord, key int, keeps bool) int64 {
 	h.lastValue++
 	for i, wr := range t.writes {
 		if wr.key == key {
 			h.values[wr.value].final = false
 			t.writes[i].value = h.lastValue
+			t.writes[i].keeps = wr.keeps && keeps // kept only if every write kept it
 			h.values[h.lastValue] = &writeInfo{txn: t, final: true}
 			return h.lastValue
 		}
 	}
-	t.writes = append(t.writes, write{key: key, value: h.lastValue})
+	t.writes = append(t.writes, write{key: key, value: h.lastValue, keeps: keeps})
 	h.values[h.lastValue] = &writeInfo{txn: t, final: true}
 	return h.lastValue
 }

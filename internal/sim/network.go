@@ -24,6 +24,7 @@ type request struct {
 type write struct {
 	key   int
 	value int64
+	keeps bool // a keeping update of the row (certification.KeepingWrite)
 }
 
 // reply is a CertifyReply.

@@ -52,7 +52,7 @@ func (s *scenario) write(r, key int) *txnRecord {
 	rep.sessions = append(rep.sessions, sess)
 	sess.txn = s.w.hist.begin(rep.nextTxnID(), r, rep.seq.Committed())
 	sess.txn.snapshot, sess.started, sess.phase = sess.txn.label, true, active
-	s.w.hist.newValue(sess.txn, key)
+	s.w.hist.newValue(sess.txn, key, false)
 	sess.commit()
 	return sess.txn
 }

@@ -86,7 +86,7 @@ func (s *session) statement() {
 	}
 	key := w.rng.IntN(w.cfg.Keys)
 	if s.writer && w.rng.IntN(2) == 0 {
-		w.hist.newValue(s.txn, key)
+		w.hist.newValue(s.txn, key, w.rng.IntN(100) < w.cfg.KeepingPercent)
 	} else {
 		s.txn.reads = append(s.txn.reads, s.read(key))
 		if s.writer && w.rng.IntN(100) < w.cfg.ReferencePercent && !slices.Contains(s.txn.references, key) {
@@ -127,7 +127,11 @@ func (s *session) commit() {
 	}
 	req := request{txn: s.txn.id, startVersion: s.txn.label, writes: slices.Clone(s.txn.writes)}
 	for _, wr := range req.writes {
-		req.keys = append(req.keys, keyOf(wr.key))
+		if wr.keeps || w.cfg.Mutation == MutationAllWritesKeeping {
+			req.keys = append(req.keys, keepingKeyOf(wr.key))
+		} else {
+			req.keys = append(req.keys, keyOf(wr.key))
+		}
 	}
 	if w.cfg.Mutation != MutationIgnoreReferences {
 		for _, key := range s.txn.referencedOnly() {
@@ -216,15 +220,19 @@ func keyOf(key int) certification.Key { return rowKeys[key] }
 // referenceKeyOf is a key's certification key as a foreign-key parent.
 func referenceKeyOf(key int) certification.Key { return referenceKeys[key] }
 
-// rowKeys and referenceKeys are computed once: hashing is the costliest
-// part of a request.
-var rowKeys, referenceKeys = func() ([]certification.Key, []certification.Key) {
-	keys, refs := make([]certification.Key, keysMax), make([]certification.Key, keysMax)
+// keepingKeyOf is a key's certification key for a keeping update.
+func keepingKeyOf(key int) certification.Key { return keepingKeys[key] }
+
+// rowKeys, referenceKeys and keepingKeys are computed once: hashing is
+// the costliest part of a request.
+var rowKeys, referenceKeys, keepingKeys = func() ([]certification.Key, []certification.Key, []certification.Key) {
+	keys, refs, keeps := make([]certification.Key, keysMax), make([]certification.Key, keysMax), make([]certification.Key, keysMax)
 	for i := range keys {
 		keys[i] = certification.RowKey("kv", []byte{byte(i)})
 		refs[i] = certification.ReferenceKey("kv", []byte{byte(i)})
+		keeps[i] = certification.KeepingRowKey("kv", []byte{byte(i)})
 	}
-	return keys, refs
+	return keys, refs, keeps
 }()
 
 // keysMax bounds Config.Keys (the keys are one byte).

@@ -141,6 +141,7 @@ func TestMutationsAreCaught(t *testing.T) {
 		MutationRecoverFromMemory:  "",
 		MutationSwapRemoteVersions: "long fork",
 		MutationIgnoreReferences:   "referenced row changed",
+		MutationAllWritesKeeping:   "referenced row changed",
 	}
 	for m := NoMutation + 1; m < mutationsEnd; m++ {
 		t.Run(m.String(), func(t *testing.T) {
@@ -177,6 +178,7 @@ var minCaught = map[Mutation]int{
 	MutationRecoverFromMemory:  12,
 	MutationSwapRemoteVersions: 7,
 	MutationIgnoreReferences:   50,
+	MutationAllWritesKeeping:   45,
 }
 
 // TestAbortIsFinalOnlyWithoutDuplicates documents an assumption of the
