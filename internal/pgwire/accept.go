@@ -51,6 +51,17 @@ func (e *ProtocolError) Error() string {
 
 func (e *ProtocolError) Unwrap() error { return e.Err }
 
+// RefusedError is a client that Config.Admit refused before it was
+// authenticated; the client got Admit's ErrorResponse.
+type RefusedError struct {
+	Code    string
+	Message string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("pgwire: connection refused before authentication: %s (SQLSTATE %s)", e.Message, e.Code)
+}
+
 // aLongTimeAgo is a deadline in the past, set to interrupt blocked I/O.
 var aLongTimeAgo = time.Unix(1, 0)
 
@@ -149,6 +160,13 @@ func Accept(ctx context.Context, client net.Conn, cfg Config, reg *Registry) (se
 		s.Params[k] = v
 	}
 	s.log = s.log.With("user", s.Params["user"], "database", s.Params["database"])
+	if cfg.Admit != nil {
+		if refusal := cfg.Admit(s.Params); refusal != nil {
+			s.Client.Send(refusal)
+			_ = s.Client.Flush()
+			return nil, &RefusedError{Code: refusal.Code, Message: refusal.Message}
+		}
+	}
 	var keys scramKeys
 	if cfg.SCRAM != nil {
 		if keys, err = s.authenticateSCRAM(ctx, s.Params["user"]); err != nil {

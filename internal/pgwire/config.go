@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 const (
@@ -56,6 +58,13 @@ type Config struct {
 	// all (trust), never with a relayed password (scram_backend.go).
 	// Nil: PostgreSQL's authentication is relayed to the client.
 	SCRAM SCRAMLookup
+	// Admit, when set, is asked with the client's startup parameters
+	// before the client is authenticated and before the backend is dialed:
+	// a non-nil answer is sent to the client, which is then disconnected
+	// (Accept returns *RefusedError), as PostgreSQL refuses connections
+	// while it starts up (57P03) without asking for a password. Nil admits
+	// everyone.
+	Admit func(params map[string]string) *pgproto3.ErrorResponse
 	// Logger receives connection-level events; nil discards them.
 	Logger *slog.Logger
 

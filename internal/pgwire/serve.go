@@ -128,9 +128,12 @@ func logAcceptError(log *slog.Logger, c net.Conn, err error) {
 	client := addrString(c.RemoteAddr())
 	var se *ServerError
 	var pe *ProtocolError
+	var re *RefusedError
 	switch {
 	case errors.Is(err, ErrCancelHandled):
 		log.Debug("cancel request", "client", client)
+	case errors.As(err, &re):
+		log.Info("connection refused", "client", client, "code", re.Code, "message", re.Message)
 	case errors.As(err, &se):
 		log.Info("connection refused by PostgreSQL", "client", client, "code", se.Code, "message", se.Message)
 	case errors.As(err, &pe):

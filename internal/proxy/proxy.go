@@ -125,6 +125,7 @@ func (p *Proxy) clientConfig() (pgwire.Config, func(), error) {
 	cfg := pgwire.Config{
 		BackendAddr:   p.cfg.BackendAddr,
 		StartupParams: map[string]string{"default_transaction_isolation": "repeatable read"},
+		Admit:         p.admit,
 		Logger:        p.cfg.Logger,
 	}
 	if p.cfg.TLSCert != "" {
@@ -171,7 +172,7 @@ func (p *Proxy) configureSequences(ctx context.Context, conn *pgx.Conn) error {
 
 func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
 	defer w.Close()
-	if refusal := p.admit(w); refusal != nil {
+	if refusal := p.admit(w.Params); refusal != nil { // again: the replica may have changed since (pgwire.Config.Admit)
 		w.SendErrorResponse(refusal)
 		return
 	}
@@ -209,12 +210,15 @@ func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
 	}
 }
 
-// admit refuses clients the proxy cannot serve yet.
-func (p *Proxy) admit(w *pgwire.Session) *pgproto3.ErrorResponse {
-	if db := w.Params["database"]; db != "" && db != p.cfg.Database {
+// admit refuses, by their startup parameters, clients the proxy cannot
+// serve: another database, or a replica that is recovering or halted. It
+// runs before the client authenticates and before a backend connection is
+// opened for it, and again when the session starts.
+func (p *Proxy) admit(params map[string]string) *pgproto3.ErrorResponse {
+	if db := params["database"]; db != "" && db != p.cfg.Database {
 		return fatal(codeFeatureNotSupported, fmt.Sprintf("tashkent replicates database %q, not %q", p.cfg.Database, db))
 	}
-	if w.Params["database"] == "" && w.Params["user"] != p.cfg.Database {
+	if params["database"] == "" && params["user"] != p.cfg.Database {
 		return fatal(codeFeatureNotSupported, fmt.Sprintf("tashkent replicates database %q; connect to it by name", p.cfg.Database))
 	}
 	if p.rep.recovering.Load() || p.rep.needRecover.Load() {
