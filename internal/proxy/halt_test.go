@@ -75,8 +75,9 @@ func TestStoppedApplierAnswersWaitingSessions(t *testing.T) {
 		t.Fatalf("first statement of a block begun before replica 1 stopped: %v, want 57P03", err)
 	}
 
-	// New connections are refused (after the startup handshake, which the
-	// proxy relays to the database before it admits a session).
+	// New connections are refused, right after their startup message:
+	// before authentication and before a database connection is opened
+	// for them (pgwire.Config.Admit; TestAdmitRefusesBeforeTheBackendIsDialed).
 	for i := range 2 {
 		conn, err := pgx.Connect(ctx, c.dsn(i))
 		if err == nil {

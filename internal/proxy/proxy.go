@@ -125,7 +125,7 @@ func (p *Proxy) clientConfig() (pgwire.Config, func(), error) {
 	cfg := pgwire.Config{
 		BackendAddr:   p.cfg.BackendAddr,
 		StartupParams: map[string]string{"default_transaction_isolation": "repeatable read"},
-		Admit:         p.admit,
+		Admit:         func(map[string]string) *pgproto3.ErrorResponse { return p.admitToReplica() },
 		Logger:        p.cfg.Logger,
 	}
 	if p.cfg.TLSCert != "" {
@@ -172,7 +172,7 @@ func (p *Proxy) configureSequences(ctx context.Context, conn *pgx.Conn) error {
 
 func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
 	defer w.Close()
-	if refusal := p.admit(w.Params); refusal != nil { // again: the replica may have changed since (pgwire.Config.Admit)
+	if refusal := p.admit(w.Params); refusal != nil {
 		w.SendErrorResponse(refusal)
 		return
 	}
@@ -210,10 +210,10 @@ func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
 	}
 }
 
-// admit refuses, by their startup parameters, clients the proxy cannot
-// serve: another database, or a replica that is recovering or halted. It
-// runs before the client authenticates and before a backend connection is
-// opened for it, and again when the session starts.
+// admit refuses, once it authenticated, a client the proxy cannot serve:
+// one that asked for another database, or any while the replica is
+// recovering or halted (admitToReplica, asked again: the replica may have
+// changed since).
 func (p *Proxy) admit(params map[string]string) *pgproto3.ErrorResponse {
 	if db := params["database"]; db != "" && db != p.cfg.Database {
 		return fatal(codeFeatureNotSupported, fmt.Sprintf("tashkent replicates database %q, not %q", p.cfg.Database, db))
@@ -221,6 +221,14 @@ func (p *Proxy) admit(params map[string]string) *pgproto3.ErrorResponse {
 	if params["database"] == "" && params["user"] != p.cfg.Database {
 		return fatal(codeFeatureNotSupported, fmt.Sprintf("tashkent replicates database %q; connect to it by name", p.cfg.Database))
 	}
+	return p.admitToReplica()
+}
+
+// admitToReplica refuses every client while the replica is recovering or
+// halted. pgwire asks it before the client authenticates and before a
+// backend connection is opened (pgwire.Config.Admit), as PostgreSQL
+// answers 57P03 while it starts up; it says nothing about the client.
+func (p *Proxy) admitToReplica() *pgproto3.ErrorResponse {
 	if p.rep.recovering.Load() || p.rep.needRecover.Load() {
 		return fatal(codeCannotConnectNow, "the replica is recovering after its database restarted; retry shortly")
 	}
