@@ -111,9 +111,12 @@ func parseChange(b []byte) (encodedChange, error) {
 			v, m = protowire.ConsumeVarint(b)
 			c.keepsRow = v != 0 // as protobuf decodes a bool
 		case num == changeTableField || num == changeOpField || num == changeKeyField ||
-			num == changeKeepsRowField || (num == changeRowField && typ != protowire.BytesType):
+			(num == changeRowField && typ != protowire.BytesType):
 			return c, fmt.Errorf("malformed change: field %d encoded as wire type %d", num, typ)
-		default: // the row, or a field this version does not know
+		default: // the row, a field this version does not know, or keeps_row
+			// in another wire type, which protobuf keeps as an unknown
+			// field (KeysOf certifies it as if absent; so did every
+			// version before keeps_row)
 			m = protowire.ConsumeFieldValue(num, typ, b)
 		}
 		if m < 0 {

@@ -125,6 +125,43 @@ func TestKeysOfEncodedReadsKeepsRow(t *testing.T) {
 	}
 }
 
+// keeps_row in another wire type than a varint is, to protobuf, an unknown
+// field (it decodes, KeepsRow stays as it was): the encoded reader must
+// accept it as KeysOf does, not reject the writeset, and an earlier valid
+// keeps_row still counts.
+func TestKeysOfEncodedSkipsKeepsRowOfAnotherWireType(t *testing.T) {
+	for _, before := range []bool{false, true} {
+		var change []byte
+		change = protowire.AppendTag(change, changeTableField, protowire.BytesType)
+		change = protowire.AppendString(change, "public.parent")
+		change = protowire.AppendTag(change, changeOpField, protowire.VarintType)
+		change = protowire.AppendVarint(change, uint64(pb.Op_OP_UPSERT))
+		change = protowire.AppendTag(change, changeKeyField, protowire.BytesType)
+		change = protowire.AppendString(change, "[1]")
+		if before {
+			change = protowire.AppendTag(change, changeKeepsRowField, protowire.VarintType)
+			change = protowire.AppendVarint(change, 1)
+		}
+		change = protowire.AppendTag(change, changeKeepsRowField, protowire.BytesType)
+		change = protowire.AppendString(change, "x")
+		change = protowire.AppendTag(change, changeKeepsRowField, protowire.Fixed32Type)
+		change = protowire.AppendFixed32(change, 7)
+		ws := protowire.AppendBytes(protowire.AppendTag(nil, writesetChangesField, protowire.BytesType), change)
+		decoded := &pb.Writeset{}
+		if err := proto.Unmarshal(ws, decoded); err != nil {
+			t.Fatalf("protobuf refuses it: %v", err)
+		}
+		want, err := KeysOf(decoded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := keysOfEncoded(nil, ws)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("keeps_row set before: %v: keysOfEncoded = %v, %v; KeysOf = %v", before, got, err, want)
+		}
+	}
+}
+
 func TestKeysOfEncodedRejectsMalformedBytes(t *testing.T) {
 	valid, _ := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{{Table: "t", Op: pb.Op_OP_UPSERT, Key: []byte("1")}}})
 	badUTF8 := slices.Clone(valid)
