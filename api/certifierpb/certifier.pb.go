@@ -498,8 +498,14 @@ type OpenSession struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Replica        string                 `protobuf:"bytes,1,opt,name=replica,proto3" json:"replica,omitempty"`                                      // the replica's name
 	ReplicaVersion uint64                 `protobuf:"varint,2,opt,name=replica_version,json=replicaVersion,proto3" json:"replica_version,omitempty"` // versions up to here need not be delivered
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Send every entry as soon as it is durable, not only with the replies
+	// to this replica's requests and its catch-up requests (Tashkent §6.1
+	// piggybacks remote writesets on replies). A certifier older than this
+	// field ignores it: the replica then hears of other replicas' commits
+	// with its replies and catch-up requests only, as before.
+	Push          bool `protobuf:"varint,3,opt,name=push,proto3" json:"push,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenSession) Reset() {
@@ -544,6 +550,13 @@ func (x *OpenSession) GetReplicaVersion() uint64 {
 		return x.ReplicaVersion
 	}
 	return 0
+}
+
+func (x *OpenSession) GetPush() bool {
+	if x != nil {
+		return x.Push
+	}
+	return false
 }
 
 type CertifyRequest struct {
@@ -1431,10 +1444,11 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\achanges\x18\x01 \x03(\v2\x1d.tashkent.certifier.v1.ChangeR\achanges\"1\n" +
 	"\x05TxnID\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"P\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"d\n" +
 	"\vOpenSession\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12'\n" +
-	"\x0freplica_version\x18\x02 \x01(\x04R\x0ereplicaVersion\"\xc1\x01\n" +
+	"\x0freplica_version\x18\x02 \x01(\x04R\x0ereplicaVersion\x12\x12\n" +
+	"\x04push\x18\x03 \x01(\bR\x04push\"\xc1\x01\n" +
 	"\x0eCertifyRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +

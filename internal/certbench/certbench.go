@@ -199,6 +199,7 @@ func openStreams(ctx context.Context, cfg Config, clients int) ([]*replicaStream
 			Target:         cfg.Target,
 			Replica:        "bench-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36),
 			ReplicaVersion: durable,
+			Push:           true, // as proxies ask
 			DialOptions:    cfg.DialOptions,
 			OnEntries: func(entries []logentry.Entry, _ uint64) {
 				if len(entries) > 0 {

@@ -66,6 +66,9 @@ type Options struct {
 	Target         string
 	Replica        string // this replica's name
 	ReplicaVersion uint64 // versions up to here are not delivered again
+	// Push asks the certifier to send every entry as soon as it is
+	// durable (OpenSession.push), not only with replies and catch-ups.
+	Push bool
 	// OnEntries receives committed entries in version order, contiguous,
 	// still encoded (Entry.Decode parses one), from one goroutine, before
 	// the replies that depend on them. It must not call back into the
@@ -296,7 +299,7 @@ func (c *Client) session() (bool, string, error) {
 		return false, "", err
 	}
 	c.mu.Lock()
-	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered}, CatchUp: true}
+	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push}, CatchUp: true}
 	c.outbox = c.outbox[:0]
 	for _, cl := range c.pending {
 		c.outbox = append(c.outbox, cl.req)

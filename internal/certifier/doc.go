@@ -32,8 +32,10 @@
 //
 // A Certify stream is one replica's session. The service remembers per stream
 // the highest version delivered, so a replica receives each entry once, in
-// order, before any reply that depends on it. A stream whose replica is far
-// behind is caught up from the log on disk, in chunks.
+// order, before any reply that depends on it. Every entry is pushed to every
+// stream as soon as it is durable, not only with the replica's own replies
+// (nextToSend). A stream whose replica is far behind is caught up from the
+// log on disk, in chunks.
 //
 // # Failure
 //

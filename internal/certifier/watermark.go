@@ -43,6 +43,14 @@ func (w *watermark) get() uint64 {
 	return w.version
 }
 
+// watch returns the version, the failure if any, and a channel closed
+// when either changes.
+func (w *watermark) watch() (uint64, error, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.version, w.err, w.changed
+}
+
 // wait returns the version once it is at least v.
 func (w *watermark) wait(ctx context.Context, v uint64) (uint64, error) {
 	for {

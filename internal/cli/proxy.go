@@ -63,7 +63,7 @@ restarts.`,
 	f.StringVar(&cfg.AdminUser, "admin-user", "postgres", "superuser for the proxy's own connections (password from TASHKENT_ADMIN_PASSWORD)")
 	f.StringVar(&cfg.Certifier, "certifier", "127.0.0.1:7400", "certifier address")
 	f.StringVar(&mode, "mode", string(proxy.ModeMW), "durability placement: mw (certifier log) or base (each replica's WAL)")
-	f.DurationVar(&cfg.Staleness, "staleness", 100*time.Millisecond, "an idle replica asks for remote writesets at least this often")
+	f.DurationVar(&cfg.Staleness, "staleness", 100*time.Millisecond, "the replica asks for remote writesets at least this often (a safety net: the certifier pushes each as soon as it is durable); also the database health check's interval")
 	f.StringVar(&metrics, "metrics-listen", "", "Prometheus /metrics listen address; empty disables")
 	f.IntVar(&cfg.ReplicaIndex, "replica-index", 0, "this replica's number, 1 to --sequence-stride, unique in the cluster: its sequences hand out only values congruent to it (0: the one recorded in the database)")
 	f.IntVar(&cfg.SequenceStride, "sequence-stride", replica.SequenceStrideDefault, fmt.Sprintf("every sequence advances by this much; the most replicas the cluster can ever have (at most %d)", replica.SequenceStrideMax))

@@ -40,7 +40,13 @@ type Config struct {
 	// Staleness bounds how long an idle replica goes without asking for
 	// remote writesets (Tashkent §6.2 "Bounding Staleness").
 	Staleness time.Duration
-	Logger    *slog.Logger
+	// NoPush: the replica hears of other replicas' commits only with the
+	// replies to its own and its catch-up requests every Staleness
+	// (Tashkent §6.1 as written), not as soon as each is durable (the
+	// default; certclient.Options.Push). For tests that need a stale
+	// replica.
+	NoPush bool
+	Logger *slog.Logger
 
 	// CertifierDialOptions dial the certifier: its TLS credentials
 	// (grpctls, --certifier-tls-*); none: plaintext.

@@ -162,7 +162,7 @@ func (r *replication) connect(ctx context.Context) error {
 func (r *replication) openStream(version uint64) error {
 	epoch := r.seq.Epoch()
 	c, err := certclient.New(certclient.Options{
-		Target: r.p.cfg.Certifier, Replica: r.p.cfg.Name, ReplicaVersion: version,
+		Target: r.p.cfg.Certifier, Replica: r.p.cfg.Name, ReplicaVersion: version, Push: !r.p.cfg.NoPush,
 		Logger: r.p.cfg.Logger, DialOptions: r.p.cfg.CertifierDialOptions,
 		OnEntries: func(entries []logentry.Entry, durable uint64) {
 			r.deliver(epoch, entries, durable)

@@ -219,7 +219,9 @@ func TestUniqueValueMovedAndInsertedOnTwoReplicasCommitsOnce(t *testing.T) {
 }
 
 // startClusterStaleness is startCluster (mode mw) with a staleness bound
-// per proxy; 0 keeps the default.
+// per proxy; 0 keeps the default. A bound of an hour or more keeps that
+// replica stale on purpose: it also asks for no pushes (Config.NoPush), so
+// it hears of other replicas' commits only with its own.
 func startClusterStaleness(t *testing.T, staleness []time.Duration) *testCluster {
 	t.Helper()
 	c := startCluster(t, 0, proxy.ModeMW)
@@ -228,7 +230,7 @@ func startClusterStaleness(t *testing.T, staleness []time.Duration) *testCluster
 		p, err := proxy.New(proxy.Config{
 			Name: fmt.Sprintf("replica%d", i+1), Listen: "127.0.0.1:0",
 			BackendAddr: fmt.Sprintf("127.0.0.1:%d", c.dbs[i].Port()), Certifier: c.certifier.Addr().String(),
-			Mode: proxy.ModeMW, Staleness: st,
+			Mode: proxy.ModeMW, Staleness: st, NoPush: st >= time.Hour, // an hour: stale on purpose
 		})
 		if err != nil {
 			t.Fatal(err)
