@@ -1,11 +1,13 @@
 package replica
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/api/certifierpb"
 )
@@ -244,5 +246,53 @@ func checkFinalState(t *testing.T, s *pgx.Conn, c *certifierpb.Change) {
 		t.Errorf("%s: the table still holds %v", change(c), found)
 	case op == certifierpb.Op_OP_UPSERT && (len(found) != 1 || found[0] != string(c.GetRow())):
 		t.Errorf("%s: the table holds %v", change(c), found)
+	}
+}
+
+// TestCaptureNestedStateUsesThePrimaryKey: the state path's lookup of the
+// statement's keys goes through the primary key index, not a scan of the
+// table (auto_explain prints the plans of the capture function's nested
+// statements as notices).
+func TestCaptureNestedStateUsesThePrimaryKey(t *testing.T) {
+	srv, admin := instance(t, `
+		CREATE TABLE big (id int PRIMARY KEY, v text, modified int NOT NULL DEFAULT 0);
+		INSERT INTO big SELECT g, 'v', 0 FROM generate_series(1, 20000) AS g;
+		ANALYZE big;`)
+	mustExec(t, admin, `
+		CREATE FUNCTION touch_big() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			UPDATE big SET modified = modified + 1 WHERE id = NEW.id;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER touch_after AFTER UPDATE OF v ON big FOR EACH ROW EXECUTE FUNCTION touch_big();`)
+	cfg, err := pgx.ParseConfig(srv.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	s, err := pgx.ConnectConfig(tctx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	if err := PrepareSession(tctx(t), s); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, s, `LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;
+		SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = notice`)
+	ws := commitLocal(t, s, 1, `UPDATE big SET v = 'w' WHERE id = 7`)
+	eqStrings(t, "writeset", changes(ws.GetWriteset().GetChanges()), []string{"U public.big [7] (7,w,1)"})
+	var plan string
+	for _, n := range notices {
+		if strings.Contains(n, "WITH tk AS") {
+			plan = n
+		}
+	}
+	if plan == "" {
+		t.Fatalf("no plan of the state path's statement among the notices:\n%s", strings.Join(notices, "\n---\n"))
+	}
+	if !strings.Contains(plan, "big_pkey") || strings.Contains(plan, "Seq Scan on big") {
+		t.Errorf("the state path does not look the keys up through big_pkey:\n%s", plan)
 	}
 }
