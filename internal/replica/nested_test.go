@@ -285,7 +285,7 @@ func TestCaptureNestedStateUsesThePrimaryKey(t *testing.T) {
 	eqStrings(t, "writeset", changes(ws.GetWriteset().GetChanges()), []string{"U public.big [7] (7,w,1)"})
 	var plan string
 	for _, n := range notices {
-		if strings.Contains(n, "WITH tk AS") {
+		if strings.Contains(n, "AS tashkent_kk") {
 			plan = n
 		}
 	}

@@ -106,18 +106,22 @@ const nestedCaptureMayHaveRun = `(pg_catalog.pg_trigger_depth() OPERATOR(pg_cata
 // up in the table the events name (the trigger's table: the root of a
 // partitioned table, which covers its partitions; ONLY the table itself
 // otherwise) with the key columns' own equality, which the primary key
-// index serves. A key with a row gets 'U' and the row as the table holds
-// it now, the nested statements' changes included; a key without one gets
-// 'D'. Keys print exactly as the normal path prints them: the same macro
-// (key, keyExpr or keysExpr) over to_json of the row, with the key
-// columns (pkVar, the capture function's v_pk1 or v_pk) passed as $2 of
-// the dynamic statement, which cannot read plpgsql variables. A keeping
-// update is recorded as a plain 'U' (conservative). The statement is
-// built at every call (the table and key columns vary): about one
-// planning per statement, paid only on this path. It runs under the
-// capture function's pinned print settings and with search_path
-// pg_catalog, pg_temp (capture's SET clause; capture_key sets it around
-// this statement).
+// index serves. A key that a row of the table prints as now gets 'U' and
+// that row, the nested statements' changes included; any other key gets
+// 'D'. (A row found by equality that prints its key differently, numeric
+// 1.50 for 1.5, was written last either by a nested statement, whose
+// capture recorded it under its own key, or by this statement, whose new
+// rows then hold that key too.) Keys print exactly as the normal path
+// prints them: the same macro (key: keyExpr or keysExpr) over to_json of
+// the row, the key columns (pkVar, the capture function's v_pk1 or v_pk)
+// passed as $2 of the dynamic statement, which cannot read plpgsql
+// variables. An UPDATE's old and new rows record a key twice, alike:
+// Collapse keeps one. A keeping update is recorded as a plain 'U'
+// (conservative). The statement is built and planned at every call (the
+// table and key columns vary), which is most of this path's cost (see
+// "Nested statements" in doc.go). It runs under the capture function's
+// pinned print settings and with search_path pg_catalog, pg_temp
+// (capture's SET clause; capture_key sets it around this statement).
 func stateEvents(key, pkVar string) string {
 	macro := map[string]string{"KEY": strings.ReplaceAll(key, pkVar, "$$2")}
 	cols := pkVar
@@ -125,8 +129,8 @@ func stateEvents(key, pkVar string) string {
 		cols = "ARRAY[v_pk1]"
 	}
 	return strings.NewReplacer(
-		"$TRANSITION_KEY", expand(`$KEY(s.j)`, macro),
-		"$CURRENT_KEY", expand(`$KEY(c.j)`, macro),
+		"$TRANSITION_KEY", expand(`$KEY(k.tashkent_j)`, macro),
+		"$CURRENT_KEY", expand(`$KEY(t.tashkent_j)`, macro),
 		"$PK_VAR", pkVar, "$PK_COLS", cols,
 	).Replace(`v_cols := (SELECT string_agg(format('%I', u.c), ', ' ORDER BY u.o)
 			FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o));
@@ -134,20 +138,18 @@ func stateEvents(key, pkVar string) string {
 			ELSE '{tashkent_old,tashkent_new}'::text[] END;
 		EXECUTE format($q$
 			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
-			WITH tk AS (
-				SELECT DISTINCT $TRANSITION_KEY AS k FROM (%1$s) AS s
-			), cur AS (
-				SELECT $CURRENT_KEY AS k, c.r
-				FROM (SELECT to_json(t.*) AS j, (t.*)::text AS r FROM %2$s AS t WHERE (%3$s) IN (%4$s)) AS c
-			)
-			SELECT $1, 'D', tk.k, NULL FROM tk WHERE NOT EXISTS (SELECT FROM cur WHERE cur.k = tk.k)
-			UNION ALL
-			SELECT $1, 'U', cur.k, cur.r FROM cur$q$,
-			(SELECT string_agg(format('SELECT to_json(x.*) AS j FROM %I AS x', tt), ' UNION ALL ') FROM unnest(v_trans) AS tt),
+			SELECT $1, CASE WHEN s.tashkent_r IS NULL THEN 'D' ELSE 'U' END, s.tashkent_kk, s.tashkent_r
+			FROM (SELECT $TRANSITION_KEY AS tashkent_kk,
+					CASE WHEN t.tashkent_j IS NOT NULL AND ($CURRENT_KEY) = ($TRANSITION_KEY) THEN t.tashkent_r END AS tashkent_r
+				FROM (%1$s) AS k
+				LEFT JOIN (SELECT to_json(t.*) AS tashkent_j, (t.*)::text AS tashkent_r, %2$s FROM %3$s AS t) AS t
+				ON (%4$s) = (%5$s)) AS s$q$,
+			(SELECT string_agg(format('SELECT to_json(x.*) AS tashkent_j, %s FROM %I AS x', v_cols, tt), ' UNION ALL ') FROM unnest(v_trans) AS tt),
+			v_cols,
 			(SELECT CASE c.relkind WHEN 'p' THEN '' ELSE 'ONLY ' END FROM pg_class c WHERE c.oid = TG_RELID)
 				|| format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME),
 			(SELECT string_agg(format('t.%I', u.c), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o)),
-			(SELECT string_agg(format('SELECT %s FROM %I', v_cols, tt), ' UNION ') FROM unnest(v_trans) AS tt))
+			(SELECT string_agg(format('k.%I', u.c), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o)))
 		USING v_tbl, $PK_VAR;`)
 }
 
