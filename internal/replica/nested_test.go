@@ -41,6 +41,7 @@ CREATE TABLE part_t1 PARTITION OF part_t FOR VALUES FROM (0) TO (10);
 CREATE TABLE part_t2 PARTITION OF part_t FOR VALUES FROM (10) TO (20);
 CREATE TABLE plain_t (id int PRIMARY KEY, v text);
 CREATE TABLE undel_t (id int PRIMARY KEY, v text);
+CREATE TABLE num_t (id numeric PRIMARY KEY, v text);
 INSERT INTO del_t VALUES (1, 'a'), (2, 'b'), (3, 'c');
 INSERT INTO mod_t VALUES (1, 'a'), (2, 'b'), (3, 'c');
 INSERT INTO stmt_t VALUES (1, 'a'), (2, 'b');
@@ -51,7 +52,8 @@ INSERT INTO wide_t VALUES (1, 'x', 'a'), (2, 'x', 'b');
 INSERT INTO uniq_t VALUES (1, 'a@x', 'a'), (2, 'b@x', 'b');
 INSERT INTO part_t VALUES (1, 1, 'a'), (2, 11, 'b');
 INSERT INTO plain_t VALUES (1, 'a');
-INSERT INTO undel_t VALUES (1, 'a'), (2, 'b');`
+INSERT INTO undel_t VALUES (1, 'a'), (2, 'b');
+INSERT INTO num_t VALUES (1.5, 'a');`
 
 // nestedTriggers are the user triggers: each writes the table its own
 // statement wrote.
@@ -129,14 +131,22 @@ BEGIN
 	INSERT INTO undel_t VALUES (OLD.id, 'restored');
 	RETURN NULL;
 END $$;
-CREATE TRIGGER restore_after AFTER DELETE ON undel_t FOR EACH ROW WHEN (OLD.id = 1) EXECUTE FUNCTION restore_row();`
+CREATE TRIGGER restore_after AFTER DELETE ON undel_t FOR EACH ROW WHEN (OLD.id = 1) EXECUTE FUNCTION restore_row();
+
+-- A key the trigger sets to an equal value that prints differently.
+CREATE FUNCTION widen_key() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE num_t SET id = 1.50 WHERE id = NEW.id;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER widen_after AFTER UPDATE OF v ON num_t FOR EACH ROW EXECUTE FUNCTION widen_key();`
 
 // tablePK gives the key columns of the cases' tables, to find the row a
 // writeset key names.
 var tablePK = map[string][]string{
 	"public.del_t": {"id"}, "public.mod_t": {"id"}, "public.rekey_t": {"id"}, "public.stmt_t": {"id"},
 	"public.before_t": {"id"}, "public.outer_t": {"id"}, "public.inner_t": {"id"}, "public.wide_t": {"b", "a"},
-	"public.uniq_t": {"id"}, "public.part_t": {"id", "r"}, "public.plain_t": {"id"}, "public.undel_t": {"id"},
+	"public.uniq_t": {"id"}, "public.part_t": {"id", "r"}, "public.plain_t": {"id"}, "public.undel_t": {"id"}, "public.num_t": {"id"},
 }
 
 func TestCaptureNestedStatements(t *testing.T) {
@@ -173,6 +183,8 @@ func TestCaptureNestedStatements(t *testing.T) {
 			[]string{"U public.mod_t [1]", "U public.mod_t [6]"}},
 		{"after row delete undone by the trigger", `DELETE FROM undel_t`,
 			[]string{"U public.undel_t [1]", "D public.undel_t [2]"}},
+		{"key set to an equal value printed differently", `UPDATE num_t SET v = 'w'`,
+			[]string{"D public.num_t [1.5]", "U public.num_t [1.50]"}},
 		{"after row re-key", `INSERT INTO rekey_t VALUES (1, 'a')`,
 			[]string{"D public.rekey_t [1]", "U public.rekey_t [101]"}},
 		{"after statement trigger sorting before capture", `UPDATE stmt_t SET v = 'w'`,
