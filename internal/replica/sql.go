@@ -15,6 +15,9 @@ var installSQL = expand(strings.NewReplacer(
 	"$RESTORE_OUTPUT_SETTINGS", restoreOutputSettings,
 	"$ROW_EVENTS_1", rowEvents("KEY"),
 	"$ROW_EVENTS_N", rowEvents("KEYS"),
+	"$STATE_EVENTS_1", stateEvents(keyExpr, "v_pk1"),
+	"$STATE_EVENTS_N", stateEvents(keysExpr, "v_pk"),
+	"$NESTED_CAPTURE_MAY_HAVE_RUN", nestedCaptureMayHaveRun,
 	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
 	"$COLLECT_QUERY", CollectQuery,
@@ -85,6 +88,69 @@ func rowEvents(key string) string {
 			SELECT v_tbl, 'D', $KEY(s.j)
 			FROM (SELECT to_json(tashkent_o.*) AS j FROM tashkent_old AS tashkent_o) AS s;
 		END IF;`, "$KEY", "$"+key)
+}
+
+// nestedCaptureMayHaveRun is the test, one plpgsql expression, that a
+// capture function makes first: is this a nested capture (trigger depth
+// above 1: it must flag the capture of the statement whose trigger ran it,
+// see tashkent.nested_capture_ran), or has a nested capture run under a
+// top-level statement of this transaction? Neither, the common case, and
+// capture records the statement's events as usual, at the cost of this
+// one expression.
+const nestedCaptureMayHaveRun = `(pg_catalog.pg_trigger_depth() OPERATOR(pg_catalog.>) 1
+		OR pg_catalog.current_setting('tashkent.nested_capture_1', true) OPERATOR(pg_catalog.=) 'on')`
+
+// stateEvents is the capture functions' statement that records, when a
+// nested capture ran (see tashkent.nested_capture_ran), the current state
+// of every key the statement touched: its old and new rows' keys, looked
+// up in the table the events name (the trigger's table: the root of a
+// partitioned table, which covers its partitions; ONLY the table itself
+// otherwise) with the key columns' own equality, which the primary key
+// index serves. A key that a row of the table prints as now gets 'U' and
+// that row, the nested statements' changes included; any other key gets
+// 'D'. (A row found by equality that prints its key differently, numeric
+// 1.50 for 1.5, was written last either by a nested statement, whose
+// capture recorded it under its own key, or by this statement, whose new
+// rows then hold that key too.) Keys print exactly as the normal path
+// prints them: the same macro (key: keyExpr or keysExpr) over to_json of
+// the row, the key columns (pkVar, the capture function's v_pk1 or v_pk)
+// passed as $2 of the dynamic statement, which cannot read plpgsql
+// variables. An UPDATE's old and new rows record a key twice, alike:
+// Collapse keeps one. A keeping update is recorded as a plain 'U'
+// (conservative). The statement is built and planned at every call (the
+// table and key columns vary), which is most of this path's cost (see
+// "Nested statements" in doc.go). It runs under the capture function's
+// pinned print settings and with search_path pg_catalog, pg_temp
+// (capture's SET clause; capture_key sets it around this statement).
+func stateEvents(key, pkVar string) string {
+	macro := map[string]string{"KEY": strings.ReplaceAll(key, pkVar, "$$2")}
+	cols := pkVar
+	if pkVar == "v_pk1" {
+		cols = "ARRAY[v_pk1]"
+	}
+	return strings.NewReplacer(
+		"$TRANSITION_KEY", expand(`$KEY(k.tashkent_j)`, macro),
+		"$CURRENT_KEY", expand(`$KEY(t.tashkent_j)`, macro),
+		"$PK_VAR", pkVar, "$PK_COLS", cols,
+	).Replace(`v_cols := (SELECT string_agg(format('%I', u.c), ', ' ORDER BY u.o)
+			FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o));
+		v_trans := CASE TG_OP WHEN 'INSERT' THEN '{tashkent_new}'::text[] WHEN 'DELETE' THEN '{tashkent_old}'::text[]
+			ELSE '{tashkent_old,tashkent_new}'::text[] END;
+		EXECUTE format($q$
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+			SELECT $1, CASE WHEN s.tashkent_r IS NULL THEN 'D' ELSE 'U' END, s.tashkent_kk, s.tashkent_r
+			FROM (SELECT $TRANSITION_KEY AS tashkent_kk,
+					CASE WHEN t.tashkent_j IS NOT NULL AND ($CURRENT_KEY) = ($TRANSITION_KEY) THEN t.tashkent_r END AS tashkent_r
+				FROM (%1$s) AS k
+				LEFT JOIN (SELECT to_json(t.*) AS tashkent_j, (t.*)::text AS tashkent_r, %2$s FROM %3$s AS t) AS t
+				ON (%4$s) = (%5$s)) AS s$q$,
+			(SELECT string_agg(format('SELECT to_json(x.*) AS tashkent_j, %s FROM %I AS x', v_cols, tt), ' UNION ALL ') FROM unnest(v_trans) AS tt),
+			v_cols,
+			(SELECT CASE c.relkind WHEN 'p' THEN '' ELSE 'ONLY ' END FROM pg_class c WHERE c.oid = TG_RELID)
+				|| format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME),
+			(SELECT string_agg(format('t.%I', u.c), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o)),
+			(SELECT string_agg(format('k.%I', u.c), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o)))
+		USING v_tbl, $PK_VAR;`)
 }
 
 // uniqueKeyEvents is the capture trigger's statement that buffers the
@@ -239,6 +305,43 @@ BEGIN
 END
 $fn$;
 
+-- nested_capture_ran is called by a capture function when
+-- NESTED_CAPTURE_MAY_HAVE_RUN (sql.go) holds. A statement run inside a
+-- user trigger (a nested statement) has its capture fire at the end of
+-- that statement: for an AFTER ROW trigger, or an AFTER STATEMENT trigger
+-- whose name sorts before tashkent_capture_*, before the capture of the
+-- outer statement whose trigger ran it, so the buffer's order is not the
+-- order of the changes (an outer UPDATE recorded after the nested DELETE
+-- of the same row would resurrect it on the other replicas). A capture at
+-- trigger depth d > 1 therefore flags depth d - 1 (a transaction-local
+-- setting, tashkent.nested_capture_<d-1>), and a capture whose own depth
+-- is flagged records the current state of its statement's keys instead of
+-- its transition rows (the STATE_EVENTS statements in sql.go): true at the
+-- end of the statement in the AFTER and BEFORE cases alike.
+--
+-- The flag stays set until the transaction ends: one statement can run
+-- several capture calls (INSERT ... ON CONFLICT DO UPDATE runs the update's
+-- and the insert's; MERGE up to three), all after the nested statements of
+-- its row triggers, and a flag cleared by the first would leave the others
+-- recording stale rows. A transaction whose user triggers wrote once thus
+-- records its later statements at that depth by state too: correct, and
+-- about one index lookup per row dearer. It runs with the session's rights
+-- and no SET clause, like capture_key.
+CREATE OR REPLACE FUNCTION tashkent.nested_capture_ran() RETURNS boolean
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+	v_depth pg_catalog.int4 := pg_catalog.pg_trigger_depth();
+BEGIN
+	IF v_depth OPERATOR(pg_catalog.>) 1 THEN
+		PERFORM pg_catalog.set_config('tashkent.nested_capture_' OPERATOR(pg_catalog.||)
+			(v_depth OPERATOR(pg_catalog.-) 1)::pg_catalog.text, 'on', true);
+	END IF;
+	RETURN coalesce(pg_catalog.current_setting('tashkent.nested_capture_' OPERATOR(pg_catalog.||)
+		v_depth::pg_catalog.text, true) OPERATOR(pg_catalog.=) 'on', false);
+END
+$fn$;
+
 -- capture is the statement-level AFTER INSERT / UPDATE / DELETE / TRUNCATE
 -- trigger of the replicated tables (the TRUNCATE trigger of all; the
 -- others of the tables that capture_key, below, does not cover: a key of
@@ -320,6 +423,8 @@ DECLARE
 	v_ncol text[];
 	v_i int;
 	v_n int;
+	v_cols text;
+	v_trans text[];
 BEGIN
 	IF current_setting('tashkent.capture', true) IS DISTINCT FROM 'on' THEN
 		IF TG_OP = 'TRUNCATE' THEN
@@ -342,7 +447,12 @@ BEGIN
 	$PIN_OUTPUT_SETTINGS_UNLESS_PINNED
 
 	v_sep := array_position(TG_ARGV, '');
-	IF coalesce(v_sep, TG_NARGS) = 1 THEN
+	IF $NESTED_CAPTURE_MAY_HAVE_RUN AND tashkent.nested_capture_ran() THEN
+		-- A nested capture ran first: record the keys' current state
+		-- (see nested_capture_ran).
+		v_pk := CASE WHEN v_sep IS NULL THEN TG_ARGV ELSE TG_ARGV[0:v_sep - 1] END;
+		$STATE_EVENTS_N
+	ELSIF coalesce(v_sep, TG_NARGS) = 1 THEN
 		$ROW_EVENTS_1
 	ELSE
 		v_pk := CASE WHEN v_sep IS NULL THEN TG_ARGV ELSE TG_ARGV[0:v_sep - 1] END;
@@ -426,6 +536,10 @@ DECLARE
 	v_tbl text;
 	v_saved text[];
 	v_rows boolean;
+	v_pk1 text;
+	v_cols text;
+	v_trans text[];
+	v_path text;
 BEGIN
 	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
 			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
@@ -448,6 +562,22 @@ BEGIN
 	END IF;
 	v_tbl := pg_catalog.quote_ident(TG_TABLE_SCHEMA) OPERATOR(pg_catalog.||) '.'
 		OPERATOR(pg_catalog.||) pg_catalog.quote_ident(TG_TABLE_NAME);
+
+	IF $NESTED_CAPTURE_MAY_HAVE_RUN THEN
+		IF tashkent.nested_capture_ran() THEN
+			-- A nested capture ran first: record the keys' current state
+			-- (see nested_capture_ran), under capture's search_path.
+			v_path := pg_catalog.current_setting('search_path');
+			PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+			v_pk1 := TG_ARGV[0];
+			$STATE_EVENTS_1
+			PERFORM pg_catalog.set_config('search_path', v_path, true);
+			IF v_saved IS NOT NULL THEN
+				$RESTORE_OUTPUT_SETTINGS
+			END IF;
+			RETURN NULL;
+		END IF;
+	END IF;
 
 	IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
 		PERFORM FROM tashkent_old AS tashkent_o, tashkent_new AS tashkent_n
