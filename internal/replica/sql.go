@@ -973,10 +973,11 @@ BEGIN
 END
 $fn$;
 
--- ensure_referencing_triggers runs ensure_triggers on the tables whose
--- foreign keys reference p_rel (other than p_rel itself), and reports
--- whether any of their triggers changed.
-CREATE OR REPLACE FUNCTION tashkent.ensure_referencing_triggers(p_rel oid) RETURNS boolean
+-- ensure_linked_triggers runs ensure_triggers on the tables a foreign key
+-- links to p_rel (other than p_rel itself): those whose foreign keys
+-- reference it (p_referencing) or those its own foreign keys reference
+-- (not p_referencing); it reports whether any of their triggers changed.
+CREATE OR REPLACE FUNCTION tashkent.ensure_linked_triggers(p_rel oid, p_referencing boolean) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -986,8 +987,9 @@ DECLARE
 	v_changed boolean := false;
 BEGIN
 	FOR v_rel IN
-		SELECT DISTINCT con.conrelid FROM pg_constraint con
-		WHERE con.contype = 'f' AND con.confrelid = p_rel AND con.conrelid <> p_rel
+		SELECT DISTINCT CASE WHEN p_referencing THEN con.conrelid ELSE con.confrelid END FROM pg_constraint con
+		WHERE con.contype = 'f' AND con.conrelid <> con.confrelid
+			AND CASE WHEN p_referencing THEN con.confrelid ELSE con.conrelid END = p_rel
 	LOOP
 		IF tashkent.ensure_triggers(v_rel) IS DISTINCT FROM 'unchanged' THEN
 			v_changed := true;
@@ -996,30 +998,8 @@ BEGIN
 	RETURN v_changed;
 END
 $fn$;
-
--- ensure_referenced_triggers runs ensure_triggers on the tables p_rel's
--- foreign keys reference (other than p_rel itself), and reports whether
--- any of their triggers changed.
-CREATE OR REPLACE FUNCTION tashkent.ensure_referenced_triggers(p_rel oid) RETURNS boolean
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-	v_rel oid;
-	v_changed boolean := false;
-BEGIN
-	FOR v_rel IN
-		SELECT DISTINCT con.confrelid FROM pg_constraint con
-		WHERE con.contype = 'f' AND con.conrelid = p_rel AND con.confrelid <> p_rel
-	LOOP
-		IF tashkent.ensure_triggers(v_rel) IS DISTINCT FROM 'unchanged' THEN
-			v_changed := true;
-		END IF;
-	END LOOP;
-	RETURN v_changed;
-END
-$fn$;
+-- Its one-direction predecessor (session 4), replaced by it.
+DROP FUNCTION IF EXISTS tashkent.ensure_referencing_triggers(oid);
 
 -- ensure_triggers gives one table the triggers it should have: the capture
 -- triggers (with the primary key columns and the certified unique indexes
@@ -1250,7 +1230,7 @@ BEGIN
 		-- Tables whose foreign keys reference this one name it (and its
 		-- unique indexes) in their reference triggers' arguments: a
 		-- renamed parent table or index must reach them.
-		IF tashkent.ensure_referencing_triggers(v_rel) THEN
+		IF tashkent.ensure_linked_triggers(v_rel, true) THEN
 			v_changed := true;
 		END IF;
 		-- And the tables this one's foreign keys reference: whether a
@@ -1259,7 +1239,7 @@ BEGIN
 		-- ensure_triggers). A dropped foreign key is gone from the catalog
 		-- by now: its parent keeps the conservative 'U' until its next
 		-- refresh.
-		IF tashkent.ensure_referenced_triggers(v_rel) THEN
+		IF tashkent.ensure_linked_triggers(v_rel, false) THEN
 			v_changed := true;
 		END IF;
 	END LOOP;
