@@ -66,18 +66,26 @@ func TestKeysOfEncodedLastFieldWins(t *testing.T) {
 	change = protowire.AppendString(change, "public.second")
 	ws := protowire.AppendTag(nil, writesetChangesField, protowire.BytesType)
 	ws = protowire.AppendBytes(ws, change)
-	decoded := &pb.Writeset{}
-	if err := proto.Unmarshal(ws, decoded); err != nil {
-		t.Fatal(err)
+	got, want, err := keysBothWays(t, ws)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("keysOfEncoded = %v, %v; want %v", got, err, want)
 	}
-	want, err := KeysOf(decoded)
+}
+
+// keysBothWays reads the writeset ws with keysOfEncoded and, decoded by
+// protobuf, with KeysOf, which must agree.
+func keysBothWays(t *testing.T, ws []byte) (encoded, decoded []certification.Key, encodedErr error) {
+	t.Helper()
+	w := &pb.Writeset{}
+	if err := proto.Unmarshal(ws, w); err != nil {
+		t.Fatalf("protobuf refuses the writeset: %v", err)
+	}
+	decoded, err := KeysOf(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := keysOfEncoded(nil, ws)
-	if err != nil || !slices.Equal(got, want) {
-		t.Fatalf("keysOfEncoded = %v, %v; want %v (table %q)", got, err, want, decoded.Changes[0].Table)
-	}
+	encoded, encodedErr = keysOfEncoded(nil, ws)
+	return encoded, decoded, encodedErr
 }
 
 // keeps_row turns an upsert's row key into a keeping write (and nothing
@@ -109,16 +117,7 @@ func TestKeysOfEncodedReadsKeepsRow(t *testing.T) {
 		{[]uint64{1, 0}, certification.Write},
 		{[]uint64{0, 1}, certification.KeepingWrite},
 	} {
-		ws := upsert(tc.keeps...)
-		decoded := &pb.Writeset{}
-		if err := proto.Unmarshal(ws, decoded); err != nil {
-			t.Fatal(err)
-		}
-		want, err := KeysOf(decoded)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := keysOfEncoded(nil, ws)
+		got, want, err := keysBothWays(t, upsert(tc.keeps...))
 		if err != nil || !slices.Equal(got, want) || got[0].Kind != tc.want {
 			t.Fatalf("keeps_row %v: keysOfEncoded = %v, %v; KeysOf = %v; want kind %v", tc.keeps, got, err, want, tc.want)
 		}
@@ -147,15 +146,7 @@ func TestKeysOfEncodedSkipsKeepsRowOfAnotherWireType(t *testing.T) {
 		change = protowire.AppendTag(change, changeKeepsRowField, protowire.Fixed32Type)
 		change = protowire.AppendFixed32(change, 7)
 		ws := protowire.AppendBytes(protowire.AppendTag(nil, writesetChangesField, protowire.BytesType), change)
-		decoded := &pb.Writeset{}
-		if err := proto.Unmarshal(ws, decoded); err != nil {
-			t.Fatalf("protobuf refuses it: %v", err)
-		}
-		want, err := KeysOf(decoded)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := keysOfEncoded(nil, ws)
+		got, want, err := keysBothWays(t, ws)
 		if err != nil || !slices.Equal(got, want) {
 			t.Fatalf("keeps_row set before: %v: keysOfEncoded = %v, %v; KeysOf = %v", before, got, err, want)
 		}
