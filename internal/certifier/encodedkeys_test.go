@@ -55,13 +55,7 @@ func TestKeysOfEncodedAgreesWithKeysOf(t *testing.T) {
 // Protobuf decoding keeps the last occurrence of a scalar field, and so
 // must the key reader: the replicas apply what they decode.
 func TestKeysOfEncodedLastFieldWins(t *testing.T) {
-	var change []byte
-	change = protowire.AppendTag(change, changeTableField, protowire.BytesType)
-	change = protowire.AppendString(change, "public.first")
-	change = protowire.AppendTag(change, changeOpField, protowire.VarintType)
-	change = protowire.AppendVarint(change, uint64(pb.Op_OP_UPSERT))
-	change = protowire.AppendTag(change, changeKeyField, protowire.BytesType)
-	change = protowire.AppendString(change, "[1]")
+	change := encodedUpsert("public.first", "[1]")
 	change = protowire.AppendTag(change, changeTableField, protowire.BytesType)
 	change = protowire.AppendString(change, "public.second")
 	ws := protowire.AppendTag(nil, writesetChangesField, protowire.BytesType)
@@ -70,6 +64,18 @@ func TestKeysOfEncodedLastFieldWins(t *testing.T) {
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("keysOfEncoded = %v, %v; want %v", got, err, want)
 	}
+}
+
+// encodedUpsert is an upsert change of key in table, encoded field by
+// field as a test appends more fields to it.
+func encodedUpsert(table, key string) []byte {
+	var change []byte
+	change = protowire.AppendTag(change, changeTableField, protowire.BytesType)
+	change = protowire.AppendString(change, table)
+	change = protowire.AppendTag(change, changeOpField, protowire.VarintType)
+	change = protowire.AppendVarint(change, uint64(pb.Op_OP_UPSERT))
+	change = protowire.AppendTag(change, changeKeyField, protowire.BytesType)
+	return protowire.AppendString(change, key)
 }
 
 // keysBothWays reads the writeset ws with keysOfEncoded and, decoded by
@@ -93,13 +99,7 @@ func keysBothWays(t *testing.T, ws []byte) (encoded, decoded []certification.Key
 // occurrence winning.
 func TestKeysOfEncodedReadsKeepsRow(t *testing.T) {
 	upsert := func(keeps ...uint64) []byte {
-		var change []byte
-		change = protowire.AppendTag(change, changeTableField, protowire.BytesType)
-		change = protowire.AppendString(change, "public.parent")
-		change = protowire.AppendTag(change, changeOpField, protowire.VarintType)
-		change = protowire.AppendVarint(change, uint64(pb.Op_OP_UPSERT))
-		change = protowire.AppendTag(change, changeKeyField, protowire.BytesType)
-		change = protowire.AppendString(change, "[1]")
+		change := encodedUpsert("public.parent", "[1]")
 		for _, k := range keeps {
 			change = protowire.AppendTag(change, changeKeepsRowField, protowire.VarintType)
 			change = protowire.AppendVarint(change, k)
@@ -130,13 +130,7 @@ func TestKeysOfEncodedReadsKeepsRow(t *testing.T) {
 // keeps_row still counts.
 func TestKeysOfEncodedSkipsKeepsRowOfAnotherWireType(t *testing.T) {
 	for _, before := range []bool{false, true} {
-		var change []byte
-		change = protowire.AppendTag(change, changeTableField, protowire.BytesType)
-		change = protowire.AppendString(change, "public.parent")
-		change = protowire.AppendTag(change, changeOpField, protowire.VarintType)
-		change = protowire.AppendVarint(change, uint64(pb.Op_OP_UPSERT))
-		change = protowire.AppendTag(change, changeKeyField, protowire.BytesType)
-		change = protowire.AppendString(change, "[1]")
+		change := encodedUpsert("public.parent", "[1]")
 		if before {
 			change = protowire.AppendTag(change, changeKeepsRowField, protowire.VarintType)
 			change = protowire.AppendVarint(change, 1)
