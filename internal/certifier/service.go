@@ -52,6 +52,10 @@ type Service struct {
 
 	stages    *stageLog // nil unless TASHKENT_CERTIFIER_STAGES (stagelog.go)
 	stopTrace func()
+	// streams counts the Certify handlers running: a reply's stages are
+	// recorded once its send returns, which may be after the client has
+	// it, so Close lets them end before it writes the stage log.
+	streams atomic.Int64
 }
 
 // Open recovers the log in cfg.DataDir and starts the writer.
@@ -485,6 +489,7 @@ func (s *Service) Close() error {
 	s.done.Wait()
 	s.stopTrace()
 	if s.stages != nil {
+		waitForNone(&s.streams, stageLogStreamsWait)
 		if err := s.stages.write(); err != nil {
 			s.cfg.Logger.Error("write the stage log", "path", s.stages.path, "err", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/trace"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -112,3 +113,16 @@ func startTrace() func() {
 }
 
 func unixNano(t time.Time) int64 { return t.UnixNano() }
+
+// stageLogStreamsWait bounds how long Close waits for the Certify handlers
+// to end before it writes the stage log (Server.Close stops gRPC first,
+// which ends them at once; a Service closed on its own may still have
+// streams open, which then lose their last replies' lines).
+const stageLogStreamsWait = time.Second
+
+// waitForNone waits until n is 0, or d.
+func waitForNone(n *atomic.Int64, d time.Duration) {
+	for deadline := time.Now().Add(d); n.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}

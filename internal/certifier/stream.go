@@ -50,6 +50,8 @@ func (st *streamState) release(n int64) {
 
 // Certify serves one replica's session. See package documentation.
 func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
+	s.streams.Add(1)
+	defer s.streams.Add(-1)
 	first, err := recvEncoded(stream)
 	if err != nil {
 		return err
