@@ -16,14 +16,16 @@ import (
 // ordered commit (C5: record the version, commit), each sent as one
 // pipeline of Bind/Execute with a single Sync.
 //
-// A client can drop them: DEALLOCATE ALL (and DEALLOCATE of one of these
-// names), which the proxy sees, marks them unprepared and the next collect
-// prepares them again in its pipeline (inside the transaction, where a
+// A client can drop them. DEALLOCATE ALL (and DEALLOCATE of one of these
+// names) the proxy sees: it marks them unprepared, and the next pipeline
+// that uses one prepares it again first (inside the transaction, where a
 // Parse of a name that still exists would fail it: hence only the ones
 // known to be gone); DISCARD ALL runs setup again. What the proxy cannot
 // see (a protocol Close of one of these names, a DEALLOCATE inside a
-// function) fails the next COMMIT cleanly (26000, rolled back, with a
-// hint) and the statements are prepared again after it.
+// function) fails the pipeline that needs it: a collect's COMMIT is rolled
+// back with 26000 and a hint, an ordered commit is applied from its
+// writeset instead (soft recovery; the COMMIT succeeds), and then the
+// statements are prepared again.
 const (
 	beginStatement       = "tashkent_begin"
 	constraintsStatement = "tashkent_constraints"
@@ -57,16 +59,6 @@ var commitStatements = []proxyStatement{
 
 // proxyStatements are all of them, as setup prepares them.
 var proxyStatements = slices.Concat([]proxyStatement{{beginStatement, "BEGIN"}}, collectStatements, commitStatements)
-
-// isProxyStatement reports one of the proxy's statement names.
-func isProxyStatement(name string) bool {
-	for _, st := range proxyStatements {
-		if st.name == name {
-			return true
-		}
-	}
-	return false
-}
 
 // prepareStatements prepares the proxy's statements, each in its own
 // exchange, so that one that exists already (42P05) does not stop the

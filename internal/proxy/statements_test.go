@@ -48,6 +48,15 @@ func TestDroppedProxyStatementsAreRepreparedAndNothingIsLost(t *testing.T) {
 		write("after " + between)
 	}
 
+	// A collect that prepares the statements again and then fails (a
+	// deferred foreign key) leaves the proxy unsure which Parses ran: it
+	// prepares them again after the rollback, and the next COMMIT works.
+	execSQL(t, conn, "CREATE TABLE deferred_child (id int PRIMARY KEY, parent int REFERENCES dropped (id) DEFERRABLE INITIALLY DEFERRED)")
+	if _, err := pg.Exec(ctx, "BEGIN; DEALLOCATE tashkent_constraints; INSERT INTO deferred_child VALUES (1, 999999); COMMIT").ReadAll(); sqlState(err) != "23503" {
+		t.Fatalf("COMMIT with a violated deferred foreign key: %v, want 23503", err)
+	}
+	write("after a collect that failed on a deferred constraint")
+
 	// A Close the proxy does not interpret: the next COMMIT fails, rolled
 	// back, with a hint; the one after it commits.
 	if err := pg.Deallocate(ctx, "tashkent_collect"); err != nil { // a protocol Close
