@@ -246,14 +246,13 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 // nextToSend waits for the next queued reply or catch-up request and, for
 // a stream that asked for pushes (OpenSession.push), makes up a catch-up
 // request of its own whenever the durable version passes what the replica
-// was sent: every entry is pushed as soon as it is durable. Tashkent §6.1 sends a replica the remote
-// writesets with its certification replies (and, here, when it asks:
-// certclient.RequestCatchUp, every --staleness); a replica then ran
-// 30-100 ms behind under load (3-9 versions at 8-16 clients, TPC-B on
-// three replicas), which widened every transaction's conflict window and
-// made its local commits wait for a backlog of remote writesets to apply.
-// Pushed, they are applied as they come. ok is false once the queue is
-// closed.
+// was sent: every entry is pushed as soon as it is durable. Tashkent §6.1
+// sends a replica the remote writesets with its certification replies
+// (and, here, when it asks: certclient.RequestCatchUp, every --staleness),
+// so a replica that commits little heard of other replicas' commits up to
+// --staleness late. (A busy replica hears of them with its replies
+// anyway; what keeps it behind under load is applying them, see
+// BENCHMARKS.md.) ok is false once the queue is closed.
 func (s *Service) nextToSend(ctx context.Context, queue <-chan queued, delivered uint64, push bool) (q queued, ok bool, err error) {
 	if !push {
 		q, ok = <-queue
