@@ -306,3 +306,27 @@ func TestConcurrentUpdatesOfOneRowOnTwoReplicasCommitExactlyOne(t *testing.T) {
 		}
 	}
 }
+
+// simpleQueries returns, for tests that drive one connection with simple
+// queries: simple runs sql and returns its error; mustSimple fails the
+// test on one; wantStatus fails it unless the connection's transaction
+// status is want.
+func simpleQueries(t *testing.T, ctx context.Context, pg *pgconn.PgConn) (simple func(sql string) error, mustSimple func(sql string), wantStatus func(want byte)) {
+	simple = func(sql string) error {
+		_, err := pg.Exec(ctx, sql).ReadAll()
+		return err
+	}
+	mustSimple = func(sql string) {
+		t.Helper()
+		if err := simple(sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	wantStatus = func(want byte) {
+		t.Helper()
+		if got := pg.TxStatus(); got != want {
+			t.Fatalf("transaction status %q, want %q", got, want)
+		}
+	}
+	return simple, mustSimple, wantStatus
+}

@@ -62,19 +62,17 @@ func (s *session) collectWriteset() ([]*pb.Change, result, error) {
 	return changes, res, err
 }
 
-// rollbackAfterCollect rolls back a transaction whose collect failed and
-// then, if the failure was the proxy's statements' or the pipeline
-// prepared some again (whether those Parses ran is unknown), prepares
-// them all again, outside the transaction, where that cannot fail it.
+// rollbackAfterCollect rolls back a transaction whose collect failed, and
+// resyncs the proxy's statements.
 func (s *session) rollbackAfterCollect(res result) error {
 	lost := s.notePipeline(collectStatements, res)
 	if lost {
 		res.err.Hint = "The transaction was rolled back; retry it. " + res.err.Hint
 	}
-	if err := s.rollback(); err != nil || !lost && len(s.unprepared) == 0 {
+	if err := s.rollback(); err != nil {
 		return err
 	}
-	return s.prepareStatements()
+	return s.resyncStatements(lost)
 }
 
 // certifyAndCommit asks the certifier (C2, C3) and commits in version order
@@ -141,10 +139,10 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 		return nil, err
 	}
 	if lost := s.notePipeline(commitStatements, res); res.failed() || res.status != 'I' {
-		if err := s.softRecover(ctx, local, res); err != nil || !lost && len(s.unprepared) == 0 {
+		if err := s.softRecover(ctx, local, res); err != nil {
 			return nil, err
 		}
-		return nil, s.prepareStatements() // as in rollbackAfterCollect
+		return nil, s.resyncStatements(lost)
 	}
 	rep.seq.Commit(v)
 	clock.lap(phaseLocal)

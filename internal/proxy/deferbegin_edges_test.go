@@ -29,22 +29,7 @@ func TestDeferredBeginProtocolEdges(t *testing.T) {
 	if _, err := pg.Prepare(ctx, "b", "BEGIN", nil); err != nil {
 		t.Fatal(err)
 	}
-	simple := func(sql string) error {
-		_, err := pg.Exec(ctx, sql).ReadAll()
-		return err
-	}
-	mustSimple := func(sql string) {
-		t.Helper()
-		if err := simple(sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	wantStatus := func(want byte) {
-		t.Helper()
-		if got := pg.TxStatus(); got != want {
-			t.Fatalf("transaction status %q, want %q", got, want)
-		}
-	}
+	simple, mustSimple, wantStatus := simpleQueries(t, ctx, pg)
 
 	t.Run("pipelined units: a deferred BEGIN, an error, a statement in the failed block", func(t *testing.T) {
 		p := pg.StartPipeline(ctx)

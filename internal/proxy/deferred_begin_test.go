@@ -31,22 +31,7 @@ func TestDeferredBeginKeepsTransactionSemantics(t *testing.T) {
 	execSQL(t, conn, "CREATE TABLE db (id int PRIMARY KEY, v text)")
 	pg := conn.PgConn()
 
-	simple := func(sql string) error {
-		_, err := pg.Exec(ctx, sql).ReadAll()
-		return err
-	}
-	mustSimple := func(sql string) {
-		t.Helper()
-		if err := simple(sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	wantStatus := func(want byte) {
-		t.Helper()
-		if got := pg.TxStatus(); got != want {
-			t.Fatalf("transaction status %q, want %q", got, want)
-		}
-	}
+	simple, mustSimple, wantStatus := simpleQueries(t, ctx, pg)
 	backendState := func() string {
 		t.Helper()
 		var state string

@@ -117,6 +117,18 @@ func (s *session) sendPipeline(statements []proxyStatement, args ...[][]byte) er
 	return nil
 }
 
+// resyncStatements, once the transaction of a failed pipeline is over,
+// prepares the proxy's statements again if the failure was theirs (lost)
+// or if the pipeline was to prepare some again: whether those Parses ran
+// before the failure is unknown. Outside a transaction a Parse of a name
+// that exists harms nothing.
+func (s *session) resyncStatements(lost bool) error {
+	if !lost && len(s.unprepared) == 0 {
+		return nil
+	}
+	return s.prepareStatements()
+}
+
 // notePipeline records the outcome of a pipeline for the statements it
 // used, and reports whether it failed for want of one of them (or because
 // one was there already): what the proxy could not see, a protocol Close

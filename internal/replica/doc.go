@@ -172,10 +172,12 @@
 //     measured too).
 //   - The proxy runs collect_writeset's query itself (CollectQuery, then
 //     TrimSQL), prepared once per session, with the deferred-constraint
-//     check in the same pipeline: the plpgsql call (RETURN QUERY fills a
-//     tuplestore) and the planning of a simple query cost 140-170 µs per
-//     commit (one client, a 3-row writeset, medians of 3,000 interleaved
-//     commits over pgx). In `tashkent bench tpcb --systems sync-on,mw
+//     check in the same pipeline. The query prepared took 116-138 µs less
+//     than the simple query calling the plpgsql function (RETURN QUERY
+//     fills a tuplestore) in five of six interleaved runs, 316 µs in the
+//     sixth (one client over pgx, a 3-row writeset, medians of 3,000
+//     commits each, a temporary benchmark; without the constraint check,
+//     which the proxy sends in the same round trip). In `tashkent bench tpcb --systems sync-on,mw
 //     --scale 16 --clients 1,8 --fsync-delay 8ms --breakdown`, old and new
 //     binaries alternated twice, the proxy's collect phase at 1 client
 //     went from 0.44 and 0.38 ms to 0.28 and 0.32 ms.

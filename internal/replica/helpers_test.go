@@ -55,6 +55,17 @@ func mustExec(t testing.TB, c *pgx.Conn, sql string) {
 	}
 }
 
+// committer returns a function that runs sql with commitLocal on s as the
+// next version, 1, 2, ...
+func committer(t testing.TB, s *pgx.Conn) func(sql string) *certifierpb.LogEntry {
+	v := uint64(0)
+	return func(sql string) *certifierpb.LogEntry {
+		t.Helper()
+		v++
+		return commitLocal(t, s, v, sql)
+	}
+}
+
 // commitLocal runs sql in one transaction on a prepared session, collects
 // its writeset, records version v and commits: what the proxy does for a
 // certified local transaction. It returns the log entry for the version.

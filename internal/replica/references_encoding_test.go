@@ -3,8 +3,6 @@ package replica
 import (
 	"strings"
 	"testing"
-
-	"github.com/tashkent-db/tashkent/api/certifierpb"
 )
 
 // TestCaptureReferencesNameTheParentsKeyText: a reference meets the
@@ -47,12 +45,7 @@ func TestCaptureReferencesNameTheParentsKeyText(t *testing.T) {
 		CREATE TABLE pp1 PARTITION OF pp FOR VALUES FROM (0) TO (100);
 		CREATE TABLE cp (id int PRIMARY KEY, p numeric REFERENCES pp);`)
 	s := session(t, srv)
-	v := uint64(0)
-	run := func(sql string) *certifierpb.LogEntry {
-		t.Helper()
-		v++
-		return commitLocal(t, s, v, sql)
-	}
+	run := committer(t, s)
 	// parentKey inserts a parent row and returns the key text capture
 	// certifies its writes under.
 	parentKey := func(sql string) string {
@@ -120,12 +113,7 @@ func TestCaptureReferencesToAPartition(t *testing.T) {
 		CREATE TABLE cr (id int PRIMARY KEY, p int REFERENCES pq1);
 		CREATE TABLE cs (id int PRIMARY KEY, code int, p int, FOREIGN KEY (code, p) REFERENCES pq1 (code, id));`)
 	s := session(t, srv)
-	v := uint64(0)
-	run := func(sql string) *certifierpb.LogEntry {
-		t.Helper()
-		v++
-		return commitLocal(t, s, v, sql)
-	}
+	run := committer(t, s)
 	eqStrings(t, "the parent, written through the root", changes(run(`INSERT INTO pq VALUES (3, 4)`).GetWriteset().GetChanges()),
 		[]string{`U public.pq [3] (3,4)`, `K public.pq#pq_code_id_key [4,3]`})
 	eqStrings(t, "primary key", references(t, run(`INSERT INTO cr VALUES (1, 3)`)), []string{`R public.pq [3]`})
@@ -149,12 +137,7 @@ func TestCaptureReferencesAfterTheParentIsDropped(t *testing.T) {
 		CREATE TABLE cu (id int PRIMARY KEY, code numeric REFERENCES pn (code));
 		INSERT INTO pn VALUES (1, 1);`)
 	s := session(t, srv)
-	v := uint64(0)
-	run := func(sql string) *certifierpb.LogEntry {
-		t.Helper()
-		v++
-		return commitLocal(t, s, v, sql)
-	}
+	run := committer(t, s)
 	mustExec(t, c, `ALTER TABLE pn DROP COLUMN code CASCADE`)
 	eqStrings(t, "unique column dropped", triggers(t, c, "cu"), want("id"))
 	eqStrings(t, "its child writes", changes(run(`INSERT INTO cu VALUES (1, 1)`).GetWriteset().GetChanges()),

@@ -53,12 +53,7 @@ func TestCaptureReferences(t *testing.T) {
 		CREATE TABLE two (id int PRIMARY KEY, a int REFERENCES parent, b text REFERENCES parent (code));
 		CREATE TABLE nofk (id int PRIMARY KEY, v int);`)
 	s := session(t, srv)
-	v := uint64(0)
-	run := func(sql string) *certifierpb.LogEntry {
-		t.Helper()
-		v++
-		return commitLocal(t, s, v, sql)
-	}
+	run := committer(t, s)
 
 	eqStrings(t, "a table without foreign keys keeps its triggers", triggers(t, c, "nofk"), want("id"))
 	eqStrings(t, "parent", triggers(t, c, "parent"), want("id,,1,parent_code_key,s,code"))

@@ -40,12 +40,7 @@ func TestCaptureUniqueKeys(t *testing.T) {
 		CREATE TABLE dfr (id int PRIMARY KEY, code int, CONSTRAINT dfr_code UNIQUE (code) DEFERRABLE INITIALLY DEFERRED);
 		CREATE TABLE pk_inc (id int, v text, PRIMARY KEY (id) INCLUDE (v));`)
 	s := session(t, srv)
-	v := uint64(0)
-	run := func(sql string) *certifierpb.LogEntry {
-		t.Helper()
-		v++
-		return commitLocal(t, s, v, sql)
-	}
+	run := committer(t, s)
 
 	eqStrings(t, "u triggers", triggers(t, c, "u"), want("id,,1,u_email_key,s,email,u_ab,s,2,a,b"))
 	eqStrings(t, "partial and expression indexes are not certified", triggers(t, c, "part"), want("id"))
