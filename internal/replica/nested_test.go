@@ -42,6 +42,10 @@ CREATE TABLE part_t2 PARTITION OF part_t FOR VALUES FROM (10) TO (20);
 CREATE TABLE plain_t (id int PRIMARY KEY, v text);
 CREATE TABLE undel_t (id int PRIMARY KEY, v text);
 CREATE TABLE num_t (id numeric PRIMARY KEY, v text);
+-- Key columns named like the state path's own column names.
+CREATE TABLE alias1_t (tashkent_j int PRIMARY KEY, v text, modified int NOT NULL DEFAULT 0);
+CREATE TABLE alias2_t (tashkent_r int, tashkent_j text, v text, modified int NOT NULL DEFAULT 0,
+	PRIMARY KEY (tashkent_j, tashkent_r));
 INSERT INTO del_t VALUES (1, 'a'), (2, 'b'), (3, 'c');
 INSERT INTO mod_t VALUES (1, 'a'), (2, 'b'), (3, 'c');
 INSERT INTO stmt_t VALUES (1, 'a'), (2, 'b');
@@ -53,7 +57,9 @@ INSERT INTO uniq_t VALUES (1, 'a@x', 'a'), (2, 'b@x', 'b');
 INSERT INTO part_t VALUES (1, 1, 'a'), (2, 11, 'b');
 INSERT INTO plain_t VALUES (1, 'a');
 INSERT INTO undel_t VALUES (1, 'a'), (2, 'b');
-INSERT INTO num_t VALUES (1.5, 'a');`
+INSERT INTO num_t VALUES (1.5, 'a');
+INSERT INTO alias1_t VALUES (1, 'a');
+INSERT INTO alias2_t VALUES (1, 'x', 'a');`
 
 // nestedTriggers are the user triggers: each writes the table its own
 // statement wrote.
@@ -139,7 +145,21 @@ BEGIN
 	UPDATE num_t SET id = 1.50 WHERE id = NEW.id;
 	RETURN NULL;
 END $$;
-CREATE TRIGGER widen_after AFTER UPDATE OF v ON num_t FOR EACH ROW EXECUTE FUNCTION widen_key();`
+CREATE TRIGGER widen_after AFTER UPDATE OF v ON num_t FOR EACH ROW EXECUTE FUNCTION widen_key();
+
+-- Key columns named tashkent_j and tashkent_r.
+CREATE FUNCTION touch_alias1() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE alias1_t SET modified = modified + 1 WHERE tashkent_j = NEW.tashkent_j;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias1_t FOR EACH ROW EXECUTE FUNCTION touch_alias1();
+CREATE FUNCTION touch_alias2() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE alias2_t SET modified = modified + 1 WHERE tashkent_j = NEW.tashkent_j AND tashkent_r = NEW.tashkent_r;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias2_t FOR EACH ROW EXECUTE FUNCTION touch_alias2();`
 
 // tablePK gives the key columns of the cases' tables, to find the row a
 // writeset key names.
@@ -147,6 +167,7 @@ var tablePK = map[string][]string{
 	"public.del_t": {"id"}, "public.mod_t": {"id"}, "public.rekey_t": {"id"}, "public.stmt_t": {"id"},
 	"public.before_t": {"id"}, "public.outer_t": {"id"}, "public.inner_t": {"id"}, "public.wide_t": {"b", "a"},
 	"public.uniq_t": {"id"}, "public.part_t": {"id", "r"}, "public.plain_t": {"id"}, "public.undel_t": {"id"}, "public.num_t": {"id"},
+	"public.alias1_t": {"tashkent_j"}, "public.alias2_t": {"tashkent_j", "tashkent_r"},
 }
 
 func TestCaptureNestedStatements(t *testing.T) {
@@ -199,6 +220,10 @@ func TestCaptureNestedStatements(t *testing.T) {
 			[]string{"U public.uniq_t [1]", "K public.uniq_t#uniq_t_email_key [\"c@x\"]"}},
 		{"partitioned table", `UPDATE part_t SET v = 'w' WHERE id = 2`,
 			[]string{"U public.part_t [2,11]"}},
+		{"a key column named like the state path's columns", `UPDATE alias1_t SET v = 'w'`,
+			[]string{"U public.alias1_t [1]"}},
+		{"wider key columns named like the state path's columns", `UPDATE alias2_t SET v = 'w'`,
+			[]string{`U public.alias2_t ["x",1]`}},
 		{"later statement in the transaction", `UPDATE mod_t SET v = 'y' WHERE id = 3; UPDATE plain_t SET v = 'b' WHERE id = 1`,
 			[]string{"U public.mod_t [3]", "U public.plain_t [1]"}},
 	}

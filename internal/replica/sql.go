@@ -122,7 +122,10 @@ const nestedCaptureMayHaveRun = `(pg_catalog.pg_trigger_depth() OPERATOR(pg_cata
 // prints them: the same macro (key: keyExpr or keysExpr) over to_json of
 // the row, the key columns (pkVar, the capture function's v_pk1 or v_pk)
 // passed as $2 of the dynamic statement, which cannot read plpgsql
-// variables. An UPDATE's old and new rows record a key twice, alike:
+// variables. The derived tables name every column themselves (tashkent_j,
+// tashkent_r, tashkent_c1..n for the key columns), so that no column name
+// of the user's table can clash with them. An UPDATE's old and new rows
+// record a key twice, alike:
 // Collapse keeps one. A keeping update is recorded as a plain 'U'
 // (conservative). The statement is built and planned at every call (the
 // table and key columns vary), which is most of this path's cost (see
@@ -139,7 +142,7 @@ func stateEvents(key, pkVar string) string {
 		"$TRANSITION_KEY", expand(`$KEY(k.tashkent_j)`, macro),
 		"$CURRENT_KEY", expand(`$KEY(t.tashkent_j)`, macro),
 		"$PK_VAR", pkVar, "$PK_COLS", cols,
-	).Replace(`v_cols := (SELECT string_agg(format('%I', u.c), ', ' ORDER BY u.o)
+	).Replace(`v_cols := (SELECT string_agg(format('tashkent_q.%I AS tashkent_c%s', u.c, u.o), ', ' ORDER BY u.o)
 			FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o));
 		v_trans := CASE TG_OP WHEN 'INSERT' THEN '{tashkent_new}'::text[] WHEN 'DELETE' THEN '{tashkent_old}'::text[]
 			ELSE '{tashkent_old,tashkent_new}'::text[] END;
@@ -149,14 +152,14 @@ func stateEvents(key, pkVar string) string {
 			FROM (SELECT $TRANSITION_KEY AS tashkent_kk,
 					CASE WHEN t.tashkent_j IS NOT NULL AND ($CURRENT_KEY) = ($TRANSITION_KEY) THEN t.tashkent_r END AS tashkent_r
 				FROM (%1$s) AS k
-				LEFT JOIN (SELECT to_json(t.*) AS tashkent_j, (t.*)::text AS tashkent_r, %2$s FROM %3$s AS t) AS t
+				LEFT JOIN (SELECT to_json(tashkent_q.*) AS tashkent_j, (tashkent_q.*)::text AS tashkent_r, %2$s FROM %3$s AS tashkent_q) AS t
 				ON (%4$s) = (%5$s)) AS s$q$,
-			(SELECT string_agg(format('SELECT to_json(x.*) AS tashkent_j, %s FROM %I AS x', v_cols, tt), ' UNION ALL ') FROM unnest(v_trans) AS tt),
+			(SELECT string_agg(format('SELECT to_json(tashkent_q.*) AS tashkent_j, %s FROM %I AS tashkent_q', v_cols, tt), ' UNION ALL ') FROM unnest(v_trans) AS tt),
 			v_cols,
 			(SELECT CASE c.relkind WHEN 'p' THEN '' ELSE 'ONLY ' END FROM pg_class c WHERE c.oid = TG_RELID)
 				|| format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME),
-			(SELECT string_agg(format('t.%I', u.c), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o)),
-			(SELECT string_agg(format('k.%I', u.c), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o)))
+			(SELECT string_agg(format('t.tashkent_c%s', u.o), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o)),
+			(SELECT string_agg(format('k.tashkent_c%s', u.o), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o)))
 		USING v_tbl, $PK_VAR;`)
 }
 
