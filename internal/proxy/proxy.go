@@ -78,6 +78,9 @@ func (p *Proxy) Run(ctx context.Context, metricsAddr string) error {
 	if err := p.configureSequences(ctx, rep.applyConn); err != nil {
 		return err
 	}
+	if err := replica.PrepareApplySession(ctx, rep.applyConn); err != nil {
+		return err
+	}
 	client, releaseAuth, err := p.clientConfig()
 	if err != nil {
 		return err

@@ -450,6 +450,9 @@ func (r *replication) reconnectAndResume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := replica.PrepareApplySession(ctx, r.applyConn); err != nil {
+		return err
+	}
 	r.applier.Invalidate()
 	lost := r.seq.Committed() - min(version, r.seq.Committed())
 	r.seq.Reset(version)

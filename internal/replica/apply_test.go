@@ -1,10 +1,14 @@
 package replica
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/pgtest"
@@ -244,6 +248,14 @@ func TestApplyRecordsVersionAndStaysSilent(t *testing.T) {
 	if err := Apply(ctx, b, []*certifierpb.LogEntry{e2}); err == nil || !strings.Contains(err.Error(), "already recorded") {
 		t.Errorf("re-apply: %v", err)
 	}
+	// A batch whose first version does not follow the recorded one is a
+	// gap, for one version as for several.
+	e4 := &certifierpb.LogEntry{Version: 4, Writeset: &certifierpb.Writeset{}}
+	for _, batch := range [][]*certifierpb.LogEntry{{e4}, {e4, e5}} {
+		if e := pgErr(t, Apply(ctx, b, batch)); !IsVersionGap(e.Code, e.SchemaName, e.TableName) {
+			t.Errorf("gap before version 4 (%d versions): %v", len(batch), e)
+		}
+	}
 	if st := b.PgConn().TxStatus(); st != 'I' {
 		t.Errorf("connection status after a failed Apply: %q", st)
 	}
@@ -381,5 +393,70 @@ func TestApplyManyVersionsSameRow(t *testing.T) {
 	sameChecksums(t, checksum(t, a), checksum(t, b))
 	if got := dump(t, b, "t"); got != "(1,20)" {
 		t.Errorf("t on B = %q", got)
+	}
+}
+
+// TestApplyKeepsItsPlansOnAPreparedSession: on a session that went through
+// PrepareApplySession, an apply transaction builds no plan for statements
+// earlier applies prepared; on a plain session every apply builds them all
+// again, since setting session_replication_role for the transaction (and
+// its revert at the end) drops the session's cached plans. debug_print_plan
+// sends a LOG message for every plan the planner builds. The counted apply
+// follows warmups others: PostgreSQL plans a statement with parameters
+// afresh (a custom plan) at each of its first five executions, and only
+// then settles on its generic plan if that costs no more.
+func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
+	const warmups = 6
+	const schema = `CREATE TABLE t (id int PRIMARY KEY, v text)`
+	srvA, _ := instance(t, schema)
+	srvB, _ := instance(t, schema)
+	commit := committer(t, session(t, srvA))
+	var entries []*certifierpb.LogEntry
+	for i := range 2 * (warmups + 1) {
+		entries = append(entries, commit(fmt.Sprintf(`INSERT INTO t VALUES (1, 'v%d') ON CONFLICT (id) DO UPDATE SET v = excluded.v`, i)))
+	}
+
+	plansBuilt := func(prepared bool, entries []*certifierpb.LogEntry) int {
+		cfg, err := pgx.ParseConfig(srvB.DSN("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans := 0
+		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			if n.Severity == "LOG" && n.Message == "plan:" {
+				plans++
+			}
+		}
+		conn, err := pgx.ConnectConfig(tctx(t), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(context.Background()) })
+		if prepared {
+			if err := PrepareApplySession(tctx(t), conn); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustExec(t, conn, `SET debug_print_plan = on; SET client_min_messages = log`)
+		a := NewApplier()
+		for i, e := range entries {
+			if i == warmups {
+				plans = 0
+			}
+			if err := a.Apply(tctx(t), conn, []*certifierpb.LogEntry{e}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return plans
+	}
+
+	if n := plansBuilt(false, entries[:warmups+1]); n == 0 {
+		t.Errorf("a plain session built no plan in its second apply: the test no longer shows what it guards against")
+	}
+	if n := plansBuilt(true, entries[warmups+1:]); n != 0 {
+		t.Errorf("a prepared apply session built %d plans in its second apply, want 0", n)
+	}
+	if got, want := dump(t, pgtest.Connect(t, srvB, "postgres"), "t"), fmt.Sprintf("(1,v%d)", len(entries)-1); got != want {
+		t.Errorf("t on B = %q, want %q", got, want)
 	}
 }

@@ -313,6 +313,17 @@
 // database image says which version it holds (ReadVersion), and applying
 // a version twice fails.
 //
+// The statements are prepared (pgx's statement cache) and must stay
+// planned: the proxy's apply connection runs with session_replication_role
+// = replica for the whole session (PrepareApplySession), because
+// PostgreSQL drops a session's cached plans whenever that setting changes
+// value, which a per-transaction setting did twice per apply; and a batch
+// of one version records it with a statement whose generic plan is as
+// cheap as a custom one (recordOneSQL), where the range statement of a
+// longer batch is planned at every execution.
+// TestApplyKeepsItsPlansOnAPreparedSession counts the plans an apply
+// builds (debug_print_plan).
+//
 // # Versions
 //
 // tashkent.applied gets one row per committed version, inserted by the

@@ -1432,7 +1432,16 @@ const readVersionSQL = `SELECT coalesce(max(version), 0) FROM tashkent.applied`
 
 const pruneAppliedSQL = `DELETE FROM tashkent.applied WHERE version <= (SELECT max(version) FROM tashkent.applied) - $1`
 
+// recordRangeSQL records versions $1..$2, the first checked with
+// versionAfterRecorded. PostgreSQL plans it afresh at every execution: a
+// generic plan's generate_series over parameters is estimated at 1,000
+// rows, so it always costs more than a custom plan for the actual range,
+// and the plan cache keeps choosing custom plans. recordOneSQL, for the
+// batch of one version, has a generic plan as cheap as a custom one and is
+// planned once per session.
 const recordRangeSQL = `INSERT INTO tashkent.applied (version) SELECT CASE WHEN g > $1::bigint THEN g ELSE ` + versionAfterRecorded + ` END FROM generate_series($1::bigint, $2::bigint) AS g`
+
+const recordOneSQL = `INSERT INTO tashkent.applied (version) VALUES (` + versionAfterRecorded + `)`
 
 // tableMetaSQL loads, for each schema-qualified table name in $1, whether
 // it exists, its canonical quoted name, whether its primary key is
