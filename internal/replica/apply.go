@@ -54,12 +54,12 @@ func Apply(ctx context.Context, conn *pgx.Conn, entries []*certifierpb.LogEntry)
 // plan of a session whenever its session_replication_role changes value
 // (which triggers fire changes what a plan does), so a role set and
 // reverted at every apply transaction made each of Apply's prepared
-// statements be analyzed and planned again at every batch: 13% of the
-// replicas' CPU in a TPC-B profile of 3 replicas (perf, see "The applier's
-// plan cache" in docs/BENCHMARKS.md). With the session's role already
-// replica, Apply's setting changes nothing and the plans stay cached.
-// Nothing else must run on conn afterwards: capture triggers do not fire
-// in it.
+// statements be analyzed and planned again at every batch: 14% of the
+// replicas' CPU in a TPC-B profile of 3 replicas (docs/BENCHMARKS.md,
+// "The applier planned its statements again at every apply"). With the
+// session's role already replica, Apply's setting changes nothing and the
+// plans stay cached. Nothing else must run on conn afterwards: capture
+// triggers do not fire in it.
 func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		return fmt.Errorf("replica: prepare the apply session: %w", err)

@@ -286,12 +286,15 @@ CREATE TABLE IF NOT EXISTS tashkent.ddl_log (
 	at  timestamptz NOT NULL DEFAULT now()
 );
 
+-- check_ddl_generation runs in every apply transaction, so, like
+-- capture_key, it has no SET clause (a SET clause costs every call a GUC
+-- nest level and a new search path: 2% of the replicas' CPU in a TPC-B
+-- profile) and qualifies every name instead.
 CREATE OR REPLACE FUNCTION tashkent.check_ddl_generation(p_gen bigint) RETURNS void
 LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-	IF coalesce((SELECT max(gen) FROM tashkent.ddl_log), 0) <> p_gen THEN
+	IF coalesce((SELECT pg_catalog.max(d.gen) FROM tashkent.ddl_log AS d), 0) OPERATOR(pg_catalog.<>) p_gen THEN
 		RAISE EXCEPTION USING ERRCODE = 'TK001',
 			MESSAGE = 'tashkent: table definitions changed since the applier cached them';
 	END IF;
