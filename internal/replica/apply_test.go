@@ -460,3 +460,48 @@ func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
 		t.Errorf("t on B = %q, want %q", got, want)
 	}
 }
+
+// TestCheckDDLGenerationUnderAHostileSearchPath: check_ddl_generation has
+// no SET clause (it runs in every apply transaction, and a SET clause costs
+// every call a GUC nest level), so it must qualify every function and
+// operator it uses: a max(bigint) aggregate and a <> operator on bigint
+// found first on the caller's search_path must change nothing. Install
+// over a database whose function still has the old SET clause must drop
+// it (CREATE OR REPLACE replaces the whole definition). (Apply's own
+// statements, tableMetaSQL's max(gen) among them, are not qualified and do
+// follow such a search_path; the function is only as safe as its callers.)
+func TestCheckDDLGenerationUnderAHostileSearchPath(t *testing.T) {
+	const schema = `CREATE TABLE t (id int PRIMARY KEY, v text)`
+	_, b := instance(t, schema)
+	ctx := tctx(t)
+	mustExec(t, b, `ALTER FUNCTION tashkent.check_ddl_generation(bigint) SET search_path = pg_catalog, pg_temp`)
+	if err := Install(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	var config []string
+	if err := b.QueryRow(ctx, `SELECT proconfig FROM pg_catalog.pg_proc
+		WHERE oid = 'tashkent.check_ddl_generation(bigint)'::regprocedure`).Scan(&config); err != nil || config != nil {
+		t.Errorf("check_ddl_generation's settings after Install = %q, %v; want none", config, err)
+	}
+
+	mustExec(t, b, `CREATE SCHEMA decoy;
+		CREATE FUNCTION decoy.always(bigint, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+		CREATE OPERATOR decoy.<> (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = decoy.always);
+		CREATE FUNCTION decoy.keep(bigint, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 99::bigint';
+		CREATE AGGREGATE decoy.max(bigint) (SFUNC = decoy.keep, STYPE = bigint, INITCOND = '99');
+		SET search_path = decoy, public, pg_catalog`)
+	var gen int64
+	if err := b.QueryRow(ctx, `SELECT coalesce(pg_catalog.max(gen), 0) FROM tashkent.ddl_log`).Scan(&gen); err != nil {
+		t.Fatal(err)
+	}
+	var decoyMax int64
+	if err := b.QueryRow(ctx, `SELECT max(gen) FROM (VALUES (1::bigint)) AS x(gen)`).Scan(&decoyMax); err != nil || decoyMax != 99 {
+		t.Fatalf("the decoy max is not the one found first: %d, %v", decoyMax, err)
+	}
+	if _, err := b.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen); err != nil {
+		t.Errorf("check_ddl_generation(%d), the current generation, under a decoy search_path: %v", gen, err)
+	}
+	if e := pgErr(t, func() error { _, err := b.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen+1); return err }()); e.Code != "TK001" {
+		t.Errorf("check_ddl_generation(%d), a stale generation: %v, want TK001", gen+1, e)
+	}
+}
