@@ -196,7 +196,10 @@ func TestCaptureNestedStatements(t *testing.T) {
 	mustExec(t, admin, nestedTriggers)
 	s := session(t, srv)
 	version := uint64(0)
-	commit := func(sql string) []*certifierpb.Change {
+	// commit takes the subtest's t: a case that fails fails alone, and the
+	// cases after it still run (a parent's Fatal called from a subtest
+	// stopped them all).
+	commit := func(t *testing.T, sql string) []*certifierpb.Change {
 		version++
 		return commitLocal(t, s, version, sql).GetWriteset().GetChanges()
 	}
@@ -254,7 +257,7 @@ func TestCaptureNestedStatements(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := commit(tc.sql)
+			ws := commit(t, tc.sql)
 			got := changes(ws)
 			for _, w := range tc.want {
 				if !hasEntry(got, w) {
