@@ -412,7 +412,7 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 	if first == last {
 		b.Queue(recordOneSQL, int64(first))
 	} else {
-		b.Queue(recordRangeSQL, int64(first), int64(last))
+		b.Queue(recordRangeSQL, int64(first), versionRange(first, last))
 	}
 	if tg.ownTx {
 		b.Queue("COMMIT")
@@ -420,6 +420,15 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 		b.Queue(restoreSettings)
 	}
 	return tg.sendBatch(ctx, b).Close()
+}
+
+// versionRange lists the versions first..last, recordRangeSQL's $2.
+func versionRange(first, last uint64) []int64 {
+	versions := make([]int64, 0, last-first+1)
+	for v := first; v <= last; v++ {
+		versions = append(versions, int64(v))
+	}
+	return versions
 }
 
 // queueChecked queues sql and wraps its error with what it was doing.

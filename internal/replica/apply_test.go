@@ -398,25 +398,37 @@ func TestApplyManyVersionsSameRow(t *testing.T) {
 
 // TestApplyKeepsItsPlansOnAPreparedSession: on a session that went through
 // PrepareApplySession, an apply transaction builds no plan for statements
-// earlier applies prepared; on a plain session every apply builds them all
-// again, since setting session_replication_role for the transaction (and
-// its revert at the end) drops the session's cached plans. debug_print_plan
-// sends a LOG message for every plan the planner builds. The counted apply
-// follows warmups others: PostgreSQL plans a statement with parameters
-// afresh (a custom plan) at each of its first five executions, and only
-// then settles on its generic plan if that costs no more.
+// earlier applies prepared, whether its batch holds one version or several;
+// on a plain session every apply builds them all again, since setting
+// session_replication_role for the transaction (and its revert at the end)
+// drops the session's cached plans. debug_print_plan sends a LOG message
+// for every plan the planner builds. The counted apply follows `warmups`
+// others: PostgreSQL plans a statement with parameters afresh (a custom
+// plan) at each of its first five executions, and only then settles on its
+// generic plan if that costs no more.
 func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
 	const warmups = 6
 	const schema = `CREATE TABLE t (id int PRIMARY KEY, v text)`
 	srvA, _ := instance(t, schema)
 	srvB, _ := instance(t, schema)
 	commit := committer(t, session(t, srvA))
-	var entries []*certifierpb.LogEntry
-	for i := range 2 * (warmups + 1) {
-		entries = append(entries, commit(fmt.Sprintf(`INSERT INTO t VALUES (1, 'v%d') ON CONFLICT (id) DO UPDATE SET v = excluded.v`, i)))
+	committed := 0
+	// batches returns warmups+1 batches of the next versions, of sizes
+	// cycling through sizes.
+	batches := func(sizes ...int) [][]*certifierpb.LogEntry {
+		var bs [][]*certifierpb.LogEntry
+		for i := range warmups + 1 {
+			var batch []*certifierpb.LogEntry
+			for range sizes[i%len(sizes)] {
+				batch = append(batch, commit(fmt.Sprintf(`INSERT INTO t VALUES (1, 'v%d') ON CONFLICT (id) DO UPDATE SET v = excluded.v`, committed)))
+				committed++
+			}
+			bs = append(bs, batch)
+		}
+		return bs
 	}
 
-	plansBuilt := func(prepared bool, entries []*certifierpb.LogEntry) int {
+	plansBuilt := func(prepared bool, batches [][]*certifierpb.LogEntry) int {
 		cfg, err := pgx.ParseConfig(srvB.DSN("postgres"))
 		if err != nil {
 			t.Fatal(err)
@@ -439,24 +451,72 @@ func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
 		}
 		mustExec(t, conn, `SET debug_print_plan = on; SET client_min_messages = log`)
 		a := NewApplier()
-		for i, e := range entries {
+		for i, batch := range batches {
 			if i == warmups {
 				plans = 0
 			}
-			if err := a.Apply(tctx(t), conn, []*certifierpb.LogEntry{e}); err != nil {
+			if err := a.Apply(tctx(t), conn, batch); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return plans
 	}
 
-	if n := plansBuilt(false, entries[:warmups+1]); n == 0 {
-		t.Errorf("a plain session built no plan in its second apply: the test no longer shows what it guards against")
+	if n := plansBuilt(false, batches(1)); n == 0 {
+		t.Errorf("a plain session built no plan in its last apply: the test no longer shows what it guards against")
 	}
-	if n := plansBuilt(true, entries[warmups+1:]); n != 0 {
-		t.Errorf("a prepared apply session built %d plans in its second apply, want 0", n)
+	if n := plansBuilt(true, batches(1)); n != 0 {
+		t.Errorf("a prepared apply session built %d plans in its last apply of one version, want 0", n)
 	}
-	if got, want := dump(t, pgtest.Connect(t, srvB, "postgres"), "t"), fmt.Sprintf("(1,v%d)", len(entries)-1); got != want {
+	if n := plansBuilt(true, batches(2, 3)); n != 0 {
+		t.Errorf("a prepared apply session built %d plans in its last apply of several versions, want 0", n)
+	}
+	if got, want := dump(t, pgtest.Connect(t, srvB, "postgres"), "t"), fmt.Sprintf("(1,v%d)", committed-1); got != want {
 		t.Errorf("t on B = %q, want %q", got, want)
+	}
+}
+
+// TestCheckDDLGenerationUnderAHostileSearchPath: check_ddl_generation has
+// no SET clause (it runs in every apply transaction, and a SET clause costs
+// every call a GUC nest level), so it must qualify every function and
+// operator it uses: a max(bigint) aggregate and a <> operator on bigint
+// found first on the caller's search_path must change nothing. Install
+// over a database whose function still has the old SET clause must drop
+// it (CREATE OR REPLACE replaces the whole definition). (Apply's own
+// statements, tableMetaSQL's max(gen) among them, are not qualified and do
+// follow such a search_path; the function is only as safe as its callers.)
+func TestCheckDDLGenerationUnderAHostileSearchPath(t *testing.T) {
+	const schema = `CREATE TABLE t (id int PRIMARY KEY, v text)`
+	_, b := instance(t, schema)
+	ctx := tctx(t)
+	mustExec(t, b, `ALTER FUNCTION tashkent.check_ddl_generation(bigint) SET search_path = pg_catalog, pg_temp`)
+	if err := Install(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	var config []string
+	if err := b.QueryRow(ctx, `SELECT proconfig FROM pg_catalog.pg_proc
+		WHERE oid = 'tashkent.check_ddl_generation(bigint)'::regprocedure`).Scan(&config); err != nil || config != nil {
+		t.Errorf("check_ddl_generation's settings after Install = %q, %v; want none", config, err)
+	}
+
+	mustExec(t, b, `CREATE SCHEMA decoy;
+		CREATE FUNCTION decoy.always(bigint, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+		CREATE OPERATOR decoy.<> (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = decoy.always);
+		CREATE FUNCTION decoy.keep(bigint, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 99::bigint';
+		CREATE AGGREGATE decoy.max(bigint) (SFUNC = decoy.keep, STYPE = bigint, INITCOND = '99');
+		SET search_path = decoy, public, pg_catalog`)
+	var gen int64
+	if err := b.QueryRow(ctx, `SELECT coalesce(pg_catalog.max(gen), 0) FROM tashkent.ddl_log`).Scan(&gen); err != nil {
+		t.Fatal(err)
+	}
+	var decoyMax int64
+	if err := b.QueryRow(ctx, `SELECT max(gen) FROM (VALUES (1::bigint)) AS x(gen)`).Scan(&decoyMax); err != nil || decoyMax != 99 {
+		t.Fatalf("the decoy max is not the one found first: %d, %v", decoyMax, err)
+	}
+	if _, err := b.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen); err != nil {
+		t.Errorf("check_ddl_generation(%d), the current generation, under a decoy search_path: %v", gen, err)
+	}
+	if e := pgErr(t, func() error { _, err := b.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen+1); return err }()); e.Code != "TK001" {
+		t.Errorf("check_ddl_generation(%d), a stale generation: %v, want TK001", gen+1, e)
 	}
 }

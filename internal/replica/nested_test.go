@@ -46,6 +46,12 @@ CREATE TABLE num_t (id numeric PRIMARY KEY, v text);
 CREATE TABLE alias1_t (tashkent_j int PRIMARY KEY, v text, modified int NOT NULL DEFAULT 0);
 CREATE TABLE alias2_t (tashkent_r int, tashkent_j text, v text, modified int NOT NULL DEFAULT 0,
 	PRIMARY KEY (tashkent_j, tashkent_r));
+-- Key columns named like the state path's aliases (tashkent_q, the key
+-- columns' tashkent_c1..n in another order) and its derived tables (k, t,
+-- s), and a table named like its table alias.
+CREATE TABLE alias3_t (tashkent_c2 int, tashkent_q int, k int, t int, s int, tashkent_c1 int, tashkent_kk int,
+	v text, modified int NOT NULL DEFAULT 0, PRIMARY KEY (tashkent_c2, tashkent_q));
+CREATE TABLE tashkent_q (tashkent_q int PRIMARY KEY, v text, modified int NOT NULL DEFAULT 0);
 INSERT INTO del_t VALUES (1, 'a'), (2, 'b'), (3, 'c');
 INSERT INTO mod_t VALUES (1, 'a'), (2, 'b'), (3, 'c');
 INSERT INTO stmt_t VALUES (1, 'a'), (2, 'b');
@@ -59,7 +65,9 @@ INSERT INTO plain_t VALUES (1, 'a');
 INSERT INTO undel_t VALUES (1, 'a'), (2, 'b');
 INSERT INTO num_t VALUES (1.5, 'a');
 INSERT INTO alias1_t VALUES (1, 'a');
-INSERT INTO alias2_t VALUES (1, 'x', 'a');`
+INSERT INTO alias2_t VALUES (1, 'x', 'a');
+INSERT INTO alias3_t VALUES (1, 2, 3, 4, 5, 6, 7, 'a');
+INSERT INTO tashkent_q VALUES (1, 'a');`
 
 // nestedTriggers are the user triggers: each writes the table its own
 // statement wrote.
@@ -159,7 +167,19 @@ BEGIN
 	UPDATE alias2_t SET modified = modified + 1 WHERE tashkent_j = NEW.tashkent_j AND tashkent_r = NEW.tashkent_r;
 	RETURN NULL;
 END $$;
-CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias2_t FOR EACH ROW EXECUTE FUNCTION touch_alias2();`
+CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias2_t FOR EACH ROW EXECUTE FUNCTION touch_alias2();
+CREATE FUNCTION touch_alias3() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE alias3_t SET modified = modified + 1 WHERE tashkent_c2 = NEW.tashkent_c2 AND tashkent_q = NEW.tashkent_q;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias3_t FOR EACH ROW EXECUTE FUNCTION touch_alias3();
+CREATE FUNCTION touch_tashkent_q() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	UPDATE tashkent_q SET modified = modified + 1 WHERE tashkent_q = NEW.tashkent_q;
+	RETURN NULL;
+END $$;
+CREATE TRIGGER touch_after AFTER UPDATE OF v ON tashkent_q FOR EACH ROW EXECUTE FUNCTION touch_tashkent_q();`
 
 // tablePK gives the key columns of the cases' tables, to find the row a
 // writeset key names.
@@ -168,6 +188,7 @@ var tablePK = map[string][]string{
 	"public.before_t": {"id"}, "public.outer_t": {"id"}, "public.inner_t": {"id"}, "public.wide_t": {"b", "a"},
 	"public.uniq_t": {"id"}, "public.part_t": {"id", "r"}, "public.plain_t": {"id"}, "public.undel_t": {"id"}, "public.num_t": {"id"},
 	"public.alias1_t": {"tashkent_j"}, "public.alias2_t": {"tashkent_j", "tashkent_r"},
+	"public.alias3_t": {"tashkent_c2", "tashkent_q"}, "public.tashkent_q": {"tashkent_q"},
 }
 
 func TestCaptureNestedStatements(t *testing.T) {
@@ -175,7 +196,10 @@ func TestCaptureNestedStatements(t *testing.T) {
 	mustExec(t, admin, nestedTriggers)
 	s := session(t, srv)
 	version := uint64(0)
-	commit := func(sql string) []*certifierpb.Change {
+	// commit takes the subtest's t: a case that fails fails alone, and the
+	// cases after it still run (a parent's Fatal called from a subtest
+	// stopped them all).
+	commit := func(t *testing.T, sql string) []*certifierpb.Change {
 		version++
 		return commitLocal(t, s, version, sql).GetWriteset().GetChanges()
 	}
@@ -224,12 +248,16 @@ func TestCaptureNestedStatements(t *testing.T) {
 			[]string{"U public.alias1_t [1]"}},
 		{"wider key columns named like the state path's columns", `UPDATE alias2_t SET v = 'w'`,
 			[]string{`U public.alias2_t ["x",1]`}},
+		{"key columns named like the state path's aliases", `UPDATE alias3_t SET v = 'w'`,
+			[]string{"U public.alias3_t [1,2] (1,2,3,4,5,6,7,w,1)"}},
+		{"a table and its key column named like the state path's table alias", `UPDATE tashkent_q SET v = 'w'`,
+			[]string{"U public.tashkent_q [1] (1,w,1)"}},
 		{"later statement in the transaction", `UPDATE mod_t SET v = 'y' WHERE id = 3; UPDATE plain_t SET v = 'b' WHERE id = 1`,
 			[]string{"U public.mod_t [3]", "U public.plain_t [1]"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ws := commit(tc.sql)
+			ws := commit(t, tc.sql)
 			got := changes(ws)
 			for _, w := range tc.want {
 				if !hasEntry(got, w) {
