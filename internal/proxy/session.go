@@ -37,9 +37,13 @@ type session struct {
 	// conflictCancel is set when the lock watch cancelled the running
 	// statement; the resulting 57014 is reported as 40001.
 	conflictCancel atomic.Bool
-	committing     atomic.Bool                     // between asking the certifier and the end of COMMIT
-	certified      atomic.Bool                     // the certifier said commit; the transaction waits for its turn
-	waitingTurn    atomic.Pointer[sequencer.Local] // the certified transaction's place in the order, while certified
+	// executing is set while the backend has a message of the client's that
+	// executes a statement (a simple query, or an extended-protocol unit
+	// with an Execute): only then does the lock watch cancel (see doom).
+	executing   atomic.Bool
+	committing  atomic.Bool                     // between asking the certifier and the end of COMMIT
+	certified   atomic.Bool                     // the certifier said commit; the transaction waits for its turn
+	waitingTurn atomic.Pointer[sequencer.Local] // the certified transaction's place in the order, while certified
 
 	ex         exchange // the extended-protocol exchange in progress
 	beginFirst bool     // the next statement goes after the proxy's BEGIN, in the same write (simple.go)
@@ -93,14 +97,14 @@ func (s *session) run(ctx context.Context) error {
 		case *pgproto3.Terminate:
 			return nil
 		case *pgproto3.Query:
-			err = s.locked(func() error { return s.simpleQuery(ctx, m.String) })
+			err = s.locked(true, func() error { return s.simpleQuery(ctx, m.String) })
 		case *pgproto3.FunctionCall:
 			err = s.refuse(codeFeatureNotSupported, "the fastpath function call protocol is not supported by tashkent", "Call the function with SELECT.")
 		default:
 			var u *unit
 			u, err = s.readUnit(msg)
 			if err == nil {
-				err = s.locked(func() error { return s.extendedUnit(ctx, u) })
+				err = s.locked(u.executes(), func() error { return s.extendedUnit(ctx, u) })
 			}
 		}
 		if err != nil {
@@ -133,9 +137,14 @@ func (s *session) haltedBetweenTransactions(next pgproto3.FrontendMessage) *pgpr
 	return replicaHalted(*e)
 }
 
-func (s *session) locked(f func() error) error {
+// locked handles one message (or extended-protocol unit) of the client's
+// under the session's lock, which the lock watch takes to roll back an idle
+// transaction; executes says whether it runs a statement (see executing).
+func (s *session) locked(executes bool, f func() error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.executing.Store(executes)
+	defer s.executing.Store(false)
 	return f()
 }
 
@@ -275,7 +284,18 @@ func (s *session) doom() {
 		return
 	}
 	// Running a statement: cancel it. Between statements the cancel is
-	// ignored; the lock watch tries again.
+	// ignored; the lock watch tries again. Not while the backend only
+	// parses, binds or describes: a cancelled Parse aborts the transaction
+	// too, but clients do not take an error on a Parse for a failed
+	// transaction attempt (pgbench prepares a statement the first time it
+	// reaches it, inside the block, and then fails its Bind with 26000
+	// instead of retrying); the lock watch tries again, at the client's
+	// next Execute. (The cancel is a signal: sent during an Execute, it
+	// can still arrive after it, during the client's next message; that
+	// window is one round trip of the control connection.)
+	if !s.executing.Load() {
+		return
+	}
 	s.conflictCancel.Store(true)
 	s.p.rep.cancelBackend(s.w.BackendPID)
 	s.p.metrics.outcomes.WithLabelValues("preempted").Inc()
