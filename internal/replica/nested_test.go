@@ -155,31 +155,19 @@ BEGIN
 END $$;
 CREATE TRIGGER widen_after AFTER UPDATE OF v ON num_t FOR EACH ROW EXECUTE FUNCTION widen_key();
 
--- Key columns named tashkent_j and tashkent_r.
-CREATE FUNCTION touch_alias1() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Tables with key columns named like the state path's own names: the
+-- trigger's arguments are the key columns.
+CREATE FUNCTION touch_keyed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	UPDATE alias1_t SET modified = modified + 1 WHERE tashkent_j = NEW.tashkent_j;
+	EXECUTE format('UPDATE %I SET modified = modified + 1 WHERE ', TG_TABLE_NAME)
+		|| (SELECT string_agg(format('%I = ($1).%I', c, c), ' AND ') FROM unnest(TG_ARGV) AS c)
+		USING NEW;
 	RETURN NULL;
 END $$;
-CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias1_t FOR EACH ROW EXECUTE FUNCTION touch_alias1();
-CREATE FUNCTION touch_alias2() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	UPDATE alias2_t SET modified = modified + 1 WHERE tashkent_j = NEW.tashkent_j AND tashkent_r = NEW.tashkent_r;
-	RETURN NULL;
-END $$;
-CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias2_t FOR EACH ROW EXECUTE FUNCTION touch_alias2();
-CREATE FUNCTION touch_alias3() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	UPDATE alias3_t SET modified = modified + 1 WHERE tashkent_c2 = NEW.tashkent_c2 AND tashkent_q = NEW.tashkent_q;
-	RETURN NULL;
-END $$;
-CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias3_t FOR EACH ROW EXECUTE FUNCTION touch_alias3();
-CREATE FUNCTION touch_tashkent_q() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	UPDATE tashkent_q SET modified = modified + 1 WHERE tashkent_q = NEW.tashkent_q;
-	RETURN NULL;
-END $$;
-CREATE TRIGGER touch_after AFTER UPDATE OF v ON tashkent_q FOR EACH ROW EXECUTE FUNCTION touch_tashkent_q();`
+CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias1_t FOR EACH ROW EXECUTE FUNCTION touch_keyed('tashkent_j');
+CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias2_t FOR EACH ROW EXECUTE FUNCTION touch_keyed('tashkent_j', 'tashkent_r');
+CREATE TRIGGER touch_after AFTER UPDATE OF v ON alias3_t FOR EACH ROW EXECUTE FUNCTION touch_keyed('tashkent_c2', 'tashkent_q');
+CREATE TRIGGER touch_after AFTER UPDATE OF v ON tashkent_q FOR EACH ROW EXECUTE FUNCTION touch_keyed('tashkent_q');`
 
 // tablePK gives the key columns of the cases' tables, to find the row a
 // writeset key names.
