@@ -60,36 +60,37 @@ func (t *rowIndex) home(row uint64) uint64 { return ((row ^ t.seed) * fibonacci)
 
 func (t *rowIndex) mask() uint64 { return uint64(len(t.slots) - 1) }
 
-// get returns the version that last wrote row, 0 if none is indexed.
-func (t *rowIndex) get(row uint64) uint64 {
+// find returns row's slot, nil if row is not indexed.
+func (t *rowIndex) find(row uint64) *rowSlot {
 	mask := t.mask()
 	for i := t.home(row); ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.row == row {
-			return s.version
+			return s
 		}
 		if s.row == 0 {
-			return 0
+			return nil
 		}
 	}
+}
+
+// get returns the version that last wrote row, 0 if none is indexed.
+func (t *rowIndex) get(row uint64) uint64 {
+	if s := t.find(row); s != nil {
+		return s.version
+	}
+	return 0
 }
 
 // getPlain returns the version that last wrote row other than by a
 // keeping write, 0 if none is indexed.
 func (t *rowIndex) getPlain(row uint64) uint64 {
-	mask := t.mask()
-	for i := t.home(row); ; i = (i + 1) & mask {
-		s := &t.slots[i]
-		if s.row == row {
-			return s.plain
-		}
-		if s.row == 0 {
-			return 0
-		}
+	if s := t.find(row); s != nil {
+		return s.plain
 	}
+	return 0
 }
 
-// set records that version wrote row (a plain write).
 func (t *rowIndex) set(row, version uint64) { t.put(row, version, true) }
 
 // setKeeping records that version wrote row by a keeping write: the last

@@ -104,7 +104,7 @@ func (s *session) run(ctx context.Context) error {
 			var u *unit
 			u, err = s.readUnit(msg)
 			if err == nil {
-				err = s.locked(u.executes(), func() error { return s.extendedUnit(ctx, u) })
+				err = s.locked(executes(u.msgs), func() error { return s.extendedUnit(ctx, u) })
 			}
 		}
 		if err != nil {

@@ -40,16 +40,6 @@ type unit struct {
 
 func (u *unit) partial() bool { return u.sync == nil }
 
-// executes reports whether the unit runs a statement (has an Execute).
-func (u *unit) executes() bool {
-	for _, m := range u.msgs {
-		if m.typ == 'E' {
-			return true
-		}
-	}
-	return false
-}
-
 // terminator is what ends the unit's last segment: its Sync, or a Flush.
 func (u *unit) terminator() []byte {
 	if u.partial() {

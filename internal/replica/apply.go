@@ -409,11 +409,7 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 			}
 		}
 	}
-	if first == last {
-		b.Queue(recordOneSQL, int64(first))
-	} else {
-		b.Queue(recordRangeSQL, int64(first), versionRange(first, last))
-	}
+	b.Queue(recordRangeSQL, int64(first), versionRange(first, last))
 	if tg.ownTx {
 		b.Queue("COMMIT")
 	} else {

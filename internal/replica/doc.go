@@ -318,10 +318,9 @@
 // = replica for the whole session (PrepareApplySession), because
 // PostgreSQL drops a session's cached plans whenever that setting changes
 // value, which a per-transaction setting did twice per apply; and the
-// versions are recorded by statements whose generic plans are as cheap as
-// a custom one: recordOneSQL for a batch of one version, recordRangeSQL
-// (unnest of an array of the versions) for a longer one; a
-// generate_series over parameters was planned at every execution.
+// versions are recorded by a statement whose generic plan is chosen
+// (recordRangeSQL: unnest of an array of the versions, where a
+// generate_series over parameters was planned at every execution).
 // TestApplyKeepsItsPlansOnAPreparedSession counts the plans an apply
 // builds (debug_print_plan), for batches of one version and of several.
 //

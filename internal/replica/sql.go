@@ -1436,18 +1436,15 @@ const readVersionSQL = `SELECT coalesce(max(version), 0) FROM tashkent.applied`
 const pruneAppliedSQL = `DELETE FROM tashkent.applied WHERE version <= (SELECT max(version) FROM tashkent.applied) - $1`
 
 // recordRangeSQL records the versions of the array $2, consecutive from
-// $1, the first checked with versionAfterRecorded.
-// The versions come as an array rather than from generate_series(first, last):
-// a generic plan's generate_series over parameters is estimated at 1,000
-// rows, so it always costs more than a custom plan for the actual range,
-// and PostgreSQL planned that statement afresh at every execution, where
-// unnest of an array parameter is estimated at 10 rows and its generic
-// plan is chosen after the first five executions, as for every other
-// statement of the applier (TestApplyKeepsItsPlansOnAPreparedSession).
-// recordOneSQL, for the batch of one version, needs no array.
+// $1, the first checked with versionAfterRecorded. The versions come as an
+// array rather than from generate_series($1, last): a generic plan's
+// generate_series over parameters is estimated at 1,000 rows, which always
+// costs more than a custom plan for the actual range, so PostgreSQL planned
+// that statement afresh at every execution; unnest of an array parameter
+// is estimated at 10 rows, and its generic plan is chosen after the first
+// five executions, as for every other statement of the applier
+// (TestApplyKeepsItsPlansOnAPreparedSession).
 const recordRangeSQL = `INSERT INTO tashkent.applied (version) SELECT CASE WHEN g > $1::bigint THEN g ELSE ` + versionAfterRecorded + ` END FROM pg_catalog.unnest($2::bigint[]) AS g`
-
-const recordOneSQL = `INSERT INTO tashkent.applied (version) VALUES (` + versionAfterRecorded + `)`
 
 // tableMetaSQL loads, for each schema-qualified table name in $1, whether
 // it exists, its canonical quoted name, whether its primary key is
