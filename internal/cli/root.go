@@ -31,6 +31,7 @@ func Execute() int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			keepSysmonPolling(cmd) // first: it may execute the process again
 			if g.cpuProfile != "" {
 				stop, err := startCPUProfile(g.cpuProfile)
 				if err != nil {

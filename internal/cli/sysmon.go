@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Go's runtime runs a monitor thread, sysmon, that takes processors back
+// from goroutines blocked in system calls and preempts long-running ones.
+// When every processor is idle, sysmon parks on a futex, and the first
+// goroutine that enters a system call afterwards wakes it
+// (runtime.entersyscallWakeSysmon); sysmon then polls every 20 µs until
+// the process is idle again and parks once more. A proxy or a certifier
+// serving a client one request at a time goes idle between requests, so
+// every request paid a futex wake-up of sysmon and a few context switches
+// of its own, and on a virtual machine a context switch costs tens of
+// microseconds (docs/BENCHMARKS.md, "Session 7: Go's sysmon"; see also
+// golang/go#18236).
+//
+// sysmon never parks while GODEBUG's schedtrace is set (it has to print
+// the trace on time): it keeps polling, backing off from 20 µs to 10 ms
+// while it finds nothing to take back, without being woken by anyone.
+// schedtrace's largest value, 2147483647 ms (24.8 days), keeps the trace
+// itself quiet: nothing is printed unless the host has been up for longer
+// than that, and then one line ("SCHED ...") on stderr at start and every
+// 24.8 days. The runtime reads schedtrace only when the process starts, so
+// a server command executes itself again with it set: same PID, same
+// arguments, same open files. A GODEBUG that already sets schedtrace is
+// left as it is; GODEBUG=schedtrace=0 turns this off.
+const (
+	// pollingSysmon is the annotation of server commands that keep sysmon
+	// polling.
+	pollingSysmon = "tashkent/polling-sysmon"
+	// sysmonSetting is the GODEBUG setting that keeps sysmon polling.
+	sysmonSetting = "schedtrace=2147483647"
+)
+
+// markPollingSysmon annotates a server command to run with sysmon polling.
+func markPollingSysmon(cmd *cobra.Command) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[pollingSysmon] = "true"
+	return cmd
+}
+
+// keepSysmonPolling executes the process again with sysmonSetting added to
+// GODEBUG, for a command annotated with pollingSysmon whose GODEBUG does
+// not set schedtrace yet. It returns only if nothing needs doing or the
+// execution failed; then the process runs on with the runtime's default,
+// after a warning.
+func keepSysmonPolling(cmd *cobra.Command) {
+	if cmd.Annotations[pollingSysmon] != "true" {
+		return
+	}
+	godebug, add := withSysmonSetting(os.Getenv("GODEBUG"))
+	if !add {
+		return
+	}
+	self, err := os.Executable()
+	if err == nil {
+		env := append(withoutVariable(os.Environ(), "GODEBUG"), "GODEBUG="+godebug)
+		err = syscall.Exec(self, os.Args, env) // returns only on failure
+	}
+	slog.Warn("could not execute this process again with Go's sysmon polling; it runs with the runtime's default, which costs CPU per request",
+		"GODEBUG", godebug, "err", err, "hint", "set GODEBUG=schedtrace=0 to run with the default and skip this step")
+}
+
+// withSysmonSetting returns godebug with sysmonSetting added, and whether
+// it added it: not if godebug sets schedtrace already.
+func withSysmonSetting(godebug string) (string, bool) {
+	for _, kv := range strings.Split(godebug, ",") {
+		if strings.HasPrefix(strings.TrimSpace(kv), "schedtrace=") {
+			return godebug, false
+		}
+	}
+	if godebug == "" {
+		return sysmonSetting, true
+	}
+	return godebug + "," + sysmonSetting, true
+}
+
+// withoutVariable returns env without the entries of variable name.
+func withoutVariable(env []string, name string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
