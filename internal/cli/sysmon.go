@@ -48,6 +48,20 @@ func markPollingSysmon(cmd *cobra.Command) *cobra.Command {
 	return cmd
 }
 
+// keepSysmonPollingFor applies keepSysmonPolling to the command that args
+// select, found as cobra's Execute will find it. It must run before the
+// process catches SIGTERM or SIGINT with signal.Notify: a signal caught in
+// the first execution would be lost by the second (execve resets the
+// handlers, and the Go handler had already taken the signal), which then
+// runs on as if no stop had been asked. Before signal.Notify the runtime's
+// default applies: such a signal ends the first execution, as a stop
+// request should.
+func keepSysmonPollingFor(root *cobra.Command, args []string) {
+	if cmd, _, err := root.Find(args); err == nil {
+		keepSysmonPolling(cmd)
+	}
+}
+
 // keepSysmonPolling executes the process again with sysmonSetting added to
 // GODEBUG, for a command annotated with pollingSysmon whose GODEBUG does
 // not set schedtrace yet. It returns only if nothing needs doing or the
