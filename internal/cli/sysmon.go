@@ -3,6 +3,7 @@ package cli
 import (
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -85,10 +86,15 @@ func keepSysmonPolling(cmd *cobra.Command) {
 }
 
 // withSysmonSetting returns godebug with sysmonSetting added, and whether
-// it added it: not if godebug sets schedtrace already.
+// it added it: not if godebug sets schedtrace already, as the runtime
+// reads it (runtime/runtime1.go, parsegodebug): fields split at commas,
+// the key as it is, without trimming spaces, and a value that parses as a
+// 32-bit integer. A setting the runtime would ignore (" schedtrace=1000",
+// "schedtrace=abc") does not count: the process would run with neither.
 func withSysmonSetting(godebug string) (string, bool) {
-	for _, kv := range strings.Split(godebug, ",") {
-		if strings.HasPrefix(strings.TrimSpace(kv), "schedtrace=") {
+	for _, field := range strings.Split(godebug, ",") {
+		key, value, _ := strings.Cut(field, "=")
+		if _, err := strconv.ParseInt(value, 10, 32); key == "schedtrace" && err == nil {
 			return godebug, false
 		}
 	}

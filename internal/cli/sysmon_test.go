@@ -25,7 +25,13 @@ func TestWithSysmonSetting(t *testing.T) {
 		{"", sysmonSetting, true},
 		{"gctrace=1", "gctrace=1," + sysmonSetting, true},
 		{"schedtrace=0", "schedtrace=0", false},
-		{"gctrace=1, schedtrace=1000", "gctrace=1, schedtrace=1000", false},
+		{"gctrace=1,schedtrace=1000", "gctrace=1,schedtrace=1000", false},
+		{"schedtrace=-1", "schedtrace=-1", false},
+		// Settings the runtime ignores (parsegodebug neither trims keys nor
+		// accepts values outside int32) do not count as set.
+		{"gctrace=1, schedtrace=1000", "gctrace=1, schedtrace=1000," + sysmonSetting, true},
+		{"schedtrace=abc", "schedtrace=abc," + sysmonSetting, true},
+		{"schedtrace=2147483648", "schedtrace=2147483648," + sysmonSetting, true},
 		{"myschedtrace=1", "myschedtrace=1," + sysmonSetting, true},
 	} {
 		got, add := withSysmonSetting(c.in)
