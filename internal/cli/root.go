@@ -31,7 +31,6 @@ func Execute() int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			keepSysmonPolling(cmd) // first: it may execute the process again
 			if g.cpuProfile != "" {
 				stop, err := startCPUProfile(g.cpuProfile)
 				if err != nil {
@@ -60,6 +59,7 @@ func Execute() int {
 	for _, add := range extraCommands {
 		root.AddCommand(add())
 	}
+	keepSysmonPollingFor(root, os.Args[1:]) // before signal.NotifyContext: see there
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

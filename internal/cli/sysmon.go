@@ -3,6 +3,7 @@ package cli
 import (
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -21,16 +22,32 @@ import (
 // microseconds (docs/BENCHMARKS.md, "Session 7: Go's sysmon"; see also
 // golang/go#18236).
 //
-// sysmon never parks while GODEBUG's schedtrace is set (it has to print
-// the trace on time): it keeps polling, backing off from 20 µs to 10 ms
-// while it finds nothing to take back, without being woken by anyone.
-// schedtrace's largest value, 2147483647 ms (24.8 days), keeps the trace
-// itself quiet: nothing is printed unless the host has been up for longer
-// than that, and then one line ("SCHED ...") on stderr at start and every
-// 24.8 days. The runtime reads schedtrace only when the process starts, so
-// a server command executes itself again with it set: same PID, same
-// arguments, same open files. A GODEBUG that already sets schedtrace is
-// left as it is; GODEBUG=schedtrace=0 turns this off.
+// sysmon never parks while GODEBUG's schedtrace is above 0 (runtime
+// proc.go, sysmon: it has to print the trace on time): it keeps polling,
+// every 20 µs at first, then, after 50 rounds in which it took nothing
+// back (about 1 ms), doubling up to 10 ms, without being woken by anyone.
+// The costs of that:
+//   - An idle server wakes about 100 times a second (sysmon's 10 ms
+//     rounds), where the default parks until there is work.
+//   - sysmon, at 10 ms then, takes a processor back from a blocking system
+//     call 10-20 ms after the call began. The default, which the first
+//     system call after an idle spell wakes with its delay reset to 20 µs,
+//     does so within a fraction of a millisecond. With GOMAXPROCS=1 no
+//     other goroutine runs until such a call returns: a certifier's
+//     fdatasync, for one (the proxy makes no blocking call on its path).
+//   - Every fatal error (unrecovered panic, runtime throw, SIGQUIT) first
+//     prints a detailed scheduler dump, one line per P, M and goroutine,
+//     before the panic message (runtime panic.go, startpanic_m).
+//
+// schedtrace's largest value, 2147483647 ms (24.86 days), keeps the
+// periodic trace quiet. sysmon prints its line ("SCHED ...") on stderr
+// once CLOCK_MONOTONIC, the host's time since boot, is past 24.86 days:
+// at start on a host up for longer than that, else when the host's
+// uptime crosses it; then every 24.86 days after that line. The runtime
+// reads schedtrace only when the process starts, so a server command
+// executes itself again with it set: same PID, same arguments, and the
+// inherited descriptors (Go opens its own with close-on-exec). A GODEBUG that already sets schedtrace, as the runtime
+// reads it, is left as it is; GODEBUG=schedtrace=0 turns this off.
 const (
 	// pollingSysmon is the annotation of server commands that keep sysmon
 	// polling.
@@ -46,6 +63,20 @@ func markPollingSysmon(cmd *cobra.Command) *cobra.Command {
 	}
 	cmd.Annotations[pollingSysmon] = "true"
 	return cmd
+}
+
+// keepSysmonPollingFor applies keepSysmonPolling to the command that args
+// select, found as cobra's Execute will find it. It must run before the
+// process catches SIGTERM or SIGINT with signal.Notify: a signal caught in
+// the first execution would be lost by the second (execve resets the
+// handlers, and the Go handler had already taken the signal), which then
+// runs on as if no stop had been asked. Before signal.Notify the runtime's
+// default applies: such a signal ends the first execution, as a stop
+// request should.
+func keepSysmonPollingFor(root *cobra.Command, args []string) {
+	if cmd, _, err := root.Find(args); err == nil {
+		keepSysmonPolling(cmd)
+	}
 }
 
 // keepSysmonPolling executes the process again with sysmonSetting added to
@@ -71,10 +102,15 @@ func keepSysmonPolling(cmd *cobra.Command) {
 }
 
 // withSysmonSetting returns godebug with sysmonSetting added, and whether
-// it added it: not if godebug sets schedtrace already.
+// it added it: not if godebug sets schedtrace already, as the runtime
+// reads it (runtime/runtime1.go, parsegodebug): fields split at commas,
+// the key as it is, without trimming spaces, and a value that parses as a
+// 32-bit integer. A setting the runtime would ignore (" schedtrace=1000",
+// "schedtrace=abc") does not count: the process would run with neither.
 func withSysmonSetting(godebug string) (string, bool) {
-	for _, kv := range strings.Split(godebug, ",") {
-		if strings.HasPrefix(strings.TrimSpace(kv), "schedtrace=") {
+	for _, field := range strings.Split(godebug, ",") {
+		key, value, _ := strings.Cut(field, "=")
+		if _, err := strconv.ParseInt(value, 10, 32); key == "schedtrace" && err == nil {
 			return godebug, false
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/tashkent-db/tashkent/internal/netutil"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
@@ -23,7 +25,13 @@ func TestWithSysmonSetting(t *testing.T) {
 		{"", sysmonSetting, true},
 		{"gctrace=1", "gctrace=1," + sysmonSetting, true},
 		{"schedtrace=0", "schedtrace=0", false},
-		{"gctrace=1, schedtrace=1000", "gctrace=1, schedtrace=1000", false},
+		{"gctrace=1,schedtrace=1000", "gctrace=1,schedtrace=1000", false},
+		{"schedtrace=-1", "schedtrace=-1", false},
+		// Settings the runtime ignores (parsegodebug neither trims keys nor
+		// accepts values outside int32) do not count as set.
+		{"gctrace=1, schedtrace=1000", "gctrace=1, schedtrace=1000," + sysmonSetting, true},
+		{"schedtrace=abc", "schedtrace=abc," + sysmonSetting, true},
+		{"schedtrace=2147483648", "schedtrace=2147483648," + sysmonSetting, true},
 		{"myschedtrace=1", "myschedtrace=1," + sysmonSetting, true},
 	} {
 		got, add := withSysmonSetting(c.in)
@@ -110,4 +118,85 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestStopSignalDuringStartIsNotLost sends SIGTERM to a certifier at
+// growing delays after its start, until one is delivered to the second
+// execution (the command then exits 0), and requires every one of them to
+// stop the process. A SIGTERM that the first execution's signal.Notify
+// caught before syscall.Exec was lost: execve drops the Go handler's
+// state, and the second execution ran on as if no stop had been asked
+// (tashkent down and the bench then needed SIGKILL; the fault tests
+// reported "did not stop within 20 s of SIGTERM"). Thousands of extra
+// --log-level flags make cobra's flag parsing, which ran between the two,
+// take tens of milliseconds, so the sweep lands in that window.
+func TestStopSignalDuringStartIsNotLost(t *testing.T) {
+	bin := testbin.Path(t)
+	padding := make([]string, 30000)
+	for i := range padding {
+		padding[i] = "--log-level=info"
+	}
+	env := withoutVariable(os.Environ(), "GODEBUG")
+	killedBeforeHandler := 0
+	for delay := time.Duration(0); delay < 2*time.Second; delay += 2*time.Millisecond + delay/10 {
+		port, err := netutil.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"certifier", "--data-dir", t.TempDir(),
+			"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--metrics-listen", ""}, padding...)
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			if err == nil {
+				if killedBeforeHandler == 0 {
+					t.Fatalf("the first SIGTERM (%v after start) already reached the handler: the sweep missed the start-up window", delay)
+				}
+				return // delivered to the second execution's handler: the window is behind us
+			}
+			killedBeforeHandler++
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-exited
+			t.Fatalf("certifier %d did not exit within 10 s of a SIGTERM sent %v after its start: the signal was lost", cmd.Process.Pid, delay)
+		}
+	}
+	t.Fatal("no SIGTERM reached the certifier's own handler within 2 s of its start")
+}
+
+// TestServerCommandsFoundBeforeFlagParsing checks that the command found
+// before cobra parses flags (keepSysmonPollingFor runs before that) is the
+// one cobra runs, with global flags and their values before it, and that
+// only the servers themselves, not their subcommands, are marked.
+func TestServerCommandsFoundBeforeFlagParsing(t *testing.T) {
+	root := &cobra.Command{Use: "tashkent"}
+	root.PersistentFlags().String("log-level", "info", "")
+	root.PersistentFlags().Int("max-procs", 0, "")
+	root.AddCommand(newCertifierCommand(), newProxyCommand(), newUpCommand())
+	for _, c := range []struct {
+		args    []string
+		polling bool
+	}{
+		{[]string{"proxy", "--name", "r1"}, true},
+		{[]string{"--log-level", "debug", "--max-procs", "1", "proxy"}, true},
+		{[]string{"--log-level=debug", "certifier", "--listen", "proxy"}, true},
+		{[]string{"certifier", "members"}, false},
+		{[]string{"up", "--replicas", "1"}, false},
+	} {
+		cmd, _, err := root.Find(c.args)
+		if err != nil {
+			t.Fatalf("Find(%q): %v", c.args, err)
+		}
+		if got := cmd.Annotations[pollingSysmon] == "true"; got != c.polling {
+			t.Errorf("Find(%q) = %q, polling sysmon %v; want %v", c.args, cmd.CommandPath(), got, c.polling)
+		}
+	}
 }
