@@ -72,5 +72,5 @@ restarts.`,
 	f.StringVar(&auth, "auth", string(proxy.AuthRelay), "client authentication: relay (PostgreSQL authenticates through the proxy) or scram (the proxy verifies SCRAM-SHA-256 itself, then authenticates to PostgreSQL with the client's SCRAM key or by trust)")
 	certTLS.AddFlags(f)
 	f.StringVar(&cfg.AuthFile, "auth-file", "", `with --auth scram: a user list file of "user" "SCRAM-SHA-256$..." lines, instead of pg_authid`)
-	return markPollingSysmon(markSharesHost(cmd))
+	return markPollingSysmon(markSharesHost(cmd), pollAlways)
 }

@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Go's runtime runs a monitor thread, sysmon, that takes processors back
@@ -34,7 +37,9 @@ import (
 //     system call after an idle spell wakes with its delay reset to 20 µs,
 //     does so within a fraction of a millisecond. With GOMAXPROCS=1 no
 //     other goroutine runs until such a call returns: a certifier's
-//     fdatasync, for one (the proxy makes no blocking call on its path).
+//     fdatasync, for one. So the certifier polls only with several Go
+//     threads (pollWithSeveralThreads); the proxy makes no blocking call
+//     on its path and always polls.
 //   - Every fatal error (unrecovered panic, runtime throw, SIGQUIT) first
 //     prints a detailed scheduler dump, one line per P, M and goroutine,
 //     before the panic message (runtime panic.go, startpanic_m).
@@ -46,23 +51,65 @@ import (
 // uptime crosses it; then every 24.86 days after that line. The runtime
 // reads schedtrace only when the process starts, so a server command
 // executes itself again with it set: same PID, same arguments, and the
-// inherited descriptors (Go opens its own with close-on-exec). A GODEBUG that already sets schedtrace, as the runtime
-// reads it, is left as it is; GODEBUG=schedtrace=0 turns this off.
+// inherited descriptors (Go opens its own with close-on-exec). A GODEBUG
+// that already sets schedtrace, as the runtime reads it, is left as it
+// is; GODEBUG=schedtrace=0 turns this off.
 const (
 	// pollingSysmon is the annotation of server commands that keep sysmon
-	// polling.
+	// polling; its value is when (pollAlways or pollWithSeveralThreads).
 	pollingSysmon = "tashkent/polling-sysmon"
+	// pollAlways: the command makes no blocking system call on its request
+	// path (the proxy: sockets only), so a slow retake costs it nothing.
+	pollAlways = "always"
+	// pollWithSeveralThreads: the command blocks in system calls on its
+	// request path (the certifier's log flush), so it polls only when it
+	// runs more than one Go thread; with one, a request that arrives
+	// during a flush would wait up to 10-20 ms for sysmon's retake. Review
+	// h27 measured that for a certifier with GOMAXPROCS=1 and an 8 ms
+	// flush (client p99 58-97 ms polling against 21-82 ms by default) and
+	// no harm with two threads.
+	pollWithSeveralThreads = "with-several-threads"
 	// sysmonSetting is the GODEBUG setting that keeps sysmon polling.
 	sysmonSetting = "schedtrace=2147483647"
 )
 
-// markPollingSysmon annotates a server command to run with sysmon polling.
-func markPollingSysmon(cmd *cobra.Command) *cobra.Command {
+// markPollingSysmon annotates a server command to run with sysmon polling
+// when the condition (pollAlways or pollWithSeveralThreads) holds.
+func markPollingSysmon(cmd *cobra.Command, when string) *cobra.Command {
 	if cmd.Annotations == nil {
 		cmd.Annotations = map[string]string{}
 	}
-	cmd.Annotations[pollingSysmon] = "true"
+	cmd.Annotations[pollingSysmon] = when
 	return cmd
+}
+
+// pollsSysmon reports whether cmd, run with args (its own, after the
+// command's name), should keep sysmon polling.
+func pollsSysmon(cmd *cobra.Command, args []string) bool {
+	switch cmd.Annotations[pollingSysmon] {
+	case pollAlways:
+		return true
+	case pollWithSeveralThreads:
+		return goThreads(args) > 1
+	}
+	return false
+}
+
+// goThreads is the number of Go threads running code at once that a
+// command run with args will have: --max-procs if args give it a positive
+// value, else the runtime's GOMAXPROCS as it stands before setMaxProcs
+// (from the GOMAXPROCS variable, or the CPUs and CPU limit the process
+// may use). It reads only --max-procs and skips every other flag; cobra
+// parses them all, and reports their errors, afterwards.
+func goThreads(args []string) int {
+	fs := pflag.NewFlagSet("max-procs", pflag.ContinueOnError)
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	fs.SetOutput(io.Discard)
+	n := fs.Int("max-procs", 0, "")
+	if err := fs.Parse(args); err == nil && *n > 0 {
+		return *n
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 // keepSysmonPollingFor applies keepSysmonPolling to the command that args
@@ -74,20 +121,16 @@ func markPollingSysmon(cmd *cobra.Command) *cobra.Command {
 // default applies: such a signal ends the first execution, as a stop
 // request should.
 func keepSysmonPollingFor(root *cobra.Command, args []string) {
-	if cmd, _, err := root.Find(args); err == nil {
-		keepSysmonPolling(cmd)
+	if cmd, rest, err := root.Find(args); err == nil && pollsSysmon(cmd, rest) {
+		keepSysmonPolling()
 	}
 }
 
 // keepSysmonPolling executes the process again with sysmonSetting added to
-// GODEBUG, for a command annotated with pollingSysmon whose GODEBUG does
-// not set schedtrace yet. It returns only if nothing needs doing or the
-// execution failed; then the process runs on with the runtime's default,
-// after a warning.
-func keepSysmonPolling(cmd *cobra.Command) {
-	if cmd.Annotations[pollingSysmon] != "true" {
-		return
-	}
+// GODEBUG, unless GODEBUG sets schedtrace already. It returns only if
+// nothing needs doing or the execution failed; then the process runs on
+// with the runtime's default, after a warning.
+func keepSysmonPolling() {
 	godebug, add := withSysmonSetting(os.Getenv("GODEBUG"))
 	if !add {
 		return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,17 +44,19 @@ func TestWithSysmonSetting(t *testing.T) {
 
 // TestServerCommandsRunWithSysmonPolling starts a real certifier process
 // and reads the environment its PID runs with: the process executed itself
-// again with the setting, under the same PID, and left an explicit
-// schedtrace alone.
+// again with the setting, under the same PID, left an explicit schedtrace
+// alone, and did not poll with one Go thread.
 func TestServerCommandsRunWithSysmonPolling(t *testing.T) {
 	bin := testbin.Path(t)
-	for _, c := range []struct{ godebug, want string }{
-		{"", "GODEBUG=" + sysmonSetting},
-		{"gctrace=0", "GODEBUG=gctrace=0," + sysmonSetting},
-		{"schedtrace=0", "GODEBUG=schedtrace=0"},
+	for _, c := range []struct{ godebug, gomaxprocs, want string }{
+		{"", "2", "GODEBUG=" + sysmonSetting},
+		{"gctrace=0", "2", "GODEBUG=gctrace=0," + sysmonSetting},
+		{"schedtrace=0", "2", "GODEBUG=schedtrace=0"},
+		{"gctrace=0", "1", "GODEBUG=gctrace=0"},
 	} {
-		t.Run(fmt.Sprintf("GODEBUG=%q", c.godebug), func(t *testing.T) {
-			env := withoutVariable(os.Environ(), "GODEBUG")
+		t.Run(fmt.Sprintf("GODEBUG=%q,GOMAXPROCS=%s", c.godebug, c.gomaxprocs), func(t *testing.T) {
+			env := withoutVariable(withoutVariable(os.Environ(), "GODEBUG"), "GOMAXPROCS")
+			env = append(env, "GOMAXPROCS="+c.gomaxprocs)
 			if c.godebug != "" {
 				env = append(env, "GODEBUG="+c.godebug)
 			}
@@ -181,21 +184,25 @@ func TestServerCommandsFoundBeforeFlagParsing(t *testing.T) {
 	root.PersistentFlags().String("log-level", "info", "")
 	root.PersistentFlags().Int("max-procs", 0, "")
 	root.AddCommand(newCertifierCommand(), newProxyCommand(), newUpCommand())
+	several := runtime.GOMAXPROCS(0) > 1 // this test process's, as the certifier's would be
 	for _, c := range []struct {
 		args    []string
 		polling bool
 	}{
 		{[]string{"proxy", "--name", "r1"}, true},
-		{[]string{"--log-level", "debug", "--max-procs", "1", "proxy"}, true},
-		{[]string{"--log-level=debug", "certifier", "--listen", "proxy"}, true},
+		{[]string{"--log-level", "debug", "--max-procs", "1", "proxy"}, true}, // the proxy blocks in no call
+		{[]string{"--log-level=debug", "certifier", "--listen", "proxy"}, several},
+		{[]string{"certifier", "--data-dir", "d", "--max-procs", "1"}, false},
+		{[]string{"--max-procs=1", "certifier", "--listen", "127.0.0.1:1"}, false},
+		{[]string{"certifier", "--data-dir", "d", "--max-procs", "2"}, true},
 		{[]string{"certifier", "members"}, false},
 		{[]string{"up", "--replicas", "1"}, false},
 	} {
-		cmd, _, err := root.Find(c.args)
+		cmd, rest, err := root.Find(c.args)
 		if err != nil {
 			t.Fatalf("Find(%q): %v", c.args, err)
 		}
-		if got := cmd.Annotations[pollingSysmon] == "true"; got != c.polling {
+		if got := pollsSysmon(cmd, rest); got != c.polling {
 			t.Errorf("Find(%q) = %q, polling sysmon %v; want %v", c.args, cmd.CommandPath(), got, c.polling)
 		}
 	}
