@@ -57,8 +57,17 @@ func (c certifier) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.Cer
 	return c.r.certPtr.Load().Certify(ctx, req)
 }
 
-func (p *Proxy) adminDSN() string {
-	query := url.Values{"sslmode": {"disable"}, "application_name": {"tashkent-proxy"}}
+// Application names of the proxy's own connections to its replica, as
+// pg_stat_activity (and log_line_prefix's %a) shows them: the apply
+// connection's apart from the others', so that an operator (or a test) can
+// tell which backend applies remote writesets.
+const (
+	adminApplicationName = "tashkent-proxy"
+	applyApplicationName = "tashkent-proxy-apply"
+)
+
+func (p *Proxy) adminDSN(applicationName string) string {
+	query := url.Values{"sslmode": {"disable"}, "application_name": {applicationName}}
 	u := url.URL{Scheme: "postgres", Host: p.cfg.BackendAddr, Path: "/" + p.cfg.Database}
 	if dir, port, ok := socketDirAndPort(p.cfg.BackendAddr); ok {
 		u.Host = ""
@@ -86,9 +95,13 @@ func socketDirAndPort(addr string) (dir, port string, ok bool) {
 }
 
 func (p *Proxy) connectAdmin(ctx context.Context) (*pgx.Conn, error) {
+	return p.connectAdminAs(ctx, adminApplicationName)
+}
+
+func (p *Proxy) connectAdminAs(ctx context.Context, applicationName string) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return pgx.Connect(cctx, p.adminDSN())
+	return pgx.Connect(cctx, p.adminDSN(applicationName))
 }
 
 // startReplication installs tashkent in the database, reads the version
@@ -134,12 +147,12 @@ func (p *Proxy) checkDurabilitySetting(ctx context.Context, conn *pgx.Conn) erro
 }
 
 func (r *replication) connect(ctx context.Context) error {
-	apply, err := r.p.connectAdmin(ctx)
+	apply, err := r.p.connectAdminAs(ctx, applyApplicationName)
 	if err != nil {
 		return fmt.Errorf("connect to the replica %s: %w", r.p.cfg.BackendAddr, err)
 	}
 	var started string
-	if err := apply.QueryRow(ctx, `SELECT pg_postmaster_start_time()::text`).Scan(&started); err != nil {
+	if err := apply.QueryRow(ctx, `SELECT pg_catalog.pg_postmaster_start_time()::pg_catalog.text`).Scan(&started); err != nil {
 		apply.Close(ctx)
 		return fmt.Errorf("read the replica's start time: %w", err)
 	}
@@ -323,7 +336,7 @@ func (r *replication) blockers(ctx context.Context) ([]int32, error) {
 	r.controlMu.Lock()
 	defer r.controlMu.Unlock()
 	var pids []int32
-	err := r.controlConn.QueryRow(ctx, `SELECT pg_blocking_pids($1)`, r.applyConn.PgConn().PID()).Scan(&pids)
+	err := r.controlConn.QueryRow(ctx, `SELECT pg_catalog.pg_blocking_pids($1)`, r.applyConn.PgConn().PID()).Scan(&pids)
 	return pids, err
 }
 
@@ -333,7 +346,7 @@ func (r *replication) cancelBackend(pid uint32) {
 	defer r.controlMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	r.controlConn.Exec(ctx, `SELECT pg_cancel_backend($1)`, int32(pid))
+	r.controlConn.Exec(ctx, `SELECT pg_catalog.pg_cancel_backend($1)`, int32(pid))
 }
 
 func (r *replication) handleApplyError(ctx context.Context, batch []logentry.Entry, err error) {
