@@ -45,9 +45,11 @@ func TestApplySessionIsPreparedAgainAfterItsDatabaseRestarts(t *testing.T) {
 
 	// Both settings take effect at the restart: every new session of
 	// replica 1 logs the plans it builds, each line led by its
-	// application_name.
+	// application_name. The replica runs with synchronous_commit off (mw):
+	// the ALTER ROLE must commit durably to outlive the kill.
 	admin := c.direct(0)
-	for _, sql := range []string{`ALTER SYSTEM SET log_line_prefix = '%a: '`, `ALTER ROLE postgres SET debug_print_plan = on`} {
+	for _, sql := range []string{`SET synchronous_commit = on`, `ALTER SYSTEM SET log_line_prefix = '%a: '`,
+		`ALTER ROLE postgres SET debug_print_plan = on`} {
 		if _, err := admin.Exec(context.Background(), sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
