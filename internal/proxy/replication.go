@@ -44,8 +44,8 @@ type replication struct {
 	recovering  atomic.Bool
 	needRecover atomic.Bool
 	// started is pg_postmaster_start_time() of the database whose state the
-	// sequencer holds: a session that finds another one is on a restarted
-	// database the proxy has not recovered yet.
+	// sequencer holds, as postmasterStartSQL prints it: a session that finds
+	// another one is on a restarted database the proxy has not recovered yet.
 	started atomic.Pointer[string]
 	broken  atomic.Pointer[error] // the applier stopped on an error it cannot get past
 }
@@ -152,7 +152,7 @@ func (r *replication) connect(ctx context.Context) error {
 		return fmt.Errorf("connect to the replica %s: %w", r.p.cfg.BackendAddr, err)
 	}
 	var started string
-	if err := apply.QueryRow(ctx, `SELECT pg_catalog.pg_postmaster_start_time()::pg_catalog.text`).Scan(&started); err != nil {
+	if err := apply.QueryRow(ctx, `SELECT `+postmasterStartSQL).Scan(&started); err != nil {
 		apply.Close(ctx)
 		return fmt.Errorf("read the replica's start time: %w", err)
 	}
@@ -405,6 +405,14 @@ func (r *replication) pruneApplied(ctx context.Context) {
 		r.p.cfg.Logger.Warn("prune tashkent.applied", "err", err)
 	}
 }
+
+// postmasterStartSQL is the database's start time as text that every
+// session prints alike: seconds since the epoch. A timestamptz printed as
+// text follows the session's TimeZone and DateStyle, which a client sets
+// in its startup packet (JDBC sends the JVM's zone): its session would
+// find another start time than the proxy's and be taken for one on a
+// restarted database (TestASessionInItsOwnTimeZoneIsServed).
+const postmasterStartSQL = `(EXTRACT(EPOCH FROM pg_catalog.pg_postmaster_start_time()))::pg_catalog.text`
 
 func (r *replication) postmasterStart() string {
 	if p := r.started.Load(); p != nil {
