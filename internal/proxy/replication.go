@@ -44,8 +44,8 @@ type replication struct {
 	recovering  atomic.Bool
 	needRecover atomic.Bool
 	// started is pg_postmaster_start_time() of the database whose state the
-	// sequencer holds: a session that finds another one is on a restarted
-	// database the proxy has not recovered yet.
+	// sequencer holds, as postmasterStartSQL prints it: a session that finds
+	// another one is on a restarted database the proxy has not recovered yet.
 	started atomic.Pointer[string]
 	broken  atomic.Pointer[error] // the applier stopped on an error it cannot get past
 }
@@ -57,8 +57,17 @@ func (c certifier) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.Cer
 	return c.r.certPtr.Load().Certify(ctx, req)
 }
 
-func (p *Proxy) adminDSN() string {
-	query := url.Values{"sslmode": {"disable"}, "application_name": {"tashkent-proxy"}}
+// Application names of the proxy's own connections to its replica, as
+// pg_stat_activity (and log_line_prefix's %a) shows them: the apply
+// connection's apart from the others', so that an operator (or a test) can
+// tell which backend applies remote writesets.
+const (
+	adminApplicationName = "tashkent-proxy"
+	applyApplicationName = "tashkent-proxy-apply"
+)
+
+func (p *Proxy) adminDSN(applicationName string) string {
+	query := url.Values{"sslmode": {"disable"}, "application_name": {applicationName}}
 	u := url.URL{Scheme: "postgres", Host: p.cfg.BackendAddr, Path: "/" + p.cfg.Database}
 	if dir, port, ok := socketDirAndPort(p.cfg.BackendAddr); ok {
 		u.Host = ""
@@ -86,9 +95,13 @@ func socketDirAndPort(addr string) (dir, port string, ok bool) {
 }
 
 func (p *Proxy) connectAdmin(ctx context.Context) (*pgx.Conn, error) {
+	return p.connectAdminAs(ctx, adminApplicationName)
+}
+
+func (p *Proxy) connectAdminAs(ctx context.Context, applicationName string) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return pgx.Connect(cctx, p.adminDSN())
+	return pgx.Connect(cctx, p.adminDSN(applicationName))
 }
 
 // startReplication installs tashkent in the database, reads the version
@@ -134,12 +147,12 @@ func (p *Proxy) checkDurabilitySetting(ctx context.Context, conn *pgx.Conn) erro
 }
 
 func (r *replication) connect(ctx context.Context) error {
-	apply, err := r.p.connectAdmin(ctx)
+	apply, err := r.p.connectAdminAs(ctx, applyApplicationName)
 	if err != nil {
 		return fmt.Errorf("connect to the replica %s: %w", r.p.cfg.BackendAddr, err)
 	}
 	var started string
-	if err := apply.QueryRow(ctx, `SELECT pg_postmaster_start_time()::text`).Scan(&started); err != nil {
+	if err := apply.QueryRow(ctx, `SELECT `+postmasterStartSQL).Scan(&started); err != nil {
 		apply.Close(ctx)
 		return fmt.Errorf("read the replica's start time: %w", err)
 	}
@@ -323,7 +336,7 @@ func (r *replication) blockers(ctx context.Context) ([]int32, error) {
 	r.controlMu.Lock()
 	defer r.controlMu.Unlock()
 	var pids []int32
-	err := r.controlConn.QueryRow(ctx, `SELECT pg_blocking_pids($1)`, r.applyConn.PgConn().PID()).Scan(&pids)
+	err := r.controlConn.QueryRow(ctx, `SELECT pg_catalog.pg_blocking_pids($1)`, r.applyConn.PgConn().PID()).Scan(&pids)
 	return pids, err
 }
 
@@ -333,7 +346,7 @@ func (r *replication) cancelBackend(pid uint32) {
 	defer r.controlMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	r.controlConn.Exec(ctx, `SELECT pg_cancel_backend($1)`, int32(pid))
+	r.controlConn.Exec(ctx, `SELECT pg_catalog.pg_cancel_backend($1)`, int32(pid))
 }
 
 func (r *replication) handleApplyError(ctx context.Context, batch []logentry.Entry, err error) {
@@ -392,6 +405,14 @@ func (r *replication) pruneApplied(ctx context.Context) {
 		r.p.cfg.Logger.Warn("prune tashkent.applied", "err", err)
 	}
 }
+
+// postmasterStartSQL is the database's start time as text that every
+// session prints alike: seconds since the epoch. A timestamptz printed as
+// text follows the session's TimeZone and DateStyle, which a client sets
+// in its startup packet (JDBC sends the JVM's zone): its session would
+// find another start time than the proxy's and be taken for one on a
+// restarted database (TestASessionInItsOwnTimeZoneIsServed).
+const postmasterStartSQL = `(EXTRACT(EPOCH FROM pg_catalog.pg_postmaster_start_time()))::pg_catalog.text`
 
 func (r *replication) postmasterStart() string {
 	if p := r.started.Load(); p != nil {

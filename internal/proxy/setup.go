@@ -17,7 +17,7 @@ import (
 // statement alone). It runs when the session starts and again after
 // DISCARD, which drops both.
 func (s *session) setup() error {
-	rows, res, err := s.queryRows("SELECT tashkent.prepare_session(), pg_postmaster_start_time()::text")
+	rows, res, err := s.queryRows("SELECT tashkent.prepare_session(), " + postmasterStartSQL)
 	if err != nil {
 		return err
 	}

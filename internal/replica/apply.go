@@ -338,21 +338,30 @@ type target struct {
 
 // Settings for the apply transaction: triggers (capture, foreign keys)
 // silent, and values parsed as the capture trigger printed them.
+//
+// Every statement the applier sends names its functions and operators
+// with their schema (pg_catalog.set_config, OPERATOR(pg_catalog.=)): it
+// runs with the search_path the database and role give the session, which
+// an operator can set to list a schema before pg_catalog, and a function,
+// aggregate or operator there with a builtin's name and argument types
+// would be found first (TestApplyUnderAHostileSearchPath). Qualified names
+// resolve to the same objects the bare ones did, so the statements, their
+// results and their plans are unchanged.
 const (
-	setApplySettings = `SELECT set_config('session_replication_role', 'replica', true), ` +
-		`set_config('IntervalStyle', 'postgres', true), set_config('DateStyle', 'ISO, YMD', true)`
-	saveSettings = `SELECT set_config('tashkent.saved_srr', current_setting('session_replication_role'), true), ` +
-		`set_config('tashkent.saved_intervalstyle', current_setting('IntervalStyle'), true), ` +
-		`set_config('tashkent.saved_datestyle', current_setting('DateStyle'), true)`
-	restoreSettings = `SELECT set_config('session_replication_role', current_setting('tashkent.saved_srr'), true), ` +
-		`set_config('IntervalStyle', current_setting('tashkent.saved_intervalstyle'), true), ` +
-		`set_config('DateStyle', current_setting('tashkent.saved_datestyle'), true)`
+	setApplySettings = `SELECT pg_catalog.set_config('session_replication_role', 'replica', true), ` +
+		`pg_catalog.set_config('IntervalStyle', 'postgres', true), pg_catalog.set_config('DateStyle', 'ISO, YMD', true)`
+	saveSettings = `SELECT pg_catalog.set_config('tashkent.saved_srr', pg_catalog.current_setting('session_replication_role'), true), ` +
+		`pg_catalog.set_config('tashkent.saved_intervalstyle', pg_catalog.current_setting('IntervalStyle'), true), ` +
+		`pg_catalog.set_config('tashkent.saved_datestyle', pg_catalog.current_setting('DateStyle'), true)`
+	restoreSettings = `SELECT pg_catalog.set_config('session_replication_role', pg_catalog.current_setting('tashkent.saved_srr'), true), ` +
+		`pg_catalog.set_config('IntervalStyle', pg_catalog.current_setting('tashkent.saved_intervalstyle'), true), ` +
+		`pg_catalog.set_config('DateStyle', pg_catalog.current_setting('tashkent.saved_datestyle'), true)`
 	checkGenSQL = `SELECT tashkent.check_ddl_generation($1)`
-	ddlPrologue = `SELECT set_config('tashkent.saved_search_path', current_setting('search_path'), true);
+	ddlPrologue = `SELECT pg_catalog.set_config('tashkent.saved_search_path', pg_catalog.current_setting('search_path'), true);
 SET LOCAL search_path TO DEFAULT;
 `
 	ddlEpilogue = `
-;SELECT set_config('search_path', current_setting('tashkent.saved_search_path'), true)`
+;SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('tashkent.saved_search_path'), true)`
 )
 
 func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last uint64, deleteInsert bool) error {
@@ -568,19 +577,22 @@ func buildMeta(qname string, deferrablePK bool, pk, pkTypes, cols []string) *tab
 	for i, c := range pk {
 		qpk[i] = quoteIdent(c)
 		kpk[i] = "k." + qpk[i]
-		build[i] = fmt.Sprintf("%s, e.k -> %d", quoteLiteral(c), i)
+		build[i] = fmt.Sprintf("%s, e.k OPERATOR(pg_catalog.->) %d", quoteLiteral(c), i)
 		defs[i] = qpk[i] + " " + pkTypes[i]
 	}
 	// $1 is a text[] of rows in their text form; casting it to the table's
 	// array type runs record_in on each, and unnest expands the columns.
-	insert := fmt.Sprintf("INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM unnest($1::text[]::%s[]) AS r",
+	// Functions and operators are qualified (see setApplySettings).
+	insert := fmt.Sprintf("INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM pg_catalog.unnest($1::pg_catalog.text[]::%s[]) AS r",
 		qname, strings.Join(qcols, ", "), strings.Join(rcols, ", "), qname)
 	conflict := " ON CONFLICT (" + strings.Join(qpk, ", ") + ") DO NOTHING"
 	if len(sets) > 0 {
 		conflict = " ON CONFLICT (" + strings.Join(qpk, ", ") + ") DO UPDATE SET " + strings.Join(sets, ", ")
 	}
-	del := fmt.Sprintf("DELETE FROM %s WHERE (%s) IN (SELECT %s FROM json_array_elements($1::json) AS e(k) "+
-		"CROSS JOIN LATERAL json_to_record(json_build_object(%s)) AS k(%s))",
+	// "(key) IN (subquery)" is "(key) = ANY (subquery)" with an unqualified
+	// =: the same sublink, with the operator named.
+	del := fmt.Sprintf("DELETE FROM %s WHERE (%s) OPERATOR(pg_catalog.=) ANY (SELECT %s FROM pg_catalog.json_array_elements($1::pg_catalog.json) AS e(k) "+
+		"CROSS JOIN LATERAL pg_catalog.json_to_record(pg_catalog.json_build_object(%s)) AS k(%s))",
 		qname, strings.Join(qpk, ", "), strings.Join(kpk, ", "), strings.Join(build, ", "), strings.Join(defs, ", "))
 	return &tableMeta{qname: qname, deferrablePK: deferrablePK, upsert: insert + conflict, insert: insert, delete: del}
 }

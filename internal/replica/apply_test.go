@@ -483,8 +483,7 @@ func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
 // found first on the caller's search_path must change nothing. Install
 // over a database whose function still has the old SET clause must drop
 // it (CREATE OR REPLACE replaces the whole definition). (Apply's own
-// statements, tableMetaSQL's max(gen) among them, are not qualified and do
-// follow such a search_path; the function is only as safe as its callers.)
+// statements are qualified too: TestApplyUnderAHostileSearchPath.)
 func TestCheckDDLGenerationUnderAHostileSearchPath(t *testing.T) {
 	const schema = `CREATE TABLE t (id int PRIMARY KEY, v text)`
 	_, b := instance(t, schema)

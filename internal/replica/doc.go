@@ -324,6 +324,24 @@
 // TestApplyKeepsItsPlansOnAPreparedSession counts the plans an apply
 // builds (debug_print_plan), for batches of one version and of several.
 //
+// Apply's statements, and those of ReadVersion and PruneApplied, run
+// under whatever search_path the database and role give the session, and
+// an operator may list a schema before pg_catalog (ALTER DATABASE ... SET
+// search_path = app, public, pg_catalog). A function, aggregate or
+// operator there with a builtin's name and argument types would be found
+// first: a max(bigint) that ReadVersion calls, a bigint = that records a
+// version gap, an int = that deletes the wrong rows. So they name every
+// function, operator and catalog table with its schema (pg_catalog.max,
+// OPERATOR(pg_catalog.=); "(key) IN (...)" is written "(key)
+// OPERATOR(pg_catalog.=) ANY (...)", the same sublink). Qualified names
+// resolve to the objects the bare ones did, so plans are unchanged. Type
+// names that are not SQL keywords are qualified where written literally;
+// the key columns' types come from format_type, which names a type as the
+// session's search_path finds it. TestApplyUnderAHostileSearchPath applies
+// on a session whose search_path finds decoys of all of them first. The
+// DDL text of a DDL entry is the user's and runs under the database's
+// default search_path, on purpose.
+//
 // # Versions
 //
 // tashkent.applied gets one row per committed version, inserted by the

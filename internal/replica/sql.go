@@ -1429,11 +1429,22 @@ const RecordVersionSQL = `INSERT INTO tashkent.applied (version) VALUES ($1)`
 // gap makes the insert fail with a not-null violation on tashkent.applied
 // (IsVersionGap). Only under READ COMMITTED, as Apply runs: a REPEATABLE
 // READ transaction's snapshot may predate its predecessor's commit.
-const versionAfterRecorded = `CASE WHEN $1::bigint = 1 OR EXISTS (SELECT FROM tashkent.applied WHERE version = $1::bigint - 1) THEN $1::bigint END`
+//
+// This statement and the others below that Apply, ReadVersion and
+// PruneApplied send name every function, operator and catalog table with
+// its schema: they run under the search_path the database and role give
+// the session, which may find a schema's max(bigint) or bigint = before
+// pg_catalog's (see setApplySettings in apply.go). OPERATOR(...) binds as
+// any operator that is not a keyword, tighter than comparisons and
+// arithmetic alike and left to right, hence the parentheses.
+const versionAfterRecorded = `CASE WHEN $1::bigint OPERATOR(pg_catalog.=) 1 ` +
+	`OR EXISTS (SELECT FROM tashkent.applied WHERE version OPERATOR(pg_catalog.=) ($1::bigint OPERATOR(pg_catalog.-) 1)) ` +
+	`THEN $1::bigint END`
 
-const readVersionSQL = `SELECT coalesce(max(version), 0) FROM tashkent.applied`
+const readVersionSQL = `SELECT coalesce(pg_catalog.max(version), 0) FROM tashkent.applied`
 
-const pruneAppliedSQL = `DELETE FROM tashkent.applied WHERE version <= (SELECT max(version) FROM tashkent.applied) - $1`
+const pruneAppliedSQL = `DELETE FROM tashkent.applied WHERE version OPERATOR(pg_catalog.<=) ` +
+	`((SELECT pg_catalog.max(version) FROM tashkent.applied) OPERATOR(pg_catalog.-) $1)`
 
 // recordRangeSQL records the versions of the array $2, consecutive from
 // $1, the first checked with versionAfterRecorded. The versions come as an
@@ -1444,32 +1455,39 @@ const pruneAppliedSQL = `DELETE FROM tashkent.applied WHERE version <= (SELECT m
 // is estimated at 10 rows, and its generic plan is chosen after the first
 // five executions, as for every other statement of the applier
 // (TestApplyKeepsItsPlansOnAPreparedSession).
-const recordRangeSQL = `INSERT INTO tashkent.applied (version) SELECT CASE WHEN g > $1::bigint THEN g ELSE ` + versionAfterRecorded + ` END FROM pg_catalog.unnest($2::bigint[]) AS g`
+const recordRangeSQL = `INSERT INTO tashkent.applied (version) SELECT CASE WHEN g OPERATOR(pg_catalog.>) $1::bigint THEN g ELSE ` +
+	versionAfterRecorded + ` END FROM pg_catalog.unnest($2::bigint[]) AS g`
 
 // tableMetaSQL loads, for each schema-qualified table name in $1, whether
 // it exists, its canonical quoted name, whether its primary key is
 // deferrable (ON CONFLICT cannot use it), the DDL generation, its primary key columns and their types (in key order), and
 // its columns that can be inserted into (not generated), in order.
+// format_type names a type as the session's search_path finds it (bare
+// where that finds it, schema-qualified where not), so the names it gives
+// mean the same types in the apply statements, which run under the same
+// search_path.
 const tableMetaSQL = `
-SELECT t.name, c.oid IS NOT NULL, CASE WHEN c.oid IS NULL THEN '' ELSE format('%I.%I', n.nspname, c.relname) END,
-	coalesce((SELECT NOT i.indimmediate FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), false),
-	(SELECT coalesce(max(gen), 0) FROM tashkent.ddl_log),
-	ARRAY(SELECT a.attname::text
-		FROM pg_index i
-		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-		WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord <= i.indnkeyatts ORDER BY k.ord),
-	ARRAY(SELECT format_type(a.atttypid, a.atttypmod)
-		FROM pg_index i
-		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-		WHERE i.indrelid = c.oid AND i.indisprimary AND k.ord <= i.indnkeyatts ORDER BY k.ord),
-	ARRAY(SELECT a.attname::text FROM pg_attribute a
-		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+SELECT t.name, c.oid IS NOT NULL, CASE WHEN c.oid IS NULL THEN '' ELSE pg_catalog.format('%I.%I', n.nspname, c.relname) END,
+	coalesce((SELECT NOT i.indimmediate FROM pg_catalog.pg_index i
+		WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary), false),
+	(SELECT coalesce(pg_catalog.max(gen), 0) FROM tashkent.ddl_log),
+	ARRAY(SELECT a.attname::pg_catalog.text
+		FROM pg_catalog.pg_index i
+		CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) i.indrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+		WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary AND k.ord OPERATOR(pg_catalog.<=) i.indnkeyatts ORDER BY k.ord),
+	ARRAY(SELECT pg_catalog.format_type(a.atttypid, a.atttypmod)
+		FROM pg_catalog.pg_index i
+		CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) i.indrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+		WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary AND k.ord OPERATOR(pg_catalog.<=) i.indnkeyatts ORDER BY k.ord),
+	ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a
+		WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+			AND a.attgenerated OPERATOR(pg_catalog.=) ''
 		ORDER BY a.attnum)
-FROM unnest($1::text[]) AS t(name)
-LEFT JOIN pg_class c ON c.oid = to_regclass(t.name)
-LEFT JOIN pg_namespace n ON n.oid = c.relnamespace`
+FROM pg_catalog.unnest($1::pg_catalog.text[]) AS t(name)
+LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(t.name)
+LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace`
 
 // userTablesSQL lists the tables Checksum covers.
 const userTablesSQL = `
