@@ -1,7 +1,6 @@
 package certifier_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,13 +30,13 @@ import (
 // certifierProcess is a real `tashkent certifier` process.
 type certifierProcess struct {
 	cmd    *exec.Cmd
-	stderr *lockedWriter
+	stderr *testbin.Output
 	addr   string
 }
 
 func startCertifier(t *testing.T, bin, dir, addr string) *certifierProcess {
 	t.Helper()
-	p := &certifierProcess{stderr: &lockedWriter{}, addr: addr}
+	p := &certifierProcess{stderr: &testbin.Output{}, addr: addr}
 	p.cmd = exec.Command(bin, "certifier", "--data-dir", dir, "--listen", addr, "--metrics-listen", "", "--segment-mib", "1")
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
@@ -45,9 +44,9 @@ func startCertifier(t *testing.T, bin, dir, addr string) *certifierProcess {
 	}
 	t.Cleanup(func() { p.kill() })
 	if err := netutil.WaitListening(addr, 20*time.Second); err != nil {
-		t.Fatalf("certifier did not start: %v\n%s", err, p.stderr.text())
+		t.Fatalf("certifier did not start: %v\n%s", err, p.stderr.String())
 	}
-	for !strings.Contains(p.stderr.text(), "certifier ready") {
+	for !strings.Contains(p.stderr.String(), "certifier ready") {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return p
@@ -60,24 +59,6 @@ func (p *certifierProcess) kill() {
 	}
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	p.cmd.Wait()
-}
-
-// lockedWriter collects a process's stderr while the test reads it.
-type lockedWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(b)
-}
-
-func (l *lockedWriter) text() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // acknowledgements records every commit a client was told about.
@@ -170,8 +151,8 @@ func TestKill9UnderLoadLosesNoAcknowledgedCommit(t *testing.T) {
 	tornRounds := 0
 	for round := range rounds {
 		proc := startCertifier(t, bin, dir, addr)
-		if round > 0 && round%2 == 0 && !strings.Contains(proc.stderr.text(), "torn") {
-			t.Fatalf("round %d: the torn tail left before the restart was not reported:\n%s", round, proc.stderr.text())
+		if round > 0 && round%2 == 0 && !strings.Contains(proc.stderr.String(), "torn") {
+			t.Fatalf("round %d: the torn tail left before the restart was not reported:\n%s", round, proc.stderr.String())
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})

@@ -64,7 +64,7 @@ func TestGroupSnapshotsUnderLoad(t *testing.T) {
 				t.Logf("member %d: %v %v", m.id, st, err)
 			}
 			if victim.proc != nil {
-				t.Logf("member %d stderr (tail):\n%s", victim.id, tailOf(victim.proc.stderr.text(), 4000))
+				t.Logf("member %d stderr (tail):\n%s", victim.id, tailOf(victim.proc.stderr.String(), 4000))
 			}
 		}
 	})
@@ -78,8 +78,8 @@ func TestGroupSnapshotsUnderLoad(t *testing.T) {
 	if base == 0 {
 		t.Fatalf("member %d, 2000 versions behind, holds the whole log: it did not catch up by snapshot", victim.id)
 	}
-	if !strings.Contains(victim.proc.stderr.text(), "installing the leader's snapshot") {
-		t.Fatalf("member %d logged no snapshot install:\n%s", victim.id, victim.proc.stderr.text())
+	if !strings.Contains(victim.proc.stderr.String(), "installing the leader's snapshot") {
+		t.Fatalf("member %d logged no snapshot install:\n%s", victim.id, victim.proc.stderr.String())
 	}
 	peak := <-largest
 	if peak > raftDirBoundBytes {

@@ -38,7 +38,7 @@ func (m *groupMember) partitionFile() string { return m.dir + ".partition" }
 
 func startMember(t *testing.T, bin string, m *groupMember, peers string, extra ...string) {
 	t.Helper()
-	p := &certifierProcess{stderr: &lockedWriter{}, addr: m.addr}
+	p := &certifierProcess{stderr: &testbin.Output{}, addr: m.addr}
 	p.cmd = exec.Command(bin, append([]string{"certifier", "--data-dir", m.dir, "--id", strconv.Itoa(m.id), "--peers", peers,
 		"--listen", m.addr, "--metrics-listen", "", "--segment-mib", "1",
 		"--unsafe-fault-partition-file", m.partitionFile()}, extra...)...)
@@ -48,7 +48,7 @@ func startMember(t *testing.T, bin string, m *groupMember, peers string, extra .
 	}
 	t.Cleanup(func() { p.kill() })
 	if err := netutil.WaitListening(m.addr, 20*time.Second); err != nil {
-		t.Fatalf("member %d did not start: %v\n%s", m.id, err, p.stderr.text())
+		t.Fatalf("member %d did not start: %v\n%s", m.id, err, p.stderr.String())
 	}
 	m.proc = p
 }

@@ -1,13 +1,11 @@
 package cli
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -89,7 +87,7 @@ func startCertifierProcess(t *testing.T, bin string, env []string) int {
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	cmd := exec.Command(bin, "certifier", "--data-dir", t.TempDir(), "--listen", addr, "--metrics-listen", "")
 	cmd.Env = env
-	var stderr syncBuffer
+	var stderr testbin.Output
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -102,25 +100,6 @@ func startCertifierProcess(t *testing.T, bin string, env []string) int {
 		t.Fatalf("certifier did not start: %v\n%s", err, stderr.String())
 	}
 	return cmd.Process.Pid
-}
-
-// syncBuffer is a process's stderr, written by os/exec while the test may
-// read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestStopSignalDuringStartIsNotLost sends SIGTERM to a certifier at

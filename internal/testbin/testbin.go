@@ -3,6 +3,7 @@
 package testbin
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,4 +35,24 @@ func Path(t testing.TB) string {
 		t.Fatalf("build the tashkent binary: %v", built)
 	}
 	return path
+}
+
+// Output collects a process's output (cmd.Stdout or cmd.Stderr), written by
+// os/exec while the test reads it.
+type Output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
 }
