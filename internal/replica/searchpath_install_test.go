@@ -109,7 +109,7 @@ func hostileInstance(t *testing.T, schema string) *pgserver.Server {
 		t.Fatalf("Install under the decoy search_path: %v", err)
 	}
 	var mark string
-	if err := conn.QueryRow(tctx(t), `SELECT pg_catalog.current_setting('decoy.skipped_lock', true)`).Scan(&mark); err != nil {
+	if err := conn.QueryRow(tctx(t), `SELECT coalesce(pg_catalog.current_setting('decoy.skipped_lock', true), '')`).Scan(&mark); err != nil {
 		t.Fatal(err)
 	}
 	if mark != "" {
@@ -204,8 +204,10 @@ func TestInstallUnderAHostileSearchPath(t *testing.T) {
 	for v, sql := range []string{
 		`INSERT INTO t VALUES (1, 'a'), (2, 'b'); INSERT INTO pair VALUES (1, 'x', 'p');
 			INSERT INTO uniq VALUES (1, 'u1'); INSERT INTO child VALUES (1, 1); INSERT INTO counted (v) VALUES ('c')`,
-		`UPDATE t SET v = 'b2' WHERE id = 2; DELETE FROM pair WHERE a = 1; UPDATE uniq SET u = 'u2';
-			INSERT INTO child VALUES (2, 2)`,
+		// The transactions' own operators are qualified: on B they run
+		// under the decoy search_path too, and a decoy = would match no row.
+		`UPDATE t SET v = 'b2' WHERE id OPERATOR(pg_catalog.=) 2; DELETE FROM pair WHERE a OPERATOR(pg_catalog.=) 1;
+			UPDATE uniq SET u = 'u2'; INSERT INTO child VALUES (2, 2)`,
 	} {
 		wantWS := changes(commitLocal(t, sessA, uint64(v+1), sql).GetWriteset().GetChanges())
 		gotWS := changes(commitLocal(t, sessB, uint64(v+1), sql).GetWriteset().GetChanges())
