@@ -31,7 +31,7 @@ INSERT INTO other.nokey VALUES ('x'), ('x'), ('y');
 `
 
 // checksumBeforeQualifying is Checksum as it was before its SQL was
-// qualified (session 7), run the same way: on a clean search_path its
+// qualified, run the same way: on a clean search_path its
 // values must be today's, so that checksums stay comparable.
 func checksumBeforeQualifying(t *testing.T, conn *pgx.Conn) map[string]string {
 	t.Helper()
