@@ -15,6 +15,15 @@ import (
 // settings that affect how values print pinned, so two replicas holding
 // the same data give the same map. conn must be idle. It reads every row:
 // meant for convergence tests and operator checks, not a hot path.
+//
+// Its SQL names every function, aggregate, operator and catalog table with
+// its schema: it runs under the search_path the database and role give the
+// session, and a schema listed there before pg_catalog could hold an
+// md5(text) or string_agg(text, text) that makes every table sum alike,
+// so that two diverged replicas would look equal
+// (TestChecksumUnderAHostileSearchPath). Qualified names resolve to the
+// builtins the bare ones did, so the values are those of the unqualified
+// query before (checked by the same test).
 func Checksum(ctx context.Context, conn *pgx.Conn) (map[string]string, error) {
 	if st := conn.PgConn().TxStatus(); st != 'I' {
 		return nil, fmt.Errorf("replica: checksum: connection is in a transaction (status %q)", st)
@@ -30,13 +39,10 @@ func Checksum(ctx context.Context, conn *pgx.Conn) (map[string]string, error) {
 	out := make(map[string]string, len(tables))
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	b.Queue(`SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', true),
-		set_config('IntervalStyle', 'postgres', true), set_config('extra_float_digits', '1', true),
-		set_config('bytea_output', 'hex', true)`)
+	b.Queue(pinPrintSettingsSQL)
 	for _, t := range tables {
 		// t comes from the catalog, quoted by format('%I.%I').
-		b.Queue(`SELECT count(*), md5(coalesce(string_agg(s.h, '' ORDER BY s.h), ''))
-			FROM (SELECT md5((tashkent_t.*)::text) AS h FROM ONLY ` + t + ` AS tashkent_t) AS s`).QueryRow(func(row pgx.Row) error {
+		b.Queue(tableChecksumSQL(t)).QueryRow(func(row pgx.Row) error {
 			var n int64
 			var sum string
 			if err := row.Scan(&n, &sum); err != nil {
@@ -52,4 +58,21 @@ func Checksum(ctx context.Context, conn *pgx.Conn) (map[string]string, error) {
 		return nil, fmt.Errorf("replica: checksum: %w", err)
 	}
 	return out, nil
+}
+
+// pinPrintSettingsSQL pins, for the checksum's transaction, the settings
+// that change how values print as text.
+const pinPrintSettingsSQL = `SELECT pg_catalog.set_config('TimeZone', 'UTC', true),
+	pg_catalog.set_config('DateStyle', 'ISO, YMD', true),
+	pg_catalog.set_config('IntervalStyle', 'postgres', true),
+	pg_catalog.set_config('extra_float_digits', '1', true),
+	pg_catalog.set_config('bytea_output', 'hex', true)`
+
+// tableChecksumSQL is the query of one table's "rows:md5": the md5 of the
+// concatenation of its rows' md5s in order (text's default ordering, which
+// ORDER BY takes from the type, not from the search_path). table must be
+// quoted already.
+func tableChecksumSQL(table string) string {
+	return `SELECT pg_catalog.count(*), pg_catalog.md5(coalesce(pg_catalog.string_agg(s.h, '' ORDER BY s.h), ''))
+	FROM (SELECT pg_catalog.md5((tashkent_t.*)::pg_catalog.text) AS h FROM ONLY ` + table + ` AS tashkent_t) AS s`
 }

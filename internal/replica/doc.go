@@ -338,9 +338,44 @@
 // names that are not SQL keywords are qualified where written literally;
 // the key columns' types come from format_type, which names a type as the
 // session's search_path finds it. TestApplyUnderAHostileSearchPath applies
-// on a session whose search_path finds decoys of all of them first. The
-// DDL text of a DDL entry is the user's and runs under the database's
-// default search_path, on purpose.
+// on a session whose search_path finds decoys of all of them first.
+//
+// The rest of tashkent's own SQL is qualified the same way:
+//
+//   - Checksum (its table list, the pinned print settings, count, md5 and
+//     string_agg): a look-alike md5 or string_agg would make every table
+//     sum alike and two diverged replicas look equal. Its values are those
+//     of the unqualified query before, on the same rows.
+//   - Install's own statements: the install lock, and the defaults and
+//     CHECK constraints of its tables, which bind the functions and
+//     operators they name when they are created (a BETWEEN is spelled out
+//     as OPERATOR(pg_catalog.>=) and OPERATOR(pg_catalog.<=)). What
+//     Install installs (which tables get which triggers) is decided by
+//     ensure_all_triggers, which runs with its own SET search_path.
+//   - The bodies of the functions that run without a SET clause, under the
+//     caller's search_path: capture_key, capture_reference_keys,
+//     check_ddl_generation, nested_capture_ran, collect_writeset,
+//     trim_writeset_buffer (already qualified) and prepare_session, whose
+//     writeset buffer's DEFAULT pg_current_xact_id() is bound when the
+//     session creates it. The others have SET search_path = pg_catalog,
+//     pg_temp and need nothing.
+//   - The sequence set-up (ConfigureSequences, SequenceSettings) names no
+//     builtin; the functions it calls have their own SET clause.
+//
+// TestChecksumUnderAHostileSearchPath, TestInstallUnderAHostileSearchPath
+// (Install on a database whose search_path finds the decoys; then the same
+// triggers as a clean install, nothing bound to a decoy, and capture,
+// collect and apply on sessions that find the decoys) and
+// TestSequenceSetupUnderAHostileSearchPath check them.
+//
+// Not qualified, on purpose or not yet: the DDL text of a DDL entry is the
+// user's and runs under the database's default search_path, on purpose,
+// as the user's own statements do on their origin. Type names are left
+// bare in many places (plpgsql DECLARE sections, Install's column
+// definitions; int and boolean are keywords anyway), and a decoy *type*
+// named like a builtin one is not tested. A database installed under a
+// hostile search_path by an older tashkent keeps the defaults and CHECK
+// constraint it bound then: Install does not recreate existing tables.
 //
 // # Versions
 //

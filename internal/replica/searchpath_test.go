@@ -27,7 +27,13 @@ CREATE TABLE big (id bigint PRIMARY KEY, n bigint);
 // a > on bigint that never holds, a bigint - that does not subtract, a
 // json -> int that finds nothing, set_config that sets nothing,
 // current_setting that reads nothing, to_regclass that finds no table and
-// format_type that names every type text.
+// format_type that names every type text. For Checksum, Install and the
+// session set-up: an md5(text) and a string_agg(text, text) that answer
+// 'decoy' whatever the rows, a count(*) that is always 99, a "char" = that
+// never holds, int >= and <= that never hold (a CHECK made with them
+// refuses every row), a now() stuck in 2000, a pg_current_xact_id() that
+// is always 1, and a pg_advisory_xact_lock(bigint) that takes no lock but
+// leaves a mark (decoy.skipped_lock) in the session that called it.
 const decoySQL = `
 CREATE SCHEMA decoy;
 CREATE FUNCTION decoy.keep(bigint, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 99::bigint';
@@ -54,6 +60,20 @@ CREATE FUNCTION decoy.set_config(text, text, boolean) RETURNS text LANGUAGE sql 
 CREATE FUNCTION decoy.current_setting(text) RETURNS text LANGUAGE sql AS 'SELECT ''decoy''::pg_catalog.text';
 CREATE FUNCTION decoy.to_regclass(text) RETURNS regclass LANGUAGE sql AS 'SELECT NULL::pg_catalog.regclass';
 CREATE FUNCTION decoy.format_type(oid, int) RETURNS text LANGUAGE sql AS 'SELECT ''text''::pg_catalog.text';
+CREATE OPERATOR decoy.>= (LEFTARG = int, RIGHTARG = int, FUNCTION = decoy.never_int);
+CREATE OPERATOR decoy.<= (LEFTARG = int, RIGHTARG = int, FUNCTION = decoy.never_int);
+CREATE FUNCTION decoy.never_char("char", "char") RETURNS boolean LANGUAGE sql AS 'SELECT false';
+CREATE OPERATOR decoy.= (LEFTARG = "char", RIGHTARG = "char", FUNCTION = decoy.never_char);
+CREATE FUNCTION decoy.md5(text) RETURNS text LANGUAGE sql AS 'SELECT ''decoy''::pg_catalog.text';
+CREATE FUNCTION decoy.keep_text(text, text, text) RETURNS text LANGUAGE sql AS 'SELECT $1';
+CREATE AGGREGATE decoy.string_agg(text, text) (SFUNC = decoy.keep_text, STYPE = text, INITCOND = 'decoy');
+CREATE FUNCTION decoy.keep_count(bigint) RETURNS bigint LANGUAGE sql AS 'SELECT $1';
+CREATE AGGREGATE decoy.count(*) (SFUNC = decoy.keep_count, STYPE = bigint, INITCOND = '99');
+CREATE FUNCTION decoy.now() RETURNS timestamptz LANGUAGE sql
+	AS 'SELECT ''2000-01-01 00:00:00+00''::pg_catalog.timestamptz';
+CREATE FUNCTION decoy.pg_current_xact_id() RETURNS xid8 LANGUAGE sql AS 'SELECT ''1''::pg_catalog.xid8';
+CREATE FUNCTION decoy.pg_advisory_xact_lock(bigint) RETURNS void LANGUAGE sql
+	AS 'SELECT pg_catalog.set_config(''decoy.skipped_lock'', ''yes'', false)';
 ALTER DATABASE postgres SET search_path = decoy, public, pg_catalog;
 `
 

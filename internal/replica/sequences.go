@@ -116,7 +116,10 @@ CREATE TABLE IF NOT EXISTS tashkent.replica_settings (
 	id              boolean PRIMARY KEY DEFAULT true CHECK (id),
 	replica_index   int NOT NULL,
 	sequence_stride int NOT NULL,
-	CHECK (sequence_stride BETWEEN 1 AND 1024 AND replica_index BETWEEN 1 AND sequence_stride)
+	-- BETWEEN, spelled out: a CHECK binds its operators when the table is
+	-- created, under Install's search_path (see installTemplate).
+	CHECK (sequence_stride OPERATOR(pg_catalog.>=) 1 AND sequence_stride OPERATOR(pg_catalog.<=) 1024
+		AND replica_index OPERATOR(pg_catalog.>=) 1 AND replica_index OPERATOR(pg_catalog.<=) sequence_stride)
 );
 
 -- align_sequence makes one sequence advance by ±stride and hand out only

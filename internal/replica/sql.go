@@ -259,7 +259,15 @@ const referencesExpr = `(SELECT u.lab AS tbl, x.key
 	WHERE NOT x.hasnull)`
 
 const installTemplate = `
-SELECT pg_advisory_xact_lock(7346001);
+-- Install's own statements (this lock, the tables' defaults and CHECK
+-- constraints, which bind the functions and operators they name when they
+-- are created) and the bodies of the functions below that have no SET
+-- clause name every function and operator with its schema: Install and
+-- those functions run under the search_path the database and role give
+-- the session, which may list a schema whose look-alike of a builtin is
+-- found first (see "Remote apply" in doc.go). The functions with a SET
+-- search_path clause find pg_catalog's first and need not.
+SELECT pg_catalog.pg_advisory_xact_lock(7346001);
 
 CREATE SCHEMA IF NOT EXISTS tashkent;
 GRANT USAGE ON SCHEMA tashkent TO PUBLIC;
@@ -273,7 +281,7 @@ $SEQUENCES
 -- says which versions it holds: max(version) is the replica_version.
 CREATE TABLE IF NOT EXISTS tashkent.applied (
 	version      bigint PRIMARY KEY,
-	committed_at timestamptz NOT NULL DEFAULT now()
+	committed_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
 -- One row per DDL transaction that changed a replicated table, inserted by
@@ -283,7 +291,7 @@ CREATE TABLE IF NOT EXISTS tashkent.applied (
 -- with the catalog change.
 CREATE TABLE IF NOT EXISTS tashkent.ddl_log (
 	gen bigserial PRIMARY KEY,
-	at  timestamptz NOT NULL DEFAULT now()
+	at  timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
 -- check_ddl_generation runs in every apply transaction, so, like
@@ -1306,21 +1314,28 @@ ALTER EVENT TRIGGER tashkent_ddl ENABLE ALWAYS;
 -- Each row carries the transaction that wrote it, so that rows a
 -- transaction left behind (it committed without collecting: a bug in the
 -- caller) are never mistaken for the next transaction's.
+--
+-- It has no SET clause (its set_config must outlive the call, and a
+-- clause would not change that but would make it harder to see) and
+-- qualifies every name instead: it runs under the session's search_path,
+-- and the buffer's DEFAULT binds the function it names when the table is
+-- created (a look-alike pg_current_xact_id would tag every row with the
+-- wrong transaction, and collect would drop them all).
 CREATE OR REPLACE FUNCTION tashkent.prepare_session() RETURNS void
 LANGUAGE plpgsql
 AS $fn$
 BEGIN
-	IF to_regclass('pg_temp.tashkent_writeset') IS NULL THEN
+	IF pg_catalog.to_regclass('pg_temp.tashkent_writeset') IS NULL THEN
 		CREATE TEMPORARY TABLE tashkent_writeset (
 			seq bigserial,
-			xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
-			tbl text NOT NULL,
-			op  text NOT NULL,
-			key text,
-			row text
+			xid pg_catalog.xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+			tbl pg_catalog.text NOT NULL,
+			op  pg_catalog.text NOT NULL,
+			key pg_catalog.text,
+			row pg_catalog.text
 		);
 	END IF;
-	PERFORM set_config('tashkent.capture', 'on', false);
+	PERFORM pg_catalog.set_config('tashkent.capture', 'on', false);
 END
 $fn$;
 
@@ -1489,11 +1504,13 @@ FROM pg_catalog.unnest($1::pg_catalog.text[]) AS t(name)
 LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(t.name)
 LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace`
 
-// userTablesSQL lists the tables Checksum covers.
+// userTablesSQL lists the tables Checksum covers, every name qualified
+// (see Checksum). NOT IN and NOT LIKE are written as the operators they
+// stand for, so that pg_catalog's are the ones used.
 const userTablesSQL = `
-SELECT format('%I.%I', n.nspname, c.relname)
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind = 'r' AND c.relpersistence <> 't'
-	AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'tashkent', 'pg_toast')
-	AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
+SELECT pg_catalog.format('%I.%I', n.nspname, c.relname)
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
+	AND n.nspname OPERATOR(pg_catalog.<>) ALL ('{pg_catalog,information_schema,tashkent,pg_toast}'::pg_catalog.name[])
+	AND n.nspname OPERATOR(pg_catalog.!~~) 'pg\_temp\_%' AND n.nspname OPERATOR(pg_catalog.!~~) 'pg\_toast\_temp\_%'
 ORDER BY 1`
