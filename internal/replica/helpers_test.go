@@ -130,10 +130,10 @@ func sameChecksums(t testing.TB, a, b map[string]string) {
 	}
 }
 
-// dump returns a table's rows as text, ordered, for readable failures.
-func dump(t testing.TB, c *pgx.Conn, table string) string {
+// queryStrings runs a query of one text column and returns its values.
+func queryStrings(t testing.TB, c *pgx.Conn, sql string, args ...any) []string {
 	t.Helper()
-	rows, err := c.Query(tctx(t), "SELECT x::text FROM "+table+" AS x ORDER BY 1")
+	rows, err := c.Query(tctx(t), sql, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,13 @@ func dump(t testing.TB, c *pgx.Conn, table string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Join(s, "\n")
+	return s
+}
+
+// dump returns a table's rows as text, ordered, for readable failures.
+func dump(t testing.TB, c *pgx.Conn, table string) string {
+	t.Helper()
+	return strings.Join(queryStrings(t, c, "SELECT x::text FROM "+table+" AS x ORDER BY 1"), "\n")
 }
 
 func bufferLen(t testing.TB, c *pgx.Conn) int {
@@ -156,16 +162,8 @@ func bufferLen(t testing.TB, c *pgx.Conn) int {
 // triggers returns "name:args" of the tashkent triggers on table.
 func triggers(t testing.TB, c *pgx.Conn, table string) []string {
 	t.Helper()
-	rows, err := c.Query(tctx(t), `SELECT tgname || ':' || replace(encode(tgargs, 'escape'), '\000', ',')
+	return queryStrings(t, c, `SELECT tgname || ':' || replace(encode(tgargs, 'escape'), '\000', ',')
 		FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname LIKE 'tashkent%' ORDER BY tgname`, table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 func change(c *certifierpb.Change) string {

@@ -36,20 +36,13 @@ INSERT INTO other.nokey VALUES ('x'), ('x'), ('y');
 func checksumBeforeQualifying(t *testing.T, conn *pgx.Conn) map[string]string {
 	t.Helper()
 	ctx := tctx(t)
-	rows, err := conn.Query(ctx, `
+	tables := queryStrings(t, conn, `
 SELECT format('%I.%I', n.nspname, c.relname)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind = 'r' AND c.relpersistence <> 't'
 	AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'tashkent', 'pg_toast')
 	AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
 ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]string{}
 	mustExec(t, conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	mustExec(t, conn, `SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', true),
@@ -132,17 +125,9 @@ CREATE TABLE nokey (v text);
 // arguments and functions.
 func allTriggers(t *testing.T, conn *pgx.Conn) []string {
 	t.Helper()
-	rows, err := conn.Query(tctx(t), `SELECT tgrelid::regclass::text || ' ' || tgname || ' ' || encode(tgargs, 'escape')
+	return queryStrings(t, conn, `SELECT tgrelid::regclass::text || ' ' || tgname || ' ' || encode(tgargs, 'escape')
 		|| ' ' || tgfoid::regproc::text || ' ' || tgenabled::text
 		FROM pg_trigger WHERE tgname LIKE 'tashkent%' ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // decoyDependents lists the objects outside schema decoy that depend on a
@@ -151,7 +136,7 @@ func allTriggers(t *testing.T, conn *pgx.Conn) []string {
 // keeps calling that decoy.
 func decoyDependents(t *testing.T, conn *pgx.Conn) []string {
 	t.Helper()
-	rows, err := conn.Query(tctx(t), `
+	return queryStrings(t, conn, `
 WITH decoys AS (
 	SELECT 'pg_proc'::regclass AS cls, p.oid FROM pg_proc p WHERE p.pronamespace = 'decoy'::regnamespace
 	UNION ALL
@@ -160,14 +145,6 @@ SELECT DISTINCT pg_describe_object(d.classid, d.objid, d.objsubid) || ' uses ' |
 FROM pg_depend d JOIN decoys r ON r.cls = d.refclassid AND r.oid = d.refobjid
 WHERE NOT EXISTS (SELECT FROM decoys x WHERE x.cls = d.classid AND x.oid = d.objid)
 ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // hostileCaptureSession opens a session with the decoy search_path and

@@ -173,13 +173,5 @@ func cleanSession(t *testing.T, srv *pgserver.Server) *pgx.Conn {
 
 func recordedVersions(t *testing.T, conn *pgx.Conn) []string {
 	t.Helper()
-	rows, err := conn.Query(tctx(t), `SELECT version::text FROM tashkent.applied ORDER BY version`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return versions
+	return queryStrings(t, conn, `SELECT version::text FROM tashkent.applied ORDER BY version`)
 }
