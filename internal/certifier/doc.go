@@ -34,8 +34,11 @@
 // the highest version delivered, so a replica receives each entry once, in
 // order, before any reply that depends on it. Every entry is pushed to every
 // stream as soon as it is durable, not only with the replica's own replies
-// (nextToSend). A stream whose replica is far behind is caught up from the
-// log on disk, in chunks.
+// (sendLoop). Replies go out as soon as what they depend on is durable, not
+// in the order the requests came: an abort, which depends on nothing, is
+// not held behind the flush of another session's commit on the same stream
+// (takeSendable). A stream whose replica is far behind is caught up from
+// the log on disk, in chunks.
 //
 // # Failure
 //

@@ -14,7 +14,7 @@ import (
 )
 
 // A stream that asks for pushes (OpenSession.push) gets every entry as
-// soon as it is durable (stream.go, nextToSend): a replica that certifies
+// soon as it is durable (stream.go, sendLoop): a replica that certifies
 // nothing and never asks for a catch-up still receives, in order, what
 // other replicas commit.
 func TestEntriesArePushedToAQuietStream(t *testing.T) {

@@ -212,73 +212,93 @@ func put(ctx context.Context, queue chan<- queued, q queued) error {
 // durable, preceded by every durable entry the replica has not been sent.
 // Replies that are ready together share one message.
 func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, queue <-chan queued, delivered uint64, push bool) error {
-	var batch []queued
+	var waiting, ready []queued
 	for {
-		q, ok, err := s.nextToSend(ctx, queue, delivered, push)
-		if err != nil {
-			return status.Error(codes.Unavailable, err.Error())
+		durable, failed, changed := s.durable.watch()
+		if failed != nil {
+			return status.Error(codes.Unavailable, failed.Error())
 		}
-		if !ok {
-			return nil
+		ready, waiting = takeSendable(waiting, durable, ready[:0])
+		if len(ready) == 0 && push && durable > delivered {
+			ready = append(ready, queued{received: time.Now()}) // a push: a catch-up of our own
 		}
-		batch = drain(queue, append(batch[:0], q))
-		waitFor, ticket := uint64(0), uint64(0)
-		for _, q := range batch {
-			waitFor, ticket = max(waitFor, q.waitFor), max(ticket, q.ticket)
-		}
-		durable, err := s.durable.wait(ctx, waitFor)
-		if err != nil {
-			return status.Error(codes.Unavailable, err.Error())
-		}
-		if s.group != nil {
-			if err := s.groupMaySend(ctx, batch, ticket); err != nil {
+		if len(ready) > 0 {
+			var err error
+			if delivered, err = s.sendReady(ctx, stream, st, ready, delivered, durable); err != nil {
 				return err
 			}
+			continue
 		}
-		delivered, err = s.send(stream, batch, delivered, durable)
-		st.release(answered(batch))
-		if err != nil {
-			return err
+		if queue == nil && len(waiting) == 0 {
+			return nil // the replica closed its side and every reply went out
+		}
+		var more <-chan queued
+		if len(waiting) < streamQueueMax {
+			more = queue
+		}
+		var flushed <-chan struct{}
+		if len(waiting) > 0 || push {
+			flushed = changed
+		}
+		select {
+		case q, ok := <-more:
+			if !ok {
+				queue = nil
+				continue
+			}
+			waiting = drain(queue, append(waiting, q))
+		case <-flushed:
+		case <-ctx.Done():
+			return status.Error(codes.Unavailable, ctx.Err().Error())
 		}
 	}
 }
 
-// nextToSend waits for the next queued reply or catch-up request and, for
-// a stream that asked for pushes (OpenSession.push), makes up a catch-up
-// request of its own whenever the durable version passes what the replica
-// was sent: every entry is pushed as soon as it is durable. Tashkent §6.1
-// sends a replica the remote writesets with its certification replies
-// (and, here, when it asks: certclient.RequestCatchUp, every --staleness),
-// so a replica that commits little heard of other replicas' commits up to
-// --staleness late. (A busy replica hears of them with its replies
-// anyway; what keeps it behind under load is applying them, see
-// BENCHMARKS.md.) ok is false once the queue is closed.
-func (s *Service) nextToSend(ctx context.Context, queue <-chan queued, delivered uint64, push bool) (q queued, ok bool, err error) {
-	if !push {
-		q, ok = <-queue
-		return q, ok, nil
-	}
-	for {
-		durable, failed, changed := s.durable.watch()
-		if failed != nil {
-			return queued{}, false, failed
-		}
-		if durable > delivered {
-			select {
-			case q, ok = <-queue:
-				return q, ok, nil
-			default:
-				return queued{received: time.Now()}, true, nil
-			}
-		}
-		select {
-		case q, ok = <-queue:
-			return q, ok, nil
-		case <-changed:
-		case <-ctx.Done():
-			return queued{}, false, ctx.Err()
+// takeSendable moves the replies that can be sent now, those whose
+// dependencies are durable, from waiting to ready, each in arrival order.
+// A reply is sent as soon as it can be, not in the order the requests
+// came: one stream carries every session of a replica, and an abort (which
+// depends on nothing durable) or a catch-up does not wait for the flush of
+// another session's commit. Its client learns of the abort, and retries,
+// up to a whole flush sooner. Entries still go out in version order, each
+// before any reply that depends on it (send).
+//
+// Pushes (OpenSession.push): a stream that asked for them is sent every
+// entry as soon as it is durable, not only with the replica's own replies.
+// Tashkent §6.1 sends a replica the remote writesets with its
+// certification replies (and, here, when it asks: certclient.RequestCatchUp,
+// every --staleness), so a replica that commits little heard of other
+// replicas' commits up to --staleness late. (A busy replica hears of them
+// with its replies anyway; what keeps it behind under load is applying
+// them, see BENCHMARKS.md.)
+func takeSendable(waiting []queued, durable uint64, ready []queued) (sendable, still []queued) {
+	still = waiting[:0]
+	for _, q := range waiting {
+		if q.waitFor <= durable {
+			ready = append(ready, q)
+		} else {
+			still = append(still, q)
 		}
 	}
+	return ready, still
+}
+
+// sendReady sends replies whose dependencies are durable (after, in a
+// group, their aborts are confirmed) with the entries the replica has not
+// been sent, and returns the highest version delivered.
+func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, ready []queued, delivered, durable uint64) (uint64, error) {
+	if s.group != nil {
+		ticket := uint64(0)
+		for _, q := range ready {
+			ticket = max(ticket, q.ticket)
+		}
+		if err := s.groupMaySend(ctx, ready, ticket); err != nil {
+			return delivered, err
+		}
+	}
+	delivered, err := s.send(stream, ready, delivered, durable)
+	st.release(answered(ready))
+	return delivered, err
 }
 
 // drain takes what else is already queued, without waiting.

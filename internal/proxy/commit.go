@@ -104,7 +104,9 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 	if reply.Decision != pb.Decision_DECISION_COMMIT {
 		rep.seq.Abandon(local)
 		s.p.metrics.outcomes.WithLabelValues("abort").Inc()
-		return certificationAbort(reply), s.rollback()
+		rollbackErr := s.rollback()
+		s.awaitConflictingVersion(ctx, reply.ConflictVersion)
+		return certificationAbort(reply), rollbackErr
 	}
 	v := reply.CommitVersion
 	s.waitingTurn.Store(local)
@@ -148,6 +150,28 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 	clock.lap(phaseLocal)
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
 	return nil, nil
+}
+
+// awaitConflictingVersion holds a certification abort back, after the
+// rollback, until the replica has applied the version the transaction
+// conflicted with (at most conflictCatchUpMax). The client retries on
+// 40001 at once, and usually writes the same rows again: from a snapshot
+// without that version the retry is certain to conflict again, a whole
+// attempt (its statements, certification and the flush) spent for
+// nothing. The certifier sends an abort as soon as it decides it, often
+// before the conflicting version is durable (certifier.takeSendable), so
+// the wait is for that flush and the apply here; the rollback before it
+// has released the doomed transaction's row locks already.
+func (s *session) awaitConflictingVersion(ctx context.Context, v uint64) {
+	seq := s.p.rep.seq
+	if v == 0 || seq.Committed() >= v {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, conflictCatchUpMax)
+	defer cancel()
+	if err := seq.WaitCommitted(wctx, v); err != nil {
+		s.log.Debug("answering the abort before its conflicting version was applied here", "version", v, "err", err)
+	}
 }
 
 // commitInTurn records version v in the open transaction and commits it

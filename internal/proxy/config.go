@@ -87,6 +87,10 @@ const (
 	// before answering 08007 (transaction resolution unknown). The client
 	// re-sends survive certifier restarts and leader changes well within it.
 	certifyTimeout = 60 * time.Second
+	// conflictCatchUpMax bounds how long a certification abort waits for
+	// the replica to apply the version it conflicted with (commit.go,
+	// awaitConflictingVersion): a flush and an apply under load, with room.
+	conflictCatchUpMax = 100 * time.Millisecond
 	// appliedPruneInterval and appliedVersionsKept bound tashkent.applied,
 	// which gains a row per version.
 	appliedPruneInterval = 10 * time.Second

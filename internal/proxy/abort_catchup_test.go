@@ -1,0 +1,54 @@
+package proxy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// A certification abort reaches the client only once its replica has
+// applied the version the transaction conflicted with (commit.go,
+// awaitConflictingVersion): the client's retry, on the same connection
+// and the same rows, starts from a snapshot that holds the winner's write
+// instead of conflicting again. Replica 2 hears of replica 1's commits
+// only with its own replies (no pushes, an hour's staleness), so every
+// round's write on it is certain to conflict.
+func TestACertificationAbortIsAnsweredAfterTheConflictingVersionIsApplied(t *testing.T) {
+	c := startClusterStaleness(t, []time.Duration{0, time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stale := c.connect(1)
+	execSQL(t, stale, `CREATE TABLE counter (id int PRIMARY KEY, n int NOT NULL)`)
+	execSQL(t, stale, `INSERT INTO counter VALUES (1, 0)`)
+	c.converge(10 * time.Second) // replica 1 has the table (pushed to it)
+	fresh := c.connect(0)
+	for round := 1; round <= 10; round++ {
+		won := round * 100
+		// Replica 1 may lag behind replica 2's own commits (pushed to it):
+		// retried until it sees them.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, err := fresh.Exec(ctx, `UPDATE counter SET n = $1 WHERE id = 1`, won)
+			if err == nil {
+				break
+			}
+			if sqlState(err) != "40001" || time.Now().After(deadline) {
+				t.Fatalf("round %d: the winning update on replica 1: %v", round, err)
+			}
+		}
+		_, err := stale.Exec(ctx, `UPDATE counter SET n = n + 1 WHERE id = 1`)
+		if sqlState(err) != "40001" {
+			t.Fatalf("round %d: a write from a snapshot without version of replica 1's update: %v, want 40001", round, err)
+		}
+		var n int
+		if err := stale.QueryRow(ctx, `SELECT n FROM counter WHERE id = 1`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != won {
+			t.Fatalf("round %d: right after the 40001, replica 2 reads n = %d, want the winner's %d: the client's retry would conflict again", round, n, won)
+		}
+		if _, err := stale.Exec(ctx, `UPDATE counter SET n = n + 1 WHERE id = 1`); err != nil {
+			t.Fatalf("round %d: the retry: %v", round, err)
+		}
+	}
+}
