@@ -145,7 +145,9 @@ const nestedCaptureMayHaveRun = `(pg_catalog.pg_trigger_depth() OPERATOR(pg_cata
 // did and before this capture ran: a nested statement, whose capture ran
 // before this one and recorded the key in the buffer. So if the buffer
 // holds a row change of this transaction for the key (op U, D or M: 'K'
-// and 'R' events name other things), the state is unknown and
+// and 'R' events name other things), under the table's name or, for a
+// partition tree, under any of its tables' (a nested statement may write
+// a partition straight), the state is unknown and
 // tashkent.refuse_state_capture raises a clear error (0A000 under
 // row-level security, 42501 without SELECT) instead of recording a guess.
 // That test is conservative: a change of the key by an earlier statement
@@ -182,8 +184,10 @@ func stateEvents(key, pkVar string) string {
 							CASE WHEN ($CURRENT_KEY) = k.tashkent_kk THEN t.tashkent_r END
 						WHEN $3 THEN NULL
 						WHEN EXISTS (SELECT FROM pg_temp.tashkent_writeset AS w
-							WHERE w.xid = pg_current_xact_id() AND w.tbl = $1 AND w.key = k.tashkent_kk
-								AND w.op IN ('U', 'D', 'M'))
+							WHERE w.xid = pg_current_xact_id() AND w.key = k.tashkent_kk AND w.op IN ('U', 'D', 'M')
+								AND (w.tbl = $1 OR w.tbl = ANY (ARRAY(SELECT format('%%I.%%I', n.nspname, c.relname)
+									FROM pg_partition_tree(coalesce(pg_partition_root($4), $4)) AS p
+									JOIN pg_class AS c ON c.oid = p.relid JOIN pg_namespace AS n ON n.oid = c.relnamespace))))
 							THEN tashkent.refuse_state_capture($4, k.tashkent_kk, $5)
 						ELSE k.tashkent_nr END AS tashkent_r
 				FROM (SELECT DISTINCT ON (k.tashkent_kk) k.*
