@@ -257,7 +257,8 @@
 // that row) or 'D' if none, looked up through the primary key index with
 // the key columns' own equality, keys printed by the same expressions as
 // the normal path (TestCaptureNestedStateUsesThePrimaryKey checks the
-// plan). That is the truth at the end of the statement, whatever order the
+// plan), with the session's rights (where those cannot see every row,
+// see Limitations). That is the truth at the end of the statement, whatever order the
 // nested changes came in, so it is right for BEFORE triggers too (an
 // "upsert by trigger" deleting the old row before the insert, where the
 // recorded order was already right), and at any depth (a depth-3 capture
