@@ -125,9 +125,10 @@ const nestedCaptureMayHaveRun = `(pg_catalog.pg_trigger_depth() OPERATOR(pg_cata
 // variables. The derived tables name every column themselves (tashkent_j,
 // tashkent_r, tashkent_nr, tashkent_kk, tashkent_c1..n for the key
 // columns), so that no column name of the user's table can clash with
-// them. Each key is recorded once (DISTINCT ON: an UPDATE's old and new
-// rows name a key twice). A keeping update is recorded as a plain 'U'
-// (conservative).
+// them. An UPDATE's old and new rows name a key twice: the plain
+// statement records it twice alike (Collapse keeps one), the other once
+// (DISTINCT ON, preferring the new row). A keeping update is recorded as
+// a plain 'U' (conservative).
 //
 // The lookup runs with the session's rights, on purpose: capture must not
 // become a way to read rows the session may not see (a function with the
@@ -153,7 +154,11 @@ const nestedCaptureMayHaveRun = `(pg_catalog.pg_trigger_depth() OPERATOR(pg_cata
 // That test is conservative: a change of the key by an earlier statement
 // of the transaction refuses too. Nothing the session cannot read is ever
 // looked at: what this records for a hidden row is the statement's own
-// row, which the normal path records as well.
+// row, which the normal path records as well. A session that can read the
+// whole table, the common case, runs the plain statement (first EXECUTE)
+// and no more than the test that it can: the second statement, with the
+// buffer test, its per-key deduplication and the statement's own rows, is
+// dearer to plan.
 //
 // The statement is built and planned at every call (the table and key
 // columns vary), which is most of this path's cost (see "Nested
@@ -170,46 +175,67 @@ func stateEvents(key, pkVar string) string {
 		"$TRANSITION_KEY", expand(`$KEY(k.tashkent_j)`, macro),
 		"$CURRENT_KEY", expand(`$KEY(t.tashkent_j)`, macro),
 		"$READABLE", stateReadable,
+		"$LOOKUP_MATCH", strings.ReplaceAll(stateLookupMatch, "$PK_COLS", cols),
+		"$LOOKUP", stateLookup,
 		"$PK_VAR", pkVar, "$PK_COLS", cols,
 	).Replace(`v_cols := (SELECT string_agg(format('tashkent_q.%I AS tashkent_c%s', u.c, u.o), ', ' ORDER BY u.o)
 			FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o));
 		v_trans := CASE TG_OP WHEN 'INSERT' THEN '{tashkent_new}'::text[] WHEN 'DELETE' THEN '{tashkent_old}'::text[]
 			ELSE '{tashkent_old,tashkent_new}'::text[] END;
 		v_read := $READABLE;
-		EXECUTE format($q$
-			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
-			SELECT $1, CASE WHEN s.tashkent_r IS NULL THEN 'D' ELSE 'U' END, s.tashkent_kk, s.tashkent_r
-			FROM (SELECT k.tashkent_kk,
-					CASE WHEN t.tashkent_j IS NOT NULL THEN
-							CASE WHEN ($CURRENT_KEY) = k.tashkent_kk THEN t.tashkent_r END
-						WHEN $3 THEN NULL
-						WHEN EXISTS (SELECT FROM pg_temp.tashkent_writeset AS w
-							WHERE w.xid = pg_current_xact_id() AND w.key = k.tashkent_kk AND w.op IN ('U', 'D', 'M')
-								AND (w.tbl = $1 OR w.tbl = ANY (ARRAY(SELECT format('%%I.%%I', n.nspname, c.relname)
-									FROM pg_partition_tree(coalesce(pg_partition_root($4), $4)) AS p
-									JOIN pg_class AS c ON c.oid = p.relid JOIN pg_namespace AS n ON n.oid = c.relnamespace))))
-							THEN tashkent.refuse_state_capture($4, k.tashkent_kk, $5)
-						ELSE k.tashkent_nr END AS tashkent_r
-				FROM (SELECT DISTINCT ON (k.tashkent_kk) k.*
-					FROM (SELECT $TRANSITION_KEY AS tashkent_kk, k.* FROM (%1$s) AS k) AS k
-					ORDER BY k.tashkent_kk, k.tashkent_nr NULLS LAST) AS k
-				LEFT JOIN (%2$s) AS t
-				ON %3$s) AS s$q$,
-			(SELECT string_agg(format('SELECT to_json(tashkent_q.*) AS tashkent_j, %s AS tashkent_nr, %s FROM %I AS tashkent_q',
-					CASE tt WHEN 'tashkent_new' THEN '(tashkent_q.*)::text' ELSE 'NULL::text' END, v_cols, tt), ' UNION ALL ')
-				FROM unnest(v_trans) AS tt),
-			CASE WHEN v_read THEN format('SELECT to_json(tashkent_q.*) AS tashkent_j, (tashkent_q.*)::text AS tashkent_r, %s FROM %s AS tashkent_q',
+		IF v_read AND NOT row_security_active(TG_RELID) THEN
+			EXECUTE format($q$
+				INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+				SELECT $1, CASE WHEN s.tashkent_r IS NULL THEN 'D' ELSE 'U' END, s.tashkent_kk, s.tashkent_r
+				FROM (SELECT $TRANSITION_KEY AS tashkent_kk,
+						CASE WHEN t.tashkent_j IS NOT NULL AND ($CURRENT_KEY) = ($TRANSITION_KEY) THEN t.tashkent_r END AS tashkent_r
+					FROM (%1$s) AS k
+					LEFT JOIN (%2$s) AS t
+					ON %3$s) AS s$q$,
+				(SELECT string_agg(format('SELECT to_json(tashkent_q.*) AS tashkent_j, %s FROM %I AS tashkent_q', v_cols, tt), ' UNION ALL ')
+					FROM unnest(v_trans) AS tt),
+				$LOOKUP, $LOOKUP_MATCH)
+			USING v_tbl, $PK_VAR;
+		ELSE
+			EXECUTE format($q$
+				INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+				SELECT $1, CASE WHEN s.tashkent_r IS NULL THEN 'D' ELSE 'U' END, s.tashkent_kk, s.tashkent_r
+				FROM (SELECT k.tashkent_kk,
+						CASE WHEN t.tashkent_j IS NOT NULL THEN
+								CASE WHEN ($CURRENT_KEY) = k.tashkent_kk THEN t.tashkent_r END
+							WHEN EXISTS (SELECT FROM pg_temp.tashkent_writeset AS w
+								WHERE w.xid = pg_current_xact_id() AND w.key = k.tashkent_kk AND w.op IN ('U', 'D', 'M')
+									AND (w.tbl = $1 OR w.tbl = ANY (ARRAY(SELECT format('%%I.%%I', n.nspname, c.relname)
+										FROM pg_partition_tree(coalesce(pg_partition_root($3), $3)) AS p
+										JOIN pg_class AS c ON c.oid = p.relid JOIN pg_namespace AS n ON n.oid = c.relnamespace))))
+								THEN tashkent.refuse_state_capture($3, k.tashkent_kk, $4)
+							ELSE k.tashkent_nr END AS tashkent_r
+					FROM (SELECT DISTINCT ON (k.tashkent_kk) k.*
+						FROM (SELECT $TRANSITION_KEY AS tashkent_kk, k.* FROM (%1$s) AS k) AS k
+						ORDER BY k.tashkent_kk, k.tashkent_nr NULLS LAST) AS k
+					LEFT JOIN (%2$s) AS t
+					ON %3$s) AS s$q$,
+				(SELECT string_agg(format('SELECT to_json(tashkent_q.*) AS tashkent_j, %s AS tashkent_nr, %s FROM %I AS tashkent_q',
+						CASE tt WHEN 'tashkent_new' THEN '(tashkent_q.*)::text' ELSE 'NULL::text' END, v_cols, tt), ' UNION ALL ')
+					FROM unnest(v_trans) AS tt),
+				CASE WHEN v_read THEN $LOOKUP ELSE 'SELECT NULL::json AS tashkent_j, NULL::text AS tashkent_r' END,
+				CASE WHEN v_read THEN $LOOKUP_MATCH ELSE 'false' END)
+			USING v_tbl, $PK_VAR, TG_RELID, v_read;
+		END IF;`)
+}
+
+// stateLookup and stateLookupMatch are the state path's lookup (see
+// stateEvents): the table's rows as t, and the condition that t has the
+// key columns of k, a transition row.
+const (
+	stateLookup = `format('SELECT to_json(tashkent_q.*) AS tashkent_j, (tashkent_q.*)::text AS tashkent_r, %s FROM %s AS tashkent_q',
 					v_cols,
 					(SELECT CASE c.relkind WHEN 'p' THEN '' ELSE 'ONLY ' END FROM pg_class c WHERE c.oid = TG_RELID)
-						|| format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME))
-				ELSE 'SELECT NULL::json AS tashkent_j, NULL::text AS tashkent_r' END,
-			CASE WHEN v_read THEN
-				'(' || (SELECT string_agg(format('t.tashkent_c%s', u.o), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o))
-				|| ') = (' || (SELECT string_agg(format('k.tashkent_c%s', u.o), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o))
-				|| ')'
-			ELSE 'false' END)
-		USING v_tbl, $PK_VAR, v_read AND NOT row_security_active(TG_RELID), TG_RELID, v_read;`)
-}
+						|| format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME))`
+	stateLookupMatch = `'(' || (SELECT string_agg(format('t.tashkent_c%s', u.o), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o))
+					|| ') = (' || (SELECT string_agg(format('k.tashkent_c%s', u.o), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o))
+					|| ')'`
+)
 
 // stateReadable is the state path's test (see stateEvents) that the
 // session can read every row of the trigger's table back: SELECT on the
