@@ -257,7 +257,8 @@
 // that row) or 'D' if none, looked up through the primary key index with
 // the key columns' own equality, keys printed by the same expressions as
 // the normal path (TestCaptureNestedStateUsesThePrimaryKey checks the
-// plan). That is the truth at the end of the statement, whatever order the
+// plan), with the session's rights (where those cannot see every row,
+// see Limitations). That is the truth at the end of the statement, whatever order the
 // nested changes came in, so it is right for BEFORE triggers too (an
 // "upsert by trigger" deleting the old row before the insert, where the
 // recorded order was already right), and at any depth (a depth-3 capture
@@ -415,10 +416,37 @@
 //     until the child's triggers are refreshed).
 //   - Trigger names starting with tashkent_ are reserved.
 //   - A statement captured by state (see "Nested statements") reads the
-//     table with the session's rights: without SELECT on its key columns
-//     and the table's columns the statement fails (42501), and row-level
-//     security policies that hide rows the session wrote from its SELECTs
-//     make capture record them as deleted.
+//     rows it wrote back with the session's rights, never more: tashkent
+//     has no function that reads user tables with its installer's rights
+//     for a caller (a definer's function that looks rows up by the keys it
+//     is given would read any row for anyone, and PostgreSQL 15 offers no
+//     exact test that a row version is the caller's own). Where the session
+//     cannot read the whole table (no SELECT on some column, or row-level
+//     security applies to it: row_security_active), a key the read-back
+//     does not find is recorded from the statement's own rows ('U' with
+//     its new row, 'D' if it has none): right unless a nested statement
+//     changed the key after the statement did. If this transaction has
+//     already recorded a change of that key (under the table's name or,
+//     in a partition tree, any of its tables'), capture cannot tell and
+//     the statement fails instead: SQLSTATE 0A000 under row-level
+//     security, 42501 without SELECT, naming the table and key, with a
+//     hint (tashkent.refuse_state_capture). The test is conservative:
+//     writing a hidden or unreadable row twice in one transaction whose
+//     user triggers write fails even when the second write alone could
+//     have been captured (TestCaptureNestedStateUnderRowLevelSecurity,
+//     TestCaptureNestedStateWithoutSelect). Install replaces the capture
+//     functions (CREATE OR REPLACE keeps their OIDs, so existing triggers
+//     run the new bodies); the proxy runs Install at every start.
+//   - The writeset buffer, pg_temp.tashkent_writeset, belongs to the
+//     session, which can read it until the commit's collect empties it.
+//     Capture stores there the whole new row of every row a statement
+//     writes, columns and rows the session may not SELECT included (an
+//     UPDATE without a WHERE clause under an UPDATE policy wider than the
+//     SELECT policy, an UPDATE-only grant, a SECURITY DEFINER function or
+//     trigger writing for the session): such a session can read what it
+//     wrote, which PostgreSQL would not show it. Not fixed: the proxy
+//     runs the collect with the client's role, which would then need
+//     rights on a buffer it cannot read.
 //   - A key of type numeric compares by its text: 1.0 and 1.00 are one row
 //     to PostgreSQL but two keys to the certifier.
 //   - DISCARD ALL / DISCARD TEMP / RESET ALL in a proxy session undo

@@ -114,24 +114,57 @@ const nestedCaptureMayHaveRun = `(pg_catalog.pg_trigger_depth() OPERATOR(pg_cata
 // partitioned table, which covers its partitions; ONLY the table itself
 // otherwise) with the key columns' own equality, which the primary key
 // index serves. A key that a row of the table prints as now gets 'U' and
-// that row, the nested statements' changes included; any other key gets
-// 'D'. (A row found by equality that prints its key differently, numeric
-// 1.50 for 1.5, was written last either by a nested statement, whose
-// capture recorded it under its own key, or by this statement, whose new
-// rows then hold that key too.) Keys print exactly as the normal path
+// that row, the nested statements' changes included. (A row found by
+// equality that prints its key differently, numeric 1.50 for 1.5, was
+// written last either by a nested statement, whose capture recorded it
+// under its own key, or by this statement, whose new rows then hold that
+// key too: the key gets 'D'.) Keys print exactly as the normal path
 // prints them: the same macro (key: keyExpr or keysExpr) over to_json of
 // the row, the key columns (pkVar, the capture function's v_pk1 or v_pk)
 // passed as $2 of the dynamic statement, which cannot read plpgsql
 // variables. The derived tables name every column themselves (tashkent_j,
-// tashkent_r, tashkent_c1..n for the key columns), so that no column name
-// of the user's table can clash with them. An UPDATE's old and new rows
-// record a key twice, alike:
-// Collapse keeps one. A keeping update is recorded as a plain 'U'
-// (conservative). The statement is built and planned at every call (the
-// table and key columns vary), which is most of this path's cost (see
-// "Nested statements" in doc.go). It runs under the capture function's
-// pinned print settings and with search_path pg_catalog, pg_temp
-// (capture's SET clause; capture_key sets it around this statement).
+// tashkent_r, tashkent_nr, tashkent_kk, tashkent_c1..n for the key
+// columns), so that no column name of the user's table can clash with
+// them. An UPDATE's old and new rows name a key twice: the plain
+// statement records it twice alike (Collapse keeps one), the other once
+// (DISTINCT ON, preferring the new row). A keeping update is recorded as
+// a plain 'U' (conservative).
+//
+// The lookup runs with the session's rights, on purpose: capture must not
+// become a way to read rows the session may not see (a function with the
+// definer's rights that looks rows up by the keys it is given would read
+// any row for anyone who calls it, and PostgreSQL 15 offers no exact test
+// of "this row version was written by this transaction" that such a
+// function could check: xmin compares 32 bits, and a frozen row keeps its
+// old xmin). So a key the lookup does not find is absent for sure only
+// when the session could read the whole table: SELECT on every column
+// ($READABLE below, else the table is not read at all) and no row-level
+// security applying to it (row_security_active: policies may hide rows the
+// session wrote). Otherwise the key is recorded from the statement's own
+// rows ('U' with its new row, 'D' if it has none), which is the table's
+// state for that key unless something wrote the key after this statement
+// did and before this capture ran: a nested statement, whose capture ran
+// before this one and recorded the key in the buffer. So if the buffer
+// holds a row change of this transaction for the key (op U, D or M: 'K'
+// and 'R' events name other things), under the table's name or, for a
+// partition tree, under any of its tables' (a nested statement may write
+// a partition straight), the state is unknown and
+// tashkent.refuse_state_capture raises a clear error (0A000 under
+// row-level security, 42501 without SELECT) instead of recording a guess.
+// That test is conservative: a change of the key by an earlier statement
+// of the transaction refuses too. Nothing the session cannot read is ever
+// looked at: what this records for a hidden row is the statement's own
+// row, which the normal path records as well. A session that can read the
+// whole table, the common case, runs the plain statement (first EXECUTE)
+// and no more than the test that it can: the second statement, with the
+// buffer test, its per-key deduplication and the statement's own rows, is
+// dearer to plan.
+//
+// The statement is built and planned at every call (the table and key
+// columns vary), which is most of this path's cost (see "Nested
+// statements" in doc.go). It runs under the capture function's pinned
+// print settings and with search_path pg_catalog, pg_temp (capture's SET
+// clause; capture_key sets it around this statement).
 func stateEvents(key, pkVar string) string {
 	macro := map[string]string{"KEY": strings.ReplaceAll(key, pkVar, "$$2")}
 	cols := pkVar
@@ -141,27 +174,78 @@ func stateEvents(key, pkVar string) string {
 	return strings.NewReplacer(
 		"$TRANSITION_KEY", expand(`$KEY(k.tashkent_j)`, macro),
 		"$CURRENT_KEY", expand(`$KEY(t.tashkent_j)`, macro),
+		"$READABLE", stateReadable,
+		"$LOOKUP_MATCH", strings.ReplaceAll(stateLookupMatch, "$PK_COLS", cols),
+		"$LOOKUP", stateLookup,
 		"$PK_VAR", pkVar, "$PK_COLS", cols,
 	).Replace(`v_cols := (SELECT string_agg(format('tashkent_q.%I AS tashkent_c%s', u.c, u.o), ', ' ORDER BY u.o)
 			FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o));
 		v_trans := CASE TG_OP WHEN 'INSERT' THEN '{tashkent_new}'::text[] WHEN 'DELETE' THEN '{tashkent_old}'::text[]
 			ELSE '{tashkent_old,tashkent_new}'::text[] END;
-		EXECUTE format($q$
-			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
-			SELECT $1, CASE WHEN s.tashkent_r IS NULL THEN 'D' ELSE 'U' END, s.tashkent_kk, s.tashkent_r
-			FROM (SELECT $TRANSITION_KEY AS tashkent_kk,
-					CASE WHEN t.tashkent_j IS NOT NULL AND ($CURRENT_KEY) = ($TRANSITION_KEY) THEN t.tashkent_r END AS tashkent_r
-				FROM (%1$s) AS k
-				LEFT JOIN (SELECT to_json(tashkent_q.*) AS tashkent_j, (tashkent_q.*)::text AS tashkent_r, %2$s FROM %3$s AS tashkent_q) AS t
-				ON (%4$s) = (%5$s)) AS s$q$,
-			(SELECT string_agg(format('SELECT to_json(tashkent_q.*) AS tashkent_j, %s FROM %I AS tashkent_q', v_cols, tt), ' UNION ALL ') FROM unnest(v_trans) AS tt),
-			v_cols,
-			(SELECT CASE c.relkind WHEN 'p' THEN '' ELSE 'ONLY ' END FROM pg_class c WHERE c.oid = TG_RELID)
-				|| format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME),
-			(SELECT string_agg(format('t.tashkent_c%s', u.o), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o)),
-			(SELECT string_agg(format('k.tashkent_c%s', u.o), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o)))
-		USING v_tbl, $PK_VAR;`)
+		v_read := $READABLE;
+		IF v_read AND NOT row_security_active(TG_RELID) THEN
+			EXECUTE format($q$
+				INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+				SELECT $1, CASE WHEN s.tashkent_r IS NULL THEN 'D' ELSE 'U' END, s.tashkent_kk, s.tashkent_r
+				FROM (SELECT $TRANSITION_KEY AS tashkent_kk,
+						CASE WHEN t.tashkent_j IS NOT NULL AND ($CURRENT_KEY) = ($TRANSITION_KEY) THEN t.tashkent_r END AS tashkent_r
+					FROM (%1$s) AS k
+					LEFT JOIN (%2$s) AS t
+					ON %3$s) AS s$q$,
+				(SELECT string_agg(format('SELECT to_json(tashkent_q.*) AS tashkent_j, %s FROM %I AS tashkent_q', v_cols, tt), ' UNION ALL ')
+					FROM unnest(v_trans) AS tt),
+				$LOOKUP, $LOOKUP_MATCH)
+			USING v_tbl, $PK_VAR;
+		ELSE
+			EXECUTE format($q$
+				INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+				SELECT $1, CASE WHEN s.tashkent_r IS NULL THEN 'D' ELSE 'U' END, s.tashkent_kk, s.tashkent_r
+				FROM (SELECT k.tashkent_kk,
+						CASE WHEN t.tashkent_j IS NOT NULL THEN
+								CASE WHEN ($CURRENT_KEY) = k.tashkent_kk THEN t.tashkent_r END
+							WHEN EXISTS (SELECT FROM pg_temp.tashkent_writeset AS w
+								WHERE w.xid = pg_current_xact_id() AND w.key = k.tashkent_kk AND w.op IN ('U', 'D', 'M')
+									AND (w.tbl = $1 OR w.tbl = ANY (ARRAY(SELECT format('%%I.%%I', n.nspname, c.relname)
+										FROM pg_partition_tree(coalesce(pg_partition_root($3), $3)) AS p
+										JOIN pg_class AS c ON c.oid = p.relid JOIN pg_namespace AS n ON n.oid = c.relnamespace))))
+								THEN tashkent.refuse_state_capture($3, k.tashkent_kk, $4)
+							ELSE k.tashkent_nr END AS tashkent_r
+					FROM (SELECT DISTINCT ON (k.tashkent_kk) k.*
+						FROM (SELECT $TRANSITION_KEY AS tashkent_kk, k.* FROM (%1$s) AS k) AS k
+						ORDER BY k.tashkent_kk, k.tashkent_nr NULLS LAST) AS k
+					LEFT JOIN (%2$s) AS t
+					ON %3$s) AS s$q$,
+				(SELECT string_agg(format('SELECT to_json(tashkent_q.*) AS tashkent_j, %s AS tashkent_nr, %s FROM %I AS tashkent_q',
+						CASE tt WHEN 'tashkent_new' THEN '(tashkent_q.*)::text' ELSE 'NULL::text' END, v_cols, tt), ' UNION ALL ')
+					FROM unnest(v_trans) AS tt),
+				CASE WHEN v_read THEN $LOOKUP ELSE 'SELECT NULL::json AS tashkent_j, NULL::text AS tashkent_r' END,
+				CASE WHEN v_read THEN $LOOKUP_MATCH ELSE 'false' END)
+			USING v_tbl, $PK_VAR, TG_RELID, v_read;
+		END IF;`)
 }
+
+// stateLookup and stateLookupMatch are the state path's lookup (see
+// stateEvents): the table's rows as t, and the condition that t has the
+// key columns of k, a transition row.
+const (
+	stateLookup = `format('SELECT to_json(tashkent_q.*) AS tashkent_j, (tashkent_q.*)::text AS tashkent_r, %s FROM %s AS tashkent_q',
+					v_cols,
+					(SELECT CASE c.relkind WHEN 'p' THEN '' ELSE 'ONLY ' END FROM pg_class c WHERE c.oid = TG_RELID)
+						|| format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME))`
+	stateLookupMatch = `'(' || (SELECT string_agg(format('t.tashkent_c%s', u.o), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o))
+					|| ') = (' || (SELECT string_agg(format('k.tashkent_c%s', u.o), ', ' ORDER BY u.o) FROM unnest($PK_COLS) WITH ORDINALITY AS u(c, o))
+					|| ')'`
+)
+
+// stateReadable is the state path's test (see stateEvents) that the
+// session can read every row of the trigger's table back: SELECT on the
+// table or on each of its columns, and row_security not off where
+// row-level security applies (PostgreSQL then refuses the query).
+const stateReadable = `(has_table_privilege(TG_RELID, 'SELECT')
+				OR NOT EXISTS (SELECT FROM pg_attribute AS a
+					WHERE a.attrelid = TG_RELID AND a.attnum > 0 AND NOT a.attisdropped
+						AND NOT has_column_privilege(TG_RELID, a.attnum, 'SELECT')))
+			AND NOT (current_setting('row_security') = 'off' AND row_security_active(TG_RELID))`
 
 // uniqueKeyEvents is the capture trigger's statement that buffers the
 // unique-index keys a statement took or freed ('K' events), with keys
@@ -363,6 +447,48 @@ BEGIN
 END
 $fn$;
 
+-- refuse_state_capture raises the error of a statement captured by state
+-- (see nested_capture_ran) that cannot learn the current state of one of
+-- its keys: the table's row is not visible to the session (row-level
+-- security, or no SELECT on the table: p_readable false) and a nested
+-- statement may have written the key after the statement did (the
+-- STATE_EVENTS statements in sql.go say when). Recording the statement's
+-- own row, or a delete, could be wrong, and the other replicas would keep
+-- it. It returns text so that it can stand in a CASE of that statement,
+-- but never returns.
+CREATE OR REPLACE FUNCTION tashkent.refuse_state_capture(p_rel oid, p_key text, p_readable boolean) RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_tbl text := (SELECT format('%I.%I', n.nspname, c.relname)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = p_rel);
+BEGIN
+	IF p_readable THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '0A000',
+			MESSAGE = format('cannot replicate this write of %s key %s: row-level security hides the row from role %s',
+				v_tbl, p_key, current_user),
+			DETAIL = 'A trigger wrote rows in this transaction, so tashkent reads back the rows the statement wrote to learn their final state, with the role''s rights. The row is not visible to the role, and this transaction already changed that key, so tashkent cannot tell what to replicate.',
+			HINT = format('Give role %s a SELECT policy on %s that shows it the rows it writes, exempt it from row-level security (BYPASSRLS), or write this key once per transaction.',
+				current_user, v_tbl);
+	END IF;
+	IF current_setting('row_security') = 'off' AND row_security_active(p_rel) THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = format('cannot replicate this write of %s key %s: row_security is off and row-level security applies to role %s',
+				v_tbl, p_key, current_user),
+			DETAIL = 'A trigger wrote rows in this transaction, so tashkent reads back the rows the statement wrote to learn their final state, with the role''s rights, which row_security = off forbids on this table. This transaction already changed that key, so tashkent cannot tell what to replicate.',
+			HINT = 'SET row_security = on, or write this key once per transaction.';
+	END IF;
+	RAISE EXCEPTION USING
+		ERRCODE = '42501',
+		MESSAGE = format('cannot replicate this write of %s key %s: role %s lacks SELECT on the table', v_tbl, p_key, current_user),
+		DETAIL = 'A trigger wrote rows in this transaction, so tashkent reads back the rows the statement wrote to learn their final state, with the role''s rights. This transaction already changed that key, and the role cannot read it.',
+		HINT = format('GRANT SELECT ON %s TO %s (row_security must not be off either), or write this key once per transaction.', v_tbl, current_user);
+END
+$fn$;
+
 -- capture is the statement-level AFTER INSERT / UPDATE / DELETE / TRUNCATE
 -- trigger of the replicated tables (the TRUNCATE trigger of all; the
 -- others of the tables that capture_key, below, does not cover: a key of
@@ -446,6 +572,7 @@ DECLARE
 	v_n int;
 	v_cols text;
 	v_trans text[];
+	v_read boolean;
 BEGIN
 	IF current_setting('tashkent.capture', true) IS DISTINCT FROM 'on' THEN
 		IF TG_OP = 'TRUNCATE' THEN
@@ -557,6 +684,7 @@ DECLARE
 	v_pk1 text;
 	v_cols text;
 	v_trans text[];
+	v_read boolean;
 	v_path text;
 BEGIN
 	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
