@@ -175,10 +175,11 @@ func (s *session) awaitConflictingVersion(ctx context.Context, v uint64) {
 }
 
 // commitInTurn records version v in the open transaction and commits it
-// (C5), in one round trip.
+// (C5), in one round trip. The session records it with the record token,
+// whatever the client's role (replica.RecordVersionSQL).
 func (s *session) commitInTurn(v uint64) (result, error) {
-	version := [][]byte{[]byte(strconv.FormatUint(v, 10))}
-	if err := s.sendPipeline(commitStatements, version); err != nil {
+	record := [][]byte{[]byte(strconv.FormatUint(v, 10)), *s.p.rep.recordToken.Load()}
+	if err := s.sendPipeline(commitStatements, record); err != nil {
 		return result{}, err
 	}
 	return s.relay(true)

@@ -47,7 +47,11 @@ type replication struct {
 	// sequencer holds, as postmasterStartSQL prints it: a session that finds
 	// another one is on a restarted database the proxy has not recovered yet.
 	started atomic.Pointer[string]
-	broken  atomic.Pointer[error] // the applier stopped on an error it cannot get past
+	// recordToken is the database's secret with which client sessions of
+	// any role record the version they commit (replica.RecordVersionSQL),
+	// read with the administrative connection after every (re)connect.
+	recordToken atomic.Pointer[[]byte]
+	broken      atomic.Pointer[error] // the applier stopped on an error it cannot get past
 }
 
 // certifier is the part of certclient the sessions use.
@@ -115,6 +119,9 @@ func (p *Proxy) startReplication(ctx context.Context) (*replication, error) {
 	if err := replica.Install(ctx, r.applyConn); err != nil {
 		return nil, err
 	}
+	if err := r.readRecordToken(ctx); err != nil {
+		return nil, err
+	}
 	if err := p.checkDurabilitySetting(ctx, r.applyConn); err != nil {
 		return nil, err
 	}
@@ -128,6 +135,16 @@ func (p *Proxy) startReplication(ctx context.Context) (*replication, error) {
 	}
 	p.cfg.Logger.Info("replica state", "version", version, "origin", p.origin)
 	return r, nil
+}
+
+func (r *replication) readRecordToken(ctx context.Context) error {
+	token, err := replica.ReadRecordToken(ctx, r.applyConn)
+	if err != nil {
+		return err
+	}
+	b := []byte(token)
+	r.recordToken.Store(&b)
+	return nil
 }
 
 func (p *Proxy) checkDurabilitySetting(ctx context.Context, conn *pgx.Conn) error {
@@ -469,6 +486,9 @@ func (r *replication) reconnectAndResume(ctx context.Context) error {
 	}
 	version, err := replica.ReadVersion(ctx, r.applyConn)
 	if err != nil {
+		return err
+	}
+	if err := r.readRecordToken(ctx); err != nil {
 		return err
 	}
 	if err := replica.PrepareApplySession(ctx, r.applyConn); err != nil {

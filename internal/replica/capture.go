@@ -236,14 +236,28 @@ func compareChanges(a, b *certifierpb.Change) int {
 // writesets. An INSERT rather than an UPDATE of one row: local transactions
 // run at REPEATABLE READ, and concurrent updates of a shared row would fail
 // each other with serialization errors.
+//
+// It needs a superuser's session; a client's session of any role records
+// with RecordVersionSQL and the record token instead.
 func RecordVersion(ctx context.Context, q Querier, v uint64) error {
 	if v == 0 || v > maxVersion {
 		return fmt.Errorf("replica: record version: invalid version %d", v)
 	}
-	if _, err := q.Exec(ctx, RecordVersionSQL, int64(v)); err != nil {
+	if _, err := q.Exec(ctx, recordVersionDirectSQL, int64(v)); err != nil {
 		return fmt.Errorf("replica: record version %d: %w", v, err)
 	}
 	return nil
+}
+
+// ReadRecordToken returns the secret with which a client's session records
+// a committed version (RecordVersionSQL's $2). Install draws it; only a
+// superuser may read it.
+func ReadRecordToken(ctx context.Context, q Querier) (string, error) {
+	var token string
+	if err := q.QueryRow(ctx, readRecordTokenSQL).Scan(&token); err != nil {
+		return "", fmt.Errorf("replica: read the record token: %w", err)
+	}
+	return token, nil
 }
 
 // IsVersionGap reports the error of recording a version whose predecessor

@@ -381,10 +381,17 @@
 // # Versions
 //
 // tashkent.applied gets one row per committed version, inserted by the
-// transaction that commits it (RecordVersion for local commits, Apply for
+// transaction that commits it (RecordVersionSQL for local commits, Apply for
 // remote ones): an insert, not an update of a shared row, because local
 // transactions run at REPEATABLE READ and concurrent updates of one row
-// would abort each other. PruneApplied trims it.
+// would abort each other. PruneApplied trims it. A local commit runs in
+// the client's session, under the client's role, which may write no
+// tashkent table: it records through tashkent.record_version, a definer's
+// rights function that checks a secret (tashkent.record_token, drawn by
+// Install, readable by superusers only; ReadRecordToken). The proxy reads
+// it with its administrative connection and binds it as a parameter, so
+// no session sees it, and no role can forge a version, which would make
+// the database claim commits it does not hold.
 //
 // # Limitations
 //

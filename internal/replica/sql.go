@@ -368,6 +368,38 @@ CREATE TABLE IF NOT EXISTS tashkent.applied (
 	committed_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
+-- A client's session records the version of its own commit, in its own
+-- transaction, whatever its role: through record_version, which runs with
+-- the installer's rights. No role may write tashkent.applied itself: a
+-- forged version would make the replica claim commits it does not hold
+-- (after a restart it would skip them, or be refused as ahead of the
+-- certifier). record_version checks a secret only the proxy knows: drawn
+-- here once, readable only by superusers (no grants; the proxy reads it
+-- with its administrative connection), and sent by the proxy as a bound
+-- parameter, which no other session sees.
+CREATE TABLE IF NOT EXISTS tashkent.record_token (token text NOT NULL);
+REVOKE ALL ON tashkent.record_token FROM PUBLIC;
+INSERT INTO tashkent.record_token (token)
+	SELECT pg_catalog.replace(pg_catalog.gen_random_uuid()::pg_catalog.text OPERATOR(pg_catalog.||)
+		pg_catalog.gen_random_uuid()::pg_catalog.text, '-', '')
+	WHERE NOT EXISTS (SELECT FROM tashkent.record_token);
+
+CREATE OR REPLACE FUNCTION tashkent.record_version(p_version bigint, p_token text) RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+	IF p_token IS NULL OR NOT EXISTS (SELECT FROM tashkent.record_token AS t WHERE t.token = p_token) THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = 'only the tashkent proxy records committed versions',
+			HINT = 'tashkent.applied says which versions this database holds; do not write it.';
+	END IF;
+	INSERT INTO tashkent.applied (version) VALUES (p_version);
+END
+$fn$;
+
 -- One row per DDL transaction that changed a replicated table, inserted by
 -- the event trigger. The applier caches table definitions and checks
 -- max(gen), in its own snapshot, before it trusts the cache. A table rather
@@ -1561,9 +1593,17 @@ const CollectQuery = `WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING
 const TrimSQL = `SELECT CASE WHEN pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144
 	THEN tashkent.trim_writeset_buffer() ELSE false END`
 
-// RecordVersionSQL records a committed version; $1 is the version. Send it
-// in the transaction that commits the version.
-const RecordVersionSQL = `INSERT INTO tashkent.applied (version) VALUES ($1)`
+// RecordVersionSQL records a committed version from a client's session,
+// whatever its role: $1 is the version, $2 the database's record token
+// (ReadRecordToken). Send it in the transaction that commits the version.
+const RecordVersionSQL = `SELECT tashkent.record_version($1, $2)`
+
+// recordVersionDirectSQL is RecordVersionSQL for a superuser's session.
+const recordVersionDirectSQL = `INSERT INTO tashkent.applied (version) VALUES ($1)`
+
+// readRecordTokenSQL reads the secret that record_version checks; only a
+// superuser may.
+const readRecordTokenSQL = `SELECT t.token FROM tashkent.record_token AS t`
 
 // versionAfterRecorded is $1 if version $1 - 1 is recorded (or $1 is 1),
 // else NULL. Apply records its first version with it: a database that lost
