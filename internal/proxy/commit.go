@@ -240,6 +240,18 @@ func (s *session) wroteTemporaryTables() bool {
 	return err != nil || res.failed() || len(rows) != 1 || string(rows[0][0]) != "f"
 }
 
+// hasTemporaryTables reports whether the session has temporary tables
+// (other than the proxy's writeset buffer): after a failed commit, whose
+// transaction can no longer be asked what it wrote (wroteTemporaryTables),
+// it is the conservative answer to whether rolling it back lost changes
+// to them. An error reads as yes.
+func (s *session) hasTemporaryTables() bool {
+	rows, res, err := s.queryRows(`SELECT EXISTS (SELECT FROM pg_catalog.pg_class
+		WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()
+		AND relkind OPERATOR(pg_catalog.=) 'r' AND relname OPERATOR(pg_catalog.<>) 'tashkent_writeset')`)
+	return err != nil || res.failed() || len(rows) != 1 || string(rows[0][0]) != "f"
+}
+
 // endSessionAfterCommit is for a committed transaction whose effects on
 // the session (settings, temporary tables) were rolled back with its
 // database transaction while its writeset was applied: the session is no
@@ -271,7 +283,7 @@ func (s *session) softRecover(ctx context.Context, local *sequencer.Local, res r
 		return err
 	}
 	s.p.rep.seq.Abandon(local)
-	if s.sessionState {
+	if s.sessionState || s.hasTemporaryTables() {
 		s.endSessionAfterCommit()
 	}
 	err := s.p.rep.seq.WaitCommitted(ctx, local.Version())
