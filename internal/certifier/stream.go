@@ -214,6 +214,16 @@ func put(ctx context.Context, queue chan<- queued, q queued) error {
 func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, queue <-chan queued, delivered uint64, push bool) error {
 	var waiting, ready []queued
 	for {
+		// What is queued already joins this round, before a push is made
+		// up: otherwise, while flushes elsewhere keep the durable version
+		// ahead of delivered, push follows push and the replica's own
+		// replies are never read (TestQueuedRepliesAreNotStarvedByPushes).
+		if queue != nil && len(waiting) < streamQueueMax {
+			var open bool
+			if waiting, open = takeQueued(queue, waiting); !open {
+				queue = nil
+			}
+		}
 		durable, failed, changed := s.durable.watch()
 		if failed != nil {
 			return status.Error(codes.Unavailable, failed.Error())
@@ -299,6 +309,23 @@ func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServ
 	delivered, err := s.send(stream, ready, delivered, durable)
 	st.release(answered(ready))
 	return delivered, err
+}
+
+// takeQueued appends what is already queued to waiting, without waiting,
+// up to streamQueueMax; open is false once the queue is closed and empty.
+func takeQueued(queue <-chan queued, waiting []queued) (_ []queued, open bool) {
+	for len(waiting) < streamQueueMax {
+		select {
+		case q, ok := <-queue:
+			if !ok {
+				return waiting, false
+			}
+			waiting = append(waiting, q)
+		default:
+			return waiting, true
+		}
+	}
+	return waiting, true
 }
 
 // drain takes what else is already queued, without waiting.
