@@ -256,7 +256,7 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 				queue = nil
 				continue
 			}
-			waiting = drain(queue, append(waiting, q))
+			waiting = append(waiting, q) // the rest of the queue joins at the top of the loop
 		case <-flushed:
 		case <-ctx.Done():
 			return status.Error(codes.Unavailable, ctx.Err().Error())
@@ -326,22 +326,6 @@ func takeQueued(queue <-chan queued, waiting []queued) (_ []queued, open bool) {
 		}
 	}
 	return waiting, true
-}
-
-// drain takes what else is already queued, without waiting.
-func drain(queue <-chan queued, batch []queued) []queued {
-	for len(batch) < streamQueueMax {
-		select {
-		case q, ok := <-queue:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, q)
-		default:
-			return batch
-		}
-	}
-	return batch
 }
 
 func answered(batch []queued) int64 {
