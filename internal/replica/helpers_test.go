@@ -69,7 +69,14 @@ func committer(t testing.TB, s *pgx.Conn) func(sql string) *certifierpb.LogEntry
 // commitLocal runs sql in one transaction on a prepared session, collects
 // its writeset, records version v and commits: what the proxy does for a
 // certified local transaction. It returns the log entry for the version.
+// The session must be a superuser's (RecordVersion).
 func commitLocal(t testing.TB, c *pgx.Conn, v uint64, sql string) *certifierpb.LogEntry {
+	t.Helper()
+	return commitRecorded(t, c, v, sql, func(ctx context.Context, tx pgx.Tx) error { return RecordVersion(ctx, tx, v) })
+}
+
+// commitRecorded is commitLocal with version v recorded by record.
+func commitRecorded(t testing.TB, c *pgx.Conn, v uint64, sql string, record func(context.Context, pgx.Tx) error) *certifierpb.LogEntry {
 	t.Helper()
 	ctx := tctx(t)
 	tx, err := c.Begin(ctx)
@@ -84,7 +91,7 @@ func commitLocal(t testing.TB, c *pgx.Conn, v uint64, sql string) *certifierpb.L
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := RecordVersion(ctx, tx, v); err != nil {
+	if err := record(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -91,39 +91,21 @@ func newReplicated(t *testing.T, schema string) *replicated {
 	srv, admin := instance(t, schema)
 	_, other := instance(t, schema)
 	alice := roleSession(t, srv, "alice")
+	token, err := ReadRecordToken(tctx(t), admin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	version := uint64(0)
 	commit := func(sql string) *certifierpb.LogEntry {
 		t.Helper()
 		version++
-		return commitCollected(t, alice, version, sql)
+		// As the proxy records it in a client's session, whatever its role.
+		return commitRecorded(t, alice, version, sql, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, RecordVersionSQL, int64(version), token)
+			return err
+		})
 	}
 	return &replicated{admin: admin, alice: alice, other: other, commit: commit}
-}
-
-// commitCollected runs sql in one transaction on a prepared session,
-// collects its writeset and commits, returning the log entry of version
-// v. Unlike commitLocal it does not record the version in the origin's
-// tashkent.applied: an ordinary role may not insert there (only the
-// other database, written by the superuser's Apply, records versions).
-func commitCollected(t testing.TB, c *pgx.Conn, v uint64, sql string) *certifierpb.LogEntry {
-	t.Helper()
-	ctx := tctx(t)
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := c.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	ws, err := CollectWriteset(ctx, tx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return &certifierpb.LogEntry{Version: v, Writeset: &certifierpb.Writeset{Changes: ws}}
 }
 
 // write commits sql as alice, checks every row change of its writeset
