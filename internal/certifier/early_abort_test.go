@@ -1,12 +1,8 @@
 package certifier_test
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certifier"
@@ -22,17 +18,7 @@ import (
 func TestAnAbortIsNotHeldBehindAnotherSessionsFlush(t *testing.T) {
 	const flush = time.Second // an emulated slow disk (Config.SyncDelay)
 	srv := listen(t, certifier.Config{SyncDelay: flush})
-	conn, err := grpc.NewClient(srv.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	stream, err := pb.NewCertifierClient(conn).Certify(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := rawStream(t, srv)
 	// Session 1 writes row 1 and commits; session 2 wrote the same row from
 	// the same snapshot: certified against session 1's entry, which is not
 	// durable yet, it aborts.

@@ -1,12 +1,7 @@
 package certifier_test
 
 import (
-	"context"
 	"testing"
-	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certifier"
@@ -19,17 +14,7 @@ import (
 // other replicas commit.
 func TestEntriesArePushedToAQuietStream(t *testing.T) {
 	srv := listen(t, certifier.Config{})
-	conn, err := grpc.NewClient(srv.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	quiet, err := pb.NewCertifierClient(conn).Certify(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	quiet := rawStream(t, srv)
 	if err := quiet.Send(&pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: "quiet", Push: true}}); err != nil {
 		t.Fatal(err)
 	}

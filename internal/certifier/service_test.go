@@ -34,6 +34,24 @@ func listen(t *testing.T, cfg certifier.Config) *certifier.Server {
 	return srv
 }
 
+// rawStream opens a Certify stream to srv without a client library, for
+// tests that look at the stream's messages themselves. It ends with the test.
+func rawStream(t *testing.T, srv *certifier.Server) pb.Certifier_CertifyClient {
+	t.Helper()
+	conn, err := grpc.NewClient(srv.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	stream, err := pb.NewCertifierClient(conn).Certify(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
 // replica is a test's view of one replica's stream: the entries it was
 // delivered, in order.
 type replica struct {
