@@ -208,9 +208,18 @@ func put(ctx context.Context, queue chan<- queued, q queued) error {
 	}
 }
 
-// sendLoop sends, in order, each queued reply once what it depends on is
-// durable, preceded by every durable entry the replica has not been sent.
-// Replies that are ready together share one message.
+// sendLoop sends each queued reply once what it depends on is durable
+// (takeSendable), preceded by every durable entry the replica has not been
+// sent. Replies that are ready together share one message.
+//
+// Pushes (OpenSession.push): a stream that asked for them is sent every
+// entry as soon as it is durable, not only with the replica's own replies.
+// Tashkent §6.1 sends a replica the remote writesets with its
+// certification replies (and, here, when it asks: certclient.RequestCatchUp,
+// every --staleness), so a replica that commits little heard of other
+// replicas' commits up to --staleness late. (A busy replica hears of them
+// with its replies anyway; what keeps it behind under load is applying
+// them, see BENCHMARKS.md.)
 func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, queue <-chan queued, delivered uint64, push bool) error {
 	var waiting, ready []queued
 	for {
@@ -272,15 +281,6 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 // another session's commit. Its client learns of the abort, and retries,
 // up to a whole flush sooner. Entries still go out in version order, each
 // before any reply that depends on it (send).
-//
-// Pushes (OpenSession.push): a stream that asked for them is sent every
-// entry as soon as it is durable, not only with the replica's own replies.
-// Tashkent §6.1 sends a replica the remote writesets with its
-// certification replies (and, here, when it asks: certclient.RequestCatchUp,
-// every --staleness), so a replica that commits little heard of other
-// replicas' commits up to --staleness late. (A busy replica hears of them
-// with its replies anyway; what keeps it behind under load is applying
-// them, see BENCHMARKS.md.)
 func takeSendable(waiting []queued, durable uint64, ready []queued) (sendable, still []queued) {
 	still = waiting[:0]
 	for _, q := range waiting {
