@@ -1,7 +1,6 @@
 package grpctls_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/certs"
 	"github.com/tashkent-db/tashkent/internal/grpctls"
+	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
 // pki is a CA and certificates it issued, in a temporary directory.
@@ -54,29 +53,11 @@ func (p *pki) files(name string, hosts ...string) grpctls.Files {
 	return f
 }
 
-// syncBuffer is a log sink the server's goroutines write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // serve starts a gRPC server (the health service stands in for the
 // certifier's) with f's server options and returns its address and log.
-func serve(t *testing.T, f grpctls.Files) (string, *syncBuffer) {
+func serve(t *testing.T, f grpctls.Files) (string, *testbin.Output) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testbin.Output{}
 	opts, err := f.ServerOptions(slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +107,7 @@ func mustContain(t *testing.T, what, s string, wants ...string) {
 
 // waitLog waits for the server's log line: it is written by the server's
 // handshake goroutine, possibly after the client has its error.
-func waitLog(t *testing.T, logs *syncBuffer, wants ...string) {
+func waitLog(t *testing.T, logs *testbin.Output, wants ...string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -1,5 +1,7 @@
 // Package testbin builds the tashkent binary once per test process, for
-// tests that run it as a real process (crash tests kill it with SIGKILL).
+// tests that run it as a real process (crash tests kill it with SIGKILL),
+// and collects output that other goroutines or processes write while a
+// test reads it (Output: a process's stdout, a server's log).
 package testbin
 
 import (
@@ -37,8 +39,8 @@ func Path(t testing.TB) string {
 	return path
 }
 
-// Output collects a process's output (cmd.Stdout or cmd.Stderr), written by
-// os/exec while the test reads it.
+// Output collects output written while the test reads it: a process's
+// (cmd.Stdout or cmd.Stderr, written by os/exec) or a logger's.
 type Output struct {
 	mu  sync.Mutex
 	buf bytes.Buffer

@@ -9,8 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
 // payloadFor returns the deterministic, variable-length payload the tests store for version v.
@@ -28,23 +29,10 @@ func makeEntries(first uint64, n int) []Entry {
 	return entries
 }
 
-// logCapture collects slog output.
-type logCapture struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (c *logCapture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Write(p)
-}
-
-func (c *logCapture) warnings() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// warnings returns the WARN lines of a text log.
+func warnings(logs *testbin.Output) []string {
 	var lines []string
-	for line := range strings.Lines(c.buf.String()) {
+	for line := range strings.Lines(logs.String()) {
 		if strings.Contains(line, "level=WARN") {
 			lines = append(lines, line)
 		}
@@ -52,9 +40,9 @@ func (c *logCapture) warnings() []string {
 	return lines
 }
 
-func newCaptureLogger() (*slog.Logger, *logCapture) {
-	c := &logCapture{}
-	return slog.New(slog.NewTextHandler(c, nil)), c
+func newCaptureLogger() (*slog.Logger, *testbin.Output) {
+	logs := &testbin.Output{}
+	return slog.New(slog.NewTextHandler(logs, nil)), logs
 }
 
 // testOptions skips fsync unless a test needs it: durability across power loss cannot be observed

@@ -64,7 +64,7 @@ func openRecovered(t *testing.T, dir string, wantLast uint64, wantWarning bool) 
 	if l.LastVersion() != wantLast {
 		t.Fatalf("recovered LastVersion() = %d, want %d", l.LastVersion(), wantLast)
 	}
-	checkWarnings(t, logs.warnings(), wantLast, wantWarning)
+	checkWarnings(t, warnings(logs), wantLast, wantWarning)
 	checkEntries(t, readAll(t, l, 0), 1, wantLast)
 	mustAppend(t, l, makeEntries(wantLast+1, 3))
 	mustClose(t, l)
@@ -165,7 +165,7 @@ func TestTornSegmentWithoutCompleteRecordIsRemoved(t *testing.T) {
 			if l.LastVersion() != 4 {
 				t.Fatalf("LastVersion() = %d, want 4", l.LastVersion())
 			}
-			checkWarnings(t, logs.warnings(), 4, true)
+			checkWarnings(t, warnings(logs), 4, true)
 			if _, err := os.Stat(filepath.Join(torn, segmentFileName(5))); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("torn segment not removed: %v", err)
 			}
