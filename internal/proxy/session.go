@@ -55,7 +55,7 @@ type session struct {
 	// extended-protocol unit sent with its Sync (forwardSyncAfterCopy).
 	relayingSyncedUnit bool
 	ddl                []replicatedDDL // DDL run by the open transaction, replicated with its writeset
-	sessionState       bool     // the open transaction ran a statement keepsSessionState reports
+	sessionState       bool            // the open transaction ran a statement keepsSessionState reports
 	// endAfterReply, once the reply to the current message is flushed, is
 	// sent to the client and ends the session (see applyInstead).
 	endAfterReply *pgproto3.ErrorResponse
