@@ -1365,6 +1365,13 @@ BEGIN
 END
 $fn$;
 
+-- The trigger functions above run with their owner's (a superuser's)
+-- rights for on_ddl and Install, which call them as that owner; no other
+-- role may (every role could drop and create triggers on any table with
+-- them: PUBLIC gets EXECUTE on a new function by default).
+REVOKE EXECUTE ON FUNCTION tashkent.ensure_triggers(oid), tashkent.ensure_linked_triggers(oid, boolean),
+	tashkent.ensure_all_triggers() FROM PUBLIC;
+
 -- on_ddl keeps the triggers right as tables are created and altered (a new
 -- table, CREATE TABLE AS, a primary key added or dropped, a key column
 -- renamed, a partition attached, a unique index created, dropped or
