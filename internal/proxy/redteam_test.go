@@ -295,3 +295,44 @@ func TestRedteamDefinerFunctionsAreNotCallableByRoles(t *testing.T) {
 		t.Errorf("replica 1 holds %d of the 2 rows", n)
 	}
 }
+
+// Finding 5 (fixed here): a temporary table that inherits from a
+// replicated table. A role that owns public.owned ran
+//
+//	CREATE TEMP TABLE kid () INHERITS (public.owned);
+//	INSERT INTO kid VALUES (50, 'only in my temp table');
+//	UPDATE public.owned SET v = 'touched' WHERE id = 50;
+//
+// The UPDATE reaches kid's row, public.owned's capture trigger records it
+// as a row of public.owned, and replica 2 got the permanent row (50,
+// 'touched'), which replica 1 never held (reproduced on a `tashkent up`
+// cluster at b5e2b0f). The event trigger now refuses such a table (0A000),
+// whether created so or attached later with ALTER TABLE ... INHERIT.
+func TestRedteamTemporaryChildOfAReplicatedTableIsRefused(t *testing.T) {
+	c := redteamCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m := c.mallory(0)
+	for _, sql := range []string{
+		`CREATE TEMP TABLE kid () INHERITS (public.owned)`,
+		`BEGIN; CREATE TEMP TABLE kid2 (id int NOT NULL, v text); ALTER TABLE kid2 INHERIT public.owned; COMMIT`,
+	} {
+		_, err := m.Exec(ctx, sql)
+		if sqlState(err) != "0A000" || !strings.Contains(err.Error(), "inherits from a permanent") {
+			t.Errorf("%s as mallory: %v, want 0A000", sql, err)
+		}
+		if _, err := m.Exec(ctx, `ROLLBACK`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A temporary table like a replicated one is fine, and stays local.
+	execSQL(t, m, `CREATE TEMP TABLE kid3 (LIKE public.owned)`)
+	execSQL(t, m, `INSERT INTO kid3 VALUES (50, 'only in my temp table')`)
+	execSQL(t, m, `UPDATE public.owned SET v = 'touched' WHERE id = 50`)
+	c.converge(10 * time.Second)
+	for i := range 2 {
+		if n := c.countOn(i, `SELECT count(*) FROM public.owned`); n != 0 {
+			t.Errorf("replica %d: public.owned holds %d rows of mallory's temporary table", i+1, n)
+		}
+	}
+}
