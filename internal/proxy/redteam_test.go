@@ -395,3 +395,29 @@ func TestRedteamRelayedLoginAsTheAdminNeedsAPassword(t *testing.T) {
 		t.Fatalf("login as the admin without a password: %v, want 28000", err)
 	}
 }
+
+// Finding 8 (fixed here): PREPARE q AS SELECT ... INTO public.t; EXECUTE
+// q created public.t on replica 1 only, not refused (an EXECUTE is not DDL
+// to the proxy), for any role with CREATE on the schema; a write to the
+// table then stops replica 2's applier for good. Now the PREPARE is refused
+// (0A000) in both protocols, as the features in unreplicated.go are.
+func TestRedteamPreparedSelectIntoIsRefused(t *testing.T) {
+	c := redteamCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, conn := range []*pgx.Conn{c.mallory(0), c.connect(0)} {
+		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+			_, err := conn.Exec(ctx, `PREPARE q AS SELECT 1 AS id INTO public.pinto`, mode)
+			if sqlState(err) != "0A000" || !strings.Contains(err.Error(), "SELECT INTO in a prepared statement") {
+				t.Errorf("PREPARE ... SELECT INTO (%v): %v, want 0A000", mode, err)
+			}
+		}
+	}
+	execSQL(t, c.mallory(0), `PREPARE r AS SELECT count(*) FROM public.notes`)
+	c.converge(10 * time.Second)
+	for i := range 2 {
+		if n := c.countOn(i, `SELECT count(*) FROM pg_class WHERE relname = 'pinto'`); n != 0 {
+			t.Errorf("replica %d has public.pinto", i+1)
+		}
+	}
+}
