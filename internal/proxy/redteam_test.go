@@ -443,3 +443,49 @@ func TestRedteamCreateTableAsExecuteDoesNotStopTheOtherReplicas(t *testing.T) {
 	}
 	c.converge(10 * time.Second)
 }
+
+// Finding 10 (fixed here): the proxy decides whether DDL on a name without a schema acts
+// on a temporary table (and stays local) before any message of the
+// pipeline runs (markLocalDDL). In one pipeline, DROP TABLE owned drops
+// the session's temporary table "owned" that shadows public.owned, and a
+// second DROP TABLE owned, judged temporary too, drops public.owned: on
+// replica 1 only, neither refused nor replicated. The same works for any
+// DDL on the name (ALTER TABLE owned ENABLE ALWAYS TRIGGER ..., see
+// finding 1b). Now DDL judged temporary after other statements of the
+// same pipeline is refused (0A000); pg_temp-qualified names still work.
+func TestRedteamPipelinedDDLOnAShadowedTableIsNotLocal(t *testing.T) {
+	c := redteamCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m := c.mallory(0)
+	execSQL(t, m, `CREATE TEMP TABLE owned (id int)`)
+	batch := &pgx.Batch{}
+	batch.Queue(`DROP TABLE owned`)
+	batch.Queue(`DROP TABLE owned`)
+	err := m.SendBatch(ctx, batch).Close()
+	if sqlState(err) != "0A000" {
+		t.Fatalf("pipelined DROP TABLE owned twice: %v, want 0A000", err)
+	}
+	if !c.waitForVersion(15 * time.Second) {
+		t.Fatal("replicas did not catch up")
+	}
+	const owned = `SELECT count(*) FROM pg_class WHERE relname = 'owned' AND relpersistence = 'p'`
+	if a, b := c.countOn(0, owned), c.countOn(1, owned); a != b {
+		t.Fatalf("public.owned: %d on replica 1, %d on replica 2: the pipeline dropped it on one replica only (error %v)", a, b, err)
+	}
+	// The temporary table is still there, and a pipeline that names it
+	// with pg_temp, or alone, acts on it locally.
+	batch = &pgx.Batch{}
+	batch.Queue(`INSERT INTO pg_temp.owned VALUES (1)`)
+	batch.Queue(`ALTER TABLE pg_temp.owned ADD COLUMN w int`)
+	if err := m.SendBatch(ctx, batch).Close(); err != nil {
+		t.Fatalf("pipeline on pg_temp.owned: %v", err)
+	}
+	execSQL(t, m, `DROP TABLE owned`)
+	c.converge(10 * time.Second)
+	for i := range 2 {
+		if n := c.countOn(i, owned); n != 1 {
+			t.Errorf("replica %d: %d tables public.owned, want 1", i+1, n)
+		}
+	}
+}
