@@ -79,19 +79,41 @@ func (s *session) countTemporary(names []string) (int, error) {
 
 // markLocalDDL applies localDDL to every statement the unit executes. It
 // runs before anything of the unit reaches the database, so a relation the
-// same unit creates is not known yet: its DDL is replicated.
-func (s *session) markLocalDDL(u *unit, stmts [][]sqlclass.Statement) error {
+// same unit creates is not known yet: its DDL is replicated. Nor is a
+// relation an earlier statement of the unit drops: with a temporary
+// "owned" shadowing public.owned, DROP TABLE owned twice in one pipeline
+// dropped public.owned on this replica only, judged temporary. So DDL found
+// to act on temporary relations only is refused (localDDLRefusal) when an
+// earlier statement of the unit runs before it.
+func (s *session) markLocalDDL(u *unit, stmts [][]sqlclass.Statement) (*pgproto3.ErrorResponse, error) {
+	earlier := false
 	for i, m := range u.msgs {
-		if m.typ != 'E' || len(stmts[i]) != 1 {
+		if m.typ != 'E' {
 			continue
 		}
-		st, err := s.localDDL(stmts[i][0])
-		if err != nil {
-			return err
+		if len(stmts[i]) == 1 {
+			st, err := s.localDDL(stmts[i][0])
+			if err != nil {
+				return nil, err
+			}
+			if st.TempOnly != stmts[i][0].TempOnly {
+				if earlier {
+					return localDDLRefusal(st), nil
+				}
+				stmts[i] = []sqlclass.Statement{st}
+			}
 		}
-		if st.TempOnly != stmts[i][0].TempOnly {
-			stmts[i] = []sqlclass.Statement{st}
-		}
+		earlier = true
 	}
-	return nil
+	return nil, nil
+}
+
+// localDDLRefusal is the error for DDL on a temporary relation named
+// without a schema after other statements of the same pipeline, which may
+// have changed what the name resolves to.
+func localDDLRefusal(st sqlclass.Statement) *pgproto3.ErrorResponse {
+	return errorResponse(codeFeatureNotSupported,
+		"tashkent cannot tell whether this DDL acts on a temporary table: "+statementTag(st.SQL)+" follows other statements of the same pipeline",
+		"Earlier statements of the pipeline may drop or create the temporary table the name resolves to now; DDL on a permanent table must reach every replica.",
+		"Qualify the temporary table with pg_temp (pg_temp.name), or send the statement after a Sync.")
 }

@@ -172,8 +172,11 @@ func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 			}
 		}
 		s.labelIfIdle()
-		if err := s.markLocalDDL(u, stmts); err != nil {
-			return err
+		if refusal, err := s.markLocalDDL(u, stmts); err != nil || refusal != nil {
+			if err != nil {
+				return err
+			}
+			return s.refuse(refusal.Code, refusal.Message, refusal.Hint)
 		}
 		if s.deferBeginUnit(u, stmts) { // a whole exchange that only opens a block
 			return nil

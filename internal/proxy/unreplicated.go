@@ -16,6 +16,16 @@ import (
 // answer is the same in the simple and the extended protocol; an open
 // transaction block fails, as after an error from PostgreSQL.
 func unreplicatedRefusal(st sqlclass.Statement) *pgproto3.ErrorResponse {
+	if st.Kind == sqlclass.Prepare && st.Inner == sqlclass.DDL {
+		// PREPARE name AS SELECT ... INTO table: its EXECUTE creates the
+		// table, and an EXECUTE is not DDL to the proxy, so the table would
+		// exist on this replica only (a write to it then stops the other
+		// replicas' appliers), whoever runs it.
+		return errorResponse(codeFeatureNotSupported,
+			"SELECT INTO in a prepared statement is not supported by tashkent: the table it creates would exist on this replica only",
+			"tashkent replicates DDL as the statements the client sends; EXECUTE of a prepared statement does not say what it creates.",
+			"Use CREATE TABLE name AS SELECT ..., which is replicated.")
+	}
 	switch st.Unreplicated {
 	case sqlclass.Notifications:
 		return errorResponse(codeFeatureNotSupported,

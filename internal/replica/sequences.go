@@ -241,4 +241,11 @@ BEGIN
 	RETURN v_n;
 END
 $fn$;
+
+-- on_ddl (as their owner) and ConfigureSequences (as the proxy's
+-- superuser) call these; no other role may: they read any table's key
+-- column and restart any sequence with the owner's rights (PUBLIC gets
+-- EXECUTE on a new function by default).
+REVOKE EXECUTE ON FUNCTION tashkent.align_sequence(oid), tashkent.align_relation_sequences(oid),
+	tashkent.align_all_sequences() FROM PUBLIC;
 `

@@ -1365,6 +1365,13 @@ BEGIN
 END
 $fn$;
 
+-- The trigger functions above run with their owner's (a superuser's)
+-- rights for on_ddl and Install, which call them as that owner; no other
+-- role may (every role could drop and create triggers on any table with
+-- them: PUBLIC gets EXECUTE on a new function by default).
+REVOKE EXECUTE ON FUNCTION tashkent.ensure_triggers(oid), tashkent.ensure_linked_triggers(oid, boolean),
+	tashkent.ensure_all_triggers() FROM PUBLIC;
+
 -- on_ddl keeps the triggers right as tables are created and altered (a new
 -- table, CREATE TABLE AS, a primary key added or dropped, a key column
 -- renamed, a partition attached, a unique index created, dropped or
@@ -1380,8 +1387,28 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
 	v_rel oid;
+	v_temp_child text;
 	v_changed boolean := false;
 BEGIN
+	-- A temporary table that inherits from a replicated one: a statement
+	-- on the parent (UPDATE, DELETE without ONLY) reaches the child's rows,
+	-- and the parent's capture triggers record them, as rows of the parent,
+	-- for the other replicas, which then hold rows that exist nowhere on
+	-- this one (a role that owns a table made rows of its temporary table
+	-- permanent rows there). Refused.
+	SELECT format('%s inherits from %s', i.inhrelid::regclass, i.inhparent::regclass) INTO v_temp_child
+	FROM pg_event_trigger_ddl_commands() AS d
+	JOIN pg_inherits i ON i.inhrelid = d.objid
+	JOIN pg_class c ON c.oid = i.inhrelid
+	JOIN pg_class p ON p.oid = i.inhparent
+	WHERE d.classid = 'pg_class'::regclass AND c.relpersistence = 't' AND p.relpersistence <> 't'
+	LIMIT 1;
+	IF v_temp_child IS NOT NULL THEN
+		RAISE EXCEPTION USING ERRCODE = '0A000',
+			MESSAGE = format('tashkent does not support a temporary table that inherits from a permanent one (%s)', v_temp_child),
+			DETAIL = 'Writes to the parent that reach the temporary table''s rows would be replicated as rows of the parent.',
+			HINT = 'Create the temporary table with LIKE instead of INHERITS.';
+	END IF;
 	FOR v_rel IN
 		WITH cmd AS (
 			SELECT CASE d.classid

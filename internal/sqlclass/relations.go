@@ -32,8 +32,18 @@ func unqualifiedRelations(n *pg_query.Node) []string {
 		case pg_query.ObjectType_OBJECT_TABLE, pg_query.ObjectType_OBJECT_VIEW, pg_query.ObjectType_OBJECT_SEQUENCE,
 			pg_query.ObjectType_OBJECT_INDEX, pg_query.ObjectType_OBJECT_MATVIEW:
 			for _, o := range s.DropStmt.Objects {
-				if l := o.GetList(); l != nil && len(l.Items) == 1 {
+				l := o.GetList()
+				switch {
+				case l == nil:
+				case len(l.Items) == 1:
 					names = append(names, l.Items[0].GetString_().GetSval())
+				case l.Items[0].GetString_().GetSval() != "pg_temp":
+					// It also drops a relation named with another schema:
+					// a permanent one, whatever the other names resolve
+					// to, so it must not stay on this replica (DROP TABLE
+					// tmp, public.t dropped public.t on one replica only).
+					// Listing none keeps the statement replicated.
+					return nil
 				}
 			}
 		}

@@ -11,7 +11,8 @@ func TestDDLRelationsNamedWithoutASchema(t *testing.T) {
 		"CREATE INDEX ON public.tmp (v)":                            nil,
 		`ALTER TABLE "Tmp" ADD COLUMN w int`:                        {"Tmp"},
 		"ALTER TABLE pg_temp.tmp ADD COLUMN w int":                  nil,
-		"DROP TABLE tmp, public.other, tmp2":                        {"tmp", "tmp2"},
+		"DROP TABLE tmp, public.other, tmp2":                        nil, // names a permanent relation: replicated
+		"DROP TABLE tmp, pg_temp.other, tmp2":                       {"tmp", "tmp2"},
 		"DROP INDEX IF EXISTS tmp_v":                                {"tmp_v"},
 		"DROP FUNCTION f()":                                         nil,
 		"ALTER TABLE tmp RENAME TO tmp3":                            {"tmp"},
