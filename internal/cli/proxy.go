@@ -71,7 +71,7 @@ restarts.`,
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&auth, "auth", string(proxy.AuthRelay), "client authentication: relay (PostgreSQL authenticates through the proxy) or scram (the proxy verifies SCRAM-SHA-256 itself, then authenticates to PostgreSQL with the client's SCRAM key or by trust)")
 	certTLS.AddFlags(f)
-	f.BoolVar(&cfg.TrustDDLRoles, "trust-ddl-roles", false, "also replicate DDL run by roles that are not superusers; the other replicas run it as --admin-user, so such a role can gain superuser rights there: only if every role that can run DDL is trusted as a superuser")
+	f.BoolVar(&cfg.TrustDDLRoles, "trust-ddl-roles", false, "let roles that are not superusers run DDL in this replica's database (refused with 42501 otherwise); the other replicas run replicated DDL as --admin-user, so such a role can gain superuser rights there: only if every role that can run DDL is trusted as a superuser")
 	f.StringVar(&cfg.AuthFile, "auth-file", "", `with --auth scram: a user list file of "user" "SCRAM-SHA-256$..." lines, instead of pg_authid`)
 	return markPollingSysmon(markSharesHost(cmd), pollAlways)
 }

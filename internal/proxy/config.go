@@ -72,10 +72,11 @@ type Config struct {
 	// AuthFile, with AuthSCRAM, is a user list file (LoadUserList) used
 	// instead of pg_authid.
 	AuthFile string
-	// TrustDDLRoles replicates DDL from roles that are not superusers too.
-	// The other replicas run it as AdminUser, so such a role can gain
-	// superuser rights there (ddlrole.go): set it only if every role that
-	// can run DDL through the proxy is trusted as a superuser.
+	// TrustDDLRoles lets roles that are not superusers run DDL in the
+	// replica's database (replica.SetDDLTrust; refused with 42501
+	// otherwise). The other replicas run replicated DDL as AdminUser, so
+	// such a role can gain superuser rights there: set it only if every
+	// role that can run DDL is trusted as a superuser.
 	TrustDDLRoles bool
 }
 

@@ -21,9 +21,7 @@
 //     triggers buffered (package replica), ask the certifier (package
 //     certclient), and either roll back with SQLSTATE 40001 or wait for the
 //     version's turn (package sequencer), record the version in the same
-//     database transaction and commit. A transaction whose DDL a role
-//     that is not a superuser ran is refused there (ddlrole.go): the other
-//     replicas run replicated DDL as a superuser.
+//     database transaction and commit.
 //   - statements.go holds what the proxy itself runs at every transaction
 //     (its BEGIN, the collect, the ordered commit) as prepared statements
 //     of each backend session, sent as pipelines with one Sync: neither

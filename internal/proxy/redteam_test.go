@@ -81,7 +81,9 @@ func (c *testCluster) countOn(i int, sql string) int {
 	return n
 }
 
-// Finding 1a: DDL run inside a DO block (or a function, or a procedure)
+// Finding 1a (fixed by the DDL guard, replica/ddlguard.go: the database
+// refuses the DDL of roles that are not superusers, wherever it runs):
+// DDL run inside a DO block (or a function, or a procedure)
 // is not a DDL statement to the proxy (sqlclass classifies DO and CALL as
 // Call), so it is neither replicated nor refused: a role with CREATE on a
 // schema changes one replica's schema only, silently. A write to the table
@@ -91,7 +93,6 @@ func (c *testCluster) countOn(i int, sql string) int {
 // Secure: the DDL fails (42501, as top-level DDL of such a role does), or
 // it reaches every replica.
 func TestRedteamDDLInsideADOBlockDoesNotStayOnOneReplica(t *testing.T) {
-	t.Skip("redteam: open finding 1, see report (h32)")
 	c := redteamCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -114,7 +115,7 @@ func TestRedteamDDLInsideADOBlockDoesNotStayOnOneReplica(t *testing.T) {
 	c.converge(10 * time.Second)
 }
 
-// Finding 1b: with DDL in a DO block a role that owns a table (or has
+// Finding 1b (fixed by the DDL guard, as 1a): with DDL in a DO block a role that owns a table (or has
 // CREATE on a schema) makes itself a superuser on every replica. On
 // replica 1 only, it gives its table a trigger that fires in every
 // session_replication_role (ENABLE ALWAYS); then it writes the table
@@ -128,7 +129,6 @@ func TestRedteamDDLInsideADOBlockDoesNotStayOnOneReplica(t *testing.T) {
 // domain checks that call the role's functions run during apply the same
 // way.
 func TestRedteamRemoteApplyDoesNotRunARolesTriggerAsSuperuser(t *testing.T) {
-	t.Skip("redteam: open finding 1, see report (h32)")
 	c := redteamCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -157,7 +157,9 @@ func TestRedteamRemoteApplyDoesNotRunARolesTriggerAsSuperuser(t *testing.T) {
 	}
 }
 
-// Finding 2: PostgreSQL reports is_superuser (ParameterStatus) only before
+// Finding 2 (fixed by the DDL guard, which judges current_user in the
+// database, where the proxy's ParameterStatus could be stale; the proxy's
+// own check is gone): PostgreSQL reports is_superuser (ParameterStatus) only before
 // ReadyForQuery, so in an extended-protocol pipeline a superuser's session
 // that runs SET ROLE mallory and then DDL without a Sync between still
 // reads is_superuser "on" when the DDL completes. The proxy replicates the
@@ -167,7 +169,6 @@ func TestRedteamRemoteApplyDoesNotRunARolesTriggerAsSuperuser(t *testing.T) {
 // different replicas. The same statements as one simple query are refused
 // (42501). Secure: refused in the pipeline too.
 func TestRedteamPipelinedSetRoleDDLIsNotReplicatedAsASuperusers(t *testing.T) {
-	t.Skip("redteam: open finding 2, see report (h32)")
 	c := redteamCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -238,7 +239,7 @@ func TestRedteamDropOfATemporaryAndAPermanentTableIsNotLocal(t *testing.T) {
 	m := c.mallory(0)
 	execSQL(t, m, `CREATE TEMP TABLE tmp (id int)`)
 	_, err := m.Exec(ctx, `DROP TABLE tmp, public.owned`)
-	assertDDLRefused(t, err, "DROP TABLE tmp,")
+	assertDDLRefused(t, err, "DROP TABLE drops table public.owned")
 	if !c.waitForVersion(15 * time.Second) {
 		t.Fatal("replicas did not catch up")
 	}

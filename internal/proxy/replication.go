@@ -119,6 +119,9 @@ func (p *Proxy) startReplication(ctx context.Context) (*replication, error) {
 	if err := replica.Install(ctx, r.applyConn); err != nil {
 		return nil, err
 	}
+	if err := replica.SetDDLTrust(ctx, r.applyConn, p.cfg.TrustDDLRoles); err != nil {
+		return nil, err
+	}
 	if err := r.readRecordToken(ctx); err != nil {
 		return nil, err
 	}

@@ -54,8 +54,8 @@ type session struct {
 	// relayingSyncedUnit is set while relay reads the answer to an
 	// extended-protocol unit sent with its Sync (forwardSyncAfterCopy).
 	relayingSyncedUnit bool
-	ddl                []replicatedDDL // DDL run by the open transaction, replicated with its writeset
-	sessionState       bool            // the open transaction ran a statement keepsSessionState reports
+	ddl                []string // DDL run by the open transaction
+	sessionState       bool     // the open transaction ran a statement keepsSessionState reports
 	// endAfterReply, once the reply to the current message is flushed, is
 	// sent to the client and ends the session (see applyInstead).
 	endAfterReply *pgproto3.ErrorResponse

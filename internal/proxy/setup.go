@@ -71,7 +71,7 @@ func (s *session) noteStatement(st sqlclass.Statement) error {
 	switch st.Kind {
 	case sqlclass.DDL:
 		if !st.TempOnly {
-			s.ddl = append(s.ddl, replicatedDDL{sql: st.SQL, asSuperuser: s.w.ServerParams["is_superuser"] == "on"})
+			s.ddl = append(s.ddl, st.SQL)
 		}
 	case sqlclass.Savepoint, sqlclass.Release, sqlclass.RollbackTo:
 		s.noteSavepoint(st)
@@ -121,8 +121,8 @@ func reservedSetting(st sqlclass.Statement) bool {
 // change conflicts with every concurrent transaction.
 func (s *session) ddlChanges() []*pb.Change {
 	changes := make([]*pb.Change, len(s.ddl))
-	for i, d := range s.ddl {
-		changes[i] = &pb.Change{Op: pb.Op_OP_DDL, Row: []byte(d.sql)}
+	for i, sql := range s.ddl {
+		changes[i] = &pb.Change{Op: pb.Op_OP_DDL, Row: []byte(sql)}
 	}
 	return changes
 }

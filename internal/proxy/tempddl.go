@@ -117,3 +117,12 @@ func localDDLRefusal(st sqlclass.Statement) *pgproto3.ErrorResponse {
 		"Earlier statements of the pipeline may drop or create the temporary table the name resolves to now; DDL on a permanent table must reach every replica.",
 		"Qualify the temporary table with pg_temp (pg_temp.name), or send the statement after a Sync.")
 }
+
+// statementTag is the first words of a statement, for a message.
+func statementTag(sql string) string {
+	words := strings.Fields(sql)
+	if len(words) > 3 {
+		words = words[:3]
+	}
+	return strings.Join(words, " ")
+}

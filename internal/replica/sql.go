@@ -22,6 +22,7 @@ var installSQL = expand(strings.NewReplacer(
 	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
 	"$COLLECT_QUERY", CollectQuery,
+	"$DDL_GUARD", ddlGuardTemplate,
 ).Replace(strings.Replace(installTemplate,
 	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
 	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
@@ -359,6 +360,9 @@ GRANT USAGE ON SCHEMA tashkent TO PUBLIC;
 -- Sequences: per-replica stride and offset (sequences.go). Before the
 -- event trigger below, which calls these functions.
 $SEQUENCES
+
+-- The DDL guard: DDL by roles that are not superusers (ddlguard.go).
+$DDL_GUARD
 
 -- One row per committed version, inserted by the transaction that commits
 -- the version (a local commit or a remote apply), so that any database image

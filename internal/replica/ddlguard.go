@@ -1,0 +1,124 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+)
+
+// The DDL guard. Replicated DDL runs on the other replicas in the proxies'
+// administrative sessions, as a superuser, and so does whatever code it
+// reaches there (a column default, a CHECK constraint, an index
+// expression) and whatever it leaves behind for the appliers, which apply
+// writesets as a superuser (a trigger set ENABLE ALWAYS fires there). DDL
+// by a role that is not a superuser would therefore let that role run code
+// as a superuser on the other replicas, so the database refuses it, with
+// SQLSTATE 42501, unless the proxy declares such roles trusted
+// (SetDDLTrust, the proxy's --trust-ddl-roles).
+//
+// The database refuses it rather than the proxy, because the proxy sees
+// only the statements a client sends: DDL inside a DO block, a function or
+// a procedure reaches the database without it (and is not replicated
+// either), and in a pipeline the proxy's view of the role can be stale.
+// The event triggers below see every DDL command, with the role it runs
+// as: current_user, which inside a SECURITY DEFINER function is the
+// function's owner, as PostgreSQL's own privilege checks have it. They run
+// as that role (SECURITY INVOKER), so they judge the role and nothing
+// else; they fire in every session_replication_role (ALWAYS), so a
+// direct connection to the replica's PostgreSQL is refused too.
+//
+// DDL on temporary objects (reported in schema pg_temp, or for a trigger,
+// rule or policy, "... on pg_temp.name") stays on the replica and is
+// allowed. tashkent's own DDL (on_ddl's triggers, Install, the appliers)
+// runs as a superuser.
+const ddlGuardTemplate = `
+-- ddl_trust says whether DDL by roles that are not superusers is allowed
+-- (SetDDLTrust). Every role may read it: the guard runs as the role.
+CREATE TABLE IF NOT EXISTS tashkent.ddl_trust (
+	id boolean PRIMARY KEY DEFAULT true CHECK (id),
+	trust_roles boolean NOT NULL
+);
+REVOKE ALL ON tashkent.ddl_trust FROM PUBLIC;
+GRANT SELECT ON tashkent.ddl_trust TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION tashkent.role_may_replicate_ddl() RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+	SELECT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user), false)
+		OR coalesce((SELECT t.trust_roles FROM tashkent.ddl_trust AS t), false)
+$fn$;
+
+CREATE OR REPLACE FUNCTION tashkent.refuse_untrusted_ddl(p_what text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+	RAISE EXCEPTION USING
+		ERRCODE = '42501',
+		MESSAGE = format('tashkent replicates DDL only from superusers: role %I is not one', current_user),
+		DETAIL = format('The statement %s. The other replicas run replicated DDL as a superuser, so code it reaches (a default, a constraint, an index expression, a trigger) would run there with superuser rights.', p_what),
+		HINT = 'Run DDL as a superuser, or start the proxies with --trust-ddl-roles if every role that can run DDL is trusted as a superuser. DDL on temporary objects is allowed.';
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION tashkent.guard_ddl() RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_what text;
+BEGIN
+	IF tashkent.role_may_replicate_ddl() THEN
+		RETURN;
+	END IF;
+	SELECT format('%s changes %s', d.command_tag, coalesce(d.object_identity, d.object_type)) INTO v_what
+	FROM pg_catalog.pg_event_trigger_ddl_commands() AS d
+	WHERE d.schema_name IS DISTINCT FROM 'pg_temp'
+		AND NOT coalesce(d.object_identity OPERATOR(pg_catalog.~~) '% on pg\_temp.%', false)
+	LIMIT 1;
+	IF v_what IS NOT NULL THEN
+		PERFORM tashkent.refuse_untrusted_ddl(v_what);
+	END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION tashkent.guard_drop() RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_what text;
+BEGIN
+	IF tashkent.role_may_replicate_ddl() THEN
+		RETURN;
+	END IF;
+	SELECT format('%s drops %s %s', TG_TAG, d.object_type, d.object_identity) INTO v_what
+	FROM pg_catalog.pg_event_trigger_dropped_objects() AS d
+	WHERE NOT d.is_temporary
+	LIMIT 1;
+	IF v_what IS NOT NULL THEN
+		PERFORM tashkent.refuse_untrusted_ddl(v_what);
+	END IF;
+END
+$fn$;
+
+DROP EVENT TRIGGER IF EXISTS tashkent_guard_ddl;
+CREATE EVENT TRIGGER tashkent_guard_ddl ON ddl_command_end EXECUTE FUNCTION tashkent.guard_ddl();
+ALTER EVENT TRIGGER tashkent_guard_ddl ENABLE ALWAYS;
+DROP EVENT TRIGGER IF EXISTS tashkent_guard_drop;
+CREATE EVENT TRIGGER tashkent_guard_drop ON sql_drop EXECUTE FUNCTION tashkent.guard_drop();
+ALTER EVENT TRIGGER tashkent_guard_drop ENABLE ALWAYS;
+`
+
+// SetDDLTrust records whether this database lets roles that are not
+// superusers run DDL (see the DDL guard above). Run it on a superuser's
+// connection after Install; it is local to the replica (nothing in the
+// tashkent schema is replicated).
+func SetDDLTrust(ctx context.Context, q Querier, trustRoles bool) error {
+	const sql = `INSERT INTO tashkent.ddl_trust (trust_roles) VALUES ($1)
+		ON CONFLICT (id) DO UPDATE SET trust_roles = EXCLUDED.trust_roles`
+	if _, err := q.Exec(ctx, sql, trustRoles); err != nil {
+		return fmt.Errorf("replica: record whether DDL of roles that are not superusers is trusted: %w", err)
+	}
+	return nil
+}
