@@ -42,6 +42,11 @@ func unreplicatedRefusal(st sqlclass.Statement) *pgproto3.ErrorResponse {
 			"advisory locks are not supported by tashkent: they would exclude only sessions on the same replica",
 			"An advisory lock is held in one replica's memory; the other replicas do not see it.",
 			"Update a row of a lock table instead: tashkent certifies concurrent writes of one row across replicas, and one of two such transactions fails with 40001.")
+	case sqlclass.PreparedQueryDDL:
+		return errorResponse(codeFeatureNotSupported,
+			"CREATE TABLE AS EXECUTE is not supported by tashkent: the other replicas do not have the prepared statement it runs",
+			"tashkent replicates DDL as its text; a prepared statement exists only in the session that prepared it.",
+			"Write the query out: CREATE TABLE name AS SELECT ...")
 	case sqlclass.SequenceSet:
 		return errorResponse(codeFeatureNotSupported,
 			"setval() is not supported by tashkent: it would move the sequence on this replica only",

@@ -29,6 +29,11 @@ const (
 	// SequenceSet is setval(): it would move the sequence of one replica
 	// only, and break its per-replica offset (replica/sequences.go).
 	SequenceSet
+	// PreparedQueryDDL is CREATE TABLE AS EXECUTE name of a table that is
+	// not temporary: DDL is replicated as its text, and the prepared
+	// statement it names exists in this session only, so every other
+	// replica would fail on it for good.
+	PreparedQueryDDL
 )
 
 // String returns the feature's name as the docs spell it.
@@ -42,6 +47,8 @@ func (f Feature) String() string {
 		return "advisory locks"
 	case SequenceSet:
 		return "setval"
+	case PreparedQueryDDL:
+		return "CREATE TABLE AS EXECUTE"
 	}
 	return "replicated"
 }
@@ -71,6 +78,10 @@ func unreplicatedFeature(n *pg_query.Node, k Kind) Feature {
 	}
 	if largeObjectDDL(n) {
 		return LargeObjects
+	}
+	if ctas := n.GetCreateTableAsStmt(); k == DDL && ctas != nil && ctas.Query.GetExecuteStmt() != nil &&
+		!(ctas.Into != nil && isTempRangeVar(ctas.Into.Rel)) {
+		return PreparedQueryDDL
 	}
 	if !executesExpressions(n, k) {
 		return Replicated

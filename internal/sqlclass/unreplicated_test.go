@@ -44,6 +44,11 @@ func TestUnreplicatedFeatures(t *testing.T) {
 		{"SELECT setval('s', 1) INTO TEMP y", SequenceSet},
 		{"COPY (SELECT pg_advisory_lock(1)) TO STDOUT", AdvisoryLocks},
 		{"CALL p(pg_advisory_lock(1))", AdvisoryLocks},
+		// The prepared statement exists in one session of one replica.
+		{"CREATE TABLE t AS EXECUTE q", PreparedQueryDDL},
+		{"CREATE UNLOGGED TABLE t AS EXECUTE q(1)", PreparedQueryDDL},
+		{"CREATE TEMP TABLE t AS EXECUTE q(1)", Replicated}, // stays on the replica
+		{"CREATE TABLE t AS SELECT 1", Replicated},
 	}
 	for _, c := range cases {
 		stmts, err := Classify(c.sql)
