@@ -100,7 +100,7 @@ func newReplicated(t *testing.T, schema string) *replicated {
 		t.Helper()
 		version++
 		// As the proxy records it in a client's session, whatever its role.
-		return commitRecorded(t, alice, version, sql, func(ctx context.Context, tx pgx.Tx) error {
+		return commitRecorded(t, alice, version, sql, token, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, RecordVersionSQL, int64(version), token)
 			return err
 		})

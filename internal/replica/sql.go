@@ -21,7 +21,7 @@ var installSQL = expand(strings.NewReplacer(
 	"$NESTED_CAPTURE_MAY_HAVE_RUN", nestedCaptureMayHaveRun,
 	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
-	"$COLLECT_QUERY", CollectQuery,
+	"$COLLECT_QUERY", bufferCollectQuery,
 ).Replace(strings.Replace(installTemplate,
 	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
 	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
@@ -356,6 +356,41 @@ SELECT pg_catalog.pg_advisory_xact_lock(7346001);
 CREATE SCHEMA IF NOT EXISTS tashkent;
 GRANT USAGE ON SCHEMA tashkent TO PUBLIC;
 
+-- The writeset buffer's role (see "Trust model" in doc.go): it owns the
+-- sessions' writeset buffers and the functions that write and read them,
+-- which run with its rights (SECURITY DEFINER), so that no client role can
+-- touch a buffer itself. Roles are cluster-wide: the first database's
+-- Install creates it, the others find it (a concurrent creation from
+-- another database is caught). NOLOGIN, not a superuser, no member; it
+-- reads every table (pg_read_all_data, BYPASSRLS) because capture reads
+-- back rows by state (see stateEvents) and looks parent keys up, which no
+-- row-level security policy (user code) may then run for.
+DO $role$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) 'tashkent_capture') THEN
+		BEGIN
+			CREATE ROLE tashkent_capture NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION BYPASSRLS;
+		EXCEPTION WHEN duplicate_object OR unique_violation THEN
+			NULL; -- created meanwhile by another database's Install
+		END;
+	END IF;
+	IF EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) 'tashkent_capture'
+			AND (r.rolcanlogin OR r.rolsuper OR NOT r.rolbypassrls)) THEN
+		ALTER ROLE tashkent_capture NOLOGIN NOSUPERUSER BYPASSRLS;
+	END IF;
+	IF NOT pg_catalog.pg_has_role('tashkent_capture', 'pg_read_all_data', 'MEMBER') THEN
+		BEGIN
+			GRANT pg_read_all_data TO tashkent_capture;
+		EXCEPTION WHEN unique_violation THEN
+			NULL;
+		END;
+	END IF;
+	-- The buffer is a temporary table it creates: it needs TEMP here even
+	-- where PUBLIC lost it.
+	EXECUTE pg_catalog.format('GRANT TEMPORARY ON DATABASE %I TO tashkent_capture', pg_catalog.current_database());
+END
+$role$;
+
 -- Sequences: per-replica stride and offset (sequences.go). Before the
 -- event trigger below, which calls these functions.
 $SEQUENCES
@@ -586,6 +621,7 @@ $fn$;
 -- instead.
 CREATE OR REPLACE FUNCTION tashkent.capture() RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_variable
@@ -711,17 +747,18 @@ $fn$;
 -- them.
 CREATE OR REPLACE FUNCTION tashkent.capture_key() RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 AS $fn$
 #variable_conflict use_variable
 DECLARE
-	v_tbl text;
-	v_saved text[];
-	v_rows boolean;
-	v_pk1 text;
-	v_cols text;
-	v_trans text[];
-	v_read boolean;
-	v_path text;
+	v_tbl pg_catalog.text;
+	v_saved pg_catalog.text[];
+	v_rows pg_catalog.bool;
+	v_pk1 pg_catalog.text;
+	v_cols pg_catalog.text;
+	v_trans pg_catalog.text[];
+	v_read pg_catalog.bool;
+	v_path pg_catalog.text;
 BEGIN
 	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
 			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
@@ -979,6 +1016,7 @@ $fn$;
 -- run as the installer).
 CREATE OR REPLACE FUNCTION tashkent.capture_references() RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_variable
@@ -1059,13 +1097,14 @@ $fn$;
 -- are pinned only when the session's would print differently.
 CREATE OR REPLACE FUNCTION tashkent.capture_reference_keys() RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 AS $fn$
 #variable_conflict use_variable
 DECLARE
-	v_saved text[];
-	v_lab text[];
-	v_col text[];
-	v_i int := 0;
+	v_saved pg_catalog.text[];
+	v_lab pg_catalog.text[];
+	v_col pg_catalog.text[];
+	v_i pg_catalog.int4 := 0;
 BEGIN
 	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
 			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
@@ -1373,6 +1412,11 @@ $fn$;
 -- objects here: DROP INDEX refreshes every table whose capture triggers
 -- list unique indexes (their arguments hold an empty one, the only empty
 -- argument there is, so two NUL bytes in a row).
+--
+-- It also guards the sealed writeset buffer (see create_writeset_buffer):
+-- a temporary relation named tashkent_writeset (created, or renamed so)
+-- that tashkent_capture does not own is refused, and so is a cast whose
+-- function a non-superuser owns (refuse_unsafe_casts).
 CREATE OR REPLACE FUNCTION tashkent.on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -1382,6 +1426,17 @@ DECLARE
 	v_rel oid;
 	v_changed boolean := false;
 BEGIN
+	IF EXISTS (SELECT FROM pg_event_trigger_ddl_commands() AS d JOIN pg_class AS c ON c.oid = d.objid
+			WHERE d.classid = 'pg_class'::regclass AND c.relname = 'tashkent_writeset'
+				AND c.relpersistence = 't' AND pg_get_userbyid(c.relowner) <> 'tashkent_capture') THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = 'the name pg_temp.tashkent_writeset is reserved for tashkent''s writeset buffer',
+			HINT = 'Choose another name for the temporary relation.';
+	END IF;
+	IF TG_TAG IN ('CREATE CAST', 'ALTER FUNCTION') THEN
+		PERFORM tashkent.refuse_unsafe_casts();
+	END IF;
 	FOR v_rel IN
 		WITH cmd AS (
 			SELECT CASE d.classid
@@ -1466,30 +1521,53 @@ CREATE EVENT TRIGGER tashkent_ddl ON ddl_command_end
 		'CREATE INDEX', 'DROP INDEX', 'ALTER INDEX', 'CREATE SEQUENCE', 'ALTER SEQUENCE',
 		-- for the parent lookups of foreign-key references (see on_ddl)
 		'DROP TABLE', 'DROP SCHEMA', 'DROP TYPE', 'DROP DOMAIN', 'DROP EXTENSION', 'DROP OWNED',
-		'ALTER TYPE', 'ALTER DOMAIN', 'ALTER SCHEMA')
+		'ALTER TYPE', 'ALTER DOMAIN', 'ALTER SCHEMA',
+		-- for the sealed writeset buffer (see on_ddl)
+		'CREATE VIEW', 'ALTER VIEW', 'CREATE CAST', 'ALTER FUNCTION')
 	EXECUTE FUNCTION tashkent.on_ddl();
 ALTER EVENT TRIGGER tashkent_ddl ENABLE ALWAYS;
 
--- prepare_session sets up writeset capture for the calling session.
+-- The writeset buffer is sealed (see "Trust model" in doc.go): the
+-- temporary table pg_temp.tashkent_writeset is created by
+-- create_writeset_buffer, which runs with the rights of its owner,
+-- tashkent_capture, so the table is tashkent_capture's, with no grants:
+-- a client role can neither read it (it holds the whole new rows of what
+-- the session wrote, columns and rows it may not SELECT included) nor
+-- write it (a forged row would be applied on every other replica as
+-- superuser; a deleted one would never be replicated). Only the capture
+-- triggers write it and only the proxy's collect reads it, both with
+-- tashkent_capture's rights.
 --
--- The buffer is a plain temporary table, emptied by collect_writeset's
--- DELETE. Not ON COMMIT DELETE ROWS: truncating the table (and its TOAST
--- table) at every commit cost about 0.5 ms per write transaction here.
--- Each row carries the transaction that wrote it, so that rows a
--- transaction left behind (it committed without collecting: a bug in the
--- caller) are never mistaken for the next transaction's.
+-- The buffer is a plain temporary table, emptied by the collect's DELETE.
+-- Not ON COMMIT DELETE ROWS: truncating the table (and its TOAST table)
+-- at every commit cost about 0.5 ms per write transaction here. Each row
+-- carries the transaction that wrote it, so that rows a transaction left
+-- behind (it committed without collecting: a bug in the caller) are never
+-- mistaken for the next transaction's.
 --
--- It has no SET clause (its set_config must outlive the call, and a
--- clause would not change that but would make it harder to see) and
--- qualifies every name instead: it runs under the session's search_path,
--- and the buffer's DEFAULT binds the function it names when the table is
--- created (a look-alike pg_current_xact_id would tag every row with the
--- wrong transaction, and collect would drop them all).
-CREATE OR REPLACE FUNCTION tashkent.prepare_session() RETURNS void
+-- A client can drop the buffer (DISCARD TEMP drops every temporary table
+-- of the session, with no privilege check) and, until the proxy prepares
+-- the session again, capture then fails (no buffer: the write is refused).
+-- A table of its own under that name would receive capture's rows (if it
+-- granted tashkent_capture the rights) and feed the collect: so on_ddl
+-- refuses any temporary relation named tashkent_writeset that
+-- tashkent_capture does not own, this function refuses to use one, and
+-- the collect checks the owner too.
+--
+-- No SET clause: it qualifies every name instead (it runs under the
+-- session's search_path, and the buffer's DEFAULT binds the function it
+-- names when the table is created: a look-alike pg_current_xact_id would
+-- tag every row with the wrong transaction, and collect would drop them
+-- all).
+CREATE OR REPLACE FUNCTION tashkent.create_writeset_buffer() RETURNS void
 LANGUAGE plpgsql
+SECURITY DEFINER
 AS $fn$
+DECLARE
+	v_owner pg_catalog.name := (SELECT pg_catalog.pg_get_userbyid(c.relowner) FROM pg_catalog.pg_class AS c
+		WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset'));
 BEGIN
-	IF pg_catalog.to_regclass('pg_temp.tashkent_writeset') IS NULL THEN
+	IF v_owner IS NULL THEN
 		CREATE TEMPORARY TABLE tashkent_writeset (
 			seq bigserial,
 			xid pg_catalog.xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
@@ -1498,23 +1576,83 @@ BEGIN
 			key pg_catalog.text,
 			row pg_catalog.text
 		);
+	ELSIF v_owner OPERATOR(pg_catalog.<>) CURRENT_USER THEN
+		PERFORM tashkent.refuse_foreign_buffer(v_owner);
 	END IF;
+END
+$fn$;
+
+-- refuse_foreign_buffer raises the error for a pg_temp.tashkent_writeset
+-- that tashkent_capture does not own (see create_writeset_buffer).
+CREATE OR REPLACE FUNCTION tashkent.refuse_foreign_buffer(p_owner name) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+	RAISE EXCEPTION USING
+		ERRCODE = '42501',
+		MESSAGE = format('pg_temp.tashkent_writeset belongs to role %s, not to tashkent: writeset capture cannot use it', p_owner),
+		DETAIL = 'tashkent keeps the session''s writeset in a temporary table that only its own role, tashkent_capture, may read or write.',
+		HINT = 'Do not create relations named tashkent_writeset; DROP TABLE pg_temp.tashkent_writeset or reconnect.';
+END
+$fn$;
+
+-- prepare_session sets up writeset capture for the calling session: the
+-- sealed buffer and the tashkent.capture setting. It runs with the
+-- session's rights, so that it can drop a buffer the session itself owns:
+-- one an older tashkent created with the session's role (before the
+-- buffer was sealed), which capture cannot write and must not trust.
+-- Anything else under that name is refused (create_writeset_buffer).
+-- No SET clause (its set_config must outlive the call); every name
+-- qualified.
+CREATE OR REPLACE FUNCTION tashkent.prepare_session() RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+	IF EXISTS (SELECT FROM pg_catalog.pg_class AS c
+			WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset')
+				AND c.relkind OPERATOR(pg_catalog.=) 'r'
+				AND pg_catalog.pg_get_userbyid(c.relowner) OPERATOR(pg_catalog.=) CURRENT_USER
+				AND CURRENT_USER OPERATOR(pg_catalog.<>) 'tashkent_capture') THEN
+		DROP TABLE pg_temp.tashkent_writeset;
+	END IF;
+	PERFORM tashkent.create_writeset_buffer();
 	PERFORM pg_catalog.set_config('tashkent.capture', 'on', false);
 END
 $fn$;
 
--- collect_writeset returns the current transaction's buffered row events
--- in order and empties the buffer. Autovacuum does not visit temporary
--- tables and the space of deleted rows is not reused without a VACUUM
--- (which cannot run inside a transaction), so once the table has grown past
--- 256 kB it is truncated (a new, empty file; rolled back with the
--- transaction like the DELETE). Every collect scans the whole table, dead
--- rows included, and a truncation costs about 1 ms: 256 kB, a few hundred
--- typical transactions, keeps both small (measured, see doc.go).
---
--- Its query is replica.CollectQuery (see there: it also drops rows an
--- earlier transaction left behind, with a warning). Like capture_key it
--- has no SET clause and qualifies every name.
+-- check_collector lets the collect and the trim run for the proxy (which
+-- binds the database's record token, see record_version) and for a
+-- superuser's session: a client that could call them could read its
+-- buffer (the rows it may not SELECT) or empty it before the commit's
+-- collect (its writes would never be replicated). It also checks that the
+-- buffer is tashkent_capture's (see create_writeset_buffer). Runs in
+-- take_writeset and trim_writeset_buffer, as tashkent_capture; no SET
+-- clause, every name qualified.
+CREATE OR REPLACE FUNCTION tashkent.check_collector(p_token text) RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+	v_owner pg_catalog.name;
+BEGIN
+	IF NOT (EXISTS (SELECT FROM tashkent.record_token AS t WHERE t.token OPERATOR(pg_catalog.=) p_token)
+			OR EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+				WHERE r.rolname OPERATOR(pg_catalog.=) SESSION_USER AND r.rolsuper)) THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = 'only the tashkent proxy collects writesets',
+			HINT = 'The writeset buffer belongs to tashkent; the proxy collects it at COMMIT.';
+	END IF;
+	v_owner := (SELECT pg_catalog.pg_get_userbyid(c.relowner) FROM pg_catalog.pg_class AS c
+		WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset'));
+	IF v_owner OPERATOR(pg_catalog.<>) 'tashkent_capture' THEN
+		PERFORM tashkent.refuse_foreign_buffer(v_owner);
+	END IF;
+END
+$fn$;
+
+-- warn_stale_writeset reports rows an earlier transaction left in the
+-- buffer (see CollectQuery).
 CREATE OR REPLACE FUNCTION tashkent.warn_stale_writeset(p_rows bigint) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1525,25 +1663,58 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION tashkent.collect_writeset()
-RETURNS TABLE (tbl text, op text, key text, "row" text)
+-- take_writeset returns the current transaction's buffered row events in
+-- order and empties the buffer (the query is bufferCollectQuery in sql.go:
+-- it also drops rows an earlier transaction left behind, with a warning),
+-- for the proxy, which binds the record token (check_collector), or a
+-- superuser's session. Autovacuum does not visit temporary tables and the
+-- space of deleted rows is not reused without a VACUUM (which cannot run
+-- inside a transaction), so once the table has grown past 256 kB it is
+-- truncated (trim_writeset_buffer; a new, empty file, rolled back with
+-- the transaction like the DELETE). Every collect scans the whole table,
+-- dead rows included, and a truncation costs about 1 ms: 256 kB, a few
+-- hundred typical transactions, keeps both small (measured, see doc.go).
+-- Like capture_key it has no SET clause and qualifies every name.
+CREATE OR REPLACE FUNCTION tashkent.take_writeset(p_token text)
+RETURNS TABLE (tbl pg_catalog.text, op pg_catalog.text, key pg_catalog.text, "row" pg_catalog.text)
 LANGUAGE plpgsql
+SECURITY DEFINER
 AS $fn$
 #variable_conflict use_column
 BEGIN
+	PERFORM tashkent.check_collector(p_token);
 	RETURN QUERY
 		$COLLECT_QUERY;
-	PERFORM tashkent.trim_writeset_buffer();
+END
+$fn$;
+
+-- collect_writeset is take_writeset and the trim in one call, for a
+-- superuser's session (replica.CollectSQL); the proxy prepares their
+-- queries instead (replica.CollectQuery, TrimSQL).
+CREATE OR REPLACE FUNCTION tashkent.collect_writeset()
+RETURNS TABLE (tbl pg_catalog.text, op pg_catalog.text, key pg_catalog.text, "row" pg_catalog.text)
+LANGUAGE plpgsql
+SECURITY DEFINER
+AS $fn$
+#variable_conflict use_column
+BEGIN
+	RETURN QUERY SELECT w.tbl, w.op, w.key, w."row" FROM tashkent.take_writeset(NULL) AS w;
+	PERFORM tashkent.trim_writeset_buffer(NULL);
 END
 $fn$;
 
 -- trim_writeset_buffer truncates the writeset buffer once it has grown past
--- 256 kB (see collect_writeset). The proxy runs it through a prepared
--- statement that calls it only then (replica.TrimSQL), after its collect.
-CREATE OR REPLACE FUNCTION tashkent.trim_writeset_buffer() RETURNS boolean
+-- 256 kB (see take_writeset), for the proxy (the record token) or a
+-- superuser's session: truncating it before the collect would lose the
+-- transaction's rows. The proxy runs it through a prepared statement that
+-- calls it only then (replica.TrimSQL), after its collect.
+DROP FUNCTION IF EXISTS tashkent.trim_writeset_buffer();
+CREATE OR REPLACE FUNCTION tashkent.trim_writeset_buffer(p_token text) RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER
 AS $fn$
 BEGIN
+	PERFORM tashkent.check_collector(p_token);
 	IF pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144 THEN
 		TRUNCATE pg_temp.tashkent_writeset;
 		RETURN true;
@@ -1551,6 +1722,64 @@ BEGIN
 	RETURN false;
 END
 $fn$;
+
+-- refuse_unsafe_casts raises an error if a cast runs a function that a
+-- role other than a superuser owns. Capture runs as tashkent_capture and
+-- converts values: to_json of a row calls the cast to json of any column
+-- type that is not built in (an enum of the user's with CREATE CAST (mood
+-- AS json) WITH FUNCTION ...), a row's ::text the cast from its row type
+-- to text if there is one, a parent lookup the cast of the referencing
+-- column to the foreign key operator's type. Such a function, if a client
+-- role could write it, would run with tashkent_capture's rights and could
+-- forge writeset rows. on_ddl calls it after CREATE CAST and ALTER
+-- FUNCTION (a function given to another owner), Install at every run.
+CREATE OR REPLACE FUNCTION tashkent.refuse_unsafe_casts() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_cast text;
+	v_fn text;
+	v_owner name;
+BEGIN
+	SELECT format('%s AS %s', format_type(c.castsource, NULL), format_type(c.casttarget, NULL)),
+		f.oid::regprocedure::text, pg_get_userbyid(f.proowner)
+	INTO v_cast, v_fn, v_owner
+	FROM pg_cast AS c JOIN pg_proc AS f ON f.oid = c.castfunc
+	WHERE c.castmethod = 'f'
+		AND NOT coalesce((SELECT r.rolsuper FROM pg_roles AS r WHERE r.oid = f.proowner), false)
+	ORDER BY c.oid LIMIT 1;
+	IF v_cast IS NOT NULL THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '0A000',
+			MESSAGE = format('tashkent does not support the cast (%s): its function %s belongs to role %s, not to a superuser', v_cast, v_fn, v_owner),
+			DETAIL = 'tashkent''s capture functions convert values with casts (to json, a row to text) and run with the rights of role tashkent_capture; a cast function that a non-superuser can change would run with those rights.',
+			HINT = format('DROP CAST (%s), or have a superuser own the function (ALTER FUNCTION %s OWNER TO a superuser).', v_cast, v_fn);
+	END IF;
+END
+$fn$;
+
+-- The capture and collect functions belong to tashkent_capture, whose
+-- rights they run with (SECURITY DEFINER; see "Trust model" in doc.go).
+-- CREATE OR REPLACE keeps an existing function's owner and OID (triggers
+-- keep working); these statements make an older install's functions its.
+-- The trigger functions are not for calling: no one else may execute
+-- them (a trigger fires without that right, but CREATE TRIGGER needs it,
+-- so no client can attach them with arguments of its own, such as
+-- capture_references' SQL fragments). take_writeset and
+-- trim_writeset_buffer check the record token; collect_writeset is for
+-- superusers.
+ALTER FUNCTION tashkent.capture() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.capture_key() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.capture_references() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.capture_reference_keys() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.create_writeset_buffer() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.take_writeset(text) OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.collect_writeset() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.trim_writeset_buffer(text) OWNER TO tashkent_capture;
+REVOKE ALL ON FUNCTION tashkent.capture(), tashkent.capture_key(), tashkent.capture_references(),
+	tashkent.capture_reference_keys(), tashkent.collect_writeset() FROM PUBLIC;
+SELECT tashkent.refuse_unsafe_casts();
 
 SELECT tashkent.ensure_all_triggers();
 `
@@ -1561,25 +1790,35 @@ SELECT tashkent.ensure_all_triggers();
 const PrepareSessionSQL = `SELECT tashkent.prepare_session()`
 
 // CollectSQL returns the current transaction's buffered row events in
-// order and empties the buffer, in one statement. CollectWriteset sends
-// it; a proxy that speaks the wire protocol itself can send it and decode
-// the rows (tbl, op, key, row: all text) with Collapse.
+// order and empties the buffer, in one statement, in a superuser's session
+// (CollectWriteset sends it). A client's session of any role runs
+// CollectQuery and TrimSQL with the record token instead.
 const CollectSQL = `SELECT tbl, op, key, "row" FROM tashkent.collect_writeset()`
 
-// CollectQuery is collect_writeset's query on its own: the same rows, for
-// a caller that prepares it once per session and runs it at every commit,
-// followed by TrimSQL. Prepared, it took 116-138 µs less than CollectSQL
-// (its plpgsql call fills a tuplestore, and a simple query is planned
-// every time) in five of six interleaved runs, 316 µs less in the sixth
-// (one client over pgx, 3-row writesets, medians of 3,000 commits each;
-// the deferred-constraint check was left out of both, see doc.go).
+// CollectQuery returns the current transaction's buffered row events in
+// order and empties the buffer, for a caller that prepares it once per
+// session and runs it at every commit, followed by TrimSQL: $1 is the
+// database's record token (ReadRecordToken), without which only a
+// superuser's session may collect (the buffer is sealed: see "Trust
+// model" in doc.go). The proxy sends it in the client's session, under
+// the client's role. It runs bufferCollectQuery in tashkent.take_writeset,
+// with tashkent_capture's rights.
+const CollectQuery = `SELECT w.tbl, w.op, w.key, w."row" FROM tashkent.take_writeset($1) AS w`
+
+// bufferCollectQuery is take_writeset's query. Prepared on its own (the
+// proxy ran it so before the buffer was sealed), it took 116-138 µs less
+// than CollectSQL (its plpgsql call fills a tuplestore, and a simple query
+// is planned every time) in five of six interleaved runs, 316 µs less in
+// the sixth (one client over pgx, 3-row writesets, medians of 3,000
+// commits each; the deferred-constraint check was left out of both, see
+// doc.go).
 //
 // One statement deletes every row and returns the transaction's own: rows
 // a transaction left behind (it committed without collecting: a bug in the
 // caller) are dropped, never mistaken for this one's, and reported in a
 // warning by tashkent.warn_stale_writeset, evaluated once (an InitPlan) and
 // called only when there are any.
-const CollectQuery = `WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING *),
+const bufferCollectQuery = `WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING *),
 		stale AS (
 			SELECT tashkent.warn_stale_writeset(pg_catalog.count(*)) FROM d
 			WHERE NOT coalesce(d.xid OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned(), false)
@@ -1592,10 +1831,11 @@ const CollectQuery = `WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING
 
 // TrimSQL truncates the writeset buffer if it has grown past 256 kB, as
 // collect_writeset does after its query; run it after CollectQuery, in the
-// same transaction. The size test is a file-size lookup; the truncation,
-// about 1 ms, comes every few hundred typical transactions (doc.go).
+// same transaction, with the same $1. The size test is a file-size lookup;
+// the truncation, about 1 ms, comes every few hundred typical transactions
+// (doc.go).
 const TrimSQL = `SELECT CASE WHEN pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144
-	THEN tashkent.trim_writeset_buffer() ELSE false END`
+	THEN tashkent.trim_writeset_buffer($1) ELSE false END`
 
 // RecordVersionSQL records a committed version from a client's session,
 // whatever its role: $1 is the version, $2 the database's record token
