@@ -331,3 +331,38 @@ func TestSealedFunctionsBelongToTheCaptureRole(t *testing.T) {
 		t.Fatalf("Install in a second database: %v", err)
 	}
 }
+
+// TestInstallSealsAnOlderInstall: Install runs at every proxy start, over
+// what an older tashkent installed: capture functions owned by the
+// installer with the caller's rights and executable by everyone, the
+// no-argument trim_writeset_buffer. It makes them tashkent_capture's,
+// keeping their OIDs and so the triggers. (Checked once by hand against
+// main's own Install at 575a4ac: same result, trigger and function OIDs
+// unchanged.)
+func TestInstallSealsAnOlderInstall(t *testing.T) {
+	_, admin := instance(t, sealSchema+`;
+		CREATE TABLE fk (id int PRIMARY KEY, s int REFERENCES salaries);
+		CREATE TABLE wide (a int, b int, u int UNIQUE, PRIMARY KEY (a, b))`)
+	mustExec(t, admin, `
+		ALTER FUNCTION tashkent.capture() OWNER TO postgres;
+		ALTER FUNCTION tashkent.capture() SECURITY INVOKER;
+		ALTER FUNCTION tashkent.capture_key() OWNER TO postgres;
+		ALTER FUNCTION tashkent.capture_key() SECURITY INVOKER;
+		ALTER FUNCTION tashkent.collect_writeset() OWNER TO postgres;
+		ALTER FUNCTION tashkent.collect_writeset() SECURITY INVOKER;
+		GRANT EXECUTE ON FUNCTION tashkent.capture(), tashkent.capture_key(), tashkent.collect_writeset() TO PUBLIC;
+		CREATE FUNCTION tashkent.trim_writeset_buffer() RETURNS boolean LANGUAGE sql AS 'SELECT false'`)
+	trg := `SELECT tgrelid::regclass || '.' || tgname || '=' || tgfoid::regproc || '/' || tgfoid FROM pg_trigger WHERE tgname LIKE 'tashkent%' ORDER BY 1`
+	before := queryStrings(t, admin, trg)
+	if err := Install(tctx(t), admin); err != nil {
+		t.Fatal(err)
+	}
+	eqStrings(t, "triggers after the upgrade", queryStrings(t, admin, trg), before)
+	eqStrings(t, "the sealed functions after the upgrade", queryStrings(t, admin, `SELECT p.oid::regprocedure || ':' || p.prosecdef
+		|| ':' || has_function_privilege('public', p.oid, 'EXECUTE')
+		FROM pg_proc p WHERE p.oid IN ('tashkent.capture'::regproc, 'tashkent.capture_key'::regproc, 'tashkent.collect_writeset'::regproc)
+			AND p.proowner = 'tashkent_capture'::regrole ORDER BY 1`), []string{
+		"tashkent.capture():true:false", "tashkent.capture_key():true:false", "tashkent.collect_writeset():true:false"})
+	eqStrings(t, "trim_writeset_buffer", queryStrings(t, admin, `SELECT p.oid::regprocedure::text FROM pg_proc p
+		WHERE p.proname = 'trim_writeset_buffer'`), []string{"tashkent.trim_writeset_buffer(text)"})
+}

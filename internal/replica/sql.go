@@ -1575,7 +1575,16 @@ BEGIN
 			op  pg_catalog.text NOT NULL,
 			key pg_catalog.text,
 			row pg_catalog.text
-		);
+		) USING heap;
+		-- Default privileges a superuser gave for tashkent_capture's
+		-- tables would unseal it.
+		IF (SELECT c.relacl FROM pg_catalog.pg_class AS c
+				WHERE c.oid OPERATOR(pg_catalog.=) 'pg_temp.tashkent_writeset'::pg_catalog.regclass) IS NOT NULL THEN
+			RAISE EXCEPTION USING
+				ERRCODE = '42501',
+				MESSAGE = 'tashkent''s writeset buffer would be granted to other roles (default privileges of role tashkent_capture)',
+				HINT = 'ALTER DEFAULT PRIVILEGES FOR ROLE tashkent_capture REVOKE ... the grants on tables and sequences.';
+		END IF;
 	ELSIF v_owner OPERATOR(pg_catalog.<>) CURRENT_USER THEN
 		PERFORM tashkent.refuse_foreign_buffer(v_owner);
 	END IF;
@@ -1682,7 +1691,15 @@ SECURITY DEFINER
 AS $fn$
 #variable_conflict use_column
 BEGIN
-	PERFORM tashkent.check_collector(p_token);
+	-- The common case, the proxy's token and tashkent_capture's buffer, in
+	-- one expression; check_collector says what is wrong otherwise (or
+	-- lets a superuser's session through).
+	IF NOT (EXISTS (SELECT FROM tashkent.record_token AS t WHERE t.token OPERATOR(pg_catalog.=) p_token)
+			AND EXISTS (SELECT FROM pg_catalog.pg_class AS c
+				WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset')
+					AND pg_catalog.pg_get_userbyid(c.relowner) OPERATOR(pg_catalog.=) CURRENT_USER)) THEN
+		PERFORM tashkent.check_collector(p_token);
+	END IF;
 	RETURN QUERY
 		$COLLECT_QUERY;
 END
