@@ -366,3 +366,87 @@ func TestInstallSealsAnOlderInstall(t *testing.T) {
 	eqStrings(t, "trim_writeset_buffer", queryStrings(t, admin, `SELECT p.oid::regprocedure::text FROM pg_proc p
 		WHERE p.proname = 'trim_writeset_buffer'`), []string{"tashkent.trim_writeset_buffer(text)"})
 }
+
+// forgeSchema gives mallory a function that forges a buffer row when it
+// runs with tashkent_capture's rights (as herself it is refused, and
+// swallows the error), and the ways user code could get run inside
+// capture: a search_path's look-alikes (a domain named text whose CHECK
+// calls it, an operator || and a quote_ident), a row-level security
+// policy that calls it on a table whose writes are captured by state (a
+// user trigger writes), and the same policy on a parent that a numeric
+// foreign key makes capture look up.
+const forgeSchema = sealSchema + `;
+SET ROLE mallory;
+CREATE FUNCTION mallory.forge() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row) VALUES ('public.salaries', 'U', '[1]', '(1,999999,forged)');
+	RETURN true;
+EXCEPTION WHEN insufficient_privilege OR undefined_table THEN
+	RETURN true;
+END $$;
+CREATE DOMAIN mallory.text AS pg_catalog.text CHECK (mallory.forge());
+CREATE FUNCTION mallory.cat(a pg_catalog.text, b pg_catalog.text) RETURNS pg_catalog.text LANGUAGE sql
+	AS 'SELECT CASE WHEN mallory.forge() THEN pg_catalog.textcat(a, b) END';
+CREATE OPERATOR mallory.|| (LEFTARG = pg_catalog.text, RIGHTARG = pg_catalog.text, FUNCTION = mallory.cat);
+CREATE FUNCTION mallory.quote_ident(pg_catalog.text) RETURNS pg_catalog.text LANGUAGE sql
+	AS 'SELECT CASE WHEN mallory.forge() THEN pg_catalog.quote_ident($1) END';
+CREATE TABLE mallory.docs (id int PRIMARY KEY, v pg_catalog.text);
+CREATE TABLE mallory.log (id bigserial PRIMARY KEY, doc int);
+CREATE FUNCTION mallory.log_doc() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO mallory.log (doc) VALUES (NEW.id);
+	RETURN NULL;
+END $$;
+CREATE TRIGGER log_after AFTER INSERT OR UPDATE ON mallory.docs FOR EACH ROW EXECUTE FUNCTION mallory.log_doc();
+CREATE TABLE mallory.parent (id numeric PRIMARY KEY);
+CREATE TABLE mallory.child (id int PRIMARY KEY, p numeric REFERENCES mallory.parent);
+ALTER TABLE mallory.docs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE mallory.docs FORCE ROW LEVEL SECURITY;
+CREATE POLICY watch ON mallory.docs USING (mallory.forge());
+ALTER TABLE mallory.parent ENABLE ROW LEVEL SECURITY;
+ALTER TABLE mallory.parent FORCE ROW LEVEL SECURITY;
+CREATE POLICY watch ON mallory.parent USING (mallory.forge());
+RESET ROLE;`
+
+// TestCaptureRunsNoCodeOfTheClient: capture runs as tashkent_capture,
+// and none of mallory's code runs inside it whatever she sets up:
+// every name in the functions without a SET clause is qualified (types in
+// their declarations too), tashkent_capture bypasses row-level security
+// (BYPASSRLS: no policy expression runs when capture reads rows back or
+// looks a parent up), and the cast attack is TestCaptureRefusesCastsAClientCanWrite's.
+// Every write here is captured as usual and no forged row appears.
+func TestCaptureRunsNoCodeOfTheClient(t *testing.T) {
+	srv, admin := instance(t, forgeSchema)
+	token, err := ReadRecordToken(tctx(t), admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory := roleConn(t, srv, "mallory")
+	mustExec(t, mallory, `SET search_path = mallory, pg_catalog`)
+	if err := PrepareSession(tctx(t), mallory); err != nil {
+		t.Fatal(err)
+	}
+	// Settings that make capture pin its print settings (the other branch
+	// of capture_key and capture_reference_keys).
+	for v, sql := range []string{
+		`INSERT INTO mallory.docs VALUES (1, 'a'); INSERT INTO mallory.parent VALUES (1.5)`,
+		`UPDATE mallory.docs SET v = 'b'; INSERT INTO mallory.child VALUES (1, 1.50)`,
+		`SET TimeZone = 'Asia/Tokyo'; UPDATE mallory.docs SET v = 'c'; UPDATE mallory.child SET p = 1.5;
+			INSERT INTO mallory.child VALUES (2, NULL)`,
+	} {
+		e := commitRecorded(t, mallory, uint64(v+1), sql, token, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, RecordVersionSQL, int64(v+1), token)
+			return err
+		})
+		got := changes(e.GetWriteset().GetChanges())
+		for _, c := range got {
+			if strings.Contains(c, "salaries") || strings.Contains(c, "forged") {
+				t.Errorf("%s: a forged change: %s", sql, c)
+			}
+		}
+		if len(got) == 0 {
+			t.Errorf("%s: nothing captured", sql)
+		}
+		t.Logf("%s: %v", sql, got)
+	}
+}

@@ -1593,7 +1593,7 @@ $fn$;
 
 -- refuse_foreign_buffer raises the error for a pg_temp.tashkent_writeset
 -- that tashkent_capture does not own (see create_writeset_buffer).
-CREATE OR REPLACE FUNCTION tashkent.refuse_foreign_buffer(p_owner name) RETURNS void
+CREATE OR REPLACE FUNCTION tashkent.refuse_foreign_buffer(p_owner pg_catalog.name) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -1638,7 +1638,7 @@ $fn$;
 -- buffer is tashkent_capture's (see create_writeset_buffer). Runs in
 -- take_writeset and trim_writeset_buffer, as tashkent_capture; no SET
 -- clause, every name qualified.
-CREATE OR REPLACE FUNCTION tashkent.check_collector(p_token text) RETURNS void
+CREATE OR REPLACE FUNCTION tashkent.check_collector(p_token pg_catalog.text) RETURNS void
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
@@ -1684,7 +1684,7 @@ $fn$;
 -- dead rows included, and a truncation costs about 1 ms: 256 kB, a few
 -- hundred typical transactions, keeps both small (measured, see doc.go).
 -- Like capture_key it has no SET clause and qualifies every name.
-CREATE OR REPLACE FUNCTION tashkent.take_writeset(p_token text)
+CREATE OR REPLACE FUNCTION tashkent.take_writeset(p_token pg_catalog.text)
 RETURNS TABLE (tbl pg_catalog.text, op pg_catalog.text, key pg_catalog.text, "row" pg_catalog.text)
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -1726,7 +1726,7 @@ $fn$;
 -- transaction's rows. The proxy runs it through a prepared statement that
 -- calls it only then (replica.TrimSQL), after its collect.
 DROP FUNCTION IF EXISTS tashkent.trim_writeset_buffer();
-CREATE OR REPLACE FUNCTION tashkent.trim_writeset_buffer(p_token text) RETURNS boolean
+CREATE OR REPLACE FUNCTION tashkent.trim_writeset_buffer(p_token pg_catalog.text) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
 AS $fn$
@@ -1791,9 +1791,9 @@ ALTER FUNCTION tashkent.capture_key() OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.capture_references() OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.capture_reference_keys() OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.create_writeset_buffer() OWNER TO tashkent_capture;
-ALTER FUNCTION tashkent.take_writeset(text) OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.take_writeset(pg_catalog.text) OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.collect_writeset() OWNER TO tashkent_capture;
-ALTER FUNCTION tashkent.trim_writeset_buffer(text) OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.trim_writeset_buffer(pg_catalog.text) OWNER TO tashkent_capture;
 REVOKE ALL ON FUNCTION tashkent.capture(), tashkent.capture_key(), tashkent.capture_references(),
 	tashkent.capture_reference_keys(), tashkent.collect_writeset() FROM PUBLIC;
 SELECT tashkent.refuse_unsafe_casts();
