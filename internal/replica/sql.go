@@ -130,35 +130,33 @@ const nestedCaptureMayHaveRun = `(pg_catalog.pg_trigger_depth() OPERATOR(pg_cata
 // (DISTINCT ON, preferring the new row). A keeping update is recorded as
 // a plain 'U' (conservative).
 //
-// The lookup runs with the session's rights, on purpose: capture must not
-// become a way to read rows the session may not see (a function with the
-// definer's rights that looks rows up by the keys it is given would read
-// any row for anyone who calls it, and PostgreSQL 15 offers no exact test
-// of "this row version was written by this transaction" that such a
-// function could check: xmin compares 32 bits, and a frozen row keeps its
-// old xmin). So a key the lookup does not find is absent for sure only
-// when the session could read the whole table: SELECT on every column
-// ($READABLE below, else the table is not read at all) and no row-level
-// security applying to it (row_security_active: policies may hide rows the
-// session wrote). Otherwise the key is recorded from the statement's own
-// rows ('U' with its new row, 'D' if it has none), which is the table's
-// state for that key unless something wrote the key after this statement
-// did and before this capture ran: a nested statement, whose capture ran
-// before this one and recorded the key in the buffer. So if the buffer
-// holds a row change of this transaction for the key (op U, D or M: 'K'
-// and 'R' events name other things), under the table's name or, for a
-// partition tree, under any of its tables' (a nested statement may write
-// a partition straight), the state is unknown and
-// tashkent.refuse_state_capture raises a clear error (0A000 under
-// row-level security, 42501 without SELECT) instead of recording a guess.
-// That test is conservative: a change of the key by an earlier statement
-// of the transaction refuses too. Nothing the session cannot read is ever
-// looked at: what this records for a hidden row is the statement's own
-// row, which the normal path records as well. A session that can read the
-// whole table, the common case, runs the plain statement (first EXECUTE)
-// and no more than the test that it can: the second statement, with the
-// buffer test, its per-key deduplication and the statement's own rows, is
-// dearer to plan.
+// The lookup runs with the rights of tashkent_capture, the capture
+// functions' owner (SECURITY DEFINER; see "Trust model" in doc.go), which
+// reads every table (pg_read_all_data) and is exempt from row-level
+// security (BYPASSRLS: a policy is user code, and would run with its
+// rights). What it reads goes to the sealed buffer and on to the other
+// replicas, never back to the session, so it reveals nothing the session
+// may not see. (Before the buffer was sealed, the lookup ran with the
+// session's rights, on purpose: the session could read its buffer.) So
+// $READABLE holds and row_security_active is false: the plain statement
+// (first EXECUTE) runs. The second statement is for a tashkent_capture
+// that cannot read the whole table (an operator revoked pg_read_all_data
+// or BYPASSRLS): a key the lookup does not find is absent for sure only
+// when it could read the whole table: SELECT on every column ($READABLE
+// below, else the table is not read at all) and no row-level security
+// applying to it (row_security_active: policies may hide rows). Otherwise
+// the key is recorded from the statement's own rows ('U' with its new
+// row, 'D' if it has none), which is the table's state for that key
+// unless something wrote the key after this statement did and before
+// this capture ran: a nested statement, whose capture ran before this one
+// and recorded the key in the buffer. So if the buffer holds a row change
+// of this transaction for the key (op U, D or M: 'K' and 'R' events name
+// other things), under the table's name or, for a partition tree, under
+// any of its tables' (a nested statement may write a partition straight),
+// the state is unknown and tashkent.refuse_state_capture raises a clear
+// error (0A000 under row-level security, 42501 without SELECT) instead of
+// recording a guess. That test is conservative: a change of the key by an
+// earlier statement of the transaction refuses too.
 //
 // The statement is built and planned at every call (the table and key
 // columns vary), which is most of this path's cost (see "Nested
@@ -237,8 +235,8 @@ const (
 					|| ')'`
 )
 
-// stateReadable is the state path's test (see stateEvents) that the
-// session can read every row of the trigger's table back: SELECT on the
+// stateReadable is the state path's test (see stateEvents) that
+// capture's role can read every row of the trigger's table back: SELECT on the
 // table or on each of its columns, and row_security not off where
 // row-level security applies (PostgreSQL then refuses the query).
 const stateReadable = `(has_table_privilege(TG_RELID, 'SELECT')
@@ -501,8 +499,9 @@ $fn$;
 -- its row triggers, and a flag cleared by the first would leave the others
 -- recording stale rows. A transaction whose user triggers wrote once thus
 -- records its later statements at that depth by state too: correct, and
--- about one index lookup per row dearer. It runs with the session's rights
--- and no SET clause, like capture_key.
+-- about one index lookup per row dearer. It runs with its caller's rights
+-- (the capture functions': tashkent_capture's) and no SET clause, like
+-- capture_key; anyone may call it, which only makes capture dearer.
 CREATE OR REPLACE FUNCTION tashkent.nested_capture_ran() RETURNS boolean
 LANGUAGE plpgsql
 AS $fn$
@@ -520,8 +519,10 @@ $fn$;
 
 -- refuse_state_capture raises the error of a statement captured by state
 -- (see nested_capture_ran) that cannot learn the current state of one of
--- its keys: the table's row is not visible to the session (row-level
--- security, or no SELECT on the table: p_readable false) and a nested
+-- its keys: the table's row is not visible to capture's role,
+-- tashkent_capture (row-level security, or no SELECT on the table:
+-- p_readable false; only where an operator took pg_read_all_data or
+-- BYPASSRLS from it, see stateEvents) and a nested
 -- statement may have written the key after the statement did (the
 -- STATE_EVENTS statements in sql.go say when). Recording the statement's
 -- own row, or a delete, could be wrong, and the other replicas would keep
@@ -1010,10 +1011,11 @@ $fn$;
 -- capture (the same JSON text, settings pinned the same way), so the key
 -- equals the parent's key text when the columns print alike
 -- (reference_prints_alike); the other foreign keys ('L' arguments) look
--- the parent rows up and print their key, which takes SELECT on the
--- parent's key columns (the function runs with the session's rights: its
--- arguments are SQL, which a definer's rights would let any table owner
--- run as the installer).
+-- the parent rows up and print their key. It runs with tashkent_capture's
+-- rights, like the other capture functions (see "Trust model" in doc.go),
+-- which read every parent (and no policy runs). Its arguments are SQL,
+-- run with those rights: only ensure_triggers writes them, from the
+-- catalog, because no one else may execute (so attach) this function.
 CREATE OR REPLACE FUNCTION tashkent.capture_references() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -1706,8 +1708,10 @@ END
 $fn$;
 
 -- collect_writeset is take_writeset and the trim in one call, for a
--- superuser's session (replica.CollectSQL); the proxy prepares their
--- queries instead (replica.CollectQuery, TrimSQL).
+-- superuser's session (replica.CollectSQL): no one else may execute it
+-- (see the REVOKE below), so it checks no token, only the buffer's owner.
+-- The proxy prepares take_writeset's and the trim's queries instead
+-- (replica.CollectQuery, TrimSQL).
 CREATE OR REPLACE FUNCTION tashkent.collect_writeset()
 RETURNS TABLE (tbl pg_catalog.text, op pg_catalog.text, key pg_catalog.text, "row" pg_catalog.text)
 LANGUAGE plpgsql
@@ -1715,8 +1719,16 @@ SECURITY DEFINER
 AS $fn$
 #variable_conflict use_column
 BEGIN
-	RETURN QUERY SELECT w.tbl, w.op, w.key, w."row" FROM tashkent.take_writeset(NULL) AS w;
-	PERFORM tashkent.trim_writeset_buffer(NULL);
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c
+			WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset')
+				AND pg_catalog.pg_get_userbyid(c.relowner) OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+		PERFORM tashkent.check_collector(NULL);
+	END IF;
+	RETURN QUERY
+		$COLLECT_QUERY;
+	IF pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144 THEN
+		TRUNCATE pg_temp.tashkent_writeset;
+	END IF;
 END
 $fn$;
 
