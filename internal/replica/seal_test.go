@@ -450,3 +450,32 @@ func TestCaptureRunsNoCodeOfTheClient(t *testing.T) {
 		t.Logf("%s: %v", sql, got)
 	}
 }
+
+// TestCaptureTriggersCannotBeDroppedByTheOwner: a table's owner could
+// drop the tashkent_* triggers of its table (DROP TRIGGER needs no more),
+// or rename and then drop them, and its writes were then no longer
+// captured, never replicated, with no error. Both are refused; DROP TABLE
+// still drops them with the table.
+func TestCaptureTriggersCannotBeDroppedByTheOwner(t *testing.T) {
+	srv, admin := instance(t, sealSchema)
+	before := triggers(t, admin, "mallory.own")
+	mallory := roleSession(t, srv, "mallory")
+	wantRefused(t, mallory, `DROP TRIGGER tashkent_capture_ins ON mallory.own`, "42501")
+	wantRefused(t, mallory, `ALTER TRIGGER tashkent_capture_ins ON mallory.own RENAME TO mine`, "42501")
+	eqStrings(t, "mallory.own's triggers", triggers(t, admin, "mallory.own"), before)
+	mustExec(t, mallory, `CREATE TABLE mallory.gone (id int PRIMARY KEY); DROP TABLE mallory.gone`)
+	// Disabling them (ALTER TABLE) makes on_ddl put them back enabled.
+	mustExec(t, mallory, `ALTER TABLE mallory.own DISABLE TRIGGER ALL`)
+	token, err := ReadRecordToken(tctx(t), admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := commitRecorded(t, mallory, 1, `INSERT INTO mallory.own VALUES (1, 'a')`, token, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, RecordVersionSQL, int64(1), token)
+		return err
+	})
+	eqStrings(t, "mallory's insert after DISABLE TRIGGER ALL", changes(e.GetWriteset().GetChanges()), []string{`U mallory.own [1] (1,a)`})
+	// A superuser may (ensure_triggers does, to replace them).
+	mustExec(t, admin, `DROP TRIGGER tashkent_capture_ins ON mallory.own; SELECT tashkent.ensure_triggers('mallory.own'::regclass)`)
+	eqStrings(t, "mallory.own's triggers, put back", triggers(t, admin, "mallory.own"), before)
+}

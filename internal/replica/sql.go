@@ -1439,6 +1439,17 @@ BEGIN
 	IF TG_TAG IN ('CREATE CAST', 'ALTER FUNCTION') THEN
 		PERFORM tashkent.refuse_unsafe_casts();
 	END IF;
+	IF TG_TAG = 'ALTER TRIGGER' AND EXISTS (SELECT FROM pg_event_trigger_ddl_commands() AS d
+			JOIN pg_trigger AS tg ON tg.oid = d.objid
+			WHERE d.classid = 'pg_trigger'::regclass AND tg.tgname NOT LIKE 'tashkent\_%'
+				AND tg.tgfoid IN ('tashkent.capture'::regproc, 'tashkent.capture_key'::regproc,
+					'tashkent.capture_references'::regproc, 'tashkent.capture_reference_keys'::regproc,
+					'tashkent.reject_nopk'::regproc)) THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = 'cannot rename a tashkent_* trigger: tashkent captures the table''s writes with it',
+			HINT = 'Triggers named tashkent_* are tashkent''s; leave them as they are.';
+	END IF;
 	FOR v_rel IN
 		WITH cmd AS (
 			SELECT CASE d.classid
@@ -1525,9 +1536,42 @@ CREATE EVENT TRIGGER tashkent_ddl ON ddl_command_end
 		'DROP TABLE', 'DROP SCHEMA', 'DROP TYPE', 'DROP DOMAIN', 'DROP EXTENSION', 'DROP OWNED',
 		'ALTER TYPE', 'ALTER DOMAIN', 'ALTER SCHEMA',
 		-- for the sealed writeset buffer (see on_ddl)
-		'CREATE VIEW', 'ALTER VIEW', 'CREATE CAST', 'ALTER FUNCTION')
+		'CREATE VIEW', 'ALTER VIEW', 'CREATE CAST', 'ALTER FUNCTION',
+		-- a table owner renaming the capture triggers of its table
+		'ALTER TRIGGER')
 	EXECUTE FUNCTION tashkent.on_ddl();
 ALTER EVENT TRIGGER tashkent_ddl ENABLE ALWAYS;
+
+-- on_drop_trigger refuses to let a role other than a superuser drop a
+-- capture trigger (a tashkent_* trigger named in the command): a table's
+-- owner may drop its table's triggers, and its writes would then no longer
+-- be captured, never replicated, with no error. (DROP TABLE drops them
+-- with the table: not the command's own object, allowed.) ensure_triggers
+-- drops them as the installer. A renamed capture trigger would escape the
+-- name test: on_ddl refuses the rename.
+CREATE OR REPLACE FUNCTION tashkent.on_drop_trigger() RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_trg text;
+BEGIN
+	SELECT o.object_identity INTO v_trg FROM pg_event_trigger_dropped_objects() AS o
+	WHERE o.object_type = 'trigger' AND o.original AND o.address_names[cardinality(o.address_names)] LIKE 'tashkent\_%'
+	LIMIT 1;
+	IF v_trg IS NOT NULL AND NOT coalesce((SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user), false) THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = format('cannot drop trigger %s: tashkent captures the table''s writes with it', v_trg),
+			HINT = 'Triggers named tashkent_* are tashkent''s; without them the table''s writes would not reach the other replicas.';
+	END IF;
+END
+$fn$;
+DROP EVENT TRIGGER IF EXISTS tashkent_drop_trigger;
+CREATE EVENT TRIGGER tashkent_drop_trigger ON sql_drop
+	WHEN TAG IN ('DROP TRIGGER')
+	EXECUTE FUNCTION tashkent.on_drop_trigger();
+ALTER EVENT TRIGGER tashkent_drop_trigger ENABLE ALWAYS;
 
 -- The writeset buffer is sealed (see "Trust model" in doc.go): the
 -- temporary table pg_temp.tashkent_writeset is created by
