@@ -70,11 +70,11 @@ func TestInstallIdempotentAndTriggers(t *testing.T) {
 		t.Errorf("reinstall recreated triggers: %v -> %v", before, after)
 	}
 	var evt string
-	if err := c.QueryRow(ctx, `SELECT string_agg(evtname || ':' || evtenabled::text, ',') FROM pg_event_trigger`).Scan(&evt); err != nil {
+	if err := c.QueryRow(ctx, `SELECT string_agg(evtname || ':' || evtenabled::text, ',' ORDER BY evtname) FROM pg_event_trigger`).Scan(&evt); err != nil {
 		t.Fatal(err)
 	}
-	if evt != "tashkent_ddl:A" {
-		t.Errorf("event triggers = %q, want tashkent_ddl enabled ALWAYS", evt)
+	if evt != "tashkent_ddl:A,tashkent_drop_trigger:A" {
+		t.Errorf("event triggers = %q, want tashkent_ddl and tashkent_drop_trigger enabled ALWAYS", evt)
 	}
 
 	// Tables created and altered later get (and switch) triggers.
