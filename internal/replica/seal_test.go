@@ -479,3 +479,22 @@ func TestCaptureTriggersCannotBeDroppedByTheOwner(t *testing.T) {
 	mustExec(t, admin, `DROP TRIGGER tashkent_capture_ins ON mallory.own; SELECT tashkent.ensure_triggers('mallory.own'::regclass)`)
 	eqStrings(t, "mallory.own's triggers, put back", triggers(t, admin, "mallory.own"), before)
 }
+
+// TestSealedBufferWithoutTemporaryForPublic: a database whose PUBLIC lost
+// TEMP (a hardening some operators apply) still gets its buffers:
+// Install grants TEMP to tashkent_capture, which creates them, and the
+// client role needs none.
+func TestSealedBufferWithoutTemporaryForPublic(t *testing.T) {
+	srv, admin := instance(t, sealSchema+`; REVOKE TEMPORARY ON DATABASE postgres FROM PUBLIC`)
+	mallory := roleSession(t, srv, "mallory")
+	wantRefused(t, mallory, `CREATE TEMP TABLE mine (n int)`, "42501")
+	token, err := ReadRecordToken(tctx(t), admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := commitRecorded(t, mallory, 1, `INSERT INTO mallory.own VALUES (1, 'a')`, token, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, RecordVersionSQL, int64(1), token)
+		return err
+	})
+	eqStrings(t, "mallory's insert", changes(e.GetWriteset().GetChanges()), []string{`U mallory.own [1] (1,a)`})
+}

@@ -385,7 +385,9 @@ BEGIN
 	END IF;
 	-- The buffer is a temporary table it creates: it needs TEMP here even
 	-- where PUBLIC lost it.
-	EXECUTE pg_catalog.format('GRANT TEMPORARY ON DATABASE %I TO tashkent_capture', pg_catalog.current_database());
+	IF NOT pg_catalog.has_database_privilege('tashkent_capture', pg_catalog.current_database(), 'TEMPORARY') THEN
+		EXECUTE pg_catalog.format('GRANT TEMPORARY ON DATABASE %I TO tashkent_capture', pg_catalog.current_database());
+	END IF;
 END
 $role$;
 
