@@ -474,9 +474,12 @@
 //     trigger refuses a temporary relation named tashkent_writeset that
 //     tashkent_capture does not own (created or renamed, table, view or
 //     sequence, in the same query as the DISCARD or in a function the
-//     proxy does not see), prepare_session drops one the session's role
-//     owns (an older tashkent's buffer) and the collect refuses any
-//     other (TestSealedBufferCannotBeReplaced).
+//     proxy does not see), and prepare_session and the collect refuse
+//     one that is there anyway (an older tashkent's buffer, owned by the
+//     session's role). Nor is a new buffer created in a transaction that
+//     has written: DISCARD TEMP took the transaction's rows with the old
+//     one, and it would commit them uncollected
+//     (TestSealedBufferCannotBeReplaced).
 //
 // The state path reads back with tashkent_capture's rights, which read
 // every row: it records the truth where the session's rights saw only
@@ -503,9 +506,10 @@
 // and function OIDs unchanged, then capture, collect and the sealed
 // checks as on a fresh install) and by TestInstallSealsAnOlderInstall. A
 // session prepared by an older tashkent keeps its own buffer, which
-// capture cannot write: its writes fail with 42501 until it is prepared
-// again, which drops that buffer (the proxy prepares its sessions anew
-// when it starts, and runs Install then).
+// capture cannot write: its writes fail with 42501, and PrepareSession
+// refuses that buffer (DROP TABLE pg_temp.tashkent_writeset, or
+// reconnect). The proxy's sessions do not outlive it, and it runs Install
+// when it starts.
 //
 // # Versions
 //

@@ -223,7 +223,12 @@ func TestSealedBufferCannotBeReplaced(t *testing.T) {
 		t.Errorf("collect from the session's own buffer: %s %q hint %q", pe.Code, pe.Message, pe.Hint)
 	}
 	mustExec(t, legacy, `ROLLBACK`)
-	// PrepareSession replaces it with a sealed one.
+	// PrepareSession refuses it; dropped, it makes a sealed one.
+	err = PrepareSession(tctx(t), legacy)
+	if pe := pgErr(t, err); pe.Code != "42501" || !strings.Contains(pe.Message, "belongs to role mallory") || pe.Hint == "" {
+		t.Errorf("PrepareSession over the session's own buffer: %s %q hint %q", pe.Code, pe.Message, pe.Hint)
+	}
+	mustExec(t, legacy, `DROP TABLE pg_temp.tashkent_writeset`)
 	if err := PrepareSession(tctx(t), legacy); err != nil {
 		t.Fatal(err)
 	}
@@ -237,6 +242,23 @@ func TestSealedBufferCannotBeReplaced(t *testing.T) {
 		return err
 	})
 	eqStrings(t, "after PrepareSession", changes(e.GetWriteset().GetChanges()), []string{`U mallory.own [1] (1,a)`})
+
+	// Dropping the buffer in a transaction that wrote and setting capture
+	// up again would commit the earlier writes with an empty writeset.
+	for _, sql := range []string{
+		`BEGIN; INSERT INTO mallory.own VALUES (2, 'b'); DISCARD TEMP; SELECT tashkent.prepare_session(); COMMIT`,
+		`BEGIN; INSERT INTO mallory.own VALUES (2, 'b'); DISCARD TEMP; SELECT tashkent.create_writeset_buffer(); COMMIT`,
+		`BEGIN; TRUNCATE mallory.own; SAVEPOINT s; DISCARD TEMP; SELECT tashkent.prepare_session(); RELEASE s; COMMIT`,
+	} {
+		wantRefused(t, legacy, sql, "25001")
+	}
+	// And without a new buffer the collect fails: the commit cannot go
+	// through with the writes uncollected.
+	mustExec(t, legacy, `BEGIN; INSERT INTO mallory.own VALUES (2, 'b'); DISCARD TEMP`)
+	if _, err := CollectWritesetWithToken(tctx(t), legacy, token); err == nil {
+		t.Errorf("collect after DISCARD TEMP in the transaction succeeded")
+	}
+	mustExec(t, legacy, `ROLLBACK`)
 
 	// A buffer of another role is refused, not used.
 	foreign := roleConn(t, srv, "postgres")

@@ -1595,7 +1595,9 @@ ALTER EVENT TRIGGER tashkent_drop_trigger ENABLE ALWAYS;
 --
 -- A client can drop the buffer (DISCARD TEMP drops every temporary table
 -- of the session, with no privilege check) and, until the proxy prepares
--- the session again, capture then fails (no buffer: the write is refused).
+-- the session again, capture then fails (no buffer: the write is refused),
+-- and so does the collect. A new buffer is not created in a transaction
+-- that has written (its earlier rows went with the old one).
 -- A table of its own under that name would receive capture's rows (if it
 -- granted tashkent_capture the rights) and feed the collect: so on_ddl
 -- refuses any temporary relation named tashkent_writeset that
@@ -1615,7 +1617,17 @@ DECLARE
 	v_owner pg_catalog.name := (SELECT pg_catalog.pg_get_userbyid(c.relowner) FROM pg_catalog.pg_class AS c
 		WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset'));
 BEGIN
-	IF v_owner IS NULL THEN
+	IF v_owner IS NULL AND pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+		-- The buffer was dropped (DISCARD TEMP) in a transaction that has
+		-- written: its rows went with it, and a new one would let the
+		-- transaction commit without them, never replicated. The proxy
+		-- prepares a session when it is idle.
+		RAISE EXCEPTION USING
+			ERRCODE = '25001',
+			MESSAGE = 'cannot set up writeset capture in a transaction that has written',
+			DETAIL = 'The session''s writeset buffer is gone (DISCARD TEMP): the changes this transaction made before would not reach the other replicas.',
+			HINT = 'Roll the transaction back; the tashkent proxy sets capture up again when the session is idle.';
+	ELSIF v_owner IS NULL THEN
 		CREATE TEMPORARY TABLE tashkent_writeset (
 			seq bigserial,
 			xid pg_catalog.xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
@@ -1655,24 +1667,15 @@ END
 $fn$;
 
 -- prepare_session sets up writeset capture for the calling session: the
--- sealed buffer and the tashkent.capture setting. It runs with the
--- session's rights, so that it can drop a buffer the session itself owns:
--- one an older tashkent created with the session's role (before the
--- buffer was sealed), which capture cannot write and must not trust.
--- Anything else under that name is refused (create_writeset_buffer).
--- No SET clause (its set_config must outlive the call); every name
--- qualified.
+-- sealed buffer (create_writeset_buffer, which refuses a table of that
+-- name that is not tashkent_capture's, such as one an older tashkent
+-- created with the session's role: DROP it or reconnect) and the
+-- tashkent.capture setting. No SET clause (its set_config must outlive
+-- the call); every name qualified.
 CREATE OR REPLACE FUNCTION tashkent.prepare_session() RETURNS void
 LANGUAGE plpgsql
 AS $fn$
 BEGIN
-	IF EXISTS (SELECT FROM pg_catalog.pg_class AS c
-			WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset')
-				AND c.relkind OPERATOR(pg_catalog.=) 'r'
-				AND pg_catalog.pg_get_userbyid(c.relowner) OPERATOR(pg_catalog.=) CURRENT_USER
-				AND CURRENT_USER OPERATOR(pg_catalog.<>) 'tashkent_capture') THEN
-		DROP TABLE pg_temp.tashkent_writeset;
-	END IF;
 	PERFORM tashkent.create_writeset_buffer();
 	PERFORM pg_catalog.set_config('tashkent.capture', 'on', false);
 END
