@@ -136,8 +136,11 @@ const nestedCaptureMayHaveRun = `(pg_catalog.pg_trigger_depth() OPERATOR(pg_cata
 // security (BYPASSRLS: a policy is user code, and would run with its
 // rights). What it reads goes to the sealed buffer and on to the other
 // replicas, never back to the session, so it reveals nothing the session
-// may not see. (Before the buffer was sealed, the lookup ran with the
-// session's rights, on purpose: the session could read its buffer.) So
+// may not see; and it looks up only the keys of the statement's transition
+// tables, which no one can forge (a trigger function cannot be called,
+// and no one but a superuser may attach the capture functions). (Before
+// the buffer was sealed, the lookup ran with the session's rights, on
+// purpose: the session could read its buffer.) So
 // $READABLE holds and row_security_active is false: the plain statement
 // (first EXECUTE) runs. The second statement is for a tashkent_capture
 // that cannot read the whole table (an operator revoked pg_read_all_data
