@@ -47,6 +47,20 @@ func roleConn(t testing.TB, srv *pgserver.Server, role string) *pgx.Conn {
 	return c
 }
 
+// trustRolesWithDDL lets roles that are not superusers run DDL in the
+// database, where a DDL guard would refuse it (a later tashkent refuses
+// such DDL unless the proxies trust those roles: tashkent.ddl_trust); a
+// no-op where there is none. The attacks here need DDL of the role
+// (CREATE CAST, DROP TRIGGER, ...), which a trusted role can run.
+func trustRolesWithDDL(t testing.TB, admin *pgx.Conn) {
+	t.Helper()
+	mustExec(t, admin, `DO $$BEGIN
+		IF pg_catalog.to_regclass('tashkent.ddl_trust') IS NOT NULL THEN
+			EXECUTE 'INSERT INTO tashkent.ddl_trust (trust_roles) VALUES (true) ON CONFLICT (id) DO UPDATE SET trust_roles = true';
+		END IF;
+	END$$`)
+}
+
 // execErr runs sql as one simple query on c and returns its error as a
 // PostgreSQL error's SQLSTATE and message ("" if it succeeded). The
 // session is left outside any transaction.
@@ -95,6 +109,7 @@ var bufferStatements = []string{
 // working for her own writes.
 func TestSealedBufferRefusesClientRoles(t *testing.T) {
 	srv, admin := instance(t, sealSchema)
+	trustRolesWithDDL(t, admin)
 	_, other := instance(t, sealSchema)
 	token, err := ReadRecordToken(tctx(t), admin)
 	if err != nil {
@@ -153,6 +168,7 @@ func TestSealedBufferRefusesClientRoles(t *testing.T) {
 // while the proxy's collect gets them.
 func TestSealedBufferHidesWhatTheRoleMayNotRead(t *testing.T) {
 	srv, admin := instance(t, sealSchema)
+	trustRolesWithDDL(t, admin)
 	token, err := ReadRecordToken(tctx(t), admin)
 	if err != nil {
 		t.Fatal(err)
@@ -184,6 +200,7 @@ func TestSealedBufferHidesWhatTheRoleMayNotRead(t *testing.T) {
 // the collect.
 func TestSealedBufferCannotBeReplaced(t *testing.T) {
 	srv, admin := instance(t, sealSchema)
+	trustRolesWithDDL(t, admin)
 	token, err := ReadRecordToken(tctx(t), admin)
 	if err != nil {
 		t.Fatal(err)
@@ -290,6 +307,7 @@ END $$;
 CREATE TABLE mallory.feelings (id int PRIMARY KEY, m mallory.mood);
 CREATE CAST (mallory.mood AS json) WITH FUNCTION mallory.mood_json(mallory.mood);`
 	srv, admin := instance(t, sealSchema)
+	trustRolesWithDDL(t, admin)
 	mallory := roleConn(t, srv, "mallory")
 	code, msg := execErr(t, mallory, strings.ReplaceAll(attack, "SET ROLE mallory;", ""))
 	if code != "0A000" || !strings.Contains(msg, "mallory.mood AS json") {
@@ -326,6 +344,7 @@ CREATE CAST (mallory.mood AS json) WITH FUNCTION mallory.mood_json(mallory.mood)
 // anyone else; tashkent_capture is no superuser and cannot log in.
 func TestSealedFunctionsBelongToTheCaptureRole(t *testing.T) {
 	_, admin := instance(t, "")
+	trustRolesWithDDL(t, admin)
 	eqStrings(t, "tashkent_capture's functions", queryStrings(t, admin, `SELECT p.proname || ':' || p.prosecdef
 		|| ':' || coalesce(has_function_privilege('public', p.oid, 'EXECUTE'), false)
 		FROM pg_proc p WHERE p.pronamespace = 'tashkent'::regnamespace
@@ -439,6 +458,7 @@ RESET ROLE;`
 // Every write here is captured as usual and no forged row appears.
 func TestCaptureRunsNoCodeOfTheClient(t *testing.T) {
 	srv, admin := instance(t, forgeSchema)
+	trustRolesWithDDL(t, admin)
 	token, err := ReadRecordToken(tctx(t), admin)
 	if err != nil {
 		t.Fatal(err)
@@ -480,6 +500,7 @@ func TestCaptureRunsNoCodeOfTheClient(t *testing.T) {
 // still drops them with the table.
 func TestCaptureTriggersCannotBeDroppedByTheOwner(t *testing.T) {
 	srv, admin := instance(t, sealSchema)
+	trustRolesWithDDL(t, admin)
 	before := triggers(t, admin, "mallory.own")
 	mallory := roleSession(t, srv, "mallory")
 	wantRefused(t, mallory, `DROP TRIGGER tashkent_capture_ins ON mallory.own`, "42501")
@@ -508,6 +529,7 @@ func TestCaptureTriggersCannotBeDroppedByTheOwner(t *testing.T) {
 // client role needs none.
 func TestSealedBufferWithoutTemporaryForPublic(t *testing.T) {
 	srv, admin := instance(t, sealSchema+`; REVOKE TEMPORARY ON DATABASE postgres FROM PUBLIC`)
+	trustRolesWithDDL(t, admin)
 	mallory := roleSession(t, srv, "mallory")
 	wantRefused(t, mallory, `CREATE TEMP TABLE mine (n int)`, "42501")
 	token, err := ReadRecordToken(tctx(t), admin)
