@@ -122,7 +122,7 @@ func collect(ctx context.Context, conn Querier, sql string, args ...any) ([]*cer
 
 func collectErr(err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" {
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") { // no buffer; no temporary schema at all
 		return fmt.Errorf("replica: collect writeset: session not prepared (call PrepareSession): %w", err)
 	}
 	return fmt.Errorf("replica: collect writeset: %w", err)

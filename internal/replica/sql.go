@@ -1692,7 +1692,7 @@ $fn$;
 -- buffer is tashkent_capture's (see create_writeset_buffer). Runs in
 -- take_writeset and trim_writeset_buffer, as tashkent_capture; no SET
 -- clause, every name qualified.
-CREATE OR REPLACE FUNCTION tashkent.check_collector(p_token pg_catalog.text) RETURNS void
+CREATE OR REPLACE FUNCTION tashkent.check_collector(p_token pg_catalog.text) RETURNS pg_catalog.bool
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
@@ -1711,6 +1711,7 @@ BEGIN
 	IF v_owner OPERATOR(pg_catalog.<>) 'tashkent_capture' THEN
 		PERFORM tashkent.refuse_foreign_buffer(v_owner);
 	END IF;
+	RETURN true;
 END
 $fn$;
 
@@ -1727,35 +1728,54 @@ END
 $fn$;
 
 -- take_writeset returns the current transaction's buffered row events in
--- order and empties the buffer (the query is bufferCollectQuery in sql.go:
--- it also drops rows an earlier transaction left behind, with a warning),
--- for the proxy, which binds the record token (check_collector), or a
--- superuser's session. Autovacuum does not visit temporary tables and the
--- space of deleted rows is not reused without a VACUUM (which cannot run
--- inside a transaction), so once the table has grown past 256 kB it is
--- truncated (trim_writeset_buffer; a new, empty file, rolled back with
--- the transaction like the DELETE). Every collect scans the whole table,
--- dead rows included, and a truncation costs about 1 ms: 256 kB, a few
--- hundred typical transactions, keeps both small (measured, see doc.go).
--- Like capture_key it has no SET clause and qualifies every name.
-CREATE OR REPLACE FUNCTION tashkent.take_writeset(p_token pg_catalog.text)
-RETURNS TABLE (tbl pg_catalog.text, op pg_catalog.text, key pg_catalog.text, "row" pg_catalog.text)
+-- order and empties the buffer, for the proxy, which binds the record
+-- token (check_collector), or a superuser's session. It returns them as
+-- four arrays (one row), which replica.CollectQuery unnests in order: a
+-- set-returning plpgsql function fills a tuplestore, and returning the
+-- rows so cost about 15 µs more per commit. Its query is
+-- bufferCollectQuery's, aggregated (it also drops rows an earlier
+-- transaction left behind, with a warning). Autovacuum does not visit
+-- temporary tables and the space of deleted rows is not reused without a
+-- VACUUM (which cannot run inside a transaction), so once the table has
+-- grown past 256 kB it is truncated (trim_writeset_buffer; a new, empty
+-- file, rolled back with the transaction like the DELETE). Every collect
+-- scans the whole table, dead rows included, and a truncation costs about
+-- 1 ms: 256 kB, a few hundred typical transactions, keeps both small
+-- (measured, see doc.go). Like capture_key it has no SET clause and
+-- qualifies every name.
+--
+-- The checks (the common case in one expression whose constants are
+-- folded when it is planned, the buffer's OID and tashkent_capture's;
+-- check_collector says what is wrong otherwise, or lets a superuser's
+-- session through) are the HAVING clause of the one statement: a second
+-- statement in the function cost about 50 µs per commit. An aggregate
+-- without GROUP BY always has its one group, so the clause is evaluated
+-- even when the buffer is empty; when it raises, the statement's DELETE
+-- is undone with it.
+CREATE OR REPLACE FUNCTION tashkent.take_writeset(p_token pg_catalog.text,
+	OUT tbl pg_catalog.text[], OUT op pg_catalog.text[], OUT key pg_catalog.text[], OUT "row" pg_catalog.text[])
 LANGUAGE plpgsql
 SECURITY DEFINER
 AS $fn$
 #variable_conflict use_column
 BEGIN
-	-- The common case, the proxy's token and tashkent_capture's buffer, in
-	-- one expression; check_collector says what is wrong otherwise (or
-	-- lets a superuser's session through).
-	IF NOT (EXISTS (SELECT FROM tashkent.record_token AS t WHERE t.token OPERATOR(pg_catalog.=) p_token)
+	WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING *),
+		stale AS (
+			SELECT tashkent.warn_stale_writeset(pg_catalog.count(*)) FROM d
+			WHERE NOT coalesce(d.xid OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned(), false)
+			HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0
+		)
+	SELECT pg_catalog.array_agg(d.tbl ORDER BY d.seq), pg_catalog.array_agg(d.op ORDER BY d.seq),
+		pg_catalog.array_agg(d.key ORDER BY d.seq), pg_catalog.array_agg(d.row ORDER BY d.seq)
+	INTO tbl, op, key, "row"
+	FROM d
+	WHERE d.xid OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned()
+		AND (SELECT pg_catalog.count(*) FROM stale) OPERATOR(pg_catalog.>=) 0
+	HAVING (EXISTS (SELECT FROM tashkent.record_token AS t WHERE t.token OPERATOR(pg_catalog.=) p_token)
 			AND EXISTS (SELECT FROM pg_catalog.pg_class AS c
-				WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset')
-					AND pg_catalog.pg_get_userbyid(c.relowner) OPERATOR(pg_catalog.=) CURRENT_USER)) THEN
-		PERFORM tashkent.check_collector(p_token);
-	END IF;
-	RETURN QUERY
-		$COLLECT_QUERY;
+				WHERE c.oid OPERATOR(pg_catalog.=) 'pg_temp.tashkent_writeset'::pg_catalog.regclass
+					AND c.relowner OPERATOR(pg_catalog.=) 'tashkent_capture'::pg_catalog.regrole))
+		OR tashkent.check_collector(p_token);
 END
 $fn$;
 
@@ -1772,8 +1792,8 @@ AS $fn$
 #variable_conflict use_column
 BEGIN
 	IF NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c
-			WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset')
-				AND pg_catalog.pg_get_userbyid(c.relowner) OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+			WHERE c.oid OPERATOR(pg_catalog.=) 'pg_temp.tashkent_writeset'::pg_catalog.regclass
+				AND c.relowner OPERATOR(pg_catalog.=) 'tashkent_capture'::pg_catalog.regrole) THEN
 		PERFORM tashkent.check_collector(NULL);
 	END IF;
 	RETURN QUERY
@@ -1882,9 +1902,13 @@ const CollectSQL = `SELECT tbl, op, key, "row" FROM tashkent.collect_writeset()`
 // database's record token (ReadRecordToken), without which only a
 // superuser's session may collect (the buffer is sealed: see "Trust
 // model" in doc.go). The proxy sends it in the client's session, under
-// the client's role. It runs bufferCollectQuery in tashkent.take_writeset,
-// with tashkent_capture's rights.
-const CollectQuery = `SELECT w.tbl, w.op, w.key, w."row" FROM tashkent.take_writeset($1) AS w`
+// the client's role. It runs bufferCollectQuery's query in
+// tashkent.take_writeset, with tashkent_capture's rights, which returns
+// the rows as four arrays (see there).
+const CollectQuery = `SELECT u.tbl, u.op, u.key, u."row" FROM tashkent.take_writeset($1) AS w,
+	ROWS FROM (pg_catalog.unnest(w.tbl), pg_catalog.unnest(w.op), pg_catalog.unnest(w.key), pg_catalog.unnest(w."row"))
+		WITH ORDINALITY AS u(tbl, op, key, "row", n)
+	ORDER BY u.n`
 
 // bufferCollectQuery is take_writeset's query. Prepared on its own (the
 // proxy ran it so before the buffer was sealed), it took 116-138 µs less
