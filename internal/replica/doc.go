@@ -498,7 +498,36 @@
 // anyone but a superuser (tashkent.on_drop_trigger, on_ddl), and
 // disabling them (ALTER TABLE) makes on_ddl put them back.
 //
-// Cost: COST_PLACEHOLDER
+// Cost: more than the 10% of capture's cost that was hoped for. Measured
+// on the shared 2-core VM (load average 0.5-1.4, noisy), main at 575a4ac
+// and this work alternated, four runs each of
+//
+//	go test -run '^$' -bench BenchmarkCaptureCostTPCB -benchtime 3000x ./internal/replica/
+//
+// capture cost 492.6, 381.1, 393.6, 556.0 µs per TPC-B transaction on
+// main and 654.2, 523.5, 599.8, 667.2 sealed; as a fraction of the
+// reference (capture_v0) in the same run, which evens out the machine's
+// load, 0.74, 0.58, 0.64, 0.62 against 0.87, 0.80, 0.74, 0.79: about
+// +0.16 of a reference of 610-900 µs, so roughly 100-150 µs more per
+// transaction (a third more capture; the whole transaction's backend CPU,
+// 920-1250 µs on main, about a tenth more). That benchmark collects with
+// collect_writeset, a superuser's path. The proxy's own, in one
+// PostgreSQL (BenchmarkSealCost: the same transaction sealed against the
+// capture functions with the caller's rights and the collect's bare
+// query), gave 45, 78, 169 and 206 µs more per transaction (medians of
+// the per-round differences, four runs). Where it goes: the collect
+// through a function rather than a bare prepared query, about 40-80 µs of
+// backend CPU per commit (the collect's own CPU, measured alone), and
+// SECURITY DEFINER on the four capture calls of the transaction (a
+// trigger's function is looked up again at every statement, and the
+// definer's wrapper with it), 10-100 µs in two runs. Tried: the collect as
+// a set-returning plpgsql function (RETURN QUERY fills a tuplestore) and
+// its checks as a second statement cost about 50 µs more per commit than
+// today's one statement that returns four arrays, with its checks in the
+// HAVING clause and their constants folded; a SQL function is planned at
+// every call (about 150 µs more than the bare query). Not tried: capture
+// writing the buffer without a definer's wrapper (no safe way was found:
+// whatever lets the session's role insert lets it forge).
 //
 // Upgrade: Install replaces the functions (CREATE OR REPLACE keeps their
 // OIDs, so existing triggers run the new bodies) and gives them to
