@@ -43,7 +43,8 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 // transaction that violates one must fail here, as in PostgreSQL, not be
 // certified (other replicas apply writesets without checking them).
 func (s *session) collectWriteset() ([]*pb.Change, result, error) {
-	if err := s.sendPipeline(collectStatements); err != nil {
+	token := *s.p.rep.recordToken.Load() // the sealed buffer's collect and trim check it
+	if err := s.sendPipeline(collectStatements, nil, [][]byte{token}, [][]byte{token}); err != nil {
 		return nil, result{}, err
 	}
 	rows, res, err := s.readRowsOf(collectIndex)

@@ -348,7 +348,6 @@ func TestRedteamTemporaryChildOfAReplicatedTableIsRefused(t *testing.T) {
 // trigger on it (through a DO block, see finding 1) do the same while the
 // buffer belongs to the session's role.
 func TestRedteamARoleCannotEmptyItsWritesetBuffer(t *testing.T) {
-	t.Skip("redteam: open finding 6 (writeset buffer, branch h31), see report (h32)")
 	c := redteamCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

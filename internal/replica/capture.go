@@ -72,8 +72,31 @@ type Event struct {
 // order; then the values of unique indexes the transaction took or freed
 // (see Collapse), and the parent keys its new rows reference. It is empty
 // for a read-only transaction.
+//
+// The buffer is sealed (see "Trust model" in doc.go): CollectWriteset
+// needs a superuser's session; a session of any other role collects with
+// CollectWritesetWithToken.
 func CollectWriteset(ctx context.Context, conn Querier) ([]*certifierpb.Change, error) {
-	rows, err := conn.Query(ctx, CollectSQL)
+	return collect(ctx, conn, CollectSQL)
+}
+
+// CollectWritesetWithToken is CollectWriteset for a session of any role,
+// as the proxy collects in a client's session: token is the database's
+// record token (ReadRecordToken), which a superuser's connection reads.
+// It runs CollectQuery and then TrimSQL.
+func CollectWritesetWithToken(ctx context.Context, conn Querier, token string) ([]*certifierpb.Change, error) {
+	ws, err := collect(ctx, conn, CollectQuery, token)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, TrimSQL, token); err != nil {
+		return nil, fmt.Errorf("replica: trim the writeset buffer: %w", err)
+	}
+	return ws, nil
+}
+
+func collect(ctx context.Context, conn Querier, sql string, args ...any) ([]*certifierpb.Change, error) {
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, collectErr(err)
 	}
@@ -99,7 +122,7 @@ func CollectWriteset(ctx context.Context, conn Querier) ([]*certifierpb.Change, 
 
 func collectErr(err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" {
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") { // no buffer; no temporary schema at all
 		return fmt.Errorf("replica: collect writeset: session not prepared (call PrepareSession): %w", err)
 	}
 	return fmt.Errorf("replica: collect writeset: %w", err)

@@ -73,7 +73,7 @@ func TestInstallIdempotentAndTriggers(t *testing.T) {
 	if err := c.QueryRow(ctx, `SELECT string_agg(evtname || ':' || evtenabled::text, ',' ORDER BY evtname) FROM pg_event_trigger`).Scan(&evt); err != nil {
 		t.Fatal(err)
 	}
-	if want := "tashkent_ddl:A,tashkent_guard_ddl:A,tashkent_guard_drop:A"; evt != want {
+	if want := "tashkent_ddl:A,tashkent_drop_trigger:A,tashkent_guard_ddl:A,tashkent_guard_drop:A"; evt != want {
 		t.Errorf("event triggers = %q, want %q (enabled ALWAYS)", evt, want)
 	}
 

@@ -11,9 +11,12 @@
 // case; tashkent.capture on the others and for TRUNCATE) that
 // append the statement's changes to a per-session buffer, the temporary
 // table pg_temp.tashkent_writeset, which PrepareSession creates. Before
-// COMMIT the proxy calls CollectWriteset, which in one round trip returns
-// the transaction's changes, collapsed to the last change per (table, key),
-// and empties the buffer.
+// COMMIT the proxy collects it (CollectQuery; CollectWriteset in a
+// superuser's session), which in one round trip returns the transaction's
+// changes, collapsed to the last change per (table, key), and empties the
+// buffer. The buffer is sealed: it belongs to the role tashkent_capture,
+// not to the session, and only the capture triggers and the proxy's
+// collect, running with that role's rights, touch it (see "Trust model").
 //
 // Why this shape:
 //
@@ -99,8 +102,8 @@
 // which looks the parent rows up with the foreign key's own equality
 // operators (a timestamp or date against a timestamptz in the statement's
 // time zone, not capture's pinned UTC) and prints the parent row's key.
-// That needs SELECT on the parent's key columns (the trigger runs with the
-// session's rights) and costs a query planned per statement: a one-row
+// The lookup runs with tashkent_capture's rights (see "Trust model"),
+// which read every parent, and costs a query planned per statement: a one-row
 // INSERT through a numeric foreign key took about 300-480 µs against
 // 125-130 µs through an int one and 55-95 µs with no foreign key (2000
 // INSERTs each from a plpgsql loop, three rounds, load average 5-8 on the
@@ -172,7 +175,10 @@
 //     measured too).
 //   - The proxy runs collect_writeset's query itself (CollectQuery, then
 //     TrimSQL), prepared once per session, with the deferred-constraint
-//     check in the same pipeline. The query prepared took 116-138 µs less
+//     check in the same pipeline. (Since the buffer is sealed, that query
+//     runs inside tashkent.take_writeset, a plpgsql function with its
+//     owner's rights, prepared the same way; see "Trust model" for what
+//     it costs.) The query prepared took 116-138 µs less
 //     than the simple query calling the plpgsql function (RETURN QUERY
 //     fills a tuplestore) in five of six interleaved runs, 316 µs in the
 //     sixth (one client over pgx, a 3-row writeset, medians of 3,000
@@ -257,8 +263,8 @@
 // that row) or 'D' if none, looked up through the primary key index with
 // the key columns' own equality, keys printed by the same expressions as
 // the normal path (TestCaptureNestedStateUsesThePrimaryKey checks the
-// plan), with the session's rights (where those cannot see every row,
-// see Limitations). That is the truth at the end of the statement, whatever order the
+// plan), with tashkent_capture's rights, which see every row (see
+// "Trust model"). That is the truth at the end of the statement, whatever order the
 // nested changes came in, so it is right for BEFORE triggers too (an
 // "upsert by trigger" deleting the old row before the insert, where the
 // recorded order was already right), and at any depth (a depth-3 capture
@@ -355,11 +361,13 @@
 //     ensure_all_triggers, which runs with its own SET search_path.
 //   - The bodies of the functions that run without a SET clause, under the
 //     caller's search_path: capture_key, capture_reference_keys,
-//     check_ddl_generation, nested_capture_ran, collect_writeset,
-//     trim_writeset_buffer (already qualified) and prepare_session, whose
+//     check_ddl_generation, nested_capture_ran, take_writeset,
+//     collect_writeset, trim_writeset_buffer, check_collector (already
+//     qualified), prepare_session and create_writeset_buffer, whose
 //     writeset buffer's DEFAULT pg_current_xact_id() is bound when the
-//     session creates it. The others have SET search_path = pg_catalog,
-//     pg_temp and need nothing.
+//     buffer is created; in those that run with tashkent_capture's rights
+//     the types of their declared variables too (see "Trust model"). The
+//     others have SET search_path = pg_catalog, pg_temp and need nothing.
 //   - The sequence set-up (ConfigureSequences, SequenceSettings) names no
 //     builtin; the functions it calls have their own SET clause.
 //
@@ -377,6 +385,160 @@
 // named like a builtin one is not tested. A database installed under a
 // hostile search_path by an older tashkent keeps the defaults and CHECK
 // constraint it bound then: Install does not recreate existing tables.
+//
+// # Trust model
+//
+// Capture's buffer decides what every other replica writes, as superuser
+// (Apply), so no client role may touch it. Until it was sealed, the
+// buffer was the session's own temporary table: any role could insert a
+// row naming a table it may not write (the other replicas applied it:
+// privilege escalation, and diverged replicas), delete its own events
+// (never replicated) or read the whole new rows of what it wrote (columns
+// and rows it may not SELECT). Now:
+//
+//   - Role tashkent_capture: NOLOGIN, not a superuser, no members,
+//     BYPASSRLS, a member of pg_read_all_data, TEMP on each installed
+//     database. Roles are cluster-wide: the first Install creates it,
+//     later ones (any database) find it and put its attributes back.
+//   - It owns every session's buffer, pg_temp.tashkent_writeset, created
+//     by tashkent.create_writeset_buffer (which prepare_session calls),
+//     with no grants; and the functions that use it, which run with its
+//     rights (SECURITY DEFINER): capture, capture_key, capture_references,
+//     capture_reference_keys, create_writeset_buffer, take_writeset,
+//     trim_writeset_buffer and collect_writeset.
+//   - A client role (a table's owner included) gets 42501 for any
+//     statement on the buffer. It may execute create_writeset_buffer (it
+//     creates a sealed buffer or refuses one that is not tashkent's),
+//     take_writeset and trim_writeset_buffer (refused without the record
+//     token, which only the proxy binds, see "Versions"; a superuser's
+//     session needs none), not the trigger functions nor
+//     collect_writeset (superusers only).
+//   - The installer (a superuser) keeps what it owned: tashkent.applied,
+//     the record token, the trigger management (ensure_*, on_ddl, the
+//     sequence functions) and record_version.
+//
+// Why each function with tashkent_capture's rights is safe:
+//
+//   - The capture triggers write only the buffer, from the statement's
+//     transition tables and, by state or a parent lookup, rows they read;
+//     nothing they read goes back to the session. They cannot be called
+//     directly (trigger functions), and no one but a superuser can attach
+//     them: EXECUTE is revoked from PUBLIC, which CREATE TRIGGER checks
+//     and firing does not. So their arguments, capture_references' SQL
+//     fragments included, are ensure_triggers', computed from the catalog.
+//   - create_writeset_buffer creates the table with every name qualified
+//     and refuses one that is not tashkent_capture's (or that default
+//     privileges a superuser gave for tashkent_capture would grant).
+//   - take_writeset and trim_writeset_buffer check the token (or a
+//     superuser's session) and the buffer's owner; collect_writeset
+//     checks the owner.
+//
+// The danger of a function with another role's rights is user code
+// running inside it: it would run with tashkent_capture's rights and could
+// forge buffer rows again (and, as tashkent_capture reads every table,
+// read anything, the record token included). Each path, each with a test
+// that the client's code does not run (TestCaptureRunsNoCodeOfTheClient,
+// TestCaptureRefusesCastsAClientCanWrite; with the protection removed,
+// each forged a row of salaries):
+//
+//   - Name lookup. capture and capture_references have SET search_path =
+//     pg_catalog, pg_temp (pg_temp is never searched for functions and
+//     operators, and comes after pg_catalog for types and tables); the
+//     functions without a SET clause (the hot ones, see capture_key) name
+//     every function, operator and type with its schema, the types of
+//     their declared variables too: a domain named text, listed first by
+//     the session's search_path, whose CHECK calls the client's function,
+//     ran at capture_key's first assignment. The transition tables'
+//     names resolve before any relation's.
+//   - Casts. to_json of a row calls the cast to json of any column type
+//     that is not built in (an enum of the client's with CREATE CAST (mood
+//     AS json) WITH FUNCTION ...), a row's ::text a cast from the row type
+//     to text if there is one, a parent lookup the cast of the
+//     referencing column to the operator's type. A cast whose function a
+//     non-superuser owns is refused with SQLSTATE 0A000 and a hint by the
+//     event trigger (CREATE CAST; ALTER FUNCTION, which could give the
+//     function away) and by Install (tashkent.refuse_unsafe_casts). Type
+//     input and output functions are C: only superusers create base
+//     types.
+//   - Row-level security. A policy expression is user code and would run
+//     when capture reads a table back (by state) or looks a parent up:
+//     tashkent_capture has BYPASSRLS, so none runs.
+//   - Operators in the planner (estimation, constant folding), equality in
+//     the state lookup and DISTINCT/EXCEPT: pg_catalog's, and btree
+//     operator classes, which only superusers create.
+//   - The buffer itself: no triggers, rules, policies, indexes or grants
+//     but its owner's, which no one can become. DISCARD TEMP drops it
+//     without a privilege check; writes then fail (no buffer) until the
+//     proxy prepares the session again. A table of the client's under its
+//     name would receive capture's rows and feed the collect: the event
+//     trigger refuses a temporary relation named tashkent_writeset that
+//     tashkent_capture does not own (created or renamed, table, view or
+//     sequence, in the same query as the DISCARD or in a function the
+//     proxy does not see), and prepare_session and the collect refuse
+//     one that is there anyway (an older tashkent's buffer, owned by the
+//     session's role). Nor is a new buffer created in a transaction that
+//     has written: DISCARD TEMP took the transaction's rows with the old
+//     one, and it would commit them uncollected
+//     (TestSealedBufferCannotBeReplaced).
+//
+// The state path reads back with tashkent_capture's rights, which read
+// every row: it records the truth where the session's rights saw only
+// part of the table, and the refusals that reading with the session's
+// rights needed (tashkent.refuse_state_capture: 0A000 under row-level
+// security, 42501 without SELECT) are no longer reached; they stay for a
+// tashkent_capture an operator took pg_read_all_data or BYPASSRLS from.
+// Reading as the session was chosen before because the session could read
+// its buffer; a sealed buffer shows the session nothing. The price of
+// that choice is the wider reach of tashkent_capture if some user code
+// did run under it, hence the audit above.
+//
+// The capture triggers also cannot be taken away: a table's owner could
+// drop them (DROP TRIGGER needs no more) or rename and drop them, and its
+// writes were then silently never replicated; both are refused for
+// anyone but a superuser (tashkent.on_drop_trigger, on_ddl), and
+// disabling them (ALTER TABLE) makes on_ddl put them back.
+//
+// Cost: more than the 10% of capture's cost that was hoped for. Measured
+// on the shared 2-core VM (load average 0.5-1.4, noisy), main at 575a4ac
+// and this work alternated, four runs each of
+//
+//	go test -run '^$' -bench BenchmarkCaptureCostTPCB -benchtime 3000x ./internal/replica/
+//
+// capture cost 492.6, 381.1, 393.6, 556.0 µs per TPC-B transaction on
+// main and 654.2, 523.5, 599.8, 667.2 sealed; as a fraction of the
+// reference (capture_v0) in the same run, which evens out the machine's
+// load, 0.74, 0.58, 0.64, 0.62 against 0.87, 0.80, 0.74, 0.79: about
+// +0.16 of a reference of 610-900 µs, so roughly 100-150 µs more per
+// transaction (a third more capture; the whole transaction's backend CPU,
+// 920-1250 µs on main, about a tenth more). That benchmark collects with
+// collect_writeset, a superuser's path. The proxy's own, in one
+// PostgreSQL (BenchmarkSealCost: the same transaction sealed against the
+// capture functions with the caller's rights and the collect's bare
+// query), gave 45, 78, 169 and 206 µs more per transaction (medians of
+// the per-round differences, four runs). Where it goes: the collect
+// through a function rather than a bare prepared query, about 40-80 µs of
+// backend CPU per commit (the collect's own CPU, measured alone), and
+// SECURITY DEFINER on the four capture calls of the transaction (a
+// trigger's function is looked up again at every statement, and the
+// definer's wrapper with it), 10-100 µs in two runs. Tried: the collect as
+// a set-returning plpgsql function (RETURN QUERY fills a tuplestore) and
+// its checks as a second statement cost about 50 µs more per commit than
+// today's one statement that returns four arrays, with its checks in the
+// HAVING clause and their constants folded; a SQL function is planned at
+// every call (about 150 µs more than the bare query). Not tried: capture
+// writing the buffer without a definer's wrapper (no safe way was found:
+// whatever lets the session's role insert lets it forge).
+//
+// Upgrade: Install replaces the functions (CREATE OR REPLACE keeps their
+// OIDs, so existing triggers run the new bodies) and gives them to
+// tashkent_capture; checked against main's Install at 575a4ac (trigger
+// and function OIDs unchanged, then capture, collect and the sealed
+// checks as on a fresh install) and by TestInstallSealsAnOlderInstall. A
+// session prepared by an older tashkent keeps its own buffer, which
+// capture cannot write: its writes fail with 42501, and PrepareSession
+// refuses that buffer (DROP TABLE pg_temp.tashkent_writeset, or
+// reconnect). The proxy's sessions do not outlive it, and it runs Install
+// when it starts.
 //
 // # Versions
 //
@@ -422,42 +584,22 @@
 //     parent's current schema name (ALTER SCHEMA RENAME is not followed
 //     until the child's triggers are refreshed).
 //   - Trigger names starting with tashkent_ are reserved.
-//   - A statement captured by state (see "Nested statements") reads the
-//     rows it wrote back with the session's rights, never more: tashkent
-//     has no function that reads user tables with its installer's rights
-//     for a caller (a definer's function that looks rows up by the keys it
-//     is given would read any row for anyone, and PostgreSQL 15 offers no
-//     exact test that a row version is the caller's own). Where the session
-//     cannot read the whole table (no SELECT on some column, or row-level
-//     security applies to it: row_security_active), a key the read-back
-//     does not find is recorded from the statement's own rows ('U' with
-//     its new row, 'D' if it has none): right unless a nested statement
-//     changed the key after the statement did. If this transaction has
-//     already recorded a change of that key (under the table's name or,
-//     in a partition tree, any of its tables'), capture cannot tell and
-//     the statement fails instead: SQLSTATE 0A000 under row-level
-//     security, 42501 without SELECT, naming the table and key, with a
-//     hint (tashkent.refuse_state_capture). The test is conservative:
-//     writing a hidden or unreadable row twice in one transaction whose
-//     user triggers write fails even when the second write alone could
-//     have been captured (TestCaptureNestedStateUnderRowLevelSecurity,
-//     TestCaptureNestedStateWithoutSelect). Install replaces the capture
-//     functions (CREATE OR REPLACE keeps their OIDs, so existing triggers
-//     run the new bodies); the proxy runs Install at every start.
-//   - The writeset buffer, pg_temp.tashkent_writeset, belongs to the
-//     session, which can read it until the commit's collect empties it.
-//     Capture stores there the whole new row of every row a statement
-//     writes, columns and rows the session may not SELECT included (an
-//     UPDATE without a WHERE clause under an UPDATE policy wider than the
-//     SELECT policy, an UPDATE-only grant, a SECURITY DEFINER function or
-//     trigger writing for the session): such a session can read what it
-//     wrote, which PostgreSQL would not show it. Not fixed: the proxy
-//     runs the collect with the client's role, which would then need
-//     rights on a buffer it cannot read.
+//   - The buffer is sealed (see "Trust model"), but tashkent trusts
+//     superusers: a cast function a superuser owns, or any superuser's
+//     function that capture may reach, runs with tashkent_capture's
+//     rights; the role must not be dropped, given members or LOGIN, nor
+//     lose BYPASSRLS or pg_read_all_data (Install gives back the
+//     attributes and pg_read_all_data; a granted membership it does not
+//     undo). Casts whose function a superuser later gives to another
+//     role are refused only at that ALTER FUNCTION or the next Install.
 //   - A key of type numeric compares by its text: 1.0 and 1.00 are one row
 //     to PostgreSQL but two keys to the certifier.
 //   - DISCARD ALL / DISCARD TEMP / RESET ALL in a proxy session undo
-//     PrepareSession; the proxy must call it again.
+//     PrepareSession; the proxy must call it again. Until it does,
+//     writes fail (no buffer, or capture off).
+//   - Trigger functions cannot be executed by PUBLIC: a restore of a
+//     dump by a non-superuser cannot create the tashkent_* triggers
+//     (Install creates them anyway).
 //   - Apply and Install need a superuser (session_replication_role, event
 //     triggers); user triggers marked ENABLE ALWAYS or REPLICA still fire
 //     during Apply.

@@ -72,11 +72,13 @@ func committer(t testing.TB, s *pgx.Conn) func(sql string) *certifierpb.LogEntry
 // The session must be a superuser's (RecordVersion).
 func commitLocal(t testing.TB, c *pgx.Conn, v uint64, sql string) *certifierpb.LogEntry {
 	t.Helper()
-	return commitRecorded(t, c, v, sql, func(ctx context.Context, tx pgx.Tx) error { return RecordVersion(ctx, tx, v) })
+	return commitRecorded(t, c, v, sql, "", func(ctx context.Context, tx pgx.Tx) error { return RecordVersion(ctx, tx, v) })
 }
 
-// commitRecorded is commitLocal with version v recorded by record.
-func commitRecorded(t testing.TB, c *pgx.Conn, v uint64, sql string, record func(context.Context, pgx.Tx) error) *certifierpb.LogEntry {
+// commitRecorded is commitLocal with version v recorded by record, and
+// the writeset collected with the record token when token is not empty
+// (a session of any role, as the proxy collects; the buffer is sealed).
+func commitRecorded(t testing.TB, c *pgx.Conn, v uint64, sql, token string, record func(context.Context, pgx.Tx) error) *certifierpb.LogEntry {
 	t.Helper()
 	ctx := tctx(t)
 	tx, err := c.Begin(ctx)
@@ -87,7 +89,13 @@ func commitRecorded(t testing.TB, c *pgx.Conn, v uint64, sql string, record func
 	if _, err := c.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-	ws, err := CollectWriteset(ctx, tx)
+	collect := CollectWriteset
+	if token != "" {
+		collect = func(ctx context.Context, q Querier) ([]*certifierpb.Change, error) {
+			return CollectWritesetWithToken(ctx, q, token)
+		}
+	}
+	ws, err := collect(ctx, tx)
 	if err != nil {
 		t.Fatal(err)
 	}

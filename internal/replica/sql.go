@@ -21,7 +21,7 @@ var installSQL = expand(strings.NewReplacer(
 	"$NESTED_CAPTURE_MAY_HAVE_RUN", nestedCaptureMayHaveRun,
 	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
-	"$COLLECT_QUERY", CollectQuery,
+	"$COLLECT_QUERY", bufferCollectQuery,
 	"$DDL_GUARD", ddlGuardTemplate,
 ).Replace(strings.Replace(installTemplate,
 	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
@@ -131,35 +131,36 @@ const nestedCaptureMayHaveRun = `(pg_catalog.pg_trigger_depth() OPERATOR(pg_cata
 // (DISTINCT ON, preferring the new row). A keeping update is recorded as
 // a plain 'U' (conservative).
 //
-// The lookup runs with the session's rights, on purpose: capture must not
-// become a way to read rows the session may not see (a function with the
-// definer's rights that looks rows up by the keys it is given would read
-// any row for anyone who calls it, and PostgreSQL 15 offers no exact test
-// of "this row version was written by this transaction" that such a
-// function could check: xmin compares 32 bits, and a frozen row keeps its
-// old xmin). So a key the lookup does not find is absent for sure only
-// when the session could read the whole table: SELECT on every column
-// ($READABLE below, else the table is not read at all) and no row-level
-// security applying to it (row_security_active: policies may hide rows the
-// session wrote). Otherwise the key is recorded from the statement's own
-// rows ('U' with its new row, 'D' if it has none), which is the table's
-// state for that key unless something wrote the key after this statement
-// did and before this capture ran: a nested statement, whose capture ran
-// before this one and recorded the key in the buffer. So if the buffer
-// holds a row change of this transaction for the key (op U, D or M: 'K'
-// and 'R' events name other things), under the table's name or, for a
-// partition tree, under any of its tables' (a nested statement may write
-// a partition straight), the state is unknown and
-// tashkent.refuse_state_capture raises a clear error (0A000 under
-// row-level security, 42501 without SELECT) instead of recording a guess.
-// That test is conservative: a change of the key by an earlier statement
-// of the transaction refuses too. Nothing the session cannot read is ever
-// looked at: what this records for a hidden row is the statement's own
-// row, which the normal path records as well. A session that can read the
-// whole table, the common case, runs the plain statement (first EXECUTE)
-// and no more than the test that it can: the second statement, with the
-// buffer test, its per-key deduplication and the statement's own rows, is
-// dearer to plan.
+// The lookup runs with the rights of tashkent_capture, the capture
+// functions' owner (SECURITY DEFINER; see "Trust model" in doc.go), which
+// reads every table (pg_read_all_data) and is exempt from row-level
+// security (BYPASSRLS: a policy is user code, and would run with its
+// rights). What it reads goes to the sealed buffer and on to the other
+// replicas, never back to the session, so it reveals nothing the session
+// may not see; and it looks up only the keys of the statement's transition
+// tables, which no one can forge (a trigger function cannot be called,
+// and no one but a superuser may attach the capture functions). (Before
+// the buffer was sealed, the lookup ran with the session's rights, on
+// purpose: the session could read its buffer.) So
+// $READABLE holds and row_security_active is false: the plain statement
+// (first EXECUTE) runs. The second statement is for a tashkent_capture
+// that cannot read the whole table (an operator revoked pg_read_all_data
+// or BYPASSRLS): a key the lookup does not find is absent for sure only
+// when it could read the whole table: SELECT on every column ($READABLE
+// below, else the table is not read at all) and no row-level security
+// applying to it (row_security_active: policies may hide rows). Otherwise
+// the key is recorded from the statement's own rows ('U' with its new
+// row, 'D' if it has none), which is the table's state for that key
+// unless something wrote the key after this statement did and before
+// this capture ran: a nested statement, whose capture ran before this one
+// and recorded the key in the buffer. So if the buffer holds a row change
+// of this transaction for the key (op U, D or M: 'K' and 'R' events name
+// other things), under the table's name or, for a partition tree, under
+// any of its tables' (a nested statement may write a partition straight),
+// the state is unknown and tashkent.refuse_state_capture raises a clear
+// error (0A000 under row-level security, 42501 without SELECT) instead of
+// recording a guess. That test is conservative: a change of the key by an
+// earlier statement of the transaction refuses too.
 //
 // The statement is built and planned at every call (the table and key
 // columns vary), which is most of this path's cost (see "Nested
@@ -238,8 +239,8 @@ const (
 					|| ')'`
 )
 
-// stateReadable is the state path's test (see stateEvents) that the
-// session can read every row of the trigger's table back: SELECT on the
+// stateReadable is the state path's test (see stateEvents) that
+// capture's role can read every row of the trigger's table back: SELECT on the
 // table or on each of its columns, and row_security not off where
 // row-level security applies (PostgreSQL then refuses the query).
 const stateReadable = `(has_table_privilege(TG_RELID, 'SELECT')
@@ -357,6 +358,43 @@ SELECT pg_catalog.pg_advisory_xact_lock(7346001);
 CREATE SCHEMA IF NOT EXISTS tashkent;
 GRANT USAGE ON SCHEMA tashkent TO PUBLIC;
 
+-- The writeset buffer's role (see "Trust model" in doc.go): it owns the
+-- sessions' writeset buffers and the functions that write and read them,
+-- which run with its rights (SECURITY DEFINER), so that no client role can
+-- touch a buffer itself. Roles are cluster-wide: the first database's
+-- Install creates it, the others find it (a concurrent creation from
+-- another database is caught). NOLOGIN, not a superuser, no member; it
+-- reads every table (pg_read_all_data, BYPASSRLS) because capture reads
+-- back rows by state (see stateEvents) and looks parent keys up, which no
+-- row-level security policy (user code) may then run for.
+DO $role$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) 'tashkent_capture') THEN
+		BEGIN
+			CREATE ROLE tashkent_capture NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION BYPASSRLS;
+		EXCEPTION WHEN duplicate_object OR unique_violation THEN
+			NULL; -- created meanwhile by another database's Install
+		END;
+	END IF;
+	IF EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) 'tashkent_capture'
+			AND (r.rolcanlogin OR r.rolsuper OR NOT r.rolbypassrls)) THEN
+		ALTER ROLE tashkent_capture NOLOGIN NOSUPERUSER BYPASSRLS;
+	END IF;
+	IF NOT pg_catalog.pg_has_role('tashkent_capture', 'pg_read_all_data', 'MEMBER') THEN
+		BEGIN
+			GRANT pg_read_all_data TO tashkent_capture;
+		EXCEPTION WHEN unique_violation THEN
+			NULL;
+		END;
+	END IF;
+	-- The buffer is a temporary table it creates: it needs TEMP here even
+	-- where PUBLIC lost it.
+	IF NOT pg_catalog.has_database_privilege('tashkent_capture', pg_catalog.current_database(), 'TEMPORARY') THEN
+		EXECUTE pg_catalog.format('GRANT TEMPORARY ON DATABASE %I TO tashkent_capture', pg_catalog.current_database());
+	END IF;
+END
+$role$;
+
 -- Sequences: per-replica stride and offset (sequences.go). Before the
 -- event trigger below, which calls these functions.
 $SEQUENCES
@@ -470,8 +508,9 @@ $fn$;
 -- its row triggers, and a flag cleared by the first would leave the others
 -- recording stale rows. A transaction whose user triggers wrote once thus
 -- records its later statements at that depth by state too: correct, and
--- about one index lookup per row dearer. It runs with the session's rights
--- and no SET clause, like capture_key.
+-- about one index lookup per row dearer. It runs with its caller's rights
+-- (the capture functions': tashkent_capture's) and no SET clause, like
+-- capture_key; anyone may call it, which only makes capture dearer.
 CREATE OR REPLACE FUNCTION tashkent.nested_capture_ran() RETURNS boolean
 LANGUAGE plpgsql
 AS $fn$
@@ -489,8 +528,10 @@ $fn$;
 
 -- refuse_state_capture raises the error of a statement captured by state
 -- (see nested_capture_ran) that cannot learn the current state of one of
--- its keys: the table's row is not visible to the session (row-level
--- security, or no SELECT on the table: p_readable false) and a nested
+-- its keys: the table's row is not visible to capture's role,
+-- tashkent_capture (row-level security, or no SELECT on the table:
+-- p_readable false; only where an operator took pg_read_all_data or
+-- BYPASSRLS from it, see stateEvents) and a nested
 -- statement may have written the key after the statement did (the
 -- STATE_EVENTS statements in sql.go say when). Recording the statement's
 -- own row, or a delete, could be wrong, and the other replicas would keep
@@ -590,6 +631,7 @@ $fn$;
 -- instead.
 CREATE OR REPLACE FUNCTION tashkent.capture() RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_variable
@@ -715,17 +757,18 @@ $fn$;
 -- them.
 CREATE OR REPLACE FUNCTION tashkent.capture_key() RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 AS $fn$
 #variable_conflict use_variable
 DECLARE
-	v_tbl text;
-	v_saved text[];
-	v_rows boolean;
-	v_pk1 text;
-	v_cols text;
-	v_trans text[];
-	v_read boolean;
-	v_path text;
+	v_tbl pg_catalog.text;
+	v_saved pg_catalog.text[];
+	v_rows pg_catalog.bool;
+	v_pk1 pg_catalog.text;
+	v_cols pg_catalog.text;
+	v_trans pg_catalog.text[];
+	v_read pg_catalog.bool;
+	v_path pg_catalog.text;
 BEGIN
 	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
 			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
@@ -977,12 +1020,14 @@ $fn$;
 -- capture (the same JSON text, settings pinned the same way), so the key
 -- equals the parent's key text when the columns print alike
 -- (reference_prints_alike); the other foreign keys ('L' arguments) look
--- the parent rows up and print their key, which takes SELECT on the
--- parent's key columns (the function runs with the session's rights: its
--- arguments are SQL, which a definer's rights would let any table owner
--- run as the installer).
+-- the parent rows up and print their key. It runs with tashkent_capture's
+-- rights, like the other capture functions (see "Trust model" in doc.go),
+-- which read every parent (and no policy runs). Its arguments are SQL,
+-- run with those rights: only ensure_triggers writes them, from the
+-- catalog, because no one else may execute (so attach) this function.
 CREATE OR REPLACE FUNCTION tashkent.capture_references() RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_variable
@@ -1063,13 +1108,14 @@ $fn$;
 -- are pinned only when the session's would print differently.
 CREATE OR REPLACE FUNCTION tashkent.capture_reference_keys() RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 AS $fn$
 #variable_conflict use_variable
 DECLARE
-	v_saved text[];
-	v_lab text[];
-	v_col text[];
-	v_i int := 0;
+	v_saved pg_catalog.text[];
+	v_lab pg_catalog.text[];
+	v_col pg_catalog.text[];
+	v_i pg_catalog.int4 := 0;
 BEGIN
 	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
 			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
@@ -1384,6 +1430,11 @@ REVOKE EXECUTE ON FUNCTION tashkent.ensure_triggers(oid), tashkent.ensure_linked
 -- objects here: DROP INDEX refreshes every table whose capture triggers
 -- list unique indexes (their arguments hold an empty one, the only empty
 -- argument there is, so two NUL bytes in a row).
+--
+-- It also guards the sealed writeset buffer (see create_writeset_buffer):
+-- a temporary relation named tashkent_writeset (created, or renamed so)
+-- that tashkent_capture does not own is refused, and so is a cast whose
+-- function a non-superuser owns (refuse_unsafe_casts).
 CREATE OR REPLACE FUNCTION tashkent.on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -1412,6 +1463,28 @@ BEGIN
 			MESSAGE = format('tashkent does not support a temporary table that inherits from a permanent one (%s)', v_temp_child),
 			DETAIL = 'Writes to the parent that reach the temporary table''s rows would be replicated as rows of the parent.',
 			HINT = 'Create the temporary table with LIKE instead of INHERITS.';
+	END IF;
+	IF EXISTS (SELECT FROM pg_event_trigger_ddl_commands() AS d JOIN pg_class AS c ON c.oid = d.objid
+			WHERE d.classid = 'pg_class'::regclass AND c.relname = 'tashkent_writeset'
+				AND c.relpersistence = 't' AND pg_get_userbyid(c.relowner) <> 'tashkent_capture') THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = 'the name pg_temp.tashkent_writeset is reserved for tashkent''s writeset buffer',
+			HINT = 'Choose another name for the temporary relation.';
+	END IF;
+	IF TG_TAG IN ('CREATE CAST', 'ALTER FUNCTION') THEN
+		PERFORM tashkent.refuse_unsafe_casts();
+	END IF;
+	IF TG_TAG = 'ALTER TRIGGER' AND EXISTS (SELECT FROM pg_event_trigger_ddl_commands() AS d
+			JOIN pg_trigger AS tg ON tg.oid = d.objid
+			WHERE d.classid = 'pg_trigger'::regclass AND tg.tgname NOT LIKE 'tashkent\_%'
+				AND tg.tgfoid IN ('tashkent.capture'::regproc, 'tashkent.capture_key'::regproc,
+					'tashkent.capture_references'::regproc, 'tashkent.capture_reference_keys'::regproc,
+					'tashkent.reject_nopk'::regproc)) THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = 'cannot rename a tashkent_* trigger: tashkent captures the table''s writes with it',
+			HINT = 'Triggers named tashkent_* are tashkent''s; leave them as they are.';
 	END IF;
 	FOR v_rel IN
 		WITH cmd AS (
@@ -1497,30 +1570,98 @@ CREATE EVENT TRIGGER tashkent_ddl ON ddl_command_end
 		'CREATE INDEX', 'DROP INDEX', 'ALTER INDEX', 'CREATE SEQUENCE', 'ALTER SEQUENCE',
 		-- for the parent lookups of foreign-key references (see on_ddl)
 		'DROP TABLE', 'DROP SCHEMA', 'DROP TYPE', 'DROP DOMAIN', 'DROP EXTENSION', 'DROP OWNED',
-		'ALTER TYPE', 'ALTER DOMAIN', 'ALTER SCHEMA')
+		'ALTER TYPE', 'ALTER DOMAIN', 'ALTER SCHEMA',
+		-- for the sealed writeset buffer (see on_ddl)
+		'CREATE VIEW', 'ALTER VIEW', 'CREATE CAST', 'ALTER FUNCTION',
+		-- a table owner renaming the capture triggers of its table
+		'ALTER TRIGGER')
 	EXECUTE FUNCTION tashkent.on_ddl();
 ALTER EVENT TRIGGER tashkent_ddl ENABLE ALWAYS;
 
--- prepare_session sets up writeset capture for the calling session.
---
--- The buffer is a plain temporary table, emptied by collect_writeset's
--- DELETE. Not ON COMMIT DELETE ROWS: truncating the table (and its TOAST
--- table) at every commit cost about 0.5 ms per write transaction here.
--- Each row carries the transaction that wrote it, so that rows a
--- transaction left behind (it committed without collecting: a bug in the
--- caller) are never mistaken for the next transaction's.
---
--- It has no SET clause (its set_config must outlive the call, and a
--- clause would not change that but would make it harder to see) and
--- qualifies every name instead: it runs under the session's search_path,
--- and the buffer's DEFAULT binds the function it names when the table is
--- created (a look-alike pg_current_xact_id would tag every row with the
--- wrong transaction, and collect would drop them all).
-CREATE OR REPLACE FUNCTION tashkent.prepare_session() RETURNS void
+-- on_drop_trigger refuses to let a role other than a superuser drop a
+-- capture trigger (a tashkent_* trigger named in the command): a table's
+-- owner may drop its table's triggers, and its writes would then no longer
+-- be captured, never replicated, with no error. (DROP TABLE drops them
+-- with the table: not the command's own object, allowed.) ensure_triggers
+-- drops them as the installer. A renamed capture trigger would escape the
+-- name test: on_ddl refuses the rename.
+CREATE OR REPLACE FUNCTION tashkent.on_drop_trigger() RETURNS event_trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+	v_trg text;
 BEGIN
-	IF pg_catalog.to_regclass('pg_temp.tashkent_writeset') IS NULL THEN
+	SELECT o.object_identity INTO v_trg FROM pg_event_trigger_dropped_objects() AS o
+	WHERE o.object_type = 'trigger' AND o.original AND o.address_names[cardinality(o.address_names)] LIKE 'tashkent\_%'
+	LIMIT 1;
+	IF v_trg IS NOT NULL AND NOT coalesce((SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user), false) THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = format('cannot drop trigger %s: tashkent captures the table''s writes with it', v_trg),
+			HINT = 'Triggers named tashkent_* are tashkent''s; without them the table''s writes would not reach the other replicas.';
+	END IF;
+END
+$fn$;
+DROP EVENT TRIGGER IF EXISTS tashkent_drop_trigger;
+CREATE EVENT TRIGGER tashkent_drop_trigger ON sql_drop
+	WHEN TAG IN ('DROP TRIGGER')
+	EXECUTE FUNCTION tashkent.on_drop_trigger();
+ALTER EVENT TRIGGER tashkent_drop_trigger ENABLE ALWAYS;
+
+-- The writeset buffer is sealed (see "Trust model" in doc.go): the
+-- temporary table pg_temp.tashkent_writeset is created by
+-- create_writeset_buffer, which runs with the rights of its owner,
+-- tashkent_capture, so the table is tashkent_capture's, with no grants:
+-- a client role can neither read it (it holds the whole new rows of what
+-- the session wrote, columns and rows it may not SELECT included) nor
+-- write it (a forged row would be applied on every other replica as
+-- superuser; a deleted one would never be replicated). Only the capture
+-- triggers write it and only the proxy's collect reads it, both with
+-- tashkent_capture's rights.
+--
+-- The buffer is a plain temporary table, emptied by the collect's DELETE.
+-- Not ON COMMIT DELETE ROWS: truncating the table (and its TOAST table)
+-- at every commit cost about 0.5 ms per write transaction here. Each row
+-- carries the transaction that wrote it, so that rows a transaction left
+-- behind (it committed without collecting: a bug in the caller) are never
+-- mistaken for the next transaction's.
+--
+-- A client can drop the buffer (DISCARD TEMP drops every temporary table
+-- of the session, with no privilege check) and, until the proxy prepares
+-- the session again, capture then fails (no buffer: the write is refused),
+-- and so does the collect. A new buffer is not created in a transaction
+-- that has written (its earlier rows went with the old one).
+-- A table of its own under that name would receive capture's rows (if it
+-- granted tashkent_capture the rights) and feed the collect: so on_ddl
+-- refuses any temporary relation named tashkent_writeset that
+-- tashkent_capture does not own, this function refuses to use one, and
+-- the collect checks the owner too.
+--
+-- No SET clause: it qualifies every name instead (it runs under the
+-- session's search_path, and the buffer's DEFAULT binds the function it
+-- names when the table is created: a look-alike pg_current_xact_id would
+-- tag every row with the wrong transaction, and collect would drop them
+-- all).
+CREATE OR REPLACE FUNCTION tashkent.create_writeset_buffer() RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+AS $fn$
+DECLARE
+	v_owner pg_catalog.name := (SELECT pg_catalog.pg_get_userbyid(c.relowner) FROM pg_catalog.pg_class AS c
+		WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset'));
+BEGIN
+	IF v_owner IS NULL AND pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL THEN
+		-- The buffer was dropped (DISCARD TEMP) in a transaction that has
+		-- written: its rows went with it, and a new one would let the
+		-- transaction commit without them, never replicated. The proxy
+		-- prepares a session when it is idle.
+		RAISE EXCEPTION USING
+			ERRCODE = '25001',
+			MESSAGE = 'cannot set up writeset capture in a transaction that has written',
+			DETAIL = 'The session''s writeset buffer is gone (DISCARD TEMP): the changes this transaction made before would not reach the other replicas.',
+			HINT = 'Roll the transaction back; the tashkent proxy sets capture up again when the session is idle.';
+	ELSIF v_owner IS NULL THEN
 		CREATE TEMPORARY TABLE tashkent_writeset (
 			seq bigserial,
 			xid pg_catalog.xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
@@ -1528,24 +1669,85 @@ BEGIN
 			op  pg_catalog.text NOT NULL,
 			key pg_catalog.text,
 			row pg_catalog.text
-		);
+		) USING heap;
+		-- Default privileges a superuser gave for tashkent_capture's
+		-- tables would unseal it.
+		IF (SELECT c.relacl FROM pg_catalog.pg_class AS c
+				WHERE c.oid OPERATOR(pg_catalog.=) 'pg_temp.tashkent_writeset'::pg_catalog.regclass) IS NOT NULL THEN
+			RAISE EXCEPTION USING
+				ERRCODE = '42501',
+				MESSAGE = 'tashkent''s writeset buffer would be granted to other roles (default privileges of role tashkent_capture)',
+				HINT = 'ALTER DEFAULT PRIVILEGES FOR ROLE tashkent_capture REVOKE ... the grants on tables and sequences.';
+		END IF;
+	ELSIF v_owner OPERATOR(pg_catalog.<>) CURRENT_USER THEN
+		PERFORM tashkent.refuse_foreign_buffer(v_owner);
 	END IF;
+END
+$fn$;
+
+-- refuse_foreign_buffer raises the error for a pg_temp.tashkent_writeset
+-- that tashkent_capture does not own (see create_writeset_buffer).
+CREATE OR REPLACE FUNCTION tashkent.refuse_foreign_buffer(p_owner pg_catalog.name) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+	RAISE EXCEPTION USING
+		ERRCODE = '42501',
+		MESSAGE = format('pg_temp.tashkent_writeset belongs to role %s, not to tashkent: writeset capture cannot use it', p_owner),
+		DETAIL = 'tashkent keeps the session''s writeset in a temporary table that only its own role, tashkent_capture, may read or write.',
+		HINT = 'Do not create relations named tashkent_writeset; DROP TABLE pg_temp.tashkent_writeset or reconnect.';
+END
+$fn$;
+
+-- prepare_session sets up writeset capture for the calling session: the
+-- sealed buffer (create_writeset_buffer, which refuses a table of that
+-- name that is not tashkent_capture's, such as one an older tashkent
+-- created with the session's role: DROP it or reconnect) and the
+-- tashkent.capture setting. No SET clause (its set_config must outlive
+-- the call); every name qualified.
+CREATE OR REPLACE FUNCTION tashkent.prepare_session() RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+	PERFORM tashkent.create_writeset_buffer();
 	PERFORM pg_catalog.set_config('tashkent.capture', 'on', false);
 END
 $fn$;
 
--- collect_writeset returns the current transaction's buffered row events
--- in order and empties the buffer. Autovacuum does not visit temporary
--- tables and the space of deleted rows is not reused without a VACUUM
--- (which cannot run inside a transaction), so once the table has grown past
--- 256 kB it is truncated (a new, empty file; rolled back with the
--- transaction like the DELETE). Every collect scans the whole table, dead
--- rows included, and a truncation costs about 1 ms: 256 kB, a few hundred
--- typical transactions, keeps both small (measured, see doc.go).
---
--- Its query is replica.CollectQuery (see there: it also drops rows an
--- earlier transaction left behind, with a warning). Like capture_key it
--- has no SET clause and qualifies every name.
+-- check_collector lets the collect and the trim run for the proxy (which
+-- binds the database's record token, see record_version) and for a
+-- superuser's session: a client that could call them could read its
+-- buffer (the rows it may not SELECT) or empty it before the commit's
+-- collect (its writes would never be replicated). It also checks that the
+-- buffer is tashkent_capture's (see create_writeset_buffer). Runs in
+-- take_writeset and trim_writeset_buffer, as tashkent_capture; no SET
+-- clause, every name qualified.
+CREATE OR REPLACE FUNCTION tashkent.check_collector(p_token pg_catalog.text) RETURNS pg_catalog.bool
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+	v_owner pg_catalog.name;
+BEGIN
+	IF NOT (EXISTS (SELECT FROM tashkent.record_token AS t WHERE t.token OPERATOR(pg_catalog.=) p_token)
+			OR EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+				WHERE r.rolname OPERATOR(pg_catalog.=) SESSION_USER AND r.rolsuper)) THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = 'only the tashkent proxy collects writesets',
+			HINT = 'The writeset buffer belongs to tashkent; the proxy collects it at COMMIT.';
+	END IF;
+	v_owner := (SELECT pg_catalog.pg_get_userbyid(c.relowner) FROM pg_catalog.pg_class AS c
+		WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass('pg_temp.tashkent_writeset'));
+	IF v_owner OPERATOR(pg_catalog.<>) 'tashkent_capture' THEN
+		PERFORM tashkent.refuse_foreign_buffer(v_owner);
+	END IF;
+	RETURN true;
+END
+$fn$;
+
+-- warn_stale_writeset reports rows an earlier transaction left in the
+-- buffer (see CollectQuery).
 CREATE OR REPLACE FUNCTION tashkent.warn_stale_writeset(p_rows bigint) RETURNS bigint
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1556,25 +1758,95 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION tashkent.collect_writeset()
-RETURNS TABLE (tbl text, op text, key text, "row" text)
+-- take_writeset returns the current transaction's buffered row events in
+-- order and empties the buffer, for the proxy, which binds the record
+-- token (check_collector), or a superuser's session. It returns them as
+-- four arrays (one row), which replica.CollectQuery unnests in order: a
+-- set-returning plpgsql function fills a tuplestore, and returning the
+-- rows so cost about 15 µs more per commit. Its query is
+-- bufferCollectQuery's, aggregated (it also drops rows an earlier
+-- transaction left behind, with a warning). Autovacuum does not visit
+-- temporary tables and the space of deleted rows is not reused without a
+-- VACUUM (which cannot run inside a transaction), so once the table has
+-- grown past 256 kB it is truncated (trim_writeset_buffer; a new, empty
+-- file, rolled back with the transaction like the DELETE). Every collect
+-- scans the whole table, dead rows included, and a truncation costs about
+-- 1 ms: 256 kB, a few hundred typical transactions, keeps both small
+-- (measured, see doc.go). Like capture_key it has no SET clause and
+-- qualifies every name.
+--
+-- The checks (the common case in one expression whose constants are
+-- folded when it is planned, the buffer's OID and tashkent_capture's;
+-- check_collector says what is wrong otherwise, or lets a superuser's
+-- session through) are the HAVING clause of the one statement: a second
+-- statement in the function cost about 50 µs per commit. An aggregate
+-- without GROUP BY always has its one group, so the clause is evaluated
+-- even when the buffer is empty; when it raises, the statement's DELETE
+-- is undone with it.
+CREATE OR REPLACE FUNCTION tashkent.take_writeset(p_token pg_catalog.text,
+	OUT tbl pg_catalog.text[], OUT op pg_catalog.text[], OUT key pg_catalog.text[], OUT "row" pg_catalog.text[])
 LANGUAGE plpgsql
+SECURITY DEFINER
 AS $fn$
 #variable_conflict use_column
 BEGIN
+	WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING *),
+		stale AS (
+			SELECT tashkent.warn_stale_writeset(pg_catalog.count(*)) FROM d
+			WHERE NOT coalesce(d.xid OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned(), false)
+			HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>) 0
+		)
+	SELECT pg_catalog.array_agg(d.tbl ORDER BY d.seq), pg_catalog.array_agg(d.op ORDER BY d.seq),
+		pg_catalog.array_agg(d.key ORDER BY d.seq), pg_catalog.array_agg(d.row ORDER BY d.seq)
+	INTO tbl, op, key, "row"
+	FROM d
+	WHERE d.xid OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned()
+		AND (SELECT pg_catalog.count(*) FROM stale) OPERATOR(pg_catalog.>=) 0
+	HAVING (EXISTS (SELECT FROM tashkent.record_token AS t WHERE t.token OPERATOR(pg_catalog.=) p_token)
+			AND EXISTS (SELECT FROM pg_catalog.pg_class AS c
+				WHERE c.oid OPERATOR(pg_catalog.=) 'pg_temp.tashkent_writeset'::pg_catalog.regclass
+					AND c.relowner OPERATOR(pg_catalog.=) 'tashkent_capture'::pg_catalog.regrole))
+		OR tashkent.check_collector(p_token);
+END
+$fn$;
+
+-- collect_writeset is take_writeset and the trim in one call, for a
+-- superuser's session (replica.CollectSQL): no one else may execute it
+-- (see the REVOKE below), so it checks no token, only the buffer's owner.
+-- The proxy prepares take_writeset's and the trim's queries instead
+-- (replica.CollectQuery, TrimSQL).
+CREATE OR REPLACE FUNCTION tashkent.collect_writeset()
+RETURNS TABLE (tbl pg_catalog.text, op pg_catalog.text, key pg_catalog.text, "row" pg_catalog.text)
+LANGUAGE plpgsql
+SECURITY DEFINER
+AS $fn$
+#variable_conflict use_column
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c
+			WHERE c.oid OPERATOR(pg_catalog.=) 'pg_temp.tashkent_writeset'::pg_catalog.regclass
+				AND c.relowner OPERATOR(pg_catalog.=) 'tashkent_capture'::pg_catalog.regrole) THEN
+		PERFORM tashkent.check_collector(NULL);
+	END IF;
 	RETURN QUERY
 		$COLLECT_QUERY;
-	PERFORM tashkent.trim_writeset_buffer();
+	IF pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144 THEN
+		TRUNCATE pg_temp.tashkent_writeset;
+	END IF;
 END
 $fn$;
 
 -- trim_writeset_buffer truncates the writeset buffer once it has grown past
--- 256 kB (see collect_writeset). The proxy runs it through a prepared
--- statement that calls it only then (replica.TrimSQL), after its collect.
-CREATE OR REPLACE FUNCTION tashkent.trim_writeset_buffer() RETURNS boolean
+-- 256 kB (see take_writeset), for the proxy (the record token) or a
+-- superuser's session: truncating it before the collect would lose the
+-- transaction's rows. The proxy runs it through a prepared statement that
+-- calls it only then (replica.TrimSQL), after its collect.
+DROP FUNCTION IF EXISTS tashkent.trim_writeset_buffer();
+CREATE OR REPLACE FUNCTION tashkent.trim_writeset_buffer(p_token pg_catalog.text) RETURNS boolean
 LANGUAGE plpgsql
+SECURITY DEFINER
 AS $fn$
 BEGIN
+	PERFORM tashkent.check_collector(p_token);
 	IF pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144 THEN
 		TRUNCATE pg_temp.tashkent_writeset;
 		RETURN true;
@@ -1582,6 +1854,64 @@ BEGIN
 	RETURN false;
 END
 $fn$;
+
+-- refuse_unsafe_casts raises an error if a cast runs a function that a
+-- role other than a superuser owns. Capture runs as tashkent_capture and
+-- converts values: to_json of a row calls the cast to json of any column
+-- type that is not built in (an enum of the user's with CREATE CAST (mood
+-- AS json) WITH FUNCTION ...), a row's ::text the cast from its row type
+-- to text if there is one, a parent lookup the cast of the referencing
+-- column to the foreign key operator's type. Such a function, if a client
+-- role could write it, would run with tashkent_capture's rights and could
+-- forge writeset rows. on_ddl calls it after CREATE CAST and ALTER
+-- FUNCTION (a function given to another owner), Install at every run.
+CREATE OR REPLACE FUNCTION tashkent.refuse_unsafe_casts() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_cast text;
+	v_fn text;
+	v_owner name;
+BEGIN
+	SELECT format('%s AS %s', format_type(c.castsource, NULL), format_type(c.casttarget, NULL)),
+		f.oid::regprocedure::text, pg_get_userbyid(f.proowner)
+	INTO v_cast, v_fn, v_owner
+	FROM pg_cast AS c JOIN pg_proc AS f ON f.oid = c.castfunc
+	WHERE c.castmethod = 'f'
+		AND NOT coalesce((SELECT r.rolsuper FROM pg_roles AS r WHERE r.oid = f.proowner), false)
+	ORDER BY c.oid LIMIT 1;
+	IF v_cast IS NOT NULL THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '0A000',
+			MESSAGE = format('tashkent does not support the cast (%s): its function %s belongs to role %s, not to a superuser', v_cast, v_fn, v_owner),
+			DETAIL = 'tashkent''s capture functions convert values with casts (to json, a row to text) and run with the rights of role tashkent_capture; a cast function that a non-superuser can change would run with those rights.',
+			HINT = format('DROP CAST (%s), or have a superuser own the function (ALTER FUNCTION %s OWNER TO a superuser).', v_cast, v_fn);
+	END IF;
+END
+$fn$;
+
+-- The capture and collect functions belong to tashkent_capture, whose
+-- rights they run with (SECURITY DEFINER; see "Trust model" in doc.go).
+-- CREATE OR REPLACE keeps an existing function's owner and OID (triggers
+-- keep working); these statements make an older install's functions its.
+-- The trigger functions are not for calling: no one else may execute
+-- them (a trigger fires without that right, but CREATE TRIGGER needs it,
+-- so no client can attach them with arguments of its own, such as
+-- capture_references' SQL fragments). take_writeset and
+-- trim_writeset_buffer check the record token; collect_writeset is for
+-- superusers.
+ALTER FUNCTION tashkent.capture() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.capture_key() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.capture_references() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.capture_reference_keys() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.create_writeset_buffer() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.take_writeset(pg_catalog.text) OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.collect_writeset() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.trim_writeset_buffer(pg_catalog.text) OWNER TO tashkent_capture;
+REVOKE ALL ON FUNCTION tashkent.capture(), tashkent.capture_key(), tashkent.capture_references(),
+	tashkent.capture_reference_keys(), tashkent.collect_writeset() FROM PUBLIC;
+SELECT tashkent.refuse_unsafe_casts();
 
 SELECT tashkent.ensure_all_triggers();
 `
@@ -1592,25 +1922,39 @@ SELECT tashkent.ensure_all_triggers();
 const PrepareSessionSQL = `SELECT tashkent.prepare_session()`
 
 // CollectSQL returns the current transaction's buffered row events in
-// order and empties the buffer, in one statement. CollectWriteset sends
-// it; a proxy that speaks the wire protocol itself can send it and decode
-// the rows (tbl, op, key, row: all text) with Collapse.
+// order and empties the buffer, in one statement, in a superuser's session
+// (CollectWriteset sends it). A client's session of any role runs
+// CollectQuery and TrimSQL with the record token instead.
 const CollectSQL = `SELECT tbl, op, key, "row" FROM tashkent.collect_writeset()`
 
-// CollectQuery is collect_writeset's query on its own: the same rows, for
-// a caller that prepares it once per session and runs it at every commit,
-// followed by TrimSQL. Prepared, it took 116-138 µs less than CollectSQL
-// (its plpgsql call fills a tuplestore, and a simple query is planned
-// every time) in five of six interleaved runs, 316 µs less in the sixth
-// (one client over pgx, 3-row writesets, medians of 3,000 commits each;
-// the deferred-constraint check was left out of both, see doc.go).
+// CollectQuery returns the current transaction's buffered row events in
+// order and empties the buffer, for a caller that prepares it once per
+// session and runs it at every commit, followed by TrimSQL: $1 is the
+// database's record token (ReadRecordToken), without which only a
+// superuser's session may collect (the buffer is sealed: see "Trust
+// model" in doc.go). The proxy sends it in the client's session, under
+// the client's role. It runs bufferCollectQuery's query in
+// tashkent.take_writeset, with tashkent_capture's rights, which returns
+// the rows as four arrays (see there).
+const CollectQuery = `SELECT u.tbl, u.op, u.key, u."row" FROM tashkent.take_writeset($1) AS w,
+	ROWS FROM (pg_catalog.unnest(w.tbl), pg_catalog.unnest(w.op), pg_catalog.unnest(w.key), pg_catalog.unnest(w."row"))
+		WITH ORDINALITY AS u(tbl, op, key, "row", n)
+	ORDER BY u.n`
+
+// bufferCollectQuery is take_writeset's query. Prepared on its own (the
+// proxy ran it so before the buffer was sealed), it took 116-138 µs less
+// than CollectSQL (its plpgsql call fills a tuplestore, and a simple query
+// is planned every time) in five of six interleaved runs, 316 µs less in
+// the sixth (one client over pgx, 3-row writesets, medians of 3,000
+// commits each; the deferred-constraint check was left out of both, see
+// doc.go).
 //
 // One statement deletes every row and returns the transaction's own: rows
 // a transaction left behind (it committed without collecting: a bug in the
 // caller) are dropped, never mistaken for this one's, and reported in a
 // warning by tashkent.warn_stale_writeset, evaluated once (an InitPlan) and
 // called only when there are any.
-const CollectQuery = `WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING *),
+const bufferCollectQuery = `WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING *),
 		stale AS (
 			SELECT tashkent.warn_stale_writeset(pg_catalog.count(*)) FROM d
 			WHERE NOT coalesce(d.xid OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned(), false)
@@ -1623,10 +1967,11 @@ const CollectQuery = `WITH d AS (DELETE FROM pg_temp.tashkent_writeset RETURNING
 
 // TrimSQL truncates the writeset buffer if it has grown past 256 kB, as
 // collect_writeset does after its query; run it after CollectQuery, in the
-// same transaction. The size test is a file-size lookup; the truncation,
-// about 1 ms, comes every few hundred typical transactions (doc.go).
+// same transaction, with the same $1. The size test is a file-size lookup;
+// the truncation, about 1 ms, comes every few hundred typical transactions
+// (doc.go).
 const TrimSQL = `SELECT CASE WHEN pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144
-	THEN tashkent.trim_writeset_buffer() ELSE false END`
+	THEN tashkent.trim_writeset_buffer($1) ELSE false END`
 
 // RecordVersionSQL records a committed version from a client's session,
 // whatever its role: $1 is the version, $2 the database's record token
