@@ -48,17 +48,14 @@ func roleConn(t testing.TB, srv *pgserver.Server, role string) *pgx.Conn {
 }
 
 // trustRolesWithDDL lets roles that are not superusers run DDL in the
-// database, where a DDL guard would refuse it (a later tashkent refuses
-// such DDL unless the proxies trust those roles: tashkent.ddl_trust); a
-// no-op where there is none. The attacks here need DDL of the role
-// (CREATE CAST, DROP TRIGGER, ...), which a trusted role can run.
+// database (SetDDLTrust; the DDL guard refuses it otherwise): the attacks
+// here need DDL of the role (CREATE CAST, DROP TRIGGER, ...), which a
+// trusted role can run.
 func trustRolesWithDDL(t testing.TB, admin *pgx.Conn) {
 	t.Helper()
-	mustExec(t, admin, `DO $$BEGIN
-		IF pg_catalog.to_regclass('tashkent.ddl_trust') IS NOT NULL THEN
-			EXECUTE 'INSERT INTO tashkent.ddl_trust (trust_roles) VALUES (true) ON CONFLICT (id) DO UPDATE SET trust_roles = true';
-		END IF;
-	END$$`)
+	if err := SetDDLTrust(tctx(t), admin, true); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // execErr runs sql as one simple query on c and returns its error as a
