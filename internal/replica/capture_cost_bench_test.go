@@ -93,9 +93,11 @@ func backendCPU(ctx context.Context, b *testing.B, c *pgx.Conn) time.Duration {
 }
 
 // tpcbTransaction runs one pgbench TPC-B-like transaction as the proxy
-// commits it: with capture, SET CONSTRAINTS ALL IMMEDIATE, the collect and
-// the version insert before COMMIT; without, the same minus the collect.
-func tpcbTransaction(ctx context.Context, b *testing.B, c *pgx.Conn, captured bool, version int64, rnd *rand.Rand) {
+// commits it: SET CONSTRAINTS ALL IMMEDIATE, the collect (none if collect
+// is nil: a database without capture) and the version insert before
+// COMMIT. collect returns the number of rows or changes it collected,
+// which must be the transaction's 4.
+func tpcbTransaction(ctx context.Context, b *testing.B, c *pgx.Conn, collect func(pgx.Tx) (int, error), version int64, rnd *rand.Rand) {
 	aid, tid, delta := 1+rnd.Intn(100000), 1+rnd.Intn(10), rnd.Intn(10001)-5000
 	tx, err := c.Begin(ctx)
 	if err != nil {
@@ -128,12 +130,12 @@ func tpcbTransaction(ctx context.Context, b *testing.B, c *pgx.Conn, captured bo
 			return err
 		},
 		func() error {
-			if !captured {
+			if collect == nil {
 				return nil
 			}
-			ws, err := CollectWriteset(ctx, tx)
-			if err == nil && len(ws) != 4 {
-				err = fmt.Errorf("writeset of %d changes, want 4", len(ws))
+			n, err := collect(tx)
+			if err == nil && n != 4 {
+				err = fmt.Errorf("writeset of %d, want 4", n)
 			}
 			return err
 		},
@@ -154,6 +156,24 @@ func tpcbTransaction(ctx context.Context, b *testing.B, c *pgx.Conn, captured bo
 	}
 }
 
+// collectChanges is tpcbTransaction's collect for a superuser's session
+// (CollectWriteset): the number of changes.
+func collectChanges(ctx context.Context) func(pgx.Tx) (int, error) {
+	return func(tx pgx.Tx) (int, error) {
+		ws, err := CollectWriteset(ctx, tx)
+		return len(ws), err
+	}
+}
+
+// capturedCollect is collectChanges for the databases with capture, nil
+// for the one without ("none").
+func capturedCollect(ctx context.Context, db string) func(pgx.Tx) (int, error) {
+	if db == "none" {
+		return nil
+	}
+	return collectChanges(ctx)
+}
+
 // BenchmarkCaptureCostTPCB measures capture's CPU per pgbench TPC-B-like
 // transaction (one client, prepared statements), today and before the
 // capture cost work. b.N transactions per database, in rounds of 100
@@ -172,7 +192,7 @@ func BenchmarkCaptureCostTPCB(b *testing.B) {
 	for _, db := range costVariants {
 		for i := 0; i < 20; i++ {
 			version[db]++
-			tpcbTransaction(ctx, b, sessions[db], db != "none", version[db], rnd)
+			tpcbTransaction(ctx, b, sessions[db], capturedCollect(ctx, db), version[db], rnd)
 		}
 	}
 	perTxn := map[string][]float64{}
@@ -184,7 +204,7 @@ func BenchmarkCaptureCostTPCB(b *testing.B) {
 			before := backendCPU(ctx, b, s)
 			for i := 0; i < n; i++ {
 				version[db]++
-				tpcbTransaction(ctx, b, s, db != "none", version[db], rnd)
+				tpcbTransaction(ctx, b, s, capturedCollect(ctx, db), version[db], rnd)
 			}
 			perTxn[db] = append(perTxn[db], float64(backendCPU(ctx, b, s)-before)/float64(time.Microsecond)/float64(n))
 		}

@@ -2,7 +2,6 @@ package replica
 
 import (
 	"context"
-	"fmt"
 	"math/rand"
 	"testing"
 	"time"
@@ -66,9 +65,9 @@ func BenchmarkSealCost(b *testing.B) {
 	version := map[string]int64{}
 	run := func(db string) {
 		version[db]++
-		sealCostTransaction(ctx, b, sessions[db], version[db], rnd, func(tx pgx.Tx) (int, error) {
+		tpcbTransaction(ctx, b, sessions[db], func(tx pgx.Tx) (int, error) {
 			return collect[db](ctx, tx, tokens[db])
-		})
+		}, version[db], rnd)
 	}
 	for _, db := range variants {
 		for i := 0; i < 20; i++ {
@@ -114,58 +113,4 @@ func collectCount(ctx context.Context, tx pgx.Tx, query, trim, token string, arg
 	}
 	_, err = tx.Exec(ctx, trim, token)
 	return n, err
-}
-
-// sealCostTransaction is tpcbTransaction with the collect given.
-func sealCostTransaction(ctx context.Context, b *testing.B, c *pgx.Conn, version int64, rnd *rand.Rand, collect func(pgx.Tx) (int, error)) {
-	aid, tid, delta := 1+rnd.Intn(100000), 1+rnd.Intn(10), rnd.Intn(10001)-5000
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	var bal int
-	for _, step := range []func() error{
-		func() error {
-			_, err := tx.Exec(ctx, `UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2`, delta, aid)
-			return err
-		},
-		func() error {
-			return tx.QueryRow(ctx, `SELECT abalance FROM pgbench_accounts WHERE aid = $1`, aid).Scan(&bal)
-		},
-		func() error {
-			_, err := tx.Exec(ctx, `UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2`, delta, tid)
-			return err
-		},
-		func() error {
-			_, err := tx.Exec(ctx, `UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2`, delta, 1)
-			return err
-		},
-		func() error {
-			_, err := tx.Exec(ctx, `INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)`, tid, 1, aid, delta)
-			return err
-		},
-		func() error {
-			_, err := tx.Exec(ctx, `SET CONSTRAINTS ALL IMMEDIATE`)
-			return err
-		},
-		func() error {
-			n, err := collect(tx)
-			if err == nil && n != 4 {
-				err = fmt.Errorf("writeset of %d rows, want 4", n)
-			}
-			return err
-		},
-		func() error {
-			_, err := tx.Exec(ctx, recordVersionDirectSQL, version)
-			return err
-		},
-	} {
-		if err := step(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		b.Fatal(err)
-	}
 }
