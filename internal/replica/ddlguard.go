@@ -61,6 +61,9 @@ BEGIN
 END
 $fn$;
 
+-- guard_ddl is both event triggers' function: at ddl_command_end it looks
+-- at the objects the command created or changed, at sql_drop at those it
+-- dropped.
 CREATE OR REPLACE FUNCTION tashkent.guard_ddl() RETURNS event_trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -71,31 +74,18 @@ BEGIN
 	IF tashkent.role_may_replicate_ddl() THEN
 		RETURN;
 	END IF;
-	SELECT format('%s changes %s', d.command_tag, coalesce(d.object_identity, d.object_type)) INTO v_what
-	FROM pg_catalog.pg_event_trigger_ddl_commands() AS d
-	WHERE d.schema_name IS DISTINCT FROM 'pg_temp'
-		AND NOT coalesce(d.object_identity OPERATOR(pg_catalog.~~) '% on pg\_temp.%', false)
-	LIMIT 1;
-	IF v_what IS NOT NULL THEN
-		PERFORM tashkent.refuse_untrusted_ddl(v_what);
+	IF TG_EVENT OPERATOR(pg_catalog.=) 'sql_drop' THEN
+		SELECT format('%s drops %s %s', TG_TAG, d.object_type, d.object_identity) INTO v_what
+		FROM pg_catalog.pg_event_trigger_dropped_objects() AS d
+		WHERE NOT d.is_temporary
+		LIMIT 1;
+	ELSE
+		SELECT format('%s changes %s', d.command_tag, coalesce(d.object_identity, d.object_type)) INTO v_what
+		FROM pg_catalog.pg_event_trigger_ddl_commands() AS d
+		WHERE d.schema_name IS DISTINCT FROM 'pg_temp'
+			AND NOT coalesce(d.object_identity OPERATOR(pg_catalog.~~) '% on pg\_temp.%', false)
+		LIMIT 1;
 	END IF;
-END
-$fn$;
-
-CREATE OR REPLACE FUNCTION tashkent.guard_drop() RETURNS event_trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-	v_what text;
-BEGIN
-	IF tashkent.role_may_replicate_ddl() THEN
-		RETURN;
-	END IF;
-	SELECT format('%s drops %s %s', TG_TAG, d.object_type, d.object_identity) INTO v_what
-	FROM pg_catalog.pg_event_trigger_dropped_objects() AS d
-	WHERE NOT d.is_temporary
-	LIMIT 1;
 	IF v_what IS NOT NULL THEN
 		PERFORM tashkent.refuse_untrusted_ddl(v_what);
 	END IF;
@@ -106,7 +96,7 @@ DROP EVENT TRIGGER IF EXISTS tashkent_guard_ddl;
 CREATE EVENT TRIGGER tashkent_guard_ddl ON ddl_command_end EXECUTE FUNCTION tashkent.guard_ddl();
 ALTER EVENT TRIGGER tashkent_guard_ddl ENABLE ALWAYS;
 DROP EVENT TRIGGER IF EXISTS tashkent_guard_drop;
-CREATE EVENT TRIGGER tashkent_guard_drop ON sql_drop EXECUTE FUNCTION tashkent.guard_drop();
+CREATE EVENT TRIGGER tashkent_guard_drop ON sql_drop EXECUTE FUNCTION tashkent.guard_ddl();
 ALTER EVENT TRIGGER tashkent_guard_drop ENABLE ALWAYS;
 `
 

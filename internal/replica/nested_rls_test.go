@@ -64,16 +64,7 @@ ALTER TABLE docs FORCE ROW LEVEL SECURITY;`
 // session through the proxy does.
 func roleSession(t testing.TB, srv *pgserver.Server, role string) *pgx.Conn {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(srv.DSN("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.User = role
-	c, err := pgx.ConnectConfig(tctx(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	c := roleConn(t, srv, role)
 	if err := PrepareSession(tctx(t), c); err != nil {
 		t.Fatal(err)
 	}
