@@ -41,7 +41,7 @@ func (s *session) relay(swallow bool) (result, error) {
 		case *pgproto3.ErrorResponse:
 			e := s.rewriteError(m)
 			if swallow {
-				e = redactBoundParameters(e)
+				e = s.redactOwnError(e)
 			}
 			if r.err == nil {
 				r.err = e
@@ -145,6 +145,24 @@ func redactBoundParameters(e *pgproto3.ErrorResponse) *pgproto3.ErrorResponse {
 	return e
 }
 
+// redactOwnError is redactBoundParameters, and the token itself removed
+// from every field wherever it is (a server whose lc_messages words the
+// context lines otherwise).
+func (s *session) redactOwnError(e *pgproto3.ErrorResponse) *pgproto3.ErrorResponse {
+	e = redactBoundParameters(e)
+	if s.p.rep == nil {
+		return e
+	}
+	token := s.p.rep.recordToken.Load()
+	if token == nil || len(*token) == 0 {
+		return e
+	}
+	for _, f := range []*string{&e.Message, &e.Detail, &e.Hint, &e.Where, &e.InternalQuery} {
+		*f = strings.ReplaceAll(*f, string(*token), "(tashkent's record token)")
+	}
+	return e
+}
+
 // exec sends a query of the proxy's own and swallows its responses.
 func (s *session) exec(sql string) (result, error) {
 	if err := s.openDeferredBegin(); err != nil {
@@ -200,7 +218,7 @@ func (s *session) readRowsOf(only int) ([][][]byte, result, error) {
 			rows = append(rows, row)
 		case *pgproto3.ErrorResponse:
 			if r.err == nil {
-				r.err = redactBoundParameters(s.rewriteError(m))
+				r.err = s.redactOwnError(s.rewriteError(m))
 			}
 		case *pgproto3.NoticeResponse:
 			s.log.Warn("notice from the writeset buffer", "message", m.Message)
