@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -39,6 +40,9 @@ func (s *session) relay(swallow bool) (result, error) {
 			return r, nil
 		case *pgproto3.ErrorResponse:
 			e := s.rewriteError(m)
+			if swallow {
+				e = s.redactOwnError(e)
+			}
 			if r.err == nil {
 				r.err = e
 			}
@@ -114,6 +118,51 @@ func (s *session) rewriteError(m *pgproto3.ErrorResponse) *pgproto3.ErrorRespons
 	return &e
 }
 
+// redactBoundParameters removes, from the error of a statement of the
+// proxy's own, the context lines in which PostgreSQL reports the
+// statement's bound parameters. The proxy binds the record token to its
+// collect and to record_version (replica.CollectQuery, RecordVersionSQL),
+// in the client's session, and any role may SET
+// log_parameter_max_length_on_error: then an error in those statements
+// (a DISCARD TEMP before COMMIT fails the collect) carried the token to
+// the client, in the CONTEXT line "unnamed portal with parameters: $1 =
+// '...'" (review h33, finding 2). With the token a role could empty its
+// writeset before the collect (its writes never replicated) or record
+// versions its database does not hold.
+func redactBoundParameters(e *pgproto3.ErrorResponse) *pgproto3.ErrorResponse {
+	if !strings.Contains(e.Where, "portal") {
+		return e
+	}
+	lines := strings.Split(e.Where, "\n")
+	kept := lines[:0]
+	for _, line := range lines {
+		if strings.Contains(line, "portal") && strings.Contains(line, "parameter") {
+			continue
+		}
+		kept = append(kept, line)
+	}
+	e.Where = strings.Join(kept, "\n")
+	return e
+}
+
+// redactOwnError is redactBoundParameters, and the token itself removed
+// from every field wherever it is (a server whose lc_messages words the
+// context lines otherwise).
+func (s *session) redactOwnError(e *pgproto3.ErrorResponse) *pgproto3.ErrorResponse {
+	e = redactBoundParameters(e)
+	if s.p.rep == nil {
+		return e
+	}
+	token := s.p.rep.recordToken.Load()
+	if token == nil || len(*token) == 0 {
+		return e
+	}
+	for _, f := range []*string{&e.Message, &e.Detail, &e.Hint, &e.Where, &e.InternalQuery} {
+		*f = strings.ReplaceAll(*f, string(*token), "(tashkent's record token)")
+	}
+	return e
+}
+
 // exec sends a query of the proxy's own and swallows its responses.
 func (s *session) exec(sql string) (result, error) {
 	if err := s.openDeferredBegin(); err != nil {
@@ -169,7 +218,7 @@ func (s *session) readRowsOf(only int) ([][][]byte, result, error) {
 			rows = append(rows, row)
 		case *pgproto3.ErrorResponse:
 			if r.err == nil {
-				r.err = s.rewriteError(m)
+				r.err = s.redactOwnError(s.rewriteError(m))
 			}
 		case *pgproto3.NoticeResponse:
 			s.log.Warn("notice from the writeset buffer", "message", m.Message)

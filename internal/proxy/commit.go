@@ -30,6 +30,9 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 	if res.failed() {
 		return res.err, s.rollbackAfterCollect(res)
 	}
+	if refusal := s.unguardedDDL(); refusal != nil {
+		return refusal, s.rollback()
+	}
 	changes = append(s.ddlChanges(), changes...)
 	if len(changes) == 0 { // read-only: commits locally (C2)
 		res, err := s.exec("COMMIT")

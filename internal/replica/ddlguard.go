@@ -26,9 +26,13 @@ import (
 // else; they fire in every session_replication_role (ALWAYS), so a
 // direct connection to the replica's PostgreSQL is refused too.
 //
-// DDL on temporary objects (reported in schema pg_temp, or for a trigger,
-// rule or policy, "... on pg_temp.name") stays on the replica and is
-// allowed. tashkent's own DDL (on_ddl's triggers, Install, the appliers)
+// DDL on temporary objects (reported in schema pg_temp, or a trigger,
+// rule or policy of a temporary table) stays on the replica and is
+// allowed. Whether an object is temporary is read from the catalog
+// (ddl_object_is_temporary), never from its identity's text: a quoted
+// name can contain any text, and matching "% on pg_temp.%" let
+// public."f on pg_temp.x"() and a trigger "t on pg_temp.x" of a
+// persistent table through (review h33, finding 1). tashkent's own DDL (on_ddl's triggers, Install, the appliers)
 // runs as a superuser.
 const ddlGuardTemplate = `
 -- ddl_trust says whether DDL by roles that are not superusers is allowed
@@ -61,6 +65,24 @@ BEGIN
 END
 $fn$;
 
+-- ddl_object_is_temporary says whether a command's object (as
+-- pg_event_trigger_ddl_commands reports it) is temporary: a trigger, rule
+-- or policy by its table, anything else by its schema.
+CREATE OR REPLACE FUNCTION tashkent.ddl_object_is_temporary(p_classid oid, p_objid oid, p_schema text) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+	SELECT coalesce(CASE p_classid
+		WHEN 'pg_catalog.pg_trigger'::regclass THEN (SELECT c.relpersistence = 't'
+			FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid WHERE t.oid = p_objid)
+		WHEN 'pg_catalog.pg_rewrite'::regclass THEN (SELECT c.relpersistence = 't'
+			FROM pg_rewrite AS r JOIN pg_class AS c ON c.oid = r.ev_class WHERE r.oid = p_objid)
+		WHEN 'pg_catalog.pg_policy'::regclass THEN (SELECT c.relpersistence = 't'
+			FROM pg_policy AS p JOIN pg_class AS c ON c.oid = p.polrelid WHERE p.oid = p_objid)
+		ELSE p_schema = 'pg_temp'
+	END, false)
+$fn$;
+
 -- guard_ddl is both event triggers' function: at ddl_command_end it looks
 -- at the objects the command created or changed, at sql_drop at those it
 -- dropped.
@@ -78,12 +100,14 @@ BEGIN
 		SELECT format('%s drops %s %s', TG_TAG, d.object_type, d.object_identity) INTO v_what
 		FROM pg_catalog.pg_event_trigger_dropped_objects() AS d
 		WHERE NOT d.is_temporary
+			-- A temporary table's rules, triggers and policies are not
+			-- is_temporary; their address names their table's schema.
+			AND NOT (d.object_type IN ('rule', 'trigger', 'policy') AND d.address_names[1] OPERATOR(pg_catalog.=) 'pg_temp')
 		LIMIT 1;
 	ELSE
 		SELECT format('%s changes %s', d.command_tag, coalesce(d.object_identity, d.object_type)) INTO v_what
 		FROM pg_catalog.pg_event_trigger_ddl_commands() AS d
-		WHERE d.schema_name IS DISTINCT FROM 'pg_temp'
-			AND NOT coalesce(d.object_identity OPERATOR(pg_catalog.~~) '% on pg\_temp.%', false)
+		WHERE NOT tashkent.ddl_object_is_temporary(d.classid, d.objid, d.schema_name)
 		LIMIT 1;
 	END IF;
 	IF v_what IS NOT NULL THEN

@@ -539,3 +539,40 @@ func TestSealedBufferWithoutTemporaryForPublic(t *testing.T) {
 	})
 	eqStrings(t, "mallory's insert", changes(e.GetWriteset().GetChanges()), []string{`U mallory.own [1] (1,a)`})
 }
+
+// TestDDLGuardReadsTemporarinessFromTheCatalog (review h33, finding 1):
+// the DDL guard let through any command whose object identity contained
+// " on pg_temp." (meant for triggers, rules and policies of temporary
+// tables), and a quoted name can contain that text. mallory, with CREATE
+// on a schema and no trust, created public."f on pg_temp.x"() (on the
+// other replicas a superuser's function, SECURITY DEFINER if she asks),
+// a trigger "t on pg_temp.x" on her persistent table, and renamed the
+// table to such a name, after which every ALTER TABLE of it passed.
+func TestDDLGuardReadsTemporarinessFromTheCatalog(t *testing.T) {
+	srv, _ := instance(t, sealSchema)
+	mallory := roleConn(t, srv, "mallory")
+	for _, sql := range []string{
+		`CREATE FUNCTION mallory."f on pg_temp.x"() RETURNS int LANGUAGE sql SECURITY DEFINER AS 'SELECT 1'`,
+		`CREATE TRIGGER "t on pg_temp.x" BEFORE UPDATE ON mallory.own
+			FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()`,
+		`CREATE RULE "r on pg_temp.x" AS ON DELETE TO mallory.own DO INSTEAD NOTHING`,
+		`CREATE POLICY "p on pg_temp.x" ON mallory.own USING (true)`,
+		`ALTER TABLE mallory.own RENAME TO "own on pg_temp.x"`,
+		`CREATE TABLE mallory."n on pg_temp.x" (id int PRIMARY KEY)`,
+	} {
+		wantRefused(t, mallory, sql, "42501")
+	}
+	// Temporary objects, and their triggers, rules and policies, stay allowed.
+	for _, sql := range []string{
+		`CREATE TEMP TABLE scratch (id int PRIMARY KEY, v text)`,
+		`CREATE TRIGGER keep BEFORE UPDATE ON pg_temp.scratch
+			FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger()`,
+		`CREATE RULE quiet AS ON DELETE TO pg_temp.scratch DO INSTEAD NOTHING`,
+		`CREATE POLICY mine ON pg_temp.scratch USING (true)`,
+		`DROP TABLE pg_temp.scratch`,
+	} {
+		if code, msg := execErr(t, mallory, sql); code != "" {
+			t.Errorf("%s as mallory: %s %s", sql, code, msg)
+		}
+	}
+}

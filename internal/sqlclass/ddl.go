@@ -184,13 +184,13 @@ func ddlTag(n *pg_query.Node) (tag string, temp bool, ok bool) {
 	case *pg_query.Node_ImportForeignSchemaStmt:
 		return "IMPORT FOREIGN SCHEMA", false, true
 	case *pg_query.Node_CreatePolicyStmt:
-		return "CREATE POLICY", false, true
+		return "CREATE POLICY", isTempRangeVar(s.CreatePolicyStmt.Table), true
 	case *pg_query.Node_AlterPolicyStmt:
-		return "ALTER POLICY", false, true
+		return "ALTER POLICY", isTempRangeVar(s.AlterPolicyStmt.Table), true
 	case *pg_query.Node_CreateAmStmt:
 		return "CREATE ACCESS METHOD", false, true
 	case *pg_query.Node_CreateTrigStmt:
-		return "CREATE TRIGGER", false, true
+		return "CREATE TRIGGER", isTempRangeVar(s.CreateTrigStmt.Relation), true
 	case *pg_query.Node_CreateEventTrigStmt:
 		return "CREATE EVENT TRIGGER", false, true
 	case *pg_query.Node_AlterEventTrigStmt:
@@ -218,7 +218,7 @@ func ddlTag(n *pg_query.Node) (tag string, temp bool, ok bool) {
 	case *pg_query.Node_AlterTypeStmt:
 		return "ALTER TYPE", false, true
 	case *pg_query.Node_RuleStmt:
-		return "CREATE RULE", false, true
+		return "CREATE RULE", isTempRangeVar(s.RuleStmt.Relation), true
 	case *pg_query.Node_CompositeTypeStmt, *pg_query.Node_CreateEnumStmt, *pg_query.Node_CreateRangeStmt:
 		return "CREATE TYPE", false, true
 	case *pg_query.Node_AlterEnumStmt:

@@ -129,6 +129,12 @@ var classifyCases = []struct {
 	{"alter view rename", "ALTER VIEW v RENAME TO w", []want{{Kind: DDL, Tag: "ALTER VIEW"}}},
 	{"drop table", "DROP TABLE IF EXISTS t, u CASCADE", []want{{Kind: DDL, Tag: "DROP TABLE"}}},
 	{"drop pg_temp table", "DROP TABLE pg_temp.t", []want{{Kind: DDL, Tag: "DROP TABLE", TempOnly: true}}},
+	// review h33, finding 4: replicated, they stopped the other replicas' appliers.
+	{"trigger on pg_temp table", "CREATE TRIGGER k BEFORE UPDATE ON pg_temp.t FOR EACH ROW EXECUTE FUNCTION f()", []want{{Kind: DDL, Tag: "CREATE TRIGGER", TempOnly: true}}},
+	{"rule on pg_temp table", "CREATE RULE r AS ON DELETE TO pg_temp.t DO INSTEAD NOTHING", []want{{Kind: DDL, Tag: "CREATE RULE", TempOnly: true}}},
+	{"policy on pg_temp table", "CREATE POLICY p ON pg_temp.t USING (true)", []want{{Kind: DDL, Tag: "CREATE POLICY", TempOnly: true}}},
+	{"alter policy on pg_temp table", "ALTER POLICY p ON pg_temp.t USING (true)", []want{{Kind: DDL, Tag: "ALTER POLICY", TempOnly: true}}},
+	{"trigger on permanent table", "CREATE TRIGGER k BEFORE UPDATE ON public.t FOR EACH ROW EXECUTE FUNCTION f()", []want{{Kind: DDL, Tag: "CREATE TRIGGER"}}},
 	{"drop index", "DROP INDEX i", []want{{Kind: DDL, Tag: "DROP INDEX"}}},
 	{"drop function", "DROP FUNCTION f(int)", []want{{Kind: DDL, Tag: "DROP FUNCTION"}}},
 	{"create function dollar quoted", "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $fn$ SELECT 1; $fn$",
