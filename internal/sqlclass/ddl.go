@@ -154,7 +154,8 @@ func ddlTag(n *pg_query.Node) (tag string, temp bool, ok bool) {
 	case *pg_query.Node_AlterDefaultPrivilegesStmt:
 		return "ALTER DEFAULT PRIVILEGES", false, true
 	case *pg_query.Node_CommentStmt:
-		return "COMMENT", false, true
+		schema, _, ok := commentedRelation(s.CommentStmt)
+		return "COMMENT", ok && isTempSchema(schema), true
 	case *pg_query.Node_SecLabelStmt:
 		return "SECURITY LABEL", false, true
 	case *pg_query.Node_CreateTableSpaceStmt:
@@ -259,4 +260,31 @@ func ddlTag(n *pg_query.Node) (tag string, temp bool, ok bool) {
 		return "REFRESH MATERIALIZED VIEW", false, true
 	}
 	return "", false, false
+}
+
+// commentedRelation is the schema ("" when not given) and name of the
+// relation a COMMENT ON names, itself or one of its columns; ok is false
+// for other objects. COMMENT ON a temporary table, replicated, stopped the
+// other replicas' appliers (review h33, finding 5).
+func commentedRelation(c *pg_query.CommentStmt) (schema, name string, ok bool) {
+	l := c.Object.GetList()
+	if l == nil {
+		return "", "", false
+	}
+	items := l.Items
+	switch c.Objtype {
+	case pg_query.ObjectType_OBJECT_TABLE, pg_query.ObjectType_OBJECT_VIEW, pg_query.ObjectType_OBJECT_MATVIEW,
+		pg_query.ObjectType_OBJECT_SEQUENCE, pg_query.ObjectType_OBJECT_INDEX, pg_query.ObjectType_OBJECT_FOREIGN_TABLE:
+	case pg_query.ObjectType_OBJECT_COLUMN:
+		items = items[:len(items)-1] // the column's own name
+	default:
+		return "", "", false
+	}
+	switch len(items) {
+	case 1:
+		return "", items[0].GetString_().GetSval(), true
+	case 2:
+		return items[0].GetString_().GetSval(), items[1].GetString_().GetSval(), true
+	}
+	return "", "", false
 }

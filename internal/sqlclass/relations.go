@@ -27,6 +27,10 @@ func unqualifiedRelations(n *pg_query.Node) []string {
 		add(s.CreateTrigStmt.Relation)
 	case *pg_query.Node_RuleStmt:
 		add(s.RuleStmt.Relation)
+	case *pg_query.Node_CommentStmt:
+		if schema, name, ok := commentedRelation(s.CommentStmt); ok && schema == "" {
+			names = append(names, name)
+		}
 	case *pg_query.Node_DropStmt:
 		switch s.DropStmt.RemoveType {
 		case pg_query.ObjectType_OBJECT_TABLE, pg_query.ObjectType_OBJECT_VIEW, pg_query.ObjectType_OBJECT_SEQUENCE,

@@ -18,6 +18,9 @@ func TestDDLRelationsNamedWithoutASchema(t *testing.T) {
 		"ALTER TABLE tmp RENAME TO tmp3":                            {"tmp"},
 		"ALTER SEQUENCE s RESTART":                                  {"s"},
 		"CREATE TRIGGER t AFTER INSERT ON tmp EXECUTE FUNCTION f()": {"tmp"},
+		"COMMENT ON TABLE tmp IS 'x'":                               {"tmp"},
+		"COMMENT ON COLUMN tmp.c IS 'x'":                            {"tmp"},
+		"COMMENT ON FUNCTION f() IS 'x'":                            nil,
 		"CREATE TABLE fresh (id int PRIMARY KEY)":                   nil,
 		"CREATE TEMP TABLE fresh (id int)":                          nil,
 	}

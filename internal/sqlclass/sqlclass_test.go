@@ -134,6 +134,11 @@ var classifyCases = []struct {
 	{"rule on pg_temp table", "CREATE RULE r AS ON DELETE TO pg_temp.t DO INSTEAD NOTHING", []want{{Kind: DDL, Tag: "CREATE RULE", TempOnly: true}}},
 	{"policy on pg_temp table", "CREATE POLICY p ON pg_temp.t USING (true)", []want{{Kind: DDL, Tag: "CREATE POLICY", TempOnly: true}}},
 	{"alter policy on pg_temp table", "ALTER POLICY p ON pg_temp.t USING (true)", []want{{Kind: DDL, Tag: "ALTER POLICY", TempOnly: true}}},
+	// review h33, finding 5: the same for COMMENT ON.
+	{"comment on pg_temp table", "COMMENT ON TABLE pg_temp.t IS 'x'", []want{{Kind: DDL, Tag: "COMMENT", TempOnly: true}}},
+	{"comment on pg_temp column", "COMMENT ON COLUMN pg_temp.t.c IS 'x'", []want{{Kind: DDL, Tag: "COMMENT", TempOnly: true}}},
+	{"comment on permanent column", "COMMENT ON COLUMN public.t.c IS 'x'", []want{{Kind: DDL, Tag: "COMMENT"}}},
+	{"comment on unqualified column", "COMMENT ON COLUMN t.c IS 'x'", []want{{Kind: DDL, Tag: "COMMENT"}}},
 	{"trigger on permanent table", "CREATE TRIGGER k BEFORE UPDATE ON public.t FOR EACH ROW EXECUTE FUNCTION f()", []want{{Kind: DDL, Tag: "CREATE TRIGGER"}}},
 	{"drop index", "DROP INDEX i", []want{{Kind: DDL, Tag: "DROP INDEX"}}},
 	{"drop function", "DROP FUNCTION f(int)", []want{{Kind: DDL, Tag: "DROP FUNCTION"}}},
