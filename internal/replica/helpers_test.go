@@ -108,6 +108,17 @@ func commitRecorded(t testing.TB, c *pgx.Conn, v uint64, sql, token string, reco
 	return &certifierpb.LogEntry{Version: v, Writeset: &certifierpb.Writeset{Changes: ws}}
 }
 
+// commitAsClient is commitRecorded as the proxy commits in a client's
+// session of any role: the collect and the version's record with the
+// database's record token.
+func commitAsClient(t testing.TB, c *pgx.Conn, v uint64, sql, token string) *certifierpb.LogEntry {
+	t.Helper()
+	return commitRecorded(t, c, v, sql, token, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, RecordVersionSQL, int64(v), token)
+		return err
+	})
+}
+
 func pgErr(t testing.TB, err error) *pgconn.PgError {
 	t.Helper()
 	var pe *pgconn.PgError

@@ -1,7 +1,6 @@
 package replica
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -93,10 +92,7 @@ func newReplicated(t *testing.T, schema string) *replicated {
 		t.Helper()
 		version++
 		// As the proxy records it in a client's session, whatever its role.
-		return commitRecorded(t, alice, version, sql, token, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, RecordVersionSQL, int64(version), token)
-			return err
-		})
+		return commitAsClient(t, alice, version, sql, token)
 	}
 	return &replicated{admin: admin, alice: alice, other: other, commit: commit}
 }

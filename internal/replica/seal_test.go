@@ -133,10 +133,7 @@ func TestSealedBufferRefusesClientRoles(t *testing.T) {
 		`INSERT INTO mallory.own VALUES (1, 'a'), (2, 'b')`,
 		`UPDATE mallory.own SET v = 'c' WHERE id = 1; DELETE FROM mallory.own WHERE id = 2`,
 	} {
-		e := commitRecorded(t, mallory, uint64(v+1), sql, token, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, RecordVersionSQL, int64(v+1), token)
-			return err
-		})
+		e := commitAsClient(t, mallory, uint64(v+1), sql, token)
 		for _, c := range e.GetWriteset().GetChanges() {
 			if !strings.HasPrefix(c.GetTable(), "mallory.") {
 				t.Errorf("mallory's writeset names %s", change(c))
@@ -179,10 +176,7 @@ func TestSealedBufferHidesWhatTheRoleMayNotRead(t *testing.T) {
 	} {
 		wantRefused(t, clerk, `BEGIN; UPDATE salaries SET amount = 7; `+sql, "42501")
 	}
-	e := commitRecorded(t, clerk, 1, `UPDATE salaries SET amount = 7`, token, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, RecordVersionSQL, int64(1), token)
-		return err
-	})
+	e := commitAsClient(t, clerk, 1, `UPDATE salaries SET amount = 7`, token)
 	eqStrings(t, "the proxy's collect", changes(e.GetWriteset().GetChanges()), []string{
 		`U public.salaries [1] (1,7,"secret 1")`, `U public.salaries [2] (2,7,"secret 2")`})
 }
@@ -251,10 +245,7 @@ func TestSealedBufferCannotBeReplaced(t *testing.T) {
 		t.Fatalf("the buffer's owner after PrepareSession: %q (%v)", owner, err)
 	}
 	wantRefused(t, legacy, bufferStatements[0], "42501")
-	e := commitRecorded(t, legacy, 1, `INSERT INTO mallory.own VALUES (1, 'a')`, token, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, RecordVersionSQL, int64(1), token)
-		return err
-	})
+	e := commitAsClient(t, legacy, 1, `INSERT INTO mallory.own VALUES (1, 'a')`, token)
 	eqStrings(t, "after PrepareSession", changes(e.GetWriteset().GetChanges()), []string{`U mallory.own [1] (1,a)`})
 
 	// Dropping the buffer in a transaction that wrote and setting capture
@@ -473,10 +464,7 @@ func TestCaptureRunsNoCodeOfTheClient(t *testing.T) {
 		`SET TimeZone = 'Asia/Tokyo'; UPDATE mallory.docs SET v = 'c'; UPDATE mallory.child SET p = 1.5;
 			INSERT INTO mallory.child VALUES (2, NULL)`,
 	} {
-		e := commitRecorded(t, mallory, uint64(v+1), sql, token, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, RecordVersionSQL, int64(v+1), token)
-			return err
-		})
+		e := commitAsClient(t, mallory, uint64(v+1), sql, token)
 		got := changes(e.GetWriteset().GetChanges())
 		for _, c := range got {
 			if strings.Contains(c, "salaries") || strings.Contains(c, "forged") {
@@ -510,10 +498,7 @@ func TestCaptureTriggersCannotBeDroppedByTheOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := commitRecorded(t, mallory, 1, `INSERT INTO mallory.own VALUES (1, 'a')`, token, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, RecordVersionSQL, int64(1), token)
-		return err
-	})
+	e := commitAsClient(t, mallory, 1, `INSERT INTO mallory.own VALUES (1, 'a')`, token)
 	eqStrings(t, "mallory's insert after DISABLE TRIGGER ALL", changes(e.GetWriteset().GetChanges()), []string{`U mallory.own [1] (1,a)`})
 	// A superuser may (ensure_triggers does, to replace them).
 	mustExec(t, admin, `DROP TRIGGER tashkent_capture_ins ON mallory.own; SELECT tashkent.ensure_triggers('mallory.own'::regclass)`)
@@ -533,10 +518,7 @@ func TestSealedBufferWithoutTemporaryForPublic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := commitRecorded(t, mallory, 1, `INSERT INTO mallory.own VALUES (1, 'a')`, token, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, RecordVersionSQL, int64(1), token)
-		return err
-	})
+	e := commitAsClient(t, mallory, 1, `INSERT INTO mallory.own VALUES (1, 'a')`, token)
 	eqStrings(t, "mallory's insert", changes(e.GetWriteset().GetChanges()), []string{`U mallory.own [1] (1,a)`})
 }
 
