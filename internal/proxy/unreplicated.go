@@ -16,16 +16,6 @@ import (
 // answer is the same in the simple and the extended protocol; an open
 // transaction block fails, as after an error from PostgreSQL.
 func unreplicatedRefusal(st sqlclass.Statement) *pgproto3.ErrorResponse {
-	if st.Kind == sqlclass.Prepare && st.Inner == sqlclass.DDL {
-		// PREPARE name AS SELECT ... INTO table: its EXECUTE creates the
-		// table, and an EXECUTE is not DDL to the proxy, so the table would
-		// exist on this replica only (a write to it then stops the other
-		// replicas' appliers), whoever runs it.
-		return errorResponse(codeFeatureNotSupported,
-			"SELECT INTO in a prepared statement is not supported by tashkent: the table it creates would exist on this replica only",
-			"tashkent replicates DDL as the statements the client sends; EXECUTE of a prepared statement does not say what it creates.",
-			"Use CREATE TABLE name AS SELECT ..., which is replicated.")
-	}
 	switch st.Unreplicated {
 	case sqlclass.Notifications:
 		return errorResponse(codeFeatureNotSupported,
@@ -42,6 +32,13 @@ func unreplicatedRefusal(st sqlclass.Statement) *pgproto3.ErrorResponse {
 			"advisory locks are not supported by tashkent: they would exclude only sessions on the same replica",
 			"An advisory lock is held in one replica's memory; the other replicas do not see it.",
 			"Update a row of a lock table instead: tashkent certifies concurrent writes of one row across replicas, and one of two such transactions fails with 40001.")
+	case sqlclass.DDLInPreparedStatement:
+		// A write to the table it creates would stop the other replicas'
+		// appliers.
+		return errorResponse(codeFeatureNotSupported,
+			"SELECT INTO in a prepared statement is not supported by tashkent: the table it creates would exist on this replica only",
+			"tashkent replicates DDL as the statements the client sends; EXECUTE of a prepared statement does not say what it creates.",
+			"Use CREATE TABLE name AS SELECT ..., which is replicated.")
 	case sqlclass.PreparedQueryDDL:
 		return errorResponse(codeFeatureNotSupported,
 			"CREATE TABLE AS EXECUTE is not supported by tashkent: the other replicas do not have the prepared statement it runs",

@@ -34,6 +34,10 @@ const (
 	// statement it names exists in this session only, so every other
 	// replica would fail on it for good.
 	PreparedQueryDDL
+	// DDLInPreparedStatement is PREPARE name AS SELECT ... INTO a table that
+	// is not temporary: its EXECUTE creates the table, and an EXECUTE is not
+	// DDL to the proxy, so the table would exist on this replica only.
+	DDLInPreparedStatement
 )
 
 // String returns the feature's name as the docs spell it.
@@ -49,6 +53,8 @@ func (f Feature) String() string {
 		return "setval"
 	case PreparedQueryDDL:
 		return "CREATE TABLE AS EXECUTE"
+	case DDLInPreparedStatement:
+		return "PREPARE ... SELECT INTO"
 	}
 	return "replicated"
 }
@@ -78,6 +84,11 @@ func unreplicatedFeature(n *pg_query.Node, k Kind) Feature {
 	}
 	if largeObjectDDL(n) {
 		return LargeObjects
+	}
+	if p := n.GetPrepareStmt(); k == Prepare && p != nil {
+		if inner := classifyNode(p.Query); inner.Kind == DDL && !inner.TempOnly {
+			return DDLInPreparedStatement
+		}
 	}
 	if ctas := n.GetCreateTableAsStmt(); k == DDL && ctas != nil && ctas.Query.GetExecuteStmt() != nil &&
 		!(ctas.Into != nil && isTempRangeVar(ctas.Into.Rel)) {

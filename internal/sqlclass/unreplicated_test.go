@@ -49,6 +49,9 @@ func TestUnreplicatedFeatures(t *testing.T) {
 		{"CREATE UNLOGGED TABLE t AS EXECUTE q(1)", PreparedQueryDDL},
 		{"CREATE TEMP TABLE t AS EXECUTE q(1)", Replicated}, // stays on the replica
 		{"CREATE TABLE t AS SELECT 1", Replicated},
+		{"PREPARE q AS SELECT 1 AS id INTO public.t", DDLInPreparedStatement},
+		{"PREPARE q AS SELECT 1 AS id", Replicated},
+		{"PREPARE q AS SELECT 1 AS id INTO TEMP t", Replicated}, // stays on the replica
 	}
 	for _, c := range cases {
 		stmts, err := Classify(c.sql)
