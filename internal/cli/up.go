@@ -16,10 +16,11 @@ func init() { extraCommands = append(extraCommands, newUpCommand) }
 
 func newUpCommand() *cobra.Command {
 	var (
-		o            cluster.Options
-		mode         string
-		noDemo       bool
-		demoDuration time.Duration
+		o             cluster.Options
+		mode          string
+		noDemo        bool
+		trustDDLRoles bool
+		demoDuration  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -50,6 +51,9 @@ Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 				}
 				o.Mode = m
 			}
+			if f.Changed("trust-ddl-roles") {
+				o.TrustDDLRoles = &trustDDLRoles
+			}
 			out := cmd.OutOrStdout()
 			o.Progress = out
 			st, err := cluster.Up(cmd.Context(), o)
@@ -77,6 +81,9 @@ Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 	f.IntVar(&o.Certifiers, "certifiers", 0, "certifier group size of a new cluster: 1, or 3 or 5 members replicated with Raft (Tashkent §7.3)")
 	f.BoolVar(&o.CertifierTLS, "certifier-tls", false, "a new cluster uses mutual TLS between proxies and certifiers and among certifiers, "+
 		"with a CA and per-process certificates generated in DATA-DIR/certifier-tls (recorded in cluster.json)")
+	f.BoolVar(&trustDDLRoles, "trust-ddl-roles", false, "run the proxies with --trust-ddl-roles: roles that are not superusers may run DDL, "+
+		"which the other replicas run as a superuser, so only if every such role is trusted as one (recorded in cluster.json; "+
+		"to change it on an existing cluster, `tashkent down` first)")
 	f.BoolVar(&noDemo, "no-demo", false, "skip the demo workload")
 	f.DurationVar(&demoDuration, "demo-duration", 5*time.Second, "how long the demo runs transfers")
 	f.DurationVar(&o.ReadyTimeout, "ready-timeout", cluster.DefaultReadyTimeout, "how long to wait for each process to accept connections")

@@ -42,7 +42,7 @@ func tlsFiles(dir string) (cert, key string, err error) {
 
 // clientSideArgs are the proxy flags for replica r: its index for the
 // per-replica sequence offsets (its position in the cluster, 1-based) and
-// the TLS files.
+// the TLS files, and --trust-ddl-roles when the cluster records it.
 func (u *upper) clientSideArgs(r *Replica) ([]string, error) {
 	index := 0
 	for i, other := range u.st.Replicas {
@@ -57,5 +57,9 @@ func (u *upper) clientSideArgs(r *Replica) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []string{"--replica-index", strconv.Itoa(index), "--tls-cert", cert, "--tls-key", key}, nil
+	args := []string{"--replica-index", strconv.Itoa(index), "--tls-cert", cert, "--tls-key", key}
+	if u.st.TrustDDLRoles {
+		args = append(args, "--trust-ddl-roles")
+	}
+	return args, nil
 }

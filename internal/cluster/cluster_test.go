@@ -254,6 +254,20 @@ func TestUpStatusDown(t *testing.T) {
 	}
 	eventually(t, r2, "SELECT coalesce(max(v), '') FROM kept WHERE id = 1", "written before down")
 
+	// Without --trust-ddl-roles, a role that is not a superuser may not run
+	// DDL (the DDL guard, replica/ddlguard.go), and the setting cannot
+	// change while the proxies run.
+	query(t, r1, "CREATE ROLE ddl_user LOGIN")
+	query(t, r1, "GRANT CREATE ON SCHEMA public TO ddl_user")
+	ddlUser := strings.Replace(r2, "postgres@", "ddl_user@", 1)
+	if _, err := tryQuery(ddlUser, "CREATE TABLE by_ddl_user (id int PRIMARY KEY)"); err == nil || !strings.Contains(err.Error(), "42501") {
+		t.Fatalf("DDL by a role that is not a superuser, without --trust-ddl-roles: %v, want 42501", err)
+	}
+	if out, err := run(t, bin, "up", "--data-dir", dir, "--trust-ddl-roles", "--no-demo"); err == nil ||
+		!strings.Contains(out, "tashkent down --data-dir "+dir) {
+		t.Fatalf("up --trust-ddl-roles on a running cluster created without it: %v", err)
+	}
+
 	// up on a running cluster starts nothing.
 	out = mustRun(t, bin, "up", "--data-dir", dir, "--no-demo")
 	if again, _ := cluster.Load(dir); fmt.Sprint(pids(again)) != fmt.Sprint(first) {
@@ -283,8 +297,9 @@ func TestUpStatusDown(t *testing.T) {
 		t.Fatalf("up --replicas 3 on a 2-replica cluster: %v", err)
 	}
 
-	// up again: restart on the same directory, same ports, data kept.
-	out = mustRun(t, bin, "up", "--data-dir", dir, "--no-demo")
+	// up again: restart on the same directory, same ports, data kept; the
+	// proxies now trust roles with DDL.
+	out = mustRun(t, bin, "up", "--data-dir", dir, "--trust-ddl-roles", "--no-demo")
 	if strings.Contains(out, "initdb") {
 		t.Errorf("restart ran initdb:\n%s", out)
 	}
@@ -308,6 +323,11 @@ func TestUpStatusDown(t *testing.T) {
 	}
 	query(t, r2, "INSERT INTO kept VALUES (2, 'written after restart')")
 	eventually(t, r1, "SELECT coalesce(max(v), '') FROM kept WHERE id = 2", "written after restart")
+	if !st2.TrustDDLRoles || !strings.Contains(out, "--trust-ddl-roles") {
+		t.Errorf("up --trust-ddl-roles: recorded %v, printed:\n%s", st2.TrustDDLRoles, out)
+	}
+	query(t, ddlUser, "CREATE TABLE by_ddl_user (id int PRIMARY KEY)")
+	eventually(t, r1, "SELECT count(*)::text FROM pg_tables WHERE tablename = 'by_ddl_user'", "1")
 	if s := status(t, bin, dir); !s.Healthy {
 		t.Fatalf("status after restart: %+v", s)
 	}

@@ -67,6 +67,9 @@ type State struct {
 	// CertifierTLS: mutual TLS on the certifier channels (`up
 	// --certifier-tls`); nil: plaintext.
 	CertifierTLS *CertifierTLS `json:"certifier_tls,omitempty"`
+	// TrustDDLRoles: the proxies run with --trust-ddl-roles (`up
+	// --trust-ddl-roles`): roles that are not superusers may run DDL.
+	TrustDDLRoles bool `json:"trust_ddl_roles,omitempty"`
 }
 
 // Certifier records the certifier process.
@@ -260,4 +263,7 @@ func (s *State) WriteEndpoints(w io.Writer) {
 	}
 	fmt.Fprintf(w, "Status: tashkent status --data-dir %s    Stop: tashkent down --data-dir %s\n", s.Dir, s.Dir)
 	s.writeCertifierTLS(w)
+	if s.TrustDDLRoles {
+		fmt.Fprintln(w, "DDL: roles that are not superusers may run DDL (--trust-ddl-roles); the other replicas run it as a superuser.")
+	}
 }

@@ -74,6 +74,11 @@ type Options struct {
 	// channel, with a CA and certificates generated in the cluster
 	// directory (certifier_tls.go).
 	CertifierTLS bool
+	// TrustDDLRoles, when not nil, sets whether the cluster's proxies let
+	// roles that are not superusers run DDL (the proxy's --trust-ddl-roles);
+	// nil keeps what the cluster recorded (a new cluster: no). It can
+	// change only while no proxy of the cluster runs (ddltrust.go).
+	TrustDDLRoles *bool
 }
 
 // Up creates the cluster in o.Dir, or restarts whatever of the recorded
@@ -122,6 +127,9 @@ func Up(ctx context.Context, o Options) (*State, error) {
 	default:
 		if err := checkCompatible(st, o); err != nil {
 			return nil, err
+		}
+		if o.TrustDDLRoles != nil {
+			st.TrustDDLRoles = *o.TrustDDLRoles
 		}
 	}
 	st.Dir = dir
@@ -193,6 +201,7 @@ func newState(dir string, o Options) (*State, error) {
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	st := &State{Created: now, Dir: dir, Mode: mode, CertifierTLS: newCertifierTLS(dir, o.CertifierTLS)}
+	st.TrustDDLRoles = o.TrustDDLRoles != nil && *o.TrustDDLRoles
 	cd := filepath.Join(dir, "certifier")
 	st.Certifier = Certifier{DataDir: cd, Port: o.CertifierPort, Log: filepath.Join(cd, "certifier.log")}
 	if err := addCertifierMembers(st, dir, o); err != nil {
@@ -225,6 +234,9 @@ func checkCompatible(st *State, o Options) error {
 		return fmt.Errorf("the cluster in %s has %d certifier(s), not %d (the group's size is fixed when the cluster is created)", st.Dir, n, o.Certifiers)
 	}
 	if err := checkCertifierTLS(st, o); err != nil {
+		return err
+	}
+	if err := checkDDLTrust(st, o); err != nil {
 		return err
 	}
 	if o.CertifierPort != 0 && o.CertifierPort != st.Certifier.Port {
