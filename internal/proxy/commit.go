@@ -28,7 +28,7 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 		return nil, err
 	}
 	if res.failed() {
-		return res.err, s.rollbackAfterCollect(res)
+		return explainCollectError(res.err), s.rollbackAfterCollect(res)
 	}
 	if refusal := s.unguardedDDL(); refusal != nil {
 		return refusal, s.rollback()
@@ -64,6 +64,23 @@ func (s *session) collectWriteset() ([]*pb.Change, result, error) {
 	}
 	changes, err := replica.Collapse(events)
 	return changes, res, err
+}
+
+// explainCollectError says why a collect found no writeset buffer: the
+// transaction ran DISCARD TEMP, which drops the session's temporary
+// tables, the buffer with them. PostgreSQL's own error (relation
+// pg_temp.tashkent_writeset does not exist) names an object the client
+// never made. The rollback undoes the DISCARD, so the session keeps its
+// buffer; outside a transaction block the proxy sets it up again after a
+// DISCARD (noteStatement).
+func explainCollectError(e *pgproto3.ErrorResponse) *pgproto3.ErrorResponse {
+	if e.Code != codeUndefinedTable || !strings.Contains(e.Message, replica.WritesetBuffer) {
+		return e
+	}
+	return errorResponse(codeFeatureNotSupported,
+		"DISCARD TEMP inside a transaction block is not supported by tashkent: it dropped the buffer that holds the transaction's writeset, so the transaction was rolled back",
+		"PostgreSQL: "+e.Message,
+		"Run DISCARD TEMP (or DISCARD ALL) outside a transaction block, where tashkent sets its buffer up again; or drop your temporary tables by name.")
 }
 
 // rollbackAfterCollect rolls back a transaction whose collect failed, and

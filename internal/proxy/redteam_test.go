@@ -514,8 +514,8 @@ func TestRedteamTheRecordTokenDoesNotReachTheClient(t *testing.T) {
 	}
 	_, err = m.Exec(ctx, `COMMIT`)
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		t.Fatalf("COMMIT after DISCARD TEMP: %v, want the collect's error", err)
+	if !errors.As(err, &pgErr) || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, "DISCARD TEMP inside a transaction block") {
+		t.Fatalf("COMMIT after DISCARD TEMP: %v, want the collect's error, explained (0A000)", err)
 	}
 	for _, field := range []string{pgErr.Message, pgErr.Detail, pgErr.Hint, pgErr.Where, pgErr.InternalQuery} {
 		if strings.Contains(field, token) {
@@ -524,6 +524,13 @@ func TestRedteamTheRecordTokenDoesNotReachTheClient(t *testing.T) {
 	}
 	if c.countOn(1, `SELECT count(*) FROM public.notes`) != 0 {
 		t.Error("the failed transaction reached replica 2")
+	}
+	// The rollback undid the DISCARD: the session's writes are captured
+	// and replicated again.
+	execSQL(t, m, `INSERT INTO public.notes VALUES (2, 'after')`)
+	c.converge(10 * time.Second)
+	if c.countOn(1, `SELECT count(*) FROM public.notes WHERE id = 2`) != 1 {
+		t.Error("a write after the failed COMMIT did not reach replica 2")
 	}
 }
 

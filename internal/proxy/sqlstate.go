@@ -15,4 +15,5 @@ const (
 	codeObjectNotInPrereqState = "55000"
 	codeInvalidStatementName   = "26000"
 	codeInsufficientPrivilege  = "42501"
+	codeUndefinedTable         = "42P01"
 )

@@ -30,6 +30,10 @@ const (
 	CodeNotReplicable = "55000"
 )
 
+// WritesetBuffer is the name of the session's writeset buffer, a
+// temporary table (PrepareSession; the sealed buffer in doc.go).
+const WritesetBuffer = "tashkent_writeset"
+
 // Install creates or updates the tashkent schema in the connected
 // database: the tashkent.applied version table, the capture and guard
 // trigger functions, the triggers on every existing user table, and the
