@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -189,13 +190,16 @@ func (s *session) queryRows(sql string) ([][][]byte, result, error) {
 }
 
 // readRows collects the rows of the proxy's own query up to ReadyForQuery.
-func (s *session) readRows() ([][][]byte, result, error) { return s.readRowsOf(-1) }
+func (s *session) readRows() ([][][]byte, result, error) {
+	byStatement, r, err := s.readStatementRows()
+	return slices.Concat(byStatement...), r, err
+}
 
-// readRowsOf is readRows for a pipeline of statements: it keeps only the
-// rows of the statement at index only (counted by the statements'
-// completions), or every statement's for -1.
-func (s *session) readRowsOf(only int) ([][][]byte, result, error) {
-	var rows [][][]byte
+// readStatementRows is readRows for a pipeline of statements: the rows of
+// each, by its index (counted by the statements' completions; a
+// statement that did not complete has none).
+func (s *session) readStatementRows() ([][][][]byte, result, error) {
+	var byStatement [][][][]byte
 	var r result
 	for stmt := 0; ; {
 		msg, err := s.w.Server.Receive()
@@ -206,16 +210,16 @@ func (s *session) readRowsOf(only int) ([][][]byte, result, error) {
 		case *pgproto3.CommandComplete, *pgproto3.EmptyQueryResponse:
 			stmt++
 		case *pgproto3.DataRow:
-			if only >= 0 && stmt != only {
-				continue
-			}
 			row := make([][]byte, len(m.Values))
 			for i, v := range m.Values {
 				if v != nil {
 					row[i] = append([]byte{}, v...)
 				}
 			}
-			rows = append(rows, row)
+			for len(byStatement) <= stmt {
+				byStatement = append(byStatement, nil)
+			}
+			byStatement[stmt] = append(byStatement[stmt], row)
 		case *pgproto3.ErrorResponse:
 			if r.err == nil {
 				r.err = s.redactOwnError(s.rewriteError(m))
@@ -225,9 +229,17 @@ func (s *session) readRowsOf(only int) ([][][]byte, result, error) {
 		case *pgproto3.ReadyForQuery:
 			r.status = m.TxStatus
 			s.status = m.TxStatus
-			return rows, r, nil
+			return byStatement, r, nil
 		}
 	}
+}
+
+// rowsOf returns the rows of statement i of readStatementRows' result.
+func rowsOf(byStatement [][][][]byte, i int) [][][]byte {
+	if i < len(byStatement) {
+		return byStatement[i]
+	}
+	return nil
 }
 
 // forwardRaw writes already-encoded client messages to the backend, after

@@ -22,13 +22,16 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 		return nil, nil
 	}
 	clock := s.p.metrics.phaseClock()
-	changes, res, err := s.collectWriteset()
+	changes, notes, res, err := s.collectWriteset()
 	clock.lap(phaseCollect)
 	if err != nil {
 		return nil, err
 	}
 	if res.failed() {
 		return explainCollectError(res.err), s.rollbackAfterCollect(res)
+	}
+	if refusal := s.unreplicatedDDL(notes); refusal != nil {
+		return refusal, s.rollback()
 	}
 	if refusal := s.unguardedDDL(); refusal != nil {
 		return refusal, s.rollback()
@@ -41,29 +44,35 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 	return s.certifyAndCommit(ctx, changes, clock)
 }
 
-// collectWriteset reads the writeset the capture triggers buffered (C1).
-// Deferred constraints are checked first, in the same round trip: a
-// transaction that violates one must fail here, as in PostgreSQL, not be
-// certified (other replicas apply writesets without checking them).
-func (s *session) collectWriteset() ([]*pb.Change, result, error) {
+// collectWriteset reads the writeset the capture triggers buffered (C1),
+// and the DDL guard's notes (ddlnotes.go). Deferred constraints are
+// checked first, in the same round trip: a transaction that violates one
+// must fail here, as in PostgreSQL, not be certified (other replicas apply
+// writesets without checking them).
+func (s *session) collectWriteset() ([]*pb.Change, []byte, result, error) {
 	token := *s.p.rep.recordToken.Load() // the sealed buffer's collect and trim check it
 	if err := s.sendPipeline(collectStatements, nil, [][]byte{token}, [][]byte{token}); err != nil {
-		return nil, result{}, err
+		return nil, nil, result{}, err
 	}
-	rows, res, err := s.readRowsOf(collectIndex)
+	byStatement, res, err := s.readStatementRows()
 	if err != nil || res.failed() {
-		return nil, res, err
+		return nil, nil, res, err
 	}
 	s.notePipeline(collectStatements, res)
+	rows := rowsOf(byStatement, collectIndex)
 	events := make([]replica.Event, 0, len(rows))
 	for _, row := range rows {
 		if len(row) != 4 || len(row[1]) != 1 {
-			return nil, res, fmt.Errorf("proxy: unexpected writeset row %q", row)
+			return nil, nil, res, fmt.Errorf("proxy: unexpected writeset row %q", row)
 		}
 		events = append(events, replica.Event{Table: string(row[0]), Op: row[1][0], Key: row[2], Row: row[3]})
 	}
+	trim := rowsOf(byStatement, trimIndex)
+	if len(trim) != 1 || len(trim[0]) != 2 {
+		return nil, nil, res, fmt.Errorf("proxy: unexpected result of the collect's last statement %q", trim)
+	}
 	changes, err := replica.Collapse(events)
-	return changes, res, err
+	return changes, trim[0][1], res, err
 }
 
 // explainCollectError says why a collect found no writeset buffer: the

@@ -39,16 +39,20 @@ const (
 type proxyStatement struct{ name, sql string }
 
 // collectStatements are the collect's pipeline, in order; the rows of
-// collectStatement (index collectIndex) are the writeset. A deferred
-// constraint that fails stops the pipeline there, as it would fail the
-// COMMIT in PostgreSQL: nothing is certified.
+// collectStatement (index collectIndex) are the writeset, the trim's row
+// (index trimIndex) holds the DDL guard's notes (replica.CollectEndSQL,
+// ddlnotes.go). A deferred constraint that fails stops the pipeline
+// there, as it would fail the COMMIT in PostgreSQL: nothing is certified.
 var collectStatements = []proxyStatement{
 	{constraintsStatement, "SET CONSTRAINTS ALL IMMEDIATE"},
 	{collectStatement, replica.CollectQuery},
-	{trimStatement, replica.TrimSQL},
+	{trimStatement, replica.CollectEndSQL},
 }
 
-const collectIndex = 1
+const (
+	collectIndex = 1
+	trimIndex    = 2
+)
 
 // commitStatements commit a certified transaction in its turn: the
 // version is recorded (its parameter) in the transaction that commits it.

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"fmt"
+	"strings"
 )
 
 // The DDL guard. Replicated DDL runs on the other replicas in the proxies'
@@ -34,6 +35,18 @@ import (
 // public."f on pg_temp.x"() and a trigger "t on pg_temp.x" of a
 // persistent table through (review h33, finding 1). tashkent's own DDL (on_ddl's triggers, Install, the appliers)
 // runs as a superuser.
+//
+// The guard also notes, in a client's session through the proxy (capture
+// on), the top-level statement under which DDL on a persistent object ran:
+// current_query(), with the first such command, in the transaction-local
+// setting ClientDDLSetting. The proxy replicates DDL as the statements the
+// client sends, so DDL that a DO block, a function, a procedure or a
+// trigger ran would stay on this replica, and a later write to what it
+// made or changed would stop the other replicas' appliers. At COMMIT the
+// proxy reads the notes (CollectEndSQL) and refuses the transaction if a
+// noted statement is not one it replicates as DDL. The notes are a safety
+// net against mistakes, not a security boundary: only roles trusted with
+// DDL get this far, and they could clear the setting.
 const ddlGuardTemplate = `
 -- ddl_trust says whether DDL by roles that are not superusers is allowed
 -- (SetDDLTrust). Every role may read it: the guard runs as the role.
@@ -83,6 +96,36 @@ AS $fn$
 	END, false)
 $fn$;
 
+-- note_client_ddl adds the current top-level statement to the
+-- transaction's notes (see ClientDDLSetting), once per statement text,
+-- with the first command it ran on a persistent object. current_query()
+-- is the text the proxy sent: one statement of a simple query, or a
+-- prepared statement's whole text. tashkent's capture triggers on a new
+-- table are created (and reported) before the table's own command ends;
+-- the note names the table's command instead, which tells the user more.
+CREATE OR REPLACE FUNCTION tashkent.note_client_ddl(p_what text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_notes jsonb := coalesce(nullif(current_setting('$CLIENT_DDL_SETTING', true), '')::jsonb, '[]'::jsonb);
+	v_query text := coalesce(current_query(), '');
+	c_ours constant text := 'CREATE TRIGGER changes tashkent\_capture%';
+BEGIN
+	IF NOT v_notes @> jsonb_build_array(jsonb_build_object('query', v_query)) THEN
+		v_notes := v_notes || jsonb_build_array(jsonb_build_object('query', v_query, 'ddl', p_what));
+	ELSIF p_what NOT LIKE c_ours THEN
+		SELECT jsonb_agg(CASE WHEN e->>'query' = v_query AND e->>'ddl' LIKE c_ours
+			THEN jsonb_set(e, '{ddl}', to_jsonb(p_what)) ELSE e END ORDER BY o)
+		INTO v_notes
+		FROM jsonb_array_elements(v_notes) WITH ORDINALITY AS a(e, o);
+	ELSE
+		RETURN;
+	END IF;
+	PERFORM set_config('$CLIENT_DDL_SETTING', v_notes::text, true);
+END
+$fn$;
+
 -- guard_ddl is both event triggers' function: at ddl_command_end it looks
 -- at the objects the command created or changed, at sql_drop at those it
 -- dropped.
@@ -92,8 +135,9 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
 	v_what text;
+	v_client boolean := current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on';
 BEGIN
-	IF tashkent.role_may_replicate_ddl() THEN
+	IF NOT v_client AND tashkent.role_may_replicate_ddl() THEN
 		RETURN;
 	END IF;
 	IF TG_EVENT OPERATOR(pg_catalog.=) 'sql_drop' THEN
@@ -110,8 +154,14 @@ BEGIN
 		WHERE NOT tashkent.ddl_object_is_temporary(d.classid, d.objid, d.schema_name)
 		LIMIT 1;
 	END IF;
-	IF v_what IS NOT NULL THEN
+	IF v_what IS NULL THEN
+		RETURN;
+	END IF;
+	IF NOT tashkent.role_may_replicate_ddl() THEN
 		PERFORM tashkent.refuse_untrusted_ddl(v_what);
+	END IF;
+	IF v_client THEN
+		PERFORM tashkent.note_client_ddl(v_what);
 	END IF;
 END
 $fn$;
@@ -123,6 +173,21 @@ DROP EVENT TRIGGER IF EXISTS tashkent_guard_drop;
 CREATE EVENT TRIGGER tashkent_guard_drop ON sql_drop EXECUTE FUNCTION tashkent.guard_ddl();
 ALTER EVENT TRIGGER tashkent_guard_drop ENABLE ALWAYS;
 `
+
+// ClientDDLSetting is the transaction-local setting in which the DDL guard
+// notes the statements under which a client's DDL ran (see above): a JSON
+// array of {"query": current_query(), "ddl": the first command on a
+// persistent object}.
+const ClientDDLSetting = "tashkent.client_ddl"
+
+// ddlGuardSQL is the guard, with its setting's name.
+var ddlGuardSQL = strings.ReplaceAll(ddlGuardTemplate, "$CLIENT_DDL_SETTING", ClientDDLSetting)
+
+// ClientDDLNote is one entry of ClientDDLSetting.
+type ClientDDLNote struct {
+	Query string `json:"query"`
+	DDL   string `json:"ddl"`
+}
 
 // SetDDLTrust records whether this database lets roles that are not
 // superusers run DDL (see the DDL guard above). Run it on a superuser's

@@ -22,7 +22,7 @@ var installSQL = expand(strings.NewReplacer(
 	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
 	"$COLLECT_QUERY", bufferCollectQuery,
-	"$DDL_GUARD", ddlGuardTemplate,
+	"$DDL_GUARD", ddlGuardSQL,
 ).Replace(strings.Replace(installTemplate,
 	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
 	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
@@ -1970,8 +1970,17 @@ const bufferCollectQuery = `WITH d AS (DELETE FROM pg_temp.tashkent_writeset RET
 // same transaction, with the same $1. The size test is a file-size lookup;
 // the truncation, about 1 ms, comes every few hundred typical transactions
 // (doc.go).
-const TrimSQL = `SELECT CASE WHEN pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144
+const TrimSQL = `SELECT ` + trimExpr
+
+const trimExpr = `CASE WHEN pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144
 	THEN tashkent.trim_writeset_buffer($1) ELSE false END`
+
+// CollectEndSQL is TrimSQL, for the proxy's collect, with a second column:
+// the notes of the DDL guard (ClientDDLSetting; NULL or empty when no DDL
+// on a persistent object ran), which the proxy checks against the DDL it
+// replicates. One statement, so that the check costs no extra statement
+// per commit.
+const CollectEndSQL = `SELECT ` + trimExpr + `, pg_catalog.current_setting('` + ClientDDLSetting + `', true)`
 
 // RecordVersionSQL records a committed version from a client's session,
 // whatever its role: $1 is the version, $2 the database's record token
