@@ -16,12 +16,16 @@
 //     transaction block is wrapped in one, so that it is certified like any
 //     other (the database would otherwise commit it on its own); COMMIT of a
 //     transaction that wrote is intercepted; requests for other isolation
-//     levels are mapped to REPEATABLE READ, with a notice.
+//     levels are mapped to REPEATABLE READ, with a notice. A read that calls
+//     a user's function counts as a write (usercode.go): the function may
+//     write.
 //   - commit.go is Tashkent §6.2 C1–C5: collect the writeset the capture
 //     triggers buffered (package replica), ask the certifier (package
 //     certclient), and either roll back with SQLSTATE 40001 or wait for the
 //     version's turn (package sequencer), record the version in the same
-//     database transaction and commit.
+//     database transaction and commit. DDL that ran inside a function or a
+//     DO block, which no replicated statement carries, fails the COMMIT
+//     (ddlnotes.go).
 //   - statements.go holds what the proxy itself runs at every transaction
 //     (its BEGIN, the collect, the ordered commit) as prepared statements
 //     of each backend session, sent as pipelines with one Sync: neither

@@ -51,7 +51,10 @@ type replication struct {
 	// any role record the version they commit (replica.RecordVersionSQL),
 	// read with the administrative connection after every (re)connect.
 	recordToken atomic.Pointer[[]byte]
-	broken      atomic.Pointer[error] // the applier stopped on an error it cannot get past
+	// builtinFunctions are the names of PostgreSQL's built-in functions
+	// (usercode.go), read once when replication starts.
+	builtinFunctions map[string]bool
+	broken           atomic.Pointer[error] // the applier stopped on an error it cannot get past
 }
 
 // certifier is the part of certclient the sessions use.
@@ -123,6 +126,9 @@ func (p *Proxy) startReplication(ctx context.Context) (*replication, error) {
 		return nil, err
 	}
 	if err := r.readRecordToken(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.loadBuiltinFunctions(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.checkDurabilitySetting(ctx, r.applyConn); err != nil {

@@ -11,7 +11,7 @@ import (
 
 // simpleQuery handles one Query message.
 func (s *session) simpleQuery(ctx context.Context, sql string) error {
-	stmts, err := sqlclass.Classify(sql)
+	stmts, err := s.classify(sql)
 	if err != nil { // PostgreSQL reports the syntax error itself
 		return s.forwardQuery(sql)
 	}

@@ -102,7 +102,7 @@ func (s *session) track(u *unit) [][]sqlclass.Statement {
 		m := &u.msgs[i]
 		switch m.typ {
 		case 'P':
-			parsed, _ := sqlclass.Classify(m.query)
+			parsed, _ := s.classify(m.query)
 			if len(parsed) == 1 {
 				if rewritten := rewriteIsolation(parsed[0]); rewritten != "" {
 					m.raw, _ = (&pgproto3.Parse{Name: m.name, Query: rewritten}).Encode(nil)

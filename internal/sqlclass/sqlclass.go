@@ -188,6 +188,11 @@ type Statement struct {
 	// stay on one replica (LISTEN/NOTIFY, large objects, advisory locks;
 	// see Feature), Replicated when none is visible in the text.
 	Unreplicated Feature
+	// Functions are, for a Read or a CopyTo, the functions it calls
+	// anywhere in its tree (each once, as written: "name" or
+	// "schema.name"): a read that calls a user's function may write
+	// (the proxy then runs it as a write; see Proxy docs).
+	Functions []string
 	// Inner is, for Prepare, the kind of the prepared statement; for a DECLARE
 	// CURSOR, Read or Write of its query; for EXPLAIN, the kind of the explained
 	// statement. Other elsewhere.
@@ -247,6 +252,7 @@ func classifyUncached(sql string) ([]Statement, error) {
 	for _, raw := range tree.Stmts {
 		st := classifyNode(raw.Stmt)
 		st.Unreplicated = unreplicatedFeature(raw.Stmt, st.Kind)
+		st.Functions = calledFunctions(raw.Stmt, st.Kind)
 		st.SQL = sliceStmt(sql, int(raw.StmtLocation), int(raw.StmtLen))
 		out = append(out, st)
 	}

@@ -1,6 +1,7 @@
 package sqlclass
 
 import (
+	"slices"
 	"strings"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
@@ -108,6 +109,34 @@ func unreplicatedFeature(n *pg_query.Node, k Kind) Feature {
 		return true
 	})
 	return found
+}
+
+// calledFunctions returns the functions a Read or CopyTo statement calls
+// (Statement.Functions), nil for other kinds, which the proxy runs as
+// writes anyway.
+func calledFunctions(n *pg_query.Node, k Kind) []string {
+	if n == nil || (k != Read && k != CopyTo) {
+		return nil
+	}
+	if e := n.GetExplainStmt(); e != nil && !explainAnalyzes(e.Options) {
+		return nil // plans the query without running it
+	}
+	var names []string
+	walk(n.ProtoReflect(), func(m proto.Message) bool {
+		fc, ok := m.(*pg_query.FuncCall)
+		if !ok {
+			return true
+		}
+		parts := make([]string, 0, len(fc.Funcname))
+		for _, p := range fc.Funcname {
+			parts = append(parts, p.GetString_().GetSval())
+		}
+		if name := strings.Join(parts, "."); name != "" && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+		return true
+	})
+	return names
 }
 
 // functionFeature classifies a call by its name, qualified or not: only
