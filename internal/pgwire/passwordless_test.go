@@ -93,7 +93,7 @@ func TestPasswordlessRelayedLoginIsRefused(t *testing.T) {
 	socket := filepath.Join(pg.dir, fmt.Sprintf(".s.PGSQL.%d", pg.port))
 	const appName = "passwordless-refused"
 	proxies := map[string]*testProxy{
-		"unix socket (local trust)":  serveProxy(t, Config{BackendAddr: socket, Logger: slog.New(logs)}),
+		"unix socket (local trust)": serveProxy(t, Config{BackendAddr: socket, Logger: slog.New(logs)}),
 		"loopback TCP (host trust)": serveProxy(t, Config{BackendAddr: pg.addr, Logger: slog.New(logs)}),
 	}
 	logFrom := pgLogSize(t, pg)
