@@ -336,7 +336,8 @@ func (s *system) startProxy(ctx context.Context, r *runner, i int) error {
 				"--backend", backendAddr(s.pgs[i]),
 				"--database", "postgres",
 				"--certifier", s.certifierAddrForProxies(),
-				"--mode", string(s.kind))
+				"--mode", string(s.kind),
+				"--allow-passwordless-logins") // the bench's PostgreSQL trusts local connections; loopback only
 			if r.cfg.ProxyStaleness > 0 {
 				args = append(args, "--staleness", r.cfg.ProxyStaleness.String())
 			}

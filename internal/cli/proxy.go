@@ -73,5 +73,6 @@ restarts.`,
 	certTLS.AddFlags(f)
 	f.BoolVar(&cfg.TrustDDLRoles, "trust-ddl-roles", false, "let roles that are not superusers run DDL in this replica's database (refused with 42501 otherwise); the other replicas run replicated DDL as --admin-user, so such a role can gain superuser rights there: only if every role that can run DDL is trusted as a superuser")
 	f.StringVar(&cfg.AuthFile, "auth-file", "", `with --auth scram: a user list file of "user" "SCRAM-SHA-256$..." lines, instead of pg_authid`)
+	f.BoolVar(&cfg.AllowPasswordlessLogins, "allow-passwordless-logins", false, "with --auth relay: let clients in whose login PostgreSQL admits without asking for a password (trust, peer or ident on the proxy's connection to it); anyone who reaches the proxy's port can then log in as any role, the superuser included. Without it such logins are refused (28000). Only for a proxy that no untrusted client can reach")
 	return markPollingSysmon(markSharesHost(cmd), pollAlways)
 }

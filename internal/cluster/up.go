@@ -150,6 +150,7 @@ func Up(ctx context.Context, o Options) (*State, error) {
 	if err := u.startAllProxies(ctx); err != nil {
 		return st, err
 	}
+	u.progress("proxies: --allow-passwordless-logins (PostgreSQL trusts local connections, proxies listen on 127.0.0.1 only): anyone who can reach 127.0.0.1 logs in as any role")
 	return st, u.save()
 }
 
@@ -491,6 +492,9 @@ func (u *upper) startProxy(ctx context.Context, r *Replica) error {
 				"--certifier", u.st.CertifierAddr(),
 				"--mode", string(u.st.Mode),
 				"--metrics-listen", hostPort(p.MetricsPort),
+				// Its PostgreSQL trusts local connections (initdb -A trust) and
+				// the proxy listens on 127.0.0.1 only: a development cluster.
+				"--allow-passwordless-logins",
 			}, append(clientSide, u.st.certifierTLSFiles(r.Name).Args()...)...)
 		},
 		func(pid int) { p.PID = pid },

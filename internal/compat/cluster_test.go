@@ -89,6 +89,7 @@ func startAll(t *testing.T, replicas int) *compatCluster {
 			Name: fmt.Sprintf("replica%d", i+1), Listen: "127.0.0.1:0",
 			BackendAddr: fmt.Sprintf("127.0.0.1:%d", db.Port()), Certifier: c.cert.Addr().String(),
 			Mode: proxy.ModeMW, Logger: logger.With("component", fmt.Sprintf("proxy%d", i+1)),
+			AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -297,8 +297,11 @@ func (s *Session) startupPacketError(err error) error {
 }
 
 // relayAuthentication relays the server's authentication requests to the
-// client and the client's answers to the server until AuthenticationOk.
+// client and the client's answers to the server until AuthenticationOk. An
+// AuthenticationOk before any credential request is refused unless
+// Config.AllowPasswordlessLogins (passwordless.go).
 func (s *Session) relayAuthentication() error {
+	askedForCredential := false
 	for {
 		msg, err := s.Server.Receive()
 		if err != nil {
@@ -307,12 +310,16 @@ func (s *Session) relayAuthentication() error {
 		}
 		switch m := msg.(type) {
 		case *pgproto3.AuthenticationOk:
+			if !askedForCredential && !s.cfg.AllowPasswordlessLogins {
+				return s.refusePasswordlessLogin()
+			}
 			s.Client.Send(m)
 			_ = s.Client.SetAuthType(pgproto3.AuthTypeOk)
 			return nil
 		case *pgproto3.AuthenticationCleartextPassword, *pgproto3.AuthenticationMD5Password,
 			*pgproto3.AuthenticationSASL, *pgproto3.AuthenticationSASLContinue,
 			*pgproto3.AuthenticationGSS, *pgproto3.AuthenticationGSSContinue:
+			askedForCredential = true
 			s.Client.Send(m)
 			if err := s.Client.Flush(); err != nil {
 				return fmt.Errorf("pgwire: relaying authentication request: %w", err)

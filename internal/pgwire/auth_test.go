@@ -9,9 +9,11 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// Relayed md5, SCRAM and cleartext logins work without
+// AllowPasswordlessLogins: PostgreSQL asked each client for a credential.
 func TestAuthenticationRelay(t *testing.T) {
 	pg := postgresForTest(t)
-	p := startProxy(t, Config{BackendAddr: pg.addr})
+	p := serveProxy(t, Config{BackendAddr: pg.addr})
 
 	// The roles really have the password kinds the methods need (an md5 method
 	// with a SCRAM verifier would silently do SCRAM).
@@ -86,7 +88,8 @@ func TestAuthenticationRelay(t *testing.T) {
 	t.Run("unknown database relays 3D000", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		cfg, _ := pgx.ParseConfig(p.url("postgres", ""))
+		// PostgreSQL authenticates before it looks the database up.
+		cfg, _ := pgx.ParseConfig(p.url(scramUser, scramPassword))
 		cfg.Database = "no_such_db"
 		_, err := pgx.ConnectConfig(ctx, cfg)
 		if pgCode(err) != "3D000" {

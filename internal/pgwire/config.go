@@ -58,6 +58,13 @@ type Config struct {
 	// all (trust), never with a relayed password (scram_backend.go).
 	// Nil: PostgreSQL's authentication is relayed to the client.
 	SCRAM SCRAMLookup
+	// AllowPasswordlessLogins, without SCRAM, lets a client in when
+	// PostgreSQL admits its relayed login without asking it for any
+	// credential (trust, peer, ident on the proxy's connection path).
+	// False refuses such a login with FATAL 28000 (passwordless.go): the
+	// proxy would otherwise let anyone who reaches its port log in as any
+	// role. Set it only when no untrusted client can reach the proxy.
+	AllowPasswordlessLogins bool
 	// Admit, when set, is asked with the client's startup parameters
 	// before the client is authenticated and before the backend is dialed:
 	// a non-nil answer is sent to the client, which is then disconnected

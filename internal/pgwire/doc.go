@@ -10,10 +10,13 @@
 // connect to it exactly as to PostgreSQL. The least surprising way to get there is
 // to let PostgreSQL itself answer everything the proxy has no reason to change:
 // the proxy does not authenticate anyone, it relays the AuthenticationXxx requests
-// of the replica to the client and the client's answers back, so trust, password,
+// of the replica to the client and the client's answers back, so password,
 // md5 and SCRAM-SHA-256 (SASL) all work and pg_hba.conf stays the single place
 // that decides who may connect. (SCRAM channel binding cannot work through any
-// proxy that terminates TLS, so it is not offered.) That is the default; with
+// proxy that terminates TLS, so it is not offered.) The one exception: a login
+// PostgreSQL admits without asking for any credential (trust or peer on the
+// proxy's own connection path) is refused unless Config.AllowPasswordlessLogins,
+// since every client would share that trust (passwordless.go). That is the default; with
 // Config.SCRAM the proxy authenticates clients itself instead (scram.go), and
 // then itself to PostgreSQL (scram_backend.go). Messages are decoded and re-encoded with
 // github.com/jackc/pgx/v5/pgproto3 on both sides (Backend towards the client,

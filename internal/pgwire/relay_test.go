@@ -64,9 +64,17 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// startProxy runs a relaying proxy for cfg on a free loopback port until the
-// test ends; the cleanup checks that Serve returned.
+// startProxy is serveProxy allowing passwordless logins: the tests'
+// PostgreSQL trusts most of the proxy's connections (pg_test.go).
 func startProxy(t *testing.T, cfg Config) *testProxy {
+	t.Helper()
+	cfg.AllowPasswordlessLogins = true
+	return serveProxy(t, cfg)
+}
+
+// serveProxy runs a relaying proxy for cfg on a free loopback port until the
+// test ends; the cleanup checks that Serve returned.
+func serveProxy(t *testing.T, cfg Config) *testProxy {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)

@@ -35,12 +35,14 @@ func pgAuthidLookup(t *testing.T, pg *testPG, lookups *atomic.Int32) SCRAMLookup
 }
 
 // scramProxy authenticates clients itself and reaches PostgreSQL over its
-// Unix socket, which pg_hba.conf trusts (local all all trust).
+// Unix socket, which pg_hba.conf trusts (local all all trust). It does not
+// allow passwordless logins: that refusal is for relayed logins only, and
+// here the proxy verified the client itself.
 func scramProxy(t *testing.T) (*testProxy, *atomic.Int32) {
 	pg := postgresForTest(t)
 	var lookups atomic.Int32
 	socket := filepath.Join(pg.dir, fmt.Sprintf(".s.PGSQL.%d", pg.port))
-	return startProxy(t, Config{BackendAddr: socket, SCRAM: pgAuthidLookup(t, pg, &lookups)}), &lookups
+	return serveProxy(t, Config{BackendAddr: socket, SCRAM: pgAuthidLookup(t, pg, &lookups)}), &lookups
 }
 
 func TestSCRAMAtTheProxy(t *testing.T) {
@@ -99,7 +101,7 @@ func TestSCRAMAtTheProxy(t *testing.T) {
 func TestSCRAMPassThroughToBackend(t *testing.T) {
 	pg := postgresForTest(t)
 	var lookups atomic.Int32
-	p := startProxy(t, Config{BackendAddr: pg.addr, SCRAM: pgAuthidLookup(t, pg, &lookups)})
+	p := serveProxy(t, Config{BackendAddr: pg.addr, SCRAM: pgAuthidLookup(t, pg, &lookups)})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	conn := connect(t, p.url(scramUser, scramPassword))

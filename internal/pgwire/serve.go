@@ -129,9 +129,13 @@ func logAcceptError(log *slog.Logger, c net.Conn, err error) {
 	var se *ServerError
 	var pe *ProtocolError
 	var re *RefusedError
+	var pl *PasswordlessLoginError
 	switch {
 	case errors.Is(err, ErrCancelHandled):
 		log.Debug("cancel request", "client", client)
+	case errors.As(err, &pl):
+		log.Warn("login refused: PostgreSQL admitted it on the proxy's connection without asking for a password (see --allow-passwordless-logins)",
+			"client", client, "user", pl.User, "database", pl.Database)
 	case errors.As(err, &re):
 		log.Info("connection refused", "client", client, "code", re.Code, "message", re.Message)
 	case errors.As(err, &se):

@@ -249,7 +249,7 @@ func startupExchange(t *testing.T, sb *scriptedBackend, ln net.Listener, reg *Re
 		err  error
 	}
 	result := make(chan accepted, 1)
-	cfg := Config{BackendAddr: sb.addrs[mode], StartupTimeout: 2 * startupBoundTime, MessageBodyBytesMax: 1 << 20}
+	cfg := Config{BackendAddr: sb.addrs[mode], StartupTimeout: 2 * startupBoundTime, MessageBodyBytesMax: 1 << 20, AllowPasswordlessLogins: true}
 	go func() {
 		sess, err := Accept(context.Background(), proxySide, cfg, reg)
 		result <- accepted{sess, err}

@@ -118,6 +118,7 @@ func startFuzzProxy(tb testing.TB) *fuzzProxy {
 	p, err := proxy.New(proxy.Config{
 		Name: "fuzz", Listen: "127.0.0.1:0", BackendAddr: backendAddr(db),
 		Certifier: cert.Addr().String(), Logger: slog.New(panicHandler{fp}),
+		AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections
 	})
 	if err != nil {
 		tb.Fatal(err)

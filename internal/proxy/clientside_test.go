@@ -40,6 +40,7 @@ func startClusterWith(t *testing.T, replicas int, configure func(i int, cfg *pro
 		cfg := proxy.Config{
 			Name: fmt.Sprintf("replica%d", i+1), Listen: "127.0.0.1:0",
 			BackendAddr: backendAddr(c.dbs[i]), Certifier: c.certifier.Addr().String(), Mode: c.mode,
+			AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections; configure may undo it
 		}
 		configure(i, &cfg)
 		p, err := proxy.New(cfg)
@@ -172,7 +173,8 @@ func sequenceRestartIsRealigned(t *testing.T, c *testCluster) {
 
 // TLS and SCRAM through a real proxy of a cluster: the proxy verifies the
 // password against pg_authid itself (over its admin connection), the
-// replica trusts the proxy's socket.
+// replica trusts the proxy's socket. No --allow-passwordless-logins: the
+// proxy verified the client, PostgreSQL's trust is then harmless.
 func TestTLSAndSCRAMThroughTheProxy(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
@@ -181,6 +183,7 @@ func TestTLSAndSCRAMThroughTheProxy(t *testing.T) {
 	}
 	c := startClusterWith(t, 1, func(i int, cfg *proxy.Config) {
 		cfg.TLSCert, cfg.TLSKey, cfg.Auth = cert, key, proxy.AuthSCRAM
+		cfg.AllowPasswordlessLogins = false
 	})
 	execSQL(t, c.direct(0), `SET password_encryption = 'scram-sha-256'; CREATE ROLE alice LOGIN SUPERUSER PASSWORD 'secret of alice'`)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

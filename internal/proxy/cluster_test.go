@@ -56,7 +56,7 @@ func (c *testCluster) startProxy(i int) {
 	p, err := proxy.New(proxy.Config{
 		Name: fmt.Sprintf("replica%d", i+1), Listen: "127.0.0.1:0",
 		BackendAddr: backendAddr(c.dbs[i]), Certifier: c.certifier.Addr().String(),
-		Mode: c.mode,
+		Mode: c.mode, AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections
 	})
 	if err != nil {
 		c.t.Fatal(err)

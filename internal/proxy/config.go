@@ -72,6 +72,14 @@ type Config struct {
 	// AuthFile, with AuthSCRAM, is a user list file (LoadUserList) used
 	// instead of pg_authid.
 	AuthFile string
+	// AllowPasswordlessLogins, with AuthRelay, admits a client whose
+	// relayed login PostgreSQL accepted without asking it for any
+	// credential (trust, peer or ident on the proxy's connection path).
+	// Off, such a login is refused with 28000: anyone who reaches the
+	// proxy could log in as any role, the superuser included (red-team
+	// finding 7; pgwire/passwordless.go). Set it only when no untrusted
+	// client can reach the proxy (tashkent up: loopback only).
+	AllowPasswordlessLogins bool
 	// TrustDDLRoles lets roles that are not superusers run DDL in the
 	// replica's database (replica.SetDDLTrust; refused with 42501
 	// otherwise). The other replicas run replicated DDL as AdminUser, so

@@ -94,7 +94,8 @@ func startProcessCluster(t *testing.T, replicas int) *processCluster {
 		c.proxyAddr = append(c.proxyAddr, listenAddr(t))
 		c.proxies = append(c.proxies, startProcess(t, filepath.Join(c.dir, fmt.Sprintf("proxy%d.log", i+1)),
 			"proxy", "--name", fmt.Sprintf("replica%d", i+1), "--listen", c.proxyAddr[i],
-			"--backend", fmt.Sprintf("127.0.0.1:%d", c.dbs[i].Port()), "--certifier", c.certAddr, "--mode", "mw"))
+			"--backend", fmt.Sprintf("127.0.0.1:%d", c.dbs[i].Port()), "--certifier", c.certAddr, "--mode", "mw",
+			"--allow-passwordless-logins")) // pgtest's PostgreSQL trusts local connections
 	}
 	for i := range replicas {
 		c.waitProxy(i)

@@ -130,6 +130,8 @@ func (p *Proxy) clientConfig() (pgwire.Config, func(), error) {
 		StartupParams: map[string]string{"default_transaction_isolation": "repeatable read"},
 		Admit:         func(map[string]string) *pgproto3.ErrorResponse { return p.admitToReplica() },
 		Logger:        p.cfg.Logger,
+
+		AllowPasswordlessLogins: p.cfg.AllowPasswordlessLogins,
 	}
 	if p.cfg.TLSCert != "" {
 		tlsCfg, err := pgwire.LoadTLSConfig(p.cfg.TLSCert, p.cfg.TLSKey)

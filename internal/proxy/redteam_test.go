@@ -369,32 +369,25 @@ func TestRedteamARoleCannotEmptyItsWritesetBuffer(t *testing.T) {
 	c.converge(10 * time.Second)
 }
 
-// Finding 7: in --auth relay (the default) PostgreSQL authenticates
-// relayed clients on the connection the proxy opens, the same Unix socket
-// its own admin connections use; OPERATIONS.md offers trust for the admin
-// user there. With trust (or peer: the proxy's OS user) for --admin-user
-// on that socket, anyone who reaches the proxy's port logs in as that
-// superuser without a password (every `tashkent up` cluster: initdb -A
-// trust). Secure: the proxy refuses a relayed login as --admin-user that
-// PostgreSQL admitted without asking the client for a password (or any
-// such login, unless the operator opts in), with 28000 and a hint.
+// Finding 7 (fixed): in --auth relay (the default) PostgreSQL
+// authenticates relayed clients on the connection the proxy opens, the
+// same Unix socket its own admin connections use, which pg_hba.conf often
+// trusts (every `tashkent up` cluster: initdb -A trust). PostgreSQL then
+// admitted anyone who reached the proxy's port as any role, the superuser
+// included, without a password. Now the proxy refuses a relayed login that
+// PostgreSQL admitted without asking the client for a credential (28000,
+// with a hint), unless it runs with --allow-passwordless-logins
+// (pgwire/passwordless.go). Logins PostgreSQL asked a password for are
+// relayed as before; the opt-in restores the old behaviour.
 func TestRedteamRelayedLoginAsTheAdminNeedsAPassword(t *testing.T) {
-	t.Skip("redteam: open finding 7, see report (h32)")
-	c := startClusterWith(t, 1, func(int, *proxy.Config) {})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, c.dsn(0))
-	if err == nil {
-		var super bool
-		if err := conn.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err == nil && super {
-			t.Fatal("a client without a password logged in as the proxy's superuser through the proxy")
-		}
-		conn.Close(ctx)
-		return
+	c := strictRelayCluster(t)
+	for _, user := range []string{"postgres", trustedRole} {
+		t.Run("refused without a password: "+user, func(t *testing.T) {
+			wantPasswordlessRefusal(t, user, relayedLogin(c, user, ""))
+		})
 	}
-	if sqlState(err) != "28000" {
-		t.Fatalf("login as the admin without a password: %v, want 28000", err)
-	}
+	t.Run("PostgreSQL asks for a password", func(t *testing.T) { relayedPasswordLoginsWork(t, c) })
+	t.Run("admitted with --allow-passwordless-logins", func(t *testing.T) { passwordlessLoginsAfterOptIn(t, c) })
 }
 
 // Finding 8 (fixed here): PREPARE q AS SELECT ... INTO public.t; EXECUTE

@@ -231,6 +231,7 @@ func startClusterStaleness(t *testing.T, staleness []time.Duration) *testCluster
 			Name: fmt.Sprintf("replica%d", i+1), Listen: "127.0.0.1:0",
 			BackendAddr: fmt.Sprintf("127.0.0.1:%d", c.dbs[i].Port()), Certifier: c.certifier.Addr().String(),
 			Mode: proxy.ModeMW, Staleness: st, NoPush: st >= time.Hour, // an hour: stale on purpose
+			AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -44,6 +44,7 @@ func startTargets(t *testing.T) targets {
 	p, err := proxy.New(proxy.Config{
 		Name: "wiretest", Listen: "127.0.0.1:0", BackendAddr: tcpAddr(replica),
 		Certifier: cert.Addr().String(), Logger: logger,
+		AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections
 	})
 	if err != nil {
 		t.Fatal(err)
