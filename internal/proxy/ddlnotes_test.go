@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -75,6 +76,41 @@ func TestDDLInsideFunctionsIsRefusedAtCommit(t *testing.T) {
 	if c.countOn(0, `SELECT count(*) FROM pg_attribute WHERE attname = 'sneaky'`) != 0 ||
 		c.countOn(0, `SELECT count(*) FROM pg_class WHERE relname = 'marks'`) != 1 {
 		t.Fatal("a refused DO block's ALTER or DROP stayed on replica 1")
+	}
+
+	// DDL the client sends is not noted, so a transaction of many DDL
+	// statements (a schema load) keeps the notes empty; a DO block that
+	// runs DDL is noted once, however many commands it runs.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := func() string {
+		var n *string
+		if err := tx.QueryRow(ctx, `SELECT current_setting('tashkent.client_ddl', true)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == nil {
+			return ""
+		}
+		return *n
+	}
+	for i := range 20 {
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`/* load */ CREATE TABLE public.load_%d (id serial PRIMARY KEY, v text)`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := notes(); got != "" {
+		t.Errorf("notes after 20 CREATE TABLE statements: %s, want none", got)
+	}
+	if _, err := tx.Exec(ctx, `DO $$BEGIN CREATE TABLE public.hidden_1 (id int PRIMARY KEY); CREATE TABLE public.hidden_2 (id int PRIMARY KEY); END$$`); err != nil {
+		t.Fatal(err)
+	}
+	if got := notes(); strings.Count(got, `"query"`) != 1 || !strings.Contains(got, "CREATE TABLE changes public.hidden_1") {
+		t.Errorf("notes after a DO block creating two tables: %s, want one naming hidden_1", got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	allowed := []string{

@@ -97,28 +97,40 @@ AS $fn$
 $fn$;
 
 -- note_client_ddl adds the current top-level statement to the
--- transaction's notes (see ClientDDLSetting), once per statement text,
--- with the first command it ran on a persistent object. current_query()
--- is the text the proxy sent: one statement of a simple query, or a
--- prepared statement's whole text. tashkent's capture triggers on a new
--- table are created (and reported) before the table's own command ends;
--- the note names the table's command instead, which tells the user more.
+-- transaction's notes (see ClientDDLSetting), with the first command it
+-- ran on a persistent object. current_query() is the text the proxy sent:
+-- one statement of a simple query, or a prepared statement's whole text.
+--
+-- A statement that begins with a DDL verb is not noted: it is DDL the
+-- client sent, which the proxy replicates (its own nested DDL with it).
+-- So a schema load of thousands of DDL statements in one transaction
+-- keeps the notes empty, and each note costs what a few notes cost: the
+-- statements noted are those that hide DDL (DO, CALL, SELECT f(), an
+-- INSERT whose trigger runs DDL), few per transaction. A statement's
+-- firings come one after the other: the last note is the only one to
+-- compare with. tashkent's capture triggers on a new table are created
+-- (and reported) before the table's own command ends; the note then names
+-- the table's command instead, which tells the user more.
 CREATE OR REPLACE FUNCTION tashkent.note_client_ddl(p_what text) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-	v_notes jsonb := coalesce(nullif(current_setting('$CLIENT_DDL_SETTING', true), '')::jsonb, '[]'::jsonb);
 	v_query text := coalesce(current_query(), '');
+	v_notes jsonb;
+	v_last jsonb;
 	c_ours constant text := 'CREATE TRIGGER changes tashkent\_capture%';
 BEGIN
-	IF NOT v_notes @> jsonb_build_array(jsonb_build_object('query', v_query)) THEN
+	IF upper(substring(v_query from '^(?:\s|/\*(?:[^*]|\*+[^*/])*\*+/|--[^\n]*(?:\n|$))*([A-Za-z]+)'))
+			IN ('CREATE', 'ALTER', 'DROP', 'GRANT', 'REVOKE', 'COMMENT', 'SECURITY', 'REFRESH', 'IMPORT', 'REASSIGN') THEN
+		RETURN;
+	END IF;
+	v_notes := coalesce(nullif(current_setting('$CLIENT_DDL_SETTING', true), '')::jsonb, '[]'::jsonb);
+	v_last := v_notes->-1;
+	IF v_last IS NULL OR v_last->>'query' IS DISTINCT FROM v_query THEN
 		v_notes := v_notes || jsonb_build_array(jsonb_build_object('query', v_query, 'ddl', p_what));
-	ELSIF p_what NOT LIKE c_ours THEN
-		SELECT jsonb_agg(CASE WHEN e->>'query' = v_query AND e->>'ddl' LIKE c_ours
-			THEN jsonb_set(e, '{ddl}', to_jsonb(p_what)) ELSE e END ORDER BY o)
-		INTO v_notes
-		FROM jsonb_array_elements(v_notes) WITH ORDINALITY AS a(e, o);
+	ELSIF v_last->>'ddl' LIKE c_ours AND p_what NOT LIKE c_ours THEN
+		v_notes := jsonb_set(v_notes, '{-1,ddl}', to_jsonb(p_what));
 	ELSE
 		RETURN;
 	END IF;
