@@ -108,6 +108,12 @@ func TestDDLOfARoleThatIsNotASuperuserIsRefused(t *testing.T) {
 	// A superuser's DDL is replicated; so is mallory's through the proxy
 	// that trusts roles.
 	execSQL(t, admin, `CREATE TABLE public.by_admin (id int PRIMARY KEY)`)
+	// A DDL transaction conflicts with every version it did not see
+	// (GUARANTEES.md): replica 2 must hold by_admin's first, or mallory's
+	// CREATE TABLE there gets 40001 on a loaded machine.
+	if !c.waitForVersion(10 * time.Second) {
+		t.Fatal("replica 2 did not apply by_admin's version")
+	}
 	trusted := c.connectWith(1, func(cfg *pgx.ConnConfig) { cfg.User = "mallory" })
 	execSQL(t, trusted, `CREATE TABLE public.by_mallory (id int PRIMARY KEY)`)
 
