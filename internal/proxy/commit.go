@@ -21,6 +21,9 @@ func (s *session) commitTransaction(ctx context.Context) (*pgproto3.ErrorRespons
 	if s.endDeferredBegin() { // nothing ran: nothing to commit
 		return nil, nil
 	}
+	if s.readsOnly() { // C2 without the collect (readonly.go)
+		return s.commitReadOnly()
+	}
 	clock := s.p.metrics.phaseClock()
 	changes, notes, res, err := s.collectWriteset()
 	clock.lap(phaseCollect)

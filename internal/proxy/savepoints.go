@@ -20,6 +20,7 @@ func (s *session) resetTransaction() {
 	s.ddl = s.ddl[:0]
 	s.savepoints = s.savepoints[:0]
 	s.sessionState = false
+	s.onlyReads = true
 }
 
 // noteSavepoint follows a SAVEPOINT, RELEASE or ROLLBACK TO that completed,

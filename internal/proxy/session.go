@@ -56,6 +56,11 @@ type session struct {
 	relayingSyncedUnit bool
 	ddl                []string // DDL run by the open transaction
 	sessionState       bool     // the open transaction ran a statement keepsSessionState reports
+	// onlyReads: the open transaction ran only plain reads so far;
+	// unitMayWrite: the unit being handled may write; hiddenWrites: a
+	// transaction of this session that ran only reads wrote after all, so
+	// every COMMIT collects (readonly.go).
+	onlyReads, unitMayWrite, hiddenWrites bool
 	// endAfterReply, once the reply to the current message is flushed, is
 	// sent to the client and ends the session (see applyInstead).
 	endAfterReply *pgproto3.ErrorResponse
@@ -98,6 +103,7 @@ func (s *session) run(ctx context.Context) error {
 			return nil
 		case *pgproto3.Query:
 			err = s.locked(true, func() error { return s.simpleQuery(ctx, m.String) })
+			s.endUnit()
 		case *pgproto3.FunctionCall:
 			err = s.refuse(codeFeatureNotSupported, "the fastpath function call protocol is not supported by tashkent", "Call the function with SELECT.")
 		default:
@@ -105,6 +111,7 @@ func (s *session) run(ctx context.Context) error {
 			u, err = s.readUnit(msg)
 			if err == nil {
 				err = s.locked(executes(u.msgs), func() error { return s.extendedUnit(ctx, u) })
+				s.endUnit()
 			}
 		}
 		if err != nil {

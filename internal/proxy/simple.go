@@ -13,8 +13,10 @@ import (
 func (s *session) simpleQuery(ctx context.Context, sql string) error {
 	stmts, err := s.classify(sql)
 	if err != nil { // PostgreSQL reports the syntax error itself
+		s.noteUnit([]sqlclass.Kind{sqlclass.Other})
 		return s.forwardQuery(sql)
 	}
+	s.noteUnit(kindsOf(stmts))
 	if taken, err := s.takeDoom(kindsOf(stmts), nil); taken || err != nil {
 		return err
 	}

@@ -33,6 +33,9 @@ const (
 	trimStatement        = "tashkent_trim"
 	recordStatement      = "tashkent_record"
 	commitStatement      = "tashkent_commit"
+	// readOnlyCheckStatement is the check before the COMMIT of a
+	// transaction that ran only reads (readonly.go).
+	readOnlyCheckStatement = "tashkent_read_only"
 )
 
 // proxyStatement is one of the proxy's prepared statements.
@@ -62,7 +65,8 @@ var commitStatements = []proxyStatement{
 }
 
 // proxyStatements are all of them, as setup prepares them.
-var proxyStatements = slices.Concat([]proxyStatement{{beginStatement, "BEGIN"}}, collectStatements, commitStatements)
+var proxyStatements = slices.Concat([]proxyStatement{{beginStatement, "BEGIN"}}, collectStatements, commitStatements,
+	readOnlyCommitStatements[:1])
 
 // prepareStatements prepares the proxy's statements, each in its own
 // exchange, so that one that exists already (42P05) does not stop the

@@ -134,6 +134,18 @@ func kindOf(stmts []sqlclass.Statement) sqlclass.Kind {
 	return stmts[0].Kind
 }
 
+// executedKinds are the kinds of the statements the unit's Executes run
+// (sqlclass.Other for one the proxy does not know).
+func executedKinds(u *unit, stmts [][]sqlclass.Statement) []sqlclass.Kind {
+	var kinds []sqlclass.Kind
+	for i, m := range u.msgs {
+		if m.typ == 'E' {
+			kinds = append(kinds, kindOf(stmts[i]))
+		}
+	}
+	return kinds
+}
+
 // exchange is what the proxy remembers across the partial units of one
 // extended-protocol exchange (up to Sync).
 type exchange struct {
@@ -149,18 +161,13 @@ type exchange struct {
 // where the proxy must act.
 func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 	stmts := s.track(u)
+	s.noteUnit(executedKinds(u, stmts))
 	defer s.undoUnconfirmedParses()
 	if s.ex.failed {
 		return s.skipToSync(ctx, u)
 	}
 	if !s.ex.open {
-		var kinds []sqlclass.Kind
-		for i, m := range u.msgs {
-			if m.typ == 'E' {
-				kinds = append(kinds, kindOf(stmts[i]))
-			}
-		}
-		if taken, err := s.takeDoom(kinds, u); taken || err != nil {
+		if taken, err := s.takeDoom(executedKinds(u, stmts), u); taken || err != nil {
 			return err
 		}
 		for i, m := range u.msgs {

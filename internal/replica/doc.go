@@ -432,6 +432,8 @@
 //   - take_writeset and trim_writeset_buffer check the token (or a
 //     superuser's session) and the buffer's owner; collect_writeset
 //     checks the owner.
+//   - assert_nothing_to_replicate only reads: whether the buffer holds
+//     rows of the caller's own transaction, which it could write itself.
 //
 // The danger of a function with another role's rights is user code
 // running inside it: it would run with tashkent_capture's rights and could

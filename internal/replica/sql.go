@@ -23,6 +23,7 @@ var installSQL = expand(strings.NewReplacer(
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
 	"$COLLECT_QUERY", bufferCollectQuery,
 	"$DDL_GUARD", ddlGuardSQL,
+	"$CLIENT_DDL_SETTING", ClientDDLSetting,
 ).Replace(strings.Replace(installTemplate,
 	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
 	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
@@ -1810,6 +1811,32 @@ BEGIN
 END
 $fn$;
 
+-- assert_nothing_to_replicate is the check before the proxy's COMMIT of a
+-- transaction in which it saw only reads (proxy/readonly.go): it raises
+-- TK001 (replica.CodeSomethingToReplicate) if the transaction buffered
+-- writes or DDL notes after all (a writing function that a view calls),
+-- so that the COMMIT pipelined after it does not run and the proxy rolls
+-- the transaction back. A transaction without an xid wrote nothing: it
+-- returns at once. It reads the sealed buffer (hence tashkent_capture's
+-- rights; every name qualified, no SET clause, as take_writeset) and
+-- tells the caller only whether its own transaction has rows there.
+CREATE OR REPLACE FUNCTION tashkent.assert_nothing_to_replicate() RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+AS $fn$
+BEGIN
+	IF pg_catalog.pg_current_xact_id_if_assigned() IS NULL THEN
+		RETURN;
+	END IF;
+	IF EXISTS (SELECT FROM pg_temp.tashkent_writeset AS w
+			WHERE w.xid OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id_if_assigned())
+		OR coalesce(pg_catalog.current_setting('$CLIENT_DDL_SETTING', true), '') OPERATOR(pg_catalog.<>) '' THEN
+		RAISE EXCEPTION USING ERRCODE = 'TK001',
+			MESSAGE = 'tashkent: the transaction has writes to replicate';
+	END IF;
+END
+$fn$;
+
 -- collect_writeset is take_writeset and the trim in one call, for a
 -- superuser's session (replica.CollectSQL): no one else may execute it
 -- (see the REVOKE below), so it checks no token, only the buffer's owner.
@@ -1909,6 +1936,7 @@ ALTER FUNCTION tashkent.create_writeset_buffer() OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.take_writeset(pg_catalog.text) OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.collect_writeset() OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.trim_writeset_buffer(pg_catalog.text) OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.assert_nothing_to_replicate() OWNER TO tashkent_capture;
 REVOKE ALL ON FUNCTION tashkent.capture(), tashkent.capture_key(), tashkent.capture_references(),
 	tashkent.capture_reference_keys(), tashkent.collect_writeset() FROM PUBLIC;
 SELECT tashkent.refuse_unsafe_casts();
@@ -1981,6 +2009,16 @@ const trimExpr = `CASE WHEN pg_catalog.pg_relation_size('pg_temp.tashkent_writes
 // replicates. One statement, so that the check costs no extra statement
 // per commit.
 const CollectEndSQL = `SELECT ` + trimExpr + `, pg_catalog.current_setting('` + ClientDDLSetting + `', true)`
+
+// AssertNothingToReplicateSQL raises CodeSomethingToReplicate if the
+// current transaction has writes or DDL to replicate, and does nothing in
+// one that has not (nothing at all without an xid). The proxy sends it
+// before the COMMIT of a transaction in which it saw only reads.
+const AssertNothingToReplicateSQL = `SELECT tashkent.assert_nothing_to_replicate()`
+
+// CodeSomethingToReplicate is the SQLSTATE of AssertNothingToReplicateSQL's
+// error.
+const CodeSomethingToReplicate = "TK001"
 
 // RecordVersionSQL records a committed version from a client's session,
 // whatever its role: $1 is the version, $2 the database's record token
