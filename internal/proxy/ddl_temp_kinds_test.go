@@ -1,0 +1,187 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// tempDDLCase is one kind of DDL on temporary objects (review h35): setup
+// runs first in a fresh session, then sql; %[1]s in either is the
+// protocol's name, so that the simple and extended runs do not collide.
+type tempDDLCase struct {
+	name  string
+	setup []string
+	sql   string
+	want  string // "local": runs here only; "refused": 0A000; "fails": PostgreSQL's own error
+}
+
+// tempDDLCases are the DDL statement kinds of PostgreSQL 15 that can act
+// on temporary objects. Before h35, every "local" one whose object is not
+// a temporary table (statistics, types, domains, functions, operators,
+// GRANT, ...) was replicated, and the other replica's applier stopped on
+// it for good ("type pg_temp.h35_ty does not exist"); the "refused" ones
+// made a permanent object out of a temporary one and stopped it too.
+var tempDDLCases = []tempDDLCase{
+	{"statistics qualified", []string{tmpTable}, "CREATE STATISTICS pg_temp.h35_s_%[1]s ON a, b FROM pg_temp.h35_t", "local"},
+	{"statistics unqualified", []string{tmpTable}, "CREATE STATISTICS h35_s_%[1]s ON a, b FROM h35_t", "local"},
+	{"alter statistics", []string{tmpTable, tmpStats}, "ALTER STATISTICS h35_s_%[1]s SET STATISTICS 10", "local"},
+	{"comment on statistics", []string{tmpTable, tmpStats}, "COMMENT ON STATISTICS h35_s_%[1]s IS 'x'", "local"},
+	{"drop statistics", []string{tmpTable, tmpStats}, "DROP STATISTICS h35_s_%[1]s", "local"},
+	{"composite type", nil, "CREATE TYPE pg_temp.h35_ty AS (a int)", "local"},
+	{"alter type add attribute", []string{tmpType}, "ALTER TYPE pg_temp.h35_ty ADD ATTRIBUTE b int", "local"},
+	{"alter type unqualified", []string{tmpType}, "ALTER TYPE h35_ty ADD ATTRIBUTE c int", "local"},
+	{"rename type", []string{tmpType}, "ALTER TYPE pg_temp.h35_ty RENAME TO h35_ty2", "local"},
+	{"type owner", []string{tmpType}, "ALTER TYPE h35_ty OWNER TO mallory", "local"},
+	{"grant on type", []string{tmpType}, "GRANT USAGE ON TYPE pg_temp.h35_ty TO mallory", "local"},
+	{"comment on type", []string{tmpType}, "COMMENT ON TYPE h35_ty IS 'x'", "local"},
+	{"drop type", []string{tmpType}, "DROP TYPE pg_temp.h35_ty", "local"},
+	{"shell type", nil, "CREATE TYPE pg_temp.h35_shell", "local"},
+	{"enum", []string{"CREATE TYPE pg_temp.h35_en AS ENUM ('a')"}, "ALTER TYPE pg_temp.h35_en ADD VALUE 'b'", "local"},
+	{"range", nil, "CREATE TYPE pg_temp.h35_rg AS RANGE (subtype = int4)", "local"},
+	{"domain", nil, "CREATE DOMAIN pg_temp.h35_dom AS int CHECK (VALUE > 0)", "local"},
+	{"alter domain", []string{tmpDomain}, "ALTER DOMAIN h35_dom SET NOT NULL", "local"},
+	{"comment on domain constraint", []string{tmpDomain}, "COMMENT ON CONSTRAINT positive ON DOMAIN pg_temp.h35_dom IS 'x'", "local"},
+	{"function", nil, "CREATE FUNCTION pg_temp.h35_f() RETURNS int LANGUAGE sql AS 'SELECT 1'", "local"},
+	{"alter function", []string{tmpFunction}, "ALTER FUNCTION pg_temp.h35_f() IMMUTABLE", "local"},
+	{"comment on function", []string{tmpFunction}, "COMMENT ON FUNCTION pg_temp.h35_f() IS 'x'", "local"},
+	{"grant on function", []string{tmpFunction}, "GRANT EXECUTE ON FUNCTION pg_temp.h35_f() TO mallory", "local"},
+	{"drop function", []string{tmpFunction}, "DROP FUNCTION pg_temp.h35_f()", "local"},
+	{"operator", nil, "CREATE OPERATOR pg_temp.=== (LEFTARG = int, RIGHTARG = int, FUNCTION = int4eq)", "local"},
+	{"temp sequence", []string{"CREATE TEMP SEQUENCE h35_seq"}, "ALTER SEQUENCE h35_seq RESTART WITH 5", "local"},
+	{"temp view", nil, "CREATE TEMP VIEW h35_v AS SELECT 1 AS one", "local"},
+	{"view temporary by its table", []string{tmpTable}, "CREATE VIEW h35_iv_%[1]s AS SELECT * FROM h35_t", "local"},
+	{"temp table as", nil, "CREATE TEMP TABLE h35_t2 AS SELECT * FROM public.notes", "local"},
+	{"index", []string{tmpTable}, "CREATE INDEX ON h35_t (a)", "local"},
+	{"rename table", []string{tmpTable}, "ALTER TABLE h35_t RENAME TO h35_t3", "local"},
+	{"grant on table", []string{tmpTable}, "GRANT SELECT ON h35_t TO mallory", "local"},
+	{"table owner", []string{tmpTable}, "ALTER TABLE pg_temp.h35_t OWNER TO mallory", "local"},
+	{"comment on constraint", []string{tmpTable, "ALTER TABLE h35_t ADD CONSTRAINT h35_c CHECK (a > 0)"}, "COMMENT ON CONSTRAINT h35_c ON h35_t IS 'x'", "local"},
+	{"search_path pg_temp first", []string{"SET search_path = pg_temp, public"}, "CREATE TABLE h35_sp (id int)", "local"},
+	{"drop temporary ones", []string{tmpTable, "CREATE TEMP TABLE h35_t2 (id int)"}, "DROP TABLE h35_t, pg_temp.h35_t2", "local"},
+	{"reindex", []string{tmpTable, "CREATE INDEX ON h35_t (a)"}, "REINDEX TABLE h35_t", "local"},
+	{"table as from temporary", []string{tmpTable}, "CREATE TABLE h35_p_%[1]s AS SELECT * FROM h35_t", "refused"},
+	{"select into from temporary", []string{tmpTable}, "SELECT * INTO h35_p_%[1]s FROM h35_t", "refused"},
+	{"table like temporary", []string{tmpTable}, "CREATE TABLE h35_p_%[1]s (LIKE h35_t)", "refused"},
+	{"table of temporary type", []string{tmpType}, "CREATE TABLE h35_p_%[1]s (id int PRIMARY KEY, x pg_temp.h35_ty)", "refused"},
+	{"table of temporary type unqualified", []string{tmpType}, "CREATE TABLE h35_p_%[1]s (id int PRIMARY KEY, x h35_ty)", "refused"},
+	{"cast of temporary type", []string{tmpType}, "CREATE CAST (pg_temp.h35_ty AS text) WITH INOUT", "refused"},
+	{"drop temporary and permanent", []string{tmpTable}, "DROP TABLE h35_t, public.notes", "refused"},
+	{"drop temporary and permanent types", []string{tmpType, "CREATE TYPE public.h35_pty_%[1]s AS (a int)"}, "DROP TYPE h35_ty, public.h35_pty_%[1]s", "refused"},
+	{"function body naming a temporary table", []string{tmpTable},
+		"CREATE FUNCTION public.h35_g_%[1]s() RETURNS bigint LANGUAGE sql BEGIN ATOMIC SELECT count(*) FROM h35_t; END", "refused"},
+	{"materialized view", []string{tmpTable}, "CREATE MATERIALIZED VIEW h35_mv_%[1]s AS SELECT * FROM h35_t", "refused"},
+	{"attach temporary partition", []string{tmpTable, "CREATE TABLE IF NOT EXISTS h35_parted_%[1]s (a int, b int) PARTITION BY LIST (a)"},
+		"ALTER TABLE h35_parted_%[1]s ATTACH PARTITION h35_t FOR VALUES IN (1)", "refused"},
+	{"foreign key to permanent", []string{tmpTable}, "ALTER TABLE h35_t ADD FOREIGN KEY (a) REFERENCES public.notes (id)", "fails"},
+	{"security label", []string{tmpTable}, "SECURITY LABEL ON TABLE h35_t IS 'x'", "fails"},
+}
+
+const (
+	tmpTable    = "CREATE TEMP TABLE h35_t (a int, b int)"
+	tmpStats    = "CREATE STATISTICS h35_s_%[1]s ON a, b FROM h35_t"
+	tmpType     = "CREATE TYPE pg_temp.h35_ty AS (a int)"
+	tmpDomain   = "CREATE DOMAIN pg_temp.h35_dom AS int CONSTRAINT positive CHECK (VALUE > 0)"
+	tmpFunction = "CREATE FUNCTION pg_temp.h35_f() RETURNS int LANGUAGE sql AS 'SELECT 1'"
+)
+
+// TestDDLOnTemporaryObjectsStaysLocalOrIsRefused runs every kind, as a
+// superuser (whose DDL the DDL guard lets through everywhere), in the
+// simple and the extended protocol, on one cluster: after each, a
+// replicated write must reach the other replica, and at the end nothing
+// of the temporary objects may exist there.
+func TestDDLOnTemporaryObjectsStaysLocalOrIsRefused(t *testing.T) {
+	c := redteamCluster(t)
+	ctx := context.Background()
+	modes := []struct {
+		name string
+		exec func(*pgx.Conn, string) error
+	}{{"simple", execSimple}, {"extended", execExtended}}
+	writer := c.connect(0)
+	row := 1000
+	for _, mode := range modes {
+		for _, tc := range tempDDLCases {
+			conn := c.connect(0)
+			for _, sql := range tc.setup {
+				if err := mode.exec(conn, forMode(sql, mode.name)); err != nil {
+					t.Fatalf("%s / %s: setup %s: %v", mode.name, tc.name, sql, err)
+				}
+			}
+			sql := forMode(tc.sql, mode.name)
+			checkTempDDLOutcome(t, mode.name+" / "+tc.name, tc.want, mode.exec(conn, sql))
+			conn.Close(ctx)
+			row++
+			execSQL(t, writer, `INSERT INTO public.notes VALUES ($1, $2)`, row, mode.name+" / "+tc.name)
+			if !c.waitForVersion(10 * time.Second) {
+				t.Fatalf("%s / %s: %s stopped the other replica's applier", mode.name, tc.name, sql)
+			}
+		}
+	}
+	c.converge(15 * time.Second)
+	// Only the permanent objects the setups create on purpose (a
+	// partitioned table, a type) are there, with their row and array types.
+	q := `SELECT string_agg(name, ' ' ORDER BY name) FROM (
+		SELECT relname::text FROM pg_class WHERE relname LIKE 'h35%'
+		UNION ALL SELECT typname FROM pg_type WHERE typname LIKE 'h35%' OR typname LIKE '\_h35%'
+		UNION ALL SELECT proname FROM pg_proc WHERE proname LIKE 'h35%'
+		UNION ALL SELECT stxname FROM pg_statistic_ext WHERE stxname LIKE 'h35%'
+		UNION ALL SELECT oprname FROM pg_operator WHERE oprname = '===') AS o(name)`
+	var got string
+	if err := c.direct(1).QueryRow(ctx, q).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	want := "_h35_parted_extended _h35_parted_simple _h35_pty_extended _h35_pty_simple h35_parted_extended h35_parted_extended " +
+		"h35_parted_simple h35_parted_simple h35_pty_extended h35_pty_extended h35_pty_simple h35_pty_simple"
+	if got != want {
+		t.Errorf("the other replica has the objects %q, want only the permanent ones %q", got, want)
+	}
+}
+
+// forMode puts the protocol's name into sql where it asks for it.
+func forMode(sql, mode string) string {
+	if strings.Contains(sql, "%[1]s") {
+		return fmt.Sprintf(sql, mode)
+	}
+	return sql
+}
+
+func checkTempDDLOutcome(t *testing.T, name, want string, err error) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	errors.As(err, &pgErr)
+	switch want {
+	case "local":
+		if err != nil {
+			t.Errorf("%s: %v, want it to run on this replica", name, err)
+		}
+	case "refused":
+		if pgErr == nil || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, "tashkent") || pgErr.Hint == "" {
+			t.Errorf("%s: %v, want tashkent's 0A000 with a hint", name, err)
+		}
+	case "fails":
+		if pgErr == nil {
+			t.Errorf("%s: %v, want PostgreSQL's error", name, err)
+		}
+	}
+}
+
+// A pipeline that creates a temporary table and then acts on it by a name
+// without a schema cannot be judged before it runs (the table does not
+// exist yet): refused, where it used to replicate the index.
+func TestPipelinedDDLOnATemporaryTableOfThePipelineIsRefused(t *testing.T) {
+	c := redteamCluster(t)
+	conn := c.connect(0)
+	batch := &pgx.Batch{}
+	batch.Queue(`CREATE TEMP TABLE h35_bt (a int)`)
+	batch.Queue(`CREATE INDEX ON h35_bt (a)`)
+	err := conn.SendBatch(context.Background(), batch).Close()
+	checkTempDDLOutcome(t, "pipelined CREATE TEMP TABLE, CREATE INDEX", "refused", err)
+	execSQL(t, conn, `INSERT INTO public.notes VALUES (1, 'after the pipeline')`)
+	c.converge(15 * time.Second)
+}
