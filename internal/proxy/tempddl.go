@@ -72,8 +72,9 @@ func tempDDLRefusal(v sqlclass.Verdict, st sqlclass.Statement) *pgproto3.ErrorRe
 
 // resolveTemporary asks the session's catalog which of the names are of
 // temporary objects: a relation or type by the search path (which
-// searches the temporary schema first), a statistics object by its
-// table, a created object by the schema the session creates in.
+// searches the temporary schema first), a relation named in a string as
+// regclass input reads it, a statistics object by its table, a created
+// object by the schema the session creates in.
 func (s *session) resolveTemporary(names []sqlclass.ObjectName) (map[sqlclass.ObjectName]bool, error) {
 	var classes, schemas, objects, created []string
 	for _, o := range names {
@@ -130,6 +131,8 @@ const resolveTemporarySQL = `SELECT coalesce(CASE
 		WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(pg_catalog.quote_ident(o.name)))
 	WHEN o.class OPERATOR(pg_catalog.=) 2 THEN (SELECT t.typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema() FROM pg_catalog.pg_type AS t
 		WHERE t.oid OPERATOR(pg_catalog.=) pg_catalog.to_regtype(pg_catalog.quote_ident(o.name)))
+	WHEN o.class OPERATOR(pg_catalog.=) 4 THEN (SELECT c.relpersistence OPERATOR(pg_catalog.=) 't' FROM pg_catalog.pg_class AS c
+		WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(o.name))
 	WHEN o.class OPERATOR(pg_catalog.=) 3 THEN (SELECT c.relpersistence OPERATOR(pg_catalog.=) 't'
 		FROM pg_catalog.pg_statistic_ext AS x
 		JOIN pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) x.stxnamespace

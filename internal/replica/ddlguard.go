@@ -92,6 +92,8 @@ AS $fn$
 			FROM pg_rewrite AS r JOIN pg_class AS c ON c.oid = r.ev_class WHERE r.oid = p_objid)
 		WHEN 'pg_catalog.pg_policy'::regclass THEN (SELECT c.relpersistence = 't'
 			FROM pg_policy AS p JOIN pg_class AS c ON c.oid = p.polrelid WHERE p.oid = p_objid)
+		WHEN 'pg_catalog.pg_statistic_ext'::regclass THEN (SELECT c.relpersistence = 't' OR p_schema = 'pg_temp'
+			FROM pg_statistic_ext AS x JOIN pg_class AS c ON c.oid = x.stxrelid WHERE x.oid = p_objid)
 		ELSE p_schema = 'pg_temp'
 	END, false)
 $fn$;

@@ -308,6 +308,7 @@ func classifyNode(n *pg_query.Node) Statement {
 			// EXPLAIN ANALYZE runs the statement.
 			st.Kind = inner.Kind
 			st.TempOnly = inner.TempOnly
+			st.Temp = inner.Temp
 		}
 		return st
 
@@ -402,7 +403,7 @@ func classifyNode(n *pg_query.Node) Statement {
 	case *pg_query.Node_AlterSystemStmt:
 		return Statement{Kind: Other, Tag: "ALTER SYSTEM"}
 	}
-	if tag, _, ok := ddlTag(n); ok {
+	if tag, ok := ddlTag(n); ok {
 		return ddlStatement(n, tag)
 	}
 	return Statement{Kind: Other}
@@ -648,23 +649,6 @@ func allTempRangeVars(nodes []*pg_query.Node) bool {
 	}
 	for _, n := range nodes {
 		if !isTempRangeVar(n.GetRangeVar()) {
-			return false
-		}
-	}
-	return true
-}
-
-// allTempQualified reports DROP objects that are all names qualified with pg_temp.
-func allTempQualified(objects []*pg_query.Node) bool {
-	if len(objects) == 0 {
-		return false
-	}
-	for _, o := range objects {
-		l := o.GetList()
-		if l == nil || len(l.Items) < 2 {
-			return false
-		}
-		if !isTempSchema(l.Items[len(l.Items)-2].GetString_().GetSval()) {
 			return false
 		}
 	}

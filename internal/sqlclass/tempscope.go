@@ -42,6 +42,9 @@ const (
 	// StatisticsName is an extended statistics object: temporary when its
 	// schema is, or its table.
 	StatisticsName
+	// RelationText is a relation named in a string, as regclass input
+	// reads it ('seq'::regclass, nextval('seq')): Name is the string.
+	RelationText
 )
 
 // ObjectName is one object a DDL statement names.
@@ -63,7 +66,7 @@ func (o ObjectName) TextTemp() (temp, known bool) {
 		return true, true
 	case o.Created:
 		return false, o.Schema != ""
-	case o.Class == StatisticsName:
+	case o.Class == StatisticsName || o.Class == RelationText:
 		return false, false // public.s may be the statistics of a temporary table
 	case o.Schema != "":
 		return false, true
@@ -472,6 +475,14 @@ func references(n *pg_query.Node, skip map[proto.Message]bool) []ObjectName {
 				refs = append(refs, o)
 			}
 			return true
+		case *pg_query.TypeCast:
+			if o, ok := qualifiedName(OtherName, x.GetTypeName().GetNames()); ok && o.Name == "regclass" {
+				refs = append(refs, relationTexts(x.Arg)...)
+			}
+		case *pg_query.FuncCall:
+			if o, ok := qualifiedName(OtherName, x.Funcname); ok && sequenceFunctions[o.Name] && len(x.Args) > 0 {
+				refs = append(refs, relationTexts(x.Args[0])...)
+			}
 		}
 		refs = append(refs, tempQualifiedLists(m.ProtoReflect())...)
 		return true
@@ -500,4 +511,19 @@ func tempQualifiedLists(m protoreflect.Message) []ObjectName {
 		return true
 	})
 	return refs
+}
+
+// sequenceFunctions take their sequence as regclass, which a string
+// constant becomes when the statement is analysed: a column default
+// nextval('seq') depends on the sequence it names.
+var sequenceFunctions = map[string]bool{"nextval": true, "currval": true, "setval": true}
+
+// relationTexts is the relation a string constant names as regclass input.
+func relationTexts(n *pg_query.Node) []ObjectName {
+	if c := n.GetAConst(); c != nil {
+		if sv, ok := c.Val.(*pg_query.A_Const_Sval); ok {
+			return []ObjectName{{Class: RelationText, Name: sv.Sval.GetSval()}}
+		}
+	}
+	return nil
 }

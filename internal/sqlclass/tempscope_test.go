@@ -11,7 +11,7 @@ func TestTempScopeVerdicts(t *testing.T) {
 			return temp
 		}
 		switch o.Class {
-		case RelationName:
+		case RelationName, RelationText:
 			return o.Name == "tmp" && !o.Created
 		case TypeName:
 			return o.Name == "ty" && !o.Created
@@ -81,14 +81,20 @@ func TestTempScopeVerdicts(t *testing.T) {
 		"SECURITY LABEL ON TABLE tmp IS 'x'":                        StayLocal,
 		"CREATE INDEX ON tmp (a)":                                   StayLocal,
 		"CREATE TRIGGER t AFTER INSERT ON tmp EXECUTE FUNCTION f()": StayLocal,
+		"CREATE TABLE p (id int DEFAULT nextval('tmp'))":            RefuseTempReference,
+		"CREATE TABLE p (id int DEFAULT nextval('public.seq'))":     Replicate,
+		"CREATE VIEW v AS SELECT 'tmp'::regclass":                   RefuseTempReference,
+		"EXPLAIN ANALYZE CREATE TABLE p AS SELECT * FROM tmp":       RefuseTempReference,
+		"EXPLAIN ANALYZE CREATE TEMP TABLE p AS SELECT * FROM tmp":  StayLocal,
 		"ALTER SEQUENCE tmp RESTART":                                StayLocal,
 	}
 	for sql, want := range cases {
 		stmts, err := Classify(sql)
-		if err != nil || len(stmts) != 1 || stmts[0].Kind != DDL {
+		if err != nil || len(stmts) != 1 || stmts[0].Kind != DDL || stmts[0].Temp == nil {
 			t.Fatalf("%s: %v %v", sql, stmts, err)
 		}
 		if got := stmts[0].Temp.Verdict(catalog); got != want {
+			t.Logf("%+v", stmts[0].Temp)
 			t.Errorf("%s: verdict %d, want %d", sql, got, want)
 		}
 	}
