@@ -605,9 +605,8 @@ func TestRedteamTriggersRulesAndPoliciesOfATemporaryTableStayLocal(t *testing.T)
 // h33, finding 5): COMMENT ON a temporary table or its column was allowed
 // by the DDL guard and replicated by the proxy (sqlclass did not tell it
 // temporary); the other replicas' appliers failed on it. Fixed for
-// relations and columns, qualified with pg_temp or not (commentedRelation);
-// still open: CREATE STATISTICS pg_temp.s and ALTER TYPE pg_temp.t, which
-// likely do the same (not tried).
+// relations and columns, qualified with pg_temp or not; statistics, types
+// and the other kinds: TestDDLOnTemporaryObjectsStaysLocalOrIsRefused (h35).
 func TestRedteamCommentOnATemporaryTableDoesNotStopTheOtherReplicas(t *testing.T) {
 	c := redteamCluster(t)
 	m := c.mallory(0)
