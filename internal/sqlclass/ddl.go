@@ -252,4 +252,3 @@ func ddlTag(n *pg_query.Node) (tag string, ok bool) {
 	}
 	return "", false
 }
-
