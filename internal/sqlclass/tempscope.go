@@ -252,6 +252,8 @@ func ddlTargets(n *pg_query.Node, sc *TempScope) []target {
 		return objectTargets(s.SecLabelStmt.Objtype, s.SecLabelStmt.Object)
 	case *pg_query.Node_GrantStmt:
 		return grantTargets(s.GrantStmt)
+	case *pg_query.Node_AlterDefaultPrivilegesStmt:
+		return defaultPrivilegeTargets(s.AlterDefaultPrivilegesStmt)
 	}
 	if t, ok := renameLikeTargets(n); ok {
 		return t
@@ -384,6 +386,20 @@ func grantTargets(g *pg_query.GrantStmt) []target {
 	return objectTargets(g.Objtype, g.Objects...)
 }
 
+// defaultPrivilegeTargets: ALTER DEFAULT PRIVILEGES IN SCHEMA changes
+// the schemas it names.
+func defaultPrivilegeTargets(a *pg_query.AlterDefaultPrivilegesStmt) []target {
+	var ts []target
+	for _, opt := range a.Options {
+		if d := opt.GetDefElem(); d != nil && d.Defname == "schemas" {
+			for _, it := range d.Arg.GetList().GetItems() {
+				ts = append(ts, target{ObjectName{Class: OtherName, Schema: it.GetString_().GetSval(), Name: "*"}, nil})
+			}
+		}
+	}
+	return ts
+}
+
 // objectTargets names the objects of DROP, COMMENT ON, SECURITY LABEL,
 // GRANT and ALTER ... of an object type: a trigger, rule, policy, column
 // or constraint by its table, a domain constraint by its domain.
@@ -394,6 +410,11 @@ func objectTargets(objtype pg_query.ObjectType, objects ...*pg_query.Node) []tar
 		var o ObjectName
 		ok := false
 		switch x := obj.GetNode().(type) {
+		case *pg_query.Node_String_: // a schema, an extension, a language, ...
+			o, ok = ObjectName{Class: OtherName, Name: x.String_.Sval}, true
+			if objtype == pg_query.ObjectType_OBJECT_SCHEMA {
+				o = ObjectName{Class: OtherName, Schema: x.String_.Sval, Name: "*"}
+			}
 		case *pg_query.Node_TypeName:
 			o, ok = qualifiedName(TypeName, x.TypeName.Names)
 		case *pg_query.Node_ObjectWithArgs:
