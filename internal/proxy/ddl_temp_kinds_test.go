@@ -40,6 +40,7 @@ var tempDDLCases = []tempDDLCase{
 	// gone from the catalog by then), nor the objects of a GRANT (event
 	// triggers do not report them): it refuses those from roles (42501).
 	{"drop statistics", []string{tmpTable, tmpStats}, "DROP STATISTICS h35_s_%[1]s", "local", "guard"},
+	{"drop of a temporary table with statistics", []string{tmpTable, tmpStats}, "DROP TABLE h35_t", "local", "guard"},
 	{"drop statistics qualified", []string{tmpTable, "CREATE STATISTICS pg_temp.h35_s ON a, b FROM h35_t"}, "DROP STATISTICS pg_temp.h35_s", "local", ""},
 	{"composite type", nil, "CREATE TYPE pg_temp.h35_ty AS (a int)", "local", ""},
 	{"alter type add attribute", []string{tmpType}, "ALTER TYPE pg_temp.h35_ty ADD ATTRIBUTE b int", "local", ""},
