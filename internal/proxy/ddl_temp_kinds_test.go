@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
 // tempDDLCase is one kind of DDL on temporary objects (review h35): setup
@@ -134,7 +136,7 @@ func TestDDLOnTemporaryObjectsStaysLocalOrIsRefused(t *testing.T) {
 		exec func(*pgx.Conn, string) error
 		user string
 	}{{"simple", execSimple, "postgres"}, {"extended", execExtended, "postgres"}, {"mallory", execExtended, "mallory"}}
-	writer := c.connect(0)
+	writer, other := c.connect(0), c.direct(1)
 	row := 1000
 	for _, mode := range modes {
 		for _, tc := range tempDDLCases {
@@ -156,7 +158,7 @@ func TestDDLOnTemporaryObjectsStaysLocalOrIsRefused(t *testing.T) {
 			conn.Close(ctx)
 			row++
 			execSQL(t, writer, `INSERT INTO public.notes VALUES ($1, $2)`, row, mode.name+" / "+tc.name)
-			if !c.waitForVersion(10 * time.Second) {
+			if !otherReplicaApplies(c, other) {
 				t.Fatalf("%s / %s: %s stopped the other replica's applier", mode.name, tc.name, sql)
 			}
 		}
@@ -183,6 +185,18 @@ func TestDDLOnTemporaryObjectsStaysLocalOrIsRefused(t *testing.T) {
 	if here != there || !strings.Contains(there, "public.h35_g2_simple") || !strings.Contains(there, "public.h35_shadow_simple") {
 		t.Errorf("the other replica has the objects %q, want the permanent ones of this replica, %q", there, here)
 	}
+}
+
+// otherReplicaApplies waits until the other replica (through its direct
+// connection other) holds the certifier's durable version.
+func otherReplicaApplies(c *testCluster, other *pgx.Conn) bool {
+	target := c.certifier.Service.DurableVersion()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if v, err := replica.ReadVersion(context.Background(), other); err == nil && v >= target {
+			return true
+		}
+	}
+	return false
 }
 
 // forMode puts the protocol's name into sql where it asks for it.
