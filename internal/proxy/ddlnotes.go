@@ -44,7 +44,7 @@ func (s *session) unreplicatedDDL(notes []byte) *pgproto3.ErrorResponse {
 			"Do not set "+replica.ClientDDLSetting+"; it belongs to tashkent.")
 	}
 	for _, n := range noted {
-		if !s.replicatesDDLOf(n.Query) && !s.keptLocal(n) {
+		if !s.replicatesDDLOf(n.Query) {
 			return errorResponse(codeFeatureNotSupported,
 				"DDL inside a DO block, function, procedure or trigger is not replicated by tashkent: the transaction was rolled back",
 				"The statement "+abbreviate(n.Query, 200)+" ran DDL ("+n.DDL+"), which would have changed this replica only.",

@@ -18,7 +18,6 @@ type savepoint struct {
 // ended.
 func (s *session) resetTransaction() {
 	s.ddl = s.ddl[:0]
-	s.tempDDL = s.tempDDL[:0]
 	s.savepoints = s.savepoints[:0]
 	s.sessionState = false
 }

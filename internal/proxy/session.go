@@ -55,7 +55,6 @@ type session struct {
 	// extended-protocol unit sent with its Sync (forwardSyncAfterCopy).
 	relayingSyncedUnit bool
 	ddl                []string // DDL run by the open transaction
-	tempDDL            []string // DDL on temporary objects only, run by the open transaction (tempddl.go)
 	sessionState       bool     // the open transaction ran a statement keepsSessionState reports
 	// endAfterReply, once the reply to the current message is flushed, is
 	// sent to the client and ends the session (see applyInstead).

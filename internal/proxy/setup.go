@@ -72,8 +72,6 @@ func (s *session) noteStatement(st sqlclass.Statement) error {
 	case sqlclass.DDL:
 		if !st.TempOnly {
 			s.ddl = append(s.ddl, st.SQL)
-		} else {
-			s.tempDDL = append(s.tempDDL, st.SQL)
 		}
 	case sqlclass.Savepoint, sqlclass.Release, sqlclass.RollbackTo:
 		s.noteSavepoint(st)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/tashkent-db/tashkent/internal/replica"
 	"github.com/tashkent-db/tashkent/internal/sqlclass"
 )
 
@@ -201,26 +200,6 @@ func refusalSQL(e *pgproto3.ErrorResponse) string {
 	}
 	return "DO $tashkent$BEGIN RAISE EXCEPTION USING ERRCODE = " + lit(e.Code) + ", MESSAGE = " + lit(e.Message) +
 		", DETAIL = " + lit(e.Detail) + ", HINT = " + lit(e.Hint) + "; END$tashkent$"
-}
-
-// keptLocal reports a note of the DDL guard about a statement the proxy
-// judged to act on temporary objects only, where the guard cannot tell
-// temporary objects: event triggers do not report the objects of a GRANT
-// or REVOKE, and a dropped statistics object's table is gone from the
-// catalog (replica/ddlguard.go). The guard notes those as DDL on
-// persistent objects; the proxy asked the catalog before they ran.
-func (s *session) keptLocal(n replica.ClientDDLNote) bool {
-	unjudged := strings.HasPrefix(n.DDL, "GRANT changes ") || strings.HasPrefix(n.DDL, "REVOKE changes ") ||
-		strings.Contains(n.DDL, " drops statistics object ")
-	if !unjudged {
-		return false
-	}
-	for _, sql := range s.tempDDL {
-		if strings.Contains(n.Query, sql) {
-			return true
-		}
-	}
-	return false
 }
 
 // statementTag is the first words of a statement, for a message.
