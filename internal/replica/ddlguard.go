@@ -28,8 +28,8 @@ import (
 // direct connection to the replica's PostgreSQL is refused too.
 //
 // DDL on temporary objects (reported in schema pg_temp, or a trigger,
-// rule or policy of a temporary table) stays on the replica and is
-// allowed. Whether an object is temporary is read from the catalog
+// rule, policy or statistics object of a temporary table) stays on the
+// replica and is allowed. Whether an object is temporary is read from the catalog
 // (ddl_object_is_temporary), never from its identity's text: a quoted
 // name can contain any text, and matching "% on pg_temp.%" let
 // public."f on pg_temp.x"() and a trigger "t on pg_temp.x" of a

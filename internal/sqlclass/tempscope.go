@@ -7,12 +7,16 @@ import (
 )
 
 // Temporary objects and replicated DDL. tashkent replicates DDL as its
-// text (Postgres-R(SI): DDL in total order), and the other replicas run
-// it in their appliers' sessions, which have none of this session's
-// temporary objects: DDL on a temporary object fails there, and a failed
-// replay stops that replica's applier for good. So DDL that acts only on
-// temporary objects must stay on its replica, and DDL that would make a
-// permanent object out of, or depend on, a temporary one must be refused.
+// text, in the global order (Postgres-R(SI) §5: "for SQL DDL statements
+// the writeset simply contains the query text"; its footnote 3: some DDL
+// is executed only at the replica it is submitted to, some disallowed).
+// The other replicas run it in their appliers' sessions, which have none
+// of this session's temporary objects: DDL on a temporary object fails
+// there, or creates it in the applier's own session (where the next
+// session's object of the same name then fails), and a failed replay
+// stops that replica's applier for good. So DDL that acts only on
+// temporary objects stays on its replica, and DDL that would make a
+// permanent object out of, or depend on, a temporary one is refused.
 //
 // A TempScope is what the parse tree says: the objects the statement
 // changes (its targets) and the other objects it names (its references).
