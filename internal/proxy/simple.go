@@ -123,11 +123,14 @@ func (s *session) oneStatement(ctx context.Context, st sqlclass.Statement, last 
 // runStatement forwards one statement (rewritten if it asks for another
 // isolation level) and relays its answer without ReadyForQuery.
 func (s *session) runStatement(st sqlclass.Statement) (result, error) {
-	st, err := s.localDDL(st)
+	st, refusal, _, err := s.localDDL(st)
 	if err != nil {
 		return result{}, err
 	}
 	sql := st.SQL
+	if refusal != nil { // DDL tashkent can neither replicate nor keep local (tempddl.go)
+		sql = refusalSQL(refusal)
+	}
 	if rewritten := rewriteIsolation(st); rewritten != "" {
 		s.isolationNotice()
 		sql = rewritten

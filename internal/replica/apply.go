@@ -357,11 +357,17 @@ const (
 		`pg_catalog.set_config('IntervalStyle', pg_catalog.current_setting('tashkent.saved_intervalstyle'), true), ` +
 		`pg_catalog.set_config('DateStyle', pg_catalog.current_setting('tashkent.saved_datestyle'), true)`
 	checkGenSQL = `SELECT tashkent.check_ddl_generation($1)`
-	ddlPrologue = `SELECT pg_catalog.set_config('tashkent.saved_search_path', pg_catalog.current_setting('search_path'), true);
+	// check_function_bodies is off while replicated DDL runs, as in a
+	// pg_dump restore: the origin checked the body, and one that names a
+	// session's temporary table would fail here for good (review h35).
+	ddlPrologue = `SELECT pg_catalog.set_config('tashkent.saved_search_path', pg_catalog.current_setting('search_path'), true),
+	pg_catalog.set_config('tashkent.saved_check_function_bodies', pg_catalog.current_setting('check_function_bodies'), true);
 SET LOCAL search_path TO DEFAULT;
+SET LOCAL check_function_bodies TO off;
 `
 	ddlEpilogue = `
-;SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('tashkent.saved_search_path'), true)`
+;SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('tashkent.saved_search_path'), true),
+	pg_catalog.set_config('check_function_bodies', pg_catalog.current_setting('tashkent.saved_check_function_bodies'), true)`
 )
 
 func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last uint64, deleteInsert bool) error {

@@ -28,8 +28,8 @@ import (
 // direct connection to the replica's PostgreSQL is refused too.
 //
 // DDL on temporary objects (reported in schema pg_temp, or a trigger,
-// rule or policy of a temporary table) stays on the replica and is
-// allowed. Whether an object is temporary is read from the catalog
+// rule, policy or statistics object of a temporary table) stays on the
+// replica and is allowed. Whether an object is temporary is read from the catalog
 // (ddl_object_is_temporary), never from its identity's text: a quoted
 // name can contain any text, and matching "% on pg_temp.%" let
 // public."f on pg_temp.x"() and a trigger "t on pg_temp.x" of a
@@ -92,6 +92,8 @@ AS $fn$
 			FROM pg_rewrite AS r JOIN pg_class AS c ON c.oid = r.ev_class WHERE r.oid = p_objid)
 		WHEN 'pg_catalog.pg_policy'::regclass THEN (SELECT c.relpersistence = 't'
 			FROM pg_policy AS p JOIN pg_class AS c ON c.oid = p.polrelid WHERE p.oid = p_objid)
+		WHEN 'pg_catalog.pg_statistic_ext'::regclass THEN (SELECT c.relpersistence = 't' OR p_schema = 'pg_temp'
+			FROM pg_statistic_ext AS x JOIN pg_class AS c ON c.oid = x.stxrelid WHERE x.oid = p_objid)
 		ELSE p_schema = 'pg_temp'
 	END, false)
 $fn$;

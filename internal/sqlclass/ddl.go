@@ -70,221 +70,185 @@ func objName(t pg_query.ObjectType, dflt string) string {
 
 // ddlTag recognises the DDL statements (anything that changes the schema, the
 // catalog or privileges and must be replicated as a statement in total order) and
-// returns PostgreSQL's command tag for it, and whether it only touches temporary
-// objects (when knowable).
-func ddlTag(n *pg_query.Node) (tag string, temp bool, ok bool) {
+// returns PostgreSQL's command tag for it. Whether it acts on temporary
+// objects is the TempScope's to say (tempscope.go).
+func ddlTag(n *pg_query.Node) (tag string, ok bool) {
 	switch s := n.Node.(type) {
 	case *pg_query.Node_CreateStmt:
-		return "CREATE TABLE", isTempRangeVar(s.CreateStmt.Relation), true
+		return "CREATE TABLE", true
 	case *pg_query.Node_CreateForeignTableStmt:
-		return "CREATE FOREIGN TABLE", false, true
+		return "CREATE FOREIGN TABLE", true
 	case *pg_query.Node_CreateTableAsStmt:
 		c := s.CreateTableAsStmt
-		temp := c.Into != nil && isTempRangeVar(c.Into.Rel)
 		skipData := c.Into != nil && c.Into.SkipData
 		if c.Objtype == pg_query.ObjectType_OBJECT_MATVIEW {
 			if skipData {
-				return "CREATE MATERIALIZED VIEW", false, true
+				return "CREATE MATERIALIZED VIEW", true
 			}
-			return "SELECT", false, true
+			return "SELECT", true
 		}
 		if skipData {
-			return "CREATE TABLE AS", temp, true
+			return "CREATE TABLE AS", true
 		}
-		return "SELECT", temp, true // PostgreSQL reports "SELECT n"
+		return "SELECT", true // PostgreSQL reports "SELECT n"
 	case *pg_query.Node_ViewStmt:
-		return "CREATE VIEW", isTempRangeVar(s.ViewStmt.View), true
+		return "CREATE VIEW", true
 	case *pg_query.Node_CreateSeqStmt:
-		return "CREATE SEQUENCE", isTempRangeVar(s.CreateSeqStmt.Sequence), true
+		return "CREATE SEQUENCE", true
 	case *pg_query.Node_AlterSeqStmt:
-		return "ALTER SEQUENCE", isTempRangeVar(s.AlterSeqStmt.Sequence), true
+		return "ALTER SEQUENCE", true
 	case *pg_query.Node_IndexStmt:
-		return "CREATE INDEX", isTempRangeVar(s.IndexStmt.Relation), true
+		return "CREATE INDEX", true
 	case *pg_query.Node_AlterTableStmt:
-		return "ALTER " + objName(s.AlterTableStmt.Objtype, "TABLE"), isTempRangeVar(s.AlterTableStmt.Relation), true
+		return "ALTER " + objName(s.AlterTableStmt.Objtype, "TABLE"), true
 	case *pg_query.Node_AlterTableMoveAllStmt:
-		return "ALTER " + objName(s.AlterTableMoveAllStmt.Objtype, "TABLE"), false, true
+		return "ALTER " + objName(s.AlterTableMoveAllStmt.Objtype, "TABLE"), true
 	case *pg_query.Node_DropStmt:
-		d := s.DropStmt
-		temp := false
-		switch d.RemoveType {
-		case pg_query.ObjectType_OBJECT_TABLE, pg_query.ObjectType_OBJECT_VIEW,
-			pg_query.ObjectType_OBJECT_SEQUENCE, pg_query.ObjectType_OBJECT_INDEX:
-			temp = allTempQualified(d.Objects)
-		}
-		return "DROP " + objName(d.RemoveType, "OBJECT"), temp, true
+		return "DROP " + objName(s.DropStmt.RemoveType, "OBJECT"), true
 	case *pg_query.Node_RenameStmt:
 		r := s.RenameStmt
 		switch r.RenameType {
 		case pg_query.ObjectType_OBJECT_COLUMN, pg_query.ObjectType_OBJECT_ATTRIBUTE:
-			return "ALTER " + objName(r.RelationType, "TABLE"), isTempRangeVar(r.Relation), true
+			return "ALTER " + objName(r.RelationType, "TABLE"), true
 		}
-		return "ALTER " + objName(r.RenameType, "OBJECT"), isTempRangeVar(r.Relation), true
+		return "ALTER " + objName(r.RenameType, "OBJECT"), true
 	case *pg_query.Node_AlterObjectDependsStmt:
-		return "ALTER " + objName(s.AlterObjectDependsStmt.ObjectType, "OBJECT"), false, true
+		return "ALTER " + objName(s.AlterObjectDependsStmt.ObjectType, "OBJECT"), true
 	case *pg_query.Node_AlterObjectSchemaStmt:
-		return "ALTER " + objName(s.AlterObjectSchemaStmt.ObjectType, "OBJECT"), false, true
+		return "ALTER " + objName(s.AlterObjectSchemaStmt.ObjectType, "OBJECT"), true
 	case *pg_query.Node_AlterOwnerStmt:
-		return "ALTER " + objName(s.AlterOwnerStmt.ObjectType, "OBJECT"), false, true
+		return "ALTER " + objName(s.AlterOwnerStmt.ObjectType, "OBJECT"), true
 	case *pg_query.Node_AlterFunctionStmt:
-		return "ALTER " + objName(s.AlterFunctionStmt.Objtype, "FUNCTION"), false, true
+		return "ALTER " + objName(s.AlterFunctionStmt.Objtype, "FUNCTION"), true
 	case *pg_query.Node_CreateFunctionStmt:
 		if s.CreateFunctionStmt.IsProcedure {
-			return "CREATE PROCEDURE", false, true
+			return "CREATE PROCEDURE", true
 		}
-		return "CREATE FUNCTION", false, true
+		return "CREATE FUNCTION", true
 	case *pg_query.Node_DefineStmt:
-		return "CREATE " + objName(s.DefineStmt.Kind, "TYPE"), false, true
+		return "CREATE " + objName(s.DefineStmt.Kind, "TYPE"), true
 	case *pg_query.Node_CreateSchemaStmt:
-		return "CREATE SCHEMA", false, true
+		return "CREATE SCHEMA", true
 	case *pg_query.Node_AlterDomainStmt:
-		return "ALTER DOMAIN", false, true
+		return "ALTER DOMAIN", true
 	case *pg_query.Node_CreateDomainStmt:
-		return "CREATE DOMAIN", false, true
+		return "CREATE DOMAIN", true
 	case *pg_query.Node_GrantStmt:
 		if s.GrantStmt.IsGrant {
-			return "GRANT", false, true
+			return "GRANT", true
 		}
-		return "REVOKE", false, true
+		return "REVOKE", true
 	case *pg_query.Node_GrantRoleStmt:
 		if s.GrantRoleStmt.IsGrant {
-			return "GRANT ROLE", false, true
+			return "GRANT ROLE", true
 		}
-		return "REVOKE ROLE", false, true
+		return "REVOKE ROLE", true
 	case *pg_query.Node_AlterDefaultPrivilegesStmt:
-		return "ALTER DEFAULT PRIVILEGES", false, true
+		return "ALTER DEFAULT PRIVILEGES", true
 	case *pg_query.Node_CommentStmt:
-		schema, _, ok := commentedRelation(s.CommentStmt)
-		return "COMMENT", ok && isTempSchema(schema), true
+		return "COMMENT", true
 	case *pg_query.Node_SecLabelStmt:
-		return "SECURITY LABEL", false, true
+		return "SECURITY LABEL", true
 	case *pg_query.Node_CreateTableSpaceStmt:
-		return "CREATE TABLESPACE", false, true
+		return "CREATE TABLESPACE", true
 	case *pg_query.Node_DropTableSpaceStmt:
-		return "DROP TABLESPACE", false, true
+		return "DROP TABLESPACE", true
 	case *pg_query.Node_AlterTableSpaceOptionsStmt:
-		return "ALTER TABLESPACE", false, true
+		return "ALTER TABLESPACE", true
 	case *pg_query.Node_CreateExtensionStmt:
-		return "CREATE EXTENSION", false, true
+		return "CREATE EXTENSION", true
 	case *pg_query.Node_AlterExtensionStmt, *pg_query.Node_AlterExtensionContentsStmt:
-		return "ALTER EXTENSION", false, true
+		return "ALTER EXTENSION", true
 	case *pg_query.Node_CreateFdwStmt:
-		return "CREATE FOREIGN DATA WRAPPER", false, true
+		return "CREATE FOREIGN DATA WRAPPER", true
 	case *pg_query.Node_AlterFdwStmt:
-		return "ALTER FOREIGN DATA WRAPPER", false, true
+		return "ALTER FOREIGN DATA WRAPPER", true
 	case *pg_query.Node_CreateForeignServerStmt:
-		return "CREATE SERVER", false, true
+		return "CREATE SERVER", true
 	case *pg_query.Node_AlterForeignServerStmt:
-		return "ALTER SERVER", false, true
+		return "ALTER SERVER", true
 	case *pg_query.Node_CreateUserMappingStmt:
-		return "CREATE USER MAPPING", false, true
+		return "CREATE USER MAPPING", true
 	case *pg_query.Node_AlterUserMappingStmt:
-		return "ALTER USER MAPPING", false, true
+		return "ALTER USER MAPPING", true
 	case *pg_query.Node_DropUserMappingStmt:
-		return "DROP USER MAPPING", false, true
+		return "DROP USER MAPPING", true
 	case *pg_query.Node_ImportForeignSchemaStmt:
-		return "IMPORT FOREIGN SCHEMA", false, true
+		return "IMPORT FOREIGN SCHEMA", true
 	case *pg_query.Node_CreatePolicyStmt:
-		return "CREATE POLICY", isTempRangeVar(s.CreatePolicyStmt.Table), true
+		return "CREATE POLICY", true
 	case *pg_query.Node_AlterPolicyStmt:
-		return "ALTER POLICY", isTempRangeVar(s.AlterPolicyStmt.Table), true
+		return "ALTER POLICY", true
 	case *pg_query.Node_CreateAmStmt:
-		return "CREATE ACCESS METHOD", false, true
+		return "CREATE ACCESS METHOD", true
 	case *pg_query.Node_CreateTrigStmt:
-		return "CREATE TRIGGER", isTempRangeVar(s.CreateTrigStmt.Relation), true
+		return "CREATE TRIGGER", true
 	case *pg_query.Node_CreateEventTrigStmt:
-		return "CREATE EVENT TRIGGER", false, true
+		return "CREATE EVENT TRIGGER", true
 	case *pg_query.Node_AlterEventTrigStmt:
-		return "ALTER EVENT TRIGGER", false, true
+		return "ALTER EVENT TRIGGER", true
 	case *pg_query.Node_CreatePlangStmt:
-		return "CREATE LANGUAGE", false, true
+		return "CREATE LANGUAGE", true
 	case *pg_query.Node_CreateRoleStmt:
-		return "CREATE ROLE", false, true
+		return "CREATE ROLE", true
 	case *pg_query.Node_AlterRoleStmt, *pg_query.Node_AlterRoleSetStmt:
-		return "ALTER ROLE", false, true
+		return "ALTER ROLE", true
 	case *pg_query.Node_DropRoleStmt:
-		return "DROP ROLE", false, true
+		return "DROP ROLE", true
 	case *pg_query.Node_CreateOpClassStmt:
-		return "CREATE OPERATOR CLASS", false, true
+		return "CREATE OPERATOR CLASS", true
 	case *pg_query.Node_CreateOpFamilyStmt:
-		return "CREATE OPERATOR FAMILY", false, true
+		return "CREATE OPERATOR FAMILY", true
 	case *pg_query.Node_AlterOpFamilyStmt:
-		return "ALTER OPERATOR FAMILY", false, true
+		return "ALTER OPERATOR FAMILY", true
 	case *pg_query.Node_CreateStatsStmt:
-		return "CREATE STATISTICS", false, true
+		return "CREATE STATISTICS", true
 	case *pg_query.Node_AlterStatsStmt:
-		return "ALTER STATISTICS", false, true
+		return "ALTER STATISTICS", true
 	case *pg_query.Node_AlterOperatorStmt:
-		return "ALTER OPERATOR", false, true
+		return "ALTER OPERATOR", true
 	case *pg_query.Node_AlterTypeStmt:
-		return "ALTER TYPE", false, true
+		return "ALTER TYPE", true
 	case *pg_query.Node_RuleStmt:
-		return "CREATE RULE", isTempRangeVar(s.RuleStmt.Relation), true
+		return "CREATE RULE", true
 	case *pg_query.Node_CompositeTypeStmt, *pg_query.Node_CreateEnumStmt, *pg_query.Node_CreateRangeStmt:
-		return "CREATE TYPE", false, true
+		return "CREATE TYPE", true
 	case *pg_query.Node_AlterEnumStmt:
-		return "ALTER TYPE", false, true
+		return "ALTER TYPE", true
 	case *pg_query.Node_AlterCollationStmt:
-		return "ALTER COLLATION", false, true
+		return "ALTER COLLATION", true
 	case *pg_query.Node_CreatedbStmt:
-		return "CREATE DATABASE", false, true
+		return "CREATE DATABASE", true
 	case *pg_query.Node_AlterDatabaseStmt, *pg_query.Node_AlterDatabaseSetStmt, *pg_query.Node_AlterDatabaseRefreshCollStmt:
-		return "ALTER DATABASE", false, true
+		return "ALTER DATABASE", true
 	case *pg_query.Node_DropdbStmt:
-		return "DROP DATABASE", false, true
+		return "DROP DATABASE", true
 	case *pg_query.Node_CreateConversionStmt:
-		return "CREATE CONVERSION", false, true
+		return "CREATE CONVERSION", true
 	case *pg_query.Node_CreateCastStmt:
-		return "CREATE CAST", false, true
+		return "CREATE CAST", true
 	case *pg_query.Node_CreateTransformStmt:
-		return "CREATE TRANSFORM", false, true
+		return "CREATE TRANSFORM", true
 	case *pg_query.Node_DropOwnedStmt:
-		return "DROP OWNED", false, true
+		return "DROP OWNED", true
 	case *pg_query.Node_ReassignOwnedStmt:
-		return "REASSIGN OWNED", false, true
+		return "REASSIGN OWNED", true
 	case *pg_query.Node_AlterTsdictionaryStmt:
-		return "ALTER TEXT SEARCH DICTIONARY", false, true
+		return "ALTER TEXT SEARCH DICTIONARY", true
 	case *pg_query.Node_AlterTsconfigurationStmt:
-		return "ALTER TEXT SEARCH CONFIGURATION", false, true
+		return "ALTER TEXT SEARCH CONFIGURATION", true
 	case *pg_query.Node_CreatePublicationStmt:
-		return "CREATE PUBLICATION", false, true
+		return "CREATE PUBLICATION", true
 	case *pg_query.Node_AlterPublicationStmt:
-		return "ALTER PUBLICATION", false, true
+		return "ALTER PUBLICATION", true
 	case *pg_query.Node_CreateSubscriptionStmt:
-		return "CREATE SUBSCRIPTION", false, true
+		return "CREATE SUBSCRIPTION", true
 	case *pg_query.Node_AlterSubscriptionStmt:
-		return "ALTER SUBSCRIPTION", false, true
+		return "ALTER SUBSCRIPTION", true
 	case *pg_query.Node_DropSubscriptionStmt:
-		return "DROP SUBSCRIPTION", false, true
+		return "DROP SUBSCRIPTION", true
 	case *pg_query.Node_RefreshMatViewStmt:
-		return "REFRESH MATERIALIZED VIEW", false, true
+		return "REFRESH MATERIALIZED VIEW", true
 	}
-	return "", false, false
-}
-
-// commentedRelation is the schema ("" when not given) and name of the
-// relation a COMMENT ON names, itself or one of its columns; ok is false
-// for other objects. COMMENT ON a temporary table, replicated, stopped the
-// other replicas' appliers (review h33, finding 5).
-func commentedRelation(c *pg_query.CommentStmt) (schema, name string, ok bool) {
-	l := c.Object.GetList()
-	if l == nil {
-		return "", "", false
-	}
-	items := l.Items
-	switch c.Objtype {
-	case pg_query.ObjectType_OBJECT_TABLE, pg_query.ObjectType_OBJECT_VIEW, pg_query.ObjectType_OBJECT_MATVIEW,
-		pg_query.ObjectType_OBJECT_SEQUENCE, pg_query.ObjectType_OBJECT_INDEX, pg_query.ObjectType_OBJECT_FOREIGN_TABLE:
-	case pg_query.ObjectType_OBJECT_COLUMN:
-		items = items[:len(items)-1] // the column's own name
-	default:
-		return "", "", false
-	}
-	switch len(items) {
-	case 1:
-		return "", items[0].GetString_().GetSval(), true
-	case 2:
-		return items[0].GetString_().GetSval(), items[1].GetString_().GetSval(), true
-	}
-	return "", "", false
+	return "", false
 }

@@ -47,6 +47,10 @@
 //     has no capture triggers, so its rows can only be replicated by running the
 //     statement itself in total order), not Write.
 //   - TempOnly is set only when it is knowable from the text: CREATE TEMP ...,
-//     SELECT INTO TEMP, or objects explicitly qualified with pg_temp. An unqualified
-//     name that happens to resolve to a temporary table is not recognised.
+//     SELECT INTO TEMP, or objects explicitly qualified with pg_temp. For DDL,
+//     Statement.Temp (a TempScope, tempscope.go) lists the objects the statement
+//     changes and names, and which of them only the session's catalog can tell
+//     temporary (an unqualified name may resolve to a temporary table); the proxy
+//     asks the database and judges the statement with TempScope.Verdict: local,
+//     replicated, or refused for mixing temporary and permanent objects.
 package sqlclass

@@ -161,11 +161,11 @@ type Statement struct {
 	// objects, when that is knowable from the text (CREATE TEMP TABLE, SELECT INTO
 	// TEMP, objects qualified with pg_temp).
 	TempOnly bool
-	// Relations are, for a DDL, the existing relations it acts on that it
-	// names without a schema: temporary or not depending on the session
-	// (a temporary table shadows a permanent one), which the text cannot
-	// tell.
-	Relations []string
+	// Temp is, for a DDL, the objects it changes and names, for the
+	// proxy to tell whether it acts on temporary objects (TempScope): the
+	// text alone cannot always tell, since a temporary table shadows a
+	// permanent one of the same name.
+	Temp *TempScope
 	// Tag is the command tag PostgreSQL returns in CommandComplete, without the
 	// row count ("BEGIN", "START TRANSACTION", "COMMIT", "INSERT", "CREATE TABLE").
 	// It is "" for EXECUTE, whose tag is that of the prepared statement.
@@ -282,7 +282,7 @@ func classifyNode(n *pg_query.Node) Statement {
 
 	case *pg_query.Node_SelectStmt:
 		if s.SelectStmt.IntoClause != nil { // SELECT ... INTO new_table
-			return Statement{Kind: DDL, Tag: "SELECT", TempOnly: isTempRangeVar(s.SelectStmt.IntoClause.Rel)}
+			return ddlStatement(n, "SELECT")
 		}
 		return classifyQuery(n, "SELECT")
 	case *pg_query.Node_InsertStmt:
@@ -308,6 +308,7 @@ func classifyNode(n *pg_query.Node) Statement {
 			// EXPLAIN ANALYZE runs the statement.
 			st.Kind = inner.Kind
 			st.TempOnly = inner.TempOnly
+			st.Temp = inner.Temp
 		}
 		return st
 
@@ -402,10 +403,18 @@ func classifyNode(n *pg_query.Node) Statement {
 	case *pg_query.Node_AlterSystemStmt:
 		return Statement{Kind: Other, Tag: "ALTER SYSTEM"}
 	}
-	if tag, temp, ok := ddlTag(n); ok {
-		return Statement{Kind: DDL, Tag: tag, TempOnly: temp, Relations: unqualifiedRelations(n)}
+	if tag, ok := ddlTag(n); ok {
+		return ddlStatement(n, tag)
 	}
 	return Statement{Kind: Other}
+}
+
+// ddlStatement is a DDL statement, TempOnly when its text shows it acts
+// on temporary objects only.
+func ddlStatement(n *pg_query.Node, tag string) Statement {
+	scope := tempScope(n)
+	v, known := scope.TextVerdict()
+	return Statement{Kind: DDL, Tag: tag, TempOnly: known && v == StayLocal, Temp: scope}
 }
 
 func classifyTransaction(t *pg_query.TransactionStmt) Statement {
@@ -640,23 +649,6 @@ func allTempRangeVars(nodes []*pg_query.Node) bool {
 	}
 	for _, n := range nodes {
 		if !isTempRangeVar(n.GetRangeVar()) {
-			return false
-		}
-	}
-	return true
-}
-
-// allTempQualified reports DROP objects that are all names qualified with pg_temp.
-func allTempQualified(objects []*pg_query.Node) bool {
-	if len(objects) == 0 {
-		return false
-	}
-	for _, o := range objects {
-		l := o.GetList()
-		if l == nil || len(l.Items) < 2 {
-			return false
-		}
-		if !isTempSchema(l.Items[len(l.Items)-2].GetString_().GetSval()) {
 			return false
 		}
 	}
