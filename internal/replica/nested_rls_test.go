@@ -297,7 +297,7 @@ func TestCaptureNestedStateReadsNothingHidden(t *testing.T) {
 	definer := queryStrings(t, admin, `SELECT p.proname::text FROM pg_proc p
 		WHERE p.pronamespace = 'tashkent'::regnamespace AND p.prosecdef ORDER BY 1`)
 	eqStrings(t, "tashkent's functions with their owner's rights", definer, []string{
-		"align_all_sequences", "align_relation_sequences", "align_sequence",
+		"align_all_sequences", "align_relation_sequences", "align_sequence", "assert_nothing_to_replicate",
 		"capture", "capture_key", "capture_reference_keys", "capture_references",
 		"collect_writeset", "create_writeset_buffer",
 		"ensure_all_triggers", "ensure_linked_triggers", "ensure_triggers", "on_ddl", "record_version",
