@@ -83,7 +83,7 @@ Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 		"with a CA and per-process certificates generated in DATA-DIR/certifier-tls (recorded in cluster.json)")
 	f.BoolVar(&trustDDLRoles, "trust-ddl-roles", false, "run the proxies with --trust-ddl-roles: roles that are not superusers may run DDL, "+
 		"which the other replicas run as a superuser, so only if every such role is trusted as one (recorded in cluster.json; "+
-		"to change it on an existing cluster, `tashkent down` first)")
+		"to change it on an existing cluster, run tashkent down first)")
 	f.BoolVar(&noDemo, "no-demo", false, "skip the demo workload")
 	f.DurationVar(&demoDuration, "demo-duration", 5*time.Second, "how long the demo runs transfers")
 	f.DurationVar(&o.ReadyTimeout, "ready-timeout", cluster.DefaultReadyTimeout, "how long to wait for each process to accept connections")

@@ -26,8 +26,11 @@ import (
 // statement's whole text. The proxy's DDL is each statement's own text
 // (sqlclass.Statement.SQL), which that text contains. A DDL statement's
 // own nested DDL (tashkent's capture triggers on a new table, a serial
-// column's sequence, a user's event trigger) is noted under the DDL
-// statement, so it passes; the other replicas run it the same way.
+// column's sequence) is noted under the DDL statement, so it passes; the
+// other replicas run it the same way. DDL a user's event trigger runs
+// passes too, but the other replicas' appliers run with
+// session_replication_role = replica, where such a trigger does not fire
+// unless ENABLE ALWAYS: it stays here (docs/GUARANTEES.md, review h36).
 
 // unreplicatedDDL is the COMMIT's error for a transaction in which DDL on
 // persistent objects ran under a statement the proxy did not replicate as

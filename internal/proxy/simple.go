@@ -12,6 +12,9 @@ import (
 // simpleQuery handles one Query message.
 func (s *session) simpleQuery(ctx context.Context, sql string) error {
 	stmts, err := s.classify(sql)
+	if err != nil && unparsableNotUTF8(sql) {
+		return s.refuse(codeFeatureNotSupported, notUTF8Message, notUTF8Hint)
+	}
 	if err != nil { // PostgreSQL reports the syntax error itself
 		s.noteUnit([]sqlclass.Kind{sqlclass.Other})
 		return s.forwardQuery(sql)

@@ -171,6 +171,9 @@ func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 			return err
 		}
 		for i, m := range u.msgs {
+			if m.typ == 'P' && unparsableNotUTF8(m.query) {
+				return s.refuse(codeFeatureNotSupported, notUTF8Message, notUTF8Hint)
+			}
 			if m.typ == 'E' && len(stmts[i]) == 1 && reservedSetting(stmts[i][0]) {
 				return s.refuse(codeInsufficientPrivilege, "settings named tashkent.* belong to the tashkent proxy", "")
 			}

@@ -44,6 +44,11 @@ func unreplicatedRefusal(st sqlclass.Statement) *pgproto3.ErrorResponse {
 			"CREATE TABLE AS EXECUTE is not supported by tashkent: the other replicas do not have the prepared statement it runs",
 			"tashkent replicates DDL as its text; a prepared statement exists only in the session that prepared it.",
 			"Write the query out: CREATE TABLE name AS SELECT ...")
+	case sqlclass.HoldableCursorCode:
+		return errorResponse(codeFeatureNotSupported,
+			"DECLARE ... WITH HOLD over a query that calls a function of yours is not supported by tashkent: what the function writes would stay on this replica",
+			"PostgreSQL runs a holdable cursor's query to its end inside COMMIT, after tashkent has collected the transaction's writes for the other replicas.",
+			"Declare the cursor without WITH HOLD inside a transaction block, or call the function in a SELECT of its own.")
 	case sqlclass.SequenceSet:
 		return errorResponse(codeFeatureNotSupported,
 			"setval() is not supported by tashkent: it would move the sequence on this replica only",

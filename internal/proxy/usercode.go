@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/tashkent-db/tashkent/internal/sqlclass"
 )
@@ -57,12 +56,14 @@ func (r *replication) loadBuiltinFunctions(ctx context.Context) error {
 }
 
 // runsUserCode reports a read that calls a function that is not built in.
+// The names are compared as the parser gives them: it folds unquoted
+// names to lower case already, and a quoted "Lower" is not lower.
 func (r *replication) runsUserCode(st sqlclass.Statement) bool {
 	if r == nil {
 		return false
 	}
 	for _, f := range st.Functions {
-		if !r.builtinFunctions[f] && !r.builtinFunctions[strings.ToLower(f)] {
+		if !r.builtinFunctions[f] {
 			return true
 		}
 	}
@@ -71,12 +72,18 @@ func (r *replication) runsUserCode(st sqlclass.Statement) bool {
 
 // classify is sqlclass.Classify, with a read that calls a user's function
 // classified as what it may be: user code (sqlclass.Call), which the
-// proxy runs as a write.
+// proxy runs as a write. A holdable cursor over such a read is refused
+// (sqlclass.HoldableCursorCode): its query runs to its end inside COMMIT,
+// after the collect, so neither wrapping nor a block would see what the
+// function writes.
 func (s *session) classify(sql string) ([]sqlclass.Statement, error) {
 	stmts, err := sqlclass.Classify(sql)
 	for i := range stmts {
 		if s.p.rep.runsUserCode(stmts[i]) {
 			stmts[i].Kind = sqlclass.Call
+			if stmts[i].Holdable && stmts[i].Unreplicated == sqlclass.Replicated {
+				stmts[i].Unreplicated = sqlclass.HoldableCursorCode
+			}
 		}
 	}
 	return stmts, err

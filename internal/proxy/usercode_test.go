@@ -25,6 +25,7 @@ func TestReadsThatCallUserFunctionsRunAsWrites(t *testing.T) {
 		`WITH x AS (SELECT audit('read')) SELECT count(*) FROM x`:         true,
 		`COPY (SELECT export_rows()) TO STDOUT`:                           true,
 		`SELECT "Mixed"()`:                                                true,
+		`SELECT "Lower"('X')`:                                             true,
 		`EXPLAIN SELECT create_account('ann')`:                            false,
 		`EXPLAIN ANALYZE SELECT create_account('ann')`:                    true,
 		`SELECT count(*) FROM t GROUP BY lower(name) HAVING count(*) > 1`: false,

@@ -193,11 +193,19 @@ type Statement struct {
 	// "schema.name"): a read that calls a user's function may write
 	// (the proxy then runs it as a write; see Proxy docs).
 	Functions []string
+	// Holdable is set for DECLARE ... WITH HOLD: PostgreSQL runs the
+	// cursor's query to its end when the transaction commits (to keep its
+	// rows past the commit), so the functions it calls run inside COMMIT.
+	Holdable bool
 	// Inner is, for Prepare, the kind of the prepared statement; for a DECLARE
 	// CURSOR, Read or Write of its query; for EXPLAIN, the kind of the explained
 	// statement. Other elsewhere.
 	Inner Kind
 }
+
+// cursorOptHold is PostgreSQL's CURSOR_OPT_HOLD (parsenodes.h), the WITH
+// HOLD bit of DeclareCursorStmt.options.
+const cursorOptHold = 0x0020
 
 // ParseError is a syntax error reported by the PostgreSQL parser.
 type ParseError struct {
@@ -369,7 +377,8 @@ func classifyNode(n *pg_query.Node) Statement {
 		if inner.Kind != Read {
 			k = Write
 		}
-		return Statement{Kind: k, Tag: "DECLARE CURSOR", Name: s.DeclareCursorStmt.Portalname, Inner: inner.Kind}
+		return Statement{Kind: k, Tag: "DECLARE CURSOR", Name: s.DeclareCursorStmt.Portalname, Inner: inner.Kind,
+			Holdable: s.DeclareCursorStmt.Options&cursorOptHold != 0}
 	case *pg_query.Node_FetchStmt:
 		if s.FetchStmt.Ismove {
 			return Statement{Kind: Read, Tag: "MOVE", Name: s.FetchStmt.Portalname}

@@ -39,6 +39,13 @@ const (
 	// is not temporary: its EXECUTE creates the table, and an EXECUTE is not
 	// DDL to the proxy, so the table would exist on this replica only.
 	DDLInPreparedStatement
+	// HoldableCursorCode is DECLARE ... WITH HOLD over a query that calls
+	// a user's function. PostgreSQL runs such a query to its end inside
+	// COMMIT, after the proxy collected the writeset and the DDL guard's
+	// notes: what the function writes there commits on this replica only.
+	// Which functions are the user's is the caller's to tell (the proxy
+	// knows the database's built-ins), so Classify never sets it.
+	HoldableCursorCode
 )
 
 // String returns the feature's name as the docs spell it.
@@ -56,6 +63,8 @@ func (f Feature) String() string {
 		return "CREATE TABLE AS EXECUTE"
 	case DDLInPreparedStatement:
 		return "PREPARE ... SELECT INTO"
+	case HoldableCursorCode:
+		return "DECLARE ... WITH HOLD calling a function"
 	}
 	return "replicated"
 }
