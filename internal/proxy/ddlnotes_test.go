@@ -52,6 +52,8 @@ func TestDDLInsideFunctionsIsRefusedAtCommit(t *testing.T) {
 		{"DROP in a DO block", `DO $$BEGIN EXECUTE 'DROP TABLE public.marks'; END$$`, "",
 			"DROP TABLE drops table public.marks"},
 		{"trigger", `INSERT INTO public.partitioned_by_hand VALUES (7)`, "made_7", "CREATE TABLE changes public.made_7"},
+		{"function under CREATE TEMP", `CREATE TEMP TABLE made_by_temp AS SELECT 1 AS one FROM (SELECT public.make_table('by_temp_ctas')) AS made`,
+			"by_temp_ctas", "CREATE TABLE changes public.by_temp_ctas"},
 	}
 	for _, tc := range refused {
 		for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
@@ -137,7 +139,7 @@ func TestDDLInsideFunctionsIsRefusedAtCommit(t *testing.T) {
 			t.Errorf("replica 2 lacks %s", name)
 		}
 	}
-	for _, name := range []string{"undone", "scratch", "by_do", "by_function", "by_autocommit", "beside", "made_7"} {
+	for _, name := range []string{"undone", "scratch", "by_do", "by_function", "by_autocommit", "beside", "made_7", "by_temp_ctas"} {
 		for i := range 2 {
 			if c.countOn(i, `SELECT count(*) FROM pg_class WHERE relname = '`+name+`' AND relpersistence <> 't'`) != 0 {
 				t.Errorf("replica %d has %s", i+1, name)

@@ -105,6 +105,9 @@ $fn$;
 --
 -- A statement that begins with a DDL verb is not noted: it is DDL the
 -- client sent, which the proxy replicates (its own nested DDL with it).
+-- CREATE TEMP ... is noted all the same: the proxy keeps it local, so DDL
+-- on persistent objects under it (CREATE TEMP TABLE t AS SELECT f(),
+-- where f creates a table; review h36) would not be replicated.
 -- So a schema load of thousands of DDL statements in one transaction
 -- keeps the notes empty, and each note costs what a few notes cost: the
 -- statements noted are those that hide DDL (DO, CALL, SELECT f(), an
@@ -122,9 +125,12 @@ DECLARE
 	v_notes jsonb;
 	v_last jsonb;
 	c_ours constant text := 'CREATE TRIGGER changes tashkent\_capture%';
+	-- white space and comments before a statement's first word
+	c_lead constant text := '(?:\s|/\*(?:[^*]|\*+[^*/])*\*+/|--[^\n]*(?:\n|$))*';
 BEGIN
-	IF upper(substring(v_query from '^(?:\s|/\*(?:[^*]|\*+[^*/])*\*+/|--[^\n]*(?:\n|$))*([A-Za-z]+)'))
-			IN ('CREATE', 'ALTER', 'DROP', 'GRANT', 'REVOKE', 'COMMENT', 'SECURITY', 'REFRESH', 'IMPORT', 'REASSIGN') THEN
+	IF upper(substring(v_query from '^' || c_lead || '([A-Za-z]+)'))
+			IN ('CREATE', 'ALTER', 'DROP', 'GRANT', 'REVOKE', 'COMMENT', 'SECURITY', 'REFRESH', 'IMPORT', 'REASSIGN')
+		AND v_query !~* ('^' || c_lead || 'create\s+(?:(?:global|local)\s+)?temp(?:orary)?\M') THEN
 		RETURN;
 	END IF;
 	v_notes := coalesce(nullif(current_setting('$CLIENT_DDL_SETTING', true), '')::jsonb, '[]'::jsonb);
