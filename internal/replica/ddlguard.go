@@ -105,13 +105,13 @@ $fn$;
 --
 -- A statement that begins with a DDL verb is not noted: it is DDL the
 -- client sent, which the proxy replicates (its own nested DDL with it).
--- CREATE TEMP ... is noted all the same: the proxy keeps it local, so DDL
--- on persistent objects under it (CREATE TEMP TABLE t AS SELECT f(),
--- where f creates a table; review h36) would not be replicated.
 -- So a schema load of thousands of DDL statements in one transaction
 -- keeps the notes empty, and each note costs what a few notes cost: the
 -- statements noted are those that hide DDL (DO, CALL, SELECT f(), an
--- INSERT whose trigger runs DDL), few per transaction. A statement's
+-- INSERT whose trigger runs DDL), few per transaction. CREATE TEMP ... is
+-- noted all the same: the proxy keeps it local, so DDL on persistent
+-- objects under it (CREATE TEMP TABLE t AS SELECT f(), where f creates a
+-- table; review h36) would not be replicated. A statement's
 -- firings come one after the other: the last note is the only one to
 -- compare with. tashkent's capture triggers on a new table are created
 -- (and reported) before the table's own command ends; the note then names
