@@ -21,11 +21,11 @@ import (
 // the client's retry goes through the collect and is certified, as every
 // later transaction of the session is.
 
+// readOnlyCheck is the check before the fast COMMIT.
+var readOnlyCheck = proxyStatement{readOnlyCheckStatement, replica.AssertNothingToReplicateSQL}
+
 // readOnlyCommitStatements are the fast COMMIT's pipeline.
-var readOnlyCommitStatements = []proxyStatement{
-	{readOnlyCheckStatement, replica.AssertNothingToReplicateSQL},
-	{commitStatement, "COMMIT"},
-}
+var readOnlyCommitStatements = []proxyStatement{readOnlyCheck, commit}
 
 // mayWrite reports whether statements of these kinds may write, run user
 // code or DDL: anything but plain reads and transaction control.

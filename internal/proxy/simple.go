@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -12,15 +13,16 @@ import (
 // simpleQuery handles one Query message.
 func (s *session) simpleQuery(ctx context.Context, sql string) error {
 	stmts, err := s.classify(sql)
-	if err != nil && unparsableNotUTF8(sql) {
+	if err != nil && !utf8.ValidString(sql) { // see textencoding.go
 		return s.refuse(codeFeatureNotSupported, notUTF8Message, notUTF8Hint)
 	}
 	if err != nil { // PostgreSQL reports the syntax error itself
 		s.noteUnit([]sqlclass.Kind{sqlclass.Other})
 		return s.forwardQuery(sql)
 	}
-	s.noteUnit(kindsOf(stmts))
-	if taken, err := s.takeDoom(kindsOf(stmts), nil); taken || err != nil {
+	kinds := kindsOf(stmts)
+	s.noteUnit(kinds)
+	if taken, err := s.takeDoom(kinds, nil); taken || err != nil {
 		return err
 	}
 	if refused, err := s.refuseUnreplicated(stmts...); refused || err != nil {

@@ -59,14 +59,14 @@ const (
 
 // commitStatements commit a certified transaction in its turn: the
 // version is recorded (its parameter) in the transaction that commits it.
-var commitStatements = []proxyStatement{
-	{recordStatement, replica.RecordVersionSQL},
-	{commitStatement, "COMMIT"},
-}
+var commitStatements = []proxyStatement{{recordStatement, replica.RecordVersionSQL}, commit}
+
+// commit is the proxy's prepared COMMIT.
+var commit = proxyStatement{commitStatement, "COMMIT"}
 
 // proxyStatements are all of them, as setup prepares them.
 var proxyStatements = slices.Concat([]proxyStatement{{beginStatement, "BEGIN"}}, collectStatements, commitStatements,
-	readOnlyCommitStatements[:1])
+	[]proxyStatement{readOnlyCheck})
 
 // prepareStatements prepares the proxy's statements, each in its own
 // exchange, so that one that exists already (42P05) does not stop the

@@ -161,13 +161,14 @@ type exchange struct {
 // where the proxy must act.
 func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 	stmts := s.track(u)
-	s.noteUnit(executedKinds(u, stmts))
+	kinds := executedKinds(u, stmts)
+	s.noteUnit(kinds)
 	defer s.undoUnconfirmedParses()
 	if s.ex.failed {
 		return s.skipToSync(ctx, u)
 	}
 	if !s.ex.open {
-		if taken, err := s.takeDoom(executedKinds(u, stmts), u); taken || err != nil {
+		if taken, err := s.takeDoom(kinds, u); taken || err != nil {
 			return err
 		}
 		for i, m := range u.msgs {
