@@ -11,8 +11,11 @@ build:
 
 # Brings up a local 3-replica cluster in $(DEMO_DIR), runs a short workload
 # and prints what happened and how to connect. `make down` stops it.
+# The proxies compile the C capture against the PostgreSQL server headers
+# (scripts/pg-server-headers.sh finds or fetches them); without them they
+# capture in PL/pgSQL, and say so.
 demo: build
-	./$(BIN) up --data-dir $(DEMO_DIR)
+	TASHKENT_PG_INCLUDEDIR="$$(bash scripts/pg-server-headers.sh || true)" ./$(BIN) up --data-dir $(DEMO_DIR)
 
 down: build
 	./$(BIN) down --data-dir $(DEMO_DIR)
@@ -23,11 +26,15 @@ compat-deps:
 	bash compat/install.sh
 
 # The whole test suite: real PostgreSQL 15 instances, real processes, real
-# clients, the race detector. This is what CI runs.
+# clients, the race detector. This is what CI runs. It tests the C capture
+# (TASHKENT_REQUIRE_C_CAPTURE: its tests fail rather than skip where it
+# cannot be built), against the server headers scripts/pg-server-headers.sh
+# finds or fetches.
 test: compat-deps
 	gofmt -l . | (! grep .) || (echo "gofmt would change the files above" && exit 1)
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 30m ./...
+	include=$$(bash scripts/pg-server-headers.sh) && \
+		TASHKENT_PG_INCLUDEDIR="$$include" TASHKENT_REQUIRE_C_CAPTURE=1 $(GO) test -race -count=1 -timeout 30m ./...
 
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -293,7 +293,7 @@ func (r *runner) setup(ctx context.Context) error {
 				errs[i] = fmt.Errorf("%s: start: %w", s.label, err)
 				return
 			}
-			r.progress("setup %-16s running:%s", s.label, s.pids())
+			r.progress("setup %-16s running:%s%s", s.label, s.pids(), s.captureLanguage(ctx))
 			if err := r.load(ctx, s); err != nil {
 				errs[i] = fmt.Errorf("%s: load TPC-B: %w", s.label, err)
 				return

@@ -37,6 +37,10 @@ const (
 	// MW is a tashkent cluster in mode mw: replicas with
 	// synchronous_commit=off, durability in the certifier's log.
 	MW System = "mw"
+	// MWPLpgSQL is MW with writes captured by the PL/pgSQL capture
+	// functions rather than the C one (proxy --capture-library off): what
+	// the C capture saves (replica/doc.go, "Capture in C").
+	MWPLpgSQL System = "mw-plpgsql"
 	// Base is a tashkent cluster in mode base: replicas with
 	// synchronous_commit=on.
 	Base System = "base"
@@ -56,7 +60,7 @@ const (
 var AllSystems = []System{SyncOn, SyncOff, MW, Base}
 
 // KnownSystems are all the systems the bench can start.
-var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, Base, Streaming, PgpoolNative, PgpoolSI}
+var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, MWPLpgSQL, Base, Streaming, PgpoolNative, PgpoolSI}
 
 // ParseSystem checks a system name.
 func ParseSystem(s string) (System, error) {
@@ -65,10 +69,18 @@ func ParseSystem(s string) (System, error) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, base, streaming, pgpool-native or pgpool-si)", s)
+	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, mw-plpgsql, base, streaming, pgpool-native or pgpool-si)", s)
 }
 
-func (k System) tashkent() bool { return k == MW || k == Base }
+func (k System) tashkent() bool { return k == MW || k == MWPLpgSQL || k == Base }
+
+// mode is a tashkent system's proxy --mode.
+func (k System) mode() string {
+	if k == MWPLpgSQL {
+		return string(MW)
+	}
+	return string(k)
+}
 
 // replicated reports whether the system runs several servers (its replica
 // count means something).
@@ -171,6 +183,27 @@ func (s *system) pids() string {
 		}
 	}
 	return out
+}
+
+// captureLanguage says, for a tashkent system, in what its replicas
+// capture writes (" capture=c" or " capture=plpgsql", from the first
+// replica): the C capture is built only where the server headers are
+// found (replica/native.go), and a run without it costs more CPU per
+// write.
+func (s *system) captureLanguage(ctx context.Context) string {
+	if !s.kind.tashkent() || len(s.pgs) == 0 {
+		return ""
+	}
+	conn, err := pgx.Connect(ctx, s.pgs[0].DSN("postgres"))
+	if err != nil {
+		return " capture=unknown (" + err.Error() + ")"
+	}
+	defer conn.Close(ctx)
+	lang, err := replica.CaptureLanguage(ctx, conn)
+	if err != nil {
+		return " capture=unknown (" + err.Error() + ")"
+	}
+	return " capture=" + lang
 }
 
 // start brings the system up: PostgreSQL servers (initdb, start), then for
@@ -336,8 +369,11 @@ func (s *system) startProxy(ctx context.Context, r *runner, i int) error {
 				"--backend", backendAddr(s.pgs[i]),
 				"--database", "postgres",
 				"--certifier", s.certifierAddrForProxies(),
-				"--mode", string(s.kind),
+				"--mode", s.kind.mode(),
 				"--allow-passwordless-logins") // the bench's PostgreSQL trusts local connections; loopback only
+			if s.kind == MWPLpgSQL {
+				args = append(args, "--capture-library", "off")
+			}
 			if r.cfg.ProxyStaleness > 0 {
 				args = append(args, "--staleness", r.cfg.ProxyStaleness.String())
 			}

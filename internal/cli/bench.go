@@ -43,6 +43,8 @@ func newBenchPgbenchCommand() *cobra.Command {
             unless named): what snapshot isolation itself costs the workload
   mw        tashkent mode mw: --replicas PostgreSQL with synchronous_commit=off,
             a certifier (fsync on) and one proxy per replica
+  mw-plpgsql  mw with writes captured in PL/pgSQL instead of C (not run
+            unless named): what the C capture saves
   base      tashkent mode base: the same with synchronous_commit=on
 
 loads the same TPC-B schema into each (pgbench_history gets a primary key, which

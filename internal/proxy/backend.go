@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -106,17 +107,32 @@ func (s *session) pumpCopyIn() error {
 	}
 }
 
+// conflictCancelWindow is how long after the lock watch's last cancel a
+// 57014 is taken for its doing. Not just the next one: the lock watch
+// cancels again every lockWatchInterval until the remote writeset gets
+// its lock, and a cancel is a signal that can arrive one statement late
+// (see doom), so a second 57014 may follow the first (in the client's
+// retry). A client's own cancel inside the window reads as 40001 too.
+const conflictCancelWindow = time.Second
+
 // rewriteError turns the cancellation the lock watch caused into the
 // serialization failure it stands for.
 func (s *session) rewriteError(m *pgproto3.ErrorResponse) *pgproto3.ErrorResponse {
 	e := *m
-	if e.Code == codeQueryCanceled && s.conflictCancel.Swap(false) {
+	if e.Code == codeQueryCanceled && s.cancelledForConflict(time.Now()) {
 		e.Code = codeSerializationFailure
 		e.Message = "could not serialize access: this transaction holds a row lock that a transaction committed first on another replica needs"
 		e.Detail = "The proxy cancelled the statement so that the replica can apply the other transaction (eager pre-certification, Tashkent §8.2)."
 		e.Hint = "Retry the transaction."
 	}
 	return &e
+}
+
+// cancelledForConflict says whether a 57014 seen at now follows a cancel of
+// the lock watch's (conflictCancelWindow).
+func (s *session) cancelledForConflict(now time.Time) bool {
+	at := s.conflictCancelAt.Load()
+	return at != 0 && now.Sub(time.Unix(0, at)) < conflictCancelWindow
 }
 
 // redactBoundParameters removes, from the error of a statement of the

@@ -48,6 +48,14 @@ type Config struct {
 	NoPush bool
 	Logger *slog.Logger
 
+	// CaptureLibrary chooses how the replica captures writes (see
+	// "Capture in C" in replica/doc.go): "" builds the C capture here and
+	// uses it if the replica's server can load it (a server on this
+	// machine), PL/pgSQL otherwise, with a warning; "off" is PL/pgSQL;
+	// anything else is the path of the built library on the server's
+	// machine, which must load.
+	CaptureLibrary string
+
 	// CertifierDialOptions dial the certifier: its TLS credentials
 	// (grpctls, --certifier-tls-*); none: plaintext.
 	CertifierDialOptions []grpc.DialOption

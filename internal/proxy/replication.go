@@ -111,6 +111,29 @@ func (p *Proxy) connectAdminAs(ctx context.Context, applicationName string) (*pg
 	return pgx.Connect(cctx, p.adminDSN(applicationName))
 }
 
+// install installs tashkent in the replica's database with the capture
+// Config.CaptureLibrary asks for, and says which one runs.
+func (p *Proxy) install(ctx context.Context, conn *pgx.Conn) error {
+	var err error
+	switch p.cfg.CaptureLibrary {
+	case "":
+		err = replica.Install(ctx, conn)
+	case "off":
+		err = replica.InstallWithCapture(ctx, conn, "")
+	default:
+		err = replica.InstallWithCapture(ctx, conn, p.cfg.CaptureLibrary)
+	}
+	if err != nil {
+		return err
+	}
+	lang, err := replica.CaptureLanguage(ctx, conn)
+	if err != nil {
+		return err
+	}
+	p.cfg.Logger.Info("writeset capture installed", "language", lang)
+	return nil
+}
+
 // startReplication installs tashkent in the database, reads the version
 // its image holds and opens the certifier stream from there.
 func (p *Proxy) startReplication(ctx context.Context) (*replication, error) {
@@ -119,7 +142,7 @@ func (p *Proxy) startReplication(ctx context.Context) (*replication, error) {
 	if err := r.connect(ctx); err != nil {
 		return nil, err
 	}
-	if err := replica.Install(ctx, r.applyConn); err != nil {
+	if err := p.install(ctx, r.applyConn); err != nil {
 		return nil, err
 	}
 	if err := replica.SetDDLTrust(ctx, r.applyConn, p.cfg.TrustDDLRoles); err != nil {

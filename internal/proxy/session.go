@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -34,9 +35,10 @@ type session struct {
 	// proxy plays the failed block (failedBlock) until ROLLBACK or COMMIT.
 	doomedErr   *pgproto3.ErrorResponse
 	failedBlock bool
-	// conflictCancel is set when the lock watch cancelled the running
-	// statement; the resulting 57014 is reported as 40001.
-	conflictCancel atomic.Bool
+	// conflictCancelAt is when the lock watch last cancelled the running
+	// statement (Unix nanoseconds; 0: never): a 57014 within
+	// conflictCancelWindow of it is reported as 40001 (see rewriteError).
+	conflictCancelAt atomic.Int64
 	// executing is set while the backend has a message of the client's that
 	// executes a statement (a simple query, or an extended-protocol unit
 	// with an Execute): only then does the lock watch cancel (see doom).
@@ -303,7 +305,7 @@ func (s *session) doom() {
 	if !s.executing.Load() {
 		return
 	}
-	s.conflictCancel.Store(true)
+	s.conflictCancelAt.Store(time.Now().UnixNano())
 	s.p.rep.cancelBackend(s.w.BackendPID)
 	s.p.metrics.outcomes.WithLabelValues("preempted").Inc()
 }

@@ -40,11 +40,14 @@ const WritesetBuffer = "tashkent_writeset"
 // event trigger that installs them on tables created or altered later. It
 // is idempotent and safe to run concurrently; it needs a superuser (event
 // triggers do).
+//
+// tashkent.capture_key, the capture of most tables, is the C function of
+// DefaultCaptureLibrary where the server headers are installed here and the
+// server can load the library (a server on this machine), and PL/pgSQL
+// otherwise, with a warning (see "Capture in C" in doc.go).
+// InstallWithCapture chooses.
 func Install(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.PgConn().Exec(ctx, installSQL).ReadAll(); err != nil {
-		return fmt.Errorf("replica: install: %w", err)
-	}
-	return nil
+	return installPreferringC(ctx, conn)
 }
 
 // PrepareSession sets up writeset capture in the connection's session:

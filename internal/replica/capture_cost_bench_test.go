@@ -17,8 +17,9 @@ import (
 	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
 
-// The capture cost benchmarks compare, on one PostgreSQL, three databases
-// with the same tables: "today" (Install), "before" (Install, then the
+// The capture cost benchmarks compare, on one PostgreSQL, four databases
+// with the same tables: "today" (Install, with capture_key in C), "plpgsql"
+// (Install with capture_key in PL/pgSQL), "before" (Install, then the
 // capture and collect functions from before the capture cost work,
 // testdata/capture_v0.sql), and "none" (no tashkent at all). They measure
 // the CPU time of each database's backend (/proc/<pid>/schedstat), in
@@ -27,7 +28,7 @@ import (
 // none's.
 
 // costVariants are the databases, in the order each round runs them.
-var costVariants = []string{"today", "before", "none"}
+var costVariants = []string{"today", "plpgsql", "before", "none"}
 
 // tpcbSchema is pgbench's TPC-B-like schema at scale 1, with the primary
 // key that capture needs on pgbench_history, and the version table of the
@@ -51,6 +52,7 @@ func costDatabases(b *testing.B) (*pgserver.Server, map[string]*pgx.Conn) {
 	admin := pgtest.Connect(b, srv, "postgres")
 	ctx := tctx(b)
 	sessions := map[string]*pgx.Conn{}
+	library := requireCaptureLibrary(b)
 	for _, db := range costVariants {
 		mustExec(b, admin, "CREATE DATABASE "+db)
 		c := pgtest.Connect(b, srv, db)
@@ -58,7 +60,11 @@ func costDatabases(b *testing.B) (*pgserver.Server, map[string]*pgx.Conn) {
 		mustExec(b, c, `VACUUM ANALYZE`)
 		if db == "none" {
 			mustExec(b, c, `CREATE SCHEMA tashkent; CREATE TABLE tashkent.applied (version bigint PRIMARY KEY, committed_at timestamptz NOT NULL DEFAULT now())`)
-		} else if err := Install(ctx, c); err != nil {
+		} else if db == "plpgsql" {
+			if err := InstallWithCapture(ctx, c, ""); err != nil {
+				b.Fatal(err)
+			}
+		} else if err := InstallWithCapture(ctx, c, library); err != nil {
 			b.Fatal(err)
 		}
 		if db == "before" {
@@ -97,7 +103,7 @@ func backendCPU(ctx context.Context, b *testing.B, c *pgx.Conn) time.Duration {
 // is nil: a database without capture) and the version insert before
 // COMMIT. collect returns the number of rows or changes it collected,
 // which must be the transaction's 4.
-func tpcbTransaction(ctx context.Context, b *testing.B, c *pgx.Conn, collect func(pgx.Tx) (int, error), version int64, rnd *rand.Rand) {
+func tpcbTransaction(ctx context.Context, b testing.TB, c *pgx.Conn, collect func(pgx.Tx) (int, error), version int64, rnd *rand.Rand) {
 	aid, tid, delta := 1+rnd.Intn(100000), 1+rnd.Intn(10), rnd.Intn(10001)-5000
 	tx, err := c.Begin(ctx)
 	if err != nil {
@@ -217,13 +223,29 @@ func BenchmarkCaptureCostTPCB(b *testing.B) {
 // key moved) and the collect of its writeset, today and before the capture
 // cost work, rolled back each time. b.N statements per database,
 // alternating. Reported: backend CPU ms of the UPDATE, of the collect, and
-// of both, per database (medians), and today / before for both.
+// of both, per database (medians), and today / before and today / plpgsql
+// for both.
 //
 //	go test -run '^$' -bench BenchmarkCaptureCostBulkUpdate -benchtime 5x ./internal/replica/
 func BenchmarkCaptureCostBulkUpdate(b *testing.B) {
+	benchmarkBulkStatement(b, `UPDATE bulk SET abalance = abalance + 1`)
+}
+
+// BenchmarkCaptureCostBulkInsert is BenchmarkCaptureCostBulkUpdate for an
+// INSERT of 100,000 rows, which the C capture records itself (in batches
+// of 1,024 rows), where it leaves an UPDATE of several rows to PL/pgSQL.
+//
+//	go test -run '^$' -bench BenchmarkCaptureCostBulkInsert -benchtime 5x ./internal/replica/
+func BenchmarkCaptureCostBulkInsert(b *testing.B) {
+	benchmarkBulkStatement(b, `INSERT INTO bulk SELECT g, 0, '' FROM generate_series(1000001, 1100000) g`)
+}
+
+// benchmarkBulkStatement runs stmt, which writes 100,000 rows, and the
+// collect of its writeset, rolled back, b.N times per database.
+func benchmarkBulkStatement(b *testing.B, stmt string) {
 	_, sessions := costDatabases(b)
 	ctx := tctx(b)
-	update, collect := map[string][]float64{}, map[string][]float64{}
+	write, collect := map[string][]float64{}, map[string][]float64{}
 	total := map[string][]float64{}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -234,9 +256,9 @@ func BenchmarkCaptureCostBulkUpdate(b *testing.B) {
 				b.Fatal(err)
 			}
 			t0 := backendCPU(ctx, b, s)
-			tag, err := tx.Exec(ctx, `UPDATE bulk SET abalance = abalance + 1`)
+			tag, err := tx.Exec(ctx, stmt)
 			if err != nil || tag.RowsAffected() != 100000 {
-				b.Fatalf("%s: update: %v, %v", db, tag, err)
+				b.Fatalf("%s: %s: %v, %v", db, stmt, tag, err)
 			}
 			t1 := backendCPU(ctx, b, s)
 			if db != "none" {
@@ -250,20 +272,22 @@ func BenchmarkCaptureCostBulkUpdate(b *testing.B) {
 				b.Fatal(err)
 			}
 			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-			update[db] = append(update[db], ms(t1-t0))
+			write[db] = append(write[db], ms(t1-t0))
 			collect[db] = append(collect[db], ms(t2-t1))
 			total[db] = append(total[db], ms(t2-t0))
 		}
 	}
 	b.StopTimer()
 	for _, db := range costVariants {
-		b.ReportMetric(median(update[db]), db+"-update-ms")
+		b.ReportMetric(median(write[db]), db+"-statement-ms")
 		if db != "none" {
 			b.ReportMetric(median(collect[db]), db+"-collect-ms")
 		}
 	}
 	b.ReportMetric(median(total["today"])/median(total["before"]), "today/before")
-	b.Logf("update+collect ms per round: today %v before %v none %v", rounded(total["today"]), rounded(total["before"]), rounded(total["none"]))
+	b.ReportMetric(median(total["today"])/median(total["plpgsql"]), "today/plpgsql")
+	b.Logf("statement+collect ms per round: today %v plpgsql %v before %v none %v", rounded(total["today"]),
+		rounded(total["plpgsql"]), rounded(total["before"]), rounded(total["none"]))
 }
 
 // reportCaptureCost reports the medians of per-round costs and capture's
@@ -276,8 +300,11 @@ func reportCaptureCost(b *testing.B, perTxn map[string][]float64, unit string) {
 	}
 	b.ReportMetric(m["today"]-m["none"], "capture-today-"+unit)
 	b.ReportMetric(m["before"]-m["none"], "capture-before-"+unit)
+	b.ReportMetric(m["plpgsql"]-m["none"], "capture-plpgsql-"+unit)
 	b.ReportMetric((m["today"]-m["none"])/(m["before"]-m["none"]), "capture-today/before")
-	b.Logf("per round (%s): today %v before %v none %v", unit, rounded(perTxn["today"]), rounded(perTxn["before"]), rounded(perTxn["none"]))
+	b.ReportMetric((m["today"]-m["none"])/(m["plpgsql"]-m["none"]), "capture-today/plpgsql")
+	b.Logf("per round (%s): today %v plpgsql %v before %v none %v", unit, rounded(perTxn["today"]), rounded(perTxn["plpgsql"]),
+		rounded(perTxn["before"]), rounded(perTxn["none"]))
 }
 
 func median(xs []float64) float64 {

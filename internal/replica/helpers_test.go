@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"errors"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -223,4 +224,20 @@ func eqStrings(t testing.TB, what string, got, want []string) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("%s:\ngot:\n  %s\nwant:\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
+}
+
+// requireCaptureLibrary returns the C capture library (see
+// DefaultCaptureLibrary). Where it cannot be built the test fails if
+// TASHKENT_REQUIRE_C_CAPTURE is set (make test sets it: CI must test the C
+// capture) and is skipped otherwise, saying why.
+func requireCaptureLibrary(t testing.TB) string {
+	t.Helper()
+	library, err := DefaultCaptureLibrary()
+	if err != nil {
+		if os.Getenv("TASHKENT_REQUIRE_C_CAPTURE") != "" {
+			t.Fatalf("the C capture cannot be built: %v", err)
+		}
+		t.Skipf("the C capture cannot be built: %v", err)
+	}
+	return library
 }

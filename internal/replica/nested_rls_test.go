@@ -298,7 +298,7 @@ func TestCaptureNestedStateReadsNothingHidden(t *testing.T) {
 		WHERE p.pronamespace = 'tashkent'::regnamespace AND p.prosecdef ORDER BY 1`)
 	eqStrings(t, "tashkent's functions with their owner's rights", definer, []string{
 		"align_all_sequences", "align_relation_sequences", "align_sequence", "assert_nothing_to_replicate",
-		"capture", "capture_key", "capture_reference_keys", "capture_references",
+		"capture", "capture_key", "capture_key_plpgsql", "capture_reference_keys", "capture_references",
 		"collect_writeset", "create_writeset_buffer",
 		"ensure_all_triggers", "ensure_linked_triggers", "ensure_triggers", "on_ddl", "record_version",
 		"take_writeset", "trim_writeset_buffer"})

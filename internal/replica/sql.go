@@ -9,7 +9,7 @@ import (
 // runs as one multi-statement simple query, that is, as one implicit
 // transaction, serialized against concurrent installs by an advisory lock.
 // Every statement is idempotent.
-var installSQL = expand(strings.NewReplacer(
+var installSQL = withPLpgSQLCaptureKey(expand(strings.NewReplacer(
 	"$PIN_OUTPUT_SETTINGS_UNLESS_PINNED", pinOutputSettingsUnlessPinned,
 	"$SAVE_AND_PIN_OUTPUT_SETTINGS", saveAndPinOutputSettings,
 	"$RESTORE_OUTPUT_SETTINGS_AND_RETURN", restoreOutputSettingsAndReturn,
@@ -27,7 +27,20 @@ var installSQL = expand(strings.NewReplacer(
 ).Replace(strings.Replace(installTemplate,
 	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
 	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
-	"REFS": referencesExpr, "REFKEY1": referenceKey1Expr, "REFKEYN": referenceKeyNExpr})
+	"REFS": referencesExpr, "REFKEY1": referenceKey1Expr, "REFKEYN": referenceKeyNExpr}))
+
+// withPLpgSQLCaptureKey adds to sql, after tashkent.capture_key_plpgsql,
+// the same function under the name the triggers call,
+// tashkent.capture_key: the capture where the C library is not installed
+// (InstallWithCapture replaces it with the C function where it is, in the
+// same transaction).
+func withPLpgSQLCaptureKey(sql string) string {
+	const header = "CREATE OR REPLACE FUNCTION tashkent.capture_key_plpgsql() RETURNS trigger"
+	start := strings.Index(sql, header)
+	end := start + strings.Index(sql[start:], "\n$fn$;\n") + len("\n$fn$;\n")
+	fn := strings.Replace(sql[start:end], "capture_key_plpgsql()", "capture_key()", 1)
+	return sql[:end] + "\n" + fn + sql[end:]
+}
 
 // referenceKey1Expr and referenceKeyNExpr are the fast reference trigger's
 // parent key of a row ($1, an alias of a transition table): the referencing
@@ -723,7 +736,12 @@ $fn$;
 -- capture_key is capture for the common case, a table with one primary key
 -- column and no certified unique index (ensure_triggers picks it): the same
 -- events, keys and rows, in the same order, at about half the cost per
--- statement (measured, see "Capture cost" in doc.go). What it saves:
+-- statement (measured, see "Capture cost" in doc.go). Its PL/pgSQL body is
+-- capture_key_plpgsql's, below; tashkent.capture_key, which the triggers
+-- call, is a copy of it (withPLpgSQLCaptureKey) or, where the C library is
+-- installed, the C function of csrc/tashkent_capture.c, which captures the
+-- plain statements itself and calls capture_key_plpgsql for the rest (see
+-- "Capture in C" in doc.go). What the PL/pgSQL body saves over capture:
 --
 --   - No SET clause at all. A SET clause costs every call a GUC nest level
 --     and, for search_path, a new search path for the function's
@@ -756,7 +774,7 @@ $fn$;
 -- the letter is all the hot path does for it; triggers installed before
 -- the argument existed ('U') keep working until ensure_triggers replaces
 -- them.
-CREATE OR REPLACE FUNCTION tashkent.capture_key() RETURNS trigger
+CREATE OR REPLACE FUNCTION tashkent.capture_key_plpgsql() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
 AS $fn$
@@ -1930,6 +1948,7 @@ $fn$;
 -- superusers.
 ALTER FUNCTION tashkent.capture() OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.capture_key() OWNER TO tashkent_capture;
+ALTER FUNCTION tashkent.capture_key_plpgsql() OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.capture_references() OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.capture_reference_keys() OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.create_writeset_buffer() OWNER TO tashkent_capture;
@@ -1937,7 +1956,7 @@ ALTER FUNCTION tashkent.take_writeset(pg_catalog.text) OWNER TO tashkent_capture
 ALTER FUNCTION tashkent.collect_writeset() OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.trim_writeset_buffer(pg_catalog.text) OWNER TO tashkent_capture;
 ALTER FUNCTION tashkent.assert_nothing_to_replicate() OWNER TO tashkent_capture;
-REVOKE ALL ON FUNCTION tashkent.capture(), tashkent.capture_key(), tashkent.capture_references(),
+REVOKE ALL ON FUNCTION tashkent.capture(), tashkent.capture_key(), tashkent.capture_key_plpgsql(), tashkent.capture_references(),
 	tashkent.capture_reference_keys(), tashkent.collect_writeset() FROM PUBLIC;
 SELECT tashkent.refuse_unsafe_casts();
 

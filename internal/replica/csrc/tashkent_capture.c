@@ -1,0 +1,445 @@
+/*
+ * tashkent_capture.c: tashkent.capture_key in C, for the statements that
+ * make up almost every OLTP transaction.
+ *
+ * Why: capture is most of what a write transaction costs tashkent (see
+ * "Capture in C" in ../doc.go). The PL/pgSQL capture_key runs, per
+ * statement, a dozen plpgsql expressions and an INSERT ... SELECT over the
+ * transition table that prints the key through to_json; this function
+ * reads the transition tables itself and appends the same rows to the same
+ * buffer with one prepared INSERT.
+ *
+ * What it does: exactly what tashkent.capture_key_plpgsql (sql.go) does on
+ * its plain path, and nothing else. It appends to pg_temp.tashkent_writeset
+ * (tbl, op, key, row) for a statement-level AFTER trigger of a table with
+ * one primary key column (TG_ARGV[0]; TG_ARGV[1] is the letter of an
+ * UPDATE that moved no key):
+ *
+ *   INSERT: 'U', key, row for every new row;
+ *   DELETE: 'D', key for every old row;
+ *   UPDATE of one row: TG_ARGV[1] (or 'U'), key, row if the key stayed;
+ *     'D' old key, then 'U' new key and row if it moved.
+ *
+ * The key is the JSON array of the key value as to_json prints it, the row
+ * PostgreSQL's text form of the row (record_out): byte for byte what the
+ * PL/pgSQL function writes (TestCaptureSameEventsAsBefore compares both
+ * with the capture from before the capture cost work).
+ *
+ * Everything else goes to tashkent.capture_key_plpgsql, called with this
+ * call's trigger data: a session without capture (it refuses the write),
+ * print settings that are not the pinned ones (it pins them), a nested
+ * statement or a transaction in which one ran (it records by state), an
+ * UPDATE of several rows (it compares the key sets), a key type whose JSON
+ * form is not plain (anything but int2, int4, int8, text, varchar, uuid),
+ * and a table whose row type has a cast to text of its own. A fallback
+ * costs one function lookup on top of the PL/pgSQL call; with
+ * track_functions = all, pg_stat_user_functions counts the fallbacks as
+ * calls of capture_key_plpgsql.
+ *
+ * It runs as tashkent_capture (SECURITY DEFINER, as the PL/pgSQL one), so
+ * that the sealed buffer is writable here and nowhere else.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
+#include "pgstat.h"
+#include "pgtime.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/bytea.h"
+#include "utils/float.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+#include "utils/tuplestore.h"
+
+PG_MODULE_MAGIC;
+
+PG_FUNCTION_INFO_V1(tashkent_capture_key);
+
+/* Rows buffered per INSERT: a bulk statement is appended in batches. */
+#define BATCH_ROWS 1024
+
+/* How the key column prints in JSON. */
+typedef enum KeyForm
+{
+	KEY_UNSUPPORTED,			/* the PL/pgSQL function handles it */
+	KEY_NUMBER,					/* int2, int4, int8: the output text */
+	KEY_STRING					/* text, varchar, uuid: a quoted JSON string */
+} KeyForm;
+
+/* One statement's capture: what the events are made of, and the batch. */
+typedef struct Capture
+{
+	TupleTableSlot *slot;		/* a transition row */
+	AttrNumber	keyAttr;
+	KeyForm		keyForm;
+	FmgrInfo	keyOut;			/* the key type's output function */
+	FmgrInfo	rowOut;			/* record_out */
+	Datum		table;			/* quoted schema.table, as text */
+	MemoryContext batchContext; /* the batch's values */
+	int			n;				/* events in the batch */
+	int			capacity;		/* of the arrays below */
+	Datum	   *tables;
+	Datum	   *ops;
+	Datum	   *keys;
+	Datum	   *rows;
+	bool	   *rowNulls;
+} Capture;
+
+static SPIPlanPtr appendPlan = NULL;
+
+static bool
+setting_is(const char *name, const char *want)
+{
+	const char *value = GetConfigOption(name, true, false);
+
+	return value != NULL && strcmp(value, want) == 0;
+}
+
+/*
+ * capture_on_with_pinned_output is the PL/pgSQL function's first test:
+ * capture set up in this session and the settings that change how values
+ * print at the values capture pins. The same comparisons, made on the
+ * variables behind the settings rather than on their text (which
+ * current_setting builds afresh at every call): TimeZone shows the zone's
+ * name, DateStyle starts with "ISO," exactly when its style is ISO.
+ */
+static bool
+capture_on_with_pinned_output(void)
+{
+	const char *zone = pg_get_timezone_name(session_timezone);
+
+	return setting_is("tashkent.capture", "on")
+		&& zone != NULL && (strcmp(zone, "UTC") == 0 || strcmp(zone, "Etc/UTC") == 0)
+		&& DateStyle == USE_ISO_DATES
+		&& IntervalStyle == INTSTYLE_POSTGRES
+		&& bytea_output == BYTEA_OUTPUT_HEX
+		&& extra_float_digits > 0;
+}
+
+/*
+ * nested_capture_may_have_run is NESTED_CAPTURE_MAY_HAVE_RUN (sql.go): a
+ * capture inside a user trigger's statement, or a transaction in which one
+ * ran at depth 1.
+ */
+static bool
+nested_capture_may_have_run(void)
+{
+	LOCAL_FCINFO(depthCall, 0);
+
+	InitFunctionCallInfoData(*depthCall, NULL, 0, InvalidOid, NULL, NULL);
+	if (DatumGetInt32(pg_trigger_depth(depthCall)) > 1)
+		return true;
+	return setting_is("tashkent.nested_capture_1", "on");
+}
+
+static KeyForm
+key_form(Oid type)
+{
+	switch (type)
+	{
+		case INT2OID:
+		case INT4OID:
+		case INT8OID:
+			return KEY_NUMBER;
+		case TEXTOID:
+		case VARCHAROID:
+		case UUIDOID:
+			return KEY_STRING;
+		default:
+			return KEY_UNSUPPORTED;
+	}
+}
+
+static AttrNumber
+attribute_named(TupleDesc desc, const char *name)
+{
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), name) == 0)
+			return att->attnum;
+	}
+	return InvalidAttrNumber;
+}
+
+static int64
+rows_in(Tuplestorestate *transition)
+{
+	return transition == NULL ? 0 : tuplestore_tuple_count(transition);
+}
+
+/*
+ * handled_here says whether this function captures the statement itself
+ * (else the PL/pgSQL function does), and finds its key column.
+ */
+static bool
+handled_here(TriggerData *trigger, AttrNumber *keyAttr, KeyForm *keyForm)
+{
+	Relation	rel = trigger->tg_relation;
+	TupleDesc	desc = RelationGetDescr(rel);
+	TriggerEvent event = trigger->tg_event;
+
+	if (trigger->tg_trigger->tgnargs < 1)
+		return false;
+	if (!capture_on_with_pinned_output() || nested_capture_may_have_run())
+		return false;
+	if (TRIGGER_FIRED_BY_UPDATE(event))
+	{
+		if (rows_in(trigger->tg_oldtable) > 1 || rows_in(trigger->tg_newtable) > 1)
+			return false;
+	}
+	else if (!TRIGGER_FIRED_BY_INSERT(event) && !TRIGGER_FIRED_BY_DELETE(event))
+		return false;
+	*keyAttr = attribute_named(desc, trigger->tg_trigger->tgargs[0]);
+	if (*keyAttr == InvalidAttrNumber)
+		return false;
+	*keyForm = key_form(TupleDescAttr(desc, *keyAttr - 1)->atttypid);
+	if (*keyForm == KEY_UNSUPPORTED)
+		return false;
+	/* (row)::text would call a cast of the row type's own. */
+	return !SearchSysCacheExists2(CASTSOURCETARGET,
+								  ObjectIdGetDatum(rel->rd_rel->reltype),
+								  ObjectIdGetDatum(TEXTOID));
+}
+
+/*
+ * capture_in_plpgsql runs tashkent.capture_key_plpgsql for this trigger
+ * call, as the trigger manager would have.
+ */
+static Datum
+capture_in_plpgsql(FunctionCallInfo fcinfo)
+{
+	List	   *name = list_make2(makeString("tashkent"), makeString("capture_key_plpgsql"));
+	FmgrInfo   *plpgsql = palloc0(sizeof(FmgrInfo));
+	Datum		result;
+
+	LOCAL_FCINFO(call, 0);
+
+	PgStat_FunctionCallUsage usage;
+
+	fmgr_info(LookupFuncName(name, 0, NULL, false), plpgsql);
+	InitFunctionCallInfoData(*call, plpgsql, 0, InvalidOid, fcinfo->context, NULL);
+	/* Counted in pg_stat_user_functions, as a trigger's call would be. */
+	pgstat_init_function_usage(call, &usage);
+	result = FunctionCallInvoke(call);
+	pgstat_end_function_usage(&usage, true);
+	fcinfo->isnull = call->isnull;
+	return result;
+}
+
+static Datum
+text_array(Datum *elements, bool *nulls, int *dims, int *lbs)
+{
+	return PointerGetDatum(construct_md_array(elements, nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+static void
+append_batch(Capture *c)
+{
+	static const Oid types[4] = {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
+	int			dims[1] = {c->n};
+	int			lbs[1] = {1};
+	Datum		args[4];
+	int			rc;
+
+	if (c->n == 0)
+		return;
+	if (appendPlan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare("INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, \"row\") "
+									   "SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), "
+									   "pg_catalog.unnest($3), pg_catalog.unnest($4))",
+									   4, (Oid *) types);
+
+		if (plan == NULL)
+			elog(ERROR, "tashkent capture: SPI_prepare: %s", SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "tashkent capture: SPI_keepplan failed");
+		appendPlan = plan;
+	}
+	for (int i = 0; i < c->n; i++)
+		c->tables[i] = c->table;
+	args[0] = text_array(c->tables, NULL, dims, lbs);
+	args[1] = text_array(c->ops, NULL, dims, lbs);
+	args[2] = text_array(c->keys, NULL, dims, lbs);
+	args[3] = text_array(c->rows, c->rowNulls, dims, lbs);
+	rc = SPI_execute_plan(appendPlan, args, NULL, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "tashkent capture: append to the writeset buffer: %s", SPI_result_code_string(rc));
+	c->n = 0;
+	MemoryContextReset(c->batchContext);
+}
+
+/* key_of prints the key of the slot's row as a one-element JSON array. */
+static char *
+key_of(Capture *c)
+{
+	bool		isnull;
+	Datum		value = slot_getattr(c->slot, c->keyAttr, &isnull);
+	StringInfoData key;
+
+	initStringInfo(&key);
+	appendStringInfoChar(&key, '[');
+	if (isnull)					/* not in a primary key; printed as to_json would */
+		appendStringInfoString(&key, "null");
+	else if (c->keyForm == KEY_NUMBER)
+		appendStringInfoString(&key, OutputFunctionCall(&c->keyOut, value));
+	else
+		escape_json(&key, OutputFunctionCall(&c->keyOut, value));
+	appendStringInfoChar(&key, ']');
+	return key.data;
+}
+
+static Datum
+row_of(Capture *c)
+{
+	return CStringGetTextDatum(OutputFunctionCall(&c->rowOut, ExecFetchSlotHeapTupleDatum(c->slot)));
+}
+
+/* add appends one event of the slot's row; withRow also records the row. */
+static void
+add(Capture *c, const char *op, bool withRow)
+{
+	MemoryContext caller = MemoryContextSwitchTo(c->batchContext);
+
+	c->ops[c->n] = CStringGetTextDatum(op);
+	c->keys[c->n] = CStringGetTextDatum(key_of(c));
+	c->rowNulls[c->n] = !withRow;
+	c->rows[c->n] = withRow ? row_of(c) : (Datum) 0;
+	c->n++;
+	MemoryContextSwitchTo(caller);
+	if (c->n == c->capacity)
+		append_batch(c);
+}
+
+/*
+ * open_rows positions a read pointer of its own at the start of a
+ * transition table (other triggers of the statement read it too), as a
+ * scan of it in SQL does.
+ */
+static void
+open_rows(Tuplestorestate *transition)
+{
+	tuplestore_select_read_pointer(transition, tuplestore_alloc_read_pointer(transition, EXEC_FLAG_REWIND));
+	tuplestore_rescan(transition);
+}
+
+static bool
+next_row(Capture *c, Tuplestorestate *transition)
+{
+	return tuplestore_gettupleslot(transition, true, false, c->slot);
+}
+
+static void
+capture_all(Capture *c, Tuplestorestate *transition, const char *op, bool withRow)
+{
+	if (transition == NULL)
+		return;
+	open_rows(transition);
+	while (next_row(c, transition))
+		add(c, op, withRow);
+}
+
+/*
+ * capture_update captures an UPDATE of at most one row (handled_here):
+ * the keeping letter if the key stayed, else a delete of the old key and
+ * an upsert of the new one, as capture_key_plpgsql's two paths do.
+ */
+static void
+capture_update(Capture *c, TriggerData *trigger)
+{
+	const char *keeping = trigger->tg_trigger->tgnargs > 1 ? trigger->tg_trigger->tgargs[1] : "U";
+	char	   *oldKey;
+	char	   *newKey;
+
+	if (rows_in(trigger->tg_newtable) == 0 || rows_in(trigger->tg_oldtable) == 0)
+		return;
+	open_rows(trigger->tg_oldtable);
+	if (!next_row(c, trigger->tg_oldtable))
+		return;
+	oldKey = key_of(c);
+	open_rows(trigger->tg_newtable);
+	if (!next_row(c, trigger->tg_newtable))
+		return;
+	newKey = key_of(c);
+	if (strcmp(oldKey, newKey) == 0)
+	{
+		add(c, keeping, true);
+		return;
+	}
+	open_rows(trigger->tg_oldtable);
+	next_row(c, trigger->tg_oldtable);
+	add(c, "D", false);
+	open_rows(trigger->tg_newtable);
+	next_row(c, trigger->tg_newtable);
+	add(c, "U", true);
+}
+
+Datum
+tashkent_capture_key(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigger;
+	Relation	rel;
+	Capture    *c;
+	Oid			keyOutput;
+	bool		keyVarlena;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("tashkent.capture_key() is a trigger function")));
+	trigger = (TriggerData *) fcinfo->context;
+	if (!TRIGGER_FIRED_AFTER(trigger->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(trigger->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("tashkent.capture_key() must fire AFTER, FOR EACH STATEMENT")));
+
+	c = palloc0(sizeof(Capture));
+	if (!handled_here(trigger, &c->keyAttr, &c->keyForm))
+		return capture_in_plpgsql(fcinfo);
+
+	rel = trigger->tg_relation;
+	c->slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsMinimalTuple);
+	getTypeOutputInfo(TupleDescAttr(RelationGetDescr(rel), c->keyAttr - 1)->atttypid, &keyOutput, &keyVarlena);
+	fmgr_info(keyOutput, &c->keyOut);
+	fmgr_info(F_RECORD_OUT, &c->rowOut);
+	c->table = CStringGetTextDatum(quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+															  RelationGetRelationName(rel)));
+	c->batchContext = AllocSetContextCreate(CurrentMemoryContext, "tashkent capture batch", ALLOCSET_DEFAULT_SIZES);
+	/* An UPDATE that moved its key has two events for one row. */
+	c->capacity = Min(rows_in(trigger->tg_newtable) + rows_in(trigger->tg_oldtable), BATCH_ROWS);
+	c->tables = palloc(sizeof(Datum) * c->capacity);
+	c->ops = palloc(sizeof(Datum) * c->capacity);
+	c->keys = palloc(sizeof(Datum) * c->capacity);
+	c->rows = palloc(sizeof(Datum) * c->capacity);
+	c->rowNulls = palloc(sizeof(bool) * c->capacity);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "tashkent capture: SPI_connect failed");
+	if (TRIGGER_FIRED_BY_INSERT(trigger->tg_event))
+		capture_all(c, trigger->tg_newtable, "U", true);
+	else if (TRIGGER_FIRED_BY_DELETE(trigger->tg_event))
+		capture_all(c, trigger->tg_oldtable, "D", false);
+	else
+		capture_update(c, trigger);
+	append_batch(c);
+	SPI_finish();
+
+	ExecDropSingleTupleTableSlot(c->slot);
+	MemoryContextDelete(c->batchContext);
+	return PointerGetDatum(NULL);
+}
