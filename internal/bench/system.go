@@ -38,7 +38,7 @@ const (
 	// synchronous_commit=off, durability in the certifier's log.
 	MW System = "mw"
 	// MWPLpgSQL is MW with writes captured by the PL/pgSQL capture
-	// functions rather than the C one (proxy --capture-library off): what
+	// functions rather than the C one (proxy --capture plpgsql): what
 	// the C capture saves (replica/doc.go, "Capture in C").
 	MWPLpgSQL System = "mw-plpgsql"
 	// Base is a tashkent cluster in mode base: replicas with
@@ -372,7 +372,7 @@ func (s *system) startProxy(ctx context.Context, r *runner, i int) error {
 				"--mode", s.kind.mode(),
 				"--allow-passwordless-logins") // the bench's PostgreSQL trusts local connections; loopback only
 			if s.kind == MWPLpgSQL {
-				args = append(args, "--capture-library", "off")
+				args = append(args, "--capture", "plpgsql")
 			}
 			if r.cfg.ProxyStaleness > 0 {
 				args = append(args, "--staleness", r.cfg.ProxyStaleness.String())

@@ -22,6 +22,7 @@ func newProxyCommand() *cobra.Command {
 		cfg     proxy.Config
 		mode    string
 		auth    string
+		capture string
 		metrics string
 		certTLS grpctls.Files
 	)
@@ -41,6 +42,10 @@ restarts.`,
 			}
 			cfg.Mode = proxy.Mode(mode)
 			cfg.Auth = proxy.AuthMode(auth)
+			var err error
+			if cfg.Capture, err = replica.ParseCapture(capture); err != nil {
+				return err
+			}
 			cfg.AdminPassword = os.Getenv("TASHKENT_ADMIN_PASSWORD")
 			cfg.Logger = slog.Default().With("replica", cfg.Name)
 			dial, err := certifierDial(certTLS)
@@ -71,7 +76,7 @@ restarts.`,
 	f.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&auth, "auth", string(proxy.AuthRelay), "client authentication: relay (PostgreSQL authenticates through the proxy) or scram (the proxy verifies SCRAM-SHA-256 itself, then authenticates to PostgreSQL with the client's SCRAM key or by trust)")
 	certTLS.AddFlags(f)
-	f.StringVar(&cfg.CaptureLibrary, "capture-library", "", `how the replica captures writes: empty builds the C capture on this machine (needs cc and the PostgreSQL server headers: postgresql-server-dev-15 or TASHKENT_PG_INCLUDEDIR) and uses it if the replica's server can load it, PL/pgSQL otherwise; "off" is PL/pgSQL; else the path of the built library on the server's machine`)
+	f.StringVar(&capture, "capture", string(replica.CaptureAuto), `how the replica captures writes: auto builds the C capture on this machine (cc and the PostgreSQL server headers: postgresql-server-dev-15, or their directory in TASHKENT_PG_INCLUDEDIR), puts it in the replica's data directory and uses it if the server can load it, PL/pgSQL otherwise, with a warning; c: C or the proxy does not start; plpgsql: PL/pgSQL`)
 	f.BoolVar(&cfg.TrustDDLRoles, "trust-ddl-roles", false, "let roles that are not superusers run DDL in this replica's database (refused with 42501 otherwise); the other replicas run replicated DDL as --admin-user, so such a role can gain superuser rights there: only if every role that can run DDL is trusted as a superuser")
 	f.StringVar(&cfg.AuthFile, "auth-file", "", `with --auth scram: a user list file of "user" "SCRAM-SHA-256$..." lines, instead of pg_authid`)
 	f.BoolVar(&cfg.AllowPasswordlessLogins, "allow-passwordless-logins", false, "with --auth relay: let clients in whose login PostgreSQL admits without asking for a password (trust, peer or ident on the proxy's connection to it); anyone who reaches the proxy's port can then log in as any role, the superuser included. Without it such logins are refused (28000). Only for a proxy that no untrusted client can reach")

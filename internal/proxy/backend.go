@@ -132,8 +132,20 @@ func (s *session) rewriteError(m *pgproto3.ErrorResponse) *pgproto3.ErrorRespons
 // the lock watch's (conflictCancelWindow).
 func (s *session) cancelledForConflict(now time.Time) bool {
 	at := s.conflictCancelAt.Load()
-	return at != 0 && now.Sub(time.Unix(0, at)) < conflictCancelWindow
+	if at == 0 {
+		return false
+	}
+	since := sinceProcessStart(now) - time.Duration(at)
+	return since >= 0 && since < conflictCancelWindow
 }
+
+// processStart anchors sinceProcessStart.
+var processStart = time.Now()
+
+// sinceProcessStart is t on the monotonic clock, as a duration from the
+// process's start: a wall-clock step cannot move it, and it fits an
+// atomic.Int64.
+func sinceProcessStart(t time.Time) time.Duration { return t.Sub(processStart) }
 
 // redactBoundParameters removes, from the error of a statement of the
 // proxy's own, the context lines in which PostgreSQL reports the

@@ -48,13 +48,9 @@ type Config struct {
 	NoPush bool
 	Logger *slog.Logger
 
-	// CaptureLibrary chooses how the replica captures writes (see
-	// "Capture in C" in replica/doc.go): "" builds the C capture here and
-	// uses it if the replica's server can load it (a server on this
-	// machine), PL/pgSQL otherwise, with a warning; "off" is PL/pgSQL;
-	// anything else is the path of the built library on the server's
-	// machine, which must load.
-	CaptureLibrary string
+	// Capture chooses how the replica captures writes (replica.Capture;
+	// "Capture in C" in replica/doc.go); empty means replica.CaptureAuto.
+	Capture replica.Capture
 
 	// CertifierDialOptions dial the certifier: its TLS credentials
 	// (grpctls, --certifier-tls-*); none: plaintext.

@@ -19,13 +19,13 @@ func TestEveryCancelOfTheLockWatchReadsAsASerializationFailure(t *testing.T) {
 	if got := s.rewriteError(canceled).Code; got != codeQueryCanceled {
 		t.Fatalf("without a cancel of the lock watch: %s, want %s", got, codeQueryCanceled)
 	}
-	s.conflictCancelAt.Store(time.Now().UnixNano())
+	s.conflictCancelAt.Store(int64(sinceProcessStart(time.Now())))
 	for i := range 2 {
 		if got := s.rewriteError(canceled).Code; got != codeSerializationFailure {
 			t.Fatalf("57014 number %d after the lock watch's cancel: %s, want %s", i+1, got, codeSerializationFailure)
 		}
 	}
-	s.conflictCancelAt.Store(time.Now().Add(-2 * conflictCancelWindow).UnixNano())
+	s.conflictCancelAt.Store(int64(sinceProcessStart(time.Now().Add(-2 * conflictCancelWindow))))
 	if got := s.rewriteError(canceled).Code; got != codeQueryCanceled {
 		t.Fatalf("57014 %s after the lock watch's cancel: %s, want %s", 2*conflictCancelWindow, got, codeQueryCanceled)
 	}

@@ -112,18 +112,13 @@ func (p *Proxy) connectAdminAs(ctx context.Context, applicationName string) (*pg
 }
 
 // install installs tashkent in the replica's database with the capture
-// Config.CaptureLibrary asks for, and says which one runs.
+// Config.Capture asks for, and says which one runs.
 func (p *Proxy) install(ctx context.Context, conn *pgx.Conn) error {
-	var err error
-	switch p.cfg.CaptureLibrary {
-	case "":
-		err = replica.Install(ctx, conn)
-	case "off":
-		err = replica.InstallWithCapture(ctx, conn, "")
-	default:
-		err = replica.InstallWithCapture(ctx, conn, p.cfg.CaptureLibrary)
+	capture := p.cfg.Capture
+	if capture == "" {
+		capture = replica.CaptureAuto
 	}
-	if err != nil {
+	if err := replica.InstallCapture(ctx, conn, capture); err != nil {
 		return err
 	}
 	lang, err := replica.CaptureLanguage(ctx, conn)

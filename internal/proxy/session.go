@@ -36,7 +36,7 @@ type session struct {
 	doomedErr   *pgproto3.ErrorResponse
 	failedBlock bool
 	// conflictCancelAt is when the lock watch last cancelled the running
-	// statement (Unix nanoseconds; 0: never): a 57014 within
+	// statement (sinceProcessStart; 0: never): a 57014 within
 	// conflictCancelWindow of it is reported as 40001 (see rewriteError).
 	conflictCancelAt atomic.Int64
 	// executing is set while the backend has a message of the client's that
@@ -305,7 +305,7 @@ func (s *session) doom() {
 	if !s.executing.Load() {
 		return
 	}
-	s.conflictCancelAt.Store(time.Now().UnixNano())
+	s.conflictCancelAt.Store(int64(sinceProcessStart(time.Now())))
 	s.p.rep.cancelBackend(s.w.BackendPID)
 	s.p.metrics.outcomes.WithLabelValues("preempted").Inc()
 }

@@ -41,13 +41,12 @@ const WritesetBuffer = "tashkent_writeset"
 // is idempotent and safe to run concurrently; it needs a superuser (event
 // triggers do).
 //
-// tashkent.capture_key, the capture of most tables, is the C function of
-// DefaultCaptureLibrary where the server headers are installed here and the
-// server can load the library (a server on this machine), and PL/pgSQL
-// otherwise, with a warning (see "Capture in C" in doc.go).
-// InstallWithCapture chooses.
+// tashkent.capture_key, the capture of most tables, is C where the server
+// headers and a compiler are installed here and the server can load the
+// library, and PL/pgSQL otherwise, with a warning (CaptureAuto; see
+// "Capture in C" in doc.go). InstallCapture chooses.
 func Install(ctx context.Context, conn *pgx.Conn) error {
-	return installPreferringC(ctx, conn)
+	return InstallCapture(ctx, conn, CaptureAuto)
 }
 
 // PrepareSession sets up writeset capture in the connection's session:
@@ -84,7 +83,14 @@ type Event struct {
 // needs a superuser's session; a session of any other role collects with
 // CollectWritesetWithToken.
 func CollectWriteset(ctx context.Context, conn Querier) ([]*certifierpb.Change, error) {
-	return collect(ctx, conn, CollectSQL)
+	ws, err := collect(ctx, conn, CollectSQL)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, TrimSQL, nil); err != nil { // a superuser's session needs no token
+		return nil, fmt.Errorf("replica: trim the writeset buffer: %w", err)
+	}
+	return ws, nil
 }
 
 // CollectWritesetWithToken is CollectWriteset for a session of any role,

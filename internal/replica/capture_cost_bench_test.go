@@ -52,7 +52,7 @@ func costDatabases(b *testing.B) (*pgserver.Server, map[string]*pgx.Conn) {
 	admin := pgtest.Connect(b, srv, "postgres")
 	ctx := tctx(b)
 	sessions := map[string]*pgx.Conn{}
-	library := requireCaptureLibrary(b)
+	requireCCapture(b)
 	for _, db := range costVariants {
 		mustExec(b, admin, "CREATE DATABASE "+db)
 		c := pgtest.Connect(b, srv, db)
@@ -61,10 +61,10 @@ func costDatabases(b *testing.B) (*pgserver.Server, map[string]*pgx.Conn) {
 		if db == "none" {
 			mustExec(b, c, `CREATE SCHEMA tashkent; CREATE TABLE tashkent.applied (version bigint PRIMARY KEY, committed_at timestamptz NOT NULL DEFAULT now())`)
 		} else if db == "plpgsql" {
-			if err := InstallWithCapture(ctx, c, ""); err != nil {
+			if err := InstallCapture(ctx, c, CapturePLpgSQL); err != nil {
 				b.Fatal(err)
 			}
-		} else if err := InstallWithCapture(ctx, c, library); err != nil {
+		} else if err := InstallCapture(ctx, c, CaptureC); err != nil {
 			b.Fatal(err)
 		}
 		if db == "before" {

@@ -114,11 +114,11 @@ var equivSettings = []string{
 // whose fallback to capture_key_plpgsql the second settings round and the
 // keys it does not print itself exercise) and in PL/pgSQL.
 func TestCaptureSameEventsAsBefore(t *testing.T) {
-	t.Run("c", func(t *testing.T) { captureSameEventsAsBefore(t, requireCaptureLibrary(t), "c") })
-	t.Run("plpgsql", func(t *testing.T) { captureSameEventsAsBefore(t, "", "plpgsql") })
+	t.Run("c", func(t *testing.T) { requireCCapture(t); captureSameEventsAsBefore(t, CaptureC) })
+	t.Run("plpgsql", func(t *testing.T) { captureSameEventsAsBefore(t, CapturePLpgSQL) })
 }
 
-func captureSameEventsAsBefore(t *testing.T, library, lang string) {
+func captureSameEventsAsBefore(t *testing.T, capture Capture) {
 	srv := pgtest.Start(t)
 	admin := pgtest.Connect(t, srv, "postgres")
 	ctx := tctx(t)
@@ -132,13 +132,13 @@ func captureSameEventsAsBefore(t *testing.T, library, lang string) {
 			CREATE FUNCTION decoy.quote_ident(name) RETURNS text LANGUAGE sql AS $$ SELECT 'decoy' $$;
 			CREATE FUNCTION decoy.current_setting(text) RETURNS text LANGUAGE sql AS $$ SELECT 'decoy' $$;
 			GRANT USAGE ON SCHEMA decoy TO PUBLIC`)
-		if err := InstallWithCapture(ctx, c, library); err != nil {
+		if err := InstallCapture(ctx, c, capture); err != nil {
 			t.Fatal(err)
 		}
 		dbs[db] = c
 	}
-	if got, err := CaptureLanguage(ctx, dbs["today"]); err != nil || got != lang {
-		t.Fatalf("capture_key in %q (%v), want %s", got, err, lang)
+	if got, err := CaptureLanguage(ctx, dbs["today"]); err != nil || got != string(capture) {
+		t.Fatalf("capture_key in %q (%v), want %s", got, err, capture)
 	}
 	// Today's triggers call capture or capture_key; in "before" both run
 	// the old body.

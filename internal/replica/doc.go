@@ -245,7 +245,7 @@
 //
 // tashkent.capture_key, the capture of most tables, is a C function where
 // it can be (csrc/tashkent_capture.c, built by BuildCaptureLibrary against
-// the server headers, installed by InstallWithCapture). It handles what
+// the server headers, installed by InstallCapture). It handles what
 // OLTP statements are made of: INSERT and DELETE of any number of rows and
 // an UPDATE of one row, in a session whose print settings are the pinned
 // ones, outside nested statements, for a key of type int2, int4, int8,
@@ -275,11 +275,16 @@
 // memory, which the C spike of session 10 measured at 0.05-0.12 ms per
 // transaction, needs the collect and savepoint handling in C too).
 //
-// Where the headers or a compiler are missing, or the server cannot load
-// the library (it runs on another machine), Install keeps the PL/pgSQL
-// function and says why in one warning; `tashkent proxy --capture-library`
-// chooses explicitly. The library's file name carries a hash of its
-// source, so a new version never replaces a library servers have loaded.
+// The library reaches the server through SQL (lo_export, as the server's
+// user) into its data directory, which no one else can write: a library in
+// a shared directory (/tmp) could be replaced, by anyone, once the
+// directory is gone after a reboot, and the next backend would load theirs.
+// Its file name carries a hash of its bytes, and a file is never rewritten
+// (backends may have it loaded): an identical one is reused, anything else
+// gets a new name. Where the headers or a compiler are missing here, or the
+// server cannot load the library (another machine of another kind), Install
+// keeps the PL/pgSQL function and says why in a warning; `tashkent proxy
+// --capture` chooses explicitly.
 //
 // # Nested statements
 //

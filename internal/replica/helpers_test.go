@@ -226,18 +226,16 @@ func eqStrings(t testing.TB, what string, got, want []string) {
 	}
 }
 
-// requireCaptureLibrary returns the C capture library (see
-// DefaultCaptureLibrary). Where it cannot be built the test fails if
-// TASHKENT_REQUIRE_C_CAPTURE is set (make test sets it: CI must test the C
-// capture) and is skipped otherwise, saying why.
-func requireCaptureLibrary(t testing.TB) string {
+// requireCCapture checks that the C capture can be built here. Where it
+// cannot, the test fails if TASHKENT_REQUIRE_C_CAPTURE is set (make test
+// sets it: CI must test the C capture) and is skipped otherwise, saying
+// why.
+func requireCCapture(t testing.TB) {
 	t.Helper()
-	library, err := DefaultCaptureLibrary()
-	if err != nil {
+	if _, err := captureLibrary(); err != nil {
 		if os.Getenv("TASHKENT_REQUIRE_C_CAPTURE") != "" {
 			t.Fatalf("the C capture cannot be built: %v", err)
 		}
 		t.Skipf("the C capture cannot be built: %v", err)
 	}
-	return library
 }

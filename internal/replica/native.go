@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
@@ -13,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -34,56 +34,54 @@ const IncludeDirEnv = "TASHKENT_PG_INCLUDEDIR"
 // server headers are not installed.
 var ErrNoServerHeaders = errors.New("the PostgreSQL server headers are not installed (apt-get install postgresql-server-dev-15, or set " + IncludeDirEnv + ")")
 
-// BuildCaptureLibrary compiles the C capture into dir (created if
-// missing) and returns the path of the shared object, which PostgreSQL
-// must be able to read: dir and the file are readable by everyone, since
-// PostgreSQL runs as its own user. The file name carries a hash of the
-// source, so a changed source never overwrites a library that servers
-// have loaded; an existing file of the same name is reused.
-func BuildCaptureLibrary(dir string) (string, error) {
+// Capture chooses how Install captures writes.
+type Capture string
+
+const (
+	// CaptureAuto is C where the library can be built here and the server
+	// loads it, PL/pgSQL otherwise, with a warning that says why.
+	CaptureAuto Capture = "auto"
+	// CaptureC is C or an error.
+	CaptureC Capture = "c"
+	// CapturePLpgSQL is PL/pgSQL only.
+	CapturePLpgSQL Capture = "plpgsql"
+)
+
+// ParseCapture checks a Capture's name.
+func ParseCapture(s string) (Capture, error) {
+	switch c := Capture(s); c {
+	case CaptureAuto, CaptureC, CapturePLpgSQL:
+		return c, nil
+	}
+	return "", fmt.Errorf("unknown capture %q (want auto, c or plpgsql)", s)
+}
+
+// BuildCaptureLibrary compiles the C capture with this machine's cc and
+// returns the shared object's bytes.
+func BuildCaptureLibrary() ([]byte, error) {
 	include, err := serverIncludeDir()
 	if err != nil {
-		return "", err
-	}
-	sum := sha256.Sum256(captureSource)
-	name := "tashkent_capture-" + hex.EncodeToString(sum[:6])
-	so := filepath.Join(dir, name+".so")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("replica: capture library: %w", err)
-	}
-	if err := checkPrivateDir(dir); err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(so); err == nil {
-		return so, nil
+		return nil, err
 	}
 	cc, err := exec.LookPath("cc")
 	if err != nil {
-		return "", errors.New("replica: capture library: no C compiler (cc): apt-get install gcc")
+		return nil, errors.New("replica: capture library: no C compiler (cc): apt-get install gcc")
 	}
-	tmp, err := os.MkdirTemp(dir, name+".build-")
+	dir, err := os.MkdirTemp("", "tashkent-capture-build-")
 	if err != nil {
-		return "", fmt.Errorf("replica: capture library: %w", err)
+		return nil, fmt.Errorf("replica: capture library: %w", err)
 	}
-	defer os.RemoveAll(tmp)
-	src := filepath.Join(tmp, "tashkent_capture.c")
-	if err := os.WriteFile(src, captureSource, 0o644); err != nil {
-		return "", fmt.Errorf("replica: capture library: %w", err)
+	defer os.RemoveAll(dir)
+	src := filepath.Join(dir, "tashkent_capture.c")
+	if err := os.WriteFile(src, captureSource, 0o600); err != nil {
+		return nil, fmt.Errorf("replica: capture library: %w", err)
 	}
-	built := filepath.Join(tmp, "tashkent_capture.so")
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", include, "-o", built, src).CombinedOutput()
+	so := filepath.Join(dir, "tashkent_capture.so")
+	out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-Wall", "-I", include, "-o", so, src).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("replica: capture library: compile %s: %w\n%s", src, err, out)
+		return nil, fmt.Errorf("replica: capture library: compile %s: %w\n%s", src, err, out)
 	}
-	if err := os.Chmod(built, 0o755); err != nil {
-		return "", fmt.Errorf("replica: capture library: %w", err)
-	}
-	// Concurrent builds (parallel test processes) each rename a complete
-	// file; the last one wins, with the same content.
-	if err := os.Rename(built, so); err != nil {
-		return "", fmt.Errorf("replica: capture library: %w", err)
-	}
-	return so, nil
+	return os.ReadFile(so)
 }
 
 // serverIncludeDir finds the directory holding postgres.h.
@@ -102,36 +100,104 @@ func serverIncludeDir() (string, error) {
 	return dir, nil
 }
 
-// checkPrivateDir refuses a directory that another user owns or may write
-// to: PostgreSQL loads the library as its superuser, so whoever can replace
-// it runs code in every replica.
-func checkPrivateDir(dir string) error {
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("replica: capture library: %w", err)
+var builtLibrary struct {
+	once  sync.Once
+	bytes []byte
+	err   error
+}
+
+// captureLibrary builds the C capture once per process.
+func captureLibrary() ([]byte, error) {
+	builtLibrary.once.Do(func() { builtLibrary.bytes, builtLibrary.err = BuildCaptureLibrary() })
+	return builtLibrary.bytes, builtLibrary.err
+}
+
+// InstallCapture is Install with the capture choice asks for. For C it
+// installs everything with the PL/pgSQL capture first, then puts the
+// library into the server's data directory (shipLibrary) and makes
+// tashkent.capture_key its C function: a server that cannot load it (on
+// another machine of another kind) keeps PL/pgSQL, which CaptureAuto
+// accepts with a warning and CaptureC reports as the error.
+func InstallCapture(ctx context.Context, conn *pgx.Conn, choice Capture) error {
+	if _, err := conn.PgConn().Exec(ctx, installSQL).ReadAll(); err != nil {
+		return fmt.Errorf("replica: install: %w", err)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("replica: capture library: %s must be a directory of this user's that no one else can write", dir)
+	if choice == CapturePLpgSQL {
+		return nil
+	}
+	err := installCaptureInC(ctx, conn)
+	if err == nil || choice == CaptureC || ctx.Err() != nil {
+		return err
+	}
+	slog.Warn("tashkent captures writes in PL/pgSQL, not in C: each write statement costs its replica about 30 µs more CPU",
+		"reason", err.Error())
+	return nil
+}
+
+func installCaptureInC(ctx context.Context, conn *pgx.Conn) error {
+	library, err := captureLibrary()
+	if err != nil {
+		return err
+	}
+	path, err := shipLibrary(ctx, conn, library)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, captureKeyInCSQL(path)); err != nil {
+		return fmt.Errorf("replica: install the C capture from %s: %w", path, err)
 	}
 	return nil
 }
 
-var defaultLibrary struct {
-	once sync.Once
-	path string
-	err  error
+// shipLibrary puts library into the server's data directory, through SQL
+// (lo_export writes the file as the server's own user, so a server on
+// another machine gets it too), and returns its path there. The data
+// directory is the server's alone (mode 0700): no one else can replace
+// the file the function names, before or after a reboot, as they could in
+// a shared directory such as /tmp. A file is never rewritten (a backend
+// may have it loaded): one whose name has the library's hash and whose
+// contents hash the same is reused; otherwise a new file is written under
+// a name of its own.
+func shipLibrary(ctx context.Context, conn *pgx.Conn, library []byte) (string, error) {
+	sum := sha256.Sum256(library)
+	prefix := "tashkent_capture-" + hex.EncodeToString(sum[:8])
+	var dir string
+	if err := conn.QueryRow(ctx, `SELECT pg_catalog.current_setting('data_directory')`).Scan(&dir); err != nil {
+		return "", fmt.Errorf("replica: capture library: %w", err)
+	}
+	var existing string
+	err := conn.QueryRow(ctx, `SELECT f.name FROM pg_catalog.pg_ls_dir($1) AS f(name)
+		WHERE pg_catalog.starts_with(f.name, $2)
+			AND pg_catalog.sha256(pg_catalog.pg_read_binary_file($1 OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) f.name)) OPERATOR(pg_catalog.=) $3
+		ORDER BY f.name LIMIT 1`, dir, prefix, sum[:]).Scan(&existing)
+	if err == nil {
+		return dir + "/" + existing, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("replica: capture library: look for it in %s: %w", dir, err)
+	}
+	path := dir + "/" + prefix + "-" + rand.Text()[:12] + ".so"
+	if err := exportFile(ctx, conn, path, library); err != nil {
+		return "", fmt.Errorf("replica: capture library: write %s: %w", path, err)
+	}
+	return path, nil
 }
 
-// DefaultCaptureLibrary builds the C capture, once per process, into a
-// directory of this user's under the system's temporary directory, and
-// returns its path; or the reason it cannot.
-func DefaultCaptureLibrary() (string, error) {
-	defaultLibrary.once.Do(func() {
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("tashkent-capture-%d", os.Getuid()))
-		defaultLibrary.path, defaultLibrary.err = BuildCaptureLibrary(dir)
+// exportFile writes data to path on the server, as a large object that
+// lo_export writes out and that is then gone (one transaction: the object
+// is never visible to anyone else).
+func exportFile(ctx context.Context, conn *pgx.Conn, path string, data []byte) error {
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		var oid uint32
+		if err := tx.QueryRow(ctx, `SELECT pg_catalog.lo_from_bytea(0, $1)`, data).Scan(&oid); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_catalog.lo_export($1, $2)`, oid, path); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_catalog.lo_unlink($1)`, oid)
+		return err
 	})
-	return defaultLibrary.path, defaultLibrary.err
 }
 
 // captureKeyInCSQL makes tashkent.capture_key the C function of library,
@@ -153,44 +219,4 @@ func CaptureLanguage(ctx context.Context, conn Querier) (string, error) {
 		return "", fmt.Errorf("replica: capture language: %w", err)
 	}
 	return lang, nil
-}
-
-// InstallWithCapture is Install with the C capture of library (a path on
-// the database server's machine; "" for PL/pgSQL only). The whole install
-// is one transaction: if the server cannot load the library, nothing of it
-// is left and the error says why.
-func InstallWithCapture(ctx context.Context, conn *pgx.Conn, library string) error {
-	sql := installSQL
-	if library != "" {
-		sql += ";\n" + captureKeyInCSQL(library)
-	}
-	if _, err := conn.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
-		return fmt.Errorf("replica: install: %w", err)
-	}
-	return nil
-}
-
-// installPreferringC installs with the C capture where it can be built
-// here and loaded by the server, and with the PL/pgSQL capture otherwise,
-// saying why once per process.
-func installPreferringC(ctx context.Context, conn *pgx.Conn) error {
-	library, err := DefaultCaptureLibrary()
-	if err != nil {
-		warnPLpgSQLOnce(err)
-		return InstallWithCapture(ctx, conn, "")
-	}
-	if err := InstallWithCapture(ctx, conn, library); err != nil {
-		warnPLpgSQLOnce(err)
-		return InstallWithCapture(ctx, conn, "")
-	}
-	return nil
-}
-
-var plpgsqlWarning sync.Once
-
-func warnPLpgSQLOnce(reason error) {
-	plpgsqlWarning.Do(func() {
-		slog.Warn("tashkent captures writes in PL/pgSQL, not in C: each write statement costs its replica about 30 µs more CPU",
-			"reason", reason.Error())
-	})
 }

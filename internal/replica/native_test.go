@@ -1,7 +1,12 @@
 package replica
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
 
 // TestCCaptureRunsPlainStatementsItself: with capture_key in C, the plain
@@ -13,7 +18,7 @@ import (
 // The events are the same either way (TestCaptureSameEventsAsBefore); this
 // checks who made them, and that each call made the right ones.
 func TestCCaptureRunsPlainStatementsItself(t *testing.T) {
-	library := requireCaptureLibrary(t)
+	requireCCapture(t)
 	srv, admin := instance(t, `CREATE TABLE t (id int PRIMARY KEY, v text);
 		CREATE TABLE f (x float8 PRIMARY KEY, v int);
 		CREATE TABLE audit (id int PRIMARY KEY, n int);
@@ -23,7 +28,7 @@ func TestCCaptureRunsPlainStatementsItself(t *testing.T) {
 			$$ BEGIN UPDATE audit SET n = n + 1 WHERE id = 1; RETURN NULL; END $$;
 		CREATE TRIGGER count_watched AFTER INSERT ON watched FOR EACH ROW EXECUTE FUNCTION count_watched();`)
 	ctx := tctx(t)
-	if err := InstallWithCapture(ctx, admin, library); err != nil {
+	if err := InstallCapture(ctx, admin, CaptureC); err != nil {
 		t.Fatal(err)
 	}
 	s := session(t, srv)
@@ -82,4 +87,88 @@ func TestCCaptureRunsPlainStatementsItself(t *testing.T) {
 		`U public.watched [1] (1)`,
 		`U public.t [5] (5,e)`,
 	})
+}
+
+// TestCCaptureOfRowsLargerThanWorkMem: a transition table whose rows do
+// not fit in work_mem spills to disk, and a row read back from there lives
+// in memory the C capture must release before SPI's context goes (review
+// h37: a single-row UPDATE of a value larger than work_mem failed with
+// XX000, and one of 40 MB crashed the server). The events are the ones the
+// PL/pgSQL capture records, for an UPDATE that keeps its key and one that
+// moves it, and for a bulk INSERT across several batches.
+func TestCCaptureOfRowsLargerThanWorkMem(t *testing.T) {
+	requireCCapture(t)
+	srv := pgtest.Start(t)
+	admin := pgtest.Connect(t, srv, "postgres")
+	ctx := tctx(t)
+	got := map[Capture][]string{}
+	for _, capture := range []Capture{CaptureC, CapturePLpgSQL} {
+		db := "db_" + string(capture)
+		mustExec(t, admin, "CREATE DATABASE "+db)
+		c := pgtest.Connect(t, srv, db)
+		mustExec(t, c, `CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a'), (2, 'b')`)
+		if err := InstallCapture(ctx, c, capture); err != nil {
+			t.Fatal(err)
+		}
+		s := pgtest.Connect(t, srv, db)
+		if err := PrepareSession(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, s, `SET work_mem = '64kB'`)
+		got[capture] = runCollect(ctx, t, s, []string{
+			`UPDATE t SET v = repeat('x', 300000) WHERE id = 1`,
+			`UPDATE t SET id = 3, v = repeat('y', 300000) WHERE id = 2`,
+			`INSERT INTO t SELECT g, repeat('z', 100) FROM generate_series(10, 3009) g`,
+		})
+	}
+	if len(got[CaptureC]) != 3003 {
+		t.Fatalf("%d events in C, want 3003 (keep, delete and upsert, 3000 inserts)", len(got[CaptureC]))
+	}
+	if e := got[CaptureC][0]; !strings.HasPrefix(e, "M public.t [1] (1,xxx") || len(e) < 300000 {
+		t.Errorf("first event %.40s... (%d bytes), want the keeping update of key 1 with its 300,000 x", e, len(e))
+	}
+	eqStrings(t, "events (C, then PL/pgSQL)", got[CaptureC], got[CapturePLpgSQL])
+}
+
+// TestCCaptureLibraryIsReusedNeverRewritten: Install puts the library into
+// the server's data directory once, and later installs use that file (a
+// file a backend has loaded must not be rewritten); a file with the
+// library's name and other contents is never used.
+func TestCCaptureLibraryIsReusedNeverRewritten(t *testing.T) {
+	requireCCapture(t)
+	srv, admin := instance(t, `CREATE TABLE t (id int PRIMARY KEY)`)
+	ctx := tctx(t)
+	library := func() string {
+		var path string
+		if err := admin.QueryRow(ctx, `SELECT probin FROM pg_proc WHERE oid = 'tashkent.capture_key()'::regprocedure`).Scan(&path); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	if err := InstallCapture(ctx, admin, CaptureC); err != nil {
+		t.Fatal(err)
+	}
+	first := library()
+	if filepath.Dir(first) != srv.DataDir() {
+		t.Fatalf("library at %s, want it in the data directory %s", first, srv.DataDir())
+	}
+	// The same hash, another id, sorting first.
+	forged := first[:len(first)-len("XXXXXXXXXXXX.so")] + "000000000000.so"
+	if err := os.WriteFile(forged, []byte("not the library"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := InstallCapture(ctx, admin, CaptureC); err != nil {
+			t.Fatal(err)
+		}
+		if got := library(); got != first {
+			t.Fatalf("capture_key now loads %s, want %s again", got, first)
+		}
+	}
+	files, err := filepath.Glob(filepath.Join(srv.DataDir(), "tashkent_capture-*.so"))
+	if err != nil || len(files) != 2 {
+		t.Fatalf("libraries in the data directory: %v (%v), want the one written and the forged one", files, err)
+	}
+	s := session(t, srv)
+	mustExec(t, s, `INSERT INTO t VALUES (1)`)
 }

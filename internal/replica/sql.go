@@ -32,8 +32,7 @@ var installSQL = withPLpgSQLCaptureKey(expand(strings.NewReplacer(
 // withPLpgSQLCaptureKey adds to sql, after tashkent.capture_key_plpgsql,
 // the same function under the name the triggers call,
 // tashkent.capture_key: the capture where the C library is not installed
-// (InstallWithCapture replaces it with the C function where it is, in the
-// same transaction).
+// (InstallCapture replaces it with the C function where it can).
 func withPLpgSQLCaptureKey(sql string) string {
 	const header = "CREATE OR REPLACE FUNCTION tashkent.capture_key_plpgsql() RETURNS trigger"
 	start := strings.Index(sql, header)
@@ -1855,11 +1854,15 @@ BEGIN
 END
 $fn$;
 
--- collect_writeset is take_writeset and the trim in one call, for a
--- superuser's session (replica.CollectSQL): no one else may execute it
--- (see the REVOKE below), so it checks no token, only the buffer's owner.
--- The proxy prepares take_writeset's and the trim's queries instead
--- (replica.CollectQuery, TrimSQL).
+-- collect_writeset is take_writeset's query for a superuser's session
+-- (replica.CollectSQL): no one else may execute it (see the REVOKE
+-- below), so it checks no token, only the buffer's owner. The proxy
+-- prepares take_writeset's query instead (replica.CollectQuery). Both are
+-- followed by the trim, in a statement of its own (TrimSQL): truncating
+-- the buffer here, after RETURN QUERY, emptied its TOAST table under rows
+-- not yet read (a row stored out of line in the buffer, then "missing
+-- chunk number 0 for toast value ..." once the buffer had passed 256 kB;
+-- TestCCaptureOfRowsLargerThanWorkMem).
 CREATE OR REPLACE FUNCTION tashkent.collect_writeset()
 RETURNS TABLE (tbl pg_catalog.text, op pg_catalog.text, key pg_catalog.text, "row" pg_catalog.text)
 LANGUAGE plpgsql
@@ -1874,9 +1877,6 @@ BEGIN
 	END IF;
 	RETURN QUERY
 		$COLLECT_QUERY;
-	IF pg_catalog.pg_relation_size('pg_temp.tashkent_writeset') OPERATOR(pg_catalog.>) 262144 THEN
-		TRUNCATE pg_temp.tashkent_writeset;
-	END IF;
 END
 $fn$;
 
@@ -1970,7 +1970,7 @@ const PrepareSessionSQL = `SELECT tashkent.prepare_session()`
 
 // CollectSQL returns the current transaction's buffered row events in
 // order and empties the buffer, in one statement, in a superuser's session
-// (CollectWriteset sends it). A client's session of any role runs
+// (CollectWriteset sends it, then TrimSQL). A client's session of any role runs
 // CollectQuery and TrimSQL with the record token instead.
 const CollectSQL = `SELECT tbl, op, key, "row" FROM tashkent.collect_writeset()`
 

@@ -199,11 +199,18 @@ handled_here(TriggerData *trigger, AttrNumber *keyAttr, KeyForm *keyForm)
 		return false;
 	if (TRIGGER_FIRED_BY_UPDATE(event))
 	{
+		if (trigger->tg_oldtable == NULL || trigger->tg_newtable == NULL)
+			return false;
 		if (rows_in(trigger->tg_oldtable) > 1 || rows_in(trigger->tg_newtable) > 1)
 			return false;
 	}
-	else if (!TRIGGER_FIRED_BY_INSERT(event) && !TRIGGER_FIRED_BY_DELETE(event))
-		return false;
+	else if (TRIGGER_FIRED_BY_INSERT(event))
+	{
+		if (trigger->tg_newtable == NULL)
+			return false;
+	}
+	else if (!TRIGGER_FIRED_BY_DELETE(event) || trigger->tg_oldtable == NULL)
+		return false;			/* and a trigger without its transition table errs there */
 	*keyAttr = attribute_named(desc, trigger->tg_trigger->tgargs[0]);
 	if (*keyAttr == InvalidAttrNumber)
 		return false;
@@ -254,6 +261,7 @@ append_batch(Capture *c)
 	int			dims[1] = {c->n};
 	int			lbs[1] = {1};
 	Datum		args[4];
+	MemoryContext caller;
 	int			rc;
 
 	if (c->n == 0)
@@ -273,10 +281,13 @@ append_batch(Capture *c)
 	}
 	for (int i = 0; i < c->n; i++)
 		c->tables[i] = c->table;
+	/* In the batch's context, freed with it: not SPI's, kept to the end. */
+	caller = MemoryContextSwitchTo(c->batchContext);
 	args[0] = text_array(c->tables, NULL, dims, lbs);
 	args[1] = text_array(c->ops, NULL, dims, lbs);
 	args[2] = text_array(c->keys, NULL, dims, lbs);
 	args[3] = text_array(c->rows, c->rowNulls, dims, lbs);
+	MemoryContextSwitchTo(caller);
 	rc = SPI_execute_plan(appendPlan, args, NULL, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "tashkent capture: append to the writeset buffer: %s", SPI_result_code_string(rc));
@@ -437,9 +448,13 @@ tashkent_capture_key(PG_FUNCTION_ARGS)
 	else
 		capture_update(c, trigger);
 	append_batch(c);
-	SPI_finish();
-
+	/*
+	 * The slot may hold a row read from a transition table that spilled to
+	 * disk, allocated in SPI's context: drop it before SPI_finish frees
+	 * that context.
+	 */
 	ExecDropSingleTupleTableSlot(c->slot);
+	SPI_finish();
 	MemoryContextDelete(c->batchContext);
 	return PointerGetDatum(NULL);
 }
