@@ -118,7 +118,7 @@ func (p *Proxy) install(ctx context.Context, conn *pgx.Conn) error {
 	if capture == "" {
 		capture = replica.CaptureAuto
 	}
-	if err := replica.InstallCapture(ctx, conn, capture); err != nil {
+	if err := replica.InstallCapture(ctx, conn, capture, p.cfg.Logger); err != nil {
 		return err
 	}
 	lang, err := replica.CaptureLanguage(ctx, conn)

@@ -46,7 +46,7 @@ const WritesetBuffer = "tashkent_writeset"
 // library, and PL/pgSQL otherwise, with a warning (CaptureAuto; see
 // "Capture in C" in doc.go). InstallCapture chooses.
 func Install(ctx context.Context, conn *pgx.Conn) error {
-	return InstallCapture(ctx, conn, CaptureAuto)
+	return InstallCapture(ctx, conn, CaptureAuto, nil)
 }
 
 // PrepareSession sets up writeset capture in the connection's session:

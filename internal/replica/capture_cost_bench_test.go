@@ -61,10 +61,10 @@ func costDatabases(b *testing.B) (*pgserver.Server, map[string]*pgx.Conn) {
 		if db == "none" {
 			mustExec(b, c, `CREATE SCHEMA tashkent; CREATE TABLE tashkent.applied (version bigint PRIMARY KEY, committed_at timestamptz NOT NULL DEFAULT now())`)
 		} else if db == "plpgsql" {
-			if err := InstallCapture(ctx, c, CapturePLpgSQL); err != nil {
+			if err := InstallCapture(ctx, c, CapturePLpgSQL, nil); err != nil {
 				b.Fatal(err)
 			}
-		} else if err := InstallCapture(ctx, c, CaptureC); err != nil {
+		} else if err := InstallCapture(ctx, c, CaptureC, nil); err != nil {
 			b.Fatal(err)
 		}
 		if db == "before" {

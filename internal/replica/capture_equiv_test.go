@@ -132,7 +132,7 @@ func captureSameEventsAsBefore(t *testing.T, capture Capture) {
 			CREATE FUNCTION decoy.quote_ident(name) RETURNS text LANGUAGE sql AS $$ SELECT 'decoy' $$;
 			CREATE FUNCTION decoy.current_setting(text) RETURNS text LANGUAGE sql AS $$ SELECT 'decoy' $$;
 			GRANT USAGE ON SCHEMA decoy TO PUBLIC`)
-		if err := InstallCapture(ctx, c, capture); err != nil {
+		if err := InstallCapture(ctx, c, capture, nil); err != nil {
 			t.Fatal(err)
 		}
 		dbs[db] = c

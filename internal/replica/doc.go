@@ -276,9 +276,11 @@
 // transaction, needs the collect and savepoint handling in C too).
 //
 // The library reaches the server through SQL (lo_export, as the server's
-// user) into its data directory, which no one else can write: a library in
-// a shared directory (/tmp) could be replaced, by anyone, once the
-// directory is gone after a reboot, and the next backend would load theirs.
+// user) into its data directory, which no one else can write, and the
+// function names it relative to that directory, so that a copy of it
+// (pg_basebackup) loads its own: a library in a shared directory (/tmp)
+// could be replaced, by anyone, once the directory is gone after a reboot,
+// and the next backend would load theirs.
 // Its file name carries a hash of its bytes, and a file is never rewritten
 // (backends may have it loaded): an identical one is reused, anything else
 // gets a new name. Where the headers or a compiler are missing here, or the

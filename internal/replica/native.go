@@ -112,13 +112,14 @@ func captureLibrary() ([]byte, error) {
 	return builtLibrary.bytes, builtLibrary.err
 }
 
-// InstallCapture is Install with the capture choice asks for. For C it
+// InstallCapture is Install with the capture choice asks for, warning
+// through log (nil: slog's default) when CaptureAuto falls back. For C it
 // installs everything with the PL/pgSQL capture first, then puts the
 // library into the server's data directory (shipLibrary) and makes
 // tashkent.capture_key its C function: a server that cannot load it (on
 // another machine of another kind) keeps PL/pgSQL, which CaptureAuto
 // accepts with a warning and CaptureC reports as the error.
-func InstallCapture(ctx context.Context, conn *pgx.Conn, choice Capture) error {
+func InstallCapture(ctx context.Context, conn *pgx.Conn, choice Capture, log *slog.Logger) error {
 	if _, err := conn.PgConn().Exec(ctx, installSQL).ReadAll(); err != nil {
 		return fmt.Errorf("replica: install: %w", err)
 	}
@@ -129,7 +130,10 @@ func InstallCapture(ctx context.Context, conn *pgx.Conn, choice Capture) error {
 	if err == nil || choice == CaptureC || ctx.Err() != nil {
 		return err
 	}
-	slog.Warn("tashkent captures writes in PL/pgSQL, not in C: each write statement costs its replica about 30 µs more CPU",
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("tashkent captures writes in PL/pgSQL, not in C: each write statement costs its replica about 30 µs more CPU",
 		"reason", err.Error())
 	return nil
 }
@@ -151,13 +155,16 @@ func installCaptureInC(ctx context.Context, conn *pgx.Conn) error {
 
 // shipLibrary puts library into the server's data directory, through SQL
 // (lo_export writes the file as the server's own user, so a server on
-// another machine gets it too), and returns its path there. The data
-// directory is the server's alone (mode 0700): no one else can replace
-// the file the function names, before or after a reboot, as they could in
-// a shared directory such as /tmp. A file is never rewritten (a backend
-// may have it loaded): one whose name has the library's hash and whose
-// contents hash the same is reused; otherwise a new file is written under
-// a name of its own.
+// another machine gets it too), and returns its path for CREATE FUNCTION:
+// relative ("./name"), which the server resolves in its data directory, so
+// that a copy of the data directory (pg_basebackup) loads its own copy. The
+// data directory is the server's alone (mode 0700): no one but its OS user
+// and superusers can replace the file the function names, before or after
+// a reboot, as anyone could in a shared directory such as /tmp. A file is
+// never rewritten (a backend may have it loaded): one whose name has the
+// library's hash and whose contents hash the same is reused (a symbolic
+// link among them would be followed: only the server's user can make one
+// there); otherwise a new file is written under a name of its own.
 func shipLibrary(ctx context.Context, conn *pgx.Conn, library []byte) (string, error) {
 	sum := sha256.Sum256(library)
 	prefix := "tashkent_capture-" + hex.EncodeToString(sum[:8])
@@ -165,22 +172,49 @@ func shipLibrary(ctx context.Context, conn *pgx.Conn, library []byte) (string, e
 	if err := conn.QueryRow(ctx, `SELECT pg_catalog.current_setting('data_directory')`).Scan(&dir); err != nil {
 		return "", fmt.Errorf("replica: capture library: %w", err)
 	}
-	var existing string
-	err := conn.QueryRow(ctx, `SELECT f.name FROM pg_catalog.pg_ls_dir($1) AS f(name)
-		WHERE pg_catalog.starts_with(f.name, $2)
-			AND pg_catalog.sha256(pg_catalog.pg_read_binary_file($1 OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) f.name)) OPERATOR(pg_catalog.=) $3
-		ORDER BY f.name LIMIT 1`, dir, prefix, sum[:]).Scan(&existing)
-	if err == nil {
-		return dir + "/" + existing, nil
+	name, err := findLibrary(ctx, conn, dir, prefix, library)
+	if err != nil {
+		return "", err
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	if name == "" {
+		name = prefix + "-" + rand.Text()[:12] + ".so"
+		if err := exportFile(ctx, conn, dir+"/"+name, library); err != nil {
+			return "", fmt.Errorf("replica: capture library: write %s in %s: %w", name, dir, err)
+		}
+	}
+	return "./" + name, nil
+}
+
+// findLibrary returns the name of a file in dir whose name starts with
+// prefix and whose contents are library's, or "". Entries it cannot read
+// (a directory, a file the server may not open) are passed over, not
+// errors: one of them must not keep the C capture out for good.
+func findLibrary(ctx context.Context, conn *pgx.Conn, dir, prefix string, library []byte) (string, error) {
+	candidates, err := queryNames(ctx, conn, `SELECT f.name FROM pg_catalog.pg_ls_dir($1) AS f(name)
+		CROSS JOIN LATERAL pg_catalog.pg_stat_file($1 OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) f.name, true) AS s
+		WHERE pg_catalog.starts_with(f.name, $2) AND NOT s.isdir AND s.size OPERATOR(pg_catalog.=) $3
+		ORDER BY f.name`, dir, prefix, len(library))
+	if err != nil {
 		return "", fmt.Errorf("replica: capture library: look for it in %s: %w", dir, err)
 	}
-	path := dir + "/" + prefix + "-" + rand.Text()[:12] + ".so"
-	if err := exportFile(ctx, conn, path, library); err != nil {
-		return "", fmt.Errorf("replica: capture library: write %s: %w", path, err)
+	sum := sha256.Sum256(library)
+	for _, name := range candidates {
+		var same bool
+		err := conn.QueryRow(ctx, `SELECT pg_catalog.sha256(pg_catalog.pg_read_binary_file($1)) OPERATOR(pg_catalog.=) $2`,
+			dir+"/"+name, sum[:]).Scan(&same)
+		if err == nil && same {
+			return name, nil
+		}
 	}
-	return path, nil
+	return "", nil
+}
+
+func queryNames(ctx context.Context, conn *pgx.Conn, sql string, args ...any) ([]string, error) {
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // exportFile writes data to path on the server, as a large object that

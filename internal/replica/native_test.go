@@ -28,7 +28,7 @@ func TestCCaptureRunsPlainStatementsItself(t *testing.T) {
 			$$ BEGIN UPDATE audit SET n = n + 1 WHERE id = 1; RETURN NULL; END $$;
 		CREATE TRIGGER count_watched AFTER INSERT ON watched FOR EACH ROW EXECUTE FUNCTION count_watched();`)
 	ctx := tctx(t)
-	if err := InstallCapture(ctx, admin, CaptureC); err != nil {
+	if err := InstallCapture(ctx, admin, CaptureC, nil); err != nil {
 		t.Fatal(err)
 	}
 	s := session(t, srv)
@@ -107,7 +107,7 @@ func TestCCaptureOfRowsLargerThanWorkMem(t *testing.T) {
 		mustExec(t, admin, "CREATE DATABASE "+db)
 		c := pgtest.Connect(t, srv, db)
 		mustExec(t, c, `CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a'), (2, 'b')`)
-		if err := InstallCapture(ctx, c, capture); err != nil {
+		if err := InstallCapture(ctx, c, capture, nil); err != nil {
 			t.Fatal(err)
 		}
 		s := pgtest.Connect(t, srv, db)
@@ -145,20 +145,33 @@ func TestCCaptureLibraryIsReusedNeverRewritten(t *testing.T) {
 		}
 		return path
 	}
-	if err := InstallCapture(ctx, admin, CaptureC); err != nil {
+	if err := InstallCapture(ctx, admin, CaptureC, nil); err != nil {
 		t.Fatal(err)
 	}
 	first := library()
-	if filepath.Dir(first) != srv.DataDir() {
-		t.Fatalf("library at %s, want it in the data directory %s", first, srv.DataDir())
+	if !strings.HasPrefix(first, "./tashkent_capture-") {
+		t.Fatalf("capture_key loads %s, want a file of the data directory named relative to it", first)
 	}
-	// The same hash, another id, sorting first.
-	forged := first[:len(first)-len("XXXXXXXXXXXX.so")] + "000000000000.so"
-	if err := os.WriteFile(forged, []byte("not the library"), 0o644); err != nil {
+	onDisk := filepath.Join(srv.DataDir(), first)
+	built, err := os.ReadFile(onDisk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Entries with the library's name and hash that are not it, sorting
+	// first: other contents of the same size, a directory, and a file the
+	// server may not read. None is used, and none stops the install.
+	stem := onDisk[:len(onDisk)-len("XXXXXXXXXXXX.so")]
+	if err := os.WriteFile(stem+"000000000000.so", make([]byte, len(built)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(stem+"111111111111.so", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(stem+"222222222222.so", built, 0o000); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := InstallCapture(ctx, admin, CaptureC); err != nil {
+		if err := InstallCapture(ctx, admin, CaptureC, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := library(); got != first {
@@ -166,8 +179,8 @@ func TestCCaptureLibraryIsReusedNeverRewritten(t *testing.T) {
 		}
 	}
 	files, err := filepath.Glob(filepath.Join(srv.DataDir(), "tashkent_capture-*.so"))
-	if err != nil || len(files) != 2 {
-		t.Fatalf("libraries in the data directory: %v (%v), want the one written and the forged one", files, err)
+	if err != nil || len(files) != 4 {
+		t.Fatalf("libraries in the data directory: %v (%v), want the one written and the three decoys", files, err)
 	}
 	s := session(t, srv)
 	mustExec(t, s, `INSERT INTO t VALUES (1)`)
