@@ -409,7 +409,7 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 				errs[i] = fmt.Errorf("%s: load %s: %w", s.label, r.scfg.Workload, err)
 				return
 			}
-			r.progress("setup %-20s ready in %s:%s", s.label, time.Since(t0).Round(100*time.Millisecond), s.pids())
+			r.progress("setup %-20s ready in %s:%s%s", s.label, time.Since(t0).Round(100*time.Millisecond), s.pids(), s.captureLanguage(ctx))
 		})
 	}
 	wg.Wait()
