@@ -29,9 +29,10 @@
  * call's trigger data: a session without capture (it refuses the write),
  * print settings that are not the pinned ones (it pins them), a nested
  * statement or a transaction in which one ran (it records by state), an
- * UPDATE of several rows (it compares the key sets), a key type whose JSON
- * form is not plain (anything but int2, int4, int8, text, varchar, uuid),
- * and a table whose row type has a cast to text of its own. A fallback
+ * UPDATE of several rows (it compares the key sets), and a key type whose
+ * JSON form is not plain (anything but int2, int4, int8, text, varchar,
+ * uuid). (The row prints with record_out on both paths: PL/pgSQL's
+ * tashkent_n.* is a record, so no cast of the table's row type applies.) A fallback
  * costs one function lookup on top of the PL/pgSQL call; with
  * track_functions = all, pg_stat_user_functions counts the fallbacks as
  * calls of capture_key_plpgsql.
@@ -61,7 +62,6 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
-#include "utils/syscache.h"
 #include "utils/tuplestore.h"
 
 PG_MODULE_MAGIC;
@@ -215,12 +215,7 @@ handled_here(TriggerData *trigger, AttrNumber *keyAttr, KeyForm *keyForm)
 	if (*keyAttr == InvalidAttrNumber)
 		return false;
 	*keyForm = key_form(TupleDescAttr(desc, *keyAttr - 1)->atttypid);
-	if (*keyForm == KEY_UNSUPPORTED)
-		return false;
-	/* (row)::text would call a cast of the row type's own. */
-	return !SearchSysCacheExists2(CASTSOURCETARGET,
-								  ObjectIdGetDatum(rel->rd_rel->reltype),
-								  ObjectIdGetDatum(TEXTOID));
+	return *keyForm != KEY_UNSUPPORTED;
 }
 
 /*
@@ -295,12 +290,16 @@ append_batch(Capture *c)
 	MemoryContextReset(c->batchContext);
 }
 
-/* key_of prints the key of the slot's row as a one-element JSON array. */
+/*
+ * key_of prints the key of the slot's row as a one-element JSON array, in
+ * the batch's context.
+ */
 static char *
 key_of(Capture *c)
 {
 	bool		isnull;
 	Datum		value = slot_getattr(c->slot, c->keyAttr, &isnull);
+	MemoryContext caller = MemoryContextSwitchTo(c->batchContext);
 	StringInfoData key;
 
 	initStringInfo(&key);
@@ -312,6 +311,7 @@ key_of(Capture *c)
 	else
 		escape_json(&key, OutputFunctionCall(&c->keyOut, value));
 	appendStringInfoChar(&key, ']');
+	MemoryContextSwitchTo(caller);
 	return key.data;
 }
 
@@ -321,14 +321,14 @@ row_of(Capture *c)
 	return CStringGetTextDatum(OutputFunctionCall(&c->rowOut, ExecFetchSlotHeapTupleDatum(c->slot)));
 }
 
-/* add appends one event of the slot's row; withRow also records the row. */
+/* add appends one event, op and key; withRow also records the slot's row. */
 static void
-add(Capture *c, const char *op, bool withRow)
+add(Capture *c, const char *op, const char *key, bool withRow)
 {
 	MemoryContext caller = MemoryContextSwitchTo(c->batchContext);
 
 	c->ops[c->n] = CStringGetTextDatum(op);
-	c->keys[c->n] = CStringGetTextDatum(key_of(c));
+	c->keys[c->n] = CStringGetTextDatum(key);
 	c->rowNulls[c->n] = !withRow;
 	c->rows[c->n] = withRow ? row_of(c) : (Datum) 0;
 	c->n++;
@@ -362,7 +362,7 @@ capture_all(Capture *c, Tuplestorestate *transition, const char *op, bool withRo
 		return;
 	open_rows(transition);
 	while (next_row(c, transition))
-		add(c, op, withRow);
+		add(c, op, key_of(c), withRow);
 }
 
 /*
@@ -387,17 +387,14 @@ capture_update(Capture *c, TriggerData *trigger)
 	if (!next_row(c, trigger->tg_newtable))
 		return;
 	newKey = key_of(c);
+	/* The slot holds the new row. */
 	if (strcmp(oldKey, newKey) == 0)
+		add(c, keeping, newKey, true);
+	else
 	{
-		add(c, keeping, true);
-		return;
+		add(c, "D", oldKey, false);
+		add(c, "U", newKey, true);
 	}
-	open_rows(trigger->tg_oldtable);
-	next_row(c, trigger->tg_oldtable);
-	add(c, "D", false);
-	open_rows(trigger->tg_newtable);
-	next_row(c, trigger->tg_newtable);
-	add(c, "U", true);
 }
 
 Datum
