@@ -9,7 +9,7 @@ import (
 // runs as one multi-statement simple query, that is, as one implicit
 // transaction, serialized against concurrent installs by an advisory lock.
 // Every statement is idempotent.
-var installSQL = withPLpgSQLCaptureKey(expand(strings.NewReplacer(
+var installSQL = expand(strings.NewReplacer(
 	"$PIN_OUTPUT_SETTINGS_UNLESS_PINNED", pinOutputSettingsUnlessPinned,
 	"$SAVE_AND_PIN_OUTPUT_SETTINGS", saveAndPinOutputSettings,
 	"$RESTORE_OUTPUT_SETTINGS_AND_RETURN", restoreOutputSettingsAndReturn,
@@ -24,22 +24,99 @@ var installSQL = withPLpgSQLCaptureKey(expand(strings.NewReplacer(
 	"$COLLECT_QUERY", bufferCollectQuery,
 	"$DDL_GUARD", ddlGuardSQL,
 	"$CLIENT_DDL_SETTING", ClientDDLSetting,
-).Replace(strings.Replace(installTemplate,
-	"$SEQUENCES", sequencesTemplate, 1)), map[string]string{
+).Replace(strings.NewReplacer(
+	"$SEQUENCES", sequencesTemplate, "$CAPTURE_KEY_BODY", captureKeyBody).Replace(installTemplate)), map[string]string{
 	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
-	"REFS": referencesExpr, "REFKEY1": referenceKey1Expr, "REFKEYN": referenceKeyNExpr}))
+	"REFS": referencesExpr, "REFKEY1": referenceKey1Expr, "REFKEYN": referenceKeyNExpr})
 
-// withPLpgSQLCaptureKey adds to sql, after tashkent.capture_key_plpgsql,
-// the same function under the name the triggers call,
-// tashkent.capture_key: the capture where the C library is not installed
-// (InstallCapture replaces it with the C function where it can).
-func withPLpgSQLCaptureKey(sql string) string {
-	const header = "CREATE OR REPLACE FUNCTION tashkent.capture_key_plpgsql() RETURNS trigger"
-	start := strings.Index(sql, header)
-	end := start + strings.Index(sql[start:], "\n$fn$;\n") + len("\n$fn$;\n")
-	fn := strings.Replace(sql[start:end], "capture_key_plpgsql()", "capture_key()", 1)
-	return sql[:end] + "\n" + fn + sql[end:]
-}
+// captureKeyBody is the PL/pgSQL body of tashkent.capture_key_plpgsql
+// and of tashkent.capture_key, which the triggers call: the same function
+// under both names where the C library is not installed (InstallCapture
+// replaces capture_key with the C function where it can, and the C
+// function falls back to capture_key_plpgsql). See the comment above them
+// in installTemplate.
+const captureKeyBody = `#variable_conflict use_variable
+DECLARE
+	v_tbl pg_catalog.text;
+	v_saved pg_catalog.text[];
+	v_rows pg_catalog.bool;
+	v_pk1 pg_catalog.text;
+	v_cols pg_catalog.text;
+	v_trans pg_catalog.text[];
+	v_read pg_catalog.bool;
+	v_path pg_catalog.text;
+BEGIN
+	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
+			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
+			AND pg_catalog.current_setting('DateStyle') OPERATOR(pg_catalog.~~) 'ISO,%'
+			AND pg_catalog.current_setting('IntervalStyle') OPERATOR(pg_catalog.=) 'postgres'
+			AND pg_catalog.current_setting('bytea_output') OPERATOR(pg_catalog.=) 'hex'
+			AND pg_catalog.current_setting('extra_float_digits')::pg_catalog.int4 OPERATOR(pg_catalog.>) 0, false) THEN
+		IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on', false) THEN
+			IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
+				v_rows := EXISTS (SELECT FROM tashkent_new);
+			ELSE
+				v_rows := EXISTS (SELECT FROM tashkent_old);
+			END IF;
+			IF v_rows THEN
+				PERFORM tashkent.refuse_uncaptured(TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+			END IF;
+			RETURN NULL;
+		END IF;
+		$SAVE_AND_PIN_OUTPUT_SETTINGS
+	END IF;
+	v_tbl := pg_catalog.quote_ident(TG_TABLE_SCHEMA) OPERATOR(pg_catalog.||) '.'
+		OPERATOR(pg_catalog.||) pg_catalog.quote_ident(TG_TABLE_NAME);
+
+	IF $NESTED_CAPTURE_MAY_HAVE_RUN THEN
+		IF tashkent.nested_capture_ran() THEN
+			-- A nested capture ran first: record the keys' current state
+			-- (see nested_capture_ran), under capture's search_path.
+			v_path := pg_catalog.current_setting('search_path');
+			PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+			v_pk1 := TG_ARGV[0];
+			$STATE_EVENTS_1
+			PERFORM pg_catalog.set_config('search_path', v_path, true);
+			IF v_saved IS NOT NULL THEN
+				$RESTORE_OUTPUT_SETTINGS
+			END IF;
+			RETURN NULL;
+		END IF;
+	END IF;
+
+	IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
+		PERFORM FROM tashkent_old AS tashkent_o, tashkent_new AS tashkent_n
+		WHERE (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.<>) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text
+		LIMIT 1;
+		IF FOUND THEN
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+			WITH nw AS (
+				SELECT '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']' AS k, (tashkent_n.*)::pg_catalog.text AS r
+				FROM tashkent_new AS tashkent_n
+			), od AS (
+				SELECT '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']' AS k
+				FROM tashkent_old AS tashkent_o
+			)
+			SELECT v_tbl, 'D', od.k, NULL FROM od WHERE NOT EXISTS (SELECT FROM nw WHERE nw.k OPERATOR(pg_catalog.=) od.k)
+			UNION ALL
+			SELECT v_tbl, 'U', nw.k, nw.r FROM nw;
+		ELSE
+			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+			SELECT v_tbl, COALESCE(TG_ARGV[1], 'U'), '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']', (tashkent_n.*)::pg_catalog.text
+			FROM tashkent_new AS tashkent_n;
+		END IF;
+	ELSIF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
+		SELECT v_tbl, 'U', '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']', (tashkent_n.*)::pg_catalog.text
+		FROM tashkent_new AS tashkent_n;
+	ELSE
+		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
+		SELECT v_tbl, 'D', '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']'
+		FROM tashkent_old AS tashkent_o;
+	END IF;
+
+	$RESTORE_OUTPUT_SETTINGS_AND_RETURN
+END`
 
 // referenceKey1Expr and referenceKeyNExpr are the fast reference trigger's
 // parent key of a row ($1, an alias of a transition table): the referencing
@@ -735,12 +812,13 @@ $fn$;
 -- capture_key is capture for the common case, a table with one primary key
 -- column and no certified unique index (ensure_triggers picks it): the same
 -- events, keys and rows, in the same order, at about half the cost per
--- statement (measured, see "Capture cost" in doc.go). Its PL/pgSQL body is
--- capture_key_plpgsql's, below; tashkent.capture_key, which the triggers
--- call, is a copy of it (withPLpgSQLCaptureKey) or, where the C library is
--- installed, the C function of csrc/tashkent_capture.c, which captures the
--- plain statements itself and calls capture_key_plpgsql for the rest (see
--- "Capture in C" in doc.go). What the PL/pgSQL body saves over capture:
+-- statement (measured, see "Capture cost" in doc.go). Its PL/pgSQL body
+-- (captureKeyBody in sql.go) is both capture_key_plpgsql's and that of
+-- tashkent.capture_key, which the triggers call; where the C library is
+-- installed, InstallCapture then makes capture_key the C function of
+-- csrc/tashkent_capture.c, which captures the plain statements itself and
+-- calls capture_key_plpgsql for the rest (see "Capture in C" in doc.go).
+-- What the PL/pgSQL body saves over capture:
 --
 --   - No SET clause at all. A SET clause costs every call a GUC nest level
 --     and, for search_path, a new search path for the function's
@@ -777,88 +855,13 @@ CREATE OR REPLACE FUNCTION tashkent.capture_key_plpgsql() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
 AS $fn$
-#variable_conflict use_variable
-DECLARE
-	v_tbl pg_catalog.text;
-	v_saved pg_catalog.text[];
-	v_rows pg_catalog.bool;
-	v_pk1 pg_catalog.text;
-	v_cols pg_catalog.text;
-	v_trans pg_catalog.text[];
-	v_read pg_catalog.bool;
-	v_path pg_catalog.text;
-BEGIN
-	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
-			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
-			AND pg_catalog.current_setting('DateStyle') OPERATOR(pg_catalog.~~) 'ISO,%'
-			AND pg_catalog.current_setting('IntervalStyle') OPERATOR(pg_catalog.=) 'postgres'
-			AND pg_catalog.current_setting('bytea_output') OPERATOR(pg_catalog.=) 'hex'
-			AND pg_catalog.current_setting('extra_float_digits')::pg_catalog.int4 OPERATOR(pg_catalog.>) 0, false) THEN
-		IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on', false) THEN
-			IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
-				v_rows := EXISTS (SELECT FROM tashkent_new);
-			ELSE
-				v_rows := EXISTS (SELECT FROM tashkent_old);
-			END IF;
-			IF v_rows THEN
-				PERFORM tashkent.refuse_uncaptured(TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
-			END IF;
-			RETURN NULL;
-		END IF;
-		$SAVE_AND_PIN_OUTPUT_SETTINGS
-	END IF;
-	v_tbl := pg_catalog.quote_ident(TG_TABLE_SCHEMA) OPERATOR(pg_catalog.||) '.'
-		OPERATOR(pg_catalog.||) pg_catalog.quote_ident(TG_TABLE_NAME);
-
-	IF $NESTED_CAPTURE_MAY_HAVE_RUN THEN
-		IF tashkent.nested_capture_ran() THEN
-			-- A nested capture ran first: record the keys' current state
-			-- (see nested_capture_ran), under capture's search_path.
-			v_path := pg_catalog.current_setting('search_path');
-			PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
-			v_pk1 := TG_ARGV[0];
-			$STATE_EVENTS_1
-			PERFORM pg_catalog.set_config('search_path', v_path, true);
-			IF v_saved IS NOT NULL THEN
-				$RESTORE_OUTPUT_SETTINGS
-			END IF;
-			RETURN NULL;
-		END IF;
-	END IF;
-
-	IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' THEN
-		PERFORM FROM tashkent_old AS tashkent_o, tashkent_new AS tashkent_n
-		WHERE (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.<>) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text
-		LIMIT 1;
-		IF FOUND THEN
-			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
-			WITH nw AS (
-				SELECT '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']' AS k, (tashkent_n.*)::pg_catalog.text AS r
-				FROM tashkent_new AS tashkent_n
-			), od AS (
-				SELECT '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']' AS k
-				FROM tashkent_old AS tashkent_o
-			)
-			SELECT v_tbl, 'D', od.k, NULL FROM od WHERE NOT EXISTS (SELECT FROM nw WHERE nw.k OPERATOR(pg_catalog.=) od.k)
-			UNION ALL
-			SELECT v_tbl, 'U', nw.k, nw.r FROM nw;
-		ELSE
-			INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
-			SELECT v_tbl, COALESCE(TG_ARGV[1], 'U'), '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']', (tashkent_n.*)::pg_catalog.text
-			FROM tashkent_new AS tashkent_n;
-		END IF;
-	ELSIF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
-		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row)
-		SELECT v_tbl, 'U', '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_n.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']', (tashkent_n.*)::pg_catalog.text
-		FROM tashkent_new AS tashkent_n;
-	ELSE
-		INSERT INTO pg_temp.tashkent_writeset (tbl, op, key)
-		SELECT v_tbl, 'D', '[' OPERATOR(pg_catalog.||) (pg_catalog.to_json(tashkent_o.*) OPERATOR(pg_catalog.->) TG_ARGV[0])::pg_catalog.text OPERATOR(pg_catalog.||) ']'
-		FROM tashkent_old AS tashkent_o;
-	END IF;
-
-	$RESTORE_OUTPUT_SETTINGS_AND_RETURN
-END
+$CAPTURE_KEY_BODY
+$fn$;
+CREATE OR REPLACE FUNCTION tashkent.capture_key() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+AS $fn$
+$CAPTURE_KEY_BODY
 $fn$;
 
 -- reject_nopk guards tables without a primary key: tashkent identifies rows
