@@ -79,43 +79,58 @@ func (s *session) deferBegin(st sqlclass.Statement, last bool) {
 // are forwarded: the statement the client parses must exist in the
 // database.
 func (s *session) deferBeginUnit(u *unit, stmts [][]sqlclass.Statement) bool {
-	if u.partial() || s.status != 'I' || !onlyPortalBegin(u, stmts) {
+	if u.partial() || s.status != 'I' {
+		return false
+	}
+	if st, ok := onlyPortalStatement(u, stmts); !ok || !isPlainBegin(st) {
 		return false
 	}
 	s.labelIfIdle()
 	s.deferredBegin = true
 	s.status = 'T'
+	s.answerBindAndDescribe(u)
+	s.w.Client.Send(&pgproto3.CommandComplete{CommandTag: []byte(stmts[len(u.msgs)-1][0].Tag)})
+	s.ex = exchange{}
+	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
+	return true
+}
+
+// onlyPortalStatement returns the statement of a unit of exactly Bind (no
+// arguments), an optional Describe of the portal, and Execute, all of the
+// unnamed portal, binding a prepared statement of one statement: a unit the
+// proxy can answer itself when the statement is a plain BEGIN
+// (deferBeginUnit) or a COMMIT (commitUnit), neither of which returns rows
+// or takes parameters.
+func onlyPortalStatement(u *unit, stmts [][]sqlclass.Statement) (sqlclass.Statement, bool) {
+	n := len(u.msgs)
+	if n < 2 || n > 3 {
+		return sqlclass.Statement{}, false
+	}
+	first, last := u.msgs[0], u.msgs[n-1]
+	if first.typ != 'B' || first.name != "" || first.bindArgs != 0 || last.typ != 'E' || last.name != "" {
+		return sqlclass.Statement{}, false
+	}
+	if n == 3 && (u.msgs[1].typ != 'D' || u.msgs[1].object != 'P' || u.msgs[1].name != "") {
+		return sqlclass.Statement{}, false
+	}
+	if len(stmts[n-1]) != 1 {
+		return sqlclass.Statement{}, false
+	}
+	return stmts[n-1][0], true
+}
+
+// answerBindAndDescribe answers the Bind and the Describe of a unit
+// onlyPortalStatement accepted, as PostgreSQL does for a statement that
+// returns no rows.
+func (s *session) answerBindAndDescribe(u *unit) {
 	for _, m := range u.msgs {
 		switch m.typ {
 		case 'B':
 			s.w.Client.Send(&pgproto3.BindComplete{})
 		case 'D':
 			s.w.Client.Send(&pgproto3.NoData{})
-		case 'E':
-			s.w.Client.Send(&pgproto3.CommandComplete{CommandTag: []byte(stmts[len(u.msgs)-1][0].Tag)})
 		}
 	}
-	s.ex = exchange{}
-	s.w.Client.Send(&pgproto3.ReadyForQuery{TxStatus: s.status})
-	return true
-}
-
-// onlyPortalBegin reports a unit of exactly Bind (no arguments), an
-// optional Describe of the portal, and Execute, all of the unnamed portal,
-// binding a statement that is a plain BEGIN.
-func onlyPortalBegin(u *unit, stmts [][]sqlclass.Statement) bool {
-	n := len(u.msgs)
-	if n < 2 || n > 3 {
-		return false
-	}
-	first, last := u.msgs[0], u.msgs[n-1]
-	if first.typ != 'B' || first.name != "" || first.bindArgs != 0 || last.typ != 'E' || last.name != "" {
-		return false
-	}
-	if n == 3 && (u.msgs[1].typ != 'D' || u.msgs[1].object != 'P' || u.msgs[1].name != "") {
-		return false
-	}
-	return len(stmts[n-1]) == 1 && isPlainBegin(stmts[n-1][0])
 }
 
 // forwardDeferred writes the client's messages to the backend, after the

@@ -192,6 +192,9 @@ func (s *session) extendedUnit(ctx context.Context, u *unit) error {
 		if s.deferBeginUnit(u, stmts) { // a whole exchange that only opens a block
 			return nil
 		}
+		if st, ok := s.onlyPortalCommit(u, stmts); ok { // a whole exchange that only commits
+			return s.commitUnit(ctx, u, st)
+		}
 	}
 	s.ex.open = u.partial()
 	if !s.ex.wrapped && !s.unitNeedsIntervention(u, stmts) {
@@ -520,6 +523,30 @@ func (s *session) flushedSegment(u *unit, stmts [][]sqlclass.Statement, from *in
 		}
 		return true, s.noteExecuted(u, stmts, start, to)
 	}
+}
+
+// onlyPortalCommit returns the COMMIT (or END) of a unit that only runs
+// it through the unnamed portal, in a transaction block: how libpq runs a
+// prepared COMMIT (pgbench -M prepared ends every TPC-B transaction so).
+// COMMIT AND CHAIN is left to splitUnit.
+func (s *session) onlyPortalCommit(u *unit, stmts [][]sqlclass.Statement) (sqlclass.Statement, bool) {
+	if u.partial() || s.status != 'T' || s.ex.wrapped {
+		return sqlclass.Statement{}, false
+	}
+	st, ok := onlyPortalStatement(u, stmts)
+	return st, ok && st.Kind == sqlclass.Commit && !st.Chain
+}
+
+// commitUnit answers a unit onlyPortalCommit found and commits the block.
+// The Bind and the Describe are answered by the proxy, as PostgreSQL
+// would for a COMMIT (BindComplete, NoData), and never sent: the commit
+// needs no portal, and a round trip to the database before the collect
+// would only delay it (splitUnit would forward them with a Sync of its
+// own first).
+func (s *session) commitUnit(ctx context.Context, u *unit, st sqlclass.Statement) error {
+	s.answerBindAndDescribe(u)
+	s.ex = exchange{}
+	return s.commitStatement(ctx, st, true)
 }
 
 // finishWrapped commits (or, after an error, rolls back) the transaction
