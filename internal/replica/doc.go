@@ -251,8 +251,14 @@
 // ones, outside nested statements, for a key of type int2, int4, int8,
 // text, varchar or uuid. It reads the transition tables itself, prints the
 // key as to_json does and the row with record_out, and appends the events
-// to the same buffer with one prepared INSERT ... SELECT FROM unnest of
-// arrays (1,024 rows per batch). Anything else it hands, with its trigger
+// to the same buffer straight into its heap (simple_heap_insert, in batches
+// of 1,024 rows), each with the buffer's own defaults (the seq, the
+// transaction id) evaluated as an INSERT would, after the checks an INSERT
+// made (the right to insert, the buffer's shape, nothing else an INSERT
+// would run: no index, trigger, rule, check or row security). Until
+// session 12 it ran a prepared INSERT ... SELECT FROM unnest of arrays per
+// batch, whose executor start-up per statement was about 8% of all CPU of
+// a one-replica cluster under pgbench -c 16 (perf). Anything else it hands, with its trigger
 // data, to the PL/pgSQL function of the same body, capture_key_plpgsql, so
 // the buffer, the collect, the nested-statement and unique-key logic and
 // the trust model are unchanged. TestCaptureSameEventsAsBefore runs its
@@ -268,8 +274,13 @@
 // for the transaction without tashkent; about 30 µs less per write
 // statement. Bulk statements are not slower: an INSERT of 100,000 rows
 // and its collect (BenchmarkCaptureCostBulkInsert, 3 rounds) 567 ms of
-// statement CPU against 591 ms in PL/pgSQL; an UPDATE of 100,000 rows goes
-// to PL/pgSQL and costs the same. What is left of capture is mostly not
+// statement CPU against 591 ms in PL/pgSQL, and 531 against 665 ms with
+// the heap insert of session 12; an UPDATE of 100,000 rows goes
+// to PL/pgSQL and costs the same. The heap insert did not move the TPC-B
+// figure above beyond this benchmark's noise (412 and 396 µs, old and new,
+// in the same minutes); end to end, pgbench -c 16 against a one-replica
+// cluster without a disk delay ran 0-7% faster in three alternated pairs
+// (docs/BENCHMARKS.md, session 12). What is left of capture is mostly not
 // the function: the trigger machinery with transition tables, the
 // buffer's insert and the collect's delete (a buffer kept in the backend's
 // memory, which the C spike of session 10 measured at 0.05-0.12 ms per

@@ -76,12 +76,16 @@ func BuildCaptureLibrary() ([]byte, error) {
 	if err := os.WriteFile(src, captureSource, 0o600); err != nil {
 		return nil, fmt.Errorf("replica: capture library: %w", err)
 	}
-	so := filepath.Join(dir, "tashkent_capture.so")
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-Wall", "-I", include, "-o", so, src).CombinedOutput()
-	if err != nil {
+	// Compiled in its directory, by relative names: the object records
+	// the source's name, and a temporary directory's in it would make
+	// every build's bytes differ, so that a proxy that starts again never
+	// finds its library already in the data directory (findLibrary).
+	compile := exec.Command(cc, "-shared", "-fPIC", "-O2", "-Wall", "-I", include, "-o", "tashkent_capture.so", "tashkent_capture.c")
+	compile.Dir = dir
+	if out, err := compile.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("replica: capture library: compile %s: %w\n%s", src, err, out)
 	}
-	return os.ReadFile(so)
+	return os.ReadFile(filepath.Join(dir, "tashkent_capture.so"))
 }
 
 // serverIncludeDir finds the directory holding postgres.h.

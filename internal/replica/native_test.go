@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,6 +135,26 @@ func TestCCaptureOfRowsLargerThanWorkMem(t *testing.T) {
 // the server's data directory once, and later installs use that file (a
 // file a backend has loaded must not be rewritten); a file with the
 // library's name and other contents is never used.
+// Two builds of the library are the same bytes: a proxy that starts again
+// (a new process, a new build) finds the file an earlier one wrote into
+// the data directory and uses it, instead of adding one more at every
+// start (they did, while the object recorded the temporary build
+// directory's name).
+func TestCCaptureLibraryBuildIsReproducible(t *testing.T) {
+	requireCCapture(t)
+	first, err := BuildCaptureLibrary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := BuildCaptureLibrary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(first, second) {
+		t.Fatalf("two builds of the capture library differ (%d and %d bytes)", len(first), len(second))
+	}
+}
+
 func TestCCaptureLibraryIsReusedNeverRewritten(t *testing.T) {
 	requireCCapture(t)
 	srv, admin := instance(t, `CREATE TABLE t (id int PRIMARY KEY)`)

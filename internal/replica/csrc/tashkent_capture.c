@@ -7,7 +7,7 @@
  * statement, a dozen plpgsql expressions and an INSERT ... SELECT over the
  * transition table that prints the key through to_json; this function
  * reads the transition tables itself and appends the same rows to the same
- * buffer with one prepared INSERT.
+ * buffer, straight into its heap (append_batch).
  *
  * What it does: exactly what tashkent.capture_key_plpgsql (sql.go) does on
  * its plain path, and nothing else. It appends to pg_temp.tashkent_writeset
@@ -42,10 +42,17 @@
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
-#include "executor/spi.h"
+#include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
+#include "rewrite/rewriteHandler.h"
+#include "utils/acl.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/value.h"
@@ -68,8 +75,33 @@ PG_MODULE_MAGIC;
 
 PG_FUNCTION_INFO_V1(tashkent_capture_key);
 
-/* Rows buffered per INSERT: a bulk statement is appended in batches. */
+/* Events printed before they are appended: a bulk statement's go in batches. */
 #define BATCH_ROWS 1024
+
+/* The writeset buffer's columns (create_writeset_buffer in sql.go). */
+enum
+{
+	BUFFER_SEQ,					/* bigserial: the order of the events */
+	BUFFER_XID,					/* xid8, DEFAULT pg_current_xact_id() */
+	BUFFER_TBL,
+	BUFFER_OP,
+	BUFFER_KEY,
+	BUFFER_ROW,
+	BUFFER_COLUMNS
+};
+
+static const Oid bufferTypes[BUFFER_COLUMNS] = {INT8OID, XID8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+
+/*
+ * The buffer, opened for a statement's first batch: the relation, and its
+ * two defaults, evaluated for every event as an INSERT would.
+ */
+typedef struct WritesetBuffer
+{
+	Relation	rel;
+	ExprState  *defaults[2];	/* BUFFER_SEQ, BUFFER_XID */
+	ExprContext *econtext;
+} WritesetBuffer;
 
 /* How the key column prints in JSON. */
 typedef enum KeyForm
@@ -91,14 +123,12 @@ typedef struct Capture
 	MemoryContext batchContext; /* the batch's values */
 	int			n;				/* events in the batch */
 	int			capacity;		/* of the arrays below */
-	Datum	   *tables;
 	Datum	   *ops;
 	Datum	   *keys;
 	Datum	   *rows;
 	bool	   *rowNulls;
+	WritesetBuffer buffer;			/* rel is NULL until the first batch */
 } Capture;
-
-static SPIPlanPtr appendPlan = NULL;
 
 static bool
 setting_is(const char *name, const char *want)
@@ -243,49 +273,107 @@ capture_in_plpgsql(FunctionCallInfo fcinfo)
 	return result;
 }
 
-static Datum
-text_array(Datum *elements, bool *nulls, int *dims, int *lbs)
+static void
+not_the_buffer(void)
 {
-	return PointerGetDatum(construct_md_array(elements, nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT));
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("tashkent capture: pg_temp.tashkent_writeset is not the writeset buffer tashkent creates"),
+			 errhint("Run DISCARD TEMP outside a transaction block: the tashkent proxy sets the buffer up again.")));
+}
+
+/*
+ * open_buffer opens pg_temp.tashkent_writeset for appending, with the
+ * checks the INSERT this replaced made: the right to insert (the buffer is
+ * tashkent_capture's, whose rights this function runs with), and a table
+ * of the shape create_writeset_buffer gives it, with nothing an INSERT
+ * would have to run besides its two defaults (no index, trigger, rule,
+ * check constraint or row security).
+ */
+static void
+open_buffer(WritesetBuffer *b)
+{
+	Oid			relid = RangeVarGetRelid(makeRangeVar("pg_temp", "tashkent_writeset", -1), RowExclusiveLock, false);
+	AclResult	acl = pg_class_aclcheck(relid, GetUserId(), ACL_INSERT);
+	TupleDesc	desc;
+
+	if (acl != ACLCHECK_OK)
+		aclcheck_error(acl, OBJECT_TABLE, "tashkent_writeset");
+	b->rel = table_open(relid, NoLock);
+	desc = RelationGetDescr(b->rel);
+	if (b->rel->rd_rel->relkind != RELKIND_RELATION || b->rel->rd_rel->relhasindex
+		|| b->rel->rd_rel->relhasrules || b->rel->rd_rel->relrowsecurity || b->rel->trigdesc != NULL
+		|| (desc->constr != NULL && desc->constr->num_check > 0) || desc->natts != BUFFER_COLUMNS)
+		not_the_buffer();
+	for (int i = 0; i < BUFFER_COLUMNS; i++)
+		if (TupleDescAttr(desc, i)->atttypid != bufferTypes[i] || TupleDescAttr(desc, i)->attisdropped)
+			not_the_buffer();
+	for (int i = 0; i < 2; i++)
+	{
+		Node	   *def = build_column_default(b->rel, i + 1);
+
+		if (def == NULL)
+			not_the_buffer();
+		b->defaults[i] = ExecInitExpr(expression_planner((Expr *) def), NULL);
+	}
+	b->econtext = CreateStandaloneExprContext();
 }
 
 static void
+close_buffer(WritesetBuffer *b)
+{
+	if (b->rel == NULL)
+		return;
+	FreeExprContext(b->econtext, true);
+	table_close(b->rel, NoLock);	/* the lock is kept to the end of the transaction */
+	b->rel = NULL;
+}
+
+/*
+ * append_batch appends the batch's events to the buffer, in order, each
+ * with the next seq and the transaction's id from the buffer's defaults:
+ * the rows an INSERT into it would make, without planning and starting
+ * an INSERT for every statement (which cost as much as the rest of the
+ * capture: docs/BENCHMARKS.md, session 12). The heap insert marks the
+ * command's id used; the statements that read the buffer later (the
+ * collect, a nested capture's PL/pgSQL) see the rows, as they saw an
+ * INSERT's.
+ */
+static void
 append_batch(Capture *c)
 {
-	static const Oid types[4] = {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID};
-	int			dims[1] = {c->n};
-	int			lbs[1] = {1};
-	Datum		args[4];
+	Datum		values[BUFFER_COLUMNS];
+	bool		nulls[BUFFER_COLUMNS] = {false};
 	MemoryContext caller;
-	int			rc;
 
 	if (c->n == 0)
 		return;
-	if (appendPlan == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare("INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, \"row\") "
-									   "SELECT * FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), "
-									   "pg_catalog.unnest($3), pg_catalog.unnest($4))",
-									   4, (Oid *) types);
-
-		if (plan == NULL)
-			elog(ERROR, "tashkent capture: SPI_prepare: %s", SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "tashkent capture: SPI_keepplan failed");
-		appendPlan = plan;
-	}
-	for (int i = 0; i < c->n; i++)
-		c->tables[i] = c->table;
-	/* In the batch's context, freed with it: not SPI's, kept to the end. */
+	if (c->buffer.rel == NULL)
+		open_buffer(&c->buffer);
 	caller = MemoryContextSwitchTo(c->batchContext);
-	args[0] = text_array(c->tables, NULL, dims, lbs);
-	args[1] = text_array(c->ops, NULL, dims, lbs);
-	args[2] = text_array(c->keys, NULL, dims, lbs);
-	args[3] = text_array(c->rows, c->rowNulls, dims, lbs);
+	values[BUFFER_TBL] = c->table;
+	for (int i = 0; i < c->n; i++)
+	{
+		HeapTuple	tuple;
+
+		for (int d = 0; d < 2; d++)
+		{
+			values[d] = ExecEvalExprSwitchContext(c->buffer.defaults[d], c->buffer.econtext, &nulls[d]);
+			if (nulls[d])
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("tashkent capture: a default of pg_temp.tashkent_writeset is NULL")));
+		}
+		values[BUFFER_OP] = c->ops[i];
+		values[BUFFER_KEY] = c->keys[i];
+		values[BUFFER_ROW] = c->rows[i];
+		nulls[BUFFER_ROW] = c->rowNulls[i];
+		tuple = heap_form_tuple(RelationGetDescr(c->buffer.rel), values, nulls);
+		simple_heap_insert(c->buffer.rel, tuple);
+		heap_freetuple(tuple);
+		ResetExprContext(c->buffer.econtext);
+	}
 	MemoryContextSwitchTo(caller);
-	rc = SPI_execute_plan(appendPlan, args, NULL, false, 0);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "tashkent capture: append to the writeset buffer: %s", SPI_result_code_string(rc));
 	c->n = 0;
 	MemoryContextReset(c->batchContext);
 }
@@ -430,14 +518,11 @@ tashkent_capture_key(PG_FUNCTION_ARGS)
 	c->batchContext = AllocSetContextCreate(CurrentMemoryContext, "tashkent capture batch", ALLOCSET_DEFAULT_SIZES);
 	/* An UPDATE that moved its key has two events for one row. */
 	c->capacity = Min(rows_in(trigger->tg_newtable) + rows_in(trigger->tg_oldtable), BATCH_ROWS);
-	c->tables = palloc(sizeof(Datum) * c->capacity);
 	c->ops = palloc(sizeof(Datum) * c->capacity);
 	c->keys = palloc(sizeof(Datum) * c->capacity);
 	c->rows = palloc(sizeof(Datum) * c->capacity);
 	c->rowNulls = palloc(sizeof(bool) * c->capacity);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "tashkent capture: SPI_connect failed");
 	if (TRIGGER_FIRED_BY_INSERT(trigger->tg_event))
 		capture_all(c, trigger->tg_newtable, "U", true);
 	else if (TRIGGER_FIRED_BY_DELETE(trigger->tg_event))
@@ -445,13 +530,8 @@ tashkent_capture_key(PG_FUNCTION_ARGS)
 	else
 		capture_update(c, trigger);
 	append_batch(c);
-	/*
-	 * The slot may hold a row read from a transition table that spilled to
-	 * disk, allocated in SPI's context: drop it before SPI_finish frees
-	 * that context.
-	 */
+	close_buffer(&c->buffer);
 	ExecDropSingleTupleTableSlot(c->slot);
-	SPI_finish();
 	MemoryContextDelete(c->batchContext);
 	return PointerGetDatum(NULL);
 }
