@@ -121,3 +121,46 @@ func portalCommit(t *testing.T, pg *pgconn.PgConn, name string) (string, *pgprot
 		}
 	}
 }
+
+// A BEGIN or COMMIT whose Parse declared a parameter type is not a unit
+// the proxy answers itself: PostgreSQL refuses its Bind without arguments
+// (08P01), and so must the proxy, failing the block the COMMIT would have
+// committed (review h39: the proxy committed it).
+func TestPreparedBeginAndCommitWithDeclaredParametersAreRefusedAsByPostgreSQL(t *testing.T) {
+	c := startCluster(t, 1, proxy.ModeMW)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	execSQL(t, c.connect(0), `CREATE TABLE t (k int PRIMARY KEY, n int NOT NULL)`)
+	execSQL(t, c.connect(0), `INSERT INTO t VALUES (1, 0)`)
+	through, direct := c.connect(0).PgConn(), c.direct(0).PgConn()
+	// Straight to PostgreSQL, writes bypass capture (which refuses them there).
+	if _, err := direct.Exec(ctx, `SET session_replication_role = replica`).ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	answers := func(pg *pgconn.PgConn) (begin, commit string) {
+		t.Helper()
+		for name, sql := range map[string]string{"typed_begin": "BEGIN", "typed_commit": "COMMIT"} {
+			if _, err := pg.Prepare(ctx, name, sql, []uint32{23}); err != nil {
+				t.Fatalf("PREPARE %s with a parameter type: %v", sql, err)
+			}
+		}
+		begin, _ = portalCommit(t, pg, "typed_begin")
+		if _, err := pg.Exec(ctx, `BEGIN; UPDATE t SET n = n + 1 WHERE k = 1`).ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		commit, _ = portalCommit(t, pg, "typed_commit")
+		if _, err := pg.Exec(ctx, `ROLLBACK`).ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		return begin, commit
+	}
+	wantBegin, wantCommit := answers(direct)
+	gotBegin, gotCommit := answers(through)
+	if gotBegin != wantBegin || gotCommit != wantCommit {
+		t.Fatalf("the proxy answered BEGIN %q and COMMIT %q; PostgreSQL answers %q and %q", gotBegin, gotCommit, wantBegin, wantCommit)
+	}
+	var n int
+	if err := c.direct(0).QueryRow(ctx, `SELECT n FROM t WHERE k = 1`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("n = %d (err %v): a refused COMMIT's writes were committed", n, err)
+	}
+}

@@ -82,7 +82,7 @@ func (s *session) deferBeginUnit(u *unit, stmts [][]sqlclass.Statement) bool {
 	if u.partial() || s.status != 'I' {
 		return false
 	}
-	if st, ok := onlyPortalStatement(u, stmts); !ok || !isPlainBegin(st) {
+	if st, ok := s.onlyPortalStatement(u, stmts); !ok || !isPlainBegin(st) {
 		return false
 	}
 	s.labelIfIdle()
@@ -97,17 +97,23 @@ func (s *session) deferBeginUnit(u *unit, stmts [][]sqlclass.Statement) bool {
 
 // onlyPortalStatement returns the statement of a unit of exactly Bind (no
 // arguments), an optional Describe of the portal, and Execute, all of the
-// unnamed portal, binding a prepared statement of one statement: a unit the
-// proxy can answer itself when the statement is a plain BEGIN
-// (deferBeginUnit) or a COMMIT (commitUnit), neither of which returns rows
-// or takes parameters.
-func onlyPortalStatement(u *unit, stmts [][]sqlclass.Statement) (sqlclass.Statement, bool) {
+// unnamed portal, binding a prepared statement of one statement that
+// declared no parameter types: a unit the proxy can answer itself when the
+// statement is a plain BEGIN (deferBeginUnit) or a COMMIT (commitUnit),
+// neither of which returns rows or takes parameters. (A Parse of COMMIT
+// that declares a parameter type makes a statement whose Bind without
+// arguments PostgreSQL refuses, 08P01, failing the block: found in review
+// h39, where the proxy committed it.)
+func (s *session) onlyPortalStatement(u *unit, stmts [][]sqlclass.Statement) (sqlclass.Statement, bool) {
 	n := len(u.msgs)
 	if n < 2 || n > 3 {
 		return sqlclass.Statement{}, false
 	}
 	first, last := u.msgs[0], u.msgs[n-1]
 	if first.typ != 'B' || first.name != "" || first.bindArgs != 0 || last.typ != 'E' || last.name != "" {
+		return sqlclass.Statement{}, false
+	}
+	if s.statements[first.stmt].declaredParams != 0 {
 		return sqlclass.Statement{}, false
 	}
 	if n == 3 && (u.msgs[1].typ != 'D' || u.msgs[1].object != 'P' || u.msgs[1].name != "") {

@@ -15,10 +15,19 @@ import "github.com/tashkent-db/tashkent/internal/sqlclass"
 // INSERT never ran) or, with parameters, outside a transaction block,
 // uncertified, on this replica only.
 
+// preparedStatement is what the proxy tracks of a prepared statement: its
+// statements as classified, and how many parameter types its Parse
+// declared (a Bind must supply that many parameters, or PostgreSQL
+// refuses it: onlyPortalStatement).
+type preparedStatement struct {
+	stmts          []sqlclass.Statement
+	declaredParams int
+}
+
 // parseChange is what one Parse changed in the session's tracking.
 type parseChange struct {
 	name string
-	prev []sqlclass.Statement
+	prev preparedStatement
 	had  bool
 }
 

@@ -66,9 +66,9 @@ type session struct {
 	// endAfterReply, once the reply to the current message is flushed, is
 	// sent to the client and ends the session (see applyInstead).
 	endAfterReply *pgproto3.ErrorResponse
-	savepoints    []savepoint                     // the open transaction's, oldest first (savepoints.go)
-	statements    map[string][]sqlclass.Statement // prepared statements by name
-	portals       map[string]string               // portal -> statement name
+	savepoints    []savepoint                  // the open transaction's, oldest first (savepoints.go)
+	statements    map[string]preparedStatement // prepared statements by name
+	portals       map[string]string            // portal -> statement name
 	// unprepared are the proxy's own statements the client dropped
 	// (statements.go).
 	unprepared map[string]bool
@@ -81,7 +81,7 @@ type session struct {
 func newSession(p *Proxy, w *pgwire.Session) *session {
 	return &session{
 		p: p, w: w, log: w.Logger().With("backend_pid", w.BackendPID),
-		status: w.TxStatus, statements: map[string][]sqlclass.Statement{}, portals: map[string]string{},
+		status: w.TxStatus, statements: map[string]preparedStatement{}, portals: map[string]string{},
 		unprepared: map[string]bool{},
 	}
 }

@@ -23,6 +23,8 @@ type unitMsg struct {
 	stmt   string // Bind: the statement bound
 	query  string // Parse: the SQL
 	object byte   // Describe, Close: 'S' or 'P'
+	// paramTypes is, for a Parse, how many parameter types it declares.
+	paramTypes int
 	// bindArgs is, for a Bind, its parameters and parameter format codes
 	// (deferBeginUnit defers only a Bind without either).
 	bindArgs int
@@ -70,7 +72,7 @@ func (s *session) readUnit(first pgproto3.FrontendMessage) (*unit, error) {
 			u.sync = raw
 			return u, nil
 		case *pgproto3.Parse:
-			m.typ, m.name, m.query = 'P', v.Name, v.Query
+			m.typ, m.name, m.query, m.paramTypes = 'P', v.Name, v.Query, len(v.ParameterOIDs)
 		case *pgproto3.Bind:
 			m.typ, m.name, m.stmt = 'B', v.DestinationPortal, v.PreparedStatement
 			m.bindArgs = len(v.Parameters) + len(v.ParameterFormatCodes)
@@ -110,12 +112,12 @@ func (s *session) track(u *unit) [][]sqlclass.Statement {
 				}
 			}
 			s.noteParse(m.name)
-			s.statements[m.name] = parsed
+			s.statements[m.name] = preparedStatement{stmts: parsed, declaredParams: m.paramTypes}
 		case 'B':
 			s.portals[m.name] = m.stmt
-			stmts[i] = s.statements[m.stmt]
+			stmts[i] = s.statements[m.stmt].stmts
 		case 'E':
-			stmts[i] = s.statements[s.portals[m.name]]
+			stmts[i] = s.statements[s.portals[m.name]].stmts
 		case 'C':
 			if m.object == 'S' {
 				delete(s.statements, m.name)
@@ -533,7 +535,7 @@ func (s *session) onlyPortalCommit(u *unit, stmts [][]sqlclass.Statement) (sqlcl
 	if u.partial() || s.status != 'T' || s.ex.wrapped {
 		return sqlclass.Statement{}, false
 	}
-	st, ok := onlyPortalStatement(u, stmts)
+	st, ok := s.onlyPortalStatement(u, stmts)
 	return st, ok && st.Kind == sqlclass.Commit && !st.Chain
 }
 

@@ -131,10 +131,6 @@ func TestCCaptureOfRowsLargerThanWorkMem(t *testing.T) {
 	eqStrings(t, "events (C, then PL/pgSQL)", got[CaptureC], got[CapturePLpgSQL])
 }
 
-// TestCCaptureLibraryIsReusedNeverRewritten: Install puts the library into
-// the server's data directory once, and later installs use that file (a
-// file a backend has loaded must not be rewritten); a file with the
-// library's name and other contents is never used.
 // Two builds of the library are the same bytes: a proxy that starts again
 // (a new process, a new build) finds the file an earlier one wrote into
 // the data directory and uses it, instead of adding one more at every
@@ -155,6 +151,10 @@ func TestCCaptureLibraryBuildIsReproducible(t *testing.T) {
 	}
 }
 
+// TestCCaptureLibraryIsReusedNeverRewritten: Install puts the library into
+// the server's data directory once, and later installs use that file (a
+// file a backend has loaded must not be rewritten); a file with the
+// library's name and other contents is never used.
 func TestCCaptureLibraryIsReusedNeverRewritten(t *testing.T) {
 	requireCCapture(t)
 	srv, admin := instance(t, `CREATE TABLE t (id int PRIMARY KEY)`)

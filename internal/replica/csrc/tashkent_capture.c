@@ -45,6 +45,7 @@
 #include "access/heapam.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am_d.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -284,11 +285,12 @@ not_the_buffer(void)
 
 /*
  * open_buffer opens pg_temp.tashkent_writeset for appending, with the
- * checks the INSERT this replaced made: the right to insert (the buffer is
- * tashkent_capture's, whose rights this function runs with), and a table
- * of the shape create_writeset_buffer gives it, with nothing an INSERT
- * would have to run besides its two defaults (no index, trigger, rule,
- * check constraint or row security).
+ * checks the INSERT this replaced made, the right to insert, and more: the
+ * buffer is tashkent_capture's own (the role this function runs as), a
+ * heap table of the shape create_writeset_buffer gives it, with nothing an
+ * INSERT would have to run besides its two defaults (no index, trigger,
+ * rule, check constraint, generated column or row security). The collect
+ * checks the owner too; this function does not rely on it (review h39).
  */
 static void
 open_buffer(WritesetBuffer *b)
@@ -301,12 +303,21 @@ open_buffer(WritesetBuffer *b)
 		aclcheck_error(acl, OBJECT_TABLE, "tashkent_writeset");
 	b->rel = table_open(relid, NoLock);
 	desc = RelationGetDescr(b->rel);
-	if (b->rel->rd_rel->relkind != RELKIND_RELATION || b->rel->rd_rel->relhasindex
+	if (b->rel->rd_rel->relowner != GetUserId())	/* as tashkent.refuse_foreign_buffer says it */
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("pg_temp.tashkent_writeset belongs to role %s, not to tashkent: writeset capture cannot use it",
+						GetUserNameFromId(b->rel->rd_rel->relowner, false)),
+				 errdetail("tashkent keeps the session's writeset in a temporary table that only its own role, tashkent_capture, may read or write."),
+				 errhint("Do not create relations named tashkent_writeset; DROP TABLE pg_temp.tashkent_writeset or reconnect.")));
+	if (b->rel->rd_rel->relam != HEAP_TABLE_AM_OID
+		|| b->rel->rd_rel->relkind != RELKIND_RELATION || b->rel->rd_rel->relhasindex
 		|| b->rel->rd_rel->relhasrules || b->rel->rd_rel->relrowsecurity || b->rel->trigdesc != NULL
 		|| (desc->constr != NULL && desc->constr->num_check > 0) || desc->natts != BUFFER_COLUMNS)
 		not_the_buffer();
 	for (int i = 0; i < BUFFER_COLUMNS; i++)
-		if (TupleDescAttr(desc, i)->atttypid != bufferTypes[i] || TupleDescAttr(desc, i)->attisdropped)
+		if (TupleDescAttr(desc, i)->atttypid != bufferTypes[i] || TupleDescAttr(desc, i)->attisdropped
+			|| TupleDescAttr(desc, i)->attgenerated != '\0')
 			not_the_buffer();
 	for (int i = 0; i < 2; i++)
 	{
