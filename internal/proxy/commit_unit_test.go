@@ -3,6 +3,7 @@ package proxy_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,11 +123,13 @@ func portalCommit(t *testing.T, pg *pgconn.PgConn, name string) (string, *pgprot
 	}
 }
 
-// A BEGIN or COMMIT whose Parse declared a parameter type is not a unit
-// the proxy answers itself: PostgreSQL refuses its Bind without arguments
-// (08P01), and so must the proxy, failing the block the COMMIT would have
-// committed (review h39: the proxy committed it).
-func TestPreparedBeginAndCommitWithDeclaredParametersAreRefusedAsByPostgreSQL(t *testing.T) {
+// A BEGIN or COMMIT whose Parse declared a parameter type, or an unnamed
+// COMMIT after a simple query, is not a unit the proxy answers itself:
+// PostgreSQL refuses the Bind (08P01: the statement needs an argument;
+// 26000: every simple query drops the unnamed statement), and so must the
+// proxy, failing the block the COMMIT would have committed (reviews h39
+// and h40: the proxy committed it).
+func TestPreparedBeginAndCommitThatPostgreSQLRefusesAreRefused(t *testing.T) {
 	c := startCluster(t, 1, proxy.ModeMW)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -137,27 +140,35 @@ func TestPreparedBeginAndCommitWithDeclaredParametersAreRefusedAsByPostgreSQL(t 
 	if _, err := direct.Exec(ctx, `SET session_replication_role = replica`).ReadAll(); err != nil {
 		t.Fatal(err)
 	}
-	answers := func(pg *pgconn.PgConn) (begin, commit string) {
+	simple := func(pg *pgconn.PgConn, sql string) {
+		t.Helper()
+		if _, err := pg.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	answers := func(pg *pgconn.PgConn) []string {
 		t.Helper()
 		for name, sql := range map[string]string{"typed_begin": "BEGIN", "typed_commit": "COMMIT"} {
 			if _, err := pg.Prepare(ctx, name, sql, []uint32{23}); err != nil {
 				t.Fatalf("PREPARE %s with a parameter type: %v", sql, err)
 			}
 		}
-		begin, _ = portalCommit(t, pg, "typed_begin")
-		if _, err := pg.Exec(ctx, `BEGIN; UPDATE t SET n = n + 1 WHERE k = 1`).ReadAll(); err != nil {
+		typedBegin, _ := portalCommit(t, pg, "typed_begin")
+		simple(pg, `BEGIN; UPDATE t SET n = n + 1 WHERE k = 1`)
+		typedCommit, _ := portalCommit(t, pg, "typed_commit")
+		simple(pg, `ROLLBACK`)
+		if _, err := pg.Prepare(ctx, "", "COMMIT", nil); err != nil {
 			t.Fatal(err)
 		}
-		commit, _ = portalCommit(t, pg, "typed_commit")
-		if _, err := pg.Exec(ctx, `ROLLBACK`).ReadAll(); err != nil {
-			t.Fatal(err)
-		}
-		return begin, commit
+		simple(pg, `BEGIN; UPDATE t SET n = n + 1 WHERE k = 1`)
+		unnamedCommit, _ := portalCommit(t, pg, "")
+		simple(pg, `ROLLBACK`)
+		return []string{typedBegin, typedCommit, unnamedCommit}
 	}
-	wantBegin, wantCommit := answers(direct)
-	gotBegin, gotCommit := answers(through)
-	if gotBegin != wantBegin || gotCommit != wantCommit {
-		t.Fatalf("the proxy answered BEGIN %q and COMMIT %q; PostgreSQL answers %q and %q", gotBegin, gotCommit, wantBegin, wantCommit)
+	want := answers(direct)
+	got := answers(through)
+	if !slices.Equal(got, want) {
+		t.Fatalf("the proxy answered %q; PostgreSQL answers %q (a BEGIN and a COMMIT with a declared parameter type, an unnamed COMMIT after a simple query)", got, want)
 	}
 	var n int
 	if err := c.direct(0).QueryRow(ctx, `SELECT n FROM t WHERE k = 1`).Scan(&n); err != nil || n != 0 {

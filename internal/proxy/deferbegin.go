@@ -97,20 +97,22 @@ func (s *session) deferBeginUnit(u *unit, stmts [][]sqlclass.Statement) bool {
 
 // onlyPortalStatement returns the statement of a unit of exactly Bind (no
 // arguments), an optional Describe of the portal, and Execute, all of the
-// unnamed portal, binding a prepared statement of one statement that
+// unnamed portal, binding a named prepared statement of one statement that
 // declared no parameter types: a unit the proxy can answer itself when the
 // statement is a plain BEGIN (deferBeginUnit) or a COMMIT (commitUnit),
-// neither of which returns rows or takes parameters. (A Parse of COMMIT
-// that declares a parameter type makes a statement whose Bind without
-// arguments PostgreSQL refuses, 08P01, failing the block: found in review
-// h39, where the proxy committed it.)
+// neither of which returns rows or takes parameters. Otherwise PostgreSQL
+// may refuse the Bind, and so must the proxy: a statement that declared a
+// parameter type needs an argument (08P01; review h39 found the proxy
+// committing such a COMMIT), and the unnamed statement is dropped by every
+// simple Query, the proxy's own included, which the tracking does not
+// follow (26000; review h40).
 func (s *session) onlyPortalStatement(u *unit, stmts [][]sqlclass.Statement) (sqlclass.Statement, bool) {
 	n := len(u.msgs)
 	if n < 2 || n > 3 {
 		return sqlclass.Statement{}, false
 	}
 	first, last := u.msgs[0], u.msgs[n-1]
-	if first.typ != 'B' || first.name != "" || first.bindArgs != 0 || last.typ != 'E' || last.name != "" {
+	if first.typ != 'B' || first.name != "" || first.stmt == "" || first.bindArgs != 0 || last.typ != 'E' || last.name != "" {
 		return sqlclass.Statement{}, false
 	}
 	if s.statements[first.stmt].declaredParams != 0 {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -23,8 +24,8 @@ type unitMsg struct {
 	stmt   string // Bind: the statement bound
 	query  string // Parse: the SQL
 	object byte   // Describe, Close: 'S' or 'P'
-	// paramTypes is, for a Parse, how many parameter types it declares.
-	paramTypes int
+	// paramTypes are, for a Parse, the parameter types it declares.
+	paramTypes []uint32
 	// bindArgs is, for a Bind, its parameters and parameter format codes
 	// (deferBeginUnit defers only a Bind without either).
 	bindArgs int
@@ -72,7 +73,7 @@ func (s *session) readUnit(first pgproto3.FrontendMessage) (*unit, error) {
 			u.sync = raw
 			return u, nil
 		case *pgproto3.Parse:
-			m.typ, m.name, m.query, m.paramTypes = 'P', v.Name, v.Query, len(v.ParameterOIDs)
+			m.typ, m.name, m.query, m.paramTypes = 'P', v.Name, v.Query, slices.Clone(v.ParameterOIDs)
 		case *pgproto3.Bind:
 			m.typ, m.name, m.stmt = 'B', v.DestinationPortal, v.PreparedStatement
 			m.bindArgs = len(v.Parameters) + len(v.ParameterFormatCodes)
@@ -107,12 +108,12 @@ func (s *session) track(u *unit) [][]sqlclass.Statement {
 			parsed, _ := s.classify(m.query)
 			if len(parsed) == 1 {
 				if rewritten := rewriteIsolation(parsed[0]); rewritten != "" {
-					m.raw, _ = (&pgproto3.Parse{Name: m.name, Query: rewritten}).Encode(nil)
+					m.raw, _ = (&pgproto3.Parse{Name: m.name, Query: rewritten, ParameterOIDs: m.paramTypes}).Encode(nil)
 					s.isolationNotice()
 				}
 			}
 			s.noteParse(m.name)
-			s.statements[m.name] = preparedStatement{stmts: parsed, declaredParams: m.paramTypes}
+			s.statements[m.name] = preparedStatement{stmts: parsed, declaredParams: len(m.paramTypes)}
 		case 'B':
 			s.portals[m.name] = m.stmt
 			stmts[i] = s.statements[m.stmt].stmts

@@ -131,6 +131,31 @@ func TestCCaptureOfRowsLargerThanWorkMem(t *testing.T) {
 	eqStrings(t, "events (C, then PL/pgSQL)", got[CaptureC], got[CapturePLpgSQL])
 }
 
+// The C capture writes only into the buffer create_writeset_buffer makes:
+// a pg_temp.tashkent_writeset of tashkent_capture's with the right columns
+// but a generated one (made here with the DDL guard off, as only a
+// superuser can) is refused, where a heap insert would have put a value
+// of its own into the generated column.
+func TestCCaptureRefusesABufferItDidNotMake(t *testing.T) {
+	requireCCapture(t)
+	srv, admin := instance(t, `CREATE TABLE t (id int PRIMARY KEY)`)
+	ctx := tctx(t)
+	if err := InstallCapture(ctx, admin, CaptureC, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := session(t, srv)
+	mustExec(t, admin, `ALTER EVENT TRIGGER tashkent_ddl DISABLE`)
+	mustExec(t, s, `DROP TABLE pg_temp.tashkent_writeset; SET ROLE tashkent_capture;
+		CREATE TEMP TABLE tashkent_writeset (seq bigserial, xid xid8 NOT NULL DEFAULT pg_current_xact_id(),
+			tbl text NOT NULL, op text NOT NULL, key text, row text GENERATED ALWAYS AS (op) STORED);
+		RESET ROLE`)
+	mustExec(t, admin, `ALTER EVENT TRIGGER tashkent_ddl ENABLE ALWAYS`)
+	_, err := s.Exec(ctx, `INSERT INTO t VALUES (1)`)
+	if pe := pgErr(t, err); pe.Code != "55000" || !strings.Contains(pe.Message, "is not the writeset buffer tashkent creates") {
+		t.Fatalf("capture into a buffer with a generated column: %s %q", pe.Code, pe.Message)
+	}
+}
+
 // Two builds of the library are the same bytes: a proxy that starts again
 // (a new process, a new build) finds the file an earlier one wrote into
 // the data directory and uses it, instead of adding one more at every

@@ -225,7 +225,14 @@ func TestSealedBufferCannotBeReplaced(t *testing.T) {
 	// The C capture refuses to write into it (it checks the owner). The
 	// PL/pgSQL capture writes into it (it is granted to tashkent_capture
 	// too), but the collect refuses it: the rows are the session's to forge.
+	lang, err := CaptureLanguage(tctx(t), admin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, err = legacy.Exec(tctx(t), `BEGIN; INSERT INTO mallory.own VALUES (1, 'a')`)
+	if lang == "c" && err == nil {
+		t.Fatal("the C capture wrote into a buffer that is not tashkent_capture's")
+	}
 	if err == nil {
 		mustExec(t, legacy, `INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row) VALUES ('public.salaries', 'U', '[1]', '(1,999999,x)')`)
 		_, err = CollectWritesetWithToken(tctx(t), legacy, token)
