@@ -257,8 +257,8 @@
 // made (the right to insert, the buffer's shape, nothing else an INSERT
 // would run: no index, trigger, rule, check or row security). Until
 // session 12 it ran a prepared INSERT ... SELECT FROM unnest of arrays per
-// batch, whose executor start-up per statement was about 8% of all CPU of
-// a one-replica cluster under pgbench -c 16 (perf). Anything else it hands, with its trigger
+// batch, which perf put at about 8% of all CPU of a one-replica cluster
+// under pgbench -c 16. Anything else it hands, with its trigger
 // data, to the PL/pgSQL function of the same body, capture_key_plpgsql, so
 // the buffer, the collect, the nested-statement and unique-key logic and
 // the trust model are unchanged. TestCaptureSameEventsAsBefore runs its

@@ -343,9 +343,9 @@ close_buffer(WritesetBuffer *b)
 /*
  * append_batch appends the batch's events to the buffer, in order, each
  * with the next seq and the transaction's id from the buffer's defaults:
- * the rows an INSERT into it would make, without planning and starting
- * an INSERT for every statement (which cost as much as the rest of the
- * capture: docs/BENCHMARKS.md, session 12). The heap insert marks the
+ * the rows an INSERT into it would make, without starting an INSERT for
+ * every statement (perf put about 8% of all CPU on that INSERT under
+ * pgbench -c 16: docs/BENCHMARKS.md, session 12). The heap insert marks the
  * command's id used; the statements that read the buffer later (the
  * collect, a nested capture's PL/pgSQL) see the rows, as they saw an
  * INSERT's.
