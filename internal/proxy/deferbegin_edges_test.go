@@ -182,3 +182,24 @@ func TestDeferredBeginProtocolEdges(t *testing.T) {
 		t.Fatalf("the other replica has rows %s, want [1 4 5 6]", got)
 	}
 }
+
+// A Parse the proxy rewrites to REPEATABLE READ keeps the parameter types
+// the client declared: PostgreSQL takes a Bind with that many arguments,
+// and so must the rewritten statement (review h40: the rewrite dropped
+// them, and the Bind failed with 08P01).
+func TestIsolationRewriteKeepsDeclaredParameterTypes(t *testing.T) {
+	c := startCluster(t, 1, proxy.ModeMW)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pg := c.connect(0).PgConn()
+	if _, err := pg.Prepare(ctx, "serializable", "BEGIN ISOLATION LEVEL SERIALIZABLE", []uint32{23}); err != nil {
+		t.Fatalf("PREPARE with a parameter type: %v", err)
+	}
+	res := pg.ExecPrepared(ctx, "serializable", [][]byte{[]byte("1")}, nil, nil).Read()
+	if res.Err != nil || res.CommandTag.String() != "BEGIN" {
+		t.Fatalf("the rewritten BEGIN with its one argument: tag %q, err %v", res.CommandTag, res.Err)
+	}
+	if _, err := pg.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+}
