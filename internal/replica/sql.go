@@ -19,6 +19,7 @@ var installSQL = expand(strings.NewReplacer(
 	"$STATE_EVENTS_1", stateEvents(keyExpr, "v_pk1"),
 	"$STATE_EVENTS_N", stateEvents(keysExpr, "v_pk"),
 	"$NESTED_CAPTURE_MAY_HAVE_RUN", nestedCaptureMayHaveRun,
+	"$REFUSE_UNCAPTURED_ROWS", refuseUncapturedRows,
 	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
 	"$COLLECT_QUERY", bufferCollectQuery,
@@ -28,6 +29,20 @@ var installSQL = expand(strings.NewReplacer(
 	"$SEQUENCES", sequencesTemplate, "$CAPTURE_KEY_BODY", captureKeyBody).Replace(installTemplate)), map[string]string{
 	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
 	"REFS": referencesExpr, "REFKEY1": referenceKey1Expr, "REFKEYN": referenceKeyNExpr})
+
+// refuseUncapturedRows ends a capture trigger's call in a session without
+// capture (one that bypasses the proxy): it refuses the statement if it
+// changed rows (refuse_uncaptured raises), and returns otherwise. For
+// INSERT, UPDATE and DELETE; the transition tables are the trigger's.
+const refuseUncapturedRows = `IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
+			v_rows := EXISTS (SELECT FROM tashkent_new);
+		ELSE
+			v_rows := EXISTS (SELECT FROM tashkent_old);
+		END IF;
+		IF v_rows THEN
+			PERFORM tashkent.refuse_uncaptured(TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+		END IF;
+		RETURN NULL;`
 
 // captureKeyBody is the PL/pgSQL body of tashkent.capture_key_plpgsql
 // and of tashkent.capture_key, which the triggers call: the same function
@@ -53,15 +68,7 @@ BEGIN
 			AND pg_catalog.current_setting('bytea_output') OPERATOR(pg_catalog.=) 'hex'
 			AND pg_catalog.current_setting('extra_float_digits')::pg_catalog.int4 OPERATOR(pg_catalog.>) 0, false) THEN
 		IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on', false) THEN
-			IF TG_OP OPERATOR(pg_catalog.=) 'INSERT' THEN
-				v_rows := EXISTS (SELECT FROM tashkent_new);
-			ELSE
-				v_rows := EXISTS (SELECT FROM tashkent_old);
-			END IF;
-			IF v_rows THEN
-				PERFORM tashkent.refuse_uncaptured(TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
-			END IF;
-			RETURN NULL;
+			$REFUSE_UNCAPTURED_ROWS
 		END IF;
 		$SAVE_AND_PIN_OUTPUT_SETTINGS
 	END IF;
@@ -748,16 +755,9 @@ DECLARE
 BEGIN
 	IF current_setting('tashkent.capture', true) IS DISTINCT FROM 'on' THEN
 		IF TG_OP = 'TRUNCATE' THEN
-			v_rows := true;
-		ELSIF TG_OP = 'INSERT' THEN
-			v_rows := EXISTS (SELECT FROM tashkent_new);
-		ELSE
-			v_rows := EXISTS (SELECT FROM tashkent_old);
+			PERFORM tashkent.refuse_uncaptured(TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME); -- raises
 		END IF;
-		IF v_rows THEN
-			PERFORM tashkent.refuse_uncaptured(TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME);
-		END IF;
-		RETURN NULL;
+		$REFUSE_UNCAPTURED_ROWS
 	END IF;
 	IF TG_OP = 'TRUNCATE' THEN
 		INSERT INTO pg_temp.tashkent_writeset (tbl, op) VALUES (v_tbl, 'T');
