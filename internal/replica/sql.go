@@ -20,6 +20,7 @@ var installSQL = expand(strings.NewReplacer(
 	"$STATE_EVENTS_N", stateEvents(keysExpr, "v_pk"),
 	"$NESTED_CAPTURE_MAY_HAVE_RUN", nestedCaptureMayHaveRun,
 	"$REFUSE_UNCAPTURED_ROWS", refuseUncapturedRows,
+	"$CAPTURE_ON_WITH_PINNED_OUTPUT", captureOnWithPinnedOutput,
 	"$UNIQUE_KEY_EVENTS_1", uniqueKeyEvents("UKEYS1"),
 	"$UNIQUE_KEY_EVENTS_N", uniqueKeyEvents("UKEYSN"),
 	"$COLLECT_QUERY", bufferCollectQuery,
@@ -29,6 +30,17 @@ var installSQL = expand(strings.NewReplacer(
 	"$SEQUENCES", sequencesTemplate, "$CAPTURE_KEY_BODY", captureKeyBody).Replace(installTemplate)), map[string]string{
 	"KEY": keyExpr, "KEYS": keysExpr, "UKEYS1": uniqueKeys1Expr, "UKEYSN": uniqueKeysNExpr,
 	"REFS": referencesExpr, "REFKEY1": referenceKey1Expr, "REFKEYN": referenceKeyNExpr})
+
+// captureOnWithPinnedOutput is true in a session with capture set up
+// whose settings that change how values print are the ones capture pins
+// (the C capture makes the same test, capture_on_with_pinned_output):
+// then capture needs neither to refuse the write nor to pin them.
+const captureOnWithPinnedOutput = `coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
+			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
+			AND pg_catalog.current_setting('DateStyle') OPERATOR(pg_catalog.~~) 'ISO,%'
+			AND pg_catalog.current_setting('IntervalStyle') OPERATOR(pg_catalog.=) 'postgres'
+			AND pg_catalog.current_setting('bytea_output') OPERATOR(pg_catalog.=) 'hex'
+			AND pg_catalog.current_setting('extra_float_digits')::pg_catalog.int4 OPERATOR(pg_catalog.>) 0, false)`
 
 // refuseUncapturedRows ends a capture trigger's call in a session without
 // capture (one that bypasses the proxy): it refuses the statement if it
@@ -61,12 +73,7 @@ DECLARE
 	v_read pg_catalog.bool;
 	v_path pg_catalog.text;
 BEGIN
-	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
-			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
-			AND pg_catalog.current_setting('DateStyle') OPERATOR(pg_catalog.~~) 'ISO,%'
-			AND pg_catalog.current_setting('IntervalStyle') OPERATOR(pg_catalog.=) 'postgres'
-			AND pg_catalog.current_setting('bytea_output') OPERATOR(pg_catalog.=) 'hex'
-			AND pg_catalog.current_setting('extra_float_digits')::pg_catalog.int4 OPERATOR(pg_catalog.>) 0, false) THEN
+	IF NOT $CAPTURE_ON_WITH_PINNED_OUTPUT THEN
 		IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on', false) THEN
 			$REFUSE_UNCAPTURED_ROWS
 		END IF;
@@ -1138,12 +1145,7 @@ DECLARE
 	v_col pg_catalog.text[];
 	v_i pg_catalog.int4 := 0;
 BEGIN
-	IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on'
-			AND pg_catalog.current_setting('TimeZone') OPERATOR(pg_catalog.=) ANY ('{UTC,Etc/UTC}'::pg_catalog.text[])
-			AND pg_catalog.current_setting('DateStyle') OPERATOR(pg_catalog.~~) 'ISO,%'
-			AND pg_catalog.current_setting('IntervalStyle') OPERATOR(pg_catalog.=) 'postgres'
-			AND pg_catalog.current_setting('bytea_output') OPERATOR(pg_catalog.=) 'hex'
-			AND pg_catalog.current_setting('extra_float_digits')::pg_catalog.int4 OPERATOR(pg_catalog.>) 0, false) THEN
+	IF NOT $CAPTURE_ON_WITH_PINNED_OUTPUT THEN
 		IF NOT coalesce(pg_catalog.current_setting('tashkent.capture', true) OPERATOR(pg_catalog.=) 'on', false) THEN
 			RETURN NULL; -- the capture trigger, which fired first, refused the write
 		END IF;
