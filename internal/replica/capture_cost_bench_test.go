@@ -18,10 +18,11 @@ import (
 )
 
 // The capture cost benchmarks compare, on one PostgreSQL, four databases
-// with the same tables: "today" (Install, with capture_key in C), "plpgsql"
-// (Install with capture_key in PL/pgSQL), "before" (Install, then the
-// capture and collect functions from before the capture cost work,
-// testdata/capture_v0.sql), and "none" (no tashkent at all). They measure
+// with the same tables: "today" (Install, with capture_key and
+// take_writeset in C), "plpgsql" (Install with both in PL/pgSQL),
+// "before" (Install, then the capture and collect functions from before
+// the capture cost work, testdata/capture_v0.sql), and "none" (no
+// tashkent at all). They measure
 // the CPU time of each database's backend (/proc/<pid>/schedstat), in
 // rounds that alternate the databases, so that the noise of a shared
 // machine hits all three alike. Capture's cost is a database's time minus
@@ -171,13 +172,38 @@ func collectChanges(ctx context.Context) func(pgx.Tx) (int, error) {
 	}
 }
 
-// capturedCollect is collectChanges for the databases with capture, nil
-// for the one without ("none").
-func capturedCollect(ctx context.Context, db string) func(pgx.Tx) (int, error) {
-	if db == "none" {
+// capturedCollect is tpcbTransaction's collect for database db: none for
+// the one without capture, collectChanges for "before" (its functions
+// predate take_writeset), and for the others the proxy's collect, with the
+// database's record token (take_writeset, in C with the C capture since
+// session 13).
+func capturedCollect(ctx context.Context, db string, tokens map[string]string) func(pgx.Tx) (int, error) {
+	switch db {
+	case "none":
 		return nil
+	case "before":
+		return collectChanges(ctx)
 	}
-	return collectChanges(ctx)
+	return func(tx pgx.Tx) (int, error) {
+		ws, err := CollectWritesetWithToken(ctx, tx, tokens[db])
+		return len(ws), err
+	}
+}
+
+// recordTokens reads every captured database's record token.
+func recordTokens(ctx context.Context, b *testing.B, sessions map[string]*pgx.Conn) map[string]string {
+	tokens := map[string]string{}
+	for db, s := range sessions {
+		if db == "none" {
+			continue
+		}
+		token, err := ReadRecordToken(ctx, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tokens[db] = token
+	}
+	return tokens
 }
 
 // BenchmarkCaptureCostTPCB measures capture's CPU per pgbench TPC-B-like
@@ -194,11 +220,12 @@ func BenchmarkCaptureCostTPCB(b *testing.B) {
 	rnd := rand.New(rand.NewSource(1))
 	const perRound = 100
 	version := map[string]int64{}
+	tokens := recordTokens(ctx, b, sessions)
 	// Warm up: plans cached, the plpgsql functions compiled.
 	for _, db := range costVariants {
 		for i := 0; i < 20; i++ {
 			version[db]++
-			tpcbTransaction(ctx, b, sessions[db], capturedCollect(ctx, db), version[db], rnd)
+			tpcbTransaction(ctx, b, sessions[db], capturedCollect(ctx, db, tokens), version[db], rnd)
 		}
 	}
 	perTxn := map[string][]float64{}
@@ -210,7 +237,7 @@ func BenchmarkCaptureCostTPCB(b *testing.B) {
 			before := backendCPU(ctx, b, s)
 			for i := 0; i < n; i++ {
 				version[db]++
-				tpcbTransaction(ctx, b, s, capturedCollect(ctx, db), version[db], rnd)
+				tpcbTransaction(ctx, b, s, capturedCollect(ctx, db, tokens), version[db], rnd)
 			}
 			perTxn[db] = append(perTxn[db], float64(backendCPU(ctx, b, s)-before)/float64(time.Microsecond)/float64(n))
 		}

@@ -2,11 +2,16 @@ package replica
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
 
@@ -98,19 +103,11 @@ func TestCCaptureRunsPlainStatementsItself(t *testing.T) {
 // PL/pgSQL capture records, for an UPDATE that keeps its key and one that
 // moves it, and for a bulk INSERT across several batches.
 func TestCCaptureOfRowsLargerThanWorkMem(t *testing.T) {
-	requireCCapture(t)
-	srv := pgtest.Start(t)
-	admin := pgtest.Connect(t, srv, "postgres")
+	srv, admin := serverForBothCaptures(t)
 	ctx := tctx(t)
 	got := map[Capture][]string{}
 	for _, capture := range []Capture{CaptureC, CapturePLpgSQL} {
-		db := "db_" + string(capture)
-		mustExec(t, admin, "CREATE DATABASE "+db)
-		c := pgtest.Connect(t, srv, db)
-		mustExec(t, c, `CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a'), (2, 'b')`)
-		if err := InstallCapture(ctx, c, capture, nil); err != nil {
-			t.Fatal(err)
-		}
+		db, _ := databaseCapturedIn(t, srv, admin, capture, `CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a'), (2, 'b')`)
 		s := pgtest.Connect(t, srv, db)
 		if err := PrepareSession(ctx, s); err != nil {
 			t.Fatal(err)
@@ -230,4 +227,122 @@ func TestCCaptureLibraryIsReusedNeverRewritten(t *testing.T) {
 	}
 	s := session(t, srv)
 	mustExec(t, s, `INSERT INTO t VALUES (1)`)
+}
+
+// TestCCollectTakesWhatThePLpgSQLCollectTakes: with the C capture,
+// tashkent.take_writeset (the proxy's collect, with the record token) is C
+// too, and takes what the PL/pgSQL function takes: the transaction's rows
+// in order, a value stored out of line (TOAST) whole, a delete's NULL row;
+// rows an earlier transaction left are dropped with the same WARNING; an
+// empty buffer gives no rows; the buffer is empty afterwards; a
+// superuser's session may collect without the token, as
+// tashkent.check_collector says. (Client roles without the token are
+// refused: TestSealedBufferRefusesClientRoles.)
+func TestCCollectTakesWhatThePLpgSQLCollectTakes(t *testing.T) {
+	srv, admin := serverForBothCaptures(t)
+	ctx := tctx(t)
+	got := map[Capture][]string{}
+	for _, capture := range []Capture{CaptureC, CapturePLpgSQL} {
+		db, c := databaseCapturedIn(t, srv, admin, capture, `CREATE TABLE t (id int PRIMARY KEY, v text);
+			CREATE TABLE u (k text PRIMARY KEY, n int); INSERT INTO t VALUES (1, 'a'), (2, 'b')`)
+		var lang string
+		if err := c.QueryRow(ctx, `SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+			WHERE p.oid = 'tashkent.take_writeset(text)'::regprocedure`).Scan(&lang); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[Capture]string{CaptureC: "c", CapturePLpgSQL: "plpgsql"}[capture]; lang != want {
+			t.Fatalf("%s capture: take_writeset is %s, want %s", capture, lang, want)
+		}
+		token, err := ReadRecordToken(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var warnings []string
+		cfg, err := pgx.ParseConfig(srv.DSN(db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { warnings = append(warnings, n.Severity+" "+n.Message) }
+		s, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(ctx)
+		if err := PrepareSession(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		// Rows of a transaction that committed without its collect.
+		mustExec(t, s, `BEGIN; INSERT INTO u VALUES ('left', 1); UPDATE t SET v = 'left' WHERE id = 2; COMMIT`)
+		tx, err := s.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sql := range []string{
+			`INSERT INTO u VALUES ('x', 1), ('y', 2)`,
+			// About 1.3 MB that does not compress well: stored out of line.
+			`UPDATE t SET v = (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 40000) g) WHERE id = 1`,
+			`DELETE FROM t WHERE id = 2`,
+			`UPDATE u SET k = 'z' WHERE k = 'x'`,
+		} {
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		ws, err := CollectWritesetWithToken(ctx, tx, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range changes(ws) {
+			if len(ch) > 100 {
+				ch = fmt.Sprintf("%.60s... (%d bytes)", ch, len(ch))
+			}
+			got[capture] = append(got[capture], ch)
+		}
+		if n := bufferLen(t, s); n != 0 {
+			t.Errorf("%s capture: %d rows left in the buffer after the collect", capture, n)
+		}
+		again, err := CollectWritesetWithToken(ctx, tx, token)
+		if err != nil || len(again) != 0 {
+			t.Errorf("%s capture: a second collect: %v, %v", capture, changes(again), err)
+		}
+		// A superuser's session (this one) may collect without the token.
+		if _, err := CollectWritesetWithToken(ctx, tx, ""); err != nil {
+			t.Errorf("%s capture: a superuser's collect without the token: %v", capture, err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		eqStrings(t, string(capture)+" capture: warnings", warnings, []string{
+			"WARNING tashkent: discarded 2 writeset rows of an earlier transaction that committed without collecting them"})
+	}
+	// The updated row: "U public.t [1] (1," and ")" around the 1,280,000 characters.
+	if len(got[CaptureC]) != 5 || !strings.HasSuffix(got[CaptureC][2], "(1280019 bytes)") {
+		t.Errorf("C collect: %q, want 5 changes, the third with the whole 1,280,000-character value", got[CaptureC])
+	}
+	eqStrings(t, "changes (C, then PL/pgSQL)", got[CaptureC], got[CapturePLpgSQL])
+}
+
+// serverForBothCaptures starts a PostgreSQL for a test that compares the
+// C capture with the PL/pgSQL one (one database each, databaseCapturedIn),
+// and returns it with an admin connection.
+func serverForBothCaptures(t *testing.T) (*pgserver.Server, *pgx.Conn) {
+	t.Helper()
+	requireCCapture(t)
+	srv := pgtest.Start(t)
+	return srv, pgtest.Connect(t, srv, "postgres")
+}
+
+// databaseCapturedIn creates a database of srv for one capture language,
+// runs schema in it, installs tashkent with that capture, and returns its
+// name and a connection to it.
+func databaseCapturedIn(t *testing.T, srv *pgserver.Server, admin *pgx.Conn, capture Capture, schema string) (string, *pgx.Conn) {
+	t.Helper()
+	db := "db_" + string(capture)
+	mustExec(t, admin, "CREATE DATABASE "+db)
+	c := pgtest.Connect(t, srv, db)
+	mustExec(t, c, schema)
+	if err := InstallCapture(tctx(t), c, capture, nil); err != nil {
+		t.Fatal(err)
+	}
+	return db, c
 }

@@ -188,7 +188,8 @@ func TestSealedBufferHidesWhatTheRoleMayNotRead(t *testing.T) {
 // session again), from a function (which the proxy does not see), by
 // renaming, or as a view; a buffer the session owns (an older tashkent's)
 // is replaced by PrepareSession; one that slipped through is refused by
-// the C capture or, behind the PL/pgSQL one, by the collect.
+// the C capture or, behind the PL/pgSQL one, by the collect, which
+// refuses it in either language.
 func TestSealedBufferCannotBeReplaced(t *testing.T) {
 	srv, admin := instance(t, sealSchema)
 	trustRolesWithDDL(t, admin)
@@ -239,6 +240,13 @@ func TestSealedBufferCannotBeReplaced(t *testing.T) {
 	}
 	if pe := pgErr(t, err); pe.Code != "42501" || !strings.Contains(pe.Message, "belongs to role mallory") || pe.Hint == "" {
 		t.Errorf("capture into, or collect from, the session's own buffer: %s %q hint %q", pe.Code, pe.Message, pe.Hint)
+	}
+	mustExec(t, legacy, `ROLLBACK`)
+	// The collect refuses it whoever wrote the rows, in C as in PL/pgSQL.
+	mustExec(t, legacy, `BEGIN; INSERT INTO pg_temp.tashkent_writeset (tbl, op, key, row) VALUES ('public.salaries', 'U', '[1]', '(1,999999,x)')`)
+	_, err = CollectWritesetWithToken(tctx(t), legacy, token)
+	if pe := pgErr(t, err); pe.Code != "42501" || !strings.Contains(pe.Message, "belongs to role mallory") || pe.Hint == "" {
+		t.Errorf("collect from the session's own buffer: %s %q hint %q", pe.Code, pe.Message, pe.Hint)
 	}
 	mustExec(t, legacy, `ROLLBACK`)
 	// PrepareSession refuses it; dropped, it makes a sealed one.
