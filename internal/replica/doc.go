@@ -178,7 +178,8 @@
 //     check in the same pipeline. (Since the buffer is sealed, that query
 //     runs inside tashkent.take_writeset, a plpgsql function with its
 //     owner's rights, prepared the same way; see "Trust model" for what
-//     it costs.) The query prepared took 116-138 µs less
+//     it costs. Since session 13 it is C with the C capture: "Capture in
+//     C".) The query prepared took 116-138 µs less
 //     than the simple query calling the plpgsql function (RETURN QUERY
 //     fills a tuplestore) in five of six interleaved runs, 316 µs in the
 //     sixth (one client over pgx, a 3-row writeset, medians of 3,000
@@ -285,6 +286,29 @@
 // buffer's insert and the collect's delete (a buffer kept in the backend's
 // memory, which the C spike of session 10 measured at 0.05-0.12 ms per
 // transaction, needs the collect and savepoint handling in C too).
+//
+// The collect is C too, since session 13 (tashkent_take_writeset, the
+// proxy's tashkent.take_writeset; the superuser's collect_writeset stays
+// PL/pgSQL). The PL/pgSQL function is one statement, but the executor
+// starts and ends its plan at every COMMIT: a DELETE ... RETURNING in a
+// CTE, four array_agg with ORDER BY (a sort each) and the checks as
+// subplans. perf of a client's backend behind a one-replica proxy (one
+// pgbench client, no disk delay) put the function scan that calls it at
+// 13% of the backend's samples, with everything under it (call graphs
+// through Debian's PostgreSQL, built without frame pointers, are
+// approximate). The C
+// function checks the record token and the buffer's owner (anything else
+// goes to check_collector, as the PL/pgSQL one's HAVING clause does),
+// scans the buffer once, deletes every row it sees, copies the
+// transaction's values (out-of-line ones whole) before the delete, sorts
+// them by seq and returns the same four arrays, or NULLs, with the same
+// WARNING for rows an earlier transaction left
+// (TestCCollectTakesWhatThePLpgSQLCollectTakes compares both languages).
+// Measured against the binary before it, alternated, one-replica cluster
+// without a disk delay (docs/bench/session13/ab-one-replica.sh): the
+// client backend's CPU per transaction at one client fell by 0.19-0.22
+// ms (1.15-1.32 ms before, 0.94-1.20 after), and pgbench -c 16 ran
+// 5-24% faster in four pairs (docs/BENCHMARKS.md, session 13).
 //
 // The library reaches the server through SQL (lo_export, as the server's
 // user) into its data directory, which no one else can write, and the

@@ -2,6 +2,8 @@ package replica
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -232,7 +234,8 @@ func TestCCaptureLibraryIsReusedNeverRewritten(t *testing.T) {
 // TestCCollectTakesWhatThePLpgSQLCollectTakes: with the C capture,
 // tashkent.take_writeset (the proxy's collect, with the record token) is C
 // too, and takes what the PL/pgSQL function takes: the transaction's rows
-// in order, a value stored out of line (TOAST) whole, a delete's NULL row;
+// in seq order, not a rolled-back savepoint's, a value stored out of line
+// (TOAST) whole, a delete's NULL row;
 // rows an earlier transaction left are dropped with the same WARNING; an
 // empty buffer gives no rows; the buffer is empty afterwards; a
 // superuser's session may collect without the token, as
@@ -283,6 +286,11 @@ func TestCCollectTakesWhatThePLpgSQLCollectTakes(t *testing.T) {
 			`UPDATE t SET v = (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 40000) g) WHERE id = 1`,
 			`DELETE FROM t WHERE id = 2`,
 			`UPDATE u SET k = 'z' WHERE k = 'x'`,
+			`SAVEPOINT s`, `INSERT INTO u VALUES ('gone', 9)`, `ROLLBACK TO SAVEPOINT s`,
+			// Rows out of seq order in the heap (a superuser may write the
+			// buffer): taken in seq order, the last change of "q" is (q,2).
+			`INSERT INTO pg_temp.tashkent_writeset (seq, tbl, op, key, row)
+				VALUES (1000001, 'public.u', 'U', '["q"]', '(q,2)'), (1000000, 'public.u', 'U', '["q"]', '(q,1)')`,
 		} {
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				t.Fatalf("%s: %v", sql, err)
@@ -316,8 +324,9 @@ func TestCCollectTakesWhatThePLpgSQLCollectTakes(t *testing.T) {
 			"WARNING tashkent: discarded 2 writeset rows of an earlier transaction that committed without collecting them"})
 	}
 	// The updated row: "U public.t [1] (1," and ")" around the 1,280,000 characters.
-	if len(got[CaptureC]) != 5 || !strings.HasSuffix(got[CaptureC][2], "(1280019 bytes)") {
-		t.Errorf("C collect: %q, want 5 changes, the third with the whole 1,280,000-character value", got[CaptureC])
+	if len(got[CaptureC]) != 6 || !strings.HasSuffix(got[CaptureC][2], "(1280019 bytes)") ||
+		got[CaptureC][5] != `U public.u ["q"] (q,2)` {
+		t.Errorf("C collect: %q, want 6 changes, the third with the whole 1,280,000-character value, the last (q,2)", got[CaptureC])
 	}
 	eqStrings(t, "changes (C, then PL/pgSQL)", got[CaptureC], got[CapturePLpgSQL])
 }
@@ -345,4 +354,63 @@ func databaseCapturedIn(t *testing.T, srv *pgserver.Server, admin *pgx.Conn, cap
 		t.Fatal(err)
 	}
 	return db, c
+}
+
+// TestCCollectAnswersOddCallsAsPLpgSQL: calls of take_writeset the proxy
+// never makes get the PL/pgSQL function's answers from the C one too (its
+// result, or its SQLSTATE): several calls in one statement, where each
+// sees the previous one's deletes (review h41: the C function failed with
+// XX000), and a session that has no buffer, nor a temporary schema at all
+// (42P01, which the proxy explains).
+func TestCCollectAnswersOddCallsAsPLpgSQL(t *testing.T) {
+	srv, admin := serverForBothCaptures(t)
+	ctx := tctx(t)
+	got := map[Capture][]string{}
+	for _, capture := range []Capture{CaptureC, CapturePLpgSQL} {
+		db, c := databaseCapturedIn(t, srv, admin, capture, `CREATE TABLE t (id int PRIMARY KEY, v text)`)
+		token, err := ReadRecordToken(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bare := pgtest.Connect(t, srv, db) // no PrepareSession: no buffer
+		got[capture] = append(got[capture], answer(ctx, bare, `SELECT * FROM tashkent.take_writeset($1)`, token))
+		s := pgtest.Connect(t, srv, db)
+		if err := PrepareSession(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		for _, sql := range []string{
+			`SELECT (tashkent.take_writeset($1)).*`,
+			`SELECT tashkent.take_writeset($1)::text FROM generate_series(1, 2)`,
+		} {
+			mustExec(t, s, `BEGIN; INSERT INTO t VALUES (1, 'a'), (2, 'b')`)
+			got[capture] = append(got[capture], answer(ctx, s, sql, token))
+			mustExec(t, s, `ROLLBACK`)
+		}
+	}
+	if !strings.HasPrefix(got[CaptureC][0], "ERROR 42P01") || !strings.Contains(got[CaptureC][1], "public.t") {
+		t.Errorf("C collect: %q, want 42P01 without a buffer, then the rows", got[CaptureC])
+	}
+	eqStrings(t, "answers (C, then PL/pgSQL)", got[CaptureC], got[CapturePLpgSQL])
+}
+
+// answer runs sql with $1 = token and returns its rows as text, or
+// "ERROR", the SQLSTATE and the message.
+func answer(ctx context.Context, c *pgx.Conn, sql, token string) string {
+	rows, err := c.Query(ctx, sql, token)
+	var out []string
+	for err == nil && rows.Next() {
+		var values []any
+		if values, err = rows.Values(); err == nil {
+			out = append(out, fmt.Sprint(values))
+		}
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) {
+		return "ERROR " + pe.Code + " " + pe.Message
+	} else if err != nil {
+		return "ERROR " + err.Error()
+	}
+	return strings.Join(out, "; ")
 }

@@ -1796,7 +1796,9 @@ $fn$;
 -- scans the whole table, dead rows included, and a truncation costs about
 -- 1 ms: 256 kB, a few hundred typical transactions, keeps both small
 -- (measured, see doc.go). Like capture_key it has no SET clause and
--- qualifies every name.
+-- qualifies every name. With the C capture, InstallCapture replaces it by
+-- its C twin (tashkent_take_writeset in csrc/tashkent_capture.c), of the
+-- same checks and result: this body is the fallback and the reference.
 --
 -- The checks (the common case in one expression whose constants are
 -- folded when it is planned, the buffer's OID and tashkent_capture's;

@@ -625,7 +625,8 @@ holds_record_token(text *token)
 	HeapTuple	tuple;
 	bool		found = false;
 
-	if (RelationGetDescr(rel)->natts < 1 || TupleDescAttr(RelationGetDescr(rel), 0)->atttypid != TEXTOID)
+	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relam != HEAP_TABLE_AM_OID
+		|| RelationGetDescr(rel)->natts < 1 || TupleDescAttr(RelationGetDescr(rel), 0)->atttypid != TEXTOID)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("tashkent: tashkent.record_token is not the table tashkent installs")));
@@ -639,7 +640,7 @@ holds_record_token(text *token)
 			found = DatumGetBool(DirectFunctionCall2Coll(texteq, C_COLLATION_OID, stored, PointerGetDatum(token)));
 	}
 	table_endscan(scan);
-	table_close(rel, AccessShareLock);
+	table_close(rel, NoLock);	/* locked to the end of the transaction, as a query's */
 	return found;
 }
 
@@ -735,11 +736,28 @@ column_array(TakenRow *rows, int n, int column)
 	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
+/*
+ * open_buffer_to_take opens the buffer for the collect, and raises the
+ * error a query naming a missing one raises (42P01, which the proxy
+ * explains: proxy/commit.go), also in a session that has no temporary
+ * schema yet.
+ */
+static Relation
+open_buffer_to_take(void)
+{
+	Oid			relid = RangeVarGetRelid(makeRangeVar("pg_temp", "tashkent_writeset", -1), RowExclusiveLock, true);
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"pg_temp.tashkent_writeset\" does not exist")));
+	return table_open(relid, NoLock);
+}
+
 Datum
 tashkent_take_writeset(PG_FUNCTION_ARGS)
 {
-	Oid			relid = RangeVarGetRelid(makeRangeVar("pg_temp", "tashkent_writeset", -1), RowExclusiveLock, false);
-	Relation	rel = table_open(relid, NoLock);
+	Relation	rel;
 	TupleDesc	resultDesc;
 	Datum		result[4] = {0};
 	bool		resultNulls[4] = {true, true, true, true};
@@ -751,12 +769,25 @@ tashkent_take_writeset(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("tashkent.take_writeset must return four text arrays")));
+
+	/*
+	 * A statement of its own, as the PL/pgSQL function's was (SPI does the
+	 * same for a volatile function's statement): it sees what the calling
+	 * statement wrote before this call, and a second call in the same
+	 * statement sees the first one's deletes (review h41: with the
+	 * caller's snapshot it failed with "tuple already updated by self").
+	 */
+	CommandCounterIncrement();
+	PushCopiedSnapshot(GetActiveSnapshot());
+	UpdateActiveSnapshotCommandId();
+	rel = open_buffer_to_take();
 	if (PG_ARGISNULL(0) || rel->rd_rel->relowner != GetUserId() || !holds_record_token(PG_GETARG_TEXT_PP(0)))
 		let_collector_decide(fcinfo);
 	check_buffer_owner(rel);	/* check_collector refused it already */
 	check_buffer_shape(rel);
 	rows = take_rows(rel, &n, &stale);
 	table_close(rel, NoLock);
+	PopActiveSnapshot();
 	if (stale > 0)
 		ereport(WARNING,
 				(errmsg("tashkent: discarded " INT64_FORMAT " writeset rows of an earlier transaction that committed without collecting them",
