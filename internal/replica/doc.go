@@ -307,8 +307,11 @@
 // Measured against the binary before it, alternated, one-replica cluster
 // without a disk delay (docs/bench/session13/ab-one-replica.sh): the
 // client backend's CPU per transaction at one client fell by 0.19-0.22
-// ms (1.15-1.32 ms before, 0.94-1.20 after), and pgbench -c 16 ran
-// 5-24% faster in four pairs (docs/BENCHMARKS.md, session 13).
+// ms in three pairs (1.15-1.32 ms before, 0.94-1.10 after), and pgbench
+// -c 16 ran 0.95-1.24x as fast in eight pairs, faster in seven; capture
+// and collect per TPC-B transaction (BenchmarkCaptureCostTPCB, two
+// pairs) cost 248 and 271 µs against 395 and 593 µs before
+// (docs/BENCHMARKS.md, session 13).
 //
 // The library reaches the server through SQL (lo_export, as the server's
 // user) into its data directory, which no one else can write, and the
