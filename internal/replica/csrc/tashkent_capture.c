@@ -313,7 +313,7 @@ check_buffer_owner(Relation rel)
  * check_buffer_shape refuses a buffer of another shape than the one
  * create_writeset_buffer gives it: a heap table of its six columns, with
  * nothing an INSERT or DELETE would have to run (no index, trigger, rule,
- * check constraint, generated column or row security).
+ * check constraint, generated column, row security or inheritance child).
  */
 static void
 check_buffer_shape(Relation rel)
@@ -321,7 +321,7 @@ check_buffer_shape(Relation rel)
 	TupleDesc	desc = RelationGetDescr(rel);
 
 	if (rel->rd_rel->relam != HEAP_TABLE_AM_OID
-		|| rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relhasindex
+		|| rel->rd_rel->relkind != RELKIND_RELATION || rel->rd_rel->relhasindex || rel->rd_rel->relhassubclass
 		|| rel->rd_rel->relhasrules || rel->rd_rel->relrowsecurity || rel->trigdesc != NULL
 		|| (desc->constr != NULL && desc->constr->num_check > 0) || desc->natts != BUFFER_COLUMNS)
 		not_the_buffer();
@@ -590,7 +590,9 @@ tashkent_capture_key(PG_FUNCTION_ARGS)
  * the database's record token (the proxy binds it) and that the buffer is
  * tashkent_capture's; otherwise tashkent.check_collector(p_token) decides
  * (it raises, or lets a superuser's session through), and a buffer of
- * another owner is refused all the same. Every row visible in the buffer
+ * another owner is refused all the same. The checks come before the
+ * delete: a refused caller does not get the PL/pgSQL function's WARNING
+ * that counts the rows earlier transactions left. Every row visible in the buffer
  * is deleted; the current transaction's rows are returned in seq order;
  * the others, left by a transaction that committed without collecting
  * them, are counted in a WARNING, in tashkent.warn_stale_writeset's words.
@@ -706,6 +708,8 @@ take_rows(Relation rel, int *n, int64 *stale)
 			}
 			r = &rows[(*n)++];
 			r->seq = DatumGetInt64(heap_getattr(tuple, BUFFER_SEQ + 1, desc, &isnull));
+			if (isnull)			/* the buffer's seq is NOT NULL (bigserial) */
+				not_the_buffer();
 			for (int i = 0; i < 4; i++)
 			{
 				Datum		value = heap_getattr(tuple, BUFFER_TBL + 1 + i, desc, &r->nulls[i]);
@@ -771,14 +775,20 @@ tashkent_take_writeset(PG_FUNCTION_ARGS)
 				 errmsg("tashkent.take_writeset must return four text arrays")));
 
 	/*
-	 * A statement of its own, as the PL/pgSQL function's was (SPI does the
-	 * same for a volatile function's statement): it sees what the calling
-	 * statement wrote before this call, and a second call in the same
-	 * statement sees the first one's deletes (review h41: with the
-	 * caller's snapshot it failed with "tuple already updated by self").
+	 * A statement of its own, as the PL/pgSQL function's was: it sees what
+	 * the calling statement wrote before this call, and a second call in
+	 * the same statement sees the first one's deletes (review h41: with
+	 * the caller's snapshot it failed with "tuple already updated by
+	 * self"). SPI would take a new snapshot in READ COMMITTED; the
+	 * caller's with a new command id sees the same here, since only this
+	 * backend writes its temporary buffer and record_token is written
+	 * once, by Install (review h42).
 	 */
 	CommandCounterIncrement();
-	PushCopiedSnapshot(GetActiveSnapshot());
+	if (ActiveSnapshotSet())
+		PushCopiedSnapshot(GetActiveSnapshot());
+	else
+		PushActiveSnapshot(GetTransactionSnapshot());
 	UpdateActiveSnapshotCommandId();
 	rel = open_buffer_to_take();
 	if (PG_ARGISNULL(0) || rel->rd_rel->relowner != GetUserId() || !holds_record_token(PG_GETARG_TEXT_PP(0)))
