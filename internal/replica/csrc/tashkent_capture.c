@@ -332,6 +332,24 @@ check_buffer_shape(Relation rel)
 }
 
 /*
+ * locked_buffer finds pg_temp.tashkent_writeset and locks it for writing,
+ * or raises the error a query naming a missing one raises (42P01, which
+ * the proxy explains: proxy/commit.go), also in a session that has no
+ * temporary schema yet (review h41).
+ */
+static Oid
+locked_buffer(void)
+{
+	Oid			relid = RangeVarGetRelid(makeRangeVar("pg_temp", "tashkent_writeset", -1), RowExclusiveLock, true);
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("relation \"pg_temp.tashkent_writeset\" does not exist")));
+	return relid;
+}
+
+/*
  * open_buffer opens pg_temp.tashkent_writeset for appending, with the
  * checks the INSERT this replaced made (the right to insert) and more: the
  * buffer's owner and shape. The collect checks the owner too; this
@@ -340,7 +358,7 @@ check_buffer_shape(Relation rel)
 static void
 open_buffer(WritesetBuffer *b)
 {
-	Oid			relid = RangeVarGetRelid(makeRangeVar("pg_temp", "tashkent_writeset", -1), RowExclusiveLock, false);
+	Oid			relid = locked_buffer();
 	AclResult	acl = pg_class_aclcheck(relid, GetUserId(), ACL_INSERT);
 
 	if (acl != ACLCHECK_OK)
@@ -655,21 +673,14 @@ let_collector_decide(FunctionCallInfo fcinfo)
 {
 	Oid			argTypes[1] = {TEXTOID};
 	List	   *name = list_make2(makeString("tashkent"), makeString("check_collector"));
-	Oid			check = LookupFuncName(name, 1, argTypes, false);
+	FmgrInfo	check;
 
-	if (PG_ARGISNULL(0))
-	{
-		LOCAL_FCINFO(call, 1);
-		FmgrInfo	info;
+	LOCAL_FCINFO(call, 1);
 
-		fmgr_info(check, &info);
-		InitFunctionCallInfoData(*call, &info, 1, InvalidOid, NULL, NULL);
-		call->args[0].value = (Datum) 0;
-		call->args[0].isnull = true;
-		FunctionCallInvoke(call);
-	}
-	else
-		OidFunctionCall1(check, PG_GETARG_DATUM(0));
+	fmgr_info(LookupFuncName(name, 1, argTypes, false), &check);
+	InitFunctionCallInfoData(*call, &check, 1, InvalidOid, NULL, NULL);
+	call->args[0] = fcinfo->args[0];	/* p_token, NULL or not */
+	FunctionCallInvoke(call);
 }
 
 /*
@@ -740,24 +751,6 @@ column_array(TakenRow *rows, int n, int column)
 	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT));
 }
 
-/*
- * open_buffer_to_take opens the buffer for the collect, and raises the
- * error a query naming a missing one raises (42P01, which the proxy
- * explains: proxy/commit.go), also in a session that has no temporary
- * schema yet.
- */
-static Relation
-open_buffer_to_take(void)
-{
-	Oid			relid = RangeVarGetRelid(makeRangeVar("pg_temp", "tashkent_writeset", -1), RowExclusiveLock, true);
-
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("relation \"pg_temp.tashkent_writeset\" does not exist")));
-	return table_open(relid, NoLock);
-}
-
 Datum
 tashkent_take_writeset(PG_FUNCTION_ARGS)
 {
@@ -790,7 +783,7 @@ tashkent_take_writeset(PG_FUNCTION_ARGS)
 	else
 		PushActiveSnapshot(GetTransactionSnapshot());
 	UpdateActiveSnapshotCommandId();
-	rel = open_buffer_to_take();
+	rel = table_open(locked_buffer(), NoLock);
 	if (PG_ARGISNULL(0) || rel->rd_rel->relowner != GetUserId() || !holds_record_token(PG_GETARG_TEXT_PP(0)))
 		let_collector_decide(fcinfo);
 	check_buffer_owner(rel);	/* check_collector refused it already */
