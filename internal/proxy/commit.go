@@ -170,8 +170,7 @@ func (s *session) certifyAndCommit(ctx context.Context, changes []*pb.Change, cl
 	clock.lap(phaseOrder)
 	res, err := s.commitInTurn(v)
 	if err != nil {
-		rep.seq.Abandon(local)
-		return nil, err
+		return nil, s.lostDatabaseAfterCommit(ctx, local, err)
 	}
 	if lost := s.notePipeline(commitStatements, res); res.failed() || res.status != 'I' {
 		if err := s.softRecover(ctx, local, res); err != nil {
@@ -215,7 +214,37 @@ func (s *session) commitInTurn(v uint64) (result, error) {
 	if err := s.sendPipeline(commitStatements, record); err != nil {
 		return result{}, err
 	}
+	if hook := s.p.commitSent.Load(); hook != nil {
+		(*hook)(s.w.ServerConn)
+	}
 	return s.relay(true)
+}
+
+// lostDatabaseAfterCommit answers the COMMIT of a certified transaction
+// whose connection to the database broke once its local commit was sent:
+// the session cannot tell whether the database committed it, but the
+// cluster did (the certifier's log holds its version). The version goes to
+// the applier, which applies it or finds it recorded (skipRecorded), and
+// the client's COMMIT succeeds once it is committed here: without an
+// answer, the client could only guess, and a retry would commit the
+// transaction twice. The session ends after the answer, its database
+// connection gone. If the replica is recovering meanwhile, the answer does
+// not wait for the replay (GUARANTEES.md, "Read your writes").
+func (s *session) lostDatabaseAfterCommit(ctx context.Context, local *sequencer.Local, broken error) error {
+	v := local.Version()
+	s.p.rep.seq.Abandon(local)
+	s.status = 'I'
+	s.log.Warn("the database connection broke after a certified transaction's commit was sent; the applier commits its version here if the database did not",
+		"version", v, "err", broken)
+	if err := s.p.rep.seq.WaitCommitted(ctx, v); errors.Is(err, sequencer.ErrHalted) {
+		return s.committedButHalted(v, err, nil)
+	}
+	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
+	s.endAfterReply = &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: codeAdminShutdown,
+		Message: "terminating connection: the proxy lost its connection to the replica's database after this session's transaction committed",
+		Detail:  broken.Error(),
+		Hint:    "The transaction is committed: do not retry it. Reconnect."}
+	return nil
 }
 
 // applyInstead rolls back the database transaction of certified version v

@@ -38,6 +38,10 @@ type Proxy struct {
 	sessions map[uint32]*session // by backend PID
 	addr     net.Addr
 	ready    chan struct{}
+
+	// commitSent, set by tests only, runs once a certified transaction's
+	// local commit is sent, before its answer is read (export_test.go).
+	commitSent atomic.Pointer[func(backend net.Conn)]
 }
 
 // New validates the configuration.

@@ -404,6 +404,7 @@ func (r *replication) handleApplyError(ctx context.Context, batch []logentry.Ent
 		r.requestRecovery("the database lacks versions below the ones to apply")
 	case pgErr.Code == "40P01" || pgErr.Code == "40001" || pgErr.Code == "55P03" || pgErr.Code == codeQueryCanceled:
 		r.p.cfg.Logger.Info("remote apply interrupted; retrying", "first_version", batch[0].Version, "code", pgErr.Code)
+	case replica.IsVersionRecorded(pgErr.Code, pgErr.SchemaName, pgErr.TableName) && r.skipRecorded(ctx, batch):
 	default:
 		r.p.cfg.Logger.Error("the replica cannot apply a committed version; it stops applying and needs to be rebuilt",
 			"first_version", batch[0].Version, "err", err)
@@ -463,6 +464,35 @@ func (r *replication) postmasterStart() string {
 		return *p
 	}
 	return ""
+}
+
+// skipRecorded handles remote versions the database holds already, and
+// reports whether it could. A session whose connection to the database
+// broke after its COMMIT was sent cannot tell whether the database
+// committed; it hands its version to the applier (Sequencer.Abandon), as
+// if not. If the database did commit it, the version's writes and its
+// record in tashkent.applied are there (record_version commits with them),
+// and applying it again fails on that record. The record is the truth: the
+// versions it covers are marked committed and the rest are applied next,
+// instead of halting the replica for a commit it holds.
+func (r *replication) skipRecorded(ctx context.Context, batch []logentry.Entry) bool {
+	recorded, err := replica.ReadVersion(ctx, r.applyConn)
+	if err != nil {
+		r.p.cfg.Logger.Warn("could not read the database's version after an apply found a version recorded", "err", err)
+		return false
+	}
+	held := 0
+	for held < len(batch) && batch[held].Version <= recorded {
+		held++
+	}
+	if held == 0 {
+		return false // the record does not explain it: stop, as for any refused version
+	}
+	r.p.cfg.Logger.Info("the database holds versions the applier was given (a local commit whose answer was lost); they count as applied",
+		"first_version", batch[0].Version, "recorded", recorded)
+	r.seq.CommitBatch(batch[:held])
+	r.p.metrics.applied.Add(float64(held))
+	return true
 }
 
 // requestRecovery makes the applier recover the replica (recover) at once:

@@ -219,7 +219,7 @@ func (s *session) commitStatement(ctx context.Context, st sqlclass.Statement, la
 		s.w.Client.Send(errResp)
 	} else {
 		s.w.Client.Send(&pgproto3.CommandComplete{CommandTag: []byte("COMMIT")})
-		if st.Chain {
+		if st.Chain && s.endAfterReply == nil { // a session about to end opens no block
 			s.labelIfIdle()
 			if _, err := s.begin(); err != nil {
 				return err
