@@ -232,6 +232,10 @@ func (s *session) commitInTurn(v uint64) (result, error) {
 // not wait for the replay (GUARANTEES.md, "Read your writes").
 func (s *session) lostDatabaseAfterCommit(ctx context.Context, local *sequencer.Local, broken error) error {
 	v := local.Version()
+	// Closed first: a backend that did not commit (the COMMIT never arrived
+	// whole) must not keep the transaction's row locks, which the applier
+	// needs to apply v while this session waits for it.
+	_ = s.w.ServerConn.Close()
 	s.p.rep.seq.Abandon(local)
 	s.status = 'I'
 	s.log.Warn("the database connection broke after a certified transaction's commit was sent; the applier commits its version here if the database did not",
