@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -220,14 +221,17 @@ func (s *session) commitInTurn(v uint64) (result, error) {
 	return s.relay(true)
 }
 
+// lostAnswerWaitMax bounds lostDatabaseAfterCommit's wait for the applier.
+const lostAnswerWaitMax = 10 * time.Second
+
 // lostDatabaseAfterCommit answers the COMMIT of a certified transaction
 // whose connection to the database broke once its local commit was sent:
 // the session cannot tell whether the database committed it, but the
 // cluster did (the certifier's log holds its version). The version goes to
 // the applier, which applies it or finds it recorded (skipRecorded), and
-// the client's COMMIT succeeds once it is committed here: without an
-// answer, the client could only guess, and a retry would commit the
-// transaction twice. The session ends after the answer, its database
+// the client's COMMIT succeeds once it is committed here (or after
+// lostAnswerWaitMax): without an answer, the client could only guess, and
+// a retry would commit the transaction twice. The session ends after the answer, its database
 // connection gone. If the replica is recovering meanwhile, the answer does
 // not wait for the replay (GUARANTEES.md, "Read your writes").
 func (s *session) lostDatabaseAfterCommit(ctx context.Context, local *sequencer.Local, broken error) error {
@@ -240,8 +244,16 @@ func (s *session) lostDatabaseAfterCommit(ctx context.Context, local *sequencer.
 	s.status = 'I'
 	s.log.Warn("the database connection broke after a certified transaction's commit was sent; the applier commits its version here if the database did not",
 		"version", v, "err", broken)
-	if err := s.p.rep.seq.WaitCommitted(ctx, v); errors.Is(err, sequencer.ErrHalted) {
+	// The answer does not depend on the wait, which only keeps read-your-
+	// writes on this replica: bounded, since a backend on a half-open TCP
+	// connection keeps its locks, and the applier waits, until keepalive
+	// notices (hours by default).
+	wctx, cancel := context.WithTimeout(ctx, lostAnswerWaitMax)
+	defer cancel()
+	if err := s.p.rep.seq.WaitCommitted(wctx, v); errors.Is(err, sequencer.ErrHalted) {
 		return s.committedButHalted(v, err, nil)
+	} else if errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("answering the COMMIT before its version is committed here: the applier has not committed it yet", "version", v, "waited", lostAnswerWaitMax)
 	}
 	s.p.metrics.outcomes.WithLabelValues("commit").Inc()
 	s.endAfterReply = &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: codeAdminShutdown,

@@ -200,13 +200,20 @@ func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
 	p.metrics.sessions.Inc()
 	defer func() {
 		p.mu.Lock()
-		delete(p.sessions, w.BackendPID)
+		if p.sessions[w.BackendPID] == s { // PostgreSQL may have given the PID to a newer session
+			delete(p.sessions, w.BackendPID)
+		}
 		p.mu.Unlock()
 		p.metrics.sessions.Dec()
 	}()
 	if err := s.run(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		s.log.Info("session ended", "err", err)
 		switch {
+		case errors.Is(err, errBackendGone) && s.endAfterReply != nil:
+			// What the session had to say last (its transaction committed,
+			// lostDatabaseAfterCommit), not lost to a statement the client
+			// sent after the COMMIT in the same message.
+			w.SendErrorResponse(s.endAfterReply)
 		case errors.Is(err, errBackendGone):
 			w.SendErrorResponse(fatal(codeAdminShutdown, "terminating connection: the replica's database connection was lost"))
 		case errors.Is(err, errProtocol):

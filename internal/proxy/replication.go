@@ -404,7 +404,7 @@ func (r *replication) handleApplyError(ctx context.Context, batch []logentry.Ent
 		r.requestRecovery("the database lacks versions below the ones to apply")
 	case pgErr.Code == "40P01" || pgErr.Code == "40001" || pgErr.Code == "55P03" || pgErr.Code == codeQueryCanceled:
 		r.p.cfg.Logger.Info("remote apply interrupted; retrying", "first_version", batch[0].Version, "code", pgErr.Code)
-	case replica.IsVersionRecorded(pgErr.Code, pgErr.SchemaName, pgErr.TableName) && r.skipRecorded(ctx, batch):
+	case r.skipRecorded(ctx, batch):
 	default:
 		r.p.cfg.Logger.Error("the replica cannot apply a committed version; it stops applying and needs to be rebuilt",
 			"first_version", batch[0].Version, "err", err)
@@ -472,9 +472,13 @@ func (r *replication) postmasterStart() string {
 // committed; it hands its version to the applier (Sequencer.Abandon), as
 // if not. If the database did commit it, the version's writes and its
 // record in tashkent.applied are there (record_version commits with them),
-// and applying it again fails on that record. The record is the truth: the
+// and applying it again fails: on that record, or before it, on DDL that
+// cannot run twice (CREATE TABLE: 42P07). The record is the truth: the
 // versions it covers are marked committed and the rest are applied next,
-// instead of halting the replica for a commit it holds.
+// instead of halting the replica for a commit it holds. The certifier
+// never delivers a version at or below the committed one, so only such a
+// version can be found recorded; any other error leaves the record below
+// the batch, and the replica stops as before.
 func (r *replication) skipRecorded(ctx context.Context, batch []logentry.Entry) bool {
 	recorded, err := replica.ReadVersion(ctx, r.applyConn)
 	if err != nil {

@@ -117,7 +117,7 @@ func (a *Applier) Apply(ctx context.Context, conn *pgx.Conn, entries []*certifie
 		}
 		switch code := sqlState(err); {
 		case ctx.Err() != nil:
-		case alreadyApplied(err):
+		case code == "23505" && alreadyApplied(err):
 			return fmt.Errorf("replica: apply versions %d..%d: a version in the range is already recorded in tashkent.applied: %w", first, last, err)
 		case !refreshed && isSchemaError(code):
 			refreshed = true
@@ -191,7 +191,7 @@ func sqlState(err error) string {
 // alreadyApplied reports a unique violation on tashkent.applied.
 func alreadyApplied(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && IsVersionRecorded(pe.Code, pe.SchemaName, pe.TableName)
+	return errors.As(err, &pe) && pe.SchemaName == "tashkent" && pe.TableName == "applied"
 }
 
 // isSchemaError reports SQLSTATEs that a statement built from stale table

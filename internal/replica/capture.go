@@ -303,13 +303,6 @@ func IsVersionGap(code, schema, table string) bool {
 	return code == "23502" && schema == "tashkent" && table == "applied"
 }
 
-// IsVersionRecorded reports the error of an Apply of a version the
-// database has recorded already (a unique violation on tashkent.applied):
-// see ReadVersion for what it holds.
-func IsVersionRecorded(code, schema, table string) bool {
-	return code == "23505" && schema == "tashkent" && table == "applied"
-}
-
 // ReadVersion returns the highest version recorded in tashkent.applied, 0
 // when none: the version the database image holds.
 func ReadVersion(ctx context.Context, q Querier) (uint64, error) {
