@@ -231,9 +231,10 @@ const lostAnswerWaitMax = 10 * time.Second
 // the applier, which applies it or finds it recorded (skipRecorded), and
 // the client's COMMIT succeeds once it is committed here (or after
 // lostAnswerWaitMax): without an answer, the client could only guess, and
-// a retry would commit the transaction twice. The session ends after the answer, its database
-// connection gone. If the replica is recovering meanwhile, the answer does
-// not wait for the replay (GUARANTEES.md, "Read your writes").
+// a retry would commit the transaction twice. The session ends after the
+// answer, its database connection gone. If the replica is recovering
+// meanwhile, the answer does not wait for the replay (GUARANTEES.md, "Read
+// your writes").
 func (s *session) lostDatabaseAfterCommit(ctx context.Context, local *sequencer.Local, broken error) error {
 	v := local.Version()
 	// Closed first: a backend that did not commit (the COMMIT never arrived

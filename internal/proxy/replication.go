@@ -482,7 +482,7 @@ func (r *replication) postmasterStart() string {
 func (r *replication) skipRecorded(ctx context.Context, batch []logentry.Entry) bool {
 	recorded, err := replica.ReadVersion(ctx, r.applyConn)
 	if err != nil {
-		r.p.cfg.Logger.Warn("could not read the database's version after an apply found a version recorded", "err", err)
+		r.p.cfg.Logger.Warn("could not read the database's version after an apply failed", "err", err)
 		return false
 	}
 	held := 0
