@@ -410,6 +410,21 @@ scenarios.statement_timeout = async () => {
   }
 }
 
+// DROP TABLE, retried on 40001 as a client would: right after writes on the
+// other replica, the DDL's snapshot may be labelled before this replica
+// counted the last of them applied (Tashkent §6.2, conservative versions).
+async function dropRetrying (c, t) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await c.query(`DROP TABLE IF EXISTS ${q(t)}`)
+      return
+    } catch (e) {
+      if (e.code !== '40001' || attempt === 5) throw e
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  }
+}
+
 scenarios.retry_40001 = async () => {
   const t = table('counter')
   const perWorker = 3
@@ -462,7 +477,7 @@ scenarios.retry_40001 = async () => {
     process.stderr.write(`retry_40001: ${stats.ok} increments, ${stats.conflicts} serialization failures retried\n`)
   } finally {
     try {
-      await a.query(`DROP TABLE IF EXISTS ${q(t)}`)
+      await dropRetrying(a, t)
     } finally {
       await a.end()
       await b.end()

@@ -429,10 +429,24 @@ def s_retry_40001(env):
               file=sys.stderr)
     finally:
         try:
-            a.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(t)))
+            drop_retrying(a, t)
         finally:
             a.close()
             b.close()
+
+
+def drop_retrying(conn, t):
+    """DROP TABLE, retried on 40001 as a client would: right after writes on
+    the other replica, the DDL's snapshot may be labelled before this replica
+    counted the last of them applied (Tashkent §6.2, conservative versions)."""
+    for attempt in range(1, 6):
+        try:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident(t)))
+            return
+        except errors.SerializationFailure:
+            if attempt == 5:
+                raise
+            time.sleep(0.05)
 
 
 def s_no_pk_write(env):

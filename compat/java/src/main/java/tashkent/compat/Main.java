@@ -647,7 +647,24 @@ public final class Main {
         }
         System.err.println("retry_40001: " + ok.get() + " increments, " + conflicts.get() + " serialization failures retried");
       } finally {
-        exec(a, "DROP TABLE IF EXISTS " + q(t));
+        dropRetrying(a, t);
+      }
+    }
+  }
+
+  /**
+   * DROP TABLE, retried on 40001 as a client would: right after writes on the
+   * other replica, the DDL's snapshot may be labelled before this replica
+   * counted the last of them applied (Tashkent §6.2, conservative versions).
+   */
+  static void dropRetrying(Connection c, String t) throws Exception {
+    for (int attempt = 1; ; attempt++) {
+      try {
+        exec(c, "DROP TABLE IF EXISTS " + q(t));
+        return;
+      } catch (SQLException e) {
+        if (!"40001".equals(e.getSQLState()) || attempt == 5) throw e;
+        Thread.sleep(50);
       }
     }
   }
