@@ -209,10 +209,10 @@ func (p *Proxy) serveSession(ctx context.Context, w *pgwire.Session) {
 	if err := s.run(ctx); err != nil && !errors.Is(err, net.ErrClosed) {
 		s.log.Info("session ended", "err", err)
 		switch {
-		case errors.Is(err, errBackendGone) && s.endAfterReply != nil:
-			// What the session had to say last (its transaction committed,
-			// lostDatabaseAfterCommit), not lost to a statement the client
-			// sent after the COMMIT in the same message.
+		case s.endAfterReply != nil:
+			// The session's own last word (its transaction committed; see
+			// endAfterReply), not lost to a statement the client sent after
+			// the COMMIT in the same message.
 			w.SendErrorResponse(s.endAfterReply)
 		case errors.Is(err, errBackendGone):
 			w.SendErrorResponse(fatal(codeAdminShutdown, "terminating connection: the replica's database connection was lost"))

@@ -64,7 +64,8 @@ type session struct {
 	// every COMMIT collects (readonly.go).
 	onlyReads, unitMayWrite, hiddenWrites bool
 	// endAfterReply, once the reply to the current message is flushed, is
-	// sent to the client and ends the session (see applyInstead).
+	// sent to the client and ends the session (see applyInstead); it is
+	// also the client's last word if the rest of the message fails first.
 	endAfterReply *pgproto3.ErrorResponse
 	savepoints    []savepoint                  // the open transaction's, oldest first (savepoints.go)
 	statements    map[string]preparedStatement // prepared statements by name
