@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tashkent-db/tashkent/internal/cluster"
 )
 
@@ -84,6 +86,9 @@ type target struct {
 	name string // "certifier", "replica2 proxy", "replica1 postgres"
 	pid  int
 	pg   bool // a postmaster: its backends are hit too
+	// replica is the index in State.Replicas of the replica whose proxy
+	// or PostgreSQL this is (-1: none).
+	replica int
 	// links are the replicas whose veth to the certifier a partition cuts.
 	links []int
 	// member is the certifier group member hit (0: none).
@@ -94,11 +99,11 @@ func (c *control) targets() []target {
 	st := c.state()
 	var out []target
 	if !c.grouped() {
-		out = append(out, target{name: "certifier", pid: st.Certifier.PID})
+		out = append(out, target{name: "certifier", pid: st.Certifier.PID, replica: -1})
 	}
-	for _, r := range st.Replicas {
-		out = append(out, target{name: r.Name + " proxy", pid: r.Proxy.PID})
-		out = append(out, target{name: r.Name + " postgres", pid: r.Postgres.PID, pg: true})
+	for i, r := range st.Replicas {
+		out = append(out, target{name: r.Name + " proxy", pid: r.Proxy.PID, replica: i})
+		out = append(out, target{name: r.Name + " postgres", pid: r.Postgres.PID, pg: true, replica: i})
 	}
 	return out
 }
@@ -376,4 +381,44 @@ func (c *control) relayConnections() map[string]int {
 		out[name] = n
 	}
 	return out
+}
+
+// terminateBackends asks replica i's PostgreSQL to terminate every client
+// backend but the one asking (pg_terminate_backend: SIGTERM, the way an
+// operator or a pooler's health check ends sessions) and returns their
+// PIDs. The server stays up; the proxy's sessions, applier and control
+// connection lose their backends wherever they were.
+func (c *control) terminateBackends(ctx context.Context, i int) ([]int, error) {
+	reps := c.state().Replicas
+	if i < 0 || i >= len(reps) {
+		return nil, fmt.Errorf("no replica %d", i+1)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, reps[i].PostgresDSN())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	// The victims are chosen first: in one WHERE clause the planner may
+	// call pg_terminate_backend before it excludes the asking backend.
+	rows, err := conn.Query(cctx, `WITH victims AS MATERIALIZED (
+			SELECT pid FROM pg_catalog.pg_stat_activity
+			WHERE backend_type = 'client backend' AND pid <> pg_catalog.pg_backend_pid())
+		SELECT pid FROM victims WHERE pg_catalog.pg_terminate_backend(pid)`)
+	if err != nil {
+		return nil, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(pids))
+	for j, p := range pids {
+		out[j] = int(p)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no client backend to terminate")
+	}
+	return out, nil
 }

@@ -25,6 +25,12 @@ const (
 	// KillCertifier: SIGKILL to the certifier, then restart (it recovers
 	// its log; proxies reconnect and re-send).
 	KillCertifier FaultKind = "kill-certifier"
+	// TerminateBackends: pg_terminate_backend on every client backend of
+	// one replica's PostgreSQL while the server stays up: the proxy's
+	// sessions (at any point of a transaction, also between a certified
+	// COMMIT and its answer), its applier and its control connection.
+	// Nothing to heal: the proxy reconnects what it needs.
+	TerminateBackends FaultKind = "terminate-backends"
 	// PausePostgres, PauseProxy, PauseCertifier: SIGSTOP, then SIGCONT.
 	PausePostgres  FaultKind = "pause-postgres"
 	PauseProxy     FaultKind = "pause-proxy"
@@ -62,14 +68,14 @@ const (
 // AllFaults lists every kind of a single certifier, in the order the
 // nemesis cycles through them.
 var AllFaults = []FaultKind{KillPostgres, PauseProxy, KillCertifier, PartitionCertifier, PausePostgres, KillProxy, PauseCertifier,
-	PartitionReplica, ClientDisconnect}
+	PartitionReplica, TerminateBackends, ClientDisconnect}
 
 // GroupFaults lists every kind with a certifier group, in the order the
 // nemesis cycles through them. The single certifier's kinds are not among
 // them: the group's members replace the certifier, and the netns relay
 // (netpart.go) serves one certifier address.
 var GroupFaults = []FaultKind{KillPostgres, PauseProxy, KillLeader, PartitionLeader, PausePostgres, KillProxy, PauseLeader,
-	PartitionFollower, KillFollower, PartitionSplit, ClientDisconnect}
+	PartitionFollower, KillFollower, PartitionSplit, TerminateBackends, ClientDisconnect}
 
 // FaultsFor returns every kind that applies to a cluster with the given
 // number of certifiers.
@@ -260,6 +266,13 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 		if cerr := signal(f.PIDs, syscall.SIGCONT); cerr != nil {
 			err = cerr
 		}
+	case TerminateBackends:
+		if !t.pg {
+			err = fmt.Errorf("no replica to hit")
+			break
+		}
+		f.PIDs, err = n.ctl.terminateBackends(ctx, t.replica)
+		n.logf("fault: %s %s (backends %v)", kind, t.name, f.PIDs)
 	case PartitionCertifier, PartitionReplica:
 		f.PIDs = nil
 		if n.ctl.net == nil {
@@ -311,7 +324,7 @@ func (n *nemesis) pick(kind FaultKind) target {
 		}
 	}
 	if len(cands) == 0 {
-		return target{name: "nothing"}
+		return target{name: "nothing", replica: -1}
 	}
 	return cands[n.rng.IntN(len(cands))]
 }
