@@ -397,6 +397,8 @@ func (r *replication) handleApplyError(ctx context.Context, batch []logentry.Ent
 	var pgErr *pgconn.PgError
 	switch {
 	case ctx.Err() != nil:
+	case r.applyConn.IsClosed() && r.reconnectApplier(ctx):
+		r.p.cfg.Logger.Warn("lost the applier's database connection; reconnected (the database did not restart)", "err", err)
 	case r.applyConn.IsClosed() || !errors.As(err, &pgErr):
 		r.p.cfg.Logger.Warn("lost the replica's database while applying; recovering", "err", err)
 		r.needRecover.Store(true)
@@ -436,6 +438,10 @@ func (r *replication) maintainLoop(ctx context.Context) {
 			lastPrune = time.Now()
 		}
 		if err := r.ping(ctx); err != nil && ctx.Err() == nil && !r.needRecover.Load() {
+			if r.reconnectControl(ctx) {
+				r.p.cfg.Logger.Warn("lost the proxy's control connection to the database; reconnected (the database did not restart)", "err", err)
+				continue
+			}
 			r.requestRecovery("the replica's database does not answer: " + err.Error())
 		}
 	}
@@ -497,6 +503,69 @@ func (r *replication) skipRecorded(ctx context.Context, batch []logentry.Entry) 
 	r.seq.CommitBatch(batch[:held])
 	r.p.metrics.applied.Add(float64(held))
 	return true
+}
+
+// reconnectApplier replaces the applier's connection after it was lost
+// while the database stayed up: its backend was terminated
+// (pg_terminate_backend, a timeout, an operator), but every commit is still
+// there, so the sessions go on and nothing is replayed. The batch being
+// applied is applied again next; if its COMMIT had gone through, the
+// record says so (skipRecorded). It reports false, leaving the old
+// connection, when the database restarted meanwhile or cannot be reached:
+// the caller then recovers the replica.
+func (r *replication) reconnectApplier(ctx context.Context) bool {
+	conn, ok := r.connectUnrestarted(ctx, applyApplicationName)
+	if !ok {
+		return false
+	}
+	if err := replica.PrepareApplySession(ctx, conn); err != nil {
+		conn.Close(ctx)
+		return false
+	}
+	r.applyConn.Close(ctx)
+	r.applyConn = conn
+	r.applier.Invalidate()
+	return true
+}
+
+// reconnectControl is reconnectApplier for the control connection (lock
+// watch, cancels, health checks).
+func (r *replication) reconnectControl(ctx context.Context) bool {
+	conn, ok := r.connectUnrestarted(ctx, adminApplicationName)
+	if !ok {
+		return false
+	}
+	r.controlMu.Lock()
+	old := r.controlConn
+	r.controlConn = conn
+	r.controlMu.Unlock()
+	old.Close(ctx)
+	return true
+}
+
+// connectUnrestarted opens a connection to the database if it still holds
+// the state the sequencer counts on: the same postmaster (its start time
+// is the one recorded at the last (re)connect), and every version the
+// sequencer counts as committed. The second check catches what the first
+// cannot: after a backend crashed, PostgreSQL reinitializes and replays
+// its WAL under the same postmaster, and commits not yet flushed
+// (synchronous_commit=off) are gone.
+func (r *replication) connectUnrestarted(ctx context.Context, applicationName string) (*pgx.Conn, bool) {
+	committed := r.seq.Committed() // before the database's record is read
+	conn, err := r.p.connectAdminAs(ctx, applicationName)
+	if err != nil {
+		return nil, false
+	}
+	var started string
+	if err := conn.QueryRow(ctx, `SELECT `+postmasterStartSQL).Scan(&started); err != nil || started != r.postmasterStart() {
+		conn.Close(ctx)
+		return nil, false
+	}
+	if recorded, err := replica.ReadVersion(ctx, conn); err != nil || recorded < committed {
+		conn.Close(ctx)
+		return nil, false
+	}
+	return conn, true
 }
 
 // requestRecovery makes the applier recover the replica (recover) at once:
