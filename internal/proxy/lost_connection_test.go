@@ -2,11 +2,13 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/proxy"
 )
@@ -70,16 +72,66 @@ func TestLostApplierAndControlConnectionsLeaveSessionsAlone(t *testing.T) {
 // A backend that crashes makes PostgreSQL end every other backend and
 // replay its WAL under the same postmaster, whose start time stays the
 // same: commits whose WAL was still in shared memory (synchronous_commit
-// off) are gone. The proxy must not take the lost connections for lost
+// off) are gone. The proxy must not take its lost connections for lost
 // connections only: the database no longer holds every version the
 // sequencer counts, so it recovers the replica and replays them from the
 // certifier (connectUnrestarted's version check).
 func TestABackendCrashThatLostCommitsIsRecovered(t *testing.T) {
-	// Replica 1's proxy checks its control connection every 3 s: it finds
+	// Replica 1's proxy checks its control connection every 8 s: it finds
 	// it lost only once the database is back from its crash recovery, the
 	// case where the start time alone would pass.
-	c := startClusterStaleness(t, []time.Duration{3 * time.Second, 0})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	c := startClusterStaleness(t, []time.Duration{8 * time.Second, 0})
+	crashLosingCommits(t, c)
+	c.converge(30 * time.Second)
+	if n := c.countOn(0, `SELECT count(*) FROM public.crashed`); n != 5 {
+		t.Fatalf("replica 1 holds %d of the 5 rows committed before its database crashed", n)
+	}
+}
+
+// The same crash, and a client that connects before the proxy's health
+// check noticed it: its session must not start on a database that lacks
+// versions the proxy counted as committed (its transactions would be
+// labelled with writes they cannot see, and certified as if they had seen
+// them). Session setup refuses it with 57P03 and has the replica recovered;
+// once it is, the client's write goes through.
+func TestANewSessionOnADatabaseThatLostCommitsWaitsForItsRecovery(t *testing.T) {
+	c := startClusterStaleness(t, []time.Duration{8 * time.Second, 0})
+	crashLosingCommits(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	refused := false
+	for {
+		conn, err := pgx.Connect(ctx, c.dsn(0))
+		if err == nil {
+			_, err = conn.Exec(ctx, `INSERT INTO public.crashed VALUES (6)`)
+			conn.Close(ctx)
+		}
+		var pgErr *pgconn.PgError
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &pgErr) || pgErr.Code != "57P03" {
+			t.Fatalf("a new session on a database that lost commits: %v, want 57P03 until the replica is recovered", err)
+		}
+		refused = true
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !refused {
+		t.Fatal("a new session started on a database that lost commits, before the proxy recovered it")
+	}
+	c.converge(30 * time.Second)
+	if n := c.countOn(0, `SELECT count(*) FROM public.crashed`); n != 6 {
+		t.Fatalf("replica 1 holds %d of the 6 committed rows", n)
+	}
+}
+
+// crashLosingCommits commits five rows through replica 1's proxy, then
+// crashes one backend of its database so that they are lost (their WAL
+// was in shared memory only), and returns once the database accepts
+// connections again. It fails the test if the crash lost nothing.
+func crashLosingCommits(t *testing.T, c *testCluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	execSQL(t, c.connect(0), `CREATE TABLE public.crashed (id int PRIMARY KEY)`)
 	c.converge(20 * time.Second)
@@ -110,9 +162,8 @@ func TestABackendCrashThatLostCommitsIsRecovered(t *testing.T) {
 		}
 	}
 	waitUntilAccepting(t, c.dbs[0].DSN("postgres"), 30*time.Second)
-	c.converge(30 * time.Second)
-	if n := c.countOn(0, `SELECT count(*) FROM public.crashed`); n != 5 {
-		t.Fatalf("replica 1 holds %d of the 5 rows committed before its database crashed", n)
+	if n := c.countOn(0, `SELECT count(*) FROM public.crashed`); n == 5 {
+		t.Fatal("the crash lost none of the 5 commits: the test shows nothing (was the WAL flushed?)")
 	}
 }
 

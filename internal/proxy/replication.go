@@ -208,6 +208,9 @@ func (r *replication) connect(ctx context.Context) error {
 	}
 	r.applyConn = apply
 	r.controlMu.Lock()
+	if r.controlConn != nil {
+		r.controlConn.Close(ctx) // closed already, or one reconnectControl raced in
+	}
 	r.controlConn = control
 	r.controlMu.Unlock()
 	return nil
@@ -536,6 +539,12 @@ func (r *replication) reconnectControl(ctx context.Context) bool {
 		return false
 	}
 	r.controlMu.Lock()
+	if r.needRecover.Load() || r.recovering.Load() {
+		// The replica is being recovered, which connects anew.
+		r.controlMu.Unlock()
+		conn.Close(ctx)
+		return false
+	}
 	old := r.controlConn
 	r.controlConn = conn
 	r.controlMu.Unlock()
@@ -556,17 +565,24 @@ func (r *replication) connectUnrestarted(ctx context.Context, applicationName st
 	if err != nil {
 		return nil, false
 	}
+	qctx, cancel := context.WithTimeout(ctx, reconnectCheckTimeout)
+	defer cancel()
 	var started string
-	if err := conn.QueryRow(ctx, `SELECT `+postmasterStartSQL).Scan(&started); err != nil || started != r.postmasterStart() {
+	if err := conn.QueryRow(qctx, `SELECT `+postmasterStartSQL).Scan(&started); err != nil || started != r.postmasterStart() {
 		conn.Close(ctx)
 		return nil, false
 	}
-	if recorded, err := replica.ReadVersion(ctx, conn); err != nil || recorded < committed {
+	if recorded, err := replica.ReadVersion(qctx, conn); err != nil || recorded < committed {
 		conn.Close(ctx)
 		return nil, false
 	}
 	return conn, true
 }
+
+// reconnectCheckTimeout bounds connectUnrestarted's questions to a
+// database that accepted the connection: as long as the health check's
+// ping may take.
+const reconnectCheckTimeout = 5 * time.Second
 
 // requestRecovery makes the applier recover the replica (recover) at once:
 // waiters are woken, and nothing commits until the recorded version is

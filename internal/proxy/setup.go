@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -17,7 +18,8 @@ import (
 // statement alone). It runs when the session starts and again after
 // DISCARD, which drops both.
 func (s *session) setup() error {
-	rows, res, err := s.queryRows("SELECT tashkent.prepare_session(), " + postmasterStartSQL)
+	committed := s.p.rep.seq.Committed() // before the database's record is read
+	rows, res, err := s.queryRows("SELECT tashkent.prepare_session(), " + postmasterStartSQL + ", tashkent.recorded_version()")
 	if err != nil {
 		return err
 	}
@@ -29,6 +31,17 @@ func (s *session) setup() error {
 		// may have lost commits, so nothing may run on it before that.
 		s.p.rep.requestRecovery("a new session found the database restarted")
 		return errRecovering
+	}
+	if len(rows) == 1 {
+		// A backend crash reinitializes the database under the same
+		// postmaster, and may lose commits all the same: a transaction
+		// labelled with versions the database no longer holds would be
+		// certified against writes it never saw.
+		recorded, err := strconv.ParseUint(string(rows[0][2]), 10, 64)
+		if err != nil || recorded < committed {
+			s.p.rep.requestRecovery(fmt.Sprintf("a new session found the database at version %s, below the %d committed here (a crash lost commits)", rows[0][2], committed))
+			return errRecovering
+		}
 	}
 	return s.prepareStatements()
 }

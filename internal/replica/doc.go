@@ -500,7 +500,10 @@
 //     collect_writeset (superusers only).
 //   - The installer (a superuser) keeps what it owned: tashkent.applied,
 //     the record token, the trigger management (ensure_*, on_ddl, the
-//     sequence functions) and record_version.
+//     sequence functions), record_version and recorded_version. Any role
+//     may call recorded_version: it returns max(tashkent.applied), the
+//     version `tashkent status` shows, which session setup compares with
+//     the proxy's (internal/proxy/setup.go); the table stays unreadable.
 //
 // Why each function with tashkent_capture's rights is safe:
 //

@@ -273,7 +273,8 @@ func TestCaptureNestedStateWithoutSelect(t *testing.T) {
 // replicas. And the functions with their owner's rights are exactly
 // these, each safe for a reason doc.go gives: the installer's
 // (ensure_*, on_ddl, align_*: run by the event trigger and Install;
-// record_version: only for the holder of the record token) and
+// record_version: only for the holder of the record token;
+// recorded_version: the highest version, nothing else) and
 // tashkent_capture's (the capture triggers, which no one else may call or
 // attach; create_writeset_buffer; take_writeset, trim_writeset_buffer:
 // the record token; collect_writeset: superusers).
@@ -301,5 +302,5 @@ func TestCaptureNestedStateReadsNothingHidden(t *testing.T) {
 		"capture", "capture_key", "capture_key_plpgsql", "capture_reference_keys", "capture_references",
 		"collect_writeset", "create_writeset_buffer",
 		"ensure_all_triggers", "ensure_linked_triggers", "ensure_triggers", "on_ddl", "record_version",
-		"take_writeset", "trim_writeset_buffer"})
+		"recorded_version", "take_writeset", "trim_writeset_buffer"})
 }

@@ -550,6 +550,20 @@ BEGIN
 END
 $fn$;
 
+-- recorded_version is max(tashkent.applied), the version this database
+-- holds, for any role: a new session's setup compares it with the versions
+-- the proxy counts as committed, and refuses a database that lost commits
+-- in a crash its postmaster survived (internal/proxy/setup.go). The table
+-- itself stays unreadable to client roles.
+CREATE OR REPLACE FUNCTION tashkent.recorded_version() RETURNS bigint
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog
+AS $fn$
+	SELECT coalesce(pg_catalog.max(version), 0) FROM tashkent.applied
+$fn$;
+
 -- One row per DDL transaction that changed a replicated table, inserted by
 -- the event trigger. The applier caches table definitions and checks
 -- max(gen), in its own snapshot, before it trusts the cache. A table rather
