@@ -108,12 +108,8 @@ func startAll(t *testing.T, replicas int) *compatCluster {
 				t.Errorf("proxy %d did not stop", i+1)
 			}
 		})
-		// Addr blocks until the proxy serves; a proxy that fails to start
-		// would block it forever, so wait for either.
-		ready := make(chan struct{})
-		go func() { p.Addr(); close(ready) }()
 		select {
-		case <-ready:
+		case <-p.Ready():
 		case err := <-done:
 			t.Fatalf("proxy %d did not start: %v", i+1, err)
 		case <-time.After(60 * time.Second):

@@ -135,6 +135,9 @@ func startFuzzProxy(tb testing.TB) *fuzzProxy {
 		}
 		sharedFuzz = nil
 	})
+	if err := awaitProxy(p, done, proxyStartLimit); err != nil {
+		tb.Fatal(err)
+	}
 	fp.addr = p.Addr().String()
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()

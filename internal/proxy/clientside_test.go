@@ -43,18 +43,7 @@ func startClusterWith(t *testing.T, replicas int, configure func(i int, cfg *pro
 			AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections; configure may undo it
 		}
 		configure(i, &cfg)
-		p, err := proxy.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- p.Run(ctx, "") }()
-		c.proxies = append(c.proxies, p)
-		c.cancels = append(c.cancels, cancel)
-		c.done = append(c.done, done)
-		t.Cleanup(func() { c.stopProxy(i) })
-		p.Addr()
+		c.runProxy(i, cfg)
 	}
 	return c
 }

@@ -53,11 +53,18 @@ func startCluster(t *testing.T, replicas int, mode proxy.Mode) *testCluster {
 
 func (c *testCluster) startProxy(i int) {
 	c.t.Helper()
-	p, err := proxy.New(proxy.Config{
+	c.runProxy(i, proxy.Config{
 		Name: fmt.Sprintf("replica%d", i+1), Listen: "127.0.0.1:0",
 		BackendAddr: backendAddr(c.dbs[i]), Certifier: c.certifier.Addr().String(),
 		Mode: c.mode, AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections
 	})
+}
+
+// runProxy runs a proxy with cfg as replica i (in place of a stopped one, or
+// as the next) and waits until it serves.
+func (c *testCluster) runProxy(i int, cfg proxy.Config) {
+	c.t.Helper()
+	p, err := proxy.New(cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -72,7 +79,28 @@ func (c *testCluster) startProxy(i int) {
 		c.done = append(c.done, done)
 		c.t.Cleanup(func() { c.stopProxy(i) })
 	}
-	p.Addr()
+	if err := awaitProxy(p, done, proxyStartLimit); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// proxyStartLimit bounds a test proxy's start (its catch-up included) on a
+// busy machine.
+const proxyStartLimit = 2 * time.Minute
+
+// awaitProxy waits until p serves, and fails at once, instead of hanging in
+// Addr, if Run returns first. Run's error is put back into done for
+// stopProxy.
+func awaitProxy(p *proxy.Proxy, done chan error, limit time.Duration) error {
+	select {
+	case <-p.Ready():
+		return nil
+	case err := <-done:
+		done <- err
+		return fmt.Errorf("the proxy stopped before it served: %v", err)
+	case <-time.After(limit):
+		return fmt.Errorf("the proxy did not serve within %v", limit)
+	}
 }
 
 // backendAddr is the replica's Unix socket, as a proxy beside its replica

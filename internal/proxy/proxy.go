@@ -64,11 +64,16 @@ func newOrigin(name string) string {
 
 func (p *Proxy) nextTxnSeq() uint64 { return p.txnSeq.Add(1) }
 
-// Addr is the client-facing address once Run is serving.
+// Addr is the client-facing address once Run is serving. It blocks until
+// then, forever if Run fails first: a caller that must not hang waits on
+// Ready and on Run's return together.
 func (p *Proxy) Addr() net.Addr {
 	<-p.ready
 	return p.addr
 }
+
+// Ready is closed once Run is serving and Addr answers at once.
+func (p *Proxy) Ready() <-chan struct{} { return p.ready }
 
 // Run serves until ctx ends. metricsAddr, if not empty, serves Prometheus
 // metrics.

@@ -227,23 +227,12 @@ func startClusterStaleness(t *testing.T, staleness []time.Duration) *testCluster
 	c := startCluster(t, 0, proxy.ModeMW)
 	for i, st := range staleness {
 		c.dbs = append(c.dbs, pgtest.Start(t, pgtest.SynchronousCommitOff()))
-		p, err := proxy.New(proxy.Config{
+		c.runProxy(i, proxy.Config{
 			Name: fmt.Sprintf("replica%d", i+1), Listen: "127.0.0.1:0",
 			BackendAddr: fmt.Sprintf("127.0.0.1:%d", c.dbs[i].Port()), Certifier: c.certifier.Addr().String(),
 			Mode: proxy.ModeMW, Staleness: st, NoPush: st >= time.Hour, // an hour: stale on purpose
 			AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- p.Run(ctx, "") }()
-		c.proxies = append(c.proxies, p)
-		c.cancels = append(c.cancels, cancel)
-		c.done = append(c.done, done)
-		t.Cleanup(func() { c.stopProxy(i) })
-		p.Addr()
 	}
 	return c
 }

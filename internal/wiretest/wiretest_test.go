@@ -60,10 +60,8 @@ func startTargets(t *testing.T) targets {
 			t.Errorf("the proxy did not stop")
 		}
 	})
-	ready := make(chan struct{})
-	go func() { p.Addr(); close(ready) }()
 	select {
-	case <-ready:
+	case <-p.Ready():
 	case err := <-done:
 		t.Fatalf("the proxy did not start: %v", err)
 	case <-time.After(60 * time.Second):
