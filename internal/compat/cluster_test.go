@@ -111,6 +111,7 @@ func startAll(t *testing.T, replicas int) *compatCluster {
 		select {
 		case <-p.Ready():
 		case err := <-done:
+			done <- err // for the cleanup above
 			t.Fatalf("proxy %d did not start: %v", i+1, err)
 		case <-time.After(60 * time.Second):
 			t.Fatalf("proxy %d did not start in 60s", i+1)

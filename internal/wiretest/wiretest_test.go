@@ -63,6 +63,7 @@ func startTargets(t *testing.T) targets {
 	select {
 	case <-p.Ready():
 	case err := <-done:
+		done <- err // for the cleanup above
 		t.Fatalf("the proxy did not start: %v", err)
 	case <-time.After(60 * time.Second):
 		t.Fatal("the proxy did not start in 60s")
