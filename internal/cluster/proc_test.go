@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
 // The test binary doubles as a fake tashkent process: run as
@@ -29,7 +31,7 @@ func TestMain(m *testing.M) {
 		time.Sleep(time.Hour)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	testbin.Main(m)
 }
 
 // startFake starts the test binary as a detached fake process and

@@ -1,0 +1,10 @@
+package faults
+
+import (
+	"testing"
+
+	"github.com/tashkent-db/tashkent/internal/testbin"
+)
+
+// TestMain removes the tashkent binary the tests built (testbin.Main).
+func TestMain(m *testing.M) { testbin.Main(m) }
