@@ -14,12 +14,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tashkent-db/tashkent/internal/pgext"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 )
 
 type options struct {
 	syncCommit bool
 	settings   map[string]string
+	tashkent   bool
 }
 
 // Option configures Start.
@@ -37,6 +39,17 @@ func WithSettings(settings map[string]string) Option {
 		for k, v := range settings {
 			o.settings[k] = v
 		}
+	}
+}
+
+// WithTashkent runs the instance from an installation that has the
+// tashkent extension (internal/pgext) and loads it at start
+// (shared_preload_libraries). The database still needs CREATE EXTENSION
+// tashkent, which the agent runs.
+func WithTashkent() Option {
+	return func(o *options) {
+		o.tashkent = true
+		o.settings["shared_preload_libraries"] = pgext.Library
 	}
 }
 
@@ -59,6 +72,11 @@ func Start(t testing.TB, opts ...Option) *pgserver.Server {
 	if err != nil {
 		t.Fatalf("pgtest: %v.\nThe tests need a real PostgreSQL %s server; they do not skip without one.",
 			err, pgserver.MajorVersion)
+	}
+	if o.tashkent {
+		if binDir, err = pgext.Prepare(context.Background()); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
 	}
 	base := baseDir()
 	sweepOnce.Do(func() { sweep(base) })

@@ -1,0 +1,476 @@
+/*
+ * channel.c: the socket between a backend and its replica's agent.
+ *
+ * Each backend that commits a writing transaction opens one Unix stream
+ * socket to the agent (tashkent.agent_socket) and keeps it for its life.
+ * Messages are frames: a 4-byte big-endian length of what follows, a type
+ * byte, and the payload (integers big-endian). The agent's side is
+ * internal/agent/wire in Go; the two must agree byte for byte.
+ *
+ *   backend -> agent
+ *     'H' hello     u32 protocol, i32 pid, u8 role (0 session, 1 applier),
+ *                   u16 length + database name
+ *     'C' certify   u64 start version, then the writeset: an encoded
+ *                   tashkent.certifier.v1.Writeset to the end of the frame
+ *     'A' abandon   u64 version: this backend will not commit the version
+ *                   it was told to commit; the agent applies it instead
+ *   agent -> backend
+ *     'h' welcome   u8 accepted, u64 agent generation, u16 length + text
+ *     'D' decision  u8 kind (TkDecisionKind), u64 version, u8 abort
+ *                   reason, u32 length + detail
+ *
+ * A wait for the agent absorbs cancels, as the turn does (turn.c): once the
+ * writeset is sent, the outcome is the certifier's, and the backend must
+ * learn it. Termination and postmaster death end the wait; the agent then
+ * sees the socket close and applies the version itself if it committed.
+ */
+#include "tashkent.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <errno.h>
+
+#include "commands/dbcommands.h"
+#include "miscadmin.h"
+#include "port/pg_bswap.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+/* The largest frame the agent may send: a decision with its detail. */
+#define MAX_REPLY_FRAME (64 * 1024)
+
+/* How long a new connection's hello may take. */
+#define HELLO_TIMEOUT_MS 10000
+
+static int	agent_sock = -1;
+static uint64 agent_generation = 0;
+
+static void
+close_agent(void)
+{
+	if (agent_sock >= 0)
+		close(agent_sock);
+	agent_sock = -1;
+}
+
+static void
+put_u8(StringInfo buf, uint8 v)
+{
+	appendStringInfoChar(buf, (char) v);
+}
+
+static void
+put_u16(StringInfo buf, uint16 v)
+{
+	uint16		n = pg_hton16(v);
+
+	appendBinaryStringInfo(buf, (char *) &n, 2);
+}
+
+static void
+put_u32(StringInfo buf, uint32 v)
+{
+	uint32		n = pg_hton32(v);
+
+	appendBinaryStringInfo(buf, (char *) &n, 4);
+}
+
+static void
+put_u64(StringInfo buf, uint64 v)
+{
+	uint64		n = pg_hton64(v);
+
+	appendBinaryStringInfo(buf, (char *) &n, 8);
+}
+
+/* A frame's start: room for the length, then the type. */
+static void
+begin_frame(StringInfo buf, char type)
+{
+	initStringInfo(buf);
+	put_u32(buf, 0);
+	put_u8(buf, (uint8) type);
+}
+
+static void
+end_frame(StringInfo buf)
+{
+	uint32		n = pg_hton32((uint32) (buf->len - 4));
+
+	memcpy(buf->data, &n, 4);
+}
+
+static long
+ms_left(TimestampTz deadline)
+{
+	long		secs;
+	int			usecs;
+
+	TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
+	return secs * 1000 + usecs / 1000;
+}
+
+/*
+ * wait_socket waits until the agent's socket is ready for `event` or the
+ * deadline passed (false). Cancels are absorbed once a request is out
+ * (absorb), reported as usual otherwise.
+ */
+static bool
+wait_socket(int event, TimestampTz deadline, bool absorb, bool *warned)
+{
+	for (;;)
+	{
+		long		timeout = ms_left(deadline);
+		int			rc;
+
+		if (timeout <= 0)
+			return false;
+		rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH | event,
+							   agent_sock, timeout, PG_WAIT_EXTENSION);
+		if (rc & WL_LATCH_SET)
+			ResetLatch(MyLatch);
+		if (absorb && QueryCancelPending)
+		{
+			QueryCancelPending = false;
+			if (!*warned)
+				ereport(WARNING,
+						(errmsg("canceling the wait for the certifier's decision is not possible"),
+						 errdetail("The transaction's writeset is being certified; the commit waits for the outcome.")));
+			*warned = true;
+		}
+		CHECK_FOR_INTERRUPTS();
+		if (rc & event)
+			return true;
+	}
+}
+
+/* send_all sends buf; false when the socket broke. */
+static bool
+send_all(StringInfo buf, TimestampTz deadline, bool absorb, bool *warned)
+{
+	int			off = 0;
+
+	while (off < buf->len)
+	{
+		ssize_t		n = send(agent_sock, buf->data + off, buf->len - off, MSG_NOSIGNAL);
+
+		if (n > 0)
+		{
+			off += n;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		{
+			if (!wait_socket(WL_SOCKET_WRITEABLE, deadline, absorb, warned))
+				return false;
+			continue;
+		}
+		return false;
+	}
+	return true;
+}
+
+/* recv_exact reads len bytes into out; false on EOF, error or deadline. */
+static bool
+recv_exact(char *out, size_t len, TimestampTz deadline, bool absorb, bool *warned)
+{
+	size_t		off = 0;
+
+	while (off < len)
+	{
+		ssize_t		n = recv(agent_sock, out + off, len - off, 0);
+
+		if (n > 0)
+		{
+			off += n;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		{
+			if (!wait_socket(WL_SOCKET_READABLE, deadline, absorb, warned))
+				return false;
+			continue;
+		}
+		return false;
+	}
+	return true;
+}
+
+/* recv_frame reads one frame into buf (type byte first); false if broken. */
+static bool
+recv_frame(StringInfo buf, TimestampTz deadline, bool absorb, bool *warned)
+{
+	uint32		len;
+
+	if (!recv_exact((char *) &len, 4, deadline, absorb, warned))
+		return false;
+	len = pg_ntoh32(len);
+	if (len < 1 || len > MAX_REPLY_FRAME)
+		return false;
+	resetStringInfo(buf);
+	enlargeStringInfo(buf, len);
+	if (!recv_exact(buf->data, len, deadline, absorb, warned))
+		return false;
+	buf->len = len;
+	buf->cursor = 0;
+	return true;
+}
+
+static uint8
+get_u8(StringInfo buf)
+{
+	if (buf->cursor + 1 > buf->len)
+		elog(ERROR, "tashkent: truncated message from the agent");
+	return (uint8) buf->data[buf->cursor++];
+}
+
+static uint16
+get_u16(StringInfo buf)
+{
+	uint16		n;
+
+	if (buf->cursor + 2 > buf->len)
+		elog(ERROR, "tashkent: truncated message from the agent");
+	memcpy(&n, buf->data + buf->cursor, 2);
+	buf->cursor += 2;
+	return pg_ntoh16(n);
+}
+
+static uint32
+get_u32(StringInfo buf)
+{
+	uint32		n;
+
+	if (buf->cursor + 4 > buf->len)
+		elog(ERROR, "tashkent: truncated message from the agent");
+	memcpy(&n, buf->data + buf->cursor, 4);
+	buf->cursor += 4;
+	return pg_ntoh32(n);
+}
+
+static uint64
+get_u64(StringInfo buf)
+{
+	uint64		n;
+
+	if (buf->cursor + 8 > buf->len)
+		elog(ERROR, "tashkent: truncated message from the agent");
+	memcpy(&n, buf->data + buf->cursor, 8);
+	buf->cursor += 8;
+	return pg_ntoh64(n);
+}
+
+static char *
+get_text(StringInfo buf, uint32 len)
+{
+	char	   *s;
+
+	if (buf->cursor + (int) len > buf->len)
+		elog(ERROR, "tashkent: truncated message from the agent");
+	s = pnstrdup(buf->data + buf->cursor, len);
+	buf->cursor += len;
+	return s;
+}
+
+static void
+agent_unavailable(const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+			 errmsg("this replica's tashkent agent is not available: %s", why),
+			 errdetail("Writes to replicated tables are certified by the agent at commit; reads do not need it."),
+			 errhint("Start the agent (tashkent agent), or check its log; tashkent.agent_socket is \"%s\".",
+					 tk_agent_socket)));
+}
+
+/* An idle connection that the agent closed (it restarted) reads EOF. */
+static bool
+agent_alive(void)
+{
+	char		c;
+	ssize_t		n;
+
+	if (agent_sock < 0)
+		return false;
+	n = recv(agent_sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n == 0)
+		return false;
+	if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		return false;
+	return true;
+}
+
+/* connect_agent opens the socket and says hello as `role`. */
+static void
+connect_agent(uint8 role)
+{
+	struct sockaddr_un addr;
+	StringInfoData buf;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), HELLO_TIMEOUT_MS);
+	bool		warned = false;
+	const char *db = get_database_name(MyDatabaseId);
+	bool		accepted;
+	char	   *text;
+
+	close_agent();
+	if (tk_agent_socket == NULL || tk_agent_socket[0] == '\0')
+		agent_unavailable("tashkent.agent_socket is empty");
+	if (strlen(tk_agent_socket) >= sizeof(addr.sun_path))
+		agent_unavailable("tashkent.agent_socket is too long for a Unix socket");
+	memset(&addr, 0, sizeof(addr));
+	addr.sun_family = AF_UNIX;
+	strlcpy(addr.sun_path, tk_agent_socket, sizeof(addr.sun_path));
+
+	agent_sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (agent_sock < 0)
+		agent_unavailable(strerror(errno));
+	if (connect(agent_sock, (struct sockaddr *) &addr, sizeof(addr)) < 0)
+	{
+		int			saved = errno;
+
+		close_agent();
+		agent_unavailable(saved == ENOENT || saved == ECONNREFUSED ? "it is not running" : strerror(saved));
+	}
+	if (fcntl(agent_sock, F_SETFL, O_NONBLOCK) < 0)
+	{
+		close_agent();
+		agent_unavailable(strerror(errno));
+	}
+
+	begin_frame(&buf, 'H');
+	put_u32(&buf, TK_PROTOCOL_VERSION);
+	put_u32(&buf, (uint32) MyProcPid);
+	put_u8(&buf, role);
+	put_u16(&buf, (uint16) strlen(db));
+	appendBinaryStringInfo(&buf, db, strlen(db));
+	end_frame(&buf);
+	if (!send_all(&buf, deadline, false, &warned) || !recv_frame(&buf, deadline, false, &warned))
+	{
+		close_agent();
+		agent_unavailable("it did not answer");
+	}
+	if (get_u8(&buf) != 'h')
+	{
+		close_agent();
+		agent_unavailable("it answered with an unexpected message");
+	}
+	accepted = get_u8(&buf) != 0;
+	agent_generation = get_u64(&buf);
+	text = get_text(&buf, get_u16(&buf));
+	if (!accepted)
+	{
+		close_agent();
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("this replica's tashkent agent refused the connection: %s", text)));
+	}
+	pfree(buf.data);
+}
+
+/* The agent generation the last hello reported. */
+uint64
+tk_agent_generation_seen(void)
+{
+	return agent_generation;
+}
+
+static void
+read_decision(StringInfo buf, TkDecision *d)
+{
+	if (get_u8(buf) != 'D')
+		elog(ERROR, "tashkent: the agent answered a certification with an unexpected message");
+	d->kind = (TkDecisionKind) get_u8(buf);
+	d->version = get_u64(buf);
+	d->abort_reason = get_u8(buf);
+	d->detail = get_text(buf, get_u32(buf));
+	if (d->kind < TK_DECISION_COMMIT || d->kind > TK_DECISION_UNKNOWN ||
+		(d->kind == TK_DECISION_COMMIT && d->version == 0))
+		elog(ERROR, "tashkent: the agent sent a malformed decision");
+}
+
+static void
+outcome_unknown(const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_TRANSACTION_RESOLUTION_UNKNOWN),
+			 errmsg("the outcome of this transaction is unknown: %s", why),
+			 errdetail("Its writeset was sent for certification. If the cluster committed it, this replica applies it from the certifier's log like any other version; here it was rolled back."),
+			 errhint("Check whether its changes are there before retrying it.")));
+}
+
+/*
+ * tk_channel_certify sends the writeset with its start version and waits
+ * for the decision (at most tashkent.certify_timeout).
+ */
+void
+tk_channel_certify(uint64 start_version, StringInfo writeset, TkDecision *decision)
+{
+	StringInfoData buf;
+	TimestampTz deadline;
+	bool		warned = false;
+
+	if (!agent_alive())
+		connect_agent(0);
+
+	begin_frame(&buf, 'C');
+	put_u64(&buf, start_version);
+	appendBinaryStringInfo(&buf, writeset->data, writeset->len);
+	end_frame(&buf);
+
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), tk_certify_timeout);
+	if (!send_all(&buf, deadline, true, &warned))
+	{
+		close_agent();
+		outcome_unknown("the connection to the tashkent agent broke while the writeset was sent");
+	}
+	if (!recv_frame(&buf, deadline, true, &warned))
+	{
+		bool		late = ms_left(deadline) <= 0;
+
+		close_agent();
+		outcome_unknown(late ? "the certifier did not decide within tashkent.certify_timeout"
+						: "the connection to the tashkent agent broke before its decision arrived");
+	}
+	read_decision(&buf, decision);
+	pfree(buf.data);
+}
+
+/*
+ * tk_channel_abandon tells the agent that this backend will not commit
+ * `version`, which the cluster committed: the agent applies it. Best
+ * effort and never an error (it runs while the transaction aborts): if the
+ * message cannot go, the socket's closing at exit or the agent's watch of
+ * the backends' slots tells it instead.
+ */
+void
+tk_channel_abandon(uint64 version)
+{
+	StringInfoData buf;
+	ssize_t		n;
+
+	if (agent_sock < 0)
+		return;
+	begin_frame(&buf, 'A');
+	put_u64(&buf, version);
+	end_frame(&buf);
+	n = send(agent_sock, buf.data, buf.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (n != buf.len)
+		close_agent();
+	pfree(buf.data);
+}
+
+/*
+ * tk_channel_register_applier proves to the agent that this backend is
+ * the one its apply connection runs on: the agent accepts the hello of an
+ * applier only from the PID of its own connection (it learned it from the
+ * connection's BackendKeyData), so no other session can pass as the
+ * applier, whose writes are not captured.
+ */
+void
+tk_channel_register_applier(void)
+{
+	connect_agent(1);
+}

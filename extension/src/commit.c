@@ -1,0 +1,296 @@
+/*
+ * commit.c: a writing transaction's commit, inside its backend (Tashkent
+ * §6.2 steps C1 to C5, moved from the proxy into PostgreSQL).
+ *
+ * At XACT_EVENT_PRE_COMMIT, after deferred constraints were checked, a
+ * transaction that captured changes of replicated tables (capture.c, ddl.c)
+ * sends its writeset and its start version to the agent and waits for the
+ * certifier's decision. An abort is an ERROR (40001 for a conflict), which
+ * rolls the transaction back. A commit with version v waits for v's turn,
+ * makes its commit record carry v (turn.c), and lets the commit proceed;
+ * XACT_EVENT_COMMIT runs once the commit is visible and passes the turn on.
+ *
+ * The start version. A transaction without DDL is certified from the
+ * replica's version at PRE_COMMIT, not from its snapshot's: every version
+ * up to it is committed here, and one that wrote a row this transaction
+ * wrote committed before this transaction wrote the row (afterwards it
+ * would have waited for the row's lock, which this transaction still
+ * holds). Under REPEATABLE READ PostgreSQL itself then refused that write
+ * (40001, "could not serialize access due to concurrent update") if the
+ * version was not in the snapshot; under READ COMMITTED the write was
+ * based on that version's row, as on a single server. What is left for the
+ * certifier are the versions not yet applied here, which no snapshot here
+ * could see: the write-write conflicts between replicas, and nothing more,
+ * so a transaction is never refused for a conflict PostgreSQL would have
+ * resolved on one server. DDL is replicated as its text and run again
+ * elsewhere, where it reads the data as of its position in the order; it is
+ * certified from the version its own snapshot saw (ddl.c), so that a
+ * version it did not see is a conflict (the schema key conflicts with
+ * every write).
+ *
+ * A certified transaction that fails after PRE_COMMIT (an error in the
+ * rest of PostgreSQL's pre-commit work, or its backend terminated while it
+ * waited for its turn) tells the agent, which applies the version in its
+ * place (soft recovery, Tashkent §8.1): the replica never skips a version.
+ */
+#include "tashkent.h"
+
+#include "access/transam.h"
+#include "miscadmin.h"
+#include "storage/predicate.h"
+#include "storage/proc.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+/* How long a refused transaction waits for the version it conflicted with. */
+#define CONFLICT_CATCH_UP_MS 100
+
+/* The versions this transaction commits, once certified (0: none). */
+static uint64 holding_first = 0;
+static uint64 holding_last = 0;
+
+static void
+raise_abort(const TkDecision *d)
+{
+	switch (d->abort_reason)
+	{
+		case TK_ABORT_LIMIT:
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("the transaction's writeset exceeds a limit of the certifier"),
+					 errdetail_internal("%s", d->detail)));
+			break;
+		case TK_ABORT_INVALID:
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("the certifier refused the transaction's writeset as malformed"),
+					 errdetail_internal("%s", d->detail)));
+			break;
+		case TK_ABORT_TOO_OLD:
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access: the transaction's snapshot is older than the certifier remembers"),
+					 errdetail_internal("%s", d->detail),
+					 errhint("The transaction might succeed if retried.")));
+			break;
+		case TK_ABORT_OVERLOADED:
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not certify the transaction: the certifier is overloaded"),
+					 errdetail_internal("%s", d->detail),
+					 errhint("The transaction might succeed if retried.")));
+			break;
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to a concurrent update on another replica"),
+					 errdetail_internal("%s", d->detail),
+					 errhint("The transaction might succeed if retried.")));
+	}
+}
+
+/*
+ * A transaction refused for a conflict with version v is retried at once
+ * by most clients; until v is applied here, the retry's snapshot lacks it
+ * and would conflict with it again. The refusal waits a little for it.
+ */
+static void
+await_version(uint64 version)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CONFLICT_CATCH_UP_MS);
+
+	while (version > tk_committed() && GetCurrentTimestamp() < deadline)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+static void
+set_slot(TkSlotState state, uint64 version)
+{
+	TkSlot	   *slot = tk_my_slot();
+
+	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+	slot->state = state;
+	slot->version = version;
+	slot->agent_generation = tk_agent_generation_seen();
+	LWLockRelease(tk_shared->lock);
+}
+
+static void
+certify_and_wait_turn(void)
+{
+	StringInfoData writeset;
+	TkDecision	decision;
+	uint64		start;
+
+	/*
+	 * SERIALIZABLE is mapped to REPEATABLE READ where ddl.c sees it asked
+	 * for; one set by other means gets its SSI check now, before the
+	 * cluster commits the transaction, rather than after (where PostgreSQL
+	 * would run it).
+	 */
+	if (IsolationIsSerializable())
+		PreCommit_CheckForSerializationFailure();
+
+	initStringInfo(&writeset);
+	tk_writeset_encode(tk_capture_events(), &writeset);
+	start = tk_capture_has_ddl() ? tk_capture_ddl_label() : tk_committed();
+
+	set_slot(TK_SLOT_CERTIFYING, 0);
+	tk_channel_certify(start, &writeset, &decision);
+	pfree(writeset.data);
+
+	switch (decision.kind)
+	{
+		case TK_DECISION_COMMIT:
+			break;
+		case TK_DECISION_ABORT:
+			set_slot(TK_SLOT_IDLE, 0);
+			if (decision.version != 0)
+				await_version(decision.version);
+			raise_abort(&decision);
+			break;
+		case TK_DECISION_UNAVAILABLE:
+			ereport(ERROR,
+					(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+					 errmsg("this replica cannot commit writes now: %s", decision.detail),
+					 errhint("Reads still work; retry the transaction later.")));
+			break;
+		case TK_DECISION_UNKNOWN:
+			ereport(ERROR,
+					(errcode(ERRCODE_TRANSACTION_RESOLUTION_UNKNOWN),
+					 errmsg("the outcome of this transaction is unknown: %s", decision.detail),
+					 errdetail("If the cluster committed it, this replica applies it from the certifier's log like any other version; here it was rolled back."),
+					 errhint("Check whether its changes are there before retrying it.")));
+			break;
+	}
+
+	holding_first = holding_last = decision.version;
+	tk_doom_clear();			/* a blocker doomed before: certified now */
+	set_slot(TK_SLOT_HOLDING, decision.version);
+	tk_turn_wait(decision.version, false);
+	tk_turn_record(decision.version, decision.version);
+}
+
+static void
+apply_in_turn(void)
+{
+	TkSlot	   *slot = tk_my_slot();
+
+	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+	slot->state = TK_SLOT_APPLYING;
+	slot->first = tk_apply_first;
+	slot->version = tk_apply_last;
+	LWLockRelease(tk_shared->lock);
+	holding_first = tk_apply_first;
+	holding_last = tk_apply_last;
+	tk_turn_wait(tk_apply_first, true);
+	tk_turn_record(tk_apply_first, tk_apply_last);
+}
+
+static void
+pre_commit(void)
+{
+	if (tk_backend_is_applier)
+	{
+		if (tk_apply_first != 0)
+			apply_in_turn();
+		return;
+	}
+	if (tk_maintenance)
+	{
+		if (TransactionIdIsValid(GetTopTransactionIdIfAny()) && tk_database_replicated())
+			ereport(LOG,
+					(errmsg("tashkent.maintenance is on: transaction %u commits without replication",
+							GetTopTransactionIdIfAny())));
+		return;
+	}
+	if (tk_capture_pending())
+		certify_and_wait_turn();
+}
+
+static void
+end_transaction(void)
+{
+	holding_first = holding_last = 0;
+	tk_apply_first = tk_apply_last = 0;
+	tk_capture_xact_end();
+	tk_doom_clear();
+}
+
+static void
+at_commit(void)
+{
+	if (holding_last != 0)
+		tk_turn_pass(holding_last);
+	end_transaction();
+}
+
+/*
+ * A certified version this backend will not commit goes to the agent; the
+ * client hears of it in a warning, since the error it gets does not say
+ * that the cluster committed the transaction.
+ */
+static void
+at_abort(void)
+{
+	uint64		abandoned = holding_last;
+	bool		applier = tk_backend_is_applier;
+
+	if (tk_shared != NULL && MyProc != NULL)
+		tk_turn_release();
+	end_transaction();
+	if (abandoned != 0 && !applier)
+	{
+		tk_channel_abandon(abandoned);
+		ereport(WARNING,
+				(errmsg("the cluster committed this transaction as version %llu; it failed here after certification and this replica applies its changes from the log",
+						(unsigned long long) abandoned),
+				 errhint("Do not retry it: it committed.")));
+	}
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			pre_commit();
+			break;
+		case XACT_EVENT_COMMIT:
+			at_commit();
+			break;
+		case XACT_EVENT_ABORT:
+			at_abort();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (tk_capture_pending())
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("PREPARE TRANSACTION is not supported for transactions that write replicated tables")));
+			break;
+		case XACT_EVENT_PREPARE:
+			end_transaction();
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
+{
+	tk_capture_subxact(event, mySubid, parentSubid);
+}
+
+void
+tk_commit_init(void)
+{
+	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
+}

@@ -1,0 +1,114 @@
+/*
+ * shmem.c: the state the backends of a replica share.
+ *
+ * One struct (TkShared) under one LWLock: the replica's version (the
+ * highest version whose commit is visible), one slot per backend saying
+ * what it does with the commit order, and the ring of recently committed
+ * versions that turn.c reads snapshot versions from. It is created at
+ * server start and again after a crash restart, which is when the version
+ * must be read back from the replication origin (turn.c, tk_committed).
+ */
+#include "tashkent.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "access/twophase.h"
+
+TkShared   *tk_shared = NULL;
+
+static TkSlot *my_slot = NULL;
+
+/* Every PGPROC has a pgprocno below this. */
+static int
+slot_count(void)
+{
+	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+}
+
+static Size
+shared_size(void)
+{
+	Size		size = MAXALIGN(sizeof(TkShared));
+
+	size = add_size(size, MAXALIGN(mul_size(slot_count(), sizeof(TkSlot))));
+	size = add_size(size, mul_size(TK_RING_SIZE, sizeof(TkRingEntry)));
+	return size;
+}
+
+void
+tk_shmem_request(void)
+{
+	RequestAddinShmemSpace(shared_size());
+	RequestNamedLWLockTranche("tashkent", 1);
+}
+
+void
+tk_shmem_startup(void)
+{
+	bool		found;
+	char	   *base;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	base = ShmemInitStruct("tashkent", shared_size(), &found);
+	tk_shared = (TkShared *) base;
+	if (!found)
+	{
+		memset(base, 0, shared_size());
+		tk_shared->lock = &(GetNamedLWLockTranche("tashkent"))->lock;
+		tk_shared->nslots = slot_count();
+		tk_shared->origin = InvalidRepOriginId;
+		strlcpy(tk_shared->admit_reason, "the replica has not caught up with the cluster since its server started",
+				sizeof(tk_shared->admit_reason));
+	}
+	tk_shared->slots = (TkSlot *) (base + MAXALIGN(sizeof(TkShared)));
+	tk_shared->ring = (TkRingEntry *) (base + MAXALIGN(sizeof(TkShared)) +
+									   MAXALIGN(mul_size(tk_shared->nslots, sizeof(TkSlot))));
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * A backend that exits leaves its slot free for the next one. Registered
+ * with on_shmem_exit, so that it runs after the exit's transaction abort
+ * (commit.c hands a version it held to the agent there).
+ */
+static void
+release_slot(int code, Datum arg)
+{
+	if (my_slot == NULL)
+		return;
+	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+	memset(my_slot, 0, sizeof(TkSlot));
+	LWLockRelease(tk_shared->lock);
+	my_slot = NULL;
+}
+
+/* tk_my_slot: this backend's slot, claimed at first use. */
+TkSlot *
+tk_my_slot(void)
+{
+	if (my_slot != NULL)
+		return my_slot;
+	if (MyProc == NULL || MyProc->pgprocno < 0 || MyProc->pgprocno >= tk_shared->nslots)
+		elog(ERROR, "tashkent: this process has no backend slot");
+	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+	my_slot = &tk_shared->slots[MyProc->pgprocno];
+	if (my_slot->pid != MyProcPid)	/* a doom (doom.c) may have claimed it */
+		memset(my_slot, 0, sizeof(TkSlot));
+	my_slot->pid = MyProcPid;
+	my_slot->latch = &MyProc->procLatch;
+	LWLockRelease(tk_shared->lock);
+	on_shmem_exit(release_slot, 0);
+	return my_slot;
+}
+
+/* tk_slot_of_pid: the slot of a live backend, NULL if it has none. */
+TkSlot *
+tk_slot_of_pid(int pid)
+{
+	for (int i = 0; i < tk_shared->nslots; i++)
+		if (tk_shared->slots[i].pid == pid)
+			return &tk_shared->slots[i];
+	return NULL;
+}

@@ -1,0 +1,121 @@
+/*
+ * tashkent.c: the extension's entry point. It must be loaded at server
+ * start (shared_preload_libraries): the replica's commit order lives in
+ * shared memory, and every backend, whoever connects, must capture and
+ * certify its writes.
+ */
+#include "tashkent.h"
+
+#include "commands/extension.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+
+char	   *tk_agent_socket = NULL;
+bool		tk_maintenance = false;
+int			tk_certify_timeout = 60000;
+int			tk_writeset_max_bytes = 64512;	/* 63 MiB, in kB */
+int			tk_writeset_max_rows = 1048576;
+char	   *tk_recovery_roles = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+void		_PG_init(void);
+
+static void
+request_shmem(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	tk_shmem_request();
+}
+
+static void
+startup_shmem(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	tk_shmem_startup();
+}
+
+static void
+define_settings(void)
+{
+	DefineCustomStringVariable("tashkent.agent_socket",
+							   "The Unix socket of this replica's tashkent agent.",
+							   "A relative path is relative to the data directory.",
+							   &tk_agent_socket,
+							   "tashkent_agent.sock",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("tashkent.maintenance",
+							 "Lets this session's writes and DDL bypass replication (they stay on this replica).",
+							 "For repairs by a superuser; every transaction that commits so is logged.",
+							 &tk_maintenance,
+							 false,
+							 PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("tashkent.certify_timeout",
+							"How long a commit waits for the certifier's decision.",
+							"After it the commit fails with SQLSTATE 08007: its outcome is unknown.",
+							&tk_certify_timeout,
+							60000, 100, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("tashkent.writeset_max_bytes",
+							"The largest writeset a transaction may commit.",
+							"A transaction that writes more fails with SQLSTATE 54000.",
+							&tk_writeset_max_bytes,
+							64512, 1, INT_MAX / 1024,
+							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable("tashkent.writeset_max_rows",
+							"The most row changes a transaction may commit.",
+							"A transaction that changes more fails with SQLSTATE 54000.",
+							&tk_writeset_max_rows,
+							1048576, 1, INT_MAX,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("tashkent.recovery_roles",
+							   "Roles that may connect while the replica catches up with the cluster.",
+							   "A comma-separated list; the agent's role must be in it.",
+							   &tk_recovery_roles,
+							   "postgres",
+							   PGC_SIGHUP, GUC_LIST_INPUT, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("tashkent");
+}
+
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("tashkent must be loaded at server start"),
+				 errhint("Add tashkent to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	define_settings();
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = request_shmem;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = startup_shmem;
+
+	tk_commit_init();
+	tk_ddl_init();
+	tk_guard_init();
+	tk_admit_init();
+	tk_doom_init();
+}
+
+/*
+ * tk_database_replicated: the current database has the extension. Asked
+ * where a statement could escape replication (DDL, guards); a lookup by
+ * name in pg_extension's index, cheap next to the DDL it guards.
+ */
+bool
+tk_database_replicated(void)
+{
+	if (!IsTransactionState())
+		return false;
+	return OidIsValid(get_extension_oid("tashkent", true));
+}

@@ -1,0 +1,238 @@
+/*
+ * tashkent.h: what the extension's files share.
+ *
+ * The extension puts tashkent's data path inside PostgreSQL (see
+ * docs/ARCHITECTURE.md, "The path of a transaction"). One concept per file:
+ *
+ *   tashkent.c  _PG_init: settings, hooks, callbacks
+ *   shmem.c     the shared state: the replica's version, one slot per backend
+ *   turn.c      the replica's commit order: wait for the turn, record the
+ *               version with the commit, pass the turn on once visible
+ *   channel.c   the socket to the replica's agent and its messages
+ *   commit.c    the transaction callbacks: certify at commit, in order
+ *   capture.c   the row trigger: a transaction's row changes, in memory
+ *   relinfo.c   what capture needs to know of a table (keys, unique
+ *               indexes, foreign keys), cached per relation
+ *   writeset.c  a transaction's changes collapsed and encoded for the
+ *               certifier (tashkent.certifier.v1.Writeset)
+ *   ddl.c       ProcessUtility_hook: DDL captured from the parse tree, and
+ *               the statements that would escape replication refused
+ *   guard.c     functions whose effect stays on one replica refused, and
+ *               writes to the system catalogs
+ *   admit.c     new connections refused while the replica catches up
+ *   doom.c      local transactions that block a remote writeset aborted
+ *               (eager pre-certification, Tashkent §8.2)
+ *   apply.c     the SQL functions the agent calls
+ */
+#ifndef TASHKENT_H
+#define TASHKENT_H
+
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "datatype/timestamp.h"
+#include "lib/stringinfo.h"
+#include "replication/origin.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "utils/snapshot.h"
+
+/* The version of the socket protocol between a backend and the agent. */
+#define TK_PROTOCOL_VERSION 1
+
+/* The replication origin whose progress is the replica's version. */
+#define TK_ORIGIN_NAME "tashkent"
+
+/* SQLSTATEs of tashkent's own (class TK: see docs/OPERATIONS.md). */
+#define ERRCODE_TK_ALREADY_APPLIED MAKE_SQLSTATE('T','K','0','0','2')
+#define ERRCODE_TK_NOT_APPLIER MAKE_SQLSTATE('T','K','0','0','3')
+
+/* ---- tashkent.c: settings ---- */
+
+extern char *tk_agent_socket;	/* tashkent.agent_socket */
+extern bool tk_maintenance;		/* tashkent.maintenance */
+extern int	tk_certify_timeout; /* tashkent.certify_timeout, ms */
+extern int	tk_writeset_max_bytes;	/* tashkent.writeset_max_bytes, kB */
+extern int	tk_writeset_max_rows;	/* tashkent.writeset_max_rows */
+extern char *tk_recovery_roles; /* tashkent.recovery_roles */
+
+/* Whether the current database has the extension (so is replicated). */
+extern bool tk_database_replicated(void);
+
+/* ---- shmem.c ---- */
+
+/* What a backend is doing with the replica's commit order. */
+typedef enum TkSlotState
+{
+	TK_SLOT_IDLE = 0,
+	TK_SLOT_CERTIFYING,			/* writeset sent to the agent, no decision yet */
+	TK_SLOT_HOLDING,			/* certified with `version`, waiting for its turn */
+	TK_SLOT_COMMITTING,			/* has the turn: committing `first`..`version` */
+	TK_SLOT_APPLYING			/* the agent's applier, before its turn */
+} TkSlotState;
+
+/* Why a backend's transaction was doomed (doom.c). */
+typedef enum TkDoomReason
+{
+	TK_DOOM_NONE = 0,
+	TK_DOOM_BLOCKER,			/* holds a row lock a remote writeset needs */
+	TK_DOOM_DISPLACED			/* certified, but holds a lock an earlier
+								 * version needs: it gives way */
+} TkDoomReason;
+
+/* One backend's part of the shared state, indexed by pgprocno. */
+typedef struct TkSlot
+{
+	int			pid;
+	TkSlotState state;
+	uint64		first;			/* COMMITTING/APPLYING: first version */
+	uint64		version;		/* HOLDING: the certified version;
+								 * COMMITTING/APPLYING: the last version */
+	uint64		waiting_for;	/* the version whose commit this backend
+								 * waits for; 0 when not waiting */
+	uint64		agent_generation;	/* CERTIFYING/HOLDING: the agent asked */
+	TransactionId doomed_xid;	/* the transaction doomed, or Invalid */
+	TkDoomReason doom_reason;
+	uint64		doomed_by;		/* the version that needs its locks */
+	Latch	   *latch;
+} TkSlot;
+
+/* One entry of the ring of recently committed versions (turn.c). */
+typedef struct TkRingEntry
+{
+	uint64		version;
+	TransactionId xid;
+} TkRingEntry;
+
+#define TK_RING_SIZE 65536
+
+typedef struct TkShared
+{
+	LWLock	   *lock;			/* everything below */
+	bool		loaded;			/* committed read from the origin's progress */
+	uint64		committed;		/* every version up to here is visible */
+	uint64		floor;			/* committed when loaded: visible to all */
+	RepOriginId origin;
+	uint64		agent_generation;	/* incremented by each applier
+									 * registration */
+	int			applier_pid;
+	bool		admitting;		/* the agent caught up: admit clients */
+	char		admit_reason[256];	/* why not, for the refusal */
+	int			nslots;
+	TkSlot	   *slots;
+	TkRingEntry *ring;
+} TkShared;
+
+extern TkShared *tk_shared;
+
+extern void tk_shmem_request(void);
+extern void tk_shmem_startup(void);
+extern TkSlot *tk_my_slot(void);
+extern TkSlot *tk_slot_of_pid(int pid);
+
+/* ---- turn.c ---- */
+
+extern uint64 tk_committed(void);
+extern void tk_turn_wait(uint64 first, bool cancellable);
+extern void tk_turn_record(uint64 first, uint64 last);
+extern void tk_turn_pass(uint64 last);
+extern void tk_turn_release(void);
+extern uint64 tk_snapshot_version(Snapshot snapshot);
+
+/* ---- channel.c ---- */
+
+typedef enum TkDecisionKind
+{
+	TK_DECISION_COMMIT = 1,
+	TK_DECISION_ABORT = 2,
+	TK_DECISION_UNAVAILABLE = 3,	/* the agent cannot certify now */
+	TK_DECISION_UNKNOWN = 4		/* the certifier did not answer in time */
+} TkDecisionKind;
+
+/* Abort reasons, as tashkent.certifier.v1.AbortReason numbers them. */
+#define TK_ABORT_CONFLICT 1
+#define TK_ABORT_TOO_OLD 2
+#define TK_ABORT_LIMIT 3
+#define TK_ABORT_INVALID 4
+#define TK_ABORT_OVERLOADED 5
+#define TK_ABORT_REFERENCE_CONFLICT 6
+
+typedef struct TkDecision
+{
+	TkDecisionKind kind;
+	uint64		version;		/* COMMIT: the commit version; ABORT: the
+								 * version it conflicted with, or 0 */
+	int			abort_reason;	/* ABORT: TK_ABORT_* */
+	char	   *detail;			/* palloc'd; what the agent says */
+} TkDecision;
+
+extern void tk_channel_certify(uint64 start_version, StringInfo writeset,
+							   TkDecision *decision);
+extern void tk_channel_abandon(uint64 version);
+extern void tk_channel_register_applier(void);
+extern uint64 tk_agent_generation_seen(void);
+
+/* ---- commit.c ---- */
+
+extern void tk_commit_init(void);
+
+/* ---- capture.c ---- */
+
+/* A change's kind, as writeset.c encodes it. */
+typedef enum TkEventKind
+{
+	TK_EVENT_UPSERT,			/* key, row */
+	TK_EVENT_KEEPING_UPSERT,	/* an UPDATE that kept the row: moved no
+								 * key, changed no referenced column */
+	TK_EVENT_DELETE,			/* key */
+	TK_EVENT_TRUNCATE,			/* the table */
+	TK_EVENT_DDL,				/* the statement's text */
+	TK_EVENT_UNIQUE_KEY,		/* "<table>#<index>", the index's values */
+	TK_EVENT_REFERENCE			/* the parent's name, its key */
+} TkEventKind;
+
+/* One captured change, in the order it happened. */
+typedef struct TkEvent
+{
+	TkEventKind kind;
+	CommandId	cid;			/* the command that made it: the order */
+	uint32		seq;			/* the order among events of one command */
+	const char *table;			/* quoted schema.table (or label) */
+	char	   *key;			/* JSON array; NULL for TRUNCATE and DDL */
+	int			keylen;
+	char	   *row;			/* record_out text (UPSERTs), DDL text */
+	int			rowlen;
+} TkEvent;
+
+extern bool tk_capture_pending(void);
+extern bool tk_capture_has_ddl(void);
+extern uint64 tk_capture_ddl_label(void);
+extern void tk_capture_ddl(const char *sql, int len, uint64 label);
+extern List *tk_capture_events(void);
+extern void tk_capture_xact_end(void);
+extern void tk_capture_subxact(SubXactEvent event, SubTransactionId mySubid,
+							   SubTransactionId parentSubid);
+
+/* ---- writeset.c ---- */
+
+extern void tk_writeset_encode(List *events, StringInfo out);
+
+/* ---- ddl.c, guard.c, admit.c, doom.c ---- */
+
+extern void tk_ddl_init(void);
+extern void tk_guard_init(void);
+extern void tk_admit_init(void);
+extern void tk_doom_init(void);
+extern void tk_doom_check(void);
+extern void tk_doom_clear(void);
+
+/* ---- apply.c ---- */
+
+/* This backend is the agent's applier (registered through the agent). */
+extern bool tk_backend_is_applier;
+
+/* The versions the current apply transaction commits (0: none). */
+extern uint64 tk_apply_first;
+extern uint64 tk_apply_last;
+
+#endif							/* TASHKENT_H */

@@ -1,0 +1,255 @@
+// Package wire is the agent's side of the socket protocol between a
+// PostgreSQL backend (the extension, extension/src/channel.c) and the
+// replica's agent. The two must agree byte for byte; channel.c's comment
+// is the reference, and this package's tests run it against a real
+// backend.
+//
+// Every message is a frame: a 4-byte big-endian length of what follows,
+// a type byte, then the payload, integers big-endian.
+//
+//	backend -> agent
+//	  'H' Hello     u32 protocol, i32 pid, u8 role, u16 length + database
+//	  'C' Certify   u64 start version, the encoded Writeset to the end
+//	  'A' Abandon   u64 version
+//	agent -> backend
+//	  'h' Welcome   u8 accepted, u64 agent generation, u16 length + text
+//	  'D' Decision  u8 kind, u64 version, u8 abort reason, u32 length + detail
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ProtocolVersion is TK_PROTOCOL_VERSION in extension/src/tashkent.h.
+const ProtocolVersion = 1
+
+// FrameBytesMax bounds a frame the agent reads: a writeset of
+// tashkent.writeset_max_bytes' largest value, with room for the header.
+const FrameBytesMax = 1<<31 - 1
+
+// Role says what a connecting backend is.
+type Role uint8
+
+const (
+	// RoleSession is a client's backend, which certifies its commits.
+	RoleSession Role = 0
+	// RoleApplier is the backend of the agent's own apply connection,
+	// proving who it is (tashkent.register_applier).
+	RoleApplier Role = 1
+)
+
+// DecisionKind is TkDecisionKind in extension/src/tashkent.h.
+type DecisionKind uint8
+
+const (
+	Commit      DecisionKind = 1
+	Abort       DecisionKind = 2
+	Unavailable DecisionKind = 3 // the agent cannot certify now (starting, recovering, halted)
+	Unknown     DecisionKind = 4 // the certifier did not answer in time
+)
+
+// Hello is a backend's first message.
+type Hello struct {
+	Protocol uint32
+	PID      int32
+	Role     Role
+	Database string
+}
+
+// Welcome answers a Hello.
+type Welcome struct {
+	Accepted   bool
+	Generation uint64
+	Text       string // why not, when refused
+}
+
+// Certify asks for a writeset's certification.
+type Certify struct {
+	StartVersion uint64
+	Writeset     []byte // an encoded certifierpb.Writeset
+}
+
+// Abandon says the backend will not commit a version it was told to.
+type Abandon struct {
+	Version uint64
+}
+
+// Decision answers a Certify.
+type Decision struct {
+	Kind        DecisionKind
+	Version     uint64 // Commit: the commit version; Abort: the version it conflicted with, or 0
+	AbortReason uint8  // certifierpb.AbortReason
+	Detail      string
+}
+
+// ErrMalformed wraps every error about a frame's contents.
+var ErrMalformed = errors.New("wire: malformed message")
+
+// ReadFrame reads one frame: its type and payload. max bounds the frame.
+func ReadFrame(r *bufio.Reader, max int) (byte, []byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n < 1 || uint64(n) > uint64(max) {
+		return 0, nil, fmt.Errorf("%w: frame of %d bytes (limit %d)", ErrMalformed, n, max)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return b[0], b[1:], nil
+}
+
+// Message is any of the messages above.
+type Message interface{ frameType() byte }
+
+func (Hello) frameType() byte    { return 'H' }
+func (Certify) frameType() byte  { return 'C' }
+func (Abandon) frameType() byte  { return 'A' }
+func (Welcome) frameType() byte  { return 'h' }
+func (Decision) frameType() byte { return 'D' }
+
+// Decode parses a frame read by ReadFrame.
+func Decode(typ byte, p []byte) (Message, error) {
+	d := decoder{p: p}
+	var m Message
+	switch typ {
+	case 'H':
+		m = Hello{Protocol: d.u32(), PID: int32(d.u32()), Role: Role(d.u8()), Database: d.text(int(d.u16()))}
+	case 'C':
+		m = Certify{StartVersion: d.u64(), Writeset: d.rest()}
+	case 'A':
+		m = Abandon{Version: d.u64()}
+	case 'h':
+		m = Welcome{Accepted: d.u8() != 0, Generation: d.u64(), Text: d.text(int(d.u16()))}
+	case 'D':
+		m = Decision{Kind: DecisionKind(d.u8()), Version: d.u64(), AbortReason: d.u8(), Detail: d.text(int(d.u32()))}
+	default:
+		return nil, fmt.Errorf("%w: unknown type %q", ErrMalformed, typ)
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: %q: %v", ErrMalformed, typ, d.err)
+	}
+	if len(d.p) != 0 {
+		return nil, fmt.Errorf("%w: %q: %d bytes too many", ErrMalformed, typ, len(d.p))
+	}
+	return m, nil
+}
+
+// Encode returns m as one frame.
+func Encode(m Message) []byte {
+	e := encoder{b: make([]byte, 4, 64)}
+	e.u8(m.frameType())
+	switch m := m.(type) {
+	case Hello:
+		e.u32(m.Protocol)
+		e.u32(uint32(m.PID))
+		e.u8(uint8(m.Role))
+		e.u16(uint16(len(m.Database)))
+		e.b = append(e.b, m.Database...)
+	case Certify:
+		e.u64(m.StartVersion)
+		e.b = append(e.b, m.Writeset...)
+	case Abandon:
+		e.u64(m.Version)
+	case Welcome:
+		e.u8(boolByte(m.Accepted))
+		e.u64(m.Generation)
+		text := truncate(m.Text, 1<<16-1)
+		e.u16(uint16(len(text)))
+		e.b = append(e.b, text...)
+	case Decision:
+		e.u8(uint8(m.Kind))
+		e.u64(m.Version)
+		e.u8(m.AbortReason)
+		detail := truncate(m.Detail, 32<<10) // the backend reads frames of at most 64 KiB
+		e.u32(uint32(len(detail)))
+		e.b = append(e.b, detail...)
+	}
+	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4))
+	return e.b
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+type encoder struct{ b []byte }
+
+func (e *encoder) u8(v uint8)   { e.b = append(e.b, v) }
+func (e *encoder) u16(v uint16) { e.b = binary.BigEndian.AppendUint16(e.b, v) }
+func (e *encoder) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *encoder) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+
+type decoder struct {
+	p   []byte
+	err error
+}
+
+func (d *decoder) take(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n < 0 || len(d.p) < n {
+		d.err = fmt.Errorf("truncated: want %d bytes, have %d", n, len(d.p))
+		return nil
+	}
+	b := d.p[:n]
+	d.p = d.p[n:]
+	return b
+}
+
+func (d *decoder) u8() uint8 {
+	if b := d.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (d *decoder) u16() uint16 {
+	if b := d.take(2); b != nil {
+		return binary.BigEndian.Uint16(b)
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if b := d.take(4); b != nil {
+		return binary.BigEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if b := d.take(8); b != nil {
+		return binary.BigEndian.Uint64(b)
+	}
+	return 0
+}
+
+func (d *decoder) text(n int) string { return string(d.take(n)) }
+
+func (d *decoder) rest() []byte {
+	b := d.p
+	d.p = nil
+	return b
+}

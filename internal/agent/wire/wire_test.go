@@ -1,0 +1,222 @@
+package wire_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/agent/wire"
+	"github.com/tashkent-db/tashkent/internal/pgtest"
+)
+
+func TestFramesRoundTrip(t *testing.T) {
+	for _, m := range []wire.Message{
+		wire.Hello{Protocol: wire.ProtocolVersion, PID: 4242, Role: wire.RoleApplier, Database: "postgres"},
+		wire.Certify{StartVersion: 7, Writeset: []byte{0x0a, 0x02, 0x01, 0x02}},
+		wire.Abandon{Version: 1 << 40},
+		wire.Welcome{Accepted: true, Generation: 3, Text: "ok"},
+		wire.Decision{Kind: wire.Abort, Version: 12, AbortReason: 1, Detail: "row (public.t, [1]) written by version 12"},
+	} {
+		typ, p, err := wire.ReadFrame(bufio.NewReader(bytes.NewReader(wire.Encode(m))), 1<<20)
+		if err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		got, err := wire.Decode(typ, p)
+		if err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		if c, ok := m.(wire.Certify); ok {
+			g := got.(wire.Certify)
+			if g.StartVersion != c.StartVersion || !bytes.Equal(g.Writeset, c.Writeset) {
+				t.Errorf("Certify: got %+v, want %+v", g, c)
+			}
+			continue
+		}
+		if got != m {
+			t.Errorf("got %+v, want %+v", got, m)
+		}
+	}
+}
+
+func TestMalformedFramesAreErrors(t *testing.T) {
+	for name, frame := range map[string][]byte{
+		"empty":         {0, 0, 0, 0},
+		"too long":      {0x7f, 0, 0, 0, 'A'},
+		"short abandon": {0, 0, 0, 3, 'A', 1, 2},
+		"unknown type":  {0, 0, 0, 1, 'Z'},
+		"trailing":      append(wire.Encode(wire.Abandon{Version: 1})[:4:4], append([]byte{'A'}, make([]byte, 9)...)...),
+	} {
+		if name == "trailing" {
+			frame[3] = 10
+		}
+		typ, p, err := wire.ReadFrame(bufio.NewReader(bytes.NewReader(frame)), 1<<20)
+		if err == nil {
+			_, err = wire.Decode(typ, p)
+		}
+		if !errors.Is(err, wire.ErrMalformed) {
+			t.Errorf("%s: got %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+// fakeAgent accepts backends' hellos: an applier only from the PID it
+// expects, as the agent does.
+type fakeAgent struct {
+	ln         net.Listener
+	applierPID atomic.Int32
+	generation uint64
+}
+
+func startFakeAgent(t *testing.T, path string) *fakeAgent {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o777); err != nil { // the server runs as postgres
+		t.Fatal(err)
+	}
+	a := &fakeAgent{ln: ln, generation: 1}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go a.serve(c)
+		}
+	}()
+	return a
+}
+
+func (a *fakeAgent) serve(c net.Conn) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		typ, p, err := wire.ReadFrame(r, 1<<20)
+		if err != nil {
+			return
+		}
+		m, err := wire.Decode(typ, p)
+		if err != nil {
+			return
+		}
+		if h, ok := m.(wire.Hello); ok {
+			ok := h.Protocol == wire.ProtocolVersion && (h.Role == wire.RoleSession || h.PID == a.applierPID.Load())
+			c.Write(wire.Encode(wire.Welcome{Accepted: ok, Generation: a.generation, Text: "not the agent's apply connection"}))
+		}
+	}
+}
+
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func committed(t *testing.T, c *pgx.Conn) int64 {
+	t.Helper()
+	var v int64
+	if err := c.QueryRow(context.Background(), `SELECT tashkent.committed_version()`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// The backend's hello reaches the agent and the agent's welcome is read
+// back: the applier registers only from the connection the agent names,
+// its versions commit in order, and the server keeps them across a
+// restart (the replication origin's progress).
+func TestApplierRegistersAndCommitsVersionsInOrder(t *testing.T) {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "tashkent-wire-") // t.TempDir's parent is closed to the postgres user
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "agent.sock")
+	srv := pgtest.Start(t, pgtest.WithTashkent(), pgtest.WithSettings(map[string]string{"tashkent.agent_socket": sock}))
+	agent := startFakeAgent(t, sock)
+
+	apply := pgtest.Connect(t, srv, "postgres")
+	if _, err := apply.Exec(ctx, `CREATE EXTENSION tashkent`); err != nil {
+		t.Fatal(err)
+	}
+	other := pgtest.Connect(t, srv, "postgres")
+	if _, err := other.Exec(ctx, `SELECT tashkent.register_applier()`); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("a session the agent does not know registered as its applier: %v", err)
+	}
+	agent.applierPID.Store(int32(apply.PgConn().PID()))
+	if _, err := apply.Exec(ctx, `SELECT tashkent.register_applier()`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(1, 1)`); sqlState(err) != "TK003" {
+		t.Fatalf("apply_versions outside the applier: %v, want TK003", err)
+	}
+	other.Exec(ctx, `ROLLBACK`)
+	if _, err := apply.Exec(ctx, `CREATE TABLE t (k int PRIMARY KEY, v int)`); err != nil {
+		t.Fatal(err)
+	}
+
+	// Version 3 waits for 2, which is not committed: its COMMIT blocks
+	// until cancelled (the applier's wait can be).
+	late := pgtest.Connect(t, srv, "postgres")
+	agent.applierPID.Store(int32(late.PgConn().PID()))
+	if _, err := late.Exec(ctx, `SELECT tashkent.register_applier()`); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = late.Exec(cctx, `BEGIN; SELECT tashkent.apply_versions(3, 3); INSERT INTO t VALUES (3, 3); COMMIT`)
+	cancel()
+	if err == nil {
+		t.Fatal("version 3 committed before versions 1 and 2")
+	}
+	if v := committed(t, other); v != 0 {
+		t.Fatalf("committed version %d, want 0", v)
+	}
+	for _, sql := range []string{
+		`BEGIN; SELECT tashkent.apply_versions(1, 2); INSERT INTO t VALUES (1, 1), (2, 2); COMMIT`,
+		`BEGIN; SELECT tashkent.apply_versions(3, 3); INSERT INTO t VALUES (3, 3); COMMIT`,
+	} {
+		if _, err := apply.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if v := committed(t, other); v != 3 {
+		t.Fatalf("committed version %d, want 3", v)
+	}
+	if _, err := apply.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(2, 4)`); sqlState(err) != "TK002" {
+		t.Fatalf("re-applying version 2: %v, want TK002", err)
+	}
+	apply.Exec(ctx, `ROLLBACK`)
+
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	if err := srv.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(sctx); err != nil {
+		t.Fatal(err)
+	}
+	after := pgtest.Connect(t, srv, "postgres")
+	if v := committed(t, after); v != 3 {
+		t.Fatalf("after a restart the replica holds version %d, want 3", v)
+	}
+}
