@@ -5,19 +5,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/tashkent-db/tashkent/internal/agent/agenttest"
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
-	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
 
 func TestFramesRoundTrip(t *testing.T) {
@@ -70,56 +66,6 @@ func TestMalformedFramesAreErrors(t *testing.T) {
 	}
 }
 
-// fakeAgent accepts backends' hellos: an applier only from the PID it
-// expects, as the agent does.
-type fakeAgent struct {
-	ln         net.Listener
-	applierPID atomic.Int32
-	generation uint64
-}
-
-func startFakeAgent(t *testing.T, path string) *fakeAgent {
-	t.Helper()
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, 0o777); err != nil { // the server runs as postgres
-		t.Fatal(err)
-	}
-	a := &fakeAgent{ln: ln, generation: 1}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go a.serve(c)
-		}
-	}()
-	return a
-}
-
-func (a *fakeAgent) serve(c net.Conn) {
-	defer c.Close()
-	r := bufio.NewReader(c)
-	for {
-		typ, p, err := wire.ReadFrame(r, 1<<20)
-		if err != nil {
-			return
-		}
-		m, err := wire.Decode(typ, p)
-		if err != nil {
-			return
-		}
-		if h, ok := m.(wire.Hello); ok {
-			ok := h.Protocol == wire.ProtocolVersion && (h.Role == wire.RoleSession || h.PID == a.applierPID.Load())
-			c.Write(wire.Encode(wire.Welcome{Accepted: ok, Generation: a.generation, Text: "not the agent's apply connection"}))
-		}
-	}
-}
-
 func sqlState(err error) string {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -143,30 +89,15 @@ func committed(t *testing.T, c *pgx.Conn) int64 {
 // restart (the replication origin's progress).
 func TestApplierRegistersAndCommitsVersionsInOrder(t *testing.T) {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "tashkent-wire-") // t.TempDir's parent is closed to the postgres user
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "agent.sock")
-	srv := pgtest.Start(t, pgtest.WithTashkent(), pgtest.WithSettings(map[string]string{"tashkent.agent_socket": sock}))
-	agent := startFakeAgent(t, sock)
+	agent := agenttest.Start(t)
+	srv := agent.Server
 
-	apply := pgtest.Connect(t, srv, "postgres")
-	if _, err := apply.Exec(ctx, `CREATE EXTENSION tashkent`); err != nil {
-		t.Fatal(err)
-	}
-	other := pgtest.Connect(t, srv, "postgres")
+	apply := agent.Connect("postgres")
+	other := agent.Connect("postgres")
 	if _, err := other.Exec(ctx, `SELECT tashkent.register_applier()`); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("a session the agent does not know registered as its applier: %v", err)
 	}
-	agent.applierPID.Store(int32(apply.PgConn().PID()))
-	if _, err := apply.Exec(ctx, `SELECT tashkent.register_applier()`); err != nil {
-		t.Fatal(err)
-	}
+	agent.RegisterApplier(apply)
 	if _, err := other.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(1, 1)`); sqlState(err) != "TK003" {
 		t.Fatalf("apply_versions outside the applier: %v, want TK003", err)
 	}
@@ -177,13 +108,10 @@ func TestApplierRegistersAndCommitsVersionsInOrder(t *testing.T) {
 
 	// Version 3 waits for 2, which is not committed: its COMMIT blocks
 	// until cancelled (the applier's wait can be).
-	late := pgtest.Connect(t, srv, "postgres")
-	agent.applierPID.Store(int32(late.PgConn().PID()))
-	if _, err := late.Exec(ctx, `SELECT tashkent.register_applier()`); err != nil {
-		t.Fatal(err)
-	}
+	late := agent.Connect("postgres")
+	agent.RegisterApplier(late)
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = late.Exec(cctx, `BEGIN; SELECT tashkent.apply_versions(3, 3); INSERT INTO t VALUES (3, 3); COMMIT`)
+	_, err := late.Exec(cctx, `BEGIN; SELECT tashkent.apply_versions(3, 3); INSERT INTO t VALUES (3, 3); COMMIT`)
 	cancel()
 	if err == nil {
 		t.Fatal("version 3 committed before versions 1 and 2")
@@ -191,6 +119,7 @@ func TestApplierRegistersAndCommitsVersionsInOrder(t *testing.T) {
 	if v := committed(t, other); v != 0 {
 		t.Fatalf("committed version %d, want 0", v)
 	}
+	agent.RegisterApplier(apply)
 	for _, sql := range []string{
 		`BEGIN; SELECT tashkent.apply_versions(1, 2); INSERT INTO t VALUES (1, 1), (2, 2); COMMIT`,
 		`BEGIN; SELECT tashkent.apply_versions(3, 3); INSERT INTO t VALUES (3, 3); COMMIT`,
@@ -215,7 +144,7 @@ func TestApplierRegistersAndCommitsVersionsInOrder(t *testing.T) {
 	if err := srv.Start(sctx); err != nil {
 		t.Fatal(err)
 	}
-	after := pgtest.Connect(t, srv, "postgres")
+	after := agent.Connect("postgres")
 	if v := committed(t, after); v != 3 {
 		t.Fatalf("after a restart the replica holds version %d, want 3", v)
 	}
