@@ -45,9 +45,15 @@
 /* How long a refused transaction waits for the version it conflicted with. */
 #define CONFLICT_CATCH_UP_MS 100
 
-/* The versions this transaction commits, once certified (0: none). */
-static uint64 holding_first = 0;
-static uint64 holding_last = 0;
+/* The last version this transaction commits, once it has one (0: none). */
+static uint64 holding = 0;
+
+/*
+ * This transaction put its backend's slot in the commit order (it asked
+ * for certification, or applied): its end must take it out again. Other
+ * transactions, most of them, never touch the shared state.
+ */
+static bool in_commit_order = false;
 
 static void
 raise_abort(const TkDecision *d)
@@ -112,6 +118,7 @@ set_slot(TkSlotState state, uint64 version)
 {
 	TkSlot	   *slot = tk_my_slot();
 
+	in_commit_order = true;
 	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 	slot->state = state;
 	slot->version = version;
@@ -168,7 +175,7 @@ certify_and_wait_turn(void)
 			break;
 	}
 
-	holding_first = holding_last = decision.version;
+	holding = decision.version;
 	tk_doom_clear();			/* a blocker doomed before: certified now */
 	set_slot(TK_SLOT_HOLDING, decision.version);
 	tk_turn_wait(decision.version, false);
@@ -180,13 +187,13 @@ apply_in_turn(void)
 {
 	TkSlot	   *slot = tk_my_slot();
 
+	in_commit_order = true;
 	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 	slot->state = TK_SLOT_APPLYING;
 	slot->first = tk_apply_first;
 	slot->version = tk_apply_last;
 	LWLockRelease(tk_shared->lock);
-	holding_first = tk_apply_first;
-	holding_last = tk_apply_last;
+	holding = tk_apply_last;
 	tk_turn_wait(tk_apply_first, true);
 	tk_turn_record(tk_apply_first, tk_apply_last);
 }
@@ -215,7 +222,8 @@ pre_commit(void)
 static void
 end_transaction(void)
 {
-	holding_first = holding_last = 0;
+	in_commit_order = false;
+	holding = 0;
 	tk_apply_first = tk_apply_last = 0;
 	tk_capture_xact_end();
 	tk_doom_clear();
@@ -224,8 +232,8 @@ end_transaction(void)
 static void
 at_commit(void)
 {
-	if (holding_last != 0)
-		tk_turn_pass(holding_last);
+	if (holding != 0)
+		tk_turn_pass(holding);
 	end_transaction();
 }
 
@@ -237,10 +245,10 @@ at_commit(void)
 static void
 at_abort(void)
 {
-	uint64		abandoned = holding_last;
+	uint64		abandoned = holding;
 	bool		applier = tk_backend_is_applier;
 
-	if (tk_shared != NULL && MyProc != NULL)
+	if (in_commit_order)
 		tk_turn_release();
 	end_transaction();
 	if (abandoned != 0 && !applier)
