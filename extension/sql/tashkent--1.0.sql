@@ -242,6 +242,198 @@ CREATE EVENT TRIGGER tashkent_ddl_sql_drop ON sql_drop
 	EXECUTE FUNCTION tashkent.ddl_sql_drop();
 ALTER EVENT TRIGGER tashkent_ddl_sql_drop ENABLE ALWAYS;
 
+-- Sequences
+--
+-- A sequence is not replicated: nextval changes no row, so capture never
+-- sees it, and each replica has its own. The rows it numbers are
+-- replicated like any other, so two replicas whose sequences handed out
+-- the same value would collide. As Galera and MySQL Group Replication do
+-- with auto_increment_increment / auto_increment_offset, every sequence
+-- on replica k of a cluster with stride s advances by s (-s descending)
+-- and hands out only values congruent to k modulo s: replicas never meet,
+-- with no coordination at nextval time.
+--
+-- The agent records k and s in replica_settings and runs
+-- align_all_sequences(). Then the event trigger aligns each sequence a
+-- DDL command creates or alters (CREATE SEQUENCE, SERIAL and identity
+-- columns, ALTER SEQUENCE ... RESTART / INCREMENT, ALTER TABLE ... ALTER
+-- COLUMN ... RESTART). It fires in the applier too (ENABLE ALWAYS), so
+-- each replica aligns a replicated sequence with its own k.
+--
+-- Aligning runs ALTER SEQUENCE ... INCREMENT BY ±s RESTART WITH v, v the
+-- first value congruent to k at or beyond the sequence's next value and
+-- beyond the largest value of the column that owns it (rows from
+-- elsewhere, a restored dump, are never handed out again). With
+-- tashkent.maintenance on (the function's SET clause): it is this
+-- replica's own change, never replicated, whoever calls it. setval() is
+-- refused (src/guard.c): ALTER SEQUENCE ... RESTART is replicated and
+-- realigned everywhere. A user's INCREMENT BY is replaced by ±s. Sessions
+-- that cached values (CACHE > 1) keep handing them out, as in PostgreSQL.
+
+-- This replica's place in the cluster: one row at most, local to the
+-- replica (the tashkent schema is never replicated). The stride is at most
+-- 1024: a SERIAL (int4) column still has about 2 million values per
+-- replica.
+CREATE TABLE tashkent.replica_settings (
+	id              boolean PRIMARY KEY DEFAULT true CHECK (id),
+	replica_index   int NOT NULL,
+	sequence_stride int NOT NULL,
+	CHECK (sequence_stride OPERATOR(pg_catalog.>=) 1 AND sequence_stride OPERATOR(pg_catalog.<=) 1024
+		AND replica_index OPERATOR(pg_catalog.>=) 1 AND replica_index OPERATOR(pg_catalog.<=) sequence_stride)
+);
+REVOKE ALL ON tashkent.replica_settings FROM PUBLIC;
+
+-- align_sequence makes one sequence advance by ±stride and hand out only
+-- values congruent to the replica index modulo the stride. Returns
+-- 'unchanged', 'aligned', or NULL (no settings, or not a user sequence).
+-- Arithmetic in numeric: bigint bounds must not overflow.
+CREATE FUNCTION tashkent.align_sequence(p_seq oid) RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET tashkent.maintenance = on
+AS $fn$
+DECLARE
+	v_idx int;
+	v_stride int;
+	v_rel regclass;
+	v_seq pg_sequence%ROWTYPE;
+	v_last numeric;
+	v_called boolean;
+	v_dir int;
+	v_cur numeric;
+	v_next numeric;
+	v_floor numeric;
+	v_target numeric;
+	v_col record;
+BEGIN
+	SELECT s.replica_index, s.sequence_stride INTO v_idx, v_stride FROM tashkent.replica_settings s;
+	IF v_stride IS NULL THEN
+		RETURN NULL;
+	END IF;
+	SELECT c.oid::regclass INTO v_rel
+	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE c.oid = p_seq AND c.relkind = 'S' AND c.relpersistence <> 't'
+		AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'tashkent');
+	IF v_rel IS NULL THEN
+		RETURN NULL;
+	END IF;
+	SELECT * INTO v_seq FROM pg_sequence WHERE seqrelid = p_seq;
+	EXECUTE format('SELECT last_value, is_called FROM %s', v_rel) INTO v_last, v_called;
+	v_dir := sign(v_seq.seqincrement);
+	v_cur := CASE WHEN v_called THEN v_last + v_seq.seqincrement ELSE v_last END;
+	v_next := v_cur;
+
+	-- Rows the sequence's own column already holds are never handed out
+	-- again.
+	FOR v_col IN
+		SELECT a.attrelid::regclass AS tbl, quote_ident(a.attname) AS col
+		FROM pg_depend d
+		JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+		WHERE d.classid = 'pg_class'::regclass AND d.objid = p_seq
+			AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i') AND d.refobjsubid > 0
+	LOOP
+		IF v_dir > 0 THEN
+			EXECUTE format('SELECT max(%s)::numeric + 1 FROM %s', v_col.col, v_col.tbl) INTO v_floor;
+			v_next := greatest(v_next, v_floor);
+		ELSE
+			EXECUTE format('SELECT min(%s)::numeric - 1 FROM %s', v_col.col, v_col.tbl) INTO v_floor;
+			v_next := least(v_next, v_floor);
+		END IF;
+	END LOOP;
+
+	IF abs(v_seq.seqincrement) = v_stride AND v_next = v_cur
+		AND mod(mod(v_next - v_idx, v_stride) + v_stride, v_stride) = 0 THEN
+		RETURN 'unchanged';
+	END IF;
+	IF v_dir > 0 THEN
+		v_target := v_next + mod(mod(v_idx - v_next, v_stride) + v_stride, v_stride);
+	ELSE
+		v_target := v_next - mod(mod(v_next - v_idx, v_stride) + v_stride, v_stride);
+	END IF;
+	IF v_target > v_seq.seqmax OR v_target < v_seq.seqmin THEN
+		RAISE EXCEPTION USING ERRCODE = '55000',
+			MESSAGE = format('sequence %s has no value left for replica %s of stride %s', v_rel, v_idx, v_stride),
+			HINT = 'Give the sequence a wider range (ALTER SEQUENCE ... MAXVALUE / MINVALUE, or AS bigint).';
+	END IF;
+	EXECUTE format('ALTER SEQUENCE %s INCREMENT BY %s RESTART WITH %s', v_rel, v_dir * v_stride, v_target);
+	RETURN 'aligned';
+END
+$fn$;
+
+-- align_relation_sequences aligns a sequence, or every sequence a table's
+-- columns own (SERIAL, identity): what a DDL command on that relation may
+-- have created or restarted.
+CREATE FUNCTION tashkent.align_relation_sequences(p_rel oid) RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+	IF NOT EXISTS (SELECT FROM tashkent.replica_settings) THEN
+		RETURN;
+	END IF;
+	PERFORM tashkent.align_sequence(p_rel);
+	PERFORM tashkent.align_sequence(d.objid)
+	FROM pg_depend d JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+	WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
+		AND d.refobjid = p_rel AND d.deptype IN ('a', 'i');
+END
+$fn$;
+
+-- align_all_sequences aligns every user sequence of the database: after
+-- the agent sets replica_settings, and by hand after a setval() that
+-- maintenance let through. Returns how many it changed.
+CREATE FUNCTION tashkent.align_all_sequences() RETURNS int
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_n int := 0;
+	v_seq oid;
+BEGIN
+	FOR v_seq IN SELECT c.oid FROM pg_class c WHERE c.relkind = 'S' ORDER BY c.oid LOOP
+		IF tashkent.align_sequence(v_seq) = 'aligned' THEN
+			v_n := v_n + 1;
+		END IF;
+	END LOOP;
+	RETURN v_n;
+END
+$fn$;
+
+CREATE FUNCTION tashkent.align_ddl_sequences() RETURNS event_trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_rel oid;
+BEGIN
+	IF NOT EXISTS (SELECT FROM tashkent.replica_settings) THEN
+		RETURN;
+	END IF;
+	FOR v_rel IN
+		SELECT DISTINCT d.objid FROM pg_event_trigger_ddl_commands() AS d
+		WHERE d.classid = 'pg_class'::regclass
+	LOOP
+		PERFORM tashkent.align_relation_sequences(v_rel);
+	END LOOP;
+END
+$fn$;
+
+-- They read any table's key column and restart any sequence with their
+-- owner's rights: only the event trigger (as its owner) and superusers
+-- may call them (PUBLIC gets EXECUTE on a new function by default).
+REVOKE EXECUTE ON FUNCTION tashkent.align_sequence(oid), tashkent.align_relation_sequences(oid),
+	tashkent.align_all_sequences() FROM PUBLIC;
+
+CREATE EVENT TRIGGER tashkent_sequences ON ddl_command_end
+	WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE', 'CREATE SCHEMA',
+		'CREATE SEQUENCE', 'ALTER SEQUENCE')
+	EXECUTE FUNCTION tashkent.align_ddl_sequences();
+ALTER EVENT TRIGGER tashkent_sequences ENABLE ALWAYS;
+
 -- DDL guard
 --
 -- The other replicas run replicated DDL as a superuser, so DDL by a role
