@@ -57,3 +57,405 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'tashkent_capture';
 
 GRANT USAGE ON SCHEMA tashkent TO PUBLIC;
+
+-- DDL: what a statement touched, and the applier's DDL generation
+--
+-- src/ddl.c replicates an outermost DDL statement as its text unless it
+-- touched temporary objects only, and refuses one that touched both. It
+-- learns what the statement touched from these event triggers, which
+-- count the objects PostgreSQL reports by what the catalog says of them
+-- (never by a name's text) and pass the counts to note_ddl_objects. They
+-- fire in every session_replication_role (ENABLE ALWAYS): in the applier
+-- too, which logs its DDL in ddl_log like any other session. SECURITY
+-- DEFINER: DDL by any role must be able to report and log.
+
+CREATE FUNCTION tashkent.note_ddl_objects(temporary integer, permanent integer) RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'tashkent_note_ddl_objects';
+REVOKE ALL ON FUNCTION tashkent.note_ddl_objects(integer, integer) FROM PUBLIC;
+
+-- One row per DDL command that changed a permanent object, inserted by
+-- the event triggers below (in the applier too). The agent's applier
+-- caches table definitions and checks max(gen), in its own snapshot,
+-- before it trusts the cache (internal/replica/apply.go). A table rather
+-- than a sequence: the row becomes visible when the DDL commits, together
+-- with the catalog change.
+CREATE TABLE tashkent.ddl_log (
+	gen bigserial PRIMARY KEY,
+	at  timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+REVOKE ALL ON tashkent.ddl_log FROM PUBLIC;
+
+-- check_ddl_generation runs in every apply transaction, so it has no SET
+-- clause (a SET clause costs every call a GUC nest level and a new search
+-- path) and qualifies every name instead.
+CREATE FUNCTION tashkent.check_ddl_generation(p_gen bigint) RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+	IF coalesce((SELECT pg_catalog.max(d.gen) FROM tashkent.ddl_log AS d), 0) OPERATOR(pg_catalog.<>) p_gen THEN
+		RAISE EXCEPTION USING ERRCODE = 'TK001',
+			MESSAGE = 'tashkent: table definitions changed since the applier cached them';
+	END IF;
+END
+$fn$;
+
+-- object_is_temporary says whether an object that a DDL command reported
+-- (or that one depends on) is temporary: a relation by its persistence; a
+-- trigger, rule, policy, constraint, default or statistics object by its
+-- table (a statistics object of a temporary table may sit in a permanent
+-- schema); anything else by its schema.
+CREATE FUNCTION tashkent.object_is_temporary(p_classid oid, p_objid oid) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+	SELECT coalesce(CASE p_classid
+		WHEN 'pg_catalog.pg_class'::regclass THEN
+			(SELECT c.relpersistence = 't' FROM pg_class AS c WHERE c.oid = p_objid)
+		WHEN 'pg_catalog.pg_trigger'::regclass THEN (SELECT c.relpersistence = 't'
+			FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid WHERE t.oid = p_objid)
+		WHEN 'pg_catalog.pg_rewrite'::regclass THEN (SELECT c.relpersistence = 't'
+			FROM pg_rewrite AS r JOIN pg_class AS c ON c.oid = r.ev_class WHERE r.oid = p_objid)
+		WHEN 'pg_catalog.pg_policy'::regclass THEN (SELECT c.relpersistence = 't'
+			FROM pg_policy AS p JOIN pg_class AS c ON c.oid = p.polrelid WHERE p.oid = p_objid)
+		WHEN 'pg_catalog.pg_attrdef'::regclass THEN (SELECT c.relpersistence = 't'
+			FROM pg_attrdef AS a JOIN pg_class AS c ON c.oid = a.adrelid WHERE a.oid = p_objid)
+		WHEN 'pg_catalog.pg_statistic_ext'::regclass THEN (SELECT c.relpersistence = 't'
+			FROM pg_statistic_ext AS x JOIN pg_class AS c ON c.oid = x.stxrelid WHERE x.oid = p_objid)
+		WHEN 'pg_catalog.pg_constraint'::regclass THEN (SELECT CASE WHEN x.conrelid <> 0
+				THEN (SELECT c.relpersistence = 't' FROM pg_class AS c WHERE c.oid = x.conrelid)
+				ELSE pg_is_other_temp_schema(x.connamespace) OR x.connamespace = pg_my_temp_schema() END
+			FROM pg_constraint AS x WHERE x.oid = p_objid)
+		ELSE (SELECT i.schema = 'pg_temp' OR i.schema LIKE 'pg\_temp\_%' OR i.schema LIKE 'pg\_toast\_temp\_%'
+			FROM pg_identify_object(p_classid, p_objid, 0) AS i)
+	END, false)
+$fn$;
+
+-- ddl_command_end reports the objects a command created or changed. It
+-- refuses two kinds of command that the other replicas could not run as
+-- this one did:
+--   - a temporary table that inherits from a permanent one (CREATE TEMP
+--     TABLE ... INHERITS, ALTER TABLE ... INHERIT): a write to the parent
+--     that reaches the child's rows would be captured as rows of the
+--     parent, and the other replicas would hold rows that exist nowhere
+--     here;
+--   - a permanent object that depends on a temporary one (a column of a
+--     temporary type, a default nextval('temporary sequence'), a rule or a
+--     BEGIN ATOMIC body that reads a temporary table): its text names an
+--     object the other replicas do not have.
+CREATE FUNCTION tashkent.ddl_command_end() RETURNS event_trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_temporary int;
+	v_permanent int;
+	v_what text;
+BEGIN
+	SELECT count(*) FILTER (WHERE t.temporary), count(*) FILTER (WHERE NOT t.temporary)
+	INTO v_temporary, v_permanent
+	FROM pg_event_trigger_ddl_commands() AS d,
+		LATERAL (SELECT tashkent.object_is_temporary(d.classid, d.objid) AS temporary) AS t
+	WHERE d.classid IS NOT NULL;	-- GRANT reports no objects: src/tempddl.c counts them
+
+	SELECT format('%s inherits from %s', i.inhrelid::regclass, i.inhparent::regclass) INTO v_what
+	FROM pg_event_trigger_ddl_commands() AS d
+	JOIN pg_inherits AS i ON i.inhrelid = d.objid
+	JOIN pg_class AS c ON c.oid = i.inhrelid
+	JOIN pg_class AS p ON p.oid = i.inhparent
+	WHERE d.classid = 'pg_class'::regclass AND c.relpersistence = 't' AND p.relpersistence <> 't'
+	LIMIT 1;
+	IF v_what IS NOT NULL THEN
+		RAISE EXCEPTION USING ERRCODE = '0A000',
+			MESSAGE = format('tashkent does not support a temporary table that inherits from a permanent one (%s)', v_what),
+			DETAIL = 'Writes to the parent that reach the temporary table''s rows would be replicated as rows of the parent.',
+			HINT = 'Create the temporary table with LIKE instead of INHERITS.';
+	END IF;
+
+	IF v_permanent > 0 THEN
+		WITH o AS (
+			SELECT d.classid, d.objid FROM pg_event_trigger_ddl_commands() AS d
+			WHERE d.classid IS NOT NULL AND NOT tashkent.object_is_temporary(d.classid, d.objid)
+		), part AS (
+			SELECT o.classid, o.objid FROM o
+			UNION SELECT 'pg_attrdef'::regclass, a.oid FROM o JOIN pg_attrdef AS a ON a.adrelid = o.objid
+				WHERE o.classid = 'pg_class'::regclass
+			UNION SELECT 'pg_constraint'::regclass, x.oid FROM o JOIN pg_constraint AS x ON x.conrelid = o.objid
+				WHERE o.classid = 'pg_class'::regclass
+			UNION SELECT 'pg_rewrite'::regclass, r.oid FROM o JOIN pg_rewrite AS r ON r.ev_class = o.objid
+				WHERE o.classid = 'pg_class'::regclass
+			UNION SELECT 'pg_trigger'::regclass, t.oid FROM o JOIN pg_trigger AS t ON t.tgrelid = o.objid
+				WHERE o.classid = 'pg_class'::regclass
+			UNION SELECT 'pg_policy'::regclass, p.oid FROM o JOIN pg_policy AS p ON p.polrelid = o.objid
+				WHERE o.classid = 'pg_class'::regclass
+		)
+		SELECT format('%s depends on %s', pg_describe_object(part.classid, part.objid, 0),
+				pg_describe_object(dep.refclassid, dep.refobjid, dep.refobjsubid)) INTO v_what
+		FROM part JOIN pg_depend AS dep ON dep.classid = part.classid AND dep.objid = part.objid
+		WHERE tashkent.object_is_temporary(dep.refclassid, dep.refobjid)
+		LIMIT 1;
+		IF v_what IS NOT NULL THEN
+			RAISE EXCEPTION USING ERRCODE = '0A000',
+				MESSAGE = format('tashkent cannot run this DDL: %s makes a permanent object that names a temporary one (%s)', TG_TAG, v_what),
+				DETAIL = 'tashkent replicates DDL as its text, and the other replicas do not have this session''s temporary objects.',
+				HINT = 'Make the new object temporary too (CREATE TEMP ...), or create it from permanent objects.';
+		END IF;
+		INSERT INTO tashkent.ddl_log DEFAULT VALUES;
+	END IF;
+	PERFORM tashkent.note_ddl_objects(v_temporary, v_permanent);
+END
+$fn$;
+
+-- ddl_sql_drop reports the objects a command dropped: those it named
+-- (original), not what went with them. By the time it runs they are gone
+-- from the catalog: PostgreSQL says which were temporary (is_temporary,
+-- from their schema); a trigger, rule, policy or default of a temporary
+-- table has no schema of its own, and its address names its table's. A
+-- statistics object no longer says its table: src/tempddl.c judged it
+-- before the DROP ran.
+CREATE FUNCTION tashkent.ddl_sql_drop() RETURNS event_trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_temporary int;
+	v_permanent int;
+BEGIN
+	SELECT count(*) FILTER (WHERE t.temporary), count(*) FILTER (WHERE NOT t.temporary)
+	INTO v_temporary, v_permanent
+	FROM pg_event_trigger_dropped_objects() AS d,
+		LATERAL (SELECT d.is_temporary OR coalesce(d.address_names[1] = 'pg_temp', false) AS temporary) AS t
+	WHERE d.original AND d.object_type <> 'statistics object';
+	IF v_permanent > 0 THEN
+		INSERT INTO tashkent.ddl_log DEFAULT VALUES;
+	END IF;
+	PERFORM tashkent.note_ddl_objects(v_temporary, v_permanent);
+END
+$fn$;
+
+CREATE EVENT TRIGGER tashkent_ddl_command_end ON ddl_command_end
+	EXECUTE FUNCTION tashkent.ddl_command_end();
+ALTER EVENT TRIGGER tashkent_ddl_command_end ENABLE ALWAYS;
+CREATE EVENT TRIGGER tashkent_ddl_sql_drop ON sql_drop
+	EXECUTE FUNCTION tashkent.ddl_sql_drop();
+ALTER EVENT TRIGGER tashkent_ddl_sql_drop ENABLE ALWAYS;
+
+-- Sequences
+--
+-- A sequence is not replicated: nextval changes no row, so capture never
+-- sees it, and each replica has its own. The rows it numbers are
+-- replicated like any other, so two replicas whose sequences handed out
+-- the same value would collide. As Galera and MySQL Group Replication do
+-- with auto_increment_increment / auto_increment_offset, every sequence
+-- on replica k of a cluster with stride s advances by s (-s descending)
+-- and hands out only values congruent to k modulo s: replicas never meet,
+-- with no coordination at nextval time.
+--
+-- The agent records k and s in replica_settings and runs
+-- align_all_sequences(). Then the event trigger aligns each sequence a
+-- DDL command creates or alters (CREATE SEQUENCE, SERIAL and identity
+-- columns, ALTER SEQUENCE ... RESTART / INCREMENT, ALTER TABLE ... ALTER
+-- COLUMN ... RESTART). It fires in the applier too (ENABLE ALWAYS), so
+-- each replica aligns a replicated sequence with its own k.
+--
+-- Aligning runs ALTER SEQUENCE ... INCREMENT BY ±s RESTART WITH v, v the
+-- first value congruent to k at or beyond the sequence's next value and
+-- beyond the largest value of the column that owns it (rows from
+-- elsewhere, a restored dump, are never handed out again). With
+-- tashkent.maintenance on (the function's SET clause): it is this
+-- replica's own change, never replicated, whoever calls it. setval() is
+-- refused (src/guard.c): ALTER SEQUENCE ... RESTART is replicated and
+-- realigned everywhere. A user's INCREMENT BY is replaced by ±s. Sessions
+-- that cached values (CACHE > 1) keep handing them out, as in PostgreSQL.
+
+-- This replica's place in the cluster: one row at most, local to the
+-- replica (the tashkent schema is never replicated). The stride is at most
+-- 1024: a SERIAL (int4) column still has about 2 million values per
+-- replica.
+CREATE TABLE tashkent.replica_settings (
+	id              boolean PRIMARY KEY DEFAULT true CHECK (id),
+	replica_index   int NOT NULL,
+	sequence_stride int NOT NULL,
+	CHECK (sequence_stride OPERATOR(pg_catalog.>=) 1 AND sequence_stride OPERATOR(pg_catalog.<=) 1024
+		AND replica_index OPERATOR(pg_catalog.>=) 1 AND replica_index OPERATOR(pg_catalog.<=) sequence_stride)
+);
+REVOKE ALL ON tashkent.replica_settings FROM PUBLIC;
+
+-- align_sequence makes one sequence advance by ±stride and hand out only
+-- values congruent to the replica index modulo the stride. Returns
+-- 'unchanged', 'aligned', or NULL (no settings, or not a user sequence).
+-- Arithmetic in numeric: bigint bounds must not overflow.
+CREATE FUNCTION tashkent.align_sequence(p_seq oid) RETURNS text
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET tashkent.maintenance = on
+AS $fn$
+DECLARE
+	v_idx int;
+	v_stride int;
+	v_rel regclass;
+	v_seq pg_sequence%ROWTYPE;
+	v_last numeric;
+	v_called boolean;
+	v_dir int;
+	v_cur numeric;
+	v_next numeric;
+	v_floor numeric;
+	v_target numeric;
+	v_col record;
+BEGIN
+	SELECT s.replica_index, s.sequence_stride INTO v_idx, v_stride FROM tashkent.replica_settings s;
+	IF v_stride IS NULL THEN
+		RETURN NULL;
+	END IF;
+	SELECT c.oid::regclass INTO v_rel
+	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE c.oid = p_seq AND c.relkind = 'S' AND c.relpersistence <> 't'
+		AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'tashkent');
+	IF v_rel IS NULL THEN
+		RETURN NULL;
+	END IF;
+	SELECT * INTO v_seq FROM pg_sequence WHERE seqrelid = p_seq;
+	EXECUTE format('SELECT last_value, is_called FROM %s', v_rel) INTO v_last, v_called;
+	v_dir := sign(v_seq.seqincrement);
+	v_cur := CASE WHEN v_called THEN v_last + v_seq.seqincrement ELSE v_last END;
+	v_next := v_cur;
+
+	-- Rows the sequence's own column already holds are never handed out
+	-- again.
+	FOR v_col IN
+		SELECT a.attrelid::regclass AS tbl, quote_ident(a.attname) AS col
+		FROM pg_depend d
+		JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+		WHERE d.classid = 'pg_class'::regclass AND d.objid = p_seq
+			AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i') AND d.refobjsubid > 0
+	LOOP
+		IF v_dir > 0 THEN
+			EXECUTE format('SELECT max(%s)::numeric + 1 FROM %s', v_col.col, v_col.tbl) INTO v_floor;
+			v_next := greatest(v_next, v_floor);
+		ELSE
+			EXECUTE format('SELECT min(%s)::numeric - 1 FROM %s', v_col.col, v_col.tbl) INTO v_floor;
+			v_next := least(v_next, v_floor);
+		END IF;
+	END LOOP;
+
+	IF abs(v_seq.seqincrement) = v_stride AND v_next = v_cur
+		AND mod(mod(v_next - v_idx, v_stride) + v_stride, v_stride) = 0 THEN
+		RETURN 'unchanged';
+	END IF;
+	IF v_dir > 0 THEN
+		v_target := v_next + mod(mod(v_idx - v_next, v_stride) + v_stride, v_stride);
+	ELSE
+		v_target := v_next - mod(mod(v_next - v_idx, v_stride) + v_stride, v_stride);
+	END IF;
+	IF v_target > v_seq.seqmax OR v_target < v_seq.seqmin THEN
+		RAISE EXCEPTION USING ERRCODE = '55000',
+			MESSAGE = format('sequence %s has no value left for replica %s of stride %s', v_rel, v_idx, v_stride),
+			HINT = 'Give the sequence a wider range (ALTER SEQUENCE ... MAXVALUE / MINVALUE, or AS bigint).';
+	END IF;
+	EXECUTE format('ALTER SEQUENCE %s INCREMENT BY %s RESTART WITH %s', v_rel, v_dir * v_stride, v_target);
+	RETURN 'aligned';
+END
+$fn$;
+
+-- align_relation_sequences aligns a sequence, or every sequence a table's
+-- columns own (SERIAL, identity): what a DDL command on that relation may
+-- have created or restarted.
+CREATE FUNCTION tashkent.align_relation_sequences(p_rel oid) RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+	IF NOT EXISTS (SELECT FROM tashkent.replica_settings) THEN
+		RETURN;
+	END IF;
+	PERFORM tashkent.align_sequence(p_rel);
+	PERFORM tashkent.align_sequence(d.objid)
+	FROM pg_depend d JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+	WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
+		AND d.refobjid = p_rel AND d.deptype IN ('a', 'i');
+END
+$fn$;
+
+-- align_all_sequences aligns every user sequence of the database: after
+-- the agent sets replica_settings, and by hand after a setval() that
+-- maintenance let through. Returns how many it changed.
+CREATE FUNCTION tashkent.align_all_sequences() RETURNS int
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_n int := 0;
+	v_seq oid;
+BEGIN
+	FOR v_seq IN SELECT c.oid FROM pg_class c WHERE c.relkind = 'S' ORDER BY c.oid LOOP
+		IF tashkent.align_sequence(v_seq) = 'aligned' THEN
+			v_n := v_n + 1;
+		END IF;
+	END LOOP;
+	RETURN v_n;
+END
+$fn$;
+
+CREATE FUNCTION tashkent.align_ddl_sequences() RETURNS event_trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_rel oid;
+BEGIN
+	IF NOT EXISTS (SELECT FROM tashkent.replica_settings) THEN
+		RETURN;
+	END IF;
+	FOR v_rel IN
+		SELECT DISTINCT d.objid FROM pg_event_trigger_ddl_commands() AS d
+		WHERE d.classid = 'pg_class'::regclass
+	LOOP
+		PERFORM tashkent.align_relation_sequences(v_rel);
+	END LOOP;
+END
+$fn$;
+
+-- They read any table's key column and restart any sequence with their
+-- owner's rights: only the event trigger (as its owner) and superusers
+-- may call them (PUBLIC gets EXECUTE on a new function by default).
+REVOKE EXECUTE ON FUNCTION tashkent.align_sequence(oid), tashkent.align_relation_sequences(oid),
+	tashkent.align_all_sequences() FROM PUBLIC;
+
+CREATE EVENT TRIGGER tashkent_sequences ON ddl_command_end
+	WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE', 'CREATE SCHEMA',
+		'CREATE SEQUENCE', 'ALTER SEQUENCE')
+	EXECUTE FUNCTION tashkent.align_ddl_sequences();
+ALTER EVENT TRIGGER tashkent_sequences ENABLE ALWAYS;
+
+-- DDL guard
+--
+-- The other replicas run replicated DDL as a superuser, so DDL by a role
+-- that is not one would run code (a default, a constraint, an index
+-- expression, a trigger) with superuser rights there. src/ddlguard.c
+-- refuses such DDL (42501) where src/ddl.c decides to replicate it,
+-- unless role_may_replicate_ddl() says the role may: a superuser, or every
+-- role is trusted. The agent records the trust (its --trust-ddl-roles):
+--   INSERT INTO tashkent.ddl_trust (trust_roles) VALUES (true)
+--   ON CONFLICT (id) DO UPDATE SET trust_roles = EXCLUDED.trust_roles
+-- Every role may read it: the guard asks as the role.
+CREATE TABLE tashkent.ddl_trust (
+	id boolean PRIMARY KEY DEFAULT true CHECK (id),
+	trust_roles boolean NOT NULL
+);
+REVOKE ALL ON tashkent.ddl_trust FROM PUBLIC;
+GRANT SELECT ON tashkent.ddl_trust TO PUBLIC;
+
+CREATE FUNCTION tashkent.role_may_replicate_ddl() RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+	SELECT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user), false)
+		OR coalesce((SELECT t.trust_roles FROM tashkent.ddl_trust AS t), false)
+$fn$;

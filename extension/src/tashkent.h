@@ -15,8 +15,17 @@
  *               indexes, foreign keys), cached per relation
  *   writeset.c  a transaction's changes collapsed and encoded for the
  *               certifier (tashkent.certifier.v1.Writeset)
- *   ddl.c       ProcessUtility_hook: DDL captured from the parse tree, and
- *               the statements that would escape replication refused
+ *   ddl.c       ProcessUtility_hook: DDL captured as its text at the
+ *               outermost level, temporary objects kept local
+ *   stmtkind.c  which utility statements are DDL, which stay local
+ *   tempddl.c   what the parse tree says of temporary objects, and DDL
+ *               that would name one in a permanent object refused
+ *   unreplicated.c  utility statements whose effect would stay on one
+ *               replica refused (LISTEN/NOTIFY, large objects, ...)
+ *   protect.c   replication's own triggers, event triggers and schema
+ *               protected; tashkent.maintenance logged
+ *   isolation.c SERIALIZABLE asked for is mapped to REPEATABLE READ
+ *   ddlguard.c  replicated DDL only from superusers (or trusted roles)
  *   guard.c     functions whose effect stays on one replica refused, and
  *               writes to the system catalogs
  *   admit.c     new connections refused while the replica catches up
@@ -32,6 +41,7 @@
 #include "access/xact.h"
 #include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
+#include "nodes/parsenodes.h"
 #include "replication/origin.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -221,6 +231,65 @@ extern void tk_writeset_encode(List *events, StringInfo out);
 
 extern void tk_ddl_init(void);
 extern void tk_guard_init(void);
+extern void tk_guard_catalog_write(Oid relid);
+
+/* ---- stmtkind.c ---- */
+
+/* What ddl.c does with a utility statement. */
+typedef enum TkUtilityKind
+{
+	TK_UTILITY_LOCAL,			/* stays on this replica; nothing to look at */
+	TK_UTILITY_CHECKED,			/* stays on this replica once checked (it may
+								 * be refused or rewritten) */
+	TK_UTILITY_DDL,				/* replicated as its text, unless it touches
+								 * temporary objects only */
+	TK_UTILITY_OWN_EXTENSION	/* CREATE/ALTER EXTENSION tashkent: never
+								 * replicated, nor its script */
+} TkUtilityKind;
+
+extern TkUtilityKind tk_utility_kind(Node *stmt);
+extern bool tk_utility_is_concurrent(Node *stmt);
+extern void tk_utility_clear_concurrent(Node *stmt);
+
+/* ---- tempddl.c ---- */
+
+extern bool tk_declared_temporary(Node *stmt);
+extern bool tk_concurrent_target_is_temporary(Node *stmt);
+extern void tk_count_unreported_targets(Node *stmt, int *temporary, int *permanent);
+extern void tk_refuse_temporary_sources(Node *stmt);
+extern bool tk_creates_temporary(RangeVar *rel);
+
+/* ---- unreplicated.c ---- */
+
+/* Features whose effect would stay on one replica (refused, 0A000). */
+typedef enum TkFeature
+{
+	TK_FEATURE_NOTIFICATIONS,	/* LISTEN, NOTIFY, pg_notify */
+	TK_FEATURE_LARGE_OBJECTS,	/* lo_*, ... ON LARGE OBJECT */
+	TK_FEATURE_ADVISORY_LOCKS,	/* pg_advisory_*, pg_try_advisory_* */
+	TK_FEATURE_SETVAL,			/* setval */
+	TK_FEATURE_CTAS_EXECUTE,	/* CREATE TABLE AS EXECUTE */
+	TK_FEATURE_PREPARED_SELECT_INTO,	/* PREPARE ... SELECT INTO */
+	TK_FEATURE_EXPLAIN_ANALYZE_CTAS /* EXPLAIN ANALYZE CREATE TABLE AS */
+} TkFeature;
+
+extern void tk_refuse_feature(TkFeature feature) pg_attribute_noreturn();
+extern void tk_refuse_unreplicated(Node *stmt);
+
+/* ---- protect.c ---- */
+
+extern void tk_protect_replication(Node *stmt);
+extern bool tk_sets_maintenance_on(Node *stmt);
+extern void tk_log_maintenance_on(void);
+
+/* ---- isolation.c ---- */
+
+extern bool tk_asks_serializable(Node *stmt);
+extern void tk_map_serializable(Node *stmt);
+
+/* ---- ddlguard.c ---- */
+
+extern void tk_ddl_guard_check(Node *stmt);
 extern void tk_admit_init(void);
 extern void tk_doom_init(void);
 extern void tk_doom_check(void);
