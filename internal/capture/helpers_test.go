@@ -3,8 +3,8 @@ package capture_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -145,6 +145,4 @@ func (f *fixture) fails(sql, code string) *pgconn.PgError {
 	return pe
 }
 
-func lines(format string, args ...any) []string {
-	return strings.Split(fmt.Sprintf(format, args...), "\n")
-}
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

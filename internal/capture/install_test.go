@@ -1,0 +1,86 @@
+package capture_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+)
+
+// triggers lists the tashkent triggers of every table in the database:
+// "table trigger enabled".
+func (f *fixture) triggers(db string) []string {
+	f.t.Helper()
+	conn := f.conn
+	if db != "postgres" {
+		conn = f.agent.Connect(db)
+	}
+	return f.query(conn, `SELECT c.relname || ' ' || t.tgname || ' ' || t.tgenabled::text
+		FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+		WHERE t.tgfoid = 'tashkent.capture()'::regprocedure ORDER BY 1`)
+}
+
+// Every permanent table gets exactly the two capture triggers, ENABLE
+// ALWAYS: those there at CREATE EXTENSION, and those created or changed
+// later, by any role.
+func TestTriggerInstallation(t *testing.T) {
+	ctx := context.Background()
+	f := start(t,
+		`CREATE DATABASE other`,
+		`CREATE ROLE app`,
+		`GRANT CREATE ON SCHEMA public TO app`)
+	other := f.agent.Connect("other")
+	f.exec(other, `CREATE TABLE before (id int PRIMARY KEY)`)
+	f.exec(other, `CREATE TABLE before_nopk (a int)`)
+	f.exec(other, `CREATE TABLE before_root (id int PRIMARY KEY) PARTITION BY RANGE (id)`)
+	f.exec(other, `CREATE TABLE before_part PARTITION OF before_root FOR VALUES FROM (0) TO (10)`)
+	f.exec(other, `CREATE EXTENSION tashkent`)
+	want := []string{
+		"before tashkent_capture A", "before tashkent_capture_truncate A",
+		"before_nopk tashkent_capture A", "before_nopk tashkent_capture_truncate A",
+		"before_part tashkent_capture A", "before_part tashkent_capture_truncate A",
+	}
+	if got := f.triggers("other"); !slices.Equal(got, want) {
+		t.Errorf("after CREATE EXTENSION:\n got  %q\n want %q", got, want)
+	}
+
+	for _, sql := range []string{
+		`CREATE TABLE plain (id int PRIMARY KEY)`,
+		`CREATE TABLE ctas AS SELECT 1 AS id`,
+		`SELECT 1 AS id INTO selinto`,
+		`CREATE UNLOGGED TABLE unlogged (id int PRIMARY KEY)`,
+		`CREATE TABLE root (id int PRIMARY KEY) PARTITION BY RANGE (id)`,
+		`CREATE TABLE part1 PARTITION OF root FOR VALUES FROM (0) TO (10)`,
+		`CREATE TABLE part2 (id int PRIMARY KEY)`,
+		`ALTER TABLE root ATTACH PARTITION part2 FOR VALUES FROM (10) TO (20)`,
+		`ALTER TABLE root DETACH PARTITION part1`,
+		`CREATE TEMP TABLE temp (id int PRIMARY KEY)`,
+		`CREATE TABLE tashkent.internal (id int PRIMARY KEY)`,
+		`CREATE MATERIALIZED VIEW mv AS SELECT 1`,
+		`SET ROLE app; CREATE TABLE owned (id int PRIMARY KEY); RESET ROLE`,
+		`CREATE TABLE disabled (id int PRIMARY KEY)`,
+		`ALTER TABLE disabled DISABLE TRIGGER tashkent_capture`,
+		`ALTER TABLE disabled ENABLE TRIGGER tashkent_capture_truncate`,
+	} {
+		if ws := f.writesets(f.conn, sql); len(ws) != 0 {
+			t.Errorf("%s certified %q", sql, ws)
+		}
+	}
+	want = nil
+	for _, table := range []string{"ctas", "disabled", "owned", "part1", "part2", "plain", "selinto", "unlogged"} {
+		want = append(want, table+" tashkent_capture A", table+" tashkent_capture_truncate A")
+	}
+	if got := f.triggers("postgres"); !slices.Equal(got, want) {
+		t.Errorf("after DDL:\n got  %q\n want %q", got, want)
+	}
+
+	// The new tables' writes are captured, a role's included; that role
+	// cannot manage the triggers itself.
+	f.fails(`INSERT INTO ctas VALUES (2)`, "55000")
+	f.exec(f.conn, `ALTER TABLE ctas ADD PRIMARY KEY (id)`)
+	f.expect(`INSERT INTO ctas VALUES (3)`, `UPSERT public.ctas [3] (3)`)
+	f.expect(`SET ROLE app; INSERT INTO owned VALUES (1); RESET ROLE`, `UPSERT public.owned [1] (1)`)
+	if _, err := f.conn.Exec(ctx, `SET ROLE app; SELECT tashkent.ensure_capture('owned'::regclass)`); sqlState(err) != "42501" {
+		t.Errorf("a role managed capture triggers: %v", err)
+	}
+	f.exec(f.conn, `RESET ROLE`)
+}
