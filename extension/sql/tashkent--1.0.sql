@@ -150,10 +150,10 @@ $fn$;
 -- capture_on_ddl keeps the triggers right as tables are created or
 -- changed: a table created (CREATE TABLE, a partition, CREATE TABLE AS,
 -- SELECT INTO), or altered (ATTACH and DETACH PARTITION, SET SCHEMA, SET
--- LOGGED, a capture trigger disabled...): every table of a partition tree
--- the command touched. Tables created with their rows (CREATE TABLE AS)
--- get the triggers after the rows: the statement's text, replicated, makes
--- them on the other replicas.
+-- LOGGED, a capture trigger disabled or renamed...): every table of a
+-- partition tree the command touched. Tables created with their rows
+-- (CREATE TABLE AS) get the triggers after the rows: the statement's text,
+-- replicated, makes them on the other replicas.
 CREATE FUNCTION tashkent.capture_on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -163,14 +163,45 @@ BEGIN
 	-- pg_partition_tree lists a partition tree's tables, nothing for a
 	-- table outside one.
 	PERFORM tashkent.ensure_capture(t.relid)
-	FROM (SELECT d.objid AS relid
+	FROM (SELECT CASE WHEN d.classid = 'pg_trigger'::regclass
+				THEN (SELECT tg.tgrelid FROM pg_trigger tg WHERE tg.oid = d.objid)
+				ELSE d.objid END AS relid
 			FROM pg_event_trigger_ddl_commands() AS d
-			WHERE d.classid = 'pg_class'::regclass
+			WHERE d.classid IN ('pg_class'::regclass, 'pg_trigger'::regclass)
 		UNION
 		SELECT p.relid
 			FROM pg_event_trigger_ddl_commands() AS d
 			CROSS JOIN LATERAL pg_partition_tree(d.objid) AS p
-			WHERE d.classid = 'pg_class'::regclass) AS t;
+			WHERE d.classid = 'pg_class'::regclass) AS t
+	WHERE t.relid IS NOT NULL;
+END
+$fn$;
+
+-- capture_on_drop refuses DROP TRIGGER of a capture trigger, but to a
+-- superuser (and so to ensure_capture): a table's owner may drop its
+-- triggers, and its writes would then never be replicated. Dropping the
+-- table drops them too, which is no DROP TRIGGER. It runs with the
+-- caller's rights, to know who the caller is; it only reads.
+CREATE FUNCTION tashkent.capture_on_drop() RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+	v_trigger text;
+BEGIN
+	IF (SELECT r.rolsuper FROM pg_roles r WHERE r.rolname = current_user) THEN
+		RETURN;
+	END IF;
+	SELECT d.object_identity INTO v_trigger
+	FROM pg_event_trigger_dropped_objects() AS d
+	WHERE d.object_type = 'trigger' AND d.original
+		AND split_part(d.object_identity, ' on ', 1) IN ('tashkent_capture', 'tashkent_capture_truncate');
+	IF v_trigger IS NOT NULL THEN
+		RAISE EXCEPTION USING
+			ERRCODE = '42501',
+			MESSAGE = format('trigger %s replicates the table''s writes; only a superuser may drop it', v_trigger),
+			HINT = 'Writes to the table are replicated while it exists.';
+	END IF;
 END
 $fn$;
 
@@ -178,9 +209,14 @@ REVOKE ALL ON FUNCTION tashkent.capture(), tashkent.ensure_capture(oid), tashken
 	FROM PUBLIC;
 
 CREATE EVENT TRIGGER tashkent_capture_on_ddl ON ddl_command_end
-WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE')
+WHEN TAG IN ('CREATE TABLE', 'CREATE TABLE AS', 'SELECT INTO', 'ALTER TABLE', 'ALTER TRIGGER')
 EXECUTE FUNCTION tashkent.capture_on_ddl();
 ALTER EVENT TRIGGER tashkent_capture_on_ddl ENABLE ALWAYS;
+
+CREATE EVENT TRIGGER tashkent_capture_on_drop ON sql_drop
+WHEN TAG IN ('DROP TRIGGER')
+EXECUTE FUNCTION tashkent.capture_on_drop();
+ALTER EVENT TRIGGER tashkent_capture_on_drop ENABLE ALWAYS;
 
 -- The tables that exist already.
 SELECT tashkent.ensure_capture(c.oid) FROM pg_catalog.pg_class AS c

@@ -344,14 +344,22 @@ collapse(Collapse *c, List *events)
 	ListCell   *lc;
 	int			i = 0;
 	bool		ordered = true;
+	int			nunique = 0;
+	int			nrefs = 0;
+	int			ntruncates = 0;
 
 	c->nsorted = list_length(events);
 	c->sorted = palloc(sizeof(TkEvent *) * c->nsorted);
 	foreach(lc, events)
 	{
-		c->sorted[i] = lfirst(lc);
-		if (i > 0 && compare_order(c->sorted[i - 1], c->sorted[i]) > 0)
+		const TkEvent *e = lfirst(lc);
+
+		c->sorted[i] = e;
+		if (i > 0 && compare_order(c->sorted[i - 1], e) > 0)
 			ordered = false;
+		nunique += e->kind == TK_EVENT_UNIQUE_KEY;
+		nrefs += e->kind == TK_EVENT_REFERENCE;
+		ntruncates += e->kind == TK_EVENT_TRUNCATE;
 		i++;
 	}
 	if (!ordered)
@@ -360,9 +368,9 @@ collapse(Collapse *c, List *events)
 	c->next = palloc(sizeof(int) * c->nsorted);
 	c->keys = keytab_create(CurrentMemoryContext, c->nsorted, NULL);
 	c->slots = palloc0(sizeof(Slot) * c->nsorted);
-	c->unique = palloc(sizeof(TkEvent *) * c->nsorted);
-	c->refs = palloc(sizeof(TkEvent *) * c->nsorted);
-	c->truncated = palloc(sizeof(Truncated) * c->nsorted);
+	c->unique = palloc(sizeof(TkEvent *) * Max(nunique, 1));
+	c->refs = palloc(sizeof(TkEvent *) * Max(nrefs, 1));
+	c->truncated = palloc(sizeof(Truncated) * Max(ntruncates, 1));
 
 	for (i = 0; i < c->nsorted; i++)
 	{

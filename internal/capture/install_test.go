@@ -79,8 +79,20 @@ func TestTriggerInstallation(t *testing.T) {
 	f.exec(f.conn, `ALTER TABLE ctas ADD PRIMARY KEY (id)`)
 	f.expect(`INSERT INTO ctas VALUES (3)`, `UPSERT public.ctas [3] (3)`)
 	f.expect(`SET ROLE app; INSERT INTO owned VALUES (1); RESET ROLE`, `UPSERT public.owned [1] (1)`)
-	if _, err := f.conn.Exec(ctx, `SET ROLE app; SELECT tashkent.ensure_capture('owned'::regclass)`); sqlState(err) != "42501" {
-		t.Errorf("a role managed capture triggers: %v", err)
+	for _, sql := range []string{
+		`SET ROLE app; SELECT tashkent.ensure_capture('owned'::regclass)`,
+		`SET ROLE app; DROP TRIGGER tashkent_capture ON owned`,
+		`SET ROLE app; DROP TRIGGER tashkent_capture_truncate ON owned`,
+	} {
+		if _, err := f.conn.Exec(ctx, sql); sqlState(err) != "42501" {
+			t.Errorf("%s: %v, want 42501", sql, err)
+		}
+		f.exec(f.conn, `RESET ROLE`)
 	}
-	f.exec(f.conn, `RESET ROLE`)
+	// A renamed trigger is put back; the table's owner may drop the table.
+	f.exec(f.conn, `SET ROLE app; ALTER TRIGGER tashkent_capture ON owned RENAME TO mine; RESET ROLE`)
+	f.exec(f.conn, `SET ROLE app; CREATE TABLE gone (id int PRIMARY KEY); DROP TABLE gone; RESET ROLE`)
+	if got := f.triggers("postgres"); !slices.Equal(got, want) {
+		t.Errorf("after the owner's attempts:\n got  %q\n want %q", got, want)
+	}
 }
