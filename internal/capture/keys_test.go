@@ -54,13 +54,20 @@ func TestForeignKeys(t *testing.T) {
 		`CREATE TABLE q (id bigint PRIMARY KEY, v text)`,
 		`CREATE TABLE c (id int PRIMARY KEY, pid int REFERENCES p, pcode varchar(8) REFERENCES p (code),
 			pn numeric(10,1) REFERENCES p (n), qid int REFERENCES q)`,
-		`CREATE TABLE pp (id int, k int, PRIMARY KEY (id, k)) PARTITION BY LIST (k)`,
+		`CREATE TABLE pp (id int, k int, code text, PRIMARY KEY (id, k), UNIQUE (code, k)) PARTITION BY LIST (k)`,
 		`CREATE TABLE pp1 PARTITION OF pp FOR VALUES IN (1)`,
-		`CREATE TABLE cc (id int PRIMARY KEY, pid int, pk int, FOREIGN KEY (pid, pk) REFERENCES pp)`,
+		`CREATE TABLE cc (id int PRIMARY KEY, pid int, pk int, pcode text,
+			FOREIGN KEY (pid, pk) REFERENCES pp, FOREIGN KEY (pcode, pk) REFERENCES pp (code, k))`,
+		// The parent lookup runs as the parent's owner, row security off,
+		// as the foreign key's own check does.
+		`ALTER TABLE pp ENABLE ROW LEVEL SECURITY`,
+		`ALTER TABLE pp FORCE ROW LEVEL SECURITY`,
+		`CREATE ROLE app`,
+		`GRANT INSERT ON cc TO app`,
 		`CREATE TABLE dc (id int PRIMARY KEY, pid int REFERENCES p DEFERRABLE INITIALLY DEFERRED)`,
 		`INSERT INTO p VALUES (1, 'a', 1.50), (2, 'b', 2)`,
 		`INSERT INTO q VALUES (1, 'x')`,
-		`INSERT INTO pp VALUES (5, 1)`)
+		`INSERT INTO pp VALUES (5, 1, 'five')`)
 
 	f.expect(`INSERT INTO c VALUES (10, 1, 'a', 1.5, 1)`,
 		`UPSERT public.c [10] (10,1,a,1.5,1)`,
@@ -89,8 +96,10 @@ func TestForeignKeys(t *testing.T) {
 		`UNIQUE_KEY public.p#p_n_key [7]`)
 	// A partitioned parent: the partition that holds the row names it, as
 	// its own changes do.
-	f.expect(`INSERT INTO cc VALUES (1, 5, 1)`, `UPSERT public.cc [1] (1,5,1)`, `REFERENCE public.pp1 [5,1]`)
-	f.expect(`UPDATE pp SET id = id`, `UPSERT public.pp1 [5,1] (5,1) keeps`)
+	f.expect(`SET ROLE app; INSERT INTO cc VALUES (1, 5, 1, 'five'); RESET ROLE`,
+		`UPSERT public.cc [1] (1,5,1,five)`, `REFERENCE public.pp1 [5,1]`, `REFERENCE public.pp1#pp1_code_k_key ["five",1]`)
+	f.expect(`DELETE FROM cc; UPDATE pp SET code = 'cinq'; DELETE FROM pp WHERE code = 'cinq'`,
+		`DELETE public.cc [1]`, `DELETE public.pp1 [5,1]`, `UNIQUE_KEY public.pp1#pp1_code_k_key ["cinq",1]`, `UNIQUE_KEY public.pp1#pp1_code_k_key ["five",1]`)
 
 	// Keeping updates: q is referenced through its primary key only, p
 	// through other unique indexes too, so an UPDATE of p may change a

@@ -43,6 +43,19 @@ func TestRowChanges(t *testing.T) {
 	f.expect(`INSERT INTO s VALUES (1, 'a'), (2, 'b')`, `UPSERT public.s [1] (1,a)`, `UPSERT public.s [2] (2,b)`)
 	f.expect(`UPDATE s SET id = 3 - id`, `UPSERT public.s [1] (1,b)`, `UPSERT public.s [2] (2,a)`)
 
+	// INSERT ... ON CONFLICT and MERGE fire the same row triggers.
+	f.expect(`INSERT INTO t VALUES (21, 'u') ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v`, `UPSERT public.t [21] (21,u) keeps`)
+	f.expect(`INSERT INTO t VALUES (30, 'u') ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v`, `UPSERT public.t [30] (30,u)`)
+	if ws := f.writesets(f.conn, `INSERT INTO t VALUES (21, 'n') ON CONFLICT DO NOTHING`); len(ws) != 0 {
+		t.Errorf("an INSERT that did nothing certified %q", ws)
+	}
+	f.expect(`MERGE INTO t USING (VALUES (30, 'm')) AS s (id, v) ON t.id = s.id
+		WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.v)`, `UPSERT public.t [30] (30,m) keeps`)
+	f.expect(`MERGE INTO t USING (VALUES (31, 'm')) AS s (id, v) ON t.id = s.id
+		WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.v)`, `UPSERT public.t [31] (31,m)`)
+	f.expect(`MERGE INTO t USING (VALUES (31, 'm')) AS s (id, v) ON t.id = s.id
+		WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.v)`, `DELETE public.t [31]`)
+
 	// Names quoted as format('%I.%I') quotes them.
 	f.expect(`INSERT INTO "Odd Schema"."T""x" VALUES (1)`, `UPSERT "Odd Schema"."T""x" [1] (1)`)
 }
