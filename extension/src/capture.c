@@ -367,6 +367,13 @@ any_null(const AttrNumber *attnums, int ncols, const RowImage *img)
 	return false;
 }
 
+/* A parent row's key, printed. */
+typedef struct ParentKey
+{
+	char	   *label;			/* NULL: no parent row found */
+	StringInfoData key;
+} ParentKey;
+
 /* One row's capture: what its trigger call gives and what it found. */
 typedef struct RowCapture
 {
@@ -378,10 +385,7 @@ typedef struct RowCapture
 	bool		has_old;
 	bool		has_new;
 	bool	   *refers;			/* per foreign key: record its reference */
-	/* per looked-up foreign key that found its parent: */
-	TkRelInfo **parent_info;
-	const TkKey **parent_key;
-	RowImage   *parent_row;		/* the parent key's values, in place */
+	ParentKey  *parents;		/* per foreign key looked up */
 } RowCapture;
 
 static void
@@ -394,99 +398,113 @@ refuse_without_primary_key(TkRelInfo *info)
 			 errhint("Add one: ALTER TABLE %s ADD PRIMARY KEY (...).", info->name)));
 }
 
-/*
- * find_parents: for each foreign key whose parent must be looked up (see
- * relinfo.c), the parent row the new row references, found before the
- * print settings are pinned: the lookup compares values as the session
- * does.
- */
+/* print_key: key_text under the pinned print settings. */
 static void
-find_parents(RowCapture *rc)
+print_key(StringInfo buf, TkRelInfo *info, const TkKey *key, const RowImage *img)
 {
-	TkRelInfo  *info = rc->info;
+	PrintSettings saved;
 
-	for (int f = 0; f < info->nfkeys; f++)
+	pin_print_settings(&saved);
+	PG_TRY();
 	{
-		TkForeignKey *fk = &info->fkeys[f];
-		Datum		key[INDEX_MAX_KEYS];
-		Oid			partition;
-		TkRelInfo  *pinfo;
-		const TkKey *pkey;
-		RowImage   *prow;
-
-		if (!rc->refers[f] || fk->label != NULL)
-			continue;
-		if (!tk_relinfo_find_parent(fk, rc->new.values, &partition, key))
-			continue;
-		pinfo = tk_relinfo_get_oid(partition);
-		pkey = tk_relinfo_index_key(pinfo, fk->index, fk->index_is_pk);
-		if (pkey == NULL)
-			continue;
-		prow = &rc->parent_row[f];
-		prow->values = palloc0(sizeof(Datum) * Max(pinfo->natts, 1));
-		prow->nulls = palloc(sizeof(bool) * Max(pinfo->natts, 1));
-		memset(prow->nulls, true, sizeof(bool) * Max(pinfo->natts, 1));
-		for (int i = 0; i < pkey->ncols; i++)
-		{
-			prow->values[pkey->attnums[i] - 1] = key[i];
-			prow->nulls[pkey->attnums[i] - 1] = false;
-		}
-		rc->parent_info[f] = pinfo;
-		rc->parent_key[f] = pkey;
+		key_text(buf, info, key, img);
 	}
+	PG_FINALLY();
+	{
+		restore_print_settings(&saved);
+	}
+	PG_END_TRY();
 }
 
-/* emit_row_events: the events of one row, with print settings pinned. */
+/*
+ * find_parent: the key of the parent row the new row references through
+ * fk, a foreign key whose parent is looked up (see relinfo.c), printed as
+ * the parent's own capture prints it. The lookup runs before the print
+ * settings are pinned: it compares values as the session does. The key is
+ * printed at once, and the parent's entry not kept: a later lookup may
+ * rebuild it.
+ */
 static void
-emit_row_events(RowCapture *rc)
+find_parent(RowCapture *rc, TkForeignKey *fk, ParentKey *parent)
+{
+	Datum		values[INDEX_MAX_KEYS];
+	Oid			partition;
+	TkRelInfo  *pinfo;
+	const TkKey *pkey;
+	RowImage	prow;
+
+	if (!tk_relinfo_find_parent(fk, rc->new.values, &partition, values))
+		return;
+	/* the table itself (a self-reference): its entry is in use */
+	pinfo = partition == rc->info->relid ? rc->info : tk_relinfo_get_oid(partition);
+	pkey = tk_relinfo_index_key(pinfo, fk->index, fk->index_is_pk);
+	if (pkey == NULL)
+		return;
+	prow.values = palloc0(sizeof(Datum) * Max(pinfo->natts, 1));
+	prow.nulls = palloc(sizeof(bool) * Max(pinfo->natts, 1));
+	memset(prow.nulls, true, sizeof(bool) * Max(pinfo->natts, 1));
+	for (int i = 0; i < pkey->ncols; i++)
+	{
+		prow.values[pkey->attnums[i] - 1] = values[i];
+		prow.nulls[pkey->attnums[i] - 1] = false;
+	}
+	initStringInfo(&parent->key);
+	print_key(&parent->key, pinfo, pkey, &prow);
+	parent->label = pstrdup(pkey->label);
+}
+
+/*
+ * emit_row_change: the row's UPSERT, KEEPING_UPSERT or DELETE (an UPDATE
+ * that moved the primary key: the old key's DELETE, then the new key's
+ * UPSERT). An UPSERT remembers the row version it wrote, for
+ * tk_capture_row_state.
+ */
+static void
+emit_row_change(RowCapture *rc, StringInfo key, StringInfo other, StringInfo row)
 {
 	TkRelInfo  *info = rc->info;
-	TupleDesc	desc = RelationGetDescr(rc->rel);
-	StringInfoData key;
-	StringInfoData other;
-	StringInfoData row;
+	TkEventKind kind = TK_EVENT_UPSERT;
+	TkEvent    *e;
 
-	initStringInfo(&key);
-	initStringInfo(&other);
-	initStringInfo(&row);
-
-	/* the row change */
-	if (rc->has_new)
+	if (!rc->has_new)
 	{
-		TkEventKind kind = TK_EVENT_UPSERT;
-		TkEvent    *e;
-
-		key_text(&key, info, &info->pk, &rc->new);
-		if (rc->has_old)
-		{
-			bool		moved = false;
-
-			if (!columns_equal(desc, info->pk.attnums, info->pk.ncols, &rc->old, &rc->new))
-			{
-				key_text(&other, info, &info->pk, &rc->old);
-				moved = other.len != key.len || memcmp(other.data, key.data, key.len) != 0;
-			}
-			if (moved)
-				append_event(TK_EVENT_DELETE, rc->cid, info->name, info->namelen,
-							 other.data, other.len, NULL, 0);
-			else if (info->keeping)
-				kind = TK_EVENT_KEEPING_UPSERT;
-		}
-		row_text(&row, info, &rc->new);
-		e = append_event(kind, rc->cid, info->name, info->namelen,
-						 key.data, key.len, row.data, row.len);
-		e->relid = RelationGetRelid(rc->rel);
-		e->relfilenode = rc->rel->rd_node.relNode;
-		e->tid = rc->new.tuple->t_self;
-	}
-	else
-	{
-		key_text(&key, info, &info->pk, &rc->old);
+		key_text(key, info, &info->pk, &rc->old);
 		append_event(TK_EVENT_DELETE, rc->cid, info->name, info->namelen,
-					 key.data, key.len, NULL, 0);
+					 key->data, key->len, NULL, 0);
+		return;
 	}
+	key_text(key, info, &info->pk, &rc->new);
+	if (rc->has_old)
+	{
+		bool		moved = false;
 
-	/* the unique values taken or freed */
+		/* the key moved if its bytes changed and it prints otherwise */
+		if (!columns_equal(RelationGetDescr(rc->rel), info->pk.attnums, info->pk.ncols,
+						   &rc->old, &rc->new))
+		{
+			key_text(other, info, &info->pk, &rc->old);
+			moved = other->len != key->len || memcmp(other->data, key->data, key->len) != 0;
+		}
+		if (moved)
+			append_event(TK_EVENT_DELETE, rc->cid, info->name, info->namelen,
+						 other->data, other->len, NULL, 0);
+		else if (info->keeping)
+			kind = TK_EVENT_KEEPING_UPSERT;
+	}
+	row_text(row, info, &rc->new);
+	e = append_event(kind, rc->cid, info->name, info->namelen,
+					 key->data, key->len, row->data, row->len);
+	e->relid = RelationGetRelid(rc->rel);
+	e->relfilenode = rc->rel->rd_node.relNode;
+	e->tid = rc->new.tuple->t_self;
+}
+
+/* emit_unique_keys: the unique values the row took, freed or changed. */
+static void
+emit_unique_keys(RowCapture *rc, StringInfo key, StringInfo other)
+{
+	TkRelInfo  *info = rc->info;
+
 	for (int u = 0; u < info->nunique; u++)
 	{
 		const TkKey *uk = &info->unique[u];
@@ -494,50 +512,76 @@ emit_row_events(RowCapture *rc)
 		bool		has_old = false;
 
 		if (rc->has_old && rc->has_new
-			&& columns_equal(desc, uk->attnums, uk->ncols, &rc->old, &rc->new))
+			&& columns_equal(RelationGetDescr(rc->rel), uk->attnums, uk->ncols, &rc->old, &rc->new))
 			continue;
 		if (rc->has_new)
-			has_new = key_text(&key, info, uk, &rc->new);
+			has_new = key_text(key, info, uk, &rc->new);
 		if (rc->has_old)
-			has_old = key_text(&other, info, uk, &rc->old);
-		if (has_new && has_old && key.len == other.len
-			&& memcmp(key.data, other.data, key.len) == 0)
+			has_old = key_text(other, info, uk, &rc->old);
+		if (has_new && has_old && key->len == other->len
+			&& memcmp(key->data, other->data, key->len) == 0)
 			continue;			/* equal values of different bytes */
 		if (has_old)
 			append_event(TK_EVENT_UNIQUE_KEY, rc->cid, uk->label, strlen(uk->label),
-						 other.data, other.len, NULL, 0);
+						 other->data, other->len, NULL, 0);
 		if (has_new)
 			append_event(TK_EVENT_UNIQUE_KEY, rc->cid, uk->label, strlen(uk->label),
-						 key.data, key.len, NULL, 0);
+						 key->data, key->len, NULL, 0);
 	}
+}
 
-	/* the parent rows referenced */
+/*
+ * emit_references: the parent rows the row references, named as the
+ * parents' own changes name them: the referencing values themselves where
+ * they print as the parent's (relinfo.c), else the parent's key as
+ * find_parent printed it.
+ */
+static void
+emit_references(RowCapture *rc, StringInfo key)
+{
+	TkRelInfo  *info = rc->info;
+
 	for (int f = 0; f < info->nfkeys; f++)
 	{
 		TkForeignKey *fk = &info->fkeys[f];
-		TkKey		direct;
+		ParentKey  *parent = &rc->parents[f];
 
 		if (!rc->refers[f])
 			continue;
 		if (fk->label != NULL)
 		{
+			TkKey		direct;
+
 			direct.label = fk->label;
 			direct.nulls_distinct = true;
 			direct.ncols = fk->ncols;
 			memcpy(direct.attnums, fk->attnums, sizeof(AttrNumber) * fk->ncols);
-			key_text(&key, info, &direct, &rc->new);
+			key_text(key, info, &direct, &rc->new);
 			append_event(TK_EVENT_REFERENCE, rc->cid, fk->label, strlen(fk->label),
-						 key.data, key.len, NULL, 0);
+						 key->data, key->len, NULL, 0);
 		}
-		else if (rc->parent_key[f] != NULL)
-		{
-			const TkKey *pkey = rc->parent_key[f];
-
-			key_text(&key, rc->parent_info[f], pkey, &rc->parent_row[f]);
-			append_event(TK_EVENT_REFERENCE, rc->cid, pkey->label, strlen(pkey->label),
-						 key.data, key.len, NULL, 0);
-		}
+		else if (parent->label != NULL)
+			append_event(TK_EVENT_REFERENCE, rc->cid, parent->label, strlen(parent->label),
+						 parent->key.data, parent->key.len, NULL, 0);
 	}
+}
+
+/* emit_row_events: the events of one row, with print settings pinned. */
+static void
+emit_row_events(RowCapture *rc)
+{
+	StringInfoData key;
+	StringInfoData other;
+	StringInfoData row;
+
+	initStringInfo(&key);
+	initStringInfo(&other);
+	initStringInfo(&row);
+	emit_row_change(rc, &key, &other, &row);
+	if (rc->info->nunique > 0)
+		emit_unique_keys(rc, &key, &other);
+	if (rc->info->nfkeys > 0)
+		emit_references(rc, &key);
 }
 
 static void
@@ -574,18 +618,17 @@ capture_row(TriggerData *trigdata, TkRelInfo *info)
 	if (info->nfkeys > 0)
 	{
 		rc.refers = palloc0(sizeof(bool) * info->nfkeys);
-		rc.parent_info = palloc0(sizeof(TkRelInfo *) * info->nfkeys);
-		rc.parent_key = palloc0(sizeof(TkKey *) * info->nfkeys);
-		rc.parent_row = palloc0(sizeof(RowImage) * info->nfkeys);
-		/* MATCH SIMPLE: a key with a NULL references nothing */
+		rc.parents = palloc0(sizeof(ParentKey) * info->nfkeys);
 		for (int f = 0; f < info->nfkeys; f++)
 		{
 			TkForeignKey *fk = &info->fkeys[f];
 
+			/* MATCH SIMPLE: a key with a NULL references nothing */
 			rc.refers[f] = rc.has_new && !any_null(fk->attnums, fk->ncols, &rc.new)
 				&& (!rc.has_old || !columns_equal(desc, fk->attnums, fk->ncols, &rc.old, &rc.new));
+			if (rc.refers[f] && fk->label == NULL)
+				find_parent(&rc, fk, &rc.parents[f]);
 		}
-		find_parents(&rc);
 	}
 
 	pin_print_settings(&saved);
