@@ -541,14 +541,17 @@ tk_relinfo_get(Relation rel)
 	RelInfoEntry *entry;
 	bool		found;
 
-	if (last_used != NULL && last_used->relid == relid && last_used->valid)
+	if (last_used != NULL && last_used->relid == relid && last_used->valid
+		&& last_used->natts == RelationGetDescr(rel)->natts)
 		return last_used;
 	if (relinfos == NULL)
 		init_relinfos();
 	entry = hash_search(relinfos, &relid, HASH_ENTER, &found);
 	if (!found)
 		entry->info = NULL;
-	if (entry->info == NULL || !entry->info->valid)
+	/* natts too: the arrays capture indexes by attribute number */
+	if (entry->info == NULL || !entry->info->valid
+		|| entry->info->natts != RelationGetDescr(rel)->natts)
 	{
 		TkRelInfo  *old = entry->info;
 
