@@ -217,7 +217,7 @@ typedef struct TkForeignKey
 											 * referenced index's order */
 	const char *label;			/* the parent key's name, when the values
 								 * print as the parent's; else NULL: */
-	/* ... the parent row is looked up (relinfo.c, tk_relinfo_reference) */
+	/* ... the parent row is looked up (relinfo.c, tk_relinfo_find_parent) */
 	Oid			parent;
 	Oid			parent_owner;
 	Oid			index;			/* the referenced unique index */
