@@ -40,11 +40,15 @@
 
 #include "access/xact.h"
 #include "datatype/timestamp.h"
+#include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "nodes/parsenodes.h"
+#include "nodes/pg_list.h"
 #include "replication/origin.h"
+#include "storage/itemptr.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "utils/relcache.h"
 #include "utils/snapshot.h"
 
 /* The version of the socket protocol between a backend and the agent. */
@@ -186,6 +190,82 @@ extern uint64 tk_agent_generation_seen(void);
 
 extern void tk_commit_init(void);
 
+/* ---- relinfo.c ---- */
+
+/* How a column's value is written in a key's JSON array (to_json's rules). */
+typedef enum TkJsonKind
+{
+	TK_JSON_STRING,				/* the output text, as a JSON string */
+	TK_JSON_NUMBER,				/* the output text, bare (NaN, Infinity quoted) */
+	TK_JSON_BOOL,				/* true, false */
+	TK_JSON_RAW					/* json, jsonb: the output text is JSON */
+} TkJsonKind;
+
+/* A column of a captured table. */
+typedef struct TkColumn
+{
+	bool		dropped;
+	TkJsonKind	json;
+	FmgrInfo	output;			/* the type's output function */
+} TkColumn;
+
+/* A key: the primary key, or a unique index certified as OP_UNIQUE_KEY. */
+typedef struct TkKey
+{
+	Oid			index;
+	const char *label;			/* the table, or "<table>#<index>" */
+	bool		nulls_distinct; /* values with a SQL NULL are no key */
+	int			ncols;
+	AttrNumber	attnums[INDEX_MAX_KEYS];
+} TkKey;
+
+/* A foreign key of a captured table: the parent rows it references. */
+typedef struct TkForeignKey
+{
+	int			ncols;
+	AttrNumber	attnums[INDEX_MAX_KEYS];	/* referencing columns, in the
+											 * referenced index's order */
+	const char *label;			/* the parent key's name, when the values
+								 * print as the parent's; else NULL: */
+	/* ... the parent row is looked up (relinfo.c, tk_relinfo_find_parent) */
+	Oid			parent;
+	Oid			parent_owner;
+	Oid			index;			/* the referenced unique index */
+	bool		index_is_pk;
+	const char *query;
+	Oid			argtypes[INDEX_MAX_KEYS];
+	void	   *plan;			/* SPIPlanPtr, prepared at first use */
+} TkForeignKey;
+
+/* What capture knows of a table (relinfo.c). */
+typedef struct TkRelInfo
+{
+	Oid			relid;
+	bool		valid;			/* false once invalidated: rebuilt at next use */
+	MemoryContext context;		/* everything below */
+	const char *name;			/* quoted schema.table */
+	int			namelen;
+	bool		has_pk;
+	bool		keeping;		/* an UPDATE that moves no primary key keeps
+								 * the row (no foreign key references the
+								 * table through another index) */
+	TkKey		pk;
+	int			natts;
+	TkColumn   *columns;		/* [attnum - 1] */
+	int			nunique;
+	TkKey	   *unique;
+	int			nfkeys;
+	TkForeignKey *fkeys;
+	int			ndeps;
+	Oid		   *deps;			/* relations whose change invalidates this */
+} TkRelInfo;
+
+extern TkRelInfo *tk_relinfo_get(Relation rel);
+extern TkRelInfo *tk_relinfo_get_oid(Oid relid);
+extern const TkKey *tk_relinfo_index_key(TkRelInfo *info, Oid index, bool is_pk);
+extern bool tk_relinfo_find_parent(TkForeignKey *fk, const Datum *values,
+								   Oid *partition, Datum *key);
+
 /* ---- capture.c ---- */
 
 /* A change's kind, as writeset.c encodes it. */
@@ -201,24 +281,42 @@ typedef enum TkEventKind
 	TK_EVENT_REFERENCE			/* the parent's name, its key */
 } TkEventKind;
 
-/* One captured change, in the order it happened. */
+/*
+ * One captured change. Events are listed in the order capture saw them
+ * (seq); the order they happened in is (cid, then seq), with the
+ * exceptions writeset.c sorts out.
+ */
 typedef struct TkEvent
 {
 	TkEventKind kind;
 	CommandId	cid;			/* the command that made it: the order */
-	uint32		seq;			/* the order among events of one command */
-	const char *table;			/* quoted schema.table (or label) */
+	uint32		seq;			/* the order capture saw it in */
+	const char *table;			/* quoted schema.table (or label); NULL for
+								 * DDL */
 	char	   *key;			/* JSON array; NULL for TRUNCATE and DDL */
 	int			keylen;
 	char	   *row;			/* record_out text (UPSERTs), DDL text */
 	int			rowlen;
+	/* UPSERTs: the row version written (tk_capture_row_state) */
+	Oid			relid;
+	Oid			relfilenode;
+	ItemPointerData tid;
 } TkEvent;
+
+/* Whether an UPSERT's row version is the row's current one. */
+typedef enum TkRowState
+{
+	TK_ROW_UNKNOWN,				/* cannot tell (the table was rewritten) */
+	TK_ROW_CURRENT,
+	TK_ROW_GONE					/* updated or deleted since */
+} TkRowState;
 
 extern bool tk_capture_pending(void);
 extern bool tk_capture_has_ddl(void);
 extern uint64 tk_capture_ddl_label(void);
 extern void tk_capture_ddl(const char *sql, int len, uint64 label);
 extern List *tk_capture_events(void);
+extern TkRowState tk_capture_row_state(const TkEvent *event);
 extern void tk_capture_xact_end(void);
 extern void tk_capture_subxact(SubXactEvent event, SubTransactionId mySubid,
 							   SubTransactionId parentSubid);

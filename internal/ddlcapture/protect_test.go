@@ -12,14 +12,13 @@ import (
 // is logged.
 func TestReplicationProtectsItself(t *testing.T) {
 	f := start(t)
-	// Stand-ins for the capture triggers, which are tashkent_* triggers.
+	// The tables get their capture triggers (tashkent_capture and
+	// tashkent_capture_truncate) when they are created.
 	f.exec(f.c, `SET tashkent.maintenance = on;
 		CREATE TABLE t (id int PRIMARY KEY);
 		CREATE TABLE part (id int) PARTITION BY RANGE (id);
 		CREATE TABLE part1 PARTITION OF part FOR VALUES FROM (0) TO (10);
 		CREATE FUNCTION noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
-		CREATE TRIGGER tashkent_capture AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION noop();
-		CREATE TRIGGER tashkent_capture AFTER INSERT ON part1 FOR EACH ROW EXECUTE FUNCTION noop();
 		CREATE TRIGGER mine AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION noop();
 		RESET tashkent.maintenance`)
 	f.captured()
@@ -47,24 +46,30 @@ func TestReplicationProtectsItself(t *testing.T) {
 	for _, sql := range refused {
 		f.fail(f.c, sql, "42501")
 	}
-	// A user's own trigger, on a table with no capture trigger or by name.
+	// A user's own trigger, by name.
 	f.exec(f.c, `ALTER TABLE t DISABLE TRIGGER mine; ALTER TABLE t ENABLE TRIGGER mine;
 		CREATE TABLE plain (id int); CREATE TRIGGER x AFTER INSERT ON plain FOR EACH ROW EXECUTE FUNCTION noop();
-		ALTER TABLE plain DISABLE TRIGGER ALL`)
+		ALTER TABLE plain DISABLE TRIGGER x`)
 	f.expectCaptured("a user's triggers", `ALTER TABLE t DISABLE TRIGGER mine`, `ALTER TABLE t ENABLE TRIGGER mine`,
 		`CREATE TABLE plain (id int)`, `CREATE TRIGGER x AFTER INSERT ON plain FOR EACH ROW EXECUTE FUNCTION noop()`,
-		`ALTER TABLE plain DISABLE TRIGGER ALL`)
+		`ALTER TABLE plain DISABLE TRIGGER x`)
 
-	// With maintenance on they run, on this replica only, and the SET is logged.
+	// With maintenance on they run, on this replica only, and the SET is
+	// logged. (A capture trigger disabled so is put back ENABLE ALWAYS at
+	// once by the capture's event trigger, whoever runs the DDL.)
 	f.exec(f.c, `SET tashkent.maintenance = on; ALTER TABLE t DISABLE TRIGGER tashkent_capture;
 		ALTER TABLE t ENABLE TRIGGER tashkent_capture; ALTER EVENT TRIGGER tashkent_sequences DISABLE;
-		ALTER EVENT TRIGGER tashkent_sequences ENABLE ALWAYS; RESET tashkent.maintenance`)
-	f.expectCaptured("maintenance")
-	if !waitLog(t, f, `tashkent.maintenance set on by role "postgres"`, 2) {
-		t.Errorf("SET tashkent.maintenance = on was not logged (twice)")
-	}
-	if scalar[string](t, f.c, `SELECT tgenabled::text FROM pg_trigger WHERE tgname = 'tashkent_capture' AND tgrelid = 't'::regclass`) != "O" {
+		RESET tashkent.maintenance`)
+	if scalar[string](t, f.c, `SELECT evtenabled::text FROM pg_event_trigger WHERE evtname = 'tashkent_sequences'`) != "D" {
 		t.Errorf("the maintenance statements did not run")
+	}
+	f.exec(f.c, `SET tashkent.maintenance = on; ALTER EVENT TRIGGER tashkent_sequences ENABLE ALWAYS; RESET tashkent.maintenance`)
+	f.expectCaptured("maintenance")
+	if !waitLog(t, f, `tashkent.maintenance set on by role "postgres"`, 3) {
+		t.Errorf("SET tashkent.maintenance = on was not logged (three times)")
+	}
+	if scalar[string](t, f.c, `SELECT tgenabled::text FROM pg_trigger WHERE tgname = 'tashkent_capture' AND tgrelid = 't'::regclass`) != "A" {
+		t.Errorf("the capture trigger was left other than ENABLE ALWAYS")
 	}
 	// Nobody else may set it.
 	f.exec(f.c, `CREATE ROLE app LOGIN; GRANT CREATE ON SCHEMA public TO app`)

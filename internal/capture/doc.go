@@ -1,0 +1,29 @@
+// Package capture holds the tests of the extension's writeset capture
+// (extension/src/capture.c, relinfo.c, writeset.c): what a transaction's
+// COMMIT sends for certification, checked on a real PostgreSQL 15 with the
+// extension and a stand-in for the agent (internal/agent/agenttest), which
+// decodes every writeset with proto.Unmarshal; and that what it sends
+// applies on another server with internal/replica's applier. It has no
+// code of its own.
+//
+//	rows_test.go     row changes and their collapse, TRUNCATE, partitions,
+//	                 ON CONFLICT, MERGE, COPY, the key and row encoding
+//	                 under any session's print settings
+//	keys_test.go     unique index values, foreign-key references (direct
+//	                 and looked up), keeping updates
+//	order_test.go    nested statements (AFTER and BEFORE triggers,
+//	                 functions), savepoints, EXCEPTION blocks
+//	scope_test.go    refusals (no primary key, limits), what is not
+//	                 captured (reads, temporary tables, the applier,
+//	                 maintenance) and what is (session_replication_role)
+//	install_test.go  which tables get the triggers, and who may drop them
+//	apply_test.go    a workload's writesets applied on a second server
+//	random_test.go   random transactions applied on a second server,
+//	                 compared after each
+//	bench_test.go    BenchmarkCaptureTPCB, capture's cost per TPC-B
+//	                 transaction
+//
+// Run:
+//
+//	TASHKENT_PG_INCLUDEDIR=$(bash scripts/pg-server-headers.sh) go test -race ./internal/capture/
+package capture
