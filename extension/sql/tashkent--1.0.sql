@@ -56,4 +56,49 @@ CREATE FUNCTION tashkent.capture() RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'tashkent_capture';
 
+-- DDL generation (agent)
+-- The agent's applier caches table definitions (internal/replica,
+-- Applier) and checks, in each apply transaction, that no DDL committed
+-- since it read them. ddl_log gets a row per transaction that ran DDL; a
+-- row rather than a sequence, so that it becomes visible with the catalog
+-- change.
+CREATE TABLE tashkent.ddl_log (
+	gen bigserial PRIMARY KEY,
+	at  timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+
+-- check_ddl_generation raises TK001 when the newest generation is not the
+-- one the applier cached.
+CREATE FUNCTION tashkent.check_ddl_generation(p_gen bigint) RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+	IF coalesce((SELECT pg_catalog.max(d.gen) FROM tashkent.ddl_log AS d), 0) OPERATOR(pg_catalog.<>) p_gen THEN
+		RAISE EXCEPTION USING ERRCODE = 'TK001',
+			MESSAGE = 'tashkent: table definitions changed since the applier cached them';
+	END IF;
+END
+$fn$;
+
+-- note_ddl logs a generation for every DDL command on a permanent object,
+-- the applier's own included (ENABLE ALWAYS: it runs with
+-- session_replication_role = replica); as its owner, since the role that
+-- ran the DDL may not write the table.
+CREATE FUNCTION tashkent.note_ddl() RETURNS event_trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+	IF EXISTS (SELECT FROM pg_event_trigger_ddl_commands() AS c
+			WHERE c.schema_name IS NULL OR c.schema_name !~ '^pg_temp') THEN
+		INSERT INTO tashkent.ddl_log DEFAULT VALUES;
+	END IF;
+END
+$fn$;
+REVOKE ALL ON FUNCTION tashkent.note_ddl() FROM PUBLIC;
+
+CREATE EVENT TRIGGER tashkent_note_ddl ON ddl_command_end EXECUTE FUNCTION tashkent.note_ddl();
+ALTER EVENT TRIGGER tashkent_note_ddl ENABLE ALWAYS;
+
 GRANT USAGE ON SCHEMA tashkent TO PUBLIC;
