@@ -102,14 +102,14 @@ func (r *run) handleApplyError(b *order.Batch, err error) bool {
 // version after all, or an applier of before did. The database's version
 // is the truth; the rest is applied next.
 func (r *run) skipCommitted(b *order.Batch, err error) bool {
-	committed, rerr := r.control.committedVersion(r.ctx)
+	committed, rerr := r.readCommitted()
+	if errors.Is(rerr, errLostCommits) {
+		r.fail(rerr)
+		return false
+	}
 	if rerr != nil {
 		r.a.log.Warn("could not read the replica's version after an apply failed", "err", rerr)
 		return r.ctx.Err() == nil
-	}
-	if oerr := r.a.seq.observe(committed); oerr != nil {
-		r.fail(oerr)
-		return false
 	}
 	if committed < b.First {
 		r.halt(fmt.Errorf("apply versions %d..%d: %w", b.First, b.Last, err))

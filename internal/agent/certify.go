@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -111,7 +112,7 @@ func (c *backendConn) abandon(v uint64) {
 // transaction ended: a commit is visible by then) or when it gave up
 // waiting for a decision (it rolls back), so the database's version read
 // after the close settles it.
-func (c *backendConn) closed(ctx context.Context) {
+func (c *backendConn) closed() {
 	c.mu.Lock()
 	decided := c.decided
 	c.decided = nil
@@ -123,13 +124,13 @@ func (c *backendConn) closed(ctx context.Context) {
 	if r == nil || (c.run != nil && c.run != r) {
 		return // the database restarted: the new run replays every version it lacks
 	}
-	committed, err := r.control.committedVersion(ctx)
-	if err != nil {
-		c.a.log.Warn("could not read the replica's version after a backend left", "pid", c.pid, "err", err)
+	committed, err := r.readCommitted()
+	if errors.Is(err, errLostCommits) {
+		r.fail(err)
 		return
 	}
-	if err := c.a.seq.observe(committed); err != nil {
-		r.fail(err)
+	if err != nil {
+		c.a.log.Warn("could not read the replica's version after a backend left", "pid", c.pid, "err", err)
 		return
 	}
 	for _, l := range decided {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"time"
 
 	"github.com/tashkent-db/tashkent/internal/agent/order"
@@ -20,17 +21,15 @@ func (r *run) maintain() {
 		case <-tick.C:
 		}
 		r.cert.RequestCatchUp()
-		committed, err := r.control.committedVersion(r.ctx)
-		if r.ctx.Err() != nil {
+		_, err := r.readCommitted()
+		switch {
+		case r.ctx.Err() != nil:
 			return
-		}
-		if err != nil {
-			r.reconnectControl(err)
-			continue
-		}
-		if err := r.a.seq.observe(committed); err != nil {
+		case errors.Is(err, errLostCommits):
 			r.fail(err)
 			return
+		case err != nil:
+			r.reconnectControl(err)
 		}
 	}
 }
@@ -51,12 +50,12 @@ func (r *run) watchInherited(inherited []*order.Local) {
 		case <-tick.C:
 		}
 		held, committed, err := r.heldVersions()
-		if err != nil {
-			continue // the health check notices a lost database
-		}
-		if err := r.a.seq.observe(committed); err != nil {
+		if errors.Is(err, errLostCommits) {
 			r.fail(err)
 			return
+		}
+		if err != nil {
+			continue // the health check notices a lost database
 		}
 		kept := inherited[:0]
 		for _, l := range inherited {
@@ -84,6 +83,6 @@ func (r *run) heldVersions() (map[uint64]bool, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	committed, err := r.control.committedVersion(r.ctx)
+	committed, err := r.readCommitted()
 	return held, committed, err
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -102,6 +103,28 @@ func (r *run) sameDatabase(ctx context.Context, conn *pgx.Conn) (uint64, bool) {
 		return 0, false
 	}
 	return uint64(v), true
+}
+
+// errLostCommits says the database holds fewer versions than the agent
+// counted committed: it lost commits (a crash with synchronous_commit=off
+// reinitialized it under the same postmaster) and must be recovered.
+var errLostCommits = errors.New("the database lost commits")
+
+// readCommitted reads the database's version and hands it to the order.
+// The version the order counted committed is taken before the question,
+// so that a lower answer means the database went back, not that the
+// answer is older than the count.
+func (r *run) readCommitted() (uint64, error) {
+	floor := r.a.seq.committed()
+	v, err := r.control.committedVersion(r.ctx)
+	if err != nil {
+		return 0, err
+	}
+	if v < floor {
+		return v, fmt.Errorf("%w: its version is %d, below the committed version %d", errLostCommits, v, floor)
+	}
+	r.a.seq.observe(v)
+	return v, nil
 }
 
 // reconnectControl replaces a lost control connection if the database is

@@ -96,9 +96,8 @@ func (s *sequence) deliver(epoch uint64, entries []logentry.Entry) (err error) {
 	return err
 }
 
-func (s *sequence) observe(committed uint64) (err error) {
-	s.do(func(o *order.Order) { err = o.Observe(committed) })
-	return err
+func (s *sequence) observe(committed uint64) {
+	s.do(func(o *order.Order) { o.Observe(committed) })
 }
 
 func (s *sequence) done(committed bool) {

@@ -72,7 +72,7 @@ func (a *Agent) serveConn(ctx context.Context, nc net.Conn) {
 	a.track(c, true)
 	defer a.track(c, false)
 	c.serve(ctx, r)
-	c.closed(ctx)
+	c.closed()
 }
 
 // welcome answers a session's hello: refused if it speaks another

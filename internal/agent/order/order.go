@@ -262,16 +262,13 @@ func (o *Order) Done(committed bool) {
 	}
 }
 
-// Observe takes the database's committed version (read from it): versions
-// up to it are committed, whoever committed them. A version below the one
-// known is an error: the database lost commits (a crash with
-// synchronous_commit=off) and must be recovered.
-func (o *Order) Observe(committed uint64) error {
-	if committed < o.committed {
-		return fmt.Errorf("order: the database's version %d is below the committed version %d: it lost commits", committed, o.committed)
-	}
+// Observe takes a committed version read from the database: versions up
+// to it are committed, whoever committed them. A value below the one
+// known is a read older than the knowledge and changes nothing; whether
+// the database went back (it lost commits) is for the caller to tell, by
+// comparing what it read with Committed taken before it asked.
+func (o *Order) Observe(committed uint64) {
 	o.advance(committed)
-	return nil
 }
 
 func (o *Order) advance(to uint64) {
