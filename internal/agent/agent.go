@@ -46,9 +46,10 @@ type Agent struct {
 	seq     *sequence
 	metrics *metrics
 
-	ln     net.Listener
-	socket string
-	ready  chan struct{}
+	ln          net.Listener
+	socket      string
+	metricsAddr net.Addr
+	ready       chan struct{}
 
 	mu       sync.Mutex
 	state    State
@@ -89,6 +90,14 @@ func (a *Agent) Socket() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.socket
+}
+
+// MetricsAddr is the address /metrics and /healthz are served on, once
+// Run serves them (nil before, or without Config.MetricsAddr).
+func (a *Agent) MetricsAddr() net.Addr {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.metricsAddr
 }
 
 // State says what the agent does now, and why when it is not serving.
@@ -152,6 +161,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		delay = 50 * time.Millisecond
 		err = r.wait(ctx)
+		if ctx.Err() != nil {
+			r.closeGate("the tashkent agent of this replica stopped")
+		}
 		a.endRun(r)
 		if ctx.Err() == nil {
 			a.log.Warn("lost the replica's database; recovering", "err", err)

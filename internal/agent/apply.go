@@ -126,6 +126,9 @@ func (r *run) skipCommitted(b *order.Batch, err error) bool {
 // committed. It reports false and fails the run when the database
 // restarted, lost commits or cannot be reached.
 func (r *run) reconnectApplier(cause error) bool {
+	if _, err := r.readCommitted(); err != nil && !r.reconnectControl(err) {
+		return false // the control connection, which registering needs, is lost too
+	}
 	conn, err := r.a.connect(r.ctx, applyApplicationName)
 	if err == nil {
 		committed, ok := r.sameDatabase(r.ctx, conn)
@@ -154,8 +157,5 @@ func (r *run) reconnectApplier(cause error) bool {
 func (r *run) halt(err error) {
 	r.a.log.Error("the replica cannot apply a committed version; it stops applying and must be rebuilt", "err", err)
 	r.a.setState(StateHalted, err.Error())
-	reason := "this replica stopped applying the cluster's commits and must be rebuilt"
-	if cerr := r.control.exec(r.ctx, `SELECT tashkent.set_admitting(false, $1)`, reason); cerr != nil {
-		r.a.log.Warn("could not close the admission gate", "err", cerr)
-	}
+	r.closeGate("this replica stopped applying the cluster's commits and must be rebuilt")
 }

@@ -19,6 +19,7 @@ type metrics struct {
 	batchVersions  prometheus.Histogram
 	dooms          *prometheus.CounterVec
 	backends       prometheus.Gauge
+	starts         prometheus.Counter
 	state          *prometheus.GaugeVec
 }
 
@@ -36,10 +37,12 @@ func newMetrics() *metrics {
 		dooms: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_dooms_total",
 			Help: "Local transactions made to give way to a remote writeset (Tashkent §8.2): blocker (aborted), displaced (certified, applied instead), terminated."}, []string{"as"}),
 		backends: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_agent_backends", Help: "Backends connected to the agent's socket."}),
+		starts: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_starts_total",
+			Help: "Start sequences run: the first, and one per recovery after the database restarted or was lost (attempts that failed included)."}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tashkent_agent_state",
 			Help: "1 for the agent's state: starting, catching_up, serving, recovering, halted."}, []string{"state"}),
 	}
-	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.batchVersions, m.dooms, m.backends, m.state)
+	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.batchVersions, m.dooms, m.backends, m.starts, m.state)
 	m.setState(StateStarting)
 	return m
 }
@@ -75,6 +78,9 @@ func (a *Agent) serveMetrics(addr string) (func(), error) {
 		}
 		fmt.Fprintf(w, "%s: version %d\n", state, a.seq.committed())
 	})
+	a.mu.Lock()
+	a.metricsAddr = ln.Addr()
+	a.mu.Unlock()
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	return func() { srv.Close() }, nil

@@ -2,8 +2,14 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/agent"
 )
 
 // A version certified through an agent that stopped before its backend
@@ -87,4 +93,63 @@ func TestABackendHoldingAVersionCommitsItUnderTheNextAgent(t *testing.T) {
 			t.Errorf("replica %d: t = %s", i+1, got)
 		}
 	}
+}
+
+// The agent's connections lost while the database stays up (their
+// backends terminated) are replaced without a recovery: the applier
+// registers again (a new agent generation), nothing is replayed, and the
+// agent keeps serving. Its metrics and health say so.
+func TestLostConnectionsAreReplacedWithoutRecovery(t *testing.T) {
+	c := startCluster(t, 2, func(cfg *agent.Config) { cfg.MetricsAddr = "127.0.0.1:0" })
+	c.exec(`CREATE TABLE t (k int PRIMARY KEY, v text)`)
+	c.awaitCommitted(0, c.write(1, 1, 5), time.Minute)
+	conn := c.connect(0)
+	ctx := context.Background()
+	var terminated int
+	if err := conn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name LIKE 'tashkent-agent%'`).Scan(&terminated); err != nil || terminated != 2 {
+		t.Fatalf("terminated %d of the agent's backends, want 2: %v", terminated, err)
+	}
+	v := c.write(1, 6, 5)
+	c.awaitCommitted(0, v, time.Minute)
+	var gen int64
+	if err := conn.QueryRow(ctx, `SELECT agent_generation FROM tashkent.status()`).Scan(&gen); err != nil || gen != 2 {
+		t.Errorf("agent generation %d, %v; want 2 (registered again)", gen, err)
+	}
+	if st, why := c.agents[0].State(); st != agent.StateServing {
+		t.Errorf("agent 1 is %s: %s", st, why)
+	}
+	if got := rows(t, conn, "t"); strings.Count(got, "(") != 10 {
+		t.Errorf("replica 1: t = %s", got)
+	}
+	base := "http://" + c.agents[0].MetricsAddr().String()
+	health := httpGet(t, base+"/healthz")
+	metrics := httpGet(t, base+"/metrics")
+	if !strings.HasPrefix(health, "serving") {
+		t.Errorf("/healthz = %q", health)
+	}
+	for _, m := range []string{
+		fmt.Sprintf("tashkent_agent_replica_version %d", v),
+		`tashkent_agent_state{state="serving"} 1`,
+		"tashkent_agent_remote_versions_applied_total 10",
+		"tashkent_agent_starts_total 1",
+	} {
+		if !strings.Contains(metrics, m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

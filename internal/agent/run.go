@@ -85,6 +85,16 @@ func (r *run) close() {
 	r.control.close(bg)
 }
 
+// closeGate refuses new clients (57P03) with reason: no agent keeps the
+// replica up to date any more.
+func (r *run) closeGate(reason string) {
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	if err := r.control.exec(ctx, `SELECT tashkent.set_admitting(false, $1)`, reason); err != nil {
+		r.a.log.Warn("could not close the admission gate", "err", err)
+	}
+}
+
 // sameDatabase reports whether conn reaches the database this run
 // started on, holding every version the agent counts committed: the same
 // postmaster, and a version not below the agent's. The second check
@@ -130,6 +140,10 @@ func (r *run) readCommitted() (uint64, error) {
 // reconnectControl replaces a lost control connection if the database is
 // the same; otherwise the run fails.
 func (r *run) reconnectControl(cause error) bool {
+	if errors.Is(cause, errLostCommits) {
+		r.fail(cause)
+		return false
+	}
 	conn, err := r.a.connect(r.ctx, controlApplicationName)
 	if err == nil {
 		if v, ok := r.sameDatabase(r.ctx, conn); ok {

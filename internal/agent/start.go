@@ -30,6 +30,7 @@ var errHalted = errors.New("the replica stopped applying")
 // every version that was durable when it started.
 func (a *Agent) start(ctx context.Context) (*run, error) {
 	r := newRun(a, ctx)
+	a.metrics.starts.Inc()
 	a.setState(StateStarting, "connecting to the replica's database")
 	a.mu.Lock()
 	a.run = r
