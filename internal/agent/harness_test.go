@@ -30,7 +30,7 @@ import (
 // cluster is N real PostgreSQL 15 replicas with the extension, an
 // in-process certifier and an in-process agent per replica.
 type cluster struct {
-	t         *testing.T
+	t         testing.TB
 	certifier *certifier.Server
 	dbs       []*pgserver.Server
 	agents    []*agent.Agent
@@ -39,7 +39,7 @@ type cluster struct {
 
 // startCluster starts the certifier and n replicas (synchronous_commit
 // off: mw), each with its agent, serving.
-func startCluster(t *testing.T, n int, opts ...func(*agent.Config)) *cluster {
+func startCluster(t testing.TB, n int, opts ...func(*agent.Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t}
 	var err error
@@ -118,7 +118,7 @@ func (c *cluster) stopAgent(i int) { c.stops[i]() }
 
 // testLogger logs through t.Log, which go test shows for failed tests
 // (and with -v).
-func testLogger(t *testing.T, name string) *slog.Logger {
+func testLogger(t testing.TB, name string) *slog.Logger {
 	level := slog.LevelInfo
 	if testing.Verbose() {
 		level = slog.LevelDebug
@@ -129,7 +129,7 @@ func testLogger(t *testing.T, name string) *slog.Logger {
 // testWriter writes log lines with t.Log until the test has ended (t.Log
 // panics afterwards; the lines of a stopping agent are dropped then).
 type testWriter struct {
-	t    *testing.T
+	t    testing.TB
 	done atomic.Bool
 }
 
@@ -203,7 +203,7 @@ func (c *cluster) durable() uint64 {
 }
 
 // rows returns a table's rows as text, ordered.
-func rows(t *testing.T, conn *pgx.Conn, table string) string {
+func rows(t testing.TB, conn *pgx.Conn, table string) string {
 	t.Helper()
 	rs, err := conn.Query(context.Background(), `SELECT x::text FROM `+table+` AS x ORDER BY 1`)
 	if err != nil {
@@ -234,7 +234,7 @@ func (c *cluster) exec(sql string) {
 // commits nothing itself, so the versions it is told to commit stay with
 // it until it abandons them or its connection closes.
 type backend struct {
-	t  *testing.T
+	t  testing.TB
 	nc net.Conn
 	r  *bufio.Reader
 }
@@ -336,7 +336,7 @@ func sqlState(err error) string {
 
 // connectAs connects to srv as role and closes the connection at once; it
 // returns the connection's error.
-func connectAs(t *testing.T, srv *pgserver.Server, role string) error {
+func connectAs(t testing.TB, srv *pgserver.Server, role string) error {
 	t.Helper()
 	dsn := strings.Replace(srv.DSN("postgres"), "postgres://postgres@", "postgres://"+role+"@", 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

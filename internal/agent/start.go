@@ -98,14 +98,38 @@ func (r *run) install() error {
 		return fmt.Errorf("close the admission gate: %w", err)
 	}
 	r.checkSettings()
-	if err := r.configureSequences(); err != nil {
+	if err := r.locally(r.configureSequences); err != nil {
 		return err
 	}
-	err := replica.SetDDLTrust(ctx, r.apply, r.a.cfg.TrustDDLRoles)
-	if err != nil && !missingObject(err) {
+	return r.locally(func(q replica.Querier) error {
+		if err := replica.SetDDLTrust(ctx, q, r.a.cfg.TrustDDLRoles); err != nil && !missingObject(err) {
+			return err
+		}
+		return nil
+	})
+}
+
+// locally runs f in a transaction of the apply connection that stays on
+// this replica (tashkent.maintenance, the superuser's escape hatch): the
+// replica's own configuration, such as its sequences' offsets, is not
+// replicated. It commits unless f fails, or passed over an error of the
+// database (which aborted the transaction: nothing to commit).
+func (r *run) locally(f func(q replica.Querier) error) error {
+	tx, err := r.apply.Begin(r.ctx)
+	if err != nil {
 		return err
 	}
-	return nil
+	defer tx.Rollback(context.WithoutCancel(r.ctx))
+	if _, err := tx.Exec(r.ctx, `SET LOCAL tashkent.maintenance = on`); err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		return err
+	}
+	if r.apply.PgConn().TxStatus() == 'E' {
+		return nil
+	}
+	return tx.Commit(r.ctx)
 }
 
 // checkSettings warns about settings that do not fit the agent and reads
@@ -135,12 +159,12 @@ func (r *run) checkSettings() {
 }
 
 // configureSequences offsets the database's sequences per replica
-// (replica/sequences.go) on the apply connection, so that nothing of it is
-// certified. An extension without the sequence functions is warned about.
-func (r *run) configureSequences() error {
+// (replica/sequences.go). An extension without the sequence functions is
+// warned about.
+func (r *run) configureSequences(q replica.Querier) error {
 	index, stride := r.a.cfg.ReplicaIndex, r.a.cfg.SequenceStride
 	if index == 0 {
-		recorded, recordedStride, ok, err := replica.SequenceSettings(r.ctx, r.apply)
+		recorded, recordedStride, ok, err := replica.SequenceSettings(r.ctx, q)
 		if missingObject(err) {
 			r.a.log.Warn("this extension does not offset sequences per replica: sequences hand out the same values on every replica")
 			return nil
@@ -154,7 +178,7 @@ func (r *run) configureSequences() error {
 		}
 		index, stride = recorded, recordedStride
 	}
-	err := replica.ConfigureSequences(r.ctx, r.apply, index, stride)
+	err := replica.ConfigureSequences(r.ctx, q, index, stride)
 	if missingObject(err) {
 		r.a.log.Warn("this extension does not offset sequences per replica: sequences hand out the same values on every replica")
 		return nil
