@@ -110,19 +110,32 @@ func (a *Agent) State() (State, string) {
 // CommittedVersion is the replica's version as the agent knows it.
 func (a *Agent) CommittedVersion() uint64 { return a.seq.committed() }
 
-func (a *Agent) setState(s State, why string) {
+func (a *Agent) setState(s State, why string) { a.transition(s, why, false) }
+
+// transition moves to state s, unless keepHalted and the agent is halted;
+// it reports whether it moved.
+func (a *Agent) transition(s State, why string, keepHalted bool) bool {
 	a.mu.Lock()
+	if keepHalted && a.state == StateHalted {
+		a.mu.Unlock()
+		return false
+	}
 	a.state, a.why = s, why
 	first := s == StateServing && !a.everUp
 	if s == StateServing {
 		a.everUp = true
 	}
-	a.mu.Unlock()
 	a.metrics.setState(s)
+	a.mu.Unlock()
 	if first {
 		close(a.ready)
 	}
+	return true
 }
+
+// serveUnlessHalted moves to StateServing unless the applier halted
+// meanwhile, and reports whether it did.
+func (a *Agent) serveUnlessHalted() bool { return a.transition(StateServing, "", true) }
 
 // currentRun is the run that serves, nil between runs.
 func (a *Agent) currentRun() *run {
@@ -138,6 +151,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.listen(ctx); err != nil {
 		return err
 	}
+	defer a.closeConns()
 	defer a.ln.Close()
 	go a.accept(ctx)
 	if a.cfg.MetricsAddr != "" {
@@ -190,6 +204,19 @@ func (a *Agent) endRun(r *run) {
 		c.nc.Close()
 	}
 	r.close()
+}
+
+// closeConns closes every backend's connection: the agent stops.
+func (a *Agent) closeConns() {
+	a.mu.Lock()
+	conns := make([]*backendConn, 0, len(a.conns))
+	for c := range a.conns {
+		conns = append(conns, c)
+	}
+	a.mu.Unlock()
+	for _, c := range conns {
+		c.nc.Close()
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

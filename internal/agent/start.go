@@ -47,7 +47,10 @@ func (a *Agent) start(ctx context.Context) (*run, error) {
 		a.endRun(r)
 		return nil, fmt.Errorf("open the admission gate: %w", err)
 	}
-	a.setState(StateServing, "")
+	if !a.serveUnlessHalted() {
+		r.closeGate("this replica stopped applying the cluster's commits and must be rebuilt")
+		return r, nil
+	}
 	a.log.Info("agent ready", "socket", a.Socket(), "certifier", a.cfg.Certifier, "mode", a.cfg.Mode,
 		"database", a.cfg.Database, "version", a.seq.committed(), "origin", a.origin)
 	return r, nil
