@@ -49,7 +49,7 @@ func Apply(ctx context.Context, conn *pgx.Conn, entries []*certifierpb.LogEntry)
 
 // PrepareApplySession sets session_replication_role = replica for the
 // whole session of conn, a connection that does nothing but Apply (the
-// proxy's applier). Apply sets the role in each of its transactions
+// agent's applier). Apply sets the role in each of its transactions
 // anyway; what this saves is the plan cache. PostgreSQL drops every cached
 // plan of a session whenever its session_replication_role changes value
 // (which triggers fire changes what a plan does), so a role set and
@@ -67,18 +67,16 @@ func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 	return nil
 }
 
-// ApplyInTx applies entries inside tx with a fresh Applier. See
-// Applier.ApplyInTx.
-func ApplyInTx(ctx context.Context, tx pgx.Tx, entries []*certifierpb.LogEntry) error {
-	return NewApplier().ApplyInTx(ctx, tx, entries)
-}
-
 // Apply applies the writesets of entries, in order, in one database
-// transaction that also records their versions in tashkent.applied, and
-// commits it. The entries must have consecutive versions. conn must be
-// idle (not in a transaction) and a superuser's: the transaction runs with
-// session_replication_role = replica, so that neither tashkent's capture
-// triggers nor foreign-key triggers fire.
+// transaction that commits their versions, and commits it. The entries
+// must have consecutive versions. conn must be idle (not in a transaction),
+// a superuser's, and the agent's registered applier
+// (tashkent.register_applier): the transaction's first statement is
+// tashkent.apply_versions(first, last), and its COMMIT waits in the
+// extension until version first - 1 is committed (the replica's commit
+// order), then records last as the replica's version. It runs with
+// session_replication_role = replica, so that neither capture nor
+// foreign-key triggers fire.
 //
 // Rows are applied by primary key, batched: the changes of all entries are
 // collapsed to the last change per (table, key), and each table gets one
@@ -92,7 +90,8 @@ func ApplyInTx(ctx context.Context, tx pgx.Tx, entries []*certifierpb.LogEntry) 
 // values the batch moves between rows), the transaction is retried once
 // deleting every affected key before inserting the new rows. If it fails in
 // a way that suggests a stale metadata cache, it is retried once with
-// fresh metadata. Apply leaves conn idle, also after an error.
+// fresh metadata. Apply leaves conn idle, also after an error. A version
+// of the range already committed fails with IsAlreadyCommitted's error.
 func (a *Applier) Apply(ctx context.Context, conn *pgx.Conn, entries []*certifierpb.LogEntry) error {
 	first, last, err := checkEntries(entries)
 	if err != nil || len(entries) == 0 {
@@ -105,7 +104,7 @@ func (a *Applier) Apply(ctx context.Context, conn *pgx.Conn, entries []*certifie
 	if err != nil {
 		return err
 	}
-	tg := target{ownTx: true, sendBatch: conn.SendBatch, query: conn.Query, pg: conn.PgConn()}
+	tg := target{sendBatch: conn.SendBatch, query: conn.Query, pg: conn.PgConn()}
 	deleteInsert, refreshed := false, false
 	for {
 		err := a.run(ctx, tg, p, first, last, deleteInsert)
@@ -117,8 +116,8 @@ func (a *Applier) Apply(ctx context.Context, conn *pgx.Conn, entries []*certifie
 		}
 		switch code := sqlState(err); {
 		case ctx.Err() != nil:
-		case code == "23505" && alreadyApplied(err):
-			return fmt.Errorf("replica: apply versions %d..%d: a version in the range is already recorded in tashkent.applied: %w", first, last, err)
+		case code == CodeAlreadyCommitted:
+			return fmt.Errorf("replica: apply versions %d..%d: a version of the range is committed already: %w", first, last, err)
 		case !refreshed && isSchemaError(code):
 			refreshed = true
 			a.Invalidate()
@@ -129,26 +128,6 @@ func (a *Applier) Apply(ctx context.Context, conn *pgx.Conn, entries []*certifie
 		}
 		return fmt.Errorf("replica: apply versions %d..%d: %w", first, last, err)
 	}
-}
-
-// ApplyInTx is Apply inside a transaction the caller owns and commits.
-// session_replication_role (and the other settings Apply changes) are
-// restored before it returns. There is no retry: on error the caller's
-// transaction is aborted.
-func (a *Applier) ApplyInTx(ctx context.Context, tx pgx.Tx, entries []*certifierpb.LogEntry) error {
-	first, last, err := checkEntries(entries)
-	if err != nil || len(entries) == 0 {
-		return err
-	}
-	p, err := buildPlan(entries)
-	if err != nil {
-		return err
-	}
-	tg := target{ownTx: false, sendBatch: tx.SendBatch, query: tx.Query, pg: tx.Conn().PgConn()}
-	if err := a.run(ctx, tg, p, first, last, false); err != nil {
-		return fmt.Errorf("replica: apply versions %d..%d: %w", first, last, err)
-	}
-	return nil
 }
 
 // checkEntries checks that entries carry consecutive versions and returns
@@ -188,11 +167,13 @@ func sqlState(err error) string {
 	return ""
 }
 
-// alreadyApplied reports a unique violation on tashkent.applied.
-func alreadyApplied(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.SchemaName == "tashkent" && pe.TableName == "applied"
-}
+// CodeAlreadyCommitted is the extension's SQLSTATE for a version applied
+// that the replica committed already (ERRCODE_TK_ALREADY_APPLIED).
+const CodeAlreadyCommitted = "TK002"
+
+// IsAlreadyCommitted reports Apply's error for a range of versions that
+// starts at or below the replica's version.
+func IsAlreadyCommitted(err error) bool { return sqlState(err) == CodeAlreadyCommitted }
 
 // isSchemaError reports SQLSTATEs that a statement built from stale table
 // metadata produces.
@@ -330,7 +311,6 @@ func tablesUntilDDL(plan []*step, i int) []string {
 // ---- execution ----
 
 type target struct {
-	ownTx     bool
 	sendBatch func(context.Context, *pgx.Batch) pgx.BatchResults
 	query     func(context.Context, string, ...any) (pgx.Rows, error)
 	pg        *pgconn.PgConn
@@ -350,24 +330,23 @@ type target struct {
 const (
 	setApplySettings = `SELECT pg_catalog.set_config('session_replication_role', 'replica', true), ` +
 		`pg_catalog.set_config('IntervalStyle', 'postgres', true), pg_catalog.set_config('DateStyle', 'ISO, YMD', true)`
-	saveSettings = `SELECT pg_catalog.set_config('tashkent.saved_srr', pg_catalog.current_setting('session_replication_role'), true), ` +
-		`pg_catalog.set_config('tashkent.saved_intervalstyle', pg_catalog.current_setting('IntervalStyle'), true), ` +
-		`pg_catalog.set_config('tashkent.saved_datestyle', pg_catalog.current_setting('DateStyle'), true)`
-	restoreSettings = `SELECT pg_catalog.set_config('session_replication_role', pg_catalog.current_setting('tashkent.saved_srr'), true), ` +
-		`pg_catalog.set_config('IntervalStyle', pg_catalog.current_setting('tashkent.saved_intervalstyle'), true), ` +
-		`pg_catalog.set_config('DateStyle', pg_catalog.current_setting('tashkent.saved_datestyle'), true)`
-	checkGenSQL = `SELECT tashkent.check_ddl_generation($1)`
+	// applyVersionsSQL is the first statement of an apply transaction:
+	// the transaction commits versions $1..$2 (extension/src/apply.c).
+	applyVersionsSQL = `SELECT tashkent.apply_versions($1, $2)`
+	checkGenSQL      = `SELECT tashkent.check_ddl_generation($1)`
 	// check_function_bodies is off while replicated DDL runs, as in a
 	// pg_dump restore: the origin checked the body, and one that names a
 	// session's temporary table would fail here for good (review h35).
-	ddlPrologue = `SELECT pg_catalog.set_config('tashkent.saved_search_path', pg_catalog.current_setting('search_path'), true),
-	pg_catalog.set_config('tashkent.saved_check_function_bodies', pg_catalog.current_setting('check_function_bodies'), true);
+	// The saved values go under the prefix tashkent_apply: the extension
+	// reserves tashkent.* for its own settings.
+	ddlPrologue = `SELECT pg_catalog.set_config('tashkent_apply.saved_search_path', pg_catalog.current_setting('search_path'), true),
+	pg_catalog.set_config('tashkent_apply.saved_check_function_bodies', pg_catalog.current_setting('check_function_bodies'), true);
 SET LOCAL search_path TO DEFAULT;
 SET LOCAL check_function_bodies TO off;
 `
 	ddlEpilogue = `
-;SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('tashkent.saved_search_path'), true),
-	pg_catalog.set_config('check_function_bodies', pg_catalog.current_setting('tashkent.saved_check_function_bodies'), true)`
+;SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('tashkent_apply.saved_search_path'), true),
+	pg_catalog.set_config('check_function_bodies', pg_catalog.current_setting('tashkent_apply.saved_check_function_bodies'), true)`
 )
 
 func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last uint64, deleteInsert bool) error {
@@ -375,11 +354,8 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 		return err
 	}
 	b := &pgx.Batch{}
-	if tg.ownTx {
-		b.Queue("BEGIN")
-	} else {
-		b.Queue(saveSettings)
-	}
+	b.Queue("BEGIN")
+	b.Queue(applyVersionsSQL, int64(first), int64(last))
 	b.Queue(setApplySettings)
 	if len(tablesUntilDDL(plan, 0)) > 0 {
 		a.mu.Lock()
@@ -424,22 +400,8 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 			}
 		}
 	}
-	b.Queue(recordRangeSQL, int64(first), versionRange(first, last))
-	if tg.ownTx {
-		b.Queue("COMMIT")
-	} else {
-		b.Queue(restoreSettings)
-	}
+	b.Queue("COMMIT")
 	return tg.sendBatch(ctx, b).Close()
-}
-
-// versionRange lists the versions first..last, recordRangeSQL's $2.
-func versionRange(first, last uint64) []int64 {
-	versions := make([]int64, 0, last-first+1)
-	for v := first; v <= last; v++ {
-		versions = append(versions, int64(v))
-	}
-	return versions
 }
 
 // queueChecked queues sql and wraps its error with what it was doing.

@@ -266,28 +266,11 @@ func compareChanges(a, b *certifierpb.Change) int {
 	return bytes.Compare(a.Key, b.Key)
 }
 
-// RecordVersion records version v as committed, by inserting it into
-// tashkent.applied. Call it in the transaction that commits v (a local
-// transaction, just before its COMMIT); Apply does it for remote
-// writesets. An INSERT rather than an UPDATE of one row: local transactions
-// run at REPEATABLE READ, and concurrent updates of a shared row would fail
-// each other with serialization errors.
-//
-// It needs a superuser's session; a client's session of any role records
-// with RecordVersionSQL and the record token instead.
-func RecordVersion(ctx context.Context, q Querier, v uint64) error {
-	if v == 0 || v > maxVersion {
-		return fmt.Errorf("replica: record version: invalid version %d", v)
-	}
-	if _, err := q.Exec(ctx, recordVersionDirectSQL, int64(v)); err != nil {
-		return fmt.Errorf("replica: record version %d: %w", v, err)
-	}
-	return nil
-}
-
 // ReadRecordToken returns the secret with which a client's session records
 // a committed version (RecordVersionSQL's $2). Install draws it; only a
 // superuser may read it.
+//
+// Deprecated: the proxy's; the extension records versions itself.
 func ReadRecordToken(ctx context.Context, q Querier) (string, error) {
 	var token string
 	if err := q.QueryRow(ctx, readRecordTokenSQL).Scan(&token); err != nil {
@@ -299,12 +282,15 @@ func ReadRecordToken(ctx context.Context, q Querier) (string, error) {
 // IsVersionGap reports the error of recording a version whose predecessor
 // the database does not hold (see RecordVersionSQL): it lost commits, and
 // must be caught up from its recorded version before anything else commits.
+//
+// Deprecated: the proxy's; the extension's commit order has no gaps.
 func IsVersionGap(code, schema, table string) bool {
 	return code == "23502" && schema == "tashkent" && table == "applied"
 }
 
-// ReadVersion returns the highest version recorded in tashkent.applied, 0
-// when none: the version the database image holds.
+// ReadVersion returns the replica's version, tashkent.committed_version()
+// of the extension: every version up to it is committed and visible, and
+// PostgreSQL's crash recovery restores it with the commits it kept.
 func ReadVersion(ctx context.Context, q Querier) (uint64, error) {
 	var v int64
 	if err := q.QueryRow(ctx, readVersionSQL).Scan(&v); err != nil {
@@ -316,6 +302,8 @@ func ReadVersion(ctx context.Context, q Querier) (uint64, error) {
 // PruneApplied deletes the rows of tashkent.applied older than the keep
 // most recent versions (keep >= 1: the highest version always stays) and
 // returns how many it deleted.
+//
+// Deprecated: the proxy's; the extension keeps no table of versions.
 func PruneApplied(ctx context.Context, q Querier, keep uint64) (int64, error) {
 	if keep < 1 || keep > maxVersion {
 		return 0, fmt.Errorf("replica: prune applied: keep must be >= 1, got %d", keep)

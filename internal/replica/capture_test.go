@@ -254,7 +254,7 @@ func TestCapturePrimaryKeySwap(t *testing.T) {
 	// upsert 2, delete 2, upsert 1"; the writeset must be two upserts.
 	srcSrv, src := instance(t, `CREATE TABLE s (id int PRIMARY KEY DEFERRABLE, v text);
 		INSERT INTO s VALUES (1, 'a'), (2, 'b'), (3, 'c');`)
-	_, dst := instance(t, `CREATE TABLE s (id int PRIMARY KEY DEFERRABLE, v text);
+	_, dst := applyInstance(t, `CREATE TABLE s (id int PRIMARY KEY DEFERRABLE, v text);
 		INSERT INTO s VALUES (1, 'a'), (2, 'b'), (3, 'c');`)
 	e := commitLocal(t, session(t, srcSrv), 1, `UPDATE s SET id = 3 - id WHERE id IN (1, 2); UPDATE s SET id = 30 WHERE id = 3`)
 	got := changes(e.GetWriteset().GetChanges())

@@ -400,19 +400,18 @@
 // not matter. Changes are collapsed across the whole run to the last
 // change per (table, key) and sent per table as one DELETE and one INSERT
 // ... ON CONFLICT DO UPDATE, all pipelined: one round trip per Apply
-// without DDL. TRUNCATE and DDL entries are barriers. The same
-// transaction inserts the versions into tashkent.applied, so a recovered
-// database image says which version it holds (ReadVersion), and applying
-// a version twice fails.
+// without DDL. TRUNCATE and DDL entries are barriers. The transaction
+// opens with tashkent.apply_versions(first, last): the extension makes its
+// COMMIT wait for the replica's turn and record last as the replica's
+// version (the replication origin's progress), so a recovered database
+// image says which version it holds (ReadVersion), and applying a version
+// twice fails (TK002, IsAlreadyCommitted).
 //
 // The statements are prepared (pgx's statement cache) and must stay
 // planned: the proxy's apply connection runs with session_replication_role
 // = replica for the whole session (PrepareApplySession), because
 // PostgreSQL drops a session's cached plans whenever that setting changes
-// value, which a per-transaction setting did twice per apply; and the
-// versions are recorded by a statement whose generic plan is chosen
-// (recordRangeSQL: unnest of an array of the versions, where a
-// generate_series over parameters was planned at every execution).
+// value, which a per-transaction setting did twice per apply.
 // TestApplyKeepsItsPlansOnAPreparedSession counts the plans an apply
 // builds (debug_print_plan), for batches of one version and of several.
 //
@@ -421,8 +420,8 @@
 // an operator may list a schema before pg_catalog (ALTER DATABASE ... SET
 // search_path = app, public, pg_catalog). A function, aggregate or
 // operator there with a builtin's name and argument types would be found
-// first: a max(bigint) that ReadVersion calls, a bigint = that records a
-// version gap, an int = that deletes the wrong rows. So they name every
+// first: a max(bigint) that PruneApplied calls, an int = that deletes the
+// wrong rows. So they name every
 // function, operator and catalog table with its schema (pg_catalog.max,
 // OPERATOR(pg_catalog.=); "(key) IN (...)" is written "(key)
 // OPERATOR(pg_catalog.=) ANY (...)", the same sublink). Qualified names
@@ -632,7 +631,11 @@
 //
 // # Versions
 //
-// tashkent.applied gets one row per committed version, inserted by the
+// With the extension, the replica's version is the progress of its
+// replication origin "tashkent", which every commit of a version carries
+// (extension/src/turn.c), and ReadVersion reads it. What follows is the
+// proxy's way, kept until the proxy goes: tashkent.applied gets one row
+// per committed version, inserted by the
 // transaction that commits it (RecordVersionSQL for local commits, Apply for
 // remote ones): an insert, not an update of a shared row, because local
 // transactions run at REPEATABLE READ and concurrent updates of one row

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/agent/agenttest"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
@@ -36,6 +38,37 @@ func instance(t testing.TB, schema string, opts ...pgtest.Option) (*pgserver.Ser
 		t.Fatal(err)
 	}
 	return srv, conn
+}
+
+// applyInstance starts a PostgreSQL with the tashkent extension and a stand-in
+// for its agent (agenttest), runs schema (if any), and returns the server
+// and an admin connection registered as the agent's applier: what Apply
+// needs. The extension reserves the tashkent.* settings, so such an instance
+// cannot also run Install's capture.
+func applyInstance(t testing.TB, schema string, opts ...pgtest.Option) (*pgserver.Server, *pgx.Conn) {
+	t.Helper()
+	a := agenttest.Start(t, opts...)
+	conn := a.Connect("postgres")
+	if schema != "" {
+		mustExec(t, conn, schema)
+	}
+	a.RegisterApplier(conn)
+	agents.Store(a.Server, a)
+	return a.Server, conn
+}
+
+// agents holds the stand-in agent of each applyInstance.
+var agents sync.Map // *pgserver.Server -> *agenttest.Agent
+
+// registerApplier makes c, a connection to srv (an applyInstance), one of the
+// backends that may apply versions.
+func registerApplier(t testing.TB, srv *pgserver.Server, c *pgx.Conn) {
+	t.Helper()
+	a, ok := agents.Load(srv)
+	if !ok {
+		t.Fatal("registerApplier: not a server of applyInstance()")
+	}
+	a.(*agenttest.Agent).RegisterApplier(c)
 }
 
 // session opens a connection that went through PrepareSession, as the
@@ -68,12 +101,11 @@ func committer(t testing.TB, s *pgx.Conn) func(sql string) *certifierpb.LogEntry
 }
 
 // commitLocal runs sql in one transaction on a prepared session, collects
-// its writeset, records version v and commits: what the proxy does for a
-// certified local transaction. It returns the log entry for the version.
-// The session must be a superuser's (RecordVersion).
+// its writeset and commits. It returns the writeset as the log entry of
+// version v, for Apply on another instance.
 func commitLocal(t testing.TB, c *pgx.Conn, v uint64, sql string) *certifierpb.LogEntry {
 	t.Helper()
-	return commitRecorded(t, c, v, sql, "", func(ctx context.Context, tx pgx.Tx) error { return RecordVersion(ctx, tx, v) })
+	return commitRecorded(t, c, v, sql, "", func(context.Context, pgx.Tx) error { return nil })
 }
 
 // commitRecorded is commitLocal with version v recorded by record, and

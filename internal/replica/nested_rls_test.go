@@ -81,7 +81,7 @@ type replicated struct {
 func newReplicated(t *testing.T, schema string) *replicated {
 	t.Helper()
 	srv, admin := instance(t, schema)
-	_, other := instance(t, schema)
+	_, other := applyInstance(t, schema)
 	alice := roleSession(t, srv, "alice")
 	token, err := ReadRecordToken(tctx(t), admin)
 	if err != nil {

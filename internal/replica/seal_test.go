@@ -107,7 +107,7 @@ var bufferStatements = []string{
 func TestSealedBufferRefusesClientRoles(t *testing.T) {
 	srv, admin := instance(t, sealSchema)
 	trustRolesWithDDL(t, admin)
-	_, other := instance(t, sealSchema)
+	_, other := applyInstance(t, sealSchema)
 	token, err := ReadRecordToken(tctx(t), admin)
 	if err != nil {
 		t.Fatal(err)

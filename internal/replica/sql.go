@@ -2063,50 +2063,23 @@ const CodeSomethingToReplicate = "TK001"
 // RecordVersionSQL records a committed version from a client's session,
 // whatever its role: $1 is the version, $2 the database's record token
 // (ReadRecordToken). Send it in the transaction that commits the version.
+//
+// Deprecated: the proxy's; the extension records versions itself.
 const RecordVersionSQL = `SELECT tashkent.record_version($1, $2)`
-
-// recordVersionDirectSQL is RecordVersionSQL for a superuser's session.
-const recordVersionDirectSQL = `INSERT INTO tashkent.applied (version) VALUES ($1)`
 
 // readRecordTokenSQL reads the secret that record_version checks; only a
 // superuser may.
 const readRecordTokenSQL = `SELECT t.token FROM tashkent.record_token AS t`
 
-// versionAfterRecorded is $1 if version $1 - 1 is recorded (or $1 is 1),
-// else NULL. Apply records its first version with it: a database that lost
-// commits in a crash (synchronous_commit=off) must not record a later
-// version, or its highest version would claim commits it does not hold. A
-// gap makes the insert fail with a not-null violation on tashkent.applied
-// (IsVersionGap). Only under READ COMMITTED, as Apply runs: a REPEATABLE
-// READ transaction's snapshot may predate its predecessor's commit.
-//
-// This statement and the others below that Apply, ReadVersion and
-// PruneApplied send name every function, operator and catalog table with
-// its schema: they run under the search_path the database and role give
-// the session, which may find a schema's max(bigint) or bigint = before
-// pg_catalog's (see setApplySettings in apply.go). OPERATOR(...) binds as
-// any operator that is not a keyword, tighter than comparisons and
-// arithmetic alike and left to right, hence the parentheses.
-const versionAfterRecorded = `CASE WHEN $1::bigint OPERATOR(pg_catalog.=) 1 ` +
-	`OR EXISTS (SELECT FROM tashkent.applied WHERE version OPERATOR(pg_catalog.=) ($1::bigint OPERATOR(pg_catalog.-) 1)) ` +
-	`THEN $1::bigint END`
-
-const readVersionSQL = `SELECT coalesce(pg_catalog.max(version), 0) FROM tashkent.applied`
+// The statements of ReadVersion and PruneApplied name every function,
+// operator and catalog table with its schema: they run under the
+// search_path the database and role give the session, which may find a
+// schema's max(bigint) or bigint = before pg_catalog's (see
+// setApplySettings in apply.go).
+const readVersionSQL = `SELECT tashkent.committed_version()`
 
 const pruneAppliedSQL = `DELETE FROM tashkent.applied WHERE version OPERATOR(pg_catalog.<=) ` +
 	`((SELECT pg_catalog.max(version) FROM tashkent.applied) OPERATOR(pg_catalog.-) $1)`
-
-// recordRangeSQL records the versions of the array $2, consecutive from
-// $1, the first checked with versionAfterRecorded. The versions come as an
-// array rather than from generate_series($1, last): a generic plan's
-// generate_series over parameters is estimated at 1,000 rows, which always
-// costs more than a custom plan for the actual range, so PostgreSQL planned
-// that statement afresh at every execution; unnest of an array parameter
-// is estimated at 10 rows, and its generic plan is chosen after the first
-// five executions, as for every other statement of the applier
-// (TestApplyKeepsItsPlansOnAPreparedSession).
-const recordRangeSQL = `INSERT INTO tashkent.applied (version) SELECT CASE WHEN g OPERATOR(pg_catalog.>) $1::bigint THEN g ELSE ` +
-	versionAfterRecorded + ` END FROM pg_catalog.unnest($2::bigint[]) AS g`
 
 // tableMetaSQL loads, for each schema-qualified table name in $1, whether
 // it exists, its canonical quoted name, whether its primary key is

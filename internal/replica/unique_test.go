@@ -215,7 +215,7 @@ func TestApplyIgnoresUniqueKeys(t *testing.T) {
 	schema := `CREATE TABLE u (id int PRIMARY KEY, email text UNIQUE, v text);
 		INSERT INTO u VALUES (1, 'a', 'one'), (2, 'b', 'two');`
 	srcSrv, src := instance(t, schema)
-	_, dst := instance(t, schema)
+	_, dst := applyInstance(t, schema)
 	s := session(t, srcSrv)
 	es := []*certifierpb.LogEntry{
 		commitLocal(t, s, 1, `INSERT INTO u VALUES (3, 'c', 'three'); UPDATE u SET email = 'a2' WHERE id = 1`),

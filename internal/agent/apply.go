@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/agent/order"
+	"github.com/tashkent-db/tashkent/internal/replica"
+)
+
+// applyLoop applies remote versions, one batch in flight at a time, until
+// the run ends or halts. A batch is sent as soon as it is planned, also
+// while local versions before it are not committed yet: its transaction
+// waits for its turn inside PostgreSQL (extension/src/turn.c), so its
+// writes overlap the commits before it.
+func (r *run) applyLoop() {
+	for {
+		b, err := r.a.seq.next(r.ctx)
+		if err != nil {
+			return
+		}
+		err = r.applyBatch(b)
+		if err == nil {
+			r.a.seq.done(true)
+			r.a.metrics.applied.Add(float64(b.Last - b.First + 1))
+			r.a.metrics.batchVersions.Observe(float64(b.Last - b.First + 1))
+			continue
+		}
+		r.a.seq.done(false)
+		if !r.handleApplyError(b, err) {
+			return
+		}
+	}
+}
+
+// applyBatch applies one batch and, while it runs, watches it: local
+// transactions that block it are doomed (lockwatch.go), and if a version
+// before it was abandoned, it is cancelled, since it would wait for its
+// turn behind a version only the applier can apply (Tashkent §8.1).
+func (r *run) applyBatch(b *order.Batch) error {
+	entries := make([]*pb.LogEntry, len(b.Entries))
+	for i, e := range b.Entries {
+		d, err := e.Decode()
+		if err != nil {
+			return fmt.Errorf("decode version %d: %w", e.Version, err)
+		}
+		entries[i] = d
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.applier.Apply(r.ctx, r.apply, entries) }()
+	watch := newLockWatch(r, b.First)
+	tick := time.NewTicker(lockWatchInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-r.a.seq.changes():
+		case <-tick.C:
+			watch.check()
+		}
+		if r.a.seq.cancelWanted() {
+			r.cancelApply(b)
+		}
+	}
+}
+
+// cancelApply cancels the statement the applier's backend runs. It is
+// repeated while the batch runs: a cancel that arrives between two of its
+// statements is lost.
+func (r *run) cancelApply(b *order.Batch) {
+	r.a.log.Debug("cancelling a batch that waits behind an abandoned version", "first", b.First, "last", b.Last)
+	r.control.exec(r.ctx, `SELECT pg_catalog.pg_cancel_backend($1)`, int32(r.apply.PgConn().PID()))
+}
+
+// handleApplyError decides what follows a failed batch (planned again
+// already); false ends the applier.
+func (r *run) handleApplyError(b *order.Batch, err error) bool {
+	switch code := sqlState(err); {
+	case r.ctx.Err() != nil:
+		return false
+	case r.apply.IsClosed():
+		return r.reconnectApplier(err)
+	case code == "40P01" || code == "40001" || code == "55P03" || code == "57014":
+		r.a.log.Info("remote apply interrupted; retrying", "first_version", b.First, "code", code)
+		if code != "57014" {
+			sleep(r.ctx, retryPause)
+		}
+		return true
+	case replica.IsAlreadyCommitted(err):
+		return r.skipCommitted(b, err)
+	}
+	r.halt(fmt.Errorf("apply versions %d..%d: %w", b.First, b.Last, err))
+	return false
+}
+
+// skipCommitted handles a batch that holds versions the database
+// committed already: a backend the agent took for gone committed its
+// version after all, or an applier of before did. The database's version
+// is the truth; the rest is applied next.
+func (r *run) skipCommitted(b *order.Batch, err error) bool {
+	committed, rerr := r.readCommitted()
+	if errors.Is(rerr, errLostCommits) {
+		r.fail(rerr)
+		return false
+	}
+	if rerr != nil {
+		r.a.log.Warn("could not read the replica's version after an apply failed", "err", rerr)
+		return r.ctx.Err() == nil
+	}
+	if committed < b.First {
+		r.halt(fmt.Errorf("apply versions %d..%d: %w", b.First, b.Last, err))
+		return false
+	}
+	r.a.log.Info("the database holds versions the applier was given; they count as committed",
+		"first_version", b.First, "committed", committed)
+	return true
+}
+
+// reconnectApplier replaces the applier's connection after it was lost
+// while the database stayed up (its backend was terminated): nothing is
+// replayed, the batch is applied again unless the database shows it
+// committed. It reports false and fails the run when the database
+// restarted, lost commits or cannot be reached.
+func (r *run) reconnectApplier(cause error) bool {
+	if _, err := r.readCommitted(); err != nil && !r.reconnectControl(err) {
+		return false // the control connection, which registering needs, is lost too
+	}
+	conn, err := r.a.connect(r.ctx, applyApplicationName)
+	if err == nil {
+		committed, ok := r.sameDatabase(r.ctx, conn)
+		old := r.apply
+		if ok {
+			r.apply = conn
+			if err = r.register(); err == nil {
+				old.Close(context.Background())
+				r.applier.Invalidate()
+				r.a.seq.observe(committed)
+				r.a.log.Warn("lost the applier's connection; reconnected (the database did not restart)", "err", cause)
+				return true
+			}
+			r.apply = old
+		}
+		conn.Close(context.Background())
+	}
+	r.fail(errors.Join(cause, errors.New("the database restarted, lost commits or cannot be reached"), err))
+	return false
+}
+
+// halt stops applying for good: the database refused a committed version,
+// and the replica must be rebuilt. Clients are kept out and
+// certifications refused (Unavailable) instead of letting the replica
+// fall behind unseen.
+func (r *run) halt(err error) {
+	r.a.log.Error("the replica cannot apply a committed version; it stops applying and must be rebuilt", "err", err)
+	r.a.setState(StateHalted, err.Error())
+	r.closeGate("this replica stopped applying the cluster's commits and must be rebuilt")
+}

@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/agent/order"
+	"github.com/tashkent-db/tashkent/internal/agent/wire"
+)
+
+// certify asks the certifier for a backend's transaction (Tashkent §6.2
+// C2, C3) and maps its reply to the decision the backend acts on. The
+// writeset goes as the backend encoded it. The transaction is registered
+// as local before it is sent: the certifier delivers its version before
+// the reply, and the order must know it is this replica's to commit.
+func (c *backendConn) certify(ctx context.Context, m wire.Certify) wire.Decision {
+	r, why := c.a.servingRun(c.run)
+	if r == nil {
+		c.a.metrics.certifications.WithLabelValues("unavailable").Inc()
+		return wire.Decision{Kind: wire.Unavailable, Detail: why}
+	}
+	c.pruneDecided()
+	seq := c.a.txnSeq.Add(1)
+	local := c.a.seq.register(seq)
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(r.ctx, r.certifyTimeout)
+	reply, err := r.cert.CertifyEncoded(cctx, &pb.CertifyRequestEncoded{
+		Txn:          &pb.TxnID{Origin: c.a.origin, Seq: seq},
+		StartVersion: m.StartVersion,
+		Writeset:     m.Writeset,
+	})
+	cancel()
+	c.a.metrics.certifyLatency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		c.a.seq.abandon(local)
+		c.a.metrics.certifications.WithLabelValues("unknown").Inc()
+		return wire.Decision{Kind: wire.Unknown, Detail: err.Error()}
+	}
+	if reply.Decision != pb.Decision_DECISION_COMMIT {
+		c.a.seq.abandon(local)
+		c.a.metrics.certifications.WithLabelValues("abort").Inc()
+		return wire.Decision{Kind: wire.Abort, Version: reply.ConflictVersion, AbortReason: uint8(reply.AbortReason), Detail: reply.Detail}
+	}
+	return c.committed(local, reply.CommitVersion)
+}
+
+// committed answers a commit with version v, which was delivered to the
+// order as local before this reply. If it was not (the replica was
+// started again meanwhile, with a stream that has not delivered it), the
+// version is the order's to apply: the backend hears that the outcome is
+// unknown, rolls back, and the applier commits v in its place.
+func (c *backendConn) committed(local *order.Local, v uint64) wire.Decision {
+	if got := c.a.seq.versionOf(local); got != v {
+		c.a.seq.abandon(local)
+		c.a.log.Warn("a certified version was not delivered to its transaction; it is applied instead", "version", v, "delivered", got)
+		c.a.metrics.certifications.WithLabelValues("unknown").Inc()
+		return wire.Decision{Kind: wire.Unknown, Version: 0,
+			Detail: fmt.Sprintf("the cluster committed it as version %d, which this replica applies from the log: the replica was restarted while it was certified", v)}
+	}
+	c.mu.Lock()
+	c.decided = append(c.decided, local)
+	c.mu.Unlock()
+	c.a.metrics.certifications.WithLabelValues("commit").Inc()
+	return wire.Decision{Kind: wire.Commit, Version: v}
+}
+
+// servingRun is the run that certifies for a backend welcomed in run w,
+// or nil and why not.
+func (a *Agent) servingRun(w *run) (*run, string) {
+	a.mu.Lock()
+	r, state, why := a.run, a.state, a.why
+	a.mu.Unlock()
+	switch {
+	case state == StateHalted:
+		return nil, "the replica stopped applying the cluster's commits and must be rebuilt: " + why
+	case r == nil || state != StateServing:
+		return nil, fmt.Sprintf("the tashkent agent is %s: %s", state, why)
+	case w != nil && w != r:
+		return nil, "this backend connected to the agent before the replica's database restarted"
+	}
+	return r, ""
+}
+
+// abandon handles a backend's word that it will not commit version v,
+// which it was told to commit (it failed after certification): the
+// version becomes remote and the applier applies it (Tashkent §8.1).
+func (c *backendConn) abandon(v uint64) {
+	c.mu.Lock()
+	var found *order.Local
+	for i, l := range c.decided {
+		if c.a.seq.versionOf(l) == v {
+			found = l
+			c.decided = append(c.decided[:i], c.decided[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	if found == nil {
+		c.a.log.Warn("a backend abandoned a version it was not told to commit", "pid", c.pid, "version", v)
+		return
+	}
+	c.a.log.Info("a backend abandoned its certified version; applying it", "pid", c.pid, "version", v)
+	c.a.seq.abandon(found)
+}
+
+// closed handles a closed connection: each version its backend was told
+// to commit and that the database does not show committed afterwards is
+// abandoned. A backend closes its socket only when it exits (after its
+// transaction ended: a commit is visible by then) or when it gave up
+// waiting for a decision (it rolls back), so the database's version read
+// after the close settles it.
+func (c *backendConn) closed() {
+	c.mu.Lock()
+	decided := c.decided
+	c.decided = nil
+	c.mu.Unlock()
+	if len(decided) == 0 {
+		return
+	}
+	r := c.a.currentRun()
+	if r == nil || (c.run != nil && c.run != r) {
+		return // the database restarted: the new run replays every version it lacks
+	}
+	committed, err := r.readCommitted()
+	if errors.Is(err, errLostCommits) {
+		r.fail(err)
+		return
+	}
+	if err != nil {
+		c.a.log.Warn("could not read the replica's version after a backend left", "pid", c.pid, "err", err)
+		return
+	}
+	for _, l := range decided {
+		if v := c.a.seq.versionOf(l); v > committed {
+			c.a.log.Info("a backend left without committing its certified version; applying it", "pid", c.pid, "version", v)
+			c.a.seq.abandon(l)
+		}
+	}
+}
+
+// pruneDecided forgets the versions known committed.
+func (c *backendConn) pruneDecided() {
+	committed := c.a.seq.committed()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := c.decided[:0]
+	for _, l := range c.decided {
+		if c.a.seq.versionOf(l) > committed {
+			kept = append(kept, l)
+		}
+	}
+	c.decided = kept
+}

@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/tashkent-db/tashkent/internal/replica"
+)
+
+// Mode is where durability is placed (BRIEF.md "Durability placements").
+type Mode string
+
+const (
+	// ModeBase: each replica's WAL makes every commit durable
+	// (synchronous_commit=on). The paper's Base.
+	ModeBase Mode = "base"
+	// ModeMW: durability is the certifier log's; replicas run
+	// synchronous_commit=off and are caught up from the log after a crash
+	// (Tashkent §7.1, case 2). The paper's Tashkent-MW.
+	ModeMW Mode = "mw"
+)
+
+// Config configures one agent.
+type Config struct {
+	Name      string // the replica's name, unique in the cluster
+	Certifier string // the certifier's address, or a group's addresses, comma-separated
+	Mode      Mode
+	Database  string // the replicated database
+	// Postgres is the connection string of the replica's PostgreSQL
+	// (keyword/value or URL; empty: libpq's defaults and PG* variables).
+	// Its database is replaced by Database.
+	Postgres string
+	// AdminUser is the superuser the agent connects as; empty: the one
+	// Postgres names, or postgres. AdminPassword, if set, replaces
+	// Postgres' password.
+	AdminUser     string
+	AdminPassword string
+	// Socket is the Unix socket backends connect to; empty: the
+	// extension's tashkent.agent_socket, relative to the data directory.
+	Socket string
+	// Staleness bounds how long the replica goes without asking the
+	// certifier for new versions (Tashkent §6.2 "Bounding Staleness"); it
+	// is also the interval of the database health check.
+	Staleness time.Duration
+	// BlockerGrace is how long a doomed local transaction may go on
+	// blocking a remote writeset before its backend is terminated
+	// (Tashkent §8.2): a transaction idle in its block cannot be
+	// cancelled.
+	BlockerGrace time.Duration
+	// NoPush: the replica hears of other replicas' commits only with
+	// replies and catch-ups (certclient.Options.Push off). For tests.
+	NoPush bool
+	// ReplicaIndex and SequenceStride offset the database's sequences
+	// per replica (replica.ConfigureSequences); index 0 keeps the one the
+	// database recorded.
+	ReplicaIndex   int
+	SequenceStride int
+	// TrustDDLRoles lets roles that are not superusers run DDL
+	// (replica.SetDDLTrust).
+	TrustDDLRoles bool
+	// CertifierDialOptions dial the certifier (grpctls); none: plaintext.
+	CertifierDialOptions []grpc.DialOption
+	// MetricsAddr serves /metrics and /healthz; empty: not served.
+	MetricsAddr string
+	Logger      *slog.Logger
+}
+
+const (
+	// applyBatchEntriesMax bounds the remote versions applied in one
+	// transaction: enough to amortize a round trip and a commit, few
+	// enough that a batch does not hold row locks for long.
+	applyBatchEntriesMax = 256
+	// lockWatchInterval is how often a batch in flight is checked for
+	// local transactions blocking it. PostgreSQL's own deadlock check
+	// runs after deadlock_timeout (1 s); this must be well below it.
+	lockWatchInterval = 10 * time.Millisecond
+	// inheritedPollInterval is how often versions held by backends at
+	// start are looked for in tashkent.backends().
+	inheritedPollInterval = 20 * time.Millisecond
+	// certifyingSettleMax bounds the wait at start for backends that
+	// asked an earlier agent for a certification: its socket is gone,
+	// so they end at once unless that agent still runs.
+	certifyingSettleMax = 10 * time.Second
+	// helloRegistrationWaitMax bounds how long a session's hello waits
+	// for the agent's registration, which names the agent generation the
+	// welcome carries; below the extension's 10 s hello timeout.
+	helloRegistrationWaitMax = 5 * time.Second
+	// helloReadMax bounds the wait for a new connection's hello.
+	helloReadMax = 10 * time.Second
+	// queryTimeout bounds the agent's own questions to its database.
+	queryTimeout = 5 * time.Second
+	// reconnectDelayMax bounds the pause between attempts to reach the
+	// replica's database.
+	reconnectDelayMax = time.Second
+	// retryPause separates apply attempts after a deadlock or a
+	// serialization failure.
+	retryPause = 10 * time.Millisecond
+	// certifyTimeoutShare is the share of the extension's
+	// tashkent.certify_timeout the agent waits for a decision, so that its
+	// Unknown reaches the backend before the backend gives up.
+	certifyTimeoutShare = 0.9
+	// certifyTimeoutDefault is certifyTimeoutShare of the extension's
+	// default, until the database is asked.
+	certifyTimeoutDefault = 54 * time.Second
+	// stoppedWaitMax bounds the wait for backends the agent terminated.
+	stoppedWaitMax = 10 * time.Second
+)
+
+func (c *Config) withDefaults() error {
+	if c.Name == "" || c.Certifier == "" {
+		return fmt.Errorf("agent: the replica's name and the certifier's address are required")
+	}
+	if c.Database == "" {
+		c.Database = "postgres"
+	}
+	switch c.Mode {
+	case "":
+		c.Mode = ModeMW
+	case ModeBase, ModeMW:
+	default:
+		return fmt.Errorf("agent: mode must be %q or %q, not %q", ModeBase, ModeMW, c.Mode)
+	}
+	if c.SequenceStride == 0 {
+		c.SequenceStride = replica.SequenceStrideDefault
+	}
+	if c.SequenceStride < 1 || c.SequenceStride > replica.SequenceStrideMax {
+		return fmt.Errorf("agent: sequence stride must be between 1 and %d, not %d", replica.SequenceStrideMax, c.SequenceStride)
+	}
+	if c.ReplicaIndex < 0 || c.ReplicaIndex > c.SequenceStride {
+		return fmt.Errorf("agent: replica index must be between 1 and the sequence stride %d, not %d", c.SequenceStride, c.ReplicaIndex)
+	}
+	if c.Staleness <= 0 {
+		c.Staleness = 100 * time.Millisecond
+	}
+	if c.BlockerGrace <= 0 {
+		c.BlockerGrace = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}

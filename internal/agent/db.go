@@ -1,0 +1,160 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Application names of the agent's connections, as pg_stat_activity
+// shows them: the apply connection's apart, so that an operator (or a
+// test) can tell which backend applies remote writesets.
+const (
+	controlApplicationName = "tashkent-agent"
+	applyApplicationName   = "tashkent-agent-apply"
+)
+
+// postmasterStartSQL is the database's start time as text that every
+// session prints alike (seconds since the epoch, not a timestamptz that
+// follows the session's TimeZone): a different one means the database
+// restarted.
+const postmasterStartSQL = `SELECT (EXTRACT(EPOCH FROM pg_catalog.pg_postmaster_start_time()))::pg_catalog.text`
+
+const committedVersionSQL = `SELECT tashkent.committed_version()`
+
+// connConfig is the configuration of the agent's connections.
+func (a *Agent) connConfig(applicationName string) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(a.cfg.Postgres)
+	if err != nil {
+		return nil, fmt.Errorf("agent: the PostgreSQL connection string: %w", err)
+	}
+	cfg.Database = a.cfg.Database
+	switch {
+	case a.cfg.AdminUser != "":
+		cfg.User = a.cfg.AdminUser
+	case !namesUser(a.cfg.Postgres) && os.Getenv("PGUSER") == "":
+		cfg.User = "postgres"
+	}
+	if a.cfg.AdminPassword != "" {
+		cfg.Password = a.cfg.AdminPassword
+	}
+	cfg.RuntimeParams["application_name"] = applicationName
+	return cfg, nil
+}
+
+var userKeyword = regexp.MustCompile(`(^|\s)user\s*=`)
+
+// namesUser reports whether a connection string names its user.
+func namesUser(dsn string) bool {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		return u.User != nil && u.User.Username() != ""
+	}
+	return userKeyword.MatchString(dsn)
+}
+
+func (a *Agent) connect(ctx context.Context, applicationName string) (*pgx.Conn, error) {
+	cfg, err := a.connConfig(applicationName)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*queryTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the replica's database: %w", err)
+	}
+	return conn, nil
+}
+
+// control is the agent's connection for everything but applying: lock
+// watch, dooms, cancels, health checks, versions. Every question is
+// bounded by queryTimeout.
+type control struct {
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+func (c *control) exec(ctx context.Context, sql string, args ...any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	_, err := c.conn.Exec(qctx, sql, args...)
+	return err
+}
+
+func (c *control) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	return c.conn.QueryRow(qctx, sql, args...).Scan(dest...)
+}
+
+// query runs sql and calls row for each row, scanning into dest.
+func (c *control) query(ctx context.Context, sql string, args []any, dest []any, row func()) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	rows, err := c.conn.Query(qctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		row()
+	}
+	return rows.Err()
+}
+
+func (c *control) committedVersion(ctx context.Context) (uint64, error) {
+	var v int64
+	if err := c.queryRow(ctx, committedVersionSQL, nil, &v); err != nil {
+		return 0, fmt.Errorf("read the replica's version: %w", err)
+	}
+	return uint64(v), nil
+}
+
+// replace swaps in a new connection and closes the old one.
+func (c *control) replace(ctx context.Context, conn *pgx.Conn) {
+	c.mu.Lock()
+	old := c.conn
+	c.conn = conn
+	c.mu.Unlock()
+	if old != nil {
+		old.Close(ctx)
+	}
+}
+
+func (c *control) close(ctx context.Context) { c.replace(ctx, nil) }
+
+// sqlState is the SQLSTATE of a PostgreSQL error, "" for any other.
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// missingObject reports an error about a table or function the database
+// does not have (an extension without that part).
+func missingObject(err error) bool {
+	code := sqlState(err)
+	return code == "42P01" || code == "42883" || code == "3F000"
+}
+
+// quoteText quotes a value for the few messages that show one.
+func quoteText(s string) string { return "\"" + strings.ReplaceAll(s, "\"", "\\\"") + "\"" }

@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"time"
+)
+
+// lockWatch looks, while a batch is in flight, for the backends that hold
+// row locks its writes wait for, and makes them give way: a remote
+// writeset takes priority over local transactions (Tashkent §8.2, eager
+// pre-certification; Postgres-R(SI) §4.2). A local transaction that wrote
+// a row a remote version also wrote would fail certification anyway;
+// PostgreSQL has no priorities, so the agent dooms it
+// (tashkent.doom, extension/src/doom.c): it fails with 40001, at once if
+// it runs a statement. A certified one that waits for a turn after the
+// batch is displaced (its backend ends, and its version is applied in its
+// place). One that stays in the way past --blocker-grace (a transaction
+// idle in its block cannot be cancelled) is terminated.
+type lockWatch struct {
+	r      *run
+	first  uint64 // the batch's first version: what the locks are needed for
+	pid    int32  // the applier's backend
+	doomed map[int32]time.Time
+	warned map[int32]bool
+}
+
+func newLockWatch(r *run, first uint64) *lockWatch {
+	return &lockWatch{r: r, first: first, pid: int32(r.apply.PgConn().PID()),
+		doomed: map[int32]time.Time{}, warned: map[int32]bool{}}
+}
+
+// blockersSQL lists the backends the applier waits for, with their slot
+// (none for a backend that never certified).
+const blockersSQL = `SELECT b.pid, coalesce(s.state, ''), coalesce(s.version, 0)
+FROM pg_catalog.unnest(pg_catalog.pg_blocking_pids($1)) AS b(pid)
+LEFT JOIN tashkent.backends() AS s ON s.pid OPERATOR(pg_catalog.=) b.pid`
+
+type blocker struct {
+	pid     int32
+	state   string
+	version int64
+}
+
+func (w *lockWatch) check() {
+	var bs []blocker
+	var b blocker
+	err := w.r.control.query(w.r.ctx, blockersSQL, []any{w.pid}, []any{&b.pid, &b.state, &b.version},
+		func() { bs = append(bs, b) })
+	if err != nil {
+		return // the health check notices a lost database
+	}
+	for _, b := range bs {
+		w.handle(b)
+	}
+}
+
+func (w *lockWatch) handle(b blocker) {
+	switch {
+	case b.state == "committing":
+		return // it has the turn: it commits, then lets go
+	case b.state == "holding" && uint64(b.version) < w.first:
+		return // an earlier version: it commits in its turn, before the batch
+	case b.state == "certifying":
+		return // the certifier decides: an abort, or a version after the batch (displaced then)
+	case b.state == "applying":
+		w.terminate(b, "the backend of an earlier agent's applier")
+		return
+	}
+	if at, ok := w.doomed[b.pid]; ok {
+		if time.Since(at) > w.r.a.cfg.BlockerGrace {
+			w.terminate(b, "a doomed transaction still holds the lock")
+			w.doomed[b.pid] = time.Now()
+		}
+		return
+	}
+	w.doom(b)
+}
+
+func (w *lockWatch) doom(b blocker) {
+	var result *string
+	err := w.r.control.queryRow(w.r.ctx, `SELECT tashkent.doom($1, $2)`, []any{b.pid, int64(w.first)}, &result)
+	if err != nil {
+		w.r.a.log.Warn("could not doom a backend that blocks a remote writeset", "pid", b.pid, "err", err)
+		return
+	}
+	if result == nil {
+		if !w.warned[b.pid] {
+			w.warned[b.pid] = true
+			w.r.a.log.Warn("a remote writeset waits for a backend that cannot be doomed (no transaction id, or its certification or commit is under way)",
+				"pid", b.pid, "state", b.state, "version", w.first)
+		}
+		return
+	}
+	w.doomed[b.pid] = time.Now()
+	w.r.a.metrics.dooms.WithLabelValues(*result).Inc()
+	w.r.a.log.Info("doomed a local transaction that blocks a remote writeset", "pid", b.pid, "as", *result, "version", w.first)
+}
+
+func (w *lockWatch) terminate(b blocker, why string) {
+	w.r.a.log.Warn("terminating a backend that blocks a remote writeset", "pid", b.pid, "why", why, "version", w.first)
+	if err := w.r.control.exec(w.r.ctx, `SELECT pg_catalog.pg_terminate_backend($1)`, b.pid); err == nil {
+		w.r.a.metrics.dooms.WithLabelValues("terminated").Inc()
+	}
+}

@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	registry       *prometheus.Registry
+	delivered      prometheus.Gauge
+	applied        prometheus.Counter
+	certifications *prometheus.CounterVec
+	certifyLatency prometheus.Histogram
+	batchVersions  prometheus.Histogram
+	dooms          *prometheus.CounterVec
+	backends       prometheus.Gauge
+	starts         prometheus.Counter
+	state          *prometheus.GaugeVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry:  prometheus.NewRegistry(),
+		delivered: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_agent_delivered_version", Help: "Highest version the certifier delivered."}),
+		applied:   prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_remote_versions_applied_total", Help: "Remote versions the agent applied."}),
+		certifications: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_certifications_total",
+			Help: "Certifications asked by the replica's backends, by outcome: commit, abort, unknown (no decision in time), unavailable (the agent could not ask)."}, []string{"outcome"}),
+		certifyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tashkent_agent_certify_seconds",
+			Help: "Time from a backend's certify request to the certifier's reply (durable in mw).", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
+		batchVersions: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tashkent_agent_apply_batch_versions",
+			Help: "Remote versions per apply transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 9)}),
+		dooms: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_dooms_total",
+			Help: "Local transactions made to give way to a remote writeset (Tashkent §8.2): blocker (aborted), displaced (certified, applied instead), terminated."}, []string{"as"}),
+		backends: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_agent_backends", Help: "Backends connected to the agent's socket."}),
+		starts: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_starts_total",
+			Help: "Start sequences run: the first, and one per recovery after the database restarted or was lost (attempts that failed included)."}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tashkent_agent_state",
+			Help: "1 for the agent's state: starting, catching_up, serving, recovering, halted."}, []string{"state"}),
+	}
+	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.batchVersions, m.dooms, m.backends, m.starts, m.state)
+	m.setState(StateStarting)
+	return m
+}
+
+func (m *metrics) setState(s State) {
+	for _, st := range states {
+		v := 0.0
+		if st == s {
+			v = 1
+		}
+		m.state.WithLabelValues(string(st)).Set(v)
+	}
+}
+
+// serveMetrics serves /metrics and /healthz (200 while serving, 503 with
+// the state and why otherwise).
+func (a *Agent) serveMetrics(addr string) (func(), error) {
+	a.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tashkent_agent_replica_version", Help: "Highest version committed at the replica, as the agent knows it."},
+		func() float64 { return float64(a.seq.committed()) }))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		state, why := a.State()
+		if state != StateServing {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "%s: %s\n", state, why)
+			return
+		}
+		fmt.Fprintf(w, "%s: version %d\n", state, a.seq.committed())
+	})
+	a.mu.Lock()
+	a.metricsAddr = ln.Addr()
+	a.mu.Unlock()
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return func() { srv.Close() }, nil
+}

@@ -1,0 +1,125 @@
+package agent
+
+import (
+	"context"
+	"sync"
+
+	"github.com/tashkent-db/tashkent/internal/agent/order"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+)
+
+// sequence drives order.Order for the agent's goroutines: one lock around
+// it, and a channel closed on every change for those that wait.
+type sequence struct {
+	mu      sync.Mutex
+	o       *order.Order
+	changed chan struct{}
+}
+
+func newSequence(origin string) *sequence {
+	return &sequence{o: order.New(origin, 0), changed: make(chan struct{})}
+}
+
+// do runs f on the order and wakes the waiters.
+func (s *sequence) do(f func(o *order.Order)) {
+	s.mu.Lock()
+	f(s.o)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// read runs f on the order without waking anyone.
+func (s *sequence) read(f func(o *order.Order)) {
+	s.mu.Lock()
+	f(s.o)
+	s.mu.Unlock()
+}
+
+// wait blocks until ready holds (called under the lock) or ctx ends.
+func (s *sequence) wait(ctx context.Context, ready func(o *order.Order) bool) error {
+	for {
+		s.mu.Lock()
+		ok, ch := ready(s.o), s.changed
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// changes returns the channel closed at the next change.
+func (s *sequence) changes() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func (s *sequence) committed() (v uint64) {
+	s.read(func(o *order.Order) { v = o.Committed() })
+	return v
+}
+
+func (s *sequence) delivered() (v uint64) {
+	s.read(func(o *order.Order) { v = o.Delivered() })
+	return v
+}
+
+func (s *sequence) epoch() (e uint64) {
+	s.read(func(o *order.Order) { e = o.Epoch() })
+	return e
+}
+
+func (s *sequence) register(seq uint64) (l *order.Local) {
+	s.do(func(o *order.Order) { l = o.Register(seq) })
+	return l
+}
+
+func (s *sequence) versionOf(l *order.Local) (v uint64) {
+	s.read(func(*order.Order) { v = l.Version() })
+	return v
+}
+
+// abandon makes l remote; the applier sees CancelWanted if it must
+// cancel its batch.
+func (s *sequence) abandon(l *order.Local) {
+	s.do(func(o *order.Order) { o.Abandon(l) })
+}
+
+func (s *sequence) deliver(epoch uint64, entries []logentry.Entry) (err error) {
+	s.do(func(o *order.Order) { err = o.Deliver(epoch, entries) })
+	return err
+}
+
+func (s *sequence) observe(committed uint64) {
+	s.do(func(o *order.Order) { o.Observe(committed) })
+}
+
+func (s *sequence) done(committed bool) {
+	s.do(func(o *order.Order) { o.Done(committed) })
+}
+
+func (s *sequence) cancelWanted() (yes bool) {
+	s.read(func(o *order.Order) { yes = o.CancelWanted() })
+	return yes
+}
+
+// next waits for the next batch to apply.
+func (s *sequence) next(ctx context.Context) (*order.Batch, error) {
+	var b *order.Batch
+	err := s.wait(ctx, func(o *order.Order) bool {
+		b = o.Next(applyBatchEntriesMax)
+		return b != nil
+	})
+	return b, err
+}
+
+// waitCommitted waits until version v is committed.
+func (s *sequence) waitCommitted(ctx context.Context, v uint64) error {
+	return s.wait(ctx, func(o *order.Order) bool { return o.Committed() >= v })
+}

@@ -1,0 +1,174 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tashkent-db/tashkent/internal/agent/order"
+	"github.com/tashkent-db/tashkent/internal/agent/wire"
+)
+
+// backendConn is one backend's connection to the agent's socket
+// (extension/src/channel.c). A backend asks for one certification at a
+// time and waits for its decision, so a connection's frames are handled
+// in order, by its own goroutine.
+type backendConn struct {
+	a   *Agent
+	nc  net.Conn
+	pid int32
+	run *run // the run that welcomed it; nil if none had registered
+
+	mu sync.Mutex
+	// decided are this backend's versions it was told to commit, not yet
+	// known committed: if its socket closes, each is checked.
+	decided []*order.Local
+}
+
+func (a *Agent) accept(ctx context.Context) {
+	for {
+		nc, err := a.ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				a.log.Error("the agent's socket stopped accepting", "err", err)
+			}
+			return
+		}
+		go a.serveConn(ctx, nc)
+	}
+}
+
+func (a *Agent) serveConn(ctx context.Context, nc net.Conn) {
+	defer nc.Close()
+	r := bufio.NewReader(nc)
+	nc.SetReadDeadline(time.Now().Add(helloReadMax))
+	typ, p, err := wire.ReadFrame(r, wire.FrameBytesMax)
+	if err != nil {
+		return
+	}
+	m, err := wire.Decode(typ, p)
+	hello, ok := m.(wire.Hello)
+	if err != nil || !ok {
+		a.log.Warn("a connection to the agent's socket did not start with a hello", "err", err)
+		return
+	}
+	nc.SetReadDeadline(time.Time{})
+	if hello.Role == wire.RoleApplier {
+		a.serveApplier(nc, r, hello)
+		return
+	}
+	c, welcome := a.welcome(ctx, nc, hello)
+	if _, err := nc.Write(wire.Encode(welcome)); err != nil || !welcome.Accepted {
+		if !welcome.Accepted {
+			a.log.Warn("refused a backend", "pid", hello.PID, "database", hello.Database, "why", welcome.Text)
+		}
+		return
+	}
+	a.track(c, true)
+	defer a.track(c, false)
+	c.serve(ctx, r)
+	c.closed()
+}
+
+// welcome answers a session's hello: refused if it speaks another
+// protocol or works in another database; else with the agent generation
+// of the current run, once the run has registered (it waits a little for
+// that: a backend's slot records the generation it was welcomed with, and
+// a starting agent waits for the slots of earlier generations).
+func (a *Agent) welcome(ctx context.Context, nc net.Conn, h wire.Hello) (*backendConn, wire.Welcome) {
+	switch {
+	case h.Protocol != wire.ProtocolVersion:
+		return nil, wire.Welcome{Text: fmt.Sprintf("the agent speaks protocol %d, the backend %d: run an agent and an extension of the same release", wire.ProtocolVersion, h.Protocol)}
+	case h.Database != a.cfg.Database:
+		return nil, wire.Welcome{Text: fmt.Sprintf("this agent replicates database %s, not %s", quoteText(a.cfg.Database), quoteText(h.Database))}
+	}
+	r := a.registeredRun(ctx)
+	c := &backendConn{a: a, nc: nc, pid: h.PID, run: r}
+	gen := uint64(0)
+	if r != nil {
+		gen = r.generation
+	}
+	return c, wire.Welcome{Accepted: true, Generation: gen}
+}
+
+// registeredRun waits (a little) for a run that has registered its
+// applier, and returns it, or nil.
+func (a *Agent) registeredRun(ctx context.Context) *run {
+	deadline := time.Now().Add(helloRegistrationWaitMax)
+	for {
+		if r := a.currentRun(); r != nil {
+			select {
+			case <-r.registered:
+				return r
+			default:
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil
+		}
+		sleep(ctx, 10*time.Millisecond)
+	}
+}
+
+func (a *Agent) track(c *backendConn, open bool) {
+	a.mu.Lock()
+	if open {
+		a.conns[c] = struct{}{}
+	} else {
+		delete(a.conns, c)
+	}
+	n := len(a.conns)
+	a.mu.Unlock()
+	a.metrics.backends.Set(float64(n))
+}
+
+// serveApplier answers the hello of tashkent.register_applier: accepted
+// only from the backend of the agent's own apply connection, and only
+// while the agent registers it, since the applier's writes are not
+// certified. The connection then stays open, unused, as long as the
+// backend wants it.
+func (a *Agent) serveApplier(nc net.Conn, r *bufio.Reader, h wire.Hello) {
+	a.mu.Lock()
+	ok := a.applyPID != 0 && uint32(h.PID) == a.applyPID
+	a.mu.Unlock()
+	w := wire.Welcome{Accepted: ok}
+	if !ok {
+		w.Text = "not the agent's apply connection"
+		a.log.Warn("refused an applier that is not the agent's apply connection", "pid", h.PID)
+	}
+	if _, err := nc.Write(wire.Encode(w)); err != nil || !ok {
+		return
+	}
+	io.Copy(io.Discard, r)
+}
+
+// serve handles a session's frames until its connection closes.
+func (c *backendConn) serve(ctx context.Context, r *bufio.Reader) {
+	for {
+		typ, p, err := wire.ReadFrame(r, wire.FrameBytesMax)
+		if err != nil {
+			return
+		}
+		m, err := wire.Decode(typ, p)
+		if err != nil {
+			c.a.log.Warn("a backend sent a malformed message; closing its connection", "pid", c.pid, "err", err)
+			return
+		}
+		switch m := m.(type) {
+		case wire.Certify:
+			if _, err := c.nc.Write(wire.Encode(c.certify(ctx, m))); err != nil {
+				return
+			}
+		case wire.Abandon:
+			c.abandon(m.Version)
+		default:
+			c.a.log.Warn("a backend sent an unexpected message; closing its connection", "pid", c.pid, "type", fmt.Sprintf("%T", m))
+			return
+		}
+	}
+}

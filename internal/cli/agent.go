@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/tashkent-db/tashkent/internal/agent"
+	"github.com/tashkent-db/tashkent/internal/grpctls"
+	"github.com/tashkent-db/tashkent/internal/replica"
+)
+
+func init() { extraCommands = append(extraCommands, newAgentCommand) }
+
+func newAgentCommand() *cobra.Command {
+	var (
+		cfg     agent.Config
+		mode    string
+		certTLS grpctls.Files
+	)
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the agent of one PostgreSQL replica",
+		Long: `Runs the agent beside one PostgreSQL replica that has the tashkent
+extension loaded (shared_preload_libraries = 'tashkent'). The replica's
+backends ask it to certify their writesets at commit, through a Unix socket
+(the extension's tashkent.agent_socket, in the data directory by default).
+It installs the extension in the replicated database, applies the other
+replicas' writesets in the global commit order, makes local transactions
+that block them give way (Tashkent §8.2), and catches the replica up from
+the certifier's log after its database restarts (§7). Clients are admitted
+once the replica has caught up.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Name == "" {
+				return errors.New("--name is required")
+			}
+			cfg.Mode = agent.Mode(mode)
+			if cfg.AdminPassword == "" {
+				cfg.AdminPassword = os.Getenv("TASHKENT_ADMIN_PASSWORD")
+			}
+			cfg.Logger = slog.Default().With("replica", cfg.Name)
+			dial, err := certifierDial(certTLS)
+			if err != nil {
+				return err
+			}
+			cfg.CertifierDialOptions = []grpc.DialOption{dial}
+			a, err := agent.New(cfg)
+			if err != nil {
+				return err
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Name, "name", "", "this replica's name, unique in the cluster")
+	f.StringVar(&cfg.Certifier, "certifier", "127.0.0.1:7400", "certifier address, or every member of a certifier group, comma-separated")
+	f.StringVar(&mode, "mode", string(agent.ModeMW), "durability placement: mw (certifier log; synchronous_commit=off) or base (each replica's WAL; on)")
+	f.StringVar(&cfg.Database, "database", "postgres", "the replicated database")
+	f.StringVar(&cfg.Postgres, "postgres", "", `the replica's PostgreSQL as a connection string ("host=/var/run/postgresql port=5432" or a postgres:// URL); its database is replaced by --database. Empty: libpq's defaults and PG* variables`)
+	f.StringVar(&cfg.AdminUser, "admin-user", "", "superuser for the agent's connections (empty: the one --postgres names, or postgres); it must be in tashkent.recovery_roles")
+	f.StringVar(&cfg.AdminPassword, "admin-password", "", "password of --admin-user (or TASHKENT_ADMIN_PASSWORD, which keeps it out of the process list)")
+	f.StringVar(&cfg.Socket, "socket", "", "the Unix socket backends connect to (empty: the extension's tashkent.agent_socket, relative to the data directory)")
+	f.StringVar(&cfg.MetricsAddr, "metrics", "", "listen address of Prometheus /metrics and /healthz; empty disables")
+	f.DurationVar(&cfg.Staleness, "staleness", 100*time.Millisecond, "the replica asks the certifier for new versions at least this often (a safety net: the certifier pushes each as soon as it is durable); also the database health check's interval")
+	f.DurationVar(&cfg.BlockerGrace, "blocker-grace", 100*time.Millisecond, "how long a doomed local transaction may keep blocking a remote writeset before its backend is terminated (one idle in its transaction block cannot be cancelled)")
+	f.IntVar(&cfg.ReplicaIndex, "replica-index", 0, "this replica's number, 1 to --sequence-stride, unique in the cluster: its sequences hand out only values congruent to it (0: the one recorded in the database)")
+	f.IntVar(&cfg.SequenceStride, "sequence-stride", replica.SequenceStrideDefault, fmt.Sprintf("every sequence advances by this much; the most replicas the cluster can ever have (at most %d)", replica.SequenceStrideMax))
+	f.BoolVar(&cfg.TrustDDLRoles, "trust-ddl-roles", false, "let roles that are not superusers run DDL in this replica's database; the other replicas run replicated DDL as a superuser, so only if every role that can run DDL is trusted as one")
+	certTLS.AddFlags(f)
+	return markPollingSysmon(markSharesHost(cmd), pollAlways)
+}
