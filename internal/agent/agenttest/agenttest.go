@@ -24,11 +24,13 @@ import (
 	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
 
-// Request is one certification a backend asked for.
+// Request is one certification a backend asked for, with the stand-in's
+// answer.
 type Request struct {
 	PID          int32
 	StartVersion uint64
 	Writeset     *pb.Writeset
+	Decision     wire.Decision
 }
 
 // Decide answers a request. Version is the next free version (the stand-in
@@ -169,11 +171,12 @@ func (a *Agent) serve(c net.Conn) {
 			}
 			req := Request{PID: pid, StartVersion: m.StartVersion, Writeset: &ws}
 			a.mu.Lock()
-			a.requests = append(a.requests, req)
 			d := a.decide(req, a.next)
 			if d.Kind == wire.Commit {
 				a.next = d.Version + 1
 			}
+			req.Decision = d
+			a.requests = append(a.requests, req)
 			a.mu.Unlock()
 			c.Write(wire.Encode(d))
 		case wire.Abandon:

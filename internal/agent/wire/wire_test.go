@@ -74,6 +74,24 @@ func sqlState(err error) string {
 	return ""
 }
 
+// awaitWaitingFor waits until backend pid waits in the commit order for
+// version v.
+func awaitWaitingFor(t *testing.T, c *pgx.Conn, pid int32, v int64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var waiting int64
+		err := c.QueryRow(context.Background(), `SELECT waiting_for FROM tashkent.backends() WHERE pid = $1`, pid).Scan(&waiting)
+		if err == nil && waiting == v {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d does not wait for version %d: waits for %d, %v", pid, v, waiting, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func committed(t *testing.T, c *pgx.Conn) int64 {
 	t.Helper()
 	var v int64
@@ -107,14 +125,22 @@ func TestApplierRegistersAndCommitsVersionsInOrder(t *testing.T) {
 	}
 
 	// Version 3 waits for 2, which is not committed: its COMMIT blocks
-	// until cancelled (the applier's wait can be).
+	// until cancelled (the applier's wait can be). The cancel is sent as
+	// the agent sends it: a context that ends only closes pgx's socket,
+	// and the backend would go on waiting, and commit version 3 later.
 	late := agent.Connect("postgres")
 	agent.RegisterApplier(late)
-	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err := late.Exec(cctx, `BEGIN; SELECT tashkent.apply_versions(3, 3); INSERT INTO t VALUES (3, 3); COMMIT`)
-	cancel()
-	if err == nil {
-		t.Fatal("version 3 committed before versions 1 and 2")
+	done := make(chan error, 1)
+	go func() {
+		_, err := late.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(3, 3); INSERT INTO t VALUES (3, 3); COMMIT`)
+		done <- err
+	}()
+	awaitWaitingFor(t, other, int32(late.PgConn().PID()), 2)
+	if _, err := other.Exec(ctx, `SELECT pg_cancel_backend($1)`, int32(late.PgConn().PID())); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; sqlState(err) != "57014" {
+		t.Fatalf("version 3 before versions 1 and 2: %v, want a cancelled wait (57014)", err)
 	}
 	if v := committed(t, other); v != 0 {
 		t.Fatalf("committed version %d, want 0", v)
