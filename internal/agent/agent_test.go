@@ -9,6 +9,7 @@ import (
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
+	"github.com/tashkent-db/tashkent/internal/clustertest"
 )
 
 // Writesets certified through either agent are committed on both
@@ -16,92 +17,93 @@ import (
 // version whose backend abandons it (it failed after certification) or
 // whose backend leaves before committing it is applied by its own agent
 // (§8.1); a conflicting writeset gets an Abort naming the version it lost
-// to.
+// to; sessions of both replicas commit in between.
 func TestCertifiedWritesetsCommitOnEveryReplica(t *testing.T) {
-	c := startCluster(t, 2)
-	c.exec(`CREATE TABLE t (k int PRIMARY KEY, v text)`)
-	b1, b2 := c.session(0), c.session(1)
+	c, base := startWithSchema(t, 2, clustertest.Options{}, schema)
+	b1, b2 := simulated(t, c, 0), simulated(t, c, 1)
 
-	v1 := b1.commit(0, upsert(1, "a"))
+	v1 := b1.commit(base, upsert(1, "a"))
 	b1.abandon(v1)
-	leaving := c.session(1)
-	v2 := leaving.commit(0, upsert(2, "b"))
+	leaving := simulated(t, c, 1)
+	v2 := leaving.commit(base, upsert(2, "b"))
 	leaving.close()
 
 	// Row 1 from a snapshot without v1, on the other replica: a conflict.
-	d := b2.certify(0, upsert(1, "lost"))
+	d := b2.certify(base, upsert(1, "lost"))
 	if d.Kind != wire.Abort || d.Version != v1 || d.AbortReason != uint8(pb.AbortReason_ABORT_REASON_CONFLICT) || d.Detail == "" {
 		t.Fatalf("conflicting writeset: %+v, want an abort for a conflict with version %d, with a detail", d, v1)
 	}
 
-	// More, alternating between the replicas.
-	last := v2
+	// Real sessions, alternating between the replicas: their versions
+	// wait on each replica for v1 and v2 to be applied.
+	ctx := context.Background()
+	r1, r2 := c.Connect(0), c.Connect(1)
 	for k := 3; k <= 12; k++ {
-		b := []*backend{b1, b2}[k%2]
-		last = b.commit(last, upsert(k, "x"))
-		b.abandon(last)
+		conn := r1
+		if k%2 == 0 {
+			conn = r2
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO t VALUES ($1, 'x')`, k); err != nil {
+			t.Fatalf("insert row %d: %v", k, err)
+		}
 	}
-	want := "(1,a) (2,b) (3,x) (4,x) (5,x) (6,x) (7,x) (8,x) (9,x) (10,x) (11,x) (12,x)"
+	last := c.AwaitConverged(time.Minute)
+	if last < v2+10 {
+		t.Errorf("the certifier's durable version is %d, want at least %d", last, v2+10)
+	}
+	want := "(1,a) (10,x) (11,x) (12,x) (2,b) (3,x) (4,x) (5,x) (6,x) (7,x) (8,x) (9,x)"
 	for i := range 2 {
-		c.awaitCommitted(i, last, time.Minute)
-		if got := rows(t, c.connect(i), "t"); got != sortedRows(want) {
+		if got := c.Rows(i, "t"); got != want {
 			t.Errorf("replica %d: t = %s, want %s", i+1, got, want)
 		}
-	}
-	if got := c.committed(0); got != last {
-		t.Errorf("replica 1 committed %d, want %d", got, last)
-	}
-}
-
-// sortedRows orders rows as text, as rows() reads them.
-func sortedRows(s string) string {
-	f := strings.Fields(s)
-	for i := range f {
-		for j := i + 1; j < len(f); j++ {
-			if f[j] < f[i] {
-				f[i], f[j] = f[j], f[i]
-			}
+		if got := c.Committed(i); got != last {
+			t.Errorf("replica %d committed %d, want %d", i+1, got, last)
 		}
 	}
-	return strings.Join(f, " ")
 }
 
 // Only the agent's own apply connection may register as the applier, and
 // only sessions of the replicated database are served.
 func TestTheAgentRefusesStrangers(t *testing.T) {
-	c := startCluster(t, 1)
-	conn := c.connect(0)
-	_, err := conn.Exec(context.Background(), `SELECT tashkent.register_applier()`)
+	c, _ := startWithSchema(t, 1, clustertest.Options{}, schema)
+	ctx := context.Background()
+	conn := c.Connect(0)
+	_, err := conn.Exec(ctx, `SELECT tashkent.register_applier()`)
 	if err == nil || !strings.Contains(err.Error(), "not the agent's apply connection") {
 		t.Fatalf("a session registered as the applier: %v", err)
 	}
-	if _, err := conn.Exec(context.Background(), `BEGIN; SELECT tashkent.apply_versions(1, 1)`); sqlState(err) != "TK003" {
+	if _, err := conn.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(1, 1)`); sqlState(err) != "TK003" {
 		t.Fatalf("apply_versions from a session: %v, want TK003", err)
 	}
-	_, w := c.dialBackend(0, "other")
+	if _, err := conn.Exec(ctx, `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	_, w := dialBackend(t, c, 0, "other")
 	if w.Accepted || !strings.Contains(w.Text, `replicates database "postgres", not "other"`) {
 		t.Fatalf("a session of another database: %+v", w)
 	}
-	c.exec(`CREATE TABLE t (k int PRIMARY KEY, v text)`)
-	b := c.session(0)
-	v := b.commit(0, upsert(1, "a"))
-	b.abandon(v)
-	c.awaitCommitted(0, v, time.Minute)
+	// The refusals changed nothing: the session still commits.
+	if _, err := conn.Exec(ctx, `INSERT INTO t VALUES (1, 'a')`); err != nil {
+		t.Fatal(err)
+	}
+	c.AwaitConverged(time.Minute)
+	if got := c.Rows(0, "t"); got != "(1,a)" {
+		t.Errorf("t = %s", got)
+	}
 }
 
 // A remote batch is sent at once and waits inside PostgreSQL for the local
 // version before it; when that version's backend abandons it, the batch is
 // cancelled and applied again from the abandoned version (Tashkent §8.1).
 func TestAnAbandonedVersionCancelsTheBatchWaitingForIt(t *testing.T) {
-	c := startCluster(t, 2)
-	c.exec(`CREATE TABLE t (k int PRIMARY KEY, v text)`)
-	b1, b2 := c.session(0), c.session(1)
-	v1 := b1.commit(0, upsert(1, "local"))
-	v2 := b2.commit(0, upsert(2, "remote"))
+	c, base := startWithSchema(t, 2, clustertest.Options{}, schema)
+	b1, b2 := simulated(t, c, 0), simulated(t, c, 1)
+	v1 := b1.commit(base, upsert(1, "local"))
+	v2 := b2.commit(base, upsert(2, "remote"))
 	b2.abandon(v2)
-	c.awaitCommitted(1, v2, time.Minute)
+	c.AwaitCommitted(1, v2, time.Minute)
 
-	conn := c.connect(0)
+	conn := c.Connect(0)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var first, waiting int64
@@ -114,39 +116,33 @@ func TestAnAbandonedVersionCancelsTheBatchWaitingForIt(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got := c.committed(0); got != 0 {
+	if got := c.Committed(0); got != base {
 		t.Fatalf("replica 1 committed %d before version %d", got, v1)
 	}
 	b1.abandon(v1)
-	c.awaitCommitted(0, v2, time.Minute)
-	if got := rows(t, conn, "t"); got != "(1,local) (2,remote)" {
+	c.AwaitCommitted(0, v2, time.Minute)
+	if got := c.Rows(0, "t"); got != "(1,local) (2,remote)" {
 		t.Errorf("replica 1: t = %s", got)
 	}
 }
 
 // A version the replica cannot apply halts it: the gate closes saying it
-// must be rebuilt, and certifications are refused as unavailable.
+// must be rebuilt, and its sessions' writes are refused as unavailable.
+// Here the version writes a table that replica 2 created in maintenance,
+// so only there.
 func TestAVersionThatCannotBeAppliedHaltsTheReplica(t *testing.T) {
-	c := startCluster(t, 2)
-	c.exec(`CREATE TABLE t (k int PRIMARY KEY, v text); CREATE ROLE app LOGIN`)
-	if _, err := c.connect(1).Exec(context.Background(), `CREATE TABLE only_here (k int PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
+	c, _ := startWithSchema(t, 2, clustertest.Options{}, schema+`; CREATE ROLE app LOGIN`)
+	ctx := context.Background()
+	session := c.Connect(0) // opened before the halt: superusers are let in anyway
+	c.Exec(1, `SET tashkent.maintenance = on; CREATE TABLE only_here (k int PRIMARY KEY)`)
+	c.Exec(1, `INSERT INTO only_here VALUES (1)`)
+	c.AwaitState(0, agent.StateHalted, time.Minute)
+
+	_, err := session.Exec(ctx, `INSERT INTO t VALUES (1, 'a')`)
+	if sqlState(err) != "57P03" || !strings.Contains(err.Error(), "must be rebuilt") {
+		t.Errorf("a write on a halted replica: %v, want 57P03 saying it must be rebuilt", err)
 	}
-	b2 := c.session(1)
-	v := b2.commit(0, &pb.Writeset{Changes: []*pb.Change{{Table: "public.only_here", Op: pb.Op_OP_UPSERT, Key: []byte("[1]"), Row: []byte("(1)")}}})
-	b2.abandon(v)
-	deadline := time.Now().Add(time.Minute)
-	for st, _ := c.agents[0].State(); st != agent.StateHalted; st, _ = c.agents[0].State() {
-		if time.Now().After(deadline) {
-			t.Fatalf("agent 1 is %s, want halted", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	d := c.session(0).certify(0, upsert(1, "a"))
-	if d.Kind != wire.Unavailable || !strings.Contains(d.Detail, "must be rebuilt") {
-		t.Errorf("certification on a halted replica: %+v", d)
-	}
-	err := connectAs(t, c.dbs[0], "app")
+	_, err = c.ConnectAs(0, "app")
 	if sqlState(err) != "57P03" || !strings.Contains(err.Error(), "must be rebuilt") {
 		t.Errorf("a client of a halted replica: %v, want 57P03 saying it must be rebuilt", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tashkent-db/tashkent/internal/agent"
+	"github.com/tashkent-db/tashkent/internal/clustertest"
 )
 
 // A local transaction that holds a row lock a remote writeset needs gives
@@ -15,12 +16,24 @@ import (
 // does not reach, has its backend terminated after the grace period, and
 // its client hears 40001 too. The remote writeset is applied either way.
 func TestALocalTransactionThatBlocksARemoteWritesetGivesWay(t *testing.T) {
-	c := startCluster(t, 2, func(cfg *agent.Config) { cfg.BlockerGrace = 300 * time.Millisecond })
-	c.exec(`CREATE TABLE t (k int PRIMARY KEY, v text); INSERT INTO t VALUES (1, 'a'), (2, 'b')`)
+	c, _ := startWithSchema(t, 2, clustertest.Options{
+		Agent: func(_ int, cfg *agent.Config) { cfg.BlockerGrace = 300 * time.Millisecond },
+	}, schema+`; INSERT INTO t VALUES (1, 'a'), (2, 'b')`)
 	ctx := context.Background()
-	b2 := c.session(1)
+	remote := c.Connect(1)
+	update := func(k int) uint64 {
+		t.Helper()
+		if _, err := remote.Exec(ctx, `UPDATE t SET v = 'remote' WHERE k = $1`, k); err != nil {
+			t.Fatalf("replica 2: update row %d: %v", k, err)
+		}
+		var v int64
+		if err := remote.QueryRow(ctx, `SELECT tashkent.committed_version()`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return uint64(v)
+	}
 
-	running := c.connect(0)
+	running := c.Connect(0)
 	if _, err := running.Exec(ctx, `BEGIN; SELECT * FROM t WHERE k = 1 FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +42,7 @@ func TestALocalTransactionThatBlocksARemoteWritesetGivesWay(t *testing.T) {
 		_, err := running.Exec(ctx, `SELECT pg_sleep(60)`)
 		failed <- err
 	}()
-	v1 := b2.commit(0, upsert(1, "remote"))
-	b2.abandon(v1)
+	v1 := update(1)
 	select {
 	case err := <-failed:
 		if sqlState(err) != "40001" || !strings.Contains(err.Error(), "concurrent update on another replica") {
@@ -39,23 +51,22 @@ func TestALocalTransactionThatBlocksARemoteWritesetGivesWay(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the blocking transaction was not doomed")
 	}
-	c.awaitCommitted(0, v1, time.Minute)
+	c.AwaitCommitted(0, v1, time.Minute)
 
-	idle := c.connect(0)
+	idle := c.Connect(0)
 	if _, err := idle.Exec(ctx, `BEGIN; UPDATE t SET v = 'local' WHERE k = 2`); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	v2 := b2.commit(v1, upsert(2, "remote"))
-	b2.abandon(v2)
-	c.awaitCommitted(0, v2, time.Minute)
+	v2 := update(2)
+	c.AwaitCommitted(0, v2, time.Minute)
 	if took := time.Since(start); took < 300*time.Millisecond {
 		t.Errorf("the idle blocker's backend was terminated after %v, before the grace period", took)
 	}
 	if _, err := idle.Exec(ctx, `SELECT 1`); sqlState(err) != "40001" || !idle.IsClosed() {
 		t.Errorf("the idle blocking transaction's next statement: %v, want FATAL 40001", err)
 	}
-	if got := rows(t, c.connect(0), "t"); got != "(1,remote) (2,remote)" {
+	if got := c.Rows(0, "t"); got != "(1,remote) (2,remote)" {
 		t.Errorf("replica 1: t = %s", got)
 	}
 }

@@ -145,6 +145,83 @@ func (c *Cluster) Connect(i int) *pgx.Conn {
 	return pgtest.Connect(c.t, c.DBs[i], "postgres")
 }
 
+// ConnectAs opens a connection to replica i as role and returns its
+// error; a connection made is closed when the test ends. Tests of the
+// admission gate use it: superusers (the agent's role) are let in while
+// the gate is closed.
+func (c *Cluster) ConnectAs(i int, role string) (*pgx.Conn, error) {
+	c.t.Helper()
+	cfg, err := pgx.ParseConfig(c.DBs[i].DSN("postgres"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cfg.User = role
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn, nil
+}
+
+// Exec runs sql (one or several statements, in the simple protocol: one
+// transaction unless it says BEGIN) in a new superuser session of replica
+// i, as a client would, and fails the test on an error. DDL run so is
+// replicated: run a schema once, on one replica, then AwaitConverged.
+func (c *Cluster) Exec(i int, sql string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.DBs[i].DSN("postgres"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
+		c.t.Fatalf("replica %d: %s: %v", i+1, sql, err)
+	}
+}
+
+// Rows returns a table's rows on replica i as text, ordered as text,
+// separated by spaces: "(1,a) (2,b)".
+func (c *Cluster) Rows(i int, table string) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.DBs[i].DSN("postgres"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT x::text FROM `+table+` AS x ORDER BY 1`)
+	if err != nil {
+		c.t.Fatalf("replica %d: %v", i+1, err)
+	}
+	s, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		c.t.Fatalf("replica %d: %v", i+1, err)
+	}
+	return strings.Join(s, " ")
+}
+
+// AwaitState waits until replica i's agent is in state st.
+func (c *Cluster) AwaitState(i int, st agent.State, limit time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		got, why := c.Agents[i].State()
+		if got == st {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("agent %d is %s (%s), want %s within %v", i+1, got, why, st, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Committed reads replica i's version (tashkent.committed_version()).
 func (c *Cluster) Committed(i int) uint64 {
 	c.t.Helper()
