@@ -15,9 +15,9 @@ import (
 
 // Applier applies remote writesets to one replica database. It caches each
 // table's metadata (primary key, columns) and the statements built from
-// it; the cache is dropped whenever a DDL entry is applied and after an
-// apply fails on what looks like a schema change. Call Invalidate after
-// DDL that reached the database some other way (a local DDL transaction).
+// it; the cache is dropped whenever a DDL entry is applied, when the DDL
+// generation (tashkent.ddl_log) moved since it was filled, and after an
+// apply fails on what looks like a schema change.
 //
 // An Applier is safe for concurrent use, but one database connection must
 // not be used by two calls at once (pgx connections are not).
@@ -33,8 +33,9 @@ func NewApplier() *Applier {
 }
 
 // Invalidate drops the cached table metadata. Apply notices DDL that
-// changed a replicated table by itself (tashkent's event trigger logs it in
-// tashkent.ddl_log); Invalidate is for anything else.
+// changed a table by itself (the extension's event trigger logs every DDL
+// command on a permanent object in tashkent.ddl_log, in every session);
+// Invalidate is for anything else.
 func (a *Applier) Invalidate() {
 	a.mu.Lock()
 	clear(a.tables)
@@ -53,13 +54,12 @@ func Apply(ctx context.Context, conn *pgx.Conn, entries []*certifierpb.LogEntry)
 // anyway; what this saves is the plan cache. PostgreSQL drops every cached
 // plan of a session whenever its session_replication_role changes value
 // (which triggers fire changes what a plan does), so a role set and
-// reverted at every apply transaction made each of Apply's prepared
-// statements be analyzed and planned again at every batch: 14% of the
-// replicas' CPU in a TPC-B profile of 3 replicas (docs/BENCHMARKS.md,
-// "The applier planned its statements again at every apply"). With the
-// session's role already replica, Apply's setting changes nothing and the
-// plans stay cached. Nothing else must run on conn afterwards: capture
-// triggers do not fire in it.
+// reverted at every apply transaction has each of Apply's prepared
+// statements analyzed and planned again at every batch
+// (TestApplyKeepsItsPlansOnAPreparedSession). With the session's role
+// already replica, Apply's setting changes nothing and the plans stay
+// cached. Nothing else should run on conn afterwards: foreign-key checks
+// and ordinary user triggers do not fire in it.
 func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		return fmt.Errorf("replica: prepare the apply session: %w", err)
@@ -75,8 +75,10 @@ func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 // tashkent.apply_versions(first, last), and its COMMIT waits in the
 // extension until version first - 1 is committed (the replica's commit
 // order), then records last as the replica's version. It runs with
-// session_replication_role = replica, so that neither capture nor
-// foreign-key triggers fire.
+// session_replication_role = replica, so that neither foreign-key checks
+// nor ordinary user triggers fire (the origin ran them; what they wrote
+// is in the writeset). The capture triggers are enabled ALWAYS and fire,
+// but capture nothing in the registered applier (extension/src/capture.c).
 //
 // Rows are applied by primary key, batched: the changes of all entries are
 // collapsed to the last change per (table, key), and each table gets one
@@ -316,8 +318,9 @@ type target struct {
 	pg        *pgconn.PgConn
 }
 
-// Settings for the apply transaction: triggers (capture, foreign keys)
-// silent, and values parsed as the capture trigger printed them.
+// Settings for the apply transaction: foreign-key checks and ordinary
+// triggers silent, and values parsed as capture printed them (capture
+// pins the print settings: extension/src/capture.c).
 //
 // Every statement the applier sends names its functions and operators
 // with their schema (pg_catalog.set_config, OPERATOR(pg_catalog.=)): it
@@ -336,7 +339,7 @@ const (
 	checkGenSQL      = `SELECT tashkent.check_ddl_generation($1)`
 	// check_function_bodies is off while replicated DDL runs, as in a
 	// pg_dump restore: the origin checked the body, and one that names a
-	// session's temporary table would fail here for good (review h35).
+	// session's temporary table would fail here for good.
 	// The saved values go under the prefix tashkent_apply: the extension
 	// reserves tashkent.* for its own settings.
 	ddlPrologue = `SELECT pg_catalog.set_config('tashkent_apply.saved_search_path', pg_catalog.current_setting('search_path'), true),
@@ -621,3 +624,39 @@ func keyArray(cs []*certifierpb.Change) string {
 	sb.WriteByte(']')
 	return sb.String()
 }
+
+// tableMetaSQL loads, for each schema-qualified table name in $1, whether
+// it exists, its canonical quoted name, whether its primary key is
+// deferrable (ON CONFLICT cannot use it), the DDL generation (the newest
+// row of tashkent.ddl_log), its primary key columns and their types (in
+// key order), and its columns that can be inserted into (not generated),
+// in order.
+// format_type names a type as the session's search_path finds it (bare
+// where that finds it, schema-qualified where not), so the names it gives
+// mean the same types in the apply statements, which run under the same
+// search_path.
+const tableMetaSQL = `
+SELECT t.name, c.oid IS NOT NULL, CASE WHEN c.oid IS NULL THEN '' ELSE pg_catalog.format('%I.%I', n.nspname, c.relname) END,
+	coalesce((SELECT NOT i.indimmediate FROM pg_catalog.pg_index i
+		WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary), false),
+	(SELECT coalesce(pg_catalog.max(gen), 0) FROM tashkent.ddl_log),
+	ARRAY(SELECT a.attname::pg_catalog.text
+		FROM pg_catalog.pg_index i
+		CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) i.indrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+		WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary AND k.ord OPERATOR(pg_catalog.<=) i.indnkeyatts ORDER BY k.ord),
+	ARRAY(SELECT pg_catalog.format_type(a.atttypid, a.atttypmod)
+		FROM pg_catalog.pg_index i
+		CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) i.indrelid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+		WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary AND k.ord OPERATOR(pg_catalog.<=) i.indnkeyatts ORDER BY k.ord),
+	ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a
+		WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+			AND a.attgenerated OPERATOR(pg_catalog.=) ''
+		ORDER BY a.attnum)
+FROM pg_catalog.unnest($1::pg_catalog.text[]) AS t(name)
+LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(t.name)
+LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace`
+
+// maxVersion is the largest version: versions travel as bigint.
+const maxVersion = 1<<63 - 1

@@ -6,13 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/api/certifierpb"
-	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
 
 // convergenceSchema exercises the value types and table shapes the
@@ -60,10 +58,13 @@ CREATE TABLE "Weird ""Schema"""."T-1" ("Key Col" text PRIMARY KEY, "val'q" text,
 	tashkent_n text DEFAULT 'n', tashkent_o text DEFAULT 'o', tashkent_t text DEFAULT 't', j text DEFAULT 'j', s text DEFAULT 's', r text DEFAULT 'r');
 `
 
+// The values and table shapes of convergenceSchema, written by a client
+// with unusual print settings, travel intact: the replica that applied
+// them holds what the origin holds, and its version is the log's.
 func TestApplyConvergence(t *testing.T) {
-	srvA, a := instance(t, convergenceSchema)
-	_, b := applyInstance(t, convergenceSchema)
-	s := session(t, srvA)
+	c, a, b := newPair(t, "")
+	schema := c.commit(0, convergenceSchema)
+	s := a.connect(t)
 	// A client with unusual settings: the values must still travel intact.
 	mustExec(t, s, `SET TimeZone = 'America/St_Johns'; SET DateStyle = 'German, DMY'; SET IntervalStyle = 'iso_8601';
 		SET bytea_output = 'escape'; SET extra_float_digits = 0`)
@@ -100,8 +101,11 @@ func TestApplyConvergence(t *testing.T) {
 		`INSERT INTO parent VALUES (3, 'p3'); INSERT INTO child VALUES (30, 3, 'c30')`,
 	}
 	var entries []*certifierpb.LogEntry
-	for i, sql := range txns {
-		entries = append(entries, commitLocal(t, s, uint64(i+1), sql))
+	for _, sql := range txns {
+		entries = append(entries, c.commitOn(0, s, sql)...)
+	}
+	if len(entries) != len(txns) {
+		t.Fatalf("%d transactions certified %d writesets", len(txns), len(entries))
 	}
 	// Foreign keys: the applier must not care about the order of tables.
 	// Put the child's changes first in every entry (writesets are sets).
@@ -111,22 +115,21 @@ func TestApplyConvergence(t *testing.T) {
 			return -strings.Compare(x.GetTable(), y.GetTable()) // public.parent after public.child
 		})
 	}
-	if !slices.ContainsFunc(entries[3].GetWriteset().GetChanges(), func(c *certifierpb.Change) bool {
-		return c.GetTable() == "public.child" && c.GetOp() == certifierpb.Op_OP_DELETE
-	}) {
-		t.Fatalf("cascaded deletes not captured: %v", changes(entries[3].GetWriteset().GetChanges()))
+	if !slices.Contains(ops(entries[3]), "DELETE public.child") {
+		t.Fatalf("cascaded deletes not captured: %v", ops(entries[3]))
 	}
 
 	ctx := tctx(t)
 	ap := NewApplier()
-	// Apply in two calls: one entry, then the rest as one batch.
-	if err := ap.Apply(ctx, b, entries[:1]); err != nil {
+	// Apply in two calls: the schema and one entry, then the rest as one
+	// batch.
+	if err := ap.Apply(ctx, b.apply, append(schema, entries[0])); err != nil {
 		t.Fatal(err)
 	}
-	if err := ap.Apply(ctx, b, entries[1:]); err != nil {
+	if err := ap.Apply(ctx, b.apply, entries[1:]); err != nil {
 		t.Fatal(err)
 	}
-	ca, cb := checksum(t, a), checksum(t, b)
+	ca, cb := checksum(t, a.connect(t)), checksum(t, b.apply)
 	if len(ca) != 9 {
 		t.Errorf("checksum covers %d tables, want 9: %v", len(ca), ca)
 	}
@@ -134,207 +137,225 @@ func TestApplyConvergence(t *testing.T) {
 	if t.Failed() {
 		for tbl := range ca {
 			if ca[tbl] != cb[tbl] {
-				t.Logf("%s on A:\n%s\non B:\n%s", tbl, dump(t, a, tbl), dump(t, b, tbl))
+				t.Logf("%s on A:\n%s\non B:\n%s", tbl, dump(t, a.connect(t), tbl), dump(t, b.apply, tbl))
 			}
 		}
 	}
-	if v, err := ReadVersion(ctx, b); err != nil || v != uint64(len(txns)) {
-		t.Errorf("ReadVersion on B = %d, %v; want %d", v, err, len(txns))
+	if v, err := ReadVersion(ctx, b.apply); err != nil || v != uint64(len(c.log)) {
+		t.Errorf("ReadVersion on B = %d, %v; want %d", v, err, len(c.log))
 	}
 	// The generated column was computed on B, not copied (the same here).
 	var y int
-	if err := b.QueryRow(ctx, `SELECT y FROM gen WHERE id = 2`).Scan(&y); err != nil || y != 42 {
+	if err := b.apply.QueryRow(ctx, `SELECT y FROM gen WHERE id = 2`).Scan(&y); err != nil || y != 42 {
 		t.Errorf("gen.y on B = %d, %v; want 42", y, err)
 	}
 }
 
+// TRUNCATE and DDL are barriers within a batch: the TRUNCATE of tables
+// that reference each other stays one statement (the replica would refuse
+// it otherwise), DDL runs in its place among the rows, and the rows after
+// it are applied with the table definitions it made, though the applier
+// had cached the older ones.
 func TestApplyTruncateAndDDL(t *testing.T) {
-	const schema = `CREATE TABLE p (id int PRIMARY KEY); CREATE TABLE c (id int PRIMARY KEY, p int REFERENCES p);
-		CREATE TABLE solo (id int PRIMARY KEY, v text);`
-	srvA, a := instance(t, schema)
-	_, b := applyInstance(t, schema)
-	s := session(t, srvA)
-	ctx := tctx(t)
-
-	var entries []*certifierpb.LogEntry
-	add := func(sql string) *certifierpb.LogEntry {
-		e := commitLocal(t, s, uint64(len(entries)+1), sql)
-		entries = append(entries, e)
-		return e
+	c, a, b := newPair(t, "")
+	c.commit(0, `CREATE TABLE p (id int PRIMARY KEY); CREATE TABLE c (id int PRIMARY KEY, p int REFERENCES p);
+		CREATE TABLE solo (id int PRIMARY KEY, v text);`)
+	c.commit(0, `INSERT INTO p VALUES (1), (2); INSERT INTO c VALUES (1, 1); INSERT INTO solo VALUES (1, 'a'), (2, 'b')`)
+	e := c.commit(0, `TRUNCATE c, p; INSERT INTO p VALUES (5); INSERT INTO solo VALUES (3, 'c')`)[0]
+	for _, want := range []string{"TRUNCATE public.c", "TRUNCATE public.p"} {
+		if !slices.Contains(ops(e), want) {
+			t.Errorf("the TRUNCATE's writeset %v lacks %s", ops(e), want)
+		}
 	}
-	add(`INSERT INTO p VALUES (1), (2); INSERT INTO c VALUES (1, 1); INSERT INTO solo VALUES (1, 'a'), (2, 'b')`)
-	// TRUNCATE of two tables that reference each other must stay one
-	// statement, or the replica refuses it.
-	e := add(`TRUNCATE c, p; INSERT INTO p VALUES (5); INSERT INTO solo VALUES (3, 'c')`)
-	eqStrings(t, "truncate writeset", changes(e.GetWriteset().GetChanges()), []string{
-		"T public.c", "T public.p", `U public.p [5] (5)`, `U public.solo [3] (3,c)`})
-	add(`TRUNCATE solo`)
-	add(`INSERT INTO solo VALUES (4, 'd')`)
-	add(`TRUNCATE p CASCADE`)
-
-	// DDL, as the proxy would log it: the statement runs on A through the
-	// proxy, and its SQL travels as an OP_DDL change.
-	ddl := `CREATE TABLE later (id int PRIMARY KEY, v text); ALTER TABLE solo ADD COLUMN extra int DEFAULT 7`
-	e = add(ddl + `; INSERT INTO later VALUES (1, 'x'); UPDATE solo SET extra = 8 WHERE id = 4`)
-	e.Writeset.Changes = append([]*certifierpb.Change{{Op: certifierpb.Op_OP_DDL, Row: []byte(ddl)}}, e.Writeset.Changes...)
-	add(`INSERT INTO later VALUES (2, 'y'); INSERT INTO solo VALUES (5, 'e', 9)`)
+	c.commit(0, `TRUNCATE solo`)
+	c.commit(0, `INSERT INTO solo VALUES (4, 'd')`)
+	c.commit(0, `TRUNCATE p CASCADE`)
+	e = c.commit(0, `CREATE TABLE later (id int PRIMARY KEY, v text); ALTER TABLE solo ADD COLUMN extra int DEFAULT 7;
+		INSERT INTO later VALUES (1, 'x'); UPDATE solo SET extra = 8 WHERE id = 4`)[0]
+	if !slices.Contains(ops(e), "DDL ") {
+		t.Fatalf("the DDL's writeset %v has no DDL", ops(e))
+	}
+	c.commit(0, `INSERT INTO later VALUES (2, 'y'); INSERT INTO solo VALUES (5, 'e', 9)`)
 
 	ap := NewApplier()
-	// The first entry on its own, so that the applier caches solo's columns
-	// before the DDL changes them.
-	if err := ap.Apply(ctx, b, entries[:1]); err != nil {
+	// The schema and the first rows on their own, so that the applier
+	// caches solo's columns before the DDL changes them.
+	if err := ap.Apply(tctx(t), b.apply, c.log[:2]); err != nil {
 		t.Fatal(err)
 	}
-	if err := ap.Apply(ctx, b, entries[1:]); err != nil {
+	if err := ap.Apply(tctx(t), b.apply, c.log[2:]); err != nil {
 		t.Fatal(err)
 	}
-	sameChecksums(t, checksum(t, a), checksum(t, b))
+	sameChecksums(t, checksum(t, a.connect(t)), checksum(t, b.apply))
 	var role string
-	if err := b.QueryRow(ctx, `SHOW session_replication_role`).Scan(&role); err != nil || role != "origin" {
+	if err := b.apply.QueryRow(tctx(t), `SHOW session_replication_role`).Scan(&role); err != nil || role != "origin" {
 		t.Errorf("session_replication_role after Apply = %q, %v", role, err)
 	}
 }
 
+// Apply commits its versions and nothing else: another applier
+// connection goes on from the version the first committed; versions out of
+// order, applied twice, or of a table that does not exist fail and leave
+// the data, the version and the connection as they were.
 func TestApplyRecordsVersionAndStaysSilent(t *testing.T) {
-	const schema = `CREATE TABLE t (id int PRIMARY KEY, v text)`
-	srvA, _ := instance(t, schema)
-	srvB, b := applyInstance(t, schema)
-	s := session(t, srvA)
+	c, _, b := newPair(t, "")
+	c.commit(0, `CREATE TABLE t (id int PRIMARY KEY, v text)`)
+	c.commit(0, `INSERT INTO t VALUES (1, 'a'), (2, 'b')`)
+	c.commit(0, `UPDATE t SET v = 'c' WHERE id = 1; DELETE FROM t WHERE id = 2`)
 	ctx := tctx(t)
-	e1 := commitLocal(t, s, 1, `INSERT INTO t VALUES (1, 'a'), (2, 'b')`)
-	e2 := commitLocal(t, s, 2, `UPDATE t SET v = 'c' WHERE id = 1; DELETE FROM t WHERE id = 2`)
 
-	if v, err := ReadVersion(ctx, b); err != nil || v != 0 {
+	if v, err := ReadVersion(ctx, b.apply); err != nil || v != 0 {
 		t.Fatalf("ReadVersion of a fresh replica = %d, %v", v, err)
 	}
-	if err := Apply(ctx, b, []*certifierpb.LogEntry{e1}); err != nil {
+	if err := Apply(ctx, b.apply, c.log[:2]); err != nil {
 		t.Fatal(err)
 	}
-	// Another registered applier connection goes on from the version the
-	// first one committed.
-	other := pgtest.Connect(t, srvB, "postgres")
-	registerApplier(t, srvB, other)
-	if err := Apply(ctx, other, []*certifierpb.LogEntry{e2}); err != nil {
+	other := b.applierConn(t)
+	if err := Apply(ctx, other, c.log[2:]); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := ReadVersion(ctx, b); err != nil || v != 2 {
-		t.Errorf("ReadVersion = %d, %v; want 2", v, err)
+	if v, err := ReadVersion(ctx, b.apply); err != nil || v != 3 {
+		t.Errorf("ReadVersion = %d, %v; want 3", v, err)
 	}
-	if got := dump(t, b, "t"); got != "(1,c)" {
+	if got := dump(t, b.apply, "t"); got != "(1,c)" {
 		t.Errorf("t on B = %q", got)
 	}
 
 	// Invariants: consecutive versions; a version applied twice fails and
 	// leaves the connection idle and the data unchanged.
-	e3 := &certifierpb.LogEntry{Version: 3, Writeset: &certifierpb.Writeset{}}
-	e5 := &certifierpb.LogEntry{Version: 5, Writeset: &certifierpb.Writeset{}}
-	if err := Apply(ctx, b, []*certifierpb.LogEntry{e3, e5}); err == nil || !strings.Contains(err.Error(), "not consecutive") {
+	empty := func(v uint64) *certifierpb.LogEntry {
+		return &certifierpb.LogEntry{Version: v, Writeset: &certifierpb.Writeset{}}
+	}
+	if err := Apply(ctx, other, []*certifierpb.LogEntry{empty(4), empty(6)}); err == nil || !strings.Contains(err.Error(), "not consecutive") {
 		t.Errorf("gap: %v", err)
 	}
-	if err := Apply(ctx, b, []*certifierpb.LogEntry{e2}); !IsAlreadyCommitted(err) {
+	if err := Apply(ctx, other, c.log[2:]); !IsAlreadyCommitted(err) {
 		t.Errorf("re-apply: %v, want %s", err, CodeAlreadyCommitted)
 	}
 	// A batch whose first version does not follow the replica's waits for
 	// its turn, for one version as for several, until cancelled.
-	e4 := &certifierpb.LogEntry{Version: 4, Writeset: &certifierpb.Writeset{}}
-	for _, batch := range [][]*certifierpb.LogEntry{{e4}, {e4, e5}} {
-		waiting := pgtest.Connect(t, srvB, "postgres") // pgx closes it when the context ends
-		registerApplier(t, srvB, waiting)
-		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		err := Apply(wctx, waiting, batch)
-		cancel()
-		if err == nil {
-			t.Errorf("version 4 (%d versions) committed after version 2", len(batch))
+	for _, batch := range [][]*certifierpb.LogEntry{{empty(5)}, {empty(5), empty(6)}} {
+		waiting := b.applierConn(t)
+		err := applyUntilCancelled(t, b.connect(t), waiting, NewApplier(), batch)
+		if sqlState(err) != "57014" {
+			t.Errorf("version 5 (%d versions) after version 3: %v, want a cancelled wait", len(batch), err)
+		}
+		if st := waiting.PgConn().TxStatus(); st != 'I' {
+			t.Errorf("connection status after a cancelled Apply: %q", st)
 		}
 	}
-	if st := b.PgConn().TxStatus(); st != 'I' {
-		t.Errorf("connection status after a failed Apply: %q", st)
-	}
-	bad := &certifierpb.LogEntry{Version: 3, Writeset: &certifierpb.Writeset{Changes: []*certifierpb.Change{
-		{Table: "public.t", Op: certifierpb.Op_OP_UPSERT, Key: []byte("[9]"), Row: []byte(`{"id":9,"v":"z"}`)},
-		{Table: "public.missing", Op: certifierpb.Op_OP_UPSERT, Key: []byte("[1]"), Row: []byte(`{"id":1}`)},
+	bad := &certifierpb.LogEntry{Version: 4, Writeset: &certifierpb.Writeset{Changes: []*certifierpb.Change{
+		{Table: "public.t", Op: certifierpb.Op_OP_UPSERT, Key: []byte("[9]"), Row: []byte(`(9,z)`)},
+		{Table: "public.missing", Op: certifierpb.Op_OP_UPSERT, Key: []byte("[1]"), Row: []byte(`(1)`)},
 	}}}
-	if err := Apply(ctx, b, []*certifierpb.LogEntry{bad}); err == nil || !strings.Contains(err.Error(), "public.missing does not exist") {
+	other = b.applierConn(t)
+	if err := Apply(ctx, other, []*certifierpb.LogEntry{bad}); err == nil || !strings.Contains(err.Error(), "public.missing does not exist") {
 		t.Errorf("unknown table: %v", err)
 	}
-	inj := &certifierpb.LogEntry{Version: 3, Writeset: &certifierpb.Writeset{Changes: []*certifierpb.Change{
+	inj := &certifierpb.LogEntry{Version: 4, Writeset: &certifierpb.Writeset{Changes: []*certifierpb.Change{
 		{Table: "public.t; DROP TABLE t; --", Op: certifierpb.Op_OP_TRUNCATE},
 	}}}
-	if err := Apply(ctx, b, []*certifierpb.LogEntry{inj}); err == nil {
+	if err := Apply(ctx, other, []*certifierpb.LogEntry{inj}); err == nil {
 		t.Error("a table name with SQL in it was accepted")
 	}
-	if v, err := ReadVersion(ctx, b); err != nil || v != 2 {
-		t.Errorf("ReadVersion after failed applies = %d, %v; want 2", v, err)
+	if st := other.PgConn().TxStatus(); st != 'I' {
+		t.Errorf("connection status after a failed Apply: %q", st)
 	}
-	if got := dump(t, b, "t"); got != "(1,c)" {
+	if v, err := ReadVersion(ctx, other); err != nil || v != 3 {
+		t.Errorf("ReadVersion after failed applies = %d, %v; want 3", v, err)
+	}
+	if got := dump(t, other, "t"); got != "(1,c)" {
 		t.Errorf("t on B after failed applies = %q", got)
 	}
 }
 
+// The origin moved unique values between rows through an intermediate
+// value; the collapsed writeset has only the end state, which one INSERT
+// ... ON CONFLICT cannot apply (row 1 takes 'b' while row 2 still has
+// it). The applier retries by deleting the keys first.
 func TestApplyUniqueSecondarySwap(t *testing.T) {
-	// The origin moved unique values between rows through an intermediate
-	// value; the collapsed writeset has only the end state, which one
-	// INSERT ... ON CONFLICT cannot apply (row 1 takes 'b' while row 2 still
-	// has it). The applier retries by deleting the keys first.
-	const schema = `CREATE TABLE u (id int PRIMARY KEY, email text UNIQUE);
-		INSERT INTO u VALUES (1, 'a'), (2, 'b');`
-	srvA, a := instance(t, schema)
-	_, b := applyInstance(t, schema)
-	e := commitLocal(t, session(t, srvA), 1, `UPDATE u SET email = 'tmp' WHERE id = 1;
+	c, a, b := newPair(t, `CREATE TABLE u (id int PRIMARY KEY, email text UNIQUE);
+		INSERT INTO u VALUES (1, 'a'), (2, 'b');`)
+	e := c.commit(0, `UPDATE u SET email = 'tmp' WHERE id = 1;
 		UPDATE u SET email = 'a' WHERE id = 2; UPDATE u SET email = 'b' WHERE id = 1;`)
-	if err := Apply(tctx(t), b, []*certifierpb.LogEntry{e}); err != nil {
+	if err := Apply(tctx(t), b.apply, e); err != nil {
 		t.Fatal(err)
 	}
-	sameChecksums(t, checksum(t, a), checksum(t, b))
+	sameChecksums(t, checksum(t, a.connect(t)), checksum(t, b.apply))
+	if got := dump(t, b.apply, "u"); got != "(1,b)\n(2,a)" {
+		t.Errorf("u on B = %q", got)
+	}
 }
 
-func TestApplyNoticesDDLOutsideApply(t *testing.T) {
-	// The applier caches table definitions. A DDL that reached the replica
-	// another way (a local DDL transaction) must not leave it with a stale
-	// column list, which would silently drop the new column's values.
-	const schema = `CREATE TABLE t (id int PRIMARY KEY, v text)`
-	srvA, a := instance(t, schema)
-	srvB, b := applyInstance(t, schema)
-	s := session(t, srvA)
-	ap := NewApplier()
-	ctx := tctx(t)
-	if err := ap.Apply(ctx, b, []*certifierpb.LogEntry{commitLocal(t, s, 1, `INSERT INTO t VALUES (1, 'a')`)}); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []Querier{a, pgtest.Connect(t, srvB, "postgres")} {
-		if _, err := c.Exec(ctx, `ALTER TABLE t ADD COLUMN w int`); err != nil {
-			t.Fatal(err)
+// Apply skips OP_UNIQUE_KEY changes: a writeset with unique keys applies
+// like its row changes alone, and a key naming no table does not matter.
+func TestApplyIgnoresUniqueKeys(t *testing.T) {
+	c, a, b := newPair(t, `CREATE TABLE u (id int PRIMARY KEY, email text UNIQUE, v text);
+		INSERT INTO u VALUES (1, 'a', 'one'), (2, 'b', 'two');`)
+	es := append(c.commit(0, `INSERT INTO u VALUES (3, 'c', 'three'); UPDATE u SET email = 'a2' WHERE id = 1`),
+		c.commit(0, `DELETE FROM u WHERE id = 2; INSERT INTO u VALUES (4, 'b', 'four')`)...)
+	for _, e := range es {
+		if !slices.ContainsFunc(ops(e), func(op string) bool { return strings.HasPrefix(op, "UNIQUE_KEY ") }) {
+			t.Fatalf("version %d has no unique keys to ignore: %v", e.GetVersion(), ops(e))
 		}
 	}
-	e := commitLocal(t, s, 2, `INSERT INTO t VALUES (2, 'b', 22); UPDATE t SET w = 11 WHERE id = 1`)
-	if err := ap.Apply(ctx, b, []*certifierpb.LogEntry{e}); err != nil {
+	// A version of unique keys only, one of them of an index this replica
+	// does not have.
+	es = append(es, &certifierpb.LogEntry{Version: uint64(len(c.log)) + 1, Writeset: &certifierpb.Writeset{Changes: []*certifierpb.Change{
+		{Table: "public.u#u_email_key", Op: certifierpb.Op_OP_UNIQUE_KEY, Key: []byte(`["zz"]`)},
+		{Table: `public.nosuch#"idx"`, Op: certifierpb.Op_OP_UNIQUE_KEY, Key: []byte(`[1]`)},
+	}}})
+	if err := Apply(tctx(t), b.apply, es); err != nil {
 		t.Fatal(err)
 	}
-	sameChecksums(t, checksum(t, a), checksum(t, b))
-	if got := dump(t, b, "t"); got != "(1,a,11)\n(2,b,22)" {
+	if v, err := ReadVersion(tctx(t), b.apply); err != nil || v != uint64(len(c.log))+1 {
+		t.Fatalf("ReadVersion = %d, %v; want %d", v, err, len(c.log)+1)
+	}
+	sameChecksums(t, checksum(t, a.connect(t)), checksum(t, b.apply))
+	if got := dump(t, b.apply, "u"); got != "(1,a2,one)\n(3,c,three)\n(4,b,four)" {
+		t.Errorf("u on the applied replica:\n%s", got)
+	}
+}
+
+// The applier caches table definitions. DDL that reached the replica
+// another way (here: a client's DDL on the replica itself, certified and
+// committed by its own session) must not leave it with a stale column
+// list, which would silently drop the new column's values: the DDL
+// generation check sees it.
+func TestApplyNoticesDDLOutsideApply(t *testing.T) {
+	c, a, b := newPair(t, `CREATE TABLE t (id int PRIMARY KEY, v text)`)
+	ap := NewApplier()
+	if err := ap.Apply(tctx(t), b.apply, c.commit(0, `INSERT INTO t VALUES (1, 'a')`)); err != nil {
+		t.Fatal(err)
+	}
+	c.commit(1, `ALTER TABLE t ADD COLUMN w int`)
+	c.catchUp(0)
+	e := c.commit(0, `INSERT INTO t VALUES (2, 'b', 22); UPDATE t SET w = 11 WHERE id = 1`)
+	if err := ap.Apply(tctx(t), b.apply, e); err != nil {
+		t.Fatal(err)
+	}
+	sameChecksums(t, checksum(t, a.connect(t)), checksum(t, b.apply))
+	if got := dump(t, b.apply, "t"); got != "(1,a,11)\n(2,b,22)" {
 		t.Errorf("t on B = %q", got)
 	}
 }
 
+// Later versions overwrite earlier ones for the same key, in one batch.
 func TestApplyManyVersionsSameRow(t *testing.T) {
-	// Later entries overwrite earlier ones for the same key; one batch.
-	const schema = `CREATE TABLE t (id int PRIMARY KEY, n int)`
-	srvA, a := instance(t, schema)
-	_, b := applyInstance(t, schema)
-	s := session(t, srvA)
-	var entries []*certifierpb.LogEntry
+	c, a, b := newPair(t, `CREATE TABLE t (id int PRIMARY KEY, n int)`)
+	first := len(c.log)
 	for i := 1; i <= 20; i++ {
 		sql := fmt.Sprintf(`INSERT INTO t VALUES (1, %d) ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n`, i)
 		if i%7 == 0 {
 			sql = `DELETE FROM t WHERE id = 1`
 		}
-		entries = append(entries, commitLocal(t, s, uint64(i), sql))
+		c.commit(0, sql)
 	}
-	if err := Apply(tctx(t), b, entries); err != nil {
+	if err := Apply(tctx(t), b.apply, c.log[first:]); err != nil {
 		t.Fatal(err)
 	}
-	sameChecksums(t, checksum(t, a), checksum(t, b))
-	if got := dump(t, b, "t"); got != "(1,20)" {
+	sameChecksums(t, checksum(t, a.connect(t)), checksum(t, b.apply))
+	if got := dump(t, b.apply, "t"); got != "(1,20)" {
 		t.Errorf("t on B = %q", got)
 	}
 }
@@ -351,10 +372,7 @@ func TestApplyManyVersionsSameRow(t *testing.T) {
 // generic plan if that costs no more.
 func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
 	const warmups = 6
-	const schema = `CREATE TABLE t (id int PRIMARY KEY, v text)`
-	srvA, _ := instance(t, schema)
-	srvB, _ := applyInstance(t, schema)
-	commit := committer(t, session(t, srvA))
+	c, _, b := newPair(t, `CREATE TABLE t (id int PRIMARY KEY, v text)`)
 	committed := 0
 	// batches returns warmups+1 batches of the next versions, of sizes
 	// cycling through sizes.
@@ -363,7 +381,7 @@ func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
 		for i := range warmups + 1 {
 			var batch []*certifierpb.LogEntry
 			for range sizes[i%len(sizes)] {
-				batch = append(batch, commit(fmt.Sprintf(`INSERT INTO t VALUES (1, 'v%d') ON CONFLICT (id) DO UPDATE SET v = excluded.v`, committed)))
+				batch = append(batch, c.commit(0, fmt.Sprintf(`INSERT INTO t VALUES (1, 'v%d') ON CONFLICT (id) DO UPDATE SET v = excluded.v`, committed))...)
 				committed++
 			}
 			bs = append(bs, batch)
@@ -372,7 +390,7 @@ func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
 	}
 
 	plansBuilt := func(prepared bool, batches [][]*certifierpb.LogEntry) int {
-		cfg, err := pgx.ParseConfig(srvB.DSN("postgres"))
+		cfg, err := pgx.ParseConfig(b.srv.DSN("postgres"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +405,7 @@ func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close(context.Background()) })
-		registerApplier(t, srvB, conn)
+		b.agent.RegisterApplier(conn)
 		if prepared {
 			if err := PrepareApplySession(tctx(t), conn); err != nil {
 				t.Fatal(err)
@@ -415,51 +433,7 @@ func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
 	if n := plansBuilt(true, batches(2, 3)); n != 0 {
 		t.Errorf("a prepared apply session built %d plans in its last apply of several versions, want 0", n)
 	}
-	if got, want := dump(t, pgtest.Connect(t, srvB, "postgres"), "t"), fmt.Sprintf("(1,v%d)", committed-1); got != want {
+	if got, want := dump(t, b.connect(t), "t"), fmt.Sprintf("(1,v%d)", committed-1); got != want {
 		t.Errorf("t on B = %q, want %q", got, want)
-	}
-}
-
-// TestCheckDDLGenerationUnderAHostileSearchPath: check_ddl_generation has
-// no SET clause (it runs in every apply transaction, and a SET clause costs
-// every call a GUC nest level), so it must qualify every function and
-// operator it uses: a max(bigint) aggregate and a <> operator on bigint
-// found first on the caller's search_path must change nothing. Install
-// over a database whose function still has the old SET clause must drop
-// it (CREATE OR REPLACE replaces the whole definition). (Apply's own
-// statements are qualified too: TestApplyUnderAHostileSearchPath.)
-func TestCheckDDLGenerationUnderAHostileSearchPath(t *testing.T) {
-	const schema = `CREATE TABLE t (id int PRIMARY KEY, v text)`
-	_, b := instance(t, schema)
-	ctx := tctx(t)
-	mustExec(t, b, `ALTER FUNCTION tashkent.check_ddl_generation(bigint) SET search_path = pg_catalog, pg_temp`)
-	if err := Install(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	var config []string
-	if err := b.QueryRow(ctx, `SELECT proconfig FROM pg_catalog.pg_proc
-		WHERE oid = 'tashkent.check_ddl_generation(bigint)'::regprocedure`).Scan(&config); err != nil || config != nil {
-		t.Errorf("check_ddl_generation's settings after Install = %q, %v; want none", config, err)
-	}
-
-	mustExec(t, b, `CREATE SCHEMA decoy;
-		CREATE FUNCTION decoy.always(bigint, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true';
-		CREATE OPERATOR decoy.<> (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = decoy.always);
-		CREATE FUNCTION decoy.keep(bigint, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 99::bigint';
-		CREATE AGGREGATE decoy.max(bigint) (SFUNC = decoy.keep, STYPE = bigint, INITCOND = '99');
-		SET search_path = decoy, public, pg_catalog`)
-	var gen int64
-	if err := b.QueryRow(ctx, `SELECT coalesce(pg_catalog.max(gen), 0) FROM tashkent.ddl_log`).Scan(&gen); err != nil {
-		t.Fatal(err)
-	}
-	var decoyMax int64
-	if err := b.QueryRow(ctx, `SELECT max(gen) FROM (VALUES (1::bigint)) AS x(gen)`).Scan(&decoyMax); err != nil || decoyMax != 99 {
-		t.Fatalf("the decoy max is not the one found first: %d, %v", decoyMax, err)
-	}
-	if _, err := b.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen); err != nil {
-		t.Errorf("check_ddl_generation(%d), the current generation, under a decoy search_path: %v", gen, err)
-	}
-	if e := pgErr(t, func() error { _, err := b.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen+1); return err }()); e.Code != "TK001" {
-		t.Errorf("check_ddl_generation(%d), a stale generation: %v, want TK001", gen+1, e)
 	}
 }

@@ -76,3 +76,14 @@ func tableChecksumSQL(table string) string {
 	return `SELECT pg_catalog.count(*), pg_catalog.md5(coalesce(pg_catalog.string_agg(s.h, '' ORDER BY s.h), ''))
 	FROM (SELECT pg_catalog.md5((tashkent_t.*)::pg_catalog.text) AS h FROM ONLY ` + table + ` AS tashkent_t) AS s`
 }
+
+// userTablesSQL lists the tables Checksum covers, every name qualified
+// (see Checksum). NOT IN and NOT LIKE are written as the operators they
+// stand for, so that pg_catalog's are the ones used.
+const userTablesSQL = `
+SELECT pg_catalog.format('%I.%I', n.nspname, c.relname)
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE c.relkind OPERATOR(pg_catalog.=) 'r' AND c.relpersistence OPERATOR(pg_catalog.<>) 't'
+	AND n.nspname OPERATOR(pg_catalog.<>) ALL ('{pg_catalog,information_schema,tashkent,pg_toast}'::pg_catalog.name[])
+	AND n.nspname OPERATOR(pg_catalog.!~~) 'pg\_temp\_%' AND n.nspname OPERATOR(pg_catalog.!~~) 'pg\_toast\_temp\_%'
+ORDER BY 1`

@@ -3,10 +3,8 @@ package replica
 import (
 	"context"
 	"errors"
-	"os"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/agent/agenttest"
+	"github.com/tashkent-db/tashkent/internal/agent/wire"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
@@ -25,61 +24,168 @@ func tctx(t testing.TB) context.Context {
 	return ctx
 }
 
-// instance starts a PostgreSQL, runs schema (if any) and then Install, and
-// returns the server and an admin connection.
-func instance(t testing.TB, schema string, opts ...pgtest.Option) (*pgserver.Server, *pgx.Conn) {
-	t.Helper()
-	srv := pgtest.Start(t, opts...)
-	conn := pgtest.Connect(t, srv, "postgres")
-	if schema != "" {
-		mustExec(t, conn, schema)
-	}
-	if err := Install(tctx(t), conn); err != nil {
-		t.Fatal(err)
-	}
-	return srv, conn
+// cluster is servers with the extension and no certifier: each server's
+// stand-in agent (agenttest) commits every writeset a session certifies
+// there with the next version of one log the servers share, and a test
+// applies the log's entries to the other servers through an Applier on
+// their apply connections, as the agent does. A session may commit on a
+// server only while that server holds every version of the log.
+type cluster struct {
+	t     testing.TB
+	nodes []*node
+	log   []*certifierpb.LogEntry
 }
 
-// applyInstance starts a PostgreSQL with the tashkent extension and a stand-in
-// for its agent (agenttest), runs schema (if any), and returns the server
-// and an admin connection registered as the agent's applier: what Apply
-// needs. The extension reserves the tashkent.* settings, so such an instance
-// cannot also run Install's capture.
-func applyInstance(t testing.TB, schema string, opts ...pgtest.Option) (*pgserver.Server, *pgx.Conn) {
-	t.Helper()
-	a := agenttest.Start(t, opts...)
-	conn := a.Connect("postgres")
-	if schema != "" {
-		mustExec(t, conn, schema)
-	}
-	a.RegisterApplier(conn)
-	agents.Store(a.Server, a)
-	return a.Server, conn
+// node is one server of a cluster.
+type node struct {
+	agent   *agenttest.Agent
+	srv     *pgserver.Server
+	session *pgx.Conn // a client's session: what it writes is certified
+	apply   *pgx.Conn // a superuser's connection registered as the applier
+	applier *Applier  // catchUp's
 }
 
-// agents holds the stand-in agent of each applyInstance.
-var agents sync.Map // *pgserver.Server -> *agenttest.Agent
-
-// registerApplier makes c, a connection to srv (an applyInstance), one of the
-// backends that may apply versions.
-func registerApplier(t testing.TB, srv *pgserver.Server, c *pgx.Conn) {
+// newCluster starts n servers.
+func newCluster(t testing.TB, n int, opts ...pgtest.Option) *cluster {
 	t.Helper()
-	a, ok := agents.Load(srv)
-	if !ok {
-		t.Fatal("registerApplier: not a server of applyInstance()")
-	}
-	a.(*agenttest.Agent).RegisterApplier(c)
-}
-
-// session opens a connection that went through PrepareSession, as the
-// proxy's backend connections do.
-func session(t testing.TB, srv *pgserver.Server) *pgx.Conn {
-	t.Helper()
-	c := pgtest.Connect(t, srv, "postgres")
-	if err := PrepareSession(tctx(t), c); err != nil {
-		t.Fatal(err)
+	c := &cluster{t: t}
+	for range n {
+		a := agenttest.Start(t, opts...)
+		nd := &node{agent: a, srv: a.Server, session: a.Connect("postgres"), apply: a.Connect("postgres"), applier: NewApplier()}
+		a.RegisterApplier(nd.apply)
+		c.nodes = append(c.nodes, nd)
 	}
 	return c
+}
+
+// newPair is a cluster of two servers: schema (if any) committed on the
+// first, as a client's DDL, and applied on the second. It returns the
+// cluster and the two nodes.
+func newPair(t testing.TB, schema string) (*cluster, *node, *node) {
+	t.Helper()
+	c := newCluster(t, 2)
+	if schema != "" {
+		c.commit(0, schema)
+		c.catchUp(1)
+	}
+	return c, c.nodes[0], c.nodes[1]
+}
+
+// commit runs sql in node i's session: see commitOn.
+func (c *cluster) commit(i int, sql string) []*certifierpb.LogEntry {
+	c.t.Helper()
+	return c.commitOn(i, c.nodes[i].session, sql)
+}
+
+// commitOn runs sql (one or several statements in the simple protocol:
+// one transaction unless it says BEGIN) on conn, a client's session of
+// node i, and returns the log entries of the writesets it committed, each
+// with its version; they are appended to the log.
+func (c *cluster) commitOn(i int, conn *pgx.Conn, sql string) []*certifierpb.LogEntry {
+	c.t.Helper()
+	nd := c.nodes[i]
+	if v := c.version(i); v != uint64(len(c.log)) {
+		c.t.Fatalf("server %d holds version %d of a log of %d: it cannot commit the next", i+1, v, len(c.log))
+	}
+	nd.agent.SetNext(uint64(len(c.log)) + 1)
+	before := len(nd.agent.Requests())
+	mustExec(c.t, conn, sql)
+	var out []*certifierpb.LogEntry
+	for _, r := range nd.agent.Requests()[before:] {
+		if r.Decision.Kind != wire.Commit {
+			continue
+		}
+		e := &certifierpb.LogEntry{Version: r.Decision.Version, Writeset: r.Writeset}
+		if e.Version != uint64(len(c.log))+1 {
+			c.t.Fatalf("server %d committed version %d, the log's next is %d", i+1, e.Version, len(c.log)+1)
+		}
+		c.log = append(c.log, e)
+		out = append(out, e)
+	}
+	return out
+}
+
+// catchUp applies, in one Apply of node i's applier on its apply
+// connection, the versions of the log that node i does not hold.
+func (c *cluster) catchUp(i int) {
+	c.t.Helper()
+	nd := c.nodes[i]
+	v := c.version(i)
+	if v >= uint64(len(c.log)) {
+		return
+	}
+	if err := nd.applier.Apply(tctx(c.t), nd.apply, c.log[v:]); err != nil {
+		c.t.Fatalf("server %d: apply versions %d..%d: %v", i+1, v+1, len(c.log), err)
+	}
+}
+
+// version is node i's version (ReadVersion).
+func (c *cluster) version(i int) uint64 {
+	c.t.Helper()
+	v, err := ReadVersion(tctx(c.t), c.nodes[i].apply)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return v
+}
+
+// local runs sql on node i with tashkent.maintenance on: this server's
+// own change, neither certified nor captured (a test's local set-up).
+func (c *cluster) local(i int, sql string) {
+	c.t.Helper()
+	conn := pgtest.Connect(c.t, c.nodes[i].srv, "postgres")
+	mustExec(c.t, conn, `SET tashkent.maintenance = on`)
+	mustExec(c.t, conn, sql)
+	conn.Close(context.Background())
+}
+
+// connect opens a superuser's connection to the node, closed when the
+// test ends.
+func (nd *node) connect(t testing.TB) *pgx.Conn {
+	t.Helper()
+	return pgtest.Connect(t, nd.srv, "postgres")
+}
+
+// applierConn opens a connection to the node and registers it as the
+// applier (the stand-in accepts the registration of the last one named).
+func (nd *node) applierConn(t testing.TB) *pgx.Conn {
+	t.Helper()
+	conn := nd.connect(t)
+	nd.agent.RegisterApplier(conn)
+	return conn
+}
+
+// applyUntilCancelled applies batch on conn, a registered applier
+// connection, whose first version does not follow the node's: it waits
+// for its turn, which never comes, until admin cancels it. It returns
+// Apply's error.
+func applyUntilCancelled(t testing.TB, admin, conn *pgx.Conn, ap *Applier, batch []*certifierpb.LogEntry) error {
+	t.Helper()
+	pid := int32(conn.PgConn().PID())
+	done := make(chan error, 1)
+	go func() { done <- ap.Apply(context.Background(), conn, batch) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var waiting int64
+		err := admin.QueryRow(tctx(t), `SELECT waiting_for FROM tashkent.backends() WHERE pid = $1 AND state = 'applying'`, pid).Scan(&waiting)
+		if err == nil && waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the applier does not wait for its turn: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := admin.Exec(tctx(t), `SELECT pg_cancel_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(time.Minute):
+		t.Fatal("the cancelled apply did not return")
+		return nil
+	}
 }
 
 func mustExec(t testing.TB, c *pgx.Conn, sql string) {
@@ -87,69 +193,6 @@ func mustExec(t testing.TB, c *pgx.Conn, sql string) {
 	if _, err := c.PgConn().Exec(tctx(t), sql).ReadAll(); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-}
-
-// committer returns a function that runs sql with commitLocal on s as the
-// next version, 1, 2, ...
-func committer(t testing.TB, s *pgx.Conn) func(sql string) *certifierpb.LogEntry {
-	v := uint64(0)
-	return func(sql string) *certifierpb.LogEntry {
-		t.Helper()
-		v++
-		return commitLocal(t, s, v, sql)
-	}
-}
-
-// commitLocal runs sql in one transaction on a prepared session, collects
-// its writeset and commits. It returns the writeset as the log entry of
-// version v, for Apply on another instance.
-func commitLocal(t testing.TB, c *pgx.Conn, v uint64, sql string) *certifierpb.LogEntry {
-	t.Helper()
-	return commitRecorded(t, c, v, sql, "", func(context.Context, pgx.Tx) error { return nil })
-}
-
-// commitRecorded is commitLocal with version v recorded by record, and
-// the writeset collected with the record token when token is not empty
-// (a session of any role, as the proxy collects; the buffer is sealed).
-func commitRecorded(t testing.TB, c *pgx.Conn, v uint64, sql, token string, record func(context.Context, pgx.Tx) error) *certifierpb.LogEntry {
-	t.Helper()
-	ctx := tctx(t)
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := c.PgConn().Exec(ctx, sql).ReadAll(); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	collect := CollectWriteset
-	if token != "" {
-		collect = func(ctx context.Context, q Querier) ([]*certifierpb.Change, error) {
-			return CollectWritesetWithToken(ctx, q, token)
-		}
-	}
-	ws, err := collect(ctx, tx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := record(ctx, tx); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return &certifierpb.LogEntry{Version: v, Writeset: &certifierpb.Writeset{Changes: ws}}
-}
-
-// commitAsClient is commitRecorded as the proxy commits in a client's
-// session of any role: the collect and the version's record with the
-// database's record token.
-func commitAsClient(t testing.TB, c *pgx.Conn, v uint64, sql, token string) *certifierpb.LogEntry {
-	t.Helper()
-	return commitRecorded(t, c, v, sql, token, func(ctx context.Context, tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, RecordVersionSQL, int64(v), token)
-		return err
-	})
 }
 
 func pgErr(t testing.TB, err error) *pgconn.PgError {
@@ -209,65 +252,11 @@ func dump(t testing.TB, c *pgx.Conn, table string) string {
 	return strings.Join(queryStrings(t, c, "SELECT x::text FROM "+table+" AS x ORDER BY 1"), "\n")
 }
 
-func bufferLen(t testing.TB, c *pgx.Conn) int {
-	t.Helper()
-	var n int
-	if err := c.QueryRow(tctx(t), "SELECT count(*) FROM pg_temp.tashkent_writeset").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// triggers returns "name:args" of the tashkent triggers on table.
-func triggers(t testing.TB, c *pgx.Conn, table string) []string {
-	t.Helper()
-	return queryStrings(t, c, `SELECT tgname || ':' || replace(encode(tgargs, 'escape'), '\000', ',')
-		FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname LIKE 'tashkent%' ORDER BY tgname`, table)
-}
-
-func change(c *certifierpb.Change) string {
-	switch c.GetOp() {
-	case certifierpb.Op_OP_UPSERT:
-		return "U " + c.GetTable() + " " + string(c.GetKey()) + " " + string(c.GetRow())
-	case certifierpb.Op_OP_DELETE:
-		return "D " + c.GetTable() + " " + string(c.GetKey())
-	case certifierpb.Op_OP_TRUNCATE:
-		return "T " + c.GetTable()
-	case certifierpb.Op_OP_DDL:
-		return "DDL " + string(c.GetRow())
-	case certifierpb.Op_OP_UNIQUE_KEY:
-		return "K " + c.GetTable() + " " + string(c.GetKey())
-	case certifierpb.Op_OP_REFERENCE:
-		return "R " + c.GetTable() + " " + string(c.GetKey())
-	}
-	return "? " + c.String()
-}
-
-func changes(cs []*certifierpb.Change) []string {
-	out := make([]string, len(cs))
-	for i, c := range cs {
-		out[i] = change(c)
+// ops returns the operations of a writeset's changes, "<op> <table>".
+func ops(e *certifierpb.LogEntry) []string {
+	var out []string
+	for _, c := range e.GetWriteset().GetChanges() {
+		out = append(out, strings.TrimPrefix(c.GetOp().String(), "OP_")+" "+c.GetTable())
 	}
 	return out
-}
-
-func eqStrings(t testing.TB, what string, got, want []string) {
-	t.Helper()
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("%s:\ngot:\n  %s\nwant:\n  %s", what, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
-	}
-}
-
-// requireCCapture checks that the C capture can be built here. Where it
-// cannot, the test fails if TASHKENT_REQUIRE_C_CAPTURE is set (make test
-// sets it: CI must test the C capture) and is skipped otherwise, saying
-// why.
-func requireCCapture(t testing.TB) {
-	t.Helper()
-	if _, err := captureLibrary(); err != nil {
-		if os.Getenv("TASHKENT_REQUIRE_C_CAPTURE") != "" {
-			t.Fatalf("the C capture cannot be built: %v", err)
-		}
-		t.Skipf("the C capture cannot be built: %v", err)
-	}
 }

@@ -5,7 +5,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
@@ -69,45 +68,41 @@ CREATE FUNCTION decoy.keep_text(text, text, text) RETURNS text LANGUAGE sql AS '
 CREATE AGGREGATE decoy.string_agg(text, text) (SFUNC = decoy.keep_text, STYPE = text, INITCOND = 'decoy');
 CREATE FUNCTION decoy.keep_count(bigint) RETURNS bigint LANGUAGE sql AS 'SELECT $1';
 CREATE AGGREGATE decoy.count(*) (SFUNC = decoy.keep_count, STYPE = bigint, INITCOND = '99');
-CREATE FUNCTION decoy.now() RETURNS timestamptz LANGUAGE sql
-	AS 'SELECT ''2000-01-01 00:00:00+00''::pg_catalog.timestamptz';
-CREATE FUNCTION decoy.pg_current_xact_id() RETURNS xid8 LANGUAGE sql AS 'SELECT ''1''::pg_catalog.xid8';
-CREATE FUNCTION decoy.pg_advisory_xact_lock(bigint) RETURNS void LANGUAGE sql
-	AS 'SELECT pg_catalog.set_config(''decoy.skipped_lock'', ''yes'', false)';
 ALTER DATABASE postgres SET search_path = decoy, public, pg_catalog;
 `
 
 // TestApplyUnderAHostileSearchPath: the applier's statements and the
-// version bookkeeping (Tashkent §6.2: the version recorded with the data
-// says what a database image holds) mean the same whatever search_path the
-// database gives its sessions. An operator may set one
-// (ALTER DATABASE ... SET search_path) that lists a schema before
-// pg_catalog, and a function, aggregate or operator there with a builtin's
-// name and argument types is found first, by every unqualified call. Here
-// the apply session (a new connection, as the agent's, that went through
+// version it reads back mean the same whatever search_path the database
+// gives its sessions. An operator may set one (ALTER DATABASE ... SET
+// search_path) that lists a schema before pg_catalog, and a function,
+// aggregate or operator there with a builtin's name and argument types is
+// found first, by every unqualified call. Here the replica's apply session
+// (a new connection, as the agent's, that went through
 // PrepareApplySession) finds decoys of everything the applier uses: the
-// replica must still end equal to the origin, with the right version
-// read back.
+// replica must still end equal to the origin, with the right version read
+// back.
 func TestApplyUnderAHostileSearchPath(t *testing.T) {
-	srvA, _ := instance(t, hostileSearchPathSchema)
-	srvB, b := applyInstance(t, hostileSearchPathSchema)
-	commit := committer(t, session(t, srvA))
-	entries := []*certifierpb.LogEntry{
-		commit(`INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c');
+	c, a, b := newPair(t, hostileSearchPathSchema)
+	first := len(c.log)
+	for _, sql := range []string{
+		`INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c');
 			INSERT INTO pair VALUES (1, 'x', 'p1'), (2, 'y', 'p2');
-			INSERT INTO big VALUES (5000000000, 1), (6000000000, 2)`),
-		commit(`UPDATE t SET v = 'b2' WHERE id = 2; DELETE FROM t WHERE id = 3;
-			DELETE FROM pair WHERE a = 1 AND b = 'x'; DELETE FROM big WHERE id = 6000000000`),
-		commit(`INSERT INTO t VALUES (4, 'd'); UPDATE pair SET v = 'p2b' WHERE a = 2;
-			INSERT INTO pair VALUES (1, 'z', 'p3')`),
-		commit(`DELETE FROM t WHERE id = 1; UPDATE big SET n = n + 1`),
-		commit(`UPDATE t SET v = v || '!'; DELETE FROM pair WHERE b = 'z'; INSERT INTO pair VALUES (3, 'x', 'p4')`),
+			INSERT INTO big VALUES (5000000000, 1), (6000000000, 2)`,
+		`UPDATE t SET v = 'b2' WHERE id = 2; DELETE FROM t WHERE id = 3;
+			DELETE FROM pair WHERE a = 1 AND b = 'x'; DELETE FROM big WHERE id = 6000000000`,
+		`INSERT INTO t VALUES (4, 'd'); UPDATE pair SET v = 'p2b' WHERE a = 2;
+			INSERT INTO pair VALUES (1, 'z', 'p3')`,
+		`DELETE FROM t WHERE id = 1; UPDATE big SET n = n + 1`,
+		`UPDATE t SET v = v || '!'; DELETE FROM pair WHERE b = 'z'; INSERT INTO pair VALUES (3, 'x', 'p4')`,
+	} {
+		c.commit(0, sql)
 	}
-	mustExec(t, b, decoySQL)
+	entries := c.log[first:]
+	c.local(1, decoySQL)
 
 	ctx := tctx(t)
-	conn := hostileSession(t, srvB)
-	registerApplier(t, srvB, conn)
+	conn := hostileSession(t, b.srv)
+	b.agent.RegisterApplier(conn)
 	if err := PrepareApplySession(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
@@ -115,18 +110,17 @@ func TestApplyUnderAHostileSearchPath(t *testing.T) {
 	// One version alone, then a batch of four (its deletes, upserts and
 	// version range in one transaction).
 	if err := ap.Apply(ctx, conn, entries[:1]); err != nil {
-		t.Fatalf("apply version 1 under the decoy search_path: %v", err)
+		t.Fatalf("apply version %d under the decoy search_path: %v", entries[0].GetVersion(), err)
 	}
 	if err := ap.Apply(ctx, conn, entries[1:]); err != nil {
-		t.Fatalf("apply versions 2..5 under the decoy search_path: %v", err)
+		t.Fatalf("apply versions %d.. under the decoy search_path: %v", entries[1].GetVersion(), err)
 	}
 
-	if v, err := ReadVersion(ctx, conn); err != nil || v != 5 {
-		t.Errorf("ReadVersion under the decoy search_path = %d, %v; want 5", v, err)
+	if v, err := ReadVersion(ctx, conn); err != nil || v != uint64(len(c.log)) {
+		t.Errorf("ReadVersion under the decoy search_path = %d, %v; want %d", v, err, len(c.log))
 	}
-	clean := cleanSession(t, srvB)
-
-	sameChecksums(t, checksum(t, cleanSession(t, srvA)), checksum(t, clean))
+	clean := cleanSession(t, b.srv)
+	sameChecksums(t, checksum(t, cleanSession(t, a.srv)), checksum(t, clean))
 	for table, want := range map[string]string{
 		"t":    "(2,b2!)\n(4,d!)",
 		"pair": "(2,y,p2b)\n(3,x,p4)",
@@ -135,6 +129,35 @@ func TestApplyUnderAHostileSearchPath(t *testing.T) {
 		if got := dump(t, clean, "public."+table); got != want {
 			t.Errorf("%s on B:\n%s\nwant:\n%s", table, got, want)
 		}
+	}
+}
+
+// TestCheckDDLGenerationUnderAHostileSearchPath: the extension's
+// check_ddl_generation has no SET clause (it runs in every apply
+// transaction, and a SET clause costs every call a GUC nest level), so it
+// must qualify every function and operator it uses: a max(bigint)
+// aggregate and a <> operator on bigint found first on the caller's
+// search_path must change nothing.
+func TestCheckDDLGenerationUnderAHostileSearchPath(t *testing.T) {
+	c := newCluster(t, 1)
+	c.commit(0, `CREATE TABLE t (id int PRIMARY KEY, v text)`)
+	c.local(0, decoySQL)
+	conn := hostileSession(t, c.nodes[0].srv)
+	ctx := tctx(t)
+	var config []string
+	if err := conn.QueryRow(ctx, `SELECT p.proconfig FROM pg_catalog.pg_proc AS p
+		WHERE p.oid OPERATOR(pg_catalog.=) 'tashkent.check_ddl_generation(bigint)'::pg_catalog.regprocedure`).Scan(&config); err != nil || config != nil {
+		t.Errorf("check_ddl_generation's settings = %q, %v; want none", config, err)
+	}
+	var gen int64
+	if err := conn.QueryRow(ctx, `SELECT coalesce(pg_catalog.max(d.gen), 0) FROM tashkent.ddl_log AS d`).Scan(&gen); err != nil || gen == 0 {
+		t.Fatalf("DDL generation %d, %v; want the CREATE TABLE's", gen, err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen); err != nil {
+		t.Errorf("check_ddl_generation(%d), the current generation, under a decoy search_path: %v", gen, err)
+	}
+	if e := pgErr(t, func() error { _, err := conn.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen+1); return err }()); e.Code != "TK001" {
+		t.Errorf("check_ddl_generation(%d), a stale generation: %v, want TK001", gen+1, e)
 	}
 }
 

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"testing"
 )
 
@@ -35,11 +36,15 @@ func checkAligned(t *testing.T, what string, vals []int64, index, step int64) {
 	}
 }
 
+// ConfigureSequences records the replica's place and aligns the
+// sequences that exist: past the values their column holds, idempotently.
 func TestConfigureSequencesAlignsExistingSequencesPastTheirColumn(t *testing.T) {
-	_, conn := instance(t, `
+	c := newCluster(t, 1)
+	c.commit(0, `
 		CREATE TABLE old (id serial PRIMARY KEY, v text);
 		INSERT INTO old (v) SELECT 'x' FROM generate_series(1, 40);
 		CREATE SEQUENCE down INCREMENT BY -1 START WITH -5 MAXVALUE -1;`)
+	conn := c.nodes[0].connect(t)
 	if err := ConfigureSequences(tctx(t), conn, 3, 16); err != nil {
 		t.Fatal(err)
 	}
@@ -59,46 +64,87 @@ func TestConfigureSequencesAlignsExistingSequencesPastTheirColumn(t *testing.T) 
 	}
 }
 
-// DDL run later, as a client runs it and as the applier replays it
-// (session_replication_role = replica), gets aligned sequences: the event
-// trigger fires in both.
-func TestDDLCreatesAlignedSequences(t *testing.T) {
-	for _, role := range []string{"origin", "replica"} {
-		t.Run(role, func(t *testing.T) {
-			_, conn := instance(t, "")
-			if err := ConfigureSequences(tctx(t), conn, 2, 16); err != nil {
-				t.Fatal(err)
-			}
-			mustExec(t, conn, `SET session_replication_role = `+role)
-			mustExec(t, conn, `
-				CREATE TABLE s (id serial PRIMARY KEY);
-				CREATE TABLE b (id bigserial PRIMARY KEY);
-				CREATE TABLE i (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY);
-				CREATE TABLE sm (id smallserial PRIMARY KEY);
-				CREATE SEQUENCE d INCREMENT -1;`)
-			for _, seq := range []string{"s_id_seq", "b_id_seq", "i_id_seq", "sm_id_seq"} {
-				checkAligned(t, seq, nextvals(t, conn, seq, 3), 2, 16)
-			}
-			checkAligned(t, "descending", nextvals(t, conn, "d", 3), 2, -16)
-
-			// RESTART and a new INCREMENT are realigned, as is an identity
-			// column restarted through ALTER TABLE.
-			mustExec(t, conn, `ALTER SEQUENCE s_id_seq INCREMENT BY 1 RESTART WITH 1000`)
-			got := nextvals(t, conn, "s_id_seq", 3)
-			checkAligned(t, "restarted", got, 2, 16)
-			if got[0] < 1000 || got[0] >= 1016 {
-				t.Fatalf("after RESTART WITH 1000 the sequence hands out %v", got)
-			}
-			mustExec(t, conn, `ALTER TABLE i ALTER COLUMN id RESTART WITH 501`)
-			got = nextvals(t, conn, "i_id_seq", 2)
-			checkAligned(t, "identity restarted", got, 2, 16)
-			if got[0] < 501 || got[0] >= 517 {
-				t.Fatalf("after RESTART WITH 501 the identity hands out %v", got)
-			}
-			mustExec(t, conn, `ALTER TABLE s ADD COLUMN n bigserial`)
-			checkAligned(t, "added column", nextvals(t, conn, "s_n_seq", 2), 2, 16)
-		})
+// DDL that creates or alters sequences, run by a client on one replica
+// and applied on the other through the Applier, gets sequences aligned on
+// each with its own index: the extension's event trigger fires in both.
+// Nothing of the alignment is replicated.
+func TestReplicatedDDLAlignsEachReplicasSequences(t *testing.T) {
+	c := newCluster(t, 2)
+	for i := range c.nodes {
+		if err := ConfigureSequences(tctx(t), c.nodes[i].connect(t), i+1, 16); err != nil {
+			t.Fatal(err)
+		}
 	}
+	check := func(what string, seq string, n int, step int64) [][]int64 {
+		t.Helper()
+		var out [][]int64
+		for i, nd := range c.nodes {
+			vals := nextvals(t, nd.connect(t), seq, n)
+			checkAligned(t, fmt.Sprintf("%s on replica %d", what, i+1), vals, int64(i+1), step)
+			out = append(out, vals)
+		}
+		return out
+	}
+
+	c.commit(0, `
+		CREATE TABLE s (id serial PRIMARY KEY);
+		CREATE TABLE b (id bigserial PRIMARY KEY);
+		CREATE TABLE i (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY);
+		CREATE TABLE sm (id smallserial PRIMARY KEY);
+		CREATE SEQUENCE d INCREMENT -1;`)
+	c.catchUp(1)
+	for _, seq := range []string{"s_id_seq", "b_id_seq", "i_id_seq", "sm_id_seq"} {
+		check(seq, seq, 3, 16)
+	}
+	check("descending", "d", 3, -16)
+
+	// RESTART and a new INCREMENT are realigned, as is an identity column
+	// restarted through ALTER TABLE, and a column added.
+	c.commit(0, `ALTER SEQUENCE s_id_seq INCREMENT BY 1 RESTART WITH 1000;
+		ALTER TABLE i ALTER COLUMN id RESTART WITH 501;
+		ALTER TABLE s ADD COLUMN n bigserial`)
+	c.catchUp(1)
+	for i, got := range check("restarted", "s_id_seq", 3, 16) {
+		if got[0] < 1000 || got[0] >= 1016 {
+			t.Errorf("replica %d: after RESTART WITH 1000 the sequence hands out %v", i+1, got)
+		}
+	}
+	for i, got := range check("identity restarted", "i_id_seq", 2, 16) {
+		if got[0] < 501 || got[0] >= 517 {
+			t.Errorf("replica %d: after RESTART WITH 501 the identity hands out %v", i+1, got)
+		}
+	}
+	check("added column", "s_n_seq", 2, 16)
+	if n := len(c.log); n != 2 {
+		t.Errorf("the log holds %d versions, want the 2 DDL transactions: the alignment was replicated", n)
+	}
+}
+
+// TestSequenceSetupUnderAHostileSearchPath: the agent's sequence set-up
+// (SequenceSettings, ConfigureSequences), on a session whose search_path
+// finds decoys first (decoySQL), records the replica's place and aligns
+// the sequences as under a clean one.
+func TestSequenceSetupUnderAHostileSearchPath(t *testing.T) {
+	c := newCluster(t, 1)
+	c.commit(0, `CREATE TABLE counted (id serial PRIMARY KEY, v text); INSERT INTO counted (v) VALUES ('a'), ('b'), ('c')`)
+	c.local(0, decoySQL)
+	srv := c.nodes[0].srv
+	conn := hostileSession(t, srv)
+	ctx := tctx(t)
+	if _, _, ok, err := SequenceSettings(ctx, conn); err != nil || ok {
+		t.Fatalf("SequenceSettings before ConfigureSequences: ok %v, %v; want none", ok, err)
+	}
+	if err := ConfigureSequences(ctx, conn, 3, 16); err != nil {
+		t.Fatalf("ConfigureSequences under the decoy search_path: %v", err)
+	}
+	if index, stride, ok, err := SequenceSettings(ctx, conn); err != nil || !ok || index != 3 || stride != 16 {
+		t.Fatalf("SequenceSettings = %d, %d, %v, %v; want 3, 16", index, stride, ok, err)
+	}
+	vals := nextvals(t, cleanSession(t, srv), "counted_id_seq", 3)
+	if vals[0] != 19 {
+		t.Errorf("first value after alignment = %d, want 19 (past the column's 3, congruent to 3 mod 16)", vals[0])
+	}
+	checkAligned(t, "counted_id_seq", vals, 3, 16)
 }
 
 func TestConfigureSequencesRejectsBadSettings(t *testing.T) {
