@@ -6,14 +6,12 @@ import (
 	"testing"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
-	"github.com/tashkent-db/tashkent/internal/pgtest"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
 // What capture certifies applies: the writesets of a workload captured on
 // server A, applied in order by the applier (internal/replica) on server
-// B, a plain PostgreSQL with the same tables, leave B's tables equal to
-// A's.
+// B, with the same tables, leave B's tables equal to A's.
 func TestCapturedWritesetsApply(t *testing.T) {
 	ctx := context.Background()
 	schema := []string{
@@ -72,14 +70,7 @@ func TestCapturedWritesetsApply(t *testing.T) {
 		}
 	}
 
-	b := pgtest.Start(t)
-	bconn := pgtest.Connect(t, b, "postgres")
-	if err := replica.InstallCapture(ctx, bconn, replica.CapturePLpgSQL, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, sql := range append(schema, `CREATE TABLE dropped (id int PRIMARY KEY, v text)`) {
-		f.exec(bconn, sql)
-	}
+	bconn := applyTarget(t, append(schema, `CREATE TABLE dropped (id int PRIMARY KEY, v text)`)...)
 	applier := replica.NewApplier()
 	for _, e := range entries {
 		if err := applier.Apply(ctx, bconn, []*pb.LogEntry{e}); err != nil {

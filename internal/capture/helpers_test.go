@@ -35,6 +35,28 @@ func start(t *testing.T, setup ...string) *fixture {
 	return f
 }
 
+// applyTarget starts a second server with the extension whose tables are
+// made by schema, in maintenance (its own, at version 0), and returns a
+// connection registered as its applier: where replica.Applier applies the
+// writesets the fixture's server certified, numbered from 1.
+func applyTarget(t *testing.T, schema ...string) *pgx.Conn {
+	t.Helper()
+	b := agenttest.Start(t)
+	setup := b.Connect("postgres")
+	if _, err := setup.Exec(context.Background(), `SET tashkent.maintenance = on`); err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range schema {
+		if _, err := setup.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	setup.Close(context.Background())
+	conn := b.Connect("postgres")
+	b.RegisterApplier(conn)
+	return conn
+}
+
 // exec runs sql on conn with the simple query protocol: statements
 // separated by semicolons run as one transaction unless they say BEGIN.
 func (f *fixture) exec(conn *pgx.Conn, sql string) {

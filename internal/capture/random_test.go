@@ -10,7 +10,6 @@ import (
 	"time"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
-	"github.com/tashkent-db/tashkent/internal/pgtest"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
@@ -109,14 +108,7 @@ func TestRandomTransactionsApply(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	f := start(t, append(slices.Clone(randomTables), randomTriggers...)...)
-	b := pgtest.Start(t)
-	bconn := pgtest.Connect(t, b, "postgres")
-	if err := replica.InstallCapture(ctx, bconn, replica.CapturePLpgSQL, nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, sql := range randomTables {
-		f.exec(bconn, sql)
-	}
+	bconn := applyTarget(t, randomTables...)
 
 	const pin = `SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'`
 	f.exec(f.conn, pin)
