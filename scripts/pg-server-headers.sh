@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the directory of the PostgreSQL 15 server headers (postgres.h),
-# which tashkent compiles its C capture against (internal/replica/native.go,
-# "Capture in C" in internal/replica/doc.go).
+# which the tashkent extension is compiled against (internal/pgext builds
+# it for the tests; TASHKENT_PG_INCLUDEDIR passes the directory).
 #
 # Where postgresql-server-dev-15 is installed, that is pg_config's
 # directory. Otherwise the package of the same version as the installed

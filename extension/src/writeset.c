@@ -5,7 +5,7 @@
  * certifier (Tashkent §6.2: the writeset is what certification compares
  * and what every other replica applies).
  *
- * Collapse, as replica.Collapse did for the proxy's capture:
+ * Collapse:
  *
  *   - One change per (table, key): the last one (an insert then updates is
  *     one upsert of the final row; anything then a delete is a delete),

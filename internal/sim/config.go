@@ -85,7 +85,7 @@ type Config struct {
 	// update: the primary key and every value a foreign key references
 	// unchanged), certified as KeepingWrite keys, which references do not
 	// conflict with. A key a transaction writes several times is kept
-	// only if every write kept it (replica.Collapse).
+	// only if every write kept it (extension/src/writeset.c).
 	KeepingPercent int
 }
 

@@ -36,7 +36,7 @@ type txnRecord struct {
 
 // referencedOnly is the keys the transaction referenced and did not
 // write: a write of the key conflicts with all a reference would, so the
-// proxy's capture leaves those out too (replica.Collapse).
+// extension's collapse leaves those out too (extension/src/writeset.c).
 func (t *txnRecord) referencedOnly() []int {
 	var out []int
 	for _, key := range t.references {

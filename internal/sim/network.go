@@ -20,7 +20,8 @@ type request struct {
 }
 
 // write is one row of a writeset: the last value a transaction wrote to a
-// key (replica.Collapse keeps the last change per row).
+// key (the extension's collapse keeps the last change per row:
+// extension/src/writeset.c).
 type write struct {
 	key   int
 	value int64
