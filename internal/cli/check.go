@@ -29,9 +29,12 @@ func newCheckCommand() *cobra.Command {
 		Use:   "check",
 		Short: "Fault-test a real 3-replica cluster: isolation (adya), bank, long fork, durability, convergence",
 		Long: `Starts a 3-replica mw cluster of real processes, drives list-append, bank and
-long-fork workloads through every proxy, injects faults (kill -9 and restart
-of PostgreSQL, proxies and the certifier; SIGSTOP/SIGCONT; clients that
-disconnect mid-transaction), heals them and checks:
+long-fork workloads with clients connected to every replica's PostgreSQL,
+injects faults (kill -9 and restart of PostgreSQL, agents and the certifier;
+kill -9 of one backend that holds the replica's commit turn, after which
+PostgreSQL restarts every backend; SIGSTOP/SIGCONT; network partitions
+between the agents and the certifier; clients that disconnect
+mid-transaction), heals them and checks:
 
   - the list-append history with adya for strong-session snapshot isolation
     (G2-item, write skew, is allowed);

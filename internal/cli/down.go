@@ -20,8 +20,9 @@ func newDownCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "down",
 		Short: "Stop the local cluster started by `tashkent up`",
-		Long: `Stops every process recorded in DATA-DIR/cluster.json: the proxies, then the
-certifier, then PostgreSQL (fast shutdown). Each recorded PID is checked to
+		Long: `Stops every process recorded in DATA-DIR/cluster.json: the agents (each
+closes its replica's admission gate), then the certifiers, then PostgreSQL
+(fast shutdown). Each recorded PID is checked to
 still be that process before it is signalled. Data stays; ` + "`tashkent up`" + `
 on the same directory starts the cluster again. Running down twice is fine.`,
 		Args: cobra.NoArgs,

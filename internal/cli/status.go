@@ -18,11 +18,13 @@ func newStatusCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the local cluster: versions, lag, processes, certifier figures, connection URIs",
+		Short: "Show the local cluster: versions, lag, admission gates, processes, certifier figures, connection URIs",
 		Long: `Reads DATA-DIR/cluster.json and probes every process: whether each PostgreSQL,
-proxy and the certifier runs, each replica's version (read from its
-database) and lag behind the certifier's durable version, and the certifier's
-version, durable version, entries per fsync and abort rate.`,
+agent and certifier runs, each replica's version (tashkent.committed_version(),
+read from its database), its lag behind the certifier's durable version,
+whether its admission gate lets clients in (and why not), what its agent
+says of itself (/healthz), and the certifier's version, durable version,
+entries per fsync and abort rate.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {

@@ -25,16 +25,23 @@ func newUpCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Create and start a local cluster (or restart a stopped one) and run a short demo",
-		Long: `Starts a local tashkent cluster in --data-dir: N PostgreSQL 15 replicas, one
-certifier and one proxy per replica, all detached so that they keep running
-after this command returns. Everything is recorded in DATA-DIR/cluster.json.
+		Long: `Starts a local tashkent cluster in --data-dir: N PostgreSQL 15 replicas with the
+tashkent extension loaded, an agent beside each replica, and a certifier (or a
+Raft group of them), all detached so that they keep running after this
+command returns. Everything is recorded in DATA-DIR/cluster.json. The
+extension is built from this binary's source the first time (it needs make,
+a C compiler and the PostgreSQL 15 server headers: postgresql-server-dev-15,
+or their directory in TASHKENT_PG_INCLUDEDIR, as scripts/pg-server-headers.sh
+prints it).
 
-Run again on the same directory, it restarts whatever is not running (same
-ports, same data; no initdb). Clients connect to any proxy as to PostgreSQL.
+Clients connect to any replica's PostgreSQL directly, as to any PostgreSQL
+server; a replica admits them once its agent has caught up with the cluster.
+Run again on the same directory, up restarts whatever is not running (same
+ports, same data; no initdb), also after a crash of every process.
 
-Unless --no-demo, it then runs a few seconds of bank transfers through every
-proxy and shows that the replicas end at the same version with the same data.
-Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
+Unless --no-demo, it then runs a few seconds of bank transfers on every
+replica and shows that the replicas end at the same version with the same
+data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Dir == "" {
@@ -77,16 +84,16 @@ Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 	f.IntVar(&o.Replicas, "replicas", cluster.DefaultReplicas, "number of replicas of a new cluster")
 	f.StringVar(&mode, "mode", string(cluster.ModeMW), "durability placement of a new cluster: mw (certifier log) or base (each replica's WAL)")
 	f.IntVar(&o.CertifierPort, "certifier-port", 0, "certifier gRPC port on 127.0.0.1 (0: a free port)")
-	f.IntVar(&o.BasePort, "base-port", 0, "port of the first proxy; replica K listens on base-port+K-1 (0: free ports)")
+	f.IntVar(&o.BasePort, "base-port", 0, "PostgreSQL port of the first replica; replica K listens on base-port+K-1 (0: free ports)")
 	f.IntVar(&o.Certifiers, "certifiers", 0, "certifier group size of a new cluster: 1, or 3 or 5 members replicated with Raft (Tashkent §7.3)")
-	f.BoolVar(&o.CertifierTLS, "certifier-tls", false, "a new cluster uses mutual TLS between proxies and certifiers and among certifiers, "+
+	f.BoolVar(&o.CertifierTLS, "certifier-tls", false, "a new cluster uses mutual TLS between agents and certifiers and among certifiers, "+
 		"with a CA and per-process certificates generated in DATA-DIR/certifier-tls (recorded in cluster.json)")
-	f.BoolVar(&trustDDLRoles, "trust-ddl-roles", false, "run the proxies with --trust-ddl-roles: roles that are not superusers may run DDL, "+
+	f.BoolVar(&trustDDLRoles, "trust-ddl-roles", false, "run the agents with --trust-ddl-roles: roles that are not superusers may run DDL, "+
 		"which the other replicas run as a superuser, so only if every such role is trusted as one (recorded in cluster.json; "+
 		"to change it on an existing cluster, run tashkent down first)")
 	f.BoolVar(&noDemo, "no-demo", false, "skip the demo workload")
 	f.DurationVar(&demoDuration, "demo-duration", 5*time.Second, "how long the demo runs transfers")
-	f.DurationVar(&o.ReadyTimeout, "ready-timeout", cluster.DefaultReadyTimeout, "how long to wait for each process to accept connections")
+	f.DurationVar(&o.ReadyTimeout, "ready-timeout", cluster.DefaultReadyTimeout, "how long to wait for each process to be ready (an agent: until its replica has caught up and admits clients)")
 	return cmd
 }
 

@@ -18,14 +18,14 @@ import (
 )
 
 // Certifier TLS of a local cluster (`tashkent up --certifier-tls`, issue 4):
-// mutual TLS on every certifier channel (proxies to members, members among
+// mutual TLS on every certifier channel (agents to members, members among
 // themselves, status). Up creates, in <dir>/certifier-tls, a CA and one
 // certificate per process, for 127.0.0.1 and localhost, keys mode 0600:
 //
 //	ca.crt ca.key                 the cluster CA (ca.key signs; keep it)
 //	certifier.crt/.key            a single certifier
 //	certifier-K.crt/.key          member K of a certifier group
-//	replicaN.crt/.key             replica N's proxy
+//	replicaN.crt/.key             replica N's agent
 //	admin.crt/.key                tashkent status, certifier members, tests
 //
 // Files that exist are kept, so a restart (`up` again) reuses them, and an

@@ -24,9 +24,9 @@ import (
 )
 
 // TestCertifierTLSGroupEndToEnd: `tashkent up --certifier-tls --certifiers
-// 3` runs a certifier group, a proxy and its replica with mutual TLS on
-// every certifier channel (issue 4). The members elect a leader over TLS
-// (Raft among members), a write through the proxy commits (proxy to
+// 3` runs a certifier group and a replica with its agent, with mutual TLS
+// on every certifier channel (issue 4). The members elect a leader over
+// TLS (Raft among members), a write on the replica commits (agent to
 // leader), a Fetch streams it back, and status sees the group. Clients
 // without a client certificate, with a certificate of another CA, that
 // dial a name the certifier's certificate does not carry, or that speak
@@ -51,15 +51,15 @@ func TestCertifierTLSGroupEndToEnd(t *testing.T) {
 	checkTLSFiles(t, dir)
 	leader := waitTLSLeader(t, st)
 
-	// Proxy -> leader over TLS: a write commits, with a version.
+	// Agent -> leader over TLS: a write commits, with a version.
 	before := certifierVersion(t, st)
 	setupTable(t, st)
-	conn, err := pgx.Connect(ctx, st.Replicas[0].URI())
+	conn, err := pgx.Connect(ctx, st.Replicas[0].DSN())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, "INSERT INTO rows VALUES (1, 42)"); err != nil {
-		t.Fatalf("a write through the proxy did not commit: %v", err)
+		t.Fatalf("a write on the replica did not commit: %v", err)
 	}
 	conn.Close(ctx)
 	if after := certifierVersion(t, st); after <= before {
@@ -97,14 +97,14 @@ func TestCertifierTLSGroupEndToEnd(t *testing.T) {
 	restartFollowerOverTLS(t, st, bin, leader)
 }
 
-// halfConfigured: a certifier or a proxy given part of the TLS flags
+// halfConfigured: a certifier or an agent given part of the TLS flags
 // refuses to start, naming what is missing.
 func halfConfigured(t *testing.T, bin string) {
 	t.Helper()
 	crt := filepath.Join(t.TempDir(), "x.crt")
 	for _, args := range [][]string{
 		{"certifier", "--data-dir", t.TempDir(), "--metrics-listen", "", "--certifier-tls-cert", crt},
-		{"proxy", "--name", "r", "--backend", "127.0.0.1:1", "--certifier-tls-key", crt},
+		{"agent", "--name", "r", "--postgres", "host=127.0.0.1 port=1", "--certifier-tls-key", crt},
 	} {
 		out, err := run(t, bin, args...)
 		if err == nil || !strings.Contains(out, "certifier TLS is half configured") || !strings.Contains(out, "--certifier-tls-ca") {

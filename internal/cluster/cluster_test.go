@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func pids(st *cluster.State) map[string]int {
 	m := map[string]int{"certifier": st.Certifier.PID}
 	for _, r := range st.Replicas {
 		m[r.Name+" postgres"] = r.Postgres.PID
-		m[r.Name+" proxy"] = r.Proxy.PID
+		m[r.Name+" agent"] = r.Agent.PID
 	}
 	return m
 }
@@ -65,7 +66,7 @@ func gone(pid int) bool {
 	return i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }
 
-// query runs one statement through a proxy (or any DSN) and returns the
+// query runs one statement on a replica (or any DSN) and returns the
 // last row's single text column.
 func query(t *testing.T, dsn, sql string, args ...any) string {
 	t.Helper()
@@ -149,7 +150,7 @@ func checkRunning(t *testing.T, st *cluster.State) {
 func killLeftovers(t *testing.T, bin string, st *cluster.State) {
 	tk := []int{st.Certifier.PID}
 	for _, r := range st.Replicas {
-		tk = append(tk, r.Proxy.PID)
+		tk = append(tk, r.Agent.PID)
 		if pgserver.IsPostgres(r.Postgres.PID, r.Postgres.DataDir) == nil {
 			t.Errorf("cleanup: postgres %d of %s left running; stopping it", r.Postgres.PID, r.Name)
 			pgserver.StopPID(context.Background(), r.Postgres.DataDir, r.Postgres.PID)
@@ -177,8 +178,8 @@ func checkGone(t *testing.T, recorded map[string]int) {
 }
 
 // TestUpStatusDown runs the whole life of a local cluster with the real
-// binary: up (2 replicas, no demo), status, a write through one proxy read
-// through the other, down, up again on the same directory (restart, data
+// binary: up (2 replicas, no demo), status, a write on one replica read
+// on the other, down, up again on the same directory (restart, data
 // kept), down.
 func TestUpStatusDown(t *testing.T) {
 	bin := testbin.Path(t)
@@ -233,20 +234,21 @@ func TestUpStatusDown(t *testing.T) {
 		t.Fatalf("status: %+v", s)
 	}
 	for i, r := range s.Replicas {
-		if r.Name != st.Replicas[i].Name || !r.Postgres.Running || !r.Proxy.Running || r.Version == nil || r.Lag == nil ||
+		if r.Name != st.Replicas[i].Name || !r.Postgres.Running || !r.Agent.Running || r.Version == nil || r.Lag == nil ||
+			r.Admitting == nil || !*r.Admitting || !strings.HasPrefix(r.AgentHealth, "serving") ||
 			r.URI != st.Replicas[i].URI() {
 			t.Errorf("status of %s: %+v", st.Replicas[i].Name, r)
 		}
 	}
 	table := mustRun(t, bin, "status", "--data-dir", dir)
-	for _, want := range []string{"replica1", "replica2", st.Replicas[1].URI(), "durable version", "entries/fsync", "abort rate"} {
+	for _, want := range []string{"replica1", "replica2", st.Replicas[1].URI(), "durable version", "entries/fsync", "abort rate", "GATE", "open"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("status table lacks %q", want)
 		}
 	}
 
-	// A write through replica1's proxy is read through replica2's.
-	r1, r2 := st.Replicas[0].ProxyDSN(), st.Replicas[1].ProxyDSN()
+	// A write on replica1 is read on replica2.
+	r1, r2 := st.Replicas[0].DSN(), st.Replicas[1].DSN()
 	query(t, r1, "CREATE TABLE kept (id int PRIMARY KEY, v text)")
 	query(t, r1, "INSERT INTO kept VALUES (1, 'written before down')")
 	if got := query(t, r1, "SELECT v FROM kept WHERE id = 1"); got != "written before down" {
@@ -255,8 +257,8 @@ func TestUpStatusDown(t *testing.T) {
 	eventually(t, r2, "SELECT coalesce(max(v), '') FROM kept WHERE id = 1", "written before down")
 
 	// Without --trust-ddl-roles, a role that is not a superuser may not run
-	// DDL (the DDL guard, replica/ddlguard.go), and the setting cannot
-	// change while the proxies run.
+	// DDL (the DDL guard, extension/src/ddlguard.c), and the setting cannot
+	// change while the agents run.
 	query(t, r1, "CREATE ROLE ddl_user LOGIN")
 	query(t, r1, "GRANT CREATE ON SCHEMA public TO ddl_user")
 	ddlUser := strings.Replace(r2, "postgres@", "ddl_user@", 1)
@@ -283,7 +285,7 @@ func TestUpStatusDown(t *testing.T) {
 		t.Errorf("down reported %d stopped processes, want 5", n)
 	}
 	checkGone(t, first)
-	if s := status(t, bin, dir); s.Healthy || s.Certifier.Process.Running || s.Replicas[0].Postgres.Running || s.Replicas[1].Proxy.Running {
+	if s := status(t, bin, dir); s.Healthy || s.Certifier.Process.Running || s.Replicas[0].Postgres.Running || s.Replicas[1].Agent.Running {
 		t.Fatalf("status after down: %+v", s)
 	}
 	// down again: idempotent.
@@ -298,7 +300,7 @@ func TestUpStatusDown(t *testing.T) {
 	}
 
 	// up again: restart on the same directory, same ports, data kept; the
-	// proxies now trust roles with DDL.
+	// agents now trust roles with DDL.
 	out = mustRun(t, bin, "up", "--data-dir", dir, "--trust-ddl-roles", "--no-demo")
 	if strings.Contains(out, "initdb") {
 		t.Errorf("restart ran initdb:\n%s", out)
@@ -314,8 +316,8 @@ func TestUpStatusDown(t *testing.T) {
 	}
 	for i := range st.Replicas {
 		a, b := st.Replicas[i], st2.Replicas[i]
-		if a.Proxy.Port != b.Proxy.Port || a.Postgres.Port != b.Postgres.Port {
-			t.Errorf("%s: ports changed: proxy %d -> %d, postgres %d -> %d", a.Name, a.Proxy.Port, b.Proxy.Port, a.Postgres.Port, b.Postgres.Port)
+		if a.Postgres.Port != b.Postgres.Port || a.Agent.Socket != b.Agent.Socket {
+			t.Errorf("%s: ports or socket changed: postgres %d -> %d, agent %s -> %s", a.Name, a.Postgres.Port, b.Postgres.Port, a.Agent.Socket, b.Agent.Socket)
 		}
 	}
 	if got := query(t, r2, "SELECT v FROM kept WHERE id = 1"); got != "written before down" {
@@ -335,4 +337,101 @@ func TestUpStatusDown(t *testing.T) {
 	second := pids(st2)
 	mustRun(t, bin, "down", "--data-dir", dir)
 	checkGone(t, second)
+}
+
+// TestUpAfterAFullOutage kills every process of a loaded mw cluster with
+// SIGKILL at once, as a machine crash would: PostgreSQL, which runs with
+// synchronous_commit=off, loses its last commits, and the certifier and
+// agents die mid-stream. `up` on the same directory must bring the
+// cluster back (waiting out the dead postmasters' remains) with every
+// commit a client saw acknowledged on every replica, the replicas
+// converged, and every gate open.
+func TestUpAfterAFullOutage(t *testing.T) {
+	bin := testbin.Path(t)
+	dir, err := os.MkdirTemp("", "tashkent-outage-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must reach pgdata
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cluster.Down(context.Background(), dir) // by recorded PID
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	})
+	mustRun(t, bin, "up", "--data-dir", dir, "--replicas", "2", "--no-demo")
+	st, err := cluster.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setupTable(t, st)
+
+	w := &groupWorkload{acked: map[int]bool{}}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for k, r := range st.Replicas {
+		wg.Go(func() { w.run(ctx, t, r.DSN(), k) })
+	}
+	for w.count() < 200 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	victims := []int{st.Certifier.PID}
+	for _, r := range st.Replicas {
+		victims = append(victims, r.Agent.PID)
+		victims = append(victims, postgresTree(r.Postgres.PID)...)
+	}
+	for _, pid := range victims {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	stop()
+	wg.Wait()
+	for _, pid := range victims {
+		waitGone(t, pid)
+	}
+	acked := w.count()
+	t.Logf("killed %d processes with %d commits acknowledged", len(victims), acked)
+
+	out := mustRun(t, bin, "up", "--data-dir", dir, "--no-demo")
+	if strings.Contains(out, "initdb") {
+		t.Errorf("up after the outage ran initdb:\n%s", out)
+	}
+	st2, err := cluster.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRunning(t, st2)
+	checkConverged(t, st2, w)
+	s := status(t, bin, dir)
+	for _, r := range s.Replicas {
+		if r.Admitting == nil || !*r.Admitting {
+			t.Errorf("%s: gate not open after the restart: %+v", r.Name, r)
+		}
+	}
+	if !s.Healthy {
+		t.Errorf("status after the restart: %+v", s)
+	}
+}
+
+// postgresTree is a postmaster and its children: what a crash kills.
+// The postmaster is stopped first so that it forks nothing meanwhile.
+func postgresTree(pid int) []int {
+	syscall.Kill(pid, syscall.SIGSTOP)
+	out := []int{pid}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) >= 2 && f[1] == fmt.Sprint(pid) {
+			var child int
+			fmt.Sscan(e.Name(), &child)
+			out = append(out, child)
+		}
+	}
+	return out
 }

@@ -6,9 +6,9 @@ import (
 )
 
 // checkDDLTrust refuses to change an existing cluster's --trust-ddl-roles
-// while one of its proxies runs: up only starts what is not running, so a
-// running proxy would go on with the old setting while cluster.json said
-// the new one. Each proxy writes the setting into its replica's database
+// while one of its agents runs: up only starts what is not running, so a
+// running agent would go on with the old setting while cluster.json said
+// the new one. Each agent writes the setting into its replica's database
 // when it starts (replica.SetDDLTrust), so after `tashkent down` the next
 // up applies it everywhere.
 func checkDDLTrust(st *State, o Options) error {
@@ -16,10 +16,10 @@ func checkDDLTrust(st *State, o Options) error {
 		return nil
 	}
 	for _, r := range st.Replicas {
-		if r.Proxy.PID != 0 && proxyIdentity(&r.Proxy).check(r.Proxy.PID) == nil {
-			return fmt.Errorf("the cluster in %s runs its proxies with --trust-ddl-roles=%s and %s's proxy is running (pid %d): "+
+		if r.Agent.PID != 0 && agentIdentity(&r.Agent).check(r.Agent.PID) == nil {
+			return fmt.Errorf("the cluster in %s runs its agents with --trust-ddl-roles=%s and %s's agent is running (pid %d): "+
 				"run `tashkent down --data-dir %s` first, then `tashkent up --trust-ddl-roles=%s`",
-				st.Dir, strconv.FormatBool(st.TrustDDLRoles), r.Name, r.Proxy.PID, st.Dir, strconv.FormatBool(*o.TrustDDLRoles))
+				st.Dir, strconv.FormatBool(st.TrustDDLRoles), r.Name, r.Agent.PID, st.Dir, strconv.FormatBool(*o.TrustDDLRoles))
 		}
 	}
 	return nil

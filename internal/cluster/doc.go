@@ -1,7 +1,14 @@
 // Package cluster runs a whole tashkent cluster on one machine: N PostgreSQL
-// 15 replicas, one certifier and one proxy per replica. It is what
-// `tashkent up`, `tashkent down` and `tashkent status` do; the commands in
-// internal/cli only parse flags and print.
+// 15 replicas with the tashkent extension loaded, an agent beside each, and
+// a certifier (or a Raft group of certifiers). It is what `tashkent up`,
+// `tashkent down` and `tashkent status` do; the commands in internal/cli
+// only parse flags and print.
+//
+// Clients connect to the replicas' PostgreSQL servers directly. The
+// extension certifies each writing transaction at commit through the
+// replica's agent (a Unix socket in the data directory), and the agent
+// talks to the certifier, applies the other replicas' writesets and
+// recovers the replica after a crash (internal/agent, extension/).
 //
 // # The cluster directory
 //
@@ -11,13 +18,16 @@
 //	  cluster.lock           flock held by `up` and `down` while they work
 //	  certifier/             the certifier's --data-dir: its log segments (*.wal, LOCK)
 //	    certifier.log        the certifier's stdout and stderr
+//	  certifier-K/           member K of a certifier group (--certifiers 3 or 5)
+//	  certifier-tls/         CA and certificates (--certifier-tls)
 //	  replica1/
 //	    pgdata/              the PostgreSQL data directory (initdb), owned by
 //	                         the postgres user when up runs as root
-//	      tashkent.conf      settings tashkent owns (port, synchronous_commit, ...;
-//	                         see internal/pgserver)
+//	      tashkent.conf      settings tashkent owns (port, synchronous_commit,
+//	                         shared_preload_libraries, ...; see internal/pgserver)
 //	      postgres.log       PostgreSQL's output
-//	    proxy.log            the proxy's stdout and stderr
+//	      tashkent_agent.sock  the agent's socket (tashkent.agent_socket)
+//	    agent.log            the agent's stdout and stderr
 //	  replica2/ ...
 //
 // DIR and the replica directories are mode 0755 so that the postgres user
@@ -27,7 +37,8 @@
 // cluster.json is rewritten atomically (temporary file, fsync, rename) after
 // every process start and stop, so a reader, or an up that dies halfway,
 // never leaves a record that misses a running process. All paths in it are
-// absolute; a PID of 0 means "not running".
+// absolute; a PID of 0 means "not running". Its format is 2; a file of
+// format 1 (replicas behind proxies) is refused with what to do.
 //
 // # Lifecycle
 //
@@ -35,13 +46,25 @@
 // the layout, then starts, recording each PID as soon as the process
 // exists:
 //
-//  1. PostgreSQL, all replicas in parallel: pgserver.Init (initdb the first
-//     time; synchronous_commit off for mode mw, on for base) and
-//     pgserver.StartDetached, on a free port.
-//  2. The certifier: `tashkent certifier` started detached (setsid, output
-//     to its log), ready when its Status RPC answers with its own PID.
-//  3. The proxies, in parallel: `tashkent proxy --backend <its PostgreSQL>
-//     --certifier <the certifier>`, ready when `SELECT 1` through it works.
+//  1. PostgreSQL, all replicas in parallel, from the installation
+//     internal/pgext builds with the extension (pgext.Prepare, once per
+//     extension source and server): pgserver.Init (initdb the first time;
+//     shared_preload_libraries = 'tashkent', default_transaction_isolation
+//     = 'repeatable read', synchronous_commit off for mode mw and on for
+//     base) and pgserver.StartDetached, on --base-port+K-1 or a free port.
+//  2. The certifier (or every group member): `tashkent certifier` started
+//     detached (setsid, output to its log), ready when its Status RPC
+//     answers with its own PID.
+//  3. The agents, in parallel: `tashkent agent --name replicaK --socket
+//     <pgdata>/tashkent_agent.sock --postgres "host=<pgdata> port=<port>
+//     user=postgres" --certifier <every member> --mode <mode> --metrics
+//     127.0.0.1:<port> --replica-index K`. An agent installs the extension
+//     in the database, catches the replica up from the certifier's log and
+//     then opens the replica's admission gate: until then PostgreSQL
+//     refuses clients with 57P03 (extension/src/admit.c; the agent's role,
+//     postgres, is let in). It is ready when the metrics port is its own
+//     listening socket (/proc), its /healthz says serving and
+//     tashkent.status() says the gate is open.
 //
 // Processes are started from the binary running up (recorded as "binary"),
 // so the cluster runs the version of tashkent that started it. A process
@@ -51,29 +74,42 @@
 //
 // Up on a directory with cluster.json restarts what is not running and
 // adopts what is: a PostgreSQL serving the data directory (postmaster.pid,
-// checked with pgserver.IsPostgres), a certifier or proxy whose recorded PID
-// still has the recorded command line. Nothing is initialized again, and
-// every process gets its recorded ports back. The number of replicas, the
-// mode and the ports of an existing cluster cannot change.
+// checked with pgserver.IsPostgres), a certifier or agent whose recorded
+// PID still has the recorded command line (an adopted agent must also
+// serve within the timeout). Nothing is initialized again, and every
+// process gets its recorded ports back. The number of replicas, the mode
+// and the ports of an existing cluster cannot change. After every process
+// was killed (a machine crash), up starts PostgreSQL (crash recovery; with
+// synchronous_commit off it may lose its last commits), the certifier (its
+// log has every acknowledged commit), and the agents, which replay what
+// the replicas lost before they admit clients. The remains of a postmaster
+// killed a moment ago (a zombie, orphaned backends holding its shared
+// memory) are waited out.
 //
-// Down stops in the reverse order of dependence: proxies (SIGTERM, so no
-// client commits while the rest goes away), then the certifier (SIGTERM; it
+// Down stops in the reverse order of dependence: agents (SIGTERM; an agent
+// closes its replica's gate and ends its backends' sessions, so no client
+// commits while the rest goes away), then the certifiers (SIGTERM; each
 // closes its log), then PostgreSQL (pgserver.StopPID: fast shutdown). A PID
 // is signalled only after /proc/PID/cmdline shows it still is the recorded
-// process (subcommand plus --data-dir or --listen; for PostgreSQL, a
-// postgres on that data directory): PIDs are reused. Down records every
-// stopped process with PID 0, so it is idempotent.
+// process (subcommand plus --data-dir for a certifier, --socket for an
+// agent; for PostgreSQL, a postgres on that data directory): PIDs are
+// reused. Down records every stopped process with PID 0, so it is
+// idempotent.
 //
 // Status reads cluster.json and probes without changing anything: process
-// liveness, each replica's version read straight from its database
-// (replica.ReadVersion, 0 before the proxy installed its schema), the lag
-// behind the certifier's durable version, and the certifier's Status RPC.
+// liveness, each agent's /healthz, each replica's version
+// (tashkent.committed_version()) and gate (tashkent.status()) read from its
+// database as postgres, the lag behind the certifier's durable version, and
+// the certifier's Status RPC.
 //
 // # Debugging
 //
 // Start with `tashkent status --data-dir DIR`, then the log of whatever is
-// down: DIR/certifier/certifier.log, DIR/replicaK/proxy.log,
-// DIR/replicaK/pgdata/postgres.log. Each start appends a "--- ... tashkent
-// up starts" line with the full command line to the certifier and proxy
-// logs.
+// down or not serving: DIR/replicaK/agent.log (each step of an agent's
+// start, with versions), DIR/replicaK/pgdata/postgres.log,
+// DIR/certifier/certifier.log. Each start appends a "--- ... tashkent up
+// starts" line with the full command line to the certifier and agent logs.
+// Inside a replica, SELECT * FROM tashkent.status() shows its version, its
+// applier and its gate, and tashkent.backends() every backend's place in
+// the commit order.
 package cluster

@@ -13,8 +13,9 @@ import (
 )
 
 const (
-	// proxyStopGrace is how long a proxy gets after SIGTERM before SIGKILL.
-	proxyStopGrace = 10 * time.Second
+	// agentStopGrace is how long an agent gets after SIGTERM before
+	// SIGKILL: it closes the gate and ends its backends' sessions.
+	agentStopGrace = 15 * time.Second
 	// certifierStopGrace is how long the certifier gets to close its log.
 	certifierStopGrace = 20 * time.Second
 	// postgresStopTimeout bounds a fast shutdown (checkpoint included)
@@ -24,7 +25,7 @@ const (
 
 // Stopped reports what Down did with one process.
 type Stopped struct {
-	Component string `json:"component"` // "proxy", "certifier" or "postgres"
+	Component string `json:"component"` // "agent", "certifier" or "postgres"
 	Name      string `json:"name"`      // replica name, or "certifier"
 	PID       int    `json:"pid"`
 	// Outcome is "stopped", "killed" (did not exit in time), "not running",
@@ -48,9 +49,9 @@ func (s Stopped) String() string {
 	return out
 }
 
-// Down stops every process recorded in dir/cluster.json: the proxies first
-// (so that no client commits while the rest goes away), then the certifier,
-// then PostgreSQL (fast shutdown). Each PID is checked against its command
+// Down stops every process recorded in dir/cluster.json: the agents first
+// (each closes its replica's gate, so that no client commits while the
+// rest goes away), then the certifiers, then PostgreSQL (fast shutdown). Each PID is checked against its command
 // line before it is signalled. Down is idempotent: stopped processes are
 // recorded with PID 0, and running Down again reports them not running.
 func Down(ctx context.Context, dir string) ([]Stopped, error) {
@@ -91,7 +92,7 @@ func Down(ctx context.Context, dir string) ([]Stopped, error) {
 	}
 
 	eachReplica(func(r *Replica) {
-		add(stopTashkent(ctx, "proxy", r.Name, proxyIdentity(&r.Proxy), &r.Proxy.PID, proxyStopGrace))
+		add(stopTashkent(ctx, "agent", r.Name, agentIdentity(&r.Agent), &r.Agent.PID, agentStopGrace))
 	})
 	for _, c := range st.CertifierMembers() {
 		name := "certifier"
@@ -108,7 +109,7 @@ func Down(ctx context.Context, dir string) ([]Stopped, error) {
 	return sortStopped(out, st), errors.Join(errs...)
 }
 
-// stopTashkent stops a recorded certifier or proxy and clears its PID.
+// stopTashkent stops a recorded certifier or agent and clears its PID.
 func stopTashkent(ctx context.Context, component, name string, id procIdentity, pid *int, grace time.Duration) (Stopped, error) {
 	s := Stopped{Component: component, Name: name, PID: *pid}
 	if *pid == 0 {
@@ -170,10 +171,10 @@ func stopPostgres(ctx context.Context, r *Replica) (Stopped, error) {
 	return s, nil
 }
 
-// sortStopped orders the report as the processes were stopped: proxies,
-// certifier, PostgreSQL servers, replicas in order.
+// sortStopped orders the report as the processes were stopped: agents,
+// certifiers, PostgreSQL servers, replicas in order.
 func sortStopped(out []Stopped, st *State) []Stopped {
-	rank := map[string]int{"proxy": 0, "certifier": 1, "postgres": 2}
+	rank := map[string]int{"agent": 0, "certifier": 1, "postgres": 2}
 	idx := map[string]int{}
 	for i, r := range st.Replicas {
 		idx[r.Name] = i

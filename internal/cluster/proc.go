@@ -14,16 +14,17 @@ import (
 	"time"
 )
 
-// The certifier and the proxies are `tashkent` subcommands started detached
-// (setsid, output to a log file) so that they outlive `tashkent up`. They are
-// identified later by their recorded PID plus their command line: the
-// subcommand and one flag value that names this cluster's instance (the
-// certifier's --data-dir, a proxy's --listen address). A PID whose command
-// line does not match is someone else's process and is never signalled.
+// The certifiers and the agents are `tashkent` subcommands started
+// detached (setsid, output to a log file) so that they outlive `tashkent
+// up`. They are identified later by their recorded PID plus their command
+// line: the subcommand and one flag value that names this cluster's
+// instance (a certifier's --data-dir, an agent's --socket, which is in its
+// replica's data directory). A PID whose command line does not match is
+// someone else's process and is never signalled.
 
 // procIdentity says what a recorded process must look like.
 type procIdentity struct {
-	sub   string // "certifier" or "proxy"
+	sub   string // "certifier" or "agent"
 	flag  string // e.g. "--data-dir"
 	value string // e.g. "/abs/dir/certifier"
 }
@@ -32,8 +33,8 @@ func certifierIdentity(c *Certifier) procIdentity {
 	return procIdentity{sub: "certifier", flag: "--data-dir", value: c.DataDir}
 }
 
-func proxyIdentity(p *Proxy) procIdentity {
-	return procIdentity{sub: "proxy", flag: "--listen", value: hostPort(p.Port)}
+func agentIdentity(a *Agent) procIdentity {
+	return procIdentity{sub: "agent", flag: "--socket", value: a.Socket}
 }
 
 func (id procIdentity) String() string {

@@ -16,10 +16,10 @@ import (
 )
 
 // The test binary doubles as a fake tashkent process: run as
-// `cluster.test proxy --listen ADDR [--ignore-term]`, it has the command line
-// of a proxy and sleeps until SIGTERM (or forever with --ignore-term).
+// `cluster.test agent --socket PATH [--ignore-term]`, it has the command
+// line of an agent and sleeps until SIGTERM (or forever with --ignore-term).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == "proxy" || os.Args[1] == "certifier") {
+	if len(os.Args) > 1 && (os.Args[1] == "agent" || os.Args[1] == "certifier") {
 		ignore := false
 		for _, a := range os.Args {
 			ignore = ignore || a == "--ignore-term"
@@ -63,25 +63,25 @@ func startFake(t *testing.T, args ...string) *child {
 }
 
 func TestIdentityCheck(t *testing.T) {
-	c := startFake(t, "proxy", "--name", "replica1", "--listen", "127.0.0.1:6000")
-	p := &Proxy{Port: 6000}
-	if err := proxyIdentity(p).check(c.pid); err != nil {
-		t.Fatalf("the fake proxy does not match its identity: %v", err)
+	c := startFake(t, "agent", "--name", "replica1", "--socket", "/c/replica1/pgdata/tashkent_agent.sock")
+	a := &Agent{Socket: "/c/replica1/pgdata/tashkent_agent.sock"}
+	if err := agentIdentity(a).check(c.pid); err != nil {
+		t.Fatalf("the fake agent does not match its identity: %v", err)
 	}
 	for _, other := range []procIdentity{
-		proxyIdentity(&Proxy{Port: 6001}),
-		certifierIdentity(&Certifier{DataDir: "127.0.0.1:6000"}),
-		{sub: "proxy", flag: "--name", value: "replica2"},
+		agentIdentity(&Agent{Socket: "/other/replica1/pgdata/tashkent_agent.sock"}),
+		certifierIdentity(&Certifier{DataDir: "/c/replica1/pgdata/tashkent_agent.sock"}),
+		{sub: "agent", flag: "--name", value: "replica2"},
 	} {
 		if err := other.check(c.pid); err == nil {
 			t.Errorf("pid %d matched %s", c.pid, other)
 		}
 	}
-	if err := proxyIdentity(p).check(os.Getpid()); err == nil {
-		t.Error("the test process matched a proxy identity")
+	if err := agentIdentity(a).check(os.Getpid()); err == nil {
+		t.Error("the test process matched an agent identity")
 	}
 	c.kill()
-	if err := proxyIdentity(p).check(c.pid); err == nil {
+	if err := agentIdentity(a).check(c.pid); err == nil {
 		t.Error("a dead process matched")
 	}
 }
@@ -103,8 +103,8 @@ func TestStopProcess(t *testing.T) {
 		}
 	})
 	t.Run("sigkill after grace", func(t *testing.T) {
-		c := startFake(t, "proxy", "--listen", "127.0.0.1:6002", "--ignore-term")
-		killed, err := stopProcess(ctx, proxyIdentity(&Proxy{Port: 6002}), c.pid, 300*time.Millisecond)
+		c := startFake(t, "agent", "--socket", "/c/r2.sock", "--ignore-term")
+		killed, err := stopProcess(ctx, agentIdentity(&Agent{Socket: "/c/r2.sock"}), c.pid, 300*time.Millisecond)
 		if err != nil || !killed {
 			t.Fatalf("stop: killed=%v err=%v", killed, err)
 		}
@@ -113,8 +113,8 @@ func TestStopProcess(t *testing.T) {
 		}
 	})
 	t.Run("not ours", func(t *testing.T) {
-		c := startFake(t, "proxy", "--listen", "127.0.0.1:6003")
-		_, err := stopProcess(ctx, proxyIdentity(&Proxy{Port: 6004}), c.pid, time.Second)
+		c := startFake(t, "agent", "--socket", "/c/r3.sock")
+		_, err := stopProcess(ctx, agentIdentity(&Agent{Socket: "/c/r4.sock"}), c.pid, time.Second)
 		if !errors.Is(err, errNotOurs) {
 			t.Fatalf("stop of a foreign process: %v, want errNotOurs", err)
 		}
@@ -166,9 +166,8 @@ func TestDownLeavesForeignProcessesAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign := startFake(t, "proxy", "--listen", "127.0.0.1:1")
-	st.Replicas[0].Proxy.Port = 2
-	st.Replicas[0].Proxy.PID = foreign.pid
+	foreign := startFake(t, "agent", "--socket", "/elsewhere/tashkent_agent.sock")
+	st.Replicas[0].Agent.PID = foreign.pid
 	st.Replicas[0].Postgres.PID = foreign.pid // not a postgres at all
 	st.Certifier.PID = foreign.pid
 	if err := st.Save(); err != nil {
@@ -194,7 +193,7 @@ func TestDownLeavesForeignProcessesAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Certifier.PID != 0 || got.Replicas[0].Proxy.PID != 0 || got.Replicas[0].Postgres.PID != 0 {
+	if got.Certifier.PID != 0 || got.Replicas[0].Agent.PID != 0 || got.Replicas[0].Postgres.PID != 0 {
 		t.Fatalf("stale PIDs kept: %+v", got)
 	}
 	// Idempotent: nothing left to stop.
@@ -212,13 +211,13 @@ func TestDownLeavesForeignProcessesAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status.Healthy || status.Certifier.Process.Running || status.Replicas[0].Proxy.Running {
+	if status.Healthy || status.Certifier.Process.Running || status.Replicas[0].Agent.Running {
 		t.Fatalf("status of a stopped cluster: %+v", status)
 	}
 }
 
 func TestPortInUse(t *testing.T) {
-	e := &errStartup{tail: "starting\nproxy listen on 127.0.0.1:16500: listen tcp 127.0.0.1:16500: bind: address already in use"}
+	e := &errStartup{tail: "starting\nmetrics listen on 127.0.0.1:16500: listen tcp 127.0.0.1:16500: bind: address already in use"}
 	if !e.portInUse() || !e.portInUse("127.0.0.1:7") {
 		t.Error("a bind failure on a port picked as free should be retried")
 	}

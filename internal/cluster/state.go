@@ -20,7 +20,11 @@ const StateFile = "cluster.json"
 
 // stateFormat is the version of the cluster.json layout. Load refuses files
 // of another version rather than guess at them.
-const stateFormat = 1
+const stateFormat = 2
+
+// proxyStateFormat is the layout of clusters whose replicas sat behind a
+// wire-protocol proxy each: this tashkent cannot run or stop them.
+const proxyStateFormat = 1
 
 // Mode names a durability placement `tashkent up` can run (BRIEF.md
 // "Durability placements").
@@ -57,7 +61,7 @@ type State struct {
 	Dir  string `json:"dir"`
 	Mode Mode   `json:"mode"`
 	// Binary is the tashkent executable that started the certifier and the
-	// proxies the last time `up` ran.
+	// agents the last time `up` ran.
 	Binary    string     `json:"binary"`
 	Certifier Certifier  `json:"certifier"`
 	Replicas  []*Replica `json:"replicas"`
@@ -67,7 +71,7 @@ type State struct {
 	// CertifierTLS: mutual TLS on the certifier channels (`up
 	// --certifier-tls`); nil: plaintext.
 	CertifierTLS *CertifierTLS `json:"certifier_tls,omitempty"`
-	// TrustDDLRoles: the proxies run with --trust-ddl-roles (`up
+	// TrustDDLRoles: the agents run with --trust-ddl-roles (`up
 	// --trust-ddl-roles`): roles that are not superusers may run DDL.
 	TrustDDLRoles bool `json:"trust_ddl_roles,omitempty"`
 }
@@ -83,32 +87,45 @@ type Certifier struct {
 	Log         string `json:"log"`
 }
 
-// Replica records one replica: its PostgreSQL and its proxy.
+// Replica records one replica: its PostgreSQL, which clients connect to,
+// and its agent.
 type Replica struct {
 	Name     string   `json:"name"`
 	Dir      string   `json:"dir"`
 	Postgres Postgres `json:"postgres"`
-	Proxy    Proxy    `json:"proxy"`
+	Agent    Agent    `json:"agent"`
 }
 
-// Postgres records one PostgreSQL server.
+// Postgres records one PostgreSQL server (the tashkent extension loaded).
 type Postgres struct {
 	DataDir string `json:"data_dir"`
-	Port    int    `json:"port"`
-	PID     int    `json:"pid"`
-	Log     string `json:"log"`
+	// Port is the TCP port on 127.0.0.1 clients connect to.
+	Port int    `json:"port"`
+	PID  int    `json:"pid"`
+	Log  string `json:"log"`
 }
 
-// Proxy records one proxy process.
-type Proxy struct {
-	Port        int    `json:"port"`
+// Agent records one replica's agent (`tashkent agent`).
+type Agent struct {
+	// Socket is the Unix socket the replica's backends reach the agent on
+	// (the extension's tashkent.agent_socket in the data directory); it
+	// also identifies the process (proc.go).
+	Socket      string `json:"socket"`
 	MetricsPort int    `json:"metrics_port"`
 	PID         int    `json:"pid"`
 	Log         string `json:"log"`
 }
 
+// agentSocketName is the extension's default tashkent.agent_socket,
+// relative to the data directory.
+const agentSocketName = "tashkent_agent.sock"
+
+// unixSocketPathMax is the longest path a Unix socket can have on Linux
+// (sun_path holds 108 bytes with the terminating NUL).
+const unixSocketPathMax = 107
+
 // CertifierAddr is the certifier's gRPC address; for a certifier group,
-// every member's, comma-separated (what proxies and certclient take).
+// every member's, comma-separated (what agents and certclient take).
 func (s *State) CertifierAddr() string {
 	addrs := make([]string, 0, 1+len(s.MoreCertifiers))
 	for _, c := range s.CertifierMembers() {
@@ -131,35 +148,42 @@ func (s *State) certifierPeers() string {
 	return strings.Join(parts, ",")
 }
 
-// URI is the connection string clients use for this replica: its proxy.
-func (r *Replica) URI() string { return pgURI(r.Proxy.Port) }
+// URI is the connection string clients use for this replica: its
+// PostgreSQL, as the postgres superuser.
+func (r *Replica) URI() string { return pgURI(r.Postgres.Port) }
 
-// PostgresDSN is a connection string straight to the replica's PostgreSQL,
-// bypassing the proxy (for version and checksum reads).
-func (r *Replica) PostgresDSN() string { return pgURI(r.Postgres.Port) + "?sslmode=disable" }
+// DSN is URI with the options a Go client of a local cluster needs (the
+// servers have no TLS certificate).
+func (r *Replica) DSN() string { return r.URI() + "?sslmode=disable" }
 
-// ProxyDSN is URI with the options a Go client needs (no TLS).
-func (r *Replica) ProxyDSN() string { return r.URI() + "?sslmode=disable" }
-
-// PsqlCommand is a psql command line connecting through the proxy.
+// PsqlCommand is a psql command line connecting to the replica.
 func (r *Replica) PsqlCommand() string {
-	return fmt.Sprintf("psql -h 127.0.0.1 -p %d -U postgres postgres", r.Proxy.Port)
+	return fmt.Sprintf("psql -h 127.0.0.1 -p %d -U postgres postgres", r.Postgres.Port)
+}
+
+// AgentPostgres is the agent's --postgres: the Unix socket in the data
+// directory (cheaper than loopback TCP), or TCP when the path is too long
+// for a socket (PostgreSQL then listens on TCP only: internal/pgserver).
+func (r *Replica) AgentPostgres() string {
+	host := r.Postgres.DataDir
+	if len(fmt.Sprintf("%s/.s.PGSQL.%d", host, r.Postgres.Port)) > unixSocketPathMax {
+		host = "127.0.0.1"
+	}
+	return fmt.Sprintf("host=%s port=%d user=postgres", quoteConnValue(host), r.Postgres.Port)
+}
+
+// quoteConnValue quotes a keyword/value connection string value when it
+// needs it (libpq's rules: single quotes, backslash escapes).
+func quoteConnValue(v string) string {
+	if v != "" && !strings.ContainsAny(v, " '\\\t\n") {
+		return v
+	}
+	return "'" + strings.NewReplacer(`\`, `\\`, "'", `\'`).Replace(v) + "'"
 }
 
 func pgURI(port int) string {
 	u := url.URL{Scheme: "postgres", User: url.User("postgres"), Host: hostPort(port), Path: "/postgres"}
 	return u.String()
-}
-
-// BackendAddr is how the replica's proxy reaches its PostgreSQL: the Unix
-// socket in the data directory (cheaper than loopback TCP), or TCP when the
-// path is too long for a socket.
-func (p *Postgres) BackendAddr() string {
-	socket := fmt.Sprintf("%s/.s.PGSQL.%d", p.DataDir, p.Port)
-	if len(socket) > 107 {
-		return hostPort(p.Port)
-	}
-	return socket
 }
 
 func hostPort(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
@@ -180,17 +204,41 @@ func Load(dir string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	var head struct {
+		Format int    `json:"format"`
+		Binary string `json:"binary"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	switch head.Format {
+	case stateFormat:
+	case proxyStateFormat:
+		return nil, fmt.Errorf("%s: %w", p, errProxyCluster(dir, head.Binary))
+	default:
+		return nil, fmt.Errorf("%s: format %d, this tashkent reads format %d", p, head.Format, stateFormat)
+	}
 	var s State
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	if s.Format != stateFormat {
-		return nil, fmt.Errorf("%s: format %d, this tashkent reads format %d", p, s.Format, stateFormat)
 	}
 	if err := s.validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return &s, nil
+}
+
+// errProxyCluster explains why a cluster recorded in format 1 cannot be
+// run: its replicas sit behind proxies, which this tashkent no longer has.
+func errProxyCluster(dir, binary string) error {
+	stop := "the tashkent that started it"
+	if binary != "" {
+		stop = binary
+	}
+	return fmt.Errorf("format %d: this cluster was created by an earlier tashkent whose clients went through a proxy per replica; "+
+		"this tashkent runs an agent beside each replica's PostgreSQL and cannot start or stop it. "+
+		"Stop it with `%s down --data-dir %s` if it still runs, then create a new cluster in another directory "+
+		"(its data directories are ordinary PostgreSQL 15 clusters, without the extension)", proxyStateFormat, stop, dir)
 }
 
 func (s *State) validate() error {
@@ -206,8 +254,8 @@ func (s *State) validate() error {
 		}
 	}
 	for i, r := range s.Replicas {
-		if r == nil || r.Name == "" || !filepath.IsAbs(r.Postgres.DataDir) {
-			return fmt.Errorf("replica %d: name or absolute postgres data_dir missing", i+1)
+		if r == nil || r.Name == "" || !filepath.IsAbs(r.Postgres.DataDir) || !filepath.IsAbs(r.Agent.Socket) {
+			return fmt.Errorf("replica %d: name, absolute postgres data_dir or absolute agent socket missing", i+1)
 		}
 	}
 	return nil
@@ -253,11 +301,11 @@ func (s *State) Save() error {
 	return nil
 }
 
-// WriteEndpoints prints how to reach the cluster: each proxy's connection
-// URI and a psql command line.
+// WriteEndpoints prints how to reach the cluster: each replica's
+// PostgreSQL as a connection URI and a psql command line.
 func (s *State) WriteEndpoints(w io.Writer) {
 	fmt.Fprintf(w, "\nCluster %s is up: mode %s, %d replicas, certifier %s.\n", s.Dir, s.Mode, len(s.Replicas), s.CertifierAddr())
-	fmt.Fprintln(w, "Connect to any replica (each is a proxy in front of one PostgreSQL 15):")
+	fmt.Fprintln(w, "Connect to any replica: each is a PostgreSQL 15 server with the tashkent extension, beside its agent:")
 	for _, r := range s.Replicas {
 		fmt.Fprintf(w, "  %-10s %-45s %s\n", r.Name, r.URI(), r.PsqlCommand())
 	}

@@ -17,8 +17,8 @@ func testState(dir string) *State {
 	st.Binary = "/usr/local/bin/tashkent"
 	st.Certifier.PID, st.Certifier.MetricsPort = 101, 7401
 	for i, r := range st.Replicas {
-		r.Postgres.Port, r.Postgres.PID = 5500+i, 200+i
-		r.Proxy.PID, r.Proxy.MetricsPort = 300+i, 6100+i
+		r.Postgres.PID = 200 + i
+		r.Agent.PID, r.Agent.MetricsPort = 300+i, 6100+i
 	}
 	return st
 }
@@ -36,9 +36,13 @@ func TestStateRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, st) {
 		t.Fatalf("round trip changed the state:\nsaved  %+v\nloaded %+v", st, got)
 	}
-	if got.Replicas[1].Proxy.Port != 6001 || got.Replicas[1].Name != "replica2" ||
-		got.Replicas[1].Postgres.DataDir != filepath.Join(dir, "replica2", "pgdata") {
-		t.Fatalf("unexpected layout: %+v", got.Replicas[1])
+	r2 := got.Replicas[1]
+	if r2.Postgres.Port != 6001 || r2.Name != "replica2" || r2.Postgres.DataDir != filepath.Join(dir, "replica2", "pgdata") ||
+		r2.Agent.Socket != filepath.Join(dir, "replica2", "pgdata", "tashkent_agent.sock") || r2.Agent.Log != filepath.Join(dir, "replica2", "agent.log") {
+		t.Fatalf("unexpected layout: %+v", r2)
+	}
+	if want := "host=" + r2.Postgres.DataDir + " port=6001 user=postgres"; r2.AgentPostgres() != want {
+		t.Fatalf("the agent's --postgres is %q, want %q", r2.AgentPostgres(), want)
 	}
 	if u := got.Replicas[0].URI(); u != "postgres://postgres@127.0.0.1:6000/postgres" {
 		t.Fatalf("URI = %q", u)
@@ -65,8 +69,9 @@ func TestLoadErrors(t *testing.T) {
 	for name, content := range map[string]string{
 		"garbage":     "{not json",
 		"format":      `{"format": 99}`,
-		"mode":        `{"format": 1, "mode": "api", "replicas": [{"name": "r", "postgres": {"data_dir": "/x"}}], "certifier": {"data_dir": "/c"}}`,
-		"no replicas": `{"format": 1, "mode": "mw", "certifier": {"data_dir": "/c"}}`,
+		"mode":        `{"format": 2, "mode": "api", "replicas": [{"name": "r", "postgres": {"data_dir": "/x"}, "agent": {"socket": "/x/s"}}], "certifier": {"data_dir": "/c"}}`,
+		"no replicas": `{"format": 2, "mode": "mw", "certifier": {"data_dir": "/c"}}`,
+		"no socket":   `{"format": 2, "mode": "mw", "replicas": [{"name": "r", "postgres": {"data_dir": "/x"}}], "certifier": {"data_dir": "/c"}}`,
 	} {
 		if err := os.WriteFile(StatePath(dir), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
@@ -77,11 +82,45 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
+// A cluster.json of the format whose replicas sat behind proxies is
+// refused with what to do about it.
+func TestLoadRefusesAClusterOfProxies(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"format": 1, "binary": "/opt/old/tashkent", "mode": "mw", "certifier": {"data_dir": "/c"},
+		"replicas": [{"name": "replica1", "postgres": {"data_dir": "/x"}, "proxy": {"port": 6432, "pid": 7}}]}`
+	if err := os.WriteFile(StatePath(dir), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(dir)
+	if err == nil || errors.Is(err, ErrNoCluster) {
+		t.Fatalf("Load accepted a cluster of proxies: %v", err)
+	}
+	for _, want := range []string{"format 1", "proxy per replica", "/opt/old/tashkent down --data-dir " + dir, "another directory"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+}
+
+func TestAgentPostgresFallsBackToTCP(t *testing.T) {
+	r := &Replica{Postgres: Postgres{DataDir: "/" + strings.Repeat("d", 100), Port: 5432}}
+	if got := r.AgentPostgres(); got != "host=127.0.0.1 port=5432 user=postgres" {
+		t.Errorf("a data directory too long for a socket: %q", got)
+	}
+	r.Postgres.DataDir = "/tmp/with space/pgdata"
+	if got := r.AgentPostgres(); got != `host='/tmp/with space/pgdata' port=5432 user=postgres` {
+		t.Errorf("a data directory with a space: %q", got)
+	}
+}
+
 func TestNewStateChecksOptions(t *testing.T) {
 	for _, o := range []Options{{Replicas: -1}, {Replicas: replicasMax + 1}, {Mode: "api"}, {BasePort: 65535, Replicas: 2}} {
 		if _, err := newState("/tmp/x", o); err == nil {
 			t.Errorf("newState accepted %+v", o)
 		}
+	}
+	if _, err := newState("/tmp/"+strings.Repeat("x", 80), Options{}); err == nil || !strings.Contains(err.Error(), "shorter path") {
+		t.Errorf("newState accepted a directory too long for the agents' sockets: %v", err)
 	}
 	st, err := newState("/tmp/x", Options{})
 	if err != nil || len(st.Replicas) != DefaultReplicas || st.Mode != ModeMW {

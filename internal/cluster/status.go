@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/replica"
@@ -78,12 +76,20 @@ type ReplicaStatus struct {
 	URI      string     `json:"uri"`
 	Psql     string     `json:"psql"`
 	Postgres ProcStatus `json:"postgres"`
-	Proxy    ProcStatus `json:"proxy"`
-	// Version is the replica's version read from its database (null when
-	// it cannot be read); Lag is the certifier's durable version minus it.
+	// Agent is the replica's agent; its Port is the metrics port, and
+	// AgentHealth what its /healthz says (its state and why).
+	Agent       ProcStatus `json:"agent"`
+	AgentHealth string     `json:"agent_health,omitempty"`
+	// Version is the replica's version read from its database
+	// (tashkent.committed_version(); null when it cannot be read); Lag is
+	// the certifier's durable version minus it.
 	Version *uint64 `json:"version"`
 	Lag     *int64  `json:"lag"`
-	Error   string  `json:"error,omitempty"`
+	// Admitting is the replica's admission gate (null when it cannot be
+	// read): whether it lets clients in, and if not, why (GateReason).
+	Admitting  *bool  `json:"admitting"`
+	GateReason string `json:"gate_reason,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // GetStatus probes every process recorded in dir/cluster.json. It fails only
@@ -130,7 +136,7 @@ func GetStatus(ctx context.Context, dir string) (*Status, error) {
 
 	s.Healthy = c.Process.Running && c.Reachable
 	for _, r := range s.Replicas {
-		s.Healthy = s.Healthy && r.Postgres.Running && r.Proxy.Running && r.Version != nil
+		s.Healthy = s.Healthy && r.Postgres.Running && r.Agent.Running && r.Version != nil && r.Admitting != nil && *r.Admitting
 	}
 	return s, nil
 }
@@ -145,19 +151,26 @@ func replicaStatus(ctx context.Context, r *Replica, c *CertifierStatus) ReplicaS
 	} else {
 		rs.Postgres.Running = true
 	}
-	rs.Proxy = ProcStatus{PID: r.Proxy.PID, Port: r.Proxy.Port, Log: r.Proxy.Log}
-	rs.Proxy.Running, rs.Proxy.Detail = tashkentRunning(proxyIdentity(&r.Proxy), r.Proxy.PID)
+	rs.Agent = ProcStatus{PID: r.Agent.PID, Port: r.Agent.MetricsPort, Log: r.Agent.Log}
+	rs.Agent.Running, rs.Agent.Detail = tashkentRunning(agentIdentity(&r.Agent), r.Agent.PID)
+	if rs.Agent.Running {
+		health, err := AgentHealth(ctx, r.Agent.MetricsPort)
+		rs.AgentHealth = health
+		if err != nil && health == "" {
+			rs.AgentHealth = err.Error()
+		}
+	}
 	if !rs.Postgres.Running {
 		return rs
 	}
-	v, err := ReadReplicaVersion(ctx, r.PostgresDSN())
+	g, err := ReadGate(ctx, r.DSN())
 	if err != nil {
 		rs.Error = err.Error()
 		return rs
 	}
-	rs.Version = &v
+	rs.Version, rs.Admitting, rs.GateReason = &g.Version, &g.Admitting, g.Reason
 	if c.Reachable {
-		lag := int64(c.DurableVersion) - int64(v)
+		lag := int64(c.DurableVersion) - int64(g.Version)
 		rs.Lag = &lag
 	}
 	return rs
@@ -173,26 +186,12 @@ func tashkentRunning(id procIdentity, pid int) (bool, string) {
 	return true, ""
 }
 
-// ReadReplicaVersion connects straight to a replica's PostgreSQL and reads
-// the version it holds. A database the proxy has not equipped yet (no
-// tashkent schema) holds version 0.
-func ReadReplicaVersion(ctx context.Context, dsn string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close(context.Background())
-	return ReadVersion(ctx, conn)
-}
-
-// ReadVersion is replica.ReadVersion on conn, with a database the proxy has
-// not equipped yet (no tashkent.applied) counting as version 0.
+// ReadVersion reads the replica's version on conn
+// (tashkent.committed_version()); a database the agent has not equipped
+// yet (no extension) holds version 0.
 func ReadVersion(ctx context.Context, conn *pgx.Conn) (uint64, error) {
 	v, err := replica.ReadVersion(ctx, conn)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") { // undefined_table, invalid_schema_name
+	if notInstalled(err) {
 		return 0, nil
 	}
 	return v, err
@@ -226,23 +225,32 @@ func (s *Status) WriteTable(w io.Writer) {
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REPLICA\tVERSION\tLAG\tPOSTGRES\tPROXY\tURI")
+	fmt.Fprintln(tw, "REPLICA\tVERSION\tLAG\tGATE\tPOSTGRES\tAGENT\tURI")
 	for _, r := range s.Replicas {
-		ver, lag := "?", "?"
+		ver, lag, gate := "?", "?", "?"
 		if r.Version != nil {
 			ver = fmt.Sprint(*r.Version)
 		}
 		if r.Lag != nil {
 			lag = fmt.Sprint(*r.Lag)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ver, lag,
-			procWord(r.Postgres), procWord(r.Proxy), r.URI)
+		if r.Admitting != nil {
+			gate = map[bool]string{true: "open", false: "CLOSED"}[*r.Admitting]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ver, lag, gate,
+			procWord(r.Postgres), procWord(r.Agent), r.URI)
 	}
 	tw.Flush()
 	var notes []string
 	for _, r := range s.Replicas {
 		if r.Error != "" {
-			notes = append(notes, fmt.Sprintf("%s: version: %s", r.Name, r.Error))
+			notes = append(notes, fmt.Sprintf("%s: %s", r.Name, r.Error))
+		}
+		if r.Admitting != nil && !*r.Admitting {
+			notes = append(notes, fmt.Sprintf("%s: clients are refused (57P03): %s", r.Name, r.GateReason))
+		}
+		if r.Agent.Running && r.AgentHealth != "" && !strings.HasPrefix(r.AgentHealth, "serving") {
+			notes = append(notes, fmt.Sprintf("%s: agent: %s", r.Name, r.AgentHealth))
 		}
 	}
 	if len(notes) > 0 {

@@ -13,9 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tashkent-db/tashkent/internal/netutil"
+	"github.com/tashkent-db/tashkent/internal/pgext"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 )
 
@@ -24,11 +23,11 @@ const (
 	// given.
 	DefaultReplicas = 3
 	// replicasMax bounds --replicas: every replica is a PostgreSQL server
-	// (64 MiB of shared memory and a handful of processes) plus a proxy on
-	// this one machine; more is a deployment, not a local cluster.
+	// (32 MiB of shared buffers and a handful of processes) plus an agent
+	// on this one machine; more is a deployment, not a local cluster.
 	replicasMax = 16
 	// DefaultReadyTimeout bounds how long up waits for one process to
-	// become ready.
+	// become ready (an agent: until it has caught up and admits clients).
 	DefaultReadyTimeout = 60 * time.Second
 	// portAttemptsMax bounds the restarts of a process whose port, picked as
 	// free, was taken by someone else before the process bound it.
@@ -38,6 +37,8 @@ const (
 	crashLeftoverWait = 15 * time.Second
 	// sharedBuffers is modest: all replicas share one machine.
 	sharedBuffers = "32MB"
+	// database is the replicated database, the one clients connect to.
+	database = "postgres"
 )
 
 // InstallHint says how to get PostgreSQL 15 on the machines tashkent runs on.
@@ -55,15 +56,16 @@ type Options struct {
 	// existing cluster it must be "" or the recorded mode.
 	Mode Mode
 	// CertifierPort and BasePort fix the certifier's gRPC port and the
-	// first proxy's port (replica K listens on BasePort+K-1); 0 picks free
-	// ports. Only for a new cluster: an existing one keeps its ports.
+	// first replica's PostgreSQL port (replica K listens on BasePort+K-1);
+	// 0 picks free ports. Only for a new cluster: an existing one keeps
+	// its ports.
 	CertifierPort int
 	BasePort      int
 	// Certifiers is the size of a new cluster's certifier group (0 or 1:
 	// one certifier; 3 or 5: a Raft group, Tashkent §7.3). For an existing
 	// cluster it must be 0 or the recorded size.
 	Certifiers int
-	// Binary is the tashkent executable run as certifier and proxies;
+	// Binary is the tashkent executable run as certifiers and agents;
 	// empty: this process's executable.
 	Binary string
 	// Progress receives one line per step; nil discards.
@@ -74,18 +76,19 @@ type Options struct {
 	// channel, with a CA and certificates generated in the cluster
 	// directory (certifier_tls.go).
 	CertifierTLS bool
-	// TrustDDLRoles, when not nil, sets whether the cluster's proxies let
-	// roles that are not superusers run DDL (the proxy's --trust-ddl-roles);
+	// TrustDDLRoles, when not nil, sets whether the cluster's agents let
+	// roles that are not superusers run DDL (the agent's --trust-ddl-roles);
 	// nil keeps what the cluster recorded (a new cluster: no). It can
-	// change only while no proxy of the cluster runs (ddltrust.go).
+	// change only while no agent of the cluster runs (ddltrust.go).
 	TrustDDLRoles *bool
 }
 
 // Up creates the cluster in o.Dir, or restarts whatever of the recorded
-// cluster is not running, and returns its state once every PostgreSQL, the
-// certifier and every proxy accepts connections. Everything it starts is
-// recorded in cluster.json as soon as it is started, so that Down can stop
-// it even when Up fails halfway.
+// cluster is not running, and returns its state once every PostgreSQL and
+// certifier accepts connections and every agent serves its replica (the
+// replica caught up and admits clients). Everything it starts is recorded
+// in cluster.json as soon as it is started, so that Down can stop it even
+// when Up fails halfway.
 func Up(ctx context.Context, o Options) (*State, error) {
 	if o.Dir == "" {
 		return nil, errors.New("the cluster directory (--data-dir) is required")
@@ -94,8 +97,7 @@ func Up(ctx context.Context, o Options) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	binDir, err := pgserver.FindBinDir()
-	if err != nil {
+	if _, err := pgserver.FindBinDir(); err != nil {
 		return nil, fmt.Errorf("PostgreSQL 15 is not installed: %s\n(%w)", InstallHint, err)
 	}
 	bin := o.Binary
@@ -140,18 +142,34 @@ func Up(ctx context.Context, o Options) (*State, error) {
 	if err := ensureCertifierTLS(st); err != nil {
 		return st, err
 	}
-	u := &upper{st: st, o: o, binDir: binDir, portsUsed: map[int]bool{}}
+	u := &upper{st: st, o: o, portsUsed: map[int]bool{}}
 	if err := u.startAllPostgres(ctx); err != nil {
 		return st, err
 	}
 	if err := u.startCertifier(ctx); err != nil {
 		return st, err
 	}
-	if err := u.startAllProxies(ctx); err != nil {
+	if err := u.startAllAgents(ctx); err != nil {
 		return st, err
 	}
-	u.progress("proxies: --allow-passwordless-logins (PostgreSQL trusts local connections, proxies listen on 127.0.0.1 only): anyone who can reach 127.0.0.1 logs in as any role")
 	return st, u.save()
+}
+
+// pgBinDir returns the bin directory of a PostgreSQL installation with the
+// tashkent extension built from this binary's source (internal/pgext;
+// built once per source and server, then reused). It is asked for only
+// when a server must start, so that up on a running cluster needs no
+// compiler or server headers.
+func (u *upper) pgBinDir(ctx context.Context) (string, error) {
+	u.prepare.Do(func() {
+		u.binDir, u.prepareErr = pgext.Prepare(ctx)
+		if u.prepareErr != nil {
+			u.prepareErr = fmt.Errorf("build the tashkent extension: %w", u.prepareErr)
+			return
+		}
+		u.progress("PostgreSQL 15 with the tashkent extension: %s", u.binDir)
+	})
+	return u.binDir, u.prepareErr
 }
 
 // makeClusterDir creates dir world-traversable: the postgres user must
@@ -212,10 +230,15 @@ func newState(dir string, o Options) (*State, error) {
 		name := "replica" + strconv.Itoa(k)
 		rd := filepath.Join(dir, name)
 		r := &Replica{Name: name, Dir: rd}
-		r.Postgres = Postgres{DataDir: filepath.Join(rd, "pgdata"), Log: filepath.Join(rd, "pgdata", pgserver.LogFile)}
-		r.Proxy = Proxy{Log: filepath.Join(rd, "proxy.log")}
+		pgdata := filepath.Join(rd, "pgdata")
+		r.Postgres = Postgres{DataDir: pgdata, Log: filepath.Join(pgdata, pgserver.LogFile)}
 		if o.BasePort > 0 {
-			r.Proxy.Port = o.BasePort + k - 1
+			r.Postgres.Port = o.BasePort + k - 1
+		}
+		r.Agent = Agent{Socket: filepath.Join(pgdata, agentSocketName), Log: filepath.Join(rd, "agent.log")}
+		if len(r.Agent.Socket) > unixSocketPathMax {
+			return nil, fmt.Errorf("the path of %s's agent socket, %s, is longer than a Unix socket's %d bytes: "+
+				"give `tashkent up` a --data-dir with a shorter path", name, r.Agent.Socket, unixSocketPathMax)
 		}
 		st.Replicas = append(st.Replicas, r)
 	}
@@ -243,8 +266,9 @@ func checkCompatible(st *State, o Options) error {
 	if o.CertifierPort != 0 && o.CertifierPort != st.Certifier.Port {
 		return fmt.Errorf("the cluster in %s has its certifier on port %d; an existing cluster keeps its ports", st.Dir, st.Certifier.Port)
 	}
-	if o.BasePort != 0 && o.BasePort != st.Replicas[0].Proxy.Port {
-		return fmt.Errorf("the cluster in %s has its first proxy on port %d; an existing cluster keeps its ports", st.Dir, st.Replicas[0].Proxy.Port)
+	if o.BasePort != 0 && o.BasePort != st.Replicas[0].Postgres.Port {
+		return fmt.Errorf("the cluster in %s has its first replica's PostgreSQL on port %d; an existing cluster keeps its ports",
+			st.Dir, st.Replicas[0].Postgres.Port)
 	}
 	return nil
 }
@@ -252,9 +276,12 @@ func checkCompatible(st *State, o Options) error {
 // upper carries one run of Up. mu guards st (goroutines start replicas in
 // parallel) and the progress writer.
 type upper struct {
-	st     *State
-	o      Options
-	binDir string
+	st *State
+	o  Options
+
+	prepare    sync.Once
+	binDir     string // PostgreSQL's programs, from the installation with the extension
+	prepareErr error
 
 	mu        sync.Mutex
 	portsUsed map[int]bool
@@ -329,6 +356,10 @@ func (u *upper) startPostgres(ctx context.Context, r *Replica) error {
 	if err := os.Chmod(r.Dir, 0o755); err != nil {
 		return err
 	}
+	binDir, err := u.pgBinDir(ctx)
+	if err != nil {
+		return err
+	}
 	fresh := true
 	if _, err := os.Stat(filepath.Join(pg.DataDir, "PG_VERSION")); err == nil {
 		fresh = false
@@ -340,8 +371,8 @@ func (u *upper) startPostgres(ctx context.Context, r *Replica) error {
 		DataDir:           pg.DataDir,
 		Port:              pg.Port,
 		SynchronousCommit: u.st.Mode == ModeBase,
-		Settings:          map[string]string{"shared_buffers": sharedBuffers},
-		BinDir:            u.binDir,
+		Settings:          postgresSettings(),
+		BinDir:            binDir,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.Name, err)
@@ -368,8 +399,22 @@ func (u *upper) startPostgres(ctx context.Context, r *Replica) error {
 	pg.PID, pg.Port, pg.Log = pid, srv.Port(), srv.LogPath()
 	u.portsUsed[pg.Port] = true
 	u.mu.Unlock()
-	u.progress("%s: PostgreSQL started (pid %d, port %d, synchronous_commit=%v)", r.Name, pid, pg.Port, u.st.Mode == ModeBase)
+	u.progress("%s: PostgreSQL started (pid %d, port %d, synchronous_commit=%s, tashkent extension loaded)",
+		r.Name, pid, pg.Port, map[bool]string{true: "on", false: "off"}[u.st.Mode == ModeBase])
 	return u.save()
+}
+
+// postgresSettings are a replica's settings beyond internal/pgserver's
+// (which sets synchronous_commit per mode). The extension must be loaded
+// at server start; REPEATABLE READ by default gives applications that
+// change nothing snapshot isolation, which is what the cluster certifies
+// (a transaction at READ COMMITTED reads a new snapshot per statement).
+func postgresSettings() map[string]string {
+	return map[string]string{
+		"shared_buffers":                sharedBuffers,
+		"shared_preload_libraries":      pgext.Library,
+		"default_transaction_isolation": "repeatable read",
+	}
 }
 
 // crashLeftover reports whether PostgreSQL refused to start because of the
@@ -465,52 +510,6 @@ func (u *upper) startCertifier(ctx context.Context) error {
 	return nil
 }
 
-func (u *upper) startAllProxies(ctx context.Context) error {
-	return u.parallel(func(r *Replica) error { return u.startProxy(ctx, r) })
-}
-
-func (u *upper) startProxy(ctx context.Context, r *Replica) error {
-	p := &r.Proxy
-	u.mu.Lock()
-	pid := p.PID
-	u.mu.Unlock()
-	if pid != 0 && proxyIdentity(p).check(pid) == nil {
-		u.progress("%s: proxy already running (pid %d, port %d)", r.Name, pid, p.Port)
-		return nil
-	}
-	clientSide, err := u.clientSideArgs(r)
-	if err != nil {
-		return err
-	}
-	err = u.startDetached(ctx, r.Name+" proxy", p.Log, []*int{&p.Port, &p.MetricsPort},
-		func() []string {
-			return append([]string{"proxy",
-				"--name", r.Name,
-				"--listen", hostPort(p.Port),
-				"--backend", r.Postgres.BackendAddr(),
-				"--database", "postgres",
-				"--certifier", u.st.CertifierAddr(),
-				"--mode", string(u.st.Mode),
-				"--metrics-listen", hostPort(p.MetricsPort),
-				// Its PostgreSQL trusts local connections (initdb -A trust) and
-				// the proxy listens on 127.0.0.1 only: a development cluster.
-				"--allow-passwordless-logins",
-			}, append(clientSide, u.st.certifierTLSFiles(r.Name).Args()...)...)
-		},
-		func(pid int) { p.PID = pid },
-		func(ctx context.Context, _ int) error {
-			if err := dialOnce(ctx, hostPort(p.Port)); err != nil {
-				return err
-			}
-			return selectOne(ctx, r.ProxyDSN())
-		})
-	if err != nil {
-		return err
-	}
-	u.progress("%s: proxy started (pid %d, port %d, log %s)", r.Name, p.PID, p.Port, p.Log)
-	return nil
-}
-
 func dialOnce(ctx context.Context, addr string) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
@@ -518,23 +517,6 @@ func dialOnce(ctx context.Context, addr string) error {
 		return err
 	}
 	return c.Close()
-}
-
-// selectOne runs SELECT 1 through a fresh connection.
-func selectOne(ctx context.Context, dsn string) error {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	var one int
-	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
-		return fmt.Errorf("SELECT 1: %w", err)
-	}
-	if one != 1 {
-		return fmt.Errorf("SELECT 1 returned %d", one)
-	}
-	return nil
 }
 
 // certifierServes is the readiness check of a certifier (or group member)

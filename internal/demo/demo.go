@@ -1,13 +1,13 @@
 // Package demo runs the short workload `tashkent up` shows on a fresh local
 // cluster: a bank of accounts, money transfers from clients spread over
-// every replica's proxy, and at the end the checks a user can believe in —
-// every replica at the same version with the same data (replica.Checksum),
-// and the total balance unchanged.
+// every replica, and at the end the checks a user can believe in — every
+// replica at the same version with the same data (replica.Checksum), and
+// the total balance unchanged.
 //
-// The workload goes through the proxies like any application would (pgx,
-// one connection per client, transactions retried on SQLSTATE 40001); the
-// checks read each PostgreSQL directly, bypassing the proxies, so that they
-// see what the replicas really hold.
+// The clients connect straight to the replicas' PostgreSQL servers, as any
+// application does (pgx, one connection per client, transactions retried
+// on SQLSTATE 40001); the checks read each replica on a connection of
+// their own, after the transfers have ended.
 package demo
 
 import (
@@ -34,9 +34,9 @@ const Table = "demo_accounts"
 
 // Config configures Run. Zero fields take the defaults in brackets.
 type Config struct {
-	Duration        time.Duration // of the transfer phase [5s]
-	ClientsPerProxy int           // [2]
-	Accounts        int           // [1000], each created with balance 1000
+	Duration          time.Duration // of the transfer phase [5s]
+	ClientsPerReplica int           // [2]
+	Accounts          int           // [1000], each created with balance 1000
 	// ConvergeTimeout bounds the waits for replicas to catch up [30s].
 	ConvergeTimeout time.Duration
 	Out             io.Writer // progress and summary [discarded]
@@ -49,8 +49,8 @@ func (c *Config) defaults() {
 	if c.Duration <= 0 {
 		c.Duration = 5 * time.Second
 	}
-	if c.ClientsPerProxy <= 0 {
-		c.ClientsPerProxy = 2
+	if c.ClientsPerReplica <= 0 {
+		c.ClientsPerReplica = 2
 	}
 	if c.Accounts <= 1 {
 		c.Accounts = 1000
@@ -76,6 +76,9 @@ type Result struct {
 	Aborts uint64
 	// Deadlocks counts 40P01 failures (also retried).
 	Deadlocks uint64
+	// SessionsLost counts transfers whose session the server ended (the
+	// client reconnected; the transfer's outcome is unknown to it).
+	SessionsLost uint64
 	// CertificationAborts is how many aborts the certifier decided during
 	// the transfers (write-write conflicts between replicas); the rest
 	// happened inside a replica (PostgreSQL's first-updater-wins, or a
@@ -146,7 +149,7 @@ type run struct {
 	res *Result
 	// certAbortsBefore is the certifier's abort count when transfers start.
 	certAbortsBefore uint64
-	// direct holds one connection straight to each replica's PostgreSQL,
+	// direct holds one connection to each replica for versions and checks,
 	// used by one goroutine at a time.
 	direct []*pgx.Conn
 }
@@ -163,35 +166,36 @@ func (d *run) close() {
 
 func (d *run) connectReplicas(ctx context.Context) error {
 	for _, r := range d.st.Replicas {
-		c, err := pgx.Connect(ctx, r.PostgresDSN())
+		c, err := pgx.Connect(ctx, r.DSN())
 		if err != nil {
-			return fmt.Errorf("%s: connect to PostgreSQL directly: %w", r.Name, err)
+			return fmt.Errorf("%s: connect to %s: %w", r.Name, r.URI(), err)
 		}
 		d.direct = append(d.direct, c)
 	}
 	return nil
 }
 
-// setup creates and fills the table through the first replica's proxy (it
-// is kept across runs: `up` on an existing cluster adds what is missing).
+// setup creates and fills the table on the first replica (it is kept
+// across runs: `up` on an existing cluster adds what is missing); the
+// other replicas receive it in the global order.
 func (d *run) setup(ctx context.Context) error {
 	r := d.st.Replicas[0]
-	d.printf("\nDemo: table %s, %d accounts with balance %d, created through %s (kept if it exists).\n",
+	d.printf("\nDemo: table %s, %d accounts with balance %d, created on %s (kept if it exists).\n",
 		Table, d.cfg.Accounts, initialBalance, r.Name)
-	conn, err := pgx.Connect(ctx, r.ProxyDSN())
+	conn, err := pgx.Connect(ctx, r.DSN())
 	if err != nil {
-		return fmt.Errorf("demo: connect to %s's proxy: %w", r.Name, err)
+		return fmt.Errorf("demo: connect to %s: %w", r.Name, err)
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+Table+` (id int PRIMARY KEY, balance bigint NOT NULL)`); err != nil {
-		return fmt.Errorf("demo: create %s through %s: %w", Table, r.Name, err)
+		return fmt.Errorf("demo: create %s on %s: %w", Table, r.Name, err)
 	}
 	if _, err := conn.Exec(ctx, `INSERT INTO `+Table+` (id, balance) SELECT g, $1 FROM generate_series(1, $2::int) AS g
 		ON CONFLICT (id) DO NOTHING`, initialBalance, d.cfg.Accounts); err != nil {
-		return fmt.Errorf("demo: insert accounts through %s: %w", r.Name, err)
+		return fmt.Errorf("demo: insert accounts on %s: %w", r.Name, err)
 	}
 	if err := conn.QueryRow(ctx, `SELECT coalesce(sum(balance), 0)::bigint FROM `+Table).Scan(&d.res.TotalBefore); err != nil {
-		return fmt.Errorf("demo: total balance through %s: %w", r.Name, err)
+		return fmt.Errorf("demo: total balance on %s: %w", r.Name, err)
 	}
 	return nil
 }
@@ -255,32 +259,35 @@ func (d *run) waitCaughtUp(ctx context.Context) error {
 func (d *run) transfers(ctx context.Context) error {
 	type client struct {
 		name string
+		dsn  string
 		conn *pgx.Conn
 	}
-	var clients []client
+	var clients []*client
 	defer func() {
 		for _, c := range clients {
-			c.conn.Close(context.Background())
+			if c.conn != nil {
+				c.conn.Close(context.Background())
+			}
 		}
 	}()
 	for _, r := range d.st.Replicas {
-		for k := range d.cfg.ClientsPerProxy {
-			c, err := pgx.Connect(ctx, r.ProxyDSN())
+		for k := range d.cfg.ClientsPerReplica {
+			c, err := pgx.Connect(ctx, r.DSN())
 			if err != nil {
 				return fmt.Errorf("demo: client %d of %s: connect: %w", k+1, r.Name, err)
 			}
-			clients = append(clients, client{name: fmt.Sprintf("%s/client%d", r.Name, k+1), conn: c})
+			clients = append(clients, &client{name: fmt.Sprintf("%s/client%d", r.Name, k+1), dsn: r.DSN(), conn: c})
 		}
 	}
 	d.res.Clients = len(clients)
-	d.printf("Transfers for %s from %d clients (%d per proxy); a transfer aborted with 40001 is retried.\n",
-		d.cfg.Duration, len(clients), d.cfg.ClientsPerProxy)
+	d.printf("Transfers for %s from %d clients (%d per replica, connected to its PostgreSQL); a transfer aborted with 40001 is retried.\n",
+		d.cfg.Duration, len(clients), d.cfg.ClientsPerReplica)
 
 	var (
-		committed, aborts, deadlocks atomic.Uint64
-		stop                         atomic.Bool
-		errMu                        sync.Mutex
-		firstErr                     error
+		committed, aborts, deadlocks, lost atomic.Uint64
+		stop                               atomic.Bool
+		errMu                              sync.Mutex
+		firstErr                           error
 	)
 	start := time.Now()
 	end := start.Add(d.cfg.Duration)
@@ -309,6 +316,15 @@ func (d *run) transfers(ctx context.Context) error {
 					case "40P01":
 						deadlocks.Add(1)
 						continue
+					}
+					if c.conn.IsClosed() && ctx.Err() == nil {
+						// The server ended the session: as an application
+						// would, reconnect and go on. The transfer in flight
+						// may have committed or not; the total holds either way.
+						lost.Add(1)
+						if c.conn, err = reconnect(ctx, c.dsn); err == nil {
+							break
+						}
 					}
 					errMu.Lock()
 					if firstErr == nil {
@@ -361,11 +377,27 @@ func (d *run) transfers(ctx context.Context) error {
 	}
 	progress(true)
 	d.res.Elapsed = time.Since(start)
-	d.res.Committed, d.res.Aborts, d.res.Deadlocks = committed.Load(), aborts.Load(), deadlocks.Load()
+	d.res.Committed, d.res.Aborts, d.res.Deadlocks, d.res.SessionsLost = committed.Load(), aborts.Load(), deadlocks.Load(), lost.Load()
 	if firstErr != nil {
 		return firstErr
 	}
 	return ctx.Err()
+}
+
+// reconnectLimit bounds a client's attempts to reconnect to its replica.
+const reconnectLimit = 10 * time.Second
+
+func reconnect(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	deadline := time.Now().Add(reconnectLimit)
+	for {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err == nil || time.Now().After(deadline) {
+			return conn, err
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // transfer moves amount from account a to account b in one transaction.
@@ -467,6 +499,9 @@ func (d *run) summary() {
 		r.Aborts, 100*r.AbortRate(), certAborts, r.Aborts-certAborts)
 	if r.Deadlocks > 0 {
 		d.printf("; %d deadlocks (40P01)", r.Deadlocks)
+	}
+	if r.SessionsLost > 0 {
+		d.printf("\n  sessions lost   %d ended by the server during a transfer (reconnected; outcome unknown to the client, the total holds either way)", r.SessionsLost)
 	}
 	d.printf("\n  certifier       version %d, durable version %d\n", r.CertifierVersion, r.DurableVersion)
 	sync := "NOT in sync"

@@ -19,7 +19,7 @@ import (
 const adyaInstallHint = "install it with `cargo install adya --locked` (CI does it in .ci/run), " +
 	"or point TASHKENT_ADYA at the binary"
 
-// adyaModel is what tashkent promises a client pinned to one proxy:
+// adyaModel is what tashkent promises a client pinned to one replica:
 // snapshot isolation with session guarantees (a session sees its own
 // commits). Across replicas GSI allows a stale snapshot (Tashkent §2), so
 // real-time ("strong") variants are not required.

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The bank workload: transfers between accounts, run through every proxy,
+// The bank workload: transfers between accounts, run on every replica,
 // and reads of all balances in one snapshot. Under snapshot isolation
 // (Tashkent §2: GSI) every snapshot is the state after some prefix of the
 // global commit order, so every read sums to the initial total; two

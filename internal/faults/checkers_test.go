@@ -102,8 +102,13 @@ func TestParseFaults(t *testing.T) {
 	if err != nil || len(all) != len(AllFaults) {
 		t.Fatalf("all: %v %v", all, err)
 	}
-	if ks, err := ParseFaults("kill-proxy, pause-certifier", 1); err != nil || len(ks) != 2 || ks[1] != PauseCertifier {
+	if ks, err := ParseFaults("kill-agent, kill-backend, pause-certifier", 1); err != nil || len(ks) != 3 || ks[1] != KillBackend || ks[2] != PauseCertifier {
 		t.Fatalf("list: %v %v", ks, err)
+	}
+	for _, kind := range []string{"kill-agent", "pause-agent", "kill-backend"} {
+		if _, err := ParseFaults(kind, 3); err != nil {
+			t.Errorf("%s with a certifier group: %v", kind, err)
+		}
 	}
 	if _, err := ParseFaults("kill-everything", 1); err == nil || !strings.Contains(err.Error(), "unknown fault") {
 		t.Fatalf("unknown kind: %v", err)

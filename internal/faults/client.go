@@ -16,14 +16,14 @@ const (
 	// not hold a client forever, and a timed-out COMMIT is recorded as an
 	// unknown outcome, like any broken connection.
 	txnTimeout = 15 * time.Second
-	// connectTimeout bounds one connection attempt; a client whose proxy is
+	// connectTimeout bounds one connection attempt; a client whose replica is
 	// down retries until the workload ends.
 	connectTimeout = 5 * time.Second
 	// reconnectPause is the wait between connection attempts.
 	reconnectPause = 200 * time.Millisecond
 )
 
-// endpoint is one proxy clients connect to.
+// endpoint is one replica's PostgreSQL, which clients connect to.
 type endpoint struct {
 	Replica string
 	DSN     string
@@ -36,7 +36,7 @@ type processes struct{ next atomic.Int64 }
 
 func (p *processes) new() int { return int(p.next.Add(1) - 1) }
 
-// client is one workload session pinned to one proxy.
+// client is one workload session pinned to one replica.
 type client struct {
 	ep   endpoint
 	proc int
@@ -112,7 +112,7 @@ func (c *client) txn(ctx context.Context, body func(ctx context.Context, conn *p
 }
 
 // failed handles an error before COMMIT was sent: the transaction cannot
-// have committed (the proxy certifies only at COMMIT, Tashkent §6.2 C2).
+// have committed (the extension certifies only at COMMIT, Tashkent §6.2 C2).
 func (c *client) failed(ctx context.Context, err error) (OpType, error) {
 	if c.conn != nil && isPgError(err) && !c.conn.IsClosed() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -127,8 +127,9 @@ func (c *client) failed(ctx context.Context, err error) (OpType, error) {
 
 // commitOutcome classifies an error answering COMMIT. A certification abort
 // (40001) and constraint or data errors certainly did not commit; anything
-// else (a broken connection, 08007 "outcome unknown", a proxy closing
-// sessions while it recovers) may have committed.
+// else (a broken connection, 08007 "outcome unknown" or "committed but
+// this session gave way", a backend terminated or crashed mid-COMMIT) may
+// have committed.
 func commitOutcome(err error) OpType {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {

@@ -12,13 +12,14 @@ type Config struct {
 	// Dir is the output directory: the cluster (cluster/), the histories,
 	// adya's reports, faults.json and summary.json. Kept after the run.
 	Dir string
-	// Binary is the tashkent executable run as certifier and proxies.
+	// Binary is the tashkent executable run as certifier and agents.
 	Binary string
 	// Duration is how long the workloads run under faults.
 	Duration time.Duration
-	// ClientsPerProxy is the number of list-append clients on each proxy
-	// (the bank and long-fork workloads add one client each per proxy).
-	ClientsPerProxy int
+	// ClientsPerReplica is the number of list-append clients on each
+	// replica (the bank and long-fork workloads add one client each per
+	// replica).
+	ClientsPerReplica int
 	// Certifiers is the size of the certifier group (0 or 1: a single
 	// certifier; 3 or 5: a Raft group, `tashkent up --certifiers N`).
 	Certifiers int
@@ -52,16 +53,16 @@ type Config struct {
 // every fault kind at least once, in well under a minute of workload.
 func ShortProfile() Config {
 	return Config{
-		Duration:         40 * time.Second,
-		ClientsPerProxy:  2,
-		Faults:           append([]FaultKind(nil), AllFaults...),
-		FaultHold:        1500 * time.Millisecond,
-		FaultGap:         1500 * time.Millisecond,
-		DisconnectEvery:  40,
-		ConvergeTimeout:  30 * time.Second,
-		SelfTest:         true,
-		SelfTestDuration: 8 * time.Second,
-		Seed:             1,
+		Duration:          40 * time.Second,
+		ClientsPerReplica: 2,
+		Faults:            append([]FaultKind(nil), AllFaults...),
+		FaultHold:         1500 * time.Millisecond,
+		FaultGap:          1500 * time.Millisecond,
+		DisconnectEvery:   40,
+		ConvergeTimeout:   30 * time.Second,
+		SelfTest:          true,
+		SelfTestDuration:  8 * time.Second,
+		Seed:              1,
 	}
 }
 
@@ -79,7 +80,7 @@ func GroupShortProfile() Config {
 func LongProfile() Config {
 	c := GroupShortProfile()
 	c.Duration = 10 * time.Minute
-	c.ClientsPerProxy = 3
+	c.ClientsPerReplica = 3
 	c.FaultHold = 3 * time.Second
 	c.FaultGap = 5 * time.Second
 	c.SelfTestDuration = 15 * time.Second
@@ -105,8 +106,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("the tashkent binary is required")
 	case c.Duration <= 0:
 		return fmt.Errorf("the duration must be positive")
-	case c.ClientsPerProxy < 1:
-		return fmt.Errorf("at least one client per proxy is needed")
+	case c.ClientsPerReplica < 1:
+		return fmt.Errorf("at least one client per replica is needed")
 	case c.ConvergeTimeout <= 0:
 		return fmt.Errorf("the convergence timeout must be positive")
 	case c.KeepCluster && c.partitions():

@@ -76,17 +76,17 @@ func (c *control) down(ctx context.Context) error {
 func (c *control) endpoints() []endpoint {
 	var out []endpoint
 	for _, r := range c.state().Replicas {
-		out = append(out, endpoint{Replica: r.Name, DSN: r.ProxyDSN()})
+		out = append(out, endpoint{Replica: r.Name, DSN: r.DSN()})
 	}
 	return out
 }
 
 // target is one process a fault hits.
 type target struct {
-	name string // "certifier", "replica2 proxy", "replica1 postgres"
+	name string // "certifier", "replica2 agent", "replica1 postgres"
 	pid  int
 	pg   bool // a postmaster: its backends are hit too
-	// replica is the index in State.Replicas of the replica whose proxy
+	// replica is the index in State.Replicas of the replica whose agent
 	// or PostgreSQL this is (-1: none).
 	replica int
 	// links are the replicas whose veth to the certifier a partition cuts.
@@ -102,7 +102,7 @@ func (c *control) targets() []target {
 		out = append(out, target{name: "certifier", pid: st.Certifier.PID, replica: -1})
 	}
 	for i, r := range st.Replicas {
-		out = append(out, target{name: r.Name + " proxy", pid: r.Proxy.PID, replica: i})
+		out = append(out, target{name: r.Name + " agent", pid: r.Agent.PID, replica: i})
 		out = append(out, target{name: r.Name + " postgres", pid: r.Postgres.PID, pg: true, replica: i})
 	}
 	return out
@@ -214,7 +214,7 @@ func (c *control) restartCertifiers(ctx context.Context, unsafe bool) error {
 // this harness starts, restarts (after kill -9) and swaps for the
 // self-test's unsafe one; with withNet, inside a network namespace of its
 // own so that it can be partitioned (netpart.go). It listens on the same
-// data directory and ports, and proxies reconnect to it as to any
+// data directory and ports, and agents reconnect to it as to any
 // restarted certifier.
 func (c *control) takeOverCertifier(ctx context.Context, withNet bool) error {
 	st := c.state()
@@ -257,7 +257,7 @@ func (c *control) certifierDial(port int) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
-// replicaOfClientPort says which replica's proxy owns the connection from
+// replicaOfClientPort says which replica's agent owns the connection from
 // 127.0.0.1:port to the certifier relay (-1: none, e.g. the harness).
 func (c *control) replicaOfClientPort(port int) int {
 	st := c.state()
@@ -266,7 +266,7 @@ func (c *control) replicaOfClientPort(port int) int {
 		return -1
 	}
 	for i, r := range st.Replicas {
-		if ownsSocket(r.Proxy.PID, inode) {
+		if ownsSocket(r.Agent.PID, inode) {
 			return i
 		}
 	}
@@ -386,7 +386,7 @@ func (c *control) relayConnections() map[string]int {
 // terminateBackends asks replica i's PostgreSQL to terminate every client
 // backend but the one asking (pg_terminate_backend: SIGTERM, the way an
 // operator or a pooler's health check ends sessions) and returns their
-// PIDs. The server stays up; the proxy's sessions, applier and control
+// PIDs. The server stays up; the clients' sessions, the agent's applier and control
 // connection lose their backends wherever they were.
 func (c *control) terminateBackends(ctx context.Context, i int) ([]int, error) {
 	reps := c.state().Replicas
@@ -395,7 +395,7 @@ func (c *control) terminateBackends(ctx context.Context, i int) ([]int, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, reps[i].PostgresDSN())
+	conn, err := pgx.Connect(cctx, reps[i].DSN())
 	if err != nil {
 		return nil, err
 	}
@@ -421,4 +421,103 @@ func (c *control) terminateBackends(ctx context.Context, i int) ([]int, error) {
 		return nil, errors.New("no client backend to terminate")
 	}
 	return out, nil
+}
+
+const (
+	// turnHolderSearch bounds the search for a backend that holds or waits
+	// for the commit turn: under load one shows up within milliseconds.
+	turnHolderSearch = 3 * time.Second
+	// turnHolderPoll is the pause between two looks at tashkent.backends().
+	turnHolderPoll = 2 * time.Millisecond
+	// admitWait bounds the wait for a replica to admit clients again after
+	// its backends were killed: crash recovery plus the agent's catch-up.
+	admitWait = 60 * time.Second
+)
+
+// turnHoldersSQL lists the backends that hold or wait for the replica's
+// commit turn (a certified local transaction, one committing, the agent's
+// applier), those of local transactions first.
+const turnHoldersSQL = `SELECT pid, state FROM tashkent.backends()
+	WHERE state IN ('holding', 'committing', 'applying') AND pid <> pg_catalog.pg_backend_pid()
+	ORDER BY state = 'applying', pid`
+
+// clientBackendsSQL lists the client backends but the asking one.
+const clientBackendsSQL = `SELECT pid FROM pg_catalog.pg_stat_activity
+	WHERE backend_type = 'client backend' AND pid <> pg_catalog.pg_backend_pid()`
+
+// killBackend kills one backend of replica i's PostgreSQL with SIGKILL:
+// one that holds or waits for the commit turn if one shows up within
+// turnHolderSearch, else any client backend. It returns the PID and what
+// the backend was doing. PostgreSQL then ends every other backend and
+// reinitializes its shared memory, as after any backend crash.
+func (c *control) killBackend(ctx context.Context, i int) (int, string, error) {
+	reps := c.state().Replicas
+	if i < 0 || i >= len(reps) {
+		return 0, "", fmt.Errorf("no replica %d", i+1)
+	}
+	cctx, cancel := context.WithTimeout(ctx, turnHolderSearch+10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, reps[i].DSN())
+	if err != nil {
+		return 0, "", err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	pid, state := 0, ""
+	for deadline := time.Now().Add(turnHolderSearch); pid == 0 && time.Now().Before(deadline); {
+		var p int32
+		err := conn.QueryRow(cctx, turnHoldersSQL).Scan(&p, &state)
+		switch {
+		case err == nil:
+			pid = int(p)
+		case errors.Is(err, pgx.ErrNoRows):
+			time.Sleep(turnHolderPoll)
+		default:
+			return 0, "", fmt.Errorf("look for a backend that holds the commit turn: %w", err)
+		}
+	}
+	if pid == 0 {
+		rows, err := conn.Query(cctx, clientBackendsSQL)
+		if err != nil {
+			return 0, "", err
+		}
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return 0, "", err
+		}
+		if len(pids) == 0 {
+			return 0, "", errors.New("no client backend to kill")
+		}
+		pid, state = int(pids[0]), "client"
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return pid, state, fmt.Errorf("kill backend %d: %w", pid, err)
+	}
+	return pid, state, nil
+}
+
+// awaitAdmitting waits until replica i admits clients again: its agent
+// caught up after the database restarted its backends. The postmaster must
+// be the one recorded (a backend crash does not restart it).
+func (c *control) awaitAdmitting(ctx context.Context, i int) error {
+	r := c.state().Replicas[i]
+	deadline := time.Now().Add(admitWait)
+	var last error
+	for time.Now().Before(deadline) {
+		if !running(r.Postgres.PID) {
+			return fmt.Errorf("the postmaster (pid %d) of %s died", r.Postgres.PID, r.Name)
+		}
+		g, err := cluster.ReadGate(ctx, r.DSN())
+		switch {
+		case err != nil:
+			last = err
+		case g.Admitting:
+			return nil
+		default:
+			last = errors.New(g.Reason)
+		}
+		if !sleepCtx(ctx, 100*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("%s did not admit clients within %s of the backend crash (last: %v)", r.Name, admitWait, last)
 }

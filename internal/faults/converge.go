@@ -15,8 +15,7 @@ import (
 // convergePoll is the pause between two convergence checks.
 const convergePoll = 200 * time.Millisecond
 
-// replicaView is what one replica's PostgreSQL holds, read directly (not
-// through the proxy).
+// replicaView is what one replica's PostgreSQL holds.
 type replicaView struct {
 	version   uint64
 	checksums map[string]string
@@ -72,7 +71,7 @@ func convergedOnce(ctx context.Context, st *cluster.State) (bool, string, error)
 }
 
 func readReplica(ctx context.Context, r *cluster.Replica) (*replicaView, error) {
-	conn, err := pgx.Connect(ctx, r.PostgresDSN())
+	conn, err := pgx.Connect(ctx, r.DSN())
 	if err != nil {
 		return nil, err
 	}

@@ -6,26 +6,32 @@
 // Why real processes. The properties at stake live in the seams between
 // processes: a PostgreSQL that loses its last commits under
 // synchronous_commit=off and must be caught up from the certifier's log
-// (Tashkent §7.1), a proxy that dies between certification and its local
-// commit, a certifier restarted on its log while proxies re-send. Only
-// kill -9 of real processes exercises those paths, so Run starts a real
-// 3-replica mw cluster with cluster.Up (what `tashkent up` runs) and signals
-// the PIDs recorded in cluster.json. The seeded deterministic simulation
-// (internal/sim) covers the same checkers over many more interleavings,
-// without PostgreSQL.
+// (Tashkent §7.1), a backend that dies between certification and its
+// commit, or while it holds the replica's commit turn (§8.1), an agent
+// that dies while backends wait for its decisions, a certifier restarted
+// on its log while agents re-send. Only kill -9 of real processes
+// exercises those paths, so Run starts a real 3-replica mw cluster with
+// cluster.Up (what `tashkent up` runs: PostgreSQL with the extension, an
+// agent per replica, the certifier) and signals the PIDs recorded in
+// cluster.json, or, for kill-backend, a backend that tashkent.backends()
+// shows in the commit order. The clients connect to the replicas'
+// PostgreSQL servers, as applications do. The seeded deterministic
+// simulation (internal/sim) covers the same checkers over many more
+// interleavings, without PostgreSQL.
 //
 // Layout, one concern per file:
 //
 //   - run.go: one run: cluster, setup, workload under faults, checks.
-//   - client.go: a session pinned to one proxy; how an error maps to
+//   - client.go: a session pinned to one replica; how an error maps to
 //     :ok / :fail / :info (Elle's outcome types).
 //   - listappend.go, history.go, adya.go: the list-append workload, its
 //     EDN history, and adya's verdict (G2-item allowed, everything else
 //     forbidden).
 //   - bank.go, longfork.go: invariants checked by the harness itself.
 //   - converge.go: equal versions and checksums after the faults heal.
-//   - nemesis.go, control.go, netpart.go: the faults, the processes they hit,
-//     and the certifier's network namespace for partitions.
+//   - nemesis.go, control.go, netpart.go: the faults, the processes (and
+//     backends) they hit, and the certifier's network namespace for
+//     partitions of the agents' certifier connections.
 //   - group.go, group_nemesis.go: a certifier group (Config.Certifiers > 1,
 //     Tashkent §7.3): its members taken over, the leader found by Status,
 //     kill -9 / SIGSTOP of the leader or a follower, and member-to-member

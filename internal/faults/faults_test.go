@@ -11,9 +11,12 @@ import (
 )
 
 // TestShortProfile is the fault test CI runs on every change: a real
-// 3-replica mw cluster (PostgreSQL 15, proxies, certifier as processes),
-// every fault kind, all checkers, and the detector self-test. It fails when
-// adya is missing: a fault test that does not run must not pass.
+// 3-replica mw cluster (PostgreSQL 15 with the extension, agents, certifier
+// as processes), every fault kind, all checkers, and the detector
+// self-test. Among the faults, under load: kill -9 of a postmaster, of a
+// backend that holds or waits for the commit turn, of an agent and of the
+// certifier, with no acknowledged commit lost. It fails when adya is
+// missing: a fault test that does not run must not pass.
 func TestShortProfile(t *testing.T) {
 	cfg := ShortProfile()
 	if testing.Short() {
@@ -28,6 +31,12 @@ func TestShortProfile(t *testing.T) {
 	}
 	if sum.SelfTest == nil || !sum.SelfTest.Detected {
 		t.Error("the self-test did not run or did not detect the disabled conflict check")
+	}
+	if n, turn := sum.BackendKills(); turn == 0 {
+		t.Errorf("none of the %d kill-backend faults hit a backend holding or waiting for the commit turn", n)
+	}
+	if sum.AcknowledgedCommits == 0 || len(sum.Lost) > 0 {
+		t.Errorf("durability: %d acknowledged writes checked, %d lost", sum.AcknowledgedCommits, len(sum.Lost))
 	}
 }
 

@@ -29,12 +29,12 @@ import (
 // (--unsafe-fault-partition-file, certgroup/fault.go): while a member's
 // file lists peer ids ("*": all), it drops every Raft message to and from
 // them, as a network partition would. Network namespaces per member would
-// cut proxies too, but members and proxies share 127.0.0.1 and the relay of
+// cut agents too, but members and agents share 127.0.0.1 and the relay of
 // netpart.go serves a single certifier address; the fault point is what
 // the group's own real-process test (certifier/group_test.go) uses. What it
-// does not cut: proxies still reach an isolated leader, which must step
+// does not cut: agents still reach an isolated leader, which must step
 // down (Raft check-quorum) and refuse to certify — the harder case for the
-// proxies, which must not take a stale leader's word.
+// agents, which must not take a stale leader's word.
 
 const (
 	// memberReadyTimeout bounds a restarted member's start.

@@ -13,12 +13,13 @@ import (
 
 // The long-fork workload (Jepsen's long-fork test; the anomaly Jepsen found
 // in RDS PostgreSQL's multi-AZ clusters in 2025). Writers insert keys, each
-// key once, in its own transaction, through every proxy. Readers read a
+// key once, in its own transaction, on every replica. Readers read a
 // group of keys in one snapshot on some replica. Keys are never deleted, so
 // the reads of one group must form a chain under inclusion: if one read saw
 // x but not y and another saw y but not x, two replicas committed x and y
-// in opposite orders. The proxy commits in the certifier's version order on
-// every replica (Tashkent §6.2 C5) precisely to rule that out.
+// in opposite orders. The extension makes commits visible in the
+// certifier's version order on every replica (Tashkent §6.2 C5, turn.c)
+// precisely to rule that out.
 
 const (
 	// lfGroupSize is the number of keys read together.

@@ -18,31 +18,39 @@ type FaultKind string
 const (
 	// KillPostgres: SIGKILL to a replica's postmaster and all its backends
 	// (shared memory, with the WAL not yet written under
-	// synchronous_commit=off, is lost: Tashkent §7.1 case 2), then restart.
+	// synchronous_commit=off, is lost: Tashkent §7.1 case 2), then restart;
+	// its agent replays what the replica lost from the certifier's log.
 	KillPostgres FaultKind = "kill-postgres"
-	// KillProxy: SIGKILL to a proxy, then restart.
-	KillProxy FaultKind = "kill-proxy"
+	// KillBackend: SIGKILL to one backend of a replica's PostgreSQL that
+	// holds or waits for the replica's commit turn (tashkent.backends():
+	// holding, committing or applying), else to any client backend. The
+	// postmaster stays and restarts every backend (crash recovery, shared
+	// memory reinitialized); the agent catches the replica up again.
+	// Nothing to restart: the heal waits until the replica admits clients.
+	KillBackend FaultKind = "kill-backend"
+	// KillAgent: SIGKILL to a replica's agent, then restart.
+	KillAgent FaultKind = "kill-agent"
 	// KillCertifier: SIGKILL to the certifier, then restart (it recovers
-	// its log; proxies reconnect and re-send).
+	// its log; agents reconnect and re-send).
 	KillCertifier FaultKind = "kill-certifier"
 	// TerminateBackends: pg_terminate_backend on every client backend of
-	// one replica's PostgreSQL while the server stays up: the proxy's
+	// one replica's PostgreSQL while the server stays up: the clients'
 	// sessions (at any point of a transaction, also between a certified
-	// COMMIT and its answer), its applier and its control connection.
-	// Nothing to heal: the proxy reconnects what it needs.
+	// COMMIT and its answer), the agent's applier and control connection.
+	// Nothing to heal: the agent reconnects what it needs.
 	TerminateBackends FaultKind = "terminate-backends"
-	// PausePostgres, PauseProxy, PauseCertifier: SIGSTOP, then SIGCONT.
+	// PausePostgres, PauseAgent, PauseCertifier: SIGSTOP, then SIGCONT.
 	PausePostgres  FaultKind = "pause-postgres"
-	PauseProxy     FaultKind = "pause-proxy"
+	PauseAgent     FaultKind = "pause-agent"
 	PauseCertifier FaultKind = "pause-certifier"
 	// ClientDisconnect: a client closes its connection in the middle of a
 	// transaction (injected by the list-append clients themselves).
 	ClientDisconnect FaultKind = "client-disconnect"
-	// PartitionCertifier: the certifier is cut from every replica by
-	// setting their veths down (netpart.go), then healed.
+	// PartitionCertifier: the certifier is cut from every replica's agent
+	// by setting their veths down (netpart.go), then healed.
 	PartitionCertifier FaultKind = "partition-certifier"
-	// PartitionReplica: one replica is cut from the certifier (and so from
-	// the rest of the cluster), then healed: a minority of one.
+	// PartitionReplica: one replica's agent is cut from the certifier (and
+	// so from the rest of the cluster), then healed: a minority of one.
 	PartitionReplica FaultKind = "partition-replica"
 
 	// With a certifier group (Config.Certifiers > 1; group.go):
@@ -67,15 +75,15 @@ const (
 
 // AllFaults lists every kind of a single certifier, in the order the
 // nemesis cycles through them.
-var AllFaults = []FaultKind{KillPostgres, PauseProxy, KillCertifier, PartitionCertifier, PausePostgres, KillProxy, PauseCertifier,
-	PartitionReplica, TerminateBackends, ClientDisconnect}
+var AllFaults = []FaultKind{KillPostgres, PauseAgent, KillCertifier, KillBackend, PartitionCertifier, PausePostgres, KillAgent,
+	PauseCertifier, PartitionReplica, TerminateBackends, ClientDisconnect}
 
 // GroupFaults lists every kind with a certifier group, in the order the
 // nemesis cycles through them. The single certifier's kinds are not among
 // them: the group's members replace the certifier, and the netns relay
 // (netpart.go) serves one certifier address.
-var GroupFaults = []FaultKind{KillPostgres, PauseProxy, KillLeader, PartitionLeader, PausePostgres, KillProxy, PauseLeader,
-	PartitionFollower, KillFollower, PartitionSplit, TerminateBackends, ClientDisconnect}
+var GroupFaults = []FaultKind{KillPostgres, PauseAgent, KillLeader, KillBackend, PartitionLeader, PausePostgres, KillAgent,
+	PauseLeader, PartitionFollower, KillFollower, PartitionSplit, TerminateBackends, ClientDisconnect}
 
 // FaultsFor returns every kind that applies to a cluster with the given
 // number of certifiers.
@@ -151,6 +159,10 @@ type Fault struct {
 	// Pause is the longest time without an acknowledged commit from the
 	// injection until a gap after healing (pauses.go).
 	Pause time.Duration `json:"pause_ns,omitempty"`
+	// Backend is what the backend a kill-backend fault hit was doing with
+	// the commit turn (holding, committing, applying), or "client" for a
+	// client backend outside the turn.
+	Backend string `json:"backend,omitempty"`
 	// LeaderBefore and LeaderAfter are the certifier group's leader when
 	// the fault was injected and right after it healed (0: none known).
 	LeaderBefore int    `json:"leader_before,omitempty"`
@@ -245,7 +257,7 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 	heal := context.WithoutCancel(ctx)
 	var err error
 	switch kind {
-	case KillPostgres, KillProxy, KillCertifier:
+	case KillPostgres, KillAgent, KillCertifier:
 		err = signal(f.PIDs, syscall.SIGKILL)
 		if err == nil && !waitGone(f.PIDs, 10*time.Second) {
 			err = fmt.Errorf("still running 10 s after SIGKILL")
@@ -259,12 +271,26 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 		if uerr := restart(heal); uerr != nil {
 			err = fmt.Errorf("restart: %w", uerr)
 		}
-	case PausePostgres, PauseProxy, PauseCertifier:
+	case PausePostgres, PauseAgent, PauseCertifier:
 		err = signal(f.PIDs, syscall.SIGSTOP)
 		n.logf("fault: %s %s (pids %v)", kind, t.name, f.PIDs)
 		sleepCtx(ctx, n.hold)
 		if cerr := signal(f.PIDs, syscall.SIGCONT); cerr != nil {
 			err = cerr
+		}
+	case KillBackend:
+		if !t.pg {
+			err = fmt.Errorf("no replica to hit")
+			break
+		}
+		var pid int
+		pid, f.Backend, err = n.ctl.killBackend(ctx, t.replica)
+		f.PIDs = []int{pid}
+		f.Target = fmt.Sprintf("%s backend (%s)", n.ctl.state().Replicas[t.replica].Name, f.Backend)
+		n.logf("fault: %s %s (pid %d)", kind, f.Target, pid)
+		sleepCtx(ctx, n.hold)
+		if err == nil {
+			err = n.ctl.awaitAdmitting(heal, t.replica)
 		}
 	case TerminateBackends:
 		if !t.pg {
@@ -312,8 +338,8 @@ func (n *nemesis) pick(kind FaultKind) target {
 	case PartitionReplica:
 		i := n.rng.IntN(len(n.ctl.state().Replicas))
 		return target{name: n.ctl.state().Replicas[i].Name, links: []int{i}}
-	case KillProxy, PauseProxy:
-		want = " proxy"
+	case KillAgent, PauseAgent:
+		want = " agent"
 	default:
 		want = " postgres"
 	}

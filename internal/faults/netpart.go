@@ -17,11 +17,13 @@ import (
 
 // Network partitions (issue 7: "ip netns and veth"). The certifier runs in
 // a network namespace of its own. Every replica reaches it through a veth
-// pair of its own, and the harness through one more. The proxies, started
+// pair of its own, and the harness through one more. The agents, started
 // by `tashkent up` with the certifier at 127.0.0.1:PORT, connect to a TCP
-// relay on that address; the relay finds which proxy a connection comes
+// relay on that address; the relay finds which agent a connection comes
 // from (its socket's owner, from /proc) and dials the certifier across that
-// replica's veth. Setting the host end of a veth down drops that replica's
+// replica's veth. The replicas' backends talk to their agent over a Unix
+// socket, which no partition cuts: a cut replica's commits wait for
+// certification, as they would behind a real network partition. Setting the host end of a veth down drops that replica's
 // packets to and from the certifier: its connections stall, new ones time
 // out. Down on one veth isolates one replica (a minority of one against the
 // certifier and the other replicas); down on every replica's veth isolates
@@ -29,7 +31,7 @@ import (
 
 const (
 	// relayDialTimeout bounds the relay's connection to the certifier; a
-	// partition makes dials hang, and the proxy then retries.
+	// partition makes dials hang, and the agent then retries.
 	relayDialTimeout = 2 * time.Second
 )
 
@@ -46,7 +48,7 @@ type certNet struct {
 	links []vethLink
 
 	// linkOf maps a connection's client port (on 127.0.0.1) to the link it
-	// must take: the replica whose proxy owns the socket, or the harness's.
+	// must take: the replica whose agent owns the socket, or the harness's.
 	linkOf func(clientPort int) int
 
 	relay net.Listener
@@ -120,7 +122,7 @@ func (n *certNet) setLinks(ctx context.Context, replicas []int, up bool) error {
 	return nil
 }
 
-// startRelay listens on addr (where the proxies look for the certifier)
+// startRelay listens on addr (where the agents look for the certifier)
 // and relays every connection across the veth of the replica it comes from.
 func (n *certNet) startRelay(addr string, port int) error {
 	l, err := net.Listen("tcp", addr)

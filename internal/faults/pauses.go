@@ -11,7 +11,7 @@ import (
 // Failover pauses: how long the cluster went without acknowledging a
 // commit around each fault — the figure the certifier group's own test
 // reports (certifier/group_test.go), here measured from the clients'
-// side, through proxies, PostgreSQL and the group.
+// side, through agents, PostgreSQL and the group.
 
 // commitTimes returns when each acknowledged list-append transaction that
 // wrote (a read-only one never reaches the certifier) completed, since the

@@ -37,7 +37,7 @@ type runner struct {
 }
 
 // Run starts a 3-replica mw cluster in cfg.Dir/cluster, drives the
-// list-append, bank and long-fork workloads through every proxy while it
+// list-append, bank and long-fork workloads on every replica while it
 // injects faults, heals them, and checks isolation (adya), the bank
 // invariant, long forks, durability of every acknowledged commit and
 // convergence; then the detector self-test. The returned summary says what
@@ -136,7 +136,7 @@ func (r *runner) run(ctx context.Context) error {
 	return nil
 }
 
-// setup creates the tables through the first proxy and waits until every
+// setup creates the tables on the first replica and waits until every
 // replica has them and the bank's accounts.
 func (r *runner) setup(ctx context.Context, stmts []string) error {
 	ctx, cancel := context.WithTimeout(ctx, setupTimeout)
@@ -194,7 +194,7 @@ func (r *runner) workload(ctx context.Context, la *listAppend, bk *bank, lf *lon
 	}
 	var wg sync.WaitGroup
 	for _, ep := range r.ctl.endpoints() {
-		for range r.cfg.ClientsPerProxy {
+		for range r.cfg.ClientsPerReplica {
 			c := newClient(ep, &r.ids, r.nextSeed())
 			wg.Go(func() { r.loop(ctx, wctx, c, func(ctx context.Context) { r.listAppendStep(ctx, la, c, disconnect) }) })
 		}
@@ -264,7 +264,7 @@ func (r *runner) checkDurability(ctx context.Context, la *listAppend, bk *bank, 
 	r.sum.AcknowledgedCommits = la.ackedCount() + ins
 	for _, rep := range r.ctl.state().Replicas {
 		err := func() error {
-			conn, err := pgx.Connect(ctx, rep.PostgresDSN())
+			conn, err := pgx.Connect(ctx, rep.DSN())
 			if err != nil {
 				return err
 			}

@@ -22,11 +22,12 @@ import (
 // Without the conflict check a replica also deadlocks: a local transaction
 // holds a row lock and waits for its turn behind a remote writeset that
 // needs that lock, a cycle a correct certifier rules out (it aborts the
-// local transaction; Tashkent §8.2). The proxy logs it as an invariant
-// violation and cannot break it, so the self-test does: a deadlock breaker
-// terminates the backends such waits hang on, the proxy's soft recovery
-// (Tashkent §8.1) then applies their writesets in version order, and the
-// lost update becomes visible instead of the cluster stalling.
+// local transaction; Tashkent §8.2). The agent breaks it itself (it
+// displaces the certified local transaction and applies its version in
+// its place, extension/src/doom.c); a deadlock breaker here terminates
+// the backends such waits still hang on after a while, the agent's soft
+// recovery (Tashkent §8.1) then applies their writesets in version order,
+// and the lost update becomes visible instead of the cluster stalling.
 
 const (
 	// breakerPoll is how often the deadlock breaker looks for stuck waits.
@@ -36,17 +37,18 @@ const (
 	breakerWaitMin = 500 * time.Millisecond
 )
 
-// stuckBlockersSQL finds backends that are idle in a transaction (a local
-// transaction whose COMMIT the proxy holds back until its turn) and block
-// another backend's lock wait that has lasted over $1 milliseconds.
+// stuckBlockersSQL finds backends that are idle in a transaction or hold a
+// certified version while they wait for their turn, and block another
+// backend's lock wait that has lasted over $1 milliseconds.
 const stuckBlockersSQL = `
 SELECT DISTINCT b.pid
 FROM pg_stat_activity w
 CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS b(pid)
 JOIN pg_stat_activity s ON s.pid = b.pid
+LEFT JOIN tashkent.backends() t ON t.pid = b.pid
 WHERE w.wait_event_type = 'Lock'
   AND now() - w.state_change > make_interval(secs => $1::float8 / 1000)
-  AND s.state = 'idle in transaction'`
+  AND (s.state = 'idle in transaction' OR t.state = 'holding')`
 
 func (r *runner) selfTest(ctx context.Context, w *listAppend) error {
 	r.progress("self-test: certifier (every member of a group) restarted with --unsafe-fault-skip-conflict-check for %s", r.cfg.SelfTestDuration)
@@ -56,7 +58,7 @@ func (r *runner) selfTest(ctx context.Context, w *listAppend) error {
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.SelfTestDuration)
 	var wg sync.WaitGroup
 	for _, ep := range r.ctl.endpoints() {
-		for range r.cfg.ClientsPerProxy {
+		for range r.cfg.ClientsPerReplica {
 			c := newClient(ep, &r.ids, r.nextSeed())
 			wg.Go(func() { r.loop(ctx, wctx, c, func(ctx context.Context) { w.step(ctx, c, false) }) })
 		}
@@ -110,7 +112,7 @@ func breakDeadlocks(ctx context.Context, st *cluster.State) int {
 	for sleepCtx(ctx, breakerPoll) {
 		for i, rep := range st.Replicas {
 			if conns[i] == nil || conns[i].IsClosed() {
-				c, err := pgx.Connect(ctx, rep.PostgresDSN())
+				c, err := pgx.Connect(ctx, rep.DSN())
 				if err != nil {
 					continue
 				}
@@ -147,7 +149,7 @@ func (r *runner) selfTestLost(ctx context.Context, w *listAppend) int {
 	ctx, cancel := context.WithTimeout(ctx, finalReadTimeout)
 	defer cancel()
 	rep := r.ctl.state().Replicas[0]
-	conn, err := pgx.Connect(ctx, rep.PostgresDSN())
+	conn, err := pgx.Connect(ctx, rep.DSN())
 	if err != nil {
 		return 0
 	}

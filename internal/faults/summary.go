@@ -74,6 +74,20 @@ func (s *Summary) FaultCounts() map[FaultKind]int {
 	return out
 }
 
+// BackendKills counts the kill-backend faults and those that hit a
+// backend holding or waiting for the commit turn.
+func (s *Summary) BackendKills() (n, turn int) {
+	for _, f := range s.Faults {
+		if f.Kind == KillBackend {
+			n++
+			if f.Backend == "holding" || f.Backend == "committing" || f.Backend == "applying" {
+				turn++
+			}
+		}
+	}
+	return n, turn
+}
+
 // Write prints the summary for people.
 func (s *Summary) Write(w io.Writer) {
 	fmt.Fprintf(w, "fault-test summary (%s, %d certifier(s))\n", s.Dir, s.Certifiers)
@@ -87,6 +101,9 @@ func (s *Summary) Write(w io.Writer) {
 	fmt.Fprintf(w, "  long fork: %d reads, %d inserts, %d forks\n", s.LongForkReads, s.LongForkInserts, len(s.LongForks))
 	fmt.Fprintf(w, "  durability: %d acknowledged writes checked, %d lost\n", s.AcknowledgedCommits, len(s.Lost))
 	fmt.Fprintf(w, "  faults injected: %d (%s)\n", len(s.Faults), describeFaults(s.FaultCounts()))
+	if n, hit := s.BackendKills(); n > 0 {
+		fmt.Fprintf(w, "  kill-backend: %d of %d hit a backend holding or waiting for the commit turn\n", hit, n)
+	}
 	if len(s.Pauses) > 0 {
 		fmt.Fprintf(w, "  longest time without an acknowledged commit, by fault: %s\n", describePauses(s.Pauses))
 	}

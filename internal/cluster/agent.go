@@ -1,0 +1,251 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The agent of each replica (`tashkent agent`, internal/agent): started
+// once its PostgreSQL and the certifier run, ready once it serves the
+// replica. A replica serves clients when its agent has caught up with the
+// cluster and opened the extension's admission gate (extension/src/admit.c):
+// until then PostgreSQL refuses new connections with 57P03, except the
+// agent's own role (tashkent.recovery_roles).
+
+const (
+	// healthTimeout bounds one request to an agent's /healthz.
+	healthTimeout = 2 * time.Second
+	// adoptedAgentPoll is the pause between readiness checks of an agent
+	// that was already running.
+	adoptedAgentPoll = 100 * time.Millisecond
+)
+
+func (u *upper) startAllAgents(ctx context.Context) error {
+	return u.parallel(func(r *Replica) error { return u.startAgent(ctx, r) })
+}
+
+// startAgent adopts the replica's running agent, waiting until it serves,
+// or starts one.
+func (u *upper) startAgent(ctx context.Context, r *Replica) error {
+	a := &r.Agent
+	u.mu.Lock()
+	pid := a.PID
+	u.mu.Unlock()
+	if pid != 0 && agentIdentity(a).check(pid) == nil {
+		if err := u.awaitAdoptedAgent(ctx, r, pid); err != nil {
+			return err
+		}
+		u.progress("%s: agent already running (pid %d, metrics :%d)", r.Name, pid, a.MetricsPort)
+		return nil
+	}
+	index, err := u.replicaIndex(r)
+	if err != nil {
+		return err
+	}
+	err = u.startDetached(ctx, r.Name+" agent", a.Log, []*int{&a.MetricsPort},
+		func() []string { return u.agentArgs(r, index) },
+		func(pid int) { a.PID = pid },
+		func(ctx context.Context, pid int) error { return agentServes(ctx, r, pid) })
+	if err != nil {
+		return err
+	}
+	u.progress("%s: agent started (pid %d, metrics :%d, log %s); the replica admits clients", r.Name, a.PID, a.MetricsPort, a.Log)
+	return nil
+}
+
+// agentArgs is the command line of replica r's agent; index is the
+// replica's position in the cluster (1-based), which offsets its sequences.
+func (u *upper) agentArgs(r *Replica, index int) []string {
+	args := []string{"agent",
+		"--name", r.Name,
+		"--socket", r.Agent.Socket,
+		"--postgres", r.AgentPostgres(),
+		"--database", database,
+		"--certifier", u.st.CertifierAddr(),
+		"--mode", string(u.st.Mode),
+		"--metrics", hostPort(r.Agent.MetricsPort),
+		"--replica-index", strconv.Itoa(index),
+	}
+	if u.st.TrustDDLRoles {
+		args = append(args, "--trust-ddl-roles")
+	}
+	return append(args, u.st.certifierTLSFiles(r.Name).Args()...)
+}
+
+func (u *upper) replicaIndex(r *Replica) (int, error) {
+	for i, other := range u.st.Replicas {
+		if other == r {
+			return i + 1, nil
+		}
+	}
+	return 0, fmt.Errorf("replica %s is not in the cluster", r.Name)
+}
+
+// awaitAdoptedAgent waits until an agent that was already running serves
+// (it may be catching up after its database restarted). It is not ours to
+// kill if it does not: the error says what it is doing.
+func (u *upper) awaitAdoptedAgent(ctx context.Context, r *Replica, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, u.o.ReadyTimeout)
+	defer cancel()
+	for {
+		attempt, acancel := context.WithTimeout(ctx, 2*time.Second)
+		err := agentServes(attempt, r, pid)
+		acancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: agent (pid %d) runs but does not serve the replica after %s: %v (see %s)",
+				r.Name, pid, u.o.ReadyTimeout, err, r.Agent.Log)
+		case <-time.After(adoptedAgentPoll):
+		}
+	}
+}
+
+// agentServes is the readiness check of replica r's agent pid: the
+// metrics port is pid's own listening socket, its /healthz says it
+// serves, and the replica's gate is open. The gate alone would not do: an
+// agent killed with SIGKILL leaves it open, and the next one closes it only
+// once it has connected.
+func agentServes(ctx context.Context, r *Replica, pid int) error {
+	if !listensOn(pid, r.Agent.MetricsPort) {
+		return fmt.Errorf("pid %d does not listen on 127.0.0.1:%d yet", pid, r.Agent.MetricsPort)
+	}
+	health, err := AgentHealth(ctx, r.Agent.MetricsPort)
+	if err != nil {
+		return err
+	}
+	g, err := ReadGate(ctx, r.DSN())
+	if err != nil {
+		return err
+	}
+	if !g.Admitting {
+		return fmt.Errorf("the agent says %q but the replica's gate is closed: %s", health, g.Reason)
+	}
+	return nil
+}
+
+// errNotServing is returned by AgentHealth when the agent answers that it
+// does not serve (yet).
+var errNotServing = errors.New("the agent does not serve the replica")
+
+// AgentHealth asks the agent with metrics on port for its state
+// (/healthz): its answer when it serves, an error wrapping errNotServing
+// with the answer when it does not.
+func AgentHealth(ctx context.Context, port int) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+hostPort(port)+"/healthz", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	text := strings.TrimSpace(string(b))
+	if resp.StatusCode != http.StatusOK {
+		return text, fmt.Errorf("%w: %s", errNotServing, text)
+	}
+	return text, nil
+}
+
+// Gate is a replica's admission gate (tashkent.status()).
+type Gate struct {
+	Admitting bool
+	Reason    string // why not, when closed
+	// Version is the replica's version (tashkent.committed_version()).
+	Version uint64
+}
+
+// ReadGate connects to a replica's PostgreSQL (as a role the gate lets in:
+// postgres is in tashkent.recovery_roles) and reads its version and gate.
+// A database the agent has not equipped yet (no extension) holds version 0
+// with its gate closed.
+func ReadGate(ctx context.Context, dsn string) (Gate, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return Gate{}, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var g Gate
+	var v int64
+	err = conn.QueryRow(ctx, `SELECT tashkent.committed_version(), s.admitting, s.admit_reason FROM tashkent.status() AS s`).
+		Scan(&v, &g.Admitting, &g.Reason)
+	if notInstalled(err) {
+		return Gate{Reason: "the tashkent extension is not installed yet (the agent installs it)"}, nil
+	}
+	if err != nil {
+		return Gate{}, fmt.Errorf("read the replica's version and gate: %w", err)
+	}
+	g.Version = uint64(v)
+	return g, nil
+}
+
+// notInstalled reports whether err says the database has no tashkent
+// extension yet.
+func notInstalled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "3F000" || pgErr.Code == "42883" || pgErr.Code == "42P01") // invalid_schema_name, undefined_function, undefined_table
+}
+
+// listensOn reports whether process pid holds the TCP socket listening on
+// 127.0.0.1:port: the agent that answers there is the one started, not a
+// process that held the port before it.
+func listensOn(pid, port int) bool {
+	inode := listeningInode(port)
+	return inode != "" && ownsSocket(pid, inode)
+}
+
+// listeningInode is the inode of the socket listening on 127.0.0.1:port,
+// from /proc/net/tcp ("" if none).
+func listeningInode(port int) string {
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	local := fmt.Sprintf("0100007F:%04X", port)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 10 && fields[1] == local && fields[3] == "0A" { // TCP_LISTEN
+			return fields[9]
+		}
+	}
+	return ""
+}
+
+// ownsSocket reports whether process pid has the socket inode open.
+func ownsSocket(pid int, inode string) bool {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	want := "socket:[" + inode + "]"
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && target == want {
+			return true
+		}
+	}
+	return false
+}
