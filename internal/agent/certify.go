@@ -124,20 +124,43 @@ func (c *backendConn) closed() {
 	if r == nil || (c.run != nil && c.run != r) {
 		return // the database restarted: the new run replays every version it lacks
 	}
-	committed, err := r.readCommitted()
+	committed, err := c.readCommittedUntilAnswered(r)
 	if errors.Is(err, errLostCommits) {
 		r.fail(err)
 		return
 	}
 	if err != nil {
-		c.a.log.Warn("could not read the replica's version after a backend left", "pid", c.pid, "err", err)
-		return
+		return // the run ended: the next one replays every version the database lacks
 	}
 	for _, l := range decided {
 		if v := c.a.seq.versionOf(l); v > committed {
 			c.a.log.Info("a backend left without committing its certified version; applying it", "pid", c.pid, "version", v)
 			c.a.seq.abandon(l)
 		}
+	}
+}
+
+// readCommittedUntilAnswered reads the replica's version, again and again
+// while the control connection is lost (the maintenance loop replaces it):
+// until it answers, the versions the backend left behind are neither known
+// committed nor abandoned, and a version never abandoned would never be
+// applied. It gives up only when the run ends.
+func (c *backendConn) readCommittedUntilAnswered(r *run) (uint64, error) {
+	delay := 10 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		committed, err := r.readCommitted()
+		if err == nil || errors.Is(err, errLostCommits) {
+			return committed, err
+		}
+		if attempt == 0 {
+			c.a.log.Warn("could not read the replica's version after a backend left; retrying", "pid", c.pid, "err", err)
+		}
+		select {
+		case <-r.ctx.Done():
+			return 0, r.ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
 	}
 }
 

@@ -16,26 +16,38 @@ import (
 // place). One that stays in the way past --blocker-grace (a transaction
 // idle in its block cannot be cancelled) is terminated.
 type lockWatch struct {
-	r      *run
-	first  uint64 // the batch's first version: what the locks are needed for
-	pid    int32  // the applier's backend
-	doomed map[int32]time.Time
+	r     *run
+	first uint64 // the batch's first version: what the locks are needed for
+	pid   int32  // the applier's backend
+	// doomed are the transactions doomed, by backend and transaction id:
+	// a client that retries on the same connection blocks the batch again
+	// with a new transaction, which is doomed anew, not taken for the one
+	// that outstayed its grace.
+	doomed map[transaction]time.Time
 	warned map[int32]bool
+}
+
+// transaction is one transaction of one backend.
+type transaction struct {
+	pid int32
+	xid string // pg_stat_activity.backend_xid
 }
 
 func newLockWatch(r *run, first uint64) *lockWatch {
 	return &lockWatch{r: r, first: first, pid: int32(r.apply.PgConn().PID()),
-		doomed: map[int32]time.Time{}, warned: map[int32]bool{}}
+		doomed: map[transaction]time.Time{}, warned: map[int32]bool{}}
 }
 
-// blockersSQL lists the backends the applier waits for, with their slot
-// (none for a backend that never certified).
-const blockersSQL = `SELECT b.pid, coalesce(s.state, ''), coalesce(s.version, 0)
+// blockersSQL lists the backends the applier waits for, with their
+// transaction id and their slot (none for a backend that never
+// certified).
+const blockersSQL = `SELECT b.pid, coalesce(a.backend_xid::pg_catalog.text, ''), coalesce(s.state, ''), coalesce(s.version, 0)
 FROM pg_catalog.unnest(pg_catalog.pg_blocking_pids($1)) AS b(pid)
+LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid OPERATOR(pg_catalog.=) b.pid
 LEFT JOIN tashkent.backends() AS s ON s.pid OPERATOR(pg_catalog.=) b.pid`
 
 type blocker struct {
-	pid     int32
+	transaction
 	state   string
 	version int64
 }
@@ -43,7 +55,7 @@ type blocker struct {
 func (w *lockWatch) check() {
 	var bs []blocker
 	var b blocker
-	err := w.r.control.query(w.r.ctx, blockersSQL, []any{w.pid}, []any{&b.pid, &b.state, &b.version},
+	err := w.r.control.query(w.r.ctx, blockersSQL, []any{w.pid}, []any{&b.pid, &b.xid, &b.state, &b.version},
 		func() { bs = append(bs, b) })
 	if err != nil {
 		return // the health check notices a lost database
@@ -65,10 +77,10 @@ func (w *lockWatch) handle(b blocker) {
 		w.terminate(b, "the backend of an earlier agent's applier")
 		return
 	}
-	if at, ok := w.doomed[b.pid]; ok {
+	if at, ok := w.doomed[b.transaction]; ok {
 		if time.Since(at) > w.r.a.cfg.BlockerGrace {
 			w.terminate(b, "a doomed transaction still holds the lock")
-			w.doomed[b.pid] = time.Now()
+			w.doomed[b.transaction] = time.Now()
 		}
 		return
 	}
@@ -90,7 +102,7 @@ func (w *lockWatch) doom(b blocker) {
 		}
 		return
 	}
-	w.doomed[b.pid] = time.Now()
+	w.doomed[b.transaction] = time.Now()
 	w.r.a.metrics.dooms.WithLabelValues(*result).Inc()
 	w.r.a.log.Info("doomed a local transaction that blocks a remote writeset", "pid", b.pid, "as", *result, "version", w.first)
 }
