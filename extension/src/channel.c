@@ -36,6 +36,7 @@
 #include "miscadmin.h"
 #include "port/pg_bswap.h"
 #include "storage/latch.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -48,12 +49,35 @@
 static int	agent_sock = -1;
 static uint64 agent_generation = 0;
 
+/*
+ * What a wait for the agent watches: the socket, this backend's latch and
+ * the postmaster. Made once per connection, as PostgreSQL does for its
+ * client socket (WaitLatchOrSocket would make and free an epoll set, three
+ * system calls more, at every wait of every commit).
+ */
+static WaitEventSet *agent_wait = NULL;
+static int	agent_wait_socket_pos = -1;
+static uint32 agent_wait_socket_events = 0;
+
 static void
 close_agent(void)
 {
+	if (agent_wait != NULL)
+		FreeWaitEventSet(agent_wait);
+	agent_wait = NULL;
 	if (agent_sock >= 0)
 		close(agent_sock);
 	agent_sock = -1;
+}
+
+static void
+make_wait_set(void)
+{
+	agent_wait = CreateWaitEventSet(TopMemoryContext, 3);
+	agent_wait_socket_events = WL_SOCKET_READABLE;
+	agent_wait_socket_pos = AddWaitEventToSet(agent_wait, agent_wait_socket_events, agent_sock, NULL, NULL);
+	AddWaitEventToSet(agent_wait, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(agent_wait, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 }
 
 static void
@@ -121,15 +145,21 @@ ms_left(TimestampTz deadline)
 static bool
 wait_socket(int event, TimestampTz deadline, bool absorb, bool *warned)
 {
+	if (event != agent_wait_socket_events)
+	{
+		ModifyWaitEvent(agent_wait, agent_wait_socket_pos, event, NULL);
+		agent_wait_socket_events = event;
+	}
 	for (;;)
 	{
 		long		timeout = ms_left(deadline);
-		int			rc;
+		WaitEvent	occurred;
+		int			rc = 0;
 
 		if (timeout <= 0)
 			return false;
-		rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH | event,
-							   agent_sock, timeout, PG_WAIT_EXTENSION);
+		if (WaitEventSetWait(agent_wait, timeout, &occurred, 1, PG_WAIT_EXTENSION) == 1)
+			rc = occurred.events;
 		if (rc & WL_LATCH_SET)
 			ResetLatch(MyLatch);
 		if (absorb && QueryCancelPending)
@@ -339,6 +369,7 @@ connect_agent(uint8 role)
 		close_agent();
 		agent_unavailable(strerror(errno));
 	}
+	make_wait_set();
 
 	begin_frame(&buf, 'H');
 	put_u32(&buf, TK_PROTOCOL_VERSION);

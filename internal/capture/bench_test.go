@@ -73,7 +73,8 @@ func BenchmarkCaptureTPCB(b *testing.B) {
 		}
 	}
 	for _, table := range []string{"branches", "tellers", "accounts", "history"} {
-		if _, err := conn.Exec(ctx, `DROP TRIGGER tashkent_capture ON raw_`+table+`; DROP TRIGGER tashkent_capture_truncate ON raw_`+table); err != nil {
+		if _, err := conn.Exec(ctx, `SET tashkent.maintenance = on; DROP TRIGGER tashkent_capture ON raw_`+table+
+			`; DROP TRIGGER tashkent_capture_truncate ON raw_`+table+`; RESET tashkent.maintenance`); err != nil {
 			b.Fatal(err)
 		}
 	}
