@@ -114,16 +114,18 @@ type SuiteConfig struct {
 	// with at least 2 replicas and fits the scale-out model.
 	ScaleOut bool
 	// OneWriter sends every client of a tashkent system to its first
-	// proxy: one replica executes, the others only apply its writesets,
+	// replica: one replica executes, the others only apply its writesets,
 	// the topology of streaming replication (clients on the primary).
 	OneWriter bool
-	// ProxyStaleness is every tashkent proxy's --staleness; 0: the
-	// proxy's default (100 ms).
-	ProxyStaleness time.Duration
-	// Breakdown measures, in every run, CPU per process kind, the
-	// proxies' commit phases and the replicas' staleness (breakdown.go).
+	// Staleness is every tashkent agent's --staleness; 0: the agent's
+	// default (100 ms).
+	Staleness time.Duration
+	// Breakdown measures, in every run, CPU per process kind (PostgreSQL
+	// split into client backends, the agents' sessions and the rest),
+	// the agents' certifications, applies and dooms, and the replicas'
+	// staleness (breakdown.go).
 	Breakdown bool
-	// ProfileDir, if set, makes every certifier and proxy write a Go CPU
+	// ProfileDir, if set, makes every certifier and agent write a Go CPU
 	// profile there (as Config.ProfileDir); seeding does not go through
 	// them, so the profiles are the runs'.
 	ProfileDir string
@@ -308,7 +310,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		return nil, err
 	}
 	r := &suiteRunner{scfg: cfg, runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients),
-		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, ProxyStaleness: cfg.ProxyStaleness,
+		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, Staleness: cfg.Staleness,
 			ProfileDir: profiles, Progress: cfg.Progress, Live: cfg.Live}}}
 	var removeDir bool
 	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
@@ -317,9 +319,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	for _, sp := range cfg.Systems {
 		s := &system{kind: sp.Kind, label: sp.label(), replicas: sp.Replicas, delay: cfg.Delay,
 			dir: filepath.Join(r.dir, strings.ReplaceAll(sp.label(), " ", "-"))}
-		if r.seeds(s) {
-			s.seed = r.loadTPCB
-		}
+		s.seed = r.seedFor(s)
 		r.systems = append(r.systems, s)
 	}
 	defer func() { err = r.cleanup(ctx, err, removeDir) }()
@@ -337,6 +337,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	if err := r.buildSlowDisk(); err != nil {
 		return rep, err
 	}
+	if err := r.prepareExtension(ctx); err != nil {
+		return rep, err
+	}
 	if err := r.setupAll(ctx); err != nil {
 		return rep, err
 	}
@@ -345,6 +348,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		return rep, err
 	}
 	rep.LoadAfter = loadAverage()
+	if err := r.verifyAll(ctx); err != nil {
+		return rep, err
+	}
 	rep.Rows = summarizeSuite(rep.Runs, cfg.points(), r.systems, cfg.Baseline)
 	if cfg.ScaleOut {
 		if rep.ScaleOut, err = r.scaleOut(ctx, rep.Rows); err != nil {
@@ -409,7 +415,7 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 				errs[i] = fmt.Errorf("%s: load %s: %w", s.label, r.scfg.Workload, err)
 				return
 			}
-			r.progress("setup %-20s ready in %s:%s%s", s.label, time.Since(t0).Round(100*time.Millisecond), s.pids(), s.captureLanguage(ctx))
+			r.progress("setup %-20s ready in %s:%s", s.label, time.Since(t0).Round(100*time.Millisecond), s.pids())
 		})
 	}
 	wg.Wait()
@@ -437,12 +443,12 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 }
 
 // loadWorkload creates the workload's data through the system's first
-// endpoint, then settles the system.
+// endpoint, unless it was seeded (seed.go), then settles the system.
 func (r *suiteRunner) loadWorkload(ctx context.Context, s *system) error {
 	w := r.scfg.Workload
 	switch {
-	case w == TPCB && s.seed != nil: // loaded before the proxies started
-	case w == TPCB:
+	case s.seed != nil: // loaded into every replica before the agents started
+	case w.tpcb():
 		return r.load(ctx, s)
 	case w.sysbench():
 		if err := sysbenchPrepare(ctx, s.endpoints()[0]); err != nil {
@@ -472,7 +478,7 @@ func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p po
 }
 
 // clientEndpoints are the endpoints the clients of a run connect to: all
-// of them, or only a tashkent system's first proxy with OneWriter.
+// of them, or only a tashkent system's first replica with OneWriter.
 func (r *suiteRunner) clientEndpoints(s *system) []string {
 	eps := s.endpoints()
 	if r.scfg.OneWriter && s.kind.tashkent() {

@@ -66,6 +66,9 @@ func (w Workload) WriteFraction() float64 {
 
 func (w Workload) sysbench() bool { return w == OLTPReadWrite || w == OLTPReadOnly }
 
+// tpcb reports whether the workload runs on pgbench's TPC-B tables.
+func (w Workload) tpcb() bool { return w == TPCB }
+
 const (
 	// rowsPerClient is how many rows of its own an AllUpdates client
 	// updates (so that no two clients ever touch the same row).
@@ -129,9 +132,9 @@ func (w Workload) tableFor(maxClients int) (string, int) {
 	return "", 0
 }
 
-// setupTable creates the workload's table through the system's first
-// endpoint (so that a tashkent system replicates it) and fills it in
-// chunks.
+// setupTable creates the workload's table through dsn (a system's first
+// endpoint, or every replica of a tashkent system before its agents
+// start: seed.go) and fills it in chunks.
 func setupTable(ctx context.Context, dsn, table string, rows int) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
