@@ -98,7 +98,8 @@ type SuiteConfig struct {
 	Duration            time.Duration
 	Repeat              int
 	Warmup              time.Duration
-	// Scale is the TPC-B scale (tpcb only); Protocol is pgbench -M.
+	// Scale is the TPC-B scale (tpcb and select-only); Protocol is
+	// pgbench -M.
 	Scale    int
 	Protocol string
 	// Delay is the one-way delay added to the links between the hosts of
@@ -469,7 +470,7 @@ func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p po
 	if w.sysbench() {
 		return sysbenchRun(ctx, w, loads, seconds, tick)
 	}
-	o := runOpts{seconds: seconds, protocol: r.scfg.Protocol, builtin: "tpcb-like", tick: tick, scripts: r.scripts}
+	o := runOpts{seconds: seconds, protocol: r.scfg.Protocol, builtin: w.builtin(), tick: tick, scripts: r.scripts}
 	if w == Contention {
 		o.defines = map[string]string{"hot": strconv.Itoa(int(p.param*1000 + 0.5))}
 		o.maxTries = 1 // the abort rate is the measurement
@@ -478,10 +479,11 @@ func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p po
 }
 
 // clientEndpoints are the endpoints the clients of a run connect to: all
-// of them, or only a tashkent system's first replica with OneWriter.
+// of them, or only the first: a tashkent system's first replica with
+// OneWriter, every system's first server on select-only.
 func (r *suiteRunner) clientEndpoints(s *system) []string {
 	eps := s.endpoints()
-	if r.scfg.OneWriter && s.kind.tashkent() {
+	if (r.scfg.OneWriter && s.kind.tashkent()) || r.scfg.Workload.oneServer() {
 		return eps[:1]
 	}
 	return eps

@@ -32,6 +32,9 @@ func (rep *SuiteReport) header() string {
 	if c.OneWriter {
 		h += ", every tashkent client on replica 1 (--one-writer)"
 	}
+	if c.Workload.oneServer() {
+		h += ", every client on the system's first server (replica 1 of a running tashkent cluster)"
+	}
 	if !math.IsNaN(rep.LoadBefore) && !math.IsNaN(rep.LoadAfter) && (rep.LoadBefore > 0 || rep.LoadAfter > 0) {
 		h += fmt.Sprintf("; load average %.2f when the runs began, %.2f when they ended", rep.LoadBefore, rep.LoadAfter)
 	}

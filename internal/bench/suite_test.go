@@ -424,7 +424,8 @@ func TestFsyncDelayIsChecked(t *testing.T) {
 }
 
 // --one-writer sends a tashkent system's clients to its first replica
-// only, and leaves the peers' endpoints alone.
+// only, and leaves the peers' endpoints alone; select-only sends every
+// system's clients to its first server.
 func TestOneWriterRoutesTashkentClientsToReplicaOne(t *testing.T) {
 	mw := &system{kind: MW, replicas: 3, pgs: []*pgserver.Server{serverOnPort(t, 5001), serverOnPort(t, 5002), serverOnPort(t, 5003)}}
 	pool := &system{kind: PgpoolNative, replicas: 3, pgpoolPort: 6000, pgpool: &proc{}}
@@ -444,6 +445,13 @@ func TestOneWriterRoutesTashkentClientsToReplicaOne(t *testing.T) {
 		if len(loads) != want {
 			t.Errorf("one writer %v: %d pgbench processes for 8 clients", one, len(loads))
 		}
+	}
+	r := &suiteRunner{scfg: SuiteConfig{Workload: SelectOnly}}
+	if got := r.clientEndpoints(mw); len(got) != 1 || got[0] != dsn(5001) {
+		t.Errorf("select-only: mw endpoints %v", got)
+	}
+	if SelectOnly.builtin() != "select-only" || TPCB.builtin() != "tpcb-like" || !SelectOnly.tpcb() || SelectOnly.WriteFraction() != 0 {
+		t.Error("select-only is not pgbench -S on TPC-B data")
 	}
 }
 

@@ -44,6 +44,8 @@ Systems (KIND or KIND:N):
 
 --delay adds a one-way delay to the links between the hosts of each replicated system
 (agent->certifier, standby->primary, pgpool->backends) through a user-space relay.
+select-only is pgbench -S on TPC-B data with every client on the system's first server:
+one replica of a running tashkent cluster against the same PostgreSQL alone.
 --fsync-delay D emulates slow disks (the paper's fsync took 8 ms): every PostgreSQL runs
 with an LD_PRELOAD shim (built with cc) whose fsync/fdatasync sleep D after the real
 flush, wal_sync_method pinned to fdatasync, and the certifier sleeps D after each log sync.
@@ -87,7 +89,7 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of one measured run (whole seconds)")
 	f.IntVar(&cfg.Repeat, "repeat", 1, "runs of every cell, interleaved across systems; the table shows the median")
 	f.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured run on every system after loading (0: none)")
-	f.IntVar(&cfg.Scale, "scale", 1, "TPC-B scale factor (tpcb only)")
+	f.IntVar(&cfg.Scale, "scale", 1, "TPC-B scale factor (tpcb and select-only)")
 	f.StringVar(&cfg.Protocol, "protocol", "prepared", "pgbench -M: simple, extended or prepared (pgbench workloads)")
 	f.DurationVar(&cfg.Delay, "delay", 0, "one-way delay between the hosts of replicated systems (e.g. 500us, 2ms)")
 	f.DurationVar(&cfg.FsyncDelay, "fsync-delay", 0,
