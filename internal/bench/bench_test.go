@@ -70,11 +70,11 @@ func TestParsePgbench(t *testing.T) {
 func TestSpreadClientsOverEndpoints(t *testing.T) {
 	got := spread([]string{"a", "b", "c"}, 8)
 	if len(got) != 3 || got[0].clients != 3 || got[1].clients != 3 || got[2].clients != 2 {
-		t.Fatalf("8 clients over 3 proxies: %+v", got)
+		t.Fatalf("8 clients over 3 replicas: %+v", got)
 	}
 	got = spread([]string{"a", "b", "c"}, 1)
 	if len(got) != 1 || got[0].dsn != "a" || got[0].clients != 1 {
-		t.Fatalf("1 client over 3 proxies: %+v", got)
+		t.Fatalf("1 client over 3 replicas: %+v", got)
 	}
 }
 
@@ -106,7 +106,7 @@ func TestSummarizeMediansAndRatios(t *testing.T) {
 
 // TestSmoke runs the whole bench for real, briefly: two standalone
 // PostgreSQL servers and two one-replica tashkent clusters (PostgreSQL,
-// certifier and proxy processes), TPC-B loaded into each, one 2-second run
+// certifier and agent processes), TPC-B loaded into each, one 2-second run
 // of 2 clients on each. Every system must have produced transactions, the
 // table must carry the ratio column, the files must be written, and nothing
 // the bench started may survive it.
