@@ -25,10 +25,13 @@ package bench
 //     apply transaction; so how many of the client's retries PostgreSQL
 //     itself caused (first updater wins on one replica); and the
 //     replicas' staleness: the certifier's version minus each replica's
-//     committed version, sampled every stalenessSampleEvery during the
-//     run. A transaction's snapshot holds its replica's versions, so the
-//     sampled staleness is how many committed versions a transaction
-//     starting at a random moment does not see, each one a chance of a
+//     committed version (tashkent.committed_version(), read by the bench's
+//     own session on each replica, whose CPU the split leaves out of the
+//     client backends; the agents learn of local commits only every
+//     --staleness), sampled every stalenessSampleEvery during the run. A
+//     transaction's snapshot holds its replica's versions, so the sampled
+//     staleness is how many certified versions a transaction starting at a
+//     random moment does not see, each one a chance of a
 //     first-committer-wins abort at certification.
 
 import (
@@ -44,6 +47,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
 )
@@ -258,10 +263,12 @@ type breakdownProbe struct {
 	cpu     cpuSnapshot
 	pg      *pgSampler
 	agent   map[string]float64
-	stop    chan struct{}
-	done    sync.WaitGroup
-	mu      sync.Mutex
-	stale   []float64
+	// conns read the replicas' versions (staleness).
+	conns []*pgx.Conn
+	stop  chan struct{}
+	done  sync.WaitGroup
+	mu    sync.Mutex
+	stale []float64
 }
 
 func (s *system) startBreakdown(ctx context.Context) (*breakdownProbe, error) {
@@ -272,6 +279,15 @@ func (s *system) startBreakdown(ctx context.Context) (*breakdownProbe, error) {
 			return nil, fmt.Errorf("%s: %w", s.label, err)
 		}
 		p.agent = m
+		for _, pg := range s.pgs {
+			conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
+			if err != nil {
+				p.closeConns()
+				return nil, fmt.Errorf("%s: %w", s.label, err)
+			}
+			p.conns = append(p.conns, conn)
+			p.pg.exclude[int(conn.PgConn().PID())] = true
+		}
 		p.done.Go(func() { p.sampleStaleness(ctx) })
 	}
 	p.pg.sample()
@@ -322,19 +338,21 @@ func (p *breakdownProbe) sampleStaleness(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		for _, port := range p.s.metricsPort {
-			m, err := agentMetrics(ctx, port)
+		for _, conn := range p.conns {
+			v, err := committedVersion(ctx, conn)
 			if err != nil {
 				continue
 			}
-			v, ok := m["tashkent_agent_replica_version"]
-			if !ok {
-				continue
-			}
 			p.mu.Lock()
-			p.stale = append(p.stale, max(0, float64(st.Version)-v))
+			p.stale = append(p.stale, max(0, float64(st.Version)-float64(v)))
 			p.mu.Unlock()
 		}
+	}
+}
+
+func (p *breakdownProbe) closeConns() {
+	for _, c := range p.conns {
+		c.Close(context.Background())
 	}
 }
 
@@ -344,6 +362,7 @@ func (p *breakdownProbe) finish(ctx context.Context) (*Breakdown, error) {
 	wall := time.Since(p.started)
 	close(p.stop)
 	p.done.Wait()
+	p.closeConns()
 	p.pg.sample()
 	b := &Breakdown{Wall: wall, CPU: cpuBetween(p.cpu, cpu), Agent: map[string]float64{}}
 	split := p.pg.byClass()
@@ -516,8 +535,8 @@ const breakdownFootnote = "CPU from /proc/PID/stat over each run (10 ms ticks), 
 	"certifications that committed; certifier aborts: refused (write-write conflict with a version committed after the " +
 	"transaction's snapshot); dooms: local transactions made to give way to a remote writeset; PostgreSQL aborts: the " +
 	"client's other retries (40001 from PostgreSQL itself: a concurrent update of the same row on the same replica). " +
-	"Staleness: the certifier's version minus each replica's, sampled every 50 ms during the run, over all replicas; in " +
-	"ms at the run's commit rate."
+	"Staleness: the certifier's version minus each replica's (tashkent.committed_version()), sampled every 50 ms during " +
+	"the run, over all replicas; in ms at the run's commit rate."
 
 // writeBreakdown writes both breakdown tables in Markdown, when the run
 // made any.

@@ -33,12 +33,15 @@ type pgProc struct {
 // pgSampler tracks the children of a set of postmasters.
 type pgSampler struct {
 	postmasters map[int]bool
-	procs       map[int]*pgProc
-	sampled     bool
+	// exclude are the backends of the bench's own sessions: counted with
+	// the rest, never as a client's.
+	exclude map[int]bool
+	procs   map[int]*pgProc
+	sampled bool
 }
 
 func newPgSampler(postmasters []int) *pgSampler {
-	s := &pgSampler{postmasters: map[int]bool{}, procs: map[int]*pgProc{}}
+	s := &pgSampler{postmasters: map[int]bool{}, exclude: map[int]bool{}, procs: map[int]*pgProc{}}
 	for _, pid := range postmasters {
 		s.postmasters[pid] = true
 	}
@@ -71,7 +74,7 @@ func (s *pgSampler) sample() {
 			s.procs[pid] = p
 		}
 		p.last = own
-		if c := classifyTitle(processTitle(pid)); c != "" {
+		if c := classifyTitle(processTitle(pid)); c != "" && !s.exclude[pid] {
 			p.class = c
 		}
 	}
