@@ -67,6 +67,23 @@ func TestParsePgbench(t *testing.T) {
 	}
 }
 
+// A run in which clients stopped (their backends were terminated) is
+// an error: its tps counts fewer clients than asked for.
+func TestAbortedClientsFailTheRun(t *testing.T) {
+	stderr := `progress: 1.0 s, 900.0 tps, lat 1.000 ms stddev 0.100, 0 failed, 0 retried, 0 retries
+pgbench: error: client 9 script 0 aborted in command 10 query 0: FATAL:  terminating connection due to administrator command
+pgbench: error: client 4 aborted in command 5 (SQL) of script 0; perhaps the backend died while processing
+pgbench: error: Run was aborted; the above results are incomplete.
+`
+	err := abortedClients(stderr, 11)
+	if err == nil || !strings.Contains(err.Error(), "2 of 11 clients aborted") || !strings.Contains(err.Error(), "administrator command") {
+		t.Fatalf("aborted clients: %v", err)
+	}
+	if err := abortedClients("progress: 1.0 s, 900.0 tps, lat 1.000 ms stddev 0.100, 0 failed, 0 retried, 0 retries\n", 2); err != nil {
+		t.Fatalf("a complete run: %v", err)
+	}
+}
+
 func TestSpreadClientsOverEndpoints(t *testing.T) {
 	got := spread([]string{"a", "b", "c"}, 8)
 	if len(got) != 3 || got[0].clients != 3 || got[1].clients != 3 || got[2].clients != 2 {
