@@ -61,6 +61,9 @@ type Config struct {
 	// replica asks the certifier for versions it has not been sent
 	// (Tashkent §6.2); 0: the agent's default.
 	Staleness time.Duration
+	// AgentArgs are extra flags of every tashkent agent (e.g.
+	// --blocker-grace=1s): experiments on the agent's settings.
+	AgentArgs []string
 	// ProfileDir, if set, makes every certifier and agent write a Go CPU
 	// profile there (SYSTEM-certifier.prof, SYSTEM-agentK.prof), covering
 	// its whole life: setup, the runs and the idle time between them.

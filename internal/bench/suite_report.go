@@ -29,6 +29,9 @@ func (rep *SuiteReport) header() string {
 	if c.Staleness > 0 {
 		h += fmt.Sprintf(", tashkent agents with --staleness %s", c.Staleness)
 	}
+	if len(c.AgentArgs) > 0 {
+		h += ", tashkent agents with " + strings.Join(c.AgentArgs, " ")
+	}
 	if c.OneWriter {
 		h += ", every tashkent client on replica 1 (--one-writer)"
 	}

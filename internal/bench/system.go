@@ -371,6 +371,7 @@ func (s *system) startAgent(ctx context.Context, r *runner, i int) error {
 			if r.cfg.Staleness > 0 {
 				args = append(args, "--staleness", r.cfg.Staleness.String())
 			}
+			args = append(args, r.cfg.AgentArgs...)
 			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, name+"-agent.log"))
 		},
 		func(p *proc, ports []int) { s.agents[i], s.metricsPort[i] = p, ports[0] },
