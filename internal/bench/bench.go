@@ -61,9 +61,10 @@ type Config struct {
 	// replica asks the certifier for versions it has not been sent
 	// (Tashkent §6.2); 0: the agent's default.
 	Staleness time.Duration
-	// AgentArgs are extra flags of every tashkent agent (e.g.
-	// --blocker-grace=1s): experiments on the agent's settings.
-	AgentArgs []string
+	// AgentArgs and CertifierArgs are extra flags of every tashkent agent
+	// and certifier (e.g. --blocker-grace=1s, --max-procs=1): experiments
+	// on their settings.
+	AgentArgs, CertifierArgs []string
 	// ProfileDir, if set, makes every certifier and agent write a Go CPU
 	// profile there (SYSTEM-certifier.prof, SYSTEM-agentK.prof), covering
 	// its whole life: setup, the runs and the idle time between them.

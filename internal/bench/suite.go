@@ -121,8 +121,9 @@ type SuiteConfig struct {
 	// Staleness is every tashkent agent's --staleness; 0: the agent's
 	// default (100 ms).
 	Staleness time.Duration
-	// AgentArgs are extra flags of every tashkent agent (Config.AgentArgs).
-	AgentArgs []string
+	// AgentArgs and CertifierArgs are extra flags of every tashkent agent
+	// and certifier (Config.AgentArgs).
+	AgentArgs, CertifierArgs []string
 	// Breakdown measures, in every run, CPU per process kind (PostgreSQL
 	// split into client backends, the agents' sessions and the rest),
 	// the agents' certifications, applies and dooms, and the replicas'
@@ -314,7 +315,8 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	}
 	r := &suiteRunner{scfg: cfg, runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients),
 		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, Staleness: cfg.Staleness, AgentArgs: cfg.AgentArgs,
-			ProfileDir: profiles, Progress: cfg.Progress, Live: cfg.Live}}}
+			CertifierArgs: cfg.CertifierArgs,
+			ProfileDir:    profiles, Progress: cfg.Progress, Live: cfg.Live}}}
 	var removeDir bool
 	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
 		return nil, err

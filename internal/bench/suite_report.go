@@ -32,6 +32,9 @@ func (rep *SuiteReport) header() string {
 	if len(c.AgentArgs) > 0 {
 		h += ", tashkent agents with " + strings.Join(c.AgentArgs, " ")
 	}
+	if len(c.CertifierArgs) > 0 {
+		h += ", certifiers with " + strings.Join(c.CertifierArgs, " ")
+	}
 	if c.OneWriter {
 		h += ", every tashkent client on replica 1 (--one-writer)"
 	}

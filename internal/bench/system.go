@@ -329,6 +329,7 @@ func (s *system) startCertifier(ctx context.Context, r *runner) error {
 			args := append(r.profileArgs(s.fileName()+"-certifier"), "--log-level=warn", "certifier",
 				"--data-dir", dataDir, "--listen", addr, "--metrics-listen", "")
 			args = append(args, r.certifierSyncArgs()...)
+			args = append(args, r.cfg.CertifierArgs...)
 			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, "certifier.log"))
 		},
 		func(p *proc, ports []int) {

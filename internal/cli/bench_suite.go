@@ -98,6 +98,7 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.BoolVar(&cfg.ScaleOut, "scaleout", false, "measure wo and fit the scale-out model (needs a tashkent system with 2+ replicas)")
 	f.DurationVar(&cfg.Staleness, "staleness", 0, "every tashkent agent's --staleness (how often a replica asks the certifier for versions it was not sent); 0: the agent's default")
 	f.StringArrayVar(&cfg.AgentArgs, "agent-arg", nil, "an extra flag of every tashkent agent, e.g. --agent-arg=--blocker-grace=1s (repeatable; the header names them)")
+	f.StringArrayVar(&cfg.CertifierArgs, "certifier-arg", nil, "an extra flag of every tashkent certifier, e.g. --certifier-arg=--max-procs=1 (repeatable; the header names them)")
 	f.BoolVar(&cfg.OneWriter, "one-writer", false, "send every client of a tashkent system to replica 1 (the others only apply), as streaming replication sends them to its primary")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "per run: CPU per committed transaction of every kind of process (PostgreSQL's client backends, agent sessions, the rest; agents; certifier), the agents' certifications and applies, aborts by cause, replica staleness")
 	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "run every certifier and agent with --cpu-profile into this directory (seeding does not go through them)")
