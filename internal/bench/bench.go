@@ -578,7 +578,7 @@ func workDir(dir string, keep bool) (path string, remove bool, err error) {
 }
 
 // profileDir creates dir, the --profile-dir of a run, and returns its
-// absolute path (the certifiers and proxies run elsewhere); "" stays "".
+// absolute path (the certifiers and agents run elsewhere); "" stays "".
 func profileDir(dir string) (string, error) {
 	if dir == "" {
 		return "", nil
