@@ -15,10 +15,13 @@ import (
 )
 
 // A cluster seeded with TPC-B straight into its replicas (seed.go) runs
-// TPC-B with clients on both replicas and ends with identical replicas at
-// the same version: the same checksums, one history row per committed
-// transaction, and TPC-B's consistency condition (the branches' balances
-// sum to the accounts').
+// pgbench's simple-update (TPC-B without the teller and branch updates)
+// with clients on both replicas, and ends with identical replicas at the
+// same version: the same checksums, one history row per committed
+// transaction, the accounts' balances summing to the history's deltas.
+// Not tpcb-like: its few branch rows, written from both replicas, make
+// the agents doom local transactions for remote writesets, which is the
+// agents' to test, not the seeding's.
 func TestSeededTPCBClusterConverges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two PostgreSQL servers, a certifier and two agents")
@@ -63,7 +66,7 @@ func TestSeededTPCBClusterConverges(t *testing.T) {
 	if v, err := s.verify(ctx); err != nil || v != 0 {
 		t.Fatalf("seeded replicas: version %d, %v; want equal at version 0 (the seed is not certified)", v, err)
 	}
-	res, err := r.runOnce(ctx, s, spread(s.endpoints(), 4), point{clients: 4}, 2, nil)
+	res, err := r.pgbench.run(ctx, spread(s.endpoints(), 4), runOpts{seconds: 2, protocol: "prepared", builtin: "simple-update"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,16 +85,16 @@ func TestSeededTPCBClusterConverges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var history, accounts, branches int64
+		var history, accounts, deltas int64
 		err = conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pgbench_history), (SELECT sum(abalance) FROM pgbench_accounts),
-			(SELECT sum(bbalance) FROM pgbench_branches)`).Scan(&history, &accounts, &branches)
+			(SELECT coalesce(sum(delta), 0) FROM pgbench_history)`).Scan(&history, &accounts, &deltas)
 		conn.Close(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if history != res.Processed || accounts != branches {
-			t.Errorf("replica %d: %d history rows for %d committed transactions; accounts sum %d, branches sum %d",
-				i+1, history, res.Processed, accounts, branches)
+		if history != res.Processed || accounts != deltas {
+			t.Errorf("replica %d: %d history rows for %d committed transactions; accounts sum %d, history deltas sum %d",
+				i+1, history, res.Processed, accounts, deltas)
 		}
 	}
 }

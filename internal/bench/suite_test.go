@@ -114,7 +114,9 @@ func TestSummarizeSuiteRatiosAndFailures(t *testing.T) {
 }
 
 // checkSmokeBreakdown: every run has a breakdown, every system's servers
-// used CPU in their client backends, and mw's agents saw every commit
+// used CPU (the split among PostgreSQL's processes is not checked: in a
+// one-second run a backend may be charged no 10 ms tick), mw's agents and
+// certifier too, and mw's agents saw every commit
 // wait for the certifier at least the certifier's delayed flush plus the
 // delayed link's round trip, and applied the other replica's versions.
 func checkSmokeBreakdown(t *testing.T, rep *SuiteReport) {
@@ -125,8 +127,8 @@ func checkSmokeBreakdown(t *testing.T, rep *SuiteReport) {
 			t.Errorf("%s: no breakdown", r.Label)
 			continue
 		}
-		if b.CPU["postgres"] <= 0 || b.CPU[partClientBackends] <= 0 {
-			t.Errorf("%s: PostgreSQL or its client backends used no CPU during the run: %v", r.Label, b.CPU)
+		if b.CPU["postgres"] <= 0 {
+			t.Errorf("%s: PostgreSQL used no CPU during the run: %v", r.Label, b.CPU)
 		}
 		if r.Kind != MW {
 			continue
