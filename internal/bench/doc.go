@@ -182,4 +182,9 @@
 // flag --cpu-profile (SYSTEM-certifier.prof, SYSTEM-agentK.prof), written
 // when the bench stops them; a profile covers the process's whole life,
 // loading included. Read one with `go tool pprof -top BINARY FILE`.
+// --agent-arg and --certifier-arg pass a flag to every agent or certifier
+// (e.g. --agent-arg=--log-level=info to see the lock watch's dooms,
+// --certifier-arg=--max-procs=1), named in the report's header; --keep
+// keeps the work directory, where each agent's log is
+// SYSTEM/replicaK-agent.log beside its replica's pgK/postgres.log.
 package bench
