@@ -43,7 +43,7 @@ type Config struct {
 	// Warmup, when > 0, runs pgbench that long on every system once after
 	// loading, unmeasured.
 	Warmup time.Duration
-	// Binary is the tashkent executable run as certifier and proxies.
+	// Binary is the tashkent executable run as certifier and agents.
 	Binary string
 	// Dir is where the systems live; empty: a new temporary directory,
 	// removed at the end unless Keep (or the bench failed).
@@ -57,12 +57,16 @@ type Config struct {
 	// FsyncDelay, when > 0, is the slow-disk regime (fsyncdelay.go): every
 	// durable flush of every system takes this much longer.
 	FsyncDelay time.Duration
-	// ProxyStaleness, when > 0, is every proxy's --staleness: how often a
-	// replica asks the certifier for remote writesets it has not received
-	// with a certification reply (Tashkent §6.2); 0: the proxy's default.
-	ProxyStaleness time.Duration
-	// ProfileDir, if set, makes every certifier and proxy write a Go CPU
-	// profile there (SYSTEM-certifier.prof, SYSTEM-proxyK.prof), covering
+	// Staleness, when > 0, is every agent's --staleness: how often a
+	// replica asks the certifier for versions it has not been sent
+	// (Tashkent §6.2); 0: the agent's default.
+	Staleness time.Duration
+	// AgentArgs and CertifierArgs are extra flags of every tashkent agent
+	// and certifier (e.g. --blocker-grace=1s, --max-procs=1): experiments
+	// on their settings.
+	AgentArgs, CertifierArgs []string
+	// ProfileDir, if set, makes every certifier and agent write a Go CPU
+	// profile there (SYSTEM-certifier.prof, SYSTEM-agentK.prof), covering
 	// its whole life: setup, the runs and the idle time between them.
 	ProfileDir string
 	// Progress receives one line per step; Live rewrites a status line
@@ -125,11 +129,15 @@ type Report struct {
 
 // runner carries one invocation.
 type runner struct {
-	cfg     Config
-	binDir  string
-	pgbench pgbench
-	dir     string
-	systems []*system
+	cfg    Config
+	binDir string
+	// extBinDir is the bin directory of the PostgreSQL installation with
+	// the tashkent extension (internal/pgext) that tashkent replicas run
+	// from; empty when no tashkent system runs.
+	extBinDir string
+	pgbench   pgbench
+	dir       string
+	systems   []*system
 	// maxClients is the most clients one run has (pgpool sizes its
 	// process pool by it).
 	maxClients int
@@ -224,7 +232,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		return nil, err
 	}
 	for _, k := range cfg.Systems {
-		r.systems = append(r.systems, &system{kind: k, label: label(k, cfg.Replicas), dir: filepath.Join(r.dir, string(k)), replicas: cfg.Replicas})
+		s := &system{kind: k, label: label(k, cfg.Replicas), dir: filepath.Join(r.dir, string(k)), replicas: cfg.Replicas}
+		if k.tashkent() {
+			s.seed = r.loadTPCB
+		}
+		r.systems = append(r.systems, s)
 	}
 	defer func() {
 		r.progress("stopping everything the bench started")
@@ -257,10 +269,16 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := r.buildSlowDisk(); err != nil {
 		return rep, err
 	}
+	if err := r.prepareExtension(ctx); err != nil {
+		return rep, err
+	}
 	if err := r.setup(ctx); err != nil {
 		return rep, err
 	}
 	if err := r.measure(ctx, rep); err != nil {
+		return rep, err
+	}
+	if err := r.verifyAll(ctx); err != nil {
 		return rep, err
 	}
 	rep.Rows = summarize(rep.Runs, cfg.Clients, r.systems)
@@ -293,7 +311,7 @@ func (r *runner) setup(ctx context.Context) error {
 				errs[i] = fmt.Errorf("%s: start: %w", s.label, err)
 				return
 			}
-			r.progress("setup %-16s running:%s%s", s.label, s.pids(), s.captureLanguage(ctx))
+			r.progress("setup %-16s running:%s", s.label, s.pids())
 			if err := r.load(ctx, s); err != nil {
 				errs[i] = fmt.Errorf("%s: load TPC-B: %w", s.label, err)
 				return
@@ -321,17 +339,18 @@ func (r *runner) setup(ctx context.Context) error {
 	return nil
 }
 
-// load creates TPC-B through the first endpoint (a proxy for tashkent) in
-// the order tashkent needs: tables and their primary keys (pgbench -i -I
-// dtp), a primary key for pgbench_history, then the rows in chunks
-// (fillTPCB: one writeset per chunk, so that any scale fits the
-// certifier's limits). Every system gets the same schema and the same
-// path, so that the standalone servers also maintain the history key. Then
-// VACUUM ANALYZE and CHECKPOINT on every server, as pgbench -i would
-// vacuum.
+// load creates TPC-B in a system, unless it was seeded (every tashkent
+// system: seed.go), through its first endpoint in the order tashkent
+// needs: tables and their primary keys (pgbench -i -I dtp), a primary key
+// for pgbench_history, then the rows in chunks (fillTPCB). Every system
+// gets the same schema, so that the standalone servers also maintain the
+// history key. Then VACUUM ANALYZE and CHECKPOINT on every server, as
+// pgbench -i would vacuum.
 func (r *runner) load(ctx context.Context, s *system) error {
-	if err := r.loadTPCB(ctx, s.endpoints()[0]); err != nil {
-		return err
+	if s.seed == nil {
+		if err := r.loadTPCB(ctx, s.endpoints()[0]); err != nil {
+			return err
+		}
 	}
 	return r.settle(ctx, s)
 }
@@ -358,7 +377,7 @@ func (r *runner) loadTPCB(ctx context.Context, dsn string) error {
 // servers), and a CHECKPOINT, so that no system's leftover background
 // writing lands in another system's run.
 func (r *runner) settle(ctx context.Context, s *system) error {
-	if err := s.converge(ctx, 2*time.Minute); err != nil {
+	if _, err := s.converge(ctx, convergeTimeout); err != nil {
 		return err
 	}
 	return s.direct(ctx, "VACUUM ANALYZE", "CHECKPOINT")
@@ -559,7 +578,7 @@ func workDir(dir string, keep bool) (path string, remove bool, err error) {
 }
 
 // profileDir creates dir, the --profile-dir of a run, and returns its
-// absolute path (the certifiers and proxies run elsewhere); "" stays "".
+// absolute path (the certifiers and agents run elsewhere); "" stays "".
 func profileDir(dir string) (string, error) {
 	if dir == "" {
 		return "", nil

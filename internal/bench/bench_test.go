@@ -67,14 +67,31 @@ func TestParsePgbench(t *testing.T) {
 	}
 }
 
+// A run in which clients stopped (their backends were terminated) is
+// an error: its tps counts fewer clients than asked for.
+func TestAbortedClientsFailTheRun(t *testing.T) {
+	stderr := `progress: 1.0 s, 900.0 tps, lat 1.000 ms stddev 0.100, 0 failed, 0 retried, 0 retries
+pgbench: error: client 9 script 0 aborted in command 10 query 0: FATAL:  terminating connection due to administrator command
+pgbench: error: client 4 aborted in command 5 (SQL) of script 0; perhaps the backend died while processing
+pgbench: error: Run was aborted; the above results are incomplete.
+`
+	err := abortedClients(stderr, 11)
+	if err == nil || !strings.Contains(err.Error(), "2 of 11 clients aborted") || !strings.Contains(err.Error(), "administrator command") {
+		t.Fatalf("aborted clients: %v", err)
+	}
+	if err := abortedClients("progress: 1.0 s, 900.0 tps, lat 1.000 ms stddev 0.100, 0 failed, 0 retried, 0 retries\n", 2); err != nil {
+		t.Fatalf("a complete run: %v", err)
+	}
+}
+
 func TestSpreadClientsOverEndpoints(t *testing.T) {
 	got := spread([]string{"a", "b", "c"}, 8)
 	if len(got) != 3 || got[0].clients != 3 || got[1].clients != 3 || got[2].clients != 2 {
-		t.Fatalf("8 clients over 3 proxies: %+v", got)
+		t.Fatalf("8 clients over 3 replicas: %+v", got)
 	}
 	got = spread([]string{"a", "b", "c"}, 1)
 	if len(got) != 1 || got[0].dsn != "a" || got[0].clients != 1 {
-		t.Fatalf("1 client over 3 proxies: %+v", got)
+		t.Fatalf("1 client over 3 replicas: %+v", got)
 	}
 }
 
@@ -106,7 +123,7 @@ func TestSummarizeMediansAndRatios(t *testing.T) {
 
 // TestSmoke runs the whole bench for real, briefly: two standalone
 // PostgreSQL servers and two one-replica tashkent clusters (PostgreSQL,
-// certifier and proxy processes), TPC-B loaded into each, one 2-second run
+// certifier and agent processes), TPC-B loaded into each, one 2-second run
 // of 2 clients on each. Every system must have produced transactions, the
 // table must carry the ratio column, the files must be written, and nothing
 // the bench started may survive it.

@@ -11,7 +11,7 @@ package bench
 // Which links are delayed (--delay D): the links between hosts of a
 // replicated system, never the client's link to the system:
 //
-//	tashkent    proxy -> certifier (each proxy beside its replica)
+//	tashkent    agent -> certifier (each agent beside its replica)
 //	streaming   standby -> primary (WAL streaming and its flush reports)
 //	pgpool      pgpool -> every backend
 //

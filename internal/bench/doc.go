@@ -9,9 +9,9 @@
 //     standalone PostgreSQL against tashkent mw and base, described below.
 //   - `tashkent bench WORKLOAD --systems LIST` (SuiteConfig, RunSuite;
 //     suite.go, suite_report.go): one of the workloads of workload.go
-//     (AllUpdates, TPC-B, sysbench oltp_read_write and oltp_read_only,
-//     contention, an 80/20 read-mostly mix) against any of the systems of
-//     system.go and peers.go (standalone PostgreSQL with
+//     (AllUpdates, TPC-B, select-only, sysbench oltp_read_write and
+//     oltp_read_only, contention, an 80/20 read-mostly mix) against any of
+//     the systems of system.go and peers.go (standalone PostgreSQL with
 //     synchronous_commit on/off, tashkent mw and base with 1..8 replicas,
 //     streaming replication with synchronous standbys, pgpool-II native
 //     replication and snapshot-isolation mode). It writes CSV, Markdown and
@@ -25,11 +25,13 @@
 // internal/bench/slowdisk): every durable flush of every system takes D
 // longer, after the real flush, as the Tashkent paper's 8 ms disks did (§9,
 // Fig. 4–6). Every PostgreSQL runs with an LD_PRELOAD shim around fsync,
-// fdatasync and syncfs (wal_sync_method pinned to fdatasync); the
-// certifier, whose Go system calls LD_PRELOAD cannot reach, sleeps after
-// each log sync (`tashkent certifier --unsafe-fault-fsync-delay`). Without
-// it, fsync here takes 0.1–1 ms and the paper's durability-versus-ordering
-// effect cannot show.
+// fdatasync and syncfs (wal_sync_method pinned to fdatasync): what a commit
+// waits for in sync-on, base, streaming and pgpool; the certifier, whose Go
+// system calls LD_PRELOAD cannot reach, sleeps after each log sync
+// (`tashkent certifier --unsafe-fault-fsync-delay`): what a commit waits
+// for in mw, whose replicas run with synchronous_commit=off. The agents
+// write nothing durable. Without it, fsync here takes 0.1–1 ms and the
+// paper's durability-versus-ordering effect cannot show.
 //
 // Every workload but sysbench's is a pgbench script, so that every system
 // is driven by the same client with the same retry rule. A failed run of
@@ -49,37 +51,54 @@
 //	sync-on-rr  sync-on at REPEATABLE READ, the isolation tashkent gives:
 //	          the cost of snapshot isolation itself (40001 and retries on
 //	          hot rows) apart from what tashkent adds.
-//	mw        tashkent mode mw: N replicas with synchronous_commit=off, a
-//	          certifier with fsync on (durability is its group-committed
-//	          log), one proxy per replica. The issue's goal: at least 0.8x
-//	          sync-on with one replica (the Tashkent paper's MW was within 5%
-//	          of a standalone database), ideally 1.0x or more.
+//	mw        tashkent mode mw: N PostgreSQL replicas with the tashkent
+//	          extension (shared_preload_libraries) and
+//	          synchronous_commit=off, a certifier with fsync on (durability
+//	          is its group-committed log), and one `tashkent agent` per
+//	          replica. Clients connect to the replicas' PostgreSQL. The
+//	          issue's goal: at least 0.8x sync-on with one replica (the
+//	          Tashkent paper's MW was within 5% of a standalone database),
+//	          ideally 1.0x or more.
 //	base      tashkent mode base: the same cluster with synchronous_commit=on
 //	          on the replicas.
 //
-// Every PostgreSQL gets the same settings apart from synchronous_commit
-// (those of internal/pgserver plus shared_buffers=128MB) and the same data:
-// pgbench's TPC-B tables at the same scale, created as tashkent needs them
-// (`pgbench -i -I dtp`, a primary key `hid uuid DEFAULT gen_random_uuid()` on
-// pgbench_history, then the rows pgbench would generate, inserted in
-// transactions of at most 50,000 rows, tpcbload.go) on the standalone
-// servers too, so that they also maintain the history key. A tashkent
-// system is loaded through its first proxy, so its replicas hold the data
-// as replicated rows; the chunks keep every writeset within the
-// certifier's limits at any scale.
+// Every PostgreSQL gets the same settings apart from synchronous_commit and,
+// for tashkent, shared_preload_libraries (those of internal/pgserver plus
+// shared_buffers=128MB); the same binaries (a tashkent replica runs from
+// internal/pgext's installation, whose programs are the system's, linked);
+// the same default isolation, READ COMMITTED (the extension keeps the level
+// a session asks for and maps only SERIALIZABLE to REPEATABLE READ; a READ
+// COMMITTED transaction is certified from its replica's version at commit);
+// and the same data: pgbench's TPC-B tables at the same scale, created as
+// tashkent needs them (`pgbench -i -I dtp`, a primary key `hid uuid DEFAULT
+// gen_random_uuid()` on pgbench_history, then the rows pgbench would
+// generate, inserted in transactions of at most 50,000 rows, tpcbload.go)
+// on the standalone servers too, so that they also maintain the history
+// key. A tashkent system's replicas are seeded (seed.go): the same rows
+// are loaded straight into every replica before the certifier and the
+// agents start, so nothing is certified and every replica starts at version
+// 0; the agent's CREATE EXTENSION then installs the capture triggers.
 //
 // # How
 //
 // Run starts everything it compares itself, under a new temporary directory,
-// on free ports: PostgreSQL through internal/pgserver, and the certifier and
-// proxies as `tashkent certifier` / `tashkent proxy` child processes of this
-// binary (Config.Binary), each in its own process group, with its log next
-// to its data. It does not use `tashkent up` (internal/cluster), whose
-// replicas run with a smaller shared_buffers. At the end, and after a
+// on free ports: PostgreSQL through internal/pgserver (tashkent replicas
+// from internal/pgext's installation: the first run builds the extension,
+// which needs the server headers, TASHKENT_PG_INCLUDEDIR), and the
+// certifier and agents as `tashkent certifier` / `tashkent agent` child
+// processes of this binary (Config.Binary), each in its own process group,
+// with its log next to its data. An agent connects to its replica through
+// the server's Unix socket, listens for its backends on the extension's
+// socket in the data directory, and serves /metrics and /healthz on a free
+// port; a system is ready when every agent's /healthz answers 200 and its
+// replica admits clients (tashkent.status(): the bench connects as the
+// postgres superuser, whom the extension admits before the agent opens the
+// gate, so it asks). It does not use `tashkent up` (internal/cluster),
+// whose replicas run with a smaller shared_buffers. At the end, and after a
 // failure or Ctrl-C, it stops what it started by the PIDs it started:
-// proxies (SIGTERM), certifier (SIGTERM), PostgreSQL (fast shutdown). The
-// directory is removed unless --keep, or the bench failed (its logs are
-// then worth reading).
+// agents (SIGTERM), pgpool, certifier (SIGTERM), PostgreSQL (fast
+// shutdown). The directory is removed unless --keep, or the bench failed
+// (its logs are then worth reading).
 //
 // Each measured run is `pgbench -n --max-tries 1000 -T D -M PROTOCOL -c C
 // -j min(C,2) -P 1` against the system's endpoint. -n: no vacuum by pgbench
@@ -87,13 +106,17 @@
 // CHECKPOINT straight on every server of the system, outside the measured
 // time, so that no run starts with another's dirty pages or dead tuples).
 // --max-tries: transactions that get SQLSTATE 40001 (a certification abort,
-// or a serialization failure: tashkent runs sessions at REPEATABLE READ)
-// are retried by pgbench and counted as retried; a standalone server at
-// READ COMMITTED has none. A tashkent system with several replicas gets its
-// clients spread over all its proxies, one pgbench process per proxy; tps
-// are summed and latencies averaged weighted by transactions; before each
-// of its runs the bench waits until every replica has applied every
-// version the certifier assigned.
+// a local transaction doomed by a remote writeset, or a serialization
+// failure) are retried by pgbench and counted as retried; a standalone
+// server at READ COMMITTED has none. A tashkent system with several
+// replicas gets its clients spread over all its replicas, one pgbench
+// process per replica; tps are summed and latencies averaged weighted by
+// transactions; before each of its runs the bench waits until every
+// replica has committed every version the certifier assigned
+// (tashkent.committed_version()). After the last run it checks that the
+// replicas of every tashkent system hold the same data (verify.go: the
+// same version, the same checksum of every table); a bench whose replicas
+// diverged fails.
 //
 // pgbench's "tps = X (without initial connection time)" and "latency
 // average" are parsed from its output; the certifier's Status RPC, read
@@ -125,15 +148,43 @@
 // without the teller and branch updates: no hot row, so what remains is
 // the cost of the path itself.
 //
-// The suite's --breakdown (breakdown.go) explains a ratio instead: CPU per
-// committed transaction and share of the cores of every kind of process
-// (and of the rest of the shared machine), the proxies' commit phases,
-// aborts by cause and replica staleness.
+// The suite's --breakdown (breakdown.go, pgsampler.go) explains a ratio
+// instead: CPU per committed transaction and share of the cores of every
+// kind of process (PostgreSQL, split into client backends, the agents'
+// sessions and the rest; agents; certifier; pgpool; the clients; the rest
+// of the shared machine), the system's CPU per commit against the
+// baseline's, the agents' certifications (outcomes, round trip to the
+// certifier), dooms and applies, aborts by cause and replica staleness.
+//
+// # The read path
+//
+// `tashkent bench select-only` is pgbench -S (one SELECT by key of
+// pgbench_accounts) on the TPC-B data of --scale, every client of a
+// replicated system on its first server: a replica of a running tashkent
+// cluster (agents serving, certifier up) against the same PostgreSQL
+// alone. A read-only transaction never leaves PostgreSQL; this says what
+// the extension's hooks cost it.
+//
+// # The issue's figures, one invocation each
+//
+//	tashkent bench tpcb --scale 16 --clients 1,8,32 \
+//	    --systems sync-on,mw:1,mw:3,streaming:3,pgpool-native:3 --repeat 3
+//	tashkent bench tpcb --scale 16 --clients 8 --systems sync-on,mw:1 --breakdown --repeat 3
+//	tashkent bench select-only --scale 16 --clients 1,8 --systems sync-on,mw:1,mw:3 --repeat 3
+//	tashkent bench tpcb --scale 16 --clients 1,8,32 --systems base,mw --fsync-delay 8ms --repeat 3
+//
+// (the first system is the baseline of the ratios; --out DIR keeps CSV,
+// Markdown and PNG).
 //
 // # Profiling
 //
-// --profile-dir DIR runs every certifier and proxy with the hidden root
-// flag --cpu-profile (SYSTEM-certifier.prof, SYSTEM-proxyK.prof), written
+// --profile-dir DIR runs every certifier and agent with the hidden root
+// flag --cpu-profile (SYSTEM-certifier.prof, SYSTEM-agentK.prof), written
 // when the bench stops them; a profile covers the process's whole life,
 // loading included. Read one with `go tool pprof -top BINARY FILE`.
+// --agent-arg and --certifier-arg pass a flag to every agent or certifier
+// (e.g. --agent-arg=--log-level=info to see the lock watch's dooms,
+// --certifier-arg=--max-procs=1), named in the report's header; --keep
+// keeps the work directory, where each agent's log is
+// SYSTEM/replicaK-agent.log beside its replica's pgK/postgres.log.
 package bench

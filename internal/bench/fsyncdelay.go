@@ -16,7 +16,7 @@ import (
 // standalone, tashkent replicas, streaming primary and standbys, pgpool's
 // backends) with wal_sync_method pinned to fdatasync; the certifier, which
 // is Go and makes raw system calls, sleeps after each log sync itself
-// (--unsafe-fault-fsync-delay). pgbench, pgpool and the proxies write
+// (--unsafe-fault-fsync-delay). pgbench, pgpool and the agents write
 // nothing durable.
 
 // checkFsyncDelay validates --fsync-delay.

@@ -223,7 +223,7 @@ func (s *system) startPgpool(ctx context.Context, r *runner) error {
 		}
 	}
 	what := s.label + " pgpool"
-	return startWithPorts(ctx, r, what, 2,
+	return startWithPorts(ctx, r, what, 2, readyTimeout,
 		func(ports []int) (*proc, error) {
 			conf, err := s.writePgpoolConf(ports[0], ports[1], backends, r.maxClients)
 			if err != nil {

@@ -88,6 +88,28 @@ func parsePgbench(out string) (pgbenchResult, error) {
 	return r, nil
 }
 
+// abortedRE matches pgbench's line for a client that stopped: its
+// connection ended (e.g. a backend terminated), or an error it does not
+// retry.
+var abortedRE = regexp.MustCompile(`(?m)^pgbench: error: client \d+ (?:script \d+ )?aborted.*$`)
+
+// abortedClients says whether clients of a pgbench run stopped before its
+// end: pgbench goes on with the others and prints a summary ("Run was
+// aborted; the above results are incomplete") whose tps counts fewer
+// clients than the run had, so it measures another load. Such a run is an
+// error, named by the first client's reason.
+func abortedClients(stderr string, clients int) error {
+	lines := abortedRE.FindAllString(stderr, -1)
+	if len(lines) == 0 && !strings.Contains(stderr, "Run was aborted") {
+		return nil
+	}
+	first := "(no client's reason printed)"
+	if len(lines) > 0 {
+		first = strings.TrimPrefix(lines[0], "pgbench: error: ")
+	}
+	return fmt.Errorf("%d of %d clients aborted, the results are incomplete; first: %s", len(lines), clients, first)
+}
+
 // progressTick is one `-P 1` line of one pgbench process.
 type progressTick struct {
 	proc    int
@@ -213,6 +235,9 @@ func (p pgbench) run(ctx context.Context, loads []load, o runOpts) (pgbenchResul
 			})
 			werr := cmd.Wait()
 			res, perr := parsePgbench(stdout.String())
+			if perr == nil {
+				perr = abortedClients(stderr.String(), l.clients)
+			}
 			switch {
 			case ctx.Err() != nil:
 				outs[i].err = ctx.Err()

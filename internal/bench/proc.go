@@ -12,9 +12,10 @@ import (
 	"time"
 )
 
-// proc is a tashkent certifier or proxy the bench started as its child. It
-// runs in its own process group, so that a Ctrl-C at the terminal reaches
-// only the bench, which then stops its children in order, by PID.
+// proc is a tashkent certifier or agent, or pgpool, that the bench started
+// as its child. It runs in its own process group, so that a Ctrl-C at the
+// terminal reaches only the bench, which then stops its children in order,
+// by PID.
 type proc struct {
 	what    string
 	cmd     *exec.Cmd

@@ -14,8 +14,8 @@ package bench
 // The bench measures wo·w directly, as CPU: on an mw system with 2 or more
 // replicas it sends every client to replica 1 for one run and reads the
 // CPU time of every PostgreSQL process of replica 1 (local execution,
-// capture triggers and collect included) and of replica 2 (which only
-// applies remote writesets) from /proc. wo·w = CPU(replica 2) / CPU
+// capture triggers and the commit hook included) and of replica 2 (which
+// only applies remote writesets) from /proc. wo·w = CPU(replica 2) / CPU
 // (replica 1); wo = wo·w / w. Background processes (walwriter,
 // checkpointer, autovacuum) count on both sides.
 //
@@ -103,7 +103,7 @@ func (r *suiteRunner) scaleOut(ctx context.Context, rows []SuiteRow) (*ScaleOut,
 	if err != nil {
 		return nil, fmt.Errorf("scale-out run: %w", err)
 	}
-	if err := probe.converge(ctx, 2*time.Minute); err != nil {
+	if _, err := probe.converge(ctx, convergeTimeout); err != nil {
 		return nil, err
 	}
 	after, err := cpuOf(probe, 2)

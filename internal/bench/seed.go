@@ -2,19 +2,23 @@ package bench
 
 // Seeding: a tashkent cluster made from an existing database.
 //
-// Loading TPC-B through a proxy makes every row a captured change (a
-// trigger per row at the first replica), a writeset at the certifier and
-// an applied row at every other replica: about 10,000 rows a second here,
-// so scale 100 (10 million accounts) would take a quarter of an hour
-// before the first measured second. A deployment that starts from an
-// existing database restores the same dump into every replica before
-// tashkent runs, and the proxies install their capture triggers on the
-// tables they find (replica.Install), all replicas at version 0. The
-// suite does the same for TPC-B: it creates the identical, deterministic
-// pgbench data (fillTPCB: generate_series, zero balances, no random
-// values) straight in every replica, in parallel, then starts the
-// certifier and the proxies. The data measured is the same as when loaded
-// through the proxies; `tashkent bench pgbench` still loads through them.
+// A deployment that starts from an existing database restores the same
+// dump into every replica before tashkent runs; the agent's CREATE
+// EXTENSION then installs the capture triggers on the tables it finds, and
+// every replica starts at version 0 with the same rows. The bench does the
+// same: it creates the workload's identical, deterministic data (TPC-B by
+// fillTPCB: generate_series, zero balances, no random values; the tables
+// of allupdates, contention and readmostly by setupTable) straight in
+// every replica, in parallel, before the certifier and the agents start.
+// Nothing of it is certified or applied: loaded through a replica with its
+// agent running, every row would be a captured change, part of a writeset
+// at the certifier and an applied row at every other replica, which at
+// TPC-B scale 100 (10 million accounts) takes long before the first
+// measured second, and measures loading, not the workload.
+//
+// sysbench's prepare writes random strings, different on every replica:
+// its tables are loaded through the first replica once the agents serve,
+// and reach the others as writesets.
 
 import (
 	"context"
@@ -24,7 +28,9 @@ import (
 )
 
 // seedReplicas runs s.seed on every replica's PostgreSQL directly, in
-// parallel; nothing when there is no seed.
+// parallel; nothing when there is no seed. It runs before the agents
+// start: the database has no tashkent extension yet, so nothing is
+// captured.
 func (s *system) seedReplicas(ctx context.Context) error {
 	if s.seed == nil {
 		return nil
@@ -42,8 +48,17 @@ func (s *system) seedReplicas(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// seeds reports whether the suite seeds s rather than loading it through
-// its first endpoint.
-func (r *suiteRunner) seeds(s *system) bool {
-	return r.scfg.Workload == TPCB && s.kind.tashkent()
+// seedFor is how the suite seeds s: the workload's loader for a tashkent
+// system whose workload data is deterministic, nil otherwise (loaded
+// through the system's first endpoint once it runs).
+func (r *suiteRunner) seedFor(s *system) func(ctx context.Context, dsn string) error {
+	w := r.scfg.Workload
+	switch {
+	case !s.kind.tashkent() || w.sysbench():
+		return nil
+	case w.tpcb():
+		return r.loadTPCB
+	}
+	table, rows := w.tableFor(r.maxClients)
+	return func(ctx context.Context, dsn string) error { return setupTable(ctx, dsn, table, rows) }
 }

@@ -98,7 +98,8 @@ type SuiteConfig struct {
 	Duration            time.Duration
 	Repeat              int
 	Warmup              time.Duration
-	// Scale is the TPC-B scale (tpcb only); Protocol is pgbench -M.
+	// Scale is the TPC-B scale (tpcb and select-only); Protocol is
+	// pgbench -M.
 	Scale    int
 	Protocol string
 	// Delay is the one-way delay added to the links between the hosts of
@@ -114,16 +115,21 @@ type SuiteConfig struct {
 	// with at least 2 replicas and fits the scale-out model.
 	ScaleOut bool
 	// OneWriter sends every client of a tashkent system to its first
-	// proxy: one replica executes, the others only apply its writesets,
+	// replica: one replica executes, the others only apply its writesets,
 	// the topology of streaming replication (clients on the primary).
 	OneWriter bool
-	// ProxyStaleness is every tashkent proxy's --staleness; 0: the
-	// proxy's default (100 ms).
-	ProxyStaleness time.Duration
-	// Breakdown measures, in every run, CPU per process kind, the
-	// proxies' commit phases and the replicas' staleness (breakdown.go).
+	// Staleness is every tashkent agent's --staleness; 0: the agent's
+	// default (100 ms).
+	Staleness time.Duration
+	// AgentArgs and CertifierArgs are extra flags of every tashkent agent
+	// and certifier (Config.AgentArgs).
+	AgentArgs, CertifierArgs []string
+	// Breakdown measures, in every run, CPU per process kind (PostgreSQL
+	// split into client backends, the agents' sessions and the rest),
+	// the agents' certifications, applies and dooms, and the replicas'
+	// staleness (breakdown.go).
 	Breakdown bool
-	// ProfileDir, if set, makes every certifier and proxy write a Go CPU
+	// ProfileDir, if set, makes every certifier and agent write a Go CPU
 	// profile there (as Config.ProfileDir); seeding does not go through
 	// them, so the profiles are the runs'.
 	ProfileDir string
@@ -308,8 +314,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		return nil, err
 	}
 	r := &suiteRunner{scfg: cfg, runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients),
-		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, ProxyStaleness: cfg.ProxyStaleness,
-			ProfileDir: profiles, Progress: cfg.Progress, Live: cfg.Live}}}
+		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, Staleness: cfg.Staleness, AgentArgs: cfg.AgentArgs,
+			CertifierArgs: cfg.CertifierArgs,
+			ProfileDir:    profiles, Progress: cfg.Progress, Live: cfg.Live}}}
 	var removeDir bool
 	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
 		return nil, err
@@ -317,9 +324,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	for _, sp := range cfg.Systems {
 		s := &system{kind: sp.Kind, label: sp.label(), replicas: sp.Replicas, delay: cfg.Delay,
 			dir: filepath.Join(r.dir, strings.ReplaceAll(sp.label(), " ", "-"))}
-		if r.seeds(s) {
-			s.seed = r.loadTPCB
-		}
+		s.seed = r.seedFor(s)
 		r.systems = append(r.systems, s)
 	}
 	defer func() { err = r.cleanup(ctx, err, removeDir) }()
@@ -337,6 +342,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	if err := r.buildSlowDisk(); err != nil {
 		return rep, err
 	}
+	if err := r.prepareExtension(ctx); err != nil {
+		return rep, err
+	}
 	if err := r.setupAll(ctx); err != nil {
 		return rep, err
 	}
@@ -345,6 +353,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		return rep, err
 	}
 	rep.LoadAfter = loadAverage()
+	if err := r.verifyAll(ctx); err != nil {
+		return rep, err
+	}
 	rep.Rows = summarizeSuite(rep.Runs, cfg.points(), r.systems, cfg.Baseline)
 	if cfg.ScaleOut {
 		if rep.ScaleOut, err = r.scaleOut(ctx, rep.Rows); err != nil {
@@ -409,7 +420,7 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 				errs[i] = fmt.Errorf("%s: load %s: %w", s.label, r.scfg.Workload, err)
 				return
 			}
-			r.progress("setup %-20s ready in %s:%s%s", s.label, time.Since(t0).Round(100*time.Millisecond), s.pids(), s.captureLanguage(ctx))
+			r.progress("setup %-20s ready in %s:%s", s.label, time.Since(t0).Round(100*time.Millisecond), s.pids())
 		})
 	}
 	wg.Wait()
@@ -437,12 +448,12 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 }
 
 // loadWorkload creates the workload's data through the system's first
-// endpoint, then settles the system.
+// endpoint, unless it was seeded (seed.go), then settles the system.
 func (r *suiteRunner) loadWorkload(ctx context.Context, s *system) error {
 	w := r.scfg.Workload
 	switch {
-	case w == TPCB && s.seed != nil: // loaded before the proxies started
-	case w == TPCB:
+	case s.seed != nil: // loaded into every replica before the agents started
+	case w.tpcb():
 		return r.load(ctx, s)
 	case w.sysbench():
 		if err := sysbenchPrepare(ctx, s.endpoints()[0]); err != nil {
@@ -463,7 +474,7 @@ func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p po
 	if w.sysbench() {
 		return sysbenchRun(ctx, w, loads, seconds, tick)
 	}
-	o := runOpts{seconds: seconds, protocol: r.scfg.Protocol, builtin: "tpcb-like", tick: tick, scripts: r.scripts}
+	o := runOpts{seconds: seconds, protocol: r.scfg.Protocol, builtin: w.builtin(), tick: tick, scripts: r.scripts}
 	if w == Contention {
 		o.defines = map[string]string{"hot": strconv.Itoa(int(p.param*1000 + 0.5))}
 		o.maxTries = 1 // the abort rate is the measurement
@@ -472,10 +483,11 @@ func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p po
 }
 
 // clientEndpoints are the endpoints the clients of a run connect to: all
-// of them, or only a tashkent system's first proxy with OneWriter.
+// of them, or only the first: a tashkent system's first replica with
+// OneWriter, every system's first server on select-only.
 func (r *suiteRunner) clientEndpoints(s *system) []string {
 	eps := s.endpoints()
-	if r.scfg.OneWriter && s.kind.tashkent() {
+	if (r.scfg.OneWriter && s.kind.tashkent()) || r.scfg.Workload.oneServer() {
 		return eps[:1]
 	}
 	return eps

@@ -16,7 +16,7 @@ func (rep *SuiteReport) header() string {
 	c := rep.Config
 	h := fmt.Sprintf("tashkent bench %s: %s per run, median of %d run(s) per cell, systems interleaved, %d CPUs (shared machine)",
 		c.Workload, c.Duration, c.Repeat, rep.CPUs)
-	if c.Workload == TPCB {
+	if c.Workload.tpcb() {
 		h += fmt.Sprintf(", scale %d", c.Scale)
 	}
 	if !c.Workload.sysbench() {
@@ -26,11 +26,20 @@ func (rep *SuiteReport) header() string {
 		h += fmt.Sprintf(", %s one-way delay between hosts", c.Delay)
 	}
 	h += fsyncDelayNote(c.FsyncDelay)
-	if c.ProxyStaleness > 0 {
-		h += fmt.Sprintf(", tashkent proxies with --staleness %s", c.ProxyStaleness)
+	if c.Staleness > 0 {
+		h += fmt.Sprintf(", tashkent agents with --staleness %s", c.Staleness)
+	}
+	if len(c.AgentArgs) > 0 {
+		h += ", tashkent agents with " + strings.Join(c.AgentArgs, " ")
+	}
+	if len(c.CertifierArgs) > 0 {
+		h += ", certifiers with " + strings.Join(c.CertifierArgs, " ")
 	}
 	if c.OneWriter {
 		h += ", every tashkent client on replica 1 (--one-writer)"
+	}
+	if c.Workload.oneServer() {
+		h += ", every client on the system's first server (replica 1 of a running tashkent cluster)"
 	}
 	if !math.IsNaN(rep.LoadBefore) && !math.IsNaN(rep.LoadAfter) && (rep.LoadBefore > 0 || rep.LoadAfter > 0) {
 		h += fmt.Sprintf("; load average %.2f when the runs began, %.2f when they ended", rep.LoadBefore, rep.LoadAfter)
@@ -224,7 +233,7 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 		return nil, err
 	}
 	name := string(rep.Config.Workload)
-	if rep.Config.Workload == TPCB && rep.Config.Scale > 1 {
+	if rep.Config.Workload.tpcb() && rep.Config.Scale > 1 {
 		name += "-scale" + strconv.Itoa(rep.Config.Scale)
 	}
 	if rep.Config.Delay > 0 {
@@ -233,8 +242,8 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	if rep.Config.FsyncDelay > 0 {
 		name += "-fsync" + delayName(rep.Config.FsyncDelay)
 	}
-	if rep.Config.ProxyStaleness > 0 {
-		name += "-staleness" + delayName(rep.Config.ProxyStaleness)
+	if rep.Config.Staleness > 0 {
+		name += "-staleness" + delayName(rep.Config.Staleness)
 	}
 	if rep.Config.OneWriter {
 		name += "-onewriter"

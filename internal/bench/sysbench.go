@@ -3,7 +3,7 @@ package bench
 // sysbench (Debian's 1.0, pgsql driver) for the oltp_read_write and
 // oltp_read_only workloads. sysbench connects with libpq on its own and
 // uses server-side prepared statements (--db-ps-mode=auto): the extended
-// protocol through the proxy. Its pgsql driver treats SQLSTATE 40001
+// protocol. Its pgsql driver treats SQLSTATE 40001
 // (serialization failure, and so a certification abort) as an "ignored
 // error" and re-runs the transaction; those count as retries here.
 

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,8 +19,8 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/netutil"
+	"github.com/tashkent-db/tashkent/internal/pgext"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
-	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
 // System names one of the configurations the bench compares.
@@ -37,10 +40,6 @@ const (
 	// MW is a tashkent cluster in mode mw: replicas with
 	// synchronous_commit=off, durability in the certifier's log.
 	MW System = "mw"
-	// MWPLpgSQL is MW with writes captured by the PL/pgSQL capture
-	// functions rather than the C one (proxy --capture plpgsql): what
-	// the C capture saves (replica/doc.go, "Capture in C").
-	MWPLpgSQL System = "mw-plpgsql"
 	// Base is a tashkent cluster in mode base: replicas with
 	// synchronous_commit=on.
 	Base System = "base"
@@ -60,7 +59,7 @@ const (
 var AllSystems = []System{SyncOn, SyncOff, MW, Base}
 
 // KnownSystems are all the systems the bench can start.
-var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, MWPLpgSQL, Base, Streaming, PgpoolNative, PgpoolSI}
+var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, Base, Streaming, PgpoolNative, PgpoolSI}
 
 // ParseSystem checks a system name.
 func ParseSystem(s string) (System, error) {
@@ -69,18 +68,10 @@ func ParseSystem(s string) (System, error) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, mw-plpgsql, base, streaming, pgpool-native or pgpool-si)", s)
+	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, base, streaming, pgpool-native or pgpool-si)", s)
 }
 
-func (k System) tashkent() bool { return k == MW || k == MWPLpgSQL || k == Base }
-
-// mode is a tashkent system's proxy --mode.
-func (k System) mode() string {
-	if k == MWPLpgSQL {
-		return string(MW)
-	}
-	return string(k)
-}
+func (k System) tashkent() bool { return k == MW || k == Base }
 
 // replicated reports whether the system runs several servers (its replica
 // count means something).
@@ -90,14 +81,20 @@ const (
 	// sharedBuffers is the same for every PostgreSQL the bench starts.
 	sharedBuffers = "128MB"
 	readyTimeout  = 60 * time.Second
-	proxyGrace    = 10 * time.Second
-	certGrace     = 20 * time.Second
-	pgStopTimeout = 60 * time.Second
-	startAttempts = 3
+	// agentReadyTimeout bounds an agent's start, its catch-up included:
+	// on a busy two-core machine its CREATE EXTENSION alone installs
+	// triggers on every table of a freshly seeded database.
+	agentReadyTimeout = 3 * time.Minute
+	agentGrace        = 10 * time.Second
+	pgpoolGrace       = 10 * time.Second
+	certGrace         = 20 * time.Second
+	pgStopTimeout     = 60 * time.Second
+	startAttempts     = 3
 )
 
-// system is one running configuration: one PostgreSQL (standalone) or N
-// PostgreSQL replicas, a certifier and one proxy per replica (tashkent).
+// system is one running configuration: one PostgreSQL (standalone), N
+// PostgreSQL servers of a peer, or N PostgreSQL replicas with the tashkent
+// extension, a certifier and one agent per replica (tashkent).
 type system struct {
 	kind     System
 	label    string
@@ -107,9 +104,8 @@ type system struct {
 	pgs       []*pgserver.Server
 	certifier *proc
 	certAddr  string
-	proxies   []*proc
-	proxyPort []int
-	// metricsPort are the proxies' Prometheus ports (breakdown.go).
+	agents    []*proc
+	// metricsPort are the agents' Prometheus ports (breakdown.go).
 	metricsPort []int
 
 	// delay is the one-way delay of the links between the system's hosts
@@ -117,7 +113,7 @@ type system struct {
 	delay  time.Duration
 	relays []*relay
 	// seed, when set, loads a tashkent system's data straight into every
-	// replica before the certifier and the proxies start (seed.go).
+	// replica before the certifier and the agents start (seed.go).
 	seed func(ctx context.Context, dsn string) error
 	// pgpool and its client port (pgpool systems).
 	pgpool     *proc
@@ -143,8 +139,9 @@ func label(k System, replicas int) string {
 	return s
 }
 
-// endpoints are the connection strings pgbench connects to: the proxies of
-// a tashkent system, the server itself otherwise.
+// endpoints are the connection strings pgbench connects to: every
+// replica's PostgreSQL of a tashkent system (clients connect to the
+// database itself), pgpool, or the one server clients use otherwise.
 func (s *system) endpoints() []string {
 	if s.pgpool != nil {
 		return []string{dsn(s.pgpoolPort)}
@@ -152,9 +149,9 @@ func (s *system) endpoints() []string {
 	if !s.kind.tashkent() {
 		return []string{s.pgs[0].DSN("postgres")}
 	}
-	out := make([]string, len(s.proxyPort))
-	for i, p := range s.proxyPort {
-		out[i] = dsn(p)
+	out := make([]string, len(s.pgs))
+	for i, pg := range s.pgs {
+		out[i] = pg.DSN("postgres")
 	}
 	return out
 }
@@ -177,38 +174,18 @@ func (s *system) pids() string {
 	if s.pgpool != nil {
 		out += fmt.Sprintf(" pgpool=%d", s.pgpool.pid())
 	}
-	for i, p := range s.proxies {
+	for i, p := range s.agents {
 		if p != nil {
-			out += fmt.Sprintf(" proxy%d=%d", i+1, p.pid())
+			out += fmt.Sprintf(" agent%d=%d", i+1, p.pid())
 		}
 	}
 	return out
 }
 
-// captureLanguage says, for a tashkent system, in what its replicas
-// capture writes (" capture=c" or " capture=plpgsql", from the first
-// replica): the C capture is built only where the server headers are
-// found (replica/native.go), and a run without it costs more CPU per
-// write.
-func (s *system) captureLanguage(ctx context.Context) string {
-	if !s.kind.tashkent() || len(s.pgs) == 0 {
-		return ""
-	}
-	conn, err := pgx.Connect(ctx, s.pgs[0].DSN("postgres"))
-	if err != nil {
-		return " capture=unknown (" + err.Error() + ")"
-	}
-	defer conn.Close(ctx)
-	lang, err := replica.CaptureLanguage(ctx, conn)
-	if err != nil {
-		return " capture=unknown (" + err.Error() + ")"
-	}
-	return " capture=" + lang
-}
-
 // start brings the system up: PostgreSQL servers (initdb, start), then for
-// tashkent the certifier and the proxies. Whatever started is recorded in s
-// as soon as it runs, so that stop can stop it even after a failure.
+// tashkent the seed, the certifier and the agents. Whatever started is
+// recorded in s as soon as it runs, so that stop can stop it even after a
+// failure.
 func (s *system) start(ctx context.Context, r *runner) error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return err
@@ -231,19 +208,7 @@ func (s *system) start(ctx context.Context, r *runner) error {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			pgDir := filepath.Join(s.dir, "pg"+strconv.Itoa(i+1))
-			settings := map[string]string{"shared_buffers": sharedBuffers}
-			if s.kind == SyncOnRR {
-				settings["default_transaction_isolation"] = "repeatable read"
-			}
-			srv, err := pgserver.Init(ctx, pgserver.Config{
-				DataDir:           pgDir,
-				SynchronousCommit: s.kind == SyncOn || s.kind == SyncOnRR || s.kind == Base,
-				Settings:          r.pgSettings(settings),
-				BinDir:            r.binDir,
-				NoSync:            true, // a throwaway instance: initdb's final sync only costs setup time
-				Env:               r.pgEnv(),
-			})
+			srv, err := pgserver.Init(ctx, s.pgConfig(r, i))
 			if err != nil {
 				errs[i] = err
 				return
@@ -269,26 +234,52 @@ func (s *system) start(ctx context.Context, r *runner) error {
 	if err := s.startCertifier(ctx, r); err != nil {
 		return err
 	}
-	if s.delay > 0 { // the proxies reach the certifier through a delaying relay
+	if s.delay > 0 { // the agents reach the certifier through a delaying relay
 		rl, err := startRelay(s.certAddr, s.delay)
 		if err != nil {
 			return err
 		}
 		s.relays = append(s.relays, rl)
 	}
-	s.proxies = make([]*proc, n)
-	s.proxyPort = make([]int, n)
+	s.agents = make([]*proc, n)
 	s.metricsPort = make([]int, n)
 	for i := range n {
-		wg.Go(func() { errs[i] = s.startProxy(ctx, r, i) })
+		wg.Go(func() { errs[i] = s.startAgent(ctx, r, i) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
+// pgConfig is the configuration of server i of a standalone or tashkent
+// system. Every server gets the same settings but for synchronous_commit
+// (on for sync-on and base, off for sync-off and mw) and, for tashkent,
+// the extension: the same shared_buffers, the same default isolation
+// (READ COMMITTED: the extension keeps a session's level, and maps only
+// SERIALIZABLE to REPEATABLE READ), the same binaries (the extension's
+// installation links the system's programs).
+func (s *system) pgConfig(r *runner, i int) pgserver.Config {
+	settings := map[string]string{"shared_buffers": sharedBuffers}
+	if s.kind == SyncOnRR {
+		settings["default_transaction_isolation"] = "repeatable read"
+	}
+	binDir := r.binDir
+	if s.kind.tashkent() {
+		settings["shared_preload_libraries"] = pgext.Library
+		binDir = r.extBinDir
+	}
+	return pgserver.Config{
+		DataDir:           filepath.Join(s.dir, "pg"+strconv.Itoa(i+1)),
+		SynchronousCommit: s.kind == SyncOn || s.kind == SyncOnRR || s.kind == Base,
+		Settings:          r.pgSettings(settings),
+		BinDir:            binDir,
+		NoSync:            true, // a throwaway instance: initdb's final sync only costs setup time
+		Env:               r.pgEnv(),
+	}
+}
+
 // startWithPorts starts a process on freshly picked free ports, and again
 // on other ports when one was taken before the process bound it.
-func startWithPorts(ctx context.Context, r *runner, what string, nports int, start func(ports []int) (*proc, error),
+func startWithPorts(ctx context.Context, r *runner, what string, nports int, timeout time.Duration, start func(ports []int) (*proc, error),
 	record func(*proc, []int), ready func(context.Context, []int) error) error {
 	for attempt := 1; ; attempt++ {
 		ports := make([]int, nports)
@@ -306,7 +297,7 @@ func startWithPorts(ctx context.Context, r *runner, what string, nports int, sta
 		r.mu.Lock()
 		record(p, ports)
 		r.mu.Unlock()
-		err = p.waitReady(ctx, readyTimeout, func(ctx context.Context) error { return ready(ctx, ports) })
+		err = p.waitReady(ctx, timeout, func(ctx context.Context) error { return ready(ctx, ports) })
 		if err == nil {
 			return nil
 		}
@@ -332,12 +323,13 @@ func (s *system) startCertifier(ctx context.Context, r *runner) error {
 		return err
 	}
 	what := s.label + " certifier"
-	return startWithPorts(ctx, r, what, 1,
+	return startWithPorts(ctx, r, what, 1, readyTimeout,
 		func(ports []int) (*proc, error) {
 			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-			args := append(r.profileArgs(string(s.kind)+"-certifier"), "--log-level=warn", "certifier",
+			args := append(r.profileArgs(s.fileName()+"-certifier"), "--log-level=warn", "certifier",
 				"--data-dir", dataDir, "--listen", addr, "--metrics-listen", "")
 			args = append(args, r.certifierSyncArgs()...)
+			args = append(args, r.cfg.CertifierArgs...)
 			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, "certifier.log"))
 		},
 		func(p *proc, ports []int) {
@@ -356,36 +348,93 @@ func (s *system) startCertifier(ctx context.Context, r *runner) error {
 		})
 }
 
-func (s *system) startProxy(ctx context.Context, r *runner, i int) error {
+// fileName is the system's label as a file name ("tashkent-mw-x3").
+func (s *system) fileName() string { return strings.ReplaceAll(s.label, " ", "-") }
+
+// startAgent starts `tashkent agent` for replica i, beside its database
+// as a deployment runs it (connected through the server's Unix socket),
+// and waits until it serves: its /healthz answers 200 and the database
+// admits clients (tashkent.status().admitting: the gate the agent opens
+// once the replica has caught up).
+func (s *system) startAgent(ctx context.Context, r *runner, i int) error {
 	name := "replica" + strconv.Itoa(i+1)
-	what := s.label + " proxy " + strconv.Itoa(i+1)
-	return startWithPorts(ctx, r, what, 2,
+	what := s.label + " agent " + strconv.Itoa(i+1)
+	return startWithPorts(ctx, r, what, 1, agentReadyTimeout,
 		func(ports []int) (*proc, error) {
-			args := append(r.profileArgs(fmt.Sprintf("%s-proxy%d", s.kind, i+1)), "--log-level=warn", "proxy",
-				"--metrics-listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
+			args := append(r.profileArgs(fmt.Sprintf("%s-agent%d", s.fileName(), i+1)), "--log-level=warn", "agent",
 				"--name", name,
 				"--replica-index", strconv.Itoa(i+1), // sequences offset per replica, as a deployment would run
-				"--listen", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
-				"--backend", backendAddr(s.pgs[i]),
+				"--certifier", s.certifierAddrForAgents(),
+				"--mode", string(s.kind),
 				"--database", "postgres",
-				"--certifier", s.certifierAddrForProxies(),
-				"--mode", s.kind.mode(),
-				"--allow-passwordless-logins") // the bench's PostgreSQL trusts local connections; loopback only
-			if s.kind == MWPLpgSQL {
-				args = append(args, "--capture", "plpgsql")
+				"--postgres", agentConnString(s.pgs[i]),
+				"--metrics", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
+			if r.cfg.Staleness > 0 {
+				args = append(args, "--staleness", r.cfg.Staleness.String())
 			}
-			if r.cfg.ProxyStaleness > 0 {
-				args = append(args, "--staleness", r.cfg.ProxyStaleness.String())
-			}
-			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, name+"-proxy.log"))
+			args = append(args, r.cfg.AgentArgs...)
+			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, name+"-agent.log"))
 		},
-		func(p *proc, ports []int) { s.proxies[i], s.proxyPort[i], s.metricsPort[i] = p, ports[0], ports[1] },
-		func(ctx context.Context, ports []int) error { return selectOne(ctx, dsn(ports[0])) })
+		func(p *proc, ports []int) { s.agents[i], s.metricsPort[i] = p, ports[0] },
+		func(ctx context.Context, ports []int) error {
+			if err := agentHealthy(ctx, ports[0]); err != nil {
+				return err
+			}
+			return admitting(ctx, s.pgs[i])
+		})
 }
 
-// certifierAddrForProxies is the certifier's address, or the relay's
-// that delays the link to it.
-func (s *system) certifierAddrForProxies() string {
+// agentHealthy asks an agent's /healthz, which answers 200 while it
+// serves.
+func agentHealthy(ctx context.Context, port int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/healthz", port), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("agent /healthz: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// admitting reports whether the replica admits clients. The bench's own
+// connections are the postgres superuser's, which the extension lets in
+// while the gate is closed (tashkent.recovery_roles), so it must ask.
+func admitting(ctx context.Context, pg *pgserver.Server) error {
+	conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT admitting FROM tashkent.status()`).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("the replica does not admit clients yet")
+	}
+	return nil
+}
+
+// agentConnString is how an agent reaches its replica: the server's Unix
+// socket when it has one, else TCP.
+func agentConnString(pg *pgserver.Server) string {
+	host := "127.0.0.1"
+	if socket := pg.SocketPath(); socket != "" {
+		host = filepath.Dir(socket)
+	}
+	return fmt.Sprintf("host=%s port=%d user=postgres sslmode=disable", host, pg.Port())
+}
+
+// certifierAddrForAgents is the certifier's address, or the relay's that
+// delays the link to it.
+func (s *system) certifierAddrForAgents() string {
 	if len(s.relays) > 0 {
 		return s.relays[0].addr()
 	}
@@ -393,17 +442,18 @@ func (s *system) certifierAddrForProxies() string {
 }
 
 // stop stops everything of the system that runs, in the order of
-// dependence: proxies (so nothing commits while the rest goes away), the
-// certifier, then PostgreSQL (fast shutdown). Each process is signalled by
-// the PID the bench started it with.
+// dependence: agents (each closes its replica's gate and its backends'
+// connections, so nothing commits while the rest goes away), pgpool, the
+// certifier, then PostgreSQL (fast shutdown). Each process is signalled
+// by the PID the bench started it with.
 func (s *system) stop() error {
 	var errs []error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for _, p := range s.proxies {
+	for _, p := range s.agents {
 		if p != nil {
 			wg.Go(func() {
-				if err := p.stop(proxyGrace); err != nil {
+				if err := p.stop(agentGrace); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -413,7 +463,7 @@ func (s *system) stop() error {
 	}
 	wg.Wait()
 	if s.pgpool != nil {
-		if err := s.pgpool.stop(proxyGrace); err != nil {
+		if err := s.pgpool.stop(pgpoolGrace); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -442,8 +492,9 @@ func (s *system) stop() error {
 	return errors.Join(errs...)
 }
 
-// direct runs statements on every PostgreSQL of the system, bypassing the
-// proxies (maintenance that is not replicated data: VACUUM, CHECKPOINT).
+// direct runs statements on every PostgreSQL of the system that accepts
+// them (maintenance that is no replicated data: VACUUM, CHECKPOINT, which
+// the extension keeps local).
 func (s *system) direct(ctx context.Context, stmts ...string) error {
 	for i, pg := range s.pgs {
 		if s.kind == Streaming && i > 0 {
@@ -464,7 +515,7 @@ func (s *system) direct(ctx context.Context, stmts ...string) error {
 	return nil
 }
 
-// certStatus reads the certifier's counters (nil for standalone systems).
+// certStatus reads the certifier's counters (nil for systems without one).
 func (s *system) certStatus(ctx context.Context) (*certCounters, error) {
 	if s.certifier == nil {
 		return nil, nil
@@ -478,40 +529,56 @@ func (s *system) certStatus(ctx context.Context) (*certCounters, error) {
 
 type certCounters struct{ version, certifications, aborts, fsyncs uint64 }
 
-// converge waits until every replica has committed every version the
-// certifier assigned, so that no run starts while the previous one is still
-// being applied somewhere.
-func (s *system) converge(ctx context.Context, timeout time.Duration) error {
-	if !s.kind.tashkent() || len(s.pgs) < 2 {
-		return nil
+// converge waits until every replica of a tashkent system has committed
+// every version the certifier assigned (tashkent.committed_version()), so
+// that no run starts while the previous one is still being applied
+// somewhere, and returns that version.
+func (s *system) converge(ctx context.Context, timeout time.Duration) (uint64, error) {
+	if !s.kind.tashkent() {
+		return 0, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := s.certStatus(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for i, pg := range s.pgs {
-		conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
-		if err != nil {
-			return err
+		if err := awaitCommitted(ctx, pg, st.version); err != nil {
+			return 0, fmt.Errorf("%s: replica %d: %w (certifier at %d, waited %s)", s.label, i+1, err, st.version, timeout)
 		}
-		for {
-			v, err := replica.ReadVersion(ctx, conn)
-			if err == nil && v >= st.version {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				conn.Close(context.Background())
-				return fmt.Errorf("%s: replica %d at version %d (err %v), certifier at %d after %s",
-					s.label, i+1, v, err, st.version, timeout)
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-		conn.Close(context.Background())
 	}
-	return nil
+	return st.version, nil
+}
+
+// awaitCommitted waits until the replica has committed version v.
+func awaitCommitted(ctx context.Context, pg *pgserver.Server, v uint64) error {
+	conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	for {
+		got, err := committedVersion(ctx, conn)
+		if err == nil && got >= v {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("at version %d (err %v)", got, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// committedVersion is the replica's version: the highest version its
+// database has committed.
+func committedVersion(ctx context.Context, conn *pgx.Conn) (uint64, error) {
+	var v int64
+	if err := conn.QueryRow(ctx, `SELECT tashkent.committed_version()`).Scan(&v); err != nil {
+		return 0, err
+	}
+	return uint64(v), nil
 }
 
 // selectOne runs SELECT 1 through a fresh connection.
@@ -525,11 +592,20 @@ func selectOne(ctx context.Context, dsn string) error {
 	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
 }
 
-// backendAddr is the replica's Unix socket when it has one: the proxy beside
-// its replica, as a deployment would run it.
-func backendAddr(pg *pgserver.Server) string {
-	if socket := pg.SocketPath(); socket != "" {
-		return socket
+// prepareExtension finds, or builds the first time, the PostgreSQL
+// installation with the tashkent extension (internal/pgext) when the run
+// has a tashkent system.
+func (r *runner) prepareExtension(ctx context.Context) error {
+	for _, s := range r.systems {
+		if !s.kind.tashkent() {
+			continue
+		}
+		dir, err := pgext.Prepare(ctx)
+		if err != nil {
+			return fmt.Errorf("%s runs PostgreSQL with the tashkent extension: %w", s.label, err)
+		}
+		r.extBinDir = dir
+		return nil
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(pg.Port()))
+	return nil
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // tpcbChunkRows bounds the rows of one loading transaction. pgbench -i
-// fills pgbench_accounts in one transaction, which through a tashkent proxy
+// fills pgbench_accounts in one transaction, which on a tashkent replica
 // is one writeset: over the certifier's limits from scale 8 on (writeset
 // keys max 1,048,576, bytes max 63 MiB). In chunks of this many rows, one
 // writeset stays at a few MB at any scale.

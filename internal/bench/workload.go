@@ -37,10 +37,16 @@ const (
 	// ReadMostly is an 80/20 mix: 80% single-row reads, 20% single-row
 	// updates (pgbench -f read@80 -f write@20), for read scaling.
 	ReadMostly Workload = "readmostly"
+	// SelectOnly is pgbench's built-in select-only script (pgbench -S: one
+	// SELECT of pgbench_accounts by key) on the TPC-B data of --scale, with
+	// every client of a replicated system on its first server: what
+	// reading from one replica of a running cluster costs against the
+	// same PostgreSQL alone.
+	SelectOnly Workload = "select-only"
 )
 
 // Workloads are all workloads, in the order the docs list them.
-var Workloads = []Workload{AllUpdates, TPCB, OLTPReadWrite, OLTPReadOnly, Contention, ReadMostly}
+var Workloads = []Workload{AllUpdates, TPCB, SelectOnly, OLTPReadWrite, OLTPReadOnly, Contention, ReadMostly}
 
 // ParseWorkload checks a workload name.
 func ParseWorkload(s string) (Workload, error) {
@@ -49,14 +55,14 @@ func ParseWorkload(s string) (Workload, error) {
 			return w, nil
 		}
 	}
-	return "", fmt.Errorf("unknown workload %q (want allupdates, tpcb, oltp_read_write, oltp_read_only, contention or readmostly)", s)
+	return "", fmt.Errorf("unknown workload %q (want allupdates, tpcb, select-only, oltp_read_write, oltp_read_only, contention or readmostly)", s)
 }
 
 // WriteFraction is w of the scale-out model (Jiménez-Peris et al. §2.1):
 // the fraction of transactions that write.
 func (w Workload) WriteFraction() float64 {
 	switch w {
-	case OLTPReadOnly:
+	case OLTPReadOnly, SelectOnly:
 		return 0
 	case ReadMostly:
 		return 0.2
@@ -65,6 +71,22 @@ func (w Workload) WriteFraction() float64 {
 }
 
 func (w Workload) sysbench() bool { return w == OLTPReadWrite || w == OLTPReadOnly }
+
+// tpcb reports whether the workload runs on pgbench's TPC-B tables.
+func (w Workload) tpcb() bool { return w == TPCB || w == SelectOnly }
+
+// builtin is the pgbench -b script of a workload without scripts.
+func (w Workload) builtin() string {
+	if w == SelectOnly {
+		return "select-only"
+	}
+	return "tpcb-like"
+}
+
+// oneServer reports whether every client of a replicated system goes to
+// its first server (the question is one replica's speed, not the
+// cluster's).
+func (w Workload) oneServer() bool { return w == SelectOnly }
 
 const (
 	// rowsPerClient is how many rows of its own an AllUpdates client
@@ -129,9 +151,9 @@ func (w Workload) tableFor(maxClients int) (string, int) {
 	return "", 0
 }
 
-// setupTable creates the workload's table through the system's first
-// endpoint (so that a tashkent system replicates it) and fills it in
-// chunks.
+// setupTable creates the workload's table through dsn (a system's first
+// endpoint, or every replica of a tashkent system before its agents
+// start: seed.go) and fills it in chunks.
 func setupTable(ctx context.Context, dsn, table string, rows int) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {

@@ -41,18 +41,18 @@ func newBenchPgbenchCommand() *cobra.Command {
   sync-off  one PostgreSQL 15, synchronous_commit=off
   sync-on-rr  sync-on with every transaction at REPEATABLE READ (not run
             unless named): what snapshot isolation itself costs the workload
-  mw        tashkent mode mw: --replicas PostgreSQL with synchronous_commit=off,
-            a certifier (fsync on) and one proxy per replica
-  mw-plpgsql  mw with writes captured in PL/pgSQL instead of C (not run
-            unless named): what the C capture saves
+  mw        tashkent mode mw: --replicas PostgreSQL with the tashkent extension
+            and synchronous_commit=off, a certifier (fsync on) and one agent
+            per replica; clients connect to the replicas' PostgreSQL
   base      tashkent mode base: the same with synchronous_commit=on
 
 loads the same TPC-B schema into each (pgbench_history gets a primary key, which
-tashkent needs), runs pgbench on each for every client count, alternating the
-systems (A B C D A B C D) --repeat times, and prints the median tps, latency and
-the ratio to sync-on measured in this same invocation. Clients of a tashkent
-system with several replicas are spread over all its proxies (one pgbench per
-proxy, tps summed). Everything it started is stopped by PID at the end.
+tashkent needs; a tashkent system's replicas are loaded before its agents start),
+runs pgbench on each for every client count, alternating the systems
+(A B C D A B C D) --repeat times, and prints the median tps, latency and the
+ratio to sync-on measured in this same invocation. Clients of a tashkent system
+with several replicas are spread over all its replicas (one pgbench per replica,
+tps summed). Everything it started is stopped by PID at the end.
 
 --fsync-delay D emulates slow disks (the paper's fsync took 8 ms): every PostgreSQL
 runs with an LD_PRELOAD shim whose fsync/fdatasync sleep D after the real flush
@@ -98,7 +98,7 @@ runs with an LD_PRELOAD shim whose fsync/fdatasync sleep D after the real flush
 	f.DurationVar(&cfg.FsyncDelay, "fsync-delay", 0,
 		"every durable flush (fsync/fdatasync) of every system takes this much longer, after the real flush: the slow-disk regime of Tashkent §9 (e.g. 2ms, 8ms); needs cc")
 	f.BoolVar(&cfg.PerStatement, "per-statement", false, "run pgbench -r and print each statement's latency per system")
-	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "run every certifier and proxy with --cpu-profile into this directory")
+	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "run every certifier and agent with --cpu-profile into this directory")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (data directories and logs) afterwards")
 	return cmd
 }

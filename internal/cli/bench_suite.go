@@ -33,13 +33,19 @@ writes CSV, Markdown and PNG figures there. Everything it started is stopped by 
 
 Systems (KIND or KIND:N):
   sync-on, sync-off     one standalone PostgreSQL 15, synchronous_commit on / off
-  mw, base              tashkent, N replicas (without :N, one system per --replicas entry)
+  sync-on-rr            sync-on with every transaction at REPEATABLE READ
+  mw, base              tashkent, N replicas: PostgreSQL with the tashkent extension
+                        (synchronous_commit off / on), a certifier and one agent per
+                        replica; clients connect to the replicas' PostgreSQL
+                        (without :N, one system per --replicas entry)
   streaming             PostgreSQL streaming replication: primary + N-1 synchronous standbys (default N=3)
   pgpool-native         pgpool-II 4.3 native replication over N backends (default 3)
   pgpool-si             pgpool-II 4.3 snapshot-isolation mode over N backends (default 3)
 
 --delay adds a one-way delay to the links between the hosts of each replicated system
-(proxy->certifier, standby->primary, pgpool->backends) through a user-space relay.
+(agent->certifier, standby->primary, pgpool->backends) through a user-space relay.
+select-only is pgbench -S on TPC-B data with every client on the system's first server:
+one replica of a running tashkent cluster against the same PostgreSQL alone.
 --fsync-delay D emulates slow disks (the paper's fsync took 8 ms): every PostgreSQL runs
 with an LD_PRELOAD shim (built with cc) whose fsync/fdatasync sleep D after the real
 flush, wal_sync_method pinned to fdatasync, and the certifier sleeps D after each log sync.
@@ -83,17 +89,19 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of one measured run (whole seconds)")
 	f.IntVar(&cfg.Repeat, "repeat", 1, "runs of every cell, interleaved across systems; the table shows the median")
 	f.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured run on every system after loading (0: none)")
-	f.IntVar(&cfg.Scale, "scale", 1, "TPC-B scale factor (tpcb only)")
+	f.IntVar(&cfg.Scale, "scale", 1, "TPC-B scale factor (tpcb and select-only)")
 	f.StringVar(&cfg.Protocol, "protocol", "prepared", "pgbench -M: simple, extended or prepared (pgbench workloads)")
 	f.DurationVar(&cfg.Delay, "delay", 0, "one-way delay between the hosts of replicated systems (e.g. 500us, 2ms)")
 	f.DurationVar(&cfg.FsyncDelay, "fsync-delay", 0,
 		"every durable flush (fsync/fdatasync) of every system takes this much longer, after the real flush: the slow-disk regime of Tashkent §9 (e.g. 2ms, 8ms); needs cc")
 	f.StringVar(&cfg.Baseline, "baseline", "", "label of the system ratios divide by (e.g. \"pg sync=on\"); default: the first")
 	f.BoolVar(&cfg.ScaleOut, "scaleout", false, "measure wo and fit the scale-out model (needs a tashkent system with 2+ replicas)")
-	f.DurationVar(&cfg.ProxyStaleness, "staleness", 0, "every tashkent proxy's --staleness (how often an idle replica fetches remote writesets); 0: the proxy's default")
+	f.DurationVar(&cfg.Staleness, "staleness", 0, "every tashkent agent's --staleness (how often a replica asks the certifier for versions it was not sent); 0: the agent's default")
+	f.StringArrayVar(&cfg.AgentArgs, "agent-arg", nil, "an extra flag of every tashkent agent, e.g. --agent-arg=--blocker-grace=1s (repeatable; the header names them)")
+	f.StringArrayVar(&cfg.CertifierArgs, "certifier-arg", nil, "an extra flag of every tashkent certifier, e.g. --certifier-arg=--max-procs=1 (repeatable; the header names them)")
 	f.BoolVar(&cfg.OneWriter, "one-writer", false, "send every client of a tashkent system to replica 1 (the others only apply), as streaming replication sends them to its primary")
-	f.BoolVar(&cfg.Breakdown, "breakdown", false, "per run: CPU per committed transaction of every kind of process, the proxies' commit phases, aborts by cause, replica staleness")
-	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "run every certifier and proxy with --cpu-profile into this directory (seeding does not go through them)")
+	f.BoolVar(&cfg.Breakdown, "breakdown", false, "per run: CPU per committed transaction of every kind of process (PostgreSQL's client backends, agent sessions, the rest; agents; certifier), the agents' certifications and applies, aborts by cause, replica staleness")
+	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "run every certifier and agent with --cpu-profile into this directory (seeding does not go through them)")
 	f.StringVar(&cfg.OutDir, "out", "", "write CSV, Markdown and PNG figures into this directory")
 	f.StringVar(&cfg.Dir, "dir", "", "work directory for the systems (default: a new temporary one)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (data directories and logs) afterwards")
