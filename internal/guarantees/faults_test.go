@@ -112,7 +112,7 @@ type load struct {
 	c        *cluster
 	mu       sync.Mutex
 	acked    []string
-	refused  atomic.Int64 // connections refused with 57P03 (the gate)
+	refused  atomic.Int64   // connections refused with 57P03 (the gate)
 	failures map[string]int // failed writes by SQLSTATE ("" for a lost connection)
 }
 

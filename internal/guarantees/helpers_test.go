@@ -234,3 +234,33 @@ func exactlyOneCommitted(t testing.TB, round int, errs []error) int {
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func itoa[T ~int | ~int64 | ~uint64](v T) string { return fmt.Sprint(v) }
+
+// pipelineError reads every result of a pipeline that was synced once,
+// closes it, and returns the first error.
+func pipelineError(p *pgconn.Pipeline) error {
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for {
+		res, err := p.GetResults()
+		if err != nil {
+			keep(err)
+			break
+		}
+		if res == nil {
+			break
+		}
+		if rr, ok := res.(*pgconn.ResultReader); ok {
+			_, err := rr.Close()
+			keep(err)
+		}
+		if _, ok := res.(*pgconn.PipelineSync); ok {
+			break
+		}
+	}
+	keep(p.Close())
+	return first
+}

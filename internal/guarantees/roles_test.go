@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // One cluster for the role tests (starting it is most of their time);
@@ -192,30 +191,7 @@ func pipelinedSetRoleDDLIsTheRoles(t *testing.T, c *cluster) {
 	if err := pipeline.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	var firstErr error
-	for {
-		results, err := pipeline.GetResults()
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			break
-		}
-		if results == nil {
-			break
-		}
-		if rr, ok := results.(*pgconn.ResultReader); ok {
-			if _, err := rr.Close(); err != nil && firstErr == nil {
-				firstErr = err
-			}
-		}
-		if _, ok := results.(*pgconn.PipelineSync); ok {
-			break
-		}
-	}
-	if err := pipeline.Close(); err != nil && firstErr == nil {
-		firstErr = err
-	}
+	firstErr := pipelineError(pipeline)
 	assertDDLGuard(t, firstErr, "CREATE TABLE")
 	c.awaitDurable(1)
 	for i := range 2 {
