@@ -31,7 +31,9 @@ type bypass struct {
 }
 
 // bypasses are the ways around replication tried. Their rows use ids of
-// their own, from 100 on.
+// their own, from 100 on. A statement is sent with the simple query
+// protocol, or the extended one after "extended:"; "pipeline" is a
+// pipeline of a write, COMMIT and a write (pipelinedWriteAndCommit).
 var bypasses = []bypass{
 	// Settings.
 	{name: "session_replication_role = replica (role)", user: "mallory",
@@ -124,6 +126,13 @@ var bypasses = []bypass{
 			END;
 		END$$`}},
 	{name: "a write and COMMIT in one pipeline without BEGIN", user: "mallory", sql: []string{"pipeline"}},
+	{name: "RESET ALL, DISCARD ALL and DEALLOCATE ALL, then a write", user: "mallory", sql: []string{
+		`RESET ALL`, `DISCARD ALL`, `DEALLOCATE ALL`, `INSERT INTO notes VALUES (230, 'after DISCARD ALL')`}},
+	{name: "a view that calls a writing function", user: "mallory", sql: []string{`SELECT * FROM public.writing_view`}},
+	{name: "a writing function in the extended protocol", user: "mallory", sql: []string{
+		`extended:SELECT public.add_note(232, 'extended')`}},
+	{name: "a failed multi-statement implicit transaction", user: "mallory", sql: []string{
+		`INSERT INTO notes VALUES (233, 'never'); INSERT INTO notes VALUES (100, 'duplicate')`}},
 	{name: "LATIN1 client encoding", user: "mallory", sql: []string{
 		`SET client_encoding = 'LATIN1'`, "INSERT INTO notes VALUES (170, 'caf\xe9')", `SET client_encoding = 'UTF8'`}},
 	{name: "TRUNCATE by the owner", user: "mallory", sql: []string{`INSERT INTO owned VALUES (180, 'x')`, `TRUNCATE owned`,
@@ -232,7 +241,8 @@ func bypassCluster(t *testing.T) *cluster {
 		`CREATE FUNCTION public.notes_instead() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN INSERT INTO public.notes VALUES (NEW.id, NEW.body); RETURN NEW; END $$`,
 		`CREATE TRIGGER notes_instead INSTEAD OF INSERT ON public.notes_instead FOR EACH ROW EXECUTE FUNCTION public.notes_instead()`,
-		`GRANT SELECT, INSERT ON public.notes_view, public.notes_by_rule, public.notes_instead TO mallory`,
+		`CREATE VIEW public.writing_view AS SELECT public.add_note(231, 'by a view') AS id`,
+		`GRANT SELECT, INSERT ON public.notes_view, public.notes_by_rule, public.notes_instead, public.writing_view TO mallory`,
 	} {
 		execSQL(t, admin, sql)
 	}
@@ -267,6 +277,8 @@ func tryBypass(t *testing.T, c *cluster, b bypass) (string, bool) {
 		switch {
 		case sql == "pipeline":
 			err = pipelinedWriteAndCommit(conn)
+		case strings.HasPrefix(sql, "extended:"):
+			err = extended(conn, strings.TrimPrefix(sql, "extended:"))
 		case strings.HasPrefix(sql, "COPY") && strings.Contains(sql, "STDIN"):
 			_, err = conn.PgConn().CopyFrom(ctx, strings.NewReader("130\tby COPY\n"), sql)
 		default:

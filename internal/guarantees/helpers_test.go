@@ -58,6 +58,20 @@ func (c *cluster) connectAs(i int, user string, configure func(*pgx.ConnConfig))
 	return conn
 }
 
+// connectOnce connects to replica i as user and closes the connection at
+// once; it returns the error of the connection, or of a first query.
+func (c *cluster) connectOnce(i int, user string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.dsn(i, user))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `SELECT 1`)
+	return err
+}
+
 // converge waits until every replica holds the certifier's durable
 // version, then checks that their user tables are equal, table by table
 // (replica.Checksum), and returns the version.
