@@ -162,14 +162,12 @@ func TestServerCommandsFoundBeforeFlagParsing(t *testing.T) {
 	root := &cobra.Command{Use: "tashkent"}
 	root.PersistentFlags().String("log-level", "info", "")
 	root.PersistentFlags().Int("max-procs", 0, "")
-	root.AddCommand(newCertifierCommand(), newProxyCommand(), newUpCommand())
+	root.AddCommand(newCertifierCommand(), newUpCommand())
 	several := runtime.GOMAXPROCS(0) > 1 // this test process's, as the certifier's would be
 	for _, c := range []struct {
 		args    []string
 		polling bool
 	}{
-		{[]string{"proxy", "--name", "r1"}, true},
-		{[]string{"--log-level", "debug", "--max-procs", "1", "proxy"}, true}, // the proxy blocks in no call
 		{[]string{"--log-level=debug", "certifier", "--listen", "proxy"}, several},
 		{[]string{"certifier", "--data-dir", "d", "--max-procs", "1"}, false},
 		{[]string{"--max-procs=1", "certifier", "--listen", "127.0.0.1:1"}, false},

@@ -2,10 +2,9 @@ package cluster
 
 import (
 	"bytes"
+	"crypto/tls"
 	"os"
 	"testing"
-
-	"github.com/tashkent-db/tashkent/internal/pgwire"
 )
 
 // tashkent up generates the proxies' certificate once and keeps it.
@@ -15,7 +14,7 @@ func TestTLSFilesAreGeneratedOnceAndKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pgwire.LoadTLSConfig(cert, key); err != nil {
+	if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
 		t.Fatalf("generated pair does not load: %v", err)
 	}
 	if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
