@@ -67,10 +67,8 @@ func TestPgbenchTPCBOnThreeReplicasInEveryProtocolMode(t *testing.T) {
 				if errs[i] != nil && terminatedRE.Match(outs[i]) {
 					c.converge()
 					checkTPCBInvariant(t, c)
-					t.Skipf("known bug: pgbench clients on replica %d were terminated (FATAL 57P01), not told 40001: the lock watch "+
-						"(internal/agent/lockwatch.go) remembers a doomed backend by its pid, and terminates it once the grace has passed "+
-						"when its retry, a new transaction, blocks a remote writeset again; the replicas converged and TPC-B holds\n%s",
-						i+1, outs[i])
+					t.Skipf("%s: pgbench clients on replica %d were aborted; the replicas converged and TPC-B holds\n%s",
+						knownLockWatchBug, i+1, outs[i])
 				}
 				if errs[i] != nil {
 					t.Fatalf("pgbench -M %s on replica %d: %v\n%s", mode, i+1, errs[i], outs[i])
