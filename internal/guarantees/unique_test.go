@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,16 +66,7 @@ func TestUniqueValueDeletedAndInsertedOnTwoReplicasCommitsOnce(t *testing.T) {
 	execSQL(t, a, `CREATE TABLE users (id int PRIMARY KEY, email text NOT NULL UNIQUE)`)
 	catchUp := func() {
 		t.Helper()
-		for attempt := 0; ; attempt++ {
-			_, err := b.Exec(ctx, `UPDATE poke SET n = n + 1 WHERE id = 1`)
-			if err == nil {
-				break
-			}
-			if sqlState(err) != "40001" || attempt == 20 {
-				t.Fatalf("catching replica 2 up: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		retry40001(t, b, `UPDATE poke SET n = n + 1 WHERE id = 1`)
 		c.converge()
 	}
 	catchUp()
