@@ -278,3 +278,16 @@ func pipelineError(p *pgconn.Pipeline) error {
 	keep(p.Close())
 	return first
 }
+
+// awaitBackendGone waits until backend pid of replica i has exited (and
+// dropped its session's temporary objects).
+func awaitBackendGone(t testing.TB, c *cluster, i int, pid uint32) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for c.countOn(i, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1`, int(pid)) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d of replica %d did not exit within 30s", pid, i+1)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

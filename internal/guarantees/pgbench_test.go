@@ -26,8 +26,8 @@ var (
 	failedRE    = regexp.MustCompile(`number of failed transactions: (\d+)`)
 	processedRE = regexp.MustCompile(`number of transactions actually processed: (\d+)`)
 	retriedRE   = regexp.MustCompile(`number of transactions retried: (\d+)`)
-	// terminatedRE is a client aborted by pg_terminate_backend.
-	terminatedRE = regexp.MustCompile(`aborted in command .*: FATAL:  terminating connection due to administrator command`)
+	// terminatedRE is a client's backend ended by pg_terminate_backend.
+	terminatedRE = regexp.MustCompile(`FATAL:  terminating connection due to administrator command`)
 )
 
 // TPC-B by pgbench on three replicas at once, clients connected to each

@@ -144,7 +144,11 @@ func TestDDLOnTemporaryObjectsStaysLocalOrIsRefused(t *testing.T) {
 				want = tc.roleWant
 			}
 			checkTempDDLOutcome(t, mode.name+" / "+tc.name, want, mode.exec(conn, forMode(tc.sql, mode.name)))
+			// The session's temporary objects go when its backend exits:
+			// the next case's objects have the same names.
+			pid := conn.PgConn().PID()
 			conn.Close(context.Background())
+			awaitBackendGone(t, c, 0, pid)
 			row++
 			execSQL(t, writer, `INSERT INTO public.notes VALUES ($1, $2)`, row, mode.name+" / "+tc.name)
 			c.awaitDurable(1)
