@@ -28,7 +28,37 @@ type cluster struct {
 
 func start(t testing.TB, replicas int, opts clustertest.Options) *cluster {
 	t.Helper()
-	return &cluster{Cluster: clustertest.Start(t, replicas, opts), t: t}
+	c := &cluster{Cluster: clustertest.Start(t, replicas, opts), t: t}
+	// Cleanups run last first: this one runs after the test's connections
+	// are closed, before the agents stop.
+	t.Cleanup(c.awaitClientsGone)
+	return c
+}
+
+// awaitClientsGone waits until the backends of the test's clients have
+// exited, so that the agents stop after the backends have left them, as
+// an operator stops a replica's clients before its agent.
+func (c *cluster) awaitClientsGone() {
+	ctx := context.Background()
+	for i, db := range c.DBs {
+		if !db.Running() {
+			continue
+		}
+		conn, err := pgx.Connect(ctx, c.dsn(i, "postgres"))
+		if err != nil {
+			continue
+		}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			var n int
+			err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND application_name NOT LIKE 'tashkent-agent%'`).Scan(&n)
+			if err != nil || n == 0 {
+				break
+			}
+		}
+		conn.Close(ctx)
+	}
+	time.Sleep(100 * time.Millisecond) // the agents' side of the closed sockets
 }
 
 // dsn is a URL for database postgres on replica i as user.
