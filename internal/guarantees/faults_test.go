@@ -191,6 +191,9 @@ func findTurnHolder(t *testing.T, c *cluster, i int) (pid int, state string) {
 // agent, started again, recovers its replica; a killed certifier, started
 // again, goes on from its log.
 func TestKill9OfPostgresBackendAgentAndCertifierLosesNoAcknowledgedCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault test kills and restarts every part under load; not in -short")
+	}
 	cert := startCertifierProcess(t)
 	c := start(t, 3, clustertest.Options{Agent: func(i int, cfg *agent.Config) { cfg.Certifier = cert.addr }})
 	admin := c.Connect(0)

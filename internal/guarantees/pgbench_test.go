@@ -37,6 +37,9 @@ var (
 // with a primary key: pgbench_history gets one before any data is written
 // (init steps dt, then pg).
 func TestPgbenchTPCBOnThreeReplicasInEveryProtocolMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pgbench runs for 12 s on three replicas; not in -short")
+	}
 	c := start(t, 3, clustertest.Options{})
 	for _, steps := range []string{"dt", "pg"} {
 		if steps == "pg" {
