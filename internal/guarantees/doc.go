@@ -34,11 +34,14 @@
 //   - faults_test.go: kill -9 of PostgreSQL, of a backend holding the
 //     commit turn, stop of an agent, kill -9 of the certifier, under load:
 //     no acknowledged commit lost.
+//   - recovery_test.go: a rebuilt replica catches up from the log; a
+//     replica that cannot apply a version refuses clients (57P03).
 //   - bypass_test.go: every way around replication an ordinary role or a
 //     superuser without tashkent.maintenance might try fails, or its write
 //     is certified and replicated; maintenance stays local and is logged.
+//     TestNoWayAroundReplication logs each attempt's outcome.
 //
 // A test that shows a bug not fixed yet ends with t.Skip("known bug: ...")
 // when, and only when, it observes that bug; it passes once the bug is
-// fixed.
+// fixed. Run with -v to see them (go test -v ... | grep "known bug").
 package guarantees
