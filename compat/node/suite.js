@@ -2,8 +2,8 @@
 // Compatibility suite for node-postgres (pg), with pg-copy-streams for COPY
 // and pg-cursor for cursors. Run by internal/compat's Go test, or by hand:
 //
-//   PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE  the server or proxy to test
-//   COMPAT_PORT2    a second port: another proxy of the cluster (or the same
+//   PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE  the server (a replica) to test
+//   COMPAT_PORT2    a second port: another replica of the cluster (or the same
 //                   server when COMPAT_TARGET=direct)
 //   COMPAT_TARGET   "direct" or "cluster" (no_pk_write expects 55000 from the cluster)
 //   COMPAT_PREFIX   prefix of every table the suite creates
@@ -86,8 +86,8 @@ async function poll (fn, what, timeoutMs = 10000) {
   }
 }
 
-// The table reads the same through the second port (another replica's proxy
-// when run through the cluster).
+// The table reads the same through the second port (another replica when
+// run on the cluster).
 async function checkReplicated (client, t) {
   const sql = `SELECT count(*)::int AS n, coalesce(sum(hashtext(x::text)), 0)::text AS h FROM ${q(t)} x`
   const want = JSON.stringify((await client.query(sql)).rows[0])

@@ -53,8 +53,8 @@ async def apoll(fn, timeout=10.0, interval=0.02, what="condition"):
 
 
 async def check_replicated(env, conn, t):
-    """The table reads the same through the second port (another replica's
-    proxy when run through the cluster)."""
+    """The table reads the same through the second port (another replica
+    when run on the cluster)."""
     query = "SELECT count(*), coalesce(sum(hashtext(x::text)), 0) FROM %s x" % q(t)
     want = tuple(await conn.fetchrow(query))
     c2 = await connect(env, port=env.port2)

@@ -3,8 +3,8 @@
 Every suite reads the same environment (set by internal/compat's Go test, or
 by hand):
 
-  PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE   the server or proxy to test
-  COMPAT_PORT2     a second port on PGHOST: another proxy of the same cluster
+  PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE   the server (a replica) to test
+  COMPAT_PORT2     a second port on PGHOST: another replica of the same cluster
                    (or the same server when COMPAT_TARGET=direct), used by the
                    scenarios that need two sessions on two replicas
   COMPAT_TARGET    "direct" or "cluster" (what no_pk_write expects: PostgreSQL
@@ -12,7 +12,7 @@ by hand):
                    with 55000)
   COMPAT_PREFIX    prefix of every table the suite creates (unique per run)
   COMPAT_ONLY      optional comma-separated list of scenarios to run
-  COMPAT_EXPECT_FAIL  scenarios known to fail (a known proxy bug): they still
+  COMPAT_EXPECT_FAIL  scenarios known to fail (a known bug): they still
                    run, with a short timeout, so that a fix shows
 
 and prints one line per scenario:
@@ -112,9 +112,8 @@ def poll(fn, timeout=10.0, interval=0.02, what="condition"):
 
 def same_on_both(env, query_a, query_b, what, timeout=10.0):
     """Polls until query_b (a callable reading through COMPAT_PORT2) returns
-    what query_a (a callable reading through PGPORT) returns: through the
-    cluster, writes made through one proxy reach the other replica within the
-    staleness bound."""
+    what query_a (a callable reading through PGPORT) returns: on the cluster,
+    writes made on one replica reach the other within the staleness bound."""
     want = query_a()
     poll(lambda: query_b() == want, timeout=timeout, what="%s to read %r through the second port" % (what, want))
     return want

@@ -35,8 +35,8 @@ def expect_sqlstate(want, fn):
 
 
 def check_replicated(env, conn, t):
-    """The table reads the same through the second port (another replica's
-    proxy when run through the cluster)."""
+    """The table reads the same through the second port (another replica
+    when run on the cluster)."""
     q = sql.SQL("SELECT count(*), coalesce(sum(hashtext(x::text)), 0) FROM {} x").format(ident(t))
     with connect(env, port=env.port2) as c2:
         same_on_both(env, lambda: conn.execute(q).fetchone(), lambda: c2.execute(q).fetchone(), "table " + t)

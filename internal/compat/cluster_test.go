@@ -3,8 +3,6 @@ package compat
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,16 +12,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tashkent-db/tashkent/internal/certifier"
+	"github.com/tashkent-db/tashkent/internal/clustertest"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/pgtest"
-	"github.com/tashkent-db/tashkent/internal/proxy"
 )
 
-// The role the suites connect as: a superuser (tables created through one
-// proxy are created on the other replicas by the proxies' admin connection,
-// so the role must be able to use tables it does not own) that
-// authenticates with SCRAM-SHA-256.
+// The role the suites connect as: a superuser (tables created on one
+// replica are created on the others by their agents' appliers, so the
+// role must be able to use tables it does not own, and its DDL must be
+// replicated) that authenticates with SCRAM-SHA-256.
 const (
 	compatUser     = "compat"
 	compatPassword = "compat-pw-Ünï"
@@ -31,92 +28,38 @@ const (
 )
 
 // target is where a suite runs: two ports of one server (direct), or two
-// proxies of one cluster.
+// replicas of one cluster.
 type target struct {
 	name        string // "direct" or "cluster"
 	host        string
 	port, port2 int
 }
 
-// compatCluster is the direct server and the three-replica cluster: real
-// PostgreSQL 15 servers, an in-process certifier and an in-process proxy per
-// replica (the harness of internal/proxy's tests, cluster_test.go).
+// compatCluster is the direct server (a plain PostgreSQL 15, without the
+// extension) and a three-replica tashkent cluster (internal/clustertest:
+// replicas with the extension, an in-process certifier and agents). The
+// suites' clients connect to the replicas' PostgreSQL servers themselves.
 type compatCluster struct {
 	direct  *pgserver.Server
-	dbs     []*pgserver.Server
-	cert    *certifier.Server
-	proxies []*proxy.Proxy
-	logPath string
+	cluster *clustertest.Cluster
 }
 
 func startAll(t *testing.T, replicas int) *compatCluster {
 	t.Helper()
-	c := &compatCluster{}
-	c.logPath = filepath.Join(t.TempDir(), "tashkent.log")
-	logFile, err := os.Create(c.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("tail of the proxies' and certifier's log (%s; COMPAT_LOG_LEVEL=debug for more):\n%s", c.logPath, tailFile(c.logPath, 12000))
-		}
-		logFile.Close()
-	})
-	level := slog.LevelInfo
-	if s := os.Getenv("COMPAT_LOG_LEVEL"); s != "" {
-		if err := level.UnmarshalText([]byte(s)); err != nil {
-			t.Fatalf("COMPAT_LOG_LEVEL: %v", err)
-		}
-	}
-	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: level}))
+	c := &compatCluster{direct: pgtest.Start(t)}
+	allowSCRAM(t, c.direct)
+	verifier := scramVerifier(t, c.direct)
 
-	c.direct = pgtest.Start(t)
-	for range replicas {
-		c.dbs = append(c.dbs, pgtest.Start(t, pgtest.SynchronousCommitOff()))
+	c.cluster = clustertest.Start(t, replicas, clustertest.Options{})
+	for _, db := range c.cluster.DBs {
+		allowSCRAM(t, db)
 	}
-	for _, db := range append([]*pgserver.Server{c.direct}, c.dbs...) {
-		addSCRAMRole(t, db)
-	}
-
-	c.cert, err = certifier.Listen(certifier.Config{DataDir: t.TempDir(), Logger: logger.With("component", "certifier")}, "127.0.0.1:0", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.cert.Close() })
-	for i, db := range c.dbs {
-		p, err := proxy.New(proxy.Config{
-			Name: fmt.Sprintf("replica%d", i+1), Listen: "127.0.0.1:0",
-			BackendAddr: fmt.Sprintf("127.0.0.1:%d", db.Port()), Certifier: c.cert.Addr().String(),
-			Mode: proxy.ModeMW, Logger: logger.With("component", fmt.Sprintf("proxy%d", i+1)),
-			AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- p.Run(ctx, "") }()
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Logf("proxy %d: %v", i+1, err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Errorf("proxy %d did not stop", i+1)
-			}
-		})
-		select {
-		case <-p.Ready():
-		case err := <-done:
-			done <- err // for the cleanup above
-			t.Fatalf("proxy %d did not start: %v", i+1, err)
-		case <-time.After(60 * time.Second):
-			t.Fatalf("proxy %d did not start in 60s", i+1)
-		}
-		c.proxies = append(c.proxies, p)
+	// A role is replicated like DDL: created on replica 1, it reaches
+	// the others in the global order.
+	createSCRAMRole(t, c.cluster.DBs[0], verifier)
+	c.cluster.AwaitConverged(30 * time.Second)
+	for _, db := range append([]*pgserver.Server{c.direct}, c.cluster.DBs...) {
+		awaitPasswordChecked(t, db)
 	}
 	return c
 }
@@ -124,17 +67,13 @@ func startAll(t *testing.T, replicas int) *compatCluster {
 func (c *compatCluster) targets() []target {
 	return []target{
 		{name: "direct", host: "127.0.0.1", port: c.direct.Port(), port2: c.direct.Port()},
-		{name: "cluster", host: "127.0.0.1", port: proxyPort(c.proxies[0]), port2: proxyPort(c.proxies[1])},
+		{name: "cluster", host: "127.0.0.1", port: c.cluster.DBs[0].Port(), port2: c.cluster.DBs[1].Port()},
 	}
 }
 
-func proxyPort(p *proxy.Proxy) int {
-	return p.Addr().(*net.TCPAddr).Port
-}
-
-// addSCRAMRole creates the suites' role on one server (directly, before any
-// proxy runs) and makes it authenticate with SCRAM-SHA-256 from 127.0.0.1.
-func addSCRAMRole(t *testing.T, db *pgserver.Server) {
+// allowSCRAM makes the suites' role authenticate with SCRAM-SHA-256 from
+// 127.0.0.1 (pg_hba.conf is each server's own file, never replicated).
+func allowSCRAM(t *testing.T, db *pgserver.Server) {
 	t.Helper()
 	hba := filepath.Join(db.DataDir(), "pg_hba.conf")
 	old, err := os.ReadFile(hba)
@@ -146,19 +85,53 @@ func addSCRAMRole(t *testing.T, db *pgserver.Server) {
 	if err := os.WriteFile(hba, append([]byte(lines), old...), 0o600); err != nil {
 		t.Fatalf("write %s: %v", hba, err)
 	}
+	if _, err := pgtest.Connect(t, db, "postgres").Exec(context.Background(), "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createSCRAMRole creates the suites' role on db with the SCRAM
+// verifier the direct server made of the password: on a replica the
+// statement's text is what the other replicas run, and what the
+// certifier's log keeps, so it carries the verifier, never the password.
+func createSCRAMRole(t *testing.T, db *pgserver.Server, verifier string) {
+	t.Helper()
+	sql := fmt.Sprintf("CREATE ROLE %s LOGIN SUPERUSER PASSWORD '%s'", compatUser, verifier)
+	if _, err := pgtest.Connect(t, db, "postgres").Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// scramVerifier creates the suites' role on the direct server from its
+// password and returns the verifier PostgreSQL stored.
+func scramVerifier(t *testing.T, db *pgserver.Server) string {
+	t.Helper()
 	conn := pgtest.Connect(t, db, "postgres")
 	ctx := context.Background()
 	for _, sql := range []string{
 		"SET password_encryption = 'scram-sha-256'",
 		fmt.Sprintf("CREATE ROLE %s LOGIN SUPERUSER PASSWORD '%s'", compatUser, compatPassword),
-		"SELECT pg_reload_conf()",
 	} {
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	// The reload is asynchronous: wait until a wrong password is refused.
-	deadline := time.Now().Add(10 * time.Second)
+	var verifier string
+	if err := conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", compatUser).Scan(&verifier); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(verifier, "SCRAM-SHA-256$") {
+		t.Fatalf("the role's password is stored as %.20q..., want a SCRAM-SHA-256 verifier", verifier)
+	}
+	return verifier
+}
+
+// awaitPasswordChecked waits until db refuses a wrong password for the
+// suites' role (the role has arrived and pg_hba.conf is reloaded).
+func awaitPasswordChecked(t *testing.T, db *pgserver.Server) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		cfg, _ := pgx.ParseConfig(fmt.Sprintf("postgres://%s:wrong@127.0.0.1:%d/%s?sslmode=disable", compatUser, db.Port(), compatDatabase))
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -171,21 +144,10 @@ func addSCRAMRole(t *testing.T, db *pgserver.Server) {
 			c.Close(ctx)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pg_hba.conf reload: a wrong password still gives %v", err)
+			t.Fatalf("server on port %d: a wrong password for %s still gives %v", db.Port(), compatUser, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

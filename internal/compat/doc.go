@@ -1,8 +1,10 @@
 // Package compat runs the client compatibility suites in compat/ (psycopg,
-// asyncpg, node-postgres, pgjdbc, psql) twice: directly against a
-// PostgreSQL 15 server, and through the proxies of a three-replica
-// in-process tashkent cluster. Both ways must pass: a scenario that passes
-// directly and fails through the cluster is a proxy bug.
+// asyncpg, node-postgres, pgjdbc, psql, and pgx from Go) twice: directly
+// against a plain PostgreSQL 15 server, and against the replicas of a
+// three-replica tashkent cluster (internal/clustertest), whose clients
+// connect to the replicas' PostgreSQL servers themselves, as users do.
+// Both must pass: a scenario that passes directly and fails on the cluster
+// is a tashkent bug.
 //
 // The package has no code of its own; its test is the whole of it:
 //
@@ -14,20 +16,24 @@
 //
 // Every suite reads the server to test from the environment (PGHOST,
 // PGPORT, PGUSER, PGPASSWORD, PGDATABASE, and COMPAT_PORT2: a second
-// proxy of the cluster, or the same server when direct) and prints one line
-// per scenario, "COMPAT-RESULT <scenario> PASS|FAIL|NA [detail]"; the test
-// makes a subtest of each. The suites connect as a superuser role
-// authenticated with SCRAM-SHA-256 (PostgreSQL's default password method),
-// so authentication goes through the proxy's relay too.
+// replica of the cluster, or the same server when direct) and prints one
+// line per scenario, "COMPAT-RESULT <scenario> PASS|FAIL|NA [detail]"; the
+// test makes a subtest of each. The suites connect as a superuser role
+// authenticated with SCRAM-SHA-256 (PostgreSQL's default password method).
+// The role is created on one replica and reaches the others as replicated
+// DDL; pg_hba.conf, a file of each server, is edited on each.
 //
-// Proxy bugs that are known and not fixed yet are listed in one place,
-// knownProxyBugs in known_bugs_test.go, each with a wire-level reproduction
-// (TestCompat/known_proxy_bugs). Their scenarios still run (with a short
-// timeout), the test prints "KNOWN PROXY BUG: ..." for each, and it fails
-// when one of them passes, so that the list stays true.
+// What differs on the cluster, by design: a write to a table without a
+// primary key is refused (55000, no_pk_write), and concurrent updates of
+// one row on two replicas fail with 40001 at COMMIT (retry_40001), as two
+// REPEATABLE READ sessions of one server do.
+//
+// Bugs that are known and not fixed yet are listed in one place, knownBugs
+// in known_bugs_test.go. Their scenarios still run (with a short timeout),
+// the test prints "KNOWN BUG ..." for each, and it fails when one of them
+// passes, so that the list stays true.
 //
 // Knobs: COMPAT_SUITES (comma-separated suites to run), COMPAT_ONLY
-// (scenarios), COMPAT_LOG_LEVEL (the in-process proxies' and certifier's log
-// level; debug logs every session's messages' fate; the log's tail is
-// printed when the test fails).
+// (scenarios). The agents' and certifier's log is the test's log (shown
+// for a failed test, and with -v).
 package compat

@@ -3,7 +3,7 @@ package compat
 // The pgx (Go) suite: the scenarios of the other clients' suites
 // (compat/python/psycopg_suite.py is the reference), written with
 // github.com/jackc/pgx/v5, the driver most Go applications use. It runs in
-// the test process, directly against PostgreSQL and through the cluster,
+// the test process, directly against PostgreSQL and on the cluster,
 // like the psql suite; init registers it in suites.
 
 import (
@@ -123,7 +123,7 @@ func wantEqual[T comparable](got, want T, what string) error {
 }
 
 // sameOnBoth checks that the table reads the same through the second port
-// (another replica's proxy in the cluster), waiting for replication.
+// (another replica of the cluster), waiting for replication.
 func sameOnBoth(ctx context.Context, e pgxEnv, conn *pgx.Conn, table string) error {
 	q := fmt.Sprintf("SELECT count(*), coalesce(sum(hashtext(x::text)), 0) FROM %s x", table)
 	var n1, h1 int64

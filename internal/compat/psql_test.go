@@ -175,8 +175,8 @@ func psqlCancel(ctx context.Context, env []string, file string) result {
 	return result{status: "PASS", detail: r.elapsed.Round(10 * time.Millisecond).String()}
 }
 
-// psqlRetry is the 40001 scenario with psql: two workers (through two
-// proxies of the cluster, or two sessions of one server) each make two
+// psqlRetry is the 40001 scenario with psql: two workers (on two
+// replicas of the cluster, or two sessions of one server) each make two
 // increments of one counter, reading it and writing it plus one in a
 // REPEATABLE READ transaction. On the first attempt worker A reads, then
 // sleeps while worker B reads, writes and commits: A's write must fail with

@@ -1,18 +1,20 @@
 // Package wiretest runs wire-level golden tests: scripts of raw PostgreSQL
-// protocol messages, run once directly against PostgreSQL 15 and once
-// through a tashkent proxy, whose answers must be the same (CockroachDB's
-// pkg/testutils/pgtest idea; ENGINEERING.md habit 6).
+// protocol messages, run once against a plain PostgreSQL 15 and once
+// against a replica of a tashkent cluster (PostgreSQL with the extension,
+// its agent and a certifier: internal/clustertest), whose answers must be
+// the same except where a script says why not (CockroachDB's
+// pkg/testutils/pgtest idea; ENGINEERING.md habit 5).
 //
 // # Why
 //
 // The client suites (internal/compat) prove that drivers work, but a driver
 // hides the protocol: it may never send a Flush without Sync, Describe a
-// portal, or pipeline an error. The proxy splits, wraps and re-sequences
-// extended-protocol exchanges (internal/proxy/unit.go), so the exact order
-// and content of backend messages is what can break. A script pins that
-// order down, message by message, and PostgreSQL itself is the oracle: the
-// expectations are written from a direct run (-update) and never from the
-// proxy.
+// portal, or pipeline an error. Clients talk to PostgreSQL itself, and the
+// extension acts inside its transactions (certification at COMMIT, the
+// commit order, refusals): a script pins down, message by message, that an
+// exchange that writes, fails, copies or pipelines is answered on a replica
+// as PostgreSQL answers it. PostgreSQL itself is the oracle: expectations
+// are written from a direct run (-update).
 //
 // # Script format (testdata/*.wt)
 //
@@ -31,6 +33,9 @@
 //	----
 //	{"Type":"RowDescription",...}
 //	{"Type":"ReadyForQuery","TxStatus":"I"}
+//	---- replica
+//	{"Type":"ErrorResponse",...}
+//	{"Type":"ReadyForQuery","TxStatus":"I"}
 //
 // `send` lines are a frontend message type and its pgproto3 JSON fields
 // (CopyData takes its payload as Text, not hex). `until` reads backend
@@ -39,28 +44,38 @@
 // messages expected, as normalized JSON, one per line. Each script runs on a
 // fresh connection as user postgres to database postgres.
 //
-// # Allowed differences (normalize)
+// # Differences
 //
-// Both answers are normalized before they are compared; these are the only
-// differences between PostgreSQL and the proxy a script tolerates:
+// Where replication requires a replica to answer otherwise, the until
+// block has a "---- replica" section with the replica's answer, and the
+// script says why in "# differs:" lines (the parser insists on both or
+// neither). TestGolden logs every script's reason; they are the wire-level
+// differences docs/COMPATIBILITY.md lists:
+//
+//   - 20_serializable_mapped: SERIALIZABLE runs as REPEATABLE READ, with a
+//     NOTICE at BEGIN and "repeatable read" from SHOW.
+//   - 26_refused_on_a_replica: writes to a table without a primary key
+//     (55000), LISTEN and pg_notify, advisory locks, large objects, and
+//     PREPARE TRANSACTION of a writing transaction (0A000).
+//
+// # Normalization
+//
+// Both answers are normalized before they are compared, for what differs
+// between any two PostgreSQL servers:
 //
 //   - ErrorResponse and NoticeResponse lose File, Line and Routine (the
 //     source position in PostgreSQL, which changes between minor versions).
-//   - A NoticeResponse whose message starts with "tashkent" is dropped: the
-//     proxy adds one when it maps SERIALIZABLE or READ COMMITTED to
-//     REPEATABLE READ (docs/GUARANTEES.md).
 //   - RowDescription's TableOID becomes "table" when it is not 0: object
 //     ids differ between two databases.
-//   - The startup exchange is not compared at all: BackendKeyData (the
-//     proxy gives its own cancel key) and the ParameterStatus values are
-//     per connection.
+//   - The startup exchange is not compared at all: BackendKeyData and the
+//     ParameterStatus values are per connection.
 //
-// Known differences that scripts avoid rather than hide: the proxy runs
-// every session at REPEATABLE READ (SHOW transaction_isolation differs), and
-// a write outside a transaction block is certified, so it may fail with
-// 40001 under contention, which scripts do not create.
+// Scripts run on one connection, so they create no conflict between
+// replicas: a write's 40001 at COMMIT, the difference every client must
+// handle, is tested by internal/compat and internal/guarantees.
 //
 // Run them with `go test ./internal/wiretest/`; rewrite the expectations
-// from PostgreSQL with `go test ./internal/wiretest/ -update` and review the
+// with `go test ./internal/wiretest/ -update` (PostgreSQL's sections from
+// PostgreSQL, existing replica sections from the replica) and review the
 // diff.
 package wiretest

@@ -14,10 +14,10 @@ import (
 type Script struct {
 	Name  string
 	Steps []Step
-	// KnownProxyBug is set by a "# known-proxy-bug: ..." line: the script
-	// shows a bug of the proxy, so the proxy's answer is expected to differ
-	// until the bug is fixed (and the test fails once it no longer does).
-	KnownProxyBug string
+	// Differs is the text of the script's "# differs: ..." lines: why a
+	// replica must answer differently from PostgreSQL. A script has it
+	// exactly when one of its until blocks has a replica section.
+	Differs string
 }
 
 // Step is a send or an until block.
@@ -26,7 +26,13 @@ type Step struct {
 	Send  []pgproto3.FrontendMessage // a send block
 	Until []string                   // an until block: the backend message types to wait for
 	Want  []string                   // an until block: the expected normalized messages
+	// ReplicaWant, if not nil, is what a replica answers instead of Want
+	// (the lines after "---- replica").
+	ReplicaWant []string
 }
+
+// replicaSection starts an until block's replica section.
+const replicaSection = "---- replica"
 
 // Parse reads a script (see the package documentation for the format).
 func Parse(name string, r io.Reader) (*Script, error) {
@@ -34,20 +40,21 @@ func Parse(name string, r io.Reader) (*Script, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var cur *Step
-	inWant := false
+	inWant, inReplica := false, false
 	lineNo := 0
+	replicaSections := 0
 	flush := func() {
 		if cur != nil {
 			s.Steps = append(s.Steps, *cur)
 		}
-		cur, inWant = nil, false
+		cur, inWant, inReplica = nil, false, false
 	}
 	for sc.Scan() {
 		lineNo++
 		line := sc.Text()
 		switch {
-		case strings.HasPrefix(line, "# known-proxy-bug:"):
-			s.KnownProxyBug = strings.TrimSpace(strings.TrimPrefix(line, "# known-proxy-bug:"))
+		case strings.HasPrefix(line, "# differs:"):
+			s.Differs = strings.TrimSpace(s.Differs + " " + strings.TrimSpace(strings.TrimPrefix(line, "# differs:")))
 			continue
 		case strings.HasPrefix(line, "#"):
 			continue
@@ -68,6 +75,15 @@ func Parse(name string, r io.Reader) (*Script, error) {
 				return nil, fmt.Errorf("%s:%d: ---- after send (only until blocks have expected output)", name, lineNo)
 			}
 			inWant = true
+		case line == replicaSection:
+			if !inWant || inReplica {
+				return nil, fmt.Errorf("%s:%d: %s belongs after an until block's ----", name, lineNo, replicaSection)
+			}
+			inReplica = true
+			cur.ReplicaWant = []string{}
+			replicaSections++
+		case inReplica:
+			cur.ReplicaWant = append(cur.ReplicaWant, line)
 		case inWant:
 			cur.Want = append(cur.Want, line)
 		case cur.Until != nil:
@@ -81,6 +97,12 @@ func Parse(name string, r io.Reader) (*Script, error) {
 		}
 	}
 	flush()
+	switch {
+	case replicaSections > 0 && s.Differs == "":
+		return nil, fmt.Errorf("%s: a replica section without a \"# differs:\" line saying why", name)
+	case replicaSections == 0 && s.Differs != "":
+		return nil, fmt.Errorf("%s: \"# differs:\" but no until block has a replica section", name)
+	}
 	return s, sc.Err()
 }
 

@@ -4,93 +4,68 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tashkent-db/tashkent/internal/certifier"
+	"github.com/tashkent-db/tashkent/internal/clustertest"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/pgtest"
-	"github.com/tashkent-db/tashkent/internal/proxy"
 )
 
-var update = flag.Bool("update", false, "rewrite the expected output in testdata/*.wt from PostgreSQL (never from the proxy)")
+var update = flag.Bool("update", false, "rewrite the expected output in testdata/*.wt from PostgreSQL, and the replica sections that exist from the replica")
 
 // targets are the two servers every script runs against: PostgreSQL 15
-// itself, and a proxy of a one-replica cluster (real PostgreSQL, in-process
-// certifier and proxy, as internal/proxy's cluster_test.go starts them).
+// itself, and a replica of a one-replica tashkent cluster
+// (internal/clustertest: PostgreSQL with the extension, an in-process
+// certifier and agent), to which clients connect directly.
 type targets struct {
 	direct  string
-	proxy   string
-	replica *pgserver.Server
+	replica string
 }
 
 func startTargets(t *testing.T) targets {
 	t.Helper()
-	direct := pgtest.Start(t)
-	replica := pgtest.Start(t, pgtest.SynchronousCommitOff())
-	cert, err := certifier.Listen(certifier.Config{DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}, "127.0.0.1:0", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cert.Close() })
-	logger := slog.New(slog.DiscardHandler)
-	if os.Getenv("WIRETEST_LOG") != "" { // the proxy's log on stderr, for debugging a script
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	p, err := proxy.New(proxy.Config{
-		Name: "wiretest", Listen: "127.0.0.1:0", BackendAddr: tcpAddr(replica),
-		Certifier: cert.Addr().String(), Logger: logger,
-		AllowPasswordlessLogins: true, // pgtest's PostgreSQL trusts local connections
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx, "") }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Errorf("the proxy did not stop")
-		}
-	})
-	select {
-	case <-p.Ready():
-	case err := <-done:
-		done <- err // for the cleanup above
-		t.Fatalf("the proxy did not start: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("the proxy did not start in 60s")
-	}
-	return targets{direct: tcpAddr(direct), proxy: p.Addr().String(), replica: replica}
+	settings := map[string]string{"max_prepared_transactions": "2"} // script 26
+	direct := pgtest.Start(t, pgtest.WithSettings(settings))
+	c := clustertest.Start(t, 1, clustertest.Options{Settings: settings})
+	return targets{direct: tcpAddr(direct), replica: tcpAddr(c.DBs[0])}
 }
 
 func tcpAddr(db *pgserver.Server) string { return fmt.Sprintf("127.0.0.1:%d", db.Port()) }
 
-// TestGolden runs every script directly and through the proxy; both must
-// give the expected answers.
+// TestGolden runs every script against PostgreSQL and against a replica;
+// both must give the expected answers, the replica those of its replica
+// sections where a script has them. It logs the differences (the scripts'
+// "# differs:" lines).
 func TestGolden(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.wt"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scripts in testdata: %v", err)
 	}
 	tg := startTargets(t)
+	var differences []string
 	for _, path := range files {
 		if only := os.Getenv("WIRETEST_ONLY"); only != "" && !strings.Contains(path, only) {
 			continue
 		}
 		name := strings.TrimSuffix(filepath.Base(path), ".wt")
-		t.Run(name, func(t *testing.T) { runGolden(t, path, tg) })
+		t.Run(name, func(t *testing.T) {
+			if why := runGolden(t, path, tg); why != "" {
+				differences = append(differences, name+": "+why)
+			}
+		})
+	}
+	if len(differences) > 0 {
+		t.Logf("where a replica answers differently from PostgreSQL:\n%s", strings.Join(differences, "\n"))
 	}
 }
 
-func runGolden(t *testing.T, path string, tg targets) {
+// runGolden runs one script on both targets and returns why the replica's
+// answers differ (its "# differs:" text).
+func runGolden(t *testing.T, path string, tg targets) string {
 	text, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -105,47 +80,32 @@ func runGolden(t *testing.T, path string, tg targets) {
 	if err != nil {
 		t.Fatalf("direct: %v", err)
 	}
+	onReplica, err := Run(ctx, tg.replica, script)
+	if err != nil {
+		t.Fatalf("replica: %v", err)
+	}
 	if *update {
-		if err := os.WriteFile(path, []byte(rewrite(string(text), script, direct)), 0o644); err != nil {
+		rewritten := rewrite(string(text), script, direct, onReplica)
+		if err := os.WriteFile(path, []byte(rewritten), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if script, err = Parse(path, strings.NewReader(rewrite(string(text), script, direct))); err != nil {
+		if script, err = Parse(path, strings.NewReader(rewritten)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if diff := compare(script, direct); diff != "" {
+	if diff := compare(script, direct, false); diff != "" {
 		t.Errorf("PostgreSQL (run with -update if the script changed): %s", diff)
 	}
-	proxied, err := Run(ctx, tg.proxy, script)
-	if err != nil {
-		t.Fatalf("proxy: %v", err)
+	if diff := compare(script, onReplica, true); diff != "" {
+		t.Errorf("the replica: %s", diff)
 	}
-	diff := compare(script, proxied)
-	switch {
-	case script.KnownProxyBug != "" && diff == "":
-		t.Errorf("%s passes through the proxy now: remove its known-proxy-bug line (%s)", path, script.KnownProxyBug)
-	case script.KnownProxyBug != "":
-		t.Logf("KNOWN PROXY BUG (%s), as expected: %s", script.KnownProxyBug, diff)
-		unstick(t, tg.replica)
-	case diff != "":
-		t.Errorf("the proxy: %s", diff)
-	}
+	return script.Differs
 }
 
-// unstick ends the replica's backends of the scripts' connections: after a
-// known proxy bug, a proxy session may wait for its backend forever (the
-// proxy would not stop).
-func unstick(t *testing.T, replica *pgserver.Server) {
-	conn := pgtest.Connect(t, replica, "postgres")
-	if _, err := conn.Exec(context.Background(),
-		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", ApplicationName); err != nil {
-		t.Errorf("ending the stuck backends: %v", err)
-	}
-}
-
-// compare checks every until block's answer against the script's, and
-// describes the first difference ("" when there is none).
-func compare(s *Script, results []Result) string {
+// compare checks every until block's answer against the script's (its
+// replica section for a replica's answer, where it has one), and describes
+// the first difference ("" when there is none).
+func compare(s *Script, results []Result, replica bool) string {
 	byStep := map[int]Result{}
 	for _, r := range results {
 		byStep[r.Step] = r
@@ -161,18 +121,27 @@ func compare(s *Script, results []Result) string {
 		if r.Err != nil {
 			return fmt.Sprintf("%s:%d: %v\ngot so far:\n%s", s.Name, step.Line, r.Err, strings.Join(r.Got, "\n"))
 		}
-		if strings.Join(r.Got, "\n") != strings.Join(step.Want, "\n") {
-			return fmt.Sprintf("%s:%d: answered\n%s\nwant\n%s", s.Name, step.Line, strings.Join(r.Got, "\n"), strings.Join(step.Want, "\n"))
+		want := step.Want
+		if replica && step.ReplicaWant != nil {
+			want = step.ReplicaWant
+		}
+		if strings.Join(r.Got, "\n") != strings.Join(want, "\n") {
+			return fmt.Sprintf("%s:%d: answered\n%s\nwant\n%s", s.Name, step.Line, strings.Join(r.Got, "\n"), strings.Join(want, "\n"))
 		}
 	}
 	return ""
 }
 
-// rewrite replaces the expected output of every until block with results.
-func rewrite(text string, s *Script, results []Result) string {
+// rewrite replaces the expected output of every until block with direct's
+// answer, and its replica section, where it has one, with onReplica's.
+func rewrite(text string, s *Script, direct, onReplica []Result) string {
 	got := map[int][]string{} // by the block's first line
-	for _, r := range results {
+	for _, r := range direct {
 		got[s.Steps[r.Step].Line] = r.Got
+	}
+	gotReplica := map[int][]string{}
+	for _, r := range onReplica {
+		gotReplica[s.Steps[r.Step].Line] = r.Got
 	}
 	lines := strings.Split(text, "\n")
 	var out []string
@@ -182,15 +151,21 @@ func rewrite(text string, s *Script, results []Result) string {
 		if strings.TrimSpace(line) != "until" {
 			continue
 		}
-		want := got[i+1]
+		block := i + 1
 		i++
 		for ; i < len(lines) && strings.TrimSpace(lines[i]) != "" && lines[i] != "----"; i++ {
 			out = append(out, lines[i])
 		}
+		hasReplica := false
 		for ; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
+			hasReplica = hasReplica || lines[i] == replicaSection
 		}
 		out = append(out, "----")
-		out = append(out, want...)
+		out = append(out, got[block]...)
+		if hasReplica {
+			out = append(out, replicaSection)
+			out = append(out, gotReplica[block]...)
+		}
 		if i < len(lines) {
 			out = append(out, lines[i])
 		}

@@ -40,8 +40,8 @@ import org.postgresql.util.PSQLException;
  * with the environment the other suites read:
  *
  * <pre>
- *   PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE  the server or proxy to test
- *   COMPAT_PORT2    a second port: another proxy of the cluster (or the same
+ *   PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE  the server (a replica) to test
+ *   COMPAT_PORT2    a second port: another replica of the cluster (or the same
  *                   server when COMPAT_TARGET=direct)
  *   COMPAT_TARGET   "direct" or "cluster"
  *   COMPAT_PREFIX   prefix of every table the suite creates
@@ -154,7 +154,7 @@ public final class Main {
     try (Statement s = c.createStatement()) { s.execute(sql); }
   }
 
-  /** The table reads the same through the second port (another replica's proxy through the cluster). */
+  /** The table reads the same through the second port (another replica on the cluster). */
   static void checkReplicated(Connection c, String t) throws Exception {
     String sql = "SELECT count(*), coalesce(sum(hashtext(x::text)), 0) FROM " + q(t) + " x";
     String want = one(c, sql);
