@@ -79,33 +79,47 @@ func (a *Agent) connect(ctx context.Context, applicationName string) (*pgx.Conn,
 // bounded by queryTimeout.
 type control struct {
 	mu   sync.Mutex
-	conn *pgx.Conn
+	conn *pgx.Conn // nil once the run that owned it ended
+}
+
+// errControlClosed is what a question on a closed control connection
+// gets: the run ended (a backend's goroutine may still be asking).
+var errControlClosed = errors.New("the agent's control connection is closed: the run ended")
+
+// use runs f on the connection, with the query timeout.
+func (c *control) use(ctx context.Context, f func(ctx context.Context, conn *pgx.Conn) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return errControlClosed
+	}
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	return f(qctx, c.conn)
 }
 
 func (c *control) exec(ctx context.Context, sql string, args ...any) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-	defer cancel()
-	_, err := c.conn.Exec(qctx, sql, args...)
-	return err
+	return c.use(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, sql, args...)
+		return err
+	})
 }
 
 func (c *control) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-	defer cancel()
-	return c.conn.QueryRow(qctx, sql, args...).Scan(dest...)
+	return c.use(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, sql, args...).Scan(dest...)
+	})
 }
 
 // query runs sql and calls row for each row, scanning into dest.
 func (c *control) query(ctx context.Context, sql string, args []any, dest []any, row func()) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
-	defer cancel()
-	rows, err := c.conn.Query(qctx, sql, args...)
+	return c.use(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		return scanRows(ctx, conn, sql, args, dest, row)
+	})
+}
+
+func scanRows(ctx context.Context, conn *pgx.Conn, sql string, args []any, dest []any, row func()) error {
+	rows, err := conn.Query(ctx, sql, args...)
 	if err != nil {
 		return err
 	}
