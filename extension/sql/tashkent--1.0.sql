@@ -237,10 +237,10 @@ GRANT USAGE ON SCHEMA tashkent TO PUBLIC;
 -- too, which logs its DDL in ddl_log like any other session. SECURITY
 -- DEFINER: DDL by any role must be able to report and log.
 
-CREATE FUNCTION tashkent.note_ddl_objects(temporary integer, permanent integer) RETURNS void
+CREATE FUNCTION tashkent.note_ddl_objects(temporary integer, permanent integer, own integer) RETURNS void
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'tashkent_note_ddl_objects';
-REVOKE ALL ON FUNCTION tashkent.note_ddl_objects(integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION tashkent.note_ddl_objects(integer, integer, integer) FROM PUBLIC;
 
 -- One row per DDL command that changed a permanent object, inserted by
 -- the event triggers below (in the applier too). The agent's applier
@@ -319,10 +319,12 @@ AS $fn$
 DECLARE
 	v_temporary int;
 	v_permanent int;
+	v_own int;
 	v_what text;
 BEGIN
-	SELECT count(*) FILTER (WHERE t.temporary), count(*) FILTER (WHERE NOT t.temporary)
-	INTO v_temporary, v_permanent
+	SELECT count(*) FILTER (WHERE t.temporary), count(*) FILTER (WHERE NOT t.temporary),
+		count(*) FILTER (WHERE d.schema_name = 'tashkent' AND NOT d.in_extension)
+	INTO v_temporary, v_permanent, v_own
 	FROM pg_event_trigger_ddl_commands() AS d,
 		LATERAL (SELECT tashkent.object_is_temporary(d.classid, d.objid) AS temporary) AS t
 	WHERE d.classid IS NOT NULL;	-- GRANT reports no objects: src/tempddl.c counts them
@@ -371,7 +373,7 @@ BEGIN
 		END IF;
 		INSERT INTO tashkent.ddl_log DEFAULT VALUES;
 	END IF;
-	PERFORM tashkent.note_ddl_objects(v_temporary, v_permanent);
+	PERFORM tashkent.note_ddl_objects(v_temporary, v_permanent, v_own);
 END
 $fn$;
 
@@ -390,16 +392,18 @@ AS $fn$
 DECLARE
 	v_temporary int;
 	v_permanent int;
+	v_own int;
 BEGIN
-	SELECT count(*) FILTER (WHERE t.temporary), count(*) FILTER (WHERE NOT t.temporary)
-	INTO v_temporary, v_permanent
+	SELECT count(*) FILTER (WHERE t.temporary), count(*) FILTER (WHERE NOT t.temporary),
+		count(*) FILTER (WHERE d.schema_name = 'tashkent')
+	INTO v_temporary, v_permanent, v_own
 	FROM pg_event_trigger_dropped_objects() AS d,
 		LATERAL (SELECT d.is_temporary OR coalesce(d.address_names[1] = 'pg_temp', false) AS temporary) AS t
 	WHERE d.original AND d.object_type <> 'statistics object';
 	IF v_permanent > 0 THEN
 		INSERT INTO tashkent.ddl_log DEFAULT VALUES;
 	END IF;
-	PERFORM tashkent.note_ddl_objects(v_temporary, v_permanent);
+	PERFORM tashkent.note_ddl_objects(v_temporary, v_permanent, v_own);
 END
 $fn$;
 

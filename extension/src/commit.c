@@ -39,6 +39,7 @@
 #include "miscadmin.h"
 #include "storage/predicate.h"
 #include "storage/proc.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -98,18 +99,28 @@ raise_abort(const TkDecision *d)
 /*
  * A transaction refused for a conflict with version v is retried at once
  * by most clients; until v is applied here, the retry's snapshot lacks it
- * and would conflict with it again. The refusal waits a little for it.
+ * and would conflict with it again. So the backend, once the refused
+ * transaction has released its locks (v's apply may need them: it wrote
+ * the row this one wrote), waits a little for v before it reads the
+ * client's next message. The client has the error by then (PostgreSQL
+ * reports it before it aborts), but its retry runs only afterwards.
  */
-static void
-await_version(uint64 version)
-{
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CONFLICT_CATCH_UP_MS);
+static uint64 conflict_to_await = 0;
 
+static void
+await_conflict(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+{
+	uint64		version = conflict_to_await;
+	TimestampTz deadline;
+
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel || version == 0)
+		return;
+	conflict_to_await = 0;
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CONFLICT_CATCH_UP_MS);
 	while (version > tk_committed() && GetCurrentTimestamp() < deadline)
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
 	}
 }
 
@@ -156,8 +167,7 @@ certify_and_wait_turn(void)
 			break;
 		case TK_DECISION_ABORT:
 			set_slot(TK_SLOT_IDLE, 0);
-			if (decision.version != 0)
-				await_version(decision.version);
+			conflict_to_await = decision.version;
 			raise_abort(&decision);
 			break;
 		case TK_DECISION_UNAVAILABLE:
@@ -301,4 +311,5 @@ tk_commit_init(void)
 {
 	RegisterXactCallback(xact_callback, NULL);
 	RegisterSubXactCallback(subxact_callback, NULL);
+	RegisterResourceReleaseCallback(await_conflict, NULL);
 }

@@ -308,6 +308,8 @@ tashkent_note_ddl_objects(PG_FUNCTION_ARGS)
 {
 	noted_temporary += PG_GETARG_INT32(0);
 	noted_permanent += PG_GETARG_INT32(1);
+	if (PG_GETARG_INT32(2) > 0)
+		tk_protect_own_objects();
 	PG_RETURN_VOID();
 }
 

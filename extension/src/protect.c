@@ -11,6 +11,9 @@
  * with 42501, superusers included, unless tashkent.maintenance is on (a
  * repair on this replica only, logged; see tashkent.c).
  *
+ * Objects of schema tashkent (its functions above all) are protected the
+ * same way, from what the event triggers report (tk_protect_own_objects).
+ *
  * Only at the outermost DDL level (ddl.c): tashkent's own trigger
  * installation runs such statements nested in the DDL that creates or
  * alters a table. Writes to the system catalogs that would do the same
@@ -175,6 +178,23 @@ check_rename(RenameStmt *stmt)
 }
 
 /*
+ * CREATE OR REPLACE FUNCTION of a function in schema tashkent would change
+ * what the capture trigger or an event trigger runs. Judged before it
+ * runs, by the schema the function would be created in: afterwards, the
+ * event trigger that judges other objects of the schema
+ * (tk_protect_own_objects) could already be the replaced function.
+ */
+static void
+check_create_function(CreateFunctionStmt *stmt)
+{
+	char	   *name;
+	Oid			namespace = QualifiedNameGetCreationNamespace(stmt->funcname, &name);
+
+	if (namespace == get_namespace_oid(OWN_NAME, true) && !creating_extension)
+		refuse(psprintf("create or replace function tashkent.%s", name));
+}
+
+/*
  * tk_protect_replication refuses DDL that would switch replication off,
  * and returns for any other statement.
  */
@@ -201,6 +221,9 @@ tk_protect_replication(Node *stmt)
 				own_event_trigger(strVal(((AlterOwnerStmt *) stmt)->object)))
 				refuse(psprintf("alter event trigger %s", strVal(((AlterOwnerStmt *) stmt)->object)));
 			break;
+		case T_CreateFunctionStmt:
+			check_create_function((CreateFunctionStmt *) stmt);
+			break;
 		case T_AlterExtensionContentsStmt:
 			if (strcmp(((AlterExtensionContentsStmt *) stmt)->extname, OWN_NAME) == 0)
 				refuse("add objects to or drop objects from extension tashkent");
@@ -208,6 +231,23 @@ tk_protect_replication(Node *stmt)
 		default:
 			break;
 	}
+}
+
+/*
+ * tk_protect_own_objects refuses a command that created, changed or
+ * dropped an object of schema tashkent (what the event triggers of
+ * sql/tashkent--1.0.sql report): CREATE OR REPLACE FUNCTION
+ * tashkent.capture() returning NULL, or a replaced event trigger
+ * function, would switch capture off as surely as a disabled trigger.
+ * The extension's own scripts (CREATE/ALTER EXTENSION tashkent) and the
+ * applier may; anyone else only with tashkent.maintenance on.
+ */
+void
+tk_protect_own_objects(void)
+{
+	if (tk_maintenance || creating_extension || tk_backend_is_applier)
+		return;
+	refuse("change an object of schema tashkent");
 }
 
 /* tk_sets_maintenance_on: SET [LOCAL] tashkent.maintenance to a true value. */

@@ -377,6 +377,7 @@ extern void tk_refuse_unreplicated(Node *stmt);
 /* ---- protect.c ---- */
 
 extern void tk_protect_replication(Node *stmt);
+extern void tk_protect_own_objects(void);
 extern bool tk_sets_maintenance_on(Node *stmt);
 extern void tk_log_maintenance_on(void);
 

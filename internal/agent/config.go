@@ -136,7 +136,7 @@ func (c *Config) withDefaults() error {
 		c.Staleness = 100 * time.Millisecond
 	}
 	if c.BlockerGrace <= 0 {
-		c.BlockerGrace = 100 * time.Millisecond
+		c.BlockerGrace = time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -56,7 +56,7 @@ func TestTriggerInstallation(t *testing.T) {
 		`ALTER TABLE root ATTACH PARTITION part2 FOR VALUES FROM (10) TO (20)`,
 		`ALTER TABLE root DETACH PARTITION part1`,
 		`CREATE TEMP TABLE temp (id int PRIMARY KEY)`,
-		`CREATE TABLE tashkent.internal (id int PRIMARY KEY)`,
+		`SET tashkent.maintenance = on; CREATE TABLE tashkent.internal (id int PRIMARY KEY); RESET tashkent.maintenance`,
 		`CREATE MATERIALIZED VIEW mv AS SELECT 1`,
 		`SET ROLE app; CREATE TABLE owned (id int PRIMARY KEY); RESET ROLE`,
 	} {

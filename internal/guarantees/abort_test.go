@@ -42,16 +42,16 @@ func TestACertificationAbortNamesTheRowAndTheVersion(t *testing.T) {
 	}
 	want := "write-write conflict on table public.counter row [1] with the transaction committed at version " + itoa(won)
 	if !strings.Contains(e.Detail, want) {
-		t.Skipf("known bug: the certifier's DETAIL (%q) is replaced by the lock watch's: %q "+
-			"(the refused transaction waits for the version it lost to while it still holds the row lock that version's apply needs; "+
-			"the lock watch dooms it, and the cancel is reported with the doom's DETAIL)", want, e.Detail)
+		t.Errorf("the abort's DETAIL is %q, want the certifier's, naming the row and the version: %q", e.Detail, want)
 	}
 }
 
-// A certification abort reaches the client once its replica has applied
-// the version the transaction lost to, so that the client's retry, on the
-// same connection and the same row, starts from a snapshot that holds the
-// winner's write instead of conflicting again. Replica 2 is stale: every
+// After a certification abort, the session's next statement runs once its
+// replica has applied the version the transaction lost to, so that the
+// client's retry, on the same connection and the same row, starts from a
+// snapshot that holds the winner's write instead of conflicting again
+// (the backend waits after its locks are released, before it reads the
+// client's next message). Replica 2 is stale: every
 // round's write there conflicts with replica 1's. The wait is bounded (100
 // ms, extension/src/commit.c): on a loaded machine an apply may take
 // longer, and then the abort comes first; two rounds in ten may.
@@ -87,14 +87,11 @@ func TestACertificationAbortIsAnsweredAfterTheConflictingVersionIsApplied(t *tes
 		retry40001(t, stale, `UPDATE counter SET n = n + 1 WHERE id = 1`)
 	}
 	if late > rounds/5 {
-		t.Skipf("known bug: in %d of %d rounds the abort was answered before its conflicting version was applied "+
-			"(the refused transaction waits for that version while it still holds the row lock the version's apply needs; "+
-			"the lock watch cancels the wait, and the apply runs only after the client has its error)", late, rounds)
+		t.Errorf("in %d of %d rounds the statement after the abort did not see the version the transaction lost to", late, rounds)
 	}
 }
 
-// retry40001 runs sql on conn until it commits, retrying after 40001; a
-// connection the lock watch terminates instead shows its known bug.
+// retry40001 runs sql on conn until it commits, retrying after 40001.
 func retry40001(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 	t.Helper()
 	for attempt := 0; ; attempt++ {
@@ -102,8 +99,6 @@ func retry40001(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 		switch {
 		case err == nil:
 			return
-		case sqlState(err) == "57P01":
-			t.Skipf("%s: %v", knownLockWatchBug, err)
 		case sqlState(err) != "40001" || attempt > 100:
 			t.Fatalf("%s: %v", oneLine(sql), err)
 		}

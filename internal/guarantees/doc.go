@@ -40,8 +40,4 @@
 //     superuser without tashkent.maintenance might try fails, or its write
 //     is certified and replicated; maintenance stays local and is logged.
 //     TestNoWayAroundReplication logs each attempt's outcome.
-//
-// A test that shows a bug not fixed yet ends with t.Skip("known bug: ...")
-// when, and only when, it observes that bug; it passes once the bug is
-// fixed. Run with -v to see them (go test -v ... | grep "known bug").
 package guarantees

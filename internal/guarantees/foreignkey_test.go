@@ -51,13 +51,6 @@ func noOrphans(t *testing.T, c *cluster, countSQL string, args ...any) {
 // is gone: each case checks its own children.
 const orphansBetween = `SELECT count(*) FROM child WHERE id BETWEEN $1 AND $2 AND NOT EXISTS (SELECT FROM parent WHERE parent.id = child.parent_id)`
 
-// knownOrphanBug is the bug a parent's delete that commits beside a
-// concurrent child shows (see parentDeleteAfterChildInsertApplied).
-const knownOrphanBug = "known bug: a parent's delete certified after a concurrent child insert was applied on its replica commits too, " +
-	"and every replica keeps the orphan (the delete is certified from the replica's version at COMMIT, extension/src/commit.c, " +
-	"which already holds the child's version: the apply of a child takes no lock the delete holds, so the rule that such a version " +
-	"committed before the delete wrote the row does not hold for references)"
-
 // Replica 2 inserts a child and commits; replica 1, whose open
 // transaction deleted the parent before, applies the child's version (the
 // apply checks no foreign key, and takes no lock the delete holds), then
@@ -76,7 +69,7 @@ func parentDeleteAfterChildInsertApplied(t *testing.T, c *cluster) {
 	err := del.Commit(ctx)
 	if err == nil {
 		c.converge()
-		t.Skipf("%s: the delete committed; replica 1 holds %d orphans", knownOrphanBug, c.countOn(0, orphansBetween, 40, 40))
+		t.Fatalf("the parent's delete committed beside its concurrent child; replica 1 holds %d orphans", c.countOn(0, orphansBetween, 40, 40))
 	}
 	if sqlState(err) != "40001" {
 		t.Fatalf("the parent's delete: %v, want 40001", err)
@@ -97,7 +90,7 @@ func parentDeleteRacingChildInsert(t *testing.T, c *cluster) {
 		errs := commitConcurrently(t, del, ins)
 		if errs[0] == nil && errs[1] == nil {
 			c.converge()
-			t.Skipf("%s: round %d", knownOrphanBug, round)
+			t.Fatalf("round %d: the parent's delete and its child's insert both committed", round)
 		}
 		wins[exactlyOneCommitted(t, round, errs)]++
 	}
@@ -121,7 +114,7 @@ func foreignKeyConflictMessages(t *testing.T, c *cluster) {
 	err := del.Commit(ctx)
 	if err == nil {
 		c.converge()
-		t.Skipf("%s: the delete of parent 50, committed after its child", knownOrphanBug)
+		t.Fatal("the delete of parent 50 committed after its concurrent child")
 	}
 	if e := pgError(err); e == nil || e.Code != "40001" || !strings.Contains(e.Detail, "references through a foreign key") {
 		t.Fatalf("the parent's delete after a concurrent child: %v (detail %q), want 40001 saying the row was referenced", err, detailOf(err))
@@ -190,7 +183,7 @@ func keyPrintedDifferentlyInTheChild(t *testing.T, c *cluster) {
 		}
 		if err := del.Commit(ctx); err == nil {
 			c.converge()
-			t.Skipf("%s: numeric parent %d", knownOrphanBug, id)
+			t.Fatalf("numeric parent %d deleted beside its concurrent child", id)
 		} else if sqlState(err) != "40001" {
 			t.Fatalf("parent %d deleted under a concurrent child: %v, want 40001", id, err)
 		}

@@ -29,12 +29,6 @@ func TestLockWatch(t *testing.T) {
 	c.converge()
 }
 
-// knownLockWatchBug is the bug a client that retries a doomed transaction
-// on the same connection may meet.
-const knownLockWatchBug = "known bug: a backend is terminated (FATAL 57P01), not told 40001: the lock watch " +
-	"(internal/agent/lockwatch.go) remembers a doomed backend by its pid, and terminates it once the grace has passed " +
-	"when the retry of its transaction, a new transaction, blocks a remote writeset again"
-
 // holdRowLock opens a transaction on replica 1 that updated the row and
 // holds its lock.
 func holdRowLock(t *testing.T, c *cluster, id int) pgx.Tx {

@@ -85,8 +85,15 @@ func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 // DELETE and one INSERT ... ON CONFLICT DO UPDATE for all its rows.
 // TRUNCATE and DDL entries are barriers: the changes before them are
 // applied first. OP_UNIQUE_KEY changes are for certification only and are
-// skipped. Without DDL the whole transaction is one round trip (two
-// the first time a table is seen).
+// skipped. The parent rows of OP_REFERENCE changes are locked FOR KEY
+// SHARE, as the origin's foreign-key checks locked them (which do not run
+// here, under session_replication_role = replica): a local transaction
+// that deletes such a parent then blocks the apply, and is doomed or
+// refused by certification, instead of committing after the child
+// arrived (a replica starts a local transaction's certification from its
+// own version, extension/src/commit.c, which relies on every version
+// that concerns a row waiting for that row's lock). Without DDL the whole
+// transaction is one round trip (two the first time a table is seen).
 //
 // If the upsert hits a unique violation (a secondary unique index whose
 // values the batch moves between rows), the transaction is retried once
@@ -222,6 +229,8 @@ type step struct {
 	kind     stepKind
 	tables   []*tableRows // stepRows, by first appearance
 	byName   map[string]*tableRows
+	refs     []*tableRows // stepRows: parent rows referenced, by the name they are certified under
+	refsBy   map[string]*tableRows
 	truncate []string // stepTruncate
 	ddl      string   // stepDDL
 }
@@ -238,7 +247,7 @@ func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
 		}
 		s := &step{kind: kind}
 		if kind == stepRows {
-			s.byName = map[string]*tableRows{}
+			s.byName, s.refsBy = map[string]*tableRows{}, map[string]*tableRows{}
 		}
 		plan = append(plan, s)
 		return s
@@ -280,10 +289,24 @@ func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
 				if !dup {
 					s.truncate = append(s.truncate, c.GetTable())
 				}
-			case certifierpb.Op_OP_UNIQUE_KEY, certifierpb.Op_OP_REFERENCE:
+			case certifierpb.Op_OP_UNIQUE_KEY:
 				// Certified, never applied: the row changes that took or
-				// freed the value (or wrote the referencing row) carry the
-				// data.
+				// freed the value carry the data.
+			case certifierpb.Op_OP_REFERENCE:
+				if c.GetTable() == "" || len(c.GetKey()) == 0 {
+					return nil, fmt.Errorf("replica: apply: version %d change %d: reference without table or key", e.GetVersion(), i)
+				}
+				s := cur(stepRows)
+				tr := s.refsBy[c.GetTable()]
+				if tr == nil {
+					tr = &tableRows{table: c.GetTable(), last: map[string]*certifierpb.Change{}}
+					s.refsBy[c.GetTable()] = tr
+					s.refs = append(s.refs, tr)
+				}
+				if _, ok := tr.last[string(c.GetKey())]; !ok {
+					tr.order = append(tr.order, string(c.GetKey()))
+					tr.last[string(c.GetKey())] = c
+				}
 			case certifierpb.Op_OP_DDL:
 				if len(c.GetRow()) == 0 {
 					return nil, fmt.Errorf("replica: apply: version %d change %d: DDL without SQL text", e.GetVersion(), i)
@@ -303,6 +326,9 @@ func tablesUntilDDL(plan []*step, i int) []string {
 	var names []string
 	for ; i < len(plan) && plan[i].kind != stepDDL; i++ {
 		for _, tr := range plan[i].tables {
+			names = append(names, tr.table)
+		}
+		for _, tr := range plan[i].refs {
 			names = append(names, tr.table)
 		}
 		names = append(names, plan[i].truncate...)
@@ -376,6 +402,13 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 				}
 				m.queue(b, tr, deleteInsert)
 			}
+			for _, tr := range st.refs {
+				m, err := a.meta(tr.table)
+				if err != nil {
+					return err
+				}
+				queueChecked(b, m.lockShared, "lock the rows referenced in", tr.table, keyArray(tr.changes()))
+			}
 		case stepTruncate:
 			names := make([]string, len(st.truncate))
 			for j, t := range st.truncate {
@@ -435,6 +468,9 @@ type tableMeta struct {
 	upsert       string // INSERT ... ON CONFLICT (pk) DO UPDATE
 	insert       string // plain INSERT (delete-then-insert mode)
 	delete       string // DELETE by key
+	// lockShared takes FOR KEY SHARE on the rows of the keys given: the
+	// parent rows a version's rows reference (see Applier.Apply).
+	lockShared string
 }
 
 func (a *Applier) meta(table string) (*tableMeta, error) {
@@ -491,6 +527,65 @@ func (a *Applier) missing(tables []string) []string {
 }
 
 func queryMeta(ctx context.Context, tg target, names []string) (map[string]*tableMeta, int64, error) {
+	var tables, labels, labelTables, labelIndexes []string
+	for _, n := range names {
+		if table, index, ok := indexLabel(n); ok {
+			labels, labelTables, labelIndexes = append(labels, n), append(labelTables, table), append(labelIndexes, index)
+		} else {
+			tables = append(tables, n)
+		}
+	}
+	loaded, gen, err := queryTableMeta(ctx, tg, tables)
+	if err != nil || len(labels) == 0 {
+		return loaded, gen, err
+	}
+	return loaded, gen, queryIndexMeta(ctx, tg, labels, labelTables, labelIndexes, loaded)
+}
+
+// indexLabel splits a name certified as "<table>#<index>" (a parent
+// referenced through a unique index other than its primary key; the
+// index named as %I quotes it) at the '#' outside double quotes.
+func indexLabel(name string) (table, index string, ok bool) {
+	quoted := false
+	for i := 0; i < len(name); i++ {
+		switch name[i] {
+		case '"':
+			quoted = !quoted
+		case '#':
+			if !quoted {
+				return name[:i], name[i+1:], true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// queryIndexMeta loads, for each "<table>#<index>" label, the statement
+// that locks the table's rows by the index's key columns.
+func queryIndexMeta(ctx context.Context, tg target, labels, tables, indexes []string, into map[string]*tableMeta) error {
+	rows, err := tg.query(ctx, indexMetaSQL, labels, tables, indexes)
+	if err != nil {
+		return fmt.Errorf("load index metadata: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var label, qname string
+		var cols, types []string
+		if err := rows.Scan(&label, &qname, &cols, &types); err != nil {
+			return fmt.Errorf("load index metadata: %w", err)
+		}
+		if qname == "" || len(cols) == 0 {
+			return fmt.Errorf("unique index %s does not exist on this replica", label)
+		}
+		into[label] = &tableMeta{qname: qname, lockShared: lockSharedSQL(qname, keyMatch(cols, types))}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load index metadata: %w", err)
+	}
+	return nil
+}
+
+func queryTableMeta(ctx context.Context, tg target, names []string) (map[string]*tableMeta, int64, error) {
 	rows, err := tg.query(ctx, tableMetaSQL, names)
 	if err != nil {
 		return nil, 0, fmt.Errorf("load table metadata: %w", err)
@@ -542,14 +637,8 @@ func buildMeta(qname string, deferrablePK bool, pk, pkTypes, cols []string) *tab
 		}
 	}
 	qpk := make([]string, len(pk))
-	kpk := make([]string, len(pk))
-	build := make([]string, len(pk))
-	defs := make([]string, len(pk))
 	for i, c := range pk {
 		qpk[i] = quoteIdent(c)
-		kpk[i] = "k." + qpk[i]
-		build[i] = fmt.Sprintf("%s, e.k OPERATOR(pg_catalog.->) %d", quoteLiteral(c), i)
-		defs[i] = qpk[i] + " " + pkTypes[i]
 	}
 	// $1 is a text[] of rows in their text form; casting it to the table's
 	// array type runs record_in on each, and unnest expands the columns.
@@ -560,12 +649,35 @@ func buildMeta(qname string, deferrablePK bool, pk, pkTypes, cols []string) *tab
 	if len(sets) > 0 {
 		conflict = " ON CONFLICT (" + strings.Join(qpk, ", ") + ") DO UPDATE SET " + strings.Join(sets, ", ")
 	}
-	// "(key) IN (subquery)" is "(key) = ANY (subquery)" with an unqualified
-	// =: the same sublink, with the operator named.
-	del := fmt.Sprintf("DELETE FROM %s WHERE (%s) OPERATOR(pg_catalog.=) ANY (SELECT %s FROM pg_catalog.json_array_elements($1::pg_catalog.json) AS e(k) "+
+	match := keyMatch(pk, pkTypes)
+	return &tableMeta{qname: qname, deferrablePK: deferrablePK, upsert: insert + conflict, insert: insert,
+		delete: "DELETE FROM " + qname + " WHERE " + match, lockShared: lockSharedSQL(qname, match)}
+}
+
+// lockSharedSQL locks the rows that match FOR KEY SHARE.
+func lockSharedSQL(qname, match string) string {
+	return "SELECT FROM " + qname + " WHERE " + match + " FOR KEY SHARE"
+}
+
+// keyMatch is a condition on the rows whose columns cols (of types types)
+// equal one of the keys in $1, a JSON array of keys, each a JSON array of
+// the values in the order of cols, as capture prints keys. "(key) IN
+// (subquery)" is "(key) = ANY (subquery)" with an unqualified =: the same
+// sublink, with the operator named.
+func keyMatch(cols, types []string) string {
+	qc := make([]string, len(cols))
+	kc := make([]string, len(cols))
+	build := make([]string, len(cols))
+	defs := make([]string, len(cols))
+	for i, c := range cols {
+		qc[i] = quoteIdent(c)
+		kc[i] = "k." + qc[i]
+		build[i] = fmt.Sprintf("%s, e.k OPERATOR(pg_catalog.->) %d", quoteLiteral(c), i)
+		defs[i] = qc[i] + " " + types[i]
+	}
+	return fmt.Sprintf("(%s) OPERATOR(pg_catalog.=) ANY (SELECT %s FROM pg_catalog.json_array_elements($1::pg_catalog.json) AS e(k) "+
 		"CROSS JOIN LATERAL pg_catalog.json_to_record(pg_catalog.json_build_object(%s)) AS k(%s))",
-		qname, strings.Join(qpk, ", "), strings.Join(kpk, ", "), strings.Join(build, ", "), strings.Join(defs, ", "))
-	return &tableMeta{qname: qname, deferrablePK: deferrablePK, upsert: insert + conflict, insert: insert, delete: del}
+		strings.Join(qc, ", "), strings.Join(kc, ", "), strings.Join(build, ", "), strings.Join(defs, ", "))
 }
 
 // queue adds the statements applying tr's changes to b.
@@ -594,6 +706,15 @@ func (m *tableMeta) queue(b *pgx.Batch, tr *tableRows, deleteInsert bool) {
 	if len(ups) > 0 {
 		queueChecked(b, m.upsert, "upsert into", m.qname, rowArray(ups))
 	}
+}
+
+// changes returns tr's changes in their order.
+func (tr *tableRows) changes() []*certifierpb.Change {
+	out := make([]*certifierpb.Change, len(tr.order))
+	for i, k := range tr.order {
+		out[i] = tr.last[k]
+	}
+	return out
 }
 
 // rowArray returns the rows of upserts, for a text[] parameter.
@@ -657,6 +778,27 @@ SELECT t.name, c.oid IS NOT NULL, CASE WHEN c.oid IS NULL THEN '' ELSE pg_catalo
 FROM pg_catalog.unnest($1::pg_catalog.text[]) AS t(name)
 LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(t.name)
 LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace`
+
+// indexMetaSQL loads, for each label $1[i] naming index $3[i] of table
+// $2[i], the table's canonical quoted name (” if either is missing), and
+// the index's key columns and their types, in index order.
+const indexMetaSQL = `
+SELECT t.label, coalesce(pg_catalog.format('%I.%I', n.nspname, c.relname), ''),
+	ARRAY(SELECT a.attname::pg_catalog.text
+		FROM pg_catalog.unnest(x.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+		WHERE k.ord OPERATOR(pg_catalog.<=) x.indnkeyatts ORDER BY k.ord),
+	ARRAY(SELECT pg_catalog.format_type(a.atttypid, a.atttypmod)
+		FROM pg_catalog.unnest(x.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+		JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attnum OPERATOR(pg_catalog.=) k.attnum
+		WHERE k.ord OPERATOR(pg_catalog.<=) x.indnkeyatts ORDER BY k.ord)
+FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[]), pg_catalog.unnest($3::pg_catalog.text[])) AS t(label, tbl, idx)
+LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(t.tbl)
+LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+LEFT JOIN LATERAL (SELECT i.indkey, i.indnkeyatts FROM pg_catalog.pg_index i
+	JOIN pg_catalog.pg_class ci ON ci.oid OPERATOR(pg_catalog.=) i.indexrelid
+	WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisunique
+		AND pg_catalog.format('%I', ci.relname) OPERATOR(pg_catalog.=) t.idx) AS x ON true`
 
 // maxVersion is the largest version: versions travel as bigint.
 const maxVersion = 1<<63 - 1

@@ -45,8 +45,14 @@
 // upsert hits a unique violation (a secondary unique index whose values
 // the run moved between rows, through intermediate values the collapse
 // dropped), the transaction is retried once deleting every affected key
-// before inserting the new rows. OP_UNIQUE_KEY and OP_REFERENCE changes
-// are certified, never applied: the row changes carry the data.
+// before inserting the new rows. OP_UNIQUE_KEY changes are certified,
+// never applied: the row changes carry the data. OP_REFERENCE changes
+// are not applied either, but their parent rows are locked FOR KEY SHARE
+// in the run's transaction, as the origin's foreign-key checks locked
+// them: a local transaction here that deleted such a parent must block
+// the run (and be doomed), since its certification starts from this
+// replica's version, which relies on every version that concerns a row
+// waiting for the row's lock (extension/src/commit.c).
 //
 // Foreign-key checks and ordinary triggers do not fire in the apply
 // transaction (session_replication_role = replica): the origin checked the
