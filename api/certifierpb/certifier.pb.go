@@ -1,4 +1,4 @@
-// The certifier's API. Tashkent §6.1: a proxy sends (start_version, writeset,
+// The certifier's API. Tashkent §6.1: an agent sends (start_version, writeset,
 // replica_version); the certifier answers with the decision, the commit
 // version, and the remote writesets the replica has not seen yet.
 //
@@ -323,7 +323,7 @@ type Change struct {
 	// references (OP_REFERENCE) to it, in either order: a child inserted
 	// concurrently still finds its parent under the same key. Applied as any
 	// UPSERT. A new field, not a new Op, so that versions mix safely: an
-	// older proxy applies it as an upsert, an older certifier ignores it and
+	// older replica applies it as an upsert, an older certifier ignores it and
 	// certifies a plain write (a spurious conflict at worst, never a missed
 	// one). Only meaningful with OP_UPSERT; ignored on other ops.
 	KeepsRow      bool `protobuf:"varint,5,opt,name=keeps_row,json=keepsRow,proto3" json:"keeps_row,omitempty"`
@@ -502,7 +502,7 @@ type OpenSession struct {
 	// to this replica's requests and its catch-up requests (Tashkent §6.1
 	// piggybacks remote writesets on replies). A certifier older than this
 	// field ignores it: the replica then hears of other replicas' commits
-	// with its replies and catch-up requests only, as before.
+	// with its replies and catch-up requests only.
 	Push          bool `protobuf:"varint,3,opt,name=push,proto3" json:"push,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -561,7 +561,7 @@ func (x *OpenSession) GetPush() bool {
 
 type CertifyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // echoed in the reply; chosen by the proxy
+	RequestId     uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"` // echoed in the reply; chosen by the agent
 	Txn           *TxnID                 `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
 	StartVersion  uint64                 `protobuf:"varint,3,opt,name=start_version,json=startVersion,proto3" json:"start_version,omitempty"`
 	Writeset      *Writeset              `protobuf:"bytes,4,opt,name=writeset,proto3" json:"writeset,omitempty"`

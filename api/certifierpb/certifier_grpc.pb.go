@@ -1,4 +1,4 @@
-// The certifier's API. Tashkent §6.1: a proxy sends (start_version, writeset,
+// The certifier's API. Tashkent §6.1: an agent sends (start_version, writeset,
 // replica_version); the certifier answers with the decision, the commit
 // version, and the remote writesets the replica has not seen yet.
 //

@@ -1,4 +1,4 @@
-// Command tashkent is the one binary of the project: certifier, proxy and the
+// Command tashkent is the one binary of the project: certifier, agent and the
 // local-cluster and benchmark tools are its subcommands (see internal/cli).
 package main
 

@@ -1,6 +1,6 @@
 /*
  * commit.c: a writing transaction's commit, inside its backend (Tashkent
- * §6.2 steps C1 to C5, moved from the proxy into PostgreSQL).
+ * §6.2 steps C1 to C5).
  *
  * At XACT_EVENT_PRE_COMMIT, after deferred constraints were checked, a
  * transaction that captured changes of replicated tables (capture.c, ddl.c)

@@ -14,10 +14,9 @@
  * The check is made where ddl.c decides to replicate a statement, so it
  * covers exactly what is replicated: DDL inside DO blocks, functions and
  * procedures, and the statements no event trigger sees (roles, REASSIGN
- * OWNED), which the proxy-era event triggers could not judge. DDL on
- * temporary objects is not replicated and not refused. The role is the
- * current user: inside a SECURITY DEFINER function, its owner, as
- * PostgreSQL's own privilege checks have it.
+ * OWNED). DDL on temporary objects is not replicated and not refused.
+ * The role is the current user: inside a SECURITY DEFINER function, its
+ * owner, as PostgreSQL's own privilege checks have it.
  */
 #include "tashkent.h"
 

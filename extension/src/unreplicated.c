@@ -4,11 +4,11 @@
  *
  * tashkent replicates rows of tables (capture triggers) and DDL (its
  * text); these are neither, and on a cluster they would silently mean
- * something else than on one PostgreSQL (docs/GUARANTEES.md, "Per-replica
- * features"). They are refused with SQLSTATE 0A000 and what to do
- * instead, as the proxy refused them; tk_refuse_feature has every such
- * message, those of the functions that guard.c refuses (pg_notify, lo_*,
- * advisory locks, setval) included.
+ * something else than on one PostgreSQL (docs/GUARANTEES.md, "Refused,
+ * with SQLSTATE"). They are refused with SQLSTATE 0A000 and what to do
+ * instead; tk_refuse_feature has every such message, those of the
+ * functions that guard.c refuses (pg_notify, lo_*, advisory locks,
+ * setval) included.
  *
  *   LISTEN, NOTIFY             a notification would reach only sessions on
  *                              this replica (UNLISTEN is harmless: local)

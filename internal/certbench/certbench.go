@@ -1,14 +1,14 @@
 // Package certbench drives a certifier over its real gRPC API with synthetic
 // writesets, no PostgreSQL involved, and reports throughput, latency and
-// group commit. It is the load generator of the certifier issue; the figures
-// in docs/BENCHMARKS.md come from it.
+// group commit. It is the certifier's load generator; the certifier's
+// figures in docs/BENCHMARKS.md come from it.
 //
 // Each client is a goroutine that certifies one writeset at a time: in a
 // closed loop, or, paced (Config.Rate), one request per ticket of a single
 // pacer (pacer.go), latency measured from the ticket's due time so that a
 // stall is not hidden (no coordinated omission). Clients are spread over a
-// few replica streams, as proxies would be, and each request's start
-// version is its replica's delivered version, as a proxy's would be.
+// few replica streams, as agents' would be, and each request's start
+// version is its replica's delivered version, as an agent's would be.
 //
 // The generator shares the machine's cores with the certifier, so besides
 // the latency its clients see it reports its own part of it (late p99: due
@@ -199,7 +199,7 @@ func openStreams(ctx context.Context, cfg Config, clients int) ([]*replicaStream
 			Target:         cfg.Target,
 			Replica:        "bench-" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36),
 			ReplicaVersion: durable,
-			Push:           true, // as proxies ask
+			Push:           true, // as agents ask
 			DialOptions:    cfg.DialOptions,
 			OnEntries: func(entries []logentry.Entry, _ uint64) {
 				if len(entries) > 0 {

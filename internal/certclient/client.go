@@ -1,4 +1,4 @@
-// Package certclient is the proxy's side of the certifier API: one Certify
+// Package certclient is the agent's side of the certifier API: one Certify
 // stream per replica, shared by all of the replica's sessions.
 //
 // Calls to Certify from many goroutines are pipelined on the stream and
@@ -6,7 +6,7 @@
 // the wire, the next one collects everything that arrived meanwhile. Entries
 // (committed versions) arrive in version order and are handed to the
 // OnEntries callback before the reply that depends on them, which is what the
-// replica's commit sequencer needs.
+// agent's commit order (internal/agent/order) needs.
 //
 // When the stream breaks (certifier restarted, leader changed), the client
 // reopens it from the highest version it was delivered and sends again every

@@ -14,10 +14,10 @@ import (
 
 // A request too large for the client to send, and one the certifier's
 // limits refuse, are each aborted with LIMIT at once, and the stream goes
-// on serving the next request. (Found by loading pgbench at scale 16
-// through a proxy: the 160 MB writeset broke the stream at the transport,
-// the client sent it again after every reconnect, and every session of the
-// proxy waited for the 60 s certify timeout.)
+// on serving the next request. Otherwise a writeset too large for the
+// transport (pgbench's initial load at scale 16 is one of 160 MB) breaks the
+// stream, the client sends it again after every reconnect, and every session
+// of the replica waits for the certify timeout.
 func TestOversizedRequestsAbortAtOnceAndTheStreamGoesOn(t *testing.T) {
 	srv, err := certifier.Listen(certifier.Config{DataDir: t.TempDir(),
 		Limits: certifier.Limits{WritesetBytesMax: 1 << 20}}, "127.0.0.1:0", "")

@@ -63,9 +63,9 @@ type Config struct {
 // (certification.State.Marshal, tens of MB with the default window) and
 // its write and fsync, in the Raft loop: every 10,000 versions, at 20,000
 // certifications/s, halved the 3-member group's throughput and made its
-// p99 330-460 ms (docs/BENCHMARKS.md, session 3). Every 100,000 versions
-// the log between snapshots stays about 20 MB (SnapshotBytes bounds it
-// anyway) and a restart replays at most that. etcd keeps 5,000 entries
+// p99 330-460 ms (docs/BENCHMARKS.md, "Batched proposals"). Every 100,000
+// versions the log between snapshots stays about 20 MB (SnapshotBytes
+// bounds it anyway) and a restart replays at most that. etcd keeps 5,000 entries
 // behind a snapshot for slow followers.
 const (
 	DefaultSnapshotEntries = 100_000

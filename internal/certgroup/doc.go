@@ -69,7 +69,7 @@
 //     -seed=N replays).
 //
 // The certifier service (internal/certifier/group.go) owns what the group
-// means to proxies: only the leader serves Certify, replies wait for
+// means to agents: only the leader serves Certify, replies wait for
 // durability (commit) or confirmation (abort), streams end with a lost
 // leadership, and every member serves Fetch from its versioned log.
 //
@@ -80,10 +80,9 @@
 //     (the single certifier does 70,000-80,000 there); see
 //     docs/BENCHMARKS.md. etcd's AsyncStorageWrites (the leader's fsync off
 //     the Ready loop) is not tried.
-//   - Failover: most of the pause is the election timeout (0.4 to 0.8 s
-//     since session 3; it was 0.6 to 1.2 s); an election that takes a
-//     second round (about one kill in ten) then still ends within 2 s. A
-//     shorter timeout risks elections while the leader lives on a loaded
+//   - Failover: most of the pause is the election timeout (0.4 to 0.8 s,
+//     DefaultElectionTicks); an election that takes a second round (about
+//     one kill in ten) then still ends within 2 s. A shorter timeout risks elections while the leader lives on a loaded
 //     machine (PreVote keeps those from deposing it while the other
 //     follower hears it).
 //   - A snapshot is taken, written and fsynced in the Raft loop (a pass
@@ -97,7 +96,7 @@
 //     at the leader's first heartbeat that commits beyond its log
 //     (ErrLostLog: it stops); until then it may have voted again. It must
 //     be removed and added under a new id (docs/OPERATIONS.md).
-//   - A proxy behind the start of the leader's versioned log is told to
+//   - An agent behind the start of the leader's versioned log is told to
 //     rebuild its replica even if another member holds the versions: the
 //     Certify stream delivers from the leader only (Fetch falls back).
 //   - tashkent up/down know only the members they started; the fault

@@ -30,7 +30,7 @@ type NodeConfig struct {
 	Core Config
 	// DataDir holds the member's Raft log (raft.log).
 	DataDir string
-	// Members maps every member's id to its gRPC address (the one proxies
+	// Members maps every member's id to its gRPC address (the one agents
 	// and peers dial).
 	Members      map[uint64]string
 	TickInterval time.Duration

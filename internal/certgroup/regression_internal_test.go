@@ -1,10 +1,9 @@
 package certgroup
 
-// Regression tests for three findings of the session-3 review (reviewer
-// h14; the original failing tests are storage_review_test.go and
-// sim_review_test.go, build tag "review"): a crash between an installed
-// snapshot and its entries, the address book of a member restarted from a
-// snapshot, and a member restarted empty under its old id.
+// Regression tests for three ways a member could lose or misread its
+// state: a crash between an installed snapshot and its entries, the address
+// book of a member restarted from a snapshot, and a member restarted empty
+// under its old id.
 
 import (
 	"context"

@@ -1,7 +1,8 @@
 package certgroup_test
 
-// Regression test for a finding of the session-3 review (see
-// regression_internal_test.go).
+// Regression tests for a member restarted empty under an id the group
+// still counts (regression_internal_test.go has the other ways a member
+// could lose or misread its state).
 
 import (
 	"errors"

@@ -70,5 +70,5 @@
 //
 // Requests carry a transaction id. A request for a transaction already
 // committed inside the window gets the original version back (Duplicate), so a
-// proxy that lost a reply can ask again without committing twice.
+// agent that lost a reply can ask again without committing twice.
 package certification

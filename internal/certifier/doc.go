@@ -4,7 +4,7 @@
 //
 // # The path of a request
 //
-//	proxy stream ──> receiver goroutine ──certify (under mu)──> pending entries
+//	agent stream ──> receiver goroutine ──certify (under mu)──> pending entries
 //	                        │                                         │
 //	                        ▼                                         ▼
 //	                 per-stream queue                       writer goroutine:

@@ -36,7 +36,7 @@ import (
 //   - When the member loses its leadership, every Certify stream ends, with
 //     every reply not yet sent: a version it certified may never commit
 //     (a failed version), and a later leader may give that version to
-//     another transaction. The proxies re-send to the new leader, which
+//     another transaction. The agents re-send to the new leader, which
 //     answers from its log (Duplicate), or they settle from the entries
 //     delivered to them.
 

@@ -13,7 +13,7 @@ import (
 
 // Removing a voter while another one is down would leave voters without a
 // reachable majority, and the group would stop taking updates: the leader
-// refuses, and says why (review finding of session 3).
+// refuses, and says why.
 func TestGroupRefusesARemovalThatLeavesNoReachableMajority(t *testing.T) {
 	bin := testbin.Path(t)
 	members, _, targets := startGroup(t, bin)

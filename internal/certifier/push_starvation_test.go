@@ -48,11 +48,11 @@ func commitDurably(t *testing.T, s *Service, origin string, seq uint64) {
 // A stream that asked for pushes still sends the replies queued for it
 // while other replicas' commits keep the durable version moving: a reply
 // already queued goes out with the next message, it is not held behind
-// push after push (stream.go, sendLoop). Before, the loop looked at its
-// queue only when it had nothing to push, so under a steady stream of
-// flushes elsewhere a replica's own replies (its aborts, its commits whose
-// entries it had been pushed already) waited until the cluster went
-// quiet, up to the proxy's certify timeout.
+// push after push (stream.go, sendLoop). A loop that looked at its queue
+// only when it had nothing to push would, under a steady stream of flushes
+// elsewhere, hold a replica's own replies (its aborts, its commits whose
+// entries it had been pushed already) until the cluster went quiet, up to
+// the agent's certify timeout.
 func TestQueuedRepliesAreNotStarvedByPushes(t *testing.T) {
 	s, err := Open(Config{DataDir: t.TempDir(), NoSync: true})
 	if err != nil {

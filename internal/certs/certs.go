@@ -1,8 +1,8 @@
 // Package certs issues the certificates a local cluster needs when the
 // operator brings none: a CA and per-process certificates for the
-// certifier channels (mutual TLS, internal/grpctls), and a self-signed
-// certificate for the proxies' PostgreSQL clients (internal/pgwire). One
-// place, so that key type, validity and file modes are the same for both.
+// certifier channels (mutual TLS, internal/grpctls), and self-signed
+// server certificates (WriteSelfSigned). One place, so that key type,
+// validity and file modes are the same for all of them.
 package certs
 
 import (

@@ -30,7 +30,7 @@ func newCertifierCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "certifier",
 		Short: "Run a certifier: certify writesets, assign the global commit order, keep the durable log",
-		Long: `Runs a certifier (Tashkent §6.1). It certifies the writesets proxies send,
+		Long: `Runs a certifier (Tashkent §6.1). It certifies the writesets agents send,
 assigns the global commit order, makes every committed writeset durable in its
 log (one fsync for all pending entries: group commit) before answering, and
 serves the log to replicas. Restarted, also after kill -9, it recovers exactly
@@ -38,7 +38,7 @@ the state it had acknowledged.
 
 With --id and --peers it is one member of a certifier group replicated with
 Raft (Tashkent §7.3): the leader certifies, a version is durable once a
-majority holds it, and a new leader takes over when the leader dies. Proxies
+majority holds it, and a new leader takes over when the leader dies. Agents
 are given every member (--certifier a,b,c) and follow the leader.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

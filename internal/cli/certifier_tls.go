@@ -24,5 +24,5 @@ func certifierTLS(f grpctls.Files) ([]grpc.ServerOption, []grpc.DialOption, erro
 }
 
 // certifierDial is the dial option of a command that talks to a
-// certifier (proxy, certifier members, certifier-bench).
+// certifier (agent, certifier members, certifier-bench).
 func certifierDial(f grpctls.Files) (grpc.DialOption, error) { return f.DialOption() }

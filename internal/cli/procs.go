@@ -12,10 +12,9 @@ import (
 // sharesHost is the annotation of commands whose process runs on the same
 // host as a PostgreSQL server it serves (the agent). Go's scheduler spins
 // idle threads looking for work; on a small host that spinning takes CPU
-// from PostgreSQL. Measured on 2 cores (docs/BENCHMARKS.md, "CPU per
-// transaction"): one thread instead of two cut the CPU per pgbench
-// transaction of the process beside PostgreSQL by about a fifth and the
-// certifier's by a quarter.
+// from PostgreSQL. Measured on 2 cores: one thread instead of two cut the
+// CPU per pgbench transaction of the Go process beside PostgreSQL by about
+// a fifth and the certifier's by a quarter.
 const sharesHost = "tashkent/shares-host"
 
 // markSharesHost annotates cmd as sharing its host with PostgreSQL.

@@ -18,11 +18,11 @@ import (
 // When every processor is idle, sysmon parks on a futex, and the first
 // goroutine that enters a system call afterwards wakes it
 // (runtime.entersyscallWakeSysmon); sysmon then polls every 20 µs until
-// the process is idle again and parks once more. A proxy or a certifier
+// the process is idle again and parks once more. An agent or a certifier
 // serving a client one request at a time goes idle between requests, so
-// every request paid a futex wake-up of sysmon and a few context switches
+// every request pays a futex wake-up of sysmon and a few context switches
 // of its own, and on a virtual machine a context switch costs tens of
-// microseconds (docs/BENCHMARKS.md, "Session 7: Go's sysmon"; see also
+// microseconds (docs/BENCHMARKS.md, "Go's sysmon"; see also
 // golang/go#18236).
 //
 // sysmon never parks while GODEBUG's schedtrace is above 0 (runtime
@@ -38,7 +38,7 @@ import (
 //     does so within a fraction of a millisecond. With GOMAXPROCS=1 no
 //     other goroutine runs until such a call returns: a certifier's
 //     fdatasync, for one. So the certifier polls only with several Go
-//     threads (pollWithSeveralThreads); the proxy makes no blocking call
+//     threads (pollWithSeveralThreads); the agent makes no blocking call
 //     on its path and always polls.
 //   - Every fatal error (unrecovered panic, runtime throw, SIGQUIT) first
 //     prints a detailed scheduler dump, one line per P, M and goroutine,
@@ -59,15 +59,15 @@ const (
 	// polling; its value is when (pollAlways or pollWithSeveralThreads).
 	pollingSysmon = "tashkent/polling-sysmon"
 	// pollAlways: the command makes no blocking system call on its request
-	// path (the proxy: sockets only), so a slow retake costs it nothing.
+	// path (the agent: sockets only), so a slow retake costs it nothing.
 	pollAlways = "always"
 	// pollWithSeveralThreads: the command blocks in system calls on its
 	// request path (the certifier's log flush), so it polls only when it
 	// runs more than one Go thread; with one, a request that arrives
-	// during a flush would wait up to 10-20 ms for sysmon's retake. Review
-	// h27 measured that for a certifier with GOMAXPROCS=1 and an 8 ms
-	// flush (client p99 58-97 ms polling against 21-82 ms by default) and
-	// no harm with two threads.
+	// during a flush would wait up to 10-20 ms for sysmon's retake. For a
+	// certifier with GOMAXPROCS=1 and an 8 ms flush, the client p99 was
+	// 58-97 ms polling against 21-82 ms by default, and two threads showed
+	// no harm (docs/BENCHMARKS.md, "Go's sysmon").
 	pollWithSeveralThreads = "with-several-threads"
 	// sysmonSetting is the GODEBUG setting that keeps sysmon polling.
 	sysmonSetting = "schedtrace=2147483647"

@@ -19,7 +19,7 @@ import (
 // The certifier group of `tashkent up --certifiers N` (Tashkent §7.3): N
 // `tashkent certifier --id K --peers ...` processes, member 1 recorded as
 // State.Certifier (in <dir>/certifier, as a single certifier would be) and
-// members 2..N in State.MoreCertifiers (<dir>/certifier-K). Proxies are
+// members 2..N in State.MoreCertifiers (<dir>/certifier-K). Agents are
 // given every member and follow the leader.
 
 // groupSizes are the supported group sizes: a majority survives one

@@ -1,7 +1,6 @@
 // Package grpctls turns the --certifier-tls-* flags into gRPC credentials:
-// mutual TLS on every certifier channel (issue 4: "channels between proxies
-// and certifiers and among certifiers can use TLS with client
-// certificates").
+// mutual TLS with client certificates on every certifier channel: between
+// agents and certifiers, among certifier group members, and from the tools.
 //
 // # Why it is built this way
 //
@@ -14,7 +13,7 @@
 //
 //   - the server (certifier.Listen) requires a client certificate and
 //     verifies it against --certifier-tls-ca;
-//   - every client (proxy, replica Fetch, group member to group member,
+//   - every client (agent, replica Fetch, group member to group member,
 //     `tashkent status`, `tashkent certifier members`, certifier-bench)
 //     verifies the certifier's certificate against the same CA and the
 //     address it dialled (IP SAN or DNS SAN), and presents its own;
@@ -25,7 +24,7 @@
 // member is a server to its peers and a client of them with the same pair,
 // so certificates are issued for both server and client use (certs.Issue).
 //
-// Without the flags everything stays plaintext, as before: Files{} gives
+// Without the flags every channel is plaintext: Files{} gives
 // insecure dial credentials and no server option. Half a configuration
 // (a certificate without a key, a key without a CA) is refused at start-up
 // by Check, never silently downgraded to plaintext.

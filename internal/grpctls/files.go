@@ -11,8 +11,8 @@ import (
 )
 
 // The flag names, the same on every command that talks to a certifier
-// (certifier, proxy, certifier members, certifier-bench). They are distinct
-// from the proxy's --tls-cert/--tls-key, which are for PostgreSQL clients.
+// (certifier, agent, certifier members, certifier-bench). They configure
+// certifier channels only: PostgreSQL's clients use PostgreSQL's own TLS.
 const (
 	FlagCA   = "certifier-tls-ca"
 	FlagCert = "certifier-tls-cert"
@@ -60,7 +60,7 @@ func (f Files) Check() error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("certifier TLS is half configured: %v missing; mutual TLS needs --%s, --%s and --%s together "+
-			"(or none of them for plaintext); see docs/OPERATIONS.md, \"TLS between proxies and certifiers\"",
+			"(or none of them for plaintext); see docs/OPERATIONS.md, \"TLS on certifier channels\"",
 			missing, FlagCA, FlagCert, FlagKey)
 	}
 	return nil

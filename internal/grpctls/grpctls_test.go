@@ -129,12 +129,12 @@ func waitLog(t *testing.T, logs *testbin.Output, wants ...string) {
 func TestMutualTLSWorks(t *testing.T) {
 	p := newPKI(t, "cluster")
 	addr, logs := serve(t, p.files("certifier", "127.0.0.1", "localhost"))
-	if err := check(t, addr, dialOf(t, p.files("proxy", "127.0.0.1"))); err != nil {
+	if err := check(t, addr, dialOf(t, p.files("agent", "127.0.0.1"))); err != nil {
 		t.Fatalf("mutual TLS call failed: %v", err)
 	}
 	// The DNS SAN is checked as well as the IP SAN.
 	_, port, _ := net.SplitHostPort(addr)
-	if err := check(t, "localhost:"+port, dialOf(t, p.files("proxy2"))); err != nil {
+	if err := check(t, "localhost:"+port, dialOf(t, p.files("agent2"))); err != nil {
 		t.Fatalf("mutual TLS call by name failed: %v", err)
 	}
 	if strings.Contains(logs.String(), "refused") {
@@ -190,7 +190,7 @@ func TestClientCertificateOfAnotherCAIsRefused(t *testing.T) {
 func TestServerOfAnotherCAIsRefused(t *testing.T) {
 	p, other := newPKI(t, "cluster"), newPKI(t, "other")
 	addr, logs := serve(t, other.files("certifier", "127.0.0.1"))
-	err := check(t, addr, dialOf(t, p.files("proxy", "127.0.0.1")))
+	err := check(t, addr, dialOf(t, p.files("agent", "127.0.0.1")))
 	if err == nil {
 		t.Fatal("a certifier of another CA was trusted")
 	}
@@ -201,7 +201,7 @@ func TestServerOfAnotherCAIsRefused(t *testing.T) {
 func TestWrongSANIsRefused(t *testing.T) {
 	p := newPKI(t, "cluster")
 	addr, _ := serve(t, p.files("certifier", "10.9.9.9", "certifier.example"))
-	err := check(t, addr, dialOf(t, p.files("proxy", "127.0.0.1")))
+	err := check(t, addr, dialOf(t, p.files("agent", "127.0.0.1")))
 	if err == nil {
 		t.Fatal("a certifier certificate for another address was accepted")
 	}
@@ -222,7 +222,7 @@ func TestPlaintextClientIsLogged(t *testing.T) {
 func TestTLSClientOfPlaintextServerIsExplained(t *testing.T) {
 	p := newPKI(t, "cluster")
 	addr, _ := serve(t, grpctls.Files{})
-	err := check(t, addr, dialOf(t, p.files("proxy", "127.0.0.1")))
+	err := check(t, addr, dialOf(t, p.files("agent", "127.0.0.1")))
 	if err == nil {
 		t.Fatal("a TLS client talked to a plaintext server")
 	}
@@ -231,7 +231,7 @@ func TestTLSClientOfPlaintextServerIsExplained(t *testing.T) {
 
 func TestHalfConfiguredIsRefused(t *testing.T) {
 	p := newPKI(t, "cluster")
-	full := p.files("proxy", "127.0.0.1")
+	full := p.files("agent", "127.0.0.1")
 	for _, f := range []grpctls.Files{
 		{Cert: full.Cert},                // a certificate without a key
 		{Key: full.Key, Cert: full.Cert}, // a key without a CA
@@ -257,7 +257,7 @@ func TestHalfConfiguredIsRefused(t *testing.T) {
 
 func TestCertificateOfAnotherCAIsRefusedAtStartUp(t *testing.T) {
 	p, other := newPKI(t, "cluster"), newPKI(t, "other")
-	f := other.files("proxy", "127.0.0.1")
+	f := other.files("agent", "127.0.0.1")
 	f.CA = p.ca
 	_, err := f.DialOption()
 	if err == nil {
@@ -268,7 +268,7 @@ func TestCertificateOfAnotherCAIsRefusedAtStartUp(t *testing.T) {
 
 func TestKeysAreOwnerOnly(t *testing.T) {
 	p := newPKI(t, "cluster")
-	f := p.files("proxy", "127.0.0.1")
+	f := p.files("agent", "127.0.0.1")
 	for _, k := range []string{p.key, f.Key} {
 		st, err := os.Stat(k)
 		if err != nil {

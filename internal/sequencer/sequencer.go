@@ -3,6 +3,10 @@
 // commit visibility must follow the certifier's order on every replica, or
 // read-only transactions on different replicas see a Long Fork).
 //
+// Only the simulation's replica model (internal/sim) uses it. The agent
+// keeps its replica's commit order with internal/agent/order, and the
+// extension makes each commit wait for its turn inside PostgreSQL.
+//
 // A version is either local (a transaction of one of this replica's client
 // sessions, which commits it on its own backend connection) or remote (a
 // writeset the applier applies). The certifier delivers every version to the

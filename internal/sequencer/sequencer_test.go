@@ -92,8 +92,9 @@ func TestLocalAndRemoteVersionsCommitInOrder(t *testing.T) {
 }
 
 func TestEntryOfUnregisteredOwnTransactionIsRemote(t *testing.T) {
-	// After a proxy restart, its own earlier transactions arrive as entries
-	// nobody waits for: they must be applied, not waited on forever.
+	// After a restart of the replica's process, its own earlier
+	// transactions arrive as entries nobody waits for: they must be
+	// applied, not waited on forever.
 	s := New("me", 0)
 	deliver(s, 1, "me", 42)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -147,8 +148,8 @@ func TestResetWakesWaitersAndRedelivers(t *testing.T) {
 }
 
 // A stream opened before a reset goes on delivering for a moment (the
-// proxy closes it after it reopened one); what it delivers is dropped, not
-// taken for a gap.
+// caller closes it once it has reopened one); what it delivers is dropped,
+// not taken for a gap.
 func TestDeliveriesFromBeforeAResetAreDropped(t *testing.T) {
 	s := New("me", 0)
 	stale := s.Epoch()

@@ -50,14 +50,14 @@ type Config struct {
 	CertifierCrashWeight  int
 	PartitionWeight       int
 	DownTicksMax          int64 // how long a crashed node or a partition lasts
-	DatabaseOnlyCrashRate int   // percent of replica crashes that keep the proxy up
-	ProxyOnlyCrashRate    int   // percent of the others that keep the database up
+	DatabaseOnlyCrashRate int   // percent of replica crashes that keep the agent up
+	AgentOnlyCrashRate    int   // percent of the others that keep the database up
 	OneWayPartitionRate   int   // percent of partitions that cut one direction only
 
 	DiskSyncTicksMax     int64 // the certifier's fsync latency: the unsynced window
 	StoreFlushTicks      int64 // mw: how often the replica's store flushes
 	StalenessTicks       int64 // a replica's catch-up request and keepalive period
-	CertifyTimeoutTicks  int64 // the proxy gives up on the certifier (outcome unknown)
+	CertifyTimeoutTicks  int64 // the agent gives up on the certifier (outcome unknown)
 	ReconnectDelayTicks  int64
 	ApplyTicksMax        int64 // one remote batch or local commit takes 1..this
 	ApplyBatchEntriesMax int
@@ -141,7 +141,7 @@ func DefaultConfig() Config {
 		WorkloadTicks: 300, HealTicksMax: 2000,
 		DropPerMille: 10, DuplicatePerMille: 10, DelayTicksMax: 3,
 		NemesisTicksMax: 60, ReplicaCrashWeight: 3, CertifierCrashWeight: 2, PartitionWeight: 3,
-		DownTicksMax: 40, DatabaseOnlyCrashRate: 30, ProxyOnlyCrashRate: 20, OneWayPartitionRate: 30,
+		DownTicksMax: 40, DatabaseOnlyCrashRate: 30, AgentOnlyCrashRate: 20, OneWayPartitionRate: 30,
 		DiskSyncTicksMax: 3, StoreFlushTicks: 10, StalenessTicks: 10, CertifyTimeoutTicks: 120,
 		ReconnectDelayTicks: 3, ApplyTicksMax: 2, ApplyBatchEntriesMax: 4, SoftRecoveryPerMille: 20,
 		InFlightRequestsMax: 1 << 16,
@@ -171,7 +171,7 @@ func SwarmConfig(seed uint64) Config {
 	c.CertifyTimeoutTicks = []int64{30, 120, 1000}[r.IntN(3)]
 	c.SoftRecoveryPerMille = []int{0, 20, 100}[r.IntN(3)]
 	c.InFlightRequestsMax = []int{1 << 16, 1 << 16, 4, 1}[r.IntN(4)]
-	c.ProxyOnlyCrashRate = []int{0, 30}[r.IntN(2)]
+	c.AgentOnlyCrashRate = []int{0, 30}[r.IntN(2)]
 	c.OneWayPartitionRate = []int{0, 50}[r.IntN(2)]
 	return c
 }

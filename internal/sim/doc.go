@@ -6,7 +6,7 @@
 //
 // # Why a simulation
 //
-// The real-process fault tests (issue 7, the harness) run a handful of
+// The real-process fault tests (internal/faults) run a handful of
 // schedules per minute. The orderings that break replication protocols are
 // rare interleavings: a reply lost just before the certifier crashes, a retry
 // arriving after its transaction slid out of the certifier's window, a replica
@@ -16,12 +16,19 @@
 //
 // # What is real and what is modeled
 //
-// Real code, called exactly as the services call it:
+// Certification is real code, called exactly as the certifier calls it; the
+// certifier's service around it and the replica's side are models. The
+// simulation models the replica's side rather than running the agent
+// (internal/agent, whose commit order is internal/agent/order) and the
+// extension: those have their own tests and the real-process tests.
+//
+// Real code:
 //   - internal/certification: the certifier's state machine (conflict index,
 //     low-water mark, transaction-id deduplication, Restore after a restart).
-//   - internal/sequencer: each replica's commit order (Register, Deliver,
-//     WaitTurn's condition, NextRemote, Commit, Abandon, Reset). Its waits
-//     are polled with an already-cancelled context, which never blocks.
+//   - internal/sequencer: the replica model's commit order (Register,
+//     Deliver, WaitTurn's condition, NextRemote, Commit, Abandon, Reset).
+//     Only this model uses it. Its waits are polled with an
+//     already-cancelled context, which never blocks.
 //
 // Modeled, following the code they stand for (file names under internal/):
 //   - certifier (certifier/service.go, stream.go): certifies in arrival
@@ -34,14 +41,17 @@
 //     stream it reopens from the delivered version, re-sends every pending
 //     request with the same transaction id, and settles pending calls from
 //     delivered entries.
-//   - replica (proxy/commit.go, replication.go): a key-value store with
-//     multi-version history standing in for PostgreSQL. Sessions label a
-//     transaction with the replica version at BEGIN and take their snapshot
-//     at the first statement (so the label may be older than the snapshot:
-//     Tashkent §6.2 "conservative assigning of versions"), send
-//     (start_version, writeset) on COMMIT, and commit locally when their
-//     turn comes (Tashkent §6.2 C4/C5). An applier applies remote writesets
-//     in version order. In mw mode the store loses its unflushed tail on a
+//   - replica: its database and the process that certifies and applies for
+//     it (called its agent here), following Tashkent §6.2 rather than any
+//     one file. A key-value store with multi-version history stands in for
+//     PostgreSQL. Sessions label a transaction with the replica version at
+//     BEGIN and take their snapshot at the first statement (so the label
+//     may be older than the snapshot: Tashkent §6.2 "conservative assigning
+//     of versions"; the extension certifies from the replica's version at
+//     commit instead, extension/src/commit.c), send (start_version,
+//     writeset) on COMMIT, and commit locally when their turn comes
+//     (Tashkent §6.2 C4/C5). An applier applies remote writesets in
+//     version order. In mw mode the store loses its unflushed tail on a
 //     crash (synchronous_commit=off, Tashkent §7.1 case 2) and the replica
 //     catches up from the certifier's log.
 //
@@ -59,8 +69,8 @@
 // receiver, as TCP would (Config.DeliverDuplicateRequests hands it to the
 // certifier instead, see TestAbortIsFinalOnlyWithoutDuplicates). A partition
 // drops everything between one replica and the certifier, in both directions
-// or one, for a while. The nemesis also crashes replicas (proxy and database,
-// the database alone, or the proxy alone; a commit in flight may or may not
+// or one, for a while. The nemesis also crashes replicas (agent and database,
+// the database alone, or the agent alone; a commit in flight may or may not
 // have reached the database), crashes the certifier (its disk loses what was
 // not synced), lets a store refuse a local commit (soft recovery, Tashkent
 // §8.1), and the certifier aborts requests over its in-flight limit

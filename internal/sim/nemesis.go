@@ -1,9 +1,10 @@
 package sim
 
 // startNemesis injects node faults until the heal: every
-// 1..NemesisTicksMax ticks it crashes a replica (its proxy and database,
-// only its database, or only its proxy), crashes the certifier, or partitions a replica from the
-// certifier (both ways or one way), and undoes it 1..DownTicksMax ticks later.
+// 1..NemesisTicksMax ticks it crashes a replica (its agent and database,
+// only its database, or only its agent), crashes the certifier, or
+// partitions a replica from the certifier (both ways or one way), and undoes
+// it 1..DownTicksMax ticks later.
 func startNemesis(w *world) {
 	w.after(w.between(1, w.cfg.NemesisTicksMax), "nemesis", func() {
 		if w.healing {
@@ -40,7 +41,7 @@ func crashReplica(w *world, r *replica, down int64) {
 	if !r.up {
 		return
 	}
-	r.crash(w.rng.IntN(100) < w.cfg.ProxyOnlyCrashRate)
+	r.crash(w.rng.IntN(100) < w.cfg.AgentOnlyCrashRate)
 	w.after(down, "replica-restart", func() {
 		if !r.up {
 			r.restart()

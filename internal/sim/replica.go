@@ -9,13 +9,14 @@ import (
 	"github.com/tashkent-db/tashkent/internal/sequencer"
 )
 
-// replica is one proxy and its database (proxy/replication.go): the real
-// sequencer orders its commits; remote versions are applied by the applier
-// and local ones by their sessions, one version at a time.
+// replica is the model of one replica: its database and the process that
+// certifies and applies for it (its agent). internal/sequencer orders its
+// commits; remote versions are applied by the applier and local ones by
+// their sessions, one version at a time.
 type replica struct {
 	w           *world
 	id          int
-	up          bool // the proxy is running
+	up          bool // the agent is running
 	dbUp        bool // the database is running
 	incarnation uint64
 
@@ -30,8 +31,8 @@ type replica struct {
 	sessions []*session
 	busy     bool   // a commit (a remote batch or a local one) is in flight
 	inFlight func() // its database part, which a crash may or may not let happen
-	// versionBeforeCrash is what the proxy had committed when its database
-	// crashed (only MutationRecoverFromMemory uses it).
+	// versionBeforeCrash is what the replica had committed when its
+	// database crashed (only MutationRecoverFromMemory uses it).
 	versionBeforeCrash uint64
 
 	recovering  bool // clients wait until the replica caught up
@@ -61,9 +62,9 @@ func (r *replica) start() {
 	r.scheduleMaintenance()
 }
 
-// restart is a proxy starting on a database that recovered: it reads the
+// restart is the agent starting on a database that recovered: it reads the
 // version the database holds, opens the stream from there and catches up
-// before admitting clients (replication.go, startReplication, catchUp).
+// before admitting clients.
 // The origin is new at every start, so transaction ids never repeat.
 func (r *replica) restart() {
 	r.up, r.dbUp = true, true
@@ -100,18 +101,18 @@ func (r *replica) recoveredVersion() uint64 {
 	return r.db.version
 }
 
-// crash stops the proxy, and its database unless proxyOnly: sessions, the
+// crash stops the agent, and its database unless agentOnly: sessions, the
 // sequencer and the client's pending calls are gone. A database that
 // crashes keeps what it flushed; one that stays up keeps every commit,
 // including the one in flight, if it got that far.
-func (r *replica) crash(proxyOnly bool) {
+func (r *replica) crash(agentOnly bool) {
 	if !r.up {
 		return
 	}
 	r.w.stats.ReplicaCrashes++
 	r.up = false
-	if proxyOnly {
-		r.crashProxy()
+	if agentOnly {
+		r.crashAgent()
 	} else {
 		r.crashDatabase()
 	}
@@ -119,20 +120,20 @@ func (r *replica) crash(proxyOnly bool) {
 	r.client = nil
 }
 
-func (r *replica) crashProxy() {
+func (r *replica) crashAgent() {
 	r.settleInFlight()
 	r.incarnation++
 	for _, s := range r.sessions {
 		s.lost()
 	}
-	r.w.note("proxy-crash", uint64(r.id), r.db.version, 0)
+	r.w.note("agent-crash", uint64(r.id), r.db.version, 0)
 }
 
-// crashDatabaseOnly is PostgreSQL restarting under a running proxy: the
-// proxy resets its sequencer at once (requestRecovery), closes the sessions,
-// and when the database answers again, resets to the version it recovered
-// and reopens the stream from there (recover, reconnectAndResume). Until
-// then the old stream keeps delivering into a stale epoch.
+// crashDatabaseOnly is the database restarting under a running agent: the
+// agent resets its sequencer at once, the sessions are closed, and when the
+// database answers again, the agent resets to the version it recovered and
+// reopens the stream from there. Until then the old stream keeps delivering
+// into a stale epoch.
 func (r *replica) crashDatabaseOnly(downTicks int64) {
 	if !r.up || !r.dbUp {
 		return
@@ -182,8 +183,7 @@ func (r *replica) settleInFlight() {
 	r.busy, r.inFlight = false, nil
 }
 
-// deliver hands entries of the stream opened at epoch to the sequencer
-// (replication.go, deliver).
+// deliver hands entries of the stream opened at epoch to the sequencer.
 func (r *replica) deliver(epoch uint64, entries []entry) {
 	les := make([]logentry.Entry, len(entries))
 	origins := make([]string, len(entries))
@@ -245,7 +245,7 @@ func (r *replica) endRecoveryIfCaughtUp() {
 
 // applyRemote applies a batch in one database transaction, after a
 // latency. A crash meanwhile may or may not have let the database commit it
-// (crashDatabase); the proxy never learns which.
+// (crashDatabase); the agent never learns which.
 func (r *replica) applyRemote(batch []logentry.Entry) {
 	entries := make([]entry, len(batch))
 	for i, le := range batch {
@@ -271,10 +271,9 @@ func (r *replica) applyRemote(batch []logentry.Entry) {
 }
 
 // commitLocal is C5: the session records its version and commits. If the
-// database refuses (out of disk, a crashed backend), the proxy rolls back
+// database refuses (out of disk, a crashed backend), the session rolls back
 // and hands the version to the applier, which applies its writeset like a
-// remote one; the client still gets COMMIT (Tashkent §8.1 soft recovery,
-// proxy/commit.go softRecover).
+// remote one; the client still gets COMMIT (Tashkent §8.1 soft recovery).
 func (r *replica) commitLocal(s *session) {
 	s.phase = committing
 	v, txn := s.local.Version(), s.txn
@@ -308,7 +307,7 @@ func (r *replica) ackSoftRecovered() {
 }
 
 // startCommit runs a database commit (inDatabase) after a latency, then
-// what the proxy does once the database answered (answered).
+// what the agent does once the database answered (answered).
 func (r *replica) startCommit(name string, inDatabase, answered func()) {
 	r.busy, r.inFlight = true, inDatabase
 	inc := r.incarnation
@@ -332,9 +331,9 @@ func (r *replica) scheduleFlush() {
 	})
 }
 
-// scheduleMaintenance is maintainLoop: a catch-up request every staleness
-// period (bounded staleness), which also tells a dead stream from a quiet
-// one.
+// scheduleMaintenance is the agent's maintenance: a catch-up request every
+// staleness period (bounded staleness), which also tells a dead stream from
+// a quiet one.
 func (r *replica) scheduleMaintenance() {
 	r.w.after(r.w.cfg.StalenessTicks, "maintenance", func() {
 		if r.up && r.client != nil {
@@ -363,7 +362,7 @@ func (r *replica) nextTxnID() certification.TxnID {
 	return certification.TxnID{Origin: r.origin, Seq: r.txnSeq}
 }
 
-// receive hands a message from the certifier to the proxy's client.
+// receive hands a message from the certifier to the agent's client.
 func (r *replica) receive(m message) {
 	if r.up && r.client != nil {
 		r.client.receive(m)

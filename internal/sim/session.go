@@ -19,9 +19,9 @@ const (
 	awaitingApply       // the store refused its commit; the applier applies it
 )
 
-// session is one client connection with the proxy's session logic
-// (proxy/session.go labelIfIdle, proxy/commit.go certifyAndCommit). A client
-// runs one transaction after another.
+// session is one client connection and the model's commit path for its
+// transactions: labelled at BEGIN, certified at COMMIT, committed in their
+// turn. A client runs one transaction after another.
 type session struct {
 	r     *replica
 	id    int
@@ -149,8 +149,8 @@ func (s *session) commit() {
 	})
 }
 
-// timeout is certifyTimeout: the outcome is unknown to the client; if the
-// transaction committed, its version is applied as a remote one.
+// timeout is the certify timeout: the outcome is unknown to the client; if
+// the transaction committed, its version is applied as a remote one.
 func (s *session) timeout() {
 	s.r.client.forget(s.reqID)
 	s.r.seq.Abandon(s.local)
@@ -158,7 +158,7 @@ func (s *session) timeout() {
 	s.finish()
 }
 
-// onReply is the certifier's answer (certifyAndCommit after Certify).
+// onReply handles the certifier's answer to the session's request.
 func (s *session) onReply(rep reply) {
 	r, w := s.r, s.r.w
 	if s.phase != certifying || rep.txn != s.txn.id {
@@ -172,8 +172,9 @@ func (s *session) onReply(rep reply) {
 		return
 	}
 	if s.local.Version() != rep.commitVersion {
-		// proxy/commit.go calls this a bug and falls back to applying the
-		// version as a remote one.
+		// The certifier delivers a version before the reply that depends
+		// on it, so this is a bug. The version falls back to being applied
+		// as a remote one, as the agent does (internal/agent/certify.go).
 		w.violate("replica %d: %v certified at version %d but version %d was delivered to it (the reply came before its entry)",
 			r.id, s.txn.id, rep.commitVersion, s.local.Version())
 		r.seq.Abandon(s.local)

@@ -10,6 +10,7 @@ import (
 // their numbers bare.
 var traceArgs = map[string][3]string{
 	"ack":                   {"txn_seq", "version", "replica"},
+	"agent-crash":           {"replica", "version", ""},
 	"applied":               {"replica", "up_to_version", "entries"},
 	"caught-up":             {"replica", "version", ""},
 	"certifier-crash":       {"lost_pending", "lost_unsynced", "durable"},
@@ -26,7 +27,6 @@ var traceArgs = map[string][3]string{
 	"partition":             {"replica", "cut", ""},
 	"partition-healed":      {"replica", "", ""},
 	"replica-crash":         {"replica", "version_kept", "versions_lost"},
-	"proxy-crash":           {"replica", "version", ""},
 	"replica-up":            {"replica", "version", ""},
 	"stream-broken":         {"replica", "stream", ""},
 	"stream-open":           {"replica", "stream", "from_version"},
