@@ -1,8 +1,7 @@
 // Package certs issues the certificates a local cluster needs when the
 // operator brings none: a CA and per-process certificates for the
-// certifier channels (mutual TLS, internal/grpctls), and self-signed
-// server certificates (WriteSelfSigned). One place, so that key type,
-// validity and file modes are the same for all of them.
+// certifier channels (mutual TLS, internal/grpctls). One place, so that
+// key type, validity and file modes are the same for all of them.
 package certs
 
 import (
@@ -35,22 +34,6 @@ func WriteCA(certFile, keyFile, commonName string) error {
 	tmpl.BasicConstraintsValid = true
 	tmpl.MaxPathLenZero = true
 	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature
-	return signAndWrite(tmpl, nil, nil, certFile, keyFile)
-}
-
-// WriteSelfSigned writes a new self-signed certificate and its key (mode
-// 0600) for hosts, for a server: clients that want verify-full use the
-// certificate itself as their root (sslrootcert), so it is its own CA.
-func WriteSelfSigned(certFile, keyFile, commonName string, hosts []string) error {
-	tmpl, err := template(commonName)
-	if err != nil {
-		return err
-	}
-	tmpl.IsCA = true
-	tmpl.BasicConstraintsValid = true
-	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign
-	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	addHosts(tmpl, hosts)
 	return signAndWrite(tmpl, nil, nil, certFile, keyFile)
 }
 
