@@ -315,7 +315,7 @@ type Change struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"` // schema-qualified, quoted as PostgreSQL prints it
 	Op    Op                     `protobuf:"varint,2,opt,name=op,proto3,enum=tashkent.certifier.v1.Op" json:"op,omitempty"`
-	Key   []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"` // the encoded primary key (or unique index values, UNIQUE_KEY); empty for TRUNCATE and DDL
+	Key   []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"` // the encoded primary key (or unique index values, UNIQUE_KEY); empty for TRUNCATE; for DDL the search_path it ran under (empty: the default)
 	Row   []byte                 `protobuf:"bytes,4,opt,name=row,proto3" json:"row,omitempty"` // new row values (UPSERT) or SQL text (DDL)
 	// keeps_row marks an UPSERT that kept the row: an update that moved no
 	// primary key and changed no value any foreign key references (a keeping

@@ -41,7 +41,7 @@ LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'tashkent_set_admitting';
 
 CREATE FUNCTION tashkent.status(OUT committed bigint, OUT floor bigint, OUT agent_generation bigint,
-	OUT applier_pid integer, OUT admitting boolean, OUT admit_reason text)
+	OUT applier_pid integer, OUT admitting boolean, OUT admit_reason text, OUT incarnation bigint)
 RETURNS record
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'tashkent_status';

@@ -170,13 +170,17 @@ tashkent_set_admitting(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* status: committed, floor, agent_generation, applier_pid, admitting, reason. */
+/*
+ * status: committed, floor, agent_generation, applier_pid, admitting,
+ * reason, incarnation (of the shared memory: the agent tells a crash
+ * restart, which keeps the postmaster and its start time, by it).
+ */
 Datum
 tashkent_status(PG_FUNCTION_ARGS)
 {
 	TupleDesc	desc;
-	Datum		values[6];
-	bool		nulls[6] = {false};
+	Datum		values[7];
+	bool		nulls[7] = {false};
 	uint64		committed = tk_committed();
 
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
@@ -188,6 +192,7 @@ tashkent_status(PG_FUNCTION_ARGS)
 	values[3] = Int32GetDatum(tk_shared->applier_pid);
 	values[4] = BoolGetDatum(tk_shared->admitting);
 	values[5] = CStringGetTextDatum(tk_shared->admit_reason);
+	values[6] = Int64GetDatum((int64) tk_shared->incarnation);
 	LWLockRelease(tk_shared->lock);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }

@@ -67,6 +67,7 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "commands/extension.h"
 #include "commands/trigger.h"
 #include "common/jsonapi.h"
 #include "executor/tuptable.h"
@@ -91,6 +92,7 @@ static int64 row_changes = 0;	/* UPSERT and DELETE events */
 static int64 event_bytes = 0;	/* of keys and rows */
 static bool has_ddl = false;
 static uint64 ddl_label = 0;
+static uint64 first_version = 0;	/* the replica's version at the first event */
 
 /* What a subtransaction's rollback puts back. */
 typedef struct SubxactMark
@@ -219,6 +221,8 @@ append_event(TkEventKind kind, CommandId cid, const char *table, int tablelen,
 		e->row = p;
 		e->rowlen = rowlen;
 	}
+	if (events == NIL)
+		first_version = tk_committed();
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	events = lappend(events, e);
 	MemoryContextSwitchTo(old);
@@ -657,7 +661,12 @@ tashkent_capture(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("tashkent.capture() must be fired as an AFTER trigger")));
-	if (tk_backend_is_applier || tk_maintenance)
+	/*
+	 * An extension's script (CREATE or ALTER EXTENSION) is replicated as
+	 * the statement that runs it, and fills its tables on every replica
+	 * itself.
+	 */
+	if (tk_backend_is_applier || tk_maintenance || creating_extension)
 		return PointerGetDatum(NULL);
 	if (trigdata->tg_relation->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
 		return PointerGetDatum(NULL);
@@ -696,14 +705,28 @@ tk_capture_ddl_label(void)
 }
 
 /*
+ * tk_capture_first_version: the replica's version when the transaction
+ * captured its first change (commit.c's start version when DDL committed
+ * meanwhile).
+ */
+uint64
+tk_capture_first_version(void)
+{
+	return first_version;
+}
+
+/*
  * tk_capture_ddl: a DDL statement, replicated as its text (ddl.c), in its
- * place among the row changes. label is the version its snapshot saw; the
- * transaction is certified from the smallest.
+ * place among the row changes, with the search_path it ran under (the
+ * applier runs it under the same, so that its names mean the same
+ * objects). label is the version its snapshot saw; the transaction is
+ * certified from the smallest.
  */
 void
-tk_capture_ddl(const char *sql, int len, uint64 label)
+tk_capture_ddl(const char *sql, int len, const char *search_path, uint64 label)
 {
-	append_event(TK_EVENT_DDL, GetCurrentCommandId(true), NULL, 0, NULL, 0, sql, len);
+	append_event(TK_EVENT_DDL, GetCurrentCommandId(true), NULL, 0,
+				 search_path, strlen(search_path), sql, len);
 	if (!has_ddl || label < ddl_label)
 		ddl_label = label;
 	has_ddl = true;
@@ -757,6 +780,7 @@ tk_capture_xact_end(void)
 	event_bytes = 0;
 	has_ddl = false;
 	ddl_label = 0;
+	first_version = 0;
 	nmarks = 0;
 }
 

@@ -50,6 +50,16 @@ static int	agent_sock = -1;
 static uint64 agent_generation = 0;
 
 /*
+ * A request is out and its answer not read yet. An error in between (a
+ * cancel during the hello, a termination, a malformed answer) leaves the
+ * answer in the socket, where the next request would read it as its own:
+ * the next exchange closes such a connection first and opens a new one.
+ * The agent then sees the socket close, and applies a version it had
+ * decided for the request if the replica does not show it committed.
+ */
+static bool exchange_open = false;
+
+/*
  * What a wait for the agent watches: the socket, this backend's latch and
  * the postmaster. Made once per connection, as PostgreSQL does for its
  * client socket (WaitLatchOrSocket would make and free an epoll set, three
@@ -62,6 +72,7 @@ static uint32 agent_wait_socket_events = 0;
 static void
 close_agent(void)
 {
+	exchange_open = false;
 	if (agent_wait != NULL)
 		FreeWaitEventSet(agent_wait);
 	agent_wait = NULL;
@@ -323,6 +334,8 @@ agent_alive(void)
 	char		c;
 	ssize_t		n;
 
+	if (exchange_open)
+		close_agent();
 	if (agent_sock < 0)
 		return false;
 	n = recv(agent_sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
@@ -371,6 +384,7 @@ connect_agent(uint8 role)
 	}
 	make_wait_set();
 
+	exchange_open = true;
 	begin_frame(&buf, 'H');
 	put_u32(&buf, TK_PROTOCOL_VERSION);
 	put_u32(&buf, (uint32) MyProcPid);
@@ -391,6 +405,7 @@ connect_agent(uint8 role)
 	accepted = get_u8(&buf) != 0;
 	agent_generation = get_u64(&buf);
 	text = get_text(&buf, get_u16(&buf));
+	exchange_open = false;
 	if (!accepted)
 	{
 		close_agent();
@@ -450,6 +465,7 @@ tk_channel_certify(uint64 start_version, StringInfo writeset, TkDecision *decisi
 	put_u64(&buf, start_version);
 	appendBinaryStringInfo(&buf, writeset->data, writeset->len);
 	end_frame(&buf);
+	exchange_open = true;
 
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), tk_certify_timeout);
 	if (!send_all(&buf, deadline, true, &warned))
@@ -471,6 +487,7 @@ tk_channel_certify(uint64 start_version, StringInfo writeset, TkDecision *decisi
 						: "the connection to the tashkent agent broke before its decision arrived");
 	}
 	read_decision(&buf, decision);
+	exchange_open = false;
 	pfree(buf.data);
 }
 

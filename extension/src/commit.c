@@ -13,20 +13,28 @@
  * The start version. A transaction without DDL is certified from the
  * replica's version at PRE_COMMIT, not from its snapshot's: every version
  * up to it is committed here, and one that wrote a row this transaction
- * wrote committed before this transaction wrote the row (afterwards it
+ * wrote committed before this transaction wrote the row: afterwards it
  * would have waited for the row's lock, which this transaction still
- * holds). Under REPEATABLE READ PostgreSQL itself then refused that write
- * (40001, "could not serialize access due to concurrent update") if the
- * version was not in the snapshot; under READ COMMITTED the write was
- * based on that version's row, as on a single server. What is left for the
- * certifier are the versions not yet applied here, which no snapshot here
- * could see: the write-write conflicts between replicas, and nothing more,
- * so a transaction is never refused for a conflict PostgreSQL would have
- * resolved on one server. DDL is replicated as its text and run again
- * elsewhere, where it reads the data as of its position in the order; it is
- * certified from the version its own snapshot saw (ddl.c), so that a
- * version it did not see is a conflict (the schema key conflicts with
- * every write).
+ * holds (an apply locks the parent rows its versions reference, FOR KEY
+ * SHARE, as the origin's foreign-key checks did, and unique index entries
+ * wait for the inserting transaction, so this holds for references and
+ * unique values too). Under REPEATABLE READ PostgreSQL itself then refused
+ * that write (40001, "could not serialize access due to concurrent
+ * update") if the version was not in the snapshot; under READ COMMITTED
+ * the write was based on that version's row, as on a single server. What
+ * is left for the certifier are the versions not yet applied here, which
+ * no snapshot here could see: the write-write conflicts between replicas,
+ * and nothing more, so a transaction is never refused for a conflict
+ * PostgreSQL would have resolved on one server. DDL takes no such lock in
+ * every case (ALTER SCHEMA ... RENAME locks no table the transaction
+ * wrote), so if a version that ran DDL committed here after the
+ * transaction's first change, it is certified from the replica's version
+ * at that first change instead: the DDL version, which conflicts with
+ * every write, is then a conflict. DDL is replicated as its text and run
+ * again elsewhere, where it reads the data as of its position in the
+ * order; a transaction that ran DDL is certified from the version its
+ * own snapshot saw (ddl.c), so that a version it did not see is a
+ * conflict (the schema key conflicts with every write).
  *
  * A certified transaction that fails after PRE_COMMIT (an error in the
  * rest of PostgreSQL's pre-commit work, or its backend terminated while it
@@ -137,6 +145,19 @@ set_slot(TkSlotState state, uint64 version)
 	LWLockRelease(tk_shared->lock);
 }
 
+/* The version the transaction is certified from (see the header). */
+static uint64
+start_version(void)
+{
+	uint64		first = tk_capture_first_version();
+
+	if (tk_capture_has_ddl())
+		return tk_capture_ddl_label();
+	if (first != 0 && tk_last_ddl_version() > first)
+		return first;
+	return tk_committed();
+}
+
 static void
 certify_and_wait_turn(void)
 {
@@ -155,7 +176,7 @@ certify_and_wait_turn(void)
 
 	initStringInfo(&writeset);
 	tk_writeset_encode(tk_capture_events(), &writeset);
-	start = tk_capture_has_ddl() ? tk_capture_ddl_label() : tk_committed();
+	start = start_version();
 
 	set_slot(TK_SLOT_CERTIFYING, 0);
 	tk_channel_certify(start, &writeset, &decision);
@@ -236,6 +257,7 @@ end_transaction(void)
 	holding = 0;
 	tk_apply_first = tk_apply_last = 0;
 	tk_capture_xact_end();
+	tk_ddl_xact_end();
 	tk_doom_clear();
 }
 
@@ -243,7 +265,7 @@ static void
 at_commit(void)
 {
 	if (holding != 0)
-		tk_turn_pass(holding);
+		tk_turn_pass(holding, tk_capture_has_ddl() || tk_ddl_ran());
 	end_transaction();
 }
 

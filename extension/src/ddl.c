@@ -59,7 +59,14 @@
  */
 #include "tashkent.h"
 
+#include "catalog/namespace.h"
+#include "utils/lsyscache.h"
+#include "utils/builtins.h"
+#include "catalog/pg_namespace.h"
+#include "miscadmin.h"
+#include "utils/syscache.h"
 #include "commands/extension.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "parser/scansup.h"
 #include "tcop/utility.h"
@@ -71,6 +78,25 @@ static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /* DDL statements in progress in this backend; 0 outside any. */
 static int	ddl_depth = 0;
+
+/*
+ * The transaction ran DDL, replicated or not (the applier's included): its
+ * commit tells the commit order (tk_turn_pass), since DDL need not wait
+ * for the locks of the transactions it affects (commit.c).
+ */
+static bool ddl_ran = false;
+
+bool
+tk_ddl_ran(void)
+{
+	return ddl_ran;
+}
+
+void
+tk_ddl_xact_end(void)
+{
+	ddl_ran = false;
+}
 
 /* Objects the event triggers reported for the outermost one. */
 static int	noted_temporary = 0;
@@ -147,6 +173,73 @@ refuse_mixed(Node *stmt)
 			 errhint("Run it as two statements: one for the temporary objects (qualified with pg_temp), one for the permanent ones.")));
 }
 
+/*
+ * The schemas the statement resolves its names in: the session's
+ * search_path as it stands (a role's "$user" resolved), each schema quoted,
+ * without this session's temporary schema, which the other replicas do not
+ * have. The applier runs the text under the same path: the same unqualified
+ * name creates or finds the same object there.
+ */
+static char *
+effective_search_path(void)
+{
+	StringInfoData buf;
+	List	   *schemas = fetch_search_path(false);
+	ListCell   *lc;
+
+	initStringInfo(&buf);
+	foreach(lc, schemas)
+	{
+		Oid			schema = lfirst_oid(lc);
+		char	   *name;
+
+		if (isAnyTempNamespace(schema) || (name = get_namespace_name(schema)) == NULL)
+			continue;
+		if (buf.len > 0)
+			appendStringInfoString(&buf, ", ");
+		appendStringInfoString(&buf, quote_identifier(name));
+	}
+	list_free(schemas);
+	return buf.data;
+}
+
+/*
+ * TRUNCATE ... RESTART IDENTITY restarts the tables' sequences at their
+ * start, here only (the other replicas apply a TRUNCATE): this replica's
+ * offset among the replicas would be lost, and its values would collide
+ * with theirs. The sequences are aligned again at once, as after any DDL
+ * that restarts one.
+ */
+static bool
+restarts_identity(Node *stmt)
+{
+	return IsA(stmt, TruncateStmt) && ((TruncateStmt *) stmt)->restart_seqs &&
+		!tk_backend_is_applier && !tk_maintenance && tk_database_replicated();
+}
+
+static void
+realign_sequences(void)
+{
+	Oid			saved_user;
+	int			saved_context;
+	HeapTuple	schema = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(get_namespace_oid("tashkent", false)));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(schema))
+		elog(ERROR, "tashkent: schema tashkent not found");
+	owner = ((Form_pg_namespace) GETSTRUCT(schema))->nspowner;
+	ReleaseSysCache(schema);
+
+	/* as tashkent's owner: the role that truncated may not call it */
+	GetUserIdAndSecContext(&saved_user, &saved_context);
+	SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
+	SPI_connect();
+	if (SPI_execute("SELECT tashkent.align_all_sequences()", false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "tashkent: could not align the sequences after TRUNCATE ... RESTART IDENTITY");
+	SPI_finish();
+	SetUserIdAndSecContext(saved_user, saved_context);
+}
+
 /* Runs an outermost DDL statement and captures it unless it stays local. */
 static void
 replicate_ddl(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
@@ -160,6 +253,7 @@ replicate_ddl(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	uint64		label;
 	const char *text;
 	int			len;
+	char	   *search_path;
 
 	tk_protect_replication(stmt);
 	tk_refuse_unreplicated(stmt);
@@ -168,6 +262,7 @@ replicate_ddl(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	if (concurrent && !tk_concurrent_target_is_temporary(stmt))
 		tk_ddl_guard_check(stmt);	/* it commits as it goes: judge it first */
 	label = statement_version();
+	search_path = effective_search_path();
 
 	noted_temporary = temporary;
 	noted_permanent = permanent;
@@ -180,7 +275,7 @@ replicate_ddl(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	if (!concurrent)
 		tk_ddl_guard_check(stmt);
 	text = statement_text(pstmt, queryString, &len);
-	tk_capture_ddl(text, len, label);
+	tk_capture_ddl(text, len, search_path, label);
 }
 
 /* The applier runs a CONCURRENTLY statement in its blocking form. */
@@ -251,11 +346,15 @@ process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	if (doom == DOOM_CHECK_BEFORE)
 		tk_doom_check();
 	kind = tk_utility_kind(pstmt->utilityStmt);
+	if (kind == TK_UTILITY_DDL)
+		ddl_ran = true;
 	if (kind == TK_UTILITY_LOCAL)
 	{
 		run_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
 		if (doom == DOOM_CHECK_AFTER)
 			tk_doom_check();
+		if (restarts_identity(pstmt->utilityStmt))
+			realign_sequences();
 		return;
 	}
 

@@ -80,6 +80,12 @@ static const GuardedName guarded_names[] = {
 	{"pg_try_advisory_xact_lock", TK_FEATURE_ADVISORY_LOCKS},
 	{"pg_try_advisory_xact_lock_shared", TK_FEATURE_ADVISORY_LOCKS},
 	{"setval", TK_FEATURE_SETVAL},
+	{"pg_replication_origin_session_setup", TK_FEATURE_REPLICATION_ORIGINS},
+	{"pg_replication_origin_session_reset", TK_FEATURE_REPLICATION_ORIGINS},
+	{"pg_replication_origin_xact_setup", TK_FEATURE_REPLICATION_ORIGINS},
+	{"pg_replication_origin_xact_reset", TK_FEATURE_REPLICATION_ORIGINS},
+	{"pg_replication_origin_advance", TK_FEATURE_REPLICATION_ORIGINS},
+	{"pg_replication_origin_drop", TK_FEATURE_REPLICATION_ORIGINS},
 };
 
 /*

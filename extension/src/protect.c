@@ -224,6 +224,31 @@ tk_protect_replication(Node *stmt)
 		case T_CreateFunctionStmt:
 			check_create_function((CreateFunctionStmt *) stmt);
 			break;
+		case T_AlterObjectDependsStmt:
+			{
+				AlterObjectDependsStmt *depends = (AlterObjectDependsStmt *) stmt;
+
+				/*
+				 * The trigger would go with the extension, in a DROP
+				 * EXTENSION. The parser gives its name as a one-element list.
+				 */
+				if (depends->objectType == OBJECT_TRIGGER && !depends->remove &&
+					IsA(depends->object, List) &&
+					own_trigger_name(strVal(llast(castNode(List, depends->object)))))
+					refuse(psprintf("make trigger %s depend on an extension",
+									strVal(llast(castNode(List, depends->object)))));
+			}
+			break;
+		case T_AlterObjectSchemaStmt:
+			{
+				AlterObjectSchemaStmt *move = (AlterObjectSchemaStmt *) stmt;
+
+				/* tables there are not replicated: their triggers are removed */
+				if ((move->objectType == OBJECT_TABLE || move->objectType == OBJECT_FOREIGN_TABLE) &&
+					strcmp(move->newschema, "information_schema") == 0)
+					refuse("move a replicated table into schema information_schema");
+			}
+			break;
 		case T_AlterExtensionContentsStmt:
 			if (strcmp(((AlterExtensionContentsStmt *) stmt)->extname, OWN_NAME) == 0)
 				refuse("add objects to or drop objects from extension tashkent");

@@ -15,6 +15,7 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "access/twophase.h"
+#include "utils/timestamp.h"
 
 TkShared   *tk_shared = NULL;
 
@@ -57,6 +58,7 @@ tk_shmem_startup(void)
 	{
 		memset(base, 0, shared_size());
 		tk_shared->lock = &(GetNamedLWLockTranche("tashkent"))->lock;
+		tk_shared->incarnation = (uint64) GetCurrentTimestamp();
 		tk_shared->nslots = slot_count();
 		tk_shared->origin = InvalidRepOriginId;
 		strlcpy(tk_shared->admit_reason, "the replica has not caught up with the cluster since its server started",

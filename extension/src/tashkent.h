@@ -123,8 +123,11 @@ typedef struct TkRingEntry
 typedef struct TkShared
 {
 	LWLock	   *lock;			/* everything below */
+	uint64		incarnation;	/* this shared memory's: a new one after a
+								 * crash restart, which keeps the postmaster */
 	bool		loaded;			/* committed read from the origin's progress */
 	uint64		committed;		/* every version up to here is visible */
+	uint64		last_ddl_version;	/* the newest committed version that ran DDL */
 	uint64		floor;			/* committed when loaded: visible to all */
 	RepOriginId origin;
 	uint64		agent_generation;	/* incremented by each applier
@@ -147,9 +150,10 @@ extern TkSlot *tk_slot_of_pid(int pid);
 /* ---- turn.c ---- */
 
 extern uint64 tk_committed(void);
+extern uint64 tk_last_ddl_version(void);
 extern void tk_turn_wait(uint64 first, bool cancellable);
 extern void tk_turn_record(uint64 first, uint64 last);
-extern void tk_turn_pass(uint64 last);
+extern void tk_turn_pass(uint64 last, bool ran_ddl);
 extern void tk_turn_release(void);
 extern uint64 tk_snapshot_version(Snapshot snapshot);
 
@@ -314,7 +318,8 @@ typedef enum TkRowState
 extern bool tk_capture_pending(void);
 extern bool tk_capture_has_ddl(void);
 extern uint64 tk_capture_ddl_label(void);
-extern void tk_capture_ddl(const char *sql, int len, uint64 label);
+extern uint64 tk_capture_first_version(void);
+extern void tk_capture_ddl(const char *sql, int len, const char *search_path, uint64 label);
 extern List *tk_capture_events(void);
 extern TkRowState tk_capture_row_state(const TkEvent *event);
 extern void tk_capture_xact_end(void);
@@ -328,6 +333,8 @@ extern void tk_writeset_encode(List *events, StringInfo out);
 /* ---- ddl.c, guard.c, admit.c, doom.c ---- */
 
 extern void tk_ddl_init(void);
+extern bool tk_ddl_ran(void);
+extern void tk_ddl_xact_end(void);
 extern void tk_guard_init(void);
 extern void tk_guard_catalog_write(Oid relid);
 
@@ -368,7 +375,8 @@ typedef enum TkFeature
 	TK_FEATURE_SETVAL,			/* setval */
 	TK_FEATURE_CTAS_EXECUTE,	/* CREATE TABLE AS EXECUTE */
 	TK_FEATURE_PREPARED_SELECT_INTO,	/* PREPARE ... SELECT INTO */
-	TK_FEATURE_EXPLAIN_ANALYZE_CTAS /* EXPLAIN ANALYZE CREATE TABLE AS */
+	TK_FEATURE_EXPLAIN_ANALYZE_CTAS,	/* EXPLAIN ANALYZE CREATE TABLE AS */
+	TK_FEATURE_REPLICATION_ORIGINS	/* pg_replication_origin_session_setup, ... */
 } TkFeature;
 
 extern void tk_refuse_feature(TkFeature feature) pg_attribute_noreturn();

@@ -63,6 +63,17 @@ ensure_loaded(void)
 
 /* tk_committed: the replica's version, every version up to it visible. */
 uint64
+tk_last_ddl_version(void)
+{
+	uint64		v;
+
+	LWLockAcquire(tk_shared->lock, LW_SHARED);
+	v = tk_shared->last_ddl_version;
+	LWLockRelease(tk_shared->lock);
+	return v;
+}
+
+uint64
 tk_committed(void)
 {
 	uint64		committed;
@@ -178,16 +189,19 @@ reset_origin_session(void)
 /*
  * tk_turn_pass: `last` is committed and visible; the backend that waits for
  * it may go. The origin session is released first: the next holder sets
- * up its own, which PostgreSQL 15 allows one backend at a time.
+ * up its own, which PostgreSQL 15 allows one backend at a time. ran_ddl:
+ * the transaction ran DDL (commit.c's start version needs to know).
  */
 void
-tk_turn_pass(uint64 last)
+tk_turn_pass(uint64 last, bool ran_ddl)
 {
 	TkSlot	   *slot = tk_my_slot();
 
 	reset_origin_session();
 	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 	tk_shared->committed = last;
+	if (ran_ddl)
+		tk_shared->last_ddl_version = last;
 	slot->state = TK_SLOT_IDLE;
 	slot->first = slot->version = slot->waiting_for = 0;
 	for (int i = 0; i < tk_shared->nslots; i++)

@@ -84,6 +84,13 @@ tk_refuse_feature(TkFeature feature)
 					 errdetail("EXPLAIN ANALYZE creates the table as it runs the query, not as a DDL statement that tashkent replicates."),
 					 errhint("Run the CREATE TABLE AS itself, or EXPLAIN ANALYZE it into a temporary table (CREATE TEMP TABLE ... AS).")));
 			break;
+		case TK_FEATURE_REPLICATION_ORIGINS:
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("replication origin sessions are not supported in a database tashkent replicates"),
+					 errdetail("Each commit of the replica's order records its version as the progress of replication origin \"tashkent\", one backend at a time; a session of its own, or an advance or a drop, would break that."),
+					 errhint("Use them in another database of the server.")));
+			break;
 	}
 	pg_unreachable();
 }

@@ -476,13 +476,14 @@ bytes_field_size(int len)
 /*
  * put_change: Writeset.changes (field 1), a Change: table = 1, op = 2,
  * key = 3, row = 4, keeps_row = 5. Empty fields are left out, as proto3
- * encoders leave out defaults.
+ * encoders leave out defaults. A DDL change's key is the search_path the
+ * statement ran under (tk_capture_ddl).
  */
 static void
 put_change(StringInfo out, const TkEvent *e, int op, bool keeps_row)
 {
 	int			tablelen = e->table ? strlen(e->table) : 0;
-	int			keylen = op == OP_TRUNCATE || op == OP_DDL ? 0 : e->keylen;
+	int			keylen = op == OP_TRUNCATE ? 0 : e->keylen;	/* DDL: its search_path */
 	int			rowlen = op == OP_UPSERT || op == OP_DDL ? e->rowlen : 0;
 	int			size = 1 + varint_size(op);
 

@@ -48,7 +48,8 @@ type Config struct {
 	// BlockerGrace is how long a doomed local transaction may go on
 	// blocking a remote writeset before its backend is terminated
 	// (Tashkent §8.2): a transaction idle in its block cannot be
-	// cancelled.
+	// cancelled. A reader in the way (no transaction id) has its query
+	// cancelled after it, and its backend terminated after twice it.
 	BlockerGrace time.Duration
 	// NoPush: the replica hears of other replicas' commits only with
 	// replies and catch-ups (certclient.Options.Push off). For tests.

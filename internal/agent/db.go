@@ -22,11 +22,14 @@ const (
 	applyApplicationName   = "tashkent-agent-apply"
 )
 
-// postmasterStartSQL is the database's start time as text that every
-// session prints alike (seconds since the epoch, not a timestamptz that
-// follows the session's TimeZone): a different one means the database
-// restarted.
-const postmasterStartSQL = `SELECT (EXTRACT(EPOCH FROM pg_catalog.pg_postmaster_start_time()))::pg_catalog.text`
+// databaseIdentitySQL names one life of the database: the postmaster's
+// start time, as text that every session prints alike (seconds since the
+// epoch, not a timestamptz that follows the session's TimeZone), and the
+// extension's shared memory incarnation, new after a crash restart, which
+// keeps the postmaster (and the gate closed, the applier unregistered). A
+// different one means the database restarted.
+const databaseIdentitySQL = `SELECT (EXTRACT(EPOCH FROM pg_catalog.pg_postmaster_start_time()))::pg_catalog.text
+	OPERATOR(pg_catalog.||) '/' OPERATOR(pg_catalog.||) s.incarnation::pg_catalog.text FROM tashkent.status() AS s`
 
 const committedVersionSQL = `SELECT tashkent.committed_version()`
 

@@ -25,6 +25,10 @@ type lockWatch struct {
 	// that outstayed its grace.
 	doomed map[transaction]time.Time
 	warned map[int32]bool
+	// readers are blockers without a transaction id, by when they were
+	// first seen in the way; cancelled, those sent a cancel.
+	readers   map[int32]time.Time
+	cancelled map[int32]bool
 }
 
 // transaction is one transaction of one backend.
@@ -35,7 +39,8 @@ type transaction struct {
 
 func newLockWatch(r *run, first uint64) *lockWatch {
 	return &lockWatch{r: r, first: first, pid: int32(r.apply.PgConn().PID()),
-		doomed: map[transaction]time.Time{}, warned: map[int32]bool{}}
+		doomed: map[transaction]time.Time{}, warned: map[int32]bool{},
+		readers: map[int32]time.Time{}, cancelled: map[int32]bool{}}
 }
 
 // blockersSQL lists the backends the applier waits for, with their
@@ -84,7 +89,32 @@ func (w *lockWatch) handle(b blocker) {
 		}
 		return
 	}
+	if b.xid == "" && b.state == "" {
+		w.readerInTheWay(b)
+		return
+	}
 	w.doom(b)
+}
+
+// readerInTheWay handles a blocker without a transaction id: a reader
+// whose lock keeps a remote TRUNCATE or DDL waiting (a long query, an
+// idle REPEATABLE READ transaction, pg_dump). Nothing it wrote can fail
+// certification, so it is not doomed; but every commit of the replica
+// queues behind the batch, so after --blocker-grace its query is
+// cancelled, and after twice that its backend is terminated.
+func (w *lockWatch) readerInTheWay(b blocker) {
+	at, ok := w.readers[b.pid]
+	switch {
+	case !ok:
+		w.readers[b.pid] = time.Now()
+	case time.Since(at) > 2*w.r.a.cfg.BlockerGrace:
+		w.terminate(b, "a reader kept its lock past twice the grace")
+		w.readers[b.pid] = time.Now()
+	case time.Since(at) > w.r.a.cfg.BlockerGrace && !w.cancelled[b.pid]:
+		w.cancelled[b.pid] = true
+		w.r.a.log.Warn("cancelling a reader that blocks a remote writeset", "pid", b.pid, "version", w.first)
+		w.r.control.exec(w.r.ctx, `SELECT pg_catalog.pg_cancel_backend($1)`, b.pid)
+	}
 }
 
 func (w *lockWatch) doom(b blocker) {

@@ -26,7 +26,7 @@ type run struct {
 	applier *replica.Applier
 	cert    *certclient.Client
 
-	started        string // the postmaster's start time (postmasterStartSQL)
+	started        string // the database's life (databaseIdentitySQL)
 	generation     uint64 // the agent generation of the first registration
 	registered     chan struct{}
 	registerOnce   sync.Once
@@ -105,7 +105,7 @@ func (r *run) sameDatabase(ctx context.Context, conn *pgx.Conn) (uint64, bool) {
 	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
 	var started string
-	if err := conn.QueryRow(qctx, postmasterStartSQL).Scan(&started); err != nil || started != r.started {
+	if err := conn.QueryRow(qctx, databaseIdentitySQL).Scan(&started); err != nil || started != r.started {
 		return 0, false
 	}
 	var v int64

@@ -86,7 +86,7 @@ func (r *run) connect() error {
 		return err
 	}
 	r.control.replace(r.ctx, conn)
-	return r.control.queryRow(r.ctx, postmasterStartSQL, nil, &r.started)
+	return nil
 }
 
 // install makes sure the database has the extension, closes the gate and
@@ -96,6 +96,9 @@ func (r *run) install() error {
 	c, ctx := r.control, r.ctx
 	if err := c.exec(ctx, `CREATE EXTENSION IF NOT EXISTS tashkent`); err != nil {
 		return fmt.Errorf("install the tashkent extension in database %s: %w", r.a.cfg.Database, err)
+	}
+	if err := c.queryRow(ctx, databaseIdentitySQL, nil, &r.started); err != nil {
+		return fmt.Errorf("read the database's identity: %w", err)
 	}
 	if err := c.exec(ctx, `SELECT tashkent.set_admitting(false, $1)`, "the replica is catching up with the cluster"); err != nil {
 		return fmt.Errorf("close the admission gate: %w", err)

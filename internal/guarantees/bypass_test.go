@@ -75,6 +75,13 @@ var bypasses = []bypass{
 	{name: "drop or rename an event trigger", user: "postgres", refused: true, sql: []string{
 		`DROP EVENT TRIGGER tashkent_ddl_command_end`, `DROP EVENT TRIGGER tashkent_capture_on_ddl`,
 		`ALTER EVENT TRIGGER tashkent_ddl_sql_drop RENAME TO off`, `ALTER EVENT TRIGGER tashkent_ddl_sql_drop OWNER TO mallory`}},
+	{name: "tie a capture trigger to an extension (superuser)", user: "postgres", refused: true, sql: []string{
+		`ALTER TRIGGER tashkent_capture ON notes DEPENDS ON EXTENSION plpgsql`}},
+	{name: "move a table into information_schema (superuser)", user: "postgres", refused: true, sql: []string{
+		`ALTER TABLE notes SET SCHEMA information_schema`}},
+	{name: "replication origin functions (superuser)", user: "postgres", refused: true, sql: []string{
+		`SELECT pg_replication_origin_session_setup('tashkent')`, `SELECT pg_replication_origin_xact_setup('0/1', now())`,
+		`SELECT pg_replication_origin_advance('tashkent', '0/FFFFFFFF')`, `SELECT pg_replication_origin_drop('tashkent')`}},
 	{name: "DROP EXTENSION", user: "postgres", refused: true, sql: []string{`DROP EXTENSION tashkent`, `DROP EXTENSION tashkent CASCADE`}},
 	{name: "DROP EXTENSION (role)", user: "mallory", refused: true, sql: []string{`DROP EXTENSION tashkent`}},
 	{name: "drop or rename the tashkent schema", user: "postgres", refused: true, sql: []string{

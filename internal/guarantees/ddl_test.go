@@ -173,3 +173,99 @@ func TestDDLAndWritesOfOneTransactionArriveInTheirOrder(t *testing.T) {
 		t.Fatalf("replica 2 holds %q", got)
 	}
 }
+
+// DDL is replicated as its text and run again on every replica; what it
+// means there must be what it meant at the origin.
+func TestDDLMeansTheSameOnEveryReplica(t *testing.T) {
+	c := start(t, 2, clustertest.Options{})
+	t.Run("unqualified names resolve by the origin's search_path", func(t *testing.T) { ddlUsesTheOriginsSearchPath(t, c) })
+	t.Run("an enum value added and used at once", func(t *testing.T) { enumValueAddedAndUsedAtOnce(t, c) })
+	t.Run("a write racing a schema rename is refused", func(t *testing.T) { writeRacingSchemaRenameIsRefused(t, c) })
+	c.converge()
+}
+
+// DDL runs on the other replicas under the search_path it ran under at
+// the origin (set for the session, or for the transaction), not the
+// applier's: an unqualified name means the same schema everywhere.
+func ddlUsesTheOriginsSearchPath(t *testing.T, c *cluster) {
+	a := c.Connect(0)
+	for _, sql := range []string{
+		`CREATE SCHEMA app`,
+		`SET search_path = app, public`,
+		`CREATE TABLE items (id int PRIMARY KEY, name text)`,
+		`CREATE INDEX items_name ON items (name)`,
+		`ALTER TABLE items ADD COLUMN price int DEFAULT 0`,
+		`INSERT INTO items VALUES (1, 'one', 5)`,
+		`RESET search_path`,
+		`BEGIN; SET LOCAL search_path = app; CREATE TABLE by_local_path (id int PRIMARY KEY); COMMIT`,
+		`CREATE TABLE in_public (id int PRIMARY KEY)`,
+	} {
+		if err := simple(a, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	c.converge()
+	for i := range c.DBs {
+		got := c.textOn(i, `SELECT string_agg(n.nspname || '.' || c.relname, ' ' ORDER BY c.relname)
+			FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE c.relname IN ('items', 'items_name', 'by_local_path', 'in_public')`)
+		if want := "app.by_local_path public.in_public app.items app.items_name"; got != want {
+			t.Errorf("replica %d holds %q, want %q", i+1, got, want)
+		}
+		if got := c.textOn(i, `SELECT string_agg(id || ':' || name || ':' || price, ' ') FROM app.items`); got != "1:one:5" {
+			t.Errorf("replica %d: app.items holds %q", i+1, got)
+		}
+	}
+}
+
+// PostgreSQL refuses an enum value in the transaction that added it. A
+// replica whose applier fell behind receives the version that adds a
+// value and the versions that use it together; it applies them in
+// separate transactions, cut after each DDL version, and converges. The
+// applier of replica 2 is held up by a reader's lock for a moment, so
+// that the versions arrive together.
+func enumValueAddedAndUsedAtOnce(t *testing.T, c *cluster) {
+	a := c.Connect(0)
+	execSQL(t, a, `CREATE TABLE gate (id int PRIMARY KEY, n int NOT NULL)`)
+	execSQL(t, a, `INSERT INTO gate VALUES (1, 0)`)
+	execSQL(t, a, `CREATE TYPE mood AS ENUM ('calm')`)
+	execSQL(t, a, `CREATE TABLE moods (id int PRIMARY KEY, m mood NOT NULL)`)
+	c.converge()
+	hold := beginWith(t, c.Connect(1), `LOCK TABLE gate IN SHARE MODE`)
+	execSQL(t, a, `UPDATE gate SET n = 1`)
+	for i, value := range []string{"glad", "sad", "mad"} {
+		execSQL(t, a, `ALTER TYPE mood ADD VALUE '`+value+`'`)
+		execSQL(t, a, `INSERT INTO moods VALUES ($1, $2)`, i, value)
+	}
+	hold.Rollback(context.Background())
+	c.converge()
+	if got := c.textOn(1, `SELECT string_agg(m::text, ' ' ORDER BY id) FROM moods`); got != "glad sad mad" {
+		t.Fatalf("replica 2 holds moods %q", got)
+	}
+}
+
+// ALTER SCHEMA ... RENAME takes no lock on the schema's tables, so it
+// commits while a transaction that wrote into the schema is still open.
+// That transaction is refused (40001): the rename is a DDL version it did
+// not see, which conflicts with every write (Postgres-R(SI) §5.1); were it
+// certified, the other replicas would apply its rows after the rename, to
+// a table name that no longer exists there.
+func writeRacingSchemaRenameIsRefused(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	a := c.Connect(0)
+	execSQL(t, a, `CREATE SCHEMA old_name`)
+	execSQL(t, a, `CREATE TABLE old_name.t (id int PRIMARY KEY)`)
+	c.converge()
+	writer := beginWith(t, c.Connect(0), `INSERT INTO old_name.t VALUES (1)`)
+	execSQL(t, a, `ALTER SCHEMA old_name RENAME TO new_name`)
+	if err := writer.Commit(ctx); sqlState(err) != "40001" {
+		t.Fatalf("COMMIT of a write into a schema renamed meanwhile: %v, want 40001", err)
+	}
+	execSQL(t, c.Connect(1), `INSERT INTO new_name.t VALUES (2)`)
+	c.converge()
+	for i := range c.DBs {
+		if got := c.textOn(i, `SELECT string_agg(id::text, ' ') FROM new_name.t`); got != "2" {
+			t.Errorf("replica %d: new_name.t holds %q, want 2", i+1, got)
+		}
+	}
+}

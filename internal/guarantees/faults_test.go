@@ -300,6 +300,18 @@ func TestKill9OfPostgresBackendAgentAndCertifierLosesNoAcknowledgedCommit(t *tes
 		}
 	}
 	c.sameTables()
+	// Each replica admits its ordinary roles again once it caught up, the
+	// one whose backend crash restarted PostgreSQL under the same
+	// postmaster included.
+	for i := range c.DBs {
+		deadline := time.Now().Add(convergeLimit)
+		for err := c.connectOnce(i, "writer"); err != nil; err = c.connectOnce(i, "writer") {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d still refuses role writer after the faults: %v", i+1, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	t.Logf("faults: %v; %d acknowledged commits, all on every replica (failed writes by SQLSTATE: %v; %d connections refused while catching up); replicas equal at version %d",
 		faults, len(l.acked), l.failures, l.refused.Load(), version)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
 )
 
@@ -17,7 +18,7 @@ import (
 // the agent's lock watch dooms it (40001) instead of letting the replica
 // wait, and a certified one in an earlier version's way gives way (08007).
 func TestLockWatch(t *testing.T) {
-	c := start(t, 2, clustertest.Options{})
+	c := start(t, 2, clustertest.Options{Agent: func(_ int, cfg *agent.Config) { cfg.BlockerGrace = readerGrace }})
 	setup := c.Connect(0)
 	execSQL(t, setup, `CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL)`)
 	execSQL(t, setup, `CREATE TABLE audit (id int PRIMARY KEY, note text NOT NULL)`)
@@ -26,7 +27,60 @@ func TestLockWatch(t *testing.T) {
 	t.Run("a remote writeset blocked by an idle local transaction dooms it", func(t *testing.T) { idleBlockerIsDoomed(t, c, 1) })
 	t.Run("a remote writeset blocked by a busy local transaction cancels it with 40001", func(t *testing.T) { busyBlockerIsCancelled(t, c, 2) })
 	t.Run("a certified transaction holding a lock an earlier version needs gives way", func(t *testing.T) { certifiedTransactionGivesWay(t, c, 3, 4) })
+	t.Run("a reader blocking a remote TRUNCATE is cancelled, then terminated", func(t *testing.T) { readersInTheWayAreEnded(t, c) })
 	c.converge()
+}
+
+// readerGrace is the lock watch's --blocker-grace in these tests: long
+// enough for certifiedTransactionGivesWay to hold replica 1's applier up
+// with a reader's lock on a busy machine.
+const readerGrace = 3 * time.Second
+
+// A reader (no transaction id, nothing to certify) whose lock keeps a
+// remote TRUNCATE waiting holds up every later commit of the replica: a
+// running query is cancelled after the grace, and a reader idle in its
+// transaction (which a cancel does not end) is terminated after twice it.
+func readersInTheWayAreEnded(t *testing.T, c *cluster) {
+	ctx := context.Background()
+	execSQL(t, c.Connect(0), `CREATE TABLE readings (id int PRIMARY KEY)`)
+	execSQL(t, c.Connect(0), `INSERT INTO readings VALUES (1)`)
+	c.converge()
+
+	busy := c.Connect(0)
+	slow := make(chan error, 1)
+	go func() {
+		_, err := busy.Exec(ctx, `SELECT pg_sleep(60) FROM readings`)
+		slow <- err
+	}()
+	awaitBackendWaiting(t, c, 0, busy.PgConn().PID(), "PgSleep")
+	execSQL(t, c.Connect(1), `TRUNCATE readings`)
+	c.AwaitCommitted(0, c.Durable(), readerGrace+10*time.Second)
+	if err := <-slow; sqlState(err) != "57014" {
+		t.Fatalf("the long query in the TRUNCATE's way: %v, want cancelled (57014)", err)
+	}
+
+	idle := beginWith(t, c.Connect(0), `SELECT count(*) FROM readings`)
+	pid := idle.Conn().PgConn().PID()
+	execSQL(t, c.Connect(1), `INSERT INTO readings VALUES (2)`)
+	execSQL(t, c.Connect(1), `TRUNCATE readings`)
+	c.AwaitCommitted(0, c.Durable(), 2*readerGrace+10*time.Second)
+	awaitBackendGone(t, c, 0, pid)
+	if n := c.countOn(0, `SELECT count(*) FROM readings`); n != 0 {
+		t.Fatalf("replica 1 holds %d readings after the TRUNCATE", n)
+	}
+}
+
+// awaitBackendWaiting waits until backend pid of replica i waits on the
+// wait event event.
+func awaitBackendWaiting(t *testing.T, c *cluster, i int, pid uint32, event string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.countOn(i, `SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event = $2`, int(pid), event) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("backend %d of replica %d did not wait on %s within 10s", pid, i+1, event)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // holdRowLock opens a transaction on replica 1 that updated the row and
@@ -88,8 +142,9 @@ func busyBlockerIsCancelled(t *testing.T, c *cluster, id int) {
 //
 // To get the local transaction certified before the earlier version is
 // applied here, a session holds up replica 1's applier with a table lock
-// (a transaction without a transaction id, which the lock watch cannot
-// doom) until the local transaction waits for its turn.
+// (a transaction without a transaction id, which the lock watch does not
+// doom; it ends it only after the grace) until the local transaction
+// waits for its turn.
 func certifiedTransactionGivesWay(t *testing.T, c *cluster, locked, other int) {
 	ctx := context.Background()
 	hold := beginWith(t, c.Connect(0), `LOCK TABLE accounts IN SHARE MODE`)

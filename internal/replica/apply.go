@@ -68,8 +68,9 @@ func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // Apply applies the writesets of entries, in order, in one database
-// transaction that commits their versions, and commits it. The entries
-// must have consecutive versions. conn must be idle (not in a transaction),
+// transaction that commits their versions (in several when the entries
+// run DDL: a transaction ends after each entry that does, see
+// throughFirstDDL). The entries must have consecutive versions. conn must be idle (not in a transaction),
 // a superuser's, and the agent's registered applier
 // (tashkent.register_applier): the transaction's first statement is
 // tashkent.apply_versions(first, last), and its COMMIT waits in the
@@ -102,8 +103,39 @@ func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 // fresh metadata. Apply leaves conn idle, also after an error. A version
 // of the range already committed fails with IsAlreadyCommitted's error.
 func (a *Applier) Apply(ctx context.Context, conn *pgx.Conn, entries []*certifierpb.LogEntry) error {
+	if _, _, err := checkEntries(entries); err != nil || len(entries) == 0 {
+		return err
+	}
+	for len(entries) > 0 {
+		n := throughFirstDDL(entries)
+		if err := a.applyTransaction(ctx, conn, entries[:n]); err != nil {
+			return err
+		}
+		entries = entries[n:]
+	}
+	return nil
+}
+
+// throughFirstDDL is the number of entries up to and including the first
+// that runs DDL (all of them if none does). A run's transaction ends after
+// DDL: what some DDL makes cannot be used in the transaction that made it
+// (a value ALTER TYPE ... ADD VALUE adds to an enum: 55P04), as it could
+// not have been at the origin, where the DDL committed first.
+func throughFirstDDL(entries []*certifierpb.LogEntry) int {
+	for i, e := range entries {
+		for _, c := range e.GetWriteset().GetChanges() {
+			if c.GetOp() == certifierpb.Op_OP_DDL {
+				return i + 1
+			}
+		}
+	}
+	return len(entries)
+}
+
+// applyTransaction applies entries in one transaction (see Apply).
+func (a *Applier) applyTransaction(ctx context.Context, conn *pgx.Conn, entries []*certifierpb.LogEntry) error {
 	first, last, err := checkEntries(entries)
-	if err != nil || len(entries) == 0 {
+	if err != nil {
 		return err
 	}
 	if st := conn.PgConn().TxStatus(); st != 'I' {
@@ -233,6 +265,9 @@ type step struct {
 	refsBy   map[string]*tableRows
 	truncate []string // stepTruncate
 	ddl      string   // stepDDL
+	// searchPath is the search_path the DDL ran under at the origin
+	// (the change's key), "" for the database's default.
+	searchPath string
 }
 
 // buildPlan turns entries into steps: runs of row changes collapsed per
@@ -311,7 +346,8 @@ func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
 				if len(c.GetRow()) == 0 {
 					return nil, fmt.Errorf("replica: apply: version %d change %d: DDL without SQL text", e.GetVersion(), i)
 				}
-				cur(stepDDL).ddl = string(c.GetRow())
+				st := cur(stepDDL)
+				st.ddl, st.searchPath = string(c.GetRow()), string(c.GetKey())
 			default:
 				return nil, fmt.Errorf("replica: apply: version %d change %d: unknown op %v", e.GetVersion(), i, c.GetOp())
 			}
@@ -425,9 +461,9 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 			}
 			b = &pgx.Batch{}
 			// A DDL statement may hold several statements, so it goes
-			// through the simple query protocol, run with the database's
-			// default search_path as a new session at the origin would.
-			if _, err := tg.pg.Exec(ctx, ddlPrologue+st.ddl+ddlEpilogue).ReadAll(); err != nil {
+			// through the simple query protocol, under the search_path it
+			// ran under at the origin.
+			if _, err := tg.pg.Exec(ctx, ddlPrologue+searchPathFor(st.searchPath)+st.ddl+ddlEpilogue).ReadAll(); err != nil {
 				return fmt.Errorf("DDL %q: %w", abbrev(st.ddl, 200), err)
 			}
 			a.Invalidate()
@@ -438,6 +474,15 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 	}
 	b.Queue("COMMIT")
 	return tg.sendBatch(ctx, b).Close()
+}
+
+// searchPathFor sets the search_path a DDL step ran under at the origin;
+// none given (an older origin), the database's default stays.
+func searchPathFor(path string) string {
+	if path == "" {
+		return ""
+	}
+	return "SELECT pg_catalog.set_config('search_path', " + quoteLiteral(path) + ", true);\n"
 }
 
 // queueChecked queues sql and wraps its error with what it was doing.

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
@@ -50,6 +51,9 @@ type Agent struct {
 	requests   []Request
 	abandoned  []uint64
 	applierPID int32
+	// welcomeDelay holds back the answer to a hello, as an agent that is
+	// slow to answer.
+	welcomeDelay time.Duration
 }
 
 // Start starts a server with the extension, installs it in database
@@ -125,6 +129,13 @@ func (a *Agent) RegisterApplier(c *pgx.Conn) {
 	}
 }
 
+// SetWelcomeDelay makes the stand-in wait d before it answers a hello.
+func (a *Agent) SetWelcomeDelay(d time.Duration) {
+	a.mu.Lock()
+	a.welcomeDelay = d
+	a.mu.Unlock()
+}
+
 // SetNext sets the version the next commit decision gets.
 func (a *Agent) SetNext(v uint64) {
 	a.mu.Lock()
@@ -161,7 +172,9 @@ func (a *Agent) serve(c net.Conn) {
 			pid = m.PID
 			a.mu.Lock()
 			ok := m.Role == wire.RoleSession || m.PID == a.applierPID
+			delay := a.welcomeDelay
 			a.mu.Unlock()
+			time.Sleep(delay)
 			c.Write(wire.Encode(wire.Welcome{Accepted: ok, Generation: 1, Text: "not the agent's apply connection"}))
 		case wire.Certify:
 			var ws pb.Writeset

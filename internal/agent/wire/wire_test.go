@@ -175,3 +175,69 @@ func TestApplierRegistersAndCommitsVersionsInOrder(t *testing.T) {
 		t.Fatalf("after a restart the replica holds version %d, want 3", v)
 	}
 }
+
+// A backend whose wait for the agent's welcome is cancelled leaves the
+// welcome unread in its socket. Its next certification must not read that
+// welcome as its decision: the backend drops the connection and says
+// hello again on a new one, and the transaction commits with the decision
+// made for it. (statement_timeout ends before COMMIT: the cancel comes
+// from another session, as a client's cancel request does.)
+func TestACancelledHelloLeavesNoAnswerForTheNextRequest(t *testing.T) {
+	ctx := context.Background()
+	agent := agenttest.Start(t)
+	admin := agent.Connect("postgres")
+	if _, err := admin.Exec(ctx, `CREATE TABLE t (k int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	agent.SetWelcomeDelay(2 * time.Second)
+	s := agent.Connect("postgres")
+	pid := s.PgConn().PID()
+	inserted := make(chan error, 1)
+	go func() {
+		_, err := s.Exec(ctx, `INSERT INTO t VALUES (1)`)
+		inserted <- err
+	}()
+	awaitExtensionWait(t, admin, pid)
+	if _, err := admin.Exec(ctx, `SELECT pg_cancel_backend($1)`, int32(pid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-inserted; sqlState(err) != "57014" {
+		t.Fatalf("a commit cancelled while it waits for the welcome: %v, want 57014", err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the late welcome reaches the socket
+	agent.SetWelcomeDelay(0)
+	if _, err := s.Exec(ctx, `INSERT INTO t VALUES (2)`); err != nil {
+		t.Fatalf("the next commit of the session: %v", err)
+	}
+	var keys string
+	if err := s.QueryRow(ctx, `SELECT string_agg(k::text, ',' ORDER BY k) FROM t`).Scan(&keys); err != nil {
+		t.Fatal(err)
+	}
+	if keys != "2" {
+		t.Fatalf("table t holds keys %q, want 2 (the cancelled insert rolled back)", keys)
+	}
+	reqs := agent.Requests()
+	if len(reqs) == 0 {
+		t.Fatal("the stand-in received no certification")
+	}
+	if last := reqs[len(reqs)-1]; last.PID != int32(pid) || last.Decision.Kind != wire.Commit {
+		t.Fatalf("the last certification was %+v, want the session's, committed", last)
+	}
+}
+
+// awaitExtensionWait waits until backend pid waits on an extension's wait
+// event (the agent's socket).
+func awaitExtensionWait(t *testing.T, c *pgx.Conn, pid uint32) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE pid = $1 AND wait_event_type = 'Extension'`, int32(pid)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			return
+		}
+	}
+	t.Fatalf("backend %d did not wait for the agent within 10s", pid)
+}
