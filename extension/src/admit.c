@@ -8,6 +8,10 @@
  * refused with 57P03 until the agent opens the gate (tashkent.set_admitting),
  * as a PostgreSQL that is still starting up refuses them. The roles in
  * tashkent.recovery_roles (the agent's own among them) are let in.
+ *
+ * The same hook, which runs in every client backend once PostgresMain
+ * set up its signal handlers, makes the backend take doom signals
+ * (doom.c).
  */
 #include "tashkent.h"
 
@@ -57,6 +61,7 @@ admit(Port *port, int status)
 		prev_client_authentication_hook(port, status);
 	if (status != STATUS_OK || tk_shared == NULL)
 		return;
+	tk_doom_take_signals();
 	LWLockAcquire(tk_shared->lock, LW_SHARED);
 	admitting = tk_shared->admitting;
 	strlcpy(reason, tk_shared->admit_reason, sizeof(reason));

@@ -11,6 +11,15 @@
  * with 40001 at its next statement or, if it is running one, at once (a
  * cancel, whose 57014 is reported as the 40001 it stands for).
  *
+ * The doom's cancel is not a plain SIGINT: a signal can arrive late, after
+ * the doomed transaction already failed at its next statement, and a
+ * SIGINT then cancels whatever the session runs next (the client's retry,
+ * with a 57014 it does not retry). Backends take SIGUSR2 instead (which
+ * PostgreSQL's own backends ignore; walsenders keep theirs), and the
+ * handler cancels the running statement only if the doom it stands for is
+ * still for the current transaction and not yet reported: a late signal
+ * does nothing.
+ *
  * A transaction already certified, waiting for its turn, cannot be
  * refused: the cluster committed it. If it holds a lock an earlier version
  * needs (a row it locked without writing it: SELECT ... FOR UPDATE, a
@@ -24,12 +33,20 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "replication/walsender.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "utils/builtins.h"
 #include "utils/elog.h"
 
 static emit_log_hook_type prev_emit_log_hook = NULL;
+
+/*
+ * The transaction whose doom this backend reported (its 40001 raised, or
+ * its cancel rewritten into one): a doom signal that arrives afterwards,
+ * while the transaction unwinds, must not cancel anything.
+ */
+static volatile TransactionId doom_reported_xid = InvalidTransactionId;
 
 PG_FUNCTION_INFO_V1(tashkent_doom);
 
@@ -67,6 +84,7 @@ tk_doom_check(void)
 		case TK_DOOM_NONE:
 			return;
 		case TK_DOOM_BLOCKER:
+			doom_reported_xid = GetTopTransactionIdIfAny();
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not serialize access due to a concurrent update on another replica"),
@@ -119,6 +137,7 @@ report_doom(ErrorData *edata)
 		return;
 	if (my_doom(&by) != TK_DOOM_BLOCKER)
 		return;
+	doom_reported_xid = GetTopTransactionIdIfAny();
 	edata->sqlerrcode = ERRCODE_T_R_SERIALIZATION_FAILURE;
 	edata->message = psprintf("could not serialize access due to a concurrent update on another replica%s",
 							  edata->elevel >= FATAL ? "; the session ends because its transaction kept the lock while idle" : "");
@@ -128,9 +147,56 @@ report_doom(ErrorData *edata)
 }
 
 /*
+ * doom_outstanding, in a signal handler: my slot dooms my current
+ * transaction as a blocker, and I have not reported it yet. Reads only
+ * shared memory and this process's PGPROC.
+ */
+static bool
+doom_outstanding(void)
+{
+	TkSlot	   *slot;
+	TransactionId xid;
+
+	if (tk_shared == NULL || MyProc == NULL || MyProc->pgprocno < 0 ||
+		MyProc->pgprocno >= tk_shared->nslots)
+		return false;
+	slot = &tk_shared->slots[MyProc->pgprocno];
+	xid = MyProc->xid;
+	return slot->pid == MyProcPid && slot->doom_reason == TK_DOOM_BLOCKER &&
+		TransactionIdIsValid(xid) && slot->doomed_xid == xid &&
+		xid != doom_reported_xid;
+}
+
+/* SIGUSR2: what PostgreSQL's StatementCancelHandler does, if still due. */
+static void
+doom_interrupt(SIGNAL_ARGS)
+{
+	int			save_errno = errno;
+
+	if (doom_outstanding())
+	{
+		QueryCancelPending = true;
+		InterruptPending = true;
+	}
+	SetLatch(MyLatch);
+	errno = save_errno;
+}
+
+/*
+ * tk_doom_take_signals: a client backend takes doom signals. Called at
+ * authentication (admit.c), after PostgresMain set up its own handlers.
+ */
+void
+tk_doom_take_signals(void)
+{
+	if (!am_walsender)
+		pqsignal(SIGUSR2, doom_interrupt);
+}
+
+/*
  * tashkent.doom(pid, version): the transaction of backend pid holds a lock
  * that version needs. Returns 'blocker' (it will fail with 40001; it was
- * sent a cancel), 'displaced' (certified: it gives way, see above), or
+ * sent the doom signal), 'displaced' (certified: it gives way, see above), or
  * NULL when it cannot be doomed now (no transaction, or its certification
  * or commit under way: the certifier or the turn resolves it).
  */
@@ -172,7 +238,7 @@ tashkent_doom(PG_FUNCTION_ARGS)
 	if (reason == TK_DOOM_NONE)
 		PG_RETURN_NULL();
 	if (reason == TK_DOOM_BLOCKER)
-		(void) kill(pid, SIGINT);
+		(void) kill(pid, SIGUSR2);
 	PG_RETURN_TEXT_P(cstring_to_text(reason == TK_DOOM_BLOCKER ? "blocker" : "displaced"));
 }
 

@@ -401,6 +401,7 @@ extern void tk_admit_init(void);
 extern void tk_doom_init(void);
 extern void tk_doom_check(void);
 extern void tk_doom_clear(void);
+extern void tk_doom_take_signals(void);
 
 /* ---- apply.c ---- */
 
