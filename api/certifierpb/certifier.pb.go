@@ -633,7 +633,13 @@ type CertifyStreamRequest struct {
 	Requests []*CertifyRequest      `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"` // pipelined; may be empty
 	// When true, the certifier answers with a (possibly empty) batch of
 	// entries up to its durable version: how an idle replica bounds staleness.
-	CatchUp       bool `protobuf:"varint,3,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	CatchUp bool `protobuf:"varint,3,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	// Flow control: this replica has fallen behind (more versions delivered
+	// and not yet applied than its agent's limit) and asks the certifier to
+	// hold the requests of the other replicas until it has caught up. Every
+	// message carries the replica's current state; a session that ends stops
+	// asking. A certifier older than this field ignores it.
+	Pause         bool `protobuf:"varint,10,opt,name=pause,proto3" json:"pause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -685,6 +691,13 @@ func (x *CertifyStreamRequest) GetRequests() []*CertifyRequest {
 func (x *CertifyStreamRequest) GetCatchUp() bool {
 	if x != nil {
 		return x.CatchUp
+	}
+	return false
+}
+
+func (x *CertifyStreamRequest) GetPause() bool {
+	if x != nil {
+		return x.Pause
 	}
 	return false
 }
@@ -770,6 +783,7 @@ type CertifyStreamRequestEncoded struct {
 	Open          *OpenSession             `protobuf:"bytes,1,opt,name=open,proto3" json:"open,omitempty"`
 	Requests      []*CertifyRequestEncoded `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"`
 	CatchUp       bool                     `protobuf:"varint,3,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	Pause         bool                     `protobuf:"varint,10,opt,name=pause,proto3" json:"pause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -821,6 +835,13 @@ func (x *CertifyStreamRequestEncoded) GetRequests() []*CertifyRequestEncoded {
 func (x *CertifyStreamRequestEncoded) GetCatchUp() bool {
 	if x != nil {
 		return x.CatchUp
+	}
+	return false
+}
+
+func (x *CertifyStreamRequestEncoded) GetPause() bool {
+	if x != nil {
+		return x.Pause
 	}
 	return false
 }
@@ -1454,21 +1475,25 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
 	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12#\n" +
 	"\rstart_version\x18\x03 \x01(\x04R\fstartVersion\x12;\n" +
-	"\bwriteset\x18\x04 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\bwriteset\"\xac\x01\n" +
+	"\bwriteset\x18\x04 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\bwriteset\"\xc2\x01\n" +
 	"\x14CertifyStreamRequest\x126\n" +
 	"\x04open\x18\x01 \x01(\v2\".tashkent.certifier.v1.OpenSessionR\x04open\x12A\n" +
 	"\brequests\x18\x02 \x03(\v2%.tashkent.certifier.v1.CertifyRequestR\brequests\x12\x19\n" +
-	"\bcatch_up\x18\x03 \x01(\bR\acatchUp\"\xa7\x01\n" +
+	"\bcatch_up\x18\x03 \x01(\bR\acatchUp\x12\x14\n" +
+	"\x05pause\x18\n" +
+	" \x01(\bR\x05pause\"\xa7\x01\n" +
 	"\x15CertifyRequestEncoded\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
 	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12#\n" +
 	"\rstart_version\x18\x03 \x01(\x04R\fstartVersion\x12\x1a\n" +
-	"\bwriteset\x18\x04 \x01(\fR\bwriteset\"\xba\x01\n" +
+	"\bwriteset\x18\x04 \x01(\fR\bwriteset\"\xd0\x01\n" +
 	"\x1bCertifyStreamRequestEncoded\x126\n" +
 	"\x04open\x18\x01 \x01(\v2\".tashkent.certifier.v1.OpenSessionR\x04open\x12H\n" +
 	"\brequests\x18\x02 \x03(\v2,.tashkent.certifier.v1.CertifyRequestEncodedR\brequests\x12\x19\n" +
-	"\bcatch_up\x18\x03 \x01(\bR\acatchUp\"\xcb\x02\n" +
+	"\bcatch_up\x18\x03 \x01(\bR\acatchUp\x12\x14\n" +
+	"\x05pause\x18\n" +
+	" \x01(\bR\x05pause\"\xcb\x02\n" +
 	"\fCertifyReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +

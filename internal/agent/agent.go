@@ -45,6 +45,9 @@ type Agent struct {
 	txnSeq  atomic.Uint64
 	seq     *sequence
 	metrics *metrics
+	// flowControlPauses counts the times the replica fell behind and asked
+	// for a pause (flowcontrol.go).
+	flowControlPauses atomic.Uint64
 
 	ln          net.Listener
 	socket      string
@@ -109,6 +112,10 @@ func (a *Agent) State() (State, string) {
 
 // CommittedVersion is the replica's version as the agent knows it.
 func (a *Agent) CommittedVersion() uint64 { return a.seq.committed() }
+
+// FlowControlPauses is how many times the replica fell behind and asked
+// the certifier to hold the other replicas' commits.
+func (a *Agent) FlowControlPauses() uint64 { return a.flowControlPauses.Load() }
 
 func (a *Agent) setState(s State, why string) { a.transition(s, why, false) }
 

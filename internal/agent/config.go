@@ -51,6 +51,12 @@ type Config struct {
 	// cancelled. A reader in the way (no transaction id) has its query
 	// cancelled after it, and its backend terminated after twice it.
 	BlockerGrace time.Duration
+	// FlowControlLimit is the backlog (remote versions delivered and not
+	// yet applied) over which the replica asks the certifier to hold
+	// the other replicas' commits until it is down to half (flowcontrol.go);
+	// 0: DefaultFlowControlLimit. NoFlowControl turns it off.
+	FlowControlLimit uint64
+	NoFlowControl    bool
 	// NoPush: the replica hears of other replicas' commits only with
 	// replies and catch-ups (certclient.Options.Push off). For tests.
 	NoPush bool
@@ -68,6 +74,11 @@ type Config struct {
 	MetricsAddr string
 	Logger      *slog.Logger
 }
+
+// DefaultFlowControlLimit is Config.FlowControlLimit's default: four
+// apply batches, about half a second of TPC-B commits on this machine's
+// three-replica cluster; a replica that keeps up stays well below it.
+const DefaultFlowControlLimit = 1024
 
 const (
 	// applyBatchEntriesMax bounds the remote versions applied in one
@@ -138,6 +149,9 @@ func (c *Config) withDefaults() error {
 	}
 	if c.BlockerGrace <= 0 {
 		c.BlockerGrace = time.Second
+	}
+	if c.FlowControlLimit == 0 {
+		c.FlowControlLimit = DefaultFlowControlLimit
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -21,6 +21,9 @@ type metrics struct {
 	backends       prometheus.Gauge
 	starts         prometheus.Counter
 	state          *prometheus.GaugeVec
+
+	flowControlPausing prometheus.Gauge
+	flowControlPauses  prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -41,8 +44,13 @@ func newMetrics() *metrics {
 			Help: "Start sequences run: the first, and one per recovery after the database restarted or was lost (attempts that failed included)."}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tashkent_agent_state",
 			Help: "1 for the agent's state: starting, catching_up, serving, recovering, halted."}, []string{"state"}),
+		flowControlPausing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_agent_flow_control_pausing",
+			Help: "1 while this replica has fallen behind and asks the certifier to hold the other replicas' commits (flow control)."}),
+		flowControlPauses: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_flow_control_pauses_total",
+			Help: "Times this replica fell behind and asked for a pause."}),
 	}
-	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.batchVersions, m.dooms, m.backends, m.starts, m.state)
+	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
+		m.flowControlPausing, m.flowControlPauses)
 	m.setState(StateStarting)
 	return m
 }

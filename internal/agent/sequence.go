@@ -65,6 +65,11 @@ func (s *sequence) committed() (v uint64) {
 	return v
 }
 
+func (s *sequence) remoteWaiting() (n int) {
+	s.read(func(o *order.Order) { n = o.RemoteWaiting() })
+	return n
+}
+
 func (s *sequence) delivered() (v uint64) {
 	s.read(func(o *order.Order) { v = o.Delivered() })
 	return v

@@ -71,6 +71,9 @@ func (r *run) startSteps() error {
 	}
 	r.spawn(r.applyLoop)
 	r.spawn(r.maintain)
+	if !r.a.cfg.NoFlowControl {
+		r.spawn(r.flowControl)
+	}
 	r.spawn(func() { r.watchInherited(inherited) })
 	r.a.setState(StateCatchingUp, "the replica is catching up with the cluster")
 	return r.catchUp()

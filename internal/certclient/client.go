@@ -106,6 +106,8 @@ type Client struct {
 	byTxn     map[txnKey]uint64 // pending request ids by transaction id
 	outbox    []*pb.CertifyRequestEncoded
 	catchUp   bool
+	pause     bool // flow control: this replica asks the others to wait
+	paused    bool // the pause state the certifier was last told
 	delivered uint64
 	connected bool
 	received  bool      // something arrived on the current stream
@@ -221,6 +223,20 @@ func (c *Client) RequestCatchUp() {
 	c.signal()
 }
 
+// SetPause says whether this replica has fallen behind and asks the
+// certifier to hold the other replicas' requests (flow control,
+// CertifyStreamRequest.pause). A change is sent at once; every later
+// message repeats it. It does not wait.
+func (c *Client) SetPause(pause bool) {
+	c.mu.Lock()
+	c.pause = pause
+	changed := c.pause != c.paused
+	c.mu.Unlock()
+	if changed {
+		c.signal()
+	}
+}
+
 // Delivered is the highest version handed to OnEntries.
 func (c *Client) Delivered() uint64 {
 	c.mu.Lock()
@@ -299,7 +315,8 @@ func (c *Client) session() (bool, string, error) {
 		return false, "", err
 	}
 	c.mu.Lock()
-	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push}, CatchUp: true}
+	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push}, CatchUp: true, Pause: c.pause}
+	c.paused = c.pause
 	c.outbox = c.outbox[:0]
 	for _, cl := range c.pending {
 		c.outbox = append(c.outbox, cl.req)
@@ -360,12 +377,13 @@ func (c *Client) pump(ctx context.Context, stream pb.Certifier_CertifyClient, re
 func (c *Client) takeOutbox() *pb.CertifyStreamRequestEncoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.outbox) == 0 && !c.catchUp {
+	if len(c.outbox) == 0 && !c.catchUp && c.pause == c.paused {
 		return nil
 	}
-	msg := &pb.CertifyStreamRequestEncoded{Requests: c.outbox, CatchUp: c.catchUp}
+	msg := &pb.CertifyStreamRequestEncoded{Requests: c.outbox, CatchUp: c.catchUp, Pause: c.pause}
 	c.outbox = nil
 	c.catchUp = false
+	c.paused = c.pause
 	return msg
 }
 

@@ -38,7 +38,9 @@
 // in the order the requests came: an abort, which depends on nothing, is
 // not held behind the flush of another session's commit on the same stream
 // (takeSendable). A stream whose replica is far behind is caught up from
-// the log on disk, in chunks.
+// the log on disk, in chunks. While a replica's agent says it has fallen
+// behind (the stream's pause flag), the other streams' requests are held
+// before they are certified (flowcontrol.go).
 //
 // # Failure
 //

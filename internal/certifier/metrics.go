@@ -12,9 +12,10 @@ import (
 // metrics are the Prometheus view of the service. All names start with
 // tashkent_certifier_.
 type metrics struct {
-	replies        *prometheus.CounterVec
-	replySeconds   prometheus.Histogram
-	entriesPerSync prometheus.Histogram
+	replies         *prometheus.CounterVec
+	replySeconds    prometheus.Histogram
+	entriesPerSync  prometheus.Histogram
+	flowControlWait prometheus.Counter
 }
 
 func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
@@ -33,6 +34,10 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 			Help:    "Log entries made durable by one fsync (group commit).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 		}),
+		flowControlWait: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tashkent_certifier_flow_control_wait_seconds_total",
+			Help: "Time requests were held because a replica that fell behind asked for a pause (summed over the held messages).",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -40,7 +45,8 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
-	reg.MustRegister(m.replies, m.replySeconds, m.entriesPerSync,
+	reg.MustRegister(m.replies, m.replySeconds, m.entriesPerSync, m.flowControlWait,
+		gauge("tashkent_certifier_flow_control_pausing_replicas", "Replicas that fell behind and ask for a pause (flow control).", func() float64 { return float64(s.flow.pausingSessions()) }),
 		gauge("tashkent_certifier_version", "Highest version assigned.", func() float64 { return float64(s.Version()) }),
 		gauge("tashkent_certifier_durable_version", "Highest version on stable storage.", func() float64 { return float64(s.DurableVersion()) }),
 		gauge("tashkent_certifier_low_water_mark", "Oldest snapshot version that can still be certified.", func() float64 { _, lwm := s.versions(); return float64(lwm) }),

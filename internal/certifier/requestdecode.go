@@ -38,6 +38,7 @@ const (
 	streamOpenField     protowire.Number = 1
 	streamRequestsField protowire.Number = 2
 	streamCatchUpField  protowire.Number = 3
+	streamPauseField    protowire.Number = 10
 
 	requestIDField       protowire.Number = 1
 	requestTxnField      protowire.Number = 2
@@ -73,9 +74,14 @@ func decodeStreamRequest(msg *pb.CertifyStreamRequestEncoded, b []byte) bool {
 	for b := owned; len(b) > 0; {
 		num, _, m := protowire.ConsumeTag(b)
 		b = b[m:]
-		if num == streamCatchUpField {
+		switch num {
+		case streamCatchUpField:
 			v, m := protowire.ConsumeVarint(b)
 			msg.CatchUp, b = v != 0, b[m:]
+			continue
+		case streamPauseField:
+			v, m := protowire.ConsumeVarint(b)
+			msg.Pause, b = v != 0, b[m:]
 			continue
 		}
 		raw, m := protowire.ConsumeBytes(b) // a request (countRequests checked the rest)
@@ -91,10 +97,10 @@ func decodeStreamRequest(msg *pb.CertifyStreamRequestEncoded, b []byte) bool {
 }
 
 // countRequests checks that b holds only requests (field 2, length-
-// delimited) and at most one catch_up flag (field 3, varint), and counts
-// the requests.
+// delimited) and at most one of each flag, catch_up (field 3) and pause
+// (field 10), varints, and counts the requests.
 func countRequests(b []byte) (int, bool) {
-	n, catchUps := 0, 0
+	n, catchUps, pauses := 0, 0, 0
 	for len(b) > 0 {
 		num, typ, m := protowire.ConsumeTag(b)
 		if m < 0 {
@@ -108,10 +114,13 @@ func countRequests(b []byte) (int, bool) {
 		case num == streamCatchUpField && typ == protowire.VarintType:
 			_, m = protowire.ConsumeVarint(b)
 			catchUps++
+		case num == streamPauseField && typ == protowire.VarintType:
+			_, m = protowire.ConsumeVarint(b)
+			pauses++
 		default:
 			return 0, false
 		}
-		if m < 0 || catchUps > 1 {
+		if m < 0 || catchUps > 1 || pauses > 1 {
 			return 0, false
 		}
 		b = b[m:]

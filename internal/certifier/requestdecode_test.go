@@ -15,7 +15,7 @@ import (
 // session, an unknown field, a transaction id field repeated (protobuf
 // merges them), a string that is not UTF-8, a truncated tail.
 func randomStreamRequest(rng *rand.Rand) []byte {
-	msg := &pb.CertifyStreamRequestEncoded{CatchUp: rng.IntN(4) == 0}
+	msg := &pb.CertifyStreamRequestEncoded{CatchUp: rng.IntN(4) == 0, Pause: rng.IntN(4) == 0}
 	origins := []string{"r1", "r2", "bench-client-7-123"}
 	for range rng.IntN(5) {
 		req := &pb.CertifyRequestEncoded{RequestId: rng.Uint64N(1000), StartVersion: rng.Uint64N(50)}

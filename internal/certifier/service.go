@@ -39,6 +39,7 @@ type Service struct {
 	inFlight atomic.Int64
 	stats    *stats
 	metrics  *metrics
+	flow     *flowControl
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -91,6 +92,7 @@ func Open(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s.metrics = newMetrics(s, cfg.Registry)
+	s.flow = newFlowControl(s.metrics)
 	cfg.Logger.Info("certifier log recovered",
 		"first_version", log.FirstVersion(), "last_version", log.LastVersion(),
 		"restored_into_index", restored, "low_water_mark", s.state.LowWaterMark(),

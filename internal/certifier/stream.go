@@ -92,6 +92,7 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 		wg.Wait()
 		st.release(st.inFlight.Load())
 	}()
+	defer s.flow.set(st, false)
 	select {
 	case err := <-sendErr:
 		return err // returning ends the stream, which unblocks Recv
@@ -163,7 +164,13 @@ func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifySe
 }
 
 func (s *Service) enqueue(ctx context.Context, st *streamState, msg *pb.CertifyStreamRequestEncoded, queue chan<- queued) error {
-	now := time.Now()
+	now := time.Now() // a reply's latency includes a flow-control hold
+	s.flow.set(st, msg.Pause)
+	if len(msg.Requests) > 0 {
+		if err := s.flow.hold(ctx, st); err != nil {
+			return err
+		}
+	}
 	if s.group != nil {
 		if err := s.certifyMessageInGroup(ctx, st, msg.Requests, now, queue); err != nil {
 			return err

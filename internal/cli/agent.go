@@ -41,6 +41,7 @@ once the replica has caught up.`,
 				return errors.New("--name is required")
 			}
 			cfg.Mode = agent.Mode(mode)
+			cfg.NoFlowControl = cfg.FlowControlLimit == 0
 			if cfg.AdminPassword == "" {
 				cfg.AdminPassword = os.Getenv("TASHKENT_ADMIN_PASSWORD")
 			}
@@ -69,6 +70,7 @@ once the replica has caught up.`,
 	f.StringVar(&cfg.MetricsAddr, "metrics", "", "listen address of Prometheus /metrics and /healthz; empty disables")
 	f.DurationVar(&cfg.Staleness, "staleness", 100*time.Millisecond, "the replica asks the certifier for new versions at least this often (a safety net: the certifier pushes each as soon as it is durable); also the database health check's interval")
 	f.DurationVar(&cfg.BlockerGrace, "blocker-grace", time.Second, "how long a doomed local transaction may keep blocking a remote writeset before its backend is terminated (one idle in its transaction block cannot be cancelled); a reader in the way has its query cancelled after it and its backend terminated after twice it")
+	f.Uint64Var(&cfg.FlowControlLimit, "flow-control-limit", agent.DefaultFlowControlLimit, "flow control: when more versions than this are delivered to the replica and not yet applied, it asks the certifier to hold the other replicas' commits until it is down to half (0 turns it off)")
 	f.IntVar(&cfg.ReplicaIndex, "replica-index", 0, "this replica's number, 1 to --sequence-stride, unique in the cluster: its sequences hand out only values congruent to it (0: the one recorded in the database)")
 	f.IntVar(&cfg.SequenceStride, "sequence-stride", replica.SequenceStrideDefault, fmt.Sprintf("every sequence advances by this much; the most replicas the cluster can ever have (at most %d)", replica.SequenceStrideMax))
 	f.BoolVar(&cfg.TrustDDLRoles, "trust-ddl-roles", false, "let roles that are not superusers run DDL in this replica's database; the other replicas run replicated DDL as a superuser, so only if every role that can run DDL is trusted as one")

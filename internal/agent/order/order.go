@@ -297,3 +297,15 @@ func (o *Order) IsLocal(v uint64) bool {
 
 // Waiting counts the delivered versions not committed yet.
 func (o *Order) Waiting() int { return len(o.slots) }
+
+// RemoteWaiting counts the delivered remote versions not committed yet:
+// the applier's backlog (local versions are committed by their backends).
+func (o *Order) RemoteWaiting() int {
+	n := 0
+	for _, s := range o.slots {
+		if s.local == nil {
+			n++
+		}
+	}
+	return n
+}

@@ -208,3 +208,23 @@ func TestForeignOriginWithTheSameSeqIsRemote(t *testing.T) {
 		t.Fatal("an entry of another run of the agent was taken as local")
 	}
 }
+
+// RemoteWaiting is the applier's backlog: remote versions delivered and
+// not committed, whatever local versions sit between them.
+func TestRemoteWaitingCountsOnlyRemoteVersions(t *testing.T) {
+	o := New(me, 10)
+	o.Register(1)
+	mustDeliver(t, o, remote(11), entry(12, me, 1), remote(13), remote(14))
+	if got := o.RemoteWaiting(); got != 3 {
+		t.Fatalf("remote waiting %d, want 3 (11, 13, 14)", got)
+	}
+	o.Next(100)
+	o.Done(true) // 11
+	if got := o.RemoteWaiting(); got != 2 {
+		t.Fatalf("after applying 11: remote waiting %d, want 2", got)
+	}
+	o.Observe(14)
+	if got := o.RemoteWaiting(); got != 0 {
+		t.Fatalf("after 14 committed: remote waiting %d, want 0", got)
+	}
+}

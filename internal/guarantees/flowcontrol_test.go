@@ -1,0 +1,75 @@
+package guarantees_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tashkent-db/tashkent/internal/agent"
+	"github.com/tashkent-db/tashkent/internal/clustertest"
+)
+
+// A replica that applies more slowly than the cluster commits does not
+// fall behind without bound: past the flow-control limit it asks the
+// certifier to hold the other replicas' commits until it has caught up to
+// half the limit (Galera's flow control; internal/agent/flowcontrol.go).
+// Replica 2 is made slow by a trigger of its own (created in maintenance,
+// so not replicated, and ENABLE ALWAYS, so it fires in the applier) that
+// sleeps 2 ms per row; replica 1's writers commit faster than that.
+func TestFlowControlBoundsASlowReplicasBacklog(t *testing.T) {
+	const limit = 64
+	c := start(t, 2, clustertest.Options{Agent: func(i int, cfg *agent.Config) { cfg.FlowControlLimit = limit }})
+	c.Exec(0, `CREATE TABLE events (id bigint PRIMARY KEY, at timestamptz DEFAULT now())`)
+	c.converge()
+	slow := c.connectAs(1, "postgres", nil)
+	for _, sql := range []string{
+		`SET tashkent.maintenance = on`,
+		`CREATE FUNCTION slow_apply() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$`,
+		`CREATE TRIGGER slow_apply BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION slow_apply()`,
+		`ALTER TABLE events ENABLE ALWAYS TRIGGER slow_apply`,
+	} {
+		execSQL(t, slow, sql)
+	}
+
+	var next atomic.Int64
+	ctx, stop := context.WithTimeout(context.Background(), 4*time.Second)
+	defer stop()
+	var wg sync.WaitGroup
+	for range 4 {
+		conn := c.connectAs(0, "postgres", nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if _, err := conn.Exec(ctx, `INSERT INTO events (id) VALUES ($1)`, next.Add(1)); err != nil && ctx.Err() == nil {
+					t.Errorf("insert: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	var worst uint64
+	for ctx.Err() == nil {
+		head, slowest := c.Agents[0].CommittedVersion(), c.Agents[1].CommittedVersion()
+		if head > slowest && head-slowest > worst {
+			worst = head - slowest
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	t.Logf("%d rows committed in 4 s; replica 2 fell behind by at most %d versions; %d pauses",
+		next.Load(), worst, c.Agents[1].FlowControlPauses())
+	if c.Agents[1].FlowControlPauses() == 0 {
+		t.Fatalf("the slow replica never asked for a pause (at most %d versions behind): the load did not outrun it, so the bound was not tested", worst)
+	}
+	// The bound: the limit, plus what was certified while the pause was
+	// on its way (one check interval of the agent, one message) and the
+	// writers' requests already past the certifier's hold.
+	if bound := uint64(4 * limit); worst > bound {
+		t.Errorf("replica 2 fell behind by %d versions, over %d (flow-control limit %d)", worst, bound, limit)
+	}
+	c.converge()
+	c.sameTables()
+}
