@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the client compatibility suites (internal/compat, compat/)
-# need, from the package registries: the Python clients (PyPI), node-postgres
+# need, from the package registries: the Python clients and ORMs (PyPI), node-postgres
 # (npm, from compat/node/package-lock.json) and pgjdbc with the Maven plugins
 # (Maven Central). Idempotent: a second run only checks.
 #
@@ -26,8 +26,8 @@ need npm npm
 need java default-jdk-headless
 need mvn maven
 
-# Python: psycopg 3 and asyncpg.
-if ! python3 -c 'import psycopg, asyncpg' >/dev/null 2>&1; then
+# Python: psycopg 3 and asyncpg; SQLAlchemy, Alembic and Django.
+if ! python3 -c 'import psycopg, asyncpg, sqlalchemy, alembic, django' >/dev/null 2>&1; then
   echo "compat/install.sh: pip install -r compat/python/requirements.txt"
   # Debian's own python3 refuses system-wide pip installs (PEP 668) unless told.
   python3 -m pip install -q -r python/requirements.txt 2>/dev/null \

@@ -44,13 +44,13 @@ type compatCluster struct {
 	cluster *clustertest.Cluster
 }
 
-func startAll(t *testing.T, replicas int) *compatCluster {
+func startAll(t *testing.T, replicas int, opts clustertest.Options) *compatCluster {
 	t.Helper()
 	c := &compatCluster{direct: pgtest.Start(t)}
 	allowSCRAM(t, c.direct)
 	verifier := scramVerifier(t, c.direct)
 
-	c.cluster = clustertest.Start(t, replicas, clustertest.Options{})
+	c.cluster = clustertest.Start(t, replicas, opts)
 	for _, db := range c.cluster.DBs {
 		allowSCRAM(t, db)
 	}

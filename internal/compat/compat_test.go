@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/clustertest"
 )
 
 // scenarios every suite reports, in order (compat/python/compat_common.py,
@@ -197,7 +199,7 @@ func TestCompat(t *testing.T) {
 	}
 	start := time.Now()
 	root := repoRoot(t)
-	cl := startAll(t, 3)
+	cl := startAll(t, 3, clustertest.Options{})
 	t.Logf("direct PostgreSQL and a 3-replica cluster up in %s", time.Since(start).Round(time.Millisecond))
 	m := &matrix{rows: map[string]map[string]map[string]outcome{}}
 	defer func() {

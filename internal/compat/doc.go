@@ -33,6 +33,12 @@
 // the test prints "KNOWN BUG ..." for each, and it fails when one of them
 // passes, so that the list stays true.
 //
+// Real tools run against the cluster only: TestAlembicMigrations and
+// TestDjangoMigrations (compat/python/orm: migrations on replica 1 while an
+// ORM application writes on replica 2) and TestSysbenchOLTP (sysbench's
+// oltp_read_write on every replica at once); each compares the replicas'
+// schemas and rows afterwards.
+//
 // Knobs: COMPAT_SUITES (comma-separated suites to run), COMPAT_ONLY
 // (scenarios). The agents' and certifier's log is the test's log (shown
 // for a failed test, and with -v).
