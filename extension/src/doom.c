@@ -34,6 +34,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "replication/walsender.h"
+#include "storage/ipc.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "utils/builtins.h"
@@ -162,7 +163,8 @@ doom_outstanding(void)
 		return false;
 	slot = &tk_shared->slots[MyProc->pgprocno];
 	xid = MyProc->xid;
-	return slot->pid == MyProcPid && slot->doom_reason == TK_DOOM_BLOCKER &&
+	return !proc_exit_inprogress && slot->pid == MyProcPid &&
+		slot->state == TK_SLOT_IDLE && slot->doom_reason == TK_DOOM_BLOCKER &&
 		TransactionIdIsValid(xid) && slot->doomed_xid == xid &&
 		xid != doom_reported_xid;
 }
@@ -183,14 +185,20 @@ doom_interrupt(SIGNAL_ARGS)
 }
 
 /*
- * tk_doom_take_signals: a client backend takes doom signals. Called at
- * authentication (admit.c), after PostgresMain set up its own handlers.
+ * tk_doom_take_signals: a client backend takes doom signals, and says so
+ * (doom_signal_pids): tashkent.doom signals only a backend that does (a
+ * walsender, or a background worker, may use SIGUSR2 for something else).
+ * Called at authentication (admit.c), after PostgresMain set up its own
+ * handlers.
  */
 void
 tk_doom_take_signals(void)
 {
-	if (!am_walsender)
-		pqsignal(SIGUSR2, doom_interrupt);
+	if (am_walsender || MyProc == NULL || MyProc->pgprocno < 0 ||
+		MyProc->pgprocno >= tk_shared->nslots)
+		return;
+	pqsignal(SIGUSR2, doom_interrupt);
+	tk_shared->doom_signal_pids[MyProc->pgprocno] = MyProcPid;
 }
 
 /*
@@ -209,6 +217,7 @@ tashkent_doom(PG_FUNCTION_ARGS)
 	TkSlot	   *slot;
 	TkDoomReason reason = TK_DOOM_NONE;
 	TransactionId xid;
+	bool		signal = false;
 
 	if (proc == NULL || proc->pgprocno < 0 || proc->pgprocno >= tk_shared->nslots)
 		PG_RETURN_NULL();
@@ -233,11 +242,13 @@ tashkent_doom(PG_FUNCTION_ARGS)
 		slot->doomed_xid = xid;
 		slot->doomed_by = by;
 		SetLatch(slot->latch);
+		signal = reason == TK_DOOM_BLOCKER &&
+			tk_shared->doom_signal_pids[proc->pgprocno] == pid;
 	}
 	LWLockRelease(tk_shared->lock);
 	if (reason == TK_DOOM_NONE)
 		PG_RETURN_NULL();
-	if (reason == TK_DOOM_BLOCKER)
+	if (signal)
 		(void) kill(pid, SIGUSR2);
 	PG_RETURN_TEXT_P(cstring_to_text(reason == TK_DOOM_BLOCKER ? "blocker" : "displaced"));
 }

@@ -34,6 +34,7 @@ shared_size(void)
 	Size		size = MAXALIGN(sizeof(TkShared));
 
 	size = add_size(size, MAXALIGN(mul_size(slot_count(), sizeof(TkSlot))));
+	size = add_size(size, MAXALIGN(mul_size(slot_count(), sizeof(int))));
 	size = add_size(size, mul_size(TK_RING_SIZE, sizeof(TkRingEntry)));
 	return size;
 }
@@ -64,9 +65,12 @@ tk_shmem_startup(void)
 		strlcpy(tk_shared->admit_reason, "the replica has not caught up with the cluster since its server started",
 				sizeof(tk_shared->admit_reason));
 	}
-	tk_shared->slots = (TkSlot *) (base + MAXALIGN(sizeof(TkShared)));
-	tk_shared->ring = (TkRingEntry *) (base + MAXALIGN(sizeof(TkShared)) +
-									   MAXALIGN(mul_size(tk_shared->nslots, sizeof(TkSlot))));
+	base += MAXALIGN(sizeof(TkShared));
+	tk_shared->slots = (TkSlot *) base;
+	base += MAXALIGN(mul_size(tk_shared->nslots, sizeof(TkSlot)));
+	tk_shared->doom_signal_pids = (int *) base;
+	base += MAXALIGN(mul_size(tk_shared->nslots, sizeof(int)));
+	tk_shared->ring = (TkRingEntry *) base;
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -137,6 +137,12 @@ typedef struct TkShared
 	char		admit_reason[256];	/* why not, for the refusal */
 	int			nslots;
 	TkSlot	   *slots;
+	/*
+	 * Per slot (pgprocno), the pid of the client backend there that takes
+	 * the doom's SIGUSR2 (doom.c); written by that backend alone, without
+	 * the lock: another process at the same slot never matches its pid.
+	 */
+	int		   *doom_signal_pids;
 	TkRingEntry *ring;
 } TkShared;
 

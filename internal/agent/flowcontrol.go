@@ -10,9 +10,9 @@ import (
 const flowControlInterval = 10 * time.Millisecond
 
 // flowControlStuckAfter: an apply that made no progress for this long is
-// stuck (a lock the lock watch has not freed yet, a long DDL), not slow;
-// holding the other replicas' commits would not let it catch up, so the
-// pause is released.
+// stuck (a lock the lock watch has not freed yet, a long DDL, one batch of
+// large transactions), not slow; holding the other replicas' commits would
+// not let it catch up sooner, so the pause is released.
 const flowControlStuckAfter = time.Second
 
 // flowControl asks the certifier to hold the other replicas' requests
@@ -33,7 +33,9 @@ func (r *run) flowControl() {
 		pausing      bool
 		lastApplied  = r.a.seq.committed()
 		lastProgress = time.Now()
+		lastBacklog  uint64
 	)
+	defer r.a.metrics.flowControlPausing.Set(0) // the next run starts without a pause
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -42,9 +44,11 @@ func (r *run) flowControl() {
 		}
 		applied, backlog := r.a.seq.committed(), uint64(r.a.seq.remoteWaiting())
 		now := time.Now()
-		if applied != lastApplied {
+		if applied != lastApplied || lastBacklog == 0 {
+			// progress, or a backlog that has just begun: not stuck
 			lastApplied, lastProgress = applied, now
 		}
+		lastBacklog = backlog
 		state, _ := r.a.State()
 		stuck := backlog > 0 && now.Sub(lastProgress) > flowControlStuckAfter
 		want := state == StateServing && !stuck &&

@@ -89,7 +89,9 @@ func (w *lockWatch) handle(b blocker) {
 		}
 		return
 	}
-	if b.xid == "" && b.state == "" {
+	if b.xid == "" && (b.state == "" || b.state == "idle") {
+		// no transaction id: a reader, whether or not its session
+		// certified a transaction before (which left it a slot, idle)
 		w.readerInTheWay(b)
 		return
 	}

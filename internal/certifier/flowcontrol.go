@@ -10,8 +10,10 @@ import (
 // requests. The replica that asks for the pause stops asking when its
 // apply makes no progress (its agent's rule), and its session ending stops
 // it too; this bound is the last word, so that no replica can stop the
-// others' commits for longer, whatever it reports.
-const flowControlWaitMax = time.Second
+// others' commits for longer, whatever it reports. It is well below the
+// second after which a client of a certifier group takes a silent stream
+// for a stalled leader (certclient's stallTimeout) and reconnects.
+const flowControlWaitMax = 500 * time.Millisecond
 
 // flowControl holds the requests of every replica while another one has
 // fallen behind (CertifyStreamRequest.pause): the cluster then commits at

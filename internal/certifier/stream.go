@@ -85,14 +85,16 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	}()
 	go func() {
 		defer wg.Done()
-		recvErr <- s.receiveLoop(ctx, stream, st, first, queue)
+		recvErr <- s.receiveLoop(ctx, stream, st, first, queue, &wg)
 	}()
-	// Whatever is still queued when both loops are done was never answered.
+	// Whatever is still queued when every goroutine of the stream is done
+	// was never answered; and the stream no longer asks for a pause (its
+	// reader could still set one until then).
 	go func() {
 		wg.Wait()
 		st.release(st.inFlight.Load())
+		s.flow.set(st, false)
 	}()
-	defer s.flow.set(st, false)
 	select {
 	case err := <-sendErr:
 		return err // returning ends the stream, which unblocks Recv
@@ -144,10 +146,46 @@ func recvEncoded(stream pb.Certifier_CertifyServer) (*pb.CertifyStreamRequestEnc
 	return r.CertifyStreamRequestEncoded, nil
 }
 
-func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, msg *pb.CertifyStreamRequestEncoded, queue chan<- queued) error {
-	for {
-		if err := s.enqueue(ctx, st, msg, queue); err != nil {
+// receiveAheadMax bounds the messages a stream's reader reads ahead of
+// their certification.
+const receiveAheadMax = 16
+
+// received is a message and when it was read.
+type received struct {
+	msg *pb.CertifyStreamRequestEncoded
+	at  time.Time
+}
+
+// receiveLoop certifies the stream's messages in order. A reader reads
+// them ahead, so that a message's pause flag takes effect at once, also
+// while an earlier message of the stream is held by flow control (the
+// replica may have fallen behind meanwhile, with its transactions' row
+// locks in the way of its apply). The reader joins wg: it may outlive
+// the loop until the stream ends.
+func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, first *pb.CertifyStreamRequestEncoded, queue chan<- queued, wg *sync.WaitGroup) error {
+	msgs := make(chan received, receiveAheadMax)
+	readErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(msgs)
+		readErr <- s.readAhead(ctx, stream, st, first, msgs)
+	}()
+	for r := range msgs {
+		if err := s.enqueue(ctx, st, r, queue); err != nil {
 			return err
+		}
+	}
+	return <-readErr
+}
+
+func (s *Service) readAhead(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, msg *pb.CertifyStreamRequestEncoded, msgs chan<- received) error {
+	for {
+		s.flow.set(st, msg.Pause)
+		select {
+		case msgs <- received{msg, time.Now()}:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 		var err error
 		msg, err = recvEncoded(stream)
@@ -163,9 +201,8 @@ func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifySe
 	}
 }
 
-func (s *Service) enqueue(ctx context.Context, st *streamState, msg *pb.CertifyStreamRequestEncoded, queue chan<- queued) error {
-	now := time.Now() // a reply's latency includes a flow-control hold
-	s.flow.set(st, msg.Pause)
+func (s *Service) enqueue(ctx context.Context, st *streamState, r received, queue chan<- queued) error {
+	msg, now := r.msg, r.at // a reply's latency includes a flow-control hold
 	if len(msg.Requests) > 0 {
 		if err := s.flow.hold(ctx, st); err != nil {
 			return err

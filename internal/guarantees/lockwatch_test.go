@@ -46,7 +46,10 @@ func readersInTheWayAreEnded(t *testing.T, c *cluster) {
 	execSQL(t, c.Connect(0), `INSERT INTO readings VALUES (1)`)
 	c.converge()
 
+	// The reader certified a write before: it has a slot in the commit
+	// order (tashkent.backends(), state idle), and no transaction id now.
 	busy := c.Connect(0)
+	execSQL(t, busy, `INSERT INTO readings VALUES (10)`)
 	slow := make(chan error, 1)
 	go func() {
 		_, err := busy.Exec(ctx, `SELECT pg_sleep(60) FROM readings`)
