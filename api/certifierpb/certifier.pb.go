@@ -1161,6 +1161,86 @@ func (x *FetchReply) GetEntries() [][]byte {
 	return nil
 }
 
+type SyncVersionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncVersionRequest) Reset() {
+	*x = SyncVersionRequest{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncVersionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncVersionRequest) ProtoMessage() {}
+
+func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncVersionRequest.ProtoReflect.Descriptor instead.
+func (*SyncVersionRequest) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
+}
+
+type SyncVersionReply struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	DurableVersion uint64                 `protobuf:"varint,1,opt,name=durable_version,json=durableVersion,proto3" json:"durable_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SyncVersionReply) Reset() {
+	*x = SyncVersionReply{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncVersionReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncVersionReply) ProtoMessage() {}
+
+func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncVersionReply.ProtoReflect.Descriptor instead.
+func (*SyncVersionReply) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SyncVersionReply) GetDurableVersion() uint64 {
+	if x != nil {
+		return x.DurableVersion
+	}
+	return 0
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1169,7 +1249,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1261,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1274,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
 }
 
 type StatusReply struct {
@@ -1227,7 +1307,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1319,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1332,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusReply) GetVersion() uint64 {
@@ -1405,7 +1485,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1497,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1510,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Member) GetId() uint64 {
@@ -1516,7 +1596,10 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x06follow\x18\x02 \x01(\bR\x06follow\"&\n" +
 	"\n" +
 	"FetchReply\x12\x18\n" +
-	"\aentries\x18\x01 \x03(\fR\aentries\"\x0f\n" +
+	"\aentries\x18\x01 \x03(\fR\aentries\"\x14\n" +
+	"\x12SyncVersionRequest\";\n" +
+	"\x10SyncVersionReply\x12'\n" +
+	"\x0fdurable_version\x18\x01 \x01(\x04R\x0edurableVersion\"\x0f\n" +
 	"\rStatusRequest\"\xb6\x05\n" +
 	"\vStatusReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12'\n" +
@@ -1566,11 +1649,12 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x12ABORT_REASON_LIMIT\x10\x03\x12\x18\n" +
 	"\x14ABORT_REASON_INVALID\x10\x04\x12\x1b\n" +
 	"\x17ABORT_REASON_OVERLOADED\x10\x05\x12#\n" +
-	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x062\x99\x02\n" +
+	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x062\xfc\x02\n" +
 	"\tCertifier\x12e\n" +
 	"\aCertify\x12+.tashkent.certifier.v1.CertifyStreamRequest\x1a).tashkent.certifier.v1.CertifyStreamReply(\x010\x01\x12Q\n" +
 	"\x05Fetch\x12#.tashkent.certifier.v1.FetchRequest\x1a!.tashkent.certifier.v1.FetchReply0\x01\x12R\n" +
-	"\x06Status\x12$.tashkent.certifier.v1.StatusRequest\x1a\".tashkent.certifier.v1.StatusReply2U\n" +
+	"\x06Status\x12$.tashkent.certifier.v1.StatusRequest\x1a\".tashkent.certifier.v1.StatusReply\x12a\n" +
+	"\vSyncVersion\x12).tashkent.certifier.v1.SyncVersionRequest\x1a'.tashkent.certifier.v1.SyncVersionReply2U\n" +
 	"\x04Raft\x12M\n" +
 	"\x04Send\x12#.tashkent.certifier.v1.RaftMessages\x1a\x1e.tashkent.certifier.v1.RaftAck(\x01B1Z/github.com/tashkent-db/tashkent/api/certifierpbb\x06proto3"
 
@@ -1587,7 +1671,7 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                             // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
@@ -1607,9 +1691,11 @@ var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(*CertifyStreamReply)(nil),          // 15: tashkent.certifier.v1.CertifyStreamReply
 	(*FetchRequest)(nil),                // 16: tashkent.certifier.v1.FetchRequest
 	(*FetchReply)(nil),                  // 17: tashkent.certifier.v1.FetchReply
-	(*StatusRequest)(nil),               // 18: tashkent.certifier.v1.StatusRequest
-	(*StatusReply)(nil),                 // 19: tashkent.certifier.v1.StatusReply
-	(*Member)(nil),                      // 20: tashkent.certifier.v1.Member
+	(*SyncVersionRequest)(nil),          // 18: tashkent.certifier.v1.SyncVersionRequest
+	(*SyncVersionReply)(nil),            // 19: tashkent.certifier.v1.SyncVersionReply
+	(*StatusRequest)(nil),               // 20: tashkent.certifier.v1.StatusRequest
+	(*StatusReply)(nil),                 // 21: tashkent.certifier.v1.StatusReply
+	(*Member)(nil),                      // 22: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	0,  // 0: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
@@ -1627,17 +1713,19 @@ var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	7,  // 12: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
 	6,  // 13: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
 	13, // 14: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	20, // 15: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	22, // 15: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
 	10, // 16: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
 	16, // 17: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	18, // 18: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	3,  // 19: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	15, // 20: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	17, // 21: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	19, // 22: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	4,  // 23: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	20, // [20:24] is the sub-list for method output_type
-	16, // [16:20] is the sub-list for method input_type
+	20, // 18: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	18, // 19: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
+	3,  // 20: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	15, // 21: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	17, // 22: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	21, // 23: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	19, // 24: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	4,  // 25: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	21, // [21:26] is the sub-list for method output_type
+	16, // [16:21] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -1654,7 +1742,7 @@ func file_api_certifierpb_certifier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

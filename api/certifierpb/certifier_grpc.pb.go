@@ -30,9 +30,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Certifier_Certify_FullMethodName = "/tashkent.certifier.v1.Certifier/Certify"
-	Certifier_Fetch_FullMethodName   = "/tashkent.certifier.v1.Certifier/Fetch"
-	Certifier_Status_FullMethodName  = "/tashkent.certifier.v1.Certifier/Status"
+	Certifier_Certify_FullMethodName     = "/tashkent.certifier.v1.Certifier/Certify"
+	Certifier_Fetch_FullMethodName       = "/tashkent.certifier.v1.Certifier/Fetch"
+	Certifier_Status_FullMethodName      = "/tashkent.certifier.v1.Certifier/Status"
+	Certifier_SyncVersion_FullMethodName = "/tashkent.certifier.v1.Certifier/SyncVersion"
 )
 
 // CertifierClient is the client API for Certifier service.
@@ -46,6 +47,14 @@ type CertifierClient interface {
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchReply], error)
 	// Status reports versions, the low-water mark and throughput figures.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusReply, error)
+	// SyncVersion returns a durable version at or above every version the
+	// cluster acknowledged or delivered before the call: a replica that holds
+	// it holds every commit that happened before (tashkent.sync_wait). In a
+	// group only the leader answers, once a majority has confirmed after the
+	// call that it still leads (Raft's ReadIndex); another member refuses
+	// with Unavailable and the leader's address in the tashkent-leader
+	// trailer, as for Certify.
+	SyncVersion(ctx context.Context, in *SyncVersionRequest, opts ...grpc.CallOption) (*SyncVersionReply, error)
 }
 
 type certifierClient struct {
@@ -98,6 +107,16 @@ func (c *certifierClient) Status(ctx context.Context, in *StatusRequest, opts ..
 	return out, nil
 }
 
+func (c *certifierClient) SyncVersion(ctx context.Context, in *SyncVersionRequest, opts ...grpc.CallOption) (*SyncVersionReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SyncVersionReply)
+	err := c.cc.Invoke(ctx, Certifier_SyncVersion_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CertifierServer is the server API for Certifier service.
 // All implementations must embed UnimplementedCertifierServer
 // for forward compatibility.
@@ -109,6 +128,14 @@ type CertifierServer interface {
 	Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchReply]) error
 	// Status reports versions, the low-water mark and throughput figures.
 	Status(context.Context, *StatusRequest) (*StatusReply, error)
+	// SyncVersion returns a durable version at or above every version the
+	// cluster acknowledged or delivered before the call: a replica that holds
+	// it holds every commit that happened before (tashkent.sync_wait). In a
+	// group only the leader answers, once a majority has confirmed after the
+	// call that it still leads (Raft's ReadIndex); another member refuses
+	// with Unavailable and the leader's address in the tashkent-leader
+	// trailer, as for Certify.
+	SyncVersion(context.Context, *SyncVersionRequest) (*SyncVersionReply, error)
 	mustEmbedUnimplementedCertifierServer()
 }
 
@@ -127,6 +154,9 @@ func (UnimplementedCertifierServer) Fetch(*FetchRequest, grpc.ServerStreamingSer
 }
 func (UnimplementedCertifierServer) Status(context.Context, *StatusRequest) (*StatusReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedCertifierServer) SyncVersion(context.Context, *SyncVersionRequest) (*SyncVersionReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SyncVersion not implemented")
 }
 func (UnimplementedCertifierServer) mustEmbedUnimplementedCertifierServer() {}
 func (UnimplementedCertifierServer) testEmbeddedByValue()                   {}
@@ -185,6 +215,24 @@ func _Certifier_Status_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Certifier_SyncVersion_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SyncVersionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CertifierServer).SyncVersion(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Certifier_SyncVersion_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CertifierServer).SyncVersion(ctx, req.(*SyncVersionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Certifier_ServiceDesc is the grpc.ServiceDesc for Certifier service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -195,6 +243,10 @@ var Certifier_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Certifier_Status_Handler,
+		},
+		{
+			MethodName: "SyncVersion",
+			Handler:    _Certifier_SyncVersion_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -16,6 +16,23 @@ CREATE FUNCTION tashkent.committed_version() RETURNS bigint
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'tashkent_committed_version';
 
+-- Read-your-writes across replicas (src/causal.c; docs/GUARANTEES.md). Any
+-- role may call them: they read the session's own state or wait.
+-- last_commit_version: the version of this session's last writing commit,
+-- NULL if it made none.
+CREATE FUNCTION tashkent.last_commit_version() RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'tashkent_last_commit_version';
+
+-- wait_for_version: returns this replica's version once it holds
+-- `version`, so that the next snapshot taken here sees it; SQLSTATE TK004
+-- after timeout_ms milliseconds. NULL in, NULL out: no wait.
+CREATE FUNCTION tashkent.wait_for_version(version bigint, timeout_ms bigint DEFAULT 30000) RETURNS bigint
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'tashkent_wait_for_version';
+
+GRANT EXECUTE ON FUNCTION tashkent.last_commit_version(), tashkent.wait_for_version(bigint, bigint) TO PUBLIC;
+
 -- The agent's functions. Only superusers may call them (no grants): the
 -- agent connects as one.
 CREATE FUNCTION tashkent.register_applier() RETURNS bigint

@@ -14,14 +14,18 @@
  *                   tashkent.certifier.v1.Writeset to the end of the frame
  *     'A' abandon   u64 version: this backend will not commit the version
  *                   it was told to commit; the agent applies it instead
+ *     'S' sync      u32 milliseconds: the cluster's durable version is
+ *                   wanted within them (tashkent.sync_wait, causal.c)
  *   agent -> backend
  *     'h' welcome   u8 accepted, u64 agent generation, u16 length + text
  *     'D' decision  u8 kind (TkDecisionKind), u64 version, u8 abort
  *                   reason, u32 length + detail
+ *     's' synced    u8 known, u64 the certifier's durable version,
+ *                   u16 length + why not (when not known)
  *
- * A wait for the agent absorbs cancels, as the turn does (turn.c): once the
- * writeset is sent, the outcome is the certifier's, and the backend must
- * learn it. Termination and postmaster death end the wait; the agent then
+ * A wait for a certification absorbs cancels, as the turn does (turn.c):
+ * once the writeset is sent, the outcome is the certifier's, and the
+ * backend must learn it. A wait for a sync does not: nothing is decided. Termination and postmaster death end the wait; the agent then
  * sees the socket close and applies the version itself if it committed.
  */
 #include "tashkent.h"
@@ -316,9 +320,22 @@ get_text(StringInfo buf, uint32 len)
 	return s;
 }
 
+/*
+ * What the backend wants from the agent when it cannot reach it: a
+ * certification (role 0, at commit), or a sync (tashkent.sync_wait).
+ */
+static bool syncing = false;
+
 static void
 agent_unavailable(const char *why)
 {
+	if (syncing)
+		ereport(ERROR,
+				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+				 errmsg("this replica's tashkent agent is not available: %s", why),
+				 errdetail("tashkent.sync_wait is on: each transaction first asks the agent for the cluster's durable version."),
+				 errhint("Start the agent (tashkent agent), or check its log; tashkent.agent_socket is \"%s\". SET tashkent.sync_wait = off reads without waiting.",
+						 tk_agent_socket)));
 	ereport(ERROR,
 			(errcode(ERRCODE_CANNOT_CONNECT_NOW),
 			 errmsg("this replica's tashkent agent is not available: %s", why),
@@ -346,13 +363,16 @@ agent_alive(void)
 	return true;
 }
 
-/* connect_agent opens the socket and says hello as `role`. */
+/*
+ * connect_agent opens the socket and says hello as `role`, by `deadline`
+ * at the latest (0: within HELLO_TIMEOUT_MS).
+ */
 static void
-connect_agent(uint8 role)
+connect_agent(uint8 role, TimestampTz deadline)
 {
 	struct sockaddr_un addr;
 	StringInfoData buf;
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), HELLO_TIMEOUT_MS);
+	TimestampTz hello_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), HELLO_TIMEOUT_MS);
 	bool		warned = false;
 	const char *db = get_database_name(MyDatabaseId);
 	bool		accepted;
@@ -392,6 +412,8 @@ connect_agent(uint8 role)
 	put_u16(&buf, (uint16) strlen(db));
 	appendBinaryStringInfo(&buf, db, strlen(db));
 	end_frame(&buf);
+	if (deadline == 0 || deadline > hello_deadline)
+		deadline = hello_deadline;
 	if (!send_all(&buf, deadline, false, &warned) || !recv_frame(&buf, deadline, false, &warned))
 	{
 		close_agent();
@@ -458,8 +480,9 @@ tk_channel_certify(uint64 start_version, StringInfo writeset, TkDecision *decisi
 	TimestampTz deadline;
 	bool		warned = false;
 
+	syncing = false;
 	if (!agent_alive())
-		connect_agent(0);
+		connect_agent(0, 0);
 
 	begin_frame(&buf, 'C');
 	put_u64(&buf, start_version);
@@ -525,5 +548,60 @@ tk_channel_abandon(uint64 version)
 void
 tk_channel_register_applier(void)
 {
-	connect_agent(1);
+	syncing = false;
+	connect_agent(1, 0);
+}
+
+/*
+ * tk_channel_sync asks the agent for the certifier's durable version: a
+ * version at or above every version the cluster acknowledged before the
+ * question. The agent answers within the time left to `deadline`, or the
+ * backend stops waiting then. A cancel ends the wait with an error (the
+ * next exchange opens a new connection: see exchange_open).
+ */
+uint64
+tk_channel_sync(TimestampTz deadline)
+{
+	StringInfoData buf;
+	bool		warned = false;
+	long		left = ms_left(deadline);
+	bool		known;
+	uint64		version;
+	char	   *text;
+
+	syncing = true;
+	if (!agent_alive())
+		connect_agent(0, deadline);
+
+	begin_frame(&buf, 'S');
+	put_u32(&buf, (uint32) Max(left, 1));
+	end_frame(&buf);
+	exchange_open = true;
+	if (!send_all(&buf, deadline, false, &warned) ||
+		!wait_socket(WL_SOCKET_READABLE, deadline, false, &warned) ||
+		!recv_frame(&buf, deadline, false, &warned))
+	{
+		bool		late = ms_left(deadline) <= 0;
+
+		close_agent();
+		ereport(ERROR,
+				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+				 errmsg("tashkent.sync_wait could not learn the cluster's durable version: %s",
+						late ? "the agent did not answer within tashkent.sync_wait_timeout"
+						: "the connection to the tashkent agent broke"),
+				 errhint("Retry, or check the agent's log; SET tashkent.sync_wait = off reads without waiting.")));
+	}
+	if (get_u8(&buf) != 's')
+		elog(ERROR, "tashkent: the agent answered a sync with an unexpected message");
+	known = get_u8(&buf) != 0;
+	version = get_u64(&buf);
+	text = get_text(&buf, get_u16(&buf));
+	exchange_open = false;
+	pfree(buf.data);
+	if (!known)
+		ereport(ERROR,
+				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+				 errmsg("tashkent.sync_wait could not learn the cluster's durable version: %s", text),
+				 errhint("Retry, or check the agent's and the certifier's logs; SET tashkent.sync_wait = off reads without waiting.")));
+	return version;
 }

@@ -265,7 +265,11 @@ static void
 at_commit(void)
 {
 	if (holding != 0)
+	{
 		tk_turn_pass(holding, tk_capture_has_ddl() || tk_ddl_ran());
+		if (!tk_backend_is_applier)
+			tk_causal_note_commit(holding);
+	}
 	end_transaction();
 }
 
@@ -286,6 +290,7 @@ at_abort(void)
 	if (abandoned != 0 && !applier)
 	{
 		tk_channel_abandon(abandoned);
+		tk_causal_note_commit(abandoned);
 		ereport(WARNING,
 				(errmsg("the cluster committed this transaction as version %llu; it failed here after certification and this replica applies its changes from the log",
 						(unsigned long long) abandoned),

@@ -20,6 +20,8 @@ int			tk_certify_timeout = 60000;
 int			tk_writeset_max_bytes = 64512;	/* 63 MiB, in kB */
 int			tk_writeset_max_rows = 1048576;
 char	   *tk_recovery_roles = NULL;
+bool		tk_sync_wait = false;
+int			tk_sync_wait_timeout = 30000;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -81,6 +83,19 @@ define_settings(void)
 							   &tk_recovery_roles,
 							   "postgres",
 							   PGC_SIGHUP, GUC_LIST_INPUT, NULL, NULL, NULL);
+	/* Anyone may set these: they only make the session's transactions wait. */
+	DefineCustomBoolVariable("tashkent.sync_wait",
+							 "Makes each transaction first wait until this replica has applied every version the cluster had made durable.",
+							 "Costs one round trip to the certifier per transaction, plus the wait.",
+							 &tk_sync_wait,
+							 false,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("tashkent.sync_wait_timeout",
+							"How long tashkent.sync_wait waits, round trip to the certifier included.",
+							"After it the transaction's first statement fails with SQLSTATE TK004 (57P03 if the agent did not answer).",
+							&tk_sync_wait_timeout,
+							30000, 1, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("tashkent");
 }
 
@@ -105,6 +120,7 @@ _PG_init(void)
 	tk_guard_init();
 	tk_admit_init();
 	tk_doom_init();
+	tk_causal_init();
 }
 
 /*

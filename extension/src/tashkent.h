@@ -32,6 +32,8 @@
  *   doom.c      local transactions that block a remote writeset aborted
  *               (eager pre-certification, Tashkent §8.2)
  *   apply.c     the SQL functions the agent calls
+ *   causal.c    read-your-writes across replicas: the session's last
+ *               commit version, waits for a version, tashkent.sync_wait
  */
 #ifndef TASHKENT_H
 #define TASHKENT_H
@@ -60,6 +62,7 @@
 /* SQLSTATEs of tashkent's own (class TK: see docs/OPERATIONS.md). */
 #define ERRCODE_TK_ALREADY_APPLIED MAKE_SQLSTATE('T','K','0','0','2')
 #define ERRCODE_TK_NOT_APPLIER MAKE_SQLSTATE('T','K','0','0','3')
+#define ERRCODE_TK_VERSION_NOT_APPLIED MAKE_SQLSTATE('T','K','0','0','4')
 
 /* ---- tashkent.c: settings ---- */
 
@@ -69,6 +72,8 @@ extern int	tk_certify_timeout; /* tashkent.certify_timeout, ms */
 extern int	tk_writeset_max_bytes;	/* tashkent.writeset_max_bytes, kB */
 extern int	tk_writeset_max_rows;	/* tashkent.writeset_max_rows */
 extern char *tk_recovery_roles; /* tashkent.recovery_roles */
+extern bool tk_sync_wait;		/* tashkent.sync_wait */
+extern int	tk_sync_wait_timeout;	/* tashkent.sync_wait_timeout, ms */
 
 /* Whether the current database has the extension (so is replicated). */
 extern bool tk_database_replicated(void);
@@ -194,11 +199,17 @@ extern void tk_channel_certify(uint64 start_version, StringInfo writeset,
 							   TkDecision *decision);
 extern void tk_channel_abandon(uint64 version);
 extern void tk_channel_register_applier(void);
+extern uint64 tk_channel_sync(TimestampTz deadline);
 extern uint64 tk_agent_generation_seen(void);
 
 /* ---- commit.c ---- */
 
 extern void tk_commit_init(void);
+
+/* ---- causal.c ---- */
+
+extern void tk_causal_init(void);
+extern void tk_causal_note_commit(uint64 version);
 
 /* ---- relinfo.c ---- */
 

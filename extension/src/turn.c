@@ -188,7 +188,8 @@ reset_origin_session(void)
 
 /*
  * tk_turn_pass: `last` is committed and visible; the backend that waits for
- * it may go. The origin session is released first: the next holder sets
+ * it may go, and so may the backends that wait for a version up to it
+ * (causal.c; a run of versions the applier commits ends at `last`). The origin session is released first: the next holder sets
  * up its own, which PostgreSQL 15 allows one backend at a time. ran_ddl:
  * the transaction ran DDL (commit.c's start version needs to know).
  */
@@ -208,7 +209,7 @@ tk_turn_pass(uint64 last, bool ran_ddl)
 	{
 		TkSlot	   *other = &tk_shared->slots[i];
 
-		if (other->pid != 0 && other->waiting_for == last)
+		if (other->pid != 0 && other->waiting_for != 0 && other->waiting_for <= last)
 			SetLatch(other->latch);
 	}
 	LWLockRelease(tk_shared->lock);

@@ -50,6 +50,9 @@ func (a *Agent) connConfig(applicationName string) (*pgx.ConnConfig, error) {
 		cfg.Password = a.cfg.AdminPassword
 	}
 	cfg.RuntimeParams["application_name"] = applicationName
+	// The agent's own sessions must never wait for the agent (a role's
+	// ALTER ROLE ... SET tashkent.sync_wait = on would make them).
+	cfg.RuntimeParams["tashkent.sync_wait"] = "off"
 	return cfg, nil
 }
 

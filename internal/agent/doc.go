@@ -36,6 +36,11 @@
 // up in tashkent.committed_version(); either way a version not committed
 // becomes remote and is applied (Tashkent §8.1).
 //
+// A backend with tashkent.sync_wait on sends Sync at the start of each
+// transaction (sync.go); the agent asks the certifier's SyncVersion and
+// answers Synced with it, or with why not (not serving, no answer within
+// the backend's timeout). The backend waits for the version itself.
+//
 // # Applying
 //
 // Remote versions are applied in batches of consecutive versions, one

@@ -16,6 +16,7 @@ type metrics struct {
 	applied        prometheus.Counter
 	certifications *prometheus.CounterVec
 	certifyLatency prometheus.Histogram
+	syncs          *prometheus.CounterVec
 	batchVersions  prometheus.Histogram
 	dooms          *prometheus.CounterVec
 	backends       prometheus.Gauge
@@ -35,6 +36,8 @@ func newMetrics() *metrics {
 			Help: "Certifications asked by the replica's backends, by outcome: commit, abort, unknown (no decision in time), unavailable (the agent could not ask)."}, []string{"outcome"}),
 		certifyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tashkent_agent_certify_seconds",
 			Help: "Time from a backend's certify request to the certifier's reply (durable in mw).", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_syncs_total",
+			Help: "Durable versions asked by backends for tashkent.sync_wait, by outcome: known, unavailable (not serving, or no certifier answer)."}, []string{"outcome"}),
 		batchVersions: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tashkent_agent_apply_batch_versions",
 			Help: "Remote versions per apply transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 9)}),
 		dooms: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_dooms_total",
@@ -49,7 +52,7 @@ func newMetrics() *metrics {
 		flowControlPauses: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_flow_control_pauses_total",
 			Help: "Times this replica fell behind and asked for a pause."}),
 	}
-	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
+	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.syncs, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
 		m.flowControlPausing, m.flowControlPauses)
 	m.setState(StateStarting)
 	return m

@@ -166,6 +166,10 @@ func (c *backendConn) serve(ctx context.Context, r *bufio.Reader) {
 			}
 		case wire.Abandon:
 			c.abandon(m.Version)
+		case wire.Sync:
+			if _, err := c.nc.Write(wire.Encode(c.sync(ctx, m))); err != nil {
+				return
+			}
 		default:
 			c.a.log.Warn("a backend sent an unexpected message; closing its connection", "pid", c.pid, "type", fmt.Sprintf("%T", m))
 			return

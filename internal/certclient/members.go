@@ -210,3 +210,19 @@ func (m *members) apiAfter(k int) pb.CertifierClient {
 func (a currentAPI) Status(ctx context.Context, in *pb.StatusRequest, opts ...grpc.CallOption) (*pb.StatusReply, error) {
 	return a.m.api().Status(ctx, in, opts...)
 }
+
+// apiFor is the member at addr, connected to if it was not known yet (a
+// leader's address from a trailer).
+func (m *members) apiFor(addr string) (pb.CertifierClient, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewCertifierClient(c), nil
+}
+
+func (a currentAPI) SyncVersion(ctx context.Context, in *pb.SyncVersionRequest, opts ...grpc.CallOption) (*pb.SyncVersionReply, error) {
+	return a.m.api().SyncVersion(ctx, in, opts...)
+}

@@ -419,6 +419,22 @@ func (c *Core) Lookup(txn certification.TxnID) (version, ticket uint64, err erro
 	return 0, c.abortTicket(), nil
 }
 
+// ReadVersion answers a read of the durable version on the leader (Raft's
+// ReadIndex): the durable prefix this member has applied, a ticket, and
+// the term it leads in. Once Applied.Confirmed reaches the ticket while the
+// member still leads in that term, a majority confirmed after this call
+// that it led, so every version acknowledged or delivered before the call
+// is at or below the version: an earlier leader's are in this leader's log
+// before its own first entry, which checkCertifying requires applied, and
+// its own are acknowledged only once applied. Errors: *NotLeaderError,
+// ErrNotReady.
+func (c *Core) ReadVersion() (version, ticket, term uint64, err error) {
+	if err := c.checkCertifying(); err != nil {
+		return 0, 0, 0, err
+	}
+	return c.appliedVersion, c.abortTicket(), c.leaderTerm, nil
+}
+
 func (c *Core) abortTicket() uint64 {
 	if c.openTicket == 0 {
 		c.lastTicket++

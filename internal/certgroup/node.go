@@ -409,6 +409,38 @@ func (n *Node) Lookup(txn certification.TxnID) (version, ticket uint64, err erro
 	return version, ticket, err
 }
 
+// ReadVersion: see Core.ReadVersion. A leader still applying its log is
+// waited for (up to readyWaitMax).
+func (n *Node) ReadVersion(ctx context.Context) (version, ticket, term uint64, err error) {
+	deadline := time.Now().Add(readyWaitMax)
+	for {
+		n.mu.Lock()
+		version, ticket, term, err = n.core.ReadVersion()
+		changed := n.changed
+		n.mu.Unlock()
+		if err == nil {
+			n.signal()
+			return version, ticket, term, nil
+		}
+		if !errors.Is(err, ErrNotReady) || time.Now().After(deadline) {
+			return 0, 0, 0, err
+		}
+		select {
+		case <-changed:
+		case <-time.After(time.Until(deadline)):
+		case <-ctx.Done():
+			return 0, 0, 0, err
+		}
+	}
+}
+
+// Leader: see Core.Leader.
+func (n *Node) Leader() (id, term uint64, leading bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.core.Leader()
+}
+
 // Versions: see Core.Versions.
 func (n *Node) Versions() (version, lowWaterMark uint64) {
 	n.mu.Lock()

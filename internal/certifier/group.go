@@ -224,6 +224,30 @@ func (s *Service) groupMaySend(ctx context.Context, batch []queued, ticket uint6
 	return nil
 }
 
+// groupSyncVersion answers SyncVersion on the leader, once a ReadIndex
+// issued after the call confirmed that it still leads in the term it read
+// the version in (certgroup.Core.ReadVersion).
+func (s *Service) groupSyncVersion(ctx context.Context) (*pb.SyncVersionReply, error) {
+	v, ticket, term, err := s.group.ReadVersion(ctx)
+	var notLeader *certgroup.NotLeaderError
+	switch {
+	case errors.As(err, &notLeader):
+		if notLeader.Leader != 0 {
+			grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, s.group.AddrOf(notLeader.Leader)))
+		}
+		return nil, status.Error(codes.Unavailable, "not the certifier group's leader")
+	case err != nil:
+		return nil, status.Errorf(codes.Unavailable, "the certifier group's leader is not ready: %v", err)
+	}
+	if _, err := s.confirmed.wait(ctx, ticket); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "the certifier's leadership was not confirmed: %v", err)
+	}
+	if _, now, leading := s.group.Leader(); !leading || now != term {
+		return nil, status.Error(codes.Unavailable, "certifier leadership lost before it was confirmed; ask the new leader")
+	}
+	return &pb.SyncVersionReply{DurableVersion: v}, nil
+}
+
 // groupStatus adds the member's view of the group to a status reply.
 func (s *Service) groupStatus(r *pb.StatusReply) {
 	st := s.group.Status()

@@ -64,6 +64,19 @@ func leaderOf(t *testing.T, servers []*certifier.Server) int {
 	return -1
 }
 
+// clientAtFollower is a client for replica r1 that starts at a follower
+// of the group led by member leader: it must be redirected.
+func clientAtFollower(t *testing.T, addrs []string, leader int) *certclient.Client {
+	t.Helper()
+	order := append([]string{addrs[(leader+1)%3]}, addrs[leader], addrs[(leader+2)%3])
+	c, err := certclient.New(certclient.Options{Target: strings.Join(order, ","), Replica: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // TestGroupInProcessFollowsTheLeaderAndKeepsEveryCommit: a follower refuses
 // Certify and names the leader, the client follows; closing the leader
 // moves the group to a new one, and every acknowledged version is served
@@ -71,14 +84,7 @@ func leaderOf(t *testing.T, servers []*certifier.Server) int {
 func TestGroupInProcessFollowsTheLeaderAndKeepsEveryCommit(t *testing.T) {
 	servers, addrs := inProcessGroup(t, 3)
 	leader := leaderOf(t, servers)
-	follower := (leader + 1) % 3
-	// The client starts at a follower: it must be redirected.
-	order := append([]string{addrs[follower]}, addrs[leader], addrs[(leader+2)%3])
-	c, err := certclient.New(certclient.Options{Target: strings.Join(order, ","), Replica: "r1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := clientAtFollower(t, addrs, leader)
 	acked := map[uint64]uint64{} // seq -> version
 	certify := func(seq uint64) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -3,7 +3,9 @@
 // backend captures, certifies and commits. The stand-in decides every
 // certification with a function the test gives (by default: commit, with
 // the next version) and records what it was asked. It applies nothing:
-// tests of the whole path use the real agent.
+// tests of the whole path use the real agent. It answers a Sync
+// (tashkent.sync_wait) with a function the test gives (by default: the
+// last version it decided).
 package agenttest
 
 import (
@@ -54,6 +56,8 @@ type Agent struct {
 	// welcomeDelay holds back the answer to a hello, as an agent that is
 	// slow to answer.
 	welcomeDelay time.Duration
+	sync         func(m wire.Sync) wire.Synced
+	syncs        []wire.Sync
 }
 
 // Start starts a server with the extension, installs it in database
@@ -129,6 +133,20 @@ func (a *Agent) RegisterApplier(c *pgx.Conn) {
 	}
 }
 
+// SetSync replaces the answer to a Sync.
+func (a *Agent) SetSync(f func(m wire.Sync) wire.Synced) {
+	a.mu.Lock()
+	a.sync = f
+	a.mu.Unlock()
+}
+
+// Syncs returns the Syncs asked so far, in order.
+func (a *Agent) Syncs() []wire.Sync {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]wire.Sync(nil), a.syncs...)
+}
+
 // SetWelcomeDelay makes the stand-in wait d before it answers a hello.
 func (a *Agent) SetWelcomeDelay(d time.Duration) {
 	a.mu.Lock()
@@ -196,6 +214,15 @@ func (a *Agent) serve(c net.Conn) {
 			a.mu.Lock()
 			a.abandoned = append(a.abandoned, m.Version)
 			a.mu.Unlock()
+		case wire.Sync:
+			a.mu.Lock()
+			a.syncs = append(a.syncs, m)
+			answer := wire.Synced{Known: true, Version: a.next - 1}
+			if a.sync != nil {
+				answer = a.sync(m)
+			}
+			a.mu.Unlock()
+			c.Write(wire.Encode(answer))
 		}
 	}
 }

@@ -11,9 +11,11 @@
 //	  'H' Hello     u32 protocol, i32 pid, u8 role, u16 length + database
 //	  'C' Certify   u64 start version, the encoded Writeset to the end
 //	  'A' Abandon   u64 version
+//	  'S' Sync      u32 milliseconds to answer within
 //	agent -> backend
 //	  'h' Welcome   u8 accepted, u64 agent generation, u16 length + text
 //	  'D' Decision  u8 kind, u64 version, u8 abort reason, u32 length + detail
+//	  's' Synced    u8 known, u64 durable version, u16 length + text
 package wire
 
 import (
@@ -78,6 +80,19 @@ type Abandon struct {
 	Version uint64
 }
 
+// Sync asks for the certifier's durable version (tashkent.sync_wait): a
+// version at or above every version the cluster acknowledged before it.
+type Sync struct {
+	TimeoutMillis uint32 // the backend stops waiting for the answer then
+}
+
+// Synced answers a Sync: the version, or why it is not known.
+type Synced struct {
+	Known   bool
+	Version uint64
+	Text    string // why not, when not known
+}
+
 // Decision answers a Certify.
 type Decision struct {
 	Kind        DecisionKind
@@ -117,6 +132,8 @@ func (Certify) frameType() byte  { return 'C' }
 func (Abandon) frameType() byte  { return 'A' }
 func (Welcome) frameType() byte  { return 'h' }
 func (Decision) frameType() byte { return 'D' }
+func (Sync) frameType() byte     { return 'S' }
+func (Synced) frameType() byte   { return 's' }
 
 // Decode parses a frame read by ReadFrame.
 func Decode(typ byte, p []byte) (Message, error) {
@@ -133,6 +150,10 @@ func Decode(typ byte, p []byte) (Message, error) {
 		m = Welcome{Accepted: d.u8() != 0, Generation: d.u64(), Text: d.text(int(d.u16()))}
 	case 'D':
 		m = Decision{Kind: DecisionKind(d.u8()), Version: d.u64(), AbortReason: d.u8(), Detail: d.text(int(d.u32()))}
+	case 'S':
+		m = Sync{TimeoutMillis: d.u32()}
+	case 's':
+		m = Synced{Known: d.u8() != 0, Version: d.u64(), Text: d.text(int(d.u16()))}
 	default:
 		return nil, fmt.Errorf("%w: unknown type %q", ErrMalformed, typ)
 	}
@@ -154,8 +175,7 @@ func Encode(m Message) []byte {
 		e.u32(m.Protocol)
 		e.u32(uint32(m.PID))
 		e.u8(uint8(m.Role))
-		e.u16(uint16(len(m.Database)))
-		e.b = append(e.b, m.Database...)
+		e.text16(m.Database)
 	case Certify:
 		e.u64(m.StartVersion)
 		e.b = append(e.b, m.Writeset...)
@@ -164,9 +184,7 @@ func Encode(m Message) []byte {
 	case Welcome:
 		e.u8(boolByte(m.Accepted))
 		e.u64(m.Generation)
-		text := truncate(m.Text, 1<<16-1)
-		e.u16(uint16(len(text)))
-		e.b = append(e.b, text...)
+		e.text16(m.Text)
 	case Decision:
 		e.u8(uint8(m.Kind))
 		e.u64(m.Version)
@@ -174,6 +192,12 @@ func Encode(m Message) []byte {
 		detail := truncate(m.Detail, 32<<10) // the backend reads frames of at most 64 KiB
 		e.u32(uint32(len(detail)))
 		e.b = append(e.b, detail...)
+	case Sync:
+		e.u32(m.TimeoutMillis)
+	case Synced:
+		e.u8(boolByte(m.Known))
+		e.u64(m.Version)
+		e.text16(m.Text)
 	}
 	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4))
 	return e.b
@@ -199,6 +223,13 @@ func (e *encoder) u8(v uint8)   { e.b = append(e.b, v) }
 func (e *encoder) u16(v uint16) { e.b = binary.BigEndian.AppendUint16(e.b, v) }
 func (e *encoder) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
 func (e *encoder) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+
+// text16 appends a u16 length and the text, cut to what a u16 counts.
+func (e *encoder) text16(s string) {
+	s = truncate(s, 1<<16-1)
+	e.u16(uint16(len(s)))
+	e.b = append(e.b, s...)
+}
 
 type decoder struct {
 	p   []byte

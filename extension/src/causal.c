@@ -1,0 +1,417 @@
+/*
+ * causal.c: read-your-writes and causal reads across replicas.
+ *
+ * A commit on one replica is visible there when COMMIT returns, and on
+ * another replica once that replica has applied its version. Three tools
+ * let a client read what it (or anyone before it) wrote elsewhere:
+ *
+ *   tashkent.last_commit_version()  the version of this session's last
+ *       writing commit (NULL before the first one): a client carries it to
+ *       another replica.
+ *   tashkent.wait_for_version(v, timeout)  waits until this replica has
+ *       committed v. It sleeps on the backend's latch, which tk_turn_pass
+ *       (turn.c) sets when a commit reaches the version the backend waits
+ *       for: no polling.
+ *   tashkent.sync_wait  each transaction first asks the agent for the
+ *       certifier's durable version (one round trip over the channel,
+ *       channel.c 'S') and waits until this replica has committed it
+ *       (Galera's wsrep_sync_wait).
+ *
+ * Where sync_wait waits. PostgreSQL 15 has no hook at transaction start,
+ * and it takes a statement's first snapshot before any hook runs:
+ * exec_simple_query and exec_parse_message take one for parse analysis,
+ * exec_bind_message one for parameters, PortalStart one for a SELECT's
+ * execution, PortalRunUtility one for a utility statement that needs it.
+ * So the wait happens at the first of these hooks that a transaction
+ * reaches (once per transaction, by its local id):
+ *
+ *   ProcessUtility, for BEGIN / START TRANSACTION: before any snapshot;
+ *   post_parse_analyze, for the first SELECT/INSERT/UPDATE/DELETE/MERGE
+ *       (simple protocol, and Parse in the extended protocol): after the
+ *       snapshot for analysis;
+ *   ExecutorStart, for a statement prepared in an earlier transaction
+ *       (Bind without Parse): after the execution snapshot;
+ *   ProcessUtility, for a utility statement that needs a snapshot (COPY,
+ *       DO, CALL, EXPLAIN, ...): after it.
+ *
+ * Then the snapshots taken before the wait are taken again. Under READ
+ * COMMITTED only the executor's is used for data: ExecutorStart replaces
+ * it. Under REPEATABLE READ the transaction's snapshot, taken for this
+ * first statement and not yet used to read data, is dropped and taken anew
+ * (retake_transaction_snapshot), which snapmgr.c allows only while nothing
+ * else holds it. A utility statement's snapshot is held by the portal, and
+ * a real SERIALIZABLE transaction's by the predicate lock manager: if such
+ * a snapshot lacks the version waited for, the statement fails with 40001
+ * (a retry starts after the wait, so it sees the version).
+ */
+#include "tashkent.h"
+
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "parser/analyze.h"
+#include "storage/proc.h"
+#include "tcop/pquery.h"
+#include "tcop/utility.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+/* The version of this session's last writing commit (0: none yet). */
+static uint64 last_commit_version = 0;
+
+/* The transaction (local id) that sync_wait has waited for. */
+static LocalTransactionId synced_lxid = InvalidLocalTransactionId;
+
+static post_parse_analyze_hook_type prev_post_parse_analyze = NULL;
+static ExecutorStart_hook_type prev_executor_start = NULL;
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+PG_FUNCTION_INFO_V1(tashkent_last_commit_version);
+PG_FUNCTION_INFO_V1(tashkent_wait_for_version);
+
+/* tk_causal_note_commit: this session's transaction committed `version`. */
+void
+tk_causal_note_commit(uint64 version)
+{
+	last_commit_version = version;
+}
+
+static void
+clear_waiting(void)
+{
+	TkSlot	   *slot = tk_my_slot();
+
+	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+	slot->waiting_for = 0;
+	LWLockRelease(tk_shared->lock);
+}
+
+static void
+not_applied(uint64 version, uint64 committed, const char *setting)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_TK_VERSION_NOT_APPLIED),
+			 errmsg("this replica has not applied version %llu within %s: its version is %llu",
+					(unsigned long long) version, setting, (unsigned long long) committed),
+			 errdetail("The replica applies the cluster's versions in order; it is behind, or its agent is not applying."),
+			 errhint("Retry, read from another replica, or check this replica's lag (tashkent status) and its agent's log.")));
+}
+
+/*
+ * wait_committed waits until this replica has committed `version`, at the
+ * latest until `deadline`, and returns the replica's version. The slot's
+ * waiting_for is set under the lock that tk_turn_pass reads it under, after
+ * reading the version under that lock: a commit cannot pass unseen. A
+ * cancel or statement_timeout ends the wait with its error.
+ */
+static uint64
+wait_committed(uint64 version, TimestampTz deadline, const char *setting)
+{
+	TkSlot	   *slot = tk_my_slot();
+	uint64		committed = 0;
+
+	PG_TRY();
+	{
+		for (;;)
+		{
+			long		secs;
+			int			usecs;
+			long		left;
+
+			ResetLatch(MyLatch);
+			LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+			committed = tk_shared->committed;
+			slot->waiting_for = committed < version ? version : 0;
+			LWLockRelease(tk_shared->lock);
+			if (committed >= version)
+				break;
+			TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
+			left = secs * 1000 + usecs / 1000;
+			if (left <= 0 && GetCurrentTimestamp() >= deadline)
+			{
+				clear_waiting();
+				not_applied(version, committed, setting);
+			}
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Max(left, 1), PG_WAIT_EXTENSION);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_CATCH();
+	{
+		clear_waiting();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	return committed;
+}
+
+/*
+ * The newest version the transaction's snapshot holds, under REPEATABLE
+ * READ once it has one; UINT64_MAX otherwise (the next snapshot is yet to
+ * be taken).
+ */
+static uint64
+transaction_snapshot_version(void)
+{
+	if (!IsolationUsesXactSnapshot() || !FirstSnapshotSet)
+		return PG_UINT64_MAX;
+	return tk_snapshot_version(GetTransactionSnapshot());
+}
+
+/*
+ * tashkent.last_commit_version(): the version of this session's last
+ * writing commit, NULL if it has made none (read-only transactions and
+ * writes to temporary tables have no version). A transaction that the
+ * cluster committed but that failed here after certification counts: its
+ * version is applied here from the log.
+ */
+Datum
+tashkent_last_commit_version(PG_FUNCTION_ARGS)
+{
+	if (last_commit_version == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64((int64) last_commit_version);
+}
+
+/*
+ * tashkent.wait_for_version(version, timeout_ms): returns this replica's
+ * version once it is at least `version`, so that the next snapshot taken
+ * here holds it (the next statement's under READ COMMITTED, the next
+ * transaction's under REPEATABLE READ); fails with TK004 after timeout_ms.
+ * Inside a REPEATABLE READ transaction block whose snapshot lacks the
+ * version, no wait can help the rest of the transaction: 25001 at once.
+ */
+Datum
+tashkent_wait_for_version(PG_FUNCTION_ARGS)
+{
+	int64		version = PG_GETARG_INT64(0);
+	int64		timeout = PG_GETARG_INT64(1);
+	uint64		committed;
+
+	if (version < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("version %lld is not a version: versions start at 1", (long long) version)));
+	if (timeout < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the timeout must be zero or more milliseconds, not %lld", (long long) timeout)));
+	if (IsTransactionBlock() && transaction_snapshot_version() < (uint64) version)
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("this REPEATABLE READ transaction cannot see version %lld: its snapshot was taken at version %llu",
+						(long long) version, (unsigned long long) transaction_snapshot_version()),
+				 errdetail("A wait cannot change a snapshot already taken."),
+				 errhint("Call tashkent.wait_for_version before BEGIN, or as its own statement before the transaction, or use READ COMMITTED.")));
+	committed = tk_committed();
+	if (committed < (uint64) version)
+	{
+		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														   Min(timeout, (int64) INT_MAX));
+
+		committed = wait_committed((uint64) version, deadline, psprintf("%lld ms", (long long) timeout));
+	}
+	PG_RETURN_INT64((int64) committed);
+}
+
+static void
+stale_snapshot(uint64 version)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access: this statement's snapshot was taken before this replica applied version %llu, which tashkent.sync_wait waited for",
+					(unsigned long long) version),
+			 errdetail("The statement needed a snapshot before tashkent could wait; the replica has the version now."),
+			 errhint("The transaction might succeed if retried; or start it with BEGIN, where tashkent.sync_wait waits before any snapshot.")));
+}
+
+/*
+ * The executor's query holds its snapshot registered (CreateQueryDesc),
+ * and the active stack holds it too: both let go of it before it is taken
+ * again, and the query registers the new one.
+ */
+static void
+release_query_snapshot(QueryDesc *qd)
+{
+	if (qd != NULL)
+		UnregisterSnapshot(qd->snapshot);
+}
+
+static void
+hold_query_snapshot(QueryDesc *qd)
+{
+	if (qd != NULL)
+		qd->snapshot = RegisterSnapshot(ActiveSnapshotSet() ? GetActiveSnapshot() : GetTransactionSnapshot());
+}
+
+/* Pops the active stack; returns its depth. */
+static int
+pop_active_snapshots(void)
+{
+	int			depth = 0;
+
+	while (ActiveSnapshotSet())
+	{
+		PopActiveSnapshot();
+		depth++;
+	}
+	return depth;
+}
+
+static void
+push_active_snapshots(int depth)
+{
+	for (int i = 0; i < depth; i++)
+		PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+/*
+ * retake_transaction_snapshot drops the REPEATABLE READ transaction
+ * snapshot that the transaction's first statement took before the wait,
+ * and takes it again. snapmgr.c allows it only while nothing but the
+ * transaction snapshot is registered (the query's registration is let go
+ * of first); the active stack is popped and pushed again to the same
+ * depth with the new snapshot. Returns false, with everything as it was,
+ * if it cannot.
+ */
+static bool
+retake_transaction_snapshot(QueryDesc *qd)
+{
+	int			depth;
+
+	if (IsolationIsSerializable() || XactHasExportedSnapshots())
+		return false;
+	release_query_snapshot(qd);
+	InvalidateCatalogSnapshot();
+	if (!ThereAreNoPriorRegisteredSnapshots())
+	{
+		if (qd != NULL)
+			qd->snapshot = RegisterSnapshot(qd->snapshot);	/* still active */
+		return false;
+	}
+	depth = pop_active_snapshots();
+	AtEOXact_Snapshot(false, true);
+	push_active_snapshots(depth);
+	hold_query_snapshot(qd);
+	return true;
+}
+
+/*
+ * After the wait for `version`: make the snapshots this transaction reads
+ * with hold it (see the header). qd: the executor's query, when the wait
+ * ran in ExecutorStart; utility: when it ran for a utility statement
+ * whose snapshot the portal holds.
+ */
+static void
+follow_wait(uint64 version, QueryDesc *qd, bool utility)
+{
+	if (!FirstSnapshotSet)
+		return;
+	if (!IsolationUsesXactSnapshot())
+	{
+		if (qd != NULL)
+		{
+			int			depth;
+
+			release_query_snapshot(qd);
+			depth = pop_active_snapshots();
+			push_active_snapshots(depth);
+			hold_query_snapshot(qd);
+		}
+		else if (utility && ActiveSnapshotSet() && tk_snapshot_version(GetActiveSnapshot()) < version)
+			stale_snapshot(version);
+		return;
+	}
+	if (tk_snapshot_version(GetTransactionSnapshot()) >= version)
+		return;
+	if (utility || !retake_transaction_snapshot(qd))
+		stale_snapshot(version);
+}
+
+/*
+ * Whether sync_wait has yet to wait for the current transaction: a client's
+ * backend only (a parallel worker inherits the setting with its leader's
+ * snapshot, which the leader took after its wait).
+ */
+static inline bool
+sync_due(void)
+{
+	return tk_sync_wait && MyBackendType == B_BACKEND && MyProc != NULL &&
+		MyProc->lxid != synced_lxid && !tk_backend_is_applier && !IsInParallelMode() &&
+		IsTransactionState() && !IsAbortedTransactionBlockState();
+}
+
+static void
+sync_transaction(QueryDesc *qd, bool utility)
+{
+	TimestampTz deadline;
+	uint64		version;
+
+	synced_lxid = MyProc->lxid;
+	if (!tk_database_replicated())
+		return;
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), tk_sync_wait_timeout);
+	version = tk_channel_sync(deadline);
+	if (tk_committed() < version)
+		(void) wait_committed(version, deadline, "tashkent.sync_wait_timeout");
+	follow_wait(version, qd, utility);
+}
+
+static void
+causal_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
+{
+	if (prev_post_parse_analyze)
+		prev_post_parse_analyze(pstate, query, jstate);
+	if (query->commandType != CMD_UTILITY && sync_due())
+		sync_transaction(NULL, false);
+}
+
+static void
+causal_executor_start(QueryDesc *queryDesc, int eflags)
+{
+	if (sync_due() && !(eflags & EXEC_FLAG_EXPLAIN_ONLY))
+		sync_transaction(queryDesc, false);
+	if (prev_executor_start)
+		prev_executor_start(queryDesc, eflags);
+	else
+		standard_ExecutorStart(queryDesc, eflags);
+}
+
+/* BEGIN and START TRANSACTION, which open a transaction block. */
+static bool
+begins_block(Node *stmt)
+{
+	return IsA(stmt, TransactionStmt) &&
+		(((TransactionStmt *) stmt)->kind == TRANS_STMT_BEGIN ||
+		 ((TransactionStmt *) stmt)->kind == TRANS_STMT_START);
+}
+
+static void
+causal_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					   ProcessUtilityContext context, ParamListInfo params,
+					   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	if (sync_due())
+	{
+		if (begins_block(pstmt->utilityStmt))
+			sync_transaction(NULL, false);
+		else if (PlannedStmtRequiresSnapshot(pstmt))
+			sync_transaction(NULL, true);
+	}
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+}
+
+void
+tk_causal_init(void)
+{
+	prev_post_parse_analyze = post_parse_analyze_hook;
+	post_parse_analyze_hook = causal_post_parse_analyze;
+	prev_executor_start = ExecutorStart_hook;
+	ExecutorStart_hook = causal_executor_start;
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = causal_process_utility;
+}
