@@ -65,6 +65,21 @@ const (
 	// it references another unique constraint, they are named as for
 	// OP_UNIQUE_KEY ("<table>#<index>", the index's values). `row` is empty.
 	Op_OP_REFERENCE Op = 6
+	// A row inserted into a table without a primary key: `row` holds it, as
+	// for OP_UPSERT; `key` is empty. Such a row has no identity to certify:
+	// it conflicts only with a write of its whole table (TRUNCATE, DDL) or
+	// of the schema, in either order, as an insert into a keyed table does
+	// with those; never with other rows. Applied as a plain insert.
+	Op_OP_INSERT_ROW Op = 7
+	// A row deleted from a table without a primary key: `key` is the whole
+	// old row in its text form (as `row` of OP_UPSERT prints rows), which is
+	// both its identity for certification (a write of that row: two
+	// transactions that delete or update equal rows conflict) and what the
+	// applier deletes: exactly one row whose text form equals it. `row` is
+	// empty. An UPDATE of such a table is OP_DELETE_ROW of the old row, then
+	// OP_INSERT_ROW of the new one. Rows of one such table keep the order
+	// they were written in (they are never collapsed per key).
+	Op_OP_DELETE_ROW Op = 8
 )
 
 // Enum value maps for Op.
@@ -77,6 +92,8 @@ var (
 		4: "OP_DDL",
 		5: "OP_UNIQUE_KEY",
 		6: "OP_REFERENCE",
+		7: "OP_INSERT_ROW",
+		8: "OP_DELETE_ROW",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED": 0,
@@ -86,6 +103,8 @@ var (
 		"OP_DDL":         4,
 		"OP_UNIQUE_KEY":  5,
 		"OP_REFERENCE":   6,
+		"OP_INSERT_ROW":  7,
+		"OP_DELETE_ROW":  8,
 	}
 )
 
@@ -315,8 +334,8 @@ type Change struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"` // schema-qualified, quoted as PostgreSQL prints it
 	Op    Op                     `protobuf:"varint,2,opt,name=op,proto3,enum=tashkent.certifier.v1.Op" json:"op,omitempty"`
-	Key   []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"` // the encoded primary key (or unique index values, UNIQUE_KEY); empty for TRUNCATE; for DDL the search_path it ran under (empty: the default)
-	Row   []byte                 `protobuf:"bytes,4,opt,name=row,proto3" json:"row,omitempty"` // new row values (UPSERT) or SQL text (DDL)
+	Key   []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"` // the encoded primary key (or unique index values, UNIQUE_KEY; the old row, DELETE_ROW); empty for TRUNCATE and INSERT_ROW; for DDL the search_path it ran under (empty: the default)
+	Row   []byte                 `protobuf:"bytes,4,opt,name=row,proto3" json:"row,omitempty"` // new row values (UPSERT, INSERT_ROW) or SQL text (DDL)
 	// keeps_row marks an UPSERT that kept the row: an update that moved no
 	// primary key and changed no value any foreign key references (a keeping
 	// update). Certified as a write of the row that does not conflict with
@@ -1628,7 +1647,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\amembers\x18\x14 \x03(\v2\x1d.tashkent.certifier.v1.MemberR\amembers\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr*x\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr*\x9e\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_UPSERT\x10\x01\x12\r\n" +
@@ -1637,7 +1656,9 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\n" +
 	"\x06OP_DDL\x10\x04\x12\x11\n" +
 	"\rOP_UNIQUE_KEY\x10\x05\x12\x10\n" +
-	"\fOP_REFERENCE\x10\x06*M\n" +
+	"\fOP_REFERENCE\x10\x06\x12\x11\n" +
+	"\rOP_INSERT_ROW\x10\a\x12\x11\n" +
+	"\rOP_DELETE_ROW\x10\b*M\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fDECISION_COMMIT\x10\x01\x12\x12\n" +

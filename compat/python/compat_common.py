@@ -7,9 +7,7 @@ by hand):
   COMPAT_PORT2     a second port on PGHOST: another replica of the same cluster
                    (or the same server when COMPAT_TARGET=direct), used by the
                    scenarios that need two sessions on two replicas
-  COMPAT_TARGET    "direct" or "cluster" (what no_pk_write expects: PostgreSQL
-                   writes to a table without a primary key, tashkent refuses
-                   with 55000)
+  COMPAT_TARGET    "direct" or "cluster"
   COMPAT_PREFIX    prefix of every table the suite creates (unique per run)
   COMPAT_ONLY      optional comma-separated list of scenarios to run
   COMPAT_EXPECT_FAIL  scenarios known to fail (a known bug): they still

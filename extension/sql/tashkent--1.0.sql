@@ -91,9 +91,9 @@ REVOKE ALL ON FUNCTION tashkent.register_applier(), tashkent.apply_versions(bigi
 -- not matter: capture orders changes by their command ids, not by when its
 -- trigger fired (see capture.c).
 --
--- Writes to a table without a primary key are refused by the trigger
--- (SQLSTATE 55000), so the triggers do not depend on the key: adding or
--- dropping one changes nothing here.
+-- The triggers do not depend on the primary key: capture reads it from
+-- its cache of the table (relinfo.c) at every row, so adding or dropping
+-- one changes nothing here.
 CREATE FUNCTION tashkent.capture() RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'tashkent_capture';
@@ -282,6 +282,22 @@ BEGIN
 		RAISE EXCEPTION USING ERRCODE = 'TK001',
 			MESSAGE = 'tashkent: table definitions changed since the applier cached them';
 	END IF;
+END
+$fn$;
+
+-- keyless_row_missing fails the apply transaction that calls it: a
+-- version deletes a row of a table without a primary key that this
+-- replica does not have (internal/replica/apply.go calls it with the
+-- first such row), so the replica's data differs from the cluster's.
+CREATE FUNCTION tashkent.keyless_row_missing(p_table text, p_row text) RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = 'TK005',
+		MESSAGE = pg_catalog.format('tashkent: table %s has no row %s to delete (a row of a table without a primary key is found by its whole text), or fewer such rows than the version deleted',
+			p_table, pg_catalog.left(p_row, 200)),
+		DETAIL = 'This replica''s data differs from the cluster''s.',
+		HINT = 'Rebuild this replica from another one.';
 END
 $fn$;
 

@@ -23,6 +23,13 @@
  *            kept the key otherwise; DELETE (old key) and UPSERT (new key,
  *            row) if it moved the key
  *
+ * and of a row of a table without a primary key (its whole row is its
+ * identity, as with PostgreSQL's REPLICA IDENTITY FULL):
+ *
+ *   INSERT   INSERT_ROW (row)
+ *   DELETE   DELETE_ROW (old row, as the key)
+ *   UPDATE   DELETE_ROW (old row), INSERT_ROW (new row)
+ *
  * plus UNIQUE_KEY events for the values of certified unique indexes the
  * row took (INSERT), freed (DELETE) or changed (UPDATE: old and new), and
  * REFERENCE events for the parent rows it references through a foreign key
@@ -88,7 +95,8 @@ PG_FUNCTION_INFO_V1(tashkent_capture);
 /* The transaction's events, in the order capture saw them. */
 static List *events = NIL;
 static uint32 next_seq = 0;
-static int64 row_changes = 0;	/* UPSERT and DELETE events */
+static int64 row_changes = 0;	/* UPSERT, DELETE, INSERT_ROW and DELETE_ROW
+								 * events */
 static int64 event_bytes = 0;	/* of keys and rows */
 static bool has_ddl = false;
 static uint64 ddl_label = 0;
@@ -178,7 +186,8 @@ append_event(TkEventKind kind, CommandId cid, const char *table, int tablelen,
 	char	   *p;
 	MemoryContext old;
 
-	if (kind == TK_EVENT_UPSERT || kind == TK_EVENT_KEEPING_UPSERT || kind == TK_EVENT_DELETE)
+	if (kind == TK_EVENT_UPSERT || kind == TK_EVENT_KEEPING_UPSERT || kind == TK_EVENT_DELETE
+		|| kind == TK_EVENT_INSERT_ROW || kind == TK_EVENT_DELETE_ROW)
 	{
 		if (row_changes >= tk_writeset_max_rows)
 			ereport(ERROR,
@@ -392,16 +401,6 @@ typedef struct RowCapture
 	ParentKey  *parents;		/* per foreign key looked up */
 } RowCapture;
 
-static void
-refuse_without_primary_key(TkRelInfo *info)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("table %s has no primary key; tashkent cannot replicate writes to it",
-					info->name),
-			 errhint("Add one: ALTER TABLE %s ADD PRIMARY KEY (...).", info->name)));
-}
-
 /* print_key: key_text under the pinned print settings. */
 static void
 print_key(StringInfo buf, TkRelInfo *info, const TkKey *key, const RowImage *img)
@@ -503,6 +502,30 @@ emit_row_change(RowCapture *rc, StringInfo key, StringInfo other, StringInfo row
 	e->tid = rc->new.tuple->t_self;
 }
 
+/*
+ * emit_keyless_change: the row change of a table without a primary key:
+ * the old row's DELETE_ROW, the new row's INSERT_ROW, or both (an
+ * UPDATE, both under its command id: writeset.c orders deletes first).
+ */
+static void
+emit_keyless_change(RowCapture *rc, StringInfo row)
+{
+	TkRelInfo  *info = rc->info;
+
+	if (rc->has_old)
+	{
+		row_text(row, info, &rc->old);
+		append_event(TK_EVENT_DELETE_ROW, rc->cid, info->name, info->namelen,
+					 row->data, row->len, NULL, 0);
+	}
+	if (rc->has_new)
+	{
+		row_text(row, info, &rc->new);
+		append_event(TK_EVENT_INSERT_ROW, rc->cid, info->name, info->namelen,
+					 NULL, 0, row->data, row->len);
+	}
+}
+
 /* emit_unique_keys: the unique values the row took, freed or changed. */
 static void
 emit_unique_keys(RowCapture *rc, StringInfo key, StringInfo other)
@@ -581,7 +604,10 @@ emit_row_events(RowCapture *rc)
 	initStringInfo(&key);
 	initStringInfo(&other);
 	initStringInfo(&row);
-	emit_row_change(rc, &key, &other, &row);
+	if (rc->info->has_pk)
+		emit_row_change(rc, &key, &other, &row);
+	else
+		emit_keyless_change(rc, &row);
 	if (rc->info->nunique > 0)
 		emit_unique_keys(rc, &key, &other);
 	if (rc->info->nfkeys > 0)
@@ -672,8 +698,6 @@ tashkent_capture(PG_FUNCTION_ARGS)
 		return PointerGetDatum(NULL);
 
 	info = tk_relinfo_get(trigdata->tg_relation);
-	if (!info->has_pk)
-		refuse_without_primary_key(info);
 	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
 		append_event(TK_EVENT_TRUNCATE, GetCurrentCommandId(true), info->name, info->namelen,
 					 NULL, 0, NULL, 0);

@@ -176,6 +176,12 @@ certify_and_wait_turn(void)
 
 	initStringInfo(&writeset);
 	tk_writeset_encode(tk_capture_events(), &writeset);
+	if (writeset.len == 0)
+	{
+		/* every change cancelled out (writeset.c): nothing to replicate */
+		pfree(writeset.data);
+		return;
+	}
 	start = start_version();
 
 	set_slot(TK_SLOT_CERTIFYING, 0);

@@ -299,7 +299,10 @@ typedef enum TkEventKind
 	TK_EVENT_TRUNCATE,			/* the table */
 	TK_EVENT_DDL,				/* the statement's text */
 	TK_EVENT_UNIQUE_KEY,		/* "<table>#<index>", the index's values */
-	TK_EVENT_REFERENCE			/* the parent's name, its key */
+	TK_EVENT_REFERENCE,			/* the parent's name, its key */
+	TK_EVENT_INSERT_ROW,		/* a table without a primary key: row */
+	TK_EVENT_DELETE_ROW			/* a table without a primary key: the old
+								 * row, as its key */
 } TkEventKind;
 
 /*
@@ -314,9 +317,11 @@ typedef struct TkEvent
 	uint32		seq;			/* the order capture saw it in */
 	const char *table;			/* quoted schema.table (or label); NULL for
 								 * DDL */
-	char	   *key;			/* JSON array; NULL for TRUNCATE and DDL */
+	char	   *key;			/* JSON array, the old row (DELETE_ROW); NULL
+								 * for TRUNCATE, INSERT_ROW and DDL */
 	int			keylen;
-	char	   *row;			/* record_out text (UPSERTs), DDL text */
+	char	   *row;			/* record_out text (UPSERTs, INSERT_ROW), DDL
+								 * text */
 	int			rowlen;
 	/* UPSERTs: the row version written (tk_capture_row_state) */
 	Oid			relid;

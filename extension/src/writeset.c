@@ -22,6 +22,16 @@
  *   - References (OP_REFERENCE): one per (parent, key), last, sorted, but
  *     for those the writeset writes itself as a row change or unique value
  *     (a write conflicts with everything a reference to it would).
+ *   - Rows of a table without a primary key (OP_INSERT_ROW, OP_DELETE_ROW)
+ *     have no key to collapse on: each stays, in place. Equal rows cannot
+ *     be told apart, so a table's rows are a multiset, and what a
+ *     transaction does to one is the rows it deleted of those that were
+ *     there and the rows it inserted and left; the order among them does
+ *     not matter (the applier deletes, then inserts). So a DELETE_ROW of a
+ *     row the transaction inserted earlier (same text, no TRUNCATE nor DDL
+ *     between) removes that insert and is dropped itself: an insert then
+ *     updates then a delete leave nothing. TRUNCATE removes them as it
+ *     removes row changes.
  *
  * "Last" is by the order the changes happened in: by command id, then
  * deletes before upserts (an UPDATE that swaps two keys fires delete 1,
@@ -33,7 +43,14 @@
  * before the INSERT goes on). Where command ids and the firing order
  * disagree about a key, its final state is read from the table instead
  * (tk_capture_row_state): the row version one of its upserts wrote is
- * still current, or none is and the key was deleted.
+ * still current, or none is and the key was deleted. For rows of a table
+ * without a primary key that case cannot change the multiset: at worst a
+ * row deleted and an equal one inserted cancel out, which leaves the same
+ * rows.
+ *
+ * A writeset can come out empty (a transaction that inserted rows into a
+ * table without a primary key and deleted them again): commit.c commits
+ * it without certification, as a transaction that wrote nothing.
  */
 #include "tashkent.h"
 
@@ -47,6 +64,8 @@
 #define OP_DDL 4
 #define OP_UNIQUE_KEY 5
 #define OP_REFERENCE 6
+#define OP_INSERT_ROW 7
+#define OP_DELETE_ROW 8
 
 /* Which set a (table, key) belongs to. */
 typedef enum KeySet
@@ -54,7 +73,9 @@ typedef enum KeySet
 	SET_ROW,					/* row changes (per DDL and TRUNCATE generation) */
 	SET_UNIQUE,
 	SET_REFERENCE,
-	SET_WRITTEN					/* row changes left in the writeset */
+	SET_WRITTEN,				/* row changes left in the writeset */
+	SET_INSERTED				/* rows of a keyless table inserted (per DDL
+								 * and TRUNCATE generation), by their text */
 } KeySet;
 
 typedef struct ChangeKey
@@ -77,7 +98,9 @@ typedef struct KeyEntry
 	ChangeKey	k;
 	uint32		hash;
 	char		status;
-	int			slot;			/* SET_ROW: its change, in slots */
+	int			slot;			/* SET_ROW: its change, in slots;
+								 * SET_INSERTED: the last insert of the row
+								 * not yet cancelled, or -1 */
 } KeyEntry;
 
 static uint32
@@ -124,6 +147,8 @@ typedef struct Slot
 	uint32		earlier_max_seq;	/* the last fired of earlier commands */
 	int			first;			/* its events, in order: indexes in sorted */
 	int			last;
+	/* INSERT_ROW: the previous insert of an equal row, or -1 */
+	int			prev_insert;
 } Slot;
 
 /* A table some TRUNCATE emptied, and how many times. */
@@ -158,12 +183,24 @@ is_row_change(const TkEvent *e)
 		|| e->kind == TK_EVENT_DELETE;
 }
 
+static bool
+is_keyless_change(const TkEvent *e)
+{
+	return e->kind == TK_EVENT_INSERT_ROW || e->kind == TK_EVENT_DELETE_ROW;
+}
+
+static bool
+is_delete(const TkEvent *e)
+{
+	return e->kind == TK_EVENT_DELETE || e->kind == TK_EVENT_DELETE_ROW;
+}
+
 /* The order changes happened in: command id, deletes first, firing order. */
 static int
 compare_order(const TkEvent *a, const TkEvent *b)
 {
-	int			ra = a->kind == TK_EVENT_DELETE ? 0 : 1;
-	int			rb = b->kind == TK_EVENT_DELETE ? 0 : 1;
+	int			ra = is_delete(a) ? 0 : 1;
+	int			rb = is_delete(b) ? 0 : 1;
 
 	if (a->cid != b->cid)
 		return a->cid < b->cid ? -1 : 1;
@@ -236,7 +273,8 @@ collapse_truncate(Collapse *c, const TkEvent *e)
 	{
 		const TkEvent *prev = c->slots[s].event;
 
-		if (prev != NULL && is_row_change(prev) && strcmp(prev->table, e->table) == 0)
+		if (prev != NULL && (is_row_change(prev) || is_keyless_change(prev))
+			&& strcmp(prev->table, e->table) == 0)
 			c->slots[s].event = NULL;
 	}
 	c->slots[c->nslots++].event = e;
@@ -284,6 +322,51 @@ collapse_row_change(Collapse *c, int i)
 	c->next[i] = -1;
 	slot->keeping = slot->keeping && e->kind == TK_EVENT_KEEPING_UPSERT;
 	slot->event = e;
+}
+
+/* The key of an inserted row of a keyless table, in the current generations. */
+static ChangeKey
+inserted_key(Collapse *c, const TkEvent *e, const char *row, int rowlen)
+{
+	ChangeKey	k;
+
+	k.table = e->table;
+	k.key = row;
+	k.keylen = rowlen;
+	k.ddl_gen = c->ddl_gen;
+	k.truncate_gen = c->ntruncated > 0 ? truncate_gen(c, e->table) : 0;
+	k.set = SET_INSERTED;
+	return k;
+}
+
+/*
+ * collapse_keyless: a row change of a table without a primary key, kept in
+ * place, but for a DELETE_ROW of a row inserted earlier: then both go.
+ */
+static void
+collapse_keyless(Collapse *c, const TkEvent *e)
+{
+	KeyEntry   *entry;
+	bool		found;
+
+	if (e->kind == TK_EVENT_DELETE_ROW)
+	{
+		entry = keytab_lookup(c->keys, inserted_key(c, e, e->key, e->keylen));
+		if (entry != NULL && entry->slot >= 0)
+		{
+			Slot	   *inserted = &c->slots[entry->slot];
+
+			inserted->event = NULL;
+			entry->slot = inserted->prev_insert;
+			return;
+		}
+		c->slots[c->nslots++].event = e;
+		return;
+	}
+	entry = keytab_insert(c->keys, inserted_key(c, e, e->row, e->rowlen), &found);
+	c->slots[c->nslots].event = e;
+	c->slots[c->nslots].prev_insert = found ? entry->slot : -1;
+	entry->slot = c->nslots++;
 }
 
 static void
@@ -396,6 +479,10 @@ collapse(Collapse *c, List *events)
 			case TK_EVENT_REFERENCE:
 				collapse_set_member(c, e, SET_REFERENCE);
 				break;
+			case TK_EVENT_INSERT_ROW:
+			case TK_EVENT_DELETE_ROW:
+				collapse_keyless(c, e);
+				break;
 		}
 	}
 
@@ -477,14 +564,14 @@ bytes_field_size(int len)
  * put_change: Writeset.changes (field 1), a Change: table = 1, op = 2,
  * key = 3, row = 4, keeps_row = 5. Empty fields are left out, as proto3
  * encoders leave out defaults. A DDL change's key is the search_path the
- * statement ran under (tk_capture_ddl).
+ * statement ran under (tk_capture_ddl); a DELETE_ROW's the old row.
  */
 static void
 put_change(StringInfo out, const TkEvent *e, int op, bool keeps_row)
 {
 	int			tablelen = e->table ? strlen(e->table) : 0;
 	int			keylen = op == OP_TRUNCATE ? 0 : e->keylen;	/* DDL: its search_path */
-	int			rowlen = op == OP_UPSERT || op == OP_DDL ? e->rowlen : 0;
+	int			rowlen = op == OP_UPSERT || op == OP_DDL || op == OP_INSERT_ROW ? e->rowlen : 0;
 	int			size = 1 + varint_size(op);
 
 	if (tablelen > 0)
@@ -531,6 +618,10 @@ op_of(const TkEvent *e)
 			return OP_UNIQUE_KEY;
 		case TK_EVENT_REFERENCE:
 			return OP_REFERENCE;
+		case TK_EVENT_INSERT_ROW:
+			return OP_INSERT_ROW;
+		case TK_EVENT_DELETE_ROW:
+			return OP_DELETE_ROW;
 	}
 	elog(ERROR, "unknown capture event kind %d", (int) e->kind);
 	return 0;

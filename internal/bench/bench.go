@@ -340,9 +340,9 @@ func (r *runner) setup(ctx context.Context) error {
 }
 
 // load creates TPC-B in a system, unless it was seeded (every tashkent
-// system: seed.go), through its first endpoint in the order tashkent
-// needs: tables and their primary keys (pgbench -i -I dtp), a primary key
-// for pgbench_history, then the rows in chunks (fillTPCB). Every system
+// system: seed.go), through its first endpoint: tables and their primary
+// keys (pgbench -i -I dtp), a primary key for pgbench_history (see the
+// package doc), then the rows in chunks (fillTPCB). Every system
 // gets the same schema, so that the standalone servers also maintain the
 // history key. Then VACUUM ANALYZE and CHECKPOINT on every server, as
 // pgbench -i would vacuum.

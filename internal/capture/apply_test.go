@@ -1,19 +1,15 @@
 package capture_test
 
 import (
-	"context"
-	"slices"
 	"testing"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
-	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
 // What capture certifies applies: the writesets of a workload captured on
 // server A, applied in order by the applier (internal/replica) on server
 // B, with the same tables, leave B's tables equal to A's.
 func TestCapturedWritesetsApply(t *testing.T) {
-	ctx := context.Background()
 	schema := []string{
 		`CREATE TABLE t (id int PRIMARY KEY, v text, n numeric, ts timestamptz, b bytea, j jsonb, arr text[], iv interval, f float8)`,
 		`CREATE TABLE k (a text, b timestamp, c uuid, d date, n numeric, v int, PRIMARY KEY (a, b, c, d, n))`,
@@ -63,29 +59,10 @@ func TestCapturedWritesetsApply(t *testing.T) {
 		if i%2 == 1 {
 			conn = odd
 		}
-		before := len(f.agent.Requests())
-		f.exec(conn, sql)
-		for _, r := range f.agent.Requests()[before:] {
-			entries = append(entries, &pb.LogEntry{Version: uint64(len(entries) + 1), Writeset: r.Writeset})
-		}
+		entries = f.logEntries(entries, conn, sql)
 	}
 
 	bconn := applyTarget(t, append(schema, `CREATE TABLE dropped (id int PRIMARY KEY, v text)`)...)
-	applier := replica.NewApplier()
-	for _, e := range entries {
-		if err := applier.Apply(ctx, bconn, []*pb.LogEntry{e}); err != nil {
-			t.Fatalf("version %d (%q): %v", e.Version, render(e.Writeset), err)
-		}
-	}
-
-	const pin = `SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres';
-		SET bytea_output = 'hex'; SET extra_float_digits = 1`
-	f.exec(f.conn, pin)
-	f.exec(bconn, pin)
-	for _, table := range []string{"t", "k", "tz", "ak", "u", "m1", "m2", "p", "c", "dropped"} {
-		sql := `SELECT '` + table + `: ' || coalesce(string_agg(x::text, ' | ' ORDER BY x::text), '') FROM ` + table + ` AS x`
-		if got, want := f.query(bconn, sql), f.query(f.conn, sql); !slices.Equal(got, want) {
-			t.Errorf("after apply:\n B %q\n A %q", got, want)
-		}
-	}
+	applyAll(t, bconn, entries)
+	f.sameRows(bconn, "t", "k", "tz", "ak", "u", "m1", "m2", "p", "c", "dropped")
 }

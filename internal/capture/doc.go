@@ -11,9 +11,12 @@
 //	                 under any session's print settings
 //	keys_test.go     unique index values, foreign-key references (direct
 //	                 and looked up), keeping updates
+//	keyless_test.go  tables without a primary key: rows by their whole
+//	                 text, cancelled inserts, the key added and dropped,
+//	                 applied on a second server
 //	order_test.go    nested statements (AFTER and BEFORE triggers,
 //	                 functions), savepoints, EXCEPTION blocks
-//	scope_test.go    refusals (no primary key, limits), what is not
+//	scope_test.go    refusals (limits), what is not
 //	                 captured (reads, temporary tables, the applier,
 //	                 maintenance) and what is (session_replication_role)
 //	install_test.go  which tables get the triggers, and who may drop them

@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/agent/agenttest"
+	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
 // fixture is a server with the extension, the agent's stand-in and a
@@ -165,6 +166,47 @@ func (f *fixture) fails(sql, code string) *pgconn.PgError {
 		f.exec(f.conn, "ROLLBACK")
 	}
 	return pe
+}
+
+// logEntries runs sql on conn and appends the writesets it certified to
+// entries, as log entries numbered on from the last.
+func (f *fixture) logEntries(entries []*pb.LogEntry, conn *pgx.Conn, sql string) []*pb.LogEntry {
+	f.t.Helper()
+	before := len(f.agent.Requests())
+	f.exec(conn, sql)
+	for _, r := range f.agent.Requests()[before:] {
+		entries = append(entries, &pb.LogEntry{Version: uint64(len(entries) + 1), Writeset: r.Writeset})
+	}
+	return entries
+}
+
+// applyAll applies entries, one version at a time, on conn (an applier's
+// connection, applyTarget) with one Applier, which it returns.
+func applyAll(t *testing.T, conn *pgx.Conn, entries []*pb.LogEntry) *replica.Applier {
+	t.Helper()
+	applier := replica.NewApplier()
+	for _, e := range entries {
+		if err := applier.Apply(context.Background(), conn, []*pb.LogEntry{e}); err != nil {
+			t.Fatalf("version %d (%q): %v", e.Version, render(e.Writeset), err)
+		}
+	}
+	return applier
+}
+
+// sameRows checks that the tables hold the same rows on the fixture's
+// server and on b, compared as text under pinned print settings.
+func (f *fixture) sameRows(b *pgx.Conn, tables ...string) {
+	f.t.Helper()
+	const pin = `SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres';
+		SET bytea_output = 'hex'; SET extra_float_digits = 1`
+	f.exec(f.conn, pin)
+	f.exec(b, pin)
+	for _, table := range tables {
+		sql := `SELECT '` + table + `: ' || coalesce(string_agg(x::text, ' | ' ORDER BY x::text), '') FROM ` + table + ` AS x`
+		if got, want := f.query(b, sql), f.query(f.conn, sql); !slices.Equal(got, want) {
+			f.t.Errorf("after apply:\n B %q\n A %q", got, want)
+		}
+	}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

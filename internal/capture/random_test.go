@@ -21,6 +21,7 @@ var randomTables = []string{
 	`CREATE TABLE w (id int, k int, v int, PRIMARY KEY (id, k)) PARTITION BY LIST (k)`,
 	`CREATE TABLE w0 PARTITION OF w FOR VALUES IN (0)`,
 	`CREATE TABLE w1 PARTITION OF w FOR VALUES IN (1)`,
+	`CREATE TABLE q (a int, b int)`, // no primary key: equal rows happen
 }
 
 // randomTriggers, on the origin only, write rows from inside other
@@ -47,7 +48,7 @@ var randomTriggers = []string{
 
 func randomStatement(rng *rand.Rand) string {
 	k, k2, v := rng.IntN(8), rng.IntN(8), rng.IntN(40)
-	switch rng.IntN(16) {
+	switch rng.IntN(20) {
 	case 0:
 		return fmt.Sprintf(`INSERT INTO r VALUES (%d, %d, %d) ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v`, k, v, 100+k)
 	case 1:
@@ -73,7 +74,15 @@ func randomStatement(rng *rand.Rand) string {
 	case 13:
 		return fmt.Sprintf(`UPDATE w SET k = 1 - k, v = %d WHERE id = %d`, v, k)
 	case 14:
-		return []string{`TRUNCATE r`, `TRUNCATE w`, `TRUNCATE s, n`}[rng.IntN(3)]
+		return []string{`TRUNCATE r`, `TRUNCATE w`, `TRUNCATE s, n`, `TRUNCATE q`}[rng.IntN(4)]
+	case 16:
+		return fmt.Sprintf(`INSERT INTO q SELECT %d, %d FROM generate_series(1, %d)`, k%3, v%3, 1+rng.IntN(3))
+	case 17:
+		return fmt.Sprintf(`UPDATE q SET b = (b + %d) %% 3 WHERE a = %d`, 1+rng.IntN(2), k%3)
+	case 18:
+		return fmt.Sprintf(`DELETE FROM q WHERE ctid = (SELECT min(ctid) FROM q WHERE a = %d)`, k%3)
+	case 19:
+		return fmt.Sprintf(`DELETE FROM q WHERE a = %d AND b = %d`, k%3, v%3)
 	default:
 		return fmt.Sprintf(`DELETE FROM w WHERE id = %d`, k)
 	}
@@ -115,7 +124,7 @@ func TestRandomTransactionsApply(t *testing.T) {
 	f.exec(bconn, pin)
 	dump := func(q func(string) []string) []string {
 		var out []string
-		for _, table := range []string{"r", "s", "n", "w0", "w1"} {
+		for _, table := range []string{"r", "s", "n", "w0", "w1", "q"} {
 			out = append(out, q(`SELECT '`+table+`: ' || coalesce(string_agg(x::text, ' ' ORDER BY x::text), '') FROM `+table+` AS x`)...)
 		}
 		return out

@@ -20,6 +20,14 @@
 // whose reach is not known). Keys are hashes; see Key. Two keys overlap when they are equal, when one is
 // a whole table and the other is in it, or when either is the whole schema.
 //
+// A row of a table without a primary key is named by its whole old row
+// when it is updated or deleted (a RowKey like any other). Rows inserted
+// into such a table have no name: they are a KeylessInsert into the
+// table, which conflicts only with writes of the whole table and of the
+// schema, in either order, never with rows or other inserts, and leaves
+// nothing in the row index (it counts as a write of some row of the
+// table: lastRowWrite).
+//
 // # Foreign-key references
 //
 // Two transactions on different replicas can write different rows and still

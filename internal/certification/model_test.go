@@ -5,7 +5,8 @@ package certification
 // after the request's start version (Tashkent §6.1, step 1). It shares no code
 // with State. Foreign-key references are shared keys: two keys conflict when
 // they overlap, unless both are references, or one is a reference and the
-// other a keeping write (an update that kept the referenced row).
+// other a keeping write (an update that kept the referenced row). A keyless
+// insert conflicts only with a write of its whole table or of the schema.
 type referenceModel struct {
 	window  uint64
 	log     []modelEntry // log[i] has version i+1
@@ -29,8 +30,17 @@ func overlaps(a, b Key) bool {
 
 // conflicts is the whole rule: overlapping keys conflict unless both are
 // references or one is a reference and the other a keeping write; a
-// reference and a keeping write must name one row.
+// keyless insert conflicts with whole-table and schema writes only; a
+// reference and a keeping write must name one row, a keyless insert one
+// table.
 func conflicts(a, b Key) bool {
+	if a.Kind == KeylessInsert || b.Kind == KeylessInsert {
+		ins, other := a, b
+		if b.Kind == KeylessInsert {
+			ins, other = b, a
+		}
+		return other.Kind == Write && other.Row == 0 && (other.Table == 0 || other.Table == ins.Table)
+	}
 	if a.Kind == Reference && (b.Kind == Reference || b.Kind == KeepingWrite) ||
 		b.Kind == Reference && a.Kind == KeepingWrite {
 		return false
@@ -39,7 +49,8 @@ func conflicts(a, b Key) bool {
 }
 
 func validKey(k Key) bool {
-	return k.Kind == Write || ((k.Kind == Reference || k.Kind == KeepingWrite) && k.Table != 0 && k.Row != 0)
+	return k.Kind == Write || ((k.Kind == Reference || k.Kind == KeepingWrite) && k.Table != 0 && k.Row != 0) ||
+		(k.Kind == KeylessInsert && k.Table != 0 && k.Row == 0)
 }
 
 func (m *referenceModel) lowWaterMark() uint64 {

@@ -28,16 +28,19 @@ import (
 // a kind byte per key. Format 3 has the layout of format 2 and adds a key
 // kind, KeepingWrite (a keeping update of a row): a reader of format 2
 // would refuse such a key as corrupt, so the format number says "newer"
-// instead. Formats 1 (no references: every key a write, no table
-// referenced) and 2 (no keeping writes: every row write plain) are still
-// read.
+// instead. Format 4 adds, the same way, the kind KeylessInsert (rows
+// inserted into a table without a primary key). Formats 1 (no references:
+// every key a write, no table referenced), 2 (no keeping writes: every row
+// write plain) and 3 (no keyless inserts) are still read.
 const (
 	snapshotMagic  = "TKCS"
-	snapshotFormat = 3
+	snapshotFormat = 4
 	// snapshotFormatNoReferences is the format before references.
 	snapshotFormatNoReferences = 1
 	// snapshotFormatNoKeepingWrites is the format before keeping writes.
 	snapshotFormatNoKeepingWrites = 2
+	// snapshotFormatNoKeylessInserts is the format before keyless inserts.
+	snapshotFormatNoKeylessInserts = 3
 )
 
 // ErrBadSnapshot is wrapped by Unmarshal for bytes that are not a snapshot
@@ -94,7 +97,8 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 	}
 	r.b = data[len(snapshotMagic)+1:]
 	r.references = format >= snapshotFormatNoKeepingWrites
-	r.keepingWrites = format >= snapshotFormat
+	r.keepingWrites = format >= snapshotFormatNoKeylessInserts
+	r.keylessInserts = format >= snapshotFormat
 	version, lowWaterMark, lastSchemaWrite := r.uvarint(), r.uvarint(), r.uvarint()
 	tables := r.tables()
 	s := New(cfg, lowWaterMark)
@@ -105,7 +109,8 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 		for j := range keys {
 			keys[j] = r.key()
 		}
-		if r.err == nil && (!allValid(keys) || (!r.keepingWrites && hasKeepingWrite(keys))) {
+		if r.err == nil && (!allValid(keys) || (!r.keepingWrites && hasKind(keys, KeepingWrite)) ||
+			(!r.keylessInserts && hasKind(keys, KeylessInsert))) {
 			r.fail("key kind")
 		}
 		if r.err == nil {
@@ -125,9 +130,9 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 	return s, nil
 }
 
-func hasKeepingWrite(keys []Key) bool {
+func hasKind(keys []Key, kind KeyKind) bool {
 	for _, k := range keys {
-		if k.Kind == KeepingWrite {
+		if k.Kind == kind {
 			return true
 		}
 	}
@@ -136,10 +141,11 @@ func hasKeepingWrite(keys []Key) bool {
 
 // snapshotReader reads Marshal's fields; the first error sticks.
 type snapshotReader struct {
-	b             []byte
-	err           error
-	references    bool // format 2 and later: keys and tables carry references
-	keepingWrites bool // format 3: keys may be keeping writes
+	b              []byte
+	err            error
+	references     bool // format 2 and later: keys and tables carry references
+	keepingWrites  bool // format 3 and later: keys may be keeping writes
+	keylessInserts bool // format 4: keys may be keyless inserts
 }
 
 // keyBytes is the size of one encoded key.

@@ -46,6 +46,14 @@ const (
 	// every replica. A keeping write always names one row
 	// (KeepingRowKey).
 	KeepingWrite
+	// KeylessInsert: the transaction inserted rows into a table without a
+	// primary key (api/certifierpb.Op_OP_INSERT_ROW). Such a row has no
+	// identity, so nothing can write it concurrently: it conflicts only
+	// with writes of its whole table and of the schema (TRUNCATE, DDL),
+	// in either order, as an insert into a keyed table does with those;
+	// never with rows, references or other inserts. It names a table
+	// (KeylessInsertKey) and leaves nothing in the row index.
+	KeylessInsert
 )
 
 func (k KeyKind) String() string {
@@ -56,6 +64,8 @@ func (k KeyKind) String() string {
 		return "reference"
 	case KeepingWrite:
 		return "keeping write"
+	case KeylessInsert:
+		return "keyless insert"
 	}
 	return fmt.Sprintf("KeyKind(%d)", uint8(k))
 }
@@ -109,6 +119,22 @@ func KeepingRowKeyBytes(table, primaryKey []byte) Key {
 	return k
 }
 
+// KeylessInsertKey is the key of rows inserted into table, a table without
+// a primary key (KeylessInsert).
+func KeylessInsertKey(table string) Key {
+	k := TableKey(table)
+	k.Kind = KeylessInsert
+	return k
+}
+
+// KeylessInsertKeyBytes is KeylessInsertKey of a table name still in its
+// encoded bytes (equal to KeylessInsertKey(string(table))).
+func KeylessInsertKeyBytes(table []byte) Key {
+	k := TableKeyBytes(table)
+	k.Kind = KeylessInsert
+	return k
+}
+
 // rowKeySeparator ends the table name inside a row key's hash.
 var rowKeySeparator = [1]byte{0}
 
@@ -141,13 +167,16 @@ func (k Key) isTable() bool  { return k.Table != 0 && k.Row == 0 }
 func (k Key) isRow() bool    { return k.Table != 0 && k.Row != 0 }
 
 // valid reports whether the key is one certification knows: a write of
-// any granularity, or a reference or keeping write of one row.
+// any granularity, a reference or keeping write of one row, or a keyless
+// insert into one table.
 func (k Key) valid() bool {
 	switch k.Kind {
 	case Write:
 		return true
 	case Reference, KeepingWrite:
 		return k.isRow()
+	case KeylessInsert:
+		return k.isTable()
 	}
 	return false
 }
@@ -352,8 +381,15 @@ func allValid(keys []Key) bool {
 // kind first (ReasonConflict); a write then meets references; a reference
 // meets plain writes only (§6.1's rule, with Galera's shared keys: two
 // references never conflict, and a keeping write leaves the row a
-// reference needs in place).
+// reference needs in place); a keyless insert meets writes of its whole
+// table and of the schema only.
 func (s *State) conflict(k Key, start uint64) (uint64, Reason) {
+	if k.Kind == KeylessInsert {
+		if v := s.lastWholeTableWrite(k); v > start {
+			return v, ReasonConflict
+		}
+		return 0, ReasonNone
+	}
 	if k.Kind == Reference {
 		if v := s.lastPlainOverlap(k); v > start {
 			return v, ReasonReferenceConflict
@@ -402,6 +438,17 @@ func (s *State) lastOverlap(k Key) uint64 {
 	}
 	if !k.isTable() {
 		latest = max(latest, s.rows.get(k.Row))
+	}
+	return latest
+}
+
+// lastWholeTableWrite returns the highest version in the index that wrote
+// the whole table k names, or the schema: what a keyless insert conflicts
+// with.
+func (s *State) lastWholeTableWrite(k Key) uint64 {
+	latest := s.lastSchemaWrite
+	if t := s.tables[k.Table]; t != nil {
+		latest = max(latest, t.lastTableWrite)
 	}
 	return latest
 }
@@ -460,6 +507,12 @@ func (s *State) index(k Key, v uint64) {
 	if t == nil {
 		t = &tableVersions{}
 		s.tables[k.Table] = t
+	}
+	if k.Kind == KeylessInsert {
+		// A row of the table was written: what a later whole-table write
+		// (lastOverlap of a table key) conflicts with.
+		t.lastRowWrite = v
+		return
 	}
 	if k.isTable() {
 		t.lastTableWrite = v

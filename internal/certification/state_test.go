@@ -37,6 +37,12 @@ func (w *workload) key() Key {
 		return k
 	case r < 500: // a keeping update of a (parent) row
 		return keep(table, w.rng.IntN(w.rows))
+	case r < 600: // rows inserted into a table without a primary key
+		return KeylessInsertKey(table)
+	case r < 601: // a row: invalid as a keyless insert
+		k := row(table, w.rng.IntN(w.rows))
+		k.Kind = KeylessInsert
+		return k
 	default:
 		return row(table, w.rng.IntN(w.rows))
 	}

@@ -151,6 +151,18 @@ func keyOfEncoded(c encodedChange) (certification.Key, error) {
 			return certification.Key{}, fmt.Errorf("%v needs a table and the referenced key", c.op)
 		}
 		return certification.ReferenceKeyBytes(c.table, c.key), nil
+	case pb.Op_OP_INSERT_ROW:
+		// A row inserted into a table without a primary key (see keyOf).
+		if len(c.table) == 0 {
+			return certification.Key{}, fmt.Errorf("%v needs a table", c.op)
+		}
+		return certification.KeylessInsertKeyBytes(c.table), nil
+	case pb.Op_OP_DELETE_ROW:
+		// A row deleted from a table without a primary key (see keyOf).
+		if len(c.table) == 0 || len(c.key) == 0 {
+			return certification.Key{}, fmt.Errorf("%v needs a table and the old row", c.op)
+		}
+		return certification.RowKeyBytes(c.table, c.key), nil
 	case pb.Op_OP_TRUNCATE:
 		if len(c.table) == 0 {
 			return certification.Key{}, fmt.Errorf("TRUNCATE needs a table")

@@ -54,6 +54,21 @@ func keyOf(c *pb.Change) (certification.Key, error) {
 			return certification.Key{}, fmt.Errorf("%v needs a table and the referenced key", c.Op)
 		}
 		return certification.ReferenceKey(c.Table, c.Key), nil
+	case pb.Op_OP_INSERT_ROW:
+		// A row inserted into a table without a primary key: no identity,
+		// it conflicts only with writes of the whole table and the schema
+		// (certification.KeylessInsert).
+		if c.Table == "" {
+			return certification.Key{}, fmt.Errorf("%v needs a table", c.Op)
+		}
+		return certification.KeylessInsertKey(c.Table), nil
+	case pb.Op_OP_DELETE_ROW:
+		// A row deleted from a table without a primary key, named by its
+		// whole old row: a write of that row.
+		if c.Table == "" || len(c.Key) == 0 {
+			return certification.Key{}, fmt.Errorf("%v needs a table and the old row", c.Op)
+		}
+		return certification.RowKey(c.Table, c.Key), nil
 	case pb.Op_OP_TRUNCATE:
 		if c.Table == "" {
 			return certification.Key{}, fmt.Errorf("TRUNCATE needs a table")

@@ -560,6 +560,10 @@ func describeChange(c *pb.Change) string {
 		return fmt.Sprintf("unique index %s value %s", c.Table, truncate(string(c.Key), 200))
 	case pb.Op_OP_REFERENCE:
 		return fmt.Sprintf("the row referenced through a foreign key, %s key %s", c.Table, truncate(string(c.Key), 200))
+	case pb.Op_OP_DELETE_ROW:
+		return fmt.Sprintf("table %s row %s (the whole row: the table has no primary key)", c.Table, truncate(string(c.Key), 200))
+	case pb.Op_OP_INSERT_ROW:
+		return "table " + c.Table + " (rows inserted)"
 	case pb.Op_OP_TRUNCATE:
 		return "table " + c.Table + " (TRUNCATE)"
 	case pb.Op_OP_DDL:

@@ -23,10 +23,9 @@
 // The role is created on one replica and reaches the others as replicated
 // DDL; pg_hba.conf, a file of each server, is edited on each.
 //
-// What differs on the cluster, by design: a write to a table without a
-// primary key is refused (55000, no_pk_write), and concurrent updates of
-// one row on two replicas fail with 40001 at COMMIT (retry_40001), as two
-// REPEATABLE READ sessions of one server do.
+// What differs on the cluster, by design: concurrent updates of one row on
+// two replicas fail with 40001 at COMMIT (retry_40001), as two REPEATABLE
+// READ sessions of one server do.
 //
 // Bugs that are known and not fixed yet are listed in one place, knownBugs
 // in known_bugs_test.go. Their scenarios still run (with a short timeout),

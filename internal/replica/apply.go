@@ -96,6 +96,13 @@ func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 // that concerns a row waiting for that row's lock). Without DDL the whole
 // transaction is one round trip (two the first time a table is seen).
 //
+// Rows of a table without a primary key (OP_INSERT_ROW, OP_DELETE_ROW)
+// are applied in the order of their changes, as a multiset (keylessRows):
+// per table and step, one DELETE of exactly as many rows of each text as
+// the step deletes (read from the whole table), then one INSERT. A row
+// to delete that is not there fails the apply: the replica has diverged
+// (TK005, after one retry of the transaction: see its case below).
+//
 // If the upsert hits a unique violation (a secondary unique index whose
 // values the batch moves between rows), the transaction is retried once
 // deleting every affected key before inserting the new rows. If it fails in
@@ -146,7 +153,7 @@ func (a *Applier) applyTransaction(ctx context.Context, conn *pgx.Conn, entries 
 		return err
 	}
 	tg := target{sendBatch: conn.SendBatch, query: conn.Query, pg: conn.PgConn()}
-	deleteInsert, refreshed := false, false
+	deleteInsert, refreshed, missingRetried := false, false, false
 	for {
 		err := a.run(ctx, tg, p, first, last, deleteInsert)
 		if err == nil {
@@ -165,6 +172,13 @@ func (a *Applier) applyTransaction(ctx context.Context, conn *pgx.Conn, entries 
 			continue
 		case !deleteInsert && code == "23505":
 			deleteInsert = true
+			continue
+		case !missingRetried && code == codeKeylessRowMissing:
+			// A local version before the run may have changed the row
+			// after the run's statement took its snapshot, and committed
+			// while the delete waited for the row's lock: then the
+			// statement skipped the row. A new transaction sees it.
+			missingRetried = true
 			continue
 		}
 		return fmt.Errorf("replica: apply versions %d..%d: %w", first, last, err)
@@ -255,6 +269,52 @@ type tableRows struct {
 	table string
 	order []string // keys, by first appearance
 	last  map[string]*certifierpb.Change
+	// keyless holds the step's changes of the table's rows if it has no
+	// primary key (OP_INSERT_ROW, OP_DELETE_ROW); nil if none.
+	keyless *keylessRows
+}
+
+// keylessRows is what a step does to a table without a primary key. Its
+// rows have no identity: equal rows cannot be told apart, so the table is
+// a multiset of row texts, and a run of inserts and deletes, in order,
+// amounts to deleting some rows that were there and inserting others. A
+// delete of a row that an earlier change of the step inserted (the same
+// text) takes that insert back; any other delete must find the row among
+// those that were there. Applied as one DELETE of those (exactly as many
+// rows of each text: keylessDeleteSQL) and then one INSERT of the inserts
+// left, the step leaves the rows that applying each change in order
+// would.
+type keylessRows struct {
+	inserted []string         // rows inserted, in order
+	taken    []bool           // per inserted row: taken back by a later delete
+	pending  map[string][]int // row text -> its inserts not taken back, in order
+	deleted  []string         // rows to delete among those already there
+}
+
+func (k *keylessRows) insert(row string) {
+	k.pending[row] = append(k.pending[row], len(k.inserted))
+	k.inserted = append(k.inserted, row)
+	k.taken = append(k.taken, false)
+}
+
+func (k *keylessRows) delete(row string) {
+	if p := k.pending[row]; len(p) > 0 {
+		k.taken[p[len(p)-1]] = true
+		k.pending[row] = p[:len(p)-1]
+		return
+	}
+	k.deleted = append(k.deleted, row)
+}
+
+// inserts returns the inserted rows not taken back, in order.
+func (k *keylessRows) inserts() []string {
+	var out []string
+	for i, row := range k.inserted {
+		if !k.taken[i] {
+			out = append(out, row)
+		}
+	}
+	return out
 }
 
 type step struct {
@@ -287,6 +347,16 @@ func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
 		plan = append(plan, s)
 		return s
 	}
+	rows := func(table string) *tableRows {
+		s := cur(stepRows)
+		tr := s.byName[table]
+		if tr == nil {
+			tr = &tableRows{table: table, last: map[string]*certifierpb.Change{}}
+			s.byName[table] = tr
+			s.tables = append(s.tables, tr)
+		}
+		return tr
+	}
 	for _, e := range entries {
 		for i, c := range e.GetWriteset().GetChanges() {
 			if c == nil {
@@ -300,18 +370,29 @@ func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
 				if c.GetOp() == certifierpb.Op_OP_UPSERT && len(c.GetRow()) == 0 {
 					return nil, fmt.Errorf("replica: apply: version %d change %d: upsert of %s without a row", e.GetVersion(), i, c.GetTable())
 				}
-				s := cur(stepRows)
-				tr := s.byName[c.GetTable()]
-				if tr == nil {
-					tr = &tableRows{table: c.GetTable(), last: map[string]*certifierpb.Change{}}
-					s.byName[c.GetTable()] = tr
-					s.tables = append(s.tables, tr)
-				}
+				tr := rows(c.GetTable())
 				k := string(c.GetKey())
 				if _, ok := tr.last[k]; !ok {
 					tr.order = append(tr.order, k)
 				}
 				tr.last[k] = c
+			case certifierpb.Op_OP_INSERT_ROW, certifierpb.Op_OP_DELETE_ROW:
+				row := c.GetRow()
+				if c.GetOp() == certifierpb.Op_OP_DELETE_ROW {
+					row = c.GetKey()
+				}
+				if c.GetTable() == "" || len(row) == 0 {
+					return nil, fmt.Errorf("replica: apply: version %d change %d: %v without table or row", e.GetVersion(), i, c.GetOp())
+				}
+				tr := rows(c.GetTable())
+				if tr.keyless == nil {
+					tr.keyless = &keylessRows{pending: map[string][]int{}}
+				}
+				if c.GetOp() == certifierpb.Op_OP_INSERT_ROW {
+					tr.keyless.insert(string(row))
+				} else {
+					tr.keyless.delete(string(row))
+				}
 			case certifierpb.Op_OP_TRUNCATE:
 				if c.GetTable() == "" {
 					return nil, fmt.Errorf("replica: apply: version %d change %d: truncate without table", e.GetVersion(), i)
@@ -436,7 +517,9 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 				if err != nil {
 					return err
 				}
-				m.queue(b, tr, deleteInsert)
+				if err := m.queue(b, tr, deleteInsert); err != nil {
+					return err
+				}
 			}
 			for _, tr := range st.refs {
 				m, err := a.meta(tr.table)
@@ -516,6 +599,10 @@ type tableMeta struct {
 	// lockShared takes FOR KEY SHARE on the rows of the keys given: the
 	// parent rows a version's rows reference (see Applier.Apply).
 	lockShared string
+	// keyless: the table has no primary key; upsert, delete and
+	// lockShared are empty, keylessDelete deletes rows by their text.
+	keyless       bool
+	keylessDelete string
 }
 
 func (a *Applier) meta(table string) (*tableMeta, error) {
@@ -648,9 +735,6 @@ func queryTableMeta(ctx context.Context, tg target, names []string) (map[string]
 		if !exists {
 			return nil, 0, fmt.Errorf("table %s does not exist on this replica", name)
 		}
-		if len(pk) == 0 {
-			return nil, 0, fmt.Errorf("table %s has no primary key on this replica", name)
-		}
 		loaded[name] = buildMeta(qname, deferrable, pk, pkTypes, cols)
 	}
 	if err := rows.Err(); err != nil {
@@ -690,6 +774,9 @@ func buildMeta(qname string, deferrablePK bool, pk, pkTypes, cols []string) *tab
 	// Functions and operators are qualified (see setApplySettings).
 	insert := fmt.Sprintf("INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM pg_catalog.unnest($1::pg_catalog.text[]::%s[]) AS r",
 		qname, strings.Join(qcols, ", "), strings.Join(rcols, ", "), qname)
+	if len(pk) == 0 {
+		return &tableMeta{qname: qname, insert: insert, keyless: true, keylessDelete: keylessDeleteSQL(qname)}
+	}
 	conflict := " ON CONFLICT (" + strings.Join(qpk, ", ") + ") DO NOTHING"
 	if len(sets) > 0 {
 		conflict = " ON CONFLICT (" + strings.Join(qpk, ", ") + ") DO UPDATE SET " + strings.Join(sets, ", ")
@@ -725,8 +812,74 @@ func keyMatch(cols, types []string) string {
 		strings.Join(qc, ", "), strings.Join(kc, ", "), strings.Join(build, ", "), strings.Join(defs, ", "))
 }
 
+// keylessDeleteSQL deletes, from the table without a primary key qname,
+// as many rows whose text form equals each element of $1 (a text[]) as
+// the element occurs there, and returns one element for which it found
+// too few rows to tashkent.keyless_row_missing, which fails the
+// transaction. The text form is the
+// row's record_out text, compared as text: types without an equality
+// operator (json, point) compare too, and it is what capture printed,
+// under the same print settings (pinRowTextSQL). The rows are picked by
+// ctid, so that of several equal rows only as many go as were deleted at
+// the origin; it reads the whole table (a hash join of its rows' text
+// with the wanted rows).
+func keylessDeleteSQL(qname string) string {
+	return `WITH want AS (SELECT w.r, pg_catalog.count(*) AS n FROM pg_catalog.unnest($1::pg_catalog.text[]) AS w(r) GROUP BY w.r),
+	found AS (SELECT m.id FROM (SELECT x.ctid AS id, w.n, pg_catalog.row_number() OVER (PARTITION BY w.r) AS i
+			FROM ONLY ` + qname + ` AS x JOIN want AS w ON (x.*)::pg_catalog.text OPERATOR(pg_catalog.=) w.r) AS m
+		WHERE m.i OPERATOR(pg_catalog.<=) m.n),
+	deleted AS (DELETE FROM ONLY ` + qname + ` AS x WHERE x.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT found.id FROM found))
+		RETURNING (x.*)::pg_catalog.text AS r)
+SELECT tashkent.keyless_row_missing(` + quoteLiteral(qname) + `, w.r)
+FROM want AS w LEFT JOIN (SELECT d.r, pg_catalog.count(*) AS n FROM deleted AS d GROUP BY d.r) AS d ON d.r OPERATOR(pg_catalog.=) w.r
+WHERE COALESCE(d.n, 0) OPERATOR(pg_catalog.<) w.n LIMIT 1`
+}
+
+// pinRowTextSQL pins, until unpinRowTextSQL, the print settings that the
+// apply transaction does not pin already (setApplySettings) to capture's
+// (extension/src/capture.c), so that a row's text here is byte for byte
+// what capture printed of the same row. They are put back afterwards: the
+// rest of the transaction (DDL above all) runs under the session's.
+const (
+	pinRowTextSQL = `SELECT pg_catalog.set_config('tashkent_apply.saved_timezone', pg_catalog.current_setting('TimeZone'), true),
+	pg_catalog.set_config('tashkent_apply.saved_extra_float_digits', pg_catalog.current_setting('extra_float_digits'), true),
+	pg_catalog.set_config('tashkent_apply.saved_bytea_output', pg_catalog.current_setting('bytea_output'), true),
+	pg_catalog.set_config('TimeZone', 'UTC', true), pg_catalog.set_config('extra_float_digits', '1', true),
+	pg_catalog.set_config('bytea_output', 'hex', true)`
+	unpinRowTextSQL = `SELECT pg_catalog.set_config('TimeZone', pg_catalog.current_setting('tashkent_apply.saved_timezone'), true),
+	pg_catalog.set_config('extra_float_digits', pg_catalog.current_setting('tashkent_apply.saved_extra_float_digits'), true),
+	pg_catalog.set_config('bytea_output', pg_catalog.current_setting('tashkent_apply.saved_bytea_output'), true)`
+)
+
+// queueKeyless adds the statements applying k, the changes of the table
+// without a primary key m, to b: the deletes, then the inserts. A row to
+// delete that the table does not have means this replica's data differs
+// from the origin's: the statement fails (TK005), and with it the apply
+// (the agent then halts the replica); it is never skipped.
+func (m *tableMeta) queueKeyless(b *pgx.Batch, k *keylessRows) {
+	if len(k.deleted) > 0 {
+		b.Queue(pinRowTextSQL)
+		queueChecked(b, m.keylessDelete, "delete from", m.qname, k.deleted)
+		b.Queue(unpinRowTextSQL)
+	}
+	if ins := k.inserts(); len(ins) > 0 {
+		queueChecked(b, m.insert, "insert into", m.qname, ins)
+	}
+}
+
+// codeKeylessRowMissing is tashkent.keyless_row_missing's SQLSTATE: a
+// version deletes a row of a table without a primary key that this
+// replica does not have.
+const codeKeylessRowMissing = "TK005"
+
 // queue adds the statements applying tr's changes to b.
-func (m *tableMeta) queue(b *pgx.Batch, tr *tableRows, deleteInsert bool) {
+func (m *tableMeta) queue(b *pgx.Batch, tr *tableRows, deleteInsert bool) error {
+	if len(tr.order) > 0 && m.keyless {
+		return fmt.Errorf("table %s has no primary key on this replica, but a version changes its rows by primary key", m.qname)
+	}
+	if tr.keyless != nil {
+		m.queueKeyless(b, tr.keyless)
+	}
 	var dels, ups []*certifierpb.Change
 	for _, k := range tr.order {
 		c := tr.last[k]
@@ -743,7 +896,7 @@ func (m *tableMeta) queue(b *pgx.Batch, tr *tableRows, deleteInsert bool) {
 		if len(ups) > 0 {
 			queueChecked(b, m.insert, "insert into", m.qname, rowArray(ups))
 		}
-		return
+		return nil
 	}
 	if len(dels) > 0 {
 		queueChecked(b, m.delete, "delete from", m.qname, keyArray(dels))
@@ -751,6 +904,7 @@ func (m *tableMeta) queue(b *pgx.Batch, tr *tableRows, deleteInsert bool) {
 	if len(ups) > 0 {
 		queueChecked(b, m.upsert, "upsert into", m.qname, rowArray(ups))
 	}
+	return nil
 }
 
 // changes returns tr's changes in their order.

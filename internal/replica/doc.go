@@ -19,6 +19,7 @@
 //	SELECT set_config(session_replication_role = replica, print settings)
 //	SELECT tashkent.check_ddl_generation(gen)     -- the metadata cache is current
 //	DELETE ... / INSERT ... ON CONFLICT DO UPDATE -- per table, by primary key
+//	DELETE ... / INSERT ...                       -- per table without one
 //	[DDL text, then the next run of rows]         -- a DDL step, see below
 //	COMMIT                                        -- waits for the turn of first
 //
@@ -53,6 +54,19 @@
 // the run (and be doomed), since its certification starts from this
 // replica's version, which relies on every version that concerns a row
 // waiting for the row's lock (extension/src/commit.c).
+//
+// A table without a primary key has no key to collapse on: its changes
+// are OP_INSERT_ROW (a row) and OP_DELETE_ROW (the whole old row, as the
+// key). Equal rows cannot be told apart, so per step the changes of such
+// a table are planned as a multiset (keylessRows): a delete takes back an
+// earlier insert of an equal row of the step, or else deletes one row
+// that was there. The table then gets one DELETE that picks, by ctid,
+// exactly as many rows of each text as the step deletes, comparing each
+// row's record_out text with capture's under capture's print settings
+// (so types without equality, json and point, work), and one INSERT. It
+// reads the whole table. A row to delete that is not there fails the
+// statement (TK005, tashkent.keyless_row_missing): the replica has
+// diverged, and the agent halts it.
 //
 // Foreign-key checks and ordinary triggers do not fire in the apply
 // transaction (session_replication_role = replica): the origin checked the
@@ -156,8 +170,8 @@
 //
 // # Limitations
 //
-//   - Only tables with a primary key are replicated (the extension refuses
-//     writes to others).
+//   - An UPDATE or DELETE of a table without a primary key scans the table
+//     (keylessDeleteSQL).
 //   - Apply needs a superuser's connection registered as the applier
 //     (tashkent.register_applier). User triggers marked ENABLE ALWAYS or
 //     ENABLE REPLICA still fire during Apply.
