@@ -345,7 +345,13 @@ type Change struct {
 	// older replica applies it as an upsert, an older certifier ignores it and
 	// certifies a plain write (a spurious conflict at worst, never a missed
 	// one). Only meaningful with OP_UPSERT; ignored on other ops.
-	KeepsRow      bool `protobuf:"varint,5,opt,name=keeps_row,json=keepsRow,proto3" json:"keeps_row,omitempty"`
+	KeepsRow bool `protobuf:"varint,5,opt,name=keeps_row,json=keepsRow,proto3" json:"keeps_row,omitempty"`
+	// DDL: the role that ran it at the origin (current_user: a SECURITY
+	// DEFINER function's owner inside one). The other replicas run it as
+	// that role (SET ROLE), so that what it creates belongs to the same
+	// role everywhere; empty, or a role a replica does not have: as the
+	// applier's own. An older replica ignores it.
+	Role          string `protobuf:"bytes,6,opt,name=role,proto3" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,6 +419,13 @@ func (x *Change) GetKeepsRow() bool {
 		return x.KeepsRow
 	}
 	return false
+}
+
+func (x *Change) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
 }
 
 type Writeset struct {
@@ -1553,13 +1566,14 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"*\n" +
 	"\fRaftMessages\x12\x1a\n" +
 	"\bmessages\x18\x01 \x03(\fR\bmessages\"\t\n" +
-	"\aRaftAck\"\x8a\x01\n" +
+	"\aRaftAck\"\x9e\x01\n" +
 	"\x06Change\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12)\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x19.tashkent.certifier.v1.OpR\x02op\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12\x10\n" +
 	"\x03row\x18\x04 \x01(\fR\x03row\x12\x1b\n" +
-	"\tkeeps_row\x18\x05 \x01(\bR\bkeepsRow\"C\n" +
+	"\tkeeps_row\x18\x05 \x01(\bR\bkeepsRow\x12\x12\n" +
+	"\x04role\x18\x06 \x01(\tR\x04role\"C\n" +
 	"\bWriteset\x127\n" +
 	"\achanges\x18\x01 \x03(\v2\x1d.tashkent.certifier.v1.ChangeR\achanges\"1\n" +
 	"\x05TxnID\x12\x16\n" +

@@ -743,14 +743,19 @@ tk_capture_first_version(void)
  * tk_capture_ddl: a DDL statement, replicated as its text (ddl.c), in its
  * place among the row changes, with the search_path it ran under (the
  * applier runs it under the same, so that its names mean the same
- * objects). label is the version its snapshot saw; the transaction is
- * certified from the smallest.
+ * objects) and the role that ran it (the applier runs it as that role, so
+ * that what it creates has the same owner). label is the version its
+ * snapshot saw; the transaction is certified from the smallest.
  */
 void
-tk_capture_ddl(const char *sql, int len, const char *search_path, uint64 label)
+tk_capture_ddl(const char *sql, int len, const char *search_path, const char *role,
+			   uint64 label)
 {
-	append_event(TK_EVENT_DDL, GetCurrentCommandId(true), NULL, 0,
-				 search_path, strlen(search_path), sql, len);
+	TkEvent    *e;
+
+	e = append_event(TK_EVENT_DDL, GetCurrentCommandId(true), NULL, 0,
+					 search_path, strlen(search_path), sql, len);
+	e->role = MemoryContextStrdup(CurTransactionContext, role);
 	if (!has_ddl || label < ddl_label)
 		ddl_label = label;
 	has_ddl = true;

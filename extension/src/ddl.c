@@ -254,6 +254,7 @@ replicate_ddl(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	const char *text;
 	int			len;
 	char	   *search_path;
+	char	   *role;
 
 	tk_protect_replication(stmt);
 	tk_refuse_unreplicated(stmt);
@@ -263,6 +264,7 @@ replicate_ddl(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 		tk_ddl_guard_check(stmt);	/* it commits as it goes: judge it first */
 	label = statement_version();
 	search_path = effective_search_path();
+	role = GetUserNameFromId(GetUserId(), false);
 
 	noted_temporary = temporary;
 	noted_permanent = permanent;
@@ -275,7 +277,7 @@ replicate_ddl(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 	if (!concurrent)
 		tk_ddl_guard_check(stmt);
 	text = statement_text(pstmt, queryString, &len);
-	tk_capture_ddl(text, len, search_path, label);
+	tk_capture_ddl(text, len, search_path, role, label);
 }
 
 /* The applier runs a CONCURRENTLY statement in its blocking form. */

@@ -2,13 +2,14 @@
  * ddlguard.c: replicated DDL only from superusers, unless roles are
  * trusted.
  *
- * The other replicas run replicated DDL in their appliers, as a superuser,
- * and so does whatever code it reaches there (a column default, a CHECK
- * constraint, an index expression) and whatever it leaves for the
- * appliers (a trigger set ENABLE ALWAYS fires there). DDL by a role that
- * is not a superuser would let that role run code as a superuser on every
- * other replica, so it is refused with 42501 unless the agent recorded
- * that every role is trusted (tashkent.ddl_trust, read through
+ * The other replicas run replicated DDL in their appliers as the role
+ * that ran it (the DDL change carries it; internal/replica), but what it
+ * leaves for the appliers runs there in the applier's superuser session
+ * at every later apply: a column default, a CHECK constraint, an index
+ * expression, a trigger set ENABLE ALWAYS. DDL by a role that is not a
+ * superuser would let that role run code as a superuser on every other
+ * replica, so it is refused with 42501 unless the agent recorded that
+ * every role is trusted (tashkent.ddl_trust, read through
  * tashkent.role_may_replicate_ddl()).
  *
  * The check is made where ddl.c decides to replicate a statement, so it

@@ -317,12 +317,14 @@ typedef struct TkEvent
 	uint32		seq;			/* the order capture saw it in */
 	const char *table;			/* quoted schema.table (or label); NULL for
 								 * DDL */
-	char	   *key;			/* JSON array, the old row (DELETE_ROW); NULL
-								 * for TRUNCATE, INSERT_ROW and DDL */
+	char	   *key;			/* JSON array, the old row (DELETE_ROW), the
+								 * search_path (DDL); NULL for TRUNCATE and
+								 * INSERT_ROW */
 	int			keylen;
 	char	   *row;			/* record_out text (UPSERTs, INSERT_ROW), DDL
 								 * text */
 	int			rowlen;
+	const char *role;			/* DDL: the role that ran it */
 	/* UPSERTs: the row version written (tk_capture_row_state) */
 	Oid			relid;
 	Oid			relfilenode;
@@ -341,7 +343,8 @@ extern bool tk_capture_pending(void);
 extern bool tk_capture_has_ddl(void);
 extern uint64 tk_capture_ddl_label(void);
 extern uint64 tk_capture_first_version(void);
-extern void tk_capture_ddl(const char *sql, int len, const char *search_path, uint64 label);
+extern void tk_capture_ddl(const char *sql, int len, const char *search_path,
+						   const char *role, uint64 label);
 extern List *tk_capture_events(void);
 extern TkRowState tk_capture_row_state(const TkEvent *event);
 extern void tk_capture_xact_end(void);

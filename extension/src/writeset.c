@@ -562,9 +562,10 @@ bytes_field_size(int len)
 
 /*
  * put_change: Writeset.changes (field 1), a Change: table = 1, op = 2,
- * key = 3, row = 4, keeps_row = 5. Empty fields are left out, as proto3
- * encoders leave out defaults. A DDL change's key is the search_path the
- * statement ran under (tk_capture_ddl); a DELETE_ROW's the old row.
+ * key = 3, row = 4, keeps_row = 5, role = 6. Empty fields are left out,
+ * as proto3 encoders leave out defaults. A DDL change's key is the
+ * search_path the statement ran under, its role the role that ran it
+ * (tk_capture_ddl); a DELETE_ROW's key is the old row.
  */
 static void
 put_change(StringInfo out, const TkEvent *e, int op, bool keeps_row)
@@ -572,6 +573,7 @@ put_change(StringInfo out, const TkEvent *e, int op, bool keeps_row)
 	int			tablelen = e->table ? strlen(e->table) : 0;
 	int			keylen = op == OP_TRUNCATE ? 0 : e->keylen;	/* DDL: its search_path */
 	int			rowlen = op == OP_UPSERT || op == OP_DDL || op == OP_INSERT_ROW ? e->rowlen : 0;
+	int			rolelen = op == OP_DDL && e->role ? strlen(e->role) : 0;
 	int			size = 1 + varint_size(op);
 
 	if (tablelen > 0)
@@ -582,6 +584,8 @@ put_change(StringInfo out, const TkEvent *e, int op, bool keeps_row)
 		size += bytes_field_size(rowlen);
 	if (keeps_row)
 		size += 2;
+	if (rolelen > 0)
+		size += bytes_field_size(rolelen);
 
 	put_varint(out, 1 << 3 | 2);
 	put_varint(out, (uint64) size);
@@ -598,6 +602,8 @@ put_change(StringInfo out, const TkEvent *e, int op, bool keeps_row)
 		put_varint(out, 5 << 3 | 0);
 		put_varint(out, 1);
 	}
+	if (rolelen > 0)
+		put_bytes(out, 6, e->role, rolelen);
 }
 
 static int

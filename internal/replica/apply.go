@@ -328,6 +328,7 @@ type step struct {
 	// searchPath is the search_path the DDL ran under at the origin
 	// (the change's key), "" for the database's default.
 	searchPath string
+	role       string // the role that ran the DDL at the origin, "" if not known
 }
 
 // buildPlan turns entries into steps: runs of row changes collapsed per
@@ -428,7 +429,7 @@ func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
 					return nil, fmt.Errorf("replica: apply: version %d change %d: DDL without SQL text", e.GetVersion(), i)
 				}
 				st := cur(stepDDL)
-				st.ddl, st.searchPath = string(c.GetRow()), string(c.GetKey())
+				st.ddl, st.searchPath, st.role = string(c.GetRow()), string(c.GetKey()), c.GetRole()
 			default:
 				return nil, fmt.Errorf("replica: apply: version %d change %d: unknown op %v", e.GetVersion(), i, c.GetOp())
 			}
@@ -491,7 +492,8 @@ SET LOCAL search_path TO DEFAULT;
 SET LOCAL check_function_bodies TO off;
 `
 	ddlEpilogue = `
-;SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('tashkent_apply.saved_search_path'), true),
+;RESET ROLE;
+SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('tashkent_apply.saved_search_path'), true),
 	pg_catalog.set_config('check_function_bodies', pg_catalog.current_setting('tashkent_apply.saved_check_function_bodies'), true)`
 )
 
@@ -546,7 +548,7 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 			// A DDL statement may hold several statements, so it goes
 			// through the simple query protocol, under the search_path it
 			// ran under at the origin.
-			if _, err := tg.pg.Exec(ctx, ddlPrologue+searchPathFor(st.searchPath)+st.ddl+ddlEpilogue).ReadAll(); err != nil {
+			if _, err := tg.pg.Exec(ctx, ddlPrologue+searchPathFor(st.searchPath)+roleFor(st.role)+st.ddl+ddlEpilogue).ReadAll(); err != nil {
 				return fmt.Errorf("DDL %q: %w", abbrev(st.ddl, 200), err)
 			}
 			a.Invalidate()
@@ -557,6 +559,19 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 	}
 	b.Queue("COMMIT")
 	return tg.sendBatch(ctx, b).Close()
+}
+
+// roleFor makes a DDL step run as the role that ran it at the origin, so
+// that what it creates has the same owner on every replica (and its
+// default privileges apply); ddlEpilogue resets it. A role this replica
+// does not have (created in maintenance elsewhere), or none given (an
+// older origin): the applier's own, as the step would fail otherwise.
+func roleFor(role string) string {
+	if role == "" {
+		return ""
+	}
+	return "SELECT pg_catalog.set_config('role', r.rolname, true) FROM pg_catalog.pg_roles r WHERE r.rolname = " +
+		quoteLiteral(role) + ";\n"
 }
 
 // searchPathFor sets the search_path a DDL step ran under at the origin;
