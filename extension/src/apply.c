@@ -111,6 +111,8 @@ doom_name(TkDoomReason reason)
 			return NULL;
 		case TK_DOOM_BLOCKER:
 			return "blocker";
+		case TK_DOOM_WAITER:
+			return "waiter";
 		case TK_DOOM_DISPLACED:
 			return "displaced";
 	}

@@ -98,11 +98,29 @@ not_applied(uint64 version, uint64 committed, const char *setting)
 }
 
 /*
+ * A wait that holds a lock the version it waits for needs (the statement
+ * that waits locked its tables when it was analyzed; a remote TRUNCATE or
+ * DDL needs them): the lock watch woke it to give way (doom.c).
+ */
+static void
+give_way(uint64 version, uint64 by)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access: the wait for version %llu holds a lock that version %llu needs",
+					(unsigned long long) version, (unsigned long long) by),
+			 errdetail("The statement that waits locked its tables before the wait; a version it waits for changes one of them (TRUNCATE, DDL)."),
+			 errhint("The transaction might succeed if retried; or start it with BEGIN, where tashkent.sync_wait waits before it takes any lock.")));
+}
+
+/*
  * wait_committed waits until this replica has committed `version`, at the
  * latest until `deadline`, and returns the replica's version. The slot's
  * waiting_for is set under the lock that tk_turn_pass reads it under, after
  * reading the version under that lock: a commit cannot pass unseen. A
- * cancel or statement_timeout ends the wait with its error.
+ * cancel or statement_timeout ends the wait with its error; so does the
+ * lock watch, with 40001, when the wait holds a lock the versions it waits
+ * for need (give_way).
  */
 static uint64
 wait_committed(uint64 version, TimestampTz deadline, const char *setting)
@@ -118,13 +136,26 @@ wait_committed(uint64 version, TimestampTz deadline, const char *setting)
 			int			usecs;
 			long		left;
 
+			uint64		doomed_by = 0;
+
 			ResetLatch(MyLatch);
 			LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 			committed = tk_shared->committed;
 			slot->waiting_for = committed < version ? version : 0;
+			if (slot->doom_reason == TK_DOOM_WAITER)
+			{
+				doomed_by = slot->doomed_by;
+				slot->doom_reason = TK_DOOM_NONE;
+				slot->doomed_by = 0;
+			}
 			LWLockRelease(tk_shared->lock);
 			if (committed >= version)
 				break;
+			if (doomed_by != 0)
+			{
+				clear_waiting();
+				give_way(version, doomed_by);
+			}
 			TimestampDifference(GetCurrentTimestamp(), deadline, &secs, &usecs);
 			left = secs * 1000 + usecs / 1000;
 			if (left <= 0 && GetCurrentTimestamp() >= deadline)
@@ -308,9 +339,21 @@ follow_wait(uint64 version, QueryDesc *qd, bool utility)
 {
 	if (!FirstSnapshotSet)
 		return;
+	/*
+	 * Inside a portal that holds its own snapshot (a procedure that
+	 * committed runs its next statement in a new transaction, under the
+	 * CALL's or DO's portal), the active stack belongs to outer levels as
+	 * well: no snapshot of it is taken again. A stale one fails instead.
+	 */
+	if (ActivePortal != NULL && ActivePortal->portalSnapshot != NULL)
+	{
+		if (tk_snapshot_version(qd != NULL ? qd->snapshot : GetActiveSnapshot()) < version)
+			stale_snapshot(version);
+		return;
+	}
 	if (!IsolationUsesXactSnapshot())
 	{
-		if (qd != NULL)
+		if (qd != NULL && tk_snapshot_version(qd->snapshot) < version)
 		{
 			int			depth;
 
@@ -347,15 +390,23 @@ sync_transaction(QueryDesc *qd, bool utility)
 {
 	TimestampTz deadline;
 	uint64		version;
+	LocalTransactionId lxid = MyProc->lxid;
 
-	synced_lxid = MyProc->lxid;
 	if (!tk_database_replicated())
+	{
+		synced_lxid = lxid;
 		return;
+	}
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), tk_sync_wait_timeout);
 	version = tk_channel_sync(deadline);
 	if (tk_committed() < version)
 		(void) wait_committed(version, deadline, "tashkent.sync_wait_timeout");
 	follow_wait(version, qd, utility);
+	/*
+	 * Only now: a wait that failed inside a block that catches the error
+	 * (PL/pgSQL's EXCEPTION) is waited for again at the next statement.
+	 */
+	synced_lxid = lxid;
 }
 
 static void

@@ -83,6 +83,7 @@ tk_doom_check(void)
 	switch (my_doom(&by))
 	{
 		case TK_DOOM_NONE:
+		case TK_DOOM_WAITER:	/* no transaction id: its wait ends it */
 			return;
 		case TK_DOOM_BLOCKER:
 			doom_reported_xid = GetTopTransactionIdIfAny();
@@ -204,7 +205,9 @@ tk_doom_take_signals(void)
 /*
  * tashkent.doom(pid, version): the transaction of backend pid holds a lock
  * that version needs. Returns 'blocker' (it will fail with 40001; it was
- * sent the doom signal), 'displaced' (certified: it gives way, see above), or
+ * sent the doom signal), 'waiter' (no transaction id, but it waits for
+ * `version` or a later one, tashkent.sync_wait or wait_for_version: its
+ * wait ends with 40001, woken by its latch), 'displaced' (certified: it gives way, see above), or
  * NULL when it cannot be doomed now (no transaction, or its certification
  * or commit under way: the certifier or the turn resolves it).
  */
@@ -222,17 +225,29 @@ tashkent_doom(PG_FUNCTION_ARGS)
 	if (proc == NULL || proc->pgprocno < 0 || proc->pgprocno >= tk_shared->nslots)
 		PG_RETURN_NULL();
 	xid = proc->xid;
-	if (!TransactionIdIsValid(xid))
-		PG_RETURN_NULL();
 	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 	slot = &tk_shared->slots[proc->pgprocno];
 	if (slot->pid != pid)
 	{
+		if (!TransactionIdIsValid(xid))
+		{
+			LWLockRelease(tk_shared->lock);
+			PG_RETURN_NULL();	/* a reader that never waited for a version */
+		}
 		memset(slot, 0, sizeof(TkSlot));
 		slot->pid = pid;
 		slot->latch = &proc->procLatch;
 	}
-	if (slot->state == TK_SLOT_IDLE)
+	if (!TransactionIdIsValid(xid))
+	{
+		/*
+		 * A reader that waits for a version at or after `by` waits for
+		 * this batch, which waits for its lock: it gives way (causal.c).
+		 */
+		if (slot->state == TK_SLOT_IDLE && slot->waiting_for >= by)
+			reason = TK_DOOM_WAITER;
+	}
+	else if (slot->state == TK_SLOT_IDLE)
 		reason = TK_DOOM_BLOCKER;
 	else if (slot->state == TK_SLOT_HOLDING && by < slot->version)
 		reason = TK_DOOM_DISPLACED;
@@ -250,7 +265,8 @@ tashkent_doom(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	if (signal)
 		(void) kill(pid, SIGUSR2);
-	PG_RETURN_TEXT_P(cstring_to_text(reason == TK_DOOM_BLOCKER ? "blocker" : "displaced"));
+	PG_RETURN_TEXT_P(cstring_to_text(reason == TK_DOOM_BLOCKER ? "blocker" :
+									 reason == TK_DOOM_WAITER ? "waiter" : "displaced"));
 }
 
 void

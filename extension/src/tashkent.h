@@ -95,6 +95,9 @@ typedef enum TkDoomReason
 {
 	TK_DOOM_NONE = 0,
 	TK_DOOM_BLOCKER,			/* holds a row lock a remote writeset needs */
+	TK_DOOM_WAITER,				/* no transaction id, waits for a version
+								 * (causal.c) while it holds a lock that
+								 * version's batch needs */
 	TK_DOOM_DISPLACED			/* certified, but holds a lock an earlier
 								 * version needs: it gives way */
 } TkDoomReason;

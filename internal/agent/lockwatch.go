@@ -44,23 +44,25 @@ func newLockWatch(r *run, first uint64) *lockWatch {
 }
 
 // blockersSQL lists the backends the applier waits for, with their
-// transaction id and their slot (none for a backend that never
-// certified).
-const blockersSQL = `SELECT b.pid, coalesce(a.backend_xid::pg_catalog.text, ''), coalesce(s.state, ''), coalesce(s.version, 0)
+// transaction id and their slot (none for a backend that never certified
+// nor waited for a version).
+const blockersSQL = `SELECT b.pid, coalesce(a.backend_xid::pg_catalog.text, ''), coalesce(s.state, ''), coalesce(s.version, 0),
+	coalesce(s.waiting_for, 0)
 FROM pg_catalog.unnest(pg_catalog.pg_blocking_pids($1)) AS b(pid)
 LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid OPERATOR(pg_catalog.=) b.pid
 LEFT JOIN tashkent.backends() AS s ON s.pid OPERATOR(pg_catalog.=) b.pid`
 
 type blocker struct {
 	transaction
-	state   string
-	version int64
+	state      string
+	version    int64
+	waitingFor int64 // the version it waits for (tashkent.sync_wait, wait_for_version), 0 if none
 }
 
 func (w *lockWatch) check() {
 	var bs []blocker
 	var b blocker
-	err := w.r.control.query(w.r.ctx, blockersSQL, []any{w.pid}, []any{&b.pid, &b.xid, &b.state, &b.version},
+	err := w.r.control.query(w.r.ctx, blockersSQL, []any{w.pid}, []any{&b.pid, &b.xid, &b.state, &b.version, &b.waitingFor},
 		func() { bs = append(bs, b) })
 	if err != nil {
 		return // the health check notices a lost database
@@ -82,6 +84,13 @@ func (w *lockWatch) handle(b blocker) {
 		w.terminate(b, "the backend of an earlier agent's applier")
 		return
 	}
+	if b.xid == "" && b.waitingFor >= int64(w.first) {
+		// a reader waiting for a version this batch leads to: it waits
+		// for the batch, which waits for its lock; its wait ends at once
+		// (a retry that waits again is woken again)
+		w.doom(b, false)
+		return
+	}
 	if at, ok := w.doomed[b.transaction]; ok {
 		if time.Since(at) > w.r.a.cfg.BlockerGrace {
 			w.terminate(b, "a doomed transaction still holds the lock")
@@ -95,7 +104,7 @@ func (w *lockWatch) handle(b blocker) {
 		w.readerInTheWay(b)
 		return
 	}
-	w.doom(b)
+	w.doom(b, true)
 }
 
 // readerInTheWay handles a blocker without a transaction id: a reader
@@ -119,7 +128,9 @@ func (w *lockWatch) readerInTheWay(b blocker) {
 	}
 }
 
-func (w *lockWatch) doom(b blocker) {
+// doom dooms b's transaction; remember: it is expected to end, and is
+// terminated if it still blocks after the grace.
+func (w *lockWatch) doom(b blocker, remember bool) {
 	var result *string
 	err := w.r.control.queryRow(w.r.ctx, `SELECT tashkent.doom($1, $2)`, []any{b.pid, int64(w.first)}, &result)
 	if err != nil {
@@ -134,7 +145,9 @@ func (w *lockWatch) doom(b blocker) {
 		}
 		return
 	}
-	w.doomed[b.transaction] = time.Now()
+	if remember {
+		w.doomed[b.transaction] = time.Now()
+	}
 	w.r.a.metrics.dooms.WithLabelValues(*result).Inc()
 	w.r.a.log.Info("doomed a local transaction that blocks a remote writeset", "pid", b.pid, "as", *result, "version", w.first)
 }

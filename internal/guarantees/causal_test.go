@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
 )
 
@@ -167,4 +168,46 @@ func TestSyncWaitFailsClearlyWithoutAgentOrCertifier(t *testing.T) {
 		t.Fatalf("the read failed after %v, beyond tashkent.sync_wait_timeout (2s)", took)
 	}
 	t.Logf("with the certifier gone: %v", err)
+}
+
+// A statement that waits under tashkent.sync_wait locked its tables when
+// it was analyzed, before the wait. If a version it waits for truncates
+// one of them, the applier waits for that lock while the statement waits
+// for the applier: the lock watch ends the wait at once with 40001 (a
+// retry starts after the version), instead of cancelling it as a reader
+// after the grace (57014, which clients do not retry).
+func TestASyncWaitThatHoldsALockTheApplyNeedsGivesWay(t *testing.T) {
+	const grace = 4 * time.Second
+	c := start(t, 2, clustertest.Options{Agent: func(_ int, cfg *agent.Config) { cfg.BlockerGrace = grace }})
+	ctx := context.Background()
+	setup := c.Connect(0)
+	execSQL(t, setup, `CREATE TABLE held (id int PRIMARY KEY, v int)`)
+	execSQL(t, setup, `CREATE TABLE truncated (id int PRIMARY KEY)`)
+	execSQL(t, setup, `INSERT INTO held VALUES (1, 0); INSERT INTO truncated VALUES (1)`)
+	c.converge()
+
+	// Replica 2's applier is held up by a local transaction idle in its
+	// block (doomed, then terminated after the grace) ...
+	holder := beginWith(t, c.Connect(1), `UPDATE held SET v = v + 1 WHERE id = 1`)
+	defer holder.Rollback(ctx)
+	execSQL(t, c.Connect(0), `UPDATE held SET v = 10 WHERE id = 1`)
+	// ... so the TRUNCATE after it is not applied there yet,
+	execSQL(t, c.Connect(0), `TRUNCATE truncated`)
+	// and a reader that waits for it takes its lock on the table first.
+	reader := c.Connect(1)
+	execSQL(t, reader, `SET tashkent.sync_wait = on`)
+	began := time.Now()
+	var n int
+	err := reader.QueryRow(ctx, `SELECT count(*) FROM truncated`).Scan(&n)
+	took := time.Since(began)
+	if sqlState(err) != "40001" || !strings.Contains(err.Error(), "holds a lock that version") {
+		t.Fatalf("the waiting reader in the TRUNCATE's way: %v (count %d), want 40001 saying its wait holds a lock", err, n)
+	}
+	if took > grace+3*time.Second {
+		t.Errorf("the reader gave way after %v, want soon after the holder's grace (%v)", took, grace)
+	}
+	if err := reader.QueryRow(ctx, `SELECT count(*) FROM truncated`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the retry: %v, %d rows, want 0 rows", err, n)
+	}
+	c.converge()
 }

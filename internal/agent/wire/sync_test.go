@@ -239,8 +239,10 @@ func TestWaitForVersion(t *testing.T) {
 		t.Fatalf("waiting 100 ms for a version not applied: %v, want TK004", err)
 	}
 
+	// A timeout well below the test's: the commit of version 2 must wake
+	// the wait (turn.c), not the timeout end it.
 	waited := make(chan error, 1)
-	go func() { waited <- c.QueryRow(ctx, `SELECT tashkent.wait_for_version(2, 60000)`).Scan(&got) }()
+	go func() { waited <- c.QueryRow(ctx, `SELECT tashkent.wait_for_version(2, 5000)`).Scan(&got) }()
 	awaitWaitingFor(t, s.admin, int32(c.PgConn().PID()), 2)
 	s.applyRow(t, 1, 1)
 	s.applyRow(t, 2, 2)
