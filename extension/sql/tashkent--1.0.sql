@@ -57,6 +57,13 @@ CREATE FUNCTION tashkent.set_admitting(admitting boolean, reason text) RETURNS v
 LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'tashkent_set_admitting';
 
+-- set_catch_up_target: while this replica catches up (flow control, the
+-- agent's flowcontrol.go), its clients' transactions first wait until it
+-- has committed `version` (0: none; causal.c).
+CREATE FUNCTION tashkent.set_catch_up_target(version bigint) RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'tashkent_set_catch_up_target';
+
 CREATE FUNCTION tashkent.status(OUT committed bigint, OUT floor bigint, OUT agent_generation bigint,
 	OUT applier_pid integer, OUT admitting boolean, OUT admit_reason text, OUT incarnation bigint)
 RETURNS record
@@ -65,7 +72,7 @@ AS 'MODULE_PATHNAME', 'tashkent_status';
 
 REVOKE ALL ON FUNCTION tashkent.register_applier(), tashkent.apply_versions(bigint, bigint),
 	tashkent.backends(), tashkent.doom(integer, bigint), tashkent.set_admitting(boolean, text),
-	tashkent.status() FROM PUBLIC;
+	tashkent.set_catch_up_target(bigint), tashkent.status() FROM PUBLIC;
 
 -- Capture triggers ---------------------------------------------------------
 --

@@ -10,6 +10,7 @@
  *                                      applier commits versions f..l
  *   tashkent.backends()                every backend's slot (shmem.c)
  *   tashkent.set_admitting(b, reason)  the admission gate (admit.c)
+ *   tashkent.set_catch_up_target(v)    clients wait for v first (causal.c)
  *   tashkent.status()                  the shared state, one row
  */
 #include "tashkent.h"
@@ -28,6 +29,7 @@ PG_FUNCTION_INFO_V1(tashkent_register_applier);
 PG_FUNCTION_INFO_V1(tashkent_apply_versions);
 PG_FUNCTION_INFO_V1(tashkent_backends);
 PG_FUNCTION_INFO_V1(tashkent_set_admitting);
+PG_FUNCTION_INFO_V1(tashkent_set_catch_up_target);
 PG_FUNCTION_INFO_V1(tashkent_status);
 
 Datum
@@ -168,6 +170,17 @@ tashkent_set_admitting(PG_FUNCTION_ARGS)
 	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 	tk_shared->admitting = admitting;
 	strlcpy(tk_shared->admit_reason, reason, sizeof(tk_shared->admit_reason));
+	LWLockRelease(tk_shared->lock);
+	PG_RETURN_VOID();
+}
+
+Datum
+tashkent_set_catch_up_target(PG_FUNCTION_ARGS)
+{
+	int64		version = PG_GETARG_INT64(0);
+
+	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+	tk_shared->catch_up_target = version > 0 ? (uint64) version : 0;
 	LWLockRelease(tk_shared->lock);
 	PG_RETURN_VOID();
 }

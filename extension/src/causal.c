@@ -17,6 +17,11 @@
  *       channel.c 'S') and waits until this replica has committed it
  *       (Galera's wsrep_sync_wait).
  *
+ * And one wait no client asks for: while the replica has fallen behind
+ * (flow control, the agent's flowcontrol.go), its agent sets a catch-up
+ * target, and each transaction waits for it at its first write
+ * (tashkent.catch_up_wait; catch_up below).
+ *
  * Where sync_wait waits. PostgreSQL 15 has no hook at transaction start,
  * and it takes a statement's first snapshot before any hook runs:
  * exec_simple_query and exec_parse_message take one for parse analysis,
@@ -61,6 +66,9 @@ static uint64 last_commit_version = 0;
 
 /* The transaction (local id) that sync_wait has waited for. */
 static LocalTransactionId synced_lxid = InvalidLocalTransactionId;
+
+/* The transaction (local id) that waited for the replica to catch up. */
+static LocalTransactionId caught_up_lxid = InvalidLocalTransactionId;
 
 static post_parse_analyze_hook_type prev_post_parse_analyze = NULL;
 static ExecutorStart_hook_type prev_executor_start = NULL;
@@ -123,7 +131,7 @@ give_way(uint64 version, uint64 by)
  * for need (give_way).
  */
 static uint64
-wait_committed(uint64 version, TimestampTz deadline, const char *setting)
+wait_committed(uint64 version, TimestampTz deadline, const char *setting, bool soft)
 {
 	TkSlot	   *slot = tk_my_slot();
 	uint64		committed = 0;
@@ -151,6 +159,8 @@ wait_committed(uint64 version, TimestampTz deadline, const char *setting)
 			LWLockRelease(tk_shared->lock);
 			if (committed >= version)
 				break;
+			if (soft && (doomed_by != 0 || tk_shared->catch_up_target == 0))
+				break;			/* given way, or the catch-up is over */
 			if (doomed_by != 0)
 			{
 				clear_waiting();
@@ -161,10 +171,13 @@ wait_committed(uint64 version, TimestampTz deadline, const char *setting)
 			if (left <= 0 && GetCurrentTimestamp() >= deadline)
 			{
 				clear_waiting();
+				if (soft)
+					return committed;
 				not_applied(version, committed, setting);
 			}
+			/* a soft wait also looks for the end of the catch-up */
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 Max(left, 1), PG_WAIT_EXTENSION);
+							 soft ? Min(Max(left, 1), 10) : Max(left, 1), PG_WAIT_EXTENSION);
 			CHECK_FOR_INTERRUPTS();
 		}
 	}
@@ -241,14 +254,16 @@ tashkent_wait_for_version(PG_FUNCTION_ARGS)
 		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 														   Min(timeout, (int64) INT_MAX));
 
-		committed = wait_committed((uint64) version, deadline, psprintf("%lld ms", (long long) timeout));
+		committed = wait_committed((uint64) version, deadline, psprintf("%lld ms", (long long) timeout), false);
 	}
 	PG_RETURN_INT64((int64) committed);
 }
 
 static void
-stale_snapshot(uint64 version)
+stale_snapshot(uint64 version, bool soft)
 {
+	if (soft)
+		return;					/* the catch-up wait: no snapshot is worth an error */
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 			 errmsg("could not serialize access: this statement's snapshot was taken before this replica applied version %llu, which tashkent.sync_wait waited for",
@@ -335,7 +350,7 @@ retake_transaction_snapshot(QueryDesc *qd)
  * whose snapshot the portal holds.
  */
 static void
-follow_wait(uint64 version, QueryDesc *qd, bool utility)
+follow_wait(uint64 version, QueryDesc *qd, bool utility, bool soft)
 {
 	if (!FirstSnapshotSet)
 		return;
@@ -348,7 +363,7 @@ follow_wait(uint64 version, QueryDesc *qd, bool utility)
 	if (ActivePortal != NULL && ActivePortal->portalSnapshot != NULL)
 	{
 		if (tk_snapshot_version(qd != NULL ? qd->snapshot : GetActiveSnapshot()) < version)
-			stale_snapshot(version);
+			stale_snapshot(version, soft);
 		return;
 	}
 	if (!IsolationUsesXactSnapshot())
@@ -363,13 +378,13 @@ follow_wait(uint64 version, QueryDesc *qd, bool utility)
 			hold_query_snapshot(qd);
 		}
 		else if (utility && ActiveSnapshotSet() && tk_snapshot_version(GetActiveSnapshot()) < version)
-			stale_snapshot(version);
+			stale_snapshot(version, soft);
 		return;
 	}
 	if (tk_snapshot_version(GetTransactionSnapshot()) >= version)
 		return;
 	if (utility || !retake_transaction_snapshot(qd))
-		stale_snapshot(version);
+		stale_snapshot(version, soft);
 }
 
 /*
@@ -400,14 +415,60 @@ sync_transaction(QueryDesc *qd, bool utility)
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), tk_sync_wait_timeout);
 	version = tk_channel_sync(deadline);
 	if (tk_committed() < version)
-		(void) wait_committed(version, deadline, "tashkent.sync_wait_timeout");
-	follow_wait(version, qd, utility);
+		(void) wait_committed(version, deadline, "tashkent.sync_wait_timeout", false);
+	follow_wait(version, qd, utility, false);
 	/*
 	 * Only now: a wait that failed inside a block that catches the error
 	 * (PL/pgSQL's EXCEPTION) is waited for again at the next statement.
 	 */
 	synced_lxid = lxid;
 }
+
+/* How long a transaction waits for its replica to catch up, at most. */
+#define CATCH_UP_WAIT_MAX_MS 1000
+
+/*
+ * Whether the current transaction, about to write for the first time
+ * (it has no transaction id: it holds no row lock), waits for its replica
+ * to catch up first: the agent set a catch-up
+ * target (flow control: the replica fell behind, tashkent.
+ * set_catch_up_target) that the replica has not reached. A transaction
+ * that writes from far behind would conflict with the versions not yet
+ * applied, and hold row locks their apply needs until it does; waiting
+ * before its first write, it writes from a fresh snapshot (READ COMMITTED,
+ * or a first statement), or fails certification without having held the
+ * apply up. Read-only transactions never wait.
+ */
+static inline bool
+catch_up_due(void)
+{
+	return tk_catch_up_wait && tk_shared != NULL && tk_shared->catch_up_target > tk_shared->committed &&
+		MyBackendType == B_BACKEND && MyProc != NULL && MyProc->lxid != caught_up_lxid &&
+		!tk_backend_is_applier && !IsInParallelMode() && IsTransactionState() &&
+		!IsAbortedTransactionBlockState() &&
+		!TransactionIdIsValid(GetTopTransactionIdIfAny());	/* no row locked yet */
+}
+
+static void
+catch_up(QueryDesc *qd)
+{
+	uint64		target = tk_shared->catch_up_target;
+	uint64		reached;
+
+	caught_up_lxid = MyProc->lxid;
+	if (target == 0 || tk_committed() >= target || !tk_database_replicated())
+		return;
+	reached = wait_committed(target,
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CATCH_UP_WAIT_MAX_MS),
+							 NULL, true);
+	follow_wait(Min(reached, target), qd, false, true);
+}
+
+/*
+ * The catch-up wait runs at executor start only, never while a statement
+ * is parsed: an error there (a cancel) would leave a client's named
+ * prepared statement uncreated, which pgbench, for one, does not expect.
+ */
 
 static void
 causal_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
@@ -421,6 +482,9 @@ causal_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
 static void
 causal_executor_start(QueryDesc *queryDesc, int eflags)
 {
+	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && catch_up_due() &&
+		(queryDesc->operation != CMD_SELECT || queryDesc->plannedstmt->hasModifyingCTE))
+		catch_up(queryDesc);
 	if (sync_due() && !(eflags & EXEC_FLAG_EXPLAIN_ONLY))
 		sync_transaction(queryDesc, false);
 	if (prev_executor_start)

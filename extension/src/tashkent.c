@@ -21,6 +21,7 @@ int			tk_writeset_max_bytes = 64512;	/* 63 MiB, in kB */
 int			tk_writeset_max_rows = 1048576;
 char	   *tk_recovery_roles = NULL;
 bool		tk_sync_wait = false;
+bool		tk_catch_up_wait = true;
 int			tk_sync_wait_timeout = 30000;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -89,6 +90,12 @@ define_settings(void)
 							 "Costs one round trip to the certifier per transaction, plus the wait.",
 							 &tk_sync_wait,
 							 false,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("tashkent.catch_up_wait",
+							 "While this replica catches up with the cluster (flow control), each transaction that may write first waits for it, up to a second.",
+							 "A transaction that started far behind would conflict with the versions the replica had not applied yet, holding locks its apply needs.",
+							 &tk_catch_up_wait,
+							 true,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("tashkent.sync_wait_timeout",
 							"How long tashkent.sync_wait waits, round trip to the certifier included.",

@@ -73,6 +73,7 @@ extern int	tk_writeset_max_bytes;	/* tashkent.writeset_max_bytes, kB */
 extern int	tk_writeset_max_rows;	/* tashkent.writeset_max_rows */
 extern char *tk_recovery_roles; /* tashkent.recovery_roles */
 extern bool tk_sync_wait;		/* tashkent.sync_wait */
+extern bool tk_catch_up_wait;	/* tashkent.catch_up_wait */
 extern int	tk_sync_wait_timeout;	/* tashkent.sync_wait_timeout, ms */
 
 /* Whether the current database has the extension (so is replicated). */
@@ -142,6 +143,8 @@ typedef struct TkShared
 									 * registration */
 	int			applier_pid;
 	bool		admitting;		/* the agent caught up: admit clients */
+	uint64		catch_up_target;	/* flow control: clients' transactions
+									 * first wait for it (causal.c); 0: none */
 	char		admit_reason[256];	/* why not, for the refusal */
 	int			nslots;
 	TkSlot	   *slots;

@@ -51,8 +51,10 @@ func (a *Agent) connConfig(applicationName string) (*pgx.ConnConfig, error) {
 	}
 	cfg.RuntimeParams["application_name"] = applicationName
 	// The agent's own sessions must never wait for the agent (a role's
-	// ALTER ROLE ... SET tashkent.sync_wait = on would make them).
+	// ALTER ROLE ... SET tashkent.sync_wait = on would make them), nor for
+	// the replica to catch up, which they make it do.
 	cfg.RuntimeParams["tashkent.sync_wait"] = "off"
+	cfg.RuntimeParams["tashkent.catch_up_wait"] = "off"
 	return cfg, nil
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"time"
 )
 
@@ -36,6 +37,8 @@ func (r *run) flowControl() {
 		lastBacklog  uint64
 	)
 	defer r.a.metrics.flowControlPausing.Set(0) // the next run starts without a pause
+	defer r.setCatchUpTarget(false, limit)
+	r.setCatchUpTarget(false, limit) // an earlier agent may have left one
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -58,6 +61,7 @@ func (r *run) flowControl() {
 		}
 		pausing = want
 		r.cert.SetPause(pausing)
+		r.setCatchUpTarget(pausing, limit)
 		r.a.metrics.flowControlPausing.Set(boolGauge(pausing))
 		if pausing {
 			r.a.metrics.flowControlPauses.Inc()
@@ -67,6 +71,26 @@ func (r *run) flowControl() {
 		} else {
 			r.a.log.Info("flow control: pause released", "backlog", backlog, "stuck", stuck)
 		}
+	}
+}
+
+// setCatchUpTarget makes the replica's own clients wait, at their first
+// write, until the backlog is down to half the limit (extension
+// causal.c, tashkent.catch_up_wait), while the replica asks for the pause;
+// 0 when it no longer does. The other replicas' commits are held by the
+// certifier meanwhile; this one's would conflict with the versions it has
+// not applied, and hold the row locks their apply needs while they do.
+func (r *run) setCatchUpTarget(pausing bool, limit uint64) {
+	target := uint64(0)
+	if pausing {
+		if delivered := r.a.seq.delivered(); delivered > limit/2 {
+			target = delivered - limit/2
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+	defer cancel()
+	if err := r.control.exec(ctx, `SELECT tashkent.set_catch_up_target($1)`, int64(target)); err != nil && r.ctx.Err() == nil {
+		r.a.log.Warn("flow control: could not set the replica's catch-up target", "target", target, "err", err)
 	}
 }
 
