@@ -73,7 +73,7 @@ once the replica has caught up.`,
 	f.Uint64Var(&cfg.FlowControlLimit, "flow-control-limit", agent.DefaultFlowControlLimit, "flow control: when more remote versions than this wait to be applied on the replica, it asks the certifier to hold the other replicas' commits until half are left (0 turns it off)")
 	f.IntVar(&cfg.ReplicaIndex, "replica-index", 0, "this replica's number, 1 to --sequence-stride, unique in the cluster: its sequences hand out only values congruent to it (0: the one recorded in the database)")
 	f.IntVar(&cfg.SequenceStride, "sequence-stride", replica.SequenceStrideDefault, fmt.Sprintf("every sequence advances by this much; the most replicas the cluster can ever have (at most %d)", replica.SequenceStrideMax))
-	f.BoolVar(&cfg.TrustDDLRoles, "trust-ddl-roles", false, "let roles that are not superusers run DDL in this replica's database; the other replicas run replicated DDL as a superuser, so only if every role that can run DDL is trusted as one")
+	f.BoolVar(&cfg.TrustDDLRoles, "trust-ddl-roles", false, "let roles that are not superusers run DDL in this replica's database; the other replicas run it as that role, but the column defaults, index expressions and ALWAYS triggers it creates run in their appliers as a superuser, so only if every role that can run DDL is trusted as one")
 	certTLS.AddFlags(f)
 	return markPollingSysmon(markSharesHost(cmd), pollAlways)
 }

@@ -89,7 +89,7 @@ data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 	f.BoolVar(&o.CertifierTLS, "certifier-tls", false, "a new cluster uses mutual TLS between agents and certifiers and among certifiers, "+
 		"with a CA and per-process certificates generated in DATA-DIR/certifier-tls (recorded in cluster.json)")
 	f.BoolVar(&trustDDLRoles, "trust-ddl-roles", false, "run the agents with --trust-ddl-roles: roles that are not superusers may run DDL, "+
-		"which the other replicas run as a superuser, so only if every such role is trusted as one (recorded in cluster.json; "+
+		"whose column defaults, index expressions and ALWAYS triggers the other replicas' appliers then run as a superuser, so only if every such role is trusted as one (recorded in cluster.json; "+
 		"to change it on an existing cluster, run tashkent down first)")
 	f.BoolVar(&noDemo, "no-demo", false, "skip the demo workload")
 	f.DurationVar(&demoDuration, "demo-duration", 5*time.Second, "how long the demo runs transfers")
