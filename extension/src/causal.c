@@ -91,6 +91,12 @@ clear_waiting(void)
 
 	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 	slot->waiting_for = 0;
+	/* a doom for this wait, set since the loop last looked, is moot */
+	if (slot->doom_reason == TK_DOOM_WAITER)
+	{
+		slot->doom_reason = TK_DOOM_NONE;
+		slot->doomed_by = 0;
+	}
 	LWLockRelease(tk_shared->lock);
 }
 
@@ -160,7 +166,10 @@ wait_committed(uint64 version, TimestampTz deadline, const char *setting, bool s
 			if (committed >= version)
 				break;
 			if (soft && (doomed_by != 0 || tk_shared->catch_up_target == 0))
-				break;			/* given way, or the catch-up is over */
+			{
+				clear_waiting();	/* given way, or the catch-up is over */
+				break;
+			}
 			if (doomed_by != 0)
 			{
 				clear_waiting();
@@ -449,6 +458,19 @@ catch_up_due(void)
 		!TransactionIdIsValid(GetTopTransactionIdIfAny());	/* no row locked yet */
 }
 
+/*
+ * Whether the executor starts a client's statement, not one nested in
+ * another (a function's, which a SELECT's scan may call): only then are
+ * the active snapshots all the statement's own, to be taken again after
+ * the wait. A nested first write does not wait.
+ */
+static bool
+top_level_statement(void)
+{
+	return ActivePortal == NULL ||
+		(ActivePortal->queryDesc == NULL && ActivePortal->portalSnapshot == NULL);
+}
+
 static void
 catch_up(QueryDesc *qd)
 {
@@ -458,8 +480,10 @@ catch_up(QueryDesc *qd)
 	caught_up_lxid = MyProc->lxid;
 	if (target == 0 || tk_committed() >= target || !tk_database_replicated())
 		return;
+	/* well inside a statement_timeout, which would end the wait with 57014 */
 	reached = wait_committed(target,
-							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CATCH_UP_WAIT_MAX_MS),
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 StatementTimeout > 0 ? Min(CATCH_UP_WAIT_MAX_MS, StatementTimeout / 2) : CATCH_UP_WAIT_MAX_MS),
 							 NULL, true);
 	follow_wait(Min(reached, target), qd, false, true);
 }
@@ -482,8 +506,9 @@ causal_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
 static void
 causal_executor_start(QueryDesc *queryDesc, int eflags)
 {
-	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && catch_up_due() &&
-		(queryDesc->operation != CMD_SELECT || queryDesc->plannedstmt->hasModifyingCTE))
+	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && catch_up_due() && top_level_statement() &&
+		(queryDesc->operation != CMD_SELECT || queryDesc->plannedstmt->hasModifyingCTE ||
+		 queryDesc->plannedstmt->rowMarks != NIL))
 		catch_up(queryDesc);
 	if (sync_due() && !(eflags & EXEC_FLAG_EXPLAIN_ONLY))
 		sync_transaction(queryDesc, false);

@@ -87,8 +87,10 @@ func (w *lockWatch) handle(b blocker) {
 	if b.xid == "" && b.waitingFor >= int64(w.first) {
 		// a reader waiting for a version this batch leads to: it waits
 		// for the batch, which waits for its lock; its wait ends at once
-		// (a retry that waits again is woken again)
+		// (a retry that waits again is woken again). If it stays in the
+		// way, it is a reader in the way like any other.
 		w.doom(b, false)
+		w.readerInTheWay(b)
 		return
 	}
 	if at, ok := w.doomed[b.transaction]; ok {

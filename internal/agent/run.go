@@ -39,7 +39,9 @@ type run struct {
 
 func newRun(a *Agent, ctx context.Context) *run {
 	rctx, cancel := context.WithCancel(ctx)
-	return &run{a: a, ctx: rctx, cancel: cancel, control: &control{}, applier: replica.NewApplier(),
+	applier := replica.NewApplier()
+	applier.Logger = a.log
+	return &run{a: a, ctx: rctx, cancel: cancel, control: &control{}, applier: applier,
 		registered: make(chan struct{}), lost: make(chan error, 1), certifyTimeout: certifyTimeoutDefault}
 }
 

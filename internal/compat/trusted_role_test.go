@@ -14,7 +14,8 @@ import (
 // is what an ORM's migrations run as: the application's own role, owner
 // of its tables. The other replicas run its DDL as that role (the DDL
 // change carries it), so the tables it creates are its own on every
-// replica, and its application writes them through any replica.
+// replica, and its application writes them through any replica; where
+// the role lacks a privilege it has on the origin, as the applier.
 func TestTrustedRoleOwnsItsTablesOnEveryReplica(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a cluster; not in -short")
@@ -66,4 +67,25 @@ func TestTrustedRoleOwnsItsTablesOnEveryReplica(t *testing.T) {
 		}
 	}
 	c.AwaitConverged(convergeLimit)
+
+	// A privilege the role lacks on one replica only (revoked there in
+	// maintenance): that replica runs the DDL as its applier instead of
+	// halting, and the table belongs to the applier's role there.
+	local := c.Connect(1)
+	for _, sql := range []string{`SET tashkent.maintenance = on`, `REVOKE CREATE ON SCHEMA public FROM orm_owner`} {
+		if _, err := local.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s on replica 2: %v", sql, err)
+		}
+	}
+	if _, err := r1.Exec(ctx, `CREATE TABLE orm_elsewhere (id int PRIMARY KEY)`); err != nil {
+		t.Fatalf("CREATE TABLE as the trusted role on replica 1: %v", err)
+	}
+	c.AwaitConverged(convergeLimit)
+	var owner string
+	if err := c.Connect(1).QueryRow(ctx, `SELECT tableowner FROM pg_tables WHERE tablename = 'orm_elsewhere'`).Scan(&owner); err != nil {
+		t.Fatalf("replica 2 has no orm_elsewhere: %v", err)
+	}
+	if owner == "orm_owner" {
+		t.Errorf("replica 2: orm_elsewhere belongs to orm_owner, who may not create in public there")
+	}
 }

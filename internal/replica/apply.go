@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -25,6 +26,9 @@ type Applier struct {
 	mu     sync.Mutex
 	tables map[string]*tableMeta
 	gen    int64 // max(tashkent.ddl_log.gen) when the cached metadata was read
+	// Logger hears of DDL run as the applier because the role that ran it
+	// at the origin lacks a privilege here (runDDL); nil: nobody does.
+	Logger *slog.Logger
 }
 
 // NewApplier returns an Applier with an empty cache.
@@ -548,7 +552,7 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 			// A DDL statement may hold several statements, so it goes
 			// through the simple query protocol, under the search_path it
 			// ran under at the origin.
-			if _, err := tg.pg.Exec(ctx, ddlPrologue+searchPathFor(st.searchPath)+roleFor(st.role)+st.ddl+ddlEpilogue).ReadAll(); err != nil {
+			if err := a.runDDL(ctx, tg, st, first); err != nil {
 				return fmt.Errorf("DDL %q: %w", abbrev(st.ddl, 200), err)
 			}
 			a.Invalidate()
@@ -559,6 +563,34 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 	}
 	b.Queue("COMMIT")
 	return tg.sendBatch(ctx, b).Close()
+}
+
+// runDDL runs a DDL step as the role that ran it at the origin (roleFor).
+// Some privileges are not replicated (a database's ownership, a grant made
+// in maintenance on one replica), so the role may lack one here that it
+// had there: the step is then run again as the applier, as a replica that
+// cannot apply a version halts for good; what it creates then belongs to
+// the applier's role on this replica, which the log says.
+func (a *Applier) runDDL(ctx context.Context, tg target, st *step, first uint64) error {
+	body := ddlPrologue + searchPathFor(st.searchPath)
+	if st.role == "" {
+		_, err := tg.pg.Exec(ctx, body+st.ddl+ddlEpilogue).ReadAll()
+		return err
+	}
+	_, err := tg.pg.Exec(ctx, "SAVEPOINT tashkent_ddl_role;\n"+body+roleFor(st.role)+st.ddl+ddlEpilogue+
+		";\nRELEASE SAVEPOINT tashkent_ddl_role").ReadAll()
+	if sqlState(err) != "42501" {
+		return err
+	}
+	if _, rerr := tg.pg.Exec(ctx, "ROLLBACK TO SAVEPOINT tashkent_ddl_role; RELEASE SAVEPOINT tashkent_ddl_role; RESET ROLE").ReadAll(); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	if a.Logger != nil {
+		a.Logger.Warn("a DDL statement failed here as the role that ran it; run as the applier instead, so what it creates belongs to the applier's role on this replica",
+			"role", st.role, "from_version", first, "ddl", abbrev(st.ddl, 200), "err", err)
+	}
+	_, err = tg.pg.Exec(ctx, body+st.ddl+ddlEpilogue).ReadAll()
+	return err
 }
 
 // roleFor makes a DDL step run as the role that ran it at the origin, so
