@@ -364,6 +364,16 @@ follow_wait(uint64 version, QueryDesc *qd, bool utility, bool soft)
 	if (!FirstSnapshotSet)
 		return;
 	/*
+	 * The catch-up wait comes at a transaction's first write, maybe after
+	 * it read: a REPEATABLE READ transaction keeps the snapshot it read
+	 * with (a newer one would let it write over versions its reads did not
+	 * see, without PostgreSQL's "could not serialize access due to
+	 * concurrent update": a lost update). Its write is then refused by
+	 * certification or by PostgreSQL, and its retry starts fresh.
+	 */
+	if (soft && IsolationUsesXactSnapshot())
+		return;
+	/*
 	 * Inside a portal that holds its own snapshot (a procedure that
 	 * committed runs its next statement in a new transaction, under the
 	 * CALL's or DO's portal), the active stack belongs to outer levels as

@@ -261,6 +261,7 @@ func writeRacingSchemaRenameIsRefused(t *testing.T, c *cluster) {
 	if err := writer.Commit(ctx); sqlState(err) != "40001" {
 		t.Fatalf("COMMIT of a write into a schema renamed meanwhile: %v, want 40001", err)
 	}
+	c.converge() // replica 2 has applied the rename
 	execSQL(t, c.Connect(1), `INSERT INTO new_name.t VALUES (2)`)
 	c.converge()
 	for i := range c.DBs {

@@ -149,8 +149,8 @@ func (a *Applier) applyTransaction(ctx context.Context, conn *pgx.Conn, entries 
 	if err != nil {
 		return err
 	}
-	if st := conn.PgConn().TxStatus(); st != 'I' {
-		return fmt.Errorf("replica: apply: connection is in a transaction (status %q)", st)
+	if err := idle(ctx, conn); err != nil {
+		return err
 	}
 	p, err := buildPlan(entries)
 	if err != nil {
@@ -208,6 +208,24 @@ func checkEntries(entries []*certifierpb.LogEntry) (first, last uint64, err erro
 		}
 	}
 	return entries[0].GetVersion(), entries[len(entries)-1].GetVersion(), nil
+}
+
+// idle makes sure conn is not in a transaction before a new apply
+// transaction. The ROLLBACK after a failed attempt can itself fail, when
+// a cancel meant for the attempt (the agent cancels a batch that waits
+// behind an abandoned version until it ends) arrives while it runs, and
+// leave the connection in the failed transaction: that transaction is
+// rolled back now, not taken for a reason to stop applying.
+func idle(ctx context.Context, conn *pgx.Conn) error {
+	for range 3 {
+		if conn.PgConn().TxStatus() == 'I' {
+			return nil
+		}
+		if err := rollback(ctx, conn); err != nil && ctx.Err() != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("replica: apply: connection is in a transaction (status %q) that ROLLBACK does not end", conn.PgConn().TxStatus())
 }
 
 func rollback(ctx context.Context, conn *pgx.Conn) error {

@@ -437,3 +437,28 @@ func TestApplyKeepsItsPlansOnAPreparedSession(t *testing.T) {
 		t.Errorf("t on B = %q, want %q", got, want)
 	}
 }
+
+// An apply connection left in a failed transaction (the ROLLBACK after a
+// failed attempt was itself cancelled) is rolled back by the next Apply,
+// which then applies its versions.
+func TestApplyRollsBackAFailedTransactionLeftOnItsConnection(t *testing.T) {
+	c, _, b := newPair(t, "")
+	c.commit(0, `CREATE TABLE t (id int PRIMARY KEY, v text)`)
+	c.commit(0, `INSERT INTO t VALUES (1, 'a')`)
+	ctx := tctx(t)
+	if _, err := b.apply.Exec(ctx, `BEGIN`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.apply.Exec(ctx, `SELECT 1/0`); err == nil {
+		t.Fatal("division by zero succeeded")
+	}
+	if st := b.apply.PgConn().TxStatus(); st != 'E' {
+		t.Fatalf("transaction status %q, want E (failed)", st)
+	}
+	if err := Apply(ctx, b.apply, c.log); err != nil {
+		t.Fatalf("Apply on a connection in a failed transaction: %v", err)
+	}
+	if got := dump(t, b.apply, "t"); got != "(1,a)" {
+		t.Errorf("t on B = %q", got)
+	}
+}
