@@ -1,20 +1,18 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/tashkent-db/tashkent/internal/netutil"
 )
 
 // The agent of each replica (`tashkent agent`, internal/agent): started
@@ -210,42 +208,6 @@ func notInstalled(err error) bool {
 // 127.0.0.1:port: the agent that answers there is the one started, not a
 // process that held the port before it.
 func listensOn(pid, port int) bool {
-	inode := listeningInode(port)
-	return inode != "" && ownsSocket(pid, inode)
-}
-
-// listeningInode is the inode of the socket listening on 127.0.0.1:port,
-// from /proc/net/tcp ("" if none).
-func listeningInode(port int) string {
-	f, err := os.Open("/proc/net/tcp")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	local := fmt.Sprintf("0100007F:%04X", port)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 10 && fields[1] == local && fields[3] == "0A" { // TCP_LISTEN
-			return fields[9]
-		}
-	}
-	return ""
-}
-
-// ownsSocket reports whether process pid has the socket inode open.
-func ownsSocket(pid int, inode string) bool {
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return false
-	}
-	want := "socket:[" + inode + "]"
-	for _, e := range ents {
-		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && target == want {
-			return true
-		}
-	}
-	return false
+	inode := netutil.ListeningInode(port)
+	return inode != "" && netutil.OwnsSocket(pid, inode)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/netutil"
 )
 
 // control owns the cluster under test: the real processes `tashkent up`
@@ -261,12 +262,12 @@ func (c *control) certifierDial(port int) string {
 // 127.0.0.1:port to the certifier relay (-1: none, e.g. the harness).
 func (c *control) replicaOfClientPort(port int) int {
 	st := c.state()
-	inode, err := socketInode(port, st.Certifier.Port)
+	inode, err := netutil.ConnectedInode(port, st.Certifier.Port)
 	if err != nil {
 		return -1
 	}
 	for i, r := range st.Replicas {
-		if ownsSocket(r.Agent.PID, inode) {
+		if netutil.OwnsSocket(r.Agent.PID, inode) {
 			return i
 		}
 	}

@@ -1,14 +1,12 @@
 package faults
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,41 +227,4 @@ func (n *certNet) teardown() {
 		_ = run(ctx, "ip", "link", "del", l.hostIf)
 	}
 	_ = run(ctx, "ip", "netns", "del", n.ns)
-}
-
-// socketInode returns the inode of the TCP socket bound to 127.0.0.1:port
-// and connected to 127.0.0.1:peer, from /proc/net/tcp.
-func socketInode(port, peer int) (string, error) {
-	f, err := os.Open("/proc/net/tcp")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	local := fmt.Sprintf("0100007F:%04X", port)
-	remote := fmt.Sprintf("0100007F:%04X", peer)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-		f := strings.Fields(sc.Text())
-		if len(f) >= 10 && f[1] == local && f[2] == remote {
-			return f[9], nil
-		}
-	}
-	return "", fmt.Errorf("no socket 127.0.0.1:%d -> 127.0.0.1:%d", port, peer)
-}
-
-// ownsSocket reports whether process pid has the socket inode open.
-func ownsSocket(pid int, inode string) bool {
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return false
-	}
-	want := "socket:[" + inode + "]"
-	for _, e := range ents {
-		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && target == want {
-			return true
-		}
-	}
-	return false
 }
