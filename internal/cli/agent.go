@@ -75,5 +75,5 @@ once the replica has caught up.`,
 	f.IntVar(&cfg.SequenceStride, "sequence-stride", replica.SequenceStrideDefault, fmt.Sprintf("every sequence advances by this much; the most replicas the cluster can ever have (at most %d)", replica.SequenceStrideMax))
 	f.BoolVar(&cfg.TrustDDLRoles, "trust-ddl-roles", false, "let roles that are not superusers run DDL in this replica's database; the other replicas run it as that role, but the column defaults, index expressions and ALWAYS triggers it creates run in their appliers as a superuser, so only if every role that can run DDL is trusted as one")
 	certTLS.AddFlags(f)
-	return markPollingSysmon(markSharesHost(cmd), pollAlways)
+	return withConfigFile(markPollingSysmon(markSharesHost(cmd), pollAlways))
 }

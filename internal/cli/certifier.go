@@ -119,5 +119,5 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	certTLS.AddFlags(f)
 	snapshots.addFlags(f, &cfg)
 	cmd.AddCommand(newCertifierMembersCommand())
-	return markPollingSysmon(cmd, pollWithSeveralThreads)
+	return withConfigFile(markPollingSysmon(cmd, pollWithSeveralThreads))
 }

@@ -31,6 +31,10 @@ func Execute() int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// First: the file may set any flag, the global ones too.
+			if err := applyConfigFile(cmd); err != nil {
+				return err
+			}
 			if g.cpuProfile != "" {
 				stop, err := startCPUProfile(g.cpuProfile)
 				if err != nil {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/tashkent-db/tashkent/internal/configfile"
 )
 
 // Go's runtime runs a monitor thread, sysmon, that takes processors back
@@ -97,19 +99,42 @@ func pollsSysmon(cmd *cobra.Command, args []string) bool {
 
 // goThreads is the number of Go threads running code at once that a
 // command run with args will have: --max-procs if args give it a positive
-// value, else the runtime's GOMAXPROCS as it stands before setMaxProcs
-// (from the GOMAXPROCS variable, or the CPUs and CPU limit the process
-// may use). It reads only --max-procs and skips every other flag; cobra
-// parses them all, and reports their errors, afterwards.
+// value, else the max-procs of the --config file, else the runtime's
+// GOMAXPROCS as it stands before setMaxProcs (from the GOMAXPROCS
+// variable, or the CPUs and CPU limit the process may use). It reads only
+// --max-procs and --config and skips every other flag; cobra parses them
+// all, and reports their errors and the file's, afterwards.
 func goThreads(args []string) int {
 	fs := pflag.NewFlagSet("max-procs", pflag.ContinueOnError)
 	fs.ParseErrorsAllowlist.UnknownFlags = true
 	fs.SetOutput(io.Discard)
 	n := fs.Int("max-procs", 0, "")
-	if err := fs.Parse(args); err == nil && *n > 0 {
+	config := fs.String(configFlag, "", "")
+	if err := fs.Parse(args); err != nil {
+		return runtime.GOMAXPROCS(0)
+	}
+	if !fs.Changed("max-procs") && *config != "" {
+		*n = maxProcsIn(*config)
+	}
+	if *n > 0 {
 		return *n
 	}
 	return runtime.GOMAXPROCS(0)
+}
+
+// maxProcsIn is the max-procs the config file at path sets; 0 when it
+// sets none or cannot be read (the command then reports why).
+func maxProcsIn(path string) int {
+	settings, err := configfile.Read(path)
+	if err != nil {
+		return 0
+	}
+	for _, s := range settings {
+		if v, ok := s.Value.(int64); ok && s.Key == "max-procs" {
+			return int(v)
+		}
+	}
+	return 0
 }
 
 // keepSysmonPollingFor applies keepSysmonPolling to the command that args

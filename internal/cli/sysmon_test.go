@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -85,10 +86,19 @@ func startCertifierProcess(t *testing.T, bin string, env []string) int {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(bin, "certifier", "--data-dir", t.TempDir(), "--listen", addr, "--metrics-listen", "")
+	cmd, _ := startCertifier(t, bin, env, addr, "--data-dir", t.TempDir(), "--listen", addr, "--metrics-listen", "")
+	return cmd.Process.Pid
+}
+
+// startCertifier starts `tashkent certifier args...` with env (nil: this
+// process's) and waits until it listens on addr; the test's cleanup kills
+// it. It returns the process and what it writes to stderr.
+func startCertifier(t *testing.T, bin string, env []string, addr string, args ...string) (*exec.Cmd, *testbin.Output) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"certifier"}, args...)...)
 	cmd.Env = env
-	var stderr testbin.Output
-	cmd.Stderr = &stderr
+	stderr := &testbin.Output{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +107,9 @@ func startCertifierProcess(t *testing.T, bin string, env []string) int {
 		_ = cmd.Wait()
 	})
 	if err := netutil.WaitListening(addr, 30*time.Second); err != nil {
-		t.Fatalf("certifier did not start: %v\n%s", err, stderr.String())
+		t.Fatalf("certifier %q does not listen on %s: %v\n%s", args, addr, err, stderr.String())
 	}
-	return cmd.Process.Pid
+	return cmd, stderr
 }
 
 // TestStopSignalDuringStartIsNotLost sends SIGTERM to a certifier at
@@ -164,6 +174,10 @@ func TestServerCommandsFoundBeforeFlagParsing(t *testing.T) {
 	root.PersistentFlags().Int("max-procs", 0, "")
 	root.AddCommand(newCertifierCommand(), newAgentCommand(), newUpCommand())
 	several := runtime.GOMAXPROCS(0) > 1 // this test process's, as the certifier's would be
+	oneThread := filepath.Join(t.TempDir(), "certifier.toml")
+	if err := os.WriteFile(oneThread, []byte("data-dir = \"d\"\nmax-procs = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args    []string
 		polling bool
@@ -174,6 +188,9 @@ func TestServerCommandsFoundBeforeFlagParsing(t *testing.T) {
 		{[]string{"certifier", "--data-dir", "d", "--max-procs", "1"}, false},
 		{[]string{"--max-procs=1", "certifier", "--listen", "127.0.0.1:1"}, false},
 		{[]string{"certifier", "--data-dir", "d", "--max-procs", "2"}, true},
+		{[]string{"certifier", "--config", oneThread}, false},
+		{[]string{"certifier", "--config=" + oneThread, "--max-procs", "2"}, true}, // the command line overrides the file
+		{[]string{"certifier", "--config", filepath.Join(t.TempDir(), "missing.toml")}, several},
 		{[]string{"certifier", "members"}, false},
 		{[]string{"up", "--replicas", "1"}, false},
 	} {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +52,9 @@ func (u *upper) startAgent(ctx context.Context, r *Replica) error {
 		return err
 	}
 	err = u.startDetached(ctx, r.Name+" agent", a.Log, []*int{&a.MetricsPort},
-		func() []string { return u.agentArgs(r, index) },
+		func() ([]string, error) {
+			return startFromConfig("agent", a.Config, "The agent of "+r.Name, u.agentSettings(r, index))
+		},
 		func(pid int) { a.PID = pid },
 		func(ctx context.Context, pid int) error { return agentServes(ctx, r, pid) })
 	if err != nil {
@@ -61,25 +62,6 @@ func (u *upper) startAgent(ctx context.Context, r *Replica) error {
 	}
 	u.progress("%s: agent started (pid %d, metrics :%d, log %s); the replica admits clients", r.Name, a.PID, a.MetricsPort, a.Log)
 	return nil
-}
-
-// agentArgs is the command line of replica r's agent; index is the
-// replica's position in the cluster (1-based), which offsets its sequences.
-func (u *upper) agentArgs(r *Replica, index int) []string {
-	args := []string{"agent",
-		"--name", r.Name,
-		"--socket", r.Agent.Socket,
-		"--postgres", r.AgentPostgres(),
-		"--database", database,
-		"--certifier", u.st.CertifierAddr(),
-		"--mode", string(u.st.Mode),
-		"--metrics", hostPort(r.Agent.MetricsPort),
-		"--replica-index", strconv.Itoa(index),
-	}
-	if u.st.TrustDDLRoles {
-		args = append(args, "--trust-ddl-roles")
-	}
-	return append(args, u.st.certifierTLSFiles(r.Name).Args()...)
 }
 
 func (u *upper) replicaIndex(r *Replica) (int, error) {

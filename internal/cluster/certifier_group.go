@@ -75,11 +75,9 @@ func (u *upper) startMember(ctx context.Context, c *Certifier) error {
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return err
 	}
-	peers := u.st.certifierPeers()
 	err := u.startDetached(ctx, what, c.Log, []*int{&c.Port, &c.MetricsPort},
-		func() []string {
-			return append([]string{"certifier", "--data-dir", c.DataDir, "--id", strconv.Itoa(c.ID), "--peers", peers,
-				"--listen", hostPort(c.Port), "--metrics-listen", hostPort(c.MetricsPort)}, u.st.certifierTLSFiles(c.tlsName()).Args()...)
+		func() ([]string, error) {
+			return startFromConfig("certifier", c.Config, fmt.Sprintf("Member %d of the certifier group", c.ID), u.certifierSettings(c))
 		},
 		func(pid int) { c.PID = pid },
 		u.certifierServes(&c.Port))

@@ -53,6 +53,7 @@ func TestCertifierGroupLeaderKill9UnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkStartedFromConfig(t, st)
 	// The group may still be electing its first leader (up returns once
 	// every member listens): status shows it within the election timeout.
 	var status string

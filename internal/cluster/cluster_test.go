@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/configfile"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
@@ -168,6 +171,72 @@ func killLeftovers(t *testing.T, bin string, st *cluster.State) {
 	}
 }
 
+// checkStartedFromConfig checks that every certifier and agent of st runs
+// as `tashkent <sub> --config FILE`, FILE in its directory of the cluster,
+// and that the file holds what names the instance and its ports.
+func checkStartedFromConfig(t *testing.T, st *cluster.State) {
+	t.Helper()
+	type started struct {
+		pid                 int
+		sub, file, recorded string
+		want                map[string]any
+	}
+	var procs []started
+	for _, c := range st.CertifierMembers() {
+		want := map[string]any{"data-dir": c.DataDir, "listen": fmt.Sprintf("127.0.0.1:%d", c.Port),
+			"metrics-listen": fmt.Sprintf("127.0.0.1:%d", c.MetricsPort)}
+		if c.ID != 0 {
+			want["id"] = int64(c.ID)
+			want["peers"] = peersOf(st)
+		}
+		procs = append(procs, started{c.PID, "certifier", filepath.Join(c.DataDir, "certifier.toml"), c.Config, want})
+	}
+	for k, r := range st.Replicas {
+		procs = append(procs, started{r.Agent.PID, "agent", filepath.Join(st.Dir, r.Name, "agent.toml"), r.Agent.Config, map[string]any{
+			"name": r.Name, "socket": r.Agent.Socket, "certifier": st.CertifierAddr(), "mode": string(st.Mode),
+			"metrics": fmt.Sprintf("127.0.0.1:%d", r.Agent.MetricsPort), "replica-index": int64(k + 1),
+			"trust-ddl-roles": st.TrustDDLRoles,
+		}})
+	}
+	for _, p := range procs {
+		if p.recorded != p.file {
+			t.Errorf("cluster.json records the config file %q, want %q", p.recorded, p.file)
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid))
+		if err != nil {
+			t.Errorf("%s %d: %v", p.sub, p.pid, err)
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if want := []string{st.Binary, p.sub, "--config", p.file}; !slices.Equal(args, want) {
+			t.Errorf("pid %d runs %q, want %q", p.pid, args, want)
+		}
+		settings, err := configfile.Read(p.file)
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		got := map[string]any{}
+		for _, s := range settings {
+			got[s.Key] = s.Value
+		}
+		for key, want := range p.want {
+			if got[key] != want {
+				t.Errorf("%s: %s = %v, want %v", p.file, key, got[key], want)
+			}
+		}
+	}
+}
+
+// peersOf is the --peers value of st's certifier group.
+func peersOf(st *cluster.State) string {
+	var parts []string
+	for _, c := range st.CertifierMembers() {
+		parts = append(parts, fmt.Sprintf("%d=127.0.0.1:%d", c.ID, c.Port))
+	}
+	return strings.Join(parts, ",")
+}
+
 func checkGone(t *testing.T, recorded map[string]int) {
 	t.Helper()
 	for what, pid := range recorded {
@@ -226,6 +295,7 @@ func TestUpStatusDown(t *testing.T) {
 		}
 	}
 	checkRunning(t, st)
+	checkStartedFromConfig(t, st)
 	first := pids(st)
 
 	// status: both replicas, every process up, versions readable.
@@ -311,6 +381,7 @@ func TestUpStatusDown(t *testing.T) {
 	}
 	seen = append(seen, st2)
 	checkRunning(t, st2)
+	checkStartedFromConfig(t, st2) // rewritten: the agents' files now say trust-ddl-roles = true
 	if st2.Certifier.Port != st.Certifier.Port {
 		t.Errorf("certifier port changed: %d -> %d", st.Certifier.Port, st2.Certifier.Port)
 	}

@@ -17,6 +17,7 @@
 //	                         every process its ports, PID, data directory and log
 //	  cluster.lock           flock held by `up` and `down` while they work
 //	  certifier/             the certifier's --data-dir: its log segments (*.wal, LOCK)
+//	    certifier.toml       the certifier's config file (config.go)
 //	    certifier.log        the certifier's stdout and stderr
 //	  certifier-K/           member K of a certifier group (--certifiers 3 or 5)
 //	  certifier-tls/         CA and certificates (--certifier-tls)
@@ -27,6 +28,7 @@
 //	                         shared_preload_libraries, ...; see internal/pgserver)
 //	      postgres.log       PostgreSQL's output
 //	      tashkent_agent.sock  the agent's socket (tashkent.agent_socket)
+//	    agent.toml           the agent's config file (config.go)
 //	    agent.log            the agent's stdout and stderr
 //	  replica2/ ...
 //
@@ -52,19 +54,23 @@
 //     shared_preload_libraries = 'tashkent', default_transaction_isolation
 //     = 'repeatable read', synchronous_commit off for mode mw and on for
 //     base) and pgserver.StartDetached, on --base-port+K-1 or a free port.
-//  2. The certifier (or every group member): `tashkent certifier` started
-//     detached (setsid, output to its log), ready when its Status RPC
-//     answers with its own PID.
-//  3. The agents, in parallel: `tashkent agent --name replicaK --socket
-//     <pgdata>/tashkent_agent.sock --postgres "host=<pgdata> port=<port>
-//     user=postgres" --certifier <every member> --mode <mode> --metrics
-//     127.0.0.1:<port> --replica-index K`. An agent installs the extension
-//     in the database, catches the replica up from the certifier's log and
-//     then opens the replica's admission gate: until then PostgreSQL
-//     refuses clients with 57P03 (extension/src/admit.c; the agent's role,
-//     postgres, is let in). It is ready when the metrics port is its own
-//     listening socket (/proc), its /healthz says serving and
-//     tashkent.status() says the gate is open.
+//  2. The certifier (or every group member): `tashkent certifier --config
+//     <data-dir>/certifier.toml` started detached (setsid, output to its
+//     log), ready when its Status RPC answers with its own PID. Up writes
+//     the config file (data-dir, listen, metrics-listen; id and peers for
+//     a member; the TLS files) just before.
+//  3. The agents, in parallel: `tashkent agent --config
+//     DIR/replicaK/agent.toml`, a file with name = "replicaK", socket =
+//     "<pgdata>/tashkent_agent.sock", postgres = "host=<pgdata>
+//     port=<port> user=postgres", certifier = "<every member>", mode,
+//     metrics = "127.0.0.1:<port>" and replica-index = K. An agent
+//     installs the extension in the database, catches the replica up from
+//     the certifier's log and then opens the replica's admission gate:
+//     until then PostgreSQL refuses clients with 57P03
+//     (extension/src/admit.c; the agent's role, postgres, is let in). It
+//     is ready when the metrics port is its own listening socket (/proc),
+//     its /healthz says serving and tashkent.status() says the gate is
+//     open.
 //
 // Processes are started from the binary running up (recorded as "binary"),
 // so the cluster runs the version of tashkent that started it. A process
@@ -91,9 +97,9 @@
 // commits while the rest goes away), then the certifiers (SIGTERM; each
 // closes its log), then PostgreSQL (pgserver.StopPID: fast shutdown). A PID
 // is signalled only after /proc/PID/cmdline shows it still is the recorded
-// process (subcommand plus --data-dir for a certifier, --socket for an
-// agent; for PostgreSQL, a postgres on that data directory): PIDs are
-// reused. Down records every stopped process with PID 0, so it is
+// process (subcommand plus its --config file, or the --data-dir of a
+// certifier and the --socket of an agent started with flags; for
+// PostgreSQL, a postgres on that data directory): PIDs are reused. Down records every stopped process with PID 0, so it is
 // idempotent.
 //
 // Status reads cluster.json and probes without changing anything: process
@@ -108,7 +114,9 @@
 // down or not serving: DIR/replicaK/agent.log (each step of an agent's
 // start, with versions), DIR/replicaK/pgdata/postgres.log,
 // DIR/certifier/certifier.log. Each start appends a "--- ... tashkent up
-// starts" line with the full command line to the certifier and agent logs.
+// starts" line with the full command line to the certifier and agent logs;
+// `tashkent agent --config DIR/replicaK/agent.toml --print-config` shows
+// every setting an agent runs with (likewise for a certifier).
 // Inside a replica, SELECT * FROM tashkent.status() shows its version, its
 // applier and its gate, and tashkent.backends() every backend's place in
 // the commit order.

@@ -18,27 +18,47 @@ import (
 // detached (setsid, output to a log file) so that they outlive `tashkent
 // up`. They are identified later by their recorded PID plus their command
 // line: the subcommand and one flag value that names this cluster's
-// instance (a certifier's --data-dir, an agent's --socket, which is in its
-// replica's data directory). A PID whose command line does not match is
-// someone else's process and is never signalled.
+// instance. Up starts them with --config and a file in the instance's
+// directory; a process started with the flags themselves (the fault
+// harness restarts certifiers so) is named by a certifier's --data-dir or
+// an agent's --socket, which is in its replica's data directory. A PID
+// whose command line does not match is someone else's process and is
+// never signalled.
 
 // procIdentity says what a recorded process must look like.
 type procIdentity struct {
-	sub   string // "certifier" or "agent"
+	sub   string      // "certifier" or "agent"
+	names []flagValue // any one of them on its command line names the instance
+}
+
+// flagValue is a flag and its value on a command line.
+type flagValue struct {
 	flag  string // e.g. "--data-dir"
 	value string // e.g. "/abs/dir/certifier"
 }
 
 func certifierIdentity(c *Certifier) procIdentity {
-	return procIdentity{sub: "certifier", flag: "--data-dir", value: c.DataDir}
+	return procIdentity{sub: "certifier", names: configOr(c.Config, flagValue{"--data-dir", c.DataDir})}
 }
 
 func agentIdentity(a *Agent) procIdentity {
-	return procIdentity{sub: "agent", flag: "--socket", value: a.Socket}
+	return procIdentity{sub: "agent", names: configOr(a.Config, flagValue{"--socket", a.Socket})}
+}
+
+// configOr is --config with the config file, if recorded, and other.
+func configOr(config string, other flagValue) []flagValue {
+	if config == "" {
+		return []flagValue{other}
+	}
+	return []flagValue{{"--config", config}, other}
 }
 
 func (id procIdentity) String() string {
-	return fmt.Sprintf("tashkent %s %s %s", id.sub, id.flag, id.value)
+	alternatives := make([]string, len(id.names))
+	for i, n := range id.names {
+		alternatives[i] = n.flag + " " + n.value
+	}
+	return fmt.Sprintf("tashkent %s %s", id.sub, strings.Join(alternatives, " or "))
 }
 
 // cmdline returns the arguments of a live, non-zombie process.
@@ -63,13 +83,24 @@ func (id procIdentity) check(pid int) error {
 		return err
 	}
 	if len(args) >= 2 && args[1] == id.sub {
-		for i, a := range args[2:] {
-			if a == id.flag+"="+id.value || (a == id.flag && i+3 < len(args) && args[i+3] == id.value) {
+		for _, n := range id.names {
+			if n.on(args[2:]) {
 				return nil
 			}
 		}
 	}
 	return fmt.Errorf("process %d is not %s (cmdline %q)", pid, id, strings.Join(args, " "))
+}
+
+// on reports whether args carry the flag with the value, as "--flag value"
+// or "--flag=value".
+func (n flagValue) on(args []string) bool {
+	for i, a := range args {
+		if a == n.flag+"="+n.value || a == n.flag && i+1 < len(args) && args[i+1] == n.value {
+			return true
+		}
+	}
+	return false
 }
 
 // alive reports whether pid exists and is not a zombie.

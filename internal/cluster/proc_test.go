@@ -71,7 +71,7 @@ func TestIdentityCheck(t *testing.T) {
 	for _, other := range []procIdentity{
 		agentIdentity(&Agent{Socket: "/other/replica1/pgdata/tashkent_agent.sock"}),
 		certifierIdentity(&Certifier{DataDir: "/c/replica1/pgdata/tashkent_agent.sock"}),
-		{sub: "agent", flag: "--name", value: "replica2"},
+		{sub: "agent", names: []flagValue{{"--name", "replica2"}}},
 	} {
 		if err := other.check(c.pid); err == nil {
 			t.Errorf("pid %d matched %s", c.pid, other)
@@ -80,9 +80,37 @@ func TestIdentityCheck(t *testing.T) {
 	if err := agentIdentity(a).check(os.Getpid()); err == nil {
 		t.Error("the test process matched an agent identity")
 	}
+	// An agent recorded with its config file is still recognized when it
+	// was started with the flags themselves.
+	if err := agentIdentity(&Agent{Socket: a.Socket, Config: "/c/replica1/agent.toml"}).check(c.pid); err != nil {
+		t.Errorf("the agent started with --socket does not match its identity with a config file: %v", err)
+	}
 	c.kill()
 	if err := agentIdentity(a).check(c.pid); err == nil {
 		t.Error("a dead process matched")
+	}
+}
+
+// TestIdentityByConfigFile checks the processes up starts: named by the
+// config file they start from.
+func TestIdentityByConfigFile(t *testing.T) {
+	c := startFake(t, "certifier", "--config", "/c/certifier-2/certifier.toml")
+	member := &Certifier{ID: 2, DataDir: "/c/certifier-2", Config: "/c/certifier-2/certifier.toml"}
+	if err := certifierIdentity(member).check(c.pid); err != nil {
+		t.Fatalf("the fake member does not match its identity: %v", err)
+	}
+	for _, other := range []procIdentity{
+		certifierIdentity(&Certifier{ID: 3, DataDir: "/c/certifier-3", Config: "/c/certifier-3/certifier.toml"}),
+		certifierIdentity(&Certifier{ID: 2, DataDir: "/c/certifier-2"}), // no config recorded
+		agentIdentity(&Agent{Socket: "/c/certifier-2/certifier.toml", Config: "/c/certifier-2/certifier.toml"}),
+	} {
+		if err := other.check(c.pid); err == nil {
+			t.Errorf("pid %d matched %s", c.pid, other)
+		}
+	}
+	a := startFake(t, "agent", "--config=/c/replica1/agent.toml")
+	if err := agentIdentity(&Agent{Socket: "/c/replica1/pgdata/tashkent_agent.sock", Config: "/c/replica1/agent.toml"}).check(a.pid); err != nil {
+		t.Errorf("an agent started with --config=FILE does not match: %v", err)
 	}
 }
 

@@ -85,6 +85,8 @@ type Certifier struct {
 	MetricsPort int    `json:"metrics_port"`
 	PID         int    `json:"pid"`
 	Log         string `json:"log"`
+	// Config is the config file up starts it from (config.go).
+	Config string `json:"config,omitempty"`
 }
 
 // Replica records one replica: its PostgreSQL, which clients connect to,
@@ -114,6 +116,8 @@ type Agent struct {
 	MetricsPort int    `json:"metrics_port"`
 	PID         int    `json:"pid"`
 	Log         string `json:"log"`
+	// Config is the config file up starts it from (config.go).
+	Config string `json:"config,omitempty"`
 }
 
 // agentSocketName is the extension's default tashkent.agent_socket,
@@ -271,13 +275,20 @@ func (s *State) Save() error {
 		return err
 	}
 	b = append(b, '\n')
-	p := StatePath(s.Dir)
-	f, err := os.CreateTemp(s.Dir, StateFile+".tmp-*")
+	return writeFileAtomic(StatePath(s.Dir), b)
+}
+
+// writeFileAtomic writes data to path, mode 0644, through a temporary file
+// in the same directory that is synced and renamed over path: a reader (or
+// a crash) sees the old file or the new one, never a partial one.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("save %s: %w", p, err)
+		return fmt.Errorf("save %s: %w", path, err)
 	}
 	tmp := f.Name()
-	_, err = f.Write(b)
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -288,13 +299,13 @@ func (s *State) Save() error {
 		err = os.Chmod(tmp, 0o644)
 	}
 	if err == nil {
-		err = os.Rename(tmp, p)
+		err = os.Rename(tmp, path)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("save %s: %w", p, err)
+		return fmt.Errorf("save %s: %w", path, err)
 	}
-	if d, err := os.Open(s.Dir); err == nil {
+	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()
 	}

@@ -136,6 +136,7 @@ func Up(ctx context.Context, o Options) (*State, error) {
 	}
 	st.Dir = dir
 	st.Binary = bin
+	st.setConfigPaths()
 	if err := st.Save(); err != nil {
 		return nil, err
 	}
@@ -425,12 +426,13 @@ func crashLeftover(err error) bool {
 		strings.Contains(msg, "pre-existing shared memory block")
 }
 
-// startDetached starts a tashkent subcommand, recording its PID through
+// startDetached starts a tashkent subcommand (args writes its config file
+// and returns its command line), recording its PID through
 // record (and saving) before waiting for ready, so that a failed Up leaves
 // nothing untracked. Ports that are 0 are picked free, and picked again if
 // the process loses the race for them.
 func (u *upper) startDetached(ctx context.Context, what, logPath string, ports []*int,
-	args func() []string, record func(pid int), ready func(ctx context.Context, pid int) error) error {
+	args func() ([]string, error), record func(pid int), ready func(ctx context.Context, pid int) error) error {
 	auto := make([]bool, len(ports))
 	for i, p := range ports {
 		auto[i] = *p == 0
@@ -447,7 +449,11 @@ func (u *upper) startDetached(ctx context.Context, what, logPath string, ports [
 				u.mu.Unlock()
 			}
 		}
-		c, err := spawnDetached(u.st.Binary, args(), logPath)
+		argv, err := args()
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		c, err := spawnDetached(u.st.Binary, argv, logPath)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
@@ -497,9 +503,8 @@ func (u *upper) startCertifier(ctx context.Context) error {
 		return err
 	}
 	err := u.startDetached(ctx, "certifier", c.Log, []*int{&c.Port, &c.MetricsPort},
-		func() []string {
-			return append([]string{"certifier", "--data-dir", c.DataDir, "--listen", hostPort(c.Port), "--metrics-listen", hostPort(c.MetricsPort)},
-				u.st.certifierTLSFiles(c.tlsName()).Args()...)
+		func() ([]string, error) {
+			return startFromConfig("certifier", c.Config, "The certifier", u.certifierSettings(c))
 		},
 		func(pid int) { c.PID = pid },
 		u.certifierServes(&c.Port))

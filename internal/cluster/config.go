@@ -1,0 +1,97 @@
+package cluster
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+
+	"github.com/tashkent-db/tashkent/internal/configfile"
+	"github.com/tashkent-db/tashkent/internal/grpctls"
+)
+
+// Up starts every certifier and agent from a config file in its own
+// directory (`tashkent agent --config DIR/replicaK/agent.toml`), the same
+// kind of file a deployment gives them (docs/OPERATIONS.md, deploy/):
+// keys are the flag names. Up writes the file each time it starts the
+// process, from cluster.json, so an edit to it lasts until the next start
+// by up; a port picked again after a lost race is in the rewritten file.
+
+const (
+	agentConfigName     = "agent.toml"
+	certifierConfigName = "certifier.toml"
+)
+
+// setConfigPaths records where each certifier's and agent's config file
+// lives: in the certifier's data directory, and in the replica's directory
+// beside the agent's log. A cluster.json that has them keeps them.
+func (s *State) setConfigPaths() {
+	for _, c := range s.CertifierMembers() {
+		if c.Config == "" {
+			c.Config = filepath.Join(c.DataDir, certifierConfigName)
+		}
+	}
+	for _, r := range s.Replicas {
+		if r.Agent.Config == "" {
+			r.Agent.Config = filepath.Join(r.Dir, agentConfigName)
+		}
+	}
+}
+
+// startFromConfig writes the config file of a process that up starts and
+// returns its command line: the subcommand and --config.
+func startFromConfig(sub, path, what string, settings []configfile.Setting) ([]string, error) {
+	header := fmt.Sprintf("%s, written by `tashkent up` from cluster.json each time it starts it: an edit lasts until then.\n"+
+		"The keys are the flags of `tashkent %s`; `tashkent %s --config %s --print-config` shows every one.", what, sub, sub, path)
+	var b bytes.Buffer
+	if err := configfile.Encode(&b, header, settings); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := writeFileAtomic(path, b.Bytes()); err != nil {
+		return nil, err
+	}
+	return []string{sub, "--config", path}, nil
+}
+
+// certifierSettings is the config of a single certifier or of a member of
+// the group.
+func (u *upper) certifierSettings(c *Certifier) []configfile.Setting {
+	s := []configfile.Setting{
+		{Key: "data-dir", Value: c.DataDir},
+		{Key: "listen", Value: hostPort(c.Port)},
+		{Key: "metrics-listen", Value: hostPort(c.MetricsPort)},
+	}
+	if c.ID != 0 {
+		s = append(s,
+			configfile.Setting{Key: "id", Value: c.ID},
+			configfile.Setting{Key: "peers", Value: u.st.certifierPeers()})
+	}
+	return append(s, tlsSettings(u.st.certifierTLSFiles(c.tlsName()))...)
+}
+
+// agentSettings is the config of replica r's agent; index is the
+// replica's position in the cluster (1-based), which offsets its sequences.
+func (u *upper) agentSettings(r *Replica, index int) []configfile.Setting {
+	return append([]configfile.Setting{
+		{Key: "name", Value: r.Name},
+		{Key: "socket", Value: r.Agent.Socket},
+		{Key: "postgres", Value: r.AgentPostgres()},
+		{Key: "database", Value: database},
+		{Key: "certifier", Value: u.st.CertifierAddr()},
+		{Key: "mode", Value: string(u.st.Mode)},
+		{Key: "metrics", Value: hostPort(r.Agent.MetricsPort)},
+		{Key: "replica-index", Value: index},
+		{Key: "trust-ddl-roles", Value: u.st.TrustDDLRoles},
+	}, tlsSettings(u.st.certifierTLSFiles(r.Name))...)
+}
+
+// tlsSettings are the certifier TLS files' keys (none for plaintext).
+func tlsSettings(f grpctls.Files) []configfile.Setting {
+	if !f.Enabled() {
+		return nil
+	}
+	return []configfile.Setting{
+		{Key: grpctls.FlagCA, Value: f.CA},
+		{Key: grpctls.FlagCert, Value: f.Cert},
+		{Key: grpctls.FlagKey, Value: f.Key},
+	}
+}
