@@ -33,6 +33,30 @@ AS 'MODULE_PATHNAME', 'tashkent_wait_for_version';
 
 GRANT EXECUTE ON FUNCTION tashkent.last_commit_version(), tashkent.wait_for_version(bigint, bigint) TO PUBLIC;
 
+-- snapshot_version: the newest version the current snapshot holds (the
+-- transaction's under REPEATABLE READ, the statement's under READ
+-- COMMITTED).
+CREATE FUNCTION tashkent.snapshot_version() RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'tashkent_snapshot_version';
+
+GRANT EXECUTE ON FUNCTION tashkent.snapshot_version() TO PUBLIC;
+
+-- hold_commits: holds this replica's commits after `version` (0: after
+-- the last one under way) for at most hold_ms, waits until every version
+-- up to it is committed here and returns it, so that a snapshot taken
+-- before release_commits() holds exactly that version (tashkent verify).
+-- Superusers only (no grant): a hold stops this replica's commits.
+CREATE FUNCTION tashkent.hold_commits(version bigint, hold_ms bigint DEFAULT 10000) RETURNS bigint
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'tashkent_hold_commits';
+
+CREATE FUNCTION tashkent.release_commits() RETURNS void
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'tashkent_release_commits';
+
+REVOKE EXECUTE ON FUNCTION tashkent.hold_commits(bigint, bigint), tashkent.release_commits() FROM PUBLIC;
+
 -- The agent's functions. Only superusers may call them (no grants): the
 -- agent connects as one.
 CREATE FUNCTION tashkent.register_applier() RETURNS bigint

@@ -200,6 +200,17 @@ wait_committed(uint64 version, TimestampTz deadline, const char *setting, bool s
 }
 
 /*
+ * tk_wait_committed waits until this replica has committed `version`, at
+ * the latest until `deadline` (then TK004 naming `setting`), and returns
+ * the replica's version.
+ */
+uint64
+tk_wait_committed(uint64 version, TimestampTz deadline, const char *setting)
+{
+	return wait_committed(version, deadline, setting, false);
+}
+
+/*
  * The newest version the transaction's snapshot holds, under REPEATABLE
  * READ once it has one; UINT64_MAX otherwise (the next snapshot is yet to
  * be taken).

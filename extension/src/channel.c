@@ -16,12 +16,19 @@
  *                   it was told to commit; the agent applies it instead
  *     'S' sync      u32 milliseconds: the cluster's durable version is
  *                   wanted within them (tashkent.sync_wait, causal.c)
+ *     'K' hold      u64 version, u32 milliseconds: hold this replica's
+ *                   commits after the version (or after the last one
+ *                   already under way, if later) for at most that long
+ *                   (tashkent.hold_commits, hold.c)
+ *     'R' release   no payload: end this backend's hold
  *   agent -> backend
  *     'h' welcome   u8 accepted, u64 agent generation, u16 length + text
  *     'D' decision  u8 kind (TkDecisionKind), u64 version, u8 abort
  *                   reason, u32 length + detail
  *     's' synced    u8 known, u64 the certifier's durable version,
  *                   u16 length + why not (when not known)
+ *     'k' held      u8 held, u64 the version commits are held after,
+ *                   u16 length + why not (when not held)
  *
  * A wait for a certification absorbs cancels, as the turn does (turn.c):
  * once the writeset is sent, the outcome is the certifier's, and the
@@ -322,14 +329,29 @@ get_text(StringInfo buf, uint32 len)
 
 /*
  * What the backend wants from the agent when it cannot reach it: a
- * certification (role 0, at commit), or a sync (tashkent.sync_wait).
+ * certification (role 0, at commit), a sync (tashkent.sync_wait) or a hold
+ * (tashkent.hold_commits).
  */
-static bool syncing = false;
+typedef enum TkAsk
+{
+	TK_ASK_CERTIFY,
+	TK_ASK_SYNC,
+	TK_ASK_HOLD
+} TkAsk;
+
+static TkAsk asking = TK_ASK_CERTIFY;
 
 static void
 agent_unavailable(const char *why)
 {
-	if (syncing)
+	if (asking == TK_ASK_HOLD)
+		ereport(ERROR,
+				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+				 errmsg("this replica's tashkent agent is not available: %s", why),
+				 errdetail("Commits are held by the agent, which orders them."),
+				 errhint("Start the agent (tashkent agent), or check its log; tashkent.agent_socket is \"%s\".",
+						 tk_agent_socket)));
+	if (asking == TK_ASK_SYNC)
 		ereport(ERROR,
 				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
 				 errmsg("this replica's tashkent agent is not available: %s", why),
@@ -480,7 +502,7 @@ tk_channel_certify(uint64 start_version, StringInfo writeset, TkDecision *decisi
 	TimestampTz deadline;
 	bool		warned = false;
 
-	syncing = false;
+	asking = TK_ASK_CERTIFY;
 	if (!agent_alive())
 		connect_agent(0, 0);
 
@@ -548,7 +570,7 @@ tk_channel_abandon(uint64 version)
 void
 tk_channel_register_applier(void)
 {
-	syncing = false;
+	asking = TK_ASK_CERTIFY;
 	connect_agent(1, 0);
 }
 
@@ -569,7 +591,7 @@ tk_channel_sync(TimestampTz deadline)
 	uint64		version;
 	char	   *text;
 
-	syncing = true;
+	asking = TK_ASK_SYNC;
 	if (!agent_alive())
 		connect_agent(0, deadline);
 
@@ -604,4 +626,80 @@ tk_channel_sync(TimestampTz deadline)
 				 errmsg("tashkent.sync_wait could not learn the cluster's durable version: %s", text),
 				 errhint("Retry, or check the agent's and the certifier's logs; SET tashkent.sync_wait = off reads without waiting.")));
 	return version;
+}
+
+/*
+ * tk_channel_hold asks the agent to hold this replica's commits after
+ * `version` (or after the last version already under way, if that is
+ * later) for at most hold_ms, and returns the version they are held after.
+ * The hold is this backend's connection's: the agent ends it at
+ * tk_channel_release, when the connection closes, or after hold_ms. A
+ * cancel ends the wait for the answer with an error.
+ */
+uint64
+tk_channel_hold(uint64 version, uint32 hold_ms, TimestampTz deadline)
+{
+	StringInfoData buf;
+	bool		warned = false;
+	bool		held;
+	uint64		after;
+	char	   *text;
+
+	asking = TK_ASK_HOLD;
+	if (!agent_alive())
+		connect_agent(0, deadline);
+
+	begin_frame(&buf, 'K');
+	put_u64(&buf, version);
+	put_u32(&buf, hold_ms);
+	end_frame(&buf);
+	exchange_open = true;
+	if (!send_all(&buf, deadline, false, &warned) ||
+		!wait_socket(WL_SOCKET_READABLE, deadline, false, &warned) ||
+		!recv_frame(&buf, deadline, false, &warned))
+	{
+		bool		late = ms_left(deadline) <= 0;
+
+		close_agent();
+		ereport(ERROR,
+				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+				 errmsg("could not hold this replica's commits: %s",
+						late ? "the agent did not answer in time"
+						: "the connection to the tashkent agent broke"),
+				 errhint("Retry, or check the agent's log.")));
+	}
+	if (get_u8(&buf) != 'k')
+		elog(ERROR, "tashkent: the agent answered a hold with an unexpected message");
+	held = get_u8(&buf) != 0;
+	after = get_u64(&buf);
+	text = get_text(&buf, get_u16(&buf));
+	exchange_open = false;
+	pfree(buf.data);
+	if (!held)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("could not hold this replica's commits: %s", text),
+				 errhint("Retry once the other hold ends (it lasts at most its hold_ms), or check the agent's log.")));
+	return after;
+}
+
+/*
+ * tk_channel_release ends this backend's hold. Best effort: if the message
+ * cannot go, the agent ends the hold when the connection closes or its
+ * time is up.
+ */
+void
+tk_channel_release(void)
+{
+	StringInfoData buf;
+	ssize_t		n;
+
+	if (agent_sock < 0 || exchange_open)
+		return;
+	begin_frame(&buf, 'R');
+	end_frame(&buf);
+	n = send(agent_sock, buf.data, buf.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (n != buf.len)
+		close_agent();
+	pfree(buf.data);
 }

@@ -34,6 +34,8 @@
  *   apply.c     the SQL functions the agent calls
  *   causal.c    read-your-writes across replicas: the session's last
  *               commit version, waits for a version, tashkent.sync_wait
+ *   hold.c      commits held after a version, for a snapshot at exactly
+ *               that version (tashkent verify)
  */
 #ifndef TASHKENT_H
 #define TASHKENT_H
@@ -206,6 +208,8 @@ extern void tk_channel_certify(uint64 start_version, StringInfo writeset,
 extern void tk_channel_abandon(uint64 version);
 extern void tk_channel_register_applier(void);
 extern uint64 tk_channel_sync(TimestampTz deadline);
+extern uint64 tk_channel_hold(uint64 version, uint32 hold_ms, TimestampTz deadline);
+extern void tk_channel_release(void);
 extern uint64 tk_agent_generation_seen(void);
 
 /* ---- commit.c ---- */
@@ -213,6 +217,8 @@ extern uint64 tk_agent_generation_seen(void);
 extern void tk_commit_init(void);
 
 /* ---- causal.c ---- */
+
+extern uint64 tk_wait_committed(uint64 version, TimestampTz deadline, const char *setting);
 
 extern void tk_causal_init(void);
 extern void tk_causal_note_commit(uint64 version);

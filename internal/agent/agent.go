@@ -61,6 +61,8 @@ type Agent struct {
 	conns    map[*backendConn]struct{}
 	everUp   bool
 	applyPID uint32 // the PID whose applier hello is accepted now; 0: none
+
+	holds holds // the session that holds the replica's commits (hold.go)
 }
 
 // New validates the configuration.
@@ -161,6 +163,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.closeConns()
 	defer a.ln.Close()
 	go a.accept(ctx)
+	go a.verifyLoop(ctx)
 	if a.cfg.MetricsAddr != "" {
 		stop, err := a.serveMetrics(a.cfg.MetricsAddr)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tashkent-db/tashkent/internal/replica"
+	"github.com/tashkent-db/tashkent/internal/verify"
 )
 
 // Mode is where durability is placed (BRIEF.md "Durability placements").
@@ -70,6 +71,10 @@ type Config struct {
 	TrustDDLRoles bool
 	// CertifierDialOptions dial the certifier (grpctls); none: plaintext.
 	CertifierDialOptions []grpc.DialOption
+	// VerifyEvery, if not 0, compares this replica with VerifyPeers that
+	// often (tashkent verify; verify.go); the metrics keep the last result.
+	VerifyEvery time.Duration
+	VerifyPeers []verify.Replica
 	// MetricsAddr serves /metrics and /healthz; empty: not served.
 	MetricsAddr string
 	Logger      *slog.Logger

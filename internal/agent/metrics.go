@@ -25,6 +25,8 @@ type metrics struct {
 
 	flowControlPausing prometheus.Gauge
 	flowControlPauses  prometheus.Counter
+
+	verify *verifyMetrics
 }
 
 func newMetrics() *metrics {
@@ -54,6 +56,7 @@ func newMetrics() *metrics {
 	}
 	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.syncs, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
 		m.flowControlPausing, m.flowControlPauses)
+	m.verify = newVerifyMetrics(m.registry)
 	m.setState(StateStarting)
 	return m
 }

@@ -128,3 +128,19 @@ func (s *sequence) next(ctx context.Context) (*order.Batch, error) {
 func (s *sequence) waitCommitted(ctx context.Context, v uint64) error {
 	return s.wait(ctx, func(o *order.Order) bool { return o.Committed() >= v })
 }
+
+// hold holds the replica's commits after version v (order.Hold).
+func (s *sequence) hold(v uint64) (held uint64) {
+	s.do(func(o *order.Order) { held = o.Hold(v) })
+	return held
+}
+
+// release ends the hold.
+func (s *sequence) release() {
+	s.do(func(o *order.Order) { o.Release() })
+}
+
+// waitMayCommit waits until no hold keeps local version v from committing.
+func (s *sequence) waitMayCommit(ctx context.Context, v uint64) error {
+	return s.wait(ctx, func(o *order.Order) bool { return o.MayCommit(v) })
+}

@@ -72,6 +72,7 @@ func (a *Agent) serveConn(ctx context.Context, nc net.Conn) {
 	a.track(c, true)
 	defer a.track(c, false)
 	c.serve(ctx, r)
+	a.holds.end(c, "its session ended")
 	c.closed()
 }
 
@@ -170,6 +171,12 @@ func (c *backendConn) serve(ctx context.Context, r *bufio.Reader) {
 			if _, err := c.nc.Write(wire.Encode(c.sync(ctx, m))); err != nil {
 				return
 			}
+		case wire.Hold:
+			if _, err := c.nc.Write(wire.Encode(c.hold(m))); err != nil {
+				return
+			}
+		case wire.Release:
+			c.a.holds.end(c, "its session released it")
 		default:
 			c.a.log.Warn("a backend sent an unexpected message; closing its connection", "pid", c.pid, "type", fmt.Sprintf("%T", m))
 			return

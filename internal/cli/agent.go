@@ -19,9 +19,10 @@ func init() { extraCommands = append(extraCommands, newAgentCommand) }
 
 func newAgentCommand() *cobra.Command {
 	var (
-		cfg     agent.Config
-		mode    string
-		certTLS grpctls.Files
+		cfg         agent.Config
+		mode        string
+		certTLS     grpctls.Files
+		verifyPeers []string
 	)
 	cmd := &cobra.Command{
 		Use:   "agent",
@@ -41,6 +42,11 @@ once the replica has caught up.`,
 				return errors.New("--name is required")
 			}
 			cfg.Mode = agent.Mode(mode)
+			peers, err := parseReplicas("--verify-peer", verifyPeers)
+			if err != nil {
+				return err
+			}
+			cfg.VerifyPeers = peers
 			cfg.NoFlowControl = cfg.FlowControlLimit == 0
 			if cfg.AdminPassword == "" {
 				cfg.AdminPassword = os.Getenv("TASHKENT_ADMIN_PASSWORD")
@@ -70,6 +76,8 @@ once the replica has caught up.`,
 	f.StringVar(&cfg.MetricsAddr, "metrics", "", "listen address of Prometheus /metrics and /healthz; empty disables")
 	f.DurationVar(&cfg.Staleness, "staleness", 100*time.Millisecond, "the replica asks the certifier for new versions at least this often (a safety net: the certifier pushes each as soon as it is durable); also the database health check's interval")
 	f.DurationVar(&cfg.BlockerGrace, "blocker-grace", time.Second, "how long a doomed local transaction may keep blocking a remote writeset before its backend is terminated (one idle in its transaction block cannot be cancelled); a reader in the way has its query cancelled after it and its backend terminated after twice it")
+	f.DurationVar(&cfg.VerifyEvery, "verify-every", 0, "compare this replica with the --verify-peer replicas this often, as tashkent verify does, and keep the result in the metrics (0: never)")
+	f.StringArrayVar(&verifyPeers, "verify-peer", nil, "NAME=URI of a replica to compare with (repeat; a superuser's connection string)")
 	f.Uint64Var(&cfg.FlowControlLimit, "flow-control-limit", agent.DefaultFlowControlLimit, "flow control: when more remote versions than this wait to be applied on the replica, it asks the certifier to hold the other replicas' commits until half are left (0 turns it off)")
 	f.IntVar(&cfg.ReplicaIndex, "replica-index", 0, "this replica's number, 1 to --sequence-stride, unique in the cluster: its sequences hand out only values congruent to it (0: the one recorded in the database)")
 	f.IntVar(&cfg.SequenceStride, "sequence-stride", replica.SequenceStrideDefault, fmt.Sprintf("every sequence advances by this much; the most replicas the cluster can ever have (at most %d)", replica.SequenceStrideMax))

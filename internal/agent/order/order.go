@@ -72,6 +72,10 @@ type Order struct {
 	inherited map[uint64]*Local // inherited, not delivered, by version
 	inFlight  *Batch
 	cancel    bool // the batch in flight waits behind an abandoned version
+	// hold: no version above it commits while it is set (0: none); see
+	// Hold. released is the highest local version whose backend was let
+	// commit it (MayCommit).
+	hold, released uint64
 }
 
 // New starts the order after version committed (the database's
@@ -94,6 +98,7 @@ func (o *Order) Reset(committed uint64) {
 	o.pending = make(map[uint64]*Local)
 	o.inherited = make(map[uint64]*Local)
 	o.inFlight, o.cancel = nil, false
+	o.released = 0
 }
 
 // Epoch counts resets. A stream opened at epoch e delivers with e.
@@ -215,11 +220,11 @@ func (o *Order) Next(max int) *Batch {
 		return nil
 	}
 	first := o.firstRemote()
-	if first == 0 {
+	if first == 0 || !o.mayPass(first) {
 		return nil
 	}
 	b := &Batch{First: first}
-	for v := first; v <= o.delivered && len(b.Entries) < max; v++ {
+	for v := first; v <= o.delivered && len(b.Entries) < max && o.mayPass(v); v++ {
 		s := o.slots[v]
 		if s.local != nil {
 			break
@@ -239,6 +244,38 @@ func (o *Order) firstRemote() uint64 {
 	}
 	return 0
 }
+
+// Hold holds the replica's commits after version v, or after the highest
+// version already under way if that is later: committed, in the batch in
+// flight, or let commit by its backend. It returns the version commits
+// are held after. Every version up to it commits as usual (a batch stops
+// at it); none after it does until Release: Next plans no batch past it
+// and MayCommit keeps local versions past it waiting. A hold only moves
+// forward. It lets a snapshot hold exactly one version on every replica
+// (tashkent verify).
+func (o *Order) Hold(v uint64) uint64 {
+	h := max(v, o.committed, o.released, o.hold)
+	if o.inFlight != nil {
+		h = max(h, o.inFlight.Last)
+	}
+	o.hold = h
+	return h
+}
+
+// Release ends the hold.
+func (o *Order) Release() { o.hold = 0 }
+
+// MayCommit reports whether local version v may commit now (no hold
+// keeps it), and if so records that its backend is let commit it.
+func (o *Order) MayCommit(v uint64) bool {
+	if !o.mayPass(v) {
+		return false
+	}
+	o.released = max(o.released, v)
+	return true
+}
+
+func (o *Order) mayPass(v uint64) bool { return o.hold == 0 || v <= o.hold }
 
 // InFlight is the batch in flight, nil if none.
 func (o *Order) InFlight() *Batch { return o.inFlight }

@@ -228,3 +228,67 @@ func TestRemoteWaitingCountsOnlyRemoteVersions(t *testing.T) {
 		t.Fatalf("after 14 committed: remote waiting %d, want 0", got)
 	}
 }
+
+// A hold lets every version up to it commit and none after: a batch stops
+// at it, a local version after it waits, and the hold starts after what is
+// already under way (the batch in flight, a local version let commit).
+func TestHoldStopsCommitsAfterItsVersion(t *testing.T) {
+	o := New(me, 10)
+	l := o.Register(1)
+	mustDeliver(t, o, remote(11), remote(12), entry(13, me, 1), remote(14), remote(15))
+	if got := o.Hold(0); got != 10 {
+		t.Fatalf("Hold(0) with nothing under way = %d, want 10 (the committed version)", got)
+	}
+	if b := o.Next(100); b != nil {
+		t.Fatalf("Next planned %v past the hold", span(b))
+	}
+	if got := o.Hold(14); got != 14 {
+		t.Fatalf("Hold(14) = %d, want 14", got)
+	}
+	if b := o.Next(100); span(b) != [2]uint64{11, 12} {
+		t.Fatalf("Next = %v, want [11 12]", span(b))
+	}
+	if !o.MayCommit(l.Version()) {
+		t.Fatal("local version 13 is before the hold and must commit")
+	}
+	o.Done(true)
+	o.Observe(13)
+	if b := o.Next(100); span(b) != [2]uint64{14, 14} {
+		t.Fatalf("Next = %v, want [14 14]: the batch stops at the hold", span(b))
+	}
+	if got := o.Hold(0); got != 14 {
+		t.Fatalf("Hold(0) with batch [14 14] in flight = %d, want 14", got)
+	}
+	o.Done(true)
+	if b := o.Next(100); b != nil {
+		t.Fatalf("Next planned %v past the hold", span(b))
+	}
+	o.Release()
+	if b := o.Next(100); span(b) != [2]uint64{15, 15} {
+		t.Fatalf("Next after Release = %v, want [15 15]", span(b))
+	}
+}
+
+// A local version let commit before a hold is under way: the hold starts
+// after it, and a local version after the hold waits until Release.
+func TestHoldCountsLocalVersionsLetCommit(t *testing.T) {
+	o := New(me, 10)
+	a, b := o.Register(1), o.Register(2)
+	mustDeliver(t, o, entry(11, me, 1), entry(12, me, 2))
+	if !o.MayCommit(a.Version()) {
+		t.Fatal("no hold: version 11 must commit")
+	}
+	if got := o.Hold(0); got != 11 {
+		t.Fatalf("Hold(0) after version 11 was let commit = %d, want 11", got)
+	}
+	if o.MayCommit(b.Version()) {
+		t.Fatal("version 12 is after the hold and must wait")
+	}
+	if got := o.Hold(5); got != 11 {
+		t.Fatalf("a hold never moves back: Hold(5) = %d, want 11", got)
+	}
+	o.Release()
+	if !o.MayCommit(b.Version()) {
+		t.Fatal("after Release version 12 must commit")
+	}
+}

@@ -12,10 +12,13 @@
 //	  'C' Certify   u64 start version, the encoded Writeset to the end
 //	  'A' Abandon   u64 version
 //	  'S' Sync      u32 milliseconds to answer within
+//	  'K' Hold      u64 version, u32 milliseconds to hold at most
+//	  'R' Release   no payload
 //	agent -> backend
 //	  'h' Welcome   u8 accepted, u64 agent generation, u16 length + text
 //	  'D' Decision  u8 kind, u64 version, u8 abort reason, u32 length + detail
 //	  's' Synced    u8 known, u64 durable version, u16 length + text
+//	  'k' Held      u8 held, u64 version, u16 length + text
 package wire
 
 import (
@@ -93,6 +96,24 @@ type Synced struct {
 	Text    string // why not, when not known
 }
 
+// Hold asks the agent to hold the replica's commits after Version, or
+// after the last version already under way if that is later, for at most
+// HoldMillis (tashkent.hold_commits).
+type Hold struct {
+	Version    uint64
+	HoldMillis uint32
+}
+
+// Release ends the backend's hold.
+type Release struct{}
+
+// Held answers a Hold: the version commits are held after, or why not.
+type Held struct {
+	Held    bool
+	Version uint64
+	Text    string // why not, when not held
+}
+
 // Decision answers a Certify.
 type Decision struct {
 	Kind        DecisionKind
@@ -134,6 +155,9 @@ func (Welcome) frameType() byte  { return 'h' }
 func (Decision) frameType() byte { return 'D' }
 func (Sync) frameType() byte     { return 'S' }
 func (Synced) frameType() byte   { return 's' }
+func (Hold) frameType() byte     { return 'K' }
+func (Release) frameType() byte  { return 'R' }
+func (Held) frameType() byte     { return 'k' }
 
 // Decode parses a frame read by ReadFrame.
 func Decode(typ byte, p []byte) (Message, error) {
@@ -154,6 +178,12 @@ func Decode(typ byte, p []byte) (Message, error) {
 		m = Sync{TimeoutMillis: d.u32()}
 	case 's':
 		m = Synced{Known: d.u8() != 0, Version: d.u64(), Text: d.text(int(d.u16()))}
+	case 'K':
+		m = Hold{Version: d.u64(), HoldMillis: d.u32()}
+	case 'R':
+		m = Release{}
+	case 'k':
+		m = Held{Held: d.u8() != 0, Version: d.u64(), Text: d.text(int(d.u16()))}
 	default:
 		return nil, fmt.Errorf("%w: unknown type %q", ErrMalformed, typ)
 	}
@@ -196,6 +226,13 @@ func Encode(m Message) []byte {
 		e.u32(m.TimeoutMillis)
 	case Synced:
 		e.u8(boolByte(m.Known))
+		e.u64(m.Version)
+		e.text16(m.Text)
+	case Hold:
+		e.u64(m.Version)
+		e.u32(m.HoldMillis)
+	case Held:
+		e.u8(boolByte(m.Held))
 		e.u64(m.Version)
 		e.text16(m.Text)
 	}

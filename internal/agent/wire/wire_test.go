@@ -23,6 +23,9 @@ func TestFramesRoundTrip(t *testing.T) {
 		wire.Abandon{Version: 1 << 40},
 		wire.Welcome{Accepted: true, Generation: 3, Text: "ok"},
 		wire.Decision{Kind: wire.Abort, Version: 12, AbortReason: 1, Detail: "row (public.t, [1]) written by version 12"},
+		wire.Hold{Version: 1 << 33, HoldMillis: 10000},
+		wire.Release{},
+		wire.Held{Held: false, Version: 9, Text: "another session holds this replica's commits"},
 	} {
 		typ, p, err := wire.ReadFrame(bufio.NewReader(bytes.NewReader(wire.Encode(m))), 1<<20)
 		if err != nil {

@@ -1,0 +1,258 @@
+package verify_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/verify"
+)
+
+const schema = `
+CREATE TABLE acct (id int PRIMARY KEY, owner text, balance numeric);
+INSERT INTO acct SELECT g, 'owner ' || g, g * 1.5 FROM generate_series(1, 2000) g;
+CREATE TABLE audit (at timestamptz, what text);
+INSERT INTO audit SELECT '2026-01-01'::timestamptz + g * interval '1 minute', 'event ' || (g % 7) FROM generate_series(1, 300) g;
+`
+
+func replicas(c *clustertest.Cluster) []verify.Replica {
+	var rs []verify.Replica
+	for i, db := range c.DBs {
+		rs = append(rs, verify.Replica{Name: fmt.Sprintf("replica%d", i+1), DSN: db.DSN("postgres")})
+	}
+	return rs
+}
+
+// writeUntil updates random accounts on replica i until stop is closed,
+// retrying what certification aborts.
+func writeUntil(t *testing.T, c *clustertest.Cluster, i int, stop <-chan struct{}, wg *sync.WaitGroup) {
+	conn := c.Connect(i)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err := conn.Exec(context.Background(), `UPDATE acct SET balance = balance + 1 WHERE id = $1`, rand.IntN(2000)+1)
+			var pgErr *pgconn.PgError
+			if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "40001") {
+				t.Errorf("replica%d: %v", i+1, err)
+				return
+			}
+		}
+	}()
+}
+
+// While two replicas take writes, verify compares all three at one
+// version and finds them equal; rows changed on one replica with the
+// maintenance switch are then named, by primary key (and by the row in a
+// table without one), with that replica as the odd one out.
+func TestVerifyFindsPlantedDifferencesUnderWrites(t *testing.T) {
+	c := clustertest.Start(t, 3, clustertest.Options{})
+	c.Exec(0, schema)
+	c.AwaitConverged(time.Minute)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	writeUntil(t, c, 0, stop, &wg)
+	writeUntil(t, c, 1, stop, &wg)
+	defer func() { close(stop); wg.Wait() }()
+
+	ctx := context.Background()
+	before := c.Committed(0)
+	r, err := verify.Run(ctx, verify.Options{Replicas: replicas(c)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Differences() != 0 || len(r.Tables) != 2 || r.Version <= before {
+		t.Fatalf("under writes: %d differences in %d tables at version %d (before: %d), want 0 in 2 after it: %+v",
+			r.Differences(), len(r.Tables), r.Version, before, r.Tables)
+	}
+
+	c.Exec(2, `SET tashkent.maintenance = on;
+UPDATE acct SET owner = 'someone else' WHERE id = 7;
+DELETE FROM acct WHERE id = 1999;
+INSERT INTO audit SELECT * FROM audit WHERE what = 'event 3' LIMIT 1;`)
+	r, err = verify.Run(ctx, verify.Options{Replicas: replicas(c)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := map[string]verify.TableReport{}
+	for _, tr := range r.Tables {
+		tables[tr.Name] = tr
+	}
+	acct, audit := tables["public.acct"], tables["public.audit"]
+	if r.Differences() != 2 || acct.DiffsFound != 2 || audit.DiffsFound != 1 {
+		t.Fatalf("planted 2 rows in acct and 1 in audit; found %d tables differing, acct %d rows, audit %d rows: %+v",
+			r.Differences(), acct.DiffsFound, audit.DiffsFound, r.Tables)
+	}
+	var keys []string
+	for _, d := range acct.Diffs {
+		keys = append(keys, d.Key)
+		if !slices.Equal(d.Odd, []string{"replica3"}) {
+			t.Errorf("acct key %s: odd replicas %v, want [replica3]", d.Key, d.Odd)
+		}
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"(1999)", "(7)"}) {
+		t.Errorf("acct: differing keys %v, want (1999) and (7)", keys)
+	}
+	if d := audit.Diffs[0]; !audit.Keyless || d.Values[2] != "2" || d.Values[0] != "1" || !slices.Equal(d.Odd, []string{"replica3"}) {
+		t.Errorf("audit: %+v, want the duplicated row, 2 copies on replica3 and 1 elsewhere", audit)
+	}
+}
+
+// A hold keeps the replica's commits after its version, local and remote,
+// until it is released; one session holds at a time; the hold ends with
+// its session; only superusers may hold.
+func TestHoldCommits(t *testing.T) {
+	c := clustertest.Start(t, 2, clustertest.Options{})
+	c.Exec(0, `CREATE TABLE t (id int PRIMARY KEY)`)
+	c.AwaitConverged(time.Minute)
+	ctx := context.Background()
+
+	holder := c.Connect(0)
+	var held uint64
+	if err := holder.QueryRow(ctx, `SELECT tashkent.hold_commits(0, 20000)`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Committed(0); got != held {
+		t.Fatalf("hold_commits returned %d, replica1 is at %d", held, got)
+	}
+
+	local := commitAsync(c.Connect(0), `INSERT INTO t VALUES (1)`)
+	c.Exec(1, `INSERT INTO t VALUES (2)`) // replica2 is not held
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case err := <-local:
+		t.Fatalf("a local commit returned while commits were held (err %v)", err)
+	default:
+	}
+	if got := c.Committed(0); got != held {
+		t.Fatalf("replica1 moved to version %d while held after %d", got, held)
+	}
+
+	other := c.Connect(0)
+	_, err := other.Exec(ctx, `SELECT tashkent.hold_commits(0, 1000)`)
+	if code := sqlState(err); code != "55006" {
+		t.Errorf("a second session's hold: %v (SQLSTATE %q), want 55006", err, code)
+	}
+
+	if _, err := holder.Exec(ctx, `SELECT tashkent.release_commits()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-local; err != nil {
+		t.Fatalf("the local commit after the release: %v", err)
+	}
+	c.AwaitConverged(time.Minute)
+
+	// A hold ends with its session.
+	if err := other.QueryRow(ctx, `SELECT tashkent.hold_commits(0, 60000)`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	local = commitAsync(c.Connect(0), `INSERT INTO t VALUES (3)`)
+	other.Close(ctx)
+	select {
+	case err := <-local:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a commit still waits 30 s after the holding session ended")
+	}
+
+	c.Exec(0, `CREATE ROLE plain LOGIN`)
+	c.AwaitConverged(time.Minute)
+	plain, err := c.ConnectAs(0, "plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = plain.Exec(ctx, `SELECT tashkent.hold_commits(0, 1000)`)
+	if code := sqlState(err); code != "42501" {
+		t.Errorf("an ordinary role's hold: %v (SQLSTATE %q), want 42501", err, code)
+	}
+}
+
+func commitAsync(conn *pgx.Conn, sql string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(context.Background(), sql)
+		done <- err
+	}()
+	return done
+}
+
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// An agent given --verify-every compares its replica with its peers on
+// its own; the metrics show the last result, a planted difference
+// included.
+func TestAgentVerifiesPeriodically(t *testing.T) {
+	c := clustertest.Start(t, 2, clustertest.Options{})
+	c.StopAgent(0)
+	cfg := c.Config(0)
+	cfg.VerifyEvery = 200 * time.Millisecond
+	cfg.VerifyPeers = []verify.Replica{{Name: "replica2", DSN: c.DBs[1].DSN("postgres")}}
+	cfg.MetricsAddr = "127.0.0.1:0"
+	select {
+	case <-c.RunAgent(0, cfg).Ready():
+	case <-time.After(clustertest.AgentStartLimit):
+		t.Fatal("agent 1 did not serve again")
+	}
+	c.Exec(0, schema)
+	c.AwaitConverged(time.Minute)
+	metrics := "http://" + c.Agents[0].MetricsAddr().String() + "/metrics"
+	awaitMetric(t, metrics, `tashkent_agent_verify_runs_total{result="equal"}`, func(v float64) bool { return v >= 1 })
+
+	c.Exec(1, `SET tashkent.maintenance = on; DELETE FROM acct WHERE id = 5`)
+	awaitMetric(t, metrics, `tashkent_agent_verify_differing_tables`, func(v float64) bool { return v == 1 })
+	awaitMetric(t, metrics, `tashkent_agent_verify_runs_total{result="differ"}`, func(v float64) bool { return v >= 1 })
+}
+
+// awaitMetric waits until the sample named (with its labels) satisfies ok.
+func awaitMetric(t *testing.T, url, sample string, ok func(float64) bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	last := "not scraped"
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, line := range strings.Split(string(body), "\n") {
+				value, found := strings.CutPrefix(line, sample+" ")
+				if !found {
+					continue
+				}
+				last = value
+				if v, err := strconv.ParseFloat(value, 64); err == nil && ok(v) {
+					return
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: last value %s after a minute", sample, last)
+}
