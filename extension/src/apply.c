@@ -76,7 +76,7 @@ tashkent_apply_versions(PG_FUNCTION_ARGS)
 	committed = tk_committed();
 	if ((uint64) first <= committed)
 		ereport(ERROR,
-				(errcode(ERRCODE_TK_ALREADY_APPLIED),
+				(errcode(ERRCODE_TK_ALREADY_COMMITTED),
 				 errmsg("version %lld is already committed on this replica (its version is %llu)",
 						(long long) first, (unsigned long long) committed)));
 	(void) GetTopTransactionId();	/* the commit must write its record */

@@ -61,10 +61,16 @@
 /* The replication origin whose progress is the replica's version. */
 #define TK_ORIGIN_NAME "tashkent"
 
-/* SQLSTATEs of tashkent's own (class TK: see docs/OPERATIONS.md). */
-#define ERRCODE_TK_ALREADY_APPLIED MAKE_SQLSTATE('T','K','0','0','2')
+/*
+ * SQLSTATEs of tashkent's own, class TK: the one list, which Go's
+ * internal/pgcode mirrors (its test compares the two). TK001 and TK005 are
+ * raised by functions in sql/tashkent--1.0.sql, which spells them as text.
+ */
+#define ERRCODE_TK_DDL_GENERATION_CHANGED MAKE_SQLSTATE('T','K','0','0','1')
+#define ERRCODE_TK_ALREADY_COMMITTED MAKE_SQLSTATE('T','K','0','0','2')
 #define ERRCODE_TK_NOT_APPLIER MAKE_SQLSTATE('T','K','0','0','3')
 #define ERRCODE_TK_VERSION_NOT_APPLIED MAKE_SQLSTATE('T','K','0','0','4')
+#define ERRCODE_TK_KEYLESS_ROW_MISSING MAKE_SQLSTATE('T','K','0','0','5')
 
 /* ---- tashkent.c: settings ---- */
 

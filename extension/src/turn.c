@@ -131,7 +131,7 @@ tk_turn_wait(uint64 first, bool cancellable)
 			return;
 		if (committed > predecessor)
 			ereport(ERROR,
-					(errcode(ERRCODE_TK_ALREADY_APPLIED),
+					(errcode(ERRCODE_TK_ALREADY_COMMITTED),
 					 errmsg("version %llu is already committed on this replica (its version is %llu)",
 							(unsigned long long) first, (unsigned long long) committed)));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -10,6 +10,7 @@ import (
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Writesets certified through either agent are committed on both
@@ -72,7 +73,7 @@ func TestTheAgentRefusesStrangers(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not the agent's apply connection") {
 		t.Fatalf("a session registered as the applier: %v", err)
 	}
-	if _, err := conn.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(1, 1)`); sqlState(err) != "TK003" {
+	if _, err := conn.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(1, 1)`); pgcode.Of(err) != pgcode.NotApplier {
 		t.Fatalf("apply_versions from a session: %v, want TK003", err)
 	}
 	if _, err := conn.Exec(ctx, `ROLLBACK`); err != nil {
@@ -139,11 +140,11 @@ func TestAVersionThatCannotBeAppliedHaltsTheReplica(t *testing.T) {
 	c.AwaitState(0, agent.StateHalted, time.Minute)
 
 	_, err := session.Exec(ctx, `INSERT INTO t VALUES (1, 'a')`)
-	if sqlState(err) != "57P03" || !strings.Contains(err.Error(), "must be rebuilt") {
+	if pgcode.Of(err) != pgcode.CannotConnectNow || !strings.Contains(err.Error(), "must be rebuilt") {
 		t.Errorf("a write on a halted replica: %v, want 57P03 saying it must be rebuilt", err)
 	}
 	_, err = c.ConnectAs(0, "app")
-	if sqlState(err) != "57P03" || !strings.Contains(err.Error(), "must be rebuilt") {
+	if pgcode.Of(err) != pgcode.CannotConnectNow || !strings.Contains(err.Error(), "must be rebuilt") {
 		t.Errorf("a client of a halted replica: %v, want 57P03 saying it must be rebuilt", err)
 	}
 }

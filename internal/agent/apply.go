@@ -8,6 +8,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/agent/order"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
@@ -79,14 +80,14 @@ func (r *run) cancelApply(b *order.Batch) {
 // handleApplyError decides what follows a failed batch (planned again
 // already); false ends the applier.
 func (r *run) handleApplyError(b *order.Batch, err error) bool {
-	switch code := sqlState(err); {
+	switch code := pgcode.Of(err); {
 	case r.ctx.Err() != nil:
 		return false
 	case r.apply.IsClosed():
 		return r.reconnectApplier(err)
-	case code == "40P01" || code == "40001" || code == "55P03" || code == "57014":
+	case code == pgcode.DeadlockDetected || code == pgcode.SerializationFailure || code == pgcode.LockNotAvailable || code == pgcode.QueryCanceled:
 		r.a.log.Info("remote apply interrupted; retrying", "first_version", b.First, "code", code)
-		if code != "57014" {
+		if code != pgcode.QueryCanceled {
 			sleep(r.ctx, retryPause)
 		}
 		return true

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
@@ -155,12 +154,4 @@ func write(t testing.TB, c *clustertest.Cluster, i, from, n int) uint64 {
 	}
 	conn.Close(ctx)
 	return uint64(v)
-}
-
-func sqlState(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
 }

@@ -11,7 +11,8 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Application names of the agent's connections, as pg_stat_activity
@@ -162,20 +163,11 @@ func (c *control) replace(ctx context.Context, conn *pgx.Conn) {
 
 func (c *control) close(ctx context.Context) { c.replace(ctx, nil) }
 
-// sqlState is the SQLSTATE of a PostgreSQL error, "" for any other.
-func sqlState(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
-}
-
 // missingObject reports an error about a table or function the database
 // does not have (an extension without that part).
 func missingObject(err error) bool {
-	code := sqlState(err)
-	return code == "42P01" || code == "42883" || code == "3F000"
+	code := pgcode.Of(err)
+	return code == pgcode.UndefinedTable || code == pgcode.UndefinedFunction || code == pgcode.InvalidSchemaName
 }
 
 // quoteText quotes a value for the few messages that show one.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // A local transaction that holds a row lock a remote writeset needs gives
@@ -45,7 +46,7 @@ func TestALocalTransactionThatBlocksARemoteWritesetGivesWay(t *testing.T) {
 	v1 := update(1)
 	select {
 	case err := <-failed:
-		if sqlState(err) != "40001" || !strings.Contains(err.Error(), "concurrent update on another replica") {
+		if pgcode.Of(err) != pgcode.SerializationFailure || !strings.Contains(err.Error(), "concurrent update on another replica") {
 			t.Errorf("the blocking transaction's statement: %v, want 40001", err)
 		}
 	case <-time.After(time.Minute):
@@ -63,7 +64,7 @@ func TestALocalTransactionThatBlocksARemoteWritesetGivesWay(t *testing.T) {
 	if took := time.Since(start); took < 300*time.Millisecond {
 		t.Errorf("the idle blocker's backend was terminated after %v, before the grace period", took)
 	}
-	if _, err := idle.Exec(ctx, `SELECT 1`); sqlState(err) != "40001" || !idle.IsClosed() {
+	if _, err := idle.Exec(ctx, `SELECT 1`); pgcode.Of(err) != pgcode.SerializationFailure || !idle.IsClosed() {
 		t.Errorf("the idle blocking transaction's next statement: %v, want FATAL 40001", err)
 	}
 	if got := c.Rows(0, "t"); got != "(1,remote) (2,remote)" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // After PostgreSQL is killed (synchronous_commit=off: it may lose its
@@ -59,7 +60,7 @@ func TestClientsWaitUntilTheReplicaHasCaughtUp(t *testing.T) {
 	}
 	write(t, c, 1, 1, 300)
 	target := c.Durable()
-	if _, err := c.ConnectAs(0, "app"); sqlState(err) != "57P03" {
+	if _, err := c.ConnectAs(0, "app"); pgcode.Of(err) != pgcode.CannotConnectNow {
 		t.Fatalf("a client of a replica without its agent: %v, want 57P03", err)
 	}
 
@@ -70,7 +71,7 @@ func TestClientsWaitUntilTheReplicaHasCaughtUp(t *testing.T) {
 		if err == nil {
 			break
 		}
-		if sqlState(err) != "57P03" {
+		if pgcode.Of(err) != pgcode.CannotConnectNow {
 			t.Fatalf("a client while the replica catches up: %v, want 57P03", err)
 		}
 		refused++

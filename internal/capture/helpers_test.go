@@ -141,14 +141,6 @@ func render(ws *pb.Writeset) []string {
 	return out
 }
 
-func sqlState(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
-}
-
 // fails runs sql and checks that it fails with SQLSTATE code, and that
 // nothing was certified.
 func (f *fixture) fails(sql, code string) *pgconn.PgError {

@@ -3,6 +3,8 @@ package capture_test
 import (
 	"context"
 	"testing"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // A write tashkent cannot replicate is refused: beyond the writeset
@@ -11,7 +13,7 @@ func TestRefusals(t *testing.T) {
 	f := start(t, `CREATE TABLE t (id int PRIMARY KEY, v text)`)
 
 	f.exec(f.conn, `SET tashkent.writeset_max_rows = 3`)
-	pe := f.fails(`INSERT INTO t SELECT g, 'x' FROM generate_series(1, 4) AS g`, "54000")
+	pe := f.fails(`INSERT INTO t SELECT g, 'x' FROM generate_series(1, 4) AS g`, pgcode.ProgramLimitExceeded)
 	if pe.Message != "the transaction's writeset exceeds tashkent.writeset_max_rows (3 row changes)" {
 		t.Errorf("limit: %q", pe.Message)
 	}
@@ -20,7 +22,7 @@ func TestRefusals(t *testing.T) {
 		INSERT INTO t VALUES (3, 'c'), (4, 'd'), (5, 'e'); COMMIT`,
 		`UPSERT public.t [3] (3,c)`, `UPSERT public.t [4] (4,d)`, `UPSERT public.t [5] (5,e)`)
 	f.exec(f.conn, `RESET tashkent.writeset_max_rows; SET tashkent.writeset_max_bytes = 2`)
-	pe = f.fails(`INSERT INTO t SELECT g, repeat('x', 1000) FROM generate_series(10, 12) AS g`, "54000")
+	pe = f.fails(`INSERT INTO t SELECT g, repeat('x', 1000) FROM generate_series(10, 12) AS g`, pgcode.ProgramLimitExceeded)
 	if pe.Message != "the transaction's writeset exceeds tashkent.writeset_max_bytes (2 kB)" {
 		t.Errorf("limit: %q", pe.Message)
 	}

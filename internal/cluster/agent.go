@@ -11,7 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/tashkent-db/tashkent/internal/netutil"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // The agent of each replica (`tashkent agent`, internal/agent): started
@@ -183,7 +185,7 @@ func ReadGate(ctx context.Context, dsn string) (Gate, error) {
 // extension yet.
 func notInstalled(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "3F000" || pgErr.Code == "42883" || pgErr.Code == "42P01") // invalid_schema_name, undefined_function, undefined_table
+	return errors.As(err, &pgErr) && (pgErr.Code == pgcode.InvalidSchemaName || pgErr.Code == pgcode.UndefinedFunction || pgErr.Code == pgcode.UndefinedTable)
 }
 
 // listensOn reports whether process pid holds the TCP socket listening on

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/replica"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
@@ -186,7 +187,7 @@ func (w *groupWorkload) run(ctx context.Context, t *testing.T, uri string, k int
 		switch {
 		case err == nil:
 			w.acked[id] = true
-		case errors.As(err, &pgErr) && pgErr.Code == "40001":
+		case errors.As(err, &pgErr) && pgErr.Code == pgcode.SerializationFailure:
 			w.aborts++
 		default:
 			w.unknown++

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/configfile"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
@@ -332,7 +333,7 @@ func TestUpStatusDown(t *testing.T) {
 	query(t, r1, "CREATE ROLE ddl_user LOGIN")
 	query(t, r1, "GRANT CREATE ON SCHEMA public TO ddl_user")
 	ddlUser := strings.Replace(r2, "postgres@", "ddl_user@", 1)
-	if _, err := tryQuery(ddlUser, "CREATE TABLE by_ddl_user (id int PRIMARY KEY)"); err == nil || !strings.Contains(err.Error(), "42501") {
+	if _, err := tryQuery(ddlUser, "CREATE TABLE by_ddl_user (id int PRIMARY KEY)"); err == nil || !strings.Contains(err.Error(), pgcode.InsufficientPrivilege) {
 		t.Fatalf("DDL by a role that is not a superuser, without --trust-ddl-roles: %v, want 42501", err)
 	}
 	if out, err := run(t, bin, "up", "--data-dir", dir, "--trust-ddl-roles", "--no-demo"); err == nil ||

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // The whole path with real backends: DDL and writes on one replica reach
@@ -57,7 +58,7 @@ func TestWritesOnEveryReplicaReachTheOthers(t *testing.T) {
 		t.Fatal("both concurrent updates of one row committed")
 	case err1 != nil && err2 != nil:
 		t.Fatalf("neither update committed: %v; %v", err1, err2)
-	case !errors.As(errors.Join(err1, err2), &pe) || pe.Code != "40001":
+	case !errors.As(errors.Join(err1, err2), &pe) || pe.Code != pgcode.SerializationFailure:
 		t.Fatalf("the refused update got %v, want SQLSTATE 40001", errors.Join(err1, err2))
 	}
 	c.AwaitConverged(30 * time.Second)

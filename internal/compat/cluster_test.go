@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
@@ -137,7 +138,7 @@ func awaitPasswordChecked(t *testing.T, db *pgserver.Server) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		c, err := pgx.ConnectConfig(cctx, cfg)
 		cancel()
-		if err != nil && strings.Contains(err.Error(), "28P01") {
+		if err != nil && strings.Contains(err.Error(), pgcode.InvalidPassword) {
 			return
 		}
 		if c != nil {

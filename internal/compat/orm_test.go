@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // migrationTool is an ORM's migration tool and an application written with
@@ -215,7 +216,7 @@ func migrate(t *testing.T, tool migrationTool, dir string, c *clustertest.Cluste
 		if err == nil {
 			return run
 		}
-		conflict := bytes.Contains(out, []byte("SerializationFailure")) || bytes.Contains(out, []byte("40001"))
+		conflict := bytes.Contains(out, []byte("SerializationFailure")) || bytes.Contains(out, []byte(pgcode.SerializationFailure))
 		if !conflict {
 			t.Fatalf("%s on replica 1 (run %d): %v\n%s", strings.Join(args, " "), run, err, tail(string(out), 6000))
 		}

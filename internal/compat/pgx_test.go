@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 func init() {
@@ -100,16 +102,8 @@ func withTable(ctx context.Context, e pgxEnv, name, columns string, f func(conn 
 	return f(conn, table)
 }
 
-func pgxSQLState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
-}
-
 func wantSQLState(want string, err error, what string) error {
-	if got := pgxSQLState(err); got != want {
+	if got := pgcode.Of(err); got != want {
 		return fmt.Errorf("%s: got %v, want SQLSTATE %s", what, err, want)
 	}
 	return nil
@@ -167,7 +161,7 @@ func pgxConnect(ctx context.Context, e pgxEnv) error {
 		return errors.New("no BackendKeyData or server_version ParameterStatus")
 	}
 	_, err = pgx.Connect(ctx, e.dsn(e.tg.port, compatPassword+"-wrong"))
-	if err == nil || pgxSQLState(err) != "28P01" {
+	if err == nil || pgcode.Of(err) != pgcode.InvalidPassword {
 		return fmt.Errorf("a wrong password gave %v, want SQLSTATE 28P01", err)
 	}
 	return nil
@@ -269,7 +263,7 @@ func pgxTransactions(ctx context.Context, e pgxEnv) error {
 				return err
 			}
 			sp.Exec(ctx, ins, 2)
-			if _, err := sp.Exec(ctx, ins, 1); pgxSQLState(err) != "23505" {
+			if _, err := sp.Exec(ctx, ins, 1); pgcode.Of(err) != pgcode.UniqueViolation {
 				return fmt.Errorf("duplicate in a savepoint: %v", err)
 			}
 			if err := sp.Rollback(ctx); err != nil { // ROLLBACK TO SAVEPOINT
@@ -294,7 +288,7 @@ func pgxTransactions(ctx context.Context, e pgxEnv) error {
 			return err
 		}
 		tx.Exec(ctx, ins, 5)
-		if _, err := tx.Exec(ctx, "SELECT 1/0"); pgxSQLState(err) != "22012" {
+		if _, err := tx.Exec(ctx, "SELECT 1/0"); pgcode.Of(err) != pgcode.DivisionByZero {
 			return fmt.Errorf("division by zero: %v", err)
 		}
 		if err := tx.Commit(ctx); !errors.Is(err, pgx.ErrTxCommitRollback) {
@@ -329,7 +323,7 @@ func pgxCopyIn(ctx context.Context, e pgxEnv) error {
 			return err
 		}
 		_, err = conn.PgConn().CopyFrom(ctx, strings.NewReader("5000\tnew\n1\tdup\n"), "COPY "+t+" FROM STDIN")
-		if err := wantSQLState("23505", err, "COPY with a duplicate key"); err != nil {
+		if err := wantSQLState(pgcode.UniqueViolation, err, "COPY with a duplicate key"); err != nil {
 			return err
 		}
 		var count int
@@ -453,7 +447,7 @@ func pgxPipeline(ctx context.Context, e pgxEnv) error {
 		b = &pgx.Batch{}
 		b.Queue("INSERT INTO "+t+" VALUES ($1, $2)", 3, "c")
 		b.Queue("INSERT INTO "+t+" VALUES ($1, $2)", 1, "dup")
-		if err := conn.SendBatch(ctx, b).Close(); pgxSQLState(err) != "23505" {
+		if err := conn.SendBatch(ctx, b).Close(); pgcode.Of(err) != pgcode.UniqueViolation {
 			return fmt.Errorf("batch with a duplicate: %v", err)
 		}
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&count); err != nil {
@@ -474,11 +468,11 @@ func pgxErrors(ctx context.Context, e pgxEnv) error {
 		}
 		_, err := conn.Exec(ctx, ins, 1)
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != t+"_pkey" {
+		if !errors.As(err, &pgErr) || pgErr.Code != pgcode.UniqueViolation || pgErr.ConstraintName != t+"_pkey" {
 			return fmt.Errorf("duplicate key: %v (constraint %q)", err, pgErr.ConstraintName)
 		}
 		for _, c := range []struct{ sql, code string }{
-			{"SELECT 1/0", "22012"}, {"SELECT * FROM compat_no_such_table", "42P01"}, {"SELEC 1", "42601"},
+			{"SELECT 1/0", pgcode.DivisionByZero}, {"SELECT * FROM compat_no_such_table", pgcode.UndefinedTable}, {"SELEC 1", pgcode.SyntaxError},
 		} {
 			_, err := conn.Exec(ctx, c.sql)
 			if err := wantSQLState(c.code, err, c.sql); err != nil {
@@ -490,11 +484,11 @@ func pgxErrors(ctx context.Context, e pgxEnv) error {
 			return err
 		}
 		_, err = tx.Exec(ctx, ins, 1)
-		if err := wantSQLState("23505", err, "duplicate in a block"); err != nil {
+		if err := wantSQLState(pgcode.UniqueViolation, err, "duplicate in a block"); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, "SELECT 1")
-		if err := wantSQLState("25P02", err, "statement in a failed block"); err != nil {
+		if err := wantSQLState(pgcode.InFailedSQLTransaction, err, "statement in a failed block"); err != nil {
 			return err
 		}
 		if err := tx.Rollback(ctx); err != nil {
@@ -519,7 +513,7 @@ func pgxCancel(ctx context.Context, e pgxEnv) error {
 		conn.PgConn().CancelRequest(context.Background())
 	}()
 	_, err = conn.Exec(ctx, "SELECT pg_sleep(10)")
-	if err := wantSQLState("57014", err, "cancelled pg_sleep"); err != nil {
+	if err := wantSQLState(pgcode.QueryCanceled, err, "cancelled pg_sleep"); err != nil {
 		return err
 	}
 	if elapsed := time.Since(start); elapsed > 5*time.Second {
@@ -540,7 +534,7 @@ func pgxStatementTimeout(ctx context.Context, e pgxEnv) error {
 	}
 	start := time.Now()
 	_, err = conn.Exec(ctx, "SELECT pg_sleep(5)")
-	if err := wantSQLState("57014", err, "pg_sleep past statement_timeout"); err != nil {
+	if err := wantSQLState(pgcode.QueryCanceled, err, "pg_sleep past statement_timeout"); err != nil {
 		return err
 	}
 	if elapsed := time.Since(start); elapsed > 3*time.Second {
@@ -602,7 +596,7 @@ func pgxRetry40001(ctx context.Context, e pgxEnv) error {
 				switch {
 				case err == nil:
 					done++
-				case pgxSQLState(err) == "40001":
+				case pgcode.Of(err) == pgcode.SerializationFailure:
 					mu.Lock()
 					conflicts++
 					mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 )
 
@@ -167,7 +168,7 @@ func psqlCancel(ctx context.Context, env []string, file string) result {
 	switch {
 	case err != nil:
 		return result{status: "FAIL", detail: err.Error()}
-	case r.code != 3 || !strings.Contains(r.stderr, "57014"):
+	case r.code != 3 || !strings.Contains(r.stderr, pgcode.QueryCanceled):
 		return result{status: "FAIL", detail: "want exit 3 and 57014: " + oneLine(r.String())}
 	case r.elapsed > 5*time.Second:
 		return result{status: "FAIL", detail: fmt.Sprintf("the cancel took %s", r.elapsed.Round(time.Millisecond))}
@@ -242,7 +243,7 @@ func psqlRetry(ctx context.Context, env []string, tg target, prefix, file string
 			case r.code == 0:
 				done++
 				ok++
-			case strings.Contains(r.stderr, "40001"):
+			case strings.Contains(r.stderr, pgcode.SerializationFailure):
 				conflicts++
 			default:
 				errs = append(errs, r.String())

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent/agenttest"
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // DDL is certified as its own text: one statement of a multi-statement
@@ -142,7 +143,7 @@ func TestDDLIsCertifiedFromItsSnapshot(t *testing.T) {
 	f.a.SetDecide(func(r agenttest.Request, next uint64) wire.Decision {
 		return wire.Decision{Kind: wire.Abort, AbortReason: 1, Detail: "conflict"}
 	})
-	f.fail(f.c, `CREATE TABLE refused (id int)`, "40001")
+	f.fail(f.c, `CREATE TABLE refused (id int)`, pgcode.SerializationFailure)
 	if scalar[bool](t, f.c, `SELECT to_regclass('public.refused') IS NOT NULL`) {
 		t.Errorf("a DDL refused by the certifier stayed")
 	}

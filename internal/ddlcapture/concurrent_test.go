@@ -5,6 +5,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent/agenttest"
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // CONCURRENTLY statements run concurrently where they are issued and are
@@ -42,7 +43,7 @@ func TestConcurrentlyIsCapturedAndAppliedBlocking(t *testing.T) {
 	f.a.SetDecide(func(r agenttest.Request, next uint64) wire.Decision {
 		return wire.Decision{Kind: wire.Abort, AbortReason: 1, Detail: "conflict"}
 	})
-	f.fail(f.c, `CREATE INDEX CONCURRENTLY t_refused ON t (v)`, "40001")
+	f.fail(f.c, `CREATE INDEX CONCURRENTLY t_refused ON t (v)`, pgcode.SerializationFailure)
 	if scalar[bool](t, f.c, `SELECT indisvalid FROM pg_index WHERE indexrelid = 't_refused'::regclass`) {
 		t.Errorf("an index whose certification failed is valid")
 	}

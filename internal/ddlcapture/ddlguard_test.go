@@ -3,6 +3,8 @@ package ddlcapture_test
 import (
 	"strings"
 	"testing"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // DDL that would be replicated is refused (42501) for a role that is not
@@ -26,7 +28,7 @@ func TestDDLOfARoleThatIsNotASuperuserIsRefused(t *testing.T) {
 		`ALTER ROLE app SET work_mem = '1MB'`, // fires no event trigger
 		`DROP TABLE owned`,
 	} {
-		e := f.fail(app, sql, "42501")
+		e := f.fail(app, sql, pgcode.InsufficientPrivilege)
 		if !strings.Contains(e.Message, `role "app" is not one`) {
 			t.Errorf("%s: %s", sql, e.Message)
 		}

@@ -2,6 +2,8 @@ package ddlcapture_test
 
 import (
 	"testing"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // tashkent.ddl_log gets a row for each DDL command that changes a
@@ -22,7 +24,7 @@ func TestDDLGenerationLog(t *testing.T) {
 	if g1 <= g0 {
 		t.Fatalf("CREATE TABLE left the generation at %d", g1)
 	}
-	f.fail(f.c, `SELECT tashkent.check_ddl_generation(`+itoa(g0)+`)`, "TK001")
+	f.fail(f.c, `SELECT tashkent.check_ddl_generation(`+itoa(g0)+`)`, pgcode.DDLGenerationChanged)
 	f.exec(f.c, `DROP TABLE t`)
 	if gen() <= g1 {
 		t.Errorf("DROP TABLE left the generation at %d", g1)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // A doomed transaction fails with 40001 at its next statement: a query, a
@@ -32,7 +34,7 @@ func TestDoomedTransactionFailsAtItsNextStatement(t *testing.T) {
 	} {
 		f.exec(victim, `BEGIN; INSERT INTO t VALUES (1)`)
 		doom()
-		f.fail(victim, tc.next, "40001")
+		f.fail(victim, tc.next, pgcode.SerializationFailure)
 		if got := string(victim.PgConn().TxStatus()); got != tc.status {
 			t.Errorf("after %s failed: transaction status %q, want %q", tc.next, got, tc.status)
 		}
@@ -64,7 +66,7 @@ func TestDoomCancelsTheRunningStatement(t *testing.T) {
 	select {
 	case err := <-done:
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "40001" {
+		if !errors.As(err, &pe) || pe.Code != pgcode.SerializationFailure {
 			t.Fatalf("the doomed statement ended with %v, want SQLSTATE 40001", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -85,7 +87,7 @@ func TestALateDoomSignalCancelsNothing(t *testing.T) {
 	if got := scalar[string](t, f.c, `SELECT tashkent.doom(`+strconv.Itoa(pid)+`, 1000)`); got != "blocker" {
 		t.Fatalf("tashkent.doom: %q", got)
 	}
-	f.fail(victim, `SELECT 1`, "40001")
+	f.fail(victim, `SELECT 1`, pgcode.SerializationFailure)
 	f.exec(victim, `ROLLBACK`)
 	for _, retry := range []string{`SELECT pg_sleep(1)`, `BEGIN; INSERT INTO t VALUES (2); SELECT pg_sleep(1); COMMIT`} {
 		done := make(chan error, 1)

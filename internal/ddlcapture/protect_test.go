@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Statements that would switch replication off are refused with 42501,
@@ -44,7 +46,7 @@ func TestReplicationProtectsItself(t *testing.T) {
 		`ALTER EXTENSION tashkent DROP FUNCTION tashkent.check_ddl_generation(bigint)`,
 	}
 	for _, sql := range refused {
-		f.fail(f.c, sql, "42501")
+		f.fail(f.c, sql, pgcode.InsufficientPrivilege)
 	}
 	// A user's own trigger, by name.
 	f.exec(f.c, `ALTER TABLE t DISABLE TRIGGER mine; ALTER TABLE t ENABLE TRIGGER mine;
@@ -74,7 +76,7 @@ func TestReplicationProtectsItself(t *testing.T) {
 	// Nobody else may set it.
 	f.exec(f.c, `CREATE ROLE app LOGIN; GRANT CREATE ON SCHEMA public TO app`)
 	app := connectAs(t, f, "app")
-	f.fail(app, `SET tashkent.maintenance = on`, "42501")
+	f.fail(app, `SET tashkent.maintenance = on`, pgcode.InsufficientPrivilege)
 }
 
 // waitLog waits for n lines of the server's log to contain s.

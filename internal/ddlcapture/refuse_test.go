@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Features whose effect would stay on one replica are refused with
@@ -43,7 +45,7 @@ func TestUnreplicatedFeaturesAreRefused(t *testing.T) {
 		`EXPLAIN ANALYZE CREATE TABLE made AS SELECT 1 AS x`,
 		`EXPLAIN (ANALYZE) SELECT 1 AS x INTO made`,
 	} {
-		e := f.fail(f.c, sql, "0A000")
+		e := f.fail(f.c, sql, pgcode.FeatureNotSupported)
 		if e.Hint == "" {
 			t.Errorf("%s: no hint", sql)
 		}
@@ -53,13 +55,13 @@ func TestUnreplicatedFeaturesAreRefused(t *testing.T) {
 	f.exec(f.c, `CREATE FUNCTION locker(k bigint) RETURNS void LANGUAGE plpgsql AS $$BEGIN PERFORM pg_advisory_lock(k); END$$;
 		CREATE VIEW locked AS SELECT pg_try_advisory_lock(1) AS got`)
 	f.captured()
-	f.fail(f.c, `SELECT locker(1)`, "0A000")
-	f.fail(f.c, `SELECT * FROM locked`, "0A000")
+	f.fail(f.c, `SELECT locker(1)`, pgcode.FeatureNotSupported)
+	f.fail(f.c, `SELECT * FROM locked`, pgcode.FeatureNotSupported)
 	// An operator is a function call too (OpExpr), and so is a prepared
 	// statement's.
 	f.exec(f.c, `CREATE OPERATOR ### (FUNCTION = pg_try_advisory_lock, LEFTARG = int, RIGHTARG = int)`)
-	f.fail(f.c, `SELECT 1 ### 2`, "0A000")
-	if _, err := f.c.Exec(context.Background(), `SELECT pg_advisory_lock($1)`, 5); err == nil || !strings.Contains(err.Error(), "0A000") {
+	f.fail(f.c, `SELECT 1 ### 2`, pgcode.FeatureNotSupported)
+	if _, err := f.c.Exec(context.Background(), `SELECT pg_advisory_lock($1)`, 5); err == nil || !strings.Contains(err.Error(), pgcode.FeatureNotSupported) {
 		t.Errorf("extended protocol: pg_advisory_lock($1): %v, want 0A000", err)
 	}
 	f.captured()
@@ -90,7 +92,7 @@ func TestCatalogWritesAreRefused(t *testing.T) {
 		`DO $$BEGIN UPDATE pg_event_trigger SET evtenabled = 'D'; END$$`,
 		`COPY pg_description FROM STDIN`,
 	} {
-		e := f.fail(f.c, sql, "42501")
+		e := f.fail(f.c, sql, pgcode.InsufficientPrivilege)
 		if !strings.Contains(e.Message, "system catalog") {
 			t.Errorf("%s: %s", sql, e.Message)
 		}

@@ -1,6 +1,10 @@
 package ddlcapture_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
+)
 
 // DDL that touches temporary objects only stays on this replica: judged
 // by what the statement touched in the catalog, not by its text.
@@ -76,7 +80,7 @@ func TestDDLOnTemporaryAndPermanentObjectsIsRefused(t *testing.T) {
 		`CREATE FUNCTION mk() RETURNS int LANGUAGE plpgsql AS $$BEGIN CREATE TABLE made (id int); RETURN 1; END$$; ` +
 			`CREATE TEMP TABLE tx AS SELECT mk()`,
 	} {
-		f.fail(f.c, sql, "0A000")
+		f.fail(f.c, sql, pgcode.FeatureNotSupported)
 	}
 	f.expectCaptured("refused statements")
 	if !scalar[bool](t, f.c, `SELECT to_regclass('public.perm') IS NOT NULL AND to_regclass('pg_temp.tmp') IS NOT NULL`) {
@@ -102,7 +106,7 @@ func TestPermanentObjectNamingATemporaryOneIsRefused(t *testing.T) {
 		`CREATE TEMP TABLE child () INHERITS (perm)`,
 		`CREATE TEMP TABLE child2 (id int); ALTER TABLE child2 INHERIT perm`,
 	} {
-		f.fail(f.c, sql, "0A000")
+		f.fail(f.c, sql, pgcode.FeatureNotSupported)
 	}
 	f.expectCaptured("refused statements")
 }

@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
@@ -309,11 +309,11 @@ func (d *run) transfers(ctx context.Context) error {
 						committed.Add(1)
 						break
 					}
-					switch sqlState(err) {
-					case "40001":
+					switch pgcode.Of(err) {
+					case pgcode.SerializationFailure:
 						aborts.Add(1)
 						continue
-					case "40P01":
+					case pgcode.DeadlockDetected:
 						deadlocks.Add(1)
 						continue
 					}
@@ -421,14 +421,6 @@ func transfer(ctx context.Context, conn *pgx.Conn, a, b int, amount int64) error
 		return err
 	}
 	return tx.Commit(ctx)
-}
-
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
 }
 
 // verify waits until every replica holds the certifier's version and that

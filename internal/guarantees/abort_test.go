@@ -10,6 +10,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // staleSecond keeps replica 2 stale on purpose: it hears of the other
@@ -37,7 +38,7 @@ func TestACertificationAbortNamesTheRowAndTheVersion(t *testing.T) {
 	won := c.Durable()
 	_, err := stale.Exec(ctx, `UPDATE counter SET n = n + 1 WHERE id = 1`)
 	e := pgError(err)
-	if e == nil || e.Code != "40001" {
+	if e == nil || e.Code != pgcode.SerializationFailure {
 		t.Fatalf("an update from a snapshot without replica 1's version %d: %v, want 40001", won, err)
 	}
 	want := "write-write conflict on table public.counter row [1] with the transaction committed at version " + itoa(won)
@@ -72,7 +73,7 @@ func TestACertificationAbortIsAnsweredAfterTheConflictingVersionIsApplied(t *tes
 		// it holds them.
 		retry40001(t, fresh, `UPDATE counter SET n = $1 WHERE id = 1`, won)
 		_, err := stale.Exec(ctx, `UPDATE counter SET n = n + 1 WHERE id = 1`)
-		if sqlState(err) != "40001" {
+		if pgcode.Of(err) != pgcode.SerializationFailure {
 			t.Fatalf("round %d: an update from a snapshot without replica 1's: %v, want 40001", round, err)
 		}
 		var n int
@@ -99,7 +100,7 @@ func retry40001(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 		switch {
 		case err == nil:
 			return
-		case sqlState(err) != "40001" || attempt > 100:
+		case pgcode.Of(err) != pgcode.SerializationFailure || attempt > 100:
 			t.Fatalf("%s: %v", oneLine(sql), err)
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // bypass is one way around replication: statements a session of user runs
@@ -261,10 +262,10 @@ func tryBypass(t *testing.T, c *cluster, b bypass) (string, bool) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		if sqlState(err) == "" {
+		if pgcode.Of(err) == "" {
 			t.Fatalf("%s: connect: %v", b.name, err)
 		}
-		return "connection refused: " + sqlState(err) + " " + pgError(err).Message, false
+		return "connection refused: " + pgcode.Of(err) + " " + pgError(err).Message, false
 	}
 	defer conn.Close(ctx)
 	var what []string
@@ -282,10 +283,10 @@ func tryBypass(t *testing.T, c *cluster, b bypass) (string, bool) {
 			err = simple(conn, sql)
 		}
 		switch {
-		case err != nil && sqlState(err) == "":
+		case err != nil && pgcode.Of(err) == "":
 			t.Fatalf("%s: %s: %v", b.name, oneLine(sql), err)
 		case err != nil:
-			what = append(what, "refused "+sqlState(err)+" ("+firstWords(pgError(err).Message, 12)+")")
+			what = append(what, "refused "+pgcode.Of(err)+" ("+firstWords(pgError(err).Message, 12)+")")
 			_ = simple(conn, "ROLLBACK")
 		case b.refused:
 			ran = true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // readYourWritesRounds is how many write-then-read rounds each way runs.
@@ -144,7 +145,7 @@ func TestSyncWaitFailsClearlyWithoutAgentOrCertifier(t *testing.T) {
 	c.StopAgent(1)
 	began := time.Now()
 	_, err := readValue(pgx.QueryExecModeCacheStatement)(ctx, conn)
-	if pe := pgError(err); pe == nil || pe.Code != "57P03" || !strings.Contains(pe.Message, "agent is not available") || !strings.Contains(pe.Hint, "sync_wait = off") {
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.CannotConnectNow || !strings.Contains(pe.Message, "agent is not available") || !strings.Contains(pe.Hint, "sync_wait = off") {
 		t.Fatalf("a read with tashkent.sync_wait while the agent is stopped: %v, want 57P03 with a hint", err)
 	}
 	if took := time.Since(began); took > 5*time.Second {
@@ -161,7 +162,7 @@ func TestSyncWaitFailsClearlyWithoutAgentOrCertifier(t *testing.T) {
 	c.Certifier.Close()
 	began = time.Now()
 	_, err = readValue(pgx.QueryExecModeCacheStatement)(ctx, other)
-	if sqlState(err) != "57P03" {
+	if pgcode.Of(err) != pgcode.CannotConnectNow {
 		t.Fatalf("a read with tashkent.sync_wait while the certifier is gone: %v, want 57P03", err)
 	}
 	if took := time.Since(began); took > 5*time.Second {
@@ -200,7 +201,7 @@ func TestASyncWaitThatHoldsALockTheApplyNeedsGivesWay(t *testing.T) {
 	var n int
 	err := reader.QueryRow(ctx, `SELECT count(*) FROM truncated`).Scan(&n)
 	took := time.Since(began)
-	if sqlState(err) != "40001" || !strings.Contains(err.Error(), "holds a lock that version") {
+	if pgcode.Of(err) != pgcode.SerializationFailure || !strings.Contains(err.Error(), "holds a lock that version") {
 		t.Fatalf("the waiting reader in the TRUNCATE's way: %v (count %d), want 40001 saying its wait holds a lock", err, n)
 	}
 	if took > grace+3*time.Second {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // COPY FROM writes rows like INSERT: they are captured, certified at
@@ -54,7 +55,7 @@ func TestCopyIsReplicated(t *testing.T) {
 	execSQL(t, conn, `ROLLBACK TO SAVEPOINT s`)
 	execSQL(t, conn, `COMMIT`)
 	// A duplicate key midway: the whole COPY fails, nothing of it stays.
-	if err := copyIn("3000\tnew\n1\tduplicate\n", `COPY copied FROM STDIN`); sqlState(err) != "23505" {
+	if err := copyIn("3000\tnew\n1\tduplicate\n", `COPY copied FROM STDIN`); pgcode.Of(err) != pgcode.UniqueViolation {
 		t.Fatalf("COPY with a duplicate key: %v, want 23505", err)
 	}
 	// COPY from a second replica, and COPY TO, which writes nothing.

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // DDL undone by ROLLBACK TO SAVEPOINT is not replicated; DDL kept by
@@ -71,7 +72,7 @@ func TestDeferredConstraintFailingAtCommitIsNotReplicated(t *testing.T) {
 	execSQL(t, a, `CREATE TABLE child (id int PRIMARY KEY, parent int REFERENCES parent DEFERRABLE INITIALLY DEFERRED)`)
 	before := c.Durable()
 	tx := beginWith(t, a, `INSERT INTO child VALUES (1, 42)`)
-	if err := tx.Commit(context.Background()); sqlState(err) != "23503" {
+	if err := tx.Commit(context.Background()); pgcode.Of(err) != pgcode.ForeignKeyViolation {
 		t.Fatalf("COMMIT of an orphan row: %v, want 23503 foreign_key_violation", err)
 	}
 	if after := c.Durable(); after != before {
@@ -258,7 +259,7 @@ func writeRacingSchemaRenameIsRefused(t *testing.T, c *cluster) {
 	c.converge()
 	writer := beginWith(t, c.Connect(0), `INSERT INTO old_name.t VALUES (1)`)
 	execSQL(t, a, `ALTER SCHEMA old_name RENAME TO new_name`)
-	if err := writer.Commit(ctx); sqlState(err) != "40001" {
+	if err := writer.Commit(ctx); pgcode.Of(err) != pgcode.SerializationFailure {
 		t.Fatalf("COMMIT of a write into a schema renamed meanwhile: %v, want 40001", err)
 	}
 	c.converge() // replica 2 has applied the rename

@@ -21,6 +21,7 @@ import (
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
 	"github.com/tashkent-db/tashkent/internal/netutil"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
@@ -130,7 +131,7 @@ func (l *load) run(ctx context.Context, i, client int) {
 			conn, err = pgx.Connect(cctx, l.c.dsn(i, "writer"))
 			cancel()
 			if err != nil {
-				if sqlState(err) == "57P03" {
+				if pgcode.Of(err) == pgcode.CannotConnectNow {
 					l.refused.Add(1)
 				}
 				conn = nil
@@ -149,9 +150,9 @@ func (l *load) run(ctx context.Context, i, client int) {
 			continue
 		}
 		l.mu.Lock()
-		l.failures[sqlState(err)]++
+		l.failures[pgcode.Of(err)]++
 		l.mu.Unlock()
-		if conn.IsClosed() || sqlState(err) == "" {
+		if conn.IsClosed() || pgcode.Of(err) == "" {
 			conn = nil
 		}
 		time.Sleep(10 * time.Millisecond)

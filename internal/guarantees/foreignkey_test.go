@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Foreign keys across replicas. Each replica checks a foreign key against
@@ -71,7 +72,7 @@ func parentDeleteAfterChildInsertApplied(t *testing.T, c *cluster) {
 		c.converge()
 		t.Fatalf("the parent's delete committed beside its concurrent child; replica 1 holds %d orphans", c.countOn(0, orphansBetween, 40, 40))
 	}
-	if sqlState(err) != "40001" {
+	if pgcode.Of(err) != pgcode.SerializationFailure {
 		t.Fatalf("the parent's delete: %v, want 40001", err)
 	}
 	c.converge()
@@ -118,7 +119,7 @@ func foreignKeyConflictMessages(t *testing.T, c *cluster) {
 		c.converge()
 		t.Fatal("the delete of parent 50 committed after its concurrent child")
 	}
-	if e := pgError(err); e == nil || e.Code != "40001" ||
+	if e := pgError(err); e == nil || e.Code != pgcode.SerializationFailure ||
 		!strings.Contains(e.Detail, "references through a foreign key") && !strings.Contains(e.Detail, "writes a row this transaction locked") {
 		t.Fatalf("the parent's delete after a concurrent child: %v (detail %q), want 40001 saying the row was referenced, or locked by a remote version", err, detailOf(err))
 	}
@@ -132,7 +133,7 @@ func foreignKeyConflictMessages(t *testing.T, c *cluster) {
 	if err := del.Commit(ctx); err != nil {
 		t.Fatalf("the parent's delete: %v", err)
 	}
-	if err := ins.Commit(ctx); sqlState(err) != "40001" {
+	if err := ins.Commit(ctx); pgcode.Of(err) != pgcode.SerializationFailure {
 		t.Fatalf("the child's insert after a concurrent delete of its parent: %v, want 40001", err)
 	}
 	c.converge()
@@ -187,7 +188,7 @@ func keyPrintedDifferentlyInTheChild(t *testing.T, c *cluster) {
 		if err := del.Commit(ctx); err == nil {
 			c.converge()
 			t.Fatalf("numeric parent %d deleted beside its concurrent child", id)
-		} else if sqlState(err) != "40001" {
+		} else if pgcode.Of(err) != pgcode.SerializationFailure {
 			t.Fatalf("parent %d deleted under a concurrent child: %v, want 40001", id, err)
 		}
 	}
@@ -197,7 +198,7 @@ func keyPrintedDifferentlyInTheChild(t *testing.T, c *cluster) {
 		if err := del.Commit(ctx); err != nil {
 			t.Fatalf("parent %d: %v", id, err)
 		}
-		if err := ins.Commit(ctx); sqlState(err) != "40001" {
+		if err := ins.Commit(ctx); pgcode.Of(err) != pgcode.SerializationFailure {
 			t.Fatalf("child %d inserted under a concurrent delete of its parent: %v, want 40001", id, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
@@ -181,14 +182,6 @@ func (c *cluster) awaitDurable(i int) {
 	c.AwaitCommitted(i, c.Durable(), convergeLimit)
 }
 
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
-}
-
 func pgError(err error) *pgconn.PgError {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -265,7 +258,7 @@ func exactlyOneCommitted(t testing.TB, round int, errs []error) int {
 		case err == nil:
 			winner = i
 			committed++
-		case sqlState(err) != "40001":
+		case pgcode.Of(err) != pgcode.SerializationFailure:
 			t.Fatalf("round %d: transaction %d: %v, want success or 40001", round, i, err)
 		}
 	}

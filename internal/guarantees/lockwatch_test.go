@@ -10,6 +10,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Remote writesets take priority over local transactions (Tashkent §8.2,
@@ -58,7 +59,7 @@ func readersInTheWayAreEnded(t *testing.T, c *cluster) {
 	awaitBackendWaiting(t, c, 0, busy.PgConn().PID(), "PgSleep")
 	execSQL(t, c.Connect(1), `TRUNCATE readings`)
 	c.AwaitCommitted(0, c.Durable(), readerGrace+10*time.Second)
-	if err := <-slow; sqlState(err) != "57014" {
+	if err := <-slow; pgcode.Of(err) != pgcode.QueryCanceled {
 		t.Fatalf("the long query in the TRUNCATE's way: %v, want cancelled (57014)", err)
 	}
 
@@ -103,7 +104,7 @@ func idleBlockerIsDoomed(t *testing.T, c *cluster, id int) {
 	execSQL(t, c.Connect(1), `UPDATE accounts SET balance = balance + 1 WHERE id = $1`, id)
 	c.AwaitCommitted(0, c.Durable(), 5*time.Second)
 	_, err := tx.Exec(context.Background(), `SELECT 1`)
-	if e := pgError(err); e == nil || e.Code != "40001" || !strings.Contains(e.Message, "another replica") {
+	if e := pgError(err); e == nil || e.Code != pgcode.SerializationFailure || !strings.Contains(e.Message, "another replica") {
 		t.Fatalf("the doomed transaction's next statement: %v, want 40001", err)
 	}
 	tx.Rollback(context.Background())
@@ -126,7 +127,7 @@ func busyBlockerIsCancelled(t *testing.T, c *cluster, id int) {
 	c.AwaitCommitted(0, c.Durable(), 5*time.Second)
 	select {
 	case err := <-slow:
-		if e := pgError(err); e == nil || e.Code != "40001" || e.Severity != "ERROR" {
+		if e := pgError(err); e == nil || e.Code != pgcode.SerializationFailure || e.Severity != "ERROR" {
 			t.Fatalf("the busy local transaction got %v, want ERROR 40001", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -171,7 +172,7 @@ func certifiedTransactionGivesWay(t *testing.T, c *cluster, locked, other int) {
 	select {
 	case err := <-committed:
 		e := pgError(err)
-		if e == nil || e.Code != "08007" || e.Severity != "FATAL" || !strings.Contains(e.Message, "committed") || !strings.Contains(e.Hint, "Do not retry") {
+		if e == nil || e.Code != pgcode.TransactionResolutionUnknown || e.Severity != "FATAL" || !strings.Contains(e.Message, "committed") || !strings.Contains(e.Hint, "Do not retry") {
 			t.Fatalf("COMMIT of the certified transaction that gave way: %v, want FATAL 08007 saying it committed", err)
 		}
 	case <-time.After(15 * time.Second):

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Writes and DDL made on one replica reach every other, in both
@@ -132,7 +133,7 @@ func TestLostUpdateIsPreventedAcrossReplicas(t *testing.T) {
 				switch {
 				case err == nil:
 					done++
-				case sqlState(err) == "40001":
+				case pgcode.Of(err) == pgcode.SerializationFailure:
 					retried++
 				default:
 					errs <- fmt.Errorf("replica %d: %w", r+1, err)

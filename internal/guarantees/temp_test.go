@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // tempDDLCase is one kind of DDL on temporary objects: setup runs first in
@@ -191,7 +192,7 @@ func checkTempDDLOutcome(t *testing.T, name, want string, err error) {
 			t.Errorf("%s: %v, want it to run", name, err)
 		}
 	case "refused":
-		if pgErr == nil || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, "tashkent") || pgErr.Hint == "" {
+		if pgErr == nil || pgErr.Code != pgcode.FeatureNotSupported || !strings.Contains(pgErr.Message, "tashkent") || pgErr.Hint == "" {
 			t.Errorf("%s: %v, want tashkent's 0A000 with a hint", name, err)
 		}
 	case "fails":

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Applier applies remote writesets to one replica database. It caches each
@@ -166,18 +167,18 @@ func (a *Applier) applyTransaction(ctx context.Context, conn *pgx.Conn, entries 
 		if rerr := rollback(ctx, conn); rerr != nil {
 			return fmt.Errorf("replica: apply versions %d..%d: %w (and rollback: %v)", first, last, err, rerr)
 		}
-		switch code := sqlState(err); {
+		switch code := pgcode.Of(err); {
 		case ctx.Err() != nil:
-		case code == CodeAlreadyCommitted:
+		case code == pgcode.AlreadyCommitted:
 			return fmt.Errorf("replica: apply versions %d..%d: a version of the range is committed already: %w", first, last, err)
 		case !refreshed && isSchemaError(code):
 			refreshed = true
 			a.Invalidate()
 			continue
-		case !deleteInsert && code == "23505":
+		case !deleteInsert && code == pgcode.UniqueViolation:
 			deleteInsert = true
 			continue
-		case !missingRetried && code == codeKeylessRowMissing:
+		case !missingRetried && code == pgcode.KeylessRowMissing:
 			// A local version before the run may have changed the row
 			// after the run's statement took its snapshot, and committed
 			// while the delete waited for the row's lock: then the
@@ -236,33 +237,21 @@ func rollback(ctx context.Context, conn *pgx.Conn) error {
 	return err
 }
 
-func sqlState(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
-}
-
-// CodeAlreadyCommitted is the extension's SQLSTATE for a version applied
-// that the replica committed already (ERRCODE_TK_ALREADY_APPLIED).
-const CodeAlreadyCommitted = "TK002"
-
 // IsAlreadyCommitted reports Apply's error for a range of versions that
 // starts at or below the replica's version.
-func IsAlreadyCommitted(err error) bool { return sqlState(err) == CodeAlreadyCommitted }
+func IsAlreadyCommitted(err error) bool { return pgcode.Of(err) == pgcode.AlreadyCommitted }
 
 // isSchemaError reports SQLSTATEs that a statement built from stale table
 // metadata produces.
 func isSchemaError(code string) bool {
 	switch code {
-	case "42P01", // undefined_table
-		"42703", // undefined_column
-		"42P10", // invalid_column_reference (ON CONFLICT target not unique)
-		"42804", // datatype_mismatch
-		"42883", // undefined_function (operator for a changed type)
-		"0A000", // feature_not_supported (cached plan must not change result type)
-		"TK001": // tashkent.check_ddl_generation: a DDL committed since the cache was filled
+	case pgcode.UndefinedTable,
+		pgcode.UndefinedColumn,
+		pgcode.InvalidColumnReference, // ON CONFLICT target no longer unique
+		pgcode.DatatypeMismatch,
+		pgcode.UndefinedFunction,    // an operator for a changed type
+		pgcode.FeatureNotSupported,  // cached plan must not change result type
+		pgcode.DDLGenerationChanged: // a DDL committed since the cache was filled
 		return true
 	}
 	return false
@@ -597,7 +586,7 @@ func (a *Applier) runDDL(ctx context.Context, tg target, st *step, first uint64)
 	}
 	_, err := tg.pg.Exec(ctx, "SAVEPOINT tashkent_ddl_role;\n"+body+roleFor(st.role)+st.ddl+ddlEpilogue+
 		";\nRELEASE SAVEPOINT tashkent_ddl_role").ReadAll()
-	if sqlState(err) != "42501" {
+	if pgcode.Of(err) != pgcode.InsufficientPrivilege {
 		return err
 	}
 	if _, rerr := tg.pg.Exec(ctx, "ROLLBACK TO SAVEPOINT tashkent_ddl_role; RELEASE SAVEPOINT tashkent_ddl_role; RESET ROLE").ReadAll(); rerr != nil {
@@ -931,11 +920,6 @@ func (m *tableMeta) queueKeyless(b *pgx.Batch, k *keylessRows) {
 		queueChecked(b, m.insert, "insert into", m.qname, ins)
 	}
 }
-
-// codeKeylessRowMissing is tashkent.keyless_row_missing's SQLSTATE: a
-// version deletes a row of a table without a primary key that this
-// replica does not have.
-const codeKeylessRowMissing = "TK005"
 
 // queue adds the statements applying tr's changes to b.
 func (m *tableMeta) queue(b *pgx.Batch, tr *tableRows, deleteInsert bool) error {

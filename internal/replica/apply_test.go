@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // convergenceSchema exercises the value types and table shapes the
@@ -230,14 +231,14 @@ func TestApplyRecordsVersionAndStaysSilent(t *testing.T) {
 		t.Errorf("gap: %v", err)
 	}
 	if err := Apply(ctx, other, c.log[2:]); !IsAlreadyCommitted(err) {
-		t.Errorf("re-apply: %v, want %s", err, CodeAlreadyCommitted)
+		t.Errorf("re-apply: %v, want %s", err, pgcode.AlreadyCommitted)
 	}
 	// A batch whose first version does not follow the replica's waits for
 	// its turn, for one version as for several, until cancelled.
 	for _, batch := range [][]*certifierpb.LogEntry{{empty(5)}, {empty(5), empty(6)}} {
 		waiting := b.applierConn(t)
 		err := applyUntilCancelled(t, b.connect(t), waiting, NewApplier(), batch)
-		if sqlState(err) != "57014" {
+		if pgcode.Of(err) != pgcode.QueryCanceled {
 			t.Errorf("version 5 (%d versions) after version 3: %v, want a cancelled wait", len(batch), err)
 		}
 		if st := waiting.PgConn().TxStatus(); st != 'I' {

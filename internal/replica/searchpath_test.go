@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
@@ -156,7 +157,7 @@ func TestCheckDDLGenerationUnderAHostileSearchPath(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen); err != nil {
 		t.Errorf("check_ddl_generation(%d), the current generation, under a decoy search_path: %v", gen, err)
 	}
-	if e := pgErr(t, func() error { _, err := conn.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen+1); return err }()); e.Code != "TK001" {
+	if e := pgErr(t, func() error { _, err := conn.Exec(ctx, `SELECT tashkent.check_ddl_generation($1)`, gen+1); return err }()); e.Code != pgcode.DDLGenerationChanged {
 		t.Errorf("check_ddl_generation(%d), a stale generation: %v, want TK001", gen+1, e)
 	}
 }

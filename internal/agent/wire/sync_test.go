@@ -15,6 +15,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent/agenttest"
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // The Sync frames' bytes, as channel.c writes and reads them.
@@ -185,7 +186,7 @@ func TestSyncWaitErrors(t *testing.T) {
 	s.agent.SetSync(func(wire.Sync) wire.Synced { return wire.Synced{Known: true, Version: 7} })
 	start := time.Now()
 	_, err := c.Exec(ctx, `SELECT count(*) FROM t`)
-	if pe := pgError(err); pe == nil || pe.Code != "TK004" || !strings.Contains(pe.Message, "version 7") || !strings.Contains(pe.Message, "its version is 0") || pe.Hint == "" {
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.VersionNotApplied || !strings.Contains(pe.Message, "version 7") || !strings.Contains(pe.Message, "its version is 0") || pe.Hint == "" {
 		t.Fatalf("a sync wait past its timeout: %v, want TK004 naming versions 7 and 0, with a hint", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
@@ -194,7 +195,7 @@ func TestSyncWaitErrors(t *testing.T) {
 
 	s.agent.SetSync(func(wire.Sync) wire.Synced { return wire.Synced{Text: "the certifier did not answer: no leader"} })
 	_, err = c.Exec(ctx, `SELECT count(*) FROM t`)
-	if pe := pgError(err); pe == nil || pe.Code != "57P03" || !strings.Contains(pe.Message, "no leader") {
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.CannotConnectNow || !strings.Contains(pe.Message, "no leader") {
 		t.Fatalf("a sync the agent cannot answer: %v, want 57P03 with its reason", err)
 	}
 
@@ -211,7 +212,7 @@ func TestSyncWaitErrors(t *testing.T) {
 	if _, err := s.admin.Exec(ctx, `SELECT pg_cancel_backend($1)`, int32(c.PgConn().PID())); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; sqlState(err) != "57014" {
+	if err := <-done; pgcode.Of(err) != pgcode.QueryCanceled {
 		t.Fatalf("a cancelled sync wait: %v, want 57014", err)
 	}
 	awaitWaitingFor(t, s.admin, int32(c.PgConn().PID()), 0)
@@ -235,7 +236,7 @@ func TestWaitForVersion(t *testing.T) {
 	}
 
 	_, err := c.Exec(ctx, `SELECT tashkent.wait_for_version(2, 100)`)
-	if pe := pgError(err); pe == nil || pe.Code != "TK004" || !strings.Contains(pe.Message, "version 2 within 100 ms") || !strings.Contains(pe.Message, "its version is 0") {
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.VersionNotApplied || !strings.Contains(pe.Message, "version 2 within 100 ms") || !strings.Contains(pe.Message, "its version is 0") {
 		t.Fatalf("waiting 100 ms for a version not applied: %v, want TK004", err)
 	}
 
@@ -258,10 +259,10 @@ func TestWaitForVersion(t *testing.T) {
 	if _, err := s.admin.Exec(ctx, `SELECT pg_cancel_backend($1)`, int32(c.PgConn().PID())); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-waited; sqlState(err) != "57014" {
+	if err := <-waited; pgcode.Of(err) != pgcode.QueryCanceled {
 		t.Fatalf("a cancelled wait: %v, want 57014", err)
 	}
-	if _, err := c.Exec(ctx, `SET statement_timeout = 100; SELECT tashkent.wait_for_version(3, 60000)`, pgx.QueryExecModeSimpleProtocol); sqlState(err) != "57014" {
+	if _, err := c.Exec(ctx, `SET statement_timeout = 100; SELECT tashkent.wait_for_version(3, 60000)`, pgx.QueryExecModeSimpleProtocol); pgcode.Of(err) != pgcode.QueryCanceled {
 		t.Fatalf("a wait past statement_timeout: %v, want 57014", err)
 	}
 	if _, err := c.Exec(ctx, `RESET statement_timeout`); err != nil {
@@ -279,7 +280,7 @@ func TestWaitForVersion(t *testing.T) {
 		t.Fatalf("waiting for a version the REPEATABLE READ snapshot holds: %d, %v", got, err)
 	}
 	_, err = tx.Exec(ctx, `SELECT tashkent.wait_for_version(3, 60000)`)
-	if pe := pgError(err); pe == nil || pe.Code != "25001" || !strings.Contains(pe.Message, "version 3") || pe.Hint == "" {
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.ActiveSQLTransaction || !strings.Contains(pe.Message, "version 3") || pe.Hint == "" {
 		t.Fatalf("waiting inside REPEATABLE READ for a version its snapshot lacks: %v, want 25001 at once", err)
 	}
 	tx.Rollback(ctx)

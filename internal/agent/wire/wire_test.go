@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/agent/agenttest"
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 func TestFramesRoundTrip(t *testing.T) {
@@ -69,14 +69,6 @@ func TestMalformedFramesAreErrors(t *testing.T) {
 	}
 }
 
-func sqlState(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
-}
-
 // awaitWaitingFor waits until backend pid waits in the commit order for
 // version v.
 func awaitWaitingFor(t *testing.T, c *pgx.Conn, pid int32, v int64) {
@@ -119,7 +111,7 @@ func TestApplierRegistersAndCommitsVersionsInOrder(t *testing.T) {
 		t.Fatalf("a session the agent does not know registered as its applier: %v", err)
 	}
 	agent.RegisterApplier(apply)
-	if _, err := other.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(1, 1)`); sqlState(err) != "TK003" {
+	if _, err := other.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(1, 1)`); pgcode.Of(err) != pgcode.NotApplier {
 		t.Fatalf("apply_versions outside the applier: %v, want TK003", err)
 	}
 	other.Exec(ctx, `ROLLBACK`)
@@ -142,7 +134,7 @@ func TestApplierRegistersAndCommitsVersionsInOrder(t *testing.T) {
 	if _, err := other.Exec(ctx, `SELECT pg_cancel_backend($1)`, int32(late.PgConn().PID())); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; sqlState(err) != "57014" {
+	if err := <-done; pgcode.Of(err) != pgcode.QueryCanceled {
 		t.Fatalf("version 3 before versions 1 and 2: %v, want a cancelled wait (57014)", err)
 	}
 	if v := committed(t, other); v != 0 {
@@ -160,7 +152,7 @@ func TestApplierRegistersAndCommitsVersionsInOrder(t *testing.T) {
 	if v := committed(t, other); v != 3 {
 		t.Fatalf("committed version %d, want 3", v)
 	}
-	if _, err := apply.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(2, 4)`); sqlState(err) != "TK002" {
+	if _, err := apply.Exec(ctx, `BEGIN; SELECT tashkent.apply_versions(2, 4)`); pgcode.Of(err) != pgcode.AlreadyCommitted {
 		t.Fatalf("re-applying version 2: %v, want TK002", err)
 	}
 	apply.Exec(ctx, `ROLLBACK`)
@@ -204,7 +196,7 @@ func TestACancelledHelloLeavesNoAnswerForTheNextRequest(t *testing.T) {
 	if _, err := admin.Exec(ctx, `SELECT pg_cancel_backend($1)`, int32(pid)); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-inserted; sqlState(err) != "57014" {
+	if err := <-inserted; pgcode.Of(err) != pgcode.QueryCanceled {
 		t.Fatalf("a commit cancelled while it waits for the welcome: %v, want 57014", err)
 	}
 	time.Sleep(2500 * time.Millisecond) // the late welcome reaches the socket
