@@ -2,15 +2,23 @@
 // certification state machine (package certification) with the durable log
 // (package wal) and serves the gRPC API in api/certifierpb.
 //
+// # Ordering backends
+//
+// What decides the order of certified entries and makes them durable is
+// the service's orderer (orderer.go), one of two: a single certifier's own
+// log (single.go), or a member of a certifier group replicated by Raft
+// (group.go, package certgroup). The streams, delivery, Fetch and Status
+// are the same code for both; the orderer contract tests run both.
+//
 // # The path of a request
 //
-//	agent stream ──> receiver goroutine ──certify (under mu)──> pending entries
-//	                        │                                         │
-//	                        ▼                                         ▼
-//	                 per-stream queue                       writer goroutine:
-//	                        │                          one write + one fsync for
-//	                        ▼                          everything pending (group
-//	                 sender goroutine  <── durable ──  commit, Tashkent §6.1)
+//	agent stream ──> receiver goroutine ──orderer.decide──> certified entries
+//	                        │                                      │
+//	                        ▼                                      ▼
+//	                 per-stream queue               the orderer makes them durable:
+//	                        │                       single, one write + one fsync for
+//	                        ▼                       everything pending (group commit,
+//	                 sender goroutine  <── durable ── Tashkent §6.1); group, Raft
 //	                 waits until what the reply depends on is durable, then sends
 //	                 the entries the replica has not seen and the replies
 //

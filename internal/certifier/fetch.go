@@ -15,7 +15,7 @@ import (
 func (s *Service) Fetch(req *pb.FetchRequest, stream pb.Certifier_FetchServer) error {
 	ctx := stream.Context()
 	after := req.AfterVersion
-	if err := s.checkFetchable(after); err != nil {
+	if err := s.order.checkFetch(after); err != nil {
 		return err
 	}
 	if first := s.log.FirstVersion(); first > 0 && after+1 < first {

@@ -20,7 +20,7 @@ import (
 	"github.com/tashkent-db/tashkent/internal/wal"
 )
 
-// The service as one member of a certifier group (Tashkent §7.3; the
+// The orderer of one member of a certifier group (Tashkent §7.3; the
 // group itself is internal/certgroup).
 //
 //   - Only the leader serves Certify streams. Other members refuse a stream
@@ -30,7 +30,7 @@ import (
 //     a commit reply waits, as in a single certifier, until the durable
 //     version covers it. Durable here means committed by Raft and applied
 //     by this member: every member applies committed versions to its
-//     versioned log (groupCommitted), so any member serves Fetch.
+//     versioned log (committed), so any member serves Fetch.
 //   - An abort reply waits until the group confirmed this member still
 //     leads (a ReadIndex after the decision): see certgroup.Core.
 //   - When the member loses its leadership, every Certify stream ends, with
@@ -78,25 +78,72 @@ func (l *leadership) lost() {
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 }
 
-func (s *Service) startGroup() {
-	s.confirmed = newWatermark(0)
-	s.group.Start(certgroup.Callbacks{
-		Committed:      s.groupCommitted,
-		LostLeadership: s.leadership.lost,
-		Confirmed:      s.confirmed.advance,
-		Failed:         s.fail,
-		Restored:       s.groupRestored,
-		BeforeCompact:  s.log.SyncAll,
+// groupMember is the orderer of one member of a certifier group.
+type groupMember struct {
+	s          *Service
+	node       *certgroup.Node
+	leadership leadership
+	confirmed  *watermark // abort tickets confirmed by the group
+}
+
+// newGroupMember fills the recent ring from the versioned log; the
+// certification state is the group's, which the node recovers from its
+// Raft log.
+func newGroupMember(s *Service, node *certgroup.Node) (*groupMember, int, error) {
+	g := &groupMember{s: s, node: node, confirmed: newWatermark(0)}
+	restored, err := s.replay(s.windowBase(), nil)
+	return g, restored, err
+}
+
+func (g *groupMember) start() {
+	g.node.Start(certgroup.Callbacks{
+		Committed:      g.committed,
+		LostLeadership: g.leadership.lost,
+		Confirmed:      g.confirmed.advance,
+		Failed:         g.s.fail,
+		Restored:       g.restored,
+		BeforeCompact:  g.s.log.SyncAll,
 	})
 }
 
-// groupCommitted applies versions the group committed: to the recent ring
+func (g *groupMember) close() {
+	if err := g.node.Close(); err != nil {
+		g.s.cfg.Logger.Error("close the certifier group's raft log", "err", err)
+	}
+	g.leadership.lost()
+}
+
+func (g *groupMember) versions() (version, lowWaterMark uint64) { return g.node.Versions() }
+
+// admit refuses a stream at once on a member that does not lead, naming
+// the leader for the client to follow. On the leader the stream lives as
+// long as its leadership: replies certified in it are dropped, never
+// sent, once it is lost. Every version a replica holds was committed by
+// the group, so a new leader still applying its log reaches it soon.
+func (g *groupMember) admit(stream grpc.ServerStream, open *pb.OpenSession) (context.Context, error) {
+	if err := g.checkLeader(stream); err != nil {
+		return nil, err
+	}
+	if open.GetReplica() != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), groupCatchUpWaitMax)
+		_, err := g.s.durable.wait(ctx, open.ReplicaVersion)
+		cancel()
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "replica %q is at version %d, this certifier member has applied %d so far; retry",
+				open.Replica, open.ReplicaVersion, g.s.DurableVersion())
+		}
+	}
+	return g.leadership.context(), nil
+}
+
+// committed applies versions the group committed: to the recent ring
 // and the versioned log (which serve delivery and Fetch), then to the
 // durable watermark, which releases the replies waiting for them. After a
 // restart the group replays its log after its snapshot: versions the
 // versioned log already has are skipped (group_snapshot.go for a versioned
 // log behind the snapshot).
-func (s *Service) groupCommitted(entries []logentry.Entry) {
+func (g *groupMember) committed(entries []logentry.Entry) {
+	s := g.s
 	last := s.log.LastVersion()
 	records := make([]wal.Entry, 0, len(entries))
 	s.mu.Lock()
@@ -115,107 +162,97 @@ func (s *Service) groupCommitted(entries []logentry.Entry) {
 		s.fail(fmt.Errorf("versioned log append of versions %d..%d: %w", records[0].Version, records[len(records)-1].Version, err))
 		return
 	}
-	syncs, synced := s.group.FsyncStats()
+	syncs, synced := g.node.FsyncStats()
 	s.stats.fsyncs.Store(syncs)
 	s.stats.loggedEntries.Store(synced)
 	s.durable.advance(records[len(records)-1].Version)
-	s.applyRetention(records[len(records)-1].Version)
+	g.applyRetention(records[len(records)-1].Version)
 }
 
 // checkLeader refuses a stream on a member that does not lead, naming the
 // leader for the client to follow.
-func (s *Service) checkLeader(stream grpc.ServerStream) error {
-	st := s.group.Status()
+func (g *groupMember) checkLeader(stream grpc.ServerStream) error {
+	st := g.node.Status()
 	if st.Role == "leader" {
 		return nil
 	}
-	return s.notLeader(stream, &certgroup.NotLeaderError{Leader: st.Leader})
-}
-
-func (s *Service) notLeader(stream grpc.ServerStream, err *certgroup.NotLeaderError) error {
+	err := &certgroup.NotLeaderError{Leader: st.Leader}
 	addr := ""
 	if err.Leader != 0 {
-		addr = s.group.AddrOf(err.Leader)
+		addr = g.node.AddrOf(err.Leader)
 		stream.SetTrailer(metadata.Pairs(LeaderTrailer, addr))
 	}
-	return status.Errorf(codes.Unavailable, "certifier member %d: %v (leader address %q); the client retries there", s.group.ID(), err, addr)
+	return status.Errorf(codes.Unavailable, "certifier member %d: %v (leader address %q); the client retries there", g.node.ID(), err, addr)
 }
 
-// certifyMessageInGroup is certifyMessage for a member of a group: the
-// same prepare (keys read from the encoded writeset, which goes into the
-// log entry as it came) and answer, with the decisions taken by the group
+// decide is singleLog's decide with the decisions taken by the group
 // (certgroup.Node.CertifyAll: one entry into its lock per message). A
-// reply carries the leadership epoch it was decided in and, for an abort,
-// the ticket its confirmation waits for (groupMaySend). An error ends the
-// stream after the requests decided before it are queued.
-func (s *Service) certifyMessageInGroup(ctx context.Context, st *streamState, reqs []*pb.CertifyRequestEncoded, now time.Time, queue chan<- queued) error {
-	epoch := s.leadership.epoch.Load()
-	batch := make([]certifying, len(reqs))
+// request carries the leadership epoch it was decided in and, for an
+// abort, the ticket its confirmation waits for (maySend).
+func (g *groupMember) decide(ctx context.Context, batch []certifying) (int, error) {
+	epoch := g.leadership.epoch.Load()
 	var toDecide []certgroup.Request
 	var decided []int // batch index of each request in toDecide
-	for i, req := range reqs {
-		batch[i] = s.prepare(req, !st.acquire())
-		if c := &batch[i]; c.reply == nil {
-			toDecide = append(toDecide, certgroup.Request{Certify: c.request, Prefix: c.prefix, Lookup: c.overloaded})
+	for i := range batch {
+		c := &batch[i]
+		c.epoch = epoch
+		if c.reply == nil {
+			r := certgroup.Request{Certify: c.request, Prefix: c.prefix, Lookup: c.overloaded}
 			if c.overloaded {
-				toDecide[len(toDecide)-1].Certify.Txn = txnOf(req.Txn)
+				r.Certify.Txn = txnOf(c.req.Txn)
 			}
+			toDecide = append(toDecide, r)
 			decided = append(decided, i)
 		}
 	}
-	var results []certgroup.Result
-	var err error
-	if len(toDecide) > 0 {
-		results, err = s.group.CertifyAll(ctx, toDecide)
+	if len(toDecide) == 0 {
+		return len(batch), nil
 	}
-	tickets := make([]uint64, len(batch))
+	results, err := g.node.CertifyAll(ctx, toDecide)
 	for k, r := range results {
 		c := &batch[decided[k]]
 		c.outcome, c.lowWaterMark, c.latest, c.committedBefore = r.Outcome, r.LowWaterMark, r.Latest, r.Version
-		tickets[decided[k]] = r.Ticket
+		c.ticket = r.Ticket
 	}
-	stop := len(batch) // requests from stop on were not decided: the stream ends with err
-	if len(results) < len(decided) {
-		stop = decided[len(results)]
-	}
-	for i := range batch[:stop] {
-		q := queued{received: now, epoch: epoch, ticket: tickets[i]}
-		q.reply, q.waitFor = s.answer(&batch[i])
-		if e := put(ctx, queue, q); e != nil {
-			return e
-		}
+	n := len(batch)
+	if len(results) < len(decided) { // the requests from the first undecided one on
+		n = decided[len(results)]
 	}
 	if err != nil {
-		return s.groupError(ctx, err)
+		return n, g.streamError(ctx, err)
 	}
-	return nil
+	return n, nil
 }
 
-// groupError ends the stream: not the leader (with the leader's address),
+// streamError ends the stream: not the leader (with the leader's address),
 // or a leader not ready in time. The client re-sends elsewhere or later.
-func (s *Service) groupError(ctx context.Context, err error) error {
+func (g *groupMember) streamError(ctx context.Context, err error) error {
 	var nl *certgroup.NotLeaderError
 	if errors.As(err, &nl) {
 		if stream := grpc.ServerTransportStreamFromContext(ctx); stream != nil {
-			addr := s.group.AddrOf(nl.Leader)
+			addr := g.node.AddrOf(nl.Leader)
 			if addr != "" {
 				_ = grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, addr))
 			}
 		}
-		return status.Errorf(codes.Unavailable, "certifier member %d: %v; the client retries at the leader", s.group.ID(), nl)
+		return status.Errorf(codes.Unavailable, "certifier member %d: %v; the client retries at the leader", g.node.ID(), nl)
 	}
-	return status.Errorf(codes.Unavailable, "certifier member %d: %v", s.group.ID(), err)
+	return status.Errorf(codes.Unavailable, "certifier member %d: %v", g.node.ID(), err)
 }
 
-// groupMaySend holds a batch of replies until its aborts are confirmed,
-// and drops it if the leadership it was decided in is gone.
-func (s *Service) groupMaySend(ctx context.Context, batch []queued, ticket uint64) error {
+// maySend holds a batch of replies until its aborts are confirmed, and
+// drops it if the leadership it was decided in is gone.
+func (g *groupMember) maySend(ctx context.Context, batch []queued) error {
+	ticket := uint64(0)
+	for _, q := range batch {
+		ticket = max(ticket, q.ticket)
+	}
 	if ticket > 0 {
-		if _, err := s.confirmed.wait(ctx, ticket); err != nil {
+		if _, err := g.confirmed.wait(ctx, ticket); err != nil {
 			return status.Error(codes.Unavailable, "certifier leadership lost before the abort was confirmed; re-send")
 		}
 	}
-	epoch := s.leadership.epoch.Load()
+	epoch := g.leadership.epoch.Load()
 	for _, q := range batch {
 		if q.reply != nil && q.epoch != epoch {
 			return status.Error(codes.Unavailable, "certifier leadership lost: replies not yet sent are dropped; re-send to the new leader")
@@ -224,36 +261,36 @@ func (s *Service) groupMaySend(ctx context.Context, batch []queued, ticket uint6
 	return nil
 }
 
-// groupSyncVersion answers SyncVersion on the leader, once a ReadIndex
-// issued after the call confirmed that it still leads in the term it read
-// the version in (certgroup.Core.ReadVersion).
-func (s *Service) groupSyncVersion(ctx context.Context) (*pb.SyncVersionReply, error) {
-	v, ticket, term, err := s.group.ReadVersion(ctx)
+// syncVersion answers on the leader, once a ReadIndex issued after the
+// call confirmed that it still leads in the term it read the version in
+// (certgroup.Core.ReadVersion).
+func (g *groupMember) syncVersion(ctx context.Context) (uint64, error) {
+	v, ticket, term, err := g.node.ReadVersion(ctx)
 	var notLeader *certgroup.NotLeaderError
 	switch {
 	case errors.As(err, &notLeader):
 		if notLeader.Leader != 0 {
-			grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, s.group.AddrOf(notLeader.Leader)))
+			grpc.SetTrailer(ctx, metadata.Pairs(LeaderTrailer, g.node.AddrOf(notLeader.Leader)))
 		}
-		return nil, status.Error(codes.Unavailable, "not the certifier group's leader")
+		return 0, status.Error(codes.Unavailable, "not the certifier group's leader")
 	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "the certifier group's leader is not ready: %v", err)
+		return 0, status.Errorf(codes.Unavailable, "the certifier group's leader is not ready: %v", err)
 	}
-	if _, err := s.confirmed.wait(ctx, ticket); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "the certifier's leadership was not confirmed: %v", err)
+	if _, err := g.confirmed.wait(ctx, ticket); err != nil {
+		return 0, status.Errorf(codes.Unavailable, "the certifier's leadership was not confirmed: %v", err)
 	}
-	if _, now, leading := s.group.Leader(); !leading || now != term {
-		return nil, status.Error(codes.Unavailable, "certifier leadership lost before it was confirmed; ask the new leader")
+	if _, now, leading := g.node.Leader(); !leading || now != term {
+		return 0, status.Error(codes.Unavailable, "certifier leadership lost before it was confirmed; ask the new leader")
 	}
-	return &pb.SyncVersionReply{DurableVersion: v}, nil
+	return v, nil
 }
 
-// groupStatus adds the member's view of the group to a status reply.
-func (s *Service) groupStatus(r *pb.StatusReply) {
-	st := s.group.Status()
+// describe adds the member's view of the group to a status reply.
+func (g *groupMember) describe(r *pb.StatusReply) {
+	st := g.node.Status()
 	r.MemberId, r.Role, r.Term, r.LeaderId = st.ID, st.Role, st.Term, st.Leader
 	r.RaftIndex, r.AppliedIndex = st.LastIndex, st.AppliedIndex
-	members := s.group.Members()
+	members := g.node.Members()
 	r.LeaderAddr = members[st.Leader]
 	ids := make([]uint64, 0, len(members))
 	for id := range members {

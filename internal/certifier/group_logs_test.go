@@ -20,7 +20,7 @@ import (
 )
 
 // compactedBelow reads the version a member's versioned log starts after
-// from its refusal (certifier.checkFetchable).
+// from its refusal (the group orderer's checkFetch).
 var compactedBelow = regexp.MustCompile(`versions up to (\d+) are compacted on this member`)
 
 // fetchMemberLog fetches a group member's versioned log: all of it, or, for

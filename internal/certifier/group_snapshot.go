@@ -24,9 +24,10 @@ import (
 // A replica further behind than every member's retention cannot catch up
 // from the log and must be rebuilt (docs/OPERATIONS.md).
 
-// groupRestored is Callbacks.Restored: this member's state starts at a
+// restored is Callbacks.Restored: this member's state starts at a
 // snapshot of version.
-func (s *Service) groupRestored(version uint64) {
+func (g *groupMember) restored(version uint64) {
+	s := g.s
 	if s.log.LastVersion() >= version {
 		return // the versioned log already holds everything up to it
 	}
@@ -39,25 +40,23 @@ func (s *Service) groupRestored(version uint64) {
 	s.mu.Unlock()
 	s.durable.advance(version)
 	s.cfg.Logger.Info("certifier group: this member starts at a snapshot; its versioned log restarts after it, and Fetch below it goes to other members",
-		"member", s.group.ID(), "snapshot_version", version)
+		"member", g.node.ID(), "snapshot_version", version)
 }
 
-// checkFetchable refuses a Fetch that starts below what this group member
-// holds, naming the way out.
-func (s *Service) checkFetchable(after uint64) error {
-	if s.group == nil {
-		return nil
-	}
-	if base := s.log.StartsAfter(); after < base {
+// checkFetch refuses a Fetch that starts below what this member holds,
+// naming the way out.
+func (g *groupMember) checkFetch(after uint64) error {
+	if base := g.s.log.StartsAfter(); after < base {
 		return status.Errorf(codes.FailedPrecondition,
 			"versions up to %d are compacted on this member (certifier member %d caught up by snapshot or applied retention); fetch from another member",
-			base, s.group.ID())
+			base, g.node.ID())
 	}
 	return nil
 }
 
 // applyRetention removes versioned-log segments older than the retention.
-func (s *Service) applyRetention(last uint64) {
+func (g *groupMember) applyRetention(last uint64) {
+	s := g.s
 	keep := s.cfg.LogRetentionVersions
 	if keep == 0 || last <= keep {
 		return

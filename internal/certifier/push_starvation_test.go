@@ -33,10 +33,14 @@ func (f *slowPushStream) Send(m *pb.CertifyStreamReply) error {
 }
 
 // commitDurably certifies a transaction of origin that writes its own row
-// and waits until its version is durable.
+// and waits until its version is durable. It runs in the stream's sender
+// goroutine too, so it reports with Errorf, never Fatal.
 func commitDurably(t *testing.T, s *Service, origin string, seq uint64) {
 	batch := []certifying{s.prepare(encodedRequest(t, origin, seq, s.Version(), fmt.Sprintf("%s-%d", origin, seq)), false)}
-	s.decideAll(batch)
+	if _, err := s.order.decide(context.Background(), batch); err != nil {
+		t.Errorf("decide %s/%d: %v", origin, seq, err)
+		return
+	}
 	_, v := s.answer(&batch[0])
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

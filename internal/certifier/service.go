@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
-	"github.com/tashkent-db/tashkent/internal/certgroup"
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 	"github.com/tashkent-db/tashkent/internal/wal"
@@ -26,14 +24,12 @@ var ErrStopped = errors.New("certifier stopped")
 type Service struct {
 	pb.UnimplementedCertifierServer
 
-	cfg Config
-	log *wal.Log
+	cfg   Config
+	log   *wal.Log // the versioned log: what delivery and Fetch read
+	order orderer  // a single log or a group member (orderer.go)
 
-	mu      sync.Mutex // guards state, recent, pending, wake
-	state   *certification.State
-	recent  *recentEntries
-	pending []logentry.Entry // certified, not yet handed to the writer
-	wake    chan struct{}    // signalled when pending becomes non-empty
+	mu     sync.Mutex // guards recent
+	recent *recentEntries
 
 	durable  *watermark
 	inFlight atomic.Int64
@@ -45,11 +41,6 @@ type Service struct {
 	stopOnce sync.Once
 	done     sync.WaitGroup
 	failure  atomic.Pointer[error]
-
-	// Certifier group only (group.go): nil group for a single certifier.
-	group      *certgroup.Node
-	leadership leadership
-	confirmed  *watermark // abort tickets confirmed by the group
 
 	stages    *stageLog // nil unless TASHKENT_CERTIFIER_STAGES (stagelog.go)
 	stopTrace func()
@@ -66,11 +57,8 @@ func Open(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	started := time.Now()
-	// In a group the Raft log is the durable one; the versioned log is
-	// rebuilt from it after a crash (the group replays it on start), so it
-	// is written without fsync, except before the Raft log is compacted
-	// (Callbacks.BeforeCompact: wal.SyncAll).
-	log, err := wal.Open(wal.Options{Dir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes, Logger: cfg.Logger, NoSync: cfg.NoSync || cfg.Group != nil, SyncDelay: cfg.SyncDelay})
+	log, err := wal.Open(wal.Options{Dir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes, Logger: cfg.Logger,
+		NoSync: cfg.NoSync || !syncsVersionedLog(cfg), SyncDelay: cfg.SyncDelay})
 	if err != nil {
 		return nil, fmt.Errorf("open certifier log: %w", err)
 	}
@@ -78,71 +66,29 @@ func Open(cfg Config) (*Service, error) {
 		cfg:     cfg,
 		log:     log,
 		recent:  newRecentEntries(cfg.RecentEntriesMax),
-		wake:    make(chan struct{}, 1),
 		durable: newWatermark(log.LastVersion()),
 		stats:   newStats(),
 		stop:    make(chan struct{}),
-		group:   cfg.Group,
 		stages:  openStageLog(),
 	}
-	s.stopTrace = startTrace()
-	restored, err := s.restore()
+	order, restored, err := newOrderer(s)
 	if err != nil {
 		log.Close()
 		return nil, err
 	}
+	s.order = order
+	s.stopTrace = startTrace()
 	s.metrics = newMetrics(s, cfg.Registry)
 	s.flow = newFlowControl(s.metrics)
+	_, lowWaterMark := s.versions()
 	cfg.Logger.Info("certifier log recovered",
 		"first_version", log.FirstVersion(), "last_version", log.LastVersion(),
-		"restored_into_index", restored, "low_water_mark", s.state.LowWaterMark(),
+		"restored_into_index", restored, "low_water_mark", lowWaterMark,
 		"took", time.Since(started).Round(time.Millisecond))
-	if s.group != nil {
-		s.startGroup()
-		s.done.Add(1)
-		go s.sampleLoop()
-		return s, nil
-	}
-	s.done.Add(2)
-	go s.writeLoop()
+	s.order.start()
+	s.done.Add(1)
 	go s.sampleLoop()
 	return s, nil
-}
-
-// restore replays the last window of the log into a fresh state machine and
-// the recent-entries ring.
-func (s *Service) restore() (int, error) {
-	last := s.log.LastVersion()
-	base := uint64(0)
-	if first := s.log.FirstVersion(); first > 0 {
-		base = first - 1
-	}
-	if last > s.cfg.WindowVersions && last-s.cfg.WindowVersions > base {
-		base = last - s.cfg.WindowVersions
-	}
-	s.state = certification.New(certification.Config{WindowVersions: s.cfg.WindowVersions,
-		UnsafeSkipConflictCheck: s.cfg.UnsafeSkipConflictCheck}, base)
-	restored := 0
-	err := s.log.ReadFrom(base, func(e wal.Entry) error {
-		entry, err := decodeEntry(e)
-		if err != nil {
-			return err
-		}
-		keys, err := KeysOf(entry.Writeset)
-		if err != nil {
-			return fmt.Errorf("log entry %d: %w", e.Version, err)
-		}
-		if s.group == nil { // a group's state is the group's (certgroup.Core)
-			s.state.Restore(entry.Version, txnOf(entry.Txn), keys)
-		}
-		s.recent.add(logentry.Entry{Version: e.Version, Bytes: e.Payload})
-		restored++
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("restore certification state from the log: %w", err)
-	}
-	return restored, nil
 }
 
 func decodeEntry(e wal.Entry) (*pb.LogEntry, error) {
@@ -161,8 +107,8 @@ func decodeEntry(e wal.Entry) (*pb.LogEntry, error) {
 // section is entered once per message rather than once per request (the
 // streams' receivers contend for it; at saturation the lock hand-offs cost
 // more than the state machine): prepare reads the keys and encodes the log
-// entry, outside the lock; decideAll runs the state machine for the whole
-// message under one lock; answer builds each reply. The writeset stays
+// entry, outside the lock; the orderer's decide runs the state machine for
+// the whole message under one lock; answer builds each reply. The writeset stays
 // encoded (CertifyRequestEncoded): its keys are read from the bytes and the
 // bytes go into the log entry as they came, the only copy made.
 
@@ -173,10 +119,11 @@ type certifying struct {
 	reply      *pb.CertifyReply // set early for a request refused before the state machine
 	request    certification.Request
 	prefix     logentry.Prefix
-	// Set by decideAll.
+	// Set by orderer.decide.
 	outcome              certification.Outcome
 	lowWaterMark, latest uint64
 	committedBefore      uint64 // overloaded: the version the transaction committed at, 0 if none
+	ticket, epoch        uint64 // a group's: see queued
 }
 
 // prepare checks a request's limits, reads its keys and encodes its log
@@ -213,36 +160,6 @@ func (s *Service) prepare(req *pb.CertifyRequestEncoded, overloaded bool) certif
 	}
 	c.request = certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}
 	return c
-}
-
-// decideAll runs the state machine for every prepared request, in order,
-// under one lock, and queues the new commits for the writer.
-func (s *Service) decideAll(batch []certifying) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	wasEmpty := len(s.pending) == 0
-	for i := range batch {
-		c := &batch[i]
-		switch {
-		case c.reply != nil:
-		case c.overloaded:
-			c.committedBefore, _ = s.state.CommittedVersion(txnOf(c.req.Txn))
-		default:
-			c.outcome = s.state.Certify(c.request)
-			if c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
-				entry := c.prefix.WithVersion(c.outcome.CommitVersion)
-				s.recent.add(entry)
-				s.pending = append(s.pending, entry)
-			}
-			c.lowWaterMark, c.latest = s.state.LowWaterMark(), s.state.Version()
-		}
-	}
-	if wasEmpty && len(s.pending) > 0 {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // answer builds a request's reply; on commit it must wait until durable
@@ -348,121 +265,6 @@ func describeAbort(req *pb.CertifyRequest, o certification.Outcome, lowWaterMark
 	}
 }
 
-// syncsInFlightMax is how many group commits may be in flight at once
-// (wal.Pending). With 2, the next batch is written, and its fsync started,
-// while the previous fsync runs, so at moderate load a request waits for
-// about one fsync instead of up to two. It is 1: after a power loss with
-// two batches in flight, the later may be on disk without the earlier, and
-// the log's recovery, which never guesses, then refuses to start (a defect
-// followed by valid records reads as corruption; internal/wal/doc.go)
-// until an operator steps in. Both batches were unacknowledged, but
-// recovery cannot tell that from damage to acknowledged entries. Raising
-// it needs a log format that records batch boundaries so that recovery
-// can; the gain measured was within the noise (docs/BENCHMARKS.md).
-const syncsInFlightMax = 1
-
-// writeLoop is the single writer: it takes everything certified since the
-// last write and makes it durable with one write and one fsync, up to
-// syncsInFlightMax of them overlapping (wal/pipeline.go). The durable
-// version advances only once a batch and every batch before it are on
-// stable storage: no reply is sent earlier.
-//
-// With one group commit in flight (syncsInFlightMax = 1) the writer waits
-// for the fsync itself: a goroutine per batch and a slot to hand back
-// would only add two scheduling hops to every batch's path, on cores the
-// certifier shares with its clients.
-func (s *Service) writeLoop() {
-	defer s.done.Done()
-	var syncs sync.WaitGroup
-	defer syncs.Wait() // Close closes the log only after the last fsync
-	slots := make(chan struct{}, syncsInFlightMax)
-	var batch []logentry.Entry
-	var records []wal.Entry
-	for {
-		select {
-		case <-s.wake:
-		case <-s.stop:
-			return
-		}
-		select {
-		case slots <- struct{}{}: // meanwhile more requests join the batch
-		case <-s.stop:
-			return
-		}
-		s.mu.Lock()
-		batch, s.pending = s.pending, batch[:0]
-		s.mu.Unlock()
-		if len(batch) == 0 {
-			<-slots
-			continue
-		}
-		records = records[:0]
-		for _, e := range batch {
-			records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
-		}
-		first, last, n := batch[0].Version, batch[len(batch)-1].Version, len(batch)
-		var zeroedBefore uint64
-		if s.stages != nil {
-			zeroedBefore = s.log.Stats().ZeroedChunks
-		}
-		started := time.Now()
-		p, err := s.log.Write(records)
-		written := time.Now()
-		if err != nil {
-			<-slots
-			s.fail(fmt.Errorf("log write of versions %d..%d: %w", first, last, err))
-			return
-		}
-		commit := func() {
-			defer func() { <-slots }()
-			s.awaitDurable(p, first, last, n, started)
-			if s.stages != nil {
-				s.stages.batch(batchStages{first: first, last: last, writeStart: unixNano(started), written: unixNano(written), durable: time.Now().UnixNano(),
-					zeroedBefore: zeroedBefore, zeroedAfter: s.log.Stats().ZeroedChunks})
-			}
-		}
-		if syncsInFlightMax == 1 {
-			commit()
-			// The streams just woken by the durable version are queued on
-			// this goroutine's P; the next batch's fsync would hold that P
-			// (a blocking system call keeps it until sysmon takes it back)
-			// and their replies with it, unless the other core is free to
-			// steal them. Let them send first: the next fsync starts a few
-			// tens of microseconds later, the replies an fsync earlier.
-			runtime.Gosched()
-		} else {
-			syncs.Add(1)
-			go func() {
-				defer syncs.Done()
-				commit()
-			}()
-		}
-		clear(batch)
-		// More may have arrived while this batch was written.
-		s.mu.Lock()
-		more := len(s.pending) > 0
-		s.mu.Unlock()
-		if more {
-			select {
-			case s.wake <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-// awaitDurable waits for one group commit and advances the durable
-// version past it.
-func (s *Service) awaitDurable(p *wal.Pending, first, last uint64, n int, started time.Time) {
-	if err := p.Wait(); err != nil {
-		s.fail(fmt.Errorf("log append of versions %d..%d: %w", first, last, err))
-		return
-	}
-	s.stats.recordFsync(n, time.Since(started))
-	s.metrics.observeFsync(n)
-	s.durable.advance(last)
-}
-
 // fail stops the service after a log failure: no reply may be sent for an
 // entry whose durability is unknown.
 func (s *Service) fail(err error) {
@@ -496,12 +298,7 @@ func (s *Service) Close() error {
 			s.cfg.Logger.Error("write the stage log", "path", s.stages.path, "err", err)
 		}
 	}
-	if s.group != nil {
-		if err := s.group.Close(); err != nil {
-			s.cfg.Logger.Error("close the certifier group's raft log", "err", err)
-		}
-		s.leadership.lost()
-	}
+	s.order.close()
 	return s.log.Close()
 }
 
@@ -514,16 +311,8 @@ func (s *Service) Version() uint64 {
 	return v
 }
 
-// versions returns the highest version certified and the low-water mark,
-// of the group's state when in a group.
-func (s *Service) versions() (version, lowWaterMark uint64) {
-	if s.group != nil {
-		return s.group.Versions()
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state.Version(), s.state.LowWaterMark()
-}
+// versions returns the highest version certified and the low-water mark.
+func (s *Service) versions() (version, lowWaterMark uint64) { return s.order.versions() }
 
 // entriesBetween returns the encoded durable entries (after, upTo], from
 // memory when it still has them, else from the log.

@@ -98,9 +98,6 @@ func (s *Service) StatusNow() *pb.StatusReply {
 	if certs > 0 {
 		reply.AbortRate = float64(aborts) / float64(certs)
 	}
-	reply.Role = "single"
-	if s.group != nil {
-		s.groupStatus(reply)
-	}
+	s.order.describe(reply)
 	return reply
 }

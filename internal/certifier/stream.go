@@ -27,7 +27,7 @@ type queued struct {
 	received time.Time
 	decided  time.Time // stage log only
 	// In a group: an abort waits until the group confirmed ticket; epoch
-	// is the leadership it was decided in (group.go).
+	// is the leadership it was decided in (group.go, maySend).
 	ticket uint64
 	epoch  uint64
 }
@@ -56,23 +56,17 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if err != nil {
 		return err
 	}
-	if s.group != nil {
-		// Redirect at once, before waiting for anything.
-		if err := s.checkLeader(stream); err != nil {
-			return err
-		}
+	lifetime, err := s.order.admit(stream, first.Open)
+	if err != nil {
+		return err
 	}
 	if err := s.checkOpen(first.Open); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	if s.group != nil {
-		// The stream lives as long as this member's leadership: replies
-		// certified in it are dropped, never sent, once it is lost.
-		stopFollowing := context.AfterFunc(s.leadership.context(), cancel)
-		defer stopFollowing()
-	}
+	stopFollowing := context.AfterFunc(lifetime, cancel)
+	defer stopFollowing()
 	st := &streamState{s: s}
 	queue := make(chan queued, streamQueueMax)
 	var wg sync.WaitGroup
@@ -110,17 +104,6 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 func (s *Service) checkOpen(open *pb.OpenSession) error {
 	if open == nil || open.Replica == "" {
 		return status.Error(codes.InvalidArgument, "the first message of a Certify stream must open a session with the replica's name")
-	}
-	if s.group != nil {
-		// Every version a replica holds was committed by the group, so a
-		// new leader still applying its log reaches it soon.
-		ctx, cancel := context.WithTimeout(context.Background(), groupCatchUpWaitMax)
-		_, err := s.durable.wait(ctx, open.ReplicaVersion)
-		cancel()
-		if err != nil {
-			return status.Errorf(codes.Unavailable, "replica %q is at version %d, this certifier member has applied %d so far; retry",
-				open.Replica, open.ReplicaVersion, s.DurableVersion())
-		}
 	}
 	if durable := s.DurableVersion(); open.ReplicaVersion > durable {
 		return status.Errorf(codes.FailedPrecondition,
@@ -208,11 +191,7 @@ func (s *Service) enqueue(ctx context.Context, st *streamState, r received, queu
 			return err
 		}
 	}
-	if s.group != nil {
-		if err := s.certifyMessageInGroup(ctx, st, msg.Requests, now, queue); err != nil {
-			return err
-		}
-	} else if err := s.certifyMessage(ctx, st, msg.Requests, now, queue); err != nil {
+	if err := s.certifyMessage(ctx, st, msg.Requests, now, queue); err != nil {
 		return err
 	}
 	if msg.CatchUp {
@@ -222,25 +201,28 @@ func (s *Service) enqueue(ctx context.Context, st *streamState, r received, queu
 }
 
 // certifyMessage certifies a message's requests with one entry into the
-// critical section (service.go: prepare, decideAll, answer).
+// critical section (service.go: prepare, the orderer's decide, answer). An
+// error from decide ends the stream after the requests decided before it
+// are queued.
 func (s *Service) certifyMessage(ctx context.Context, st *streamState, reqs []*pb.CertifyRequestEncoded, now time.Time, queue chan<- queued) error {
 	batch := make([]certifying, len(reqs))
 	for i, req := range reqs {
 		batch[i] = s.prepare(req, !st.acquire())
 	}
-	s.decideAll(batch)
+	n, err := s.order.decide(ctx, batch)
 	var decided time.Time
 	if s.stages != nil {
 		decided = time.Now()
 	}
-	for i := range batch {
-		q := queued{received: now, decided: decided}
-		q.reply, q.waitFor = s.answer(&batch[i])
-		if err := put(ctx, queue, q); err != nil {
-			return err
+	for i := range batch[:n] {
+		c := &batch[i]
+		q := queued{received: now, decided: decided, ticket: c.ticket, epoch: c.epoch}
+		q.reply, q.waitFor = s.answer(c)
+		if e := put(ctx, queue, q); e != nil {
+			return e
 		}
 	}
-	return nil
+	return err
 }
 
 func put(ctx context.Context, queue chan<- queued, q queued) error {
@@ -337,18 +319,13 @@ func takeSendable(waiting []queued, durable uint64, ready []queued) (sendable, s
 	return ready, still
 }
 
-// sendReady sends replies whose dependencies are durable (after, in a
-// group, their aborts are confirmed) with the entries the replica has not
-// been sent, and returns the highest version delivered.
+// sendReady sends replies whose dependencies are durable, once the orderer
+// lets them go (in a group, after their aborts are confirmed), with the
+// entries the replica has not been sent, and returns the highest version
+// delivered.
 func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, ready []queued, delivered, durable uint64) (uint64, error) {
-	if s.group != nil {
-		ticket := uint64(0)
-		for _, q := range ready {
-			ticket = max(ticket, q.ticket)
-		}
-		if err := s.groupMaySend(ctx, ready, ticket); err != nil {
-			return delivered, err
-		}
+	if err := s.order.maySend(ctx, ready); err != nil {
+		return delivered, err
 	}
 	delivered, err := s.send(stream, ready, delivered, durable)
 	st.release(answered(ready))

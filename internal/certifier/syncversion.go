@@ -3,9 +3,6 @@ package certifier
 import (
 	"context"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 )
 
@@ -13,13 +10,11 @@ import (
 // before it asked (tashkent.sync_wait): see the proto. A single certifier
 // answers with its durable version, since it acknowledges and delivers a
 // version only once it is durable; a group's leader answers after a
-// ReadIndex (groupSyncVersion).
+// ReadIndex (orderer.syncVersion).
 func (s *Service) SyncVersion(ctx context.Context, _ *pb.SyncVersionRequest) (*pb.SyncVersionReply, error) {
-	if s.group != nil {
-		return s.groupSyncVersion(ctx)
+	v, err := s.order.syncVersion(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.Err(); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "the certifier stopped serving: %v", err)
-	}
-	return &pb.SyncVersionReply{DurableVersion: s.DurableVersion()}, nil
+	return &pb.SyncVersionReply{DurableVersion: v}, nil
 }

@@ -1,0 +1,236 @@
+package certifier
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/wal"
+)
+
+// singleLog is the orderer of a certifier that runs alone: it certifies in
+// its own state, and its writer makes the versioned log durable (group
+// commit, Tashkent §6.1). Nothing it decided leaves the service before it
+// is durable, so its durable version answers SyncVersion as it is, and any
+// reply may go out once what it depends on is durable.
+type singleLog struct {
+	s *Service
+
+	mu      sync.Mutex // guards state, pending; held once per message (decide)
+	state   *certification.State
+	pending []logentry.Entry // certified, not yet handed to the writer
+	wake    chan struct{}    // signalled when pending becomes non-empty
+}
+
+// newSingleLog restores the certification state of the log's last window.
+func newSingleLog(s *Service) (*singleLog, int, error) {
+	base := s.windowBase()
+	l := &singleLog{
+		s: s,
+		state: certification.New(certification.Config{WindowVersions: s.cfg.WindowVersions,
+			UnsafeSkipConflictCheck: s.cfg.UnsafeSkipConflictCheck}, base),
+		wake: make(chan struct{}, 1),
+	}
+	restored, err := s.replay(base, func(e *pb.LogEntry, keys []certification.Key) {
+		l.state.Restore(e.Version, txnOf(e.Txn), keys)
+	})
+	return l, restored, err
+}
+
+func (l *singleLog) start() {
+	l.s.done.Add(1)
+	go l.writeLoop()
+}
+
+// close has nothing to release: the writer ends with the service.
+func (l *singleLog) close() {}
+
+// admit: a single certifier serves every stream for as long as it runs,
+// and holds every version a replica can hold already.
+func (l *singleLog) admit(grpc.ServerStream, *pb.OpenSession) (context.Context, error) {
+	return context.Background(), nil
+}
+
+// decide runs the state machine for every prepared request, in order,
+// under one lock, and queues the new commits for the writer.
+func (l *singleLog) decide(_ context.Context, batch []certifying) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wasEmpty := len(l.pending) == 0
+	for i := range batch {
+		c := &batch[i]
+		switch {
+		case c.reply != nil:
+		case c.overloaded:
+			c.committedBefore, _ = l.state.CommittedVersion(txnOf(c.req.Txn))
+		default:
+			c.outcome = l.state.Certify(c.request)
+			if c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
+				l.pending = append(l.pending, c.prefix.WithVersion(c.outcome.CommitVersion))
+			}
+			c.lowWaterMark, c.latest = l.state.LowWaterMark(), l.state.Version()
+		}
+	}
+	if wasEmpty && len(l.pending) > 0 {
+		l.signalWriter()
+	}
+	return len(batch), nil
+}
+
+func (l *singleLog) signalWriter() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// maySend: nothing holds a reply once what it depends on is durable.
+func (l *singleLog) maySend(context.Context, []queued) error { return nil }
+
+func (l *singleLog) versions() (version, lowWaterMark uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state.Version(), l.state.LowWaterMark()
+}
+
+// syncVersion is the durable version: a version is acknowledged and
+// delivered only once it is durable.
+func (l *singleLog) syncVersion(context.Context) (uint64, error) {
+	if err := l.s.Err(); err != nil {
+		return 0, status.Errorf(codes.Unavailable, "the certifier stopped serving: %v", err)
+	}
+	return l.s.DurableVersion(), nil
+}
+
+// checkFetch: the log serves every version it still has (Fetch refuses
+// the ones removed).
+func (l *singleLog) checkFetch(uint64) error { return nil }
+
+func (l *singleLog) describe(r *pb.StatusReply) { r.Role = "single" }
+
+// syncsInFlightMax is how many group commits may be in flight at once
+// (wal.Pending). With 2, the next batch is written, and its fsync started,
+// while the previous fsync runs, so at moderate load a request waits for
+// about one fsync instead of up to two. It is 1: after a power loss with
+// two batches in flight, the later may be on disk without the earlier, and
+// the log's recovery, which never guesses, then refuses to start (a defect
+// followed by valid records reads as corruption; internal/wal/doc.go)
+// until an operator steps in. Both batches were unacknowledged, but
+// recovery cannot tell that from damage to acknowledged entries. Raising
+// it needs a log format that records batch boundaries so that recovery
+// can; the gain measured was within the noise (docs/BENCHMARKS.md).
+const syncsInFlightMax = 1
+
+// writeLoop is the single writer: it takes everything certified since the
+// last write and makes it durable with one write and one fsync, up to
+// syncsInFlightMax of them overlapping (wal/pipeline.go). The durable
+// version advances only once a batch and every batch before it are on
+// stable storage: no reply is sent earlier. A batch goes into the recent
+// ring before it is written, so that it is there once it is durable.
+//
+// With one group commit in flight (syncsInFlightMax = 1) the writer waits
+// for the fsync itself: a goroutine per batch and a slot to hand back
+// would only add two scheduling hops to every batch's path, on cores the
+// certifier shares with its clients.
+func (l *singleLog) writeLoop() {
+	s := l.s
+	defer s.done.Done()
+	var syncs sync.WaitGroup
+	defer syncs.Wait() // Close closes the log only after the last fsync
+	slots := make(chan struct{}, syncsInFlightMax)
+	var batch []logentry.Entry
+	var records []wal.Entry
+	for {
+		select {
+		case <-l.wake:
+		case <-s.stop:
+			return
+		}
+		select {
+		case slots <- struct{}{}: // meanwhile more requests join the batch
+		case <-s.stop:
+			return
+		}
+		l.mu.Lock()
+		batch, l.pending = l.pending, batch[:0]
+		l.mu.Unlock()
+		if len(batch) == 0 {
+			<-slots
+			continue
+		}
+		records = records[:0]
+		s.mu.Lock()
+		for _, e := range batch {
+			s.recent.add(e)
+			records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
+		}
+		s.mu.Unlock()
+		first, last, n := batch[0].Version, batch[len(batch)-1].Version, len(batch)
+		var zeroedBefore uint64
+		if s.stages != nil {
+			zeroedBefore = s.log.Stats().ZeroedChunks
+		}
+		started := time.Now()
+		p, err := s.log.Write(records)
+		written := time.Now()
+		if err != nil {
+			<-slots
+			s.fail(fmt.Errorf("log write of versions %d..%d: %w", first, last, err))
+			return
+		}
+		commit := func() {
+			defer func() { <-slots }()
+			l.awaitDurable(p, first, last, n, started)
+			if s.stages != nil {
+				s.stages.batch(batchStages{first: first, last: last, writeStart: unixNano(started), written: unixNano(written), durable: time.Now().UnixNano(),
+					zeroedBefore: zeroedBefore, zeroedAfter: s.log.Stats().ZeroedChunks})
+			}
+		}
+		if syncsInFlightMax == 1 {
+			commit()
+			// The streams just woken by the durable version are queued on
+			// this goroutine's P; the next batch's fsync would hold that P
+			// (a blocking system call keeps it until sysmon takes it back)
+			// and their replies with it, unless the other core is free to
+			// steal them. Let them send first: the next fsync starts a few
+			// tens of microseconds later, the replies an fsync earlier.
+			runtime.Gosched()
+		} else {
+			syncs.Add(1)
+			go func() {
+				defer syncs.Done()
+				commit()
+			}()
+		}
+		clear(batch)
+		// More may have arrived while this batch was written.
+		l.mu.Lock()
+		more := len(l.pending) > 0
+		l.mu.Unlock()
+		if more {
+			l.signalWriter()
+		}
+	}
+}
+
+// awaitDurable waits for one group commit and advances the durable
+// version past it.
+func (l *singleLog) awaitDurable(p *wal.Pending, first, last uint64, n int, started time.Time) {
+	s := l.s
+	if err := p.Wait(); err != nil {
+		s.fail(fmt.Errorf("log append of versions %d..%d: %w", first, last, err))
+		return
+	}
+	s.stats.recordFsync(n, time.Since(started))
+	s.metrics.observeFsync(n)
+	s.durable.advance(last)
+}
