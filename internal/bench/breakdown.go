@@ -51,6 +51,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 const stalenessSampleEvery = 50 * time.Millisecond
@@ -134,9 +135,9 @@ func (s *system) snapshotCPU() cpuSnapshot {
 	if s.pgpool != nil {
 		add("pgpool", s.pgpool.pid(), postgresCPU) // pgpool's children too
 	}
-	if own, children, _, err := procTimes(os.Getpid()); err == nil {
-		snap.parts["bench"] = own
-		snap.parts["pgbench"] = children // the clients, once reaped
+	if self, ok := process.ReadStat(os.Getpid()); ok {
+		snap.parts["bench"] = self.CPU
+		snap.parts["pgbench"] = self.ChildrenCPU // the clients, once reaped
 	}
 	snap.machineBusy = machineBusy()
 	return snap
@@ -144,8 +145,11 @@ func (s *system) snapshotCPU() cpuSnapshot {
 
 // processCPU is the CPU time of one process and its reaped children.
 func processCPU(pid int) (time.Duration, error) {
-	own, children, _, err := procTimes(pid)
-	return own + children, err
+	st, ok := process.ReadStat(pid)
+	if !ok {
+		return 0, fmt.Errorf("process %d: no /proc/%d/stat", pid, pid)
+	}
+	return st.CPU + st.ChildrenCPU, nil
 }
 
 // machineBusy is the machine's busy CPU time so far (/proc/stat: all but
@@ -167,7 +171,7 @@ func machineBusy() time.Duration {
 			busy += n
 		}
 	}
-	return time.Duration(busy) * (time.Second / clockTicksPerSecond)
+	return time.Duration(busy) * process.ClockTick
 }
 
 // cpuBetween is the CPU of every part between two snapshots; "others" is

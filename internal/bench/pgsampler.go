@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // pgSampleEvery is how often the servers' processes are sampled.
@@ -61,10 +63,11 @@ func (s *pgSampler) sample() {
 		if err != nil || s.postmasters[pid] {
 			continue
 		}
-		own, _, ppid, err := procTimes(pid)
-		if err != nil || !s.postmasters[ppid] {
+		st, ok := process.ReadStat(pid)
+		if !ok || !s.postmasters[st.PPID] {
 			continue
 		}
+		own := st.CPU
 		p := s.procs[pid]
 		if p == nil {
 			p = &pgProc{}

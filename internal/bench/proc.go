@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // proc is a tashkent certifier or agent, or pgpool, that the bench started
@@ -118,22 +120,4 @@ func (p *proc) addrInUse() bool {
 }
 
 // logTail is the end of what this run of the process wrote to its log.
-func (p *proc) logTail() string { return fileTail(p.logPath, p.logFrom, 3000) }
-
-// fileTail returns up to n bytes from the end of path, none before from.
-func fileTail(path string, from, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", path, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err.Error()
-	}
-	if _, err := f.Seek(max(from, st.Size()-n), io.SeekStart); err != nil {
-		return err.Error()
-	}
-	b, _ := io.ReadAll(f)
-	return strings.TrimRight(string(b), "\n")
-}
+func (p *proc) logTail() string { return process.LogTail(p.logPath, p.logFrom, 3000) }

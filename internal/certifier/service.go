@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
@@ -199,9 +197,9 @@ func (s *Service) overloadedReply(reply *pb.CertifyReply, committed uint64) *pb.
 		fmt.Sprintf("certifier overloaded: more requests in flight than the limit of %d (in-flight requests max); retry", s.cfg.Limits.InFlightRequestsMax))
 }
 
-// checkEncodedBytes is checkLimits' size limit for an encoded writeset:
-// its size is its length, as proto.Size of the decoded one. It comes
-// before the keys are read, so an oversized writeset is not parsed.
+// checkEncodedBytes checks the size limit of an encoded writeset: its
+// size is its length, as proto.Size of the decoded one. It comes before
+// the keys are read, so an oversized writeset is not parsed.
 func (s *Service) checkEncodedBytes(req *pb.CertifyRequestEncoded) string {
 	if n, limit := len(req.Writeset), s.cfg.Limits.WritesetBytesMax; n > limit {
 		return fmt.Sprintf("writeset is %d bytes, over the limit of %d (writeset bytes max)", n, limit)
@@ -217,17 +215,6 @@ func describeEncodedAbort(req *pb.CertifyRequestEncoded, o certification.Outcome
 		return err.Error()
 	}
 	return describeAbort(decoded, o, lowWaterMark, current)
-}
-
-func (s *Service) checkLimits(req *pb.CertifyRequest) string {
-	l := s.cfg.Limits
-	if n := len(req.Writeset.GetChanges()); n > l.WritesetKeysMax {
-		return fmt.Sprintf("writeset has %d rows, over the limit of %d (writeset keys max)", n, l.WritesetKeysMax)
-	}
-	if n := proto.Size(req.Writeset); n > l.WritesetBytesMax {
-		return fmt.Sprintf("writeset is %d bytes, over the limit of %d (writeset bytes max)", n, l.WritesetBytesMax)
-	}
-	return ""
 }
 
 func abortReply(r *pb.CertifyReply, reason pb.AbortReason, detail string) *pb.CertifyReply {

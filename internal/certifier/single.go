@@ -117,36 +117,13 @@ func (l *singleLog) checkFetch(uint64) error { return nil }
 
 func (l *singleLog) describe(r *pb.StatusReply) { r.Role = "single" }
 
-// syncsInFlightMax is how many group commits may be in flight at once
-// (wal.Pending). With 2, the next batch is written, and its fsync started,
-// while the previous fsync runs, so at moderate load a request waits for
-// about one fsync instead of up to two. It is 1: after a power loss with
-// two batches in flight, the later may be on disk without the earlier, and
-// the log's recovery, which never guesses, then refuses to start (a defect
-// followed by valid records reads as corruption; internal/wal/doc.go)
-// until an operator steps in. Both batches were unacknowledged, but
-// recovery cannot tell that from damage to acknowledged entries. Raising
-// it needs a log format that records batch boundaries so that recovery
-// can; the gain measured was within the noise (docs/BENCHMARKS.md).
-const syncsInFlightMax = 1
-
 // writeLoop is the single writer: it takes everything certified since the
-// last write and makes it durable with one write and one fsync, up to
-// syncsInFlightMax of them overlapping (wal/pipeline.go). The durable
-// version advances only once a batch and every batch before it are on
-// stable storage: no reply is sent earlier. A batch goes into the recent
-// ring before it is written, so that it is there once it is durable.
-//
-// With one group commit in flight (syncsInFlightMax = 1) the writer waits
-// for the fsync itself: a goroutine per batch and a slot to hand back
-// would only add two scheduling hops to every batch's path, on cores the
-// certifier shares with its clients.
+// last write and makes it durable with one write and one fsync (group
+// commit). A batch goes into the recent ring before it is written, so that
+// it is there once it is durable.
 func (l *singleLog) writeLoop() {
 	s := l.s
 	defer s.done.Done()
-	var syncs sync.WaitGroup
-	defer syncs.Wait() // Close closes the log only after the last fsync
-	slots := make(chan struct{}, syncsInFlightMax)
 	var batch []logentry.Entry
 	var records []wal.Entry
 	for {
@@ -155,16 +132,10 @@ func (l *singleLog) writeLoop() {
 		case <-s.stop:
 			return
 		}
-		select {
-		case slots <- struct{}{}: // meanwhile more requests join the batch
-		case <-s.stop:
-			return
-		}
 		l.mu.Lock()
 		batch, l.pending = l.pending, batch[:0]
 		l.mu.Unlock()
 		if len(batch) == 0 {
-			<-slots
 			continue
 		}
 		records = records[:0]
@@ -174,43 +145,16 @@ func (l *singleLog) writeLoop() {
 			records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
 		}
 		s.mu.Unlock()
-		first, last, n := batch[0].Version, batch[len(batch)-1].Version, len(batch)
-		var zeroedBefore uint64
-		if s.stages != nil {
-			zeroedBefore = s.log.Stats().ZeroedChunks
-		}
-		started := time.Now()
-		p, err := s.log.Write(records)
-		written := time.Now()
-		if err != nil {
-			<-slots
-			s.fail(fmt.Errorf("log write of versions %d..%d: %w", first, last, err))
+		if !l.write(records) {
 			return
 		}
-		commit := func() {
-			defer func() { <-slots }()
-			l.awaitDurable(p, first, last, n, started)
-			if s.stages != nil {
-				s.stages.batch(batchStages{first: first, last: last, writeStart: unixNano(started), written: unixNano(written), durable: time.Now().UnixNano(),
-					zeroedBefore: zeroedBefore, zeroedAfter: s.log.Stats().ZeroedChunks})
-			}
-		}
-		if syncsInFlightMax == 1 {
-			commit()
-			// The streams just woken by the durable version are queued on
-			// this goroutine's P; the next batch's fsync would hold that P
-			// (a blocking system call keeps it until sysmon takes it back)
-			// and their replies with it, unless the other core is free to
-			// steal them. Let them send first: the next fsync starts a few
-			// tens of microseconds later, the replies an fsync earlier.
-			runtime.Gosched()
-		} else {
-			syncs.Add(1)
-			go func() {
-				defer syncs.Done()
-				commit()
-			}()
-		}
+		// The streams just woken by the durable version are queued on this
+		// goroutine's P; the next batch's fsync would hold that P (a
+		// blocking system call keeps it until sysmon takes it back) and
+		// their replies with it, unless the other core is free to steal
+		// them. Let them send first: the next fsync starts a few tens of
+		// microseconds later, the replies an fsync earlier.
+		runtime.Gosched()
 		clear(batch)
 		// More may have arrived while this batch was written.
 		l.mu.Lock()
@@ -222,15 +166,47 @@ func (l *singleLog) writeLoop() {
 	}
 }
 
-// awaitDurable waits for one group commit and advances the durable
-// version past it.
-func (l *singleLog) awaitDurable(p *wal.Pending, first, last uint64, n int, started time.Time) {
+// write makes one batch durable and advances the durable version past it;
+// false if the log failed, which stops the service.
+//
+// One group commit is in flight at a time, and the writer waits for its
+// fsync itself. With two, the next batch would be written, and its fsync
+// started, while the previous fsync runs, so that at moderate load a
+// request waits for about one fsync instead of up to two; but after a
+// power loss with two batches in flight the later may be on disk without
+// the earlier, and the log's recovery, which never guesses, then refuses
+// to start (a defect followed by valid records reads as corruption;
+// internal/wal/doc.go) until an operator steps in. Both batches were
+// unacknowledged, but recovery cannot tell that from damage to
+// acknowledged entries. Overlapping them needs a log format that records
+// batch boundaries; the gain measured was within the noise
+// (docs/BENCHMARKS.md). A goroutine per batch would only add scheduling
+// hops to every batch's path, on cores the certifier shares with its
+// clients.
+func (l *singleLog) write(records []wal.Entry) bool {
 	s := l.s
+	first, last := records[0].Version, records[len(records)-1].Version
+	var zeroedBefore uint64
+	if s.stages != nil {
+		zeroedBefore = s.log.Stats().ZeroedChunks
+	}
+	started := time.Now()
+	p, err := s.log.Write(records)
+	written := time.Now()
+	if err != nil {
+		s.fail(fmt.Errorf("log write of versions %d..%d: %w", first, last, err))
+		return false
+	}
 	if err := p.Wait(); err != nil {
 		s.fail(fmt.Errorf("log append of versions %d..%d: %w", first, last, err))
-		return
+		return false
 	}
-	s.stats.recordFsync(n, time.Since(started))
-	s.metrics.observeFsync(n)
+	s.stats.recordFsync(len(records), time.Since(started))
+	s.metrics.observeFsync(len(records))
 	s.durable.advance(last)
+	if s.stages != nil {
+		s.stages.batch(batchStages{first: first, last: last, writeStart: unixNano(started), written: unixNano(written), durable: time.Now().UnixNano(),
+			zeroedBefore: zeroedBefore, zeroedAfter: s.log.Stats().ZeroedChunks})
+	}
+	return true
 }

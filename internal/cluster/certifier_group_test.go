@@ -18,6 +18,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/pgcode"
+	"github.com/tashkent-db/tashkent/internal/process"
 	"github.com/tashkent-db/tashkent/internal/replica"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
@@ -103,7 +104,7 @@ func TestCertifierGroupLeaderKill9UnderLoad(t *testing.T) {
 		pause := time.Since(killed)
 		pauses = append(pauses, pause)
 		t.Logf("round %d: kill -9 of leader certifier %d (pid %d); next acknowledged commit after %v", round, leader.ID, leader.PID, pause.Round(time.Millisecond))
-		waitGone(t, leader.PID)
+		process.WaitGone(context.Background(), leader.PID, 5*time.Second)
 		if st, err = cluster.Up(ctx, cluster.Options{Dir: dir, Binary: bin}); err != nil {
 			t.Fatal(err)
 		}
@@ -237,13 +238,6 @@ func groupLeader(t *testing.T, dir string) *cluster.Certifier {
 	}
 	t.Fatal("no certifier leader within 20 s")
 	return nil
-}
-
-func waitGone(t *testing.T, pid int) {
-	t.Helper()
-	for i := 0; i < 500 && !gone(pid); i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // checkConverged waits until every replica holds the same version, then

@@ -20,6 +20,7 @@ import (
 	"github.com/tashkent-db/tashkent/internal/certs"
 	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/grpctls"
+	"github.com/tashkent-db/tashkent/internal/process"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
@@ -128,7 +129,7 @@ func restartFollowerOverTLS(t *testing.T, st *cluster.State, bin, leader string)
 	if err := syscall.Kill(follower.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, follower.PID)
+	process.WaitGone(context.Background(), follower.PID, 5*time.Second)
 	if _, err := cluster.Up(context.Background(), cluster.Options{Dir: st.Dir, Binary: bin}); err != nil {
 		t.Fatalf("up after kill -9 of a follower: %v", err)
 	}

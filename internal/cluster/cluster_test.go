@@ -21,6 +21,7 @@ import (
 	"github.com/tashkent-db/tashkent/internal/configfile"
 	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/process"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
@@ -54,20 +55,6 @@ func pids(st *cluster.State) map[string]int {
 		m[r.Name+" agent"] = r.Agent.PID
 	}
 	return m
-}
-
-// gone reports whether pid has exited (a zombie counts: its parent, the
-// `up` process, is gone and init reaps it).
-func gone(pid int) bool {
-	if err := syscall.Kill(pid, 0); err != nil {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }
 
 // query runs one statement on a replica (or any DSN) and returns the
@@ -137,7 +124,7 @@ func status(t *testing.T, bin, dir string) *cluster.Status {
 func checkRunning(t *testing.T, st *cluster.State) {
 	t.Helper()
 	for what, pid := range pids(st) {
-		if pid == 0 || gone(pid) {
+		if pid == 0 || !process.Alive(pid) {
 			t.Errorf("%s: pid %d not running", what, pid)
 		}
 	}
@@ -161,7 +148,7 @@ func killLeftovers(t *testing.T, bin string, st *cluster.State) {
 		}
 	}
 	for _, pid := range tk {
-		if pid == 0 || gone(pid) {
+		if pid == 0 || !process.Alive(pid) {
 			continue
 		}
 		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
@@ -241,7 +228,7 @@ func peersOf(st *cluster.State) string {
 func checkGone(t *testing.T, recorded map[string]int) {
 	t.Helper()
 	for what, pid := range recorded {
-		if !gone(pid) {
+		if process.Alive(pid) {
 			t.Errorf("%s: pid %d still running after down", what, pid)
 		}
 	}
@@ -460,7 +447,7 @@ func TestUpAfterAFullOutage(t *testing.T) {
 	stop()
 	wg.Wait()
 	for _, pid := range victims {
-		waitGone(t, pid)
+		process.WaitGone(context.Background(), pid, 5*time.Second)
 	}
 	acked := w.count()
 	t.Logf("killed %d processes with %d commits acknowledged", len(victims), acked)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 const (
@@ -150,7 +151,7 @@ func stopPostgres(ctx context.Context, r *Replica) (Stopped, error) {
 			}
 			pid, s.PID = p, p
 		} else {
-			if pid != 0 && alive(pid) {
+			if pid != 0 && process.Alive(pid) {
 				s.Outcome, s.Detail = "left alone", fmt.Sprintf("pid %d is no longer a postgres for %s", pid, pg.DataDir)
 			} else {
 				s.Outcome = "not running"

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // The certifiers and the agents are `tashkent` subcommands started
@@ -66,14 +67,10 @@ func cmdline(pid int) ([]string, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("no pid")
 	}
-	if !alive(pid) {
+	if !process.Alive(pid) {
 		return nil, fmt.Errorf("process %d is not running", pid)
 	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return nil, fmt.Errorf("process %d: %w", pid, err)
-	}
-	return strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00"), nil
+	return process.Cmdline(pid)
 }
 
 // check returns nil when pid is a live process matching id.
@@ -103,32 +100,12 @@ func (n flagValue) on(args []string) bool {
 	return false
 }
 
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	j := bytes.LastIndexByte(b, ')')
-	if j < 0 || j+2 >= len(b) {
-		return false
-	}
-	st := b[j+2]
-	return st != 'Z' && st != 'X'
-}
-
 // stopProcess stops the process pid after checking it matches id: SIGTERM,
 // then SIGKILL after grace. It reports whether it had to kill. A pid that
 // is not running is not an error (nothing to stop); a pid that is running
 // but is some other program is.
 func stopProcess(ctx context.Context, id procIdentity, pid int, grace time.Duration) (killed bool, err error) {
-	if !alive(pid) {
+	if !process.Alive(pid) {
 		return false, errNotRunning
 	}
 	if err := id.check(pid); err != nil {
@@ -137,7 +114,7 @@ func stopProcess(ctx context.Context, id procIdentity, pid int, grace time.Durat
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return false, fmt.Errorf("signal %d: %w", pid, err)
 	}
-	if waitGone(ctx, pid, grace) {
+	if process.WaitGone(ctx, pid, grace) {
 		return false, nil
 	}
 	// Re-check before the SIGKILL: the PID cannot have been reused while
@@ -146,7 +123,7 @@ func stopProcess(ctx context.Context, id procIdentity, pid int, grace time.Durat
 		return false, nil
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	if !waitGone(context.Background(), pid, 10*time.Second) {
+	if !process.WaitGone(context.Background(), pid, 10*time.Second) {
 		return true, fmt.Errorf("process %d did not exit after SIGKILL", pid)
 	}
 	return true, nil
@@ -156,21 +133,6 @@ var (
 	errNotRunning = errors.New("not running")
 	errNotOurs    = errors.New("the recorded pid now belongs to another process")
 )
-
-func waitGone(ctx context.Context, pid int, max time.Duration) bool {
-	ctx, cancel := context.WithTimeout(ctx, max)
-	defer cancel()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for alive(pid) {
-		select {
-		case <-ctx.Done():
-			return !alive(pid)
-		case <-t.C:
-		}
-	}
-	return true
-}
 
 // child is a detached process this `tashkent up` started.
 type child struct {
@@ -231,28 +193,9 @@ func (c *child) kill() {
 }
 
 // logTail returns the end of what this run of the child wrote to its log.
-func (c *child) logTail() string { return readTail(c.logPath, c.logOffset, logTailBytes) }
+func (c *child) logTail() string { return process.LogTail(c.logPath, c.logOffset, logTailBytes) }
 
 const logTailBytes = 3000
-
-// readTail returns up to n bytes from the end of path, not before offset from.
-func readTail(path string, from int64, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", path, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", path, err)
-	}
-	start := max(from, st.Size()-int64(n))
-	if _, err := f.Seek(start, io.SeekStart); err != nil {
-		return err.Error()
-	}
-	b, _ := io.ReadAll(f)
-	return strings.TrimRight(string(b), "\n")
-}
 
 // errStartup is returned when a child exits or times out during startup.
 type errStartup struct {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tashkent-db/tashkent/internal/process"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
@@ -53,7 +54,7 @@ func startFake(t *testing.T, args ...string) *child {
 	})
 	// Wait until the child has exec'd (its cmdline is the fake's).
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(readTail(c.logPath, 0, 1000), "ready") {
+	for !strings.Contains(process.LogTail(c.logPath, 0, 1000), "ready") {
 		if time.Now().After(deadline) {
 			t.Fatalf("fake process did not start: %s", c.logTail())
 		}
@@ -123,7 +124,7 @@ func TestStopProcess(t *testing.T) {
 		if err != nil || killed {
 			t.Fatalf("stop: killed=%v err=%v", killed, err)
 		}
-		if alive(c.pid) {
+		if process.Alive(c.pid) {
 			t.Fatal("process still alive after stop")
 		}
 		if _, err := stopProcess(ctx, id, c.pid, time.Second); !errors.Is(err, errNotRunning) {
@@ -136,7 +137,7 @@ func TestStopProcess(t *testing.T) {
 		if err != nil || !killed {
 			t.Fatalf("stop: killed=%v err=%v", killed, err)
 		}
-		if alive(c.pid) {
+		if process.Alive(c.pid) {
 			t.Fatal("process still alive after SIGKILL")
 		}
 	})
@@ -147,7 +148,7 @@ func TestStopProcess(t *testing.T) {
 			t.Fatalf("stop of a foreign process: %v, want errNotOurs", err)
 		}
 		time.Sleep(100 * time.Millisecond)
-		if !alive(c.pid) {
+		if !process.Alive(c.pid) {
 			t.Fatal("a process that is not ours was signalled")
 		}
 	})
@@ -180,7 +181,7 @@ func TestWaitReadyReportsLogTail(t *testing.T) {
 	if time.Since(start) > 5*time.Second {
 		t.Fatalf("timeout took %s", time.Since(start))
 	}
-	if alive(c.pid) {
+	if process.Alive(c.pid) {
 		t.Fatal("the process that timed out was not killed")
 	}
 }
@@ -214,7 +215,7 @@ func TestDownLeavesForeignProcessesAlone(t *testing.T) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
-	if !alive(foreign.pid) {
+	if !process.Alive(foreign.pid) {
 		t.Fatal("Down signalled a process that was not its own")
 	}
 	got, err := Load(dir)

@@ -7,9 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/netutil"
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // control owns the cluster under test: the real processes `tashkent up`
@@ -114,37 +113,7 @@ func (c *control) targets() []target {
 func (t target) pids() []int {
 	out := []int{t.pid}
 	if t.pg {
-		out = append(out, childrenOf(t.pid)...)
-	}
-	return out
-}
-
-// childrenOf lists the live children of pid from /proc.
-func childrenOf(pid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) >= 2 && f[1] == strconv.Itoa(pid) {
-			out = append(out, child)
-		}
+		out = append(out, process.Children(t.pid)...)
 	}
 	return out
 }
@@ -165,30 +134,14 @@ func signal(pids []int, sig syscall.Signal) error {
 
 // waitGone waits until none of pids runs (zombies count as gone).
 func waitGone(pids []int, max time.Duration) bool {
-	deadline := time.Now().Add(max)
-	for time.Now().Before(deadline) {
-		alive := false
-		for _, p := range pids {
-			if running(p) {
-				alive = true
-			}
+	ctx, cancel := context.WithTimeout(context.Background(), max)
+	defer cancel()
+	for _, p := range pids {
+		if !process.WaitGone(ctx, p, max) {
+			return false
 		}
-		if !alive {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	return false
-}
-
-func running(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+	return true
 }
 
 // takeOver takes over the certifier group's members, or the single
@@ -504,7 +457,7 @@ func (c *control) awaitAdmitting(ctx context.Context, i int) error {
 	deadline := time.Now().Add(admitWait)
 	var last error
 	for time.Now().Before(deadline) {
-		if !running(r.Postgres.PID) {
+		if !process.Alive(r.Postgres.PID) {
 			return fmt.Errorf("the postmaster (pid %d) of %s died", r.Postgres.PID, r.Name)
 		}
 		g, err := cluster.ReadGate(ctx, r.DSN())

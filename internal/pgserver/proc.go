@@ -1,7 +1,6 @@
 package pgserver
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // PostmasterInfo is the content of a data directory's postmaster.pid.
@@ -72,14 +73,13 @@ func IsPostgres(pid int, dataDir string) error {
 	if pid <= 0 {
 		return fmt.Errorf("pgserver: invalid pid %d", pid)
 	}
-	if !alive(pid) {
+	if !process.Alive(pid) {
 		return fmt.Errorf("pgserver: process %d is not running", pid)
 	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	args, err := process.Cmdline(pid)
 	if err != nil {
-		return fmt.Errorf("pgserver: process %d: %w", pid, err)
+		return fmt.Errorf("pgserver: %w", err)
 	}
-	args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
 	if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "postgres") {
 		return fmt.Errorf("pgserver: process %d is not postgres (cmdline %q)", pid, strings.Join(args, " "))
 	}
@@ -101,7 +101,7 @@ func IsPostgres(pid int, dataDir string) error {
 // to signal a pid that is not a postgres for dataDir. Stopping a server that
 // is not running is not an error.
 func StopPID(ctx context.Context, dataDir string, pid int) error {
-	if !alive(pid) {
+	if !process.Alive(pid) {
 		return nil
 	}
 	if err := IsPostgres(pid, dataDir); err != nil {
@@ -110,72 +110,18 @@ func StopPID(ctx context.Context, dataDir string, pid int) error {
 	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("pgserver: signal %d: %w", pid, err)
 	}
-	if waitGone(ctx, pid, 60*time.Second) {
+	fastShutdownWait := 60 * time.Second
+	if deadline, ok := ctx.Deadline(); ok {
+		fastShutdownWait = time.Until(deadline)
+	}
+	if process.WaitGone(ctx, pid, fastShutdownWait) {
 		return nil
 	}
 	killTree(pid)
-	if !waitGone(context.Background(), pid, 10*time.Second) {
+	if !process.WaitGone(context.Background(), pid, 10*time.Second) {
 		return fmt.Errorf("pgserver: postgres %d did not exit after SIGKILL", pid)
 	}
 	return nil
-}
-
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	if errors.Is(err, syscall.ESRCH) {
-		return false
-	}
-	if st, ok := procState(pid); ok {
-		return st != 'Z' && st != 'X'
-	}
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// procState returns the state letter from /proc/PID/stat.
-func procState(pid int) (byte, bool) {
-	_, state, _, ok := procStat(pid)
-	return state, ok
-}
-
-// procStat returns comm, state and ppid of pid.
-func procStat(pid int) (comm string, state byte, ppid int, ok bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", 0, 0, false
-	}
-	// pid (comm) state ppid ...; comm may contain spaces and parentheses.
-	i := bytes.IndexByte(b, '(')
-	j := bytes.LastIndexByte(b, ')')
-	if i < 0 || j < i || j+2 >= len(b) {
-		return "", 0, 0, false
-	}
-	comm = string(b[i+1 : j])
-	fields := strings.Fields(string(b[j+2:]))
-	if len(fields) < 2 {
-		return "", 0, 0, false
-	}
-	ppid, _ = strconv.Atoi(fields[1])
-	return comm, fields[0][0], ppid, true
-}
-
-// children lists the PIDs whose parent is pid.
-func children(pid int) []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, e := range ents {
-		c, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if _, _, ppid, ok := procStat(c); ok && ppid == pid {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // killTree SIGKILLs the postmaster pid and its children. The postmaster is
@@ -184,32 +130,10 @@ func children(pid int) []int {
 // themselves.
 func killTree(pid int) []int {
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
-	kids := children(pid)
+	kids := process.Children(pid)
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	for _, c := range kids {
 		_ = syscall.Kill(c, syscall.SIGKILL)
 	}
 	return kids
-}
-
-// waitGone polls until pid has exited (or is a zombie), the context is done
-// or max has passed (when the context has no deadline).
-func waitGone(ctx context.Context, pid int, max time.Duration) bool {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, max)
-		defer cancel()
-	}
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if !alive(pid) {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return !alive(pid)
-		case <-t.C:
-		}
-	}
 }

@@ -21,6 +21,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/netutil"
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // Config describes one PostgreSQL instance.
@@ -522,7 +525,7 @@ func (s *Server) Kill9() error {
 func waitAll(pids []int) bool {
 	ok := true
 	for _, p := range pids {
-		if !waitGone(context.Background(), p, 10*time.Second) {
+		if !process.WaitGone(context.Background(), p, 10*time.Second) {
 			ok = false
 		}
 	}
@@ -589,42 +592,14 @@ func (s *Server) DSN(db string) string {
 }
 
 // LogTail returns up to n bytes of the end of the server log.
-func (s *Server) LogTail(n int) string {
-	b, err := readTail(s.LogPath(), 0, n)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", s.LogPath(), err)
-	}
-	return b
-}
+func (s *Server) LogTail(n int) string { return process.LogTail(s.LogPath(), 0, n) }
 
 // logTail returns the end of what the current run wrote to the log.
 func (s *Server) logTail(n int) string {
 	s.mu.Lock()
 	off := s.logOffset
 	s.mu.Unlock()
-	b, err := readTail(s.LogPath(), off, n)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", s.LogPath(), err)
-	}
-	return b
-}
-
-func readTail(path string, from int64, n int) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return "", err
-	}
-	start := max(from, st.Size()-int64(n))
-	if _, err := f.Seek(start, io.SeekStart); err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(f)
-	return string(b), err
+	return process.LogTail(s.LogPath(), off, n)
 }
 
 func tail(b []byte, n int) string {
@@ -688,10 +663,9 @@ func checkTraversable(dir string, cred *syscall.Credential) error {
 
 // freePort asks the kernel for a free TCP port on 127.0.0.1.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := netutil.FreePort()
 	if err != nil {
 		return 0, fmt.Errorf("pgserver: pick a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // testDir returns a directory the postgres user can reach (t.TempDir is
@@ -124,7 +126,7 @@ func TestLifecycle(t *testing.T) {
 	if err := s.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s.Running() || alive(pid) {
+	if s.Running() || process.Alive(pid) {
 		t.Fatalf("postgres %d still alive after Stop", pid)
 	}
 	if _, ok := Running(dir); ok {
@@ -171,18 +173,18 @@ func TestKill9KillsTreeAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := s.PID()
-	kids := children(pid)
+	kids := process.Children(pid)
 	if len(kids) < 3 { // checkpointer, bgwriter, walwriter, ..., our backend
 		t.Fatalf("postmaster %d has %d children, expected the usual auxiliary processes", pid, len(kids))
 	}
 	if err := s.Kill9(); err != nil {
 		t.Fatal(err)
 	}
-	if alive(pid) {
+	if process.Alive(pid) {
 		t.Fatalf("postmaster %d alive after Kill9", pid)
 	}
 	for _, k := range kids {
-		if alive(k) {
+		if process.Alive(k) {
 			t.Errorf("child %d of postmaster %d alive after Kill9", k, pid)
 		}
 	}
@@ -228,13 +230,13 @@ func TestStartDetachedAndStopPID(t *testing.T) {
 	if err := StopPID(ctx, filepath.Join(testDir(t), "other"), pid); err == nil {
 		t.Fatal("StopPID accepted a postgres for another data directory")
 	}
-	if !alive(pid) {
+	if !process.Alive(pid) {
 		t.Fatal("refused StopPID still stopped the server")
 	}
 	if err := StopPID(ctx, dir, pid); err != nil {
 		t.Fatal(err)
 	}
-	if alive(pid) {
+	if process.Alive(pid) {
 		t.Fatal("alive after StopPID")
 	}
 	if _, ok := Running(dir); ok {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/pgext"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 type options struct {
@@ -153,30 +154,11 @@ func baseDir() string {
 
 // writeOwner records this process (PID and start time) as the owner of dir.
 func writeOwner(dir string) error {
-	st, ok := startTime(os.Getpid())
-	if !ok {
-		st = "?"
+	st := "?"
+	if self, ok := process.ReadStat(os.Getpid()); ok && self.StartTime != "" {
+		st = self.StartTime
 	}
 	return os.WriteFile(filepath.Join(dir, ownerFile), []byte(fmt.Sprintf("%d %s\n", os.Getpid(), st)), 0o644)
-}
-
-// startTime returns field 22 of /proc/PID/stat (start time in clock ticks
-// since boot), which tells a live process from a later one with a reused PID.
-func startTime(pid int) (string, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", false
-	}
-	return f[19], true
 }
 
 // ownerAlive reports whether the test process that created dir still runs.
@@ -199,8 +181,8 @@ func ownerAlive(dir string) bool {
 	if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
 		return false
 	}
-	st, ok := startTime(pid)
-	return !ok || f[1] == "?" || st == f[1]
+	st, ok := process.ReadStat(pid)
+	return !ok || f[1] == "?" || st.StartTime == f[1]
 }
 
 // sweep stops and removes instances left behind by test processes that died

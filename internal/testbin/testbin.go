@@ -11,7 +11,6 @@ package testbin
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,8 +18,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
+
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // dirPrefix starts the name of every build directory; the builder's PID
@@ -77,7 +77,7 @@ func removeStale(tmp string) int {
 	for _, m := range matches {
 		pidText, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(m), dirPrefix), "-")
 		pid, err := strconv.Atoi(pidText)
-		if !ok || err != nil || running(pid) {
+		if !ok || err != nil || process.Alive(pid) {
 			continue
 		}
 		if os.RemoveAll(m) == nil {
@@ -85,12 +85,6 @@ func removeStale(tmp string) int {
 		}
 	}
 	return removed
-}
-
-// running reports whether a process with this PID exists.
-func running(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // Output collects output written while the test reads it: a process's

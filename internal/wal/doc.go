@@ -77,7 +77,7 @@
 // every earlier one returned. It widens that conservative case: after a power loss (not a process
 // crash: the page cache survives kill -9) with two unacknowledged batches in flight, the later one may
 // have reached the disk without the earlier one, and Open reports corruption at the gap although both
-// were unacknowledged. So the certifier keeps one batch in flight (certifier.syncsInFlightMax); more
+// were unacknowledged. So the certifier keeps one batch in flight (certifier's singleLog.write); more
 // needs batch boundaries in the format first, so that recovery can tell an unacknowledged gap from
 // damage to acknowledged entries.
 package wal
