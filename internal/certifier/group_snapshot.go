@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The versioned log of a group member, around snapshots (issue 4).
+// The versioned log of a group member, around snapshots.
 //
 // A member normally applies every committed version to its versioned log
 // (internal/wal), which serves Fetch and delivery. A member that installed
