@@ -48,6 +48,7 @@ const (
 	ProgramLimitExceeded = "54000" // tashkent: a writeset over a limit
 
 	// Class 55: object not in prerequisite state.
+	ObjectInUse      = "55006"
 	LockNotAvailable = "55P03"
 
 	// Class 57: operator intervention.

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/verify"
 )
 
@@ -51,7 +52,7 @@ func writeUntil(t *testing.T, c *clustertest.Cluster, i int, stop <-chan struct{
 			}
 			_, err := conn.Exec(context.Background(), `UPDATE acct SET balance = balance + 1 WHERE id = $1`, rand.IntN(2000)+1)
 			var pgErr *pgconn.PgError
-			if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == "40001") {
+			if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == pgcode.SerializationFailure) {
 				t.Errorf("replica%d: %v", i+1, err)
 				return
 			}
@@ -150,7 +151,7 @@ func TestHoldCommits(t *testing.T) {
 
 	other := c.Connect(0)
 	_, err := other.Exec(ctx, `SELECT tashkent.hold_commits(0, 1000)`)
-	if code := sqlState(err); code != "55006" {
+	if code := pgcode.Of(err); code != pgcode.ObjectInUse {
 		t.Errorf("a second session's hold: %v (SQLSTATE %q), want 55006", err, code)
 	}
 
@@ -184,7 +185,7 @@ func TestHoldCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = plain.Exec(ctx, `SELECT tashkent.hold_commits(0, 1000)`)
-	if code := sqlState(err); code != "42501" {
+	if code := pgcode.Of(err); code != pgcode.InsufficientPrivilege {
 		t.Errorf("an ordinary role's hold: %v (SQLSTATE %q), want 42501", err, code)
 	}
 }
@@ -196,14 +197,6 @@ func commitAsync(conn *pgx.Conn, sql string) <-chan error {
 		done <- err
 	}()
 	return done
-}
-
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
 }
 
 // An agent given --verify-every compares its replica with its peers on
