@@ -264,3 +264,23 @@ func (s *Service) groupStatus(r *pb.StatusReply) {
 		r.Members = append(r.Members, &pb.Member{Id: id, Addr: members[id]})
 	}
 }
+
+// leads reports whether this certifier certifies: a single certifier
+// always, a group member while it leads.
+func (s *Service) leads() bool {
+	if s.group == nil {
+		return true
+	}
+	_, _, leading := s.group.Leader()
+	return leading
+}
+
+// term is the group's Raft term as this member knows it; 0 for a single
+// certifier.
+func (s *Service) term() uint64 {
+	if s.group == nil {
+		return 0
+	}
+	_, term, _ := s.group.Leader()
+	return term
+}

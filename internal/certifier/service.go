@@ -40,6 +40,7 @@ type Service struct {
 	stats    *stats
 	metrics  *metrics
 	flow     *flowControl
+	replicas *knownReplicas
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -75,15 +76,16 @@ func Open(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("open certifier log: %w", err)
 	}
 	s := &Service{
-		cfg:     cfg,
-		log:     log,
-		recent:  newRecentEntries(cfg.RecentEntriesMax),
-		wake:    make(chan struct{}, 1),
-		durable: newWatermark(log.LastVersion()),
-		stats:   newStats(),
-		stop:    make(chan struct{}),
-		group:   cfg.Group,
-		stages:  openStageLog(),
+		cfg:      cfg,
+		log:      log,
+		recent:   newRecentEntries(cfg.RecentEntriesMax),
+		wake:     make(chan struct{}, 1),
+		durable:  newWatermark(log.LastVersion()),
+		stats:    newStats(),
+		replicas: newKnownReplicas(time.Now),
+		stop:     make(chan struct{}),
+		group:    cfg.Group,
+		stages:   openStageLog(),
 	}
 	s.stopTrace = startTrace()
 	restored, err := s.restore()
