@@ -101,8 +101,9 @@ func (a *Agent) Socket() string {
 	return a.socket
 }
 
-// MetricsAddr is the address /metrics and /healthz are served on, once
-// Run serves them (nil before, or without Config.MetricsAddr).
+// MetricsAddr is the address /metrics, /healthz and the dashboard are
+// served on, once Run serves them (nil before, or without
+// Config.MetricsAddr).
 func (a *Agent) MetricsAddr() net.Addr {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -70,7 +70,8 @@ type Config struct {
 	TrustDDLRoles bool
 	// CertifierDialOptions dial the certifier (grpctls); none: plaintext.
 	CertifierDialOptions []grpc.DialOption
-	// MetricsAddr serves /metrics and /healthz; empty: not served.
+	// MetricsAddr serves /metrics, /healthz and the dashboard
+	// (internal/dashboard); empty: not served.
 	MetricsAddr string
 	Logger      *slog.Logger
 }

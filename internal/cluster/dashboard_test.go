@@ -16,6 +16,7 @@ import (
 	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/dashboard"
 	"github.com/tashkent-db/tashkent/internal/dashboard/pagetest"
+	"github.com/tashkent-db/tashkent/internal/metricsdoc"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
@@ -79,9 +80,11 @@ func TestDashboardInChromium(t *testing.T) {
 			t.Errorf("%s: no critical alert for replica2:\n%s", url, dom)
 		}
 	}
-	if !strings.Contains(leaderMetrics(t, urls[:3]), `tashkent_certifier_replica_connected{replica="replica2"} 0`) {
+	leader := leaderMetrics(t, urls[:3])
+	if !strings.Contains(leader, `tashkent_certifier_replica_connected{replica="replica2"} 0`) {
 		t.Error("the leader's metrics do not say replica2 is disconnected")
 	}
+	checkMetricsDocumented(t, leader+httpBody(t, agent1+"metrics"))
 	img := pagetest.Screenshot(t, agent1, 3*time.Second, 1200, 800, t.TempDir())
 	if red, colours := pagetest.Pixels(img, pagetest.CriticalRGB, 8); colours < 20 || red < 10000 {
 		t.Errorf("screenshot: %d colours, %d pixels of the critical colour; want a drawn page (20+) and the alert bar (10000+)", colours, red)
@@ -153,6 +156,24 @@ func waitForCluster(t *testing.T, url, what string, ok func(*dashboard.Cluster) 
 			t.Fatalf("%sapi/cluster: not %s after 20 s:\n%s", url, what, body)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// checkMetricsDocumented checks that every tashkent metric in a /metrics
+// text is in docs/METRICS.md (internal/metricsdoc compares the table with
+// the code's definitions; this, with what runs).
+func checkMetricsDocumented(t *testing.T, text string) {
+	t.Helper()
+	tab, err := metricsdoc.ReadTable("../../docs/METRICS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposed := metricsdoc.Referenced(text, tab)
+	if len(exposed) < 20 {
+		t.Fatalf("only %d tashkent metrics exposed: %v", len(exposed), exposed)
+	}
+	if missing := tab.Undocumented(exposed); len(missing) > 0 {
+		t.Errorf("%v exposed but not in docs/METRICS.md", missing)
 	}
 }
 
