@@ -96,6 +96,9 @@ func (v *Viewer) Cluster(ctx context.Context) *Cluster {
 	if v.last != nil && time.Since(v.at) < cacheFor {
 		return v.last
 	}
+	// The gathering serves every request within cacheFor: the first
+	// requester going away must not cut it short.
+	ctx = context.WithoutCancel(ctx)
 	c := &Cluster{ServedBy: v.cfg.ServedBy, Time: time.Now().UTC(), Thresholds: *v.cfg.Thresholds}
 	replies := v.gatherCertifier(ctx, &c.Certifier)
 	c.Replicas = v.gatherReplicas(ctx, replies, c.Certifier.Leader)
@@ -134,7 +137,19 @@ func (v *Viewer) gatherCertifier(ctx context.Context, cv *CertifierView) []*pb.S
 			}
 		}
 	}
-	sortMembers(cv.Members)
+	// An address that did not answer is named by the id the group gives it.
+	idOf := map[string]uint64{}
+	for _, r := range replies {
+		for _, peer := range r.Members {
+			idOf[peer.Addr] = peer.Id
+		}
+	}
+	for i, m := range cv.Members {
+		if !m.Reachable {
+			cv.Members[i].ID = idOf[m.Addr]
+		}
+	}
+	cv.Members = sortMembers(cv.Members)
 	for _, m := range cv.Members {
 		cv.Reachable = cv.Reachable || m.Reachable
 		if m.Reachable && (m.Role == "leader" || m.Role == "single") && (cv.Leader == nil || m.Term > cv.Leader.Term) {
@@ -146,14 +161,23 @@ func (v *Viewer) gatherCertifier(ctx context.Context, cv *CertifierView) []*pb.S
 }
 
 // sortMembers orders members by id, then address (a single certifier
-// and unanswered addresses have id 0).
-func sortMembers(ms []MemberView) {
+// and unanswered addresses have id 0), and keeps one answer of a member
+// known under two addresses (a name and an IP).
+func sortMembers(ms []MemberView) []MemberView {
 	sort.Slice(ms, func(i, j int) bool {
 		if ms[i].ID != ms[j].ID {
 			return ms[i].ID < ms[j].ID
 		}
 		return ms[i].Addr < ms[j].Addr
 	})
+	var out []MemberView
+	for _, m := range ms {
+		if len(out) > 0 && m.ID != 0 && m.ID == out[len(out)-1].ID {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 type certifierAnswer struct {
