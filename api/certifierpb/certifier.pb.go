@@ -535,7 +535,13 @@ type OpenSession struct {
 	// piggybacks remote writesets on replies). A certifier older than this
 	// field ignores it: the replica then hears of other replicas' commits
 	// with its replies and catch-up requests only.
-	Push          bool `protobuf:"varint,3,opt,name=push,proto3" json:"push,omitempty"`
+	Push bool `protobuf:"varint,3,opt,name=push,proto3" json:"push,omitempty"`
+	// host:port of the agent's HTTP listener (/metrics, /api/status, the
+	// dashboard); empty: it has none. An unspecified host (0.0.0.0, ::, or
+	// none) stands for the address the session comes from. The certifier
+	// lists it in StatusReply.replicas, which is how a dashboard finds every
+	// replica. A certifier older than this field ignores it.
+	StatusAddr    string `protobuf:"bytes,4,opt,name=status_addr,json=statusAddr,proto3" json:"status_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -589,6 +595,13 @@ func (x *OpenSession) GetPush() bool {
 		return x.Push
 	}
 	return false
+}
+
+func (x *OpenSession) GetStatusAddr() string {
+	if x != nil {
+		return x.StatusAddr
+	}
+	return ""
 }
 
 type CertifyRequest struct {
@@ -1325,16 +1338,22 @@ type StatusReply struct {
 	AppendSecondsTotal      float64                `protobuf:"fixed64,12,opt,name=append_seconds_total,json=appendSecondsTotal,proto3" json:"append_seconds_total,omitempty"` // time spent writing + fsyncing the log
 	// The certifier group (internal/certgroup). A single certifier reports
 	// member_id 0 and role "single".
-	MemberId      uint64    `protobuf:"varint,13,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	Role          string    `protobuf:"bytes,14,opt,name=role,proto3" json:"role,omitempty"` // "leader", "follower", "candidate", "single"
-	Term          uint64    `protobuf:"varint,15,opt,name=term,proto3" json:"term,omitempty"`
-	LeaderId      uint64    `protobuf:"varint,16,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`             // 0 when no leader is known
-	LeaderAddr    string    `protobuf:"bytes,17,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`        // the leader's gRPC address, when known
-	RaftIndex     uint64    `protobuf:"varint,18,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"`          // last index in this member's Raft log
-	AppliedIndex  uint64    `protobuf:"varint,19,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"` // last Raft index applied
-	Members       []*Member `protobuf:"bytes,20,rep,name=members,proto3" json:"members,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MemberId     uint64    `protobuf:"varint,13,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Role         string    `protobuf:"bytes,14,opt,name=role,proto3" json:"role,omitempty"` // "leader", "follower", "candidate", "single"
+	Term         uint64    `protobuf:"varint,15,opt,name=term,proto3" json:"term,omitempty"`
+	LeaderId     uint64    `protobuf:"varint,16,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`             // 0 when no leader is known
+	LeaderAddr   string    `protobuf:"bytes,17,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`        // the leader's gRPC address, when known
+	RaftIndex    uint64    `protobuf:"varint,18,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"`          // last index in this member's Raft log
+	AppliedIndex uint64    `protobuf:"varint,19,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"` // last Raft index applied
+	Members      []*Member `protobuf:"bytes,20,rep,name=members,proto3" json:"members,omitempty"`
+	// The replicas that opened a session with this certifier (member) since
+	// it started: connected ones, and those whose session ended, so that a
+	// replica that went away is still listed (until this process restarts).
+	// A group member lists the sessions it served as leader. Sorted by name.
+	Replicas        []*ReplicaSession `protobuf:"bytes,21,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	LogFirstVersion uint64            `protobuf:"varint,22,opt,name=log_first_version,json=logFirstVersion,proto3" json:"log_first_version,omitempty"` // oldest version still in the log (retention)
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StatusReply) Reset() {
@@ -1507,6 +1526,88 @@ func (x *StatusReply) GetMembers() []*Member {
 	return nil
 }
 
+func (x *StatusReply) GetReplicas() []*ReplicaSession {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *StatusReply) GetLogFirstVersion() uint64 {
+	if x != nil {
+		return x.LogFirstVersion
+	}
+	return 0
+}
+
+type ReplicaSession struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`                                     // OpenSession.replica
+	StatusAddr    string                 `protobuf:"bytes,2,opt,name=status_addr,json=statusAddr,proto3" json:"status_addr,omitempty"`       // OpenSession.status_addr, host filled in
+	Connected     bool                   `protobuf:"varint,3,opt,name=connected,proto3" json:"connected,omitempty"`                          // a session of it is open now
+	SinceUnixMs   int64                  `protobuf:"varint,4,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"` // when connected last changed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaSession) Reset() {
+	*x = ReplicaSession{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaSession) ProtoMessage() {}
+
+func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaSession.ProtoReflect.Descriptor instead.
+func (*ReplicaSession) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReplicaSession) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReplicaSession) GetStatusAddr() string {
+	if x != nil {
+		return x.StatusAddr
+	}
+	return ""
+}
+
+func (x *ReplicaSession) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *ReplicaSession) GetSinceUnixMs() int64 {
+	if x != nil {
+		return x.SinceUnixMs
+	}
+	return 0
+}
+
 type Member struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1517,7 +1618,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1630,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1643,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Member) GetId() uint64 {
@@ -1578,11 +1679,13 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\achanges\x18\x01 \x03(\v2\x1d.tashkent.certifier.v1.ChangeR\achanges\"1\n" +
 	"\x05TxnID\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"d\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x85\x01\n" +
 	"\vOpenSession\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12'\n" +
 	"\x0freplica_version\x18\x02 \x01(\x04R\x0ereplicaVersion\x12\x12\n" +
-	"\x04push\x18\x03 \x01(\bR\x04push\"\xc1\x01\n" +
+	"\x04push\x18\x03 \x01(\bR\x04push\x12\x1f\n" +
+	"\vstatus_addr\x18\x04 \x01(\tR\n" +
+	"statusAddr\"\xc1\x01\n" +
 	"\x0eCertifyRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
@@ -1633,7 +1736,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x12SyncVersionRequest\";\n" +
 	"\x10SyncVersionReply\x12'\n" +
 	"\x0fdurable_version\x18\x01 \x01(\x04R\x0edurableVersion\"\x0f\n" +
-	"\rStatusRequest\"\xb6\x05\n" +
+	"\rStatusRequest\"\xa5\x06\n" +
 	"\vStatusReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12'\n" +
 	"\x0fdurable_version\x18\x02 \x01(\x04R\x0edurableVersion\x12$\n" +
@@ -1658,7 +1761,15 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\n" +
 	"raft_index\x18\x12 \x01(\x04R\traftIndex\x12#\n" +
 	"\rapplied_index\x18\x13 \x01(\x04R\fappliedIndex\x127\n" +
-	"\amembers\x18\x14 \x03(\v2\x1d.tashkent.certifier.v1.MemberR\amembers\",\n" +
+	"\amembers\x18\x14 \x03(\v2\x1d.tashkent.certifier.v1.MemberR\amembers\x12A\n" +
+	"\breplicas\x18\x15 \x03(\v2%.tashkent.certifier.v1.ReplicaSessionR\breplicas\x12*\n" +
+	"\x11log_first_version\x18\x16 \x01(\x04R\x0flogFirstVersion\"\x87\x01\n" +
+	"\x0eReplicaSession\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vstatus_addr\x18\x02 \x01(\tR\n" +
+	"statusAddr\x12\x1c\n" +
+	"\tconnected\x18\x03 \x01(\bR\tconnected\x12\"\n" +
+	"\rsince_unix_ms\x18\x04 \x01(\x03R\vsinceUnixMs\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr*\x9e\x01\n" +
@@ -1706,7 +1817,7 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                             // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
@@ -1730,7 +1841,8 @@ var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(*SyncVersionReply)(nil),            // 19: tashkent.certifier.v1.SyncVersionReply
 	(*StatusRequest)(nil),               // 20: tashkent.certifier.v1.StatusRequest
 	(*StatusReply)(nil),                 // 21: tashkent.certifier.v1.StatusReply
-	(*Member)(nil),                      // 22: tashkent.certifier.v1.Member
+	(*ReplicaSession)(nil),              // 22: tashkent.certifier.v1.ReplicaSession
+	(*Member)(nil),                      // 23: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	0,  // 0: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
@@ -1748,22 +1860,23 @@ var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	7,  // 12: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
 	6,  // 13: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
 	13, // 14: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	22, // 15: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
-	10, // 16: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
-	16, // 17: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	20, // 18: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	18, // 19: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
-	3,  // 20: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	15, // 21: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	17, // 22: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	21, // 23: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	19, // 24: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
-	4,  // 25: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	21, // [21:26] is the sub-list for method output_type
-	16, // [16:21] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	23, // 15: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	22, // 16: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
+	10, // 17: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
+	16, // 18: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
+	20, // 19: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	18, // 20: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
+	3,  // 21: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	15, // 22: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	17, // 23: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	21, // 24: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	19, // 25: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	4,  // 26: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	22, // [22:27] is the sub-list for method output_type
+	17, // [17:22] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_api_certifierpb_certifier_proto_init() }
@@ -1777,7 +1890,7 @@ func file_api_certifierpb_certifier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

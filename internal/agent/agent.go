@@ -48,6 +48,12 @@ type Agent struct {
 	// flowControlPauses counts the times the replica fell behind and asked
 	// for a pause (flowcontrol.go).
 	flowControlPauses atomic.Uint64
+	// certifierDurable is the certifier's durable version as last heard
+	// (stream replies, Status); applyStalledSince is when remote versions
+	// began to wait without the apply making progress, in Unix
+	// nanoseconds, 0 while none waits (flowcontrol.go).
+	certifierDurable  atomic.Uint64
+	applyStalledSince atomic.Int64
 
 	ln          net.Listener
 	socket      string
@@ -97,8 +103,9 @@ func (a *Agent) Socket() string {
 	return a.socket
 }
 
-// MetricsAddr is the address /metrics and /healthz are served on, once
-// Run serves them (nil before, or without Config.MetricsAddr).
+// MetricsAddr is the address /metrics, /healthz and the dashboard are
+// served on, once Run serves them (nil before, or without
+// Config.MetricsAddr).
 func (a *Agent) MetricsAddr() net.Addr {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -118,6 +125,45 @@ func (a *Agent) CommittedVersion() uint64 { return a.seq.committed() }
 // FlowControlPauses is how many times the replica fell behind and asked
 // the certifier to hold the other replicas' commits.
 func (a *Agent) FlowControlPauses() uint64 { return a.flowControlPauses.Load() }
+
+// heardDurable records the certifier's durable version.
+func (a *Agent) heardDurable(v uint64) {
+	for {
+		old := a.certifierDurable.Load()
+		if v <= old || a.certifierDurable.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// LagVersions is how many versions the replica is behind the certifier's
+// durable version as last heard.
+func (a *Agent) LagVersions() uint64 {
+	durable, committed := a.certifierDurable.Load(), a.seq.committed()
+	if durable <= committed {
+		return 0
+	}
+	return durable - committed
+}
+
+// ApplyStalled is how long remote versions have waited without the apply
+// making progress; 0 while none waits.
+func (a *Agent) ApplyStalled() time.Duration {
+	since := a.applyStalledSince.Load()
+	if since == 0 {
+		return 0
+	}
+	return max(time.Since(time.Unix(0, since)), 0)
+}
+
+// statusAddr is the address of the agent's HTTP listener for the
+// certifier to list (OpenSession.status_addr); empty without one.
+func (a *Agent) statusAddr() string {
+	if addr := a.MetricsAddr(); addr != nil {
+		return addr.String()
+	}
+	return ""
+}
 
 func (a *Agent) setState(s State, why string) { a.transition(s, why, false) }
 

@@ -75,7 +75,8 @@ type Config struct {
 	// often (tashkent verify; verify.go); the metrics keep the last result.
 	VerifyEvery time.Duration
 	VerifyPeers []verify.Replica
-	// MetricsAddr serves /metrics and /healthz; empty: not served.
+	// MetricsAddr serves /metrics, /healthz and the dashboard
+	// (internal/dashboard); empty: not served.
 	MetricsAddr string
 	Logger      *slog.Logger
 }

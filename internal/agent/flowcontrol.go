@@ -16,6 +16,61 @@ const flowControlInterval = 10 * time.Millisecond
 // not let it catch up sooner, so the pause is released.
 const flowControlStuckAfter = time.Second
 
+// applyProgress measures how long the apply has gone without progress
+// while remote versions wait for it.
+type applyProgress struct {
+	lastApplied  uint64
+	lastProgress time.Time
+	lastBacklog  uint64
+}
+
+// observe takes one sample and returns how long versions have waited
+// without the apply making progress (0 while none waits).
+func (p *applyProgress) observe(now time.Time, applied, backlog uint64) time.Duration {
+	if applied != p.lastApplied || p.lastBacklog == 0 {
+		// progress, or a backlog that has just begun: not stalled
+		p.lastApplied, p.lastProgress = applied, now
+	}
+	p.lastBacklog = backlog
+	if backlog == 0 {
+		return 0
+	}
+	return now.Sub(p.lastProgress)
+}
+
+// watchApply samples the apply's progress every flowControlInterval for
+// tashkent_agent_apply_stalled_seconds and, unless it is turned off, runs
+// flow control on it.
+func (r *run) watchApply() {
+	tick := time.NewTicker(flowControlInterval)
+	defer tick.Stop()
+	progress := applyProgress{lastApplied: r.a.seq.committed(), lastProgress: time.Now()}
+	defer r.a.applyStalledSince.Store(0)
+	var fc *flowControl
+	if !r.a.cfg.NoFlowControl {
+		fc = r.startFlowControl()
+		defer fc.stop()
+	}
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		applied, backlog := r.a.seq.committed(), uint64(r.a.seq.remoteWaiting())
+		now := time.Now()
+		stalled := progress.observe(now, applied, backlog)
+		if stalled > 0 {
+			r.a.applyStalledSince.Store(now.Add(-stalled).UnixNano())
+		} else {
+			r.a.applyStalledSince.Store(0)
+		}
+		if fc != nil {
+			fc.step(backlog, stalled > flowControlStuckAfter)
+		}
+	}
+}
+
 // flowControl asks the certifier to hold the other replicas' requests
 // while this replica has fallen behind (CertifyStreamRequest.pause): more
 // than FlowControlLimit remote versions delivered and not yet applied. It
@@ -26,51 +81,44 @@ const flowControlStuckAfter = time.Second
 // model: the cluster commits at the pace of its slowest replica, instead
 // of the slowest replica's own transactions all conflicting with the
 // versions it has not applied yet.
-func (r *run) flowControl() {
-	limit := r.a.cfg.FlowControlLimit
-	tick := time.NewTicker(flowControlInterval)
-	defer tick.Stop()
-	var (
-		pausing      bool
-		lastApplied  = r.a.seq.committed()
-		lastProgress = time.Now()
-		lastBacklog  uint64
-	)
-	defer r.a.metrics.flowControlPausing.Set(0) // the next run starts without a pause
-	defer r.setCatchUpTarget(false, limit)
-	r.setCatchUpTarget(false, limit) // an earlier agent may have left one
-	for {
-		select {
-		case <-r.ctx.Done():
-			return
-		case <-tick.C:
-		}
-		applied, backlog := r.a.seq.committed(), uint64(r.a.seq.remoteWaiting())
-		now := time.Now()
-		if applied != lastApplied || lastBacklog == 0 {
-			// progress, or a backlog that has just begun: not stuck
-			lastApplied, lastProgress = applied, now
-		}
-		lastBacklog = backlog
-		state, _ := r.a.State()
-		stuck := backlog > 0 && now.Sub(lastProgress) > flowControlStuckAfter
-		want := state == StateServing && !stuck &&
-			(backlog > limit || (pausing && backlog > limit/2))
-		if want == pausing {
-			continue
-		}
-		pausing = want
-		r.cert.SetPause(pausing)
-		r.setCatchUpTarget(pausing, limit)
-		r.a.metrics.flowControlPausing.Set(boolGauge(pausing))
-		if pausing {
-			r.a.metrics.flowControlPauses.Inc()
-			r.a.flowControlPauses.Add(1)
-			r.a.log.Info("flow control: this replica fell behind; the certifier holds the other replicas' commits",
-				"backlog", backlog, "limit", limit)
-		} else {
-			r.a.log.Info("flow control: pause released", "backlog", backlog, "stuck", stuck)
-		}
+type flowControl struct {
+	r       *run
+	limit   uint64
+	pausing bool
+}
+
+func (r *run) startFlowControl() *flowControl {
+	fc := &flowControl{r: r, limit: r.a.cfg.FlowControlLimit}
+	r.setCatchUpTarget(false, fc.limit) // an earlier agent may have left one
+	return fc
+}
+
+// stop ends the pause: the next run starts without one.
+func (fc *flowControl) stop() {
+	fc.r.a.metrics.flowControlPausing.Set(0)
+	fc.r.setCatchUpTarget(false, fc.limit)
+}
+
+// step decides on one sample of the backlog.
+func (fc *flowControl) step(backlog uint64, stuck bool) {
+	r, limit := fc.r, fc.limit
+	state, _ := r.a.State()
+	want := state == StateServing && !stuck &&
+		(backlog > limit || (fc.pausing && backlog > limit/2))
+	if want == fc.pausing {
+		return
+	}
+	fc.pausing = want
+	r.cert.SetPause(want)
+	r.setCatchUpTarget(want, limit)
+	r.a.metrics.flowControlPausing.Set(boolGauge(want))
+	if want {
+		r.a.metrics.flowControlPauses.Inc()
+		r.a.flowControlPauses.Add(1)
+		r.a.log.Info("flow control: this replica fell behind; the certifier holds the other replicas' commits",
+			"backlog", backlog, "limit", limit)
+	} else {
+		r.a.log.Info("flow control: pause released", "backlog", backlog, "stuck", stuck)
 	}
 }
 

@@ -71,12 +71,10 @@ func (m *metrics) setState(s State) {
 	}
 }
 
-// serveMetrics serves /metrics and /healthz (200 while serving, 503 with
-// the state and why otherwise).
+// serveMetrics serves /metrics, /healthz (200 while serving, 503 with
+// the state and why otherwise) and the dashboard (internal/dashboard).
 func (a *Agent) serveMetrics(addr string) (func(), error) {
-	a.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tashkent_agent_replica_version", Help: "Highest version committed at the replica, as the agent knows it."},
-		func() float64 { return float64(a.seq.committed()) }))
+	a.registerGauges()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listen on %s: %w", addr, err)
@@ -92,10 +90,36 @@ func (a *Agent) serveMetrics(addr string) (func(), error) {
 		}
 		fmt.Fprintf(w, "%s: version %d\n", state, a.seq.committed())
 	})
+	view := a.newDashboard()
+	view.Register(mux)
 	a.mu.Lock()
 	a.metricsAddr = ln.Addr()
 	a.mu.Unlock()
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
-	return func() { srv.Close() }, nil
+	return func() {
+		srv.Close()
+		view.Close()
+	}, nil
+}
+
+// registerGauges registers the gauges read from the agent when scraped,
+// and the Go runtime's and the process's standard metrics.
+func (a *Agent) registerGauges() {
+	a.metrics.registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	for _, g := range []struct {
+		opts prometheus.GaugeOpts
+		read func() float64
+	}{
+		{prometheus.GaugeOpts{Name: "tashkent_agent_replica_version", Help: "Highest version committed at the replica, as the agent knows it."},
+			func() float64 { return float64(a.seq.committed()) }},
+		{prometheus.GaugeOpts{Name: "tashkent_agent_certifier_durable_version", Help: "The certifier's durable version as the agent last heard it."},
+			func() float64 { return float64(a.certifierDurable.Load()) }},
+		{prometheus.GaugeOpts{Name: "tashkent_agent_lag_versions", Help: "Versions the replica is behind the certifier's durable version as last heard."},
+			func() float64 { return float64(a.LagVersions()) }},
+		{prometheus.GaugeOpts{Name: "tashkent_agent_apply_stalled_seconds", Help: "How long remote versions have waited without the apply making progress; 0 while none waits."},
+			func() float64 { return a.ApplyStalled().Seconds() }},
+	} {
+		a.metrics.registry.MustRegister(prometheus.NewGaugeFunc(g.opts, g.read))
+	}
 }

@@ -71,9 +71,7 @@ func (r *run) startSteps() error {
 	}
 	r.spawn(r.applyLoop)
 	r.spawn(r.maintain)
-	if !r.a.cfg.NoFlowControl {
-		r.spawn(r.flowControl)
-	}
+	r.spawn(r.watchApply)
 	r.spawn(func() { r.watchInherited(inherited) })
 	r.a.setState(StateCatchingUp, "the replica is catching up with the cluster")
 	return r.catchUp()
@@ -321,8 +319,11 @@ func (r *run) openStream(committed uint64) error {
 	epoch := r.a.seq.epoch()
 	c, err := certclient.New(certclient.Options{
 		Target: r.a.cfg.Certifier, Replica: r.a.cfg.Name, ReplicaVersion: committed, Push: !r.a.cfg.NoPush,
-		Logger: r.a.log, DialOptions: r.a.cfg.CertifierDialOptions,
-		OnEntries: func(entries []logentry.Entry, _ uint64) { r.deliver(epoch, entries) },
+		StatusAddr: r.a.statusAddr(), Logger: r.a.log, DialOptions: r.a.cfg.CertifierDialOptions,
+		OnEntries: func(entries []logentry.Entry, durable uint64) {
+			r.a.heardDurable(durable)
+			r.deliver(epoch, entries)
+		},
 	})
 	if err != nil {
 		return err
@@ -388,6 +389,7 @@ func (r *run) durableVersion() (uint64, error) {
 		st, err := r.cert.API().Status(sctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
 		cancel()
 		if err == nil {
+			r.a.heardDurable(st.DurableVersion)
 			return st.DurableVersion, nil
 		}
 		if r.ctx.Err() != nil {

@@ -69,6 +69,9 @@ type Options struct {
 	// Push asks the certifier to send every entry as soon as it is
 	// durable (OpenSession.push), not only with replies and catch-ups.
 	Push bool
+	// StatusAddr is host:port of the replica's HTTP listener, for the
+	// certifier to list (OpenSession.status_addr); empty: none.
+	StatusAddr string
 	// OnEntries receives committed entries in version order, contiguous,
 	// still encoded (Entry.Decode parses one), from one goroutine, before
 	// the replies that depend on them. It must not call back into the
@@ -315,7 +318,7 @@ func (c *Client) session() (bool, string, error) {
 		return false, "", err
 	}
 	c.mu.Lock()
-	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push}, CatchUp: true, Pause: c.pause}
+	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push, StatusAddr: c.opts.StatusAddr}, CatchUp: true, Pause: c.pause}
 	c.paused = c.pause
 	c.outbox = c.outbox[:0]
 	for _, cl := range c.pending {

@@ -476,6 +476,9 @@ func (n *Node) Members() map[uint64]string {
 	return out
 }
 
+// DialOptions are the options the member dials its peers with (their TLS).
+func (n *Node) DialOptions() []grpc.DialOption { return n.cfg.DialOptions }
+
 // AddrOf is a member's address ("" if unknown).
 func (n *Node) AddrOf(id uint64) string {
 	n.mu.Lock()

@@ -301,3 +301,10 @@ func (g *groupMember) describe(r *pb.StatusReply) {
 		r.Members = append(r.Members, &pb.Member{Id: id, Addr: members[id]})
 	}
 }
+
+// certifies reports whether this member leads, and the group's term as
+// it knows it.
+func (g *groupMember) certifies() (bool, uint64) {
+	_, term, leading := g.node.Leader()
+	return leading, term
+}

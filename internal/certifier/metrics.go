@@ -42,17 +42,32 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return m
 	}
-	gauge := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	reg.MustRegister(m.replies, m.replySeconds, m.entriesPerSync, m.flowControlWait, s.replicas)
+	for _, g := range []struct {
+		opts prometheus.GaugeOpts
+		read func() float64
+	}{
+		{prometheus.GaugeOpts{Name: "tashkent_certifier_flow_control_pausing_replicas", Help: "Replicas that fell behind and ask for a pause (flow control)."},
+			func() float64 { return float64(s.flow.pausingSessions()) }},
+		{prometheus.GaugeOpts{Name: "tashkent_certifier_version", Help: "Highest version assigned."},
+			func() float64 { return float64(s.Version()) }},
+		{prometheus.GaugeOpts{Name: "tashkent_certifier_durable_version", Help: "Highest version on stable storage."},
+			func() float64 { return float64(s.DurableVersion()) }},
+		{prometheus.GaugeOpts{Name: "tashkent_certifier_low_water_mark", Help: "Oldest snapshot version that can still be certified."},
+			func() float64 { _, lwm := s.versions(); return float64(lwm) }},
+		{prometheus.GaugeOpts{Name: "tashkent_certifier_in_flight_requests", Help: "Requests certified and not yet answered."},
+			func() float64 { return float64(s.inFlight.Load()) }},
+		{prometheus.GaugeOpts{Name: "tashkent_certifier_log_bytes", Help: "Bytes of log on disk."},
+			func() float64 { return float64(s.log.SizeBytes()) }},
+		{prometheus.GaugeOpts{Name: "tashkent_certifier_log_first_version", Help: "Oldest version still in the log (retention): a replica further behind cannot catch up from this certifier."},
+			func() float64 { return float64(s.log.FirstVersion()) }},
+		{prometheus.GaugeOpts{Name: "tashkent_certifier_leader", Help: "1 while this certifier certifies: a single certifier, or the group's leader."},
+			func() float64 { leads, _ := s.order.certifies(); return boolGauge(leads) }},
+		{prometheus.GaugeOpts{Name: "tashkent_certifier_term", Help: "The group's Raft term as this member knows it (0 for a single certifier)."},
+			func() float64 { _, term := s.order.certifies(); return float64(term) }},
+	} {
+		reg.MustRegister(prometheus.NewGaugeFunc(g.opts, g.read))
 	}
-	reg.MustRegister(m.replies, m.replySeconds, m.entriesPerSync, m.flowControlWait,
-		gauge("tashkent_certifier_flow_control_pausing_replicas", "Replicas that fell behind and ask for a pause (flow control).", func() float64 { return float64(s.flow.pausingSessions()) }),
-		gauge("tashkent_certifier_version", "Highest version assigned.", func() float64 { return float64(s.Version()) }),
-		gauge("tashkent_certifier_durable_version", "Highest version on stable storage.", func() float64 { return float64(s.DurableVersion()) }),
-		gauge("tashkent_certifier_low_water_mark", "Oldest snapshot version that can still be certified.", func() float64 { _, lwm := s.versions(); return float64(lwm) }),
-		gauge("tashkent_certifier_in_flight_requests", "Requests certified and not yet answered.", func() float64 { return float64(s.inFlight.Load()) }),
-		gauge("tashkent_certifier_log_bytes", "Bytes of log on disk.", func() float64 { return float64(s.log.SizeBytes()) }),
-	)
 	return m
 }
 
@@ -61,6 +76,13 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 // generator to read a p99 off them within 10% (certbench reports the
 // certifier's own latency from them beside the one its clients see).
 var ReplySecondsBuckets = prometheus.ExponentialBuckets(25e-6, math.Pow(2, 0.25), 57)
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 func (m *metrics) observeFsync(entries int) { m.entriesPerSync.Observe(float64(entries)) }
 

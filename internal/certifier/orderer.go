@@ -70,6 +70,11 @@ type orderer interface {
 	// describe fills in this orderer's part of a Status reply: its role,
 	// and a group member's view of the group.
 	describe(r *pb.StatusReply)
+
+	// certifies reports whether this process certifies now (a single
+	// certifier always, a group member while it leads) and the group's
+	// term (0 for a single certifier).
+	certifies() (leads bool, term uint64)
 }
 
 // newOrderer recovers the orderer that the service's Config asks for from

@@ -15,6 +15,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certclient"
+	"github.com/tashkent-db/tashkent/internal/dashboard"
 	"github.com/tashkent-db/tashkent/internal/grpcbuf"
 )
 
@@ -41,6 +42,34 @@ type Server struct {
 	grpc    *grpc.Server
 	metrics *http.Server
 	addr    net.Addr
+	// dashboard serves the page and its JSON beside /metrics
+	// (internal/dashboard); nil without a metrics listener.
+	dashboard *dashboard.Viewer
+}
+
+// newDashboard is the certifier's view of the cluster: it answers for
+// itself in process, and knows its group's members.
+func (s *Server) newDashboard(cfg Config) *dashboard.Viewer {
+	self, servedBy := s.addr.String(), "certifier"
+	var dial []grpc.DialOption
+	if g := cfg.Group; g != nil {
+		self, servedBy, dial = g.AddrOf(g.ID()), fmt.Sprintf("certifier member %d", g.ID()), g.DialOptions()
+	}
+	return dashboard.NewViewer(dashboard.Config{
+		ServedBy: servedBy,
+		Self:     func() any { return dashboard.MemberFromStatus(self, s.Service.StatusNow()) },
+		Certifiers: func() []string {
+			addrs := []string{self}
+			if g := cfg.Group; g != nil {
+				for _, addr := range g.Members() {
+					addrs = append(addrs, addr)
+				}
+			}
+			return addrs
+		},
+		LocalCertifier: s.Service.StatusNow, LocalCertifierAddr: self,
+		DialOptions: dial,
+	})
 }
 
 // Listen opens the service in cfg.DataDir and starts serving gRPC on
@@ -85,6 +114,8 @@ func Listen(cfg Config, listenAddr, metricsAddr string, extra ...grpc.ServerOpti
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv.dashboard = srv.newDashboard(cfg)
+		srv.dashboard.Register(mux)
 		srv.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() {
 			if err := srv.metrics.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -104,6 +135,7 @@ func (s *Server) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		s.metrics.Shutdown(ctx)
 		cancel()
+		s.dashboard.Close()
 	}
 	// Stop rather than GracefulStop: streams wait on durability and would
 	// hold a graceful stop up; their clients re-send after reconnecting.

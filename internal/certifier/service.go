@@ -34,6 +34,7 @@ type Service struct {
 	stats    *stats
 	metrics  *metrics
 	flow     *flowControl
+	replicas *knownReplicas
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -61,13 +62,14 @@ func Open(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("open certifier log: %w", err)
 	}
 	s := &Service{
-		cfg:     cfg,
-		log:     log,
-		recent:  newRecentEntries(cfg.RecentEntriesMax),
-		durable: newWatermark(log.LastVersion()),
-		stats:   newStats(),
-		stop:    make(chan struct{}),
-		stages:  openStageLog(),
+		cfg:      cfg,
+		log:      log,
+		recent:   newRecentEntries(cfg.RecentEntriesMax),
+		durable:  newWatermark(log.LastVersion()),
+		stats:    newStats(),
+		replicas: newKnownReplicas(time.Now),
+		stop:     make(chan struct{}),
+		stages:   openStageLog(),
 	}
 	order, restored, err := newOrderer(s)
 	if err != nil {

@@ -54,6 +54,9 @@ func (l *singleLog) start() {
 // close has nothing to release: the writer ends with the service.
 func (l *singleLog) close() {}
 
+// certifies: a single certifier always certifies; it has no term.
+func (l *singleLog) certifies() (bool, uint64) { return true, 0 }
+
 // admit: a single certifier serves every stream for as long as it runs,
 // and holds every version a replica can hold already.
 func (l *singleLog) admit(grpc.ServerStream, *pb.OpenSession) (context.Context, error) {

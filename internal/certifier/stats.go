@@ -89,7 +89,8 @@ func (s *Service) StatusNow() *pb.StatusReply {
 	reply := &pb.StatusReply{
 		Version: version, DurableVersion: s.DurableVersion(), LowWaterMark: lwm,
 		CertificationsPerSecond: st.rate(), Certifications: certs, Aborts: aborts, Fsyncs: fsyncs,
-		Pid: pid(), LogBytes: uint64(s.log.SizeBytes()),
+		Pid: pid(), LogBytes: uint64(s.log.SizeBytes()), LogFirstVersion: s.log.FirstVersion(),
+		Replicas: s.replicas.list(),
 	}
 	if fsyncs > 0 {
 		reply.EntriesPerFsync = float64(entries) / float64(fsyncs)

@@ -63,6 +63,8 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if err := s.checkOpen(first.Open); err != nil {
 		return err
 	}
+	closed := s.replicas.opened(first.Open.Replica, sessionStatusAddr(stream.Context(), first.Open.StatusAddr))
+	defer closed()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	stopFollowing := context.AfterFunc(lifetime, cancel)

@@ -18,13 +18,14 @@ func newStatusCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the local cluster: versions, lag, admission gates, processes, certifier figures, connection URIs",
+		Short: "Show the local cluster: versions, lag, admission gates, processes, certifier figures, connection URIs, dashboard URLs",
 		Long: `Reads DATA-DIR/cluster.json and probes every process: whether each PostgreSQL,
 agent and certifier runs, each replica's version (tashkent.committed_version(),
 read from its database), its lag behind the certifier's durable version,
 whether its admission gate lets clients in (and why not), what its agent
-says of itself (/healthz), and the certifier's version, durable version,
-entries per fsync and abort rate.`,
+says of itself (/healthz), the certifier's version, durable version,
+entries per fsync and abort rate, and the URLs of the dashboard (a live
+page every agent and certifier serves on its metrics port).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {

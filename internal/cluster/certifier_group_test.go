@@ -40,13 +40,7 @@ func TestCertifierGroupLeaderKill9UnderLoad(t *testing.T) {
 		kills = *flagLeaderKills
 	}
 	bin := testbin.Path(t)
-	dir, err := os.MkdirTemp("", "tashkent-group-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must reach pgdata
-		t.Fatal(err)
-	}
+	dir := newClusterDir(t, "tashkent-group-test-")
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	ctx := context.Background()
 	o := cluster.Options{Dir: dir, Replicas: 3, Certifiers: 3, Binary: bin}

@@ -35,13 +35,7 @@ import (
 // in the member's log.
 func TestCertifierTLSGroupEndToEnd(t *testing.T) {
 	bin := testbin.Path(t)
-	dir, err := os.MkdirTemp("", "tashkent-tls-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must reach pgdata
-		t.Fatal(err)
-	}
+	dir := newClusterDir(t, "tashkent-tls-test-")
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	ctx := context.Background()
 	st, err := cluster.Up(ctx, cluster.Options{Dir: dir, Replicas: 1, Certifiers: 3, Binary: bin, CertifierTLS: true})

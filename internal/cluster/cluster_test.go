@@ -25,6 +25,20 @@ import (
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
+// newClusterDir makes a new directory for a cluster, named after
+// pattern (os.MkdirTemp), that the postgres user can reach.
+func newClusterDir(t *testing.T, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // run runs the tashkent binary and returns its combined output.
 func run(t *testing.T, bin string, args ...string) (string, error) {
 	t.Helper()
@@ -240,13 +254,7 @@ func checkGone(t *testing.T, recorded map[string]int) {
 // kept), down.
 func TestUpStatusDown(t *testing.T) {
 	bin := testbin.Path(t)
-	dir, err := os.MkdirTemp("", "tashkent-cluster-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must reach pgdata
-		t.Fatal(err)
-	}
+	dir := newClusterDir(t, "tashkent-cluster-test-")
 	var seen []*cluster.State // every cluster.json read, for the cleanup
 	t.Cleanup(func() {
 		// Stop whatever a failed test left running: down, then, should down
@@ -407,13 +415,7 @@ func TestUpStatusDown(t *testing.T) {
 // converged, and every gate open.
 func TestUpAfterAFullOutage(t *testing.T) {
 	bin := testbin.Path(t)
-	dir, err := os.MkdirTemp("", "tashkent-outage-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must reach pgdata
-		t.Fatal(err)
-	}
+	dir := newClusterDir(t, "tashkent-outage-test-")
 	t.Cleanup(func() {
 		cluster.Down(context.Background(), dir) // by recorded PID
 		if !t.Failed() {

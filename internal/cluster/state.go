@@ -320,6 +320,9 @@ func (s *State) WriteEndpoints(w io.Writer) {
 	for _, r := range s.Replicas {
 		fmt.Fprintf(w, "  %-10s %-45s %s\n", r.Name, r.URI(), r.PsqlCommand())
 	}
+	if s.Certifier.MetricsPort != 0 {
+		fmt.Fprintf(w, "Dashboard: http://%s/ (served by every agent and certifier on its metrics port)\n", hostPort(s.Certifier.MetricsPort))
+	}
 	fmt.Fprintf(w, "Status: tashkent status --data-dir %s    Stop: tashkent down --data-dir %s\n", s.Dir, s.Dir)
 	s.writeCertifierTLS(w)
 	if s.TrustDDLRoles {

@@ -27,6 +27,9 @@ type Status struct {
 	Healthy   bool            `json:"healthy"` // every process runs and answers
 	Certifier CertifierStatus `json:"certifier"`
 	Replicas  []ReplicaStatus `json:"replicas"`
+	// Dashboards are the URLs of the dashboard page: every running
+	// certifier member and agent serves it on its metrics port.
+	Dashboards []string `json:"dashboards"`
 }
 
 // ProcStatus is one recorded process.
@@ -134,11 +137,34 @@ func GetStatus(ctx context.Context, dir string) (*Status, error) {
 	}
 	wg.Wait()
 
+	s.Dashboards = dashboards(st, s)
 	s.Healthy = c.Process.Running && c.Reachable
 	for _, r := range s.Replicas {
 		s.Healthy = s.Healthy && r.Postgres.Running && r.Agent.Running && r.Version != nil && r.Admitting != nil && *r.Admitting
 	}
 	return s, nil
+}
+
+// dashboards lists the dashboard URL of every running certifier member,
+// then of every running agent.
+func dashboards(st *State, s *Status) []string {
+	var out []string
+	url := func(port int) string { return "http://" + hostPort(port) + "/" }
+	running := map[int]bool{s.Certifier.Process.Port: s.Certifier.Process.Running}
+	for _, m := range s.Certifier.Members {
+		running[m.Process.Port] = m.Process.Running
+	}
+	for _, c := range st.CertifierMembers() {
+		if running[c.Port] && c.MetricsPort != 0 {
+			out = append(out, url(c.MetricsPort))
+		}
+	}
+	for _, r := range s.Replicas {
+		if r.Agent.Running && r.Agent.Port != 0 {
+			out = append(out, url(r.Agent.Port))
+		}
+	}
+	return out
 }
 
 func replicaStatus(ctx context.Context, r *Replica, c *CertifierStatus) ReplicaStatus {
@@ -258,6 +284,13 @@ func (s *Status) WriteTable(w io.Writer) {
 	}
 	if len(s.Replicas) > 0 {
 		fmt.Fprintf(w, "\npsql: %s\n", s.Replicas[0].Psql)
+	}
+	if len(s.Dashboards) > 0 {
+		fmt.Fprintf(w, "dashboard: %s", s.Dashboards[0])
+		if len(s.Dashboards) > 1 {
+			fmt.Fprintf(w, "  (the same page on %s)", strings.Join(s.Dashboards[1:], " "))
+		}
+		fmt.Fprintln(w)
 	}
 }
 
