@@ -122,6 +122,10 @@ func (a *Agent) State() (State, string) {
 // CommittedVersion is the replica's version as the agent knows it.
 func (a *Agent) CommittedVersion() uint64 { return a.seq.committed() }
 
+// BacklogBytes are the bytes of delivered versions the agent holds until
+// they are committed.
+func (a *Agent) BacklogBytes() int { return a.seq.waitingBytes() }
+
 // FlowControlPauses is how many times the replica fell behind and asked
 // the certifier to hold the other replicas' commits.
 func (a *Agent) FlowControlPauses() uint64 { return a.flowControlPauses.Load() }

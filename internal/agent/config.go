@@ -58,6 +58,11 @@ type Config struct {
 	// 0: DefaultFlowControlLimit. NoFlowControl turns it off.
 	FlowControlLimit uint64
 	NoFlowControl    bool
+	// ApplyBacklogBytes bounds the delivered versions the agent holds in
+	// memory until they are applied: past it, it stops reading the
+	// certifier stream until the applier catches up (0:
+	// DefaultApplyBacklogBytes).
+	ApplyBacklogBytes int
 	// NoPush: the replica hears of other replicas' commits only with
 	// replies and catch-ups (certclient.Options.Push off). For tests.
 	NoPush bool
@@ -80,6 +85,10 @@ type Config struct {
 	MetricsAddr string
 	Logger      *slog.Logger
 }
+
+// DefaultApplyBacklogBytes is Config.ApplyBacklogBytes' default: minutes
+// of TPC-B commits, and more than two of the largest writesets.
+const DefaultApplyBacklogBytes = 256 << 20
 
 // DefaultFlowControlLimit is Config.FlowControlLimit's default: four
 // apply batches, about half a second of TPC-B commits on this machine's
@@ -158,6 +167,9 @@ func (c *Config) withDefaults() error {
 	}
 	if c.FlowControlLimit == 0 {
 		c.FlowControlLimit = DefaultFlowControlLimit
+	}
+	if c.ApplyBacklogBytes <= 0 {
+		c.ApplyBacklogBytes = DefaultApplyBacklogBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -119,6 +119,8 @@ func (a *Agent) registerGauges() {
 			func() float64 { return float64(a.LagVersions()) }},
 		{prometheus.GaugeOpts{Name: "tashkent_agent_apply_stalled_seconds", Help: "How long remote versions have waited without the apply making progress; 0 while none waits."},
 			func() float64 { return a.ApplyStalled().Seconds() }},
+		{prometheus.GaugeOpts{Name: "tashkent_agent_apply_backlog_bytes", Help: "Bytes of delivered versions the agent holds until they are committed (at most about --apply-backlog-bytes)."},
+			func() float64 { return float64(a.seq.waitingBytes()) }},
 	} {
 		a.metrics.registry.MustRegister(prometheus.NewGaugeFunc(g.opts, g.read))
 	}

@@ -144,3 +144,14 @@ func (s *sequence) release() {
 func (s *sequence) waitMayCommit(ctx context.Context, v uint64) error {
 	return s.wait(ctx, func(o *order.Order) bool { return o.MayCommit(v) })
 }
+
+// waitRoom waits while more than max bytes of delivered versions wait and
+// the applier can commit some of them (order.Full).
+func (s *sequence) waitRoom(ctx context.Context, max int) error {
+	return s.wait(ctx, func(o *order.Order) bool { return !o.Full(max) })
+}
+
+func (s *sequence) waitingBytes() (n int) {
+	s.read(func(o *order.Order) { n = o.WaitingBytes() })
+	return n
+}

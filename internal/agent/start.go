@@ -332,9 +332,18 @@ func (r *run) openStream(committed uint64) error {
 	return nil
 }
 
+// deliver hands the order what the certifier delivered. While the
+// versions waiting to be applied hold more than ApplyBacklogBytes, it
+// first waits for the applier: the certifier stream is not read
+// meanwhile, so a replica that cannot apply (its database stopped, a
+// long lock) keeps a bounded backlog, and the certifier keeps it on disk
+// (it reads what it sends from its log as the stream drains).
 func (r *run) deliver(epoch uint64, entries []logentry.Entry) {
 	if len(entries) == 0 {
 		return
+	}
+	if err := r.a.seq.waitRoom(r.ctx, r.a.cfg.ApplyBacklogBytes); err != nil {
+		return // the run ended; the next one delivers from what the database holds
 	}
 	if err := r.a.seq.deliver(epoch, entries); err != nil {
 		panic(fmt.Sprintf("agent: an entry from the certifier: %v", err)) // the certifier's entries are well formed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,3 +76,86 @@ func TestFlowControlBoundsASlowReplicasBacklog(t *testing.T) {
 	c.converge()
 	c.sameTables()
 }
+
+// A replica that cannot apply at all (its applier's backend stopped with
+// SIGSTOP) neither stops the others nor grows its agent's memory: past
+// --apply-backlog-bytes the agent stops reading the certifier stream, and
+// the certifier, which reads what it sends from its log, keeps the rest
+// on disk. Once the backend runs again, the replica catches up.
+func TestAStoppedReplicaKeepsItsBacklogBoundedAndStopsNoOne(t *testing.T) {
+	const backlogMax = 256 << 10
+	c := start(t, 3, clustertest.Options{Agent: func(i int, cfg *agent.Config) {
+		if i == 2 {
+			cfg.ApplyBacklogBytes = backlogMax
+		}
+	}})
+	c.Exec(0, `CREATE TABLE blobs (id bigint PRIMARY KEY, body text)`)
+	c.converge()
+
+	var commits atomic.Int64
+	ctx, stopWriters := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i := range 4 {
+		conn := c.connectAs(i%2, "postgres", nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := int64(i); ctx.Err() == nil; id += 4 {
+				// 16 KiB of text per row: the writeset is as large.
+				_, err := conn.Exec(context.Background(), `INSERT INTO blobs VALUES ($1, repeat(md5(random()::text), 512))`, id)
+				if err != nil {
+					t.Errorf("insert: %v", err)
+					return
+				}
+				commits.Add(1)
+			}
+		}()
+	}
+	defer func() { stopWriters(); wg.Wait() }()
+
+	const phase = 4 * time.Second
+	time.Sleep(phase)
+	baseline := commits.Load()
+
+	applier := c.countOn(2, `SELECT applier_pid FROM tashkent.status()`)
+	if err := syscall.Kill(applier, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			syscall.Kill(applier, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	stoppedFrom := commits.Load()
+	worst := 0
+	for deadline := time.Now().Add(phase); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		worst = max(worst, c.Agents[2].BacklogBytes())
+	}
+	whileStopped := commits.Load() - stoppedFrom
+	resume()
+	stopWriters()
+	wg.Wait()
+
+	written := whileStopped * 16 << 10
+	bound := backlogMax + messageEntryBytesMax + 64<<10 // the limit, one delivery, one entry
+	t.Logf("commits: %d in %v before, %d in %v with replica 3's applier stopped (%.2fx); its agent held at most %d bytes of %d written",
+		baseline, phase, whileStopped, phase, float64(whileStopped)/float64(baseline), worst, written)
+	if written < 2*int64(bound) {
+		t.Fatalf("only %d bytes were written while replica 3 was stopped: too little to test a bound of %d", written, bound)
+	}
+	if worst > bound {
+		t.Errorf("replica 3's agent held %d bytes of undelivered versions, over %d (--apply-backlog-bytes %d)", worst, bound, backlogMax)
+	}
+	if whileStopped < baseline/2 {
+		t.Errorf("replicas 1 and 2 committed %d rows while replica 3 was stopped, under half of the %d before", whileStopped, baseline)
+	}
+	c.converge()
+	c.sameTables()
+}
+
+// messageEntryBytesMax is the certifier's bound on the entries of one
+// delivery message (internal/certifier/stream.go).
+const messageEntryBytesMax = 4 << 20

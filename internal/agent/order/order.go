@@ -76,6 +76,11 @@ type Order struct {
 	// Hold. released is the highest local version whose backend was let
 	// commit it (MayCommit).
 	hold, released uint64
+	// waitingBytes are the encoded bytes of the delivered versions above
+	// committed (slots); lastLocal is the highest version delivered as a
+	// backend's of this agent (not inherited).
+	waitingBytes int
+	lastLocal    uint64
 }
 
 // New starts the order after version committed (the database's
@@ -98,7 +103,8 @@ func (o *Order) Reset(committed uint64) {
 	o.pending = make(map[uint64]*Local)
 	o.inherited = make(map[uint64]*Local)
 	o.inFlight, o.cancel = nil, false
-	o.released = 0
+	o.released, o.lastLocal = 0, 0
+	o.waitingBytes = 0
 }
 
 // Epoch counts resets. A stream opened at epoch e delivers with e.
@@ -155,8 +161,12 @@ func (o *Order) Deliver(epoch uint64, entries []logentry.Entry) error {
 		o.delivered = e.Version
 		if local != nil {
 			local.version = e.Version
+			if !local.inherited {
+				o.lastLocal = e.Version
+			}
 		}
 		o.slots[e.Version] = slot{entry: e, local: local}
+		o.waitingBytes += len(e.Bytes)
 	}
 	return nil
 }
@@ -313,6 +323,7 @@ func (o *Order) advance(to uint64) {
 		return
 	}
 	for v := o.committed + 1; v <= to && v <= o.delivered; v++ {
+		o.waitingBytes -= len(o.slots[v].entry.Bytes)
 		delete(o.slots, v)
 	}
 	for v := range o.inherited {
@@ -324,6 +335,21 @@ func (o *Order) advance(to uint64) {
 	if o.delivered < to {
 		o.delivered = to // the stream goes on from there
 	}
+}
+
+// WaitingBytes are the encoded bytes of the delivered versions not
+// committed yet: what the agent holds in memory for them.
+func (o *Order) WaitingBytes() int { return o.waitingBytes }
+
+// Full reports whether more than max bytes of delivered versions wait and
+// the replica can commit some of them without another delivery: each
+// local one among them has been let commit by its backend (MayCommit) or
+// was inherited. Until a local version's backend has heard its decision,
+// which may come in the very delivery that would wait, it is not full: a
+// delivery that waited for that version to commit would wait forever.
+func (o *Order) Full(max int) bool {
+	undecided := o.lastLocal > o.committed && o.lastLocal > o.released
+	return o.waitingBytes > max && !undecided
 }
 
 // IsLocal reports whether version v is delivered, uncommitted and local.

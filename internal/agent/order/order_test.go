@@ -292,3 +292,41 @@ func TestHoldCountsLocalVersionsLetCommit(t *testing.T) {
 		t.Fatal("after Release version 12 must commit")
 	}
 }
+
+// The order counts the bytes of the versions it holds; it is full past a
+// limit only while the applier can make room without another delivery:
+// not while a local version waits for its backend to hear its decision,
+// which may come with the next delivery.
+func TestFullOnlyWhenTheApplierCanMakeRoom(t *testing.T) {
+	o := New(me, 10)
+	l := o.Register(1)
+	es := []logentry.Entry{remote(11), remote(12), entry(13, me, 1), remote(14)}
+	mustDeliver(t, o, es...)
+	total := 0
+	for _, e := range es {
+		total += len(e.Bytes)
+	}
+	if o.WaitingBytes() != total {
+		t.Fatalf("WaitingBytes = %d, want %d", o.WaitingBytes(), total)
+	}
+	if o.Full(total) {
+		t.Fatal("full at exactly the limit")
+	}
+	if o.Full(1) {
+		t.Fatal("full while local version 13 has not been let commit: its decision may be in the next delivery")
+	}
+	if !o.MayCommit(l.Version()) {
+		t.Fatal("MayCommit(13) without a hold")
+	}
+	if !o.Full(1) {
+		t.Fatal("not full over the limit with every local version let commit")
+	}
+	o.Observe(13)
+	if want := len(es[3].Bytes); o.WaitingBytes() != want {
+		t.Fatalf("WaitingBytes after 11..13 committed = %d, want %d", o.WaitingBytes(), want)
+	}
+	o.Reset(20)
+	if o.WaitingBytes() != 0 || o.Full(0) {
+		t.Fatalf("after Reset: WaitingBytes %d, Full(0) %v", o.WaitingBytes(), o.Full(0))
+	}
+}
