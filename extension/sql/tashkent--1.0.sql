@@ -88,6 +88,13 @@ CREATE FUNCTION tashkent.set_catch_up_target(version bigint) RETURNS void
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'tashkent_set_catch_up_target';
 
+-- set_write_refusal: while this replica cannot apply (its apply made no
+-- progress for --refuse-writes-after), clients' writes are refused at
+-- their first write with 57P03 and why; '' lifts it.
+CREATE FUNCTION tashkent.set_write_refusal(why text) RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'tashkent_set_write_refusal';
+
 CREATE FUNCTION tashkent.status(OUT committed bigint, OUT floor bigint, OUT agent_generation bigint,
 	OUT applier_pid integer, OUT admitting boolean, OUT admit_reason text, OUT incarnation bigint)
 RETURNS record
@@ -96,7 +103,7 @@ AS 'MODULE_PATHNAME', 'tashkent_status';
 
 REVOKE ALL ON FUNCTION tashkent.register_applier(), tashkent.apply_versions(bigint, bigint),
 	tashkent.backends(), tashkent.doom(integer, bigint), tashkent.set_admitting(boolean, text),
-	tashkent.set_catch_up_target(bigint), tashkent.status() FROM PUBLIC;
+	tashkent.set_catch_up_target(bigint), tashkent.set_write_refusal(text), tashkent.status() FROM PUBLIC;
 
 -- Capture triggers ---------------------------------------------------------
 --

@@ -11,6 +11,8 @@
  *   tashkent.backends()                every backend's slot (shmem.c)
  *   tashkent.set_admitting(b, reason)  the admission gate (admit.c)
  *   tashkent.set_catch_up_target(v)    clients wait for v first (causal.c)
+ *   tashkent.set_write_refusal(why)    clients' writes refused while the
+ *                                      replica cannot apply (causal.c)
  *   tashkent.status()                  the shared state, one row
  */
 #include "tashkent.h"
@@ -30,6 +32,7 @@ PG_FUNCTION_INFO_V1(tashkent_apply_versions);
 PG_FUNCTION_INFO_V1(tashkent_backends);
 PG_FUNCTION_INFO_V1(tashkent_set_admitting);
 PG_FUNCTION_INFO_V1(tashkent_set_catch_up_target);
+PG_FUNCTION_INFO_V1(tashkent_set_write_refusal);
 PG_FUNCTION_INFO_V1(tashkent_status);
 
 Datum
@@ -181,6 +184,18 @@ tashkent_set_catch_up_target(PG_FUNCTION_ARGS)
 
 	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 	tk_shared->catch_up_target = version > 0 ? (uint64) version : 0;
+	LWLockRelease(tk_shared->lock);
+	PG_RETURN_VOID();
+}
+
+/* set_write_refusal(why): why clients' writes are refused; '' lifts it. */
+Datum
+tashkent_set_write_refusal(PG_FUNCTION_ARGS)
+{
+	char	   *why = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+	strlcpy(tk_shared->write_refusal, why, sizeof(tk_shared->write_refusal));
 	LWLockRelease(tk_shared->lock);
 	PG_RETURN_VOID();
 }

@@ -51,9 +51,12 @@
  */
 #include "tashkent.h"
 
+#include "catalog/pg_class.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "parser/analyze.h"
+#include "parser/parsetree.h"
+#include "utils/lsyscache.h"
 #include "storage/proc.h"
 #include "tcop/pquery.h"
 #include "tcop/utility.h"
@@ -524,9 +527,56 @@ causal_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
 		sync_transaction(NULL, false);
 }
 
+/* Whether the statement writes a table that is not temporary. */
+static bool
+writes_replicated_table(PlannedStmt *stmt)
+{
+	ListCell   *lc;
+
+	foreach(lc, stmt->resultRelations)
+	{
+		RangeTblEntry *rte = rt_fetch(lfirst_int(lc), stmt->rtable);
+
+		if (get_rel_persistence(rte->relid) != RELPERSISTENCE_TEMP)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A client's first write is refused while the agent says the replica
+ * cannot apply (its apply made no progress for --refuse-writes-after:
+ * tashkent.set_write_refusal). Certified, the transaction would wait at
+ * COMMIT for versions the replica cannot apply, for as long as that
+ * lasts; refused, its client can write on another replica. Reads go on.
+ * The agent refuses certification meanwhile too, for writes that do not
+ * pass here (COPY, a transaction that wrote before the refusal).
+ */
+static void
+refuse_write_while_stuck(QueryDesc *qd)
+{
+	char		why[sizeof(tk_shared->write_refusal)];
+
+	if (tk_shared == NULL || tk_shared->write_refusal[0] == '\0' || tk_backend_is_applier ||
+		MyBackendType != B_BACKEND || TransactionIdIsValid(GetTopTransactionIdIfAny()) ||
+		!writes_replicated_table(qd->plannedstmt) || !tk_database_replicated())
+		return;
+	LWLockAcquire(tk_shared->lock, LW_SHARED);
+	strlcpy(why, tk_shared->write_refusal, sizeof(why));
+	LWLockRelease(tk_shared->lock);
+	if (why[0] == '\0')
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+			 errmsg("this replica cannot take writes now: %s", why),
+			 errhint("Reads here go on. Write on another replica, or retry once this one applies again (tashkent status shows its lag).")));
+}
+
 static void
 causal_executor_start(QueryDesc *queryDesc, int eflags)
 {
+	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && queryDesc->operation != CMD_SELECT)
+		refuse_write_while_stuck(queryDesc);
 	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && catch_up_due() && top_level_statement() &&
 		(queryDesc->operation != CMD_SELECT || queryDesc->plannedstmt->hasModifyingCTE ||
 		 queryDesc->plannedstmt->rowMarks != NIL))

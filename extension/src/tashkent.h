@@ -154,6 +154,8 @@ typedef struct TkShared
 	uint64		catch_up_target;	/* flow control: clients' transactions
 									 * first wait for it (causal.c); 0: none */
 	char		admit_reason[256];	/* why not, for the refusal */
+	char		write_refusal[256]; /* the replica cannot apply: why client
+									 * writes are refused; "": they are not */
 	int			nslots;
 	TkSlot	   *slots;
 	/*

@@ -22,6 +22,10 @@ func (c *backendConn) certify(ctx context.Context, m wire.Certify) wire.Decision
 		c.a.metrics.certifications.WithLabelValues("unavailable").Inc()
 		return wire.Decision{Kind: wire.Unavailable, Detail: why}
 	}
+	if why := r.writeRefusal(); why != "" {
+		c.a.metrics.certifications.WithLabelValues("unavailable").Inc()
+		return wire.Decision{Kind: wire.Unavailable, Detail: why}
+	}
 	c.pruneDecided()
 	seq := c.a.txnSeq.Add(1)
 	local := c.a.seq.register(seq)

@@ -58,6 +58,10 @@ type Config struct {
 	// 0: DefaultFlowControlLimit. NoFlowControl turns it off.
 	FlowControlLimit uint64
 	NoFlowControl    bool
+	// RefuseWritesAfter: when the replica's apply made no progress for
+	// this long although versions wait, its clients' writes are refused
+	// until it moves again (refusal.go); 0: never.
+	RefuseWritesAfter time.Duration
 	// ApplyBacklogBytes bounds the delivered versions the agent holds in
 	// memory until they are applied: past it, it stops reading the
 	// certifier stream until the applier catches up (0:

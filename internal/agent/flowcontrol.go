@@ -39,8 +39,8 @@ func (p *applyProgress) observe(now time.Time, applied, backlog uint64) time.Dur
 }
 
 // watchApply samples the apply's progress every flowControlInterval for
-// tashkent_agent_apply_stalled_seconds and, unless it is turned off, runs
-// flow control on it.
+// tashkent_agent_apply_stalled_seconds and, unless they are turned off,
+// runs flow control and the write refusal (refusal.go) on it.
 func (r *run) watchApply() {
 	tick := time.NewTicker(flowControlInterval)
 	defer tick.Stop()
@@ -50,6 +50,12 @@ func (r *run) watchApply() {
 	if !r.a.cfg.NoFlowControl {
 		fc = r.startFlowControl()
 		defer fc.stop()
+	}
+	r.setWriteRefusal("") // an earlier agent may have left one
+	var refusal *writeRefusal
+	if r.a.cfg.RefuseWritesAfter > 0 {
+		refusal = &writeRefusal{r: r, after: r.a.cfg.RefuseWritesAfter}
+		defer refusal.stop()
 	}
 	for {
 		select {
@@ -67,6 +73,9 @@ func (r *run) watchApply() {
 		}
 		if fc != nil {
 			fc.step(backlog, stalled > flowControlStuckAfter)
+		}
+		if refusal != nil {
+			refusal.step(stalled, backlog, applied)
 		}
 	}
 }

@@ -25,6 +25,7 @@ type metrics struct {
 
 	flowControlPausing prometheus.Gauge
 	flowControlPauses  prometheus.Counter
+	writesRefused      prometheus.Gauge
 
 	verify *verifyMetrics
 }
@@ -53,9 +54,11 @@ func newMetrics() *metrics {
 			Help: "1 while this replica has fallen behind and asks the certifier to hold the other replicas' commits (flow control)."}),
 		flowControlPauses: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_flow_control_pauses_total",
 			Help: "Times this replica fell behind and asked for a pause."}),
+		writesRefused: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_agent_writes_refused",
+			Help: "1 while this replica's apply is stuck and its clients' writes are refused (--refuse-writes-after)."}),
 	}
 	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.syncs, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
-		m.flowControlPausing, m.flowControlPauses)
+		m.flowControlPausing, m.flowControlPauses, m.writesRefused)
 	m.verify = newVerifyMetrics(m.registry)
 	m.setState(StateStarting)
 	return m

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,6 +32,9 @@ type run struct {
 	registered     chan struct{}
 	registerOnce   sync.Once
 	certifyTimeout time.Duration
+	// refusal is why client writes are refused now (refusal.go); nil or
+	// "": they are not.
+	refusal atomic.Pointer[string]
 
 	lostOnce sync.Once
 	lost     chan error // the run's end: the database is lost

@@ -2,6 +2,7 @@ package guarantees_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -117,18 +118,7 @@ func TestAStoppedReplicaKeepsItsBacklogBoundedAndStopsNoOne(t *testing.T) {
 	time.Sleep(phase)
 	baseline := commits.Load()
 
-	applier := c.countOn(2, `SELECT applier_pid FROM tashkent.status()`)
-	if err := syscall.Kill(applier, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			syscall.Kill(applier, syscall.SIGCONT)
-		}
-	}
-	defer resume()
+	resume := c.stopApplier(2)
 	stoppedFrom := commits.Load()
 	worst := 0
 	for deadline := time.Now().Add(phase); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -159,3 +149,63 @@ func TestAStoppedReplicaKeepsItsBacklogBoundedAndStopsNoOne(t *testing.T) {
 // messageEntryBytesMax is the certifier's bound on the entries of one
 // delivery message (internal/certifier/stream.go).
 const messageEntryBytesMax = 4 << 20
+
+// A replica whose apply is stuck refuses its clients' writes, at once and
+// with 57P03, instead of certifying them and keeping them waiting at
+// COMMIT; reads go on; once it applies again, writes are taken again.
+func TestAStuckReplicaRefusesWritesAndKeepsReads(t *testing.T) {
+	c := start(t, 2, clustertest.Options{Agent: func(i int, cfg *agent.Config) { cfg.RefuseWritesAfter = time.Second }})
+	c.Exec(0, `CREATE TABLE notes (id bigint PRIMARY KEY)`)
+	c.converge()
+	client := c.connectAs(1, "postgres", nil)
+	ctx := context.Background()
+
+	resume := c.stopApplier(1)
+	c.Exec(0, `INSERT INTO notes VALUES (1)`) // a version replica 2 cannot apply
+	time.Sleep(3 * time.Second)               // past --refuse-writes-after (1 s)
+	done := make(chan error, 1)
+	go func() {
+		_, err := client.Exec(ctx, `INSERT INTO notes VALUES (2)`)
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		resume()
+		t.Fatal("a write on the stuck replica waited 10 s instead of being refused")
+	}
+	if code := sqlState(err); code != "57P03" || !strings.Contains(err.Error(), "cannot take writes now") {
+		t.Fatalf("a write on the stuck replica: %v, want 57P03 \"cannot take writes now\"", err)
+	}
+	var n int
+	if err := client.QueryRow(ctx, `SELECT count(*) FROM notes`).Scan(&n); err != nil {
+		t.Fatalf("a read on the stuck replica: %v", err)
+	}
+	resume()
+	c.converge()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, err = client.Exec(ctx, `INSERT INTO notes VALUES (3)`); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("writes still refused 30 s after the replica applied again: %v", err)
+		}
+	}
+	c.converge()
+	c.sameTables()
+}
+
+// stopApplier stops replica i's applier backend with SIGSTOP; the
+// function returned lets it go on (once; also when the test ends).
+func (c *cluster) stopApplier(i int) (resume func()) {
+	c.t.Helper()
+	pid := c.countOn(i, `SELECT applier_pid FROM tashkent.status()`)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		c.t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { syscall.Kill(pid, syscall.SIGCONT) }) }
+	c.t.Cleanup(resume)
+	return resume
+}
