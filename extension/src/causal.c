@@ -550,14 +550,15 @@ writes_replicated_table(PlannedStmt *stmt)
  * COMMIT for versions the replica cannot apply, for as long as that
  * lasts; refused, its client can write on another replica. Reads go on.
  * The agent refuses certification meanwhile too, for writes that do not
- * pass here (COPY, a transaction that wrote before the refusal).
+ * pass here (COPY, a transaction that wrote before the refusal). Writes
+ * under tashkent.maintenance are local, never certified: they go on.
  */
 static void
 refuse_write_while_stuck(QueryDesc *qd)
 {
 	char		why[sizeof(tk_shared->write_refusal)];
 
-	if (tk_shared == NULL || tk_shared->write_refusal[0] == '\0' || tk_backend_is_applier ||
+	if (tk_shared == NULL || tk_shared->write_refusal[0] == '\0' || tk_backend_is_applier || tk_maintenance ||
 		MyBackendType != B_BACKEND || TransactionIdIsValid(GetTopTransactionIdIfAny()) ||
 		!writes_replicated_table(qd->plannedstmt) || !tk_database_replicated())
 		return;

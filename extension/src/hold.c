@@ -5,17 +5,24 @@
  * `tashkent verify` compares the replicas' contents at one common version
  * while the cluster keeps writing. Commits become visible in version order
  * (turn.c), so a snapshot holds every version up to some v and none after;
- * to make that v the same on every replica, each one's agent holds its
- * commits after a version (tashkent.hold_commits): its applier stops there
- * and local transactions certified after it wait for their decision. The
- * caller takes its snapshot, checks it with tashkent.snapshot_version(),
- * and ends the hold (tashkent.release_commits). The agent ends a hold by
- * itself when its time is up or its session's connection closes, so a
- * caller that dies does not stop the replica.
+ * to make that v the same on every replica, each one's commits are held
+ * after a version (tashkent.hold_commits): the agent's applier stops there
+ * (its runs are cut at the hold), and local transactions certified after
+ * it get their decision and then wait for their turn in shared memory
+ * (tk_turn_wait), where the lock watch sees them as it sees any local
+ * transaction waiting for its turn, and makes them give way if they hold
+ * a lock a version before the hold needs. The caller takes its snapshot,
+ * checks it with tashkent.snapshot_version(), and ends the hold
+ * (tashkent.release_commits). A hold ends by itself when its time is up
+ * or its backend exits (the agent's side when the session's connection
+ * closes), so a caller that dies does not stop the replica for long.
  */
 #include "tashkent.h"
 
 #include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -25,6 +32,85 @@ PG_FUNCTION_INFO_V1(tashkent_snapshot_version);
 
 /* The longest hold one call may ask for: ten minutes. */
 #define HOLD_MS_MAX (10 * 60 * 1000)
+
+/* This backend releases its hold when it exits. */
+static bool exit_callback_set = false;
+
+/*
+ * tk_hold_keeps reports whether the hold keeps a local commit of version
+ * `first` waiting. Called with tk_shared->lock held.
+ */
+bool
+tk_hold_keeps(uint64 first)
+{
+	return tk_shared->hold_after != 0 && first > tk_shared->hold_after &&
+		GetCurrentTimestamp() < tk_shared->hold_until;
+}
+
+/*
+ * hold_local holds local commits after `at_least`, or after the highest
+ * version already past its turn (committing, or an applier's run in
+ * progress) if that is later, until `until`, and returns the version they
+ * are held after. A local transaction takes its turn under the lock this
+ * reads under (tk_turn_wait), so none passes unseen.
+ */
+static uint64
+hold_local(uint64 at_least, TimestampTz until)
+{
+	uint64		after = at_least;
+
+	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+	after = Max(after, tk_shared->committed);
+	for (int i = 0; i < tk_shared->nslots; i++)
+	{
+		TkSlot	   *slot = &tk_shared->slots[i];
+
+		if (slot->pid != 0 && (slot->state == TK_SLOT_COMMITTING || slot->state == TK_SLOT_APPLYING))
+			after = Max(after, slot->version);
+	}
+	if (tk_shared->hold_pid == MyProcPid)
+		after = Max(after, tk_shared->hold_after);	/* a hold only moves on */
+	tk_shared->hold_after = after;
+	tk_shared->hold_pid = MyProcPid;
+	tk_shared->hold_until = until;
+	LWLockRelease(tk_shared->lock);
+	return after;
+}
+
+/* release_local ends this backend's hold, if it has it, and wakes the waiters. */
+static void
+release_local(void)
+{
+	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+	if (tk_shared->hold_pid == MyProcPid)
+	{
+		tk_shared->hold_after = 0;
+		tk_shared->hold_pid = 0;
+		for (int i = 0; i < tk_shared->nslots; i++)
+		{
+			TkSlot	   *slot = &tk_shared->slots[i];
+
+			if (slot->pid != 0 && slot->waiting_for != 0)
+				SetLatch(slot->latch);
+		}
+	}
+	LWLockRelease(tk_shared->lock);
+}
+
+static void
+release_at_exit(int code, Datum arg)
+{
+	if (tk_shared != NULL)
+		release_local();
+}
+
+/* release ends this session's hold on both sides. */
+static void
+release(void)
+{
+	release_local();
+	tk_channel_release();
+}
 
 /*
  * tashkent.hold_commits(version, hold_ms): holds this replica's commits
@@ -50,15 +136,21 @@ tashkent_hold_commits(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("hold_ms must be between 1 and %d milliseconds, not %lld", HOLD_MS_MAX, (long long) hold_ms)));
+	if (!exit_callback_set)
+	{
+		before_shmem_exit(release_at_exit, (Datum) 0);
+		exit_callback_set = true;
+	}
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), hold_ms);
 	after = tk_channel_hold((uint64) version, (uint32) hold_ms, deadline);
 	PG_TRY();
 	{
+		after = hold_local(after, deadline);
 		tk_wait_committed(after, deadline, psprintf("hold_ms (%lld ms)", (long long) hold_ms));
 	}
 	PG_CATCH();
 	{
-		tk_channel_release();
+		release();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -69,7 +161,7 @@ tashkent_hold_commits(PG_FUNCTION_ARGS)
 Datum
 tashkent_release_commits(PG_FUNCTION_ARGS)
 {
-	tk_channel_release();
+	release();
 	PG_RETURN_VOID();
 }
 

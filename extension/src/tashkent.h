@@ -156,6 +156,14 @@ typedef struct TkShared
 	char		admit_reason[256];	/* why not, for the refusal */
 	char		write_refusal[256]; /* the replica cannot apply: why client
 									 * writes are refused; "": they are not */
+	/*
+	 * A hold (hold.c): local commits of versions after hold_after wait for
+	 * their turn until hold_until, or until the holding backend releases
+	 * it or exits; 0: no hold.
+	 */
+	uint64		hold_after;
+	int			hold_pid;
+	TimestampTz hold_until;
 	int			nslots;
 	TkSlot	   *slots;
 	/*
@@ -217,6 +225,10 @@ extern void tk_channel_abandon(uint64 version);
 extern void tk_channel_register_applier(void);
 extern uint64 tk_channel_sync(TimestampTz deadline);
 extern uint64 tk_channel_hold(uint64 version, uint32 hold_ms, TimestampTz deadline);
+
+/* ---- hold.c ---- */
+
+extern bool tk_hold_keeps(uint64 first);
 extern void tk_channel_release(void);
 extern uint64 tk_agent_generation_seen(void);
 

@@ -108,7 +108,9 @@ absorb_cancel(bool *warned)
 /*
  * tk_turn_wait waits until every version before `first` is committed.
  * cancellable: a cancel ends the wait with an error (the agent's applier,
- * which applies the versions again); otherwise it is absorbed.
+ * which applies the versions again); otherwise it is absorbed. A local
+ * commit (not cancellable) also waits while a hold keeps its version
+ * (hold.c); the applier's runs never pass a hold, the agent cuts them.
  */
 void
 tk_turn_wait(uint64 first, bool cancellable)
@@ -122,12 +124,17 @@ tk_turn_wait(uint64 first, bool cancellable)
 	{
 		uint64		committed;
 
+		bool		held;
+
 		ResetLatch(MyLatch);
 		LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 		committed = tk_shared->committed;
-		slot->waiting_for = committed < predecessor ? predecessor : 0;
+		held = !cancellable && tk_hold_keeps(first);
+		slot->waiting_for = committed < predecessor || held ? predecessor : 0;
+		if (committed == predecessor && !held && !cancellable)
+			slot->state = TK_SLOT_COMMITTING;	/* past any hold set from now */
 		LWLockRelease(tk_shared->lock);
-		if (committed == predecessor)
+		if (committed == predecessor && !held)
 			return;
 		if (committed > predecessor)
 			ereport(ERROR,

@@ -48,14 +48,6 @@ func (c *backendConn) certify(ctx context.Context, m wire.Certify) wire.Decision
 		c.a.metrics.certifications.WithLabelValues("abort").Inc()
 		return wire.Decision{Kind: wire.Abort, Version: reply.ConflictVersion, AbortReason: uint8(reply.AbortReason), Detail: reply.Detail}
 	}
-	if err := c.a.seq.waitMayCommit(r.ctx, reply.CommitVersion); err != nil {
-		// The run ended while a hold kept the version: it is applied from
-		// the log like any version no backend commits.
-		c.a.seq.abandon(local)
-		c.a.metrics.certifications.WithLabelValues("unknown").Inc()
-		return wire.Decision{Kind: wire.Unknown,
-			Detail: fmt.Sprintf("the cluster committed it as version %d, which this replica applies from the log: the agent's run ended while commits were held", reply.CommitVersion)}
-	}
 	return c.committed(local, reply.CommitVersion)
 }
 

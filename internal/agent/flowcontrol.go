@@ -51,7 +51,6 @@ func (r *run) watchApply() {
 		fc = r.startFlowControl()
 		defer fc.stop()
 	}
-	r.setWriteRefusal("") // an earlier agent may have left one
 	var refusal *writeRefusal
 	if r.a.cfg.RefuseWritesAfter > 0 {
 		refusal = &writeRefusal{r: r, after: r.a.cfg.RefuseWritesAfter}

@@ -9,10 +9,10 @@ import (
 )
 
 // holds is the one hold of the replica's commits a session may have at a
-// time (tashkent.hold_commits, extension/src/hold.c): the order keeps
-// every version after it from committing (order.Hold), so that a snapshot
-// taken meanwhile holds exactly that version on every replica (tashkent
-// verify). A hold ends when its session releases it, when the session's
+// time (tashkent.hold_commits, extension/src/hold.c): the order plans no
+// apply batch past it (order.Hold), and the extension keeps local commits
+// after it waiting for their turn, so that a snapshot taken meanwhile
+// holds exactly that version on every replica (tashkent verify). A hold ends when its session releases it, when the session's
 // connection closes, or when its time is up, so that a caller that dies
 // never stops the replica for longer than it asked.
 type holds struct {
@@ -41,15 +41,31 @@ func (c *backendConn) hold(m wire.Hold) wire.Held {
 	}
 	h.holder = c
 	limit := time.Duration(m.HoldMillis) * time.Millisecond
-	h.timer = time.AfterFunc(limit, func() { h.end(c, fmt.Sprintf("its time (%s) is up", limit)) })
+	var t *time.Timer
+	t = time.AfterFunc(limit, func() { h.expire(c, t, limit) })
+	h.timer = t
 	c.a.log.Info("commits held", "after_version", v, "pid", c.pid, "for_at_most", limit)
 	return wire.Held{Held: true, Version: v}
+}
+
+// expire ends c's hold when timer t, the one of its latest Hold, fires:
+// the timer of a Hold since renewed may fire as it is stopped.
+func (h *holds) expire(c *backendConn, t *time.Timer, limit time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.timer == t {
+		h.endLocked(c, fmt.Sprintf("its time (%s) is up", limit))
+	}
 }
 
 // end ends c's hold, if it has the hold.
 func (h *holds) end(c *backendConn, why string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.endLocked(c, why)
+}
+
+func (h *holds) endLocked(c *backendConn, why string) {
 	if h.holder != c {
 		return
 	}

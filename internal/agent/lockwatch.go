@@ -79,7 +79,10 @@ func (w *lockWatch) handle(b blocker) {
 	case b.state == "holding" && uint64(b.version) < w.first:
 		return // an earlier version: it commits in its turn, before the batch
 	case b.state == "certifying":
-		return // the certifier decides: an abort, or a version after the batch (displaced then)
+		// The certifier decides: an abort, or a version after the batch
+		// (displaced then). Its reply must be read meanwhile.
+		w.r.a.seq.awaitDecision()
+		return
 	case b.state == "applying":
 		w.terminate(b, "the backend of an earlier agent's applier")
 		return

@@ -19,27 +19,35 @@ type writeRefusal struct {
 	r        *run
 	after    time.Duration
 	refusing bool
+	told     bool // the database has the current state
 }
 
 // step decides on one sample: how long the apply has made no progress
-// while versions wait (0: it progresses, or none waits).
+// while versions wait (0: it progresses, or none waits). A state the
+// database did not take is told again at the next sample.
 func (w *writeRefusal) step(stalled time.Duration, waiting, applied uint64) {
 	want := stalled > w.after
-	if want == w.refusing {
+	if want != w.refusing {
+		w.refusing, w.told = want, false
+		if want {
+			w.r.a.log.Warn("the replica's apply is stuck; its clients' writes are refused until it moves", "stalled_for", stalled, "waiting", waiting, "version", applied)
+		} else {
+			w.r.a.log.Info("the replica applies again; its clients' writes are taken", "version", applied)
+		}
+	}
+	if w.told {
 		return
 	}
-	w.refusing = want
 	why := ""
-	if want {
-		why = fmt.Sprintf("it has applied nothing for %s while %d versions of the cluster wait (version %d)", stalled.Round(time.Second), waiting, applied)
-		w.r.a.log.Warn("the replica's apply is stuck; its clients' writes are refused until it moves", "stalled_for", stalled, "waiting", waiting, "version", applied)
-	} else {
-		w.r.a.log.Info("the replica applies again; its clients' writes are taken", "version", applied)
+	if w.refusing {
+		since := time.Now().Add(-stalled).UTC().Format(time.TimeOnly)
+		why = fmt.Sprintf("it has applied nothing since %s UTC; it is at version %d and %d later versions wait", since, applied, waiting)
 	}
-	w.r.setWriteRefusal(why)
+	w.told = w.r.setWriteRefusal(why) == nil
 }
 
-// stop lifts a refusal when the run ends.
+// stop lifts a refusal when the run ends (the next run lifts it too, at
+// its start, in case the database could not be told now).
 func (w *writeRefusal) stop() {
 	if w.refusing {
 		w.r.setWriteRefusal("")
@@ -48,14 +56,16 @@ func (w *writeRefusal) stop() {
 
 // setWriteRefusal records why client writes are refused ("": they are
 // not), for certify and for the extension.
-func (r *run) setWriteRefusal(why string) {
+func (r *run) setWriteRefusal(why string) error {
 	r.refusal.Store(&why)
 	r.a.metrics.writesRefused.Set(boolGauge(why != ""))
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
-	if err := r.control.exec(ctx, `SELECT tashkent.set_write_refusal($1)`, why); err != nil && r.ctx.Err() == nil {
-		r.a.log.Warn("could not tell the replica to refuse or take writes", "err", err)
+	err := r.control.exec(ctx, `SELECT tashkent.set_write_refusal($1)`, why)
+	if err != nil && r.ctx.Err() == nil {
+		r.a.log.Warn("could not tell the replica to refuse or take writes; telling it again", "err", err)
 	}
+	return err
 }
 
 // writeRefusal is why client writes are refused now, "" if they are not.

@@ -140,9 +140,10 @@ func (s *sequence) release() {
 	s.do(func(o *order.Order) { o.Release() })
 }
 
-// waitMayCommit waits until no hold keeps local version v from committing.
-func (s *sequence) waitMayCommit(ctx context.Context, v uint64) error {
-	return s.wait(ctx, func(o *order.Order) bool { return o.MayCommit(v) })
+// awaitDecision records that the batch in flight waits for an undecided
+// backend (order.AwaitDecision); a delivery waiting for room goes on.
+func (s *sequence) awaitDecision() {
+	s.do(func(o *order.Order) { o.AwaitDecision() })
 }
 
 // waitRoom waits while more than max bytes of delivered versions wait and

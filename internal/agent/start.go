@@ -98,6 +98,9 @@ func (r *run) install() error {
 	if err := c.exec(ctx, `CREATE EXTENSION IF NOT EXISTS tashkent`); err != nil {
 		return fmt.Errorf("install the tashkent extension in database %s: %w", r.a.cfg.Database, err)
 	}
+	if err := c.exec(ctx, `SELECT tashkent.set_write_refusal('')`); err != nil {
+		return fmt.Errorf("lift a write refusal an earlier agent left: %w", err)
+	}
 	if err := c.queryRow(ctx, databaseIdentitySQL, nil, &r.started); err != nil {
 		return fmt.Errorf("read the database's identity: %w", err)
 	}

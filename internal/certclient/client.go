@@ -115,7 +115,10 @@ type Client struct {
 	connected bool
 	received  bool      // something arrived on the current stream
 	heardAt   time.Time // when the current stream opened or last brought something
-	wake      chan struct{}
+	// handing: OnEntries runs (it may wait for room): the stream is not
+	// read meanwhile, which is no stall of the certifier's.
+	handing bool
+	wake    chan struct{}
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -397,9 +400,13 @@ func (c *Client) receive(stream pb.Certifier_CertifyClient) error {
 			return err
 		}
 		c.mu.Lock()
-		c.connected, c.received, c.heardAt = true, true, time.Now()
+		c.connected, c.received, c.heardAt, c.handing = true, true, time.Now(), true
 		c.mu.Unlock()
-		if err := c.deliver(msg.Entries, msg.DurableVersion); err != nil {
+		err = c.deliver(msg.Entries, msg.DurableVersion)
+		c.mu.Lock()
+		c.heardAt, c.handing = time.Now(), false
+		c.mu.Unlock()
+		if err != nil {
 			return err
 		}
 		c.answer(msg.Replies)

@@ -30,7 +30,7 @@ var errStalled = errors.New("the certifier member answered nothing for a second 
 func (c *Client) stalled(now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.pending) == 0 || now.Sub(c.heardAt) < stallTimeout {
+	if c.handing || len(c.pending) == 0 || now.Sub(c.heardAt) < stallTimeout {
 		return false
 	}
 	for _, cl := range c.pending {

@@ -306,6 +306,13 @@ func (s *Service) versions() (version, lowWaterMark uint64) { return s.order.ver
 // entriesBetween returns the encoded durable entries (after, upTo], from
 // memory when it still has them, else from the log.
 func (s *Service) entriesBetween(dst [][]byte, after, upTo uint64) ([][]byte, error) {
+	return s.entriesUpToBytes(dst, after, upTo, 0)
+}
+
+// entriesUpToBytes is entriesBetween, but read from the log it stops
+// after the entry that brings what it read to maxBytes (0: no bound):
+// what is still in memory costs nothing more to hand out.
+func (s *Service) entriesUpToBytes(dst [][]byte, after, upTo uint64, maxBytes int) ([][]byte, error) {
 	s.mu.Lock()
 	dst, ok := s.recent.between(dst, after, upTo)
 	s.mu.Unlock()
@@ -313,11 +320,13 @@ func (s *Service) entriesBetween(dst [][]byte, after, upTo uint64) ([][]byte, er
 		return dst, nil
 	}
 	errDone := errors.New("done")
+	read := 0
 	err := s.log.ReadFrom(after, func(e wal.Entry) error {
-		if e.Version > upTo {
+		if e.Version > upTo || (maxBytes > 0 && read >= maxBytes) {
 			return errDone
 		}
 		dst = append(dst, e.Payload)
+		read += len(e.Payload)
 		return nil
 	})
 	if err != nil && !errors.Is(err, errDone) {

@@ -407,8 +407,13 @@ func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delive
 // largest writeset (grpcMessageBytesMax).
 const messageEntryBytesMax = 4 << 20
 
-// readChunkEntries is how many entries are read from memory or disk at once.
-const readChunkEntries = 1024
+// readChunkEntries and readChunkBytes bound what is read from memory or
+// disk at once: a stream whose replica does not read (it cannot apply)
+// keeps no more than that.
+const (
+	readChunkEntries = 1024
+	readChunkBytes   = messageEntryBytesMax
+)
 
 // chunkEntries calls emit with the encoded entries (after, upTo] in order,
 // in groups of at most messageEntryBytesMax bytes (or one entry), with the
@@ -418,11 +423,11 @@ func (s *Service) chunkEntries(after, upTo uint64, emit func(entries [][]byte, l
 	groupBytes := 0
 	for after < upTo {
 		to := min(upTo, after+readChunkEntries)
-		read, err := s.entriesBetween(nil, after, to)
+		read, err := s.entriesUpToBytes(nil, after, to, readChunkBytes)
 		if err != nil {
 			return fmt.Errorf("read log for delivery: %w", err)
 		}
-		if uint64(len(read)) != to-after {
+		if len(read) == 0 || uint64(len(read)) > to-after {
 			// Never deliver a gap: the reader would take the versions
 			// it did not get as delivered.
 			return fmt.Errorf("read log for delivery: %d entries for versions %d..%d", len(read), after+1, to)
@@ -437,7 +442,7 @@ func (s *Service) chunkEntries(after, upTo uint64, emit func(entries [][]byte, l
 			group = append(group, e)
 			groupBytes += len(e)
 		}
-		after = to
+		after += uint64(len(read))
 	}
 	if len(group) > 0 {
 		return emit(group, upTo)

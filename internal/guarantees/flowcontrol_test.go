@@ -11,6 +11,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // A replica that applies more slowly than the cluster commits does not
@@ -116,31 +117,33 @@ func TestAStoppedReplicaKeepsItsBacklogBoundedAndStopsNoOne(t *testing.T) {
 
 	const phase = 4 * time.Second
 	time.Sleep(phase)
-	baseline := commits.Load()
+	baseline := float64(commits.Load()) / phase.Seconds()
 
+	// Stopped until three times the bound was written (or a minute).
+	bound := backlogMax + messageEntryBytesMax + 64<<10 // the limit, one delivery, one entry
 	resume := c.stopApplier(2)
-	stoppedFrom := commits.Load()
+	stoppedFrom, stoppedAt := commits.Load(), time.Now()
 	worst := 0
-	for deadline := time.Now().Add(phase); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	written := func() int64 { return (commits.Load() - stoppedFrom) * 16 << 10 }
+	for deadline := time.Now().Add(time.Minute); written() < 3*int64(bound) && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		worst = max(worst, c.Agents[2].BacklogBytes())
 	}
-	whileStopped := commits.Load() - stoppedFrom
+	stoppedFor, whileStopped := time.Since(stoppedAt), commits.Load()-stoppedFrom
 	resume()
 	stopWriters()
 	wg.Wait()
 
-	written := whileStopped * 16 << 10
-	bound := backlogMax + messageEntryBytesMax + 64<<10 // the limit, one delivery, one entry
-	t.Logf("commits: %d in %v before, %d in %v with replica 3's applier stopped (%.2fx); its agent held at most %d bytes of %d written",
-		baseline, phase, whileStopped, phase, float64(whileStopped)/float64(baseline), worst, written)
-	if written < 2*int64(bound) {
-		t.Fatalf("only %d bytes were written while replica 3 was stopped: too little to test a bound of %d", written, bound)
+	rate := float64(whileStopped) / stoppedFor.Seconds()
+	t.Logf("commits: %.0f/s before, %.0f/s with replica 3's applier stopped (%.2fx); its agent held at most %d bytes of %d written in %v",
+		baseline, rate, rate/baseline, worst, written(), stoppedFor.Round(time.Millisecond))
+	if written() < 3*int64(bound) {
+		t.Fatalf("only %d bytes were written in a minute while replica 3 was stopped: too little to test a bound of %d", written(), bound)
 	}
 	if worst > bound {
 		t.Errorf("replica 3's agent held %d bytes of undelivered versions, over %d (--apply-backlog-bytes %d)", worst, bound, backlogMax)
 	}
-	if whileStopped < baseline/2 {
-		t.Errorf("replicas 1 and 2 committed %d rows while replica 3 was stopped, under half of the %d before", whileStopped, baseline)
+	if rate < baseline/2 {
+		t.Errorf("replicas 1 and 2 committed %.0f rows/s while replica 3 was stopped, under half of the %.0f/s before", rate, baseline)
 	}
 	c.converge()
 	c.sameTables()
@@ -175,7 +178,7 @@ func TestAStuckReplicaRefusesWritesAndKeepsReads(t *testing.T) {
 		resume()
 		t.Fatal("a write on the stuck replica waited 10 s instead of being refused")
 	}
-	if code := sqlState(err); code != "57P03" || !strings.Contains(err.Error(), "cannot take writes now") {
+	if code := pgcode.Of(err); code != pgcode.CannotConnectNow || !strings.Contains(err.Error(), "cannot take writes now") {
 		t.Fatalf("a write on the stuck replica: %v, want 57P03 \"cannot take writes now\"", err)
 	}
 	var n int
@@ -208,4 +211,103 @@ func (c *cluster) stopApplier(i int) (resume func()) {
 	resume = func() { once.Do(func() { syscall.Kill(pid, syscall.SIGCONT) }) }
 	c.t.Cleanup(resume)
 	return resume
+}
+
+// A local transaction whose certification is under way holds a row lock
+// the apply needs while the apply backlog is over its bound: the agent
+// reads the stream on (the lock watch tells it), the abort arrives, and
+// the client hears 40001 at once, not the certify timeout's 08007.
+func TestAnUndecidedLockHolderIsAnsweredWhileTheBacklogIsFull(t *testing.T) {
+	c := start(t, 2, clustertest.Options{
+		Settings: map[string]string{"tashkent.certify_timeout": "20s"},
+		Agent: func(i int, cfg *agent.Config) {
+			if i == 1 {
+				cfg.ApplyBacklogBytes = 1
+				cfg.NoFlowControl = true
+			}
+		}})
+	c.Exec(0, `CREATE TABLE t (id bigint PRIMARY KEY, v int)`)
+	c.Exec(0, `CREATE TABLE filler (id bigserial PRIMARY KEY, body text)`)
+	c.Exec(0, `INSERT INTO t VALUES (1, 0)`)
+	c.converge()
+	ctx := context.Background()
+
+	tx := c.connectAs(1, "postgres", nil)
+	execSQL(t, tx, `BEGIN`)
+	execSQL(t, tx, `UPDATE t SET v = 2 WHERE id = 1`)
+
+	resume := c.stopApplier(1)
+	c.Exec(0, `UPDATE t SET v = 1 WHERE id = 1`) // conflicts with tx
+
+	wctx, stopWriter := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	w := c.connectAs(0, "postgres", nil)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for wctx.Err() == nil {
+			w.Exec(ctx, `INSERT INTO filler (body) VALUES (repeat('x', 100))`)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	defer func() { stopWriter(); wg.Wait() }()
+	time.Sleep(time.Second)
+	t.Logf("replica 2 backlog bytes %d", c.Agents[1].BacklogBytes())
+
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		_, err := tx.Exec(ctx, `COMMIT`)
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	resume()
+	err := <-done
+	took := time.Since(began)
+	t.Logf("COMMIT after %v: %v (SQLSTATE %s)", took, err, pgcode.Of(err))
+	if pgcode.Of(err) != pgcode.SerializationFailure || took > 10*time.Second {
+		t.Errorf("COMMIT of a transaction the certifier aborts: %v after %v, want 40001 within seconds", err, took)
+	}
+	stopWriter()
+	wg.Wait()
+	c.converge()
+}
+
+// A write refusal left in the replica's shared memory by an agent that is
+// gone (killed while refusing) is lifted by the next agent's start.
+func TestAWriteRefusalLeftBehindIsLifted(t *testing.T) {
+	c := start(t, 2, clustertest.Options{})
+	c.Exec(0, `CREATE TABLE notes (id bigint PRIMARY KEY)`)
+	c.converge()
+	c.StopAgent(1)
+	c.Exec(1, `SELECT tashkent.set_write_refusal('left by an agent that was killed')`)
+	c.StartAgent(1)
+	client := c.connectAs(1, "postgres", nil)
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if _, err = client.Exec(context.Background(), `INSERT INTO notes VALUES (1)`); err == nil {
+			return
+		}
+	}
+	t.Fatalf("a healthy replica still refuses writes 10 s after its agent started: %v", err)
+}
+
+// A maintenance session's writes are local, never certified: they go on
+// while the replica's apply is stuck and client writes are refused.
+func TestMaintenanceWritesGoOnWhileWritesAreRefused(t *testing.T) {
+	c := start(t, 2, clustertest.Options{Agent: func(i int, cfg *agent.Config) { cfg.RefuseWritesAfter = time.Second }})
+	c.Exec(0, `CREATE TABLE notes (id bigint PRIMARY KEY)`)
+	c.converge()
+	resume := c.stopApplier(1)
+	c.Exec(0, `INSERT INTO notes VALUES (1)`)
+	time.Sleep(3 * time.Second)
+	m := c.connectAs(1, "postgres", nil)
+	execSQL(t, m, `SET tashkent.maintenance = on`)
+	_, err := m.Exec(context.Background(), `INSERT INTO notes VALUES (100)`)
+	if err != nil {
+		t.Errorf("a maintenance write (local, never certified) refused while stuck: %v", err)
+	}
+	execSQL(t, m, `DELETE FROM notes WHERE id = 100`)
+	resume()
+	c.converge()
 }

@@ -53,6 +53,7 @@ const (
 
 	// Class 57: operator intervention.
 	QueryCanceled    = "57014"
+	AdminShutdown    = "57P01" // pg_terminate_backend: tashkent's lock watch ends a blocker
 	CannotConnectNow = "57P03" // tashkent: replica catching up or halted, agent unavailable
 
 	// Class XX: internal error.

@@ -11,8 +11,9 @@ import (
 
 // Table is a replicated table as the catalog of one replica describes it.
 type Table struct {
-	Name string   // schema-qualified, quoted as needed
-	Key  []string // the primary key's columns, quoted; empty: keyless
+	Name    string   // schema-qualified, quoted as needed
+	Key     []string // the primary key's columns, quoted; empty: keyless
+	Columns string   // its columns and their types, in order
 }
 
 // buckets spread a table's rows by a hash of their key (of the whole row
@@ -28,13 +29,17 @@ SELECT format('%I.%I', n.nspname, c.relname),
                    FROM pg_index i
                         CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
                         JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                  WHERE i.indrelid = c.oid AND i.indisprimary), '{}')
+                  WHERE i.indrelid = c.oid AND i.indisprimary), '{}'),
+       coalesce((SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', ' ORDER BY a.attnum)
+                   FROM pg_attribute a
+                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relkind = 'r' AND c.relpersistence <> 't'
    AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'tashkent')
    AND n.nspname NOT LIKE 'pg\_toast%' AND n.nspname NOT LIKE 'pg\_temp\_%'
  ORDER BY 1`
 
+// listTables lists the tables the session's snapshot compares.
 func listTables(ctx context.Context, s *session) ([]Table, error) {
 	rows, err := s.conn.Query(ctx, tablesQuery)
 	if err != nil {
@@ -42,7 +47,7 @@ func listTables(ctx context.Context, s *session) ([]Table, error) {
 	}
 	ts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Table, error) {
 		var t Table
-		err := r.Scan(&t.Name, &t.Key)
+		err := r.Scan(&t.Name, &t.Key, &t.Columns)
 		return t, err
 	})
 	if err != nil {
@@ -51,11 +56,15 @@ func listTables(ctx context.Context, s *session) ([]Table, error) {
 	return ts, nil
 }
 
+// rowText is a row's text. The alias is qualified with .*: a column named
+// like the alias would otherwise be taken for the row.
+const rowText = "(t.*)::text"
+
 // keyExpr is the text a row is identified by: its primary key, or the
 // whole row in a table without one (whose equal rows are counted).
 func (t Table) keyExpr() string {
 	if len(t.Key) == 0 {
-		return "t::text"
+		return rowText
 	}
 	cols := make([]string, len(t.Key))
 	for i, c := range t.Key {
@@ -70,7 +79,7 @@ func (t Table) valueExpr() string {
 	if len(t.Key) == 0 {
 		return "count(*)::text"
 	}
-	return "hashtextextended(t::text, 0)::text"
+	return "hashtextextended(" + rowText + ", 0)::text"
 }
 
 func (t Table) groupBy() string {
@@ -93,8 +102,8 @@ type bucketSum struct {
 }
 
 func tableDigest(ctx context.Context, s *session, t Table) (digest, error) {
-	q := fmt.Sprintf(`SELECT (hashtextextended(%s, 0) & %d)::int, count(*), sum(hashtextextended(t::text, 0)::numeric)::text
-  FROM ONLY %s AS t GROUP BY 1`, t.keyExpr(), buckets-1, t.Name)
+	q := fmt.Sprintf(`SELECT (hashtextextended(%s, 0) & %d)::int, count(*), sum(hashtextextended(%s, 0)::numeric)::text
+  FROM ONLY %s AS t GROUP BY 1`, t.keyExpr(), buckets-1, rowText, t.Name)
 	rows, err := s.conn.Query(ctx, q)
 	if err != nil {
 		return digest{}, fmt.Errorf("%s: %s: %w", s.name, t.Name, err)

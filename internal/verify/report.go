@@ -17,6 +17,12 @@ func writeTable(w io.Writer, replicas []string, t TableReport) {
 	switch {
 	case t.missing():
 		fmt.Fprintf(w, "%-40s DIFFERS: missing on %s%s\n", t.Name, strings.Join(missingOn(replicas, t.Rows), ", "), kind)
+	case t.Columns != nil:
+		fmt.Fprintf(w, "%-40s DIFFERS: its columns differ (rows not compared)%s\n", t.Name, kind)
+		for i, c := range t.Columns {
+			fmt.Fprintf(w, "    %s: %s\n", replicas[i], c)
+		}
+		return
 	case t.Equal():
 		fmt.Fprintf(w, "%-40s equal, %d rows%s\n", t.Name, t.Rows[0], kind)
 	default:
@@ -28,6 +34,9 @@ func writeTable(w io.Writer, replicas []string, t TableReport) {
 	if n := t.DiffsFound - len(t.Diffs); n > 0 {
 		fmt.Fprintf(w, "    ... and %d more\n", n)
 	}
+	if t.BucketsRead < t.BucketsDiffering {
+		fmt.Fprintf(w, "    (rows read in %d of the %d buckets of rows that differ)\n", t.BucketsRead, t.BucketsDiffering)
+	}
 }
 
 func keyWord(keyless bool) string {
@@ -37,8 +46,10 @@ func keyWord(keyless bool) string {
 	return "key"
 }
 
-// describe says what each odd replica holds of a differing row.
+// describe says what the odd replicas hold of a differing row; when no
+// value has a majority, what each replica holds.
 func describe(d RowDiff, replicas []string, keyless bool) string {
+	noMajority := len(d.Odd) == len(replicas)
 	var parts []string
 	for i, name := range replicas {
 		if !slices.Contains(d.Odd, name) {
@@ -49,6 +60,8 @@ func describe(d RowDiff, replicas []string, keyless bool) string {
 			parts = append(parts, name+" lacks it")
 		case keyless:
 			parts = append(parts, fmt.Sprintf("%s has %s of it", name, d.Values[i]))
+		case noMajority:
+			parts = append(parts, fmt.Sprintf("%s has it (row hash %s)", name, d.Values[i]))
 		default:
 			parts = append(parts, name+" has other values")
 		}

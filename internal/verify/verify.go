@@ -17,12 +17,15 @@ package verify
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Replica is one replica to compare: a name for the report and a
@@ -48,37 +51,45 @@ type Options struct {
 
 // Report is what a comparison found.
 type Report struct {
-	Replicas []string
-	Version  uint64        // the version every replica was compared at
-	Held     time.Duration // how long commits were held
-	Tables   []TableReport
-	Elapsed  time.Duration
+	Replicas []string      `json:"replicas"`
+	Version  uint64        `json:"version"` // the version every replica was compared at
+	Held     time.Duration `json:"held_ns"` // how long commits were held
+	Tables   []TableReport `json:"tables"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
 }
 
 // TableReport is one table's result.
 type TableReport struct {
-	Name    string
-	Keyless bool
-	Rows    []int64 // per replica; -1: the table is missing there
-	Diffs   []RowDiff
-	// DiffsFound counts every differing row, listed or not.
-	DiffsFound int
+	Name    string  `json:"name"`
+	Keyless bool    `json:"keyless"`
+	Rows    []int64 `json:"rows"` // per replica; -1: the table is missing there
+	// Columns are the table's columns per replica, when they differ (its
+	// rows are not compared then).
+	Columns []string  `json:"columns,omitempty"`
+	Diffs   []RowDiff `json:"diffs,omitempty"`
+	// DiffsFound counts the differing rows in the buckets read, listed or
+	// not; BucketsRead of BucketsDiffering buckets were read row by row.
+	DiffsFound       int `json:"diffs_found"`
+	BucketsDiffering int `json:"buckets_differing"`
+	BucketsRead      int `json:"buckets_read"`
 }
 
 // Equal reports whether the table is the same on every replica.
-func (t TableReport) Equal() bool { return t.DiffsFound == 0 && !t.missing() }
+func (t TableReport) Equal() bool {
+	return t.BucketsDiffering == 0 && !t.missing() && t.Columns == nil
+}
 
 func (t TableReport) missing() bool { return slices.Contains(t.Rows, -1) }
 
 // RowDiff is a row that is not the same everywhere.
 type RowDiff struct {
-	Key string // the primary key as a row, or the row's text when keyless
+	Key string `json:"key"` // the primary key as a row, or the row's text when keyless
 	// Values per replica: a hash of the row (a count of equal rows when
 	// keyless), "" where the row is missing.
-	Values []string
+	Values []string `json:"values"`
 	// Odd are the replicas that differ from the majority; all of them when
 	// no value has one.
-	Odd []string
+	Odd []string `json:"odd"`
 }
 
 // Differences counts the tables that are not equal.
@@ -92,49 +103,82 @@ func (r *Report) Differences() int {
 	return n
 }
 
+// attempts bounds the tries at a snapshot and a scan: a hold that lapsed,
+// a DDL or TRUNCATE under way or arriving from another replica make one
+// fail, and the next one usually gets through.
+const attempts = 3
+
 // Run compares the replicas.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if len(o.Replicas) < 2 {
 		return nil, fmt.Errorf("verify: %d replica(s): there is nothing to compare", len(o.Replicas))
 	}
+	o = o.withDefaults()
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		r, err := runOnce(ctx, o)
+		if err == nil {
+			r.Elapsed = time.Since(start)
+			return r, nil
+		}
+		if !errors.Is(err, errRetry) || attempt == attempts || ctx.Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+func (o Options) withDefaults() Options {
 	if o.HoldMax <= 0 {
 		o.HoldMax = 10 * time.Second
 	}
 	if o.RowsShownMax <= 0 {
 		o.RowsShownMax = 20
 	}
-	start := time.Now()
+	return o
+}
+
+// reach bounds a round of holds: how long held replicas wait for the
+// slowest one to get to the version.
+func (o Options) reach() time.Duration { return min(o.HoldMax/2, 2*time.Second) }
+
+// runOnce takes the snapshots and compares every table, with sessions of
+// its own: on an error they are closed, which ends every hold.
+func runOnce(ctx context.Context, o Options) (*Report, error) {
 	ss, err := connect(ctx, o.Replicas)
 	if err != nil {
 		return nil, err
 	}
 	defer closeAll(ss)
-	v, held, err := snapshot(ctx, ss, o.HoldMax)
+	v, held, err := snapshot(ctx, ss, o)
 	if err != nil {
 		return nil, fmt.Errorf("verify: take a snapshot at one version on every replica: %w", err)
 	}
-	r := &Report{Version: v, Held: held}
-	for _, s := range ss {
-		r.Replicas = append(r.Replicas, s.name)
-	}
+	r := &Report{Version: v, Held: held, Replicas: names(ss)}
 	if err := r.compareTables(ctx, ss, o); err != nil {
-		return nil, err
+		return nil, scanError(err)
 	}
-	r.Elapsed = time.Since(start)
 	return r, nil
+}
+
+// scanError names why a scan was interrupted: the lock watch of a replica
+// cancels, then ends, a session whose table lock holds up a DDL or
+// TRUNCATE from another replica (Tashkent §8.2); a new attempt starts
+// after it.
+func scanError(err error) error {
+	switch pgcode.Of(err) {
+	case pgcode.QueryCanceled, pgcode.AdminShutdown:
+		return fmt.Errorf("verify: %w: a DDL or TRUNCATE from another replica needed a table being compared: %v", errRetry, err)
+	}
+	return fmt.Errorf("verify: %w", err)
 }
 
 func (r *Report) compareTables(ctx context.Context, ss []*session, o Options) error {
 	lists := make([][]Table, len(ss))
-	err := each(ctx, ss, func(ctx context.Context, s *session) (err error) {
-		lists[indexOf(ss, s)], err = listTables(ctx, s)
-		return err
-	})
-	if err != nil {
-		return err
+	for i, s := range ss {
+		lists[i] = s.tables
 	}
 	for _, t := range unionOf(lists) {
-		tr, err := compareTable(ctx, ss, t, present(lists, t.Name), o.RowsShownMax)
+		tr, err := compareTable(ctx, ss, t, present(lists, t), o.RowsShownMax)
 		if err != nil {
 			return err
 		}
@@ -146,27 +190,44 @@ func (r *Report) compareTables(ctx context.Context, ss []*session, o Options) er
 	return nil
 }
 
-// compareTable compares one table on the replicas that have it (has).
-func compareTable(ctx context.Context, ss []*session, t Table, has []bool, shown int) (TableReport, error) {
+// bucketsReadMax bounds the differing buckets read row by row per table,
+// and so the rows held in memory: a replica whose table differs
+// everywhere shows plenty in that many.
+const bucketsReadMax = 64
+
+// compareTable compares one table on the replicas, given its columns on
+// each ("" where it is missing).
+func compareTable(ctx context.Context, ss []*session, t Table, columns []string, shown int) (TableReport, error) {
 	tr := TableReport{Name: t.Name, Keyless: len(t.Key) == 0, Rows: make([]int64, len(ss))}
+	for i, c := range columns {
+		if c == "" {
+			tr.Rows[i] = -1
+		}
+	}
+	if tr.missing() {
+		return tr, nil
+	}
+	if !allEqual(columns) {
+		tr.Columns = columns
+		return tr, nil
+	}
 	ds := make([]digest, len(ss))
 	err := each(ctx, ss, func(ctx context.Context, s *session) (err error) {
 		i := indexOf(ss, s)
-		if !has[i] {
-			tr.Rows[i] = -1
-			return nil
-		}
 		ds[i], err = tableDigest(ctx, s, t)
 		tr.Rows[i] = ds[i].rows
 		return err
 	})
-	if err != nil || tr.missing() {
+	if err != nil {
 		return tr, err
 	}
 	bs := differingBuckets(ds)
 	if len(bs) == 0 {
 		return tr, nil
 	}
+	tr.BucketsDiffering = len(bs)
+	bs = bs[:min(len(bs), bucketsReadMax)]
+	tr.BucketsRead = len(bs)
 	rows := make([]map[string]string, len(ss))
 	err = each(ctx, ss, func(ctx context.Context, s *session) (err error) {
 		rows[indexOf(ss, s)], err = rowsIn(ctx, s, t, bs)
@@ -177,6 +238,15 @@ func compareTable(ctx context.Context, ss []*session, t Table, has []bool, shown
 	}
 	tr.Diffs, tr.DiffsFound = diffRows(rows, names(ss), shown)
 	return tr, nil
+}
+
+func allEqual(ss []string) bool {
+	for _, s := range ss {
+		if s != ss[0] {
+			return false
+		}
+	}
+	return true
 }
 
 func names(ss []*session) []string {
@@ -204,12 +274,16 @@ func unionOf(lists [][]Table) []Table {
 	return out
 }
 
-func present(lists [][]Table, name string) []bool {
-	has := make([]bool, len(lists))
+// present says, per replica, whether it has the table, and with which
+// columns (its definition as text; "" where it is missing).
+func present(lists [][]Table, t Table) []string {
+	columns := make([]string, len(lists))
 	for i, l := range lists {
-		has[i] = slices.ContainsFunc(l, func(t Table) bool { return t.Name == name })
+		if j := slices.IndexFunc(l, func(u Table) bool { return u.Name == t.Name }); j >= 0 {
+			columns[i] = l[j].Columns
+		}
 	}
-	return has
+	return columns
 }
 
 // diffRows lists the rows whose values are not the same on every replica

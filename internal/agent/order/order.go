@@ -72,15 +72,14 @@ type Order struct {
 	inherited map[uint64]*Local // inherited, not delivered, by version
 	inFlight  *Batch
 	cancel    bool // the batch in flight waits behind an abandoned version
-	// hold: no version above it commits while it is set (0: none); see
-	// Hold. released is the highest local version whose backend was let
-	// commit it (MayCommit).
-	hold, released uint64
+	// hold: no batch goes past it while it is set (0: none); see Hold.
+	hold uint64
 	// waitingBytes are the encoded bytes of the delivered versions above
-	// committed (slots); lastLocal is the highest version delivered as a
-	// backend's of this agent (not inherited).
+	// committed (slots).
 	waitingBytes int
-	lastLocal    uint64
+	// decisionAwaited: the batch in flight waits for a row lock of a
+	// backend whose certification is not decided yet (AwaitDecision).
+	decisionAwaited bool
 }
 
 // New starts the order after version committed (the database's
@@ -103,8 +102,7 @@ func (o *Order) Reset(committed uint64) {
 	o.pending = make(map[uint64]*Local)
 	o.inherited = make(map[uint64]*Local)
 	o.inFlight, o.cancel = nil, false
-	o.released, o.lastLocal = 0, 0
-	o.waitingBytes = 0
+	o.waitingBytes, o.decisionAwaited = 0, false
 }
 
 // Epoch counts resets. A stream opened at epoch e delivers with e.
@@ -161,9 +159,6 @@ func (o *Order) Deliver(epoch uint64, entries []logentry.Entry) error {
 		o.delivered = e.Version
 		if local != nil {
 			local.version = e.Version
-			if !local.inherited {
-				o.lastLocal = e.Version
-			}
 		}
 		o.slots[e.Version] = slot{entry: e, local: local}
 		o.waitingBytes += len(e.Bytes)
@@ -255,16 +250,14 @@ func (o *Order) firstRemote() uint64 {
 	return 0
 }
 
-// Hold holds the replica's commits after version v, or after the highest
-// version already under way if that is later: committed, in the batch in
-// flight, or let commit by its backend. It returns the version commits
-// are held after. Every version up to it commits as usual (a batch stops
-// at it); none after it does until Release: Next plans no batch past it
-// and MayCommit keeps local versions past it waiting. A hold only moves
-// forward. It lets a snapshot hold exactly one version on every replica
-// (tashkent verify).
+// Hold holds the applier after version v, or after the highest version
+// already under way if that is later (committed, or in the batch in
+// flight), and returns that version: no batch planned from now goes past
+// it, until Release. Local versions after it are held in the extension
+// (hold.c), not here. A hold only moves forward. It lets a snapshot hold
+// exactly one version on every replica (tashkent verify).
 func (o *Order) Hold(v uint64) uint64 {
-	h := max(v, o.committed, o.released, o.hold)
+	h := max(v, o.committed, o.hold)
 	if o.inFlight != nil {
 		h = max(h, o.inFlight.Last)
 	}
@@ -274,16 +267,6 @@ func (o *Order) Hold(v uint64) uint64 {
 
 // Release ends the hold.
 func (o *Order) Release() { o.hold = 0 }
-
-// MayCommit reports whether local version v may commit now (no hold
-// keeps it), and if so records that its backend is let commit it.
-func (o *Order) MayCommit(v uint64) bool {
-	if !o.mayPass(v) {
-		return false
-	}
-	o.released = max(o.released, v)
-	return true
-}
 
 func (o *Order) mayPass(v uint64) bool { return o.hold == 0 || v <= o.hold }
 
@@ -303,7 +286,7 @@ func (o *Order) Done(committed bool) {
 	if b == nil {
 		panic("order: Done without a batch in flight")
 	}
-	o.inFlight, o.cancel = nil, false
+	o.inFlight, o.cancel, o.decisionAwaited = nil, false, false
 	if committed {
 		o.advance(b.Last)
 	}
@@ -342,15 +325,19 @@ func (o *Order) advance(to uint64) {
 func (o *Order) WaitingBytes() int { return o.waitingBytes }
 
 // Full reports whether more than max bytes of delivered versions wait and
-// the replica can commit some of them without another delivery: each
-// local one among them has been let commit by its backend (MayCommit) or
-// was inherited. Until a local version's backend has heard its decision,
-// which may come in the very delivery that would wait, it is not full: a
-// delivery that waited for that version to commit would wait forever.
+// the applier can make room without another delivery. It cannot while
+// its batch waits for a row lock of a backend whose certification is
+// still undecided (AwaitDecision): that decision comes on the stream,
+// after entries a delivery that waits would never hand over. (A local
+// version's own decision needs no later message: the certifier client
+// answers it as soon as its entry is delivered.)
 func (o *Order) Full(max int) bool {
-	undecided := o.lastLocal > o.committed && o.lastLocal > o.released
-	return o.waitingBytes > max && !undecided
+	return o.waitingBytes > max && !o.decisionAwaited
 }
+
+// AwaitDecision records that the batch in flight waits for a backend whose
+// certification is not decided yet; Done and Reset clear it.
+func (o *Order) AwaitDecision() { o.decisionAwaited = o.inFlight != nil }
 
 // IsLocal reports whether version v is delivered, uncommitted and local.
 func (o *Order) IsLocal(v uint64) bool {

@@ -229,12 +229,11 @@ func TestRemoteWaitingCountsOnlyRemoteVersions(t *testing.T) {
 	}
 }
 
-// A hold lets every version up to it commit and none after: a batch stops
-// at it, a local version after it waits, and the hold starts after what is
-// already under way (the batch in flight, a local version let commit).
-func TestHoldStopsCommitsAfterItsVersion(t *testing.T) {
+// A hold stops the applier's batches after its version, and starts after
+// what is already under way (the batch in flight); it only moves forward.
+func TestHoldStopsBatchesAfterItsVersion(t *testing.T) {
 	o := New(me, 10)
-	l := o.Register(1)
+	o.Register(1)
 	mustDeliver(t, o, remote(11), remote(12), entry(13, me, 1), remote(14), remote(15))
 	if got := o.Hold(0); got != 10 {
 		t.Fatalf("Hold(0) with nothing under way = %d, want 10 (the committed version)", got)
@@ -248,9 +247,6 @@ func TestHoldStopsCommitsAfterItsVersion(t *testing.T) {
 	if b := o.Next(100); span(b) != [2]uint64{11, 12} {
 		t.Fatalf("Next = %v, want [11 12]", span(b))
 	}
-	if !o.MayCommit(l.Version()) {
-		t.Fatal("local version 13 is before the hold and must commit")
-	}
 	o.Done(true)
 	o.Observe(13)
 	if b := o.Next(100); span(b) != [2]uint64{14, 14} {
@@ -258,6 +254,9 @@ func TestHoldStopsCommitsAfterItsVersion(t *testing.T) {
 	}
 	if got := o.Hold(0); got != 14 {
 		t.Fatalf("Hold(0) with batch [14 14] in flight = %d, want 14", got)
+	}
+	if got := o.Hold(5); got != 14 {
+		t.Fatalf("a hold never moves back: Hold(5) = %d, want 14", got)
 	}
 	o.Done(true)
 	if b := o.Next(100); b != nil {
@@ -269,37 +268,12 @@ func TestHoldStopsCommitsAfterItsVersion(t *testing.T) {
 	}
 }
 
-// A local version let commit before a hold is under way: the hold starts
-// after it, and a local version after the hold waits until Release.
-func TestHoldCountsLocalVersionsLetCommit(t *testing.T) {
-	o := New(me, 10)
-	a, b := o.Register(1), o.Register(2)
-	mustDeliver(t, o, entry(11, me, 1), entry(12, me, 2))
-	if !o.MayCommit(a.Version()) {
-		t.Fatal("no hold: version 11 must commit")
-	}
-	if got := o.Hold(0); got != 11 {
-		t.Fatalf("Hold(0) after version 11 was let commit = %d, want 11", got)
-	}
-	if o.MayCommit(b.Version()) {
-		t.Fatal("version 12 is after the hold and must wait")
-	}
-	if got := o.Hold(5); got != 11 {
-		t.Fatalf("a hold never moves back: Hold(5) = %d, want 11", got)
-	}
-	o.Release()
-	if !o.MayCommit(b.Version()) {
-		t.Fatal("after Release version 12 must commit")
-	}
-}
-
 // The order counts the bytes of the versions it holds; it is full past a
-// limit only while the applier can make room without another delivery:
-// not while a local version waits for its backend to hear its decision,
-// which may come with the next delivery.
+// limit, but not while the batch in flight waits for a backend whose
+// certification is undecided (its decision comes after the next delivery).
 func TestFullOnlyWhenTheApplierCanMakeRoom(t *testing.T) {
 	o := New(me, 10)
-	l := o.Register(1)
+	o.Register(1)
 	es := []logentry.Entry{remote(11), remote(12), entry(13, me, 1), remote(14)}
 	mustDeliver(t, o, es...)
 	total := 0
@@ -309,21 +283,21 @@ func TestFullOnlyWhenTheApplierCanMakeRoom(t *testing.T) {
 	if o.WaitingBytes() != total {
 		t.Fatalf("WaitingBytes = %d, want %d", o.WaitingBytes(), total)
 	}
-	if o.Full(total) {
-		t.Fatal("full at exactly the limit")
+	if o.Full(total) || !o.Full(1) {
+		t.Fatalf("Full(%d) = %v, Full(1) = %v; want false, true", total, o.Full(total), o.Full(1))
 	}
-	if o.Full(1) {
-		t.Fatal("full while local version 13 has not been let commit: its decision may be in the next delivery")
-	}
-	if !o.MayCommit(l.Version()) {
-		t.Fatal("MayCommit(13) without a hold")
-	}
+	o.AwaitDecision()
 	if !o.Full(1) {
-		t.Fatal("not full over the limit with every local version let commit")
+		t.Fatal("AwaitDecision without a batch in flight changed Full")
 	}
-	o.Observe(13)
-	if want := len(es[3].Bytes); o.WaitingBytes() != want {
-		t.Fatalf("WaitingBytes after 11..13 committed = %d, want %d", o.WaitingBytes(), want)
+	o.Next(100)
+	o.AwaitDecision()
+	if o.Full(1) {
+		t.Fatal("full while the batch in flight waits for an undecided backend")
+	}
+	o.Done(true)
+	if want := len(es[2].Bytes) + len(es[3].Bytes); o.WaitingBytes() != want || !o.Full(1) {
+		t.Fatalf("after batch 11..12: WaitingBytes %d (want %d), Full(1) %v (want true)", o.WaitingBytes(), want, o.Full(1))
 	}
 	o.Reset(20)
 	if o.WaitingBytes() != 0 || o.Full(0) {
