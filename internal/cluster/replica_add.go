@@ -103,6 +103,9 @@ func (u *upper) addReplica(ctx context.Context, donorIndex int, maxRate string) 
 	if err != nil {
 		return nil, err
 	}
+	if _, err := u.pgBinDir(ctx); err != nil { // before the copy, not after it
+		return nil, err
+	}
 	if err := makeReplicaDir(r.Dir); err != nil {
 		return nil, err
 	}

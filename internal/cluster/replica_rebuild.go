@@ -47,6 +47,9 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 	if err := finishDataDirSwap(r.Postgres.DataDir); err != nil {
 		return err
 	}
+	if _, err := u.pgBinDir(ctx); err != nil { // before the copy, not after it
+		return err
+	}
 	how := "rebuilding it"
 	if req.automatic {
 		how = "rebuilding it automatically"

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/process"
@@ -174,6 +175,11 @@ func TestReplicaAddUnderLoadThenRemoveAndResize(t *testing.T) {
 	if len(st.Replicas) != 2 || st.ReplicaByIndex(2) != nil {
 		t.Fatalf("cluster.json after remove: %+v", st.Replicas)
 	}
+	if rep, err := st.QueryCertifier(context.Background(), st.CertifierAddr()); err != nil {
+		t.Error(err)
+	} else if names := sessionNames(rep.Replicas); names != "replica1 replica3" {
+		t.Errorf("the certifier lists the replicas %q after replica2 was removed, want replica1 replica3", names)
+	}
 	kept, _ := filepath.Glob(filepath.Join(dir, "removed", "replica2-*", "pgdata", "PG_VERSION"))
 	if len(kept) != 1 || !strings.Contains(out2, "kept in") {
 		t.Errorf("replica2's data was not kept in DIR/removed: %v", kept)
@@ -200,6 +206,14 @@ func TestReplicaAddUnderLoadThenRemoveAndResize(t *testing.T) {
 	if s := status(t, bin, dir); !s.Healthy {
 		t.Errorf("status after the resizes: %+v", s)
 	}
+}
+
+func sessionNames(sessions []*pb.ReplicaSession) string {
+	var names []string
+	for _, r := range sessions {
+		names = append(names, r.Name)
+	}
+	return strings.Join(names, " ")
 }
 
 func replicaNames(st *cluster.State) string {

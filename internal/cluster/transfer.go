@@ -130,6 +130,9 @@ func (t *transfer) copyFromDonor(ctx context.Context, maxRate string) error {
 	t.u.progress("%s: copying the data directory of %s (port %d) with pg_basebackup; %s keeps serving",
 		t.target.Name, t.donor.Name, t.donor.Postgres.Port, t.donor.Name)
 	start := time.Now()
+	t.mu.Lock()
+	t.meter.add(start, 0) // so that the first report has a rate
+	t.mu.Unlock()
 	err := pgserver.BaseBackup{
 		Host: "127.0.0.1", Port: t.donor.Postgres.Port, User: "postgres",
 		DataDir: t.staging, MaxRate: maxRate,
