@@ -53,8 +53,9 @@ func newReplica(dir string, k, basePort int) (*Replica, error) {
 	return r, nil
 }
 
-// numberReplicas gives replicas recorded without an index (cluster.json
-// files written before replicas could be added or removed) their position.
+// numberReplicas gives replicas recorded without an index their position
+// (1-based): an index is always recorded, but a cluster.json without the
+// field is still a cluster whose replicas were numbered so.
 func (s *State) numberReplicas() {
 	for i, r := range s.Replicas {
 		if r.Index == 0 {
