@@ -63,7 +63,7 @@ removes what the interrupted copy left and copies again from the start.`,
 				return err
 			}
 			fmt.Fprintf(out, "\n%s serves: %s    %s\n", r.Name, r.URI(), r.PsqlCommand())
-			fmt.Fprintf(out, "The cluster has %d replicas. Status: tashkent status --data-dir %s\n", len(st.Replicas), st.Dir)
+			fmt.Fprintf(out, "The cluster has %s. Status: tashkent status --data-dir %s\n", replicasCount(len(st.Replicas)), st.Dir)
 			return nil
 		},
 	}
@@ -126,7 +126,7 @@ removed (use tashkent down).`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "The cluster has %d replicas.\n", len(st.Replicas))
+			fmt.Fprintf(cmd.OutOrStdout(), "The cluster has %s.\n", replicasCount(len(st.Replicas)))
 			return nil
 		},
 	}
@@ -145,4 +145,12 @@ func replicaIndexArg(dir, arg string) (int, error) {
 		return 0, fmt.Errorf("INDEX must be a replica's index, the K of replicaK (see tashkent status), not %q", arg)
 	}
 	return k, nil
+}
+
+// replicasCount is "1 replica" or "N replicas".
+func replicasCount(n int) string {
+	if n == 1 {
+		return "1 replica"
+	}
+	return strconv.Itoa(n) + " replicas"
 }
