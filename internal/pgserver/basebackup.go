@@ -123,7 +123,7 @@ func (b BaseBackup) readOutput(r io.Reader) string {
 			}
 			continue
 		}
-		if strings.TrimSpace(line) == "" {
+		if strings.TrimSpace(line) == "" || routineBackupLine(line) {
 			continue
 		}
 		rest.WriteString(line)
@@ -133,6 +133,13 @@ func (b BaseBackup) readOutput(r io.Reader) string {
 		}
 	}
 	return tail(bytes.TrimRight(rest.Bytes(), "\n"), backupTailBytes)
+}
+
+// routineBackupLine reports whether a line of pg_basebackup's output says
+// nothing worth an error message: the checkpoint it waits for, and the
+// sockets of a data directory, which it does not copy.
+func routineBackupLine(line string) bool {
+	return strings.HasPrefix(line, "waiting for checkpoint") || strings.Contains(line, "skipping special file")
 }
 
 // scanLinesOrReturns splits at '\n' or '\r': on a terminal pg_basebackup
