@@ -1286,6 +1286,94 @@ func (x *SyncVersionReply) GetDurableVersion() uint64 {
 	return 0
 }
 
+type ForgetReplicaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // the name the replica's agent opened its sessions with
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetReplicaRequest) Reset() {
+	*x = ForgetReplicaRequest{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetReplicaRequest) ProtoMessage() {}
+
+func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetReplicaRequest.ProtoReflect.Descriptor instead.
+func (*ForgetReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ForgetReplicaRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ForgetReplicaReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Known         bool                   `protobuf:"varint,1,opt,name=known,proto3" json:"known,omitempty"` // whether the replica was listed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetReplicaReply) Reset() {
+	*x = ForgetReplicaReply{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetReplicaReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetReplicaReply) ProtoMessage() {}
+
+func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetReplicaReply.ProtoReflect.Descriptor instead.
+func (*ForgetReplicaReply) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ForgetReplicaReply) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1294,7 +1382,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1394,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1407,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
 }
 
 type StatusReply struct {
@@ -1358,7 +1446,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1458,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1471,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusReply) GetVersion() uint64 {
@@ -1552,7 +1640,7 @@ type ReplicaSession struct {
 
 func (x *ReplicaSession) Reset() {
 	*x = ReplicaSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1652,7 @@ func (x *ReplicaSession) String() string {
 func (*ReplicaSession) ProtoMessage() {}
 
 func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1665,7 @@ func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSession.ProtoReflect.Descriptor instead.
 func (*ReplicaSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReplicaSession) GetName() string {
@@ -1618,7 +1706,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1718,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1731,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Member) GetId() uint64 {
@@ -1735,7 +1823,11 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\fR\aentries\"\x14\n" +
 	"\x12SyncVersionRequest\";\n" +
 	"\x10SyncVersionReply\x12'\n" +
-	"\x0fdurable_version\x18\x01 \x01(\x04R\x0edurableVersion\"\x0f\n" +
+	"\x0fdurable_version\x18\x01 \x01(\x04R\x0edurableVersion\"*\n" +
+	"\x14ForgetReplicaRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"*\n" +
+	"\x12ForgetReplicaReply\x12\x14\n" +
+	"\x05known\x18\x01 \x01(\bR\x05known\"\x0f\n" +
 	"\rStatusRequest\"\xa5\x06\n" +
 	"\vStatusReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12'\n" +
@@ -1795,12 +1887,13 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x12ABORT_REASON_LIMIT\x10\x03\x12\x18\n" +
 	"\x14ABORT_REASON_INVALID\x10\x04\x12\x1b\n" +
 	"\x17ABORT_REASON_OVERLOADED\x10\x05\x12#\n" +
-	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x062\xfc\x02\n" +
+	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x062\xe5\x03\n" +
 	"\tCertifier\x12e\n" +
 	"\aCertify\x12+.tashkent.certifier.v1.CertifyStreamRequest\x1a).tashkent.certifier.v1.CertifyStreamReply(\x010\x01\x12Q\n" +
 	"\x05Fetch\x12#.tashkent.certifier.v1.FetchRequest\x1a!.tashkent.certifier.v1.FetchReply0\x01\x12R\n" +
 	"\x06Status\x12$.tashkent.certifier.v1.StatusRequest\x1a\".tashkent.certifier.v1.StatusReply\x12a\n" +
-	"\vSyncVersion\x12).tashkent.certifier.v1.SyncVersionRequest\x1a'.tashkent.certifier.v1.SyncVersionReply2U\n" +
+	"\vSyncVersion\x12).tashkent.certifier.v1.SyncVersionRequest\x1a'.tashkent.certifier.v1.SyncVersionReply\x12g\n" +
+	"\rForgetReplica\x12+.tashkent.certifier.v1.ForgetReplicaRequest\x1a).tashkent.certifier.v1.ForgetReplicaReply2U\n" +
 	"\x04Raft\x12M\n" +
 	"\x04Send\x12#.tashkent.certifier.v1.RaftMessages\x1a\x1e.tashkent.certifier.v1.RaftAck(\x01B1Z/github.com/tashkent-db/tashkent/api/certifierpbb\x06proto3"
 
@@ -1817,7 +1910,7 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                             // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
@@ -1839,10 +1932,12 @@ var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(*FetchReply)(nil),                  // 17: tashkent.certifier.v1.FetchReply
 	(*SyncVersionRequest)(nil),          // 18: tashkent.certifier.v1.SyncVersionRequest
 	(*SyncVersionReply)(nil),            // 19: tashkent.certifier.v1.SyncVersionReply
-	(*StatusRequest)(nil),               // 20: tashkent.certifier.v1.StatusRequest
-	(*StatusReply)(nil),                 // 21: tashkent.certifier.v1.StatusReply
-	(*ReplicaSession)(nil),              // 22: tashkent.certifier.v1.ReplicaSession
-	(*Member)(nil),                      // 23: tashkent.certifier.v1.Member
+	(*ForgetReplicaRequest)(nil),        // 20: tashkent.certifier.v1.ForgetReplicaRequest
+	(*ForgetReplicaReply)(nil),          // 21: tashkent.certifier.v1.ForgetReplicaReply
+	(*StatusRequest)(nil),               // 22: tashkent.certifier.v1.StatusRequest
+	(*StatusReply)(nil),                 // 23: tashkent.certifier.v1.StatusReply
+	(*ReplicaSession)(nil),              // 24: tashkent.certifier.v1.ReplicaSession
+	(*Member)(nil),                      // 25: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	0,  // 0: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
@@ -1860,20 +1955,22 @@ var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	7,  // 12: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
 	6,  // 13: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
 	13, // 14: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	23, // 15: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
-	22, // 16: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
+	25, // 15: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	24, // 16: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
 	10, // 17: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
 	16, // 18: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	20, // 19: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	22, // 19: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
 	18, // 20: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
-	3,  // 21: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	15, // 22: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	17, // 23: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	21, // 24: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	19, // 25: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
-	4,  // 26: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
+	20, // 21: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
+	3,  // 22: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	15, // 23: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	17, // 24: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	23, // 25: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	19, // 26: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	21, // 27: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
+	4,  // 28: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -1890,7 +1987,7 @@ func file_api_certifierpb_certifier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -30,10 +30,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Certifier_Certify_FullMethodName     = "/tashkent.certifier.v1.Certifier/Certify"
-	Certifier_Fetch_FullMethodName       = "/tashkent.certifier.v1.Certifier/Fetch"
-	Certifier_Status_FullMethodName      = "/tashkent.certifier.v1.Certifier/Status"
-	Certifier_SyncVersion_FullMethodName = "/tashkent.certifier.v1.Certifier/SyncVersion"
+	Certifier_Certify_FullMethodName       = "/tashkent.certifier.v1.Certifier/Certify"
+	Certifier_Fetch_FullMethodName         = "/tashkent.certifier.v1.Certifier/Fetch"
+	Certifier_Status_FullMethodName        = "/tashkent.certifier.v1.Certifier/Status"
+	Certifier_SyncVersion_FullMethodName   = "/tashkent.certifier.v1.Certifier/SyncVersion"
+	Certifier_ForgetReplica_FullMethodName = "/tashkent.certifier.v1.Certifier/ForgetReplica"
 )
 
 // CertifierClient is the client API for Certifier service.
@@ -55,6 +56,12 @@ type CertifierClient interface {
 	// with Unavailable and the leader's address in the tashkent-leader
 	// trailer, as for Certify.
 	SyncVersion(ctx context.Context, in *SyncVersionRequest, opts ...grpc.CallOption) (*SyncVersionReply, error)
+	// ForgetReplica removes a replica that left the cluster (`tashkent
+	// replica remove`) from the replicas this process lists (StatusReply
+	// replicas, tashkent_certifier_replica_connected). A replica with a
+	// session open is not forgotten: FAILED_PRECONDITION. Each member of a
+	// group keeps its own list: ask every member.
+	ForgetReplica(ctx context.Context, in *ForgetReplicaRequest, opts ...grpc.CallOption) (*ForgetReplicaReply, error)
 }
 
 type certifierClient struct {
@@ -117,6 +124,16 @@ func (c *certifierClient) SyncVersion(ctx context.Context, in *SyncVersionReques
 	return out, nil
 }
 
+func (c *certifierClient) ForgetReplica(ctx context.Context, in *ForgetReplicaRequest, opts ...grpc.CallOption) (*ForgetReplicaReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetReplicaReply)
+	err := c.cc.Invoke(ctx, Certifier_ForgetReplica_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CertifierServer is the server API for Certifier service.
 // All implementations must embed UnimplementedCertifierServer
 // for forward compatibility.
@@ -136,6 +153,12 @@ type CertifierServer interface {
 	// with Unavailable and the leader's address in the tashkent-leader
 	// trailer, as for Certify.
 	SyncVersion(context.Context, *SyncVersionRequest) (*SyncVersionReply, error)
+	// ForgetReplica removes a replica that left the cluster (`tashkent
+	// replica remove`) from the replicas this process lists (StatusReply
+	// replicas, tashkent_certifier_replica_connected). A replica with a
+	// session open is not forgotten: FAILED_PRECONDITION. Each member of a
+	// group keeps its own list: ask every member.
+	ForgetReplica(context.Context, *ForgetReplicaRequest) (*ForgetReplicaReply, error)
 	mustEmbedUnimplementedCertifierServer()
 }
 
@@ -157,6 +180,9 @@ func (UnimplementedCertifierServer) Status(context.Context, *StatusRequest) (*St
 }
 func (UnimplementedCertifierServer) SyncVersion(context.Context, *SyncVersionRequest) (*SyncVersionReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method SyncVersion not implemented")
+}
+func (UnimplementedCertifierServer) ForgetReplica(context.Context, *ForgetReplicaRequest) (*ForgetReplicaReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForgetReplica not implemented")
 }
 func (UnimplementedCertifierServer) mustEmbedUnimplementedCertifierServer() {}
 func (UnimplementedCertifierServer) testEmbeddedByValue()                   {}
@@ -233,6 +259,24 @@ func _Certifier_SyncVersion_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Certifier_ForgetReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetReplicaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CertifierServer).ForgetReplica(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Certifier_ForgetReplica_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CertifierServer).ForgetReplica(ctx, req.(*ForgetReplicaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Certifier_ServiceDesc is the grpc.ServiceDesc for Certifier service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -247,6 +291,10 @@ var Certifier_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SyncVersion",
 			Handler:    _Certifier_SyncVersion_Handler,
+		},
+		{
+			MethodName: "ForgetReplica",
+			Handler:    _Certifier_ForgetReplica_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -74,7 +74,24 @@ func (r *run) startSteps() error {
 	r.spawn(r.watchApply)
 	r.spawn(func() { r.watchInherited(inherited) })
 	r.a.setState(StateCatchingUp, "the replica is catching up with the cluster")
-	return r.catchUp()
+	if err := r.catchUp(); err != nil {
+		return err
+	}
+	return r.realignSequences()
+}
+
+// realignSequences aligns the sequences again once the replica has caught
+// up, before clients come in: rows the catch-up applied may hold values of
+// this replica's index past where its sequences stand (its own commits
+// that its database lost in a crash, or, in a copy taken from a donor,
+// those of the replica that had its index before), and aligning moves each
+// sequence past the largest value of the column that owns it.
+func (r *run) realignSequences() error {
+	err := r.control.exec(r.ctx, `SELECT tashkent.align_all_sequences()`)
+	if err != nil && !missingObject(err) {
+		return fmt.Errorf("align sequences after catching up: %w", err)
+	}
+	return nil
 }
 
 func (r *run) connect() error {

@@ -226,3 +226,7 @@ func (m *members) apiFor(addr string) (pb.CertifierClient, error) {
 func (a currentAPI) SyncVersion(ctx context.Context, in *pb.SyncVersionRequest, opts ...grpc.CallOption) (*pb.SyncVersionReply, error) {
 	return a.m.api().SyncVersion(ctx, in, opts...)
 }
+
+func (a currentAPI) ForgetReplica(ctx context.Context, in *pb.ForgetReplicaRequest, opts ...grpc.CallOption) (*pb.ForgetReplicaReply, error) {
+	return a.m.api().ForgetReplica(ctx, in, opts...)
+}

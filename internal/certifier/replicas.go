@@ -2,13 +2,16 @@ package certifier
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 )
@@ -23,8 +26,9 @@ const knownReplicasMax = 256
 // dashboard needs to find them all (StatusReply.replicas), and the
 // tashkent_certifier_replica_connected metric. A replica whose session
 // ended stays listed as disconnected, so that a replica that went away
-// shows as such; sessions without a status address are forgotten when
-// they end (nothing could be asked of them).
+// shows as such, until it is removed from the cluster (ForgetReplica);
+// sessions without a status address are forgotten when they end (nothing
+// could be asked of them).
 type knownReplicas struct {
 	mu     sync.Mutex
 	byName map[string]*knownReplica
@@ -76,6 +80,32 @@ func (k *knownReplicas) closed(name string, r *knownReplica) {
 	if r.statusAddr == "" && k.byName[name] == r {
 		delete(k.byName, name)
 	}
+}
+
+// forget removes a replica that left the cluster; known is false when it
+// was not listed. A replica with a session open stays.
+func (k *knownReplicas) forget(name string) (known bool, err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r := k.byName[name]
+	if r == nil {
+		return false, nil
+	}
+	if r.sessions > 0 {
+		return true, fmt.Errorf("replica %s has a session open: stop its agent first", name)
+	}
+	delete(k.byName, name)
+	return true, nil
+}
+
+// ForgetReplica removes a replica that left the cluster from the replicas
+// this process lists (the replica remove command asks every member).
+func (s *Service) ForgetReplica(_ context.Context, req *pb.ForgetReplicaRequest) (*pb.ForgetReplicaReply, error) {
+	known, err := s.replicas.forget(req.GetName())
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &pb.ForgetReplicaReply{Known: known}, nil
 }
 
 // forgetOldestDisconnected makes room; false when every replica is

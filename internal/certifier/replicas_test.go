@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 )
 
 func TestKnownReplicasListConnectedAndGone(t *testing.T) {
@@ -38,6 +42,28 @@ func TestKnownReplicasListConnectedAndGone(t *testing.T) {
 	k.opened("a", "10.0.0.1:9000")
 	if got := k.list(); !got[0].Connected {
 		t.Fatalf("a is back: %v", got[0])
+	}
+}
+
+// A replica that left the cluster is forgotten once its session ended,
+// not while one is open.
+func TestKnownReplicasForgetAReplicaThatLeft(t *testing.T) {
+	s := &Service{replicas: newKnownReplicas(time.Now)}
+	ctx := context.Background()
+	closeA := s.replicas.opened("a", "10.0.0.1:9000")
+	s.replicas.opened("b", "10.0.0.2:9000")
+	if _, err := s.ForgetReplica(ctx, &pb.ForgetReplicaRequest{Name: "a"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("forget a replica with a session open: %v, want FailedPrecondition", err)
+	}
+	closeA()
+	if r, err := s.ForgetReplica(ctx, &pb.ForgetReplicaRequest{Name: "a"}); err != nil || !r.Known {
+		t.Fatalf("forget a replica whose session ended: %v, %v", r, err)
+	}
+	if got := s.replicas.list(); len(got) != 1 || got[0].Name != "b" {
+		t.Fatalf("listed after a was forgotten: %v", got)
+	}
+	if r, err := s.ForgetReplica(ctx, &pb.ForgetReplicaRequest{Name: "a"}); err != nil || r.Known {
+		t.Fatalf("forget a replica not listed: %v, %v", r, err)
 	}
 }
 

@@ -20,6 +20,7 @@ func newUpCommand() *cobra.Command {
 		mode          string
 		noDemo        bool
 		trustDDLRoles bool
+		autoRebuild   bool
 		demoDuration  time.Duration
 	)
 	cmd := &cobra.Command{
@@ -37,7 +38,9 @@ prints it).
 Clients connect to any replica's PostgreSQL directly, as to any PostgreSQL
 server; a replica admits them once its agent has caught up with the cluster.
 Run again on the same directory, up restarts whatever is not running (same
-ports, same data; no initdb), also after a crash of every process.
+ports, same data; no initdb), also after a crash of every process; with
+--replicas it also grows or shrinks the cluster. A supervisor process
+rebuilds a replica whose agent halts (--auto-rebuild).
 
 Unless --no-demo, it then runs a few seconds of bank transfers on every
 replica and shows that the replicas end at the same version with the same
@@ -61,6 +64,9 @@ data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 			if f.Changed("trust-ddl-roles") {
 				o.TrustDDLRoles = &trustDDLRoles
 			}
+			if f.Changed("auto-rebuild") {
+				o.AutoRebuild = &autoRebuild
+			}
 			out := cmd.OutOrStdout()
 			o.Progress = out
 			st, err := cluster.Up(cmd.Context(), o)
@@ -81,7 +87,8 @@ data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Dir, "data-dir", "", "cluster directory (created if missing; reused if it holds a cluster)")
-	f.IntVar(&o.Replicas, "replicas", cluster.DefaultReplicas, "number of replicas of a new cluster")
+	f.IntVar(&o.Replicas, "replicas", cluster.DefaultReplicas, "number of replicas of a new cluster; "+
+		"an existing cluster grows to it (tashkent replica add) or shrinks (tashkent replica remove, highest index first, data kept)")
 	f.StringVar(&mode, "mode", string(cluster.ModeMW), "durability placement of a new cluster: mw (certifier log) or base (each replica's WAL)")
 	f.IntVar(&o.CertifierPort, "certifier-port", 0, "certifier gRPC port on 127.0.0.1 (0: a free port)")
 	f.IntVar(&o.BasePort, "base-port", 0, "PostgreSQL port of the first replica; replica K listens on base-port+K-1 (0: free ports)")
@@ -91,6 +98,8 @@ data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 	f.BoolVar(&trustDDLRoles, "trust-ddl-roles", false, "run the agents with --trust-ddl-roles: roles that are not superusers may run DDL, "+
 		"whose column defaults, index expressions and ALWAYS triggers the other replicas' appliers then run as a superuser, so only if every such role is trusted as one (recorded in cluster.json; "+
 		"to change it on an existing cluster, run tashkent down first)")
+	f.BoolVar(&autoRebuild, "auto-rebuild", true, "run the supervisor, which rebuilds a replica whose agent halted "+
+		"(recorded in cluster.json; a new cluster has it on)")
 	f.BoolVar(&noDemo, "no-demo", false, "skip the demo workload")
 	f.DurationVar(&demoDuration, "demo-duration", 5*time.Second, "how long the demo runs transfers")
 	f.DurationVar(&o.ReadyTimeout, "ready-timeout", cluster.DefaultReadyTimeout, "how long to wait for each process to be ready (an agent: until its replica has caught up and admits clients)")

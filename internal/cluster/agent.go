@@ -47,15 +47,12 @@ func (u *upper) startAgent(ctx context.Context, r *Replica) error {
 			return err
 		}
 		u.progress("%s: agent already running (pid %d, metrics :%d)", r.Name, pid, a.MetricsPort)
+		clearTransfer(r)
 		return nil
 	}
-	index, err := u.replicaIndex(r)
-	if err != nil {
-		return err
-	}
-	err = u.startDetached(ctx, r.Name+" agent", a.Log, []*int{&a.MetricsPort},
+	err := u.startDetached(ctx, r.Name+" agent", a.Log, []*int{&a.MetricsPort},
 		func() ([]string, error) {
-			return startFromConfig("agent", a.Config, "The agent of "+r.Name, u.agentSettings(r, index))
+			return startFromConfig("agent", a.Config, "The agent of "+r.Name, u.agentSettings(r))
 		},
 		func(pid int) { a.PID = pid },
 		func(ctx context.Context, pid int) error { return agentServes(ctx, r, pid) })
@@ -63,16 +60,8 @@ func (u *upper) startAgent(ctx context.Context, r *Replica) error {
 		return err
 	}
 	u.progress("%s: agent started (pid %d, metrics :%d, log %s); the replica admits clients", r.Name, a.PID, a.MetricsPort, a.Log)
+	clearTransfer(r)
 	return nil
-}
-
-func (u *upper) replicaIndex(r *Replica) (int, error) {
-	for i, other := range u.st.Replicas {
-		if other == r {
-			return i + 1, nil
-		}
-	}
-	return 0, fmt.Errorf("replica %s is not in the cluster", r.Name)
 }
 
 // awaitAdoptedAgent waits until an agent that was already running serves

@@ -44,10 +44,20 @@ func QueryCertifier(ctx context.Context, addr string, dial ...grpc.DialOption) (
 	return nil, errors.Join(errs...)
 }
 
-func queryMember(ctx context.Context, addr string, dial ...grpc.DialOption) (*pb.StatusReply, error) {
+// dialCertifier connects to one certifier (member) at addr: plaintext, or
+// what dial says.
+func dialCertifier(addr string, dial ...grpc.DialOption) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dial...)...)
 	if err != nil {
 		return nil, fmt.Errorf("certifier %s: %w", addr, err)
+	}
+	return conn, nil
+}
+
+func queryMember(ctx context.Context, addr string, dial ...grpc.DialOption) (*pb.StatusReply, error) {
+	conn, err := dialCertifier(addr, dial...)
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Close()
 	st, err := pb.NewCertifierClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))

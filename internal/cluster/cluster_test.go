@@ -64,6 +64,9 @@ func mustRun(t *testing.T, bin string, args ...string) string {
 // pids lists every process a cluster.json records, by what it is.
 func pids(st *cluster.State) map[string]int {
 	m := map[string]int{"certifier": st.Certifier.PID}
+	if st.Supervisor != nil {
+		m["supervisor"] = st.Supervisor.PID
+	}
 	for _, r := range st.Replicas {
 		m[r.Name+" postgres"] = r.Postgres.PID
 		m[r.Name+" agent"] = r.Agent.PID
@@ -154,6 +157,9 @@ func checkRunning(t *testing.T, st *cluster.State) {
 // and postgres servers of st's data directories.
 func killLeftovers(t *testing.T, bin string, st *cluster.State) {
 	tk := []int{st.Certifier.PID}
+	if st.Supervisor != nil {
+		tk = append(tk, st.Supervisor.PID)
+	}
 	for _, r := range st.Replicas {
 		tk = append(tk, r.Agent.PID)
 		if pgserver.IsPostgres(r.Postgres.PID, r.Postgres.DataDir) == nil {
@@ -347,8 +353,8 @@ func TestUpStatusDown(t *testing.T) {
 
 	// down stops every recorded PID.
 	out = mustRun(t, bin, "down", "--data-dir", dir)
-	if n := strings.Count(out, "stopped"); n != 5 {
-		t.Errorf("down reported %d stopped processes, want 5", n)
+	if n := strings.Count(out, "stopped"); n != 6 {
+		t.Errorf("down reported %d stopped processes, want 6 (supervisor, 2 agents, certifier, 2 PostgreSQL)", n)
 	}
 	checkGone(t, first)
 	if s := status(t, bin, dir); s.Healthy || s.Certifier.Process.Running || s.Replicas[0].Postgres.Running || s.Replicas[1].Agent.Running {
@@ -356,13 +362,13 @@ func TestUpStatusDown(t *testing.T) {
 	}
 	// down again: idempotent.
 	out = mustRun(t, bin, "down", "--data-dir", dir)
-	if strings.Count(out, "not running") != 5 {
+	if strings.Count(out, "not running") != 6 {
 		t.Errorf("second down:\n%s", out)
 	}
 
-	// An existing cluster keeps its shape.
-	if out, err := run(t, bin, "up", "--data-dir", dir, "--replicas", "3", "--no-demo"); err == nil || !strings.Contains(out, "has 2 replicas") {
-		t.Fatalf("up --replicas 3 on a 2-replica cluster: %v", err)
+	// An existing cluster keeps its mode.
+	if out, err := run(t, bin, "up", "--data-dir", dir, "--mode", "base", "--no-demo"); err == nil || !strings.Contains(out, "cannot change") {
+		t.Fatalf("up --mode base on an mw cluster: %v", err)
 	}
 
 	// up again: restart on the same directory, same ports, data kept; the

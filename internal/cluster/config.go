@@ -68,9 +68,9 @@ func (u *upper) certifierSettings(c *Certifier) []configfile.Setting {
 	return append(s, tlsSettings(u.st.certifierTLSFiles(c.tlsName()))...)
 }
 
-// agentSettings is the config of replica r's agent; index is the
-// replica's position in the cluster (1-based), which offsets its sequences.
-func (u *upper) agentSettings(r *Replica, index int) []configfile.Setting {
+// agentSettings is the config of replica r's agent; the replica's index
+// (members.go) offsets its sequences.
+func (u *upper) agentSettings(r *Replica) []configfile.Setting {
 	return append([]configfile.Setting{
 		{Key: "name", Value: r.Name},
 		{Key: "socket", Value: r.Agent.Socket},
@@ -79,7 +79,7 @@ func (u *upper) agentSettings(r *Replica, index int) []configfile.Setting {
 		{Key: "certifier", Value: u.st.CertifierAddr()},
 		{Key: "mode", Value: string(u.st.Mode)},
 		{Key: "metrics", Value: hostPort(r.Agent.MetricsPort)},
-		{Key: "replica-index", Value: index},
+		{Key: "replica-index", Value: r.Index},
 		{Key: "trust-ddl-roles", Value: u.st.TrustDDLRoles},
 	}, tlsSettings(u.st.certifierTLSFiles(r.Name))...)
 }

@@ -2,7 +2,10 @@
 // 15 replicas with the tashkent extension loaded, an agent beside each, and
 // a certifier (or a Raft group of certifiers). It is what `tashkent up`,
 // `tashkent down` and `tashkent status` do; the commands in internal/cli
-// only parse flags and print.
+// only parse flags and print. It also changes a running cluster's
+// replicas (`tashkent replica add|remove|rebuild`, replica_*.go, by state
+// transfer from a donor: transfer.go) and runs the supervisor that rebuilds
+// a replica whose agent halted (supervisor.go).
 //
 // Clients connect to the replicas' PostgreSQL servers directly. The
 // extension certifies each writing transaction at commit through the
@@ -15,7 +18,10 @@
 //	DIR/
 //	  cluster.json           the record of the cluster (State): mode, binary, and for
 //	                         every process its ports, PID, data directory and log
-//	  cluster.lock           flock held by `up` and `down` while they work
+//	  cluster.lock           flock held by the commands that change the cluster
+//	                         (up, down, replica add/remove/rebuild, a supervisor's rebuild)
+//	  supervisor.log         the supervisor's output
+//	  removed/replicaK-TIME/ the directory of a removed replica (replica remove)
 //	  certifier/             the certifier's --data-dir: its log segments (*.wal, LOCK)
 //	    certifier.toml       the certifier's config file (config.go)
 //	    certifier.log        the certifier's stdout and stderr
@@ -30,6 +36,8 @@
 //	      tashkent_agent.sock  the agent's socket (tashkent.agent_socket)
 //	    agent.toml           the agent's config file (config.go)
 //	    agent.log            the agent's stdout and stderr
+//	    pgdata.transfer/     a copy being taken from a donor (never started)
+//	    transfer.json        the record of a copy in progress or interrupted
 //	  replica2/ ...
 //
 // DIR and the replica directories are mode 0755 so that the postgres user
@@ -63,10 +71,11 @@
 //     DIR/replicaK/agent.toml`, a file with name = "replicaK", socket =
 //     "<pgdata>/tashkent_agent.sock", postgres = "host=<pgdata>
 //     port=<port> user=postgres", certifier = "<every member>", mode,
-//     metrics = "127.0.0.1:<port>" and replica-index = K. An agent
-//     installs the extension in the database, catches the replica up from
-//     the certifier's log and then opens the replica's admission gate:
-//     until then PostgreSQL refuses clients with 57P03
+//     metrics = "127.0.0.1:<port>" and replica-index = K (the replica's
+//     index, members.go). An agent installs the extension in the
+//     database, catches the replica up from the certifier's log and then
+//     opens the replica's admission gate: until then PostgreSQL refuses
+//     clients with 57P03
 //     (extension/src/admit.c; the agent's role, postgres, is let in). It
 //     is ready when the metrics port is its own listening socket (/proc),
 //     its /healthz says serving and tashkent.status() says the gate is
@@ -83,16 +92,22 @@
 // checked with pgserver.IsPostgres), a certifier or agent whose recorded
 // PID still has the recorded command line (an adopted agent must also
 // serve within the timeout). Nothing is initialized again, and every
-// process gets its recorded ports back. The number of replicas, the mode
-// and the ports of an existing cluster cannot change. After every process
-// was killed (a machine crash), up starts PostgreSQL (crash recovery; with
+// process gets its recorded ports back. The mode and the ports of an
+// existing cluster cannot change; a --replicas that differs from the
+// recorded number grows the cluster (replica add) or shrinks it (replica
+// remove, highest index first) once everything runs. Last, up starts the
+// supervisor (or adopts it), unless the cluster records auto_rebuild off.
+// After every process was killed (a machine crash), up starts PostgreSQL
+// (crash recovery; with
 // synchronous_commit off it may lose its last commits), the certifier (its
 // log has every acknowledged commit), and the agents, which replay what
 // the replicas lost before they admit clients. The remains of a postmaster
 // killed a moment ago (a zombie, orphaned backends holding its shared
 // memory) are waited out.
 //
-// Down stops in the reverse order of dependence: agents (SIGTERM; an agent
+// Down stops in the reverse order of dependence: the supervisor first
+// (before taking the lock, which a supervisor rebuilding a replica holds),
+// then the agents (SIGTERM; an agent
 // closes its replica's gate and ends its backends' sessions, so no client
 // commits while the rest goes away), then the certifiers (SIGTERM; each
 // closes its log), then PostgreSQL (pgserver.StopPID: fast shutdown). A PID

@@ -26,7 +26,7 @@ const (
 
 // Stopped reports what Down did with one process.
 type Stopped struct {
-	Component string `json:"component"` // "agent", "certifier" or "postgres"
+	Component string `json:"component"` // "supervisor", "agent", "certifier" or "postgres"
 	Name      string `json:"name"`      // replica name, or "certifier"
 	PID       int    `json:"pid"`
 	// Outcome is "stopped", "killed" (did not exit in time), "not running",
@@ -37,7 +37,7 @@ type Stopped struct {
 
 func (s Stopped) String() string {
 	what := s.Component
-	if s.Component != "certifier" {
+	if s.Component != "certifier" && s.Component != "supervisor" {
 		what = s.Name + " " + s.Component
 	}
 	out := fmt.Sprintf("%-20s %s", what, s.Outcome)
@@ -50,10 +50,11 @@ func (s Stopped) String() string {
 	return out
 }
 
-// Down stops every process recorded in dir/cluster.json: the agents first
-// (each closes its replica's gate, so that no client commits while the
-// rest goes away), then the certifiers, then PostgreSQL (fast shutdown). Each PID is checked against its command
-// line before it is signalled. Down is idempotent: stopped processes are
+// Down stops every process recorded in dir/cluster.json: the supervisor
+// first (so that it rebuilds nothing meanwhile), then the agents (each
+// closes its replica's gate, so that no client commits while the rest goes
+// away), then the certifiers, then PostgreSQL (fast shutdown). Each PID is
+// checked against its command line before it is signalled. Down is idempotent: stopped processes are
 // recorded with PID 0, and running Down again reports them not running.
 func Down(ctx context.Context, dir string) ([]Stopped, error) {
 	dir, err := filepath.Abs(dir)
@@ -64,11 +65,16 @@ func Down(ctx context.Context, dir string) ([]Stopped, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.Dir = dir
+	stoppedSupervisor, serr := stopSupervisor(ctx, st)
 	unlock, err := lockDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(serr, err)
 	}
 	defer unlock()
+	if st, err = Load(dir); err != nil { // what the supervisor changed before it stopped
+		return nil, err
+	}
 	st.Dir = dir
 
 	var (
@@ -92,6 +98,10 @@ func Down(ctx context.Context, dir string) ([]Stopped, error) {
 		wg.Wait()
 	}
 
+	if st.Supervisor != nil {
+		add(stoppedSupervisor, serr)
+		st.Supervisor.PID = 0
+	}
 	eachReplica(func(r *Replica) {
 		add(stopTashkent(ctx, "agent", r.Name, agentIdentity(&r.Agent), &r.Agent.PID, agentStopGrace))
 	})
@@ -175,7 +185,7 @@ func stopPostgres(ctx context.Context, r *Replica) (Stopped, error) {
 // sortStopped orders the report as the processes were stopped: agents,
 // certifiers, PostgreSQL servers, replicas in order.
 func sortStopped(out []Stopped, st *State) []Stopped {
-	rank := map[string]int{"agent": 0, "certifier": 1, "postgres": 2}
+	rank := map[string]int{"supervisor": 0, "agent": 1, "certifier": 2, "postgres": 3}
 	idx := map[string]int{}
 	for i, r := range st.Replicas {
 		idx[r.Name] = i

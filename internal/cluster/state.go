@@ -74,6 +74,13 @@ type State struct {
 	// TrustDDLRoles: the agents run with --trust-ddl-roles (`up
 	// --trust-ddl-roles`): roles that are not superusers may run DDL.
 	TrustDDLRoles bool `json:"trust_ddl_roles,omitempty"`
+	// BasePort, when not 0, is replica 1's PostgreSQL port (`up
+	// --base-port`): replica K listens on BasePort+K-1.
+	BasePort int `json:"base_port,omitempty"`
+	// AutoRebuild: `up` runs the supervisor, which rebuilds a replica
+	// whose agent halted (supervisor.go).
+	AutoRebuild bool        `json:"auto_rebuild,omitempty"`
+	Supervisor  *Supervisor `json:"supervisor,omitempty"`
 }
 
 // Certifier records the certifier process.
@@ -92,10 +99,14 @@ type Certifier struct {
 // Replica records one replica: its PostgreSQL, which clients connect to,
 // and its agent.
 type Replica struct {
-	Name     string   `json:"name"`
+	Name string `json:"name"`
+	// Index is the replica's number in the cluster (members.go).
+	Index    int      `json:"index"`
 	Dir      string   `json:"dir"`
 	Postgres Postgres `json:"postgres"`
 	Agent    Agent    `json:"agent"`
+	// Rebuilt is the replica's last rebuild, if any.
+	Rebuilt *Rebuilt `json:"rebuilt,omitempty"`
 }
 
 // Postgres records one PostgreSQL server (the tashkent extension loaded).
@@ -226,6 +237,7 @@ func Load(dir string) (*State, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
+	s.numberReplicas()
 	if err := s.validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
@@ -257,10 +269,15 @@ func (s *State) validate() error {
 			return fmt.Errorf("certifier data_dir %q is not an absolute path", c.DataDir)
 		}
 	}
+	seen := map[int]bool{}
 	for i, r := range s.Replicas {
 		if r == nil || r.Name == "" || !filepath.IsAbs(r.Postgres.DataDir) || !filepath.IsAbs(r.Agent.Socket) {
 			return fmt.Errorf("replica %d: name, absolute postgres data_dir or absolute agent socket missing", i+1)
 		}
+		if r.Index < 1 || r.Index > replicasMax || seen[r.Index] {
+			return fmt.Errorf("replica %s: index %d is out of range 1..%d or not unique", r.Name, r.Index, replicasMax)
+		}
+		seen[r.Index] = true
 	}
 	return nil
 }

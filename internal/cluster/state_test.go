@@ -136,7 +136,7 @@ func TestCheckCompatible(t *testing.T) {
 	if err := checkCompatible(st, Options{Replicas: 2, Mode: ModeBase, CertifierPort: 7400, BasePort: 6000}); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range []Options{{Replicas: 3}, {Mode: ModeMW}, {CertifierPort: 1}, {BasePort: 1}} {
+	for _, o := range []Options{{Replicas: replicasMax + 1}, {Mode: ModeMW}, {CertifierPort: 1}, {BasePort: 1}} {
 		if err := checkCompatible(st, o); err == nil {
 			t.Errorf("checkCompatible accepted %+v", o)
 		}
@@ -178,4 +178,59 @@ func TestLockDirExcludes(t *testing.T) {
 		t.Fatalf("lock after unlock: %v", err)
 	}
 	unlock2()
+}
+
+func TestReplicaIndexes(t *testing.T) {
+	dir := t.TempDir()
+	st := testState(dir)
+	st.Replicas = append(st.Replicas, mustNewReplica(t, dir, 3, 6000))
+	if k, err := st.nextFreeIndex(); err != nil || k != 4 {
+		t.Fatalf("next free index of 1..3: %d, %v", k, err)
+	}
+	st.dropReplica(st.ReplicaByIndex(2))
+	if k, _ := st.nextFreeIndex(); k != 2 {
+		t.Fatalf("next free index after removing replica2: %d, want 2", k)
+	}
+	r := mustNewReplica(t, dir, 2, 6000)
+	st.addReplica(r)
+	if names := []string{st.Replicas[0].Name, st.Replicas[1].Name, st.Replicas[2].Name}; names[1] != "replica2" || r.Postgres.Port != 6001 {
+		t.Fatalf("replicas after adding index 2: %v, port %d", names, r.Postgres.Port)
+	}
+	for len(st.Replicas) < replicasMax {
+		k, _ := st.nextFreeIndex()
+		st.addReplica(mustNewReplica(t, dir, k, 0))
+	}
+	if _, err := st.nextFreeIndex(); err == nil || !strings.Contains(err.Error(), "sequence-stride") {
+		t.Fatalf("an index past %d: %v", replicasMax, err)
+	}
+
+	// A record without indexes numbers its replicas by position; two
+	// replicas with one index are refused.
+	st = testState(dir)
+	for _, r := range st.Replicas {
+		r.Index = 0
+	}
+	if err := st.Save(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil || got.Replicas[0].Index != 1 || got.Replicas[1].Index != 2 {
+		t.Fatalf("loaded without indexes: %+v, %v", got, err)
+	}
+	got.Replicas[1].Index = 1
+	if err := got.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "not unique") {
+		t.Fatalf("two replicas with index 1: %v", err)
+	}
+}
+
+func mustNewReplica(t *testing.T, dir string, k, basePort int) *Replica {
+	t.Helper()
+	r, err := newReplica(dir, k, basePort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -30,6 +30,13 @@ type Status struct {
 	// Dashboards are the URLs of the dashboard page: every running
 	// certifier member and agent serves it on its metrics port.
 	Dashboards []string `json:"dashboards"`
+	// Joining are replicas being added (or whose add was interrupted),
+	// not part of the cluster yet.
+	Joining []TransferStatus `json:"joining,omitempty"`
+	// Supervisor is the process that rebuilds a halted replica (nil when
+	// the cluster never ran one); AutoRebuild whether it should run.
+	Supervisor  *ProcStatus `json:"supervisor,omitempty"`
+	AutoRebuild bool        `json:"auto_rebuild"`
 }
 
 // ProcStatus is one recorded process.
@@ -76,6 +83,7 @@ type MemberStatus struct {
 // ReplicaStatus is one replica.
 type ReplicaStatus struct {
 	Name     string     `json:"name"`
+	Index    int        `json:"index"`
 	URI      string     `json:"uri"`
 	Psql     string     `json:"psql"`
 	Postgres ProcStatus `json:"postgres"`
@@ -93,6 +101,10 @@ type ReplicaStatus struct {
 	Admitting  *bool  `json:"admitting"`
 	GateReason string `json:"gate_reason,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// Transfer is a state transfer onto this replica (a rebuild) in
+	// progress or interrupted; Rebuilt its last rebuild.
+	Transfer *TransferStatus `json:"transfer,omitempty"`
+	Rebuilt  *Rebuilt        `json:"rebuilt,omitempty"`
 }
 
 // GetStatus probes every process recorded in dir/cluster.json. It fails only
@@ -142,6 +154,7 @@ func GetStatus(ctx context.Context, dir string) (*Status, error) {
 	for _, r := range s.Replicas {
 		s.Healthy = s.Healthy && r.Postgres.Running && r.Agent.Running && r.Version != nil && r.Admitting != nil && *r.Admitting
 	}
+	membershipStatus(st, s)
 	return s, nil
 }
 
@@ -248,6 +261,7 @@ func (s *Status) WriteTable(w io.Writer) {
 	case c.Error != "":
 		fmt.Fprintf(w, "  status: %s\n", c.Error)
 	}
+	s.writeSupervisor(w)
 	fmt.Fprintln(w)
 
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -267,7 +281,7 @@ func (s *Status) WriteTable(w io.Writer) {
 			procWord(r.Postgres), procWord(r.Agent), r.URI)
 	}
 	tw.Flush()
-	var notes []string
+	notes := s.membershipNotes()
 	for _, r := range s.Replicas {
 		if r.Error != "" {
 			notes = append(notes, fmt.Sprintf("%s: %s", r.Name, r.Error))

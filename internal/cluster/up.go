@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,8 +48,9 @@ const InstallHint = "install PostgreSQL 15 with `apt-get install -y postgresql p
 type Options struct {
 	// Dir is the cluster directory; created if missing.
 	Dir string
-	// Replicas is the number of replicas of a new cluster (0: 3). For an
-	// existing cluster it must be 0 or the recorded number.
+	// Replicas is the number of replicas of a new cluster (0: 3). An
+	// existing cluster with another number grows (replica add) or shrinks
+	// (replica remove, highest index first; data kept) to it; 0 keeps it.
 	Replicas int
 	// Mode is the durability placement of a new cluster ("": mw). For an
 	// existing cluster it must be "" or the recorded mode.
@@ -81,6 +81,10 @@ type Options struct {
 	// nil keeps what the cluster recorded (a new cluster: no). It can
 	// change only while no agent of the cluster runs (ddltrust.go).
 	TrustDDLRoles *bool
+	// AutoRebuild, when not nil, sets whether up runs the supervisor that
+	// rebuilds a replica whose agent halted; nil keeps what the cluster
+	// recorded (a new cluster: yes).
+	AutoRebuild *bool
 }
 
 // Up creates the cluster in o.Dir, or restarts whatever of the recorded
@@ -133,6 +137,9 @@ func Up(ctx context.Context, o Options) (*State, error) {
 		if o.TrustDDLRoles != nil {
 			st.TrustDDLRoles = *o.TrustDDLRoles
 		}
+		if o.AutoRebuild != nil {
+			st.AutoRebuild = *o.AutoRebuild
+		}
 	}
 	st.Dir = dir
 	st.Binary = bin
@@ -151,6 +158,12 @@ func Up(ctx context.Context, o Options) (*State, error) {
 		return st, err
 	}
 	if err := u.startAllAgents(ctx); err != nil {
+		return st, err
+	}
+	if err := u.resize(ctx, o.Replicas); err != nil {
+		return st, err
+	}
+	if err := u.superviseIfAsked(ctx); err != nil {
 		return st, err
 	}
 	return st, u.save()
@@ -222,24 +235,17 @@ func newState(dir string, o Options) (*State, error) {
 	now := time.Now().UTC().Truncate(time.Second)
 	st := &State{Created: now, Dir: dir, Mode: mode, CertifierTLS: newCertifierTLS(dir, o.CertifierTLS)}
 	st.TrustDDLRoles = o.TrustDDLRoles != nil && *o.TrustDDLRoles
+	st.AutoRebuild = o.AutoRebuild == nil || *o.AutoRebuild
+	st.BasePort = o.BasePort
 	cd := filepath.Join(dir, "certifier")
 	st.Certifier = Certifier{DataDir: cd, Port: o.CertifierPort, Log: filepath.Join(cd, "certifier.log")}
 	if err := addCertifierMembers(st, dir, o); err != nil {
 		return nil, err
 	}
 	for k := 1; k <= n; k++ {
-		name := "replica" + strconv.Itoa(k)
-		rd := filepath.Join(dir, name)
-		r := &Replica{Name: name, Dir: rd}
-		pgdata := filepath.Join(rd, "pgdata")
-		r.Postgres = Postgres{DataDir: pgdata, Log: filepath.Join(pgdata, pgserver.LogFile)}
-		if o.BasePort > 0 {
-			r.Postgres.Port = o.BasePort + k - 1
-		}
-		r.Agent = Agent{Socket: filepath.Join(pgdata, agentSocketName), Log: filepath.Join(rd, "agent.log")}
-		if len(r.Agent.Socket) > unixSocketPathMax {
-			return nil, fmt.Errorf("the path of %s's agent socket, %s, is longer than a Unix socket's %d bytes: "+
-				"give `tashkent up` a --data-dir with a shorter path", name, r.Agent.Socket, unixSocketPathMax)
+		r, err := newReplica(dir, k, o.BasePort)
+		if err != nil {
+			return nil, err
 		}
 		st.Replicas = append(st.Replicas, r)
 	}
@@ -248,9 +254,8 @@ func newState(dir string, o Options) (*State, error) {
 
 // checkCompatible refuses options that contradict an existing cluster.
 func checkCompatible(st *State, o Options) error {
-	if o.Replicas != 0 && o.Replicas != len(st.Replicas) {
-		return fmt.Errorf("the cluster in %s has %d replicas, not %d (adding or removing replicas is not supported; "+
-			"use another --data-dir, or `tashkent down` and remove this one)", st.Dir, len(st.Replicas), o.Replicas)
+	if o.Replicas < 0 || o.Replicas > replicasMax {
+		return fmt.Errorf("--replicas must be between 1 and %d, not %d", replicasMax, o.Replicas)
 	}
 	if o.Mode != "" && o.Mode != st.Mode {
 		return fmt.Errorf("the cluster in %s runs mode %s, not %s (the mode of a cluster cannot change)", st.Dir, st.Mode, o.Mode)
@@ -267,9 +272,9 @@ func checkCompatible(st *State, o Options) error {
 	if o.CertifierPort != 0 && o.CertifierPort != st.Certifier.Port {
 		return fmt.Errorf("the cluster in %s has its certifier on port %d; an existing cluster keeps its ports", st.Dir, st.Certifier.Port)
 	}
-	if o.BasePort != 0 && o.BasePort != st.Replicas[0].Postgres.Port {
-		return fmt.Errorf("the cluster in %s has its first replica's PostgreSQL on port %d; an existing cluster keeps its ports",
-			st.Dir, st.Replicas[0].Postgres.Port)
+	if first := st.Replicas[0]; o.BasePort != 0 && o.BasePort != first.Postgres.Port-first.Index+1 {
+		return fmt.Errorf("the cluster in %s has %s's PostgreSQL on port %d; an existing cluster keeps its ports",
+			st.Dir, first.Name, first.Postgres.Port)
 	}
 	return nil
 }
@@ -356,6 +361,9 @@ func (u *upper) startPostgres(ctx context.Context, r *Replica) error {
 	}
 	if err := os.Chmod(r.Dir, 0o755); err != nil {
 		return err
+	}
+	if err := finishDataDirSwap(pg.DataDir); err != nil {
+		return fmt.Errorf("%s: %w", r.Name, err)
 	}
 	binDir, err := u.pgBinDir(ctx)
 	if err != nil {

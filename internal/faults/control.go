@@ -46,7 +46,11 @@ type control struct {
 // up starts whatever of the cluster is not running and waits until all of
 // it accepts connections.
 func (c *control) up(ctx context.Context) error {
-	st, err := cluster.Up(ctx, cluster.Options{Dir: c.dir, Binary: c.bin, Replicas: 3, Mode: cluster.ModeMW, Certifiers: c.certifiers})
+	// No supervisor: a replica that halts is a failure the checkers must
+	// see, not one to repair behind their back.
+	noAutoRebuild := false
+	st, err := cluster.Up(ctx, cluster.Options{Dir: c.dir, Binary: c.bin, Replicas: 3, Mode: cluster.ModeMW, Certifiers: c.certifiers,
+		AutoRebuild: &noAutoRebuild})
 	if st != nil {
 		c.mu.Lock()
 		c.st = st

@@ -1,0 +1,118 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// RebuildReplica replaces replica k's data directory with a copy of a
+// donor's and catches it up (the same state transfer as AddReplica); the
+// replica keeps its index, name and port. Its old data directory keeps
+// running (a halted replica keeps refusing clients) until the copy is
+// complete; then its agent and PostgreSQL are stopped, the directories
+// exchanged, and the replica started on the copy.
+func RebuildReplica(ctx context.Context, o ReplicaOptions, k int) (*State, error) {
+	u, unlock, err := openCluster(o)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	r := u.st.ReplicaByIndex(k)
+	if r == nil {
+		return u.st, u.st.errNoReplica(k)
+	}
+	reason := "asked for (tashkent replica rebuild)"
+	if health, err := AgentHealth(ctx, r.Agent.MetricsPort); err != nil && strings.HasPrefix(health, "halted") {
+		reason += "; the agent said " + quoteReason(health)
+	}
+	return u.st, u.rebuildReplica(ctx, r, rebuildRequest{donor: o.Donor, maxRate: o.MaxRate, reason: reason})
+}
+
+// rebuildRequest says where a rebuild copies from and why.
+type rebuildRequest struct {
+	donor     int
+	maxRate   string
+	reason    string
+	automatic bool
+}
+
+func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildRequest) error {
+	donor, err := u.chooseDonor(ctx, req.donor, r.Index)
+	if err != nil {
+		return err
+	}
+	if err := finishDataDirSwap(r.Postgres.DataDir); err != nil {
+		return err
+	}
+	if _, err := u.pgBinDir(ctx); err != nil { // before the copy, not after it
+		return err
+	}
+	how := "rebuilding it"
+	if req.automatic {
+		how = "rebuilding it automatically"
+	}
+	note := fmt.Sprintf("%s: %s from %s (%s)", r.Name, how, donor.Name, req.reason)
+	u.progress("%s", note)
+	appendLogNote(r.Agent.Log, note)
+	t := u.newTransfer("rebuild", r, donor, req.reason, req.automatic)
+	if err := t.copyFromDonor(ctx, req.maxRate); err != nil {
+		return fmt.Errorf("%w\n(%s still runs on its old data; run the rebuild again to start over)", err, r.Name)
+	}
+	if err := u.stopReplica(ctx, r); err != nil {
+		return err
+	}
+	if err := installCopy(t.staging, r.Postgres.DataDir); err != nil {
+		return fmt.Errorf("%s: put the copy in place: %w", r.Name, err)
+	}
+	u.mu.Lock()
+	r.Rebuilt = &Rebuilt{At: time.Now().UTC().Truncate(time.Second), Donor: donor.Name, Reason: req.reason, Automatic: req.automatic}
+	u.mu.Unlock()
+	if err := u.save(); err != nil {
+		return err
+	}
+	if err := t.startReplica(ctx); err != nil {
+		return fmt.Errorf("%w\n(%s holds the copy; `tashkent up` starts it again)", err, r.Name)
+	}
+	t.finish()
+	appendLogNote(r.Agent.Log, fmt.Sprintf("%s: rebuilt from %s; it serves", r.Name, donor.Name))
+	return nil
+}
+
+// stopReplica stops r's agent (which closes the gate first), then its
+// PostgreSQL, and records both stopped.
+func (u *upper) stopReplica(ctx context.Context, r *Replica) error {
+	u.mu.Lock()
+	pid := r.Agent.PID
+	u.mu.Unlock()
+	s, err := stopTashkent(ctx, "agent", r.Name, agentIdentity(&r.Agent), &pid, agentStopGrace)
+	u.progress("%s", s)
+	if err != nil {
+		return err
+	}
+	u.mu.Lock()
+	r.Agent.PID = 0
+	u.mu.Unlock()
+	if err := u.save(); err != nil {
+		return err
+	}
+	s, err = stopPostgres(ctx, r)
+	u.progress("%s", s)
+	if err != nil {
+		return err
+	}
+	return u.save()
+}
+
+// appendLogNote writes a line of tashkent's own into a process's log, in
+// the form of the lines that mark each start.
+func appendLogNote(path, note string) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "--- %s: %s\n", time.Now().Format(time.RFC3339), note)
+}

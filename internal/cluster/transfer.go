@@ -1,0 +1,360 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/process"
+)
+
+// State transfer: a replica's data directory copied from a donor replica
+// while the donor keeps serving (Postgres-R(SI) §4.3), then caught up from
+// the certifier's log by the replica's agent, which admits clients only
+// once it has caught up. It serves `replica add` (a new replica) and
+// `replica rebuild` (an existing one, in place, keeping its index and
+// port).
+//
+// The copy is physical: pg_basebackup -X stream -c fast from the donor's
+// PostgreSQL (internal/pgserver BaseBackup). The replica's version is the
+// progress of the extension's replication origin, which every commit of a
+// version carries in its commit record, so the copy's version is exactly
+// the last version its WAL holds; the agent reads it, aligns sequences for
+// its own index and replays the rest. docs/ARCHITECTURE.md says why not a
+// logical copy.
+//
+// Never a half-built replica: the copy goes to DIR/replicaK/pgdata.transfer
+// and is moved to DIR/replicaK/pgdata only once pg_basebackup has finished
+// (a rename for a new replica, recorded in cluster.json only after it; an
+// atomic exchange with the old data directory for a rebuild, which keeps
+// serving, or stays halted, until then). `up` only ever starts pgdata. A
+// transfer that is interrupted leaves the staging directory and its record
+// (transfer.json, which `status` shows as interrupted); running the
+// command again removes them and copies again from the start
+// (pg_basebackup cannot resume a copy).
+
+const (
+	// stagingSuffix names the directory a copy is taken into, beside the
+	// data directory it will replace.
+	stagingSuffix = ".transfer"
+	// swapSuffix names the old data directory during a swap on a file
+	// system without an atomic exchange of two directories.
+	swapSuffix = ".old"
+	// transferFile, in the replica's directory, records a transfer in
+	// progress or interrupted.
+	transferFile = "transfer.json"
+	// progressPrintEvery spaces the progress lines of a transfer.
+	progressPrintEvery = time.Second
+	// catchUpPrintEvery spaces the lines that show a new copy catching up.
+	catchUpPrintEvery = 2 * time.Second
+)
+
+// Transfer is the record of a state transfer (DIR/replicaK/transfer.json),
+// rewritten as it goes; `status` shows it.
+type Transfer struct {
+	// Kind is "add" or "rebuild".
+	Kind    string `json:"kind"`
+	Replica string `json:"replica"`
+	Index   int    `json:"index"`
+	Donor   string `json:"donor"`
+	// Reason says why (a rebuild); Automatic: the supervisor started it.
+	Reason    string `json:"reason,omitempty"`
+	Automatic bool   `json:"automatic,omitempty"`
+	// PID is the tashkent process doing the transfer, CopierPID its
+	// pg_basebackup while it copies.
+	PID       int `json:"pid"`
+	CopierPID int `json:"copier_pid,omitempty"`
+	// Phase is "copying", "starting" or "catching up".
+	Phase   string    `json:"phase"`
+	Started time.Time `json:"started"`
+	Updated time.Time `json:"updated"`
+	// BytesDone of BytesTotal (pg_basebackup's estimate) copied, at
+	// BytesPerSecond over the last seconds; ETASeconds left at that rate.
+	BytesDone      int64   `json:"bytes_done"`
+	BytesTotal     int64   `json:"bytes_total"`
+	BytesPerSecond float64 `json:"bytes_per_second"`
+	ETASeconds     float64 `json:"eta_seconds"`
+	// CopySeconds is how long the copy took, once done.
+	CopySeconds float64 `json:"copy_seconds,omitempty"`
+	// Version is the copy's version while it catches up to TargetVersion
+	// (the certifier's durable version).
+	Version       uint64 `json:"version,omitempty"`
+	TargetVersion uint64 `json:"target_version,omitempty"`
+}
+
+// transfer is one transfer run by this process.
+type transfer struct {
+	u       *upper
+	target  *Replica
+	donor   *Replica
+	staging string
+	path    string // the record
+
+	mu        sync.Mutex
+	rec       Transfer
+	meter     rateMeter
+	lastPrint time.Time
+}
+
+func (u *upper) newTransfer(kind string, target, donor *Replica, reason string, automatic bool) *transfer {
+	now := time.Now().UTC()
+	return &transfer{
+		u: u, target: target, donor: donor,
+		staging: target.Postgres.DataDir + stagingSuffix,
+		path:    filepath.Join(target.Dir, transferFile),
+		rec: Transfer{Kind: kind, Replica: target.Name, Index: target.Index, Donor: donor.Name, Reason: reason,
+			Automatic: automatic, PID: os.Getpid(), Phase: "copying", Started: now},
+		meter: rateMeter{window: rateWindow},
+	}
+}
+
+// copyFromDonor takes the copy into the staging directory, after removing
+// what an interrupted transfer left there.
+func (t *transfer) copyFromDonor(ctx context.Context, maxRate string) error {
+	if err := clearStaging(t.path, t.staging); err != nil {
+		return err
+	}
+	if err := t.save(); err != nil {
+		return err
+	}
+	t.u.progress("%s: copying the data directory of %s (port %d) with pg_basebackup; %s keeps serving",
+		t.target.Name, t.donor.Name, t.donor.Postgres.Port, t.donor.Name)
+	start := time.Now()
+	t.mu.Lock()
+	t.meter.add(start, 0) // so that the first report has a rate
+	t.mu.Unlock()
+	err := pgserver.BaseBackup{
+		Host: "127.0.0.1", Port: t.donor.Postgres.Port, User: "postgres",
+		DataDir: t.staging, MaxRate: maxRate,
+		Label:    fmt.Sprintf("tashkent %s %s", t.rec.Kind, t.target.Name),
+		Started:  t.copierStarted,
+		Progress: t.copied,
+	}.Run(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			os.RemoveAll(t.staging)
+		}
+		return fmt.Errorf("%s: copy from %s: %w", t.target.Name, t.donor.Name, err)
+	}
+	t.mu.Lock()
+	t.rec.CopierPID, t.rec.CopySeconds, t.rec.Phase = 0, time.Since(start).Seconds(), "starting"
+	done, secs := t.rec.BytesDone, t.rec.CopySeconds
+	t.mu.Unlock()
+	t.u.progress("%s: copied %s in %s (%s/s)", t.target.Name, formatBytes(done),
+		time.Duration(secs*float64(time.Second)).Round(100*time.Millisecond), formatBytes(int64(float64(done)/max(secs, 1e-3))))
+	return t.save()
+}
+
+func (t *transfer) copierStarted(pid int) {
+	t.mu.Lock()
+	t.rec.CopierPID = pid
+	t.mu.Unlock()
+	_ = t.save()
+}
+
+// copied takes one progress report of pg_basebackup: it updates the
+// record and prints a line at most every progressPrintEvery.
+func (t *transfer) copied(done, total int64) {
+	now := time.Now()
+	t.mu.Lock()
+	t.meter.add(now, done)
+	rate := t.meter.rate()
+	t.rec.BytesDone, t.rec.BytesTotal, t.rec.BytesPerSecond = done, total, rate
+	t.rec.ETASeconds = eta(done, total, rate).Seconds()
+	print := now.Sub(t.lastPrint) >= progressPrintEvery
+	if print {
+		t.lastPrint = now
+	}
+	line := t.rec.progressLine()
+	t.mu.Unlock()
+	_ = t.save()
+	if print {
+		t.u.progress("%s: %s", t.target.Name, line)
+	}
+}
+
+// progressLine is a copy's progress for people.
+func (r *Transfer) progressLine() string {
+	pct := 0.0
+	if r.BytesTotal > 0 {
+		pct = 100 * float64(r.BytesDone) / float64(r.BytesTotal)
+	}
+	rate, left := "-", "-"
+	if r.BytesPerSecond > 0 {
+		rate = formatBytes(int64(r.BytesPerSecond)) + "/s"
+		left = (time.Duration(r.ETASeconds) * time.Second).String()
+	}
+	return fmt.Sprintf("copy from %s: %s of %s (%.0f%%), %s, ETA %s",
+		r.Donor, formatBytes(r.BytesDone), formatBytes(r.BytesTotal), pct, rate, left)
+}
+
+// setPhase records the transfer's phase.
+func (t *transfer) setPhase(phase string) {
+	t.mu.Lock()
+	t.rec.Phase = phase
+	t.mu.Unlock()
+	_ = t.save()
+}
+
+// save writes the record (temporary file, rename).
+func (t *transfer) save() error {
+	t.mu.Lock()
+	t.rec.Updated = time.Now().UTC()
+	b, err := json.MarshalIndent(t.rec, "", "  ")
+	t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	tmp := t.path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("record the transfer: %w", err)
+	}
+	return os.Rename(tmp, t.path)
+}
+
+// finish removes the record: the replica serves.
+func (t *transfer) finish() { clearTransfer(t.target) }
+
+// clearTransfer removes what a transfer onto r left, once r serves
+// (under the cluster lock, so no transfer runs): a transfer interrupted
+// once its copy was in place is complete when the replica serves, whoever
+// started it; one interrupted while copying left a staging directory that
+// nothing will use.
+func clearTransfer(r *Replica) {
+	os.Remove(filepath.Join(r.Dir, transferFile))
+	os.RemoveAll(r.Postgres.DataDir + stagingSuffix)
+}
+
+// readTransfer reads the record in a replica's directory; nil when none.
+func readTransfer(replicaDir string) *Transfer {
+	b, err := os.ReadFile(filepath.Join(replicaDir, transferFile))
+	if err != nil {
+		return nil
+	}
+	var rec Transfer
+	if json.Unmarshal(b, &rec) != nil {
+		return nil
+	}
+	return &rec
+}
+
+// clearStaging removes what an interrupted transfer left: its copier, if
+// it outlived its tashkent process (the parent death signal should have
+// ended it), and its staging directory. The cluster lock, held, says that
+// no other transfer runs.
+func clearStaging(recordPath, staging string) error {
+	if b, err := os.ReadFile(recordPath); err == nil {
+		var old Transfer
+		if json.Unmarshal(b, &old) == nil && old.CopierPID != 0 && isCopierOf(old.CopierPID, staging) {
+			syscall.Kill(old.CopierPID, syscall.SIGKILL)
+			process.WaitGone(context.Background(), old.CopierPID, 10*time.Second)
+		}
+	}
+	if err := os.RemoveAll(staging); err != nil {
+		return fmt.Errorf("remove the copy an interrupted transfer left in %s: %w", staging, err)
+	}
+	return nil
+}
+
+// isCopierOf reports whether pid is a pg_basebackup writing into dir.
+func isCopierOf(pid int, dir string) bool {
+	args, err := cmdline(pid)
+	if err != nil || len(args) == 0 || filepath.Base(args[0]) != "pg_basebackup" {
+		return false
+	}
+	for i, a := range args {
+		if (a == "-D" && i+1 < len(args) && args[i+1] == dir) || a == "-D"+dir || a == "--pgdata="+dir {
+			return true
+		}
+	}
+	return false
+}
+
+// installCopy puts the complete copy in staging in place of dataDir: a
+// rename when dataDir does not exist (a replica being added), otherwise
+// an atomic exchange of the two directories, after which staging holds the
+// old data, which is removed. On a file system without the exchange
+// (RENAME_EXCHANGE), the old directory is first renamed aside
+// (dataDir.old); should the process die between the two renames,
+// finishDataDirSwap puts it back.
+func installCopy(staging, dataDir string) error {
+	if _, err := os.Stat(dataDir); errors.Is(err, os.ErrNotExist) {
+		if err := os.Rename(staging, dataDir); err != nil {
+			return err
+		}
+		return syncDir(filepath.Dir(dataDir))
+	}
+	err := unix.Renameat2(unix.AT_FDCWD, staging, unix.AT_FDCWD, dataDir, unix.RENAME_EXCHANGE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		old := dataDir + swapSuffix
+		if err := os.RemoveAll(old); err != nil {
+			return err
+		}
+		if err := os.Rename(dataDir, old); err != nil {
+			return err
+		}
+		if err := os.Rename(staging, dataDir); err != nil {
+			return err
+		}
+		staging = old
+	} else if err != nil {
+		return fmt.Errorf("exchange %s and %s: %w", staging, dataDir, err)
+	}
+	if err := syncDir(filepath.Dir(dataDir)); err != nil {
+		return err
+	}
+	return os.RemoveAll(staging)
+}
+
+// finishDataDirSwap puts back a data directory renamed aside by a swap
+// that did not finish (installCopy without an atomic exchange), so that
+// no one initializes an empty one in its place.
+func finishDataDirSwap(dataDir string) error {
+	old := dataDir + swapSuffix
+	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if _, err := os.Stat(old); err != nil {
+		return nil
+	}
+	return os.Rename(old, dataDir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// formatBytes writes n bytes in binary units.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, prefix := float64(n)/unit, "KMGTPE"
+	i := 0
+	for v >= unit && i < len(prefix)-1 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, prefix[i])
+}
+
+// quoteReason keeps a reason on one line.
+func quoteReason(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
