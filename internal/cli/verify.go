@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ func newVerifyCommand() *cobra.Command {
 		holdMax  time.Duration
 		rows     int
 		asJSON   bool
+		repair   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -35,9 +37,17 @@ difference is reported down to the primary keys (the row itself in a table
 without one), with the replicas that differ from the majority.
 
 Replicas come from DATA-DIR/cluster.json or from --replica NAME=URI (a
-superuser's connection string). Exits non-zero when any table differs.`,
+superuser's connection string). Exits non-zero when any table differs.
+
+With --repair (a cluster of tashkent up only), the replicas that differ from
+the majority are rebuilt from one that agrees with it everywhere (as
+tashkent replica rebuild does), then the comparison runs again. Without a
+majority in every difference nothing is rebuilt.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if repair && dir == "" {
+				return errors.New("--repair needs --data-dir: it rebuilds replicas of a cluster of tashkent up")
+			}
 			rs, err := verifyTargets(dir, replicas)
 			if err != nil {
 				return err
@@ -59,7 +69,11 @@ superuser's connection string). Exits non-zero when any table differs.`,
 			} else {
 				report.WriteSummary(cmd.OutOrStdout())
 			}
-			if n := report.Differences(); n > 0 {
+			n := report.Differences()
+			if n > 0 && repair {
+				return repairReplicas(cmd, dir, report, o)
+			}
+			if n > 0 {
 				return fmt.Errorf("verify: %d table(s) differ between the replicas", n)
 			}
 			return nil
@@ -71,6 +85,7 @@ superuser's connection string). Exits non-zero when any table differs.`,
 	f.DurationVar(&holdMax, "hold-max", 10*time.Second, "longest a replica's commits stay held while the snapshots are taken")
 	f.IntVar(&rows, "rows", 20, "differing rows listed per table at most")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.BoolVar(&repair, "repair", false, "rebuild the replicas that differ from the majority from one that agrees, then compare again (--data-dir only)")
 	return cmd
 }
 
@@ -107,4 +122,50 @@ func parseReplicas(flag string, values []string) ([]verify.Replica, error) {
 		rs = append(rs, verify.Replica{Name: name, DSN: uri})
 	}
 	return rs, nil
+}
+
+// repairReplicas rebuilds the replicas that differ from the majority from
+// one that agrees with it everywhere, then compares again.
+func repairReplicas(cmd *cobra.Command, dir string, report *verify.Report, o verify.Options) error {
+	odd, ok := report.Odd()
+	if !ok {
+		return errors.New("verify: the replicas differ without a majority in every difference; nothing is rebuilt: choose a donor and run tashkent replica rebuild --donor N")
+	}
+	st, err := cluster.Load(dir)
+	if err != nil {
+		return err
+	}
+	donor := agreeingReplica(st, odd)
+	out := cmd.OutOrStdout()
+	for _, name := range odd {
+		i := slices.IndexFunc(st.Replicas, func(r *cluster.Replica) bool { return r.Name == name })
+		if i < 0 {
+			return fmt.Errorf("verify: %s is not a replica of the cluster in %s", name, dir)
+		}
+		r := st.Replicas[i]
+		fmt.Fprintf(out, "rebuilding %s from %s, which agrees with the majority\n", name, donor.Name)
+		if _, err := cluster.RebuildReplica(cmd.Context(), cluster.ReplicaOptions{Dir: dir, Donor: donor.Index, Progress: out}, r.Index); err != nil {
+			return fmt.Errorf("verify: rebuild %s: %w", name, err)
+		}
+	}
+	o.Progress = nil
+	again, err := verify.Run(cmd.Context(), o)
+	if err != nil {
+		return err
+	}
+	again.WriteSummary(out)
+	if n := again.Differences(); n > 0 {
+		return fmt.Errorf("verify: %d table(s) still differ after the rebuild", n)
+	}
+	return nil
+}
+
+// agreeingReplica is a replica of the cluster not among odd.
+func agreeingReplica(st *cluster.State, odd []string) *cluster.Replica {
+	for _, r := range st.Replicas {
+		if !slices.Contains(odd, r.Name) {
+			return r
+		}
+	}
+	return nil
 }

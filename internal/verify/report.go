@@ -112,3 +112,47 @@ func (r *Report) WriteDifferences(w io.Writer) {
 		}
 	}
 }
+
+// Odd names the replicas that differ from the majority in some table,
+// and reports whether each difference has a majority (a table missing, or
+// with other columns, on a minority of the replicas; each differing row
+// agreed on by a majority) and some replica agrees with every majority:
+// only then can the odd ones be told wrong and one be copied from.
+func (r *Report) Odd() (odd []string, majority bool) {
+	seen := make(map[string]bool)
+	majority = true
+	mark := func(names []string) {
+		if len(names) == len(r.Replicas) {
+			majority = false
+		}
+		for _, n := range names {
+			seen[n] = true
+		}
+	}
+	for _, t := range r.Tables {
+		switch {
+		case t.missing():
+			mark(minority(r.Replicas, func(i int) string { return fmt.Sprint(t.Rows[i] < 0) }))
+		case t.Columns != nil:
+			mark(minority(r.Replicas, func(i int) string { return t.Columns[i] }))
+		}
+		majority = majority && !t.NoMajority
+		mark(t.OddReplicas)
+	}
+	for _, n := range r.Replicas {
+		if seen[n] {
+			odd = append(odd, n)
+		}
+	}
+	return odd, majority && len(odd) < len(r.Replicas)
+}
+
+// minority are the replicas whose value is not the most common one (all
+// of them when none is more common than the rest).
+func minority(replicas []string, value func(i int) string) []string {
+	values := make([]string, len(replicas))
+	for i := range replicas {
+		values[i] = value(i)
+	}
+	return oddOnes(values, replicas)
+}

@@ -72,6 +72,10 @@ type TableReport struct {
 	DiffsFound       int `json:"diffs_found"`
 	BucketsDiffering int `json:"buckets_differing"`
 	BucketsRead      int `json:"buckets_read"`
+	// OddReplicas differ from the majority in some differing row;
+	// NoMajority: some differing row has no majority.
+	OddReplicas []string `json:"odd_replicas,omitempty"`
+	NoMajority  bool     `json:"no_majority,omitempty"`
 }
 
 // Equal reports whether the table is the same on every replica.
@@ -236,7 +240,8 @@ func compareTable(ctx context.Context, ss []*session, t Table, columns []string,
 	if err != nil {
 		return tr, err
 	}
-	tr.Diffs, tr.DiffsFound = diffRows(rows, names(ss), shown)
+	d := diffRows(rows, names(ss), shown)
+	tr.Diffs, tr.DiffsFound, tr.OddReplicas, tr.NoMajority = d.listed, d.found, d.odd, d.noMajority
 	return tr, nil
 }
 
@@ -286,9 +291,18 @@ func present(lists [][]Table, t Table) []string {
 	return columns
 }
 
-// diffRows lists the rows whose values are not the same on every replica
-// (at most shown of them, in key order) and counts them all.
-func diffRows(rows []map[string]string, replicas []string, shown int) ([]RowDiff, int) {
+// rowDiffs are the differing rows of a table's buckets read.
+type rowDiffs struct {
+	listed []RowDiff // at most shown of them, in key order
+	found  int       // all of them
+	// odd are the replicas that differ from the majority in some row;
+	// noMajority: in some row no value has a majority.
+	odd        []string
+	noMajority bool
+}
+
+// diffRows finds the rows whose values are not the same on every replica.
+func diffRows(rows []map[string]string, replicas []string, shown int) rowDiffs {
 	keys := make(map[string]bool)
 	for _, m := range rows {
 		for k := range m {
@@ -300,8 +314,8 @@ func diffRows(rows []map[string]string, replicas []string, shown int) ([]RowDiff
 		sorted = append(sorted, k)
 	}
 	slices.Sort(sorted)
-	var diffs []RowDiff
-	found := 0
+	var d rowDiffs
+	oddSeen := make(map[string]bool)
 	for _, k := range sorted {
 		values := make([]string, len(rows))
 		for i, m := range rows {
@@ -311,12 +325,21 @@ func diffRows(rows []map[string]string, replicas []string, shown int) ([]RowDiff
 		if len(odd) == 0 {
 			continue
 		}
-		found++
-		if len(diffs) < shown {
-			diffs = append(diffs, RowDiff{Key: k, Values: values, Odd: odd})
+		d.found++
+		d.noMajority = d.noMajority || len(odd) == len(replicas)
+		for _, n := range odd {
+			oddSeen[n] = true
+		}
+		if len(d.listed) < shown {
+			d.listed = append(d.listed, RowDiff{Key: k, Values: values, Odd: odd})
 		}
 	}
-	return diffs, found
+	for _, n := range replicas {
+		if oddSeen[n] {
+			d.odd = append(d.odd, n)
+		}
+	}
+	return d
 }
 
 // oddOnes are the replicas whose value differs from the majority's, every
