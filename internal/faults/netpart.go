@@ -8,9 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/netns"
 )
 
 // Network partitions (issue 7: "ip netns and veth"). The certifier runs in
@@ -42,7 +43,7 @@ type vethLink struct {
 // certNet is the certifier's namespace, its veth pairs and the relay.
 // links[i] serves replica i; the last link serves the harness itself.
 type certNet struct {
-	ns    string
+	ns    *netns.Namespace
 	links []vethLink
 
 	// linkOf maps a connection's client port (on 127.0.0.1) to the link it
@@ -64,8 +65,12 @@ type certNet struct {
 // concurrent runs do not collide.
 func newCertNet(ctx context.Context, replicas int) (*certNet, error) {
 	pid := os.Getpid()
-	n := &certNet{ns: fmt.Sprintf("tashkent-faults-%d", pid), conns: map[net.Conn]bool{}}
-	steps := [][]string{{"ip", "netns", "add", n.ns}, {"ip", "netns", "exec", n.ns, "ip", "link", "set", "lo", "up"}}
+	n := &certNet{conns: map[net.Conn]bool{}}
+	ns, err := netns.Add(ctx, fmt.Sprintf("tashkent-faults-%d", pid))
+	if err != nil {
+		return nil, err
+	}
+	n.ns = ns
 	for i := range replicas + 1 {
 		idx := (pid%4096)*4 + i // a /30 inside 10.213.0.0/16
 		l := vethLink{
@@ -73,47 +78,25 @@ func newCertNet(ctx context.Context, replicas int) (*certNet, error) {
 			hostIP: fmt.Sprintf("10.213.%d.%d", idx/64, idx%64*4+1), nsIP: fmt.Sprintf("10.213.%d.%d", idx/64, idx%64*4+2),
 		}
 		n.links = append(n.links, l)
-		steps = append(steps,
-			[]string{"ip", "link", "add", l.hostIf, "type", "veth", "peer", "name", l.nsIf},
-			[]string{"ip", "link", "set", l.nsIf, "netns", n.ns},
-			[]string{"ip", "addr", "add", l.hostIP + "/30", "dev", l.hostIf},
-			[]string{"ip", "link", "set", l.hostIf, "up"},
-			[]string{"ip", "netns", "exec", n.ns, "ip", "addr", "add", l.nsIP + "/30", "dev", l.nsIf},
-			[]string{"ip", "netns", "exec", n.ns, "ip", "link", "set", l.nsIf, "up"})
-	}
-	for _, s := range steps {
-		if err := run(ctx, s...); err != nil {
+		err := netns.AddVeth(ctx, ns, netns.Veth{Outside: l.hostIf, Inside: l.nsIf, OutsideAddr: l.hostIP + "/30", InsideAddr: l.nsIP + "/30"})
+		if err != nil {
 			n.teardown()
-			return nil, fmt.Errorf("set up the certifier's network namespace (needs root and iproute2): %w", err)
+			return nil, fmt.Errorf("set up the certifier's network namespace: %w", err)
 		}
 	}
 	return n, nil
 }
 
-func run(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
 // command prefixes a command so that it runs inside the namespace.
-func (n *certNet) command(bin string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", n.ns, bin}, args...)...)
-}
+func (n *certNet) command(bin string, args ...string) *exec.Cmd { return n.ns.Command(bin, args...) }
 
 // harnessLink is the link of the harness's own connections.
 func (n *certNet) harnessLink() vethLink { return n.links[len(n.links)-1] }
 
 // setLinks sets the host ends of the given replicas' links down or up.
 func (n *certNet) setLinks(ctx context.Context, replicas []int, up bool) error {
-	state := "down"
-	if up {
-		state = "up"
-	}
 	for _, i := range replicas {
-		if err := run(ctx, "ip", "link", "set", n.links[i].hostIf, state); err != nil {
+		if err := netns.SetLink(ctx, n.links[i].hostIf, up); err != nil {
 			return err
 		}
 	}
@@ -224,7 +207,9 @@ func (n *certNet) teardown() {
 	defer cancel()
 	// Any of them may already be gone (a failed set-up): nothing to report.
 	for _, l := range n.links {
-		_ = run(ctx, "ip", "link", "del", l.hostIf)
+		_ = netns.DeleteLink(ctx, l.hostIf)
 	}
-	_ = run(ctx, "ip", "netns", "del", n.ns)
+	if n.ns != nil {
+		_ = n.ns.Delete(ctx)
+	}
 }
