@@ -36,5 +36,5 @@ else.`,
 	}
 	cmd.Flags().StringVar(&o.Dir, "data-dir", "", "cluster directory (as given to tashkent up)")
 	cmd.Flags().DurationVar(&o.Interval, "interval", cluster.SuperviseIntervalDefault, "how often to look at the agents")
-	return cmd
+	return withConfigFile(cmd)
 }

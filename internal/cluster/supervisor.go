@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tashkent-db/tashkent/internal/configfile"
 	"github.com/tashkent-db/tashkent/internal/process"
 )
 
@@ -53,16 +54,21 @@ const (
 	// supervisorReadyLine is logged once the supervisor runs; up waits for
 	// it.
 	supervisorReadyLine = "supervisor ready"
+	// supervisorConfigName is its config file, in the cluster directory.
+	supervisorConfigName = "supervisor.toml"
 )
 
 // Supervisor records the supervisor process.
 type Supervisor struct {
 	PID int    `json:"pid"`
 	Log string `json:"log"`
+	// Config is the file it starts from (tashkent supervise --config).
+	Config string `json:"config,omitempty"`
 }
 
 func supervisorIdentity(dir string) procIdentity {
-	return procIdentity{sub: "supervise", names: []flagValue{{"--data-dir", dir}}}
+	return procIdentity{sub: "supervise", names: []flagValue{
+		{"--config", filepath.Join(dir, supervisorConfigName)}, {"--data-dir", dir}}}
 }
 
 // superviseIfAsked (up) adopts or starts the supervisor when the cluster
@@ -88,8 +94,11 @@ func (u *upper) superviseIfAsked(ctx context.Context) error {
 	u.mu.Lock()
 	u.st.Supervisor = sup
 	u.mu.Unlock()
+	sup.Config = filepath.Join(dir, supervisorConfigName)
 	err := u.startDetached(ctx, "supervisor", sup.Log, nil,
-		func() ([]string, error) { return []string{"supervise", "--data-dir", dir}, nil },
+		func() ([]string, error) {
+			return startFromConfig("supervise", sup.Config, "The supervisor", []configfile.Setting{{Key: "data-dir", Value: dir}})
+		},
 		func(pid int) { sup.PID = pid },
 		func(_ context.Context, pid int) error { return supervisorReady(sup.Log, pid) })
 	if err != nil {
