@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tashkent-db/tashkent/internal/process"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
@@ -64,7 +65,7 @@ func TestGroupSnapshotsUnderLoad(t *testing.T) {
 				t.Logf("member %d: %v %v", m.id, st, err)
 			}
 			if victim.proc != nil {
-				t.Logf("member %d stderr (tail):\n%s", victim.id, tailOf(victim.proc.stderr.String(), 4000))
+				t.Logf("member %d stderr (tail):\n%s", victim.id, process.OutputTail(victim.proc.stderr.String(), 4000))
 			}
 		}
 	})
@@ -116,11 +117,4 @@ func dirBytes(dir string) int64 {
 		return nil
 	})
 	return n
-}
-
-func tailOf(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
