@@ -1,7 +1,7 @@
 package certgroup_test
 
-// The seeded deterministic simulation of the certifier group (issue 4,
-// Tashkent §7.3). One seed runs a whole group in one goroutine: the real
+// The seeded deterministic simulation of the certifier group (Tashkent
+// §7.3). One seed runs a whole group in one goroutine: the real
 // Core of every member (etcd Raft + the certification state machine) over a
 // simulated network that drops, delays and reorders messages and cuts
 // partitions, simulated disks that lose what was not synced when their

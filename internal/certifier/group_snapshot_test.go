@@ -23,7 +23,7 @@ var tinySnapshots = []string{"--snapshot-entries", "500", "--snapshot-catch-up-e
 // not compact, is reported beside it.)
 const raftDirBoundBytes = 4 << 20
 
-// TestGroupSnapshotsUnderLoad (issue 4, Tashkent §7.3 "state transfer"): a
+// TestGroupSnapshotsUnderLoad (Tashkent §7.3 "state transfer"): a
 // 3-member group of real processes with a tiny snapshot interval under a
 // certify load. Every member's Raft directory stays under a bound while
 // the versioned log grows. A follower is killed and started again once the
