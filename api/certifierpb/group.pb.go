@@ -1,4 +1,4 @@
-// Online membership of a certifier group (issue 4; Tashkent §7.3 replicates
+// Online membership of a certifier group (Tashkent §7.3 replicates
 // the certifier with Paxos, this project with Raft: internal/certgroup).
 // Served by every member; only the leader changes the configuration, the
 // others answer FAILED_PRECONDITION naming the leader's address.

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
 // State is what the agent is doing.
@@ -228,7 +230,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			if ctx.Err() == nil {
 				a.log.Warn("could not start the replica; retrying", "err", err, "retry_in", delay)
 				a.setState(StateRecovering, err.Error())
-				sleep(ctx, delay)
+				_ = ctxtime.Sleep(ctx, delay)
 				delay = min(2*delay, reconnectDelayMax)
 			}
 			continue
@@ -276,14 +278,5 @@ func (a *Agent) closeConns() {
 	a.mu.Unlock()
 	for _, c := range conns {
 		c.nc.Close()
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/agent/order"
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
@@ -88,7 +89,7 @@ func (r *run) handleApplyError(b *order.Batch, err error) bool {
 	case code == pgcode.DeadlockDetected || code == pgcode.SerializationFailure || code == pgcode.LockNotAvailable || code == pgcode.QueryCanceled:
 		r.a.log.Info("remote apply interrupted; retrying", "first_version", b.First, "code", code)
 		if code != pgcode.QueryCanceled {
-			sleep(r.ctx, retryPause)
+			_ = ctxtime.Sleep(r.ctx, retryPause)
 		}
 		return true
 	case replica.IsAlreadyCommitted(err):

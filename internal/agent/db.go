@@ -11,8 +11,6 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Application names of the agent's connections, as pg_stat_activity
@@ -162,13 +160,6 @@ func (c *control) replace(ctx context.Context, conn *pgx.Conn) {
 }
 
 func (c *control) close(ctx context.Context) { c.replace(ctx, nil) }
-
-// missingObject reports an error about a table or function the database
-// does not have (an extension without that part).
-func missingObject(err error) bool {
-	code := pgcode.Of(err)
-	return code == pgcode.UndefinedTable || code == pgcode.UndefinedFunction || code == pgcode.InvalidSchemaName
-}
 
 // quoteText quotes a value for the few messages that show one.
 func quoteText(s string) string { return "\"" + strings.ReplaceAll(s, "\"", "\\\"") + "\"" }

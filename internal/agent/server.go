@@ -12,6 +12,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent/order"
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
 // backendConn is one backend's connection to the agent's socket
@@ -112,7 +113,7 @@ func (a *Agent) registeredRun(ctx context.Context) *run {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil
 		}
-		sleep(ctx, 10*time.Millisecond)
+		_ = ctxtime.Sleep(ctx, 10*time.Millisecond)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
 // socketLocation is where the extension looks for the agent, as the
@@ -32,7 +34,7 @@ func (a *Agent) locateSocket(ctx context.Context) (socketLocation, error) {
 			return loc, ctx.Err()
 		}
 		a.log.Warn("waiting for the replica's database", "err", err, "retry_in", delay)
-		sleep(ctx, delay)
+		_ = ctxtime.Sleep(ctx, delay)
 		delay = min(2*delay, reconnectDelayMax)
 	}
 }

@@ -14,8 +14,10 @@ import (
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/agent/order"
 	"github.com/tashkent-db/tashkent/internal/certclient"
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 	"github.com/tashkent-db/tashkent/internal/grpctls"
 	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
@@ -88,7 +90,7 @@ func (r *run) startSteps() error {
 // sequence past the largest value of the column that owns it.
 func (r *run) realignSequences() error {
 	err := r.control.exec(r.ctx, `SELECT tashkent.align_all_sequences()`)
-	if err != nil && !missingObject(err) {
+	if err != nil && !pgcode.MissingObject(err) {
 		return fmt.Errorf("align sequences after catching up: %w", err)
 	}
 	return nil
@@ -129,7 +131,7 @@ func (r *run) install() error {
 		return err
 	}
 	return r.locally(func(q replica.Querier) error {
-		if err := replica.SetDDLTrust(ctx, q, r.a.cfg.TrustDDLRoles); err != nil && !missingObject(err) {
+		if err := replica.SetDDLTrust(ctx, q, r.a.cfg.TrustDDLRoles); err != nil && !pgcode.MissingObject(err) {
 			return err
 		}
 		return nil
@@ -192,7 +194,7 @@ func (r *run) configureSequences(q replica.Querier) error {
 	index, stride := r.a.cfg.ReplicaIndex, r.a.cfg.SequenceStride
 	if index == 0 {
 		recorded, recordedStride, ok, err := replica.SequenceSettings(r.ctx, q)
-		if missingObject(err) {
+		if pgcode.MissingObject(err) {
 			r.a.log.Warn("this extension does not offset sequences per replica: sequences hand out the same values on every replica")
 			return nil
 		}
@@ -206,7 +208,7 @@ func (r *run) configureSequences(q replica.Querier) error {
 		index, stride = recorded, recordedStride
 	}
 	err := replica.ConfigureSequences(r.ctx, q, index, stride)
-	if missingObject(err) {
+	if pgcode.MissingObject(err) {
 		r.a.log.Warn("this extension does not offset sequences per replica: sequences hand out the same values on every replica")
 		return nil
 	}
@@ -272,7 +274,7 @@ func (r *run) terminateEarlierAppliers() error {
 		for _, p := range pids {
 			r.control.exec(r.ctx, `SELECT pg_catalog.pg_terminate_backend($1)`, p)
 		}
-		sleep(r.ctx, 50*time.Millisecond)
+		_ = ctxtime.Sleep(r.ctx, 50*time.Millisecond)
 	}
 }
 
@@ -329,7 +331,7 @@ func (r *run) awaitCertifyingSettled() error {
 			r.a.log.Warn("backends still wait for an earlier agent's decision; going on without them", "backends", n)
 			return nil
 		}
-		sleep(r.ctx, inheritedPollInterval)
+		_ = ctxtime.Sleep(r.ctx, inheritedPollInterval)
 	}
 }
 

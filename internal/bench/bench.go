@@ -147,20 +147,29 @@ type runner struct {
 	mu sync.Mutex // guards systems' fields while they start in parallel
 }
 
-func (c *Config) check() error {
-	if len(c.Clients) == 0 {
+// checkRuns checks what every benchmark run is given: client counts, and
+// a duration and a warmup in whole seconds (pgbench -T takes seconds).
+func checkRuns(clients []int, duration, warmup time.Duration) error {
+	if len(clients) == 0 {
 		return errors.New("no client counts")
 	}
-	for _, n := range c.Clients {
+	for _, n := range clients {
 		if n < 1 {
 			return fmt.Errorf("client count %d: must be at least 1", n)
 		}
 	}
-	if c.Duration < time.Second || c.Duration%time.Second != 0 {
-		return fmt.Errorf("duration %s: must be a whole number of seconds, at least 1s (pgbench -T)", c.Duration)
+	if duration < time.Second || duration%time.Second != 0 {
+		return fmt.Errorf("duration %s: must be a whole number of seconds, at least 1s", duration)
 	}
-	if c.Warmup < 0 || c.Warmup%time.Second != 0 {
-		return fmt.Errorf("warmup %s: must be a whole number of seconds", c.Warmup)
+	if warmup < 0 || warmup%time.Second != 0 {
+		return fmt.Errorf("warmup %s: must be a whole number of seconds", warmup)
+	}
+	return nil
+}
+
+func (c *Config) check() error {
+	if err := checkRuns(c.Clients, c.Duration, c.Warmup); err != nil {
+		return err
 	}
 	if c.Scale < 1 {
 		return fmt.Errorf("scale %d: must be at least 1", c.Scale)

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // pgbenchResult is what one pgbench process reported.
@@ -243,7 +245,7 @@ func (p pgbench) run(ctx context.Context, loads []load, o runOpts) (pgbenchResul
 				outs[i].err = ctx.Err()
 			case perr != nil:
 				outs[i].err = fmt.Errorf("pgbench %s: %v (%v)\n%s%s", strings.Join(args, " "), perr, werr,
-					tailString(stdout.String(), 2000), tailString(stderr.String(), 2000))
+					process.OutputTail(stdout.String(), 2000), process.OutputTail(stderr.String(), 2000))
 			default:
 				// pgbench exits non-zero when some transactions failed
 				// (after --max-tries); that shows in Failed, not as an error.
@@ -295,11 +297,4 @@ func scanLines(r io.Reader, keep *bytes.Buffer, line func(string)) {
 		line(sc.Text())
 	}
 	io.Copy(io.Discard, r)
-}
-
-func tailString(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
 }

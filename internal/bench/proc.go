@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -19,12 +17,8 @@ import (
 // terminal reaches only the bench, which then stops its children in order,
 // by PID.
 type proc struct {
-	what    string
-	cmd     *exec.Cmd
-	logPath string
-	logFrom int64         // where this run's output starts in logPath
-	done    chan struct{} // closed once the process has been reaped
-	waitErr error
+	what  string
+	child *process.Child
 	// stopSignal asks the process to stop; 0: SIGTERM. (pgpool's SIGTERM
 	// is a smart shutdown that waits for its clients; SIGINT is fast.)
 	stopSignal syscall.Signal
@@ -32,37 +26,21 @@ type proc struct {
 
 // startProc starts bin with args, appending its output to logPath.
 func startProc(what, bin string, args []string, logPath string) (*proc, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("%s: open log: %w", what, err)
-	}
-	defer logf.Close() // the child holds its own copy
-	from, _ := logf.Seek(0, io.SeekEnd)
-	fmt.Fprintf(logf, "--- %s: tashkent bench starts: %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = filepath.Dir(logPath)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: start %s: %w", what, bin, err)
+	c, err := process.StartLogged(cmd, logPath, "tashkent bench")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	p := &proc{what: what, cmd: cmd, logPath: logPath, logFrom: from, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	return &proc{what: what, child: c}, nil
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+func (p *proc) pid() int { return p.child.PID }
 
 func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	done, _ := p.child.Exited()
+	return done
 }
 
 // waitReady polls ready until it succeeds, the process exits, or timeout
@@ -70,25 +48,16 @@ func (p *proc) exited() bool {
 func (p *proc) waitReady(ctx context.Context, timeout time.Duration, ready func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for {
-		if p.exited() {
-			return fmt.Errorf("%s (pid %d) exited during startup (%v)\n--- %s (tail) ---\n%s",
-				p.what, p.pid(), p.waitErr, p.logPath, p.logTail())
-		}
-		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		err := ready(actx)
-		acancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s (pid %d) not ready after %s (last check: %v)\n--- %s (tail) ---\n%s",
-				p.what, p.pid(), timeout, err, p.logPath, p.logTail())
-		case <-p.done:
-		case <-time.After(50 * time.Millisecond):
-		}
+	exited, err := p.child.WaitReady(ctx, ready)
+	switch {
+	case exited:
+		return fmt.Errorf("%s (pid %d) exited during startup (%v)\n--- %s (tail) ---\n%s",
+			p.what, p.pid(), err, p.child.LogPath, p.logTail())
+	case err != nil:
+		return fmt.Errorf("%s (pid %d) not ready after %s (last check: %v)\n--- %s (tail) ---\n%s",
+			p.what, p.pid(), timeout, err, p.child.LogPath, p.logTail())
 	}
+	return nil
 }
 
 // stop sends SIGTERM, waits up to grace, then SIGKILLs. Only this PID is
@@ -102,14 +71,14 @@ func (p *proc) stop(grace time.Duration) error {
 	if sig == 0 {
 		sig = syscall.SIGTERM
 	}
-	_ = p.cmd.Process.Signal(sig)
+	_ = p.child.Signal(sig)
 	select {
-	case <-p.done:
+	case <-p.child.Done():
 		return nil
 	case <-time.After(grace):
 	}
-	_ = p.cmd.Process.Kill()
-	<-p.done
+	_ = p.child.Signal(syscall.SIGKILL)
+	<-p.child.Done()
 	return fmt.Errorf("%s (pid %d) did not exit within %s of %v; killed it", p.what, p.pid(), grace, sig)
 }
 
@@ -120,4 +89,4 @@ func (p *proc) addrInUse() bool {
 }
 
 // logTail is the end of what this run of the process wrote to its log.
-func (p *proc) logTail() string { return process.LogTail(p.logPath, p.logFrom, 3000) }
+func (p *proc) logTail() string { return p.child.LogTail(3000) }

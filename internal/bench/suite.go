@@ -143,19 +143,8 @@ type SuiteConfig struct {
 }
 
 func (c *SuiteConfig) check() error {
-	if len(c.Clients) == 0 {
-		return errors.New("no client counts")
-	}
-	for _, n := range c.Clients {
-		if n < 1 {
-			return fmt.Errorf("client count %d: must be at least 1", n)
-		}
-	}
-	if c.Duration < time.Second || c.Duration%time.Second != 0 {
-		return fmt.Errorf("duration %s: must be a whole number of seconds, at least 1s", c.Duration)
-	}
-	if c.Warmup < 0 || c.Warmup%time.Second != 0 {
-		return fmt.Errorf("warmup %s: must be a whole number of seconds", c.Warmup)
+	if err := checkRuns(c.Clients, c.Duration, c.Warmup); err != nil {
+		return err
 	}
 	if err := checkFsyncDelay(c.FsyncDelay); err != nil {
 		return err

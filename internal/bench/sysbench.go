@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 const sysbenchBinary = "sysbench"
@@ -76,7 +77,7 @@ func sysbenchPrepare(ctx context.Context, dsn string) error {
 	args := append(append([]string{"oltp_read_write"}, conn...), sysbenchTableArgs()...)
 	args = append(args, "prepare")
 	if out, err := exec.CommandContext(ctx, sysbenchBinary, args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("sysbench %s: %w\n%s", strings.Join(args, " "), err, tailString(string(out), 3000))
+		return fmt.Errorf("sysbench %s: %w\n%s", strings.Join(args, " "), err, process.OutputTail(string(out), 3000))
 	}
 	return nil
 }
@@ -126,7 +127,7 @@ func sysbenchRun(ctx context.Context, script Workload, loads []load, seconds int
 				errs[i] = ctx.Err()
 			case perr != nil || werr != nil:
 				errs[i] = fmt.Errorf("sysbench %s: %v %v\n%s%s", strings.Join(args, " "), perr, werr,
-					tailString(kept.String(), 2000), tailString(all.String(), 2000))
+					process.OutputTail(kept.String(), 2000), process.OutputTail(all.String(), 2000))
 			default:
 				outs[i] = res
 			}

@@ -35,6 +35,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certclient"
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 	"github.com/tashkent-db/tashkent/internal/grpctls"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 )
@@ -148,7 +149,7 @@ func runStep(ctx context.Context, cfg Config, clients int) (Result, error) {
 		}()
 	}
 	status := streams[0].client.API()
-	sleep(stepCtx, cfg.Warmup)
+	_ = ctxtime.Sleep(stepCtx, cfg.Warmup)
 	before, err := status.Status(ctx, &pb.StatusRequest{})
 	if err != nil {
 		return Result{}, err
@@ -158,7 +159,7 @@ func runStep(ctx context.Context, cfg Config, clients int) (Result, error) {
 		return Result{}, err
 	}
 	start := window.open()
-	sleep(stepCtx, cfg.Duration)
+	_ = ctxtime.Sleep(stepCtx, cfg.Duration)
 	elapsed := window.close().Sub(start)
 	after, err := status.Status(ctx, &pb.StatusRequest{})
 	serverAfter, serr := scrapeIf(ctx, cfg.MetricsURL)
@@ -437,13 +438,4 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	}
 	slices.Sort(d)
 	return d[min(len(d)-1, int(float64(len(d))*q))]
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }

@@ -3,6 +3,8 @@ package certbench
 import (
 	"context"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
 // An open-loop step is driven by one pacer that issues tickets, each the
@@ -82,7 +84,7 @@ func newTimerTicker(start time.Time, interval time.Duration) ticker {
 }
 
 func (t *timerTicker) wait(ctx context.Context) (int64, error) {
-	sleep(ctx, time.Until(t.start.Add(time.Duration(t.next)*t.interval)))
+	_ = ctxtime.Sleep(ctx, time.Until(t.start.Add(time.Duration(t.next)*t.interval)))
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}

@@ -428,22 +428,14 @@ func (c *Client) answer(replies []*pb.CertifyReply) {
 }
 
 // deliver checks that entries continue the delivered sequence and hands them
-// on. A gap or a repeat is the certifier's bug or a lost history: the stream
-// is dropped (and reopened from what was delivered) rather than applying it.
+// on (Continuing).
 func (c *Client) deliver(raw [][]byte, durable uint64) error {
 	c.mu.Lock()
-	next := c.delivered + 1
+	delivered := c.delivered
 	c.mu.Unlock()
-	entries := make([]logentry.Entry, len(raw))
-	for i, b := range raw {
-		v, err := logentry.VersionOf(b)
-		if err != nil {
-			return err
-		}
-		if v != next+uint64(i) {
-			return fmt.Errorf("certifier delivered version %d where %d was expected", v, next+uint64(i))
-		}
-		entries[i] = logentry.Entry{Version: v, Bytes: b}
+	entries, err := Continuing(raw, delivered)
+	if err != nil {
+		return err
 	}
 	if c.opts.OnEntries != nil {
 		c.opts.OnEntries(entries, durable)
@@ -455,6 +447,25 @@ func (c *Client) deliver(raw [][]byte, durable uint64) error {
 		c.settleFromLog(entries)
 	}
 	return nil
+}
+
+// Continuing reads the versions of encoded entries that must continue a
+// delivered sequence ending at delivered. A gap or a repeat is the
+// certifier's bug or a lost history: the caller drops the stream (and
+// reopens it from what was delivered) rather than applying it.
+func Continuing(raw [][]byte, delivered uint64) ([]logentry.Entry, error) {
+	entries := make([]logentry.Entry, len(raw))
+	for i, b := range raw {
+		v, err := logentry.VersionOf(b)
+		if err != nil {
+			return nil, err
+		}
+		if want := delivered + 1 + uint64(i); v != want {
+			return nil, fmt.Errorf("certifier delivered version %d where %d was expected", v, want)
+		}
+		entries[i] = logentry.Entry{Version: v, Bytes: b}
+	}
+	return entries, nil
 }
 
 // settleFromLog answers pending calls whose transaction is in the delivered

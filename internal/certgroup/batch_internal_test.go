@@ -1,6 +1,6 @@
 package certgroup
 
-// Batched proposals (issue 4, throughput): the leader proposes one Raft
+// Batched proposals (for throughput): the leader proposes one Raft
 // entry per batch of certified entries, and a member upgraded in place
 // still reads the log written before batching (one entry per Raft entry).
 

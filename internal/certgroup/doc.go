@@ -1,5 +1,5 @@
 // Package certgroup replicates the certifier with Raft (Tashkent §7.3,
-// which uses Paxos; issue 4), on go.etcd.io/raft/v3.
+// which uses Paxos), on go.etcd.io/raft/v3.
 //
 // # Why it is built this way
 //

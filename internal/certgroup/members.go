@@ -8,7 +8,7 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 )
 
-// Online membership (issue 4). A member is added as a learner (it receives
+// Online membership. A member is added as a learner (it receives
 // the log, by snapshot plus entries, but does not vote), promoted to voter
 // once it has caught up, and removed by a plain removal; each step is one
 // Raft configuration change (ConfChangeV2 with a single change: Raft's

@@ -1,7 +1,7 @@
 package certgroup_test
 
-// The seeded deterministic simulation of the certifier group (issue 4,
-// Tashkent §7.3). One seed runs a whole group in one goroutine: the real
+// The seeded deterministic simulation of the certifier group (Tashkent
+// §7.3). One seed runs a whole group in one goroutine: the real
 // Core of every member (etcd Raft + the certification state machine) over a
 // simulated network that drops, delays and reorders messages and cuts
 // partitions, simulated disks that lose what was not synced when their
@@ -48,6 +48,7 @@ import (
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/certifier"
 	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 var (
@@ -139,18 +140,11 @@ func runSim(seed int64, steps int, verbose bool) (st simStats, err error) {
 	s.tracing = verbose || *flagSeed != 0
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v (replay with -seed=%d -v for the trace)\n%s", r, seed, tail(s.trace.String(), 3000))
+			err = fmt.Errorf("panic: %v (replay with -seed=%d -v for the trace)\n%s", r, seed, process.OutputTail(s.trace.String(), 3000))
 		}
 	}()
 	err = s.run(steps)
 	return s.stats, err
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
 
 // --- simulated disk ---

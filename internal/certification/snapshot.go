@@ -7,7 +7,7 @@ import (
 	"slices"
 )
 
-// Snapshots of the state (issue 4: the certifier group compacts its Raft
+// Snapshots of the state (the certifier group compacts its Raft
 // log behind a snapshot, and a lagging member installs the leader's).
 //
 // Only what cannot be rebuilt is written: the version, the low-water mark,

@@ -45,10 +45,21 @@
 // (sendLoop). Replies go out as soon as what they depend on is durable, not
 // in the order the requests came: an abort, which depends on nothing, is
 // not held behind the flush of another session's commit on the same stream
-// (takeSendable). A stream whose replica is far behind is caught up from
+// (TakeSendable). A stream whose replica is far behind is caught up from
 // the log on disk, in chunks. While a replica's agent says it has fallen
 // behind (the stream's pause flag), the other streams' requests are held
 // before they are certified (flowcontrol.go).
+//
+// # Decisions and drivers
+//
+// What the service decides per message is in pure functions (core.go):
+// a request's preparation, decision and reply (CertifyMessage for a single
+// certifier), which replies a stream may send (TakeSendable, PushDue), the
+// entries it must be sent before them (SendReplies, ChunkEntries), which
+// sessions it refuses (CheckOpen), where recovery starts (WindowBase). The
+// goroutines, the log and gRPC are the drivers around them; the
+// simulation (internal/sim) drives the same functions with a simulated
+// network, disk and clock.
 //
 // # Failure
 //

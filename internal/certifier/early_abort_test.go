@@ -11,9 +11,9 @@ import (
 
 // An abort depends on nothing durable, so it is sent at once, even when a
 // commit of another session on the same stream (one stream carries all of
-// a replica's sessions) is still waiting for its flush (stream.go,
-// takeSendable). Before, the abort waited for that flush: a doomed
-// transaction held its row locks and its client waited a flush longer.
+// a replica's sessions) is still waiting for its flush (core.go,
+// TakeSendable). Held behind that flush, a doomed transaction would keep
+// its row locks and its client would wait a flush longer.
 // The commit's reply still comes after its entry, once durable.
 func TestAnAbortIsNotHeldBehindAnotherSessionsFlush(t *testing.T) {
 	const flush = time.Second // an emulated slow disk (Config.SyncDelay)

@@ -17,7 +17,7 @@ import (
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
-// TestGroupMembershipUnderLoad (issue 4): a 3-member group of real
+// TestGroupMembershipUnderLoad: a 3-member group of real
 // processes under a certify load whose clients only know the first three
 // members. A 4th member is started empty with --join and added with
 // `tashkent certifier members add` (a learner that catches up by the

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tashkent-db/tashkent/internal/process"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
@@ -22,7 +23,7 @@ var tinySnapshots = []string{"--snapshot-entries", "500", "--snapshot-catch-up-e
 // not compact, is reported beside it.)
 const raftDirBoundBytes = 4 << 20
 
-// TestGroupSnapshotsUnderLoad (issue 4, Tashkent §7.3 "state transfer"): a
+// TestGroupSnapshotsUnderLoad (Tashkent §7.3 "state transfer"): a
 // 3-member group of real processes with a tiny snapshot interval under a
 // certify load. Every member's Raft directory stays under a bound while
 // the versioned log grows. A follower is killed and started again once the
@@ -64,7 +65,7 @@ func TestGroupSnapshotsUnderLoad(t *testing.T) {
 				t.Logf("member %d: %v %v", m.id, st, err)
 			}
 			if victim.proc != nil {
-				t.Logf("member %d stderr (tail):\n%s", victim.id, tailOf(victim.proc.stderr.String(), 4000))
+				t.Logf("member %d stderr (tail):\n%s", victim.id, process.OutputTail(victim.proc.stderr.String(), 4000))
 			}
 		}
 	})
@@ -116,11 +117,4 @@ func dirBytes(dir string) int64 {
 		return nil
 	})
 	return n
-}
-
-func tailOf(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }

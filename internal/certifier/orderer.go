@@ -96,15 +96,7 @@ func syncsVersionedLog(cfg Config) bool { return cfg.Group == nil }
 // windowBase is the version after which the log's last window starts: the
 // versions (base, last] are what recovery restores.
 func (s *Service) windowBase() uint64 {
-	last := s.log.LastVersion()
-	base := uint64(0)
-	if first := s.log.FirstVersion(); first > 0 {
-		base = first - 1
-	}
-	if last > s.cfg.WindowVersions && last-s.cfg.WindowVersions > base {
-		base = last - s.cfg.WindowVersions
-	}
-	return base
+	return WindowBase(s.log.FirstVersion(), s.log.LastVersion(), s.cfg.WindowVersions)
 }
 
 // replay reads the log back from after base into the recent ring, calling

@@ -127,87 +127,34 @@ type certifying struct {
 }
 
 // prepare checks a request's limits, reads its keys and encodes its log
-// entry; a request refused here gets its reply at once.
+// entry (prepareRequest); a request refused here gets its reply at once.
 func (s *Service) prepare(req *pb.CertifyRequestEncoded, overloaded bool) certifying {
-	c := certifying{req: req, overloaded: overloaded}
-	if overloaded {
-		return c
-	}
-	refuse := func(reason pb.AbortReason, detail string) certifying {
+	c := prepareRequest(req, overloaded, s.cfg.Limits)
+	if c.reply != nil {
 		s.stats.aborts.Add(1)
-		c.reply = abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}, reason, detail)
-		return c
 	}
-	if detail := s.checkEncodedBytes(req); detail != "" {
-		return refuse(pb.AbortReason_ABORT_REASON_LIMIT, detail)
-	}
-	// The state keeps the keys (its window): a slice of their own.
-	keys, err := keysOfEncoded(make([]certification.Key, 0, keysCapacityGuess), req.Writeset)
-	if n := len(keys); n > s.cfg.Limits.WritesetKeysMax {
-		return refuse(pb.AbortReason_ABORT_REASON_LIMIT,
-			fmt.Sprintf("writeset has %d rows, over the limit of %d (writeset keys max)", n, s.cfg.Limits.WritesetKeysMax))
-	}
-	if err != nil || req.Txn == nil || req.Txn.Origin == "" {
-		if err == nil {
-			err = errors.New("missing transaction id")
-		}
-		return refuse(pb.AbortReason_ABORT_REASON_INVALID, err.Error())
-	}
-	c.prefix = logentry.EncodePrefixOfEncoded(req.Txn, req.Writeset)
-	if len(c.prefix)+logentry.VersionBytesMax > wal.EntryBytesMax {
-		return refuse(pb.AbortReason_ABORT_REASON_LIMIT,
-			fmt.Sprintf("the log entry would be %d bytes, over the log's limit of %d", len(c.prefix), wal.EntryBytesMax))
-	}
-	c.request = certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}
 	return c
 }
 
-// answer builds a request's reply; on commit it must wait until durable
-// reaches waitFor.
+// answer builds a request's reply (replyTo) and counts it; on commit it
+// must wait until durable reaches waitFor.
 func (s *Service) answer(c *certifying) (reply *pb.CertifyReply, waitFor uint64) {
-	if c.reply != nil {
-		return c.reply, 0
+	refused := c.reply != nil // counted by prepare
+	reply, waitFor = replyTo(c, s.cfg.Limits.InFlightRequestsMax)
+	if refused {
+		return reply, waitFor
 	}
-	reply = &pb.CertifyReply{RequestId: c.req.RequestId, Txn: c.req.Txn}
-	if c.overloaded {
-		return s.overloadedReply(reply, c.committedBefore), c.committedBefore
+	if !c.overloaded {
+		s.stats.certifications.Add(1)
 	}
-	s.stats.certifications.Add(1)
-	if c.outcome.Decision == certification.Commit {
-		reply.Decision = pb.Decision_DECISION_COMMIT
-		reply.CommitVersion = c.outcome.CommitVersion
-		return reply, c.outcome.CommitVersion
+	if reply.Decision != pb.Decision_DECISION_COMMIT {
+		s.stats.aborts.Add(1)
 	}
-	s.stats.aborts.Add(1)
-	reply.ConflictVersion = c.outcome.ConflictVersion
-	return abortReply(reply, reasonOf(c.outcome.Reason), describeEncodedAbort(c.req, c.outcome, c.lowWaterMark, c.latest)), 0
+	return reply, waitFor
 }
 
 // keysCapacityGuess sizes a request's key slice: most writesets are small.
 const keysCapacityGuess = 8
-
-// overloadedReply answers a request over the in-flight limit: aborted,
-// unless its transaction already committed (at committed, non-zero), which
-// gets its version back.
-func (s *Service) overloadedReply(reply *pb.CertifyReply, committed uint64) *pb.CertifyReply {
-	if committed != 0 {
-		reply.Decision, reply.CommitVersion = pb.Decision_DECISION_COMMIT, committed
-		return reply
-	}
-	s.stats.aborts.Add(1)
-	return abortReply(reply, pb.AbortReason_ABORT_REASON_OVERLOADED,
-		fmt.Sprintf("certifier overloaded: more requests in flight than the limit of %d (in-flight requests max); retry", s.cfg.Limits.InFlightRequestsMax))
-}
-
-// checkEncodedBytes checks the size limit of an encoded writeset: its
-// size is its length, as proto.Size of the decoded one. It comes before
-// the keys are read, so an oversized writeset is not parsed.
-func (s *Service) checkEncodedBytes(req *pb.CertifyRequestEncoded) string {
-	if n, limit := len(req.Writeset), s.cfg.Limits.WritesetBytesMax; n > limit {
-		return fmt.Sprintf("writeset is %d bytes, over the limit of %d (writeset bytes max)", n, limit)
-	}
-	return ""
-}
 
 // describeEncodedAbort is describeAbort for an encoded request: a conflict
 // names the change, so only then is the writeset decoded.

@@ -64,25 +64,12 @@ func (l *singleLog) admit(grpc.ServerStream, *pb.OpenSession) (context.Context, 
 }
 
 // decide runs the state machine for every prepared request, in order,
-// under one lock, and queues the new commits for the writer.
+// under one lock (decideSingle), and queues the new commits for the writer.
 func (l *singleLog) decide(_ context.Context, batch []certifying) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	wasEmpty := len(l.pending) == 0
-	for i := range batch {
-		c := &batch[i]
-		switch {
-		case c.reply != nil:
-		case c.overloaded:
-			c.committedBefore, _ = l.state.CommittedVersion(txnOf(c.req.Txn))
-		default:
-			c.outcome = l.state.Certify(c.request)
-			if c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
-				l.pending = append(l.pending, c.prefix.WithVersion(c.outcome.CommitVersion))
-			}
-			c.lowWaterMark, c.latest = l.state.LowWaterMark(), l.state.Version()
-		}
-	}
+	l.pending = decideSingle(l.state, batch, l.pending)
 	if wasEmpty && len(l.pending) > 0 {
 		l.signalWriter()
 	}

@@ -3,7 +3,6 @@ package certifier
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -104,19 +103,7 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 }
 
 func (s *Service) checkOpen(open *pb.OpenSession) error {
-	if open == nil || open.Replica == "" {
-		return status.Error(codes.InvalidArgument, "the first message of a Certify stream must open a session with the replica's name")
-	}
-	if durable := s.DurableVersion(); open.ReplicaVersion > durable {
-		return status.Errorf(codes.FailedPrecondition,
-			"replica %q is at version %d but the certifier's durable version is %d: the replica holds versions this certifier never made durable (failed versions); rebuild it from a peer",
-			open.Replica, open.ReplicaVersion, durable)
-	}
-	if first := s.log.FirstVersion(); first > 0 && open.ReplicaVersion+1 < first {
-		return status.Errorf(codes.FailedPrecondition,
-			"replica %q is at version %d but the log starts at version %d: rebuild the replica from a peer", open.Replica, open.ReplicaVersion, first)
-	}
-	return nil
+	return CheckOpen(open, s.DurableVersion(), s.log.FirstVersion())
 }
 
 // recvEncoded reads the next message with its writesets left encoded
@@ -237,7 +224,7 @@ func put(ctx context.Context, queue chan<- queued, q queued) error {
 }
 
 // sendLoop sends each queued reply once what it depends on is durable
-// (takeSendable), preceded by every durable entry the replica has not been
+// (TakeSendable), preceded by every durable entry the replica has not been
 // sent. Replies that are ready together share one message.
 //
 // Pushes (OpenSession.push): a stream that asked for them is sent every
@@ -265,8 +252,8 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 		if failed != nil {
 			return status.Error(codes.Unavailable, failed.Error())
 		}
-		ready, waiting = takeSendable(waiting, durable, ready[:0])
-		if len(ready) == 0 && push && durable > delivered {
+		ready, waiting = TakeSendable(waiting, durable, queued.dependency, ready[:0])
+		if PushDue(push, len(ready), delivered, durable) {
 			ready = append(ready, queued{received: time.Now()}) // a push: a catch-up of our own
 		}
 		if len(ready) > 0 {
@@ -301,25 +288,8 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 	}
 }
 
-// takeSendable moves the replies that can be sent now, those whose
-// dependencies are durable, from waiting to ready, each in arrival order.
-// A reply is sent as soon as it can be, not in the order the requests
-// came: one stream carries every session of a replica, and an abort (which
-// depends on nothing durable) or a catch-up does not wait for the flush of
-// another session's commit. Its client learns of the abort, and retries,
-// up to a whole flush sooner. Entries still go out in version order, each
-// before any reply that depends on it (send).
-func takeSendable(waiting []queued, durable uint64, ready []queued) (sendable, still []queued) {
-	still = waiting[:0]
-	for _, q := range waiting {
-		if q.waitFor <= durable {
-			ready = append(ready, q)
-		} else {
-			still = append(still, q)
-		}
-	}
-	return ready, still
-}
+// dependency is the version that must be durable before q is sent.
+func (q queued) dependency() uint64 { return q.waitFor }
 
 // sendReady sends replies whose dependencies are durable, once the orderer
 // lets them go (in a group, after their aborts are confirmed), with the
@@ -361,33 +331,21 @@ func answered(batch []queued) int64 {
 	return n
 }
 
-// send delivers entries (delivered, durable], then the replies.
+// send delivers entries (delivered, durable], then the replies
+// (SendReplies).
 func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delivered, durable uint64) (uint64, error) {
-	var last *pb.CertifyStreamReply
-	err := s.chunkEntries(delivered, durable, func(entries [][]byte, upTo uint64) error {
-		if last != nil {
-			if err := stream.Send(last); err != nil {
-				return err
-			}
-		}
-		last = &pb.CertifyStreamReply{Entries: entries, DurableVersion: upTo}
-		delivered = upTo
-		return nil
-	})
-	if err != nil {
-		return delivered, err
-	}
-	if last == nil {
-		last = &pb.CertifyStreamReply{DurableVersion: durable}
-	}
-	last.DurableVersion = durable
+	var replies []*pb.CertifyReply
 	for _, q := range batch {
 		if q.reply != nil {
-			last.Replies = append(last.Replies, q.reply)
+			replies = append(replies, q.reply)
 		}
 	}
-	sendStart := time.Now()
-	if err := stream.Send(last); err != nil {
+	var sendStart time.Time
+	delivered, err := SendReplies(s.entriesUpToBytes, delivered, durable, replies, func(m *pb.CertifyStreamReply) error {
+		sendStart = time.Now()
+		return stream.Send(m)
+	})
+	if err != nil {
 		return delivered, err
 	}
 	now := time.Now()
@@ -415,39 +373,9 @@ const (
 	readChunkBytes   = messageEntryBytesMax
 )
 
-// chunkEntries calls emit with the encoded entries (after, upTo] in order,
-// in groups of at most messageEntryBytesMax bytes (or one entry), with the
-// version of the group's last entry.
+// chunkEntries is ChunkEntries over the service's recent ring and log.
 func (s *Service) chunkEntries(after, upTo uint64, emit func(entries [][]byte, last uint64) error) error {
-	var group [][]byte
-	groupBytes := 0
-	for after < upTo {
-		to := min(upTo, after+readChunkEntries)
-		read, err := s.entriesUpToBytes(nil, after, to, readChunkBytes)
-		if err != nil {
-			return fmt.Errorf("read log for delivery: %w", err)
-		}
-		if len(read) == 0 || uint64(len(read)) > to-after {
-			// Never deliver a gap: the reader would take the versions
-			// it did not get as delivered.
-			return fmt.Errorf("read log for delivery: %d entries for versions %d..%d", len(read), after+1, to)
-		}
-		for i, e := range read {
-			if len(group) > 0 && groupBytes+len(e) > messageEntryBytesMax {
-				if err := emit(group, after+uint64(i)); err != nil {
-					return err
-				}
-				group, groupBytes = nil, 0
-			}
-			group = append(group, e)
-			groupBytes += len(e)
-		}
-		after += uint64(len(read))
-	}
-	if len(group) > 0 {
-		return emit(group, upTo)
-	}
-	return nil
+	return ChunkEntries(s.entriesUpToBytes, after, upTo, emit)
 }
 
 func (s *Service) logStages(batch []queued, sendStart, sent time.Time) {

@@ -72,7 +72,7 @@ func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, p
 }
 
 // groupSnapshotFlags: when a group member snapshots its state and compacts
-// its Raft log, and how long its versioned log is kept (issue 4).
+// its Raft log, and how long its versioned log is kept.
 type groupSnapshotFlags struct {
 	entries, mib, catchUp uint64
 }

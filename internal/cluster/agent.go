@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/netutil"
 	"github.com/tashkent-db/tashkent/internal/pgcode"
@@ -160,7 +159,7 @@ func ReadGate(ctx context.Context, dsn string) (Gate, error) {
 	var v int64
 	err = conn.QueryRow(ctx, `SELECT tashkent.committed_version(), s.admitting, s.admit_reason FROM tashkent.status() AS s`).
 		Scan(&v, &g.Admitting, &g.Reason)
-	if notInstalled(err) {
+	if pgcode.MissingObject(err) {
 		return Gate{Reason: "the tashkent extension is not installed yet (the agent installs it)"}, nil
 	}
 	if err != nil {
@@ -168,13 +167,6 @@ func ReadGate(ctx context.Context, dsn string) (Gate, error) {
 	}
 	g.Version = uint64(v)
 	return g, nil
-}
-
-// notInstalled reports whether err says the database has no tashkent
-// extension yet.
-func notInstalled(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == pgcode.InvalidSchemaName || pgErr.Code == pgcode.UndefinedFunction || pgErr.Code == pgcode.UndefinedTable)
 }
 
 // listensOn reports whether process pid holds the TCP socket listening on

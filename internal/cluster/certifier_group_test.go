@@ -30,7 +30,7 @@ var flagLeaderKills = flag.Int("leader-kills", 0, "kill -9 rounds of the certifi
 // group's leader again and again (restarted each time by `up`). Every
 // commit acknowledged to a client must be on every replica, the replicas
 // must converge to equal checksums, and each failover pause (kill to the
-// next acknowledged commit) is reported (issue 4).
+// next acknowledged commit) is reported.
 func TestCertifierGroupLeaderKill9UnderLoad(t *testing.T) {
 	kills := 3
 	if testing.Short() {

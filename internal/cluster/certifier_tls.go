@@ -17,7 +17,7 @@ import (
 	"github.com/tashkent-db/tashkent/internal/grpctls"
 )
 
-// Certifier TLS of a local cluster (`tashkent up --certifier-tls`, issue 4):
+// Certifier TLS of a local cluster (`tashkent up --certifier-tls`):
 // mutual TLS on every certifier channel (agents to members, members among
 // themselves, status). Up creates, in <dir>/certifier-tls, a CA and one
 // certificate per process, for 127.0.0.1 and localhost, keys mode 0600:

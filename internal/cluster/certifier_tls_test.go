@@ -26,7 +26,7 @@ import (
 
 // TestCertifierTLSGroupEndToEnd: `tashkent up --certifier-tls --certifiers
 // 3` runs a certifier group and a replica with its agent, with mutual TLS
-// on every certifier channel (issue 4). The members elect a leader over
+// on every certifier channel. The members elect a leader over
 // TLS (Raft among members), a write on the replica commits (agent to
 // leader), a Fetch streams it back, and status sees the group. Clients
 // without a client certificate, with a certificate of another CA, that

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -135,65 +132,33 @@ var (
 )
 
 // child is a detached process this `tashkent up` started.
-type child struct {
-	pid       int
-	logPath   string
-	logOffset int64
-	done      chan struct{} // closed when it exited (while we still run)
-	waitErr   error
-}
+type child struct{ *process.Child }
 
 // spawnDetached starts bin with args in a new session, its stdin on
 // /dev/null and its output appended to logPath, so that it survives the end
 // of this process and of its terminal.
 func spawnDetached(bin string, args []string, logPath string) (*child, error) {
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
-		return nil, err
-	}
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open log: %w", err)
-	}
-	defer logf.Close() // the child has its own copy
-	off, _ := logf.Seek(0, io.SeekEnd)
-	fmt.Fprintf(logf, "--- %s: tashkent up starts: %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
-	cmd.Stdout = logf
-	cmd.Stderr = logf
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	c, err := process.StartLogged(cmd, logPath, "tashkent up")
+	if err != nil {
+		return nil, err
 	}
-	c := &child{pid: cmd.Process.Pid, logPath: logPath, logOffset: off, done: make(chan struct{})}
-	go func() {
-		c.waitErr = cmd.Wait()
-		close(c.done)
-	}()
-	return c, nil
-}
-
-// exited reports whether the child has exited, and how.
-func (c *child) exited() (bool, error) {
-	select {
-	case <-c.done:
-		return true, c.waitErr
-	default:
-		return false, nil
-	}
+	return &child{c}, nil
 }
 
 // kill kills a child that did not become ready and waits for it.
 func (c *child) kill() {
-	_ = syscall.Kill(c.pid, syscall.SIGKILL)
+	_ = c.Signal(syscall.SIGKILL)
 	select {
-	case <-c.done:
+	case <-c.Done():
 	case <-time.After(10 * time.Second):
 	}
 }
 
 // logTail returns the end of what this run of the child wrote to its log.
-func (c *child) logTail() string { return process.LogTail(c.logPath, c.logOffset, logTailBytes) }
+func (c *child) logTail() string { return c.LogTail(logTailBytes) }
 
 const logTailBytes = 3000
 
@@ -235,28 +200,18 @@ func (e *errStartup) portInUse(fixed ...string) bool {
 func waitReady(ctx context.Context, c *child, what string, timeout time.Duration, ready func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var last error
-	for {
-		if done, werr := c.exited(); done {
-			return &errStartup{what: what, pid: c.pid, reason: fmt.Sprintf("exited during startup (%v)", werr),
-				logPath: c.logPath, tail: c.logTail()}
-		}
-		attempt, acancel := context.WithTimeout(ctx, 2*time.Second)
-		last = ready(attempt)
-		acancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			c.kill()
-			reason := fmt.Sprintf("not ready after %s (last check: %v); killed it", timeout, last)
-			if errors.Is(ctx.Err(), context.Canceled) {
-				reason = "startup interrupted; killed it"
-			}
-			return &errStartup{what: what, pid: c.pid, reason: reason, logPath: c.logPath, tail: c.logTail()}
-		case <-c.done:
-		case <-time.After(50 * time.Millisecond):
-		}
+	exited, err := c.WaitReady(ctx, ready)
+	if exited {
+		return &errStartup{what: what, pid: c.PID, reason: fmt.Sprintf("exited during startup (%v)", err),
+			logPath: c.LogPath, tail: c.logTail()}
 	}
+	if err == nil {
+		return nil
+	}
+	c.kill()
+	reason := fmt.Sprintf("not ready after %s (last check: %v); killed it", timeout, err)
+	if errors.Is(ctx.Err(), context.Canceled) {
+		reason = "startup interrupted; killed it"
+	}
+	return &errStartup{what: what, pid: c.PID, reason: reason, logPath: c.LogPath, tail: c.logTail()}
 }

@@ -48,13 +48,13 @@ func startFake(t *testing.T, args ...string) *child {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := cmdline(c.pid); err == nil {
+		if _, err := cmdline(c.PID); err == nil {
 			c.kill()
 		}
 	})
 	// Wait until the child has exec'd (its cmdline is the fake's).
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(process.LogTail(c.logPath, 0, 1000), "ready") {
+	for !strings.Contains(process.LogTail(c.LogPath, 0, 1000), "ready") {
 		if time.Now().After(deadline) {
 			t.Fatalf("fake process did not start: %s", c.logTail())
 		}
@@ -66,7 +66,7 @@ func startFake(t *testing.T, args ...string) *child {
 func TestIdentityCheck(t *testing.T) {
 	c := startFake(t, "agent", "--name", "replica1", "--socket", "/c/replica1/pgdata/tashkent_agent.sock")
 	a := &Agent{Socket: "/c/replica1/pgdata/tashkent_agent.sock"}
-	if err := agentIdentity(a).check(c.pid); err != nil {
+	if err := agentIdentity(a).check(c.PID); err != nil {
 		t.Fatalf("the fake agent does not match its identity: %v", err)
 	}
 	for _, other := range []procIdentity{
@@ -74,8 +74,8 @@ func TestIdentityCheck(t *testing.T) {
 		certifierIdentity(&Certifier{DataDir: "/c/replica1/pgdata/tashkent_agent.sock"}),
 		{sub: "agent", names: []flagValue{{"--name", "replica2"}}},
 	} {
-		if err := other.check(c.pid); err == nil {
-			t.Errorf("pid %d matched %s", c.pid, other)
+		if err := other.check(c.PID); err == nil {
+			t.Errorf("pid %d matched %s", c.PID, other)
 		}
 	}
 	if err := agentIdentity(a).check(os.Getpid()); err == nil {
@@ -83,11 +83,11 @@ func TestIdentityCheck(t *testing.T) {
 	}
 	// An agent recorded with its config file is still recognized when it
 	// was started with the flags themselves.
-	if err := agentIdentity(&Agent{Socket: a.Socket, Config: "/c/replica1/agent.toml"}).check(c.pid); err != nil {
+	if err := agentIdentity(&Agent{Socket: a.Socket, Config: "/c/replica1/agent.toml"}).check(c.PID); err != nil {
 		t.Errorf("the agent started with --socket does not match its identity with a config file: %v", err)
 	}
 	c.kill()
-	if err := agentIdentity(a).check(c.pid); err == nil {
+	if err := agentIdentity(a).check(c.PID); err == nil {
 		t.Error("a dead process matched")
 	}
 }
@@ -97,7 +97,7 @@ func TestIdentityCheck(t *testing.T) {
 func TestIdentityByConfigFile(t *testing.T) {
 	c := startFake(t, "certifier", "--config", "/c/certifier-2/certifier.toml")
 	member := &Certifier{ID: 2, DataDir: "/c/certifier-2", Config: "/c/certifier-2/certifier.toml"}
-	if err := certifierIdentity(member).check(c.pid); err != nil {
+	if err := certifierIdentity(member).check(c.PID); err != nil {
 		t.Fatalf("the fake member does not match its identity: %v", err)
 	}
 	for _, other := range []procIdentity{
@@ -105,12 +105,12 @@ func TestIdentityByConfigFile(t *testing.T) {
 		certifierIdentity(&Certifier{ID: 2, DataDir: "/c/certifier-2"}), // no config recorded
 		agentIdentity(&Agent{Socket: "/c/certifier-2/certifier.toml", Config: "/c/certifier-2/certifier.toml"}),
 	} {
-		if err := other.check(c.pid); err == nil {
-			t.Errorf("pid %d matched %s", c.pid, other)
+		if err := other.check(c.PID); err == nil {
+			t.Errorf("pid %d matched %s", c.PID, other)
 		}
 	}
 	a := startFake(t, "agent", "--config=/c/replica1/agent.toml")
-	if err := agentIdentity(&Agent{Socket: "/c/replica1/pgdata/tashkent_agent.sock", Config: "/c/replica1/agent.toml"}).check(a.pid); err != nil {
+	if err := agentIdentity(&Agent{Socket: "/c/replica1/pgdata/tashkent_agent.sock", Config: "/c/replica1/agent.toml"}).check(a.PID); err != nil {
 		t.Errorf("an agent started with --config=FILE does not match: %v", err)
 	}
 }
@@ -120,35 +120,35 @@ func TestStopProcess(t *testing.T) {
 	t.Run("sigterm", func(t *testing.T) {
 		c := startFake(t, "certifier", "--data-dir", "/nonexistent/c")
 		id := certifierIdentity(&Certifier{DataDir: "/nonexistent/c"})
-		killed, err := stopProcess(ctx, id, c.pid, 10*time.Second)
+		killed, err := stopProcess(ctx, id, c.PID, 10*time.Second)
 		if err != nil || killed {
 			t.Fatalf("stop: killed=%v err=%v", killed, err)
 		}
-		if process.Alive(c.pid) {
+		if process.Alive(c.PID) {
 			t.Fatal("process still alive after stop")
 		}
-		if _, err := stopProcess(ctx, id, c.pid, time.Second); !errors.Is(err, errNotRunning) {
+		if _, err := stopProcess(ctx, id, c.PID, time.Second); !errors.Is(err, errNotRunning) {
 			t.Fatalf("second stop: %v, want errNotRunning", err)
 		}
 	})
 	t.Run("sigkill after grace", func(t *testing.T) {
 		c := startFake(t, "agent", "--socket", "/c/r2.sock", "--ignore-term")
-		killed, err := stopProcess(ctx, agentIdentity(&Agent{Socket: "/c/r2.sock"}), c.pid, 300*time.Millisecond)
+		killed, err := stopProcess(ctx, agentIdentity(&Agent{Socket: "/c/r2.sock"}), c.PID, 300*time.Millisecond)
 		if err != nil || !killed {
 			t.Fatalf("stop: killed=%v err=%v", killed, err)
 		}
-		if process.Alive(c.pid) {
+		if process.Alive(c.PID) {
 			t.Fatal("process still alive after SIGKILL")
 		}
 	})
 	t.Run("not ours", func(t *testing.T) {
 		c := startFake(t, "agent", "--socket", "/c/r3.sock")
-		_, err := stopProcess(ctx, agentIdentity(&Agent{Socket: "/c/r4.sock"}), c.pid, time.Second)
+		_, err := stopProcess(ctx, agentIdentity(&Agent{Socket: "/c/r4.sock"}), c.PID, time.Second)
 		if !errors.Is(err, errNotOurs) {
 			t.Fatalf("stop of a foreign process: %v, want errNotOurs", err)
 		}
 		time.Sleep(100 * time.Millisecond)
-		if !process.Alive(c.pid) {
+		if !process.Alive(c.PID) {
 			t.Fatal("a process that is not ours was signalled")
 		}
 	})
@@ -181,7 +181,7 @@ func TestWaitReadyReportsLogTail(t *testing.T) {
 	if time.Since(start) > 5*time.Second {
 		t.Fatalf("timeout took %s", time.Since(start))
 	}
-	if process.Alive(c.pid) {
+	if process.Alive(c.PID) {
 		t.Fatal("the process that timed out was not killed")
 	}
 }
@@ -196,9 +196,9 @@ func TestDownLeavesForeignProcessesAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreign := startFake(t, "agent", "--socket", "/elsewhere/tashkent_agent.sock")
-	st.Replicas[0].Agent.PID = foreign.pid
-	st.Replicas[0].Postgres.PID = foreign.pid // not a postgres at all
-	st.Certifier.PID = foreign.pid
+	st.Replicas[0].Agent.PID = foreign.PID
+	st.Replicas[0].Postgres.PID = foreign.PID // not a postgres at all
+	st.Certifier.PID = foreign.PID
 	if err := st.Save(); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestDownLeavesForeignProcessesAlone(t *testing.T) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond)
-	if !process.Alive(foreign.pid) {
+	if !process.Alive(foreign.PID) {
 		t.Fatal("Down signalled a process that was not its own")
 	}
 	got, err := Load(dir)

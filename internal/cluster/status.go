@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
@@ -230,7 +231,7 @@ func tashkentRunning(id procIdentity, pid int) (bool, string) {
 // yet (no extension) holds version 0.
 func ReadVersion(ctx context.Context, conn *pgx.Conn) (uint64, error) {
 	v, err := replica.ReadVersion(ctx, conn)
-	if notInstalled(err) {
+	if pgcode.MissingObject(err) {
 		return 0, nil
 	}
 	return v, err

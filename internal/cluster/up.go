@@ -466,13 +466,13 @@ func (u *upper) startDetached(ctx context.Context, what, logPath string, ports [
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		u.mu.Lock()
-		record(c.pid)
+		record(c.PID)
 		u.mu.Unlock()
 		if err := u.save(); err != nil {
 			c.kill()
 			return err
 		}
-		err = waitReady(ctx, c, what, u.o.ReadyTimeout, func(ctx context.Context) error { return ready(ctx, c.pid) })
+		err = waitReady(ctx, c, what, u.o.ReadyTimeout, func(ctx context.Context) error { return ready(ctx, c.PID) })
 		if err == nil {
 			return nil
 		}

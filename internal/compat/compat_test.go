@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // scenarios every suite reports, in order (compat/python/compat_common.py,
@@ -331,7 +332,7 @@ func runSuite(t *testing.T, root string, s suite, tg target, m *matrix) {
 		})
 	}
 	if failedAny && output != "" {
-		t.Logf("%s %s output:\n%s", s.name, tg.name, tail(output, 8000))
+		t.Logf("%s %s output:\n%s", s.name, tg.name, process.OutputTail(output, 8000))
 	}
 }
 
@@ -411,13 +412,6 @@ func (m *matrix) render() string {
 		}
 	}
 	return b.String()
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
 }
 
 func lastLine(s string) string {

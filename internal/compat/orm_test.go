@@ -14,6 +14,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
 	"github.com/tashkent-db/tashkent/internal/pgcode"
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // migrationTool is an ORM's migration tool and an application written with
@@ -218,14 +219,14 @@ func migrate(t *testing.T, tool migrationTool, dir string, c *clustertest.Cluste
 		}
 		conflict := bytes.Contains(out, []byte("SerializationFailure")) || bytes.Contains(out, []byte(pgcode.SerializationFailure))
 		if !conflict {
-			t.Fatalf("%s on replica 1 (run %d): %v\n%s", strings.Join(args, " "), run, err, tail(string(out), 6000))
+			t.Fatalf("%s on replica 1 (run %d): %v\n%s", strings.Join(args, " "), run, err, process.OutputTail(string(out), 6000))
 		}
 		t.Logf("%s on replica 1: run %d failed with 40001: %s", strings.Join(args, " "), run, conflictDetail(out))
 		if run == attempts {
 			if expectFail {
 				return 0
 			}
-			t.Fatalf("%s on replica 1 failed with 40001 %d times in a row\n%s", strings.Join(args, " "), run, tail(string(out), 6000))
+			t.Fatalf("%s on replica 1 failed with 40001 %d times in a row\n%s", strings.Join(args, " "), run, process.OutputTail(string(out), 6000))
 		}
 	}
 }
@@ -287,12 +288,12 @@ func (a *app) stop() appResult {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("the application: %v\n%s", err, tail(a.out.String(), 6000))
+			t.Fatalf("the application: %v\n%s", err, process.OutputTail(a.out.String(), 6000))
 		}
 	case <-time.After(time.Minute):
 		_ = a.cmd.Process.Kill()
 		<-done
-		t.Fatalf("the application did not stop within a minute\n%s", tail(a.out.String(), 6000))
+		t.Fatalf("the application did not stop within a minute\n%s", process.OutputTail(a.out.String(), 6000))
 	}
 	for _, line := range strings.Split(a.out.String(), "\n") {
 		if rest, ok := strings.CutPrefix(line, "ORM-RESULT "); ok {
@@ -303,6 +304,6 @@ func (a *app) stop() appResult {
 			return res
 		}
 	}
-	t.Fatalf("the application printed no ORM-RESULT line:\n%s", tail(a.out.String(), 6000))
+	t.Fatalf("the application printed no ORM-RESULT line:\n%s", process.OutputTail(a.out.String(), 6000))
 	return appResult{}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // psqlPath is PostgreSQL 15's psql, next to the server binaries the tests
@@ -41,7 +42,7 @@ type psqlRun struct {
 }
 
 func (r psqlRun) String() string {
-	return fmt.Sprintf("exit %d after %s\nstdout:\n%s\nstderr:\n%s", r.code, r.elapsed.Round(time.Millisecond), tail(r.stdout, 2000), tail(r.stderr, 3000))
+	return fmt.Sprintf("exit %d after %s\nstdout:\n%s\nstderr:\n%s", r.code, r.elapsed.Round(time.Millisecond), process.OutputTail(r.stdout, 2000), process.OutputTail(r.stderr, 3000))
 }
 
 // psql runs psql with the target's environment (env), on port if not 0.

@@ -17,6 +17,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
@@ -240,7 +242,7 @@ func (d *run) waitCaughtUp(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if minOf(vs) >= target {
+		if slices.Min(vs) >= target {
 			d.printf("All replicas hold version %d (the certifier's durable version): %s.\n", target, d.formatVersions(vs))
 			return nil
 		}
@@ -248,7 +250,7 @@ func (d *run) waitCaughtUp(ctx context.Context) error {
 			return fmt.Errorf("%w: after %s the replicas hold %s, not the durable version %d",
 				ErrNotInSync, d.cfg.ConvergeTimeout, d.formatVersions(vs), target)
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -394,7 +396,7 @@ func reconnect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 		if err == nil || time.Now().After(deadline) {
 			return conn, err
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}
@@ -440,7 +442,7 @@ func (d *run) verify(ctx context.Context) error {
 		if st.Aborts >= d.certAbortsBefore {
 			d.res.CertificationAborts = st.Aborts - d.certAbortsBefore
 		}
-		if st.Version == st.DurableVersion && minOf(vs) == st.Version && maxOf(vs) == st.Version {
+		if st.Version == st.DurableVersion && slices.Min(vs) == st.Version && slices.Max(vs) == st.Version {
 			d.res.Converged = true
 			break
 		}
@@ -448,7 +450,7 @@ func (d *run) verify(ctx context.Context) error {
 			return fmt.Errorf("%w: after %s the replicas hold %s; the certifier is at version %d, durable %d",
 				ErrNotInSync, d.cfg.ConvergeTimeout, d.formatVersions(vs), st.Version, st.DurableVersion)
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -509,32 +511,5 @@ func (d *run) summary() {
 			word = fmt.Sprintf("CHANGED (%v)", r.TotalsAfter)
 		}
 		d.printf("  total balance   %d before, %d after on every replica: %s\n", r.TotalBefore, r.TotalsAfter[0], word)
-	}
-}
-
-func minOf(vs []uint64) uint64 {
-	m := vs[0]
-	for _, v := range vs[1:] {
-		m = min(m, v)
-	}
-	return m
-}
-
-func maxOf(vs []uint64) uint64 {
-	m := vs[0]
-	for _, v := range vs[1:] {
-		m = max(m, v)
-	}
-	return m
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }

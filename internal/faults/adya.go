@@ -26,7 +26,7 @@ const adyaInstallHint = "install it with `cargo install adya --locked` (CI does 
 const adyaModel = "strong-session-snapshot-isolation"
 
 // forbiddenAnomalies are the anomalies that fail the check outright, on top
-// of what adyaModel rules out (issue 7). G2-item (write skew) is allowed
+// of what adyaModel rules out. G2-item (write skew) is allowed
 // under snapshot isolation and is only reported.
 var forbiddenAnomalies = []string{"G0", "G1a", "G1b", "G1c", "G-single", "G-nonadjacent", "lost-update", "internal"}
 

@@ -35,7 +35,7 @@ type Config struct {
 	// DisconnectEvery closes its connection after its first statement.
 	DisconnectEvery int
 	// ConvergeTimeout bounds the wait for replicas to converge once faults
-	// are healed (issue 7: 30 s).
+	// are healed (30 s by default).
 	ConvergeTimeout time.Duration
 	// SelfTest runs the detector self-test after the checks: the certifier
 	// restarted without its conflict check must be caught.

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 	"github.com/tashkent-db/tashkent/internal/netutil"
 	"github.com/tashkent-db/tashkent/internal/process"
 )
@@ -473,7 +474,7 @@ func (c *control) awaitAdmitting(ctx context.Context, i int) error {
 		default:
 			last = errors.New(g.Reason)
 		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if ctxtime.Sleep(ctx, 100*time.Millisecond) != nil {
 			return ctx.Err()
 		}
 	}

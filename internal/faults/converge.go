@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
@@ -38,7 +39,7 @@ func converge(ctx context.Context, st *cluster.State, timeout time.Duration) (ti
 			why = err.Error()
 		}
 		last = why
-		if !sleepCtx(ctx, convergePoll) {
+		if ctxtime.Sleep(ctx, convergePoll) != nil {
 			return time.Since(start), fmt.Errorf("replicas did not converge within %s: %s", timeout, last)
 		}
 	}

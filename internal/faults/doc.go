@@ -1,4 +1,4 @@
-// Package faults is the fault-test harness (issue 7): it proves, the way
+// Package faults is the fault-test harness: it proves, the way
 // Jepsen does, that tashkent keeps snapshot isolation across replicas
 // (Tashkent §2, GSI) and loses no acknowledged commit while its processes
 // crash, pause and get partitioned.

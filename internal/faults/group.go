@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
 // A certifier group (`tashkent up --certifiers N`, Raft, Tashkent §7.3)
@@ -247,7 +248,7 @@ func (c *control) waitRoles(ctx context.Context) (leader int, followers []int, e
 		if leader != 0 {
 			return leader, followers, nil
 		}
-		if time.Now().After(deadline) || !sleepCtx(ctx, 100*time.Millisecond) {
+		if time.Now().After(deadline) || ctxtime.Sleep(ctx, 100*time.Millisecond) != nil {
 			return 0, nil, fmt.Errorf("the certifier group had no leader for %s", leaderWaitTimeout)
 		}
 	}

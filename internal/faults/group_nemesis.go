@@ -6,6 +6,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
 // injectGroup injects one fault on the certifier group: it finds the
@@ -32,7 +34,7 @@ func (n *nemesis) injectGroup(ctx context.Context, kind FaultKind) Fault {
 		f.Target, f.PIDs = t.name, []int{t.pid}
 		err = signal(f.PIDs, syscall.SIGSTOP)
 		n.logf("fault: %s %s (pid %d)", kind, t.name, t.pid)
-		sleepCtx(ctx, n.hold)
+		_ = ctxtime.Sleep(ctx, n.hold)
 		if cerr := signal(f.PIDs, syscall.SIGCONT); cerr != nil {
 			err = cerr
 		}
@@ -73,7 +75,7 @@ func (n *nemesis) killMember(ctx, heal context.Context, t target) error {
 		err = fmt.Errorf("still running 10 s after SIGKILL")
 	}
 	n.logf("fault: kill %s (pid %d)", t.name, t.pid)
-	sleepCtx(ctx, n.hold)
+	_ = ctxtime.Sleep(ctx, n.hold)
 	if rerr := n.ctl.restartMember(heal, t.member); rerr != nil {
 		err = fmt.Errorf("restart: %w", rerr)
 	}
@@ -84,7 +86,7 @@ func (n *nemesis) killMember(ctx, heal context.Context, t target) error {
 func (n *nemesis) partition(ctx, heal context.Context, kind FaultKind, cuts map[int][]string) error {
 	err := n.ctl.cut(cuts)
 	n.logf("fault: %s (member -> peers dropped: %v)", kind, cuts)
-	sleepCtx(ctx, n.hold)
+	_ = ctxtime.Sleep(ctx, n.hold)
 	if herr := n.ctl.healCuts(); herr != nil {
 		err = herr
 	}

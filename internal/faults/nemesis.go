@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
 // FaultKind names a fault the harness injects.
@@ -237,7 +239,7 @@ func (n *nemesis) run(ctx context.Context, cycled chan<- struct{}) {
 		return
 	}
 	for i := 0; ; i++ {
-		if !sleepCtx(ctx, n.gap) {
+		if ctxtime.Sleep(ctx, n.gap) != nil {
 			return
 		}
 		n.inject(ctx, kinds[i%len(kinds)])
@@ -263,7 +265,7 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 			err = fmt.Errorf("still running 10 s after SIGKILL")
 		}
 		n.logf("fault: %s %s (pids %v)", kind, t.name, f.PIDs)
-		sleepCtx(ctx, n.hold)
+		_ = ctxtime.Sleep(ctx, n.hold)
 		restart := n.ctl.up
 		if kind == KillCertifier {
 			restart = n.ctl.restartCertifier
@@ -274,7 +276,7 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 	case PausePostgres, PauseAgent, PauseCertifier:
 		err = signal(f.PIDs, syscall.SIGSTOP)
 		n.logf("fault: %s %s (pids %v)", kind, t.name, f.PIDs)
-		sleepCtx(ctx, n.hold)
+		_ = ctxtime.Sleep(ctx, n.hold)
 		if cerr := signal(f.PIDs, syscall.SIGCONT); cerr != nil {
 			err = cerr
 		}
@@ -288,7 +290,7 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 		f.PIDs = []int{pid}
 		f.Target = fmt.Sprintf("%s backend (%s)", n.ctl.state().Replicas[t.replica].Name, f.Backend)
 		n.logf("fault: %s %s (pid %d)", kind, f.Target, pid)
-		sleepCtx(ctx, n.hold)
+		_ = ctxtime.Sleep(ctx, n.hold)
 		if err == nil {
 			err = n.ctl.awaitAdmitting(heal, t.replica)
 		}
@@ -308,7 +310,7 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 		links := t.links
 		err = n.ctl.net.setLinks(ctx, links, false)
 		n.logf("fault: %s %s (replica links %v down)", kind, t.name, links)
-		sleepCtx(ctx, n.hold)
+		_ = ctxtime.Sleep(ctx, n.hold)
 		if herr := n.ctl.net.setLinks(heal, links, true); herr != nil {
 			err = herr
 		}
@@ -353,13 +355,4 @@ func (n *nemesis) pick(kind FaultKind) target {
 		return target{name: "nothing", replica: -1}
 	}
 	return cands[n.rng.IntN(len(cands))]
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
 }

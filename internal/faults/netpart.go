@@ -14,7 +14,7 @@ import (
 	"github.com/tashkent-db/tashkent/internal/netns"
 )
 
-// Network partitions (issue 7: "ip netns and veth"). The certifier runs in
+// Network partitions, with network namespaces and veth pairs. The certifier runs in
 // a network namespace of its own. Every replica reaches it through a veth
 // pair of its own, and the harness through one more. The agents, started
 // by `tashkent up` with the certifier at 127.0.0.1:PORT, connect to a TCP

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
 // Tables of the workloads. The self-test's lists live apart so that its
@@ -158,7 +159,7 @@ func (r *runner) setup(ctx context.Context, stmts []string) error {
 			if err == nil && n == bankAccounts {
 				break
 			}
-			if !sleepCtx(ctx, 100*time.Millisecond) {
+			if ctxtime.Sleep(ctx, 100*time.Millisecond) != nil {
 				return fmt.Errorf("setup: the tables did not reach %s within %s (last error: %v)", ep.Replica, setupTimeout, err)
 			}
 		}
@@ -216,7 +217,7 @@ func (r *runner) workload(ctx context.Context, la *listAppend, bk *bank, lf *lon
 // slowly), but no later than twice cfg.Duration.
 func (r *runner) stopAfter(ctx context.Context, stop context.CancelFunc, cycled <-chan struct{}) {
 	defer stop()
-	if !sleepCtx(ctx, r.cfg.Duration) {
+	if ctxtime.Sleep(ctx, r.cfg.Duration) != nil {
 		return
 	}
 	select {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
 // The detector self-test. The certifier is restarted with its conflict
@@ -109,7 +110,7 @@ func breakDeadlocks(ctx context.Context, st *cluster.State) int {
 		}
 	}()
 	n := 0
-	for sleepCtx(ctx, breakerPoll) {
+	for ctxtime.Sleep(ctx, breakerPoll) == nil {
 		for i, rep := range st.Replicas {
 			if conns[i] == nil || conns[i].IsClosed() {
 				c, err := pgx.Connect(ctx, rep.DSN())

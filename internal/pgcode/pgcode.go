@@ -88,3 +88,14 @@ func Of(err error) string {
 	}
 	return ""
 }
+
+// MissingObject reports whether err says the database has no schema, table
+// or function of the name a statement used: for tashkent's own, an
+// extension not installed yet, or one without that part.
+func MissingObject(err error) bool {
+	switch Of(err) {
+	case InvalidSchemaName, UndefinedTable, UndefinedFunction:
+		return true
+	}
+	return false
+}

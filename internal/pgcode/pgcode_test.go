@@ -115,3 +115,14 @@ func TestOf(t *testing.T) {
 		t.Errorf("Of(nil) = %q, want \"\"", got)
 	}
 }
+
+func TestMissingObject(t *testing.T) {
+	for code, want := range map[string]bool{
+		InvalidSchemaName: true, UndefinedTable: true, UndefinedFunction: true,
+		SerializationFailure: false, "": false,
+	} {
+		if got := MissingObject(fmt.Errorf("query: %w", &pgconn.PgError{Code: code})); got != want {
+			t.Errorf("MissingObject(%q) = %v, want %v", code, got, want)
+		}
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/tashkent-db/tashkent/internal/process"
 )
 
 // BaseBackup copies a running server's data directory with pg_basebackup
@@ -132,7 +134,7 @@ func (b BaseBackup) readOutput(r io.Reader) string {
 			rest.Next(rest.Len() - backupTailBytes)
 		}
 	}
-	return tail(bytes.TrimRight(rest.Bytes(), "\n"), backupTailBytes)
+	return process.OutputTail(string(bytes.TrimRight(rest.Bytes(), "\n")), backupTailBytes)
 }
 
 // routineBackupLine reports whether a line of pg_basebackup's output says

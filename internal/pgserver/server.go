@@ -188,7 +188,7 @@ func (s *Server) initdb(ctx context.Context) error {
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("pgserver: initdb %s: %w\n%s", s.dataDir, err, tail(out, 4000))
+		return fmt.Errorf("pgserver: initdb %s: %w\n%s", s.dataDir, err, process.OutputTail(string(out), 4000))
 	}
 	s.log.Info("initdb done", "elapsed", time.Since(start).Round(time.Millisecond))
 	return nil
@@ -600,13 +600,6 @@ func (s *Server) logTail(n int) string {
 	off := s.logOffset
 	s.mu.Unlock()
 	return process.LogTail(s.LogPath(), off, n)
-}
-
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }
 
 func childEnv() []string {

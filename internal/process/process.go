@@ -1,7 +1,9 @@
 // Package process has the helpers for the processes tashkent, its
-// benchmarks and its tests start and stop by PID: whether one is alive
-// (from /proc, where a zombie counts as gone), waiting until one has
-// exited, and the tail of the log a process writes its output to.
+// benchmarks and its tests start and stop by PID: starting a child with its
+// output appended to a log and waiting until it is ready (Child), whether
+// one is alive (from /proc, where a zombie counts as gone), waiting until
+// one has exited, and the tail of a process's log or output for an error
+// message.
 package process
 
 import (

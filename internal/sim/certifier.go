@@ -3,24 +3,32 @@ package sim
 import (
 	"slices"
 
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/certifier"
+	"github.com/tashkent-db/tashkent/internal/logentry"
 )
 
-// certifier models internal/certifier around the real state machine:
-// certification in arrival order, in memory (service.go, certify); a writer
-// that makes everything certified since its last write durable with one
-// write and one sync (writeLoop); per-stream senders that answer only once
-// what a reply depends on is durable, after every durable entry the replica
-// has not been sent (stream.go, sendLoop and send).
-type certifier struct {
+// certProcess is the certifier process: it drives the single certifier's
+// decisions (internal/certifier, core.go) with the simulation's network,
+// disk and clock. Each message's requests are certified in arrival order
+// by certifier.CertifyMessage (the real preparation, state machine and
+// replies); a writer makes everything certified since its last write
+// durable with one write and one sync (single.go, writeLoop); each stream
+// sends what certifier.TakeSendable and certifier.PushDue let go, after
+// the entries certifier.SendReplies puts before the replies (stream.go,
+// sendLoop). Recovery starts at certifier.WindowBase and restores entries
+// as a group member does (certifier.DecodeEntryKeys). What is left here is
+// I/O: streams and their sequence numbers, the disk, timing.
+type certProcess struct {
 	w           *world
 	up          bool
 	incarnation uint64
 
 	state   *certification.State
 	disk    disk
-	pending []entry // certified, not yet written
-	writing bool    // a write and its sync are in flight
+	pending []logentry.Entry // certified, not yet written
+	writing bool             // a write and its sync are in flight
 
 	streams []*certStream // in opening order: iteration must not depend on maps
 	// inFlight counts requests received and not yet answered, over all
@@ -31,52 +39,47 @@ type certifier struct {
 // certStream is the certifier's side of one replica's stream.
 type certStream struct {
 	conn      connID
+	push      bool   // OpenSession.push
 	delivered uint64 // highest version sent on this stream
 	recvNext  uint64 // next sequence number expected from the replica
 	sendNext  uint64
-	queue     []queued
+	// waiting are the answers (a zero Answer: a catch-up) not sent yet.
+	waiting []certifier.Answer
 }
 
-// queued is a reply (or, with reply nil, a catch-up request) waiting until
-// version waitFor is durable.
-type queued struct {
-	reply   *reply
-	waitFor uint64
-}
+func newCertifier(w *world) *certProcess { return &certProcess{w: w} }
 
-func newCertifier(w *world) *certifier { return &certifier{w: w} }
+func (c *certProcess) start() { c.restart() }
 
-func (c *certifier) start() { c.restart() }
-
-// restart recovers like service.go's restore: the last window of the log is
-// replayed into a fresh state machine, transaction ids included.
-func (c *certifier) restart() {
+// restart recovers as the service does: the log's last window is restored
+// into a fresh state machine, transaction ids included.
+func (c *certProcess) restart() {
 	c.up = true
 	c.incarnation++
-	last := c.disk.last()
-	base := uint64(0)
-	if last > c.w.cfg.WindowVersions {
-		base = last - c.w.cfg.WindowVersions
-	}
+	base := certifier.WindowBase(c.disk.first(), c.disk.last(), c.w.cfg.WindowVersions)
 	c.state = certification.New(certification.Config{
 		WindowVersions:          c.w.cfg.WindowVersions,
 		UnsafeSkipConflictCheck: c.w.cfg.Mutation == MutationSkipConflictCheck, // the real fault point
 	}, base)
 	for _, e := range c.disk.entries[base:] {
-		c.state.Restore(e.version, e.txn, e.keys)
+		txn, keys, err := certifier.DecodeEntryKeys(e.Bytes)
+		if err != nil {
+			panic("sim: the certifier's log holds an entry it cannot read: " + err.Error())
+		}
+		c.state.Restore(e.Version, txn, keys)
 	}
 	c.disk.sync(len(c.disk.entries)) // recovery reads and syncs what it keeps
-	c.w.note("certifier-up", c.incarnation, last, base)
+	c.w.note("certifier-up", c.incarnation, c.disk.last(), base)
 }
 
 // crash loses the streams, everything certified but not written, and
 // whatever the disk had not synced.
-func (c *certifier) crash() {
+func (c *certProcess) crash() {
 	c.crashKeeping(c.w.rng.IntN(len(c.disk.entries) - c.disk.synced + 1))
 }
 
 // crashKeeping crashes with keep of the unsynced entries surviving.
-func (c *certifier) crashKeeping(keep int) {
+func (c *certProcess) crashKeeping(keep int) {
 	if !c.up {
 		return
 	}
@@ -88,15 +91,16 @@ func (c *certifier) crashKeeping(keep int) {
 	c.pending, c.writing, c.streams, c.state, c.inFlight = nil, false, nil, nil, 0
 }
 
-func (c *certifier) receive(m message) {
+func (c *certProcess) receive(m message) {
 	if !c.up {
 		return
 	}
 	st := c.stream(m.conn)
+	open := m.req.Open != nil
 	switch {
-	case m.open && st != nil:
+	case open && st != nil:
 		return // a duplicate of the opening message
-	case m.open:
+	case open:
 		st = c.open(m)
 		if st == nil {
 			return
@@ -113,10 +117,10 @@ func (c *certifier) receive(m message) {
 	case !c.w.cfg.DeliverDuplicateRequests:
 		return // a duplicate: the transport discards it, as TCP does
 	}
-	c.handle(st, m)
+	c.handle(st, m.req)
 }
 
-func (c *certifier) stream(conn connID) *certStream {
+func (c *certProcess) stream(conn connID) *certStream {
 	for _, st := range c.streams {
 		if st.conn == conn {
 			return st
@@ -125,83 +129,82 @@ func (c *certifier) stream(conn connID) *certStream {
 	return nil
 }
 
-// open is checkOpen: a replica can never be ahead of the durable log.
-func (c *certifier) open(m message) *certStream {
-	if m.startVersion > c.disk.durable() {
-		c.w.violate("replica %d opened a stream at version %d, above the certifier's durable version %d (it holds versions the log never made durable)",
-			m.conn.replica, m.startVersion, c.disk.durable())
+// open admits a stream as certifier.CheckOpen says: a replica can never be
+// ahead of the durable log, so a refusal here is a finding.
+func (c *certProcess) open(m message) *certStream {
+	o := m.req.Open
+	if err := certifier.CheckOpen(o, c.disk.durable(), c.disk.first()); err != nil {
+		c.w.violate("replica %d's stream at version %d was refused (it holds versions the log never made durable): %v",
+			m.conn.replica, o.ReplicaVersion, err)
 		c.send(&certStream{conn: m.conn}, message{reset: true})
 		return nil
 	}
 	// A newer stream of the same replica replaces the old one.
 	c.streams = slices.DeleteFunc(c.streams, func(s *certStream) bool {
 		if s.conn.replica == m.conn.replica {
-			c.inFlight -= unanswered(s.queue)
+			c.inFlight -= unanswered(s.waiting)
 			return true
 		}
 		return false
 	})
-	st := &certStream{conn: m.conn, delivered: m.startVersion, recvNext: 1}
+	st := &certStream{conn: m.conn, push: o.Push, delivered: o.ReplicaVersion, recvNext: 1}
 	c.streams = append(c.streams, st)
-	c.w.note("stream-open", uint64(m.conn.replica), m.conn.n, m.startVersion)
+	c.w.note("stream-open", uint64(m.conn.replica), m.conn.n, o.ReplicaVersion)
 	return st
 }
 
-func (c *certifier) close(st *certStream) {
+func (c *certProcess) close(st *certStream) {
 	c.streams = slices.DeleteFunc(c.streams, func(s *certStream) bool { return s == st })
-	c.inFlight -= unanswered(st.queue)
+	c.inFlight -= unanswered(st.waiting)
 	c.send(st, message{reset: true})
 }
 
-func (c *certifier) handle(st *certStream, m message) {
-	for _, req := range m.requests {
-		c.inFlight++
-		r, waitFor := c.certify(req, c.inFlight > c.w.cfg.InFlightRequestsMax)
-		st.queue = append(st.queue, queued{reply: r, waitFor: waitFor})
+// handle certifies a message's requests (certifier.CertifyMessage) and
+// queues their answers and its catch-up on the stream.
+func (c *certProcess) handle(st *certStream, req *pb.CertifyStreamRequestEncoded) {
+	if len(req.Requests) > 0 {
+		overloaded := make([]bool, len(req.Requests))
+		for i := range overloaded {
+			c.inFlight++
+			overloaded[i] = c.inFlight > c.w.cfg.InFlightRequestsMax
+		}
+		var answers []certifier.Answer
+		answers, c.pending = certifier.CertifyMessage(c.state, c.limits(), req.Requests, overloaded, c.pending)
+		for i, a := range answers {
+			c.count(a, overloaded[i])
+			st.waiting = append(st.waiting, a)
+		}
 	}
-	if m.catchUp {
-		st.queue = append(st.queue, queued{})
+	if req.CatchUp {
+		st.waiting = append(st.waiting, certifier.Answer{})
 	}
 	c.kickWriter()
 	c.flush(st)
 }
 
-// certify is service.go's certify: the state machine decides, a commit is
-// queued for the writer, and the reply waits for its version's durability.
-// Overloaded, it aborts the request unless it is a retry of a transaction
-// that committed, which gets its version back.
-func (c *certifier) certify(req request, overloaded bool) (*reply, uint64) {
-	r := &reply{id: req.id, txn: req.txn}
-	if overloaded {
+func (c *certProcess) limits() certifier.Limits {
+	l := certifier.DefaultLimits
+	l.InFlightRequestsMax = c.w.cfg.InFlightRequestsMax
+	return l
+}
+
+// count adds an answer to the stats and the trace.
+func (c *certProcess) count(a certifier.Answer, overloaded bool) {
+	r := a.Reply
+	switch {
+	case overloaded:
 		c.w.stats.Overloaded++
-		if v, ok := c.state.CommittedVersion(req.txn); ok {
-			r.commit, r.commitVersion = true, v
-			return r, v
-		}
-		r.reason = reasonOverloaded
-		return r, 0
-	}
-	out := c.state.Certify(certification.Request{Txn: req.txn, StartVersion: req.startVersion, Keys: req.keys})
-	c.w.note("certify", req.txn.Seq, out.CommitVersion, uint64(out.Reason))
-	if out.Decision != certification.Commit {
-		r.reason = out.Reason
-		if out.Reason == certification.ReasonTooOld {
-			c.w.stats.TooOld++
-		}
-		return r, 0
-	}
-	r.commit, r.commitVersion = true, out.CommitVersion
-	if out.Duplicate {
+	case a.Outcome.Duplicate:
 		c.w.stats.DuplicateOutcomes++
-	} else {
-		c.pending = append(c.pending, entry{version: out.CommitVersion, txn: req.txn, writes: req.writes, keys: req.keys})
+	case r.AbortReason == pb.AbortReason_ABORT_REASON_TOO_OLD:
+		c.w.stats.TooOld++
 	}
-	return r, out.CommitVersion
+	c.w.note("certify", r.Txn.GetSeq(), r.CommitVersion, uint64(r.AbortReason))
 }
 
 // kickWriter starts a group commit of everything pending, if none is in
 // flight.
-func (c *certifier) kickWriter() {
+func (c *certProcess) kickWriter() {
 	if c.writing || len(c.pending) == 0 {
 		return
 	}
@@ -228,49 +231,44 @@ func (c *certifier) kickWriter() {
 	})
 }
 
-// flush sends, in order, the queued replies whose versions are durable,
-// after every durable entry the stream has not carried yet.
-func (c *certifier) flush(st *certStream) {
+// flush is one round of the stream's sendLoop: the answers whose versions
+// are durable go out, after every durable entry the stream has not carried
+// yet; with none, a stream that asked for pushes is sent those entries.
+func (c *certProcess) flush(st *certStream) {
 	durable := c.disk.durable()
 	if c.w.cfg.Mutation == MutationAckBeforeSync {
 		durable = c.disk.last()
 	}
-	n := 0
-	for n < len(st.queue) && st.queue[n].waitFor <= durable {
-		n++
-	}
-	if n == 0 {
+	var ready []certifier.Answer
+	ready, st.waiting = certifier.TakeSendable(st.waiting, durable, waitForOf, nil)
+	if len(ready) == 0 && !certifier.PushDue(st.push, 0, st.delivered, durable) {
 		return
 	}
-	m := message{durable: durable}
-	if st.delivered < durable {
-		m.entries = c.disk.entries[st.delivered:durable:durable]
-		st.delivered = durable
-	}
-	for _, q := range st.queue[:n] {
-		if q.reply != nil {
-			m.replies = append(m.replies, *q.reply)
+	var replies []*pb.CertifyReply
+	for _, a := range ready {
+		if a.Reply != nil {
+			replies = append(replies, a.Reply)
 		}
 	}
-	c.inFlight -= len(m.replies)
-	st.queue = slices.Delete(st.queue, 0, n)
-	c.send(st, m)
+	c.inFlight -= len(replies)
+	st.delivered, _ = certifier.SendReplies(c.disk.read, st.delivered, durable, replies, func(m *pb.CertifyStreamReply) error {
+		c.send(st, message{rep: m})
+		return nil
+	})
 }
 
-func (c *certifier) send(st *certStream, m message) {
+func waitForOf(a certifier.Answer) uint64 { return a.WaitFor }
+
+func (c *certProcess) send(st *certStream, m message) {
 	m.conn, m.seq, m.toCert = st.conn, st.sendNext, false
 	st.sendNext++
 	c.w.net.send(m)
 }
 
-// reasonOverloaded stands for pb.AbortReason_ABORT_REASON_OVERLOADED, which
-// the state machine does not know: the service decides it.
-const reasonOverloaded = certification.Reason(-1)
-
-func unanswered(queue []queued) int {
+func unanswered(waiting []certifier.Answer) int {
 	n := 0
-	for _, q := range queue {
-		if q.reply != nil {
+	for _, a := range waiting {
+		if a.Reply != nil {
 			n++
 		}
 	}

@@ -10,7 +10,7 @@ import (
 // check runs the checkers over the final state: the certifier's durable
 // log is the truth every other observation is compared with.
 func (w *world) check() {
-	log := w.cert.disk.entries[:w.cert.disk.synced]
+	log := w.durableLog()
 	committedAt := w.checkLog(log)
 	w.checkAcknowledged(log)
 	w.checkAbortedStayAborted(committedAt)
@@ -21,9 +21,31 @@ func (w *world) check() {
 	w.checkObservedPrefixes(log, committedAt)
 }
 
+// logged is one entry of the certifier's durable log, decoded.
+type logged struct {
+	version uint64
+	txn     certification.TxnID
+	writes  []write
+}
+
+// durableLog decodes the certifier's durable log.
+func (w *world) durableLog() []logged {
+	entries := w.cert.disk.entries[:w.cert.disk.synced]
+	log := make([]logged, len(entries))
+	for i, e := range entries {
+		le, err := e.Decode()
+		if err != nil {
+			w.violate("log position %d cannot be decoded: %v", i+1, err)
+			continue
+		}
+		log[i] = logged{version: le.Version, txn: txnOf(le.Txn), writes: writesOf(le.Writeset)}
+	}
+	return log
+}
+
 // checkLog: every version appears once, in order, and no transaction got
 // two versions (a retry of a logged request must get the first one back).
-func (w *world) checkLog(log []entry) map[certification.TxnID]uint64 {
+func (w *world) checkLog(log []logged) map[certification.TxnID]uint64 {
 	committedAt := make(map[certification.TxnID]uint64, len(log))
 	for i, e := range log {
 		if e.version != uint64(i+1) {
@@ -40,7 +62,7 @@ func (w *world) checkLog(log []entry) map[certification.TxnID]uint64 {
 
 // checkAcknowledged: no acknowledged commit is lost; it is in the log at
 // the version the client was told.
-func (w *world) checkAcknowledged(log []entry) {
+func (w *world) checkAcknowledged(log []logged) {
 	for _, t := range w.hist.txns {
 		if t.status != acked {
 			continue
@@ -66,7 +88,7 @@ func (w *world) checkAbortedStayAborted(committedAt map[certification.TxnID]uint
 // checkConvergence: after healing, every replica holds every version, in
 // the log's order (so replicas agree on the order: no long fork), and the
 // same state as the log's replay.
-func (w *world) checkConvergence(log []entry) {
+func (w *world) checkConvergence(log []logged) {
 	if !w.converged {
 		w.violate("the cluster did not converge within %d ticks of healing: %s", w.cfg.HealTicksMax, w.convergenceState())
 	}
@@ -105,7 +127,7 @@ func (w *world) convergenceState() string {
 // writesets have overlapping [snapshot, commit] intervals: the writer
 // before each committed write of a key must be at or below the writer's
 // snapshot (first committer wins, Tashkent §2).
-func (w *world) checkNoLostUpdate(log []entry) {
+func (w *world) checkNoLostUpdate(log []logged) {
 	lastWriter := make([]uint64, w.cfg.Keys)
 	for _, e := range log {
 		t := w.hist.byID[e.txn]
@@ -133,7 +155,7 @@ func (w *world) checkNoLostUpdate(log []entry) {
 // parent deleted concurrently with the insert of a child would leave an
 // orphan (internal/certification, "Foreign-key references"). A keeping
 // update leaves the parent in place, so it may race a reference.
-func (w *world) checkReferences(log []entry) {
+func (w *world) checkReferences(log []logged) {
 	lastWriter := make([]uint64, w.cfg.Keys) // the last plain write
 	lastReferencer := make([]uint64, w.cfg.Keys)
 	for _, e := range log {
@@ -148,7 +170,7 @@ func (w *world) checkReferences(log []entry) {
 					t.id, t.snapshot, e.version, key, prev)
 			}
 		}
-		for _, wr := range e.writes {
+		for _, wr := range t.writes { // what it did, not what it certified
 			if wr.keeps {
 				continue
 			}
@@ -160,7 +182,7 @@ func (w *world) checkReferences(log []entry) {
 		for _, key := range refs {
 			lastReferencer[key] = e.version
 		}
-		for _, wr := range e.writes {
+		for _, wr := range t.writes {
 			if !wr.keeps {
 				lastWriter[wr.key] = e.version
 			}
@@ -173,7 +195,7 @@ func (w *world) checkReferences(log []entry) {
 // snapshot holds. That excludes aborted reads (G1a), intermediate reads
 // (G1b), reads of versions above the snapshot, stale reads within a
 // snapshot, and long fork: every snapshot is a prefix of the one order.
-func (w *world) checkReads(log []entry, committedAt map[certification.TxnID]uint64) {
+func (w *world) checkReads(log []logged, committedAt map[certification.TxnID]uint64) {
 	truth := newStore(&world{cfg: w.cfg}, -1)
 	for _, e := range log {
 		truth.commit(e.version, e.txn, e.writes)
@@ -214,7 +236,7 @@ func (w *world) classifyRead(o observation, t *txnRecord, committedAt map[certif
 // k after v); the intersection must not be empty. Two read-only
 // transactions on different replicas that saw two writes in opposite orders
 // (a long fork) cannot both pass, as the log has one order.
-func (w *world) checkObservedPrefixes(log []entry, committedAt map[certification.TxnID]uint64) {
+func (w *world) checkObservedPrefixes(log []logged, committedAt map[certification.TxnID]uint64) {
 	writers := make([][]uint64, w.cfg.Keys) // per key, the versions that wrote it
 	for _, e := range log {
 		for _, wr := range e.writes {

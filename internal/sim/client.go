@@ -3,18 +3,22 @@ package sim
 import (
 	"slices"
 
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certclient"
 	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
 )
 
-// streamClient models internal/certclient: one stream to the certifier at
-// a time; requests pipelined on it; on a broken stream, a new one opened
-// from the delivered version with every pending request re-sent under the
-// same transaction id (session); pending calls settled from delivered
-// entries (settleFromLog); entries checked to continue the delivered
-// sequence (deliver).
+// streamClient models internal/certclient, whose goroutines and gRPC
+// stream the simulation cannot run: one stream to the certifier at a time;
+// requests pipelined on it; on a broken stream, a new one opened from the
+// delivered version with every pending request re-sent under the same
+// transaction id (session); pending calls settled from delivered entries
+// (settleFromLog). Entries are checked to continue the delivered sequence
+// by the client's own certclient.Continuing.
 type streamClient struct {
 	r      *replica
-	epoch  uint64 // the sequencer epoch this client delivers in
+	epoch  uint64 // the order's epoch this client delivers in
 	closed bool
 
 	conn      connID
@@ -30,7 +34,7 @@ type streamClient struct {
 }
 
 type call struct {
-	req     request
+	req     *pb.CertifyRequestEncoded
 	session *session
 }
 
@@ -55,7 +59,8 @@ func (c *streamClient) connect() {
 	c.conn = connID{replica: r.id, n: r.connN}
 	c.connected, c.sendNext, c.recvNext, c.lastHeard = true, 0, 0, r.w.now
 	r.w.note("connect", uint64(r.id), r.connN, c.delivered)
-	c.send(message{open: true, startVersion: c.delivered, catchUp: true})
+	open := &pb.OpenSession{Replica: r.name, ReplicaVersion: c.delivered, Push: !r.w.cfg.NoPush}
+	c.send(&pb.CertifyStreamRequestEncoded{Open: open, CatchUp: true})
 	if len(c.pending) == 0 {
 		return
 	}
@@ -64,31 +69,30 @@ func (c *streamClient) connect() {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	reqs := make([]request, len(ids))
+	reqs := make([]*pb.CertifyRequestEncoded, len(ids))
 	for i, id := range ids {
 		reqs[i] = c.pending[id].req
 	}
 	r.w.stats.Resent += len(reqs)
-	c.send(message{requests: reqs})
+	c.send(&pb.CertifyStreamRequestEncoded{Requests: reqs})
 }
 
-func (c *streamClient) send(m message) {
-	m.conn, m.seq, m.toCert = c.conn, c.sendNext, true
+func (c *streamClient) send(req *pb.CertifyStreamRequestEncoded) {
+	c.r.w.net.send(message{conn: c.conn, seq: c.sendNext, toCert: true, req: req})
 	c.sendNext++
-	c.r.w.net.send(m)
 }
 
 // certify queues a request and returns its id; the answer comes to the
 // session's onReply.
-func (c *streamClient) certify(req request, s *session) uint64 {
+func (c *streamClient) certify(req *pb.CertifyRequestEncoded, s *session) uint64 {
 	c.nextID++
-	req.id = c.nextID
-	c.pending[req.id] = &call{req: req, session: s}
-	c.byTxn[req.txn] = req.id
+	req.RequestId = c.nextID
+	c.pending[req.RequestId] = &call{req: req, session: s}
+	c.byTxn[txnOf(req.Txn)] = req.RequestId
 	if c.connected {
-		c.send(message{requests: []request{req}})
+		c.send(&pb.CertifyStreamRequestEncoded{Requests: []*pb.CertifyRequestEncoded{req}})
 	}
-	return req.id
+	return req.RequestId
 }
 
 func (c *streamClient) forget(id uint64) { c.take(id) }
@@ -97,7 +101,7 @@ func (c *streamClient) take(id uint64) *call {
 	cl := c.pending[id]
 	if cl != nil {
 		delete(c.pending, id)
-		delete(c.byTxn, cl.req.txn)
+		delete(c.byTxn, txnOf(cl.req.Txn))
 	}
 	return cl
 }
@@ -112,7 +116,7 @@ func (c *streamClient) keepalive() {
 		c.breakStream()
 		return
 	}
-	c.send(message{catchUp: true})
+	c.send(&pb.CertifyStreamRequestEncoded{CatchUp: true})
 }
 
 // breakStream ends the stream and reopens one after the reconnect delay.
@@ -144,16 +148,16 @@ func (c *streamClient) receive(m message) {
 	}
 	c.recvNext++
 	c.lastHeard = c.r.w.now
-	if !c.deliver(m.entries) {
+	if !c.deliver(m.rep.Entries) {
 		c.breakStream()
 		return
 	}
-	if c.epoch == c.r.seq.Epoch() {
-		c.r.durableSeen(m.durable)
+	if c.epoch == c.r.ord.Epoch() {
+		c.r.durableSeen(m.rep.DurableVersion)
 	}
-	for _, rep := range m.replies {
-		if cl := c.take(rep.id); cl != nil {
-			if rep.commit {
+	for _, rep := range m.rep.Replies {
+		if cl := c.take(rep.RequestId); cl != nil {
+			if rep.Decision == pb.Decision_DECISION_COMMIT {
 				c.r.w.stats.CommitReplies++
 			}
 			cl.session.onReply(rep)
@@ -161,34 +165,40 @@ func (c *streamClient) receive(m message) {
 	}
 }
 
-// deliver checks that entries continue the delivered sequence (a gap or a
-// repeat drops the stream, as certclient does) and hands them on.
-func (c *streamClient) deliver(entries []entry) bool {
-	for i, e := range entries {
-		if e.version != c.delivered+1+uint64(i) {
-			c.r.w.note("entry-out-of-sequence", uint64(c.r.id), e.version, c.delivered)
-			return false
-		}
+// deliver hands entries that continue the delivered sequence on (a gap
+// or a repeat drops the stream, as certclient does).
+func (c *streamClient) deliver(raw [][]byte) bool {
+	entries, err := certclient.Continuing(raw, c.delivered)
+	if err != nil {
+		c.r.w.note("entry-out-of-sequence", uint64(c.r.id), c.delivered, 0)
+		return false
 	}
 	if len(entries) == 0 {
 		return true
 	}
 	c.r.deliver(c.epoch, entries)
-	c.delivered = entries[len(entries)-1].version
+	c.delivered = entries[len(entries)-1].Version
 	c.settleFromLog(entries)
 	return true
 }
 
 // settleFromLog answers pending calls whose transaction is in the
 // delivered entries: it committed, at that version.
-func (c *streamClient) settleFromLog(entries []entry) {
+func (c *streamClient) settleFromLog(entries []logentry.Entry) {
+	if len(c.pending) == 0 {
+		return
+	}
 	for _, e := range entries {
-		id, ok := c.byTxn[e.txn]
+		h, err := logentry.RawHeaderOf(e.Bytes)
+		if err != nil {
+			continue
+		}
+		id, ok := c.byTxn[certification.TxnID{Origin: string(h.Origin), Seq: h.Seq}]
 		if !ok {
 			continue
 		}
 		cl := c.take(id)
 		c.r.w.stats.SettledFromLog++
-		cl.session.onReply(reply{id: id, txn: e.txn, commit: true, commitVersion: e.version})
+		cl.session.onReply(&pb.CertifyReply{RequestId: id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version})
 	}
 }

@@ -65,6 +65,10 @@ type Config struct {
 	// not yet answered (certifier.Limits.InFlightRequestsMax); above it,
 	// requests abort as overloaded.
 	InFlightRequestsMax int
+	// NoPush: streams do not ask for every durable entry as soon as it is
+	// durable (OpenSession.push, the agent's --no-push); replicas hear of
+	// others' commits with their replies and catch-ups only.
+	NoPush bool
 	// SoftRecoveryPerMille is how often a replica's store refuses a local
 	// commit after certification (Tashkent §8.1 soft recovery).
 	SoftRecoveryPerMille int
@@ -173,6 +177,7 @@ func SwarmConfig(seed uint64) Config {
 	c.InFlightRequestsMax = []int{1 << 16, 1 << 16, 4, 1}[r.IntN(4)]
 	c.AgentOnlyCrashRate = []int{0, 30}[r.IntN(2)]
 	c.OneWayPartitionRate = []int{0, 50}[r.IntN(2)]
+	c.NoPush = r.IntN(4) == 0
 	return c
 }
 

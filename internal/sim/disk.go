@@ -1,10 +1,13 @@
 package sim
 
+import "github.com/tashkent-db/tashkent/internal/logentry"
+
 // disk is the certifier's log device. Entries are written, then synced;
 // only synced entries are sure to survive a crash. entries[i] holds version
-// i+1 (the simulated log is never compacted).
+// i+1 (the simulated log is never compacted). Entries are encoded as the
+// real log holds them (internal/logentry).
 type disk struct {
-	entries []entry
+	entries []logentry.Entry
 	synced  int // entries[:synced] are on stable storage
 }
 
@@ -14,13 +17,25 @@ func (d *disk) durable() uint64 { return uint64(d.synced) }
 // last is the highest version written (synced or not).
 func (d *disk) last() uint64 { return uint64(len(d.entries)) }
 
-func (d *disk) write(es []entry) {
+// first is the oldest version the log holds, 0 if it is empty.
+func (d *disk) first() uint64 { return min(1, d.last()) }
+
+func (d *disk) write(es []logentry.Entry) {
 	for _, e := range es {
-		if e.version != d.last()+1 {
+		if e.Version != d.last()+1 {
 			panic("sim: the certifier wrote a log entry out of order")
 		}
 		d.entries = append(d.entries, e)
 	}
+}
+
+// read is the certifier's certifier.EntryReader over the disk: delivery
+// reads what it sends from here.
+func (d *disk) read(dst [][]byte, after, upTo uint64, _ int) ([][]byte, error) {
+	for _, e := range d.entries[after:min(upTo, d.last())] {
+		dst = append(dst, e.Bytes)
+	}
+	return dst, nil
 }
 
 // sync makes the first upTo entries stable.

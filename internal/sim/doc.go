@@ -16,48 +16,60 @@
 //
 // # What is real and what is modeled
 //
-// Certification is real code, called exactly as the certifier calls it; the
-// certifier's service around it and the replica's side are models. The
-// simulation models the replica's side rather than running the agent
-// (internal/agent, whose commit order is internal/agent/order) and the
-// extension: those have their own tests and the real-process tests.
+// The certifier's decisions and the replica's commit order are real code,
+// called as the services call them; the simulation drives them with its
+// own network, disk and clock in place of goroutines, gRPC and fsync.
 //
 // Real code:
 //   - internal/certification: the certifier's state machine (conflict index,
 //     low-water mark, transaction-id deduplication, Restore after a restart).
-//   - internal/sequencer: the replica model's commit order (Register,
-//     Deliver, WaitTurn's condition, NextRemote, Commit, Abandon, Reset).
-//     Only this model uses it. Its waits are polled with an
-//     already-cancelled context, which never blocks.
+//   - internal/certifier's decisions (core.go): each message's requests
+//     prepared, decided and answered (CertifyMessage: limits, keys read from
+//     the encoded writeset, the log entry encoded, the overloaded path); which
+//     replies a stream may send and when it is pushed entries (TakeSendable,
+//     PushDue); the entries sent before the replies (SendReplies); which
+//     sessions are refused (CheckOpen); where recovery starts (WindowBase)
+//     and how entries are restored (DecodeEntryKeys).
+//   - internal/agent/order: the replica's commit order as the agent keeps it
+//     (Register, Deliver, Abandon and the cancel of a batch waiting behind an
+//     abandoned version, Next, Done, Observe, Reset).
+//   - internal/certclient.Continuing and internal/logentry: entries travel
+//     encoded, as the log holds them, and writesets as the extension sends
+//     them (api/certifierpb).
 //
 // Modeled, following the code they stand for (file names under internal/):
-//   - certifier (certifier/service.go, stream.go): certifies in arrival
-//     order, group-commits to a simulated disk, answers only after fsync, and
-//     sends every durable entry a stream has not seen before its replies.
-//     On restart it restores the last window of its log into a new State.
+//   - certProcess (certifier/single.go, stream.go): the goroutines around
+//     the decisions: one group commit (write, then sync) in flight at a
+//     time, a send round per stream whenever its answers or the durable
+//     version change. On restart it restores the last window of its log into
+//     a new State.
 //   - disk: entries written but not fsynced are lost on a crash (a random
 //     prefix of them survives, as a torn write behind a CRC would leave).
 //   - streamClient (certclient/client.go): pipelined requests; on a broken
 //     stream it reopens from the delivered version, re-sends every pending
 //     request with the same transaction id, and settles pending calls from
 //     delivered entries.
-//   - replica: its database and the process that certifies and applies for
-//     it (called its agent here), following Tashkent §6.2 rather than any
-//     one file. A key-value store with multi-version history stands in for
-//     PostgreSQL. Sessions label a transaction with the replica version at
-//     BEGIN and take their snapshot at the first statement (so the label
-//     may be older than the snapshot: Tashkent §6.2 "conservative assigning
-//     of versions"; the extension certifies from the replica's version at
-//     commit instead, extension/src/commit.c), send (start_version,
-//     writeset) on COMMIT, and commit locally when their turn comes
-//     (Tashkent §6.2 C4/C5). An applier applies remote writesets in
-//     version order. In mw mode the store loses its unflushed tail on a
-//     crash (synchronous_commit=off, Tashkent §7.1 case 2) and the replica
-//     catches up from the certifier's log.
+//   - replica: the agent's drivers around the order (agent/apply.go,
+//     certify.go, maintain.go) and the database. A key-value store with
+//     multi-version history stands in for PostgreSQL, and its commits take
+//     their turn as the extension makes them (extension/src/turn.c): a
+//     version commits once the one before it is visible, so the applier's
+//     batch, sent as soon as it is planned, waits in the database for the
+//     local versions before it. Sessions label a transaction with the
+//     database's version at BEGIN and take their snapshot at the first
+//     statement (so the label may be older than the snapshot: Tashkent §6.2
+//     "conservative assigning of versions"; the extension certifies from the
+//     replica's version at commit instead, extension/src/commit.c), send
+//     (start_version, writeset) on COMMIT, and commit locally when their
+//     turn comes (Tashkent §6.2 C4/C5). In mw mode the store loses its
+//     unflushed tail on a crash (synchronous_commit=off, Tashkent §7.1 case
+//     2) and the replica catches up from the certifier's log.
 //
 // Not modeled: row locks and the lock-watch preemption (Tashkent §8.2), the
-// wire protocol, DDL, the certifier group (Raft), encoding (internal/logentry:
-// entries travel as Go values; the encoding has its own tests).
+// wire protocol, DDL, the certifier group (Raft: internal/certgroup has its
+// own simulation), flow control, and backends that keep their certified
+// version across an agent restart (order.Inherit): an agent crash closes
+// the simulated sessions.
 //
 // # Faults
 //
@@ -74,7 +86,8 @@
 // have reached the database), crashes the certifier (its disk loses what was
 // not synced), lets a store refuse a local commit (soft recovery, Tashkent
 // §8.1), and the certifier aborts requests over its in-flight limit
-// (overloaded). SwarmConfig varies the mix with the seed.
+// (overloaded). Streams ask for pushes, or not (Config.NoPush). SwarmConfig
+// varies the mix with the seed.
 //
 // # Checkers (check.go)
 //
@@ -100,9 +113,9 @@
 // real certification.Config.UnsafeSkipConflictCheck fault point, replies
 // before fsync, a commit that does not wait for its turn, reads above the
 // snapshot, recovery from the in-memory version instead of the store's, a
-// replica installing two versions in swapped order, and requests sent
-// without their references. Each must be caught by
-// the checker meant for it.
+// replica installing two versions in swapped order, requests sent
+// without their references, and every write certified as a keeping
+// update. Each must be caught by the checker meant for it.
 //
 // # Running
 //

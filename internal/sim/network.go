@@ -1,6 +1,9 @@
 package sim
 
-import "github.com/tashkent-db/tashkent/internal/certification"
+import (
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certification"
+)
 
 // connID names one stream between a replica and the certifier. A replica
 // opens a new one each time it reconnects; messages of older streams are
@@ -8,15 +11,6 @@ import "github.com/tashkent-db/tashkent/internal/certification"
 type connID struct {
 	replica int
 	n       uint64
-}
-
-// request is a CertifyRequest: (txn id, start_version, writeset).
-type request struct {
-	id           uint64 // the client's request id, unique per client
-	txn          certification.TxnID
-	startVersion uint64
-	writes       []write
-	keys         []certification.Key
 }
 
 // write is one row of a writeset: the last value a transaction wrote to a
@@ -28,41 +22,24 @@ type write struct {
 	keeps bool // a keeping update of the row (certification.KeepingWrite)
 }
 
-// reply is a CertifyReply.
-type reply struct {
-	id            uint64
-	txn           certification.TxnID
-	commit        bool
-	commitVersion uint64
-	reason        certification.Reason
-}
-
-// entry is a log entry: one committed version.
-type entry struct {
-	version uint64
-	txn     certification.TxnID
-	writes  []write
-	keys    []certification.Key
-}
-
-// message travels on one stream, in one direction. seq is the stream's
-// per-direction sequence number (what TCP would keep).
+// message travels on one stream, in one direction, as the real stream's
+// messages (api/certifierpb): a CertifyStreamRequestEncoded to the
+// certifier, a CertifyStreamReply from it, or a reset (the other side
+// closed the stream). seq is the stream's per-direction sequence number
+// (what TCP would keep).
 type message struct {
 	conn   connID
 	seq    uint64
 	toCert bool
 
-	// replica -> certifier (CertifyStreamRequest)
-	open         bool
-	startVersion uint64 // OpenSession.ReplicaVersion
-	requests     []request
-	catchUp      bool
+	req   *pb.CertifyStreamRequestEncoded
+	rep   *pb.CertifyStreamReply
+	reset bool
+}
 
-	// certifier -> replica (CertifyStreamReply, or a stream reset)
-	entries []entry
-	durable uint64
-	replies []reply
-	reset   bool // the other side closed the stream
+// txnOf is a transaction id as certification names it.
+func txnOf(id *pb.TxnID) certification.TxnID {
+	return certification.TxnID{Origin: id.GetOrigin(), Seq: id.GetSeq()}
 }
 
 // cut says which directions of a replica's link a partition cuts.

@@ -1,35 +1,46 @@
 package sim
 
 import (
-	"context"
 	"fmt"
 
+	"github.com/tashkent-db/tashkent/internal/agent/order"
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
-	"github.com/tashkent-db/tashkent/internal/sequencer"
 )
 
-// replica is the model of one replica: its database and the process that
-// certifies and applies for it (its agent). internal/sequencer orders its
-// commits; remote versions are applied by the applier and local ones by
-// their sessions, one version at a time.
+// replica is one replica: its database and the agent that certifies and
+// applies for it. The agent's commit order is the real one
+// (internal/agent/order): it learns which delivered versions are local,
+// plans the applier's batches, cancels a batch that waits behind an
+// abandoned version, and counts versions committed from what the applier
+// reports and what it reads from the database (Observe), as the agent's
+// sequence.go drives it. The database is a model: a store (store.go) whose
+// commits each wait for their turn, as the extension's turn in shared
+// memory makes them (extension/src/turn.c): a version commits only once
+// the one before it is visible, whoever commits it.
 type replica struct {
 	w           *world
 	id          int
-	up          bool // the agent is running
-	dbUp        bool // the database is running
+	name        string // the replica's name, as its agent opens streams with
+	up          bool   // the agent is running
+	dbUp        bool   // the database is running
 	incarnation uint64
 
 	db       *store
-	seq      *sequencer.Sequencer
+	ord      *order.Order
 	client   *streamClient
 	origin   string
 	restarts int
 	txnSeq   uint64
 	connN    uint64
-	entries  map[uint64]entry // delivered, not yet committed here
-	sessions []*session
-	busy     bool   // a commit (a remote batch or a local one) is in flight
+	// delivered is the transaction of each version delivered and not yet
+	// committed here: a version delivered again must be the same one.
+	delivered map[uint64]certification.TxnID
+	sessions  []*session
+	// batch is the applier's batch in flight: sent to the database, where
+	// it waits for its turn (order.Next); nil if none.
+	batch    *order.Batch
+	busy     bool   // a commit holds the turn and is in flight in the database
 	inFlight func() // its database part, which a crash may or may not let happen
 	// versionBeforeCrash is what the replica had committed when its
 	// database crashed (only MutationRecoverFromMemory uses it).
@@ -40,16 +51,8 @@ type replica struct {
 	target      uint64 // the certifier's durable version when recovery began
 }
 
-// cancelled makes the sequencer's waits non-blocking polls: wait checks its
-// condition first and, when it does not hold, returns the context's error.
-var cancelled = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
-
 func newReplica(w *world, id int) *replica {
-	r := &replica{w: w, id: id, db: newStore(w, id), entries: make(map[uint64]entry)}
+	r := &replica{w: w, id: id, name: fmt.Sprintf("r%d", id), db: newStore(w, id), delivered: make(map[uint64]certification.TxnID)}
 	for i := range w.cfg.ClientsPerReplica {
 		r.sessions = append(r.sessions, &session{r: r, id: i})
 	}
@@ -72,7 +75,8 @@ func (r *replica) restart() {
 	r.restarts++
 	r.origin = fmt.Sprintf("r%d.%d", r.id, r.restarts)
 	r.txnSeq = 0
-	r.seq = sequencer.New(r.origin, r.recoveredVersion())
+	r.ord = order.New(r.origin, r.recoveredVersion())
+	r.batch = nil
 	r.w.note("replica-up", uint64(r.id), r.db.version, 0)
 	r.openStream()
 	for _, s := range r.sessions {
@@ -81,14 +85,14 @@ func (r *replica) restart() {
 }
 
 // openStream replaces the certifier client with one that starts at the
-// database's version, in the sequencer's current epoch.
+// order's committed version, in its current epoch.
 func (r *replica) openStream() {
 	if r.client != nil {
 		r.client.close()
 	}
 	r.recovering, r.targetKnown = true, false
-	r.entries = make(map[uint64]entry)
-	r.client = newStreamClient(r, r.seq.Epoch(), r.seq.Committed())
+	clear(r.delivered)
+	r.client = newStreamClient(r, r.ord.Epoch(), r.ord.Committed())
 	r.client.connect()
 }
 
@@ -102,9 +106,9 @@ func (r *replica) recoveredVersion() uint64 {
 }
 
 // crash stops the agent, and its database unless agentOnly: sessions, the
-// sequencer and the client's pending calls are gone. A database that
-// crashes keeps what it flushed; one that stays up keeps every commit,
-// including the one in flight, if it got that far.
+// order and the client's pending calls are gone. A database that crashes
+// keeps what it flushed; one that stays up keeps every commit, including
+// the one in flight, if it got that far.
 func (r *replica) crash(agentOnly bool) {
 	if !r.up {
 		return
@@ -130,7 +134,7 @@ func (r *replica) crashAgent() {
 }
 
 // crashDatabaseOnly is the database restarting under a running agent: the
-// agent resets its sequencer at once, the sessions are closed, and when the
+// agent resets its order at once, the sessions are closed, and when the
 // database answers again, the agent resets to the version it recovered and
 // reopens the stream from there. Until then the old stream keeps delivering
 // into a stale epoch.
@@ -140,7 +144,7 @@ func (r *replica) crashDatabaseOnly(downTicks int64) {
 	}
 	r.w.stats.ReplicaCrashes++
 	r.crashDatabase()
-	r.seq.Reset(r.seq.Committed())
+	r.ord.Reset(r.ord.Committed())
 	inc := r.incarnation
 	r.w.after(downTicks, "database-up", func() {
 		if r.incarnation != inc || !r.up || r.dbUp {
@@ -152,7 +156,7 @@ func (r *replica) crashDatabaseOnly(downTicks int64) {
 
 func (r *replica) resumeAfterDatabaseRestart() {
 	r.dbUp = true
-	r.seq.Reset(r.recoveredVersion())
+	r.ord.Reset(r.recoveredVersion())
 	r.w.note("database-up", uint64(r.id), r.db.version, 0)
 	r.openStream()
 	for _, s := range r.sessions {
@@ -160,8 +164,11 @@ func (r *replica) resumeAfterDatabaseRestart() {
 	}
 }
 
+// crashDatabase loses the database's connections (the applier's batch
+// in flight, the sessions) and its unflushed tail.
 func (r *replica) crashDatabase() {
 	r.settleInFlight()
+	r.batch = nil
 	r.versionBeforeCrash = r.db.version
 	r.dbUp = false
 	r.incarnation++ // in-flight commits and timers of this life are void
@@ -183,23 +190,27 @@ func (r *replica) settleInFlight() {
 	r.busy, r.inFlight = false, nil
 }
 
-// deliver hands entries of the stream opened at epoch to the sequencer.
-func (r *replica) deliver(epoch uint64, entries []entry) {
-	les := make([]logentry.Entry, len(entries))
-	origins := make([]string, len(entries))
-	seqs := make([]uint64, len(entries))
-	for i, e := range entries {
-		les[i] = logentry.Entry{Version: e.version}
-		origins[i], seqs[i] = e.txn.Origin, e.txn.Seq
-		if old, ok := r.entries[e.version]; ok && old.txn != e.txn {
-			r.w.violate("replica %d was delivered two different entries for version %d: %v and %v", r.id, e.version, old.txn, e.txn)
+// deliver hands entries of the stream opened at epoch to the order.
+func (r *replica) deliver(epoch uint64, entries []logentry.Entry) {
+	for _, e := range entries {
+		h, err := logentry.RawHeaderOf(e.Bytes)
+		if err != nil {
+			r.w.violate("replica %d was delivered version %d, which it cannot read: %v", r.id, e.Version, err)
+			return
 		}
-		if e.version > r.db.version {
-			r.entries[e.version] = e
+		txn := certification.TxnID{Origin: string(h.Origin), Seq: h.Seq}
+		if old, ok := r.delivered[e.Version]; ok && old != txn {
+			r.w.violate("replica %d was delivered two different entries for version %d: %v and %v", r.id, e.Version, old, txn)
+		}
+		if e.Version > r.db.version {
+			r.delivered[e.Version] = txn
 		}
 	}
-	r.seq.Deliver(epoch, les, origins, seqs)
-	r.w.note("delivered", uint64(r.id), entries[len(entries)-1].version, epoch)
+	if err := r.ord.Deliver(epoch, entries); err != nil {
+		r.w.violate("replica %d: %v", r.id, err)
+		return
+	}
+	r.w.note("delivered", uint64(r.id), entries[len(entries)-1].Version, epoch)
 	r.progress()
 }
 
@@ -212,84 +223,117 @@ func (r *replica) durableSeen(durable uint64) {
 	r.progress()
 }
 
-// progress starts the next commit if its turn has come: a batch of remote
-// versions (applyLoop) or a session's local commit (WaitTurn).
+// progress does what the agent and the database do next: the applier
+// plans its next batch (order.Next) or cancels one that waits behind an
+// abandoned version, and the commit whose turn it is starts.
 func (r *replica) progress() {
-	if !r.up || !r.dbUp || r.busy {
+	if !r.up || !r.dbUp {
 		return
 	}
 	r.endRecoveryIfCaughtUp()
 	r.ackSoftRecovered()
-	if batch, err := r.seq.NextRemote(cancelled, r.w.cfg.ApplyBatchEntriesMax); err == nil {
-		r.applyRemote(batch)
-		return
+	r.planBatch()
+	if !r.busy {
+		r.takeTurn()
 	}
-	next := r.seq.Committed() + 1
+}
+
+// planBatch is the applier's loop (internal/agent, apply.go): a batch
+// waiting for its turn behind an abandoned version is cancelled, since only
+// the applier can commit that version (it cannot hold the turn: the
+// abandoned version before it is not visible); the next batch is sent as
+// soon as it is planned.
+func (r *replica) planBatch() {
+	if r.batch != nil && r.ord.CancelWanted() {
+		r.ord.Done(false)
+		r.w.stats.BatchesCancelled++
+		r.w.note("apply-cancelled", uint64(r.id), r.batch.First, r.batch.Last)
+		r.batch = nil
+	}
+	if r.batch == nil {
+		r.batch = r.ord.Next(r.w.cfg.ApplyBatchEntriesMax)
+	}
+}
+
+// takeTurn starts the commit whose turn it is in the database: the
+// version after the visible one, a session's or the applier's batch.
+func (r *replica) takeTurn() {
+	next := r.db.version + 1
 	for _, s := range r.sessions {
-		if s.phase == waitingTurn && (s.local.Version() == next || r.w.cfg.Mutation == MutationCommitWithoutTurn) {
+		if s.phase == waitingTurn && (s.version == next || r.w.cfg.Mutation == MutationCommitWithoutTurn) {
 			r.commitLocal(s)
 			return
 		}
 	}
+	if r.batch != nil && r.batch.First == next {
+		r.applyBatch(r.batch)
+	}
 }
 
 func (r *replica) endRecoveryIfCaughtUp() {
-	if r.recovering && r.targetKnown && r.seq.Committed() >= r.target {
+	if r.recovering && r.targetKnown && r.ord.Committed() >= r.target {
 		r.recovering = false
-		r.w.note("caught-up", uint64(r.id), r.seq.Committed(), 0)
+		r.w.note("caught-up", uint64(r.id), r.ord.Committed(), 0)
 		for _, s := range r.sessions {
 			s.scheduleNext()
 		}
 	}
 }
 
-// applyRemote applies a batch in one database transaction, after a
-// latency. A crash meanwhile may or may not have let the database commit it
-// (crashDatabase); the agent never learns which.
-func (r *replica) applyRemote(batch []logentry.Entry) {
-	entries := make([]entry, len(batch))
-	for i, le := range batch {
-		e, ok := r.entries[le.Version]
-		if !ok {
-			r.w.violate("replica %d: version %d is next but its entry is unknown", r.id, le.Version)
+// applyBatch commits the applier's batch, which has its turn, in one
+// database transaction, after a latency. A crash meanwhile may or may not
+// have let the database commit it (crashDatabase); the agent never learns
+// which.
+func (r *replica) applyBatch(b *order.Batch) {
+	type applied struct {
+		version uint64
+		txn     certification.TxnID
+		writes  []write
+	}
+	batch := make([]applied, len(b.Entries))
+	for i, e := range b.Entries {
+		le, err := e.Decode()
+		if err != nil {
+			r.w.violate("replica %d cannot decode version %d: %v", r.id, e.Version, err)
 			return
 		}
-		entries[i] = e
+		batch[i] = applied{e.Version, txnOf(le.Txn), writesOf(le.Writeset)}
 	}
-	if r.w.cfg.Mutation == MutationSwapRemoteVersions && len(entries) >= 2 {
-		entries[0].writes, entries[1].writes = entries[1].writes, entries[0].writes
+	if r.w.cfg.Mutation == MutationSwapRemoteVersions && len(batch) >= 2 {
+		batch[0].writes, batch[1].writes = batch[1].writes, batch[0].writes
 	}
 	r.startCommit("apply", func() {
-		for _, e := range entries {
-			r.db.commit(e.version, e.txn, e.writes)
-			delete(r.entries, e.version)
+		for _, a := range batch {
+			r.db.commit(a.version, a.txn, a.writes)
+			delete(r.delivered, a.version)
 		}
 	}, func() {
-		r.seq.CommitBatch(batch)
-		r.w.note("applied", uint64(r.id), batch[len(batch)-1].Version, uint64(len(batch)))
+		r.ord.Done(true)
+		r.batch = nil
+		r.w.note("applied", uint64(r.id), b.Last, uint64(len(batch)))
 	})
 }
 
 // commitLocal is C5: the session records its version and commits. If the
 // database refuses (out of disk, a crashed backend), the session rolls back
-// and hands the version to the applier, which applies its writeset like a
-// remote one; the client still gets COMMIT (Tashkent §8.1 soft recovery).
+// and abandons its version, which the applier applies like a remote one
+// (order.Abandon; a batch already waiting behind it is cancelled); the
+// client still gets COMMIT (Tashkent §8.1 soft recovery).
 func (r *replica) commitLocal(s *session) {
 	s.phase = committing
-	v, txn := s.local.Version(), s.txn
+	v, txn := s.version, s.txn
 	if r.w.chance(r.w.cfg.SoftRecoveryPerMille) {
 		r.startCommit("commit-refused", func() {}, func() {
 			r.w.stats.SoftRecoveries++
-			r.seq.Abandon(s.local)
+			r.ord.Abandon(s.local)
 			s.phase = awaitingApply
 		})
 		return
 	}
 	r.startCommit("commit-local", func() {
 		r.db.commit(v, txn.id, txn.writes)
+		delete(r.delivered, v)
 	}, func() {
-		delete(r.entries, v)
-		r.seq.Commit(v)
 		r.w.hist.ack(txn, v)
 		s.finish()
 	})
@@ -299,7 +343,7 @@ func (r *replica) commitLocal(s *session) {
 // committed for them.
 func (r *replica) ackSoftRecovered() {
 	for _, s := range r.sessions {
-		if s.phase == awaitingApply && r.seq.Committed() >= s.version {
+		if s.phase == awaitingApply && r.db.version >= s.version {
 			r.w.hist.ack(s.txn, s.version)
 			s.finish()
 		}
@@ -331,22 +375,27 @@ func (r *replica) scheduleFlush() {
 	})
 }
 
-// scheduleMaintenance is the agent's maintenance: a catch-up request every
-// staleness period (bounded staleness), which also tells a dead stream from
-// a quiet one.
+// scheduleMaintenance is the agent's maintenance (internal/agent,
+// maintain.go): a catch-up request every staleness period (bounded
+// staleness), which also tells a dead stream from a quiet one, and the
+// database's version read into the order (local commits advance it
+// without the agent).
 func (r *replica) scheduleMaintenance() {
 	r.w.after(r.w.cfg.StalenessTicks, "maintenance", func() {
 		if r.up && r.client != nil {
 			r.client.keepalive()
 		}
+		if r.up && r.dbUp {
+			r.ord.Observe(r.db.version)
+			r.progress()
+		}
 		r.scheduleMaintenance() // the run ends at convergence or its time limit
-
 	})
 }
 
 // idle is true when nothing of this replica is in flight.
 func (r *replica) idle() bool {
-	if r.busy || r.client == nil || len(r.client.pending) > 0 {
+	if r.busy || r.batch != nil || r.client == nil || len(r.client.pending) > 0 {
 		return false
 	}
 	for _, s := range r.sessions {

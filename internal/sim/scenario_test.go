@@ -50,7 +50,7 @@ func (s *scenario) write(r, key int) *txnRecord {
 	rep := s.w.replicas[r]
 	sess := &session{r: rep, id: len(rep.sessions)}
 	rep.sessions = append(rep.sessions, sess)
-	sess.txn = s.w.hist.begin(rep.nextTxnID(), r, rep.seq.Committed())
+	sess.txn = s.w.hist.begin(rep.nextTxnID(), r, rep.db.version)
 	sess.txn.snapshot, sess.started, sess.phase = sess.txn.label, true, active
 	s.w.hist.newValue(sess.txn, key, false)
 	sess.commit()

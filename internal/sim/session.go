@@ -1,10 +1,13 @@
 package sim
 
 import (
+	"encoding/binary"
 	"slices"
 
-	"github.com/tashkent-db/tashkent/internal/certification"
-	"github.com/tashkent-db/tashkent/internal/sequencer"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/agent/order"
 )
 
 // phase is where a session's transaction is.
@@ -32,7 +35,7 @@ type session struct {
 	opsLeft int
 	writer  bool // the transaction may write
 	started bool // the snapshot is taken
-	local   *sequencer.Local
+	local   *order.Local
 	reqID   uint64
 	version uint64 // the commit version, once certified
 }
@@ -56,12 +59,12 @@ func (s *session) scheduleNext() {
 	})
 }
 
-// begin labels the transaction with the replica's version (A1, A2). The
+// begin labels the transaction with the database's version (A1, A2). The
 // snapshot is taken later, at the first statement, as PostgreSQL's
 // REPEATABLE READ does: the label is never newer than the snapshot.
 func (s *session) begin() {
 	r, w := s.r, s.r.w
-	s.txn = w.hist.begin(r.nextTxnID(), r.id, r.seq.Committed())
+	s.txn = w.hist.begin(r.nextTxnID(), r.id, r.db.version)
 	s.phase, s.started = active, false
 	s.opsLeft = int(w.between(1, int64(w.cfg.OpsPerTxnMax)))
 	s.writer = w.rng.IntN(100) >= w.cfg.ReadOnlyPercent
@@ -82,7 +85,7 @@ func (s *session) scheduleStatement() {
 func (s *session) statement() {
 	r, w := s.r, s.r.w
 	if !s.started {
-		s.txn.snapshot, s.started = r.seq.Committed(), true
+		s.txn.snapshot, s.started = r.db.version, true
 	}
 	key := w.rng.IntN(w.cfg.Keys)
 	if s.writer && w.rng.IntN(2) == 0 {
@@ -117,7 +120,7 @@ func (s *session) read(key int) observation {
 }
 
 // commit is C1–C3: a read-only transaction commits locally; an update
-// transaction registers with the sequencer and asks the certifier.
+// transaction registers with the order and asks the certifier.
 func (s *session) commit() {
 	r, w := s.r, s.r.w
 	if len(s.txn.writes) == 0 {
@@ -125,20 +128,8 @@ func (s *session) commit() {
 		s.finish()
 		return
 	}
-	req := request{txn: s.txn.id, startVersion: s.txn.label, writes: slices.Clone(s.txn.writes)}
-	for _, wr := range req.writes {
-		if wr.keeps || w.cfg.Mutation == MutationAllWritesKeeping {
-			req.keys = append(req.keys, keepingKeyOf(wr.key))
-		} else {
-			req.keys = append(req.keys, keyOf(wr.key))
-		}
-	}
-	if w.cfg.Mutation != MutationIgnoreReferences {
-		for _, key := range s.txn.referencedOnly() {
-			req.keys = append(req.keys, referenceKeyOf(key))
-		}
-	}
-	s.local = r.seq.Register(s.txn.id.Seq)
+	req := s.request()
+	s.local = r.ord.Register(s.txn.id.Seq)
 	s.phase = certifying
 	s.reqID = r.client.certify(req, s)
 	gen, inc := s.gen, r.incarnation
@@ -149,40 +140,64 @@ func (s *session) commit() {
 	})
 }
 
+// request is the transaction's certification request, its writeset
+// encoded as the extension sends it: an upsert of each row it wrote (the
+// value in the row) and a reference to each foreign-key parent it read
+// and did not write.
+func (s *session) request() *pb.CertifyRequestEncoded {
+	mutation := s.r.w.cfg.Mutation
+	ws := &pb.Writeset{Changes: make([]*pb.Change, 0, len(s.txn.writes)+len(s.txn.references))}
+	for _, wr := range s.txn.writes {
+		ws.Changes = append(ws.Changes, &pb.Change{Table: kvTable, Op: pb.Op_OP_UPSERT, Key: keyBytes(wr.key),
+			Row: binary.AppendVarint(nil, wr.value), KeepsRow: wr.keeps || mutation == MutationAllWritesKeeping})
+	}
+	if mutation != MutationIgnoreReferences {
+		for _, key := range s.txn.referencedOnly() {
+			ws.Changes = append(ws.Changes, &pb.Change{Table: kvTable, Op: pb.Op_OP_REFERENCE, Key: keyBytes(key)})
+		}
+	}
+	b, err := proto.Marshal(ws)
+	if err != nil {
+		panic("sim: encode a writeset: " + err.Error())
+	}
+	id := s.txn.id
+	return &pb.CertifyRequestEncoded{Txn: &pb.TxnID{Origin: id.Origin, Seq: id.Seq}, StartVersion: s.txn.label, Writeset: b}
+}
+
 // timeout is the certify timeout: the outcome is unknown to the client; if
 // the transaction committed, its version is applied as a remote one.
 func (s *session) timeout() {
 	s.r.client.forget(s.reqID)
-	s.r.seq.Abandon(s.local)
+	s.r.ord.Abandon(s.local)
 	s.r.w.hist.end(s.txn, unknown)
 	s.finish()
 }
 
 // onReply handles the certifier's answer to the session's request.
-func (s *session) onReply(rep reply) {
+func (s *session) onReply(rep *pb.CertifyReply) {
 	r, w := s.r, s.r.w
-	if s.phase != certifying || rep.txn != s.txn.id {
-		w.violate("replica %d session %d got a reply for %v in phase %d", r.id, s.id, rep.txn, s.phase)
+	if s.phase != certifying || txnOf(rep.Txn) != s.txn.id {
+		w.violate("replica %d session %d got a reply for %v in phase %d", r.id, s.id, txnOf(rep.Txn), s.phase)
 		return
 	}
-	if !rep.commit {
-		r.seq.Abandon(s.local)
+	if rep.Decision != pb.Decision_DECISION_COMMIT {
+		r.ord.Abandon(s.local)
 		w.hist.end(s.txn, aborted)
 		s.finish()
 		return
 	}
-	if s.local.Version() != rep.commitVersion {
+	if s.local.Version() != rep.CommitVersion {
 		// The certifier delivers a version before the reply that depends
 		// on it, so this is a bug. The version falls back to being applied
 		// as a remote one, as the agent does (internal/agent/certify.go).
 		w.violate("replica %d: %v certified at version %d but version %d was delivered to it (the reply came before its entry)",
-			r.id, s.txn.id, rep.commitVersion, s.local.Version())
-		r.seq.Abandon(s.local)
+			r.id, s.txn.id, rep.CommitVersion, s.local.Version())
+		r.ord.Abandon(s.local)
 		w.hist.end(s.txn, unknown)
 		s.finish()
 		return
 	}
-	s.phase, s.version = waitingTurn, rep.commitVersion
+	s.phase, s.version = waitingTurn, rep.CommitVersion
 	r.progress()
 }
 
@@ -215,26 +230,33 @@ func (s *session) finish() {
 	}
 }
 
-// keyOf is a key's certification key: one row of one table.
-func keyOf(key int) certification.Key { return rowKeys[key] }
+// kvTable is the one table the simulated database has.
+const kvTable = "kv"
 
-// referenceKeyOf is a key's certification key as a foreign-key parent.
-func referenceKeyOf(key int) certification.Key { return referenceKeys[key] }
+// keyBytes is a key's encoded primary key: one byte.
+func keyBytes(key int) []byte { return keyBytesOf[key : key+1 : key+1] }
 
-// keepingKeyOf is a key's certification key for a keeping update.
-func keepingKeyOf(key int) certification.Key { return keepingKeys[key] }
-
-// rowKeys, referenceKeys and keepingKeys are computed once: hashing is
-// the costliest part of a request.
-var rowKeys, referenceKeys, keepingKeys = func() ([]certification.Key, []certification.Key, []certification.Key) {
-	keys, refs, keeps := make([]certification.Key, keysMax), make([]certification.Key, keysMax), make([]certification.Key, keysMax)
-	for i := range keys {
-		keys[i] = certification.RowKey("kv", []byte{byte(i)})
-		refs[i] = certification.ReferenceKey("kv", []byte{byte(i)})
-		keeps[i] = certification.KeepingRowKey("kv", []byte{byte(i)})
+var keyBytesOf = func() []byte {
+	b := make([]byte, keysMax)
+	for i := range b {
+		b[i] = byte(i)
 	}
-	return keys, refs, keeps
+	return b
 }()
+
+// writesOf reads the rows a logged writeset wrote (its upserts), as the
+// applier applies them.
+func writesOf(ws *pb.Writeset) []write {
+	var writes []write
+	for _, c := range ws.GetChanges() {
+		if c.Op != pb.Op_OP_UPSERT {
+			continue
+		}
+		value, _ := binary.Varint(c.Row)
+		writes = append(writes, write{key: int(c.Key[0]), value: value, keeps: c.KeepsRow})
+	}
+	return writes
+}
 
 // keysMax bounds Config.Keys (the keys are one byte).
 const keysMax = 256

@@ -40,6 +40,7 @@ type Stats struct {
 	TooOld            int // aborts below the low-water mark
 	LostTailVersions  int // versions mw replicas lost on crashes and replayed
 	SoftRecoveries    int // local commits the store refused, applied as remote
+	BatchesCancelled  int // apply batches cancelled behind an abandoned version
 	Overloaded        int // requests the certifier received over its in-flight limit
 	ConvergedAtTick   int64
 }
@@ -57,7 +58,7 @@ func Run(seed uint64, cfg Config, opts Options) (res Result) {
 	w := newWorld(seed, cfg, opts)
 	defer func() {
 		if p := recover(); p != nil {
-			// A panic is a broken invariant in real code (the sequencer
+			// A panic is a broken invariant in real code (the order
 			// panics on a gap) or in the simulation: a finding either way.
 			w.violate("panic at tick %d: %v", w.now, p)
 		}
@@ -108,7 +109,7 @@ type world struct {
 	eventSeq uint64
 
 	net      *network
-	cert     *certifier
+	cert     *certProcess
 	replicas []*replica
 	hist     *history
 

@@ -63,7 +63,7 @@ func requireFaultsHappened(t *testing.T, s Stats) {
 		"certifier crashes": s.CertifierCrashes, "partitions": s.Partitions, "dropped messages": s.Dropped,
 		"duplicated messages": s.Duplicated, "re-sent requests": s.Resent, "settled from the log": s.SettledFromLog,
 		"duplicate outcomes": s.DuplicateOutcomes, "too-old aborts": s.TooOld, "mw tails lost and replayed": s.LostTailVersions,
-		"unknown outcomes": s.Unknown, "soft recoveries": s.SoftRecoveries,
+		"unknown outcomes": s.Unknown, "soft recoveries": s.SoftRecoveries, "apply batches cancelled": s.BatchesCancelled,
 		"overloaded certifier": s.Overloaded,
 	}
 	if *seedsFlag < 200 {
@@ -101,6 +101,7 @@ func add(total *Stats, s Stats) {
 	total.TooOld += s.TooOld
 	total.LostTailVersions += s.LostTailVersions
 	total.SoftRecoveries += s.SoftRecoveries
+	total.BatchesCancelled += s.BatchesCancelled
 	total.Overloaded += s.Overloaded
 	total.ConvergedAtTick = max(total.ConvergedAtTick, s.ConvergedAtTick)
 }
@@ -136,7 +137,7 @@ func TestMutationsAreCaught(t *testing.T) {
 	expect := map[Mutation]string{
 		MutationSkipConflictCheck:  "lost update",
 		MutationAckBeforeSync:      "", // lost acknowledged commits, or replicas ahead of the log
-		MutationCommitWithoutTurn:  "", // a gap in a replica's commits (the sequencer panics too)
+		MutationCommitWithoutTurn:  "", // a gap in a replica's commits
 		MutationReadAboveSnapshot:  "",
 		MutationRecoverFromMemory:  "",
 		MutationSwapRemoteVersions: "long fork",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,7 +120,7 @@ func snapshot(ctx context.Context, ss []*session, o Options) (uint64, time.Durat
 	if err != nil {
 		return 0, 0, err
 	}
-	v := maxOf(at)
+	v := slices.Max(at) // two replicas at least (Verify)
 	if _, err := holdAll(ctx, ss, v, o); err != nil {
 		return 0, 0, err
 	}
@@ -137,7 +138,7 @@ func align(ctx context.Context, ss []*session, timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("read the replicas' versions: %w", err)
 	}
-	top := maxOf(versions)
+	top := slices.Max(versions)
 	return each(ctx, ss, func(ctx context.Context, s *session) error {
 		_, err := s.conn.Exec(ctx, `SELECT tashkent.wait_for_version($1, $2)`, int64(top), timeout.Milliseconds())
 		if err != nil {
@@ -223,12 +224,4 @@ func indexOf(ss []*session, s *session) int {
 		}
 	}
 	panic("verify: unknown session")
-}
-
-func maxOf(vs []uint64) uint64 {
-	var m uint64
-	for _, v := range vs {
-		m = max(m, v)
-	}
-	return m
 }

@@ -1,0 +1,265 @@
+package certifier
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/wal"
+)
+
+// The service's decisions, without its I/O: what it answers to a
+// message's requests, what a stream sends and when, where recovery
+// starts. The service's goroutines call these functions around its locks,
+// its log and its gRPC streams; the simulation (internal/sim) calls the
+// same functions around its simulated network, disk and clock, so that it
+// runs what the service decides rather than a model of it.
+
+// prepareRequest checks a request's limits, reads its keys and encodes
+// its log entry; a request refused here gets its reply at once (reply set).
+func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limits) certifying {
+	c := certifying{req: req, overloaded: overloaded}
+	if overloaded {
+		return c
+	}
+	refuse := func(reason pb.AbortReason, detail string) certifying {
+		c.reply = abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}, reason, detail)
+		return c
+	}
+	if n, limit := len(req.Writeset), limits.WritesetBytesMax; n > limit {
+		// Before the keys are read, so an oversized writeset is not parsed.
+		return refuse(pb.AbortReason_ABORT_REASON_LIMIT, fmt.Sprintf("writeset is %d bytes, over the limit of %d (writeset bytes max)", n, limit))
+	}
+	// The state keeps the keys (its window): a slice of their own.
+	keys, err := keysOfEncoded(make([]certification.Key, 0, keysCapacityGuess), req.Writeset)
+	if n := len(keys); n > limits.WritesetKeysMax {
+		return refuse(pb.AbortReason_ABORT_REASON_LIMIT,
+			fmt.Sprintf("writeset has %d rows, over the limit of %d (writeset keys max)", n, limits.WritesetKeysMax))
+	}
+	if err != nil || req.Txn == nil || req.Txn.Origin == "" {
+		if err == nil {
+			err = errors.New("missing transaction id")
+		}
+		return refuse(pb.AbortReason_ABORT_REASON_INVALID, err.Error())
+	}
+	c.prefix = logentry.EncodePrefixOfEncoded(req.Txn, req.Writeset)
+	if len(c.prefix)+logentry.VersionBytesMax > wal.EntryBytesMax {
+		return refuse(pb.AbortReason_ABORT_REASON_LIMIT,
+			fmt.Sprintf("the log entry would be %d bytes, over the log's limit of %d", len(c.prefix), wal.EntryBytesMax))
+	}
+	c.request = certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}
+	return c
+}
+
+// decideSingle is a single certifier's decision for prepared requests:
+// state certifies them in order (an overloaded one is only looked up), and
+// each new commit's log entry is appended to pending, in version order.
+func decideSingle(state *certification.State, batch []certifying, pending []logentry.Entry) []logentry.Entry {
+	for i := range batch {
+		c := &batch[i]
+		switch {
+		case c.reply != nil:
+		case c.overloaded:
+			c.committedBefore, _ = state.CommittedVersion(txnOf(c.req.Txn))
+		default:
+			c.outcome = state.Certify(c.request)
+			if c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
+				pending = append(pending, c.prefix.WithVersion(c.outcome.CommitVersion))
+			}
+			c.lowWaterMark, c.latest = state.LowWaterMark(), state.Version()
+		}
+	}
+	return pending
+}
+
+// replyTo builds a decided request's reply; it may be sent once the
+// durable version reaches waitFor. inFlightMax is the limit an overloaded
+// request's abort names.
+func replyTo(c *certifying, inFlightMax int) (reply *pb.CertifyReply, waitFor uint64) {
+	if c.reply != nil {
+		return c.reply, 0
+	}
+	reply = &pb.CertifyReply{RequestId: c.req.RequestId, Txn: c.req.Txn}
+	if c.overloaded {
+		if c.committedBefore != 0 {
+			// A retry of a transaction that committed gets its version back.
+			reply.Decision, reply.CommitVersion = pb.Decision_DECISION_COMMIT, c.committedBefore
+			return reply, c.committedBefore
+		}
+		return abortReply(reply, pb.AbortReason_ABORT_REASON_OVERLOADED,
+			fmt.Sprintf("certifier overloaded: more requests in flight than the limit of %d (in-flight requests max); retry", inFlightMax)), 0
+	}
+	if c.outcome.Decision == certification.Commit {
+		reply.Decision = pb.Decision_DECISION_COMMIT
+		reply.CommitVersion = c.outcome.CommitVersion
+		return reply, c.outcome.CommitVersion
+	}
+	reply.ConflictVersion = c.outcome.ConflictVersion
+	return abortReply(reply, reasonOf(c.outcome.Reason), describeEncodedAbort(c.req, c.outcome, c.lowWaterMark, c.latest)), 0
+}
+
+// Answer is the certifier's answer to one request.
+type Answer struct {
+	Reply *pb.CertifyReply
+	// WaitFor is the version that must be durable before Reply is sent
+	// (0: none).
+	WaitFor uint64
+	// Outcome is the state machine's, zero for a request it never saw
+	// (refused by a limit, or overloaded).
+	Outcome certification.Outcome
+}
+
+// CertifyMessage is what a single certifier does with one message's
+// requests (stream.go certifyMessage, with singleLog's decide): each is
+// prepared, decided by state in order and answered. overloaded[i] says
+// request i arrived over the in-flight limit. It returns the answers in
+// request order, and pending with each new commit's log entry appended in
+// version order: what the log must make durable before an answer that
+// waits for it is sent.
+func CertifyMessage(state *certification.State, limits Limits, reqs []*pb.CertifyRequestEncoded, overloaded []bool, pending []logentry.Entry) ([]Answer, []logentry.Entry) {
+	batch := make([]certifying, len(reqs))
+	for i, req := range reqs {
+		batch[i] = prepareRequest(req, overloaded[i], limits)
+	}
+	pending = decideSingle(state, batch, pending)
+	answers := make([]Answer, len(batch))
+	for i := range batch {
+		a := &answers[i]
+		a.Reply, a.WaitFor = replyTo(&batch[i], limits.InFlightRequestsMax)
+		a.Outcome = batch[i].outcome
+	}
+	return answers, pending
+}
+
+// TakeSendable moves the replies that can be sent now, those whose
+// dependencies are durable (waitFor), from waiting to ready, each in
+// arrival order. A reply is sent as soon as it can be, not in the order
+// the requests came: one stream carries every session of a replica, and
+// an abort (which depends on nothing durable) or a catch-up does not wait
+// for the flush of another session's commit. Its client learns of the
+// abort, and retries, up to a whole flush sooner. Entries still go out in
+// version order, each before any reply that depends on it (SendReplies).
+func TakeSendable[Q any](waiting []Q, durable uint64, waitFor func(Q) uint64, ready []Q) (sendable, still []Q) {
+	still = waiting[:0]
+	for _, q := range waiting {
+		if waitFor(q) <= durable {
+			ready = append(ready, q)
+		} else {
+			still = append(still, q)
+		}
+	}
+	return ready, still
+}
+
+// PushDue reports whether a stream is sent the durable entries it lacks
+// although no reply of its is ready: it asked for pushes
+// (OpenSession.push) and the durable version is past what it was sent.
+func PushDue(push bool, sendable int, delivered, durable uint64) bool {
+	return sendable == 0 && push && durable > delivered
+}
+
+// EntryReader reads the encoded durable entries (after, upTo] into dst,
+// stopping early, when they come from disk, after the entry that brings
+// what it read to maxBytes (0: no bound).
+type EntryReader func(dst [][]byte, after, upTo uint64, maxBytes int) ([][]byte, error)
+
+// ChunkEntries calls emit with the encoded entries (after, upTo] in order,
+// in groups of at most messageEntryBytesMax bytes (or one entry), with the
+// version of the group's last entry.
+func ChunkEntries(read EntryReader, after, upTo uint64, emit func(entries [][]byte, last uint64) error) error {
+	var group [][]byte
+	groupBytes := 0
+	for after < upTo {
+		to := min(upTo, after+readChunkEntries)
+		entries, err := read(nil, after, to, readChunkBytes)
+		if err != nil {
+			return fmt.Errorf("read log for delivery: %w", err)
+		}
+		if len(entries) == 0 || uint64(len(entries)) > to-after {
+			// Never deliver a gap: the reader would take the versions
+			// it did not get as delivered.
+			return fmt.Errorf("read log for delivery: %d entries for versions %d..%d", len(entries), after+1, to)
+		}
+		for i, e := range entries {
+			if len(group) > 0 && groupBytes+len(e) > messageEntryBytesMax {
+				if err := emit(group, after+uint64(i)); err != nil {
+					return err
+				}
+				group, groupBytes = nil, 0
+			}
+			group = append(group, e)
+			groupBytes += len(e)
+		}
+		after += uint64(len(entries))
+	}
+	if len(group) > 0 {
+		return emit(group, upTo)
+	}
+	return nil
+}
+
+// SendReplies sends a stream the entries (delivered, durable] it has not
+// carried, in chunks (ChunkEntries), and then replies, whose dependencies
+// are durable, in the message with the last chunk: every entry reaches the
+// replica before any reply that depends on it. It returns the highest
+// version sent.
+func SendReplies(read EntryReader, delivered, durable uint64, replies []*pb.CertifyReply, send func(*pb.CertifyStreamReply) error) (uint64, error) {
+	var last *pb.CertifyStreamReply
+	err := ChunkEntries(read, delivered, durable, func(entries [][]byte, upTo uint64) error {
+		if last != nil {
+			if err := send(last); err != nil {
+				return err
+			}
+		}
+		last = &pb.CertifyStreamReply{Entries: entries, DurableVersion: upTo}
+		delivered = upTo
+		return nil
+	})
+	if err != nil {
+		return delivered, err
+	}
+	if last == nil {
+		last = &pb.CertifyStreamReply{}
+	}
+	last.DurableVersion = durable
+	last.Replies = replies
+	return delivered, send(last)
+}
+
+// CheckOpen refuses a session whose replica holds versions this certifier
+// never made durable, or versions its log no longer starts at (first,
+// 0: the log is empty), with the status the stream ends with.
+func CheckOpen(open *pb.OpenSession, durable, first uint64) error {
+	if open == nil || open.Replica == "" {
+		return status.Error(codes.InvalidArgument, "the first message of a Certify stream must open a session with the replica's name")
+	}
+	if open.ReplicaVersion > durable {
+		return status.Errorf(codes.FailedPrecondition,
+			"replica %q is at version %d but the certifier's durable version is %d: the replica holds versions this certifier never made durable (failed versions); rebuild it from a peer",
+			open.Replica, open.ReplicaVersion, durable)
+	}
+	if first > 0 && open.ReplicaVersion+1 < first {
+		return status.Errorf(codes.FailedPrecondition,
+			"replica %q is at version %d but the log starts at version %d: rebuild the replica from a peer", open.Replica, open.ReplicaVersion, first)
+	}
+	return nil
+}
+
+// WindowBase is the version after which the last window of a log holding
+// versions first..last starts (first 0: the log is empty): the versions
+// (base, last] are what recovery restores into the state machine.
+func WindowBase(first, last, window uint64) uint64 {
+	base := uint64(0)
+	if first > 0 {
+		base = first - 1
+	}
+	if last > window && last-window > base {
+		base = last - window
+	}
+	return base
+}
