@@ -574,6 +574,55 @@ tk_channel_register_applier(void)
 	connect_agent(1, 0);
 }
 
+/* Opens an exchange for `ask`: connects to the agent if need be. */
+static void
+begin_exchange(TkAsk ask, TimestampTz deadline)
+{
+	asking = ask;
+	if (!agent_alive())
+		connect_agent(0, deadline);
+}
+
+/*
+ * exchange sends the frame in buf and reads the agent's answer into buf,
+ * by deadline; a cancel ends the wait with an error. It returns NULL, or
+ * why it failed (late_why when the deadline passed), after closing the
+ * connection.
+ */
+static const char *
+exchange(StringInfo buf, TimestampTz deadline, const char *late_why)
+{
+	bool		warned = false;
+
+	exchange_open = true;
+	if (send_all(buf, deadline, false, &warned) &&
+		wait_socket(WL_SOCKET_READABLE, deadline, false, &warned) &&
+		recv_frame(buf, deadline, false, &warned))
+		return NULL;
+	close_agent();
+	return ms_left(deadline) <= 0 ? late_why : "the connection to the tashkent agent broke";
+}
+
+/* An answer of the shape u8 ok, u64 version, u16 length + text ('s', 'k'). */
+typedef struct VersionAnswer
+{
+	bool		ok;
+	uint64		version;
+	char	   *text;
+} VersionAnswer;
+
+static void
+read_version_answer(StringInfo buf, char type, const char *what, VersionAnswer *answer)
+{
+	if (get_u8(buf) != type)
+		elog(ERROR, "tashkent: the agent answered %s with an unexpected message", what);
+	answer->ok = get_u8(buf) != 0;
+	answer->version = get_u64(buf);
+	answer->text = get_text(buf, get_u16(buf));
+	exchange_open = false;
+	pfree(buf->data);
+}
+
 /*
  * tk_channel_sync asks the agent for the certifier's durable version: a
  * version at or above every version the cluster acknowledged before the
@@ -585,47 +634,27 @@ uint64
 tk_channel_sync(TimestampTz deadline)
 {
 	StringInfoData buf;
-	bool		warned = false;
 	long		left = ms_left(deadline);
-	bool		known;
-	uint64		version;
-	char	   *text;
+	VersionAnswer answer;
+	const char *failed;
 
-	asking = TK_ASK_SYNC;
-	if (!agent_alive())
-		connect_agent(0, deadline);
-
+	begin_exchange(TK_ASK_SYNC, deadline);
 	begin_frame(&buf, 'S');
 	put_u32(&buf, (uint32) Max(left, 1));
 	end_frame(&buf);
-	exchange_open = true;
-	if (!send_all(&buf, deadline, false, &warned) ||
-		!wait_socket(WL_SOCKET_READABLE, deadline, false, &warned) ||
-		!recv_frame(&buf, deadline, false, &warned))
-	{
-		bool		late = ms_left(deadline) <= 0;
-
-		close_agent();
+	failed = exchange(&buf, deadline, "the agent did not answer within tashkent.sync_wait_timeout");
+	if (failed != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
-				 errmsg("tashkent.sync_wait could not learn the cluster's durable version: %s",
-						late ? "the agent did not answer within tashkent.sync_wait_timeout"
-						: "the connection to the tashkent agent broke"),
+				 errmsg("tashkent.sync_wait could not learn the cluster's durable version: %s", failed),
 				 errhint("Retry, or check the agent's log; SET tashkent.sync_wait = off reads without waiting.")));
-	}
-	if (get_u8(&buf) != 's')
-		elog(ERROR, "tashkent: the agent answered a sync with an unexpected message");
-	known = get_u8(&buf) != 0;
-	version = get_u64(&buf);
-	text = get_text(&buf, get_u16(&buf));
-	exchange_open = false;
-	pfree(buf.data);
-	if (!known)
+	read_version_answer(&buf, 's', "a sync", &answer);
+	if (!answer.ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
-				 errmsg("tashkent.sync_wait could not learn the cluster's durable version: %s", text),
+				 errmsg("tashkent.sync_wait could not learn the cluster's durable version: %s", answer.text),
 				 errhint("Retry, or check the agent's and the certifier's logs; SET tashkent.sync_wait = off reads without waiting.")));
-	return version;
+	return answer.version;
 }
 
 /*
@@ -640,47 +669,27 @@ uint64
 tk_channel_hold(uint64 version, uint32 hold_ms, TimestampTz deadline)
 {
 	StringInfoData buf;
-	bool		warned = false;
-	bool		held;
-	uint64		after;
-	char	   *text;
+	VersionAnswer answer;
+	const char *failed;
 
-	asking = TK_ASK_HOLD;
-	if (!agent_alive())
-		connect_agent(0, deadline);
-
+	begin_exchange(TK_ASK_HOLD, deadline);
 	begin_frame(&buf, 'K');
 	put_u64(&buf, version);
 	put_u32(&buf, hold_ms);
 	end_frame(&buf);
-	exchange_open = true;
-	if (!send_all(&buf, deadline, false, &warned) ||
-		!wait_socket(WL_SOCKET_READABLE, deadline, false, &warned) ||
-		!recv_frame(&buf, deadline, false, &warned))
-	{
-		bool		late = ms_left(deadline) <= 0;
-
-		close_agent();
+	failed = exchange(&buf, deadline, "the agent did not answer in time");
+	if (failed != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
-				 errmsg("could not hold this replica's commits: %s",
-						late ? "the agent did not answer in time"
-						: "the connection to the tashkent agent broke"),
+				 errmsg("could not hold this replica's commits: %s", failed),
 				 errhint("Retry, or check the agent's log.")));
-	}
-	if (get_u8(&buf) != 'k')
-		elog(ERROR, "tashkent: the agent answered a hold with an unexpected message");
-	held = get_u8(&buf) != 0;
-	after = get_u64(&buf);
-	text = get_text(&buf, get_u16(&buf));
-	exchange_open = false;
-	pfree(buf.data);
-	if (!held)
+	read_version_answer(&buf, 'k', "a hold", &answer);
+	if (!answer.ok)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("could not hold this replica's commits: %s", text),
+				 errmsg("could not hold this replica's commits: %s", answer.text),
 				 errhint("Retry once the other hold ends (it lasts at most its hold_ms), or check the agent's log.")));
-	return after;
+	return answer.version;
 }
 
 /*
