@@ -101,6 +101,7 @@ static int64 event_bytes = 0;	/* of keys and rows */
 static bool has_ddl = false;
 static uint64 ddl_label = 0;
 static uint64 first_version = 0;	/* the replica's version at the first event */
+static uint64 first_row_identity_version = 0;	/* ... at the first DELETE_ROW */
 
 /* What a subtransaction's rollback puts back. */
 typedef struct SubxactMark
@@ -232,6 +233,8 @@ append_event(TkEventKind kind, CommandId cid, const char *table, int tablelen,
 	}
 	if (events == NIL)
 		first_version = tk_committed();
+	if (kind == TK_EVENT_DELETE_ROW && first_row_identity_version == 0)
+		first_row_identity_version = tk_committed();
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	events = lappend(events, e);
 	MemoryContextSwitchTo(old);
@@ -740,6 +743,17 @@ tk_capture_first_version(void)
 }
 
 /*
+ * tk_capture_first_row_identity_version: the replica's version when the
+ * transaction first updated or deleted a row of a table without a primary
+ * key (0: it did not). commit.c certifies such a transaction from it.
+ */
+uint64
+tk_capture_first_row_identity_version(void)
+{
+	return first_row_identity_version;
+}
+
+/*
  * tk_capture_ddl: a DDL statement, replicated as its text (ddl.c), in its
  * place among the row changes, with the search_path it ran under (the
  * applier runs it under the same, so that its names mean the same
@@ -810,6 +824,7 @@ tk_capture_xact_end(void)
 	has_ddl = false;
 	ddl_label = 0;
 	first_version = 0;
+	first_row_identity_version = 0;
 	nmarks = 0;
 }
 

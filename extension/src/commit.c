@@ -36,6 +36,15 @@
  * own snapshot saw (ddl.c), so that a version it did not see is a
  * conflict (the schema key conflicts with every write).
  *
+ * Rows of a table without a primary key break the lock argument: equal
+ * rows cannot be told apart, so a version that updated or deleted "the
+ * same" row (its whole old row is the key both certify) may have been
+ * applied here to another, equal row, which this transaction did not
+ * lock. A transaction that updated or deleted such a row is certified
+ * from the replica's version at the first of those changes: a version
+ * applied after it is a conflict, and exactly one of two concurrent
+ * updates of equal rows commits.
+ *
  * A certified transaction that fails after PRE_COMMIT (an error in the
  * rest of PostgreSQL's pre-commit work, or its backend terminated while it
  * waited for its turn) tells the agent, which applies the version in its
@@ -150,11 +159,14 @@ static uint64
 start_version(void)
 {
 	uint64		first = tk_capture_first_version();
+	uint64		row_identity = tk_capture_first_row_identity_version();
 
 	if (tk_capture_has_ddl())
 		return tk_capture_ddl_label();
 	if (first != 0 && tk_last_ddl_version() > first)
 		return first;
+	if (row_identity != 0)
+		return row_identity;
 	return tk_committed();
 }
 

@@ -375,6 +375,7 @@ extern bool tk_capture_pending(void);
 extern bool tk_capture_has_ddl(void);
 extern uint64 tk_capture_ddl_label(void);
 extern uint64 tk_capture_first_version(void);
+extern uint64 tk_capture_first_row_identity_version(void);
 extern void tk_capture_ddl(const char *sql, int len, const char *search_path,
 						   const char *role, uint64 label);
 extern List *tk_capture_events(void);

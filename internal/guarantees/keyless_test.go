@@ -4,10 +4,12 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 // Tables without a primary key are replicated: inserts, updates and
@@ -104,5 +106,29 @@ func TestConcurrentUpdatesOfEqualKeylessRowsCommitExactlyOne(t *testing.T) {
 	c.converge()
 	if got := c.textOn(0, `SELECT string_agg(who || n, ',' ORDER BY who, n) FROM tally`); !strings.HasPrefix(got, "x5,x15,y1") {
 		t.Fatalf("rows %s, want x5,x15,y1", got)
+	}
+}
+
+// The update of an equal row committed on another replica and applied
+// here before this transaction commits, to the other equal row (the one
+// this transaction did not lock), is still a conflict: the transaction is
+// certified from the replica's version at its change of the row, not at
+// its commit, since equal rows cannot be told apart.
+func TestAnEqualRowUpdatedElsewhereAndAppliedFirstIsAConflict(t *testing.T) {
+	c := start(t, 2, clustertest.Options{})
+	setup := c.Connect(0)
+	execSQL(t, setup, `CREATE TABLE tally (who text, n int)`)
+	execSQL(t, setup, `INSERT INTO tally VALUES ('x', 0), ('x', 0)`)
+	c.converge()
+	late := beginWith(t, c.Connect(1), `UPDATE tally SET n = n + 1 WHERE ctid = (SELECT max(ctid) FROM tally WHERE who = 'x' AND n = 0)`)
+	execSQL(t, c.Connect(0), `UPDATE tally SET n = n + 1 WHERE ctid = (SELECT min(ctid) FROM tally WHERE who = 'x' AND n = 0)`)
+	c.AwaitCommitted(1, c.Agents[0].CommittedVersion(), time.Minute)
+	err := late.Commit(context.Background())
+	if pgcode.Of(err) != pgcode.SerializationFailure {
+		t.Fatalf("the second update of an equal row, after the first was applied here: %v, want 40001", err)
+	}
+	c.converge()
+	if got := c.textOn(1, `SELECT string_agg(n::text, ',' ORDER BY n) FROM tally`); got != "0,1" {
+		t.Errorf("tally after one update committed: %s, want 0,1", got)
 	}
 }
