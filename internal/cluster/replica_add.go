@@ -145,7 +145,7 @@ func clearInterruptedAdd(r *Replica) error {
 	if rec == nil || rec.Kind != "add" {
 		return fmt.Errorf("%s exists but is not a replica of the cluster: move it away, then add the replica again", r.Dir)
 	}
-	if err := clearStaging(filepath.Join(r.Dir, transferFile), r.Postgres.DataDir+stagingSuffix); err != nil {
+	if err := clearStaging(r.Postgres.DataDir + stagingSuffix); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(r.Dir); err != nil {

@@ -57,6 +57,8 @@ const (
 	progressPrintEvery = time.Second
 	// catchUpPrintEvery spaces the lines that show a new copy catching up.
 	catchUpPrintEvery = 2 * time.Second
+	// copierGoneWait bounds the wait for a killed pg_basebackup to exit.
+	copierGoneWait = 10 * time.Second
 )
 
 // Transfer is the record of a state transfer (DIR/replicaK/transfer.json),
@@ -121,7 +123,7 @@ func (u *upper) newTransfer(kind string, target, donor *Replica, reason string, 
 // copyFromDonor takes the copy into the staging directory, after removing
 // what an interrupted transfer left there.
 func (t *transfer) copyFromDonor(ctx context.Context, maxRate string) error {
-	if err := clearStaging(t.path, t.staging); err != nil {
+	if err := clearStaging(t.staging); err != nil {
 		return err
 	}
 	if err := t.save(); err != nil {
@@ -232,7 +234,7 @@ func (t *transfer) finish() { clearTransfer(t.target) }
 // nothing will use.
 func clearTransfer(r *Replica) {
 	os.Remove(filepath.Join(r.Dir, transferFile))
-	os.RemoveAll(r.Postgres.DataDir + stagingSuffix)
+	clearStaging(r.Postgres.DataDir + stagingSuffix)
 }
 
 // readTransfer reads the record in a replica's directory; nil when none.
@@ -248,36 +250,20 @@ func readTransfer(replicaDir string) *Transfer {
 	return &rec
 }
 
-// clearStaging removes what an interrupted transfer left: its copier, if
-// it outlived its tashkent process (the parent death signal should have
-// ended it), and its staging directory. The cluster lock, held, says that
-// no other transfer runs.
-func clearStaging(recordPath, staging string) error {
-	if b, err := os.ReadFile(recordPath); err == nil {
-		var old Transfer
-		if json.Unmarshal(b, &old) == nil && old.CopierPID != 0 && isCopierOf(old.CopierPID, staging) {
-			syscall.Kill(old.CopierPID, syscall.SIGKILL)
-			process.WaitGone(context.Background(), old.CopierPID, 10*time.Second)
-		}
+// clearStaging removes what an interrupted transfer left: its
+// pg_basebackup processes, found by the staging directory on their command
+// line (the WAL streamer that pg_basebackup forks outlives a killed
+// tashkent process), and the staging directory. The cluster lock, held,
+// says that no other transfer runs.
+func clearStaging(staging string) error {
+	for _, pid := range pgserver.Copiers(staging) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		process.WaitGone(context.Background(), pid, copierGoneWait)
 	}
 	if err := os.RemoveAll(staging); err != nil {
 		return fmt.Errorf("remove the copy an interrupted transfer left in %s: %w", staging, err)
 	}
 	return nil
-}
-
-// isCopierOf reports whether pid is a pg_basebackup writing into dir.
-func isCopierOf(pid int, dir string) bool {
-	args, err := cmdline(pid)
-	if err != nil || len(args) == 0 || filepath.Base(args[0]) != "pg_basebackup" {
-		return false
-	}
-	for i, a := range args {
-		if (a == "-D" && i+1 < len(args) && args[i+1] == dir) || a == "-D"+dir || a == "--pgdata="+dir {
-			return true
-		}
-	}
-	return false
 }
 
 // installCopy puts the complete copy in staging in place of dataDir: a

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tashkent-db/tashkent/internal/process"
 )
@@ -58,10 +59,16 @@ var progressLine = regexp.MustCompile(`^\s*(\d+)/(\d+) kB \(\d+%\)`)
 // Run takes the copy. pg_basebackup streams the WAL written meanwhile
 // (-X stream), so the copy recovers to a consistent state on its first
 // start, and asks for an immediate checkpoint (-c fast) rather than
-// waiting for the next one. It dies with the calling process (the parent
-// death signal), so a killed caller leaves no copier writing behind it.
-// On success the files that belong to the copied server's running
-// instance (its socket lock files and its log) are removed from the copy.
+// waiting for the next one. On success the files that belong to the
+// copied server's running instance (its socket lock files and its log)
+// are removed from the copy.
+//
+// pg_basebackup forks a child that streams the WAL. Both run in a process
+// group of their own, and ending ctx kills the whole group: a signal to
+// the main process alone leaves the child streaming into the directory,
+// holding the output pipe open. The main process also gets the parent
+// death signal, but a forked child does not inherit it: when the caller
+// is killed, the child outlives it, and Copiers finds it.
 func (b BaseBackup) Run(ctx context.Context) error {
 	binDir := b.BinDir
 	if binDir == "" {
@@ -77,6 +84,44 @@ func (b BaseBackup) Run(ctx context.Context) error {
 	if err := makeOwnedDir(b.DataDir, cred); err != nil {
 		return err
 	}
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "pg_basebackup"), b.args()...)
+	cmd.Dir = "/"
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = backupWaitDelay
+	outR, outW := io.Pipe()
+	cmd.Stderr = outW
+	if err := cmd.Start(); err != nil {
+		outW.Close()
+		return fmt.Errorf("pgserver: start pg_basebackup: %w", err)
+	}
+	if b.Started != nil {
+		b.Started(cmd.Process.Pid)
+	}
+	output := make(chan string, 1)
+	go func() { output <- b.readOutput(outR) }()
+	err = cmd.Wait()
+	outW.Close()
+	out := <-output
+	if err != nil {
+		// A WAL streamer whose main process failed would keep the group.
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		if ctx.Err() != nil {
+			return fmt.Errorf("pgserver: pg_basebackup interrupted: %w", ctx.Err())
+		}
+		return fmt.Errorf("pgserver: pg_basebackup from %s:%d: %w\n%s", b.Host, b.Port, err, out)
+	}
+	return removeInstanceFiles(b.DataDir)
+}
+
+// backupWaitDelay bounds how long Run waits for pg_basebackup's output to
+// end once the main process has exited: a WAL streamer left behind would
+// hold it open.
+const backupWaitDelay = 5 * time.Second
+
+// args is pg_basebackup's command line.
+func (b BaseBackup) args() []string {
 	args := []string{"-h", b.Host, "-p", strconv.Itoa(b.Port), "-U", b.User, "-D", b.DataDir,
 		"-X", "stream", "-c", "fast", "--progress", "--no-password"}
 	if b.MaxRate != "" {
@@ -85,28 +130,7 @@ func (b BaseBackup) Run(ctx context.Context) error {
 	if b.Label != "" {
 		args = append(args, "--label", b.Label)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "pg_basebackup"), args...)
-	cmd.Dir = "/"
-	cmd.Env = childEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("pgserver: start pg_basebackup: %w", err)
-	}
-	if b.Started != nil {
-		b.Started(cmd.Process.Pid)
-	}
-	output := b.readOutput(stderr)
-	if err := cmd.Wait(); err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("pgserver: pg_basebackup interrupted: %w", ctx.Err())
-		}
-		return fmt.Errorf("pgserver: pg_basebackup from %s:%d: %w\n%s", b.Host, b.Port, err, output)
-	}
-	return removeInstanceFiles(b.DataDir)
+	return args
 }
 
 // readOutput reports pg_basebackup's progress lines and returns the tail
@@ -207,4 +231,29 @@ func removeInstanceFiles(dir string) error {
 		}
 	}
 	return nil
+}
+
+// Copiers lists the live pg_basebackup processes that copy into dir: the
+// one started and the child it forks to stream the WAL, which has the
+// same command line. It goes by PID and command line, so that it names
+// no other program and no copy into another directory.
+func Copiers(dir string) []int {
+	return process.Find(func(pid int) bool { return copiesInto(pid, dir) })
+}
+
+// copiesInto reports whether pid is a live pg_basebackup writing into dir.
+func copiesInto(pid int, dir string) bool {
+	if !process.Alive(pid) {
+		return false
+	}
+	args, err := process.Cmdline(pid)
+	if err != nil || len(args) == 0 || filepath.Base(args[0]) != "pg_basebackup" {
+		return false
+	}
+	for i, a := range args {
+		if (a == "-D" && i+1 < len(args) && args[i+1] == dir) || a == "-D"+dir || a == "--pgdata="+dir {
+			return true
+		}
+	}
+	return false
 }

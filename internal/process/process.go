@@ -83,18 +83,23 @@ func Cmdline(pid int) ([]string, error) {
 
 // Children lists the PIDs whose parent is pid, from /proc.
 func Children(pid int) []int {
+	return Find(func(c int) bool {
+		st, ok := ReadStat(c)
+		return ok && st.PPID == pid
+	})
+}
+
+// Find lists the PIDs in /proc for which match is true.
+func Find(match func(pid int) bool) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
 	var out []int
 	for _, e := range ents {
-		c, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ok := ReadStat(c); ok && st.PPID == pid {
-			out = append(out, c)
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && match(pid) {
+			out = append(out, pid)
 		}
 	}
 	return out
