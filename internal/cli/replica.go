@@ -32,6 +32,7 @@ func transferFlags(cmd *cobra.Command, o *cluster.ReplicaOptions) {
 	f.StringVar(&o.Dir, "data-dir", "", "cluster directory (as given to tashkent up)")
 	f.IntVar(&o.Donor, "donor", 0, "index of the replica to copy from (0: the serving replica with the highest version)")
 	f.StringVar(&o.MaxRate, "max-rate", "", "most the copy reads from the donor per second, as pg_basebackup --max-rate takes it (e.g. 50M; empty: no limit)")
+	f.BoolVar(&o.EmptyUnlogged, "empty-unlogged", false, "copy although the donor's unlogged tables hold rows: the copy holds them empty (pg_basebackup copies no unlogged rows), unlike the other replicas; without it the command refuses and names them")
 	f.DurationVar(&o.ReadyTimeout, "ready-timeout", 10*time.Minute, "how long the copy may take to catch up from the certifier's log and admit clients")
 }
 
@@ -47,6 +48,9 @@ progress (bytes, rate, ETA) is printed as it goes. The new replica is
 recorded in cluster.json once the copy is complete; then its PostgreSQL and
 agent start, and the agent catches it up from the certifier's log before
 its gate admits clients.
+
+Refused, before copying, while the donor's unlogged tables hold rows: a
+physical copy holds them empty (see --empty-unlogged).
 
 Interrupted (this command, the copy or the donor killed), nothing is
 recorded and nothing of the new replica runs; run the command again: it
@@ -81,8 +85,9 @@ with pg_basebackup while the donor serves, then catches it up from the
 certifier's log; the replica keeps its index, name and port. The replica
 runs on its old data until the copy is complete; then its agent and
 PostgreSQL stop, the copy takes the old directory's place, and they start
-again. Interrupted, the replica keeps (or gets back) its old data; run the
-command again. With automatic rebuild on (tashkent up's default), the
+again. Refused, before copying, while the donor's unlogged tables hold rows
+(see --empty-unlogged). Interrupted, the replica keeps (or gets back) its
+old data; run the command again. With automatic rebuild on (tashkent up's default), the
 supervisor does the same by itself when a replica's agent halts.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -21,6 +21,9 @@ type ReplicaOptions struct {
 	// MaxRate bounds how fast the copy reads the donor's disk
 	// (pg_basebackup --max-rate: "20M", "500k"; empty: no limit).
 	MaxRate string
+	// EmptyUnlogged copies although the donor's unlogged tables hold rows:
+	// the copy holds them empty (checkCopy).
+	EmptyUnlogged bool
 	// DeleteData (remove) deletes the removed replica's directory instead
 	// of moving it to DIR/removed/.
 	DeleteData bool
@@ -30,6 +33,10 @@ type ReplicaOptions struct {
 	// ReadyTimeout bounds the wait for each process to be ready; for the
 	// agent of a copy, until it has caught up (0: catchUpTimeout).
 	ReadyTimeout time.Duration
+}
+
+func (o ReplicaOptions) copyOptions() copyOptions {
+	return copyOptions{maxRate: o.MaxRate, emptyUnlogged: o.EmptyUnlogged}
 }
 
 // catchUpTimeout is how long a copy's agent may take to catch up from the
@@ -83,11 +90,11 @@ func AddReplica(ctx context.Context, o ReplicaOptions) (*State, *Replica, error)
 		return nil, nil, err
 	}
 	defer unlock()
-	r, err := u.addReplica(ctx, o.Donor, o.MaxRate)
+	r, err := u.addReplica(ctx, o.Donor, o.copyOptions())
 	return u.st, r, err
 }
 
-func (u *upper) addReplica(ctx context.Context, donorIndex int, maxRate string) (*Replica, error) {
+func (u *upper) addReplica(ctx context.Context, donorIndex int, co copyOptions) (*Replica, error) {
 	k, err := u.st.nextFreeIndex()
 	if err != nil {
 		return nil, err
@@ -103,6 +110,9 @@ func (u *upper) addReplica(ctx context.Context, donorIndex int, maxRate string) 
 	if err != nil {
 		return nil, err
 	}
+	if err := checkCopy(ctx, donor, co); err != nil {
+		return nil, err
+	}
 	if _, err := u.pgBinDir(ctx); err != nil { // before the copy, not after it
 		return nil, err
 	}
@@ -111,7 +121,7 @@ func (u *upper) addReplica(ctx context.Context, donorIndex int, maxRate string) 
 	}
 	u.progress("%s: joining the cluster as replica index %d, copied from %s", r.Name, k, donor.Name)
 	t := u.newTransfer("add", r, donor, "", false)
-	if err := t.copyFromDonor(ctx, maxRate); err != nil {
+	if err := t.copyFromDonor(ctx, co.maxRate); err != nil {
 		return nil, fmt.Errorf("%w\n(nothing was recorded; run the command again to start over)", err)
 	}
 	if err := installCopy(t.staging, r.Postgres.DataDir); err != nil {

@@ -28,13 +28,13 @@ func RebuildReplica(ctx context.Context, o ReplicaOptions, k int) (*State, error
 	if health, err := AgentHealth(ctx, r.Agent.MetricsPort); err != nil && strings.HasPrefix(health, "halted") {
 		reason += "; the agent said " + quoteReason(health)
 	}
-	return u.st, u.rebuildReplica(ctx, r, rebuildRequest{donor: o.Donor, maxRate: o.MaxRate, reason: reason})
+	return u.st, u.rebuildReplica(ctx, r, rebuildRequest{donor: o.Donor, copy: o.copyOptions(), reason: reason})
 }
 
 // rebuildRequest says where a rebuild copies from and why.
 type rebuildRequest struct {
 	donor     int
-	maxRate   string
+	copy      copyOptions
 	reason    string
 	automatic bool
 }
@@ -45,6 +45,9 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 		return err
 	}
 	if err := finishDataDirSwap(r.Postgres.DataDir); err != nil {
+		return err
+	}
+	if err := checkCopy(ctx, donor, req.copy); err != nil {
 		return err
 	}
 	if _, err := u.pgBinDir(ctx); err != nil { // before the copy, not after it
@@ -58,7 +61,7 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 	u.progress("%s", note)
 	appendLogNote(r.Agent.Log, note)
 	t := u.newTransfer("rebuild", r, donor, req.reason, req.automatic)
-	if err := t.copyFromDonor(ctx, req.maxRate); err != nil {
+	if err := t.copyFromDonor(ctx, req.copy.maxRate); err != nil {
 		return fmt.Errorf("%w\n(%s still runs on its old data; run the rebuild again to start over)", err, r.Name)
 	}
 	if err := u.stopReplica(ctx, r); err != nil {

@@ -13,7 +13,7 @@ func (u *upper) resize(ctx context.Context, n int) error {
 	// A copy's agent catches up from the log before it is ready.
 	u.o.ReadyTimeout = max(u.o.ReadyTimeout, catchUpTimeout)
 	for len(u.st.Replicas) < n {
-		if _, err := u.addReplica(ctx, 0, ""); err != nil {
+		if _, err := u.addReplica(ctx, 0, copyOptions{}); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,60 @@
+package cluster_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tashkent-db/tashkent/internal/testbin"
+)
+
+// A copy holds every unlogged table empty (pg_basebackup copies none of
+// their rows), while tashkent replicates them: add and rebuild refuse
+// while the donor has unlogged tables with rows, name them and say what
+// to do; --empty-unlogged copies anyway, with the tables empty; once the
+// table is logged, the rebuild copies its rows.
+func TestReplicaCopyRefusesUnloggedTablesWithRows(t *testing.T) {
+	bin := testbin.Path(t)
+	dir, st := newCluster(t, bin, 2)
+	r1, r2 := st.ReplicaByIndex(1), st.ReplicaByIndex(2)
+	execOn(t, r1.DSN(),
+		"CREATE UNLOGGED TABLE cache (k int PRIMARY KEY, v text)",
+		"INSERT INTO cache SELECT g, 'v' FROM generate_series(1, 100) g",
+		"CREATE UNLOGGED TABLE scratch (k int PRIMARY KEY)")
+	eventually(t, r2.DSN(), "SELECT count(*)::text FROM cache", "100")
+
+	for _, args := range [][]string{{"add", "--data-dir", dir}, {"rebuild", "--data-dir", dir, "--donor", "1", "2"}} {
+		out, err := run(t, bin, append([]string{"replica"}, args...)...)
+		if err == nil {
+			t.Fatalf("replica %s copied a donor with an unlogged table with rows", args[0])
+		}
+		for _, want := range []string{"unlogged tables with rows: public.cache.", "ALTER TABLE public.cache SET LOGGED", "--empty-unlogged"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("replica %s refused without saying %q", args[0], want)
+			}
+		}
+		if strings.Contains(out, "scratch") || strings.Contains(out, "copying the data directory") {
+			t.Errorf("replica %s named an empty unlogged table or began to copy", args[0])
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "replica3")); !os.IsNotExist(err) {
+		t.Errorf("a refused add left DIR/replica3: %v", err)
+	}
+	if s := status(t, bin, dir); !s.Healthy || s.Replicas[1].Rebuilt != nil {
+		t.Errorf("after the refused add and rebuild: healthy %v, replica2 rebuilt %+v", s.Healthy, s.Replicas[1].Rebuilt)
+	}
+
+	mustRun(t, bin, "replica", "add", "--data-dir", dir, "--donor", "1", "--empty-unlogged")
+	if n := query(t, load(t, dir).ReplicaByIndex(3).DSN(), "SELECT count(*)::text FROM cache"); n != "0" {
+		t.Errorf("a copy taken with --empty-unlogged holds %s rows of the unlogged table, want 0 (pg_basebackup copies none)", n)
+	}
+	mustRun(t, bin, "replica", "remove", "--data-dir", dir, "--delete-data", "3")
+
+	query(t, r1.DSN(), "ALTER TABLE cache SET LOGGED")
+	eventually(t, r2.DSN(), "SELECT relpersistence::text FROM pg_class WHERE relname = 'cache'", "p")
+	mustRun(t, bin, "replica", "rebuild", "--data-dir", dir, "--donor", "1", "2")
+	if n := query(t, r2.DSN(), "SELECT count(*)::text FROM cache"); n != "100" {
+		t.Errorf("replica2 rebuilt once the table is logged holds %s of its rows, want 100", n)
+	}
+}
