@@ -567,14 +567,28 @@ BEGIN
 	v_cur := CASE WHEN v_called THEN v_last + v_seq.seqincrement ELSE v_last END;
 	v_next := v_cur;
 
-	-- Rows the sequence's own column already holds are never handed out
-	-- again.
+	-- Values a column already holds are never handed out again: the
+	-- column that owns the sequence (SERIAL, identity, OWNED BY), and every
+	-- numeric column whose default calls it (nextval('s') without OWNED BY).
+	-- The values another replica handed out with its own offset are in
+	-- those columns too, which is what makes a copy, or a reused replica
+	-- index, safe.
 	FOR v_col IN
 		SELECT a.attrelid::regclass AS tbl, quote_ident(a.attname) AS col
 		FROM pg_depend d
 		JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
 		WHERE d.classid = 'pg_class'::regclass AND d.objid = p_seq
 			AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i') AND d.refobjsubid > 0
+		UNION
+		SELECT a.attrelid::regclass, quote_ident(a.attname)
+		FROM pg_depend d
+		JOIN pg_attrdef ad ON ad.oid = d.objid
+		JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+		JOIN pg_type t ON t.oid = a.atttypid
+		WHERE d.classid = 'pg_attrdef'::regclass AND d.refclassid = 'pg_class'::regclass
+			AND d.refobjid = p_seq AND NOT a.attisdropped
+			AND (CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END)
+				IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'numeric'::regtype)
 	LOOP
 		IF v_dir > 0 THEN
 			EXECUTE format('SELECT max(%s)::numeric + 1 FROM %s', v_col.col, v_col.tbl) INTO v_floor;

@@ -15,10 +15,15 @@ import (
 // agent's --replica-index, which offsets its sequences (every sequence
 // advances by the agents' --sequence-stride, 16, so a replica can join
 // without changing anyone's sequences). Removing a replica frees its
-// index; the next one added takes the smallest free index. Reusing an
-// index is safe: every commit of the removed replica is in the certifier's
-// log, and the agent aligns sequences past the largest value of each
-// owning column again once it has caught up.
+// index; the next one added takes the smallest free index. Every commit of
+// the removed replica is in the certifier's log, and the agent aligns each
+// sequence, once it has caught up, past the values of the column that
+// owns it and of every column whose default calls it: the values the
+// index handed out before are never handed out again. A sequence that no
+// column owns or calls in its default (nextval() in the application's own
+// statements) is tied to no values: after a copy it continues from the
+// donor's position, and may hand out again what this index handed out
+// before (docs/GUARANTEES.md, limitations). The same holds for a rebuild.
 
 // Rebuilt records a replica's last rebuild (`tashkent replica rebuild`, or
 // the supervisor's after its agent halted).

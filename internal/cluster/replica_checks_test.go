@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
@@ -56,5 +57,44 @@ func TestReplicaCopyRefusesUnloggedTablesWithRows(t *testing.T) {
 	mustRun(t, bin, "replica", "rebuild", "--data-dir", dir, "--donor", "1", "2")
 	if n := query(t, r2.DSN(), "SELECT count(*)::text FROM cache"); n != "100" {
 		t.Errorf("replica2 rebuilt once the table is logged holds %s of its rows, want 100", n)
+	}
+}
+
+// A sequence that no column owns, called by a table's default, does not
+// hand out again, after a rebuild or on a replica that reuses a removed
+// replica's index, the values that replica handed out: the copy's
+// sequence is the donor's, and the alignment looks past the column whose
+// default calls it.
+func TestAnUnownedSequenceDoesNotRepeatAfterARebuildOrAReusedIndex(t *testing.T) {
+	bin := testbin.Path(t)
+	dir, st := newCluster(t, bin, 2)
+	r1, r2 := st.ReplicaByIndex(1), st.ReplicaByIndex(2)
+	execOn(t, r1.DSN(), "CREATE SEQUENCE s", "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT nextval('s'), v text)")
+	eventually(t, r2.DSN(), "SELECT count(*)::text FROM pg_tables WHERE tablename = 't'", "1")
+	insert := func(r *cluster.Replica, n int) {
+		t.Helper()
+		for i := range n {
+			if _, err := tryQuery(r.DSN(), "INSERT INTO t (v) VALUES ($1) RETURNING id", r.Name); err != nil {
+				t.Fatalf("insert %d of %d on %s: %v", i+1, n, r.Name, err)
+			}
+		}
+	}
+	insert(r2, 20)
+	insert(r1, 3)
+
+	mustRun(t, bin, "replica", "rebuild", "--data-dir", dir, "--donor", "1", "2")
+	r2 = load(t, dir).ReplicaByIndex(2)
+	insert(r2, 20)
+
+	mustRun(t, bin, "replica", "remove", "--data-dir", dir, "--delete-data", "2")
+	insert(r1, 3)
+	mustRun(t, bin, "replica", "add", "--data-dir", dir, "--donor", "1")
+	r2 = load(t, dir).ReplicaByIndex(2)
+	if r2 == nil {
+		t.Fatal("the added replica did not take the free index 2")
+	}
+	insert(r2, 20)
+	if n := query(t, r2.DSN(), "SELECT count(*)::text FROM t"); n != "66" {
+		t.Errorf("t holds %s rows on replica2, want 66", n)
 	}
 }

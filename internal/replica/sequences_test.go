@@ -64,6 +64,30 @@ func TestConfigureSequencesAlignsExistingSequencesPastTheirColumn(t *testing.T) 
 	}
 }
 
+// A sequence that no column owns, called by column defaults, is aligned
+// past the values those columns hold (another replica's, or those this
+// replica handed out before it was copied from a donor); a default that
+// makes text of it is not a number to look past.
+func TestConfigureSequencesAlignsPastColumnsWhoseDefaultCallsTheSequence(t *testing.T) {
+	c := newCluster(t, 1)
+	c.commit(0, `
+		CREATE SEQUENCE shared;
+		CREATE DOMAIN ident AS bigint;
+		CREATE TABLE a (id bigint PRIMARY KEY DEFAULT nextval('shared'), v text);
+		CREATE TABLE b (id ident PRIMARY KEY DEFAULT nextval('shared'), code text DEFAULT 'c' || nextval('shared'));
+		INSERT INTO a (id) VALUES (34), (50);
+		INSERT INTO b (id) VALUES (66), (82);`)
+	conn := c.nodes[0].connect(t)
+	if err := ConfigureSequences(tctx(t), conn, 2, 16); err != nil {
+		t.Fatal(err)
+	}
+	got := nextvals(t, conn, "shared", 3)
+	checkAligned(t, "unowned", got, 2, 16)
+	if got[0] <= 82 {
+		t.Fatalf("a sequence no column owns hands out %d, which a column whose default calls it holds (max 82)", got[0])
+	}
+}
+
 // DDL that creates or alters sequences, run by a client on one replica
 // and applied on the other through the Applier, gets sequences aligned on
 // each with its own index: the extension's event trigger fires in both.
