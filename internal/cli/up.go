@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -79,6 +80,10 @@ data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 			}
 			st.WriteEndpoints(out)
 			if noDemo {
+				return nil
+			}
+			if len(st.Halted) > 0 {
+				fmt.Fprintf(out, "\nNo demo: %s halted (above).\n", strings.Join(st.Halted, ", "))
 				return nil
 			}
 			_, err = demo.Run(cmd.Context(), st, demo.Config{Duration: demoDuration, Out: out, Live: isTerminal(os.Stdout)})

@@ -30,12 +30,38 @@ const (
 	adoptedAgentPoll = 100 * time.Millisecond
 )
 
+// startAllAgents adopts or starts every replica's agent. An agent that
+// halted is left running, halted (it keeps its replica's clients out), and
+// noted for reportHalted: up goes on, so that the supervisor starts and
+// rebuilds the replica.
 func (u *upper) startAllAgents(ctx context.Context) error {
-	return u.parallel(func(r *Replica) error { return u.startAgent(ctx, r) })
+	return u.parallel(func(r *Replica) error {
+		err := u.startAgent(ctx, r)
+		var h *errAgentHalted
+		if errors.As(err, &h) {
+			u.mu.Lock()
+			u.halted = append(u.halted, h)
+			u.mu.Unlock()
+			return nil
+		}
+		return err
+	})
+}
+
+// errAgentHalted says that a replica's agent runs but halted: it stopped
+// applying the cluster's commits, and the replica must be rebuilt.
+type errAgentHalted struct {
+	replica *Replica
+	why     string
+}
+
+func (e *errAgentHalted) Error() string {
+	return fmt.Sprintf("%s: its agent (pid %d) halted: %s", e.replica.Name, e.replica.Agent.PID, e.why)
 }
 
 // startAgent adopts the replica's running agent, waiting until it serves,
-// or starts one.
+// or starts one. An agent that halted is left running and returned as
+// *errAgentHalted.
 func (u *upper) startAgent(ctx context.Context, r *Replica) error {
 	a := &r.Agent
 	u.mu.Lock()
@@ -54,27 +80,74 @@ func (u *upper) startAgent(ctx context.Context, r *Replica) error {
 			return startFromConfig("agent", a.Config, "The agent of "+r.Name, u.agentSettings(r))
 		},
 		func(pid int) { a.PID = pid },
-		func(ctx context.Context, pid int) error { return agentServes(ctx, r, pid) })
+		func(ctx context.Context, pid int) error {
+			if _, halted := agentHaltedAt(ctx, r, pid); halted {
+				return nil
+			}
+			return agentServes(ctx, r, pid)
+		})
 	if err != nil {
 		return err
+	}
+	if why, halted := agentHaltedAt(ctx, r, a.PID); halted {
+		u.progress("%s: agent started (pid %d, metrics :%d, log %s), and it halted", r.Name, a.PID, a.MetricsPort, a.Log)
+		return &errAgentHalted{replica: r, why: why}
 	}
 	u.progress("%s: agent started (pid %d, metrics :%d, log %s); the replica admits clients", r.Name, a.PID, a.MetricsPort, a.Log)
 	clearTransfer(r)
 	return nil
 }
 
+// agentHaltedAt reports whether pid, listening on r's metrics port, says
+// that it halted, and why.
+func agentHaltedAt(ctx context.Context, r *Replica, pid int) (string, bool) {
+	if !listensOn(pid, r.Agent.MetricsPort) {
+		return "", false
+	}
+	return haltedHealth(AgentHealth(ctx, r.Agent.MetricsPort))
+}
+
+// haltedHealth reads AgentHealth's answer: whether the agent halted, and
+// why (on one line).
+func haltedHealth(health string, err error) (string, bool) {
+	why, halted := strings.CutPrefix(health, "halted: ")
+	return quoteReason(why), err != nil && halted
+}
+
+// reportHalted (up, once everything runs) says which replicas halted and
+// what rebuilds them, and records their names in the state returned.
+func (u *upper) reportHalted() {
+	for _, h := range u.halted {
+		r := h.replica
+		u.st.Halted = append(u.st.Halted, r.Name)
+		if u.st.AutoRebuild {
+			u.progress("%s: HALTED (%s); the supervisor rebuilds it from a donor (`tashkent status --data-dir %s` shows the rebuild)",
+				r.Name, h.why, u.st.Dir)
+			continue
+		}
+		u.progress("%s: HALTED (%s); automatic rebuild is off: rebuild it with `tashkent replica rebuild --data-dir %s %d`",
+			r.Name, h.why, u.st.Dir, r.Index)
+	}
+}
+
 // awaitAdoptedAgent waits until an agent that was already running serves
-// (it may be catching up after its database restarted). It is not ours to
-// kill if it does not: the error says what it is doing.
+// (it may be catching up after its database restarted), or says it
+// halted (*errAgentHalted). It is not ours to kill if it does neither: the
+// error says what it is doing.
 func (u *upper) awaitAdoptedAgent(ctx context.Context, r *Replica, pid int) error {
 	ctx, cancel := context.WithTimeout(ctx, u.o.ReadyTimeout)
 	defer cancel()
 	for {
 		attempt, acancel := context.WithTimeout(ctx, 2*time.Second)
 		err := agentServes(attempt, r, pid)
+		why, halted := agentHaltedAt(attempt, r, pid)
 		acancel()
 		if err == nil {
 			return nil
+		}
+		if halted {
+			u.progress("%s: agent already running (pid %d, metrics :%d), halted", r.Name, pid, r.Agent.MetricsPort)
+			return &errAgentHalted{replica: r, why: why}
 		}
 		select {
 		case <-ctx.Done():

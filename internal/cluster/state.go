@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +82,9 @@ type State struct {
 	// whose agent halted (supervisor.go).
 	AutoRebuild bool        `json:"auto_rebuild,omitempty"`
 	Supervisor  *Supervisor `json:"supervisor,omitempty"`
+	// Halted names the replicas whose agents had halted when Up returned
+	// this state (not recorded).
+	Halted []string `json:"-"`
 }
 
 // Certifier records the certifier process.
@@ -335,7 +339,11 @@ func (s *State) WriteEndpoints(w io.Writer) {
 	fmt.Fprintf(w, "\nCluster %s is up: mode %s, %d replicas, certifier %s.\n", s.Dir, s.Mode, len(s.Replicas), s.CertifierAddr())
 	fmt.Fprintln(w, "Connect to any replica: each is a PostgreSQL 15 server with the tashkent extension, beside its agent:")
 	for _, r := range s.Replicas {
-		fmt.Fprintf(w, "  %-10s %-45s %s\n", r.Name, r.URI(), r.PsqlCommand())
+		line := fmt.Sprintf("  %-10s %-45s %s", r.Name, r.URI(), r.PsqlCommand())
+		if slices.Contains(s.Halted, r.Name) {
+			line += "   HALTED: refuses clients until rebuilt"
+		}
+		fmt.Fprintln(w, line)
 	}
 	if s.Certifier.MetricsPort != 0 {
 		fmt.Fprintf(w, "Dashboard: http://%s/ (served by every agent and certifier on its metrics port)\n", hostPort(s.Certifier.MetricsPort))

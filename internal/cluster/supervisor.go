@@ -205,9 +205,7 @@ func agentHalted(ctx context.Context, r *Replica) (string, bool) {
 	if r.Agent.PID == 0 || agentIdentity(&r.Agent).check(r.Agent.PID) != nil {
 		return "", false
 	}
-	health, err := AgentHealth(ctx, r.Agent.MetricsPort)
-	why, halted := strings.CutPrefix(health, "halted: ")
-	return quoteReason(why), err != nil && halted
+	return haltedHealth(AgentHealth(ctx, r.Agent.MetricsPort))
 }
 
 // rebuild rebuilds replica k under the cluster lock, if it still halted.

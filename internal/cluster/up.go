@@ -166,6 +166,7 @@ func Up(ctx context.Context, o Options) (*State, error) {
 	if err := u.superviseIfAsked(ctx); err != nil {
 		return st, err
 	}
+	u.reportHalted()
 	return st, u.save()
 }
 
@@ -291,6 +292,7 @@ type upper struct {
 
 	mu        sync.Mutex
 	portsUsed map[int]bool
+	halted    []*errAgentHalted // agents that halted, left running (up)
 }
 
 func (u *upper) save() error {
