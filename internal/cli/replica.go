@@ -85,7 +85,8 @@ with pg_basebackup while the donor serves, then catches it up from the
 certifier's log; the replica keeps its index, name and port. The replica
 runs on its old data until the copy is complete; then its agent and
 PostgreSQL stop, the copy takes the old directory's place, and they start
-again. Refused, before copying, while the donor's unlogged tables hold rows
+again. The old data directory is kept in DIR/removed/replicaK-rebuilt-<time>/
+until the replica's next rebuild. Refused, before copying, while the donor's unlogged tables hold rows
 (see --empty-unlogged). Interrupted, the replica keeps (or gets back) its
 old data; run the command again. With automatic rebuild on (tashkent up's default), the
 supervisor does the same by itself when a replica's agent halts.`,

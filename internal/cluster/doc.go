@@ -22,6 +22,8 @@
 //	                         (up, down, replica add/remove/rebuild, a supervisor's rebuild)
 //	  supervisor.log         the supervisor's output
 //	  removed/replicaK-TIME/ the directory of a removed replica (replica remove)
+//	  removed/replicaK-rebuilt-TIME/pgdata/  replica K's data directory from
+//	                         before its last rebuild (only the last is kept)
 //	  certifier/             the certifier's --data-dir: its log segments (*.wal, LOCK)
 //	    certifier.toml       the certifier's config file (config.go)
 //	    certifier.log        the certifier's stdout and stderr

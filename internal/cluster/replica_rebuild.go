@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -67,9 +68,11 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 	if err := u.stopReplica(ctx, r); err != nil {
 		return err
 	}
-	if err := installCopy(t.staging, r.Postgres.DataDir); err != nil {
+	old, err := installCopy(t.staging, r.Postgres.DataDir)
+	if err != nil {
 		return fmt.Errorf("%s: put the copy in place: %w", r.Name, err)
 	}
+	u.keepRebuiltData(r, old)
 	u.mu.Lock()
 	r.Rebuilt = &Rebuilt{At: time.Now().UTC().Truncate(time.Second), Donor: donor.Name, Reason: req.reason, Automatic: req.automatic}
 	u.mu.Unlock()
@@ -82,6 +85,37 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 	t.finish()
 	appendLogNote(r.Agent.Log, fmt.Sprintf("%s: rebuilt from %s; it serves", r.Name, donor.Name))
 	return nil
+}
+
+// rebuiltDirInfix names, in DIR/removed/, the directory that keeps a
+// replica's data directory from before its last rebuild:
+// replicaK-rebuilt-<UTC time>/pgdata.
+const rebuiltDirInfix = "-rebuilt-"
+
+// keepRebuiltData moves the data directory a rebuild replaced (at old) to
+// DIR/removed/replicaK-rebuilt-<time>/pgdata, removing the one kept from
+// the replica's rebuild before: only the last is kept, so that a replica
+// rebuilt again and again does not fill the disk. Should the move fail,
+// the old data is deleted.
+func (u *upper) keepRebuiltData(r *Replica, old string) {
+	parent := filepath.Join(u.st.Dir, removedDirName)
+	earlier, _ := filepath.Glob(filepath.Join(parent, r.Name+rebuiltDirInfix+"*"))
+	for _, d := range earlier {
+		os.RemoveAll(d)
+	}
+	kept := filepath.Join(parent, r.Name+rebuiltDirInfix+time.Now().UTC().Format("20060102T150405Z"))
+	err := os.MkdirAll(kept, 0o755)
+	if err == nil {
+		err = os.Rename(old, filepath.Join(kept, "pgdata"))
+	}
+	if err != nil {
+		u.progress("%s: the data directory from before the rebuild cannot be kept (%v); it is deleted", r.Name, err)
+		os.RemoveAll(old)
+		os.Remove(kept)
+		return
+	}
+	u.progress("%s: the data directory from before the rebuild is kept in %s (until the replica's next rebuild)",
+		r.Name, filepath.Join(kept, "pgdata"))
 }
 
 // stopReplica stops r's agent (which closes the gate first), then its

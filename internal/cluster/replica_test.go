@@ -336,6 +336,7 @@ func TestAHaltedReplicaIsRebuiltAutomaticallyAndOnDemand(t *testing.T) {
 		!strings.Contains(table, "supervisor pid") {
 		t.Errorf("status does not show the supervisor and the rebuild")
 	}
+	firstKept := checkKeptBeforeRebuild(t, dir, "")
 
 	// Automatic rebuild off: the supervisor stops, and a halted replica
 	// stays halted until rebuilt on demand.
@@ -352,9 +353,11 @@ func TestAHaltedReplicaIsRebuiltAutomaticallyAndOnDemand(t *testing.T) {
 		t.Fatalf("replica2 was rebuilt again with automatic rebuild off: %+v", got)
 	}
 	out := mustRun(t, bin, "replica", "rebuild", "--data-dir", dir, "--donor", "1", "2")
-	if !strings.Contains(out, "copied ") || !strings.Contains(out, "replica2 rebuilt from replica1") {
+	if !strings.Contains(out, "copied ") || !strings.Contains(out, "replica2 rebuilt from replica1") ||
+		!strings.Contains(out, "the data directory from before the rebuild is kept in") {
 		t.Errorf("replica rebuild printed:\n%s", out)
 	}
+	checkKeptBeforeRebuild(t, dir, firstKept)
 	s = awaitHealthy(t, bin, dir)
 	if b := s.Replicas[1].Rebuilt; b == nil || b.Automatic || !strings.Contains(b.Reason, "asked for") || !strings.Contains(b.Reason, "halted") {
 		t.Errorf("replica2 after replica rebuild: rebuilt %+v", b)
@@ -362,6 +365,21 @@ func TestAHaltedReplicaIsRebuiltAutomaticallyAndOnDemand(t *testing.T) {
 	time.Sleep(time.Second)
 	stop()
 	checkConverged(t, load(t, dir), w2)
+}
+
+// checkKeptBeforeRebuild checks that DIR/removed holds one data
+// directory of replica2 from before a rebuild, other than the one kept
+// before (earlier), and returns it.
+func checkKeptBeforeRebuild(t *testing.T, dir, earlier string) string {
+	t.Helper()
+	kept, _ := filepath.Glob(filepath.Join(dir, "removed", "replica2-rebuilt-*"))
+	if len(kept) != 1 || kept[0] == earlier {
+		t.Fatalf("DIR/removed holds %v from before replica2's rebuilds, want one, not %q", kept, earlier)
+	}
+	if _, err := os.Stat(filepath.Join(kept[0], "pgdata", "PG_VERSION")); err != nil {
+		t.Errorf("what a rebuild kept is not a data directory: %v", err)
+	}
+	return kept[0]
 }
 
 // execOn runs statements one after the other on one connection.

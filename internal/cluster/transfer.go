@@ -269,37 +269,34 @@ func clearStaging(staging string) error {
 // installCopy puts the complete copy in staging in place of dataDir: a
 // rename when dataDir does not exist (a replica being added), otherwise
 // an atomic exchange of the two directories, after which staging holds the
-// old data, which is removed. On a file system without the exchange
-// (RENAME_EXCHANGE), the old directory is first renamed aside
-// (dataDir.old); should the process die between the two renames,
-// finishDataDirSwap puts it back.
-func installCopy(staging, dataDir string) error {
+// old data. On a file system without the exchange (RENAME_EXCHANGE), the
+// old directory is first renamed aside (dataDir.old); should the process
+// die between the two renames, finishDataDirSwap puts it back. It returns
+// where the old data directory is now ("" when there was none).
+func installCopy(staging, dataDir string) (string, error) {
 	if _, err := os.Stat(dataDir); errors.Is(err, os.ErrNotExist) {
 		if err := os.Rename(staging, dataDir); err != nil {
-			return err
+			return "", err
 		}
-		return syncDir(filepath.Dir(dataDir))
+		return "", syncDir(filepath.Dir(dataDir))
 	}
+	old := staging
 	err := unix.Renameat2(unix.AT_FDCWD, staging, unix.AT_FDCWD, dataDir, unix.RENAME_EXCHANGE)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-		old := dataDir + swapSuffix
+		old = dataDir + swapSuffix
 		if err := os.RemoveAll(old); err != nil {
-			return err
+			return "", err
 		}
 		if err := os.Rename(dataDir, old); err != nil {
-			return err
+			return "", err
 		}
 		if err := os.Rename(staging, dataDir); err != nil {
-			return err
+			return "", err
 		}
-		staging = old
 	} else if err != nil {
-		return fmt.Errorf("exchange %s and %s: %w", staging, dataDir, err)
+		return "", fmt.Errorf("exchange %s and %s: %w", staging, dataDir, err)
 	}
-	if err := syncDir(filepath.Dir(dataDir)); err != nil {
-		return err
-	}
-	return os.RemoveAll(staging)
+	return old, syncDir(filepath.Dir(dataDir))
 }
 
 // finishDataDirSwap puts back a data directory renamed aside by a swap
