@@ -110,7 +110,7 @@ func (u *upper) addReplica(ctx context.Context, donorIndex int, co copyOptions) 
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCopy(ctx, donor, co); err != nil {
+	if err := checkCopy(ctx, donor, r, co); err != nil {
 		return nil, err
 	}
 	if _, err := u.pgBinDir(ctx); err != nil { // before the copy, not after it

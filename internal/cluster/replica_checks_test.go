@@ -1,9 +1,12 @@
 package cluster_test
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
@@ -97,4 +100,69 @@ func TestAnUnownedSequenceDoesNotRepeatAfterARebuildOrAReusedIndex(t *testing.T)
 	if n := query(t, r2.DSN(), "SELECT count(*)::text FROM t"); n != "66" {
 		t.Errorf("t holds %s rows on replica2, want 66", n)
 	}
+}
+
+// A copy that the target's file system has no room for is refused before
+// anything is copied, with the numbers; given room, it runs. The cluster
+// lives on a tmpfs whose size the test sets.
+func TestReplicaCopyRefusesWithoutRoom(t *testing.T) {
+	bin := testbin.Path(t)
+	dir := newClusterDir(t, "tashkent-replica-test-")
+	mountTmpfs(t, dir, 512<<20)
+	dir, st := newClusterIn(t, bin, dir, 2)
+	loadBulk(t, st)
+
+	resizeTmpfs(t, dir, usedBytes(t, dir)+32<<20)
+	out, err := run(t, bin, "replica", "add", "--data-dir", dir, "--donor", "1")
+	if err == nil {
+		t.Fatal("replica add copied into a file system with 32 MiB free")
+	}
+	for _, want := range []string{"not enough free space for a copy of replica1 in " + dir, "free, the copy needs about", "its databases, "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("replica add without room does not say %q", want)
+		}
+	}
+	if strings.Contains(out, "copying the data directory") {
+		t.Error("replica add without room began to copy")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "replica3")); !os.IsNotExist(err) {
+		t.Errorf("a refused add left DIR/replica3: %v", err)
+	}
+
+	resizeTmpfs(t, dir, usedBytes(t, dir)+384<<20)
+	mustRun(t, bin, "replica", "add", "--data-dir", dir, "--donor", "1")
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on dir, unmounted when the test
+// ends (after the cluster's cleanup, registered later, has stopped it).
+func mountTmpfs(t *testing.T, dir string, size int64) {
+	t.Helper()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dk,mode=0755", size>>10), "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount a tmpfs on %s: %v\n%s", dir, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v\n%s", dir, err, out)
+			return
+		}
+		os.Remove(dir)
+	})
+}
+
+// resizeTmpfs sets the size of the tmpfs on dir.
+func resizeTmpfs(t *testing.T, dir string, size int64) {
+	t.Helper()
+	if out, err := exec.Command("mount", "-o", fmt.Sprintf("remount,size=%dk", size>>10), dir).CombinedOutput(); err != nil {
+		t.Fatalf("resize the tmpfs on %s: %v\n%s", dir, err, out)
+	}
+}
+
+// usedBytes is what the file system holding dir has in use.
+func usedBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	return int64(fs.Blocks-fs.Bfree) * int64(fs.Bsize)
 }

@@ -48,7 +48,7 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 	if err := finishDataDirSwap(r.Postgres.DataDir); err != nil {
 		return err
 	}
-	if err := checkCopy(ctx, donor, req.copy); err != nil {
+	if err := checkCopy(ctx, donor, r, req.copy); err != nil {
 		return err
 	}
 	if _, err := u.pgBinDir(ctx); err != nil { // before the copy, not after it

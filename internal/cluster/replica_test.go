@@ -31,13 +31,12 @@ import (
 // still records as running.
 func newCluster(t *testing.T, bin string, n int, extra ...string) (string, *cluster.State) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "tashkent-replica-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil { // the postgres user must reach pgdata
-		t.Fatal(err)
-	}
+	return newClusterIn(t, bin, newClusterDir(t, "tashkent-replica-test-"), n, extra...)
+}
+
+// newClusterIn is newCluster in a directory the caller made.
+func newClusterIn(t *testing.T, bin, dir string, n int, extra ...string) (string, *cluster.State) {
+	t.Helper()
 	t.Cleanup(func() {
 		cluster.Down(context.Background(), dir) // by recorded PID
 		if st, err := cluster.Load(dir); err == nil {

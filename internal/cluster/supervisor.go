@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -34,6 +35,9 @@ import (
 // rebuilt automatically is not rebuilt again automatically for
 // autoRebuildDelayMin, doubling up to autoRebuildDelayMax, so that a
 // replica that halts again on every copy does not keep its donor copying.
+// A replica whose agent halted on a resource error (SQLSTATE class 53 or
+// 58 in its reason: disk full, out of memory, I/O) is not rebuilt: a copy
+// needs the same disk; the log says so once per halt.
 //
 // It supervises nothing else: an agent, a PostgreSQL or a certifier that
 // exits stays down until `tashkent up` runs again.
@@ -188,6 +192,16 @@ func (s *supervisor) look(ctx context.Context) {
 			continue
 		}
 		w := s.wait(r.Index)
+		if code, ok := resourceError(why); ok {
+			if w.toldResource != why {
+				s.o.Log.Error("a replica's agent halted on a resource error; the supervisor does not rebuild it: a copy needs "+
+					"the same disk and memory. Free the resource, then restart the agent (stop it; tashkent up starts it) "+
+					"or rebuild the replica (tashkent replica rebuild --data-dir DIR K)",
+					"replica", r.Name, "sqlstate", code, "agent", why)
+				w.toldResource = why
+			}
+			continue
+		}
 		if left := time.Until(w.next); left > 0 {
 			if !w.told {
 				s.o.Log.Warn("a replica's agent halted again soon after an automatic rebuild; the next rebuild waits",
@@ -264,6 +278,25 @@ type rebuildWait struct {
 	delay time.Duration
 	// told: the log already says why this replica's rebuild waits.
 	told bool
+	// toldResource is the halt the log already says is not rebuilt.
+	toldResource string
+}
+
+// haltSQLSTATE finds the SQLSTATE in an agent's halt reason (a database
+// error's text ends with it).
+var haltSQLSTATE = regexp.MustCompile(`\(SQLSTATE ([0-9A-Z]{5})\)`)
+
+// resourceError reports whether an agent halted on a database error of
+// class 53 (insufficient resources: disk full, out of memory) or 58
+// (system error: I/O, a missing file), and its SQLSTATE. A copy from a
+// donor would need the same disk, or fail on it again.
+func resourceError(why string) (string, bool) {
+	for _, m := range haltSQLSTATE.FindAllStringSubmatch(why, -1) {
+		if code := m[1]; strings.HasPrefix(code, "53") || strings.HasPrefix(code, "58") {
+			return code, true
+		}
+	}
+	return "", false
 }
 
 // after records a rebuild that ended at now.

@@ -24,3 +24,19 @@ func TestAutomaticRebuildsOfOneReplicaWaitLongerAndLonger(t *testing.T) {
 		}
 	}
 }
+
+func TestResourceErrorsAreTheHaltsOfClass53And58(t *testing.T) {
+	for why, want := range map[string]string{
+		`apply versions 7..7: ERROR: could not extend file "base/5/16390": No space left on device (SQLSTATE 53100)`: "53100",
+		`apply versions 7..7: ERROR: out of memory (SQLSTATE 53200)`:                                                 "53200",
+		`apply versions 2..2: ERROR: could not open file "base/5/16390": No such file or directory (SQLSTATE 58P01)`: "58P01",
+		`apply versions 3..3: ERROR: duplicate key value violates unique constraint "t_pkey" (SQLSTATE 23505)`:       "",
+		`apply versions 2..2: table public.halt_me does not exist on this replica`:                                   "",
+		`apply versions 4..4: ERROR: a writeset limit (SQLSTATE 54000)`:                                              "",
+	} {
+		code, ok := resourceError(why)
+		if code != want || ok != (want != "") {
+			t.Errorf("resourceError(%q) = %q, %v; want %q", why, code, ok, want)
+		}
+	}
+}

@@ -2,9 +2,13 @@ package cluster_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
@@ -44,4 +48,36 @@ func TestUpWithAHaltedReplicaLeavesItToTheSupervisor(t *testing.T) {
 		t.Errorf("replica2 after up: rebuilt %+v, want automatically, for its halt", b)
 	}
 	awaitHealthy(t, bin, dir)
+}
+
+// A replica whose agent halted on a resource error (SQLSTATE class 53 or
+// 58: here 58P01, a table's file gone from its disk) is not rebuilt by the
+// supervisor, which logs why and what to do; the replica stays halted.
+func TestTheSupervisorDoesNotRebuildAReplicaHaltedOnAResourceError(t *testing.T) {
+	bin := testbin.Path(t)
+	dir, st := newCluster(t, bin, 2)
+	r1, r2 := st.ReplicaByIndex(1), st.ReplicaByIndex(2)
+	query(t, r1.DSN(), "CREATE TABLE victim (id int PRIMARY KEY)")
+	eventually(t, r2.DSN(), "SELECT count(*)::text FROM pg_tables WHERE tablename = 'victim'", "1")
+	file := query(t, r2.DSN(), "SELECT pg_relation_filepath('victim')")
+	mustRun(t, bin, "down", "--data-dir", dir)
+	if err := os.Remove(filepath.Join(r2.Postgres.DataDir, file)); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, bin, "up", "--data-dir", dir, "--no-demo")
+
+	query(t, r1.DSN(), "INSERT INTO victim VALUES (1)")
+	awaitAgentHealth(t, bin, dir, 2, func(h string) bool { return strings.HasPrefix(h, "halted") })
+	time.Sleep(3 * cluster.SuperviseIntervalDefault)
+	if s := status(t, bin, dir); s.Replicas[1].Rebuilt != nil || !strings.Contains(s.Replicas[1].AgentHealth, "SQLSTATE 58P01") {
+		t.Fatalf("replica2, halted on a missing file: rebuilt %+v, agent %q; want halted on 58P01, not rebuilt",
+			s.Replicas[1].Rebuilt, s.Replicas[1].AgentHealth)
+	}
+	log := readFile(t, filepath.Join(dir, "supervisor.log"))
+	if !strings.Contains(log, "halted on a resource error; the supervisor does not rebuild it") || !strings.Contains(log, "sqlstate=58P01") {
+		t.Errorf("the supervisor's log does not say why it does not rebuild replica2:\n%s", tailLines(log, 10))
+	}
+	if n := strings.Count(log, "halted on a resource error"); n != 1 {
+		t.Errorf("the supervisor's log says %d times that it does not rebuild replica2, want once", n)
+	}
 }

@@ -3,10 +3,13 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sys/unix"
 )
 
 // What is checked before a copy is taken, so that a transfer that cannot
@@ -31,20 +34,88 @@ const (
 	unloggedNamesMax = 10
 )
 
-// checkCopy refuses a copy from donor that would not give an exact
-// replica, before anything is copied.
-func checkCopy(ctx context.Context, donor *Replica, o copyOptions) error {
-	if o.emptyUnlogged {
+// checkCopy refuses a copy from donor into target's directory that would
+// not give an exact replica or would not fit, before anything is copied.
+func checkCopy(ctx context.Context, donor, target *Replica, o copyOptions) error {
+	if !o.emptyUnlogged {
+		tables, err := unloggedTablesWithRows(ctx, donor.DSN())
+		if err != nil {
+			return fmt.Errorf("%s: look for unlogged tables before copying: %w", donor.Name, err)
+		}
+		if len(tables) > 0 {
+			return errUnloggedTables(donor, tables)
+		}
+	}
+	return checkRoom(ctx, donor, target)
+}
+
+// The free space a copy needs is the donor's databases as they are, plus
+// the WAL the donor writes while the copy runs, which pg_basebackup -X
+// stream copies too and which cannot be known in advance:
+// copyWALMarginFraction of the databases, at least copyWALMarginMinBytes.
+// (The donor's pg_wal itself is not copied.)
+const (
+	copyWALMarginFraction = 0.1
+	copyWALMarginMinBytes = 64 << 20
+)
+
+// checkRoom refuses a copy from donor that the file system of target's
+// directory has no room for.
+func checkRoom(ctx context.Context, donor, target *Replica) error {
+	size, err := databasesSize(ctx, donor.DSN())
+	if err != nil {
+		return fmt.Errorf("%s: measure the donor before copying: %w", donor.Name, err)
+	}
+	margin := max(int64(copyWALMarginFraction*float64(size)), copyWALMarginMinBytes)
+	need := size + margin
+	dir := existingAncestor(target.Dir)
+	free, err := freeBytes(dir)
+	if err != nil {
+		return err
+	}
+	if free >= need {
 		return nil
 	}
-	tables, err := unloggedTablesWithRows(ctx, donor.DSN())
+	return fmt.Errorf("not enough free space for a copy of %s in %s: %s free, the copy needs about %s "+
+		"(its databases, %s, and %s for the WAL written while it copies).\n"+
+		"Free space on that file system (a rebuild's earlier data directory kept in %s may go), then run the command again",
+		donor.Name, dir, formatBytes(free), formatBytes(need), formatBytes(size), formatBytes(margin),
+		filepath.Join(filepath.Dir(target.Dir), removedDirName))
+}
+
+// databasesSize is the size of every database of the server at dsn
+// (pg_database_size), in bytes.
+func databasesSize(ctx context.Context, dsn string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, donorCheckTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return fmt.Errorf("%s: look for unlogged tables before copying: %w", donor.Name, err)
+		return 0, err
 	}
-	if len(tables) > 0 {
-		return errUnloggedTables(donor, tables)
+	defer conn.Close(context.WithoutCancel(ctx))
+	var size int64
+	err = conn.QueryRow(ctx, `SELECT sum(pg_catalog.pg_database_size(oid))::bigint FROM pg_catalog.pg_database`).Scan(&size)
+	return size, err
+}
+
+// freeBytes is the space the file system holding dir has free for a
+// process that is not root (the copy is written as the postgres user).
+func freeBytes(dir string) (int64, error) {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return 0, fmt.Errorf("free space in %s: %w", dir, err)
 	}
-	return nil
+	return int64(fs.Bavail) * int64(fs.Bsize), nil
+}
+
+// existingAncestor is dir, or its closest ancestor that exists.
+func existingAncestor(dir string) string {
+	for {
+		if _, err := os.Stat(dir); err == nil || filepath.Dir(dir) == dir {
+			return dir
+		}
+		dir = filepath.Dir(dir)
+	}
 }
 
 // unloggedTablesWithRows lists the unlogged tables of the replicated
