@@ -124,7 +124,7 @@ func (u *upper) addReplica(ctx context.Context, donorIndex int, co copyOptions) 
 	if err := t.copyFromDonor(ctx, co.maxRate); err != nil {
 		return nil, fmt.Errorf("%w\n(nothing was recorded; run the command again to start over)", err)
 	}
-	if _, err := installCopy(t.staging, r.Postgres.DataDir); err != nil {
+	if _, err := installCopy(t.staging, r.Postgres.DataDir, false); err != nil {
 		return nil, fmt.Errorf("%s: put the copy in place: %w", r.Name, err)
 	}
 	u.mu.Lock()

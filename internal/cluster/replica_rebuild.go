@@ -65,10 +65,15 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 	if err := t.copyFromDonor(ctx, req.copy.maxRate); err != nil {
 		return fmt.Errorf("%w\n(%s still runs on its old data; run the rebuild again to start over)", err, r.Name)
 	}
+	exchange := canExchange(r.Dir)
+	if !exchange {
+		u.progress("%s: the file system of %s cannot exchange two directories atomically; the copy is put in place by two renames",
+			r.Name, r.Dir)
+	}
 	if err := u.stopReplica(ctx, r); err != nil {
 		return err
 	}
-	old, err := installCopy(t.staging, r.Postgres.DataDir)
+	old, err := installCopy(t.staging, r.Postgres.DataDir, exchange)
 	if err != nil {
 		return fmt.Errorf("%s: put the copy in place: %w", r.Name, err)
 	}

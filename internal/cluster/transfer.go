@@ -267,13 +267,14 @@ func clearStaging(staging string) error {
 }
 
 // installCopy puts the complete copy in staging in place of dataDir: a
-// rename when dataDir does not exist (a replica being added), otherwise
-// an atomic exchange of the two directories, after which staging holds the
-// old data. On a file system without the exchange (RENAME_EXCHANGE), the
-// old directory is first renamed aside (dataDir.old); should the process
-// die between the two renames, finishDataDirSwap puts it back. It returns
-// where the old data directory is now ("" when there was none).
-func installCopy(staging, dataDir string) (string, error) {
+// rename when dataDir does not exist (a replica being added); otherwise,
+// when exchange (canExchange said the file system can), an atomic
+// exchange of the two directories, after which staging holds the old
+// data; else the old directory is first renamed aside (dataDir.old), and
+// should the process die between the two renames, finishDataDirSwap puts
+// it back. It returns where the old data directory is now ("" when there
+// was none).
+func installCopy(staging, dataDir string, exchange bool) (string, error) {
 	if _, err := os.Stat(dataDir); errors.Is(err, os.ErrNotExist) {
 		if err := os.Rename(staging, dataDir); err != nil {
 			return "", err
@@ -281,8 +282,11 @@ func installCopy(staging, dataDir string) (string, error) {
 		return "", syncDir(filepath.Dir(dataDir))
 	}
 	old := staging
-	err := unix.Renameat2(unix.AT_FDCWD, staging, unix.AT_FDCWD, dataDir, unix.RENAME_EXCHANGE)
-	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+	if exchange {
+		if err := renameExchange(staging, dataDir); err != nil {
+			return "", fmt.Errorf("exchange %s and %s: %w", staging, dataDir, err)
+		}
+	} else {
 		old = dataDir + swapSuffix
 		if err := os.RemoveAll(old); err != nil {
 			return "", err
@@ -293,10 +297,34 @@ func installCopy(staging, dataDir string) (string, error) {
 		if err := os.Rename(staging, dataDir); err != nil {
 			return "", err
 		}
-	} else if err != nil {
-		return "", fmt.Errorf("exchange %s and %s: %w", staging, dataDir, err)
 	}
 	return old, syncDir(filepath.Dir(dataDir))
+}
+
+// renameExchange swaps two directories atomically (renameat2 with
+// RENAME_EXCHANGE). A variable: a test makes it fail as a file system
+// without the exchange does.
+var renameExchange = func(a, b string) error {
+	return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE)
+}
+
+// canExchange reports whether the file system holding dir exchanges two
+// directories atomically, by exchanging two scratch directories in dir.
+// A rebuild asks before it stops the replica: file systems refuse the
+// exchange with several errnos (EINVAL, ENOSYS, EOPNOTSUPP, EXDEV on some
+// stacked ones), and a refusal met only once the replica is stopped would
+// leave it stopped.
+func canExchange(dir string) bool {
+	scratch, err := os.MkdirTemp(dir, ".exchange-probe-")
+	if err != nil {
+		return false
+	}
+	defer os.RemoveAll(scratch)
+	a, b := filepath.Join(scratch, "a"), filepath.Join(scratch, "b")
+	if os.Mkdir(a, 0o700) != nil || os.Mkdir(b, 0o700) != nil {
+		return false
+	}
+	return renameExchange(a, b) == nil
 }
 
 // finishDataDirSwap puts back a data directory renamed aside by a swap

@@ -66,3 +66,42 @@ func TestClearStagingEndsAnOrphanedWALStreamer(t *testing.T) {
 		t.Errorf("clearStaging left %s: %v", staging, err)
 	}
 }
+
+// Where the file system exchanges two directories atomically, the copy
+// takes the data directory's place in one exchange; where it refuses (with
+// any errno: here EPERM), canExchange says so before anything is stopped,
+// and the copy is put in place by two renames.
+func TestInstallCopyExchangesOrRenames(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		dir := t.TempDir()
+		if refuse {
+			saved := renameExchange
+			renameExchange = func(string, string) error { return syscall.EPERM }
+			t.Cleanup(func() { renameExchange = saved })
+		}
+		if got := canExchange(dir); got == refuse {
+			t.Fatalf("canExchange = %v on a file system that refuses the exchange: %v", got, refuse)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("canExchange left %v in %s", ents, dir)
+		}
+		dataDir, staging := filepath.Join(dir, "pgdata"), filepath.Join(dir, "pgdata"+stagingSuffix)
+		for d, marker := range map[string]string{dataDir: "old", staging: "copy"} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(d, marker), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old, err := installCopy(staging, dataDir, canExchange(dir))
+		if err != nil {
+			t.Fatalf("installCopy (exchange refused: %v): %v", refuse, err)
+		}
+		for d, marker := range map[string]string{dataDir: "copy", old: "old"} {
+			if _, err := os.Stat(filepath.Join(d, marker)); err != nil {
+				t.Errorf("exchange refused %v: %s does not hold the %s data: %v", refuse, d, marker, err)
+			}
+		}
+	}
+}
