@@ -166,3 +166,30 @@ func usedBytes(t *testing.T, dir string) int64 {
 	}
 	return int64(fs.Blocks-fs.Bfree) * int64(fs.Bsize)
 }
+
+// A donor that stops serving while it is copied (here its agent halts)
+// may have been copied with changes of its own: the copy is discarded,
+// nothing is recorded, and the command says why.
+func TestACopyOfADonorThatStoppedServingIsDiscarded(t *testing.T) {
+	bin := testbin.Path(t)
+	dir, st := newCluster(t, bin, 2, "--auto-rebuild=false")
+	query(t, st.Replicas[0].DSN(), "CREATE TABLE halt_me (id int PRIMARY KEY)")
+	loadBulk(t, st)
+	eventually(t, st.Replicas[1].DSN(), "SELECT count(*)::text FROM pg_tables WHERE tablename = 'halt_me'", "1")
+
+	add, out := startAdd(t, bin, dir, "--donor", "1", "--max-rate", "4M")
+	awaitJoining(t, bin, dir, func(j cluster.TransferStatus) bool { return j.Running && j.BytesDone >= 2<<20 })
+	haltReplica(t, st, 1)
+	awaitAgentHealth(t, bin, dir, 1, func(h string) bool { return strings.HasPrefix(h, "halted") })
+	if err := add.Wait(); err == nil {
+		t.Fatalf("replica add from a donor that halted while it was copied succeeded:\n%s", out.String())
+	}
+	t.Logf("replica add whose donor halted:\n%s", out.String())
+	if !strings.Contains(out.String(), "replica1 stopped serving while it was copied") || !strings.Contains(out.String(), "the copy is discarded") {
+		t.Errorf("replica add does not say that the donor stopped serving and the copy was discarded")
+	}
+	checkNotServed(t, dir)
+	if _, err := os.Stat(filepath.Join(dir, "replica3", "pgdata.transfer")); !os.IsNotExist(err) {
+		t.Errorf("the discarded copy is still there: %v", err)
+	}
+}

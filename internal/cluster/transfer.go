@@ -148,6 +148,12 @@ func (t *transfer) copyFromDonor(ctx context.Context, maxRate string) error {
 		}
 		return fmt.Errorf("%s: copy from %s: %w", t.target.Name, t.donor.Name, err)
 	}
+	// A donor that halted or closed its gate while it was copied may have
+	// been copied with changes of its own, or in the middle of recovering.
+	if _, err := donorVersion(ctx, t.donor); err != nil {
+		os.RemoveAll(t.staging)
+		return fmt.Errorf("%s: %s stopped serving while it was copied (%v); the copy is discarded", t.target.Name, t.donor.Name, err)
+	}
 	t.mu.Lock()
 	t.rec.CopierPID, t.rec.CopySeconds, t.rec.Phase = 0, time.Since(start).Seconds(), "starting"
 	done, secs := t.rec.BytesDone, t.rec.CopySeconds
