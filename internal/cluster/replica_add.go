@@ -122,7 +122,7 @@ func (u *upper) addReplica(ctx context.Context, donorIndex int, co copyOptions) 
 	u.progress("%s: joining the cluster as replica index %d, copied from %s", r.Name, k, donor.Name)
 	t := u.newTransfer("add", r, donor, "", false)
 	if err := t.copyFromDonor(ctx, co.maxRate); err != nil {
-		return nil, fmt.Errorf("%w\n(nothing was recorded; run the command again to start over)", err)
+		return nil, fmt.Errorf("%w\n(nothing was recorded; run `tashkent replica add --data-dir %s` again to start over)", err, u.st.Dir)
 	}
 	if _, err := installCopy(t.staging, r.Postgres.DataDir, false); err != nil {
 		return nil, fmt.Errorf("%s: put the copy in place: %w", r.Name, err)
@@ -137,8 +137,8 @@ func (u *upper) addReplica(ctx context.Context, donorIndex int, co copyOptions) 
 		return r, err
 	}
 	if err := t.startReplica(ctx); err != nil {
-		return r, fmt.Errorf("%w\n(%s is recorded in the cluster: `tashkent up` starts it again, `tashkent replica remove %d` takes it out)",
-			err, r.Name, r.Index)
+		return r, fmt.Errorf("%w\n(%s is recorded in the cluster: `tashkent up --data-dir %s` starts it again, "+
+			"`tashkent replica remove --data-dir %s %d` takes it out)", err, r.Name, u.st.Dir, u.st.Dir, r.Index)
 	}
 	t.finish()
 	return r, nil
@@ -211,8 +211,8 @@ func (u *upper) chooseDonor(ctx context.Context, want, target int) (*Replica, er
 		}
 	}
 	if best == nil {
-		return nil, fmt.Errorf("no replica can be the donor (a donor's agent must serve and its gate be open; see `tashkent status`): %w",
-			errors.Join(why...))
+		return nil, fmt.Errorf("no replica can be the donor (a donor's agent must serve and its gate be open; see `tashkent status --data-dir %s`): %w",
+			u.st.Dir, errors.Join(why...))
 	}
 	return best, nil
 }

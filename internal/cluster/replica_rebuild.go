@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -25,9 +24,9 @@ func RebuildReplica(ctx context.Context, o ReplicaOptions, k int) (*State, error
 	if r == nil {
 		return u.st, u.st.errNoReplica(k)
 	}
-	reason := "asked for (tashkent replica rebuild)"
-	if health, err := AgentHealth(ctx, r.Agent.MetricsPort); err != nil && strings.HasPrefix(health, "halted") {
-		reason += "; the agent said " + quoteReason(health)
+	reason := "asked for with tashkent replica rebuild"
+	if why, halted := haltedHealth(AgentHealth(ctx, r.Agent.MetricsPort)); halted {
+		reason += "; the agent had halted: " + why
 	}
 	return u.st, u.rebuildReplica(ctx, r, rebuildRequest{donor: o.Donor, copy: o.copyOptions(), reason: reason})
 }
@@ -45,7 +44,7 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 	if err != nil {
 		return err
 	}
-	if err := finishDataDirSwap(r.Postgres.DataDir); err != nil {
+	if err := u.finishDataDirSwap(r); err != nil {
 		return err
 	}
 	if err := checkCopy(ctx, donor, r, req.copy); err != nil {
@@ -63,7 +62,8 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 	appendLogNote(r.Agent.Log, note)
 	t := u.newTransfer("rebuild", r, donor, req.reason, req.automatic)
 	if err := t.copyFromDonor(ctx, req.copy.maxRate); err != nil {
-		return fmt.Errorf("%w\n(%s still runs on its old data; run the rebuild again to start over)", err, r.Name)
+		return fmt.Errorf("%w\n(%s still runs on its old data; run `tashkent replica rebuild --data-dir %s %d` again to start over)",
+			err, r.Name, u.st.Dir, r.Index)
 	}
 	exchange := canExchange(r.Dir)
 	if !exchange {
@@ -85,7 +85,7 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 		return err
 	}
 	if err := t.startReplica(ctx); err != nil {
-		return fmt.Errorf("%w\n(%s holds the copy; `tashkent up` starts it again)", err, r.Name)
+		return fmt.Errorf("%w\n(%s holds the copy; `tashkent up --data-dir %s` starts it again)", err, r.Name, u.st.Dir)
 	}
 	t.finish()
 	appendLogNote(r.Agent.Log, fmt.Sprintf("%s: rebuilt from %s; it serves", r.Name, donor.Name))

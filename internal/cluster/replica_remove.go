@@ -40,7 +40,7 @@ func RemoveReplica(ctx context.Context, o ReplicaOptions, k int) (*State, string
 
 func (u *upper) removeReplica(ctx context.Context, r *Replica, deleteData bool) (string, error) {
 	if len(u.st.Replicas) == 1 {
-		return "", fmt.Errorf("%s is the cluster's only replica: stop the cluster with `tashkent down` instead", r.Name)
+		return "", fmt.Errorf("%s is the cluster's only replica: stop the cluster with `tashkent down --data-dir %s` instead", r.Name, u.st.Dir)
 	}
 	if err := u.stopReplica(ctx, r); err != nil {
 		return "", fmt.Errorf("%s: %w (it stays in the cluster)", r.Name, err)

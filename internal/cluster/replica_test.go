@@ -353,7 +353,8 @@ func TestAHaltedReplicaIsRebuiltAutomaticallyAndOnDemand(t *testing.T) {
 	}
 	out := mustRun(t, bin, "replica", "rebuild", "--data-dir", dir, "--donor", "1", "2")
 	if !strings.Contains(out, "copied ") || !strings.Contains(out, "replica2 rebuilt from replica1") ||
-		!strings.Contains(out, "the data directory from before the rebuild is kept in") {
+		!strings.Contains(out, "the data directory from before the rebuild is kept in") ||
+		!strings.Contains(out, "replica2: rebuilding it from replica1 (asked for with tashkent replica rebuild; the agent had halted: ") {
 		t.Errorf("replica rebuild printed:\n%s", out)
 	}
 	checkKeptBeforeRebuild(t, dir, firstKept)

@@ -52,19 +52,28 @@ func transferRuns(st *State, rec *Transfer) bool {
 	return err == nil && len(args) > 0 && (args[0] == st.Binary || filepath.Base(args[0]) == filepath.Base(st.Binary))
 }
 
-// line is a transfer for people.
-func (t *TransferStatus) line() string {
+// line is a transfer onto a replica of the cluster in dir for people;
+// joining: the replica is being added and cluster.json does not record it
+// (yet).
+func (t *TransferStatus) line(dir string, joining bool) string {
 	what := t.Kind
 	if t.Automatic {
 		what = "automatic " + what
 	}
+	started := t.Started.Format(time.RFC3339)
+	again := fmt.Sprintf("tashkent replica rebuild --data-dir %s %d", dir, t.Index)
+	if joining {
+		again = "tashkent replica add --data-dir " + dir
+	}
 	switch {
 	case !t.Running && t.Phase == "copying":
-		return fmt.Sprintf("%s from %s INTERRUPTED while copying (started %s); run `tashkent replica %s` again to start over",
-			what, t.Donor, t.Started.Format(time.RFC3339), t.Kind)
+		return fmt.Sprintf("%s from %s INTERRUPTED while copying (started %s); run `%s` again to start over", what, t.Donor, started, again)
+	case !t.Running && joining:
+		return fmt.Sprintf("%s from %s INTERRUPTED after the copy, before the replica was recorded (started %s); "+
+			"run `%s` again to start over", what, t.Donor, started, again)
 	case !t.Running:
-		return fmt.Sprintf("%s from %s INTERRUPTED once the copy was in place (started %s); `tashkent up` starts the replica",
-			what, t.Donor, t.Started.Format(time.RFC3339))
+		return fmt.Sprintf("%s from %s INTERRUPTED after the copy (started %s); `tashkent up --data-dir %s` starts the replica "+
+			"(on the copy once it is in place, else on its old data)", what, t.Donor, started, dir)
 	}
 	switch t.Phase {
 	case "copying":
@@ -96,7 +105,7 @@ func (s *Status) membershipNotes() []string {
 	var notes []string
 	for _, r := range s.Replicas {
 		if r.Transfer != nil {
-			notes = append(notes, fmt.Sprintf("%s: %s", r.Name, r.Transfer.line()))
+			notes = append(notes, fmt.Sprintf("%s: %s", r.Name, r.Transfer.line(s.Dir, false)))
 		}
 		if b := r.Rebuilt; b != nil {
 			how := "rebuilt"
@@ -107,7 +116,7 @@ func (s *Status) membershipNotes() []string {
 		}
 	}
 	for _, j := range s.Joining {
-		notes = append(notes, fmt.Sprintf("%s (joining): %s", j.Replica, j.line()))
+		notes = append(notes, fmt.Sprintf("%s (joining): %s", j.Replica, j.line(s.Dir, true)))
 	}
 	return notes
 }

@@ -333,10 +333,11 @@ func canExchange(dir string) bool {
 	return renameExchange(a, b) == nil
 }
 
-// finishDataDirSwap puts back a data directory renamed aside by a swap
+// finishDataDirSwap puts back r's data directory renamed aside by a swap
 // that did not finish (installCopy without an atomic exchange), so that
-// no one initializes an empty one in its place.
-func finishDataDirSwap(dataDir string) error {
+// no one initializes an empty one in its place, and says so.
+func (u *upper) finishDataDirSwap(r *Replica) error {
+	dataDir := r.Postgres.DataDir
 	old := dataDir + swapSuffix
 	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -344,7 +345,12 @@ func finishDataDirSwap(dataDir string) error {
 	if _, err := os.Stat(old); err != nil {
 		return nil
 	}
-	return os.Rename(old, dataDir)
+	if err := os.Rename(old, dataDir); err != nil {
+		return fmt.Errorf("%s: put back the data directory a rebuild left in %s: %w", r.Name, old, err)
+	}
+	u.progress("%s: a rebuild was interrupted while it swapped the data directories; the old data directory is put back from %s",
+		r.Name, old)
+	return nil
 }
 
 func syncDir(dir string) error {

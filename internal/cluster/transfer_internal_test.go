@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -102,6 +103,52 @@ func TestInstallCopyExchangesOrRenames(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(d, marker)); err != nil {
 				t.Errorf("exchange refused %v: %s does not hold the %s data: %v", refuse, d, marker, err)
 			}
+		}
+	}
+}
+
+// A data directory renamed aside by a swap that did not finish is put
+// back, and the output says so.
+func TestFinishDataDirSwapPutsTheOldDirectoryBack(t *testing.T) {
+	dir := t.TempDir()
+	r := &Replica{Name: "replica2", Postgres: Postgres{DataDir: filepath.Join(dir, "pgdata")}}
+	if err := os.Mkdir(r.Postgres.DataDir+swapSuffix, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	u := &upper{o: Options{Progress: &out}}
+	if err := u.finishDataDirSwap(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(r.Postgres.DataDir); err != nil {
+		t.Errorf("the data directory is not back: %v", err)
+	}
+	if !strings.Contains(out.String(), "replica2: a rebuild was interrupted while it swapped the data directories; the old data directory is put back from") {
+		t.Errorf("finishDataDirSwap printed %q", out.String())
+	}
+	out.Reset()
+	if err := u.finishDataDirSwap(r); err != nil || out.Len() > 0 {
+		t.Errorf("finishDataDirSwap with the data directory in place: %v, printed %q", err, out.String())
+	}
+}
+
+// The hints of status for an interrupted transfer name the command that
+// goes on, with the cluster directory and the replica.
+func TestInterruptedTransferHints(t *testing.T) {
+	started := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		kind, phase string
+		joining     bool
+		want        string
+	}{
+		{"add", "copying", true, "add from replica1 INTERRUPTED while copying (started 2026-01-02T03:04:05Z); run `tashkent replica add --data-dir /c` again to start over"},
+		{"add", "starting", true, "add from replica1 INTERRUPTED after the copy, before the replica was recorded (started 2026-01-02T03:04:05Z); run `tashkent replica add --data-dir /c` again to start over"},
+		{"add", "catching up", false, "add from replica1 INTERRUPTED after the copy (started 2026-01-02T03:04:05Z); `tashkent up --data-dir /c` starts the replica"},
+		{"rebuild", "copying", false, "rebuild from replica1 INTERRUPTED while copying (started 2026-01-02T03:04:05Z); run `tashkent replica rebuild --data-dir /c 3` again to start over"},
+	} {
+		ts := TransferStatus{Transfer: Transfer{Kind: c.kind, Index: 3, Donor: "replica1", Phase: c.phase, Started: started}}
+		if got := ts.line("/c", c.joining); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s %s (joining %v):\n got %s\nwant %s", c.kind, c.phase, c.joining, got, c.want)
 		}
 	}
 }

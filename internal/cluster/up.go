@@ -364,8 +364,8 @@ func (u *upper) startPostgres(ctx context.Context, r *Replica) error {
 	if err := os.Chmod(r.Dir, 0o755); err != nil {
 		return err
 	}
-	if err := finishDataDirSwap(pg.DataDir); err != nil {
-		return fmt.Errorf("%s: %w", r.Name, err)
+	if err := u.finishDataDirSwap(r); err != nil {
+		return err
 	}
 	binDir, err := u.pgBinDir(ctx)
 	if err != nil {
