@@ -686,11 +686,12 @@ type CertifyStreamRequest struct {
 	// asking. A certifier older than this field ignores it.
 	Pause bool `protobuf:"varint,10,opt,name=pause,proto3" json:"pause,omitempty"`
 	// The replica's durable version: every version up to it is committed at
-	// the replica and survives a crash of its database. The certifier keeps
-	// its log for the replicas that report it, including while they are
-	// down (log retention: docs/OPERATIONS.md); a session that never reports
-	// it holds the log only while it is open, at the version it opened at.
-	// A certifier older than this field ignores it.
+	// the replica and survives a crash of its database. Sent when it changes
+	// (and in a session's first message); the last one sent stands. The
+	// certifier keeps its log for the replicas that report it, including
+	// while they are down (log retention: docs/OPERATIONS.md); a session that
+	// never reports it holds the log only while it is open, at the version
+	// it opened at. A certifier older than this field ignores it.
 	AppliedVersion *uint64 `protobuf:"varint,11,opt,name=applied_version,json=appliedVersion,proto3,oneof" json:"applied_version,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -123,8 +123,11 @@ type Client struct {
 	catchUp bool
 	pause   bool // flow control: this replica asks the others to wait
 	paused  bool // the pause state the certifier was last told
-	// applied is the replica's durable version, sent with every message
-	// (CertifyStreamRequest.applied_version); nil until SetAppliedVersion.
+	// applied is the replica's durable version
+	// (CertifyStreamRequest.applied_version), sent when it changes and at
+	// the start of every session, not with every message: a certifier
+	// older than the field decodes a message with it on its slow path.
+	// nil until SetAppliedVersion.
 	applied     *uint64
 	appliedSent bool // the certifier was told the current applied
 	delivered   uint64
@@ -261,9 +264,9 @@ func (c *Client) SetPause(pause bool) {
 
 // SetAppliedVersion records the replica's durable version (every version
 // up to it committed and safe from a crash of its database), which the
-// certifier's log retention waits for. Every later message carries it; a
-// change is sent with the next message, at the latest with the next
-// catch-up request.
+// certifier's log retention waits for. A change is sent with the next
+// message, at the latest with the next catch-up request, and every
+// session opens with it.
 func (c *Client) SetAppliedVersion(v uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -419,7 +422,10 @@ func (c *Client) takeOutbox() *pb.CertifyStreamRequestEncoded {
 	if len(c.outbox) == 0 && !c.catchUp && c.pause == c.paused && c.appliedSent {
 		return nil
 	}
-	msg := &pb.CertifyStreamRequestEncoded{Requests: c.outbox, CatchUp: c.catchUp, Pause: c.pause, AppliedVersion: c.applied}
+	msg := &pb.CertifyStreamRequestEncoded{Requests: c.outbox, CatchUp: c.catchUp, Pause: c.pause}
+	if !c.appliedSent {
+		msg.AppliedVersion = c.applied
+	}
 	c.outbox = nil
 	c.catchUp = false
 	c.paused, c.appliedSent = c.pause, true
