@@ -684,9 +684,17 @@ type CertifyStreamRequest struct {
 	// hold the requests of the other replicas until it has caught up. Every
 	// message carries the replica's current state; a session that ends stops
 	// asking. A certifier older than this field ignores it.
-	Pause         bool `protobuf:"varint,10,opt,name=pause,proto3" json:"pause,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Pause bool `protobuf:"varint,10,opt,name=pause,proto3" json:"pause,omitempty"`
+	// The replica's durable version: every version up to it is committed at
+	// the replica and survives a crash of its database. Sent when it changes
+	// (and in a session's first message); the last one sent stands. The
+	// certifier keeps its log for the replicas that report it, including
+	// while they are down (log retention: docs/OPERATIONS.md); a session that
+	// never reports it holds the log only while it is open, at the version
+	// it opened at. A certifier older than this field ignores it.
+	AppliedVersion *uint64 `protobuf:"varint,11,opt,name=applied_version,json=appliedVersion,proto3,oneof" json:"applied_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CertifyStreamRequest) Reset() {
@@ -745,6 +753,13 @@ func (x *CertifyStreamRequest) GetPause() bool {
 		return x.Pause
 	}
 	return false
+}
+
+func (x *CertifyStreamRequest) GetAppliedVersion() uint64 {
+	if x != nil && x.AppliedVersion != nil {
+		return *x.AppliedVersion
+	}
+	return 0
 }
 
 // CertifyRequestEncoded is CertifyRequest with its writeset left encoded:
@@ -824,13 +839,14 @@ func (x *CertifyRequestEncoded) GetWriteset() []byte {
 // CertifyStreamRequestEncoded is CertifyStreamRequest with encoded
 // writesets, the same on the wire.
 type CertifyStreamRequestEncoded struct {
-	state         protoimpl.MessageState   `protogen:"open.v1"`
-	Open          *OpenSession             `protobuf:"bytes,1,opt,name=open,proto3" json:"open,omitempty"`
-	Requests      []*CertifyRequestEncoded `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"`
-	CatchUp       bool                     `protobuf:"varint,3,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
-	Pause         bool                     `protobuf:"varint,10,opt,name=pause,proto3" json:"pause,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state          protoimpl.MessageState   `protogen:"open.v1"`
+	Open           *OpenSession             `protobuf:"bytes,1,opt,name=open,proto3" json:"open,omitempty"`
+	Requests       []*CertifyRequestEncoded `protobuf:"bytes,2,rep,name=requests,proto3" json:"requests,omitempty"`
+	CatchUp        bool                     `protobuf:"varint,3,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	Pause          bool                     `protobuf:"varint,10,opt,name=pause,proto3" json:"pause,omitempty"`
+	AppliedVersion *uint64                  `protobuf:"varint,11,opt,name=applied_version,json=appliedVersion,proto3,oneof" json:"applied_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CertifyStreamRequestEncoded) Reset() {
@@ -889,6 +905,13 @@ func (x *CertifyStreamRequestEncoded) GetPause() bool {
 		return x.Pause
 	}
 	return false
+}
+
+func (x *CertifyStreamRequestEncoded) GetAppliedVersion() uint64 {
+	if x != nil && x.AppliedVersion != nil {
+		return *x.AppliedVersion
+	}
+	return 0
 }
 
 type CertifyReply struct {
@@ -1436,12 +1459,16 @@ type StatusReply struct {
 	Members      []*Member `protobuf:"bytes,20,rep,name=members,proto3" json:"members,omitempty"`
 	// The replicas that opened a session with this certifier (member) since
 	// it started: connected ones, and those whose session ended, so that a
-	// replica that went away is still listed (until this process restarts).
-	// A group member lists the sessions it served as leader. Sorted by name.
+	// replica that went away is still listed (until this process restarts),
+	// and the replicas log retention waits for (their progress survives a
+	// restart and, in a group, a change of leader). Sorted by name.
 	Replicas        []*ReplicaSession `protobuf:"bytes,21,rep,name=replicas,proto3" json:"replicas,omitempty"`
 	LogFirstVersion uint64            `protobuf:"varint,22,opt,name=log_first_version,json=logFirstVersion,proto3" json:"log_first_version,omitempty"` // oldest version still in the log (retention)
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The last retention decision this process took or, in a group,
+	// applied (the leader's); unset before the first.
+	Retention     *LogRetention `protobuf:"bytes,23,opt,name=retention,proto3" json:"retention,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusReply) Reset() {
@@ -1628,14 +1655,26 @@ func (x *StatusReply) GetLogFirstVersion() uint64 {
 	return 0
 }
 
+func (x *StatusReply) GetRetention() *LogRetention {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
 type ReplicaSession struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`                                     // OpenSession.replica
-	StatusAddr    string                 `protobuf:"bytes,2,opt,name=status_addr,json=statusAddr,proto3" json:"status_addr,omitempty"`       // OpenSession.status_addr, host filled in
-	Connected     bool                   `protobuf:"varint,3,opt,name=connected,proto3" json:"connected,omitempty"`                          // a session of it is open now
-	SinceUnixMs   int64                  `protobuf:"varint,4,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"` // when connected last changed
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`                                     // OpenSession.replica
+	StatusAddr  string                 `protobuf:"bytes,2,opt,name=status_addr,json=statusAddr,proto3" json:"status_addr,omitempty"`       // OpenSession.status_addr, host filled in
+	Connected   bool                   `protobuf:"varint,3,opt,name=connected,proto3" json:"connected,omitempty"`                          // a session of it is open now
+	SinceUnixMs int64                  `protobuf:"varint,4,opt,name=since_unix_ms,json=sinceUnixMs,proto3" json:"since_unix_ms,omitempty"` // when connected last changed
+	// The replica's durable version as it last reported it
+	// (CertifyStreamRequest.applied_version), and when it was last heard
+	// from; both 0 for a session that does not report it.
+	AppliedVersion uint64 `protobuf:"varint,5,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"`
+	HeardUnixMs    int64  `protobuf:"varint,6,opt,name=heard_unix_ms,json=heardUnixMs,proto3" json:"heard_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReplicaSession) Reset() {
@@ -1696,6 +1735,170 @@ func (x *ReplicaSession) GetSinceUnixMs() int64 {
 	return 0
 }
 
+func (x *ReplicaSession) GetAppliedVersion() uint64 {
+	if x != nil {
+		return x.AppliedVersion
+	}
+	return 0
+}
+
+func (x *ReplicaSession) GetHeardUnixMs() int64 {
+	if x != nil {
+		return x.HeardUnixMs
+	}
+	return 0
+}
+
+// LogRetention is a decision on how much of the certifier's log to keep,
+// and the replicas' progress it was taken from (internal/certifier
+// retention.go). A single certifier keeps its last one in retention.pb in
+// its data directory; a group's leader replicates it through Raft, so that
+// every member removes the same versions and a new leader knows the
+// replicas that are down, and Raft snapshots carry it.
+type LogRetention struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Versions below keep_from may be removed: whole log segments whose
+	// versions are all below it are.
+	KeepFrom uint64 `protobuf:"varint,1,opt,name=keep_from,json=keepFrom,proto3" json:"keep_from,omitempty"`
+	// What set keep_from: "replica" (held_by's progress), "window" (the
+	// certification window a single certifier restores on restart),
+	// "bytes" or "versions" (the bounds --log-retention-bytes and
+	// --log-retention-versions), "durable" (the bounds would remove versions
+	// no replica has reported durable), "none" (no replica needs anything
+	// older).
+	LimitedBy     string             `protobuf:"bytes,2,opt,name=limited_by,json=limitedBy,proto3" json:"limited_by,omitempty"`
+	HeldBy        string             `protobuf:"bytes,3,opt,name=held_by,json=heldBy,proto3" json:"held_by,omitempty"` // the replica, when limited_by is "replica"
+	Replicas      []*ReplicaProgress `protobuf:"bytes,4,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	DecidedUnixMs int64              `protobuf:"varint,5,opt,name=decided_unix_ms,json=decidedUnixMs,proto3" json:"decided_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogRetention) Reset() {
+	*x = LogRetention{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogRetention) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogRetention) ProtoMessage() {}
+
+func (x *LogRetention) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogRetention.ProtoReflect.Descriptor instead.
+func (*LogRetention) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *LogRetention) GetKeepFrom() uint64 {
+	if x != nil {
+		return x.KeepFrom
+	}
+	return 0
+}
+
+func (x *LogRetention) GetLimitedBy() string {
+	if x != nil {
+		return x.LimitedBy
+	}
+	return ""
+}
+
+func (x *LogRetention) GetHeldBy() string {
+	if x != nil {
+		return x.HeldBy
+	}
+	return ""
+}
+
+func (x *LogRetention) GetReplicas() []*ReplicaProgress {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *LogRetention) GetDecidedUnixMs() int64 {
+	if x != nil {
+		return x.DecidedUnixMs
+	}
+	return 0
+}
+
+type ReplicaProgress struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Name           string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	AppliedVersion uint64                 `protobuf:"varint,2,opt,name=applied_version,json=appliedVersion,proto3" json:"applied_version,omitempty"` // the replica's durable version
+	HeardUnixMs    int64                  `protobuf:"varint,3,opt,name=heard_unix_ms,json=heardUnixMs,proto3" json:"heard_unix_ms,omitempty"`        // last message, or the end of its last session
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReplicaProgress) Reset() {
+	*x = ReplicaProgress{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaProgress) ProtoMessage() {}
+
+func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaProgress.ProtoReflect.Descriptor instead.
+func (*ReplicaProgress) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ReplicaProgress) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReplicaProgress) GetAppliedVersion() uint64 {
+	if x != nil {
+		return x.AppliedVersion
+	}
+	return 0
+}
+
+func (x *ReplicaProgress) GetHeardUnixMs() int64 {
+	if x != nil {
+		return x.HeardUnixMs
+	}
+	return 0
+}
+
 type Member struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1706,7 +1909,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1921,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1934,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Member) GetId() uint64 {
@@ -1779,25 +1982,29 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
 	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12#\n" +
 	"\rstart_version\x18\x03 \x01(\x04R\fstartVersion\x12;\n" +
-	"\bwriteset\x18\x04 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\bwriteset\"\xc2\x01\n" +
+	"\bwriteset\x18\x04 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\bwriteset\"\x84\x02\n" +
 	"\x14CertifyStreamRequest\x126\n" +
 	"\x04open\x18\x01 \x01(\v2\".tashkent.certifier.v1.OpenSessionR\x04open\x12A\n" +
 	"\brequests\x18\x02 \x03(\v2%.tashkent.certifier.v1.CertifyRequestR\brequests\x12\x19\n" +
 	"\bcatch_up\x18\x03 \x01(\bR\acatchUp\x12\x14\n" +
 	"\x05pause\x18\n" +
-	" \x01(\bR\x05pause\"\xa7\x01\n" +
+	" \x01(\bR\x05pause\x12,\n" +
+	"\x0fapplied_version\x18\v \x01(\x04H\x00R\x0eappliedVersion\x88\x01\x01B\x12\n" +
+	"\x10_applied_version\"\xa7\x01\n" +
 	"\x15CertifyRequestEncoded\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
 	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12#\n" +
 	"\rstart_version\x18\x03 \x01(\x04R\fstartVersion\x12\x1a\n" +
-	"\bwriteset\x18\x04 \x01(\fR\bwriteset\"\xd0\x01\n" +
+	"\bwriteset\x18\x04 \x01(\fR\bwriteset\"\x92\x02\n" +
 	"\x1bCertifyStreamRequestEncoded\x126\n" +
 	"\x04open\x18\x01 \x01(\v2\".tashkent.certifier.v1.OpenSessionR\x04open\x12H\n" +
 	"\brequests\x18\x02 \x03(\v2,.tashkent.certifier.v1.CertifyRequestEncodedR\brequests\x12\x19\n" +
 	"\bcatch_up\x18\x03 \x01(\bR\acatchUp\x12\x14\n" +
 	"\x05pause\x18\n" +
-	" \x01(\bR\x05pause\"\xcb\x02\n" +
+	" \x01(\bR\x05pause\x12,\n" +
+	"\x0fapplied_version\x18\v \x01(\x04H\x00R\x0eappliedVersion\x88\x01\x01B\x12\n" +
+	"\x10_applied_version\"\xcb\x02\n" +
 	"\fCertifyReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
@@ -1828,7 +2035,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"*\n" +
 	"\x12ForgetReplicaReply\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\"\x0f\n" +
-	"\rStatusRequest\"\xa5\x06\n" +
+	"\rStatusRequest\"\xe8\x06\n" +
 	"\vStatusReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12'\n" +
 	"\x0fdurable_version\x18\x02 \x01(\x04R\x0edurableVersion\x12$\n" +
@@ -1855,13 +2062,27 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\rapplied_index\x18\x13 \x01(\x04R\fappliedIndex\x127\n" +
 	"\amembers\x18\x14 \x03(\v2\x1d.tashkent.certifier.v1.MemberR\amembers\x12A\n" +
 	"\breplicas\x18\x15 \x03(\v2%.tashkent.certifier.v1.ReplicaSessionR\breplicas\x12*\n" +
-	"\x11log_first_version\x18\x16 \x01(\x04R\x0flogFirstVersion\"\x87\x01\n" +
+	"\x11log_first_version\x18\x16 \x01(\x04R\x0flogFirstVersion\x12A\n" +
+	"\tretention\x18\x17 \x01(\v2#.tashkent.certifier.v1.LogRetentionR\tretention\"\xd4\x01\n" +
 	"\x0eReplicaSession\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vstatus_addr\x18\x02 \x01(\tR\n" +
 	"statusAddr\x12\x1c\n" +
 	"\tconnected\x18\x03 \x01(\bR\tconnected\x12\"\n" +
-	"\rsince_unix_ms\x18\x04 \x01(\x03R\vsinceUnixMs\",\n" +
+	"\rsince_unix_ms\x18\x04 \x01(\x03R\vsinceUnixMs\x12'\n" +
+	"\x0fapplied_version\x18\x05 \x01(\x04R\x0eappliedVersion\x12\"\n" +
+	"\rheard_unix_ms\x18\x06 \x01(\x03R\vheardUnixMs\"\xcf\x01\n" +
+	"\fLogRetention\x12\x1b\n" +
+	"\tkeep_from\x18\x01 \x01(\x04R\bkeepFrom\x12\x1d\n" +
+	"\n" +
+	"limited_by\x18\x02 \x01(\tR\tlimitedBy\x12\x17\n" +
+	"\aheld_by\x18\x03 \x01(\tR\x06heldBy\x12B\n" +
+	"\breplicas\x18\x04 \x03(\v2&.tashkent.certifier.v1.ReplicaProgressR\breplicas\x12&\n" +
+	"\x0fdecided_unix_ms\x18\x05 \x01(\x03R\rdecidedUnixMs\"r\n" +
+	"\x0fReplicaProgress\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
+	"\x0fapplied_version\x18\x02 \x01(\x04R\x0eappliedVersion\x12\"\n" +
+	"\rheard_unix_ms\x18\x03 \x01(\x03R\vheardUnixMs\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr*\x9e\x01\n" +
@@ -1910,7 +2131,7 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                             // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
@@ -1937,7 +2158,9 @@ var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(*StatusRequest)(nil),               // 22: tashkent.certifier.v1.StatusRequest
 	(*StatusReply)(nil),                 // 23: tashkent.certifier.v1.StatusReply
 	(*ReplicaSession)(nil),              // 24: tashkent.certifier.v1.ReplicaSession
-	(*Member)(nil),                      // 25: tashkent.certifier.v1.Member
+	(*LogRetention)(nil),                // 25: tashkent.certifier.v1.LogRetention
+	(*ReplicaProgress)(nil),             // 26: tashkent.certifier.v1.ReplicaProgress
+	(*Member)(nil),                      // 27: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	0,  // 0: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
@@ -1955,25 +2178,27 @@ var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	7,  // 12: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
 	6,  // 13: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
 	13, // 14: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	25, // 15: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	27, // 15: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
 	24, // 16: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
-	10, // 17: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
-	16, // 18: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	22, // 19: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	18, // 20: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
-	20, // 21: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
-	3,  // 22: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	15, // 23: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	17, // 24: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	23, // 25: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	19, // 26: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
-	21, // 27: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
-	4,  // 28: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	25, // 17: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
+	26, // 18: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
+	10, // 19: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
+	16, // 20: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
+	22, // 21: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	18, // 22: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
+	20, // 23: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
+	3,  // 24: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	15, // 25: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	17, // 26: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	23, // 27: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	19, // 28: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	21, // 29: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
+	4,  // 30: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_api_certifierpb_certifier_proto_init() }
@@ -1981,13 +2206,15 @@ func file_api_certifierpb_certifier_proto_init() {
 	if File_api_certifierpb_certifier_proto != nil {
 		return
 	}
+	file_api_certifierpb_certifier_proto_msgTypes[7].OneofWrappers = []any{}
+	file_api_certifierpb_certifier_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

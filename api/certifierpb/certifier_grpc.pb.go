@@ -58,7 +58,8 @@ type CertifierClient interface {
 	SyncVersion(ctx context.Context, in *SyncVersionRequest, opts ...grpc.CallOption) (*SyncVersionReply, error)
 	// ForgetReplica removes a replica that left the cluster (`tashkent
 	// replica remove`) from the replicas this process lists (StatusReply
-	// replicas, tashkent_certifier_replica_connected). A replica with a
+	// replicas, tashkent_certifier_replica_connected) and from the replicas
+	// whose progress holds the log back (log retention). A replica with a
 	// session open is not forgotten: FAILED_PRECONDITION. Each member of a
 	// group keeps its own list: ask every member.
 	ForgetReplica(ctx context.Context, in *ForgetReplicaRequest, opts ...grpc.CallOption) (*ForgetReplicaReply, error)
@@ -155,7 +156,8 @@ type CertifierServer interface {
 	SyncVersion(context.Context, *SyncVersionRequest) (*SyncVersionReply, error)
 	// ForgetReplica removes a replica that left the cluster (`tashkent
 	// replica remove`) from the replicas this process lists (StatusReply
-	// replicas, tashkent_certifier_replica_connected). A replica with a
+	// replicas, tashkent_certifier_replica_connected) and from the replicas
+	// whose progress holds the log back (log retention). A replica with a
 	// session open is not forgotten: FAILED_PRECONDITION. Each member of a
 	// group keeps its own list: ask every member.
 	ForgetReplica(context.Context, *ForgetReplicaRequest) (*ForgetReplicaReply, error)

@@ -8,17 +8,24 @@ import (
 )
 
 // maintain bounds staleness (Tashkent §6.2: the replica asks for what the
-// certifier has, at least every Staleness, besides what it pushes) and
-// checks the database: its version (local commits advance it without the
-// agent) and that it is still the one the run started on.
+// certifier has, at least every Staleness, besides what it pushes), checks
+// the database: its version (local commits advance it without the agent)
+// and that it is still the one the run started on, and reports the
+// replica's durable version (progress.go).
 func (r *run) maintain() {
 	tick := time.NewTicker(r.a.cfg.Staleness)
 	defer tick.Stop()
+	var reported time.Time
 	for {
+		var now time.Time
 		select {
 		case <-r.ctx.Done():
 			return
-		case <-tick.C:
+		case now = <-tick.C:
+		}
+		if now.Sub(reported) >= progressReportInterval {
+			r.reportProgress()
+			reported = now
 		}
 		r.cert.RequestCatchUp()
 		_, err := r.readCommitted()

@@ -75,7 +75,7 @@ func (r *run) startSteps() error {
 	r.spawn(r.maintain)
 	r.spawn(r.watchApply)
 	r.spawn(func() { r.watchInherited(inherited) })
-	r.a.setState(StateCatchingUp, "the replica is catching up with the cluster")
+	r.a.transition(StateCatchingUp, "the replica is catching up with the cluster", true) // not if the certifier refused it already
 	if err := r.catchUp(); err != nil {
 		return err
 	}
@@ -339,13 +339,18 @@ func (r *run) awaitCertifyingSettled() error {
 // stream of an earlier run still delivers is dropped (its epoch).
 func (r *run) openStream(committed uint64) error {
 	epoch := r.a.seq.epoch()
+	durable, err := r.control.durableVersion(r.ctx)
+	if err != nil {
+		return err
+	}
 	c, err := certclient.New(certclient.Options{
-		Target: r.a.cfg.Certifier, Replica: r.a.cfg.Name, ReplicaVersion: committed, Push: !r.a.cfg.NoPush,
+		Target: r.a.cfg.Certifier, Replica: r.a.cfg.Name, ReplicaVersion: committed, AppliedVersion: &durable, Push: !r.a.cfg.NoPush,
 		StatusAddr: r.a.statusAddr(), Logger: r.a.log, DialOptions: r.a.cfg.CertifierDialOptions,
 		OnEntries: func(entries []logentry.Entry, durable uint64) {
 			r.a.heardDurable(durable)
 			r.deliver(epoch, entries)
 		},
+		OnRefused: r.refused,
 	})
 	if err != nil {
 		return err

@@ -45,8 +45,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
@@ -66,6 +68,9 @@ type Options struct {
 	Target         string
 	Replica        string // this replica's name
 	ReplicaVersion uint64 // versions up to here are not delivered again
+	// AppliedVersion, when set, is the replica's durable version to report
+	// from the first message on (SetAppliedVersion).
+	AppliedVersion *uint64
 	// Push asks the certifier to send every entry as soon as it is
 	// durable (OpenSession.push), not only with replies and catch-ups.
 	Push bool
@@ -78,6 +83,13 @@ type Options struct {
 	// Client. It is also called with no entries when only the certifier's
 	// durable version is news.
 	OnEntries func(entries []logentry.Entry, durableVersion uint64)
+	// OnRefused is told when the certifier refuses the replica's session
+	// because the replica cannot catch up from it: its log no longer holds
+	// the versions the replica needs (log retention), or the replica holds
+	// versions the certifier never made durable. The replica needs a state
+	// transfer; the client keeps trying meanwhile. Called from the client's
+	// goroutine; it must not call back into the Client.
+	OnRefused func(err error)
 	Logger    *slog.Logger
 	// MessageBytesMax is the largest gRPC message accepted.
 	MessageBytesMax int
@@ -103,18 +115,25 @@ type Client struct {
 	opts  Options
 	peers *members
 
-	mu        sync.Mutex
-	nextID    uint64
-	pending   map[uint64]*call  // sent or to be sent, not answered
-	byTxn     map[txnKey]uint64 // pending request ids by transaction id
-	outbox    []*pb.CertifyRequestEncoded
-	catchUp   bool
-	pause     bool // flow control: this replica asks the others to wait
-	paused    bool // the pause state the certifier was last told
-	delivered uint64
-	connected bool
-	received  bool      // something arrived on the current stream
-	heardAt   time.Time // when the current stream opened or last brought something
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]*call  // sent or to be sent, not answered
+	byTxn   map[txnKey]uint64 // pending request ids by transaction id
+	outbox  []*pb.CertifyRequestEncoded
+	catchUp bool
+	pause   bool // flow control: this replica asks the others to wait
+	paused  bool // the pause state the certifier was last told
+	// applied is the replica's durable version
+	// (CertifyStreamRequest.applied_version), sent when it changes and at
+	// the start of every session, not with every message: a certifier
+	// older than the field decodes a message with it on its slow path.
+	// nil until SetAppliedVersion.
+	applied     *uint64
+	appliedSent bool // the certifier was told the current applied
+	delivered   uint64
+	connected   bool
+	received    bool      // something arrived on the current stream
+	heardAt     time.Time // when the current stream opened or last brought something
 	// handing: OnEntries runs (it may wait for room): the stream is not
 	// read meanwhile, which is no stall of the certifier's.
 	handing bool
@@ -152,7 +171,7 @@ func New(opts Options) (*Client, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		opts: opts, peers: peers,
-		pending: make(map[uint64]*call), byTxn: make(map[txnKey]uint64), delivered: opts.ReplicaVersion,
+		pending: make(map[uint64]*call), byTxn: make(map[txnKey]uint64), delivered: opts.ReplicaVersion, applied: opts.AppliedVersion,
 		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{}),
 	}
 	go c.run()
@@ -243,6 +262,19 @@ func (c *Client) SetPause(pause bool) {
 	}
 }
 
+// SetAppliedVersion records the replica's durable version (every version
+// up to it committed and safe from a crash of its database), which the
+// certifier's log retention waits for. A change is sent with the next
+// message, at the latest with the next catch-up request, and every
+// session opens with it.
+func (c *Client) SetAppliedVersion(v uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.applied == nil || *c.applied != v {
+		c.applied, c.appliedSent = &v, false
+	}
+}
+
 // Delivered is the highest version handed to OnEntries.
 func (c *Client) Delivered() uint64 {
 	c.mu.Lock()
@@ -293,6 +325,9 @@ func (c *Client) run() {
 		if received {
 			delay = c.opts.ReconnectDelay
 		}
+		if status.Code(err) == codes.FailedPrecondition && c.opts.OnRefused != nil {
+			c.opts.OnRefused(err)
+		}
 		if c.peers.follow(leader) {
 			// Redirected to the leader by a member: go there at once.
 			c.opts.Logger.Info("certifier stream: following the leader", "from", target, "to", leader)
@@ -321,8 +356,9 @@ func (c *Client) session() (bool, string, error) {
 		return false, "", err
 	}
 	c.mu.Lock()
-	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push, StatusAddr: c.opts.StatusAddr}, CatchUp: true, Pause: c.pause}
-	c.paused = c.pause
+	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push, StatusAddr: c.opts.StatusAddr},
+		CatchUp: true, Pause: c.pause, AppliedVersion: c.applied}
+	c.paused, c.appliedSent = c.pause, true
 	c.outbox = c.outbox[:0]
 	for _, cl := range c.pending {
 		c.outbox = append(c.outbox, cl.req)
@@ -383,13 +419,16 @@ func (c *Client) pump(ctx context.Context, stream pb.Certifier_CertifyClient, re
 func (c *Client) takeOutbox() *pb.CertifyStreamRequestEncoded {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.outbox) == 0 && !c.catchUp && c.pause == c.paused {
+	if len(c.outbox) == 0 && !c.catchUp && c.pause == c.paused && c.appliedSent {
 		return nil
 	}
 	msg := &pb.CertifyStreamRequestEncoded{Requests: c.outbox, CatchUp: c.catchUp, Pause: c.pause}
+	if !c.appliedSent {
+		msg.AppliedVersion = c.applied
+	}
 	c.outbox = nil
 	c.catchUp = false
-	c.paused = c.pause
+	c.paused, c.appliedSent = c.pause, true
 	return msg
 }
 

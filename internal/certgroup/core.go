@@ -160,6 +160,9 @@ type Applied struct {
 	// Compaction, when set, is a snapshot this member took: the driver
 	// saves it durably, then compacts its log up to Compaction.Index.
 	Compaction *Compaction
+	// Retention, when set, is the last retention decision applied in this
+	// batch (ProposeRetention), or the one of a snapshot installed.
+	Retention []byte
 }
 
 // Compaction is a snapshot taken by Advance and the log prefix it lets go.
@@ -224,6 +227,9 @@ type Core struct {
 	// addrs are the members' addresses learned from configuration changes
 	// (their context) and snapshots.
 	addrs map[uint64]string
+	// retention is the last retention decision applied, which snapshots
+	// carry (nil: none yet).
+	retention []byte
 }
 
 // NewCore starts a member from what its disk holds.
@@ -571,7 +577,10 @@ func (c *Core) apply(e *raftpb.Entry, out *Applied) {
 	c.entriesSinceSnap += max(1, certifiedCount(e))
 	switch e.GetType() {
 	case raftpb.EntryNormal:
-		if len(e.Data) > 0 {
+		if decision, ok := retentionOf(e.Data); ok {
+			c.retention = append([]byte(nil), decision...)
+			out.Retention = c.retention
+		} else if len(e.Data) > 0 {
 			c.applyCertified(e, out)
 		}
 	case raftpb.EntryConfChange:
@@ -643,6 +652,19 @@ func (c *Core) dropSpeculation() {
 	c.spec = nil
 	c.state = c.appliedState()
 }
+
+// ProposeRetention proposes a log retention decision of the service
+// (leader only). It is opaque here: every member applies it in log order
+// (Applied.Retention), and snapshots carry the last one applied.
+func (c *Core) ProposeRetention(decision []byte) error {
+	if st := c.rn.BasicStatus(); st.RaftState != raft.StateLeader {
+		return &NotLeaderError{Leader: st.Lead}
+	}
+	return c.rn.Propose(encodeRetention(decision))
+}
+
+// Retention is the last retention decision applied (nil: none).
+func (c *Core) Retention() []byte { return c.retention }
 
 // ProposeConfChange asks the group to add or remove a member (leader only).
 func (c *Core) ProposeConfChange(cc *raftpb.ConfChange) error {

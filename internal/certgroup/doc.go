@@ -39,7 +39,8 @@
 //   - snapshot.go: snapshots (Tashkent §7.3 "state transfer"): every
 //     SnapshotEntries applied versions (or SnapshotBytes) a member snapshots
 //     its applied state (certification.State.Marshal plus the applied
-//     version and the members' addresses), compacts its log but for
+//     version, the members' addresses and the service's last log retention
+//     decision, entry.go), compacts its log but for
 //     CatchUpEntries Raft entries (batches), and restarts from snapshot
 //     plus log. A snapshot is always at a batch boundary. A follower
 //     behind the leader's first entry, or a new member, installs the

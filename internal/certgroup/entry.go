@@ -27,10 +27,34 @@ import (
 // the state after a lost leadership can skip old entries without decoding
 // them. Raft's own empty entries (a new leader's barrier) and
 // configuration changes carry no such payload.
+//
+// The leader also proposes the service's log retention decisions, opaque
+// to the group, which every member applies in log order (certifier's
+// group_retention.go) and the next snapshot carries:
+//
+//	kindRetention | the decision's bytes
+//
+// A member of a version before this kind cannot apply such an entry:
+// upgrade every member before the leader runs this version.
 const (
 	kindCertified byte = 1 // one entry (the format before batching)
 	kindBatch     byte = 2 // a batch of entries with contiguous versions
+	kindRetention byte = 3 // a log retention decision of the service
 )
+
+// encodeRetention frames a retention decision as a Raft entry's payload.
+func encodeRetention(decision []byte) []byte {
+	return append([]byte{kindRetention}, decision...)
+}
+
+// retentionOf returns the decision a payload carries, or false for a
+// payload of another kind.
+func retentionOf(data []byte) ([]byte, bool) {
+	if len(data) == 0 || data[0] != kindRetention {
+		return nil, false
+	}
+	return data[1:], true
+}
 
 // maxBatchBytes bounds the log entry bytes of one proposal: a batch well
 // under maxSizePerMsgBytes still travels to a follower with others.

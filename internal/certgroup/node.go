@@ -66,6 +66,10 @@ type Callbacks struct {
 	// versions it wrote durable now, since the Raft log was their durable
 	// copy. An error stops the member.
 	BeforeCompact func() error
+	// Retention: a log retention decision of the service applied, in log
+	// order (ProposeRetention), or the last one a snapshot carries (at
+	// Start, and when the leader's snapshot is installed).
+	Retention func(decision []byte)
 }
 
 // Node runs a Core: a ticker, the Ready loop (one write and one fsync per
@@ -152,9 +156,13 @@ func (n *Node) Start(cb Callbacks) {
 	n.cb = cb
 	n.mu.Lock()
 	v := n.core.SnapshotVersion()
+	retention := n.core.Retention()
 	n.mu.Unlock()
 	if v > 0 && cb.Restored != nil {
 		cb.Restored(v)
+	}
+	if retention != nil && cb.Retention != nil {
+		cb.Retention(retention)
 	}
 	n.done.Add(1)
 	go n.run()
@@ -314,6 +322,9 @@ func (n *Node) report(a Applied, st Status) {
 	if len(a.Committed) > 0 && n.cb.Committed != nil {
 		n.cb.Committed(a.Committed)
 	}
+	if a.Retention != nil && n.cb.Retention != nil {
+		n.cb.Retention(a.Retention)
+	}
 	if n.cb.Confirmed != nil {
 		n.cb.Confirmed(a.Confirmed)
 	}
@@ -432,6 +443,17 @@ func (n *Node) ReadVersion(ctx context.Context) (version, ticket, term uint64, e
 			return 0, 0, 0, err
 		}
 	}
+}
+
+// ProposeRetention: see Core.ProposeRetention.
+func (n *Node) ProposeRetention(decision []byte) error {
+	n.mu.Lock()
+	err := n.core.ProposeRetention(decision)
+	n.mu.Unlock()
+	if err == nil {
+		n.signal()
+	}
+	return err
 }
 
 // Leader: see Core.Leader.

@@ -37,7 +37,7 @@ func TestInstalledSnapshotSurvivesACrashBeforeItsEntries(t *testing.T) {
 	}
 	state := certification.New(certification.Config{}, 7)
 	snap := &raftpb.Snapshot{
-		Data: encodeCoreSnapshot(7, map[uint64]string{1: "a", 2: "b", 3: "c"}, state.Marshal()),
+		Data: encodeCoreSnapshot(7, map[uint64]string{1: "a", 2: "b", 3: "c"}, nil, state.Marshal()),
 		Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(10), Term: proto.Uint64(2),
 			ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}}},
 	}
@@ -80,6 +80,22 @@ func regressionOpen(t *testing.T, dir string) *Node {
 	return n
 }
 
+// certifyRows certifies one row per transaction r/from..r/to on n,
+// retrying while n is not ready.
+func certifyRows(ctx context.Context, n *Node, from, to uint64) {
+	for i := from; i <= to; i++ {
+		txn := &pb.TxnID{Origin: "r", Seq: i}
+		ws := &pb.Writeset{Changes: []*pb.Change{{Table: "t", Op: pb.Op_OP_UPSERT, Key: []byte(fmt.Sprint(i)), Row: []byte("x")}}}
+		req := certification.Request{Txn: certification.TxnID{Origin: "r", Seq: i}, Keys: []certification.Key{certification.RowKey("t", []byte(fmt.Sprint(i)))}}
+		for {
+			if _, _, err := n.Certify(ctx, req, logentry.EncodePrefix(txn, ws)); err == nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
 // A member added online (here a learner, 4) is known to the group's
 // configuration and to the Core's address book (from the snapshot), but a
 // member restarted from a snapshot that covers the addition keeps, as its
@@ -107,17 +123,7 @@ func TestAddressBookAfterRestartFromSnapshot(t *testing.T) {
 	if err := n.changeMember(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, 4, "127.0.0.1:4"); err != nil {
 		t.Fatal(err)
 	}
-	for i := uint64(1); i <= 10; i++ {
-		txn := &pb.TxnID{Origin: "r", Seq: i}
-		ws := &pb.Writeset{Changes: []*pb.Change{{Table: "t", Op: pb.Op_OP_UPSERT, Key: []byte(fmt.Sprint(i)), Row: []byte("x")}}}
-		req := certification.Request{Txn: certification.TxnID{Origin: "r", Seq: i}, Keys: []certification.Key{certification.RowKey("t", []byte(fmt.Sprint(i)))}}
-		for {
-			if _, _, err := n.Certify(ctx, req, logentry.EncodePrefix(txn, ws)); err == nil {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+	certifyRows(ctx, n, 1, 10)
 	time.Sleep(200 * time.Millisecond)
 	before, st := n.Members(), n.Status()
 	n.Close()

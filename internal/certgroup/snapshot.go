@@ -21,8 +21,15 @@ import (
 //
 // The data:
 //
-//	format (1 byte) | applied version | members: count, then (id, len(addr), addr) by id | state
-const coreSnapshotFormat = 1
+//	format (1 byte) = 2 | applied version | members: count, then (id, len(addr), addr) by id |
+//	len(retention), retention | state
+//
+// where retention is the last log retention decision applied (Core.retention;
+// empty: none). Format 1, without it, is still read.
+const (
+	coreSnapshotFormatV1 = 1
+	coreSnapshotFormat   = 2
+)
 
 func (cfg Config) withSnapshotDefaults() Config {
 	if cfg.SnapshotEntries == 0 {
@@ -37,8 +44,8 @@ func (cfg Config) withSnapshotDefaults() Config {
 	return cfg
 }
 
-func encodeCoreSnapshot(version uint64, addrs map[uint64]string, state []byte) []byte {
-	b := make([]byte, 0, 32+len(state))
+func encodeCoreSnapshot(version uint64, addrs map[uint64]string, retention, state []byte) []byte {
+	b := make([]byte, 0, 32+len(retention)+len(state))
 	b = append(b, coreSnapshotFormat)
 	b = binary.AppendUvarint(b, version)
 	ids := make([]uint64, 0, len(addrs))
@@ -52,15 +59,26 @@ func encodeCoreSnapshot(version uint64, addrs map[uint64]string, state []byte) [
 		b = binary.AppendUvarint(b, uint64(len(addrs[id])))
 		b = append(b, addrs[id]...)
 	}
+	b = binary.AppendUvarint(b, uint64(len(retention)))
+	b = append(b, retention...)
 	return append(b, state...)
 }
 
 var errBadCoreSnapshot = errors.New("certifier group: bad snapshot data")
 
-func decodeCoreSnapshot(b []byte) (version uint64, addrs map[uint64]string, state []byte, err error) {
-	if len(b) < 1 || b[0] != coreSnapshotFormat {
-		return 0, nil, nil, errBadCoreSnapshot
+// coreSnapshot is a snapshot's data, decoded.
+type coreSnapshot struct {
+	version   uint64
+	addrs     map[uint64]string
+	retention []byte // nil: none
+	state     []byte
+}
+
+func decodeCoreSnapshot(b []byte) (snap coreSnapshot, err error) {
+	if len(b) < 1 || b[0] != coreSnapshotFormat && b[0] != coreSnapshotFormatV1 {
+		return coreSnapshot{}, errBadCoreSnapshot
 	}
+	format := b[0]
 	b = b[1:]
 	next := func() uint64 {
 		v, n := binary.Uvarint(b)
@@ -72,33 +90,49 @@ func decodeCoreSnapshot(b []byte) (version uint64, addrs map[uint64]string, stat
 		b = b[n:]
 		return v
 	}
-	version = next()
+	snap.version = next()
 	count := next()
-	addrs = map[uint64]string{}
+	snap.addrs = map[uint64]string{}
 	for i := uint64(0); i < count && err == nil; i++ {
 		id, n := next(), next()
 		if n > uint64(len(b)) {
-			return 0, nil, nil, errBadCoreSnapshot
+			return coreSnapshot{}, errBadCoreSnapshot
 		}
-		addrs[id] = string(b[:n])
+		snap.addrs[id] = string(b[:n])
 		b = b[n:]
 	}
-	return version, addrs, b, err
+	if format == coreSnapshotFormat && err == nil {
+		n := next()
+		if n > uint64(len(b)) {
+			return coreSnapshot{}, errBadCoreSnapshot
+		}
+		if n > 0 {
+			snap.retention = b[:n:n]
+		}
+		b = b[n:]
+	}
+	if err != nil {
+		return coreSnapshot{}, err
+	}
+	snap.state = b
+	return snap, nil
 }
 
 // restoreSnapshot makes the snapshot this member's applied state.
 func (c *Core) restoreSnapshot(snap *raftpb.Snapshot) error {
-	version, addrs, data, err := decodeCoreSnapshot(snap.GetData())
+	decoded, err := decodeCoreSnapshot(snap.GetData())
 	if err != nil {
 		return fmt.Errorf("raft snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
 	}
-	state, err := certification.Unmarshal(c.stateConfig(), data)
+	version, addrs := decoded.version, decoded.addrs
+	state, err := certification.Unmarshal(c.stateConfig(), decoded.state)
 	if err != nil {
 		return fmt.Errorf("raft snapshot at index %d: %w", snap.GetMetadata().GetIndex(), err)
 	}
 	if state.Version() != version {
 		return fmt.Errorf("raft snapshot at index %d: state at version %d, snapshot says %d", snap.GetMetadata().GetIndex(), state.Version(), version)
 	}
+	c.retention = decoded.retention
 	md := snap.GetMetadata()
 	c.state, c.spec, c.batch, c.batchBytes = state, nil, nil, 0
 	c.applied, c.appliedTerm, c.appliedVersion = md.GetIndex(), md.GetTerm(), version
@@ -127,6 +161,9 @@ func (c *Core) installSnapshot(snap *raftpb.Snapshot, out *Applied) {
 	}
 	out.Installed = c.appliedVersion
 	out.MembersChanged = true
+	if c.retention != nil {
+		out.Retention = c.retention
+	}
 }
 
 // maybeSnapshot takes a snapshot when one is due and compacts the log in
@@ -141,7 +178,7 @@ func (c *Core) maybeSnapshot(out *Applied) {
 	if len(c.spec) > 0 || state.Version() != c.appliedVersion {
 		state = c.appliedState()
 	}
-	data := encodeCoreSnapshot(c.appliedVersion, c.addrs, state.Marshal())
+	data := encodeCoreSnapshot(c.appliedVersion, c.addrs, c.retention, state.Marshal())
 	snap, err := c.mem.CreateSnapshot(c.applied, c.confState, data)
 	if err != nil {
 		panic(fmt.Sprintf("certgroup: snapshot at applied index %d: %v", c.applied, err))
@@ -171,9 +208,9 @@ func (c *Core) appliedState() *certification.State {
 		if err != nil {
 			panic(err)
 		}
-		_, _, data, err := decodeCoreSnapshot(snap.GetData())
+		decoded, err := decodeCoreSnapshot(snap.GetData())
 		if err == nil {
-			state, err = certification.Unmarshal(c.stateConfig(), data)
+			state, err = certification.Unmarshal(c.stateConfig(), decoded.state)
 		}
 		if err != nil {
 			panic(fmt.Sprintf("certgroup: own snapshot at index %d does not decode: %v", c.snapIndex, err))
@@ -202,7 +239,7 @@ func (c *Core) appliedState() *certification.State {
 // does not hold yet (a batch is skipped whole when it is older, without
 // decoding it).
 func (c *Core) restoreInto(state *certification.State, e *raftpb.Entry) {
-	if e.GetType() != raftpb.EntryNormal || len(e.Data) == 0 {
+	if _, ok := retentionOf(e.Data); ok || e.GetType() != raftpb.EntryNormal || len(e.Data) == 0 {
 		return
 	}
 	if _, last := versionsOfData(e.Data); last <= state.Version() {
@@ -234,6 +271,6 @@ func (c *Core) SnapshotVersion() uint64 {
 	if err != nil {
 		return 0
 	}
-	v, _, _, _ := decodeCoreSnapshot(snap.GetData())
-	return v
+	decoded, _ := decodeCoreSnapshot(snap.GetData())
+	return decoded.version
 }

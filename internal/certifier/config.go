@@ -63,10 +63,9 @@ type Config struct {
 	Logger   *slog.Logger
 	Registry prometheus.Registerer // nil: metrics are not registered
 
-	// LogRetentionVersions, for a group member, bounds its versioned log:
-	// segments wholly older than the latest version minus it are removed
-	// (group_snapshot.go). 0 keeps everything.
-	LogRetentionVersions uint64
+	// Retention bounds the versioned log and says how long a replica that
+	// is away holds it (retention.go). Zero fields: the defaults.
+	Retention RetentionPolicy
 
 	// UnsafeSkipConflictCheck: see certification.Config. Only for the fault
 	// harness's detector self-test.
@@ -104,5 +103,6 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Retention = c.Retention.withDefaults()
 	return c
 }

@@ -232,22 +232,33 @@ func SendReplies(read EntryReader, delivered, durable uint64, replies []*pb.Cert
 }
 
 // CheckOpen refuses a session whose replica holds versions this certifier
-// never made durable, or versions its log no longer starts at (first,
-// 0: the log is empty), with the status the stream ends with.
-func CheckOpen(open *pb.OpenSession, durable, first uint64) error {
+// never made durable, or needs versions its log no longer holds (the log
+// keeps the versions after startsAfter), with the status the stream ends
+// with. FailedPrecondition, and a message that starts with
+// pb.NeedsStateTransfer, tell the agent that its replica must be rebuilt
+// from a peer.
+func CheckOpen(open *pb.OpenSession, durable, startsAfter uint64) error {
 	if open == nil || open.Replica == "" {
 		return status.Error(codes.InvalidArgument, "the first message of a Certify stream must open a session with the replica's name")
 	}
 	if open.ReplicaVersion > durable {
 		return status.Errorf(codes.FailedPrecondition,
-			"replica %q is at version %d but the certifier's durable version is %d: the replica holds versions this certifier never made durable (failed versions); rebuild it from a peer",
-			open.Replica, open.ReplicaVersion, durable)
+			"%s: replica %q is at version %d but the certifier's durable version is %d: the replica holds versions this certifier never made durable (failed versions); rebuild it from a peer",
+			pb.NeedsStateTransfer, open.Replica, open.ReplicaVersion, durable)
 	}
-	if first > 0 && open.ReplicaVersion+1 < first {
-		return status.Errorf(codes.FailedPrecondition,
-			"replica %q is at version %d but the log starts at version %d: rebuild the replica from a peer", open.Replica, open.ReplicaVersion, first)
+	if open.ReplicaVersion < startsAfter {
+		return errBehindLog(open.Replica, open.ReplicaVersion, startsAfter)
 	}
 	return nil
+}
+
+// errBehindLog refuses a replica that needs versions the log no longer
+// holds (it keeps the versions after startsAfter).
+func errBehindLog(replica string, version, startsAfter uint64) error {
+	return status.Errorf(codes.FailedPrecondition,
+		"%s: replica %q is at version %d, but this certifier's log keeps only the versions after %d "+
+			"(log retention removed the older ones): rebuild the replica from a peer (tashkent replica rebuild; the supervisor does it by itself)",
+		pb.NeedsStateTransfer, replica, version, startsAfter)
 }
 
 // WindowBase is the version after which the last window of a log holding

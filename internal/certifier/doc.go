@@ -34,7 +34,8 @@
 // Open reads the log back, restores the last window of versions into the
 // state machine (their keys and transaction ids) and starts serving at the
 // durable version it found. Everything acknowledged was durable, so it is
-// there; nothing unacknowledged was reported committed.
+// there; nothing unacknowledged was reported committed. Log retention
+// (retention.go) removes old segments but always keeps that window.
 //
 // # Streams
 //

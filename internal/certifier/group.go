@@ -84,6 +84,7 @@ type groupMember struct {
 	node       *certgroup.Node
 	leadership leadership
 	confirmed  *watermark // abort tickets confirmed by the group
+	proposer   retentionProposer
 }
 
 // newGroupMember fills the recent ring from the versioned log; the
@@ -103,6 +104,7 @@ func (g *groupMember) start() {
 		Failed:         g.s.fail,
 		Restored:       g.restored,
 		BeforeCompact:  g.s.log.SyncAll,
+		Retention:      g.retentionApplied,
 	})
 }
 
@@ -166,7 +168,6 @@ func (g *groupMember) committed(entries []logentry.Entry) {
 	s.stats.fsyncs.Store(syncs)
 	s.stats.loggedEntries.Store(synced)
 	s.durable.advance(records[len(records)-1].Version)
-	g.applyRetention(records[len(records)-1].Version)
 }
 
 // checkLeader refuses a stream on a member that does not lead, naming the

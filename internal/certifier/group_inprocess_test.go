@@ -19,6 +19,13 @@ import (
 // transport and the service's group paths.
 func inProcessGroup(t *testing.T, n int) ([]*certifier.Server, []string) {
 	t.Helper()
+	return inProcessGroupWith(t, n, certifier.Config{})
+}
+
+// inProcessGroupWith is inProcessGroup with every member configured as
+// cfg says, but for its directory and its group.
+func inProcessGroupWith(t *testing.T, n int, cfg certifier.Config) ([]*certifier.Server, []string) {
+	t.Helper()
 	members := map[uint64]string{}
 	var addrs []string
 	for id := 1; id <= n; id++ {
@@ -39,7 +46,8 @@ func inProcessGroup(t *testing.T, n int) ([]*certifier.Server, []string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := certifier.Listen(certifier.Config{DataDir: dir, Group: node}, members[uint64(id)], "")
+		cfg.DataDir, cfg.Group = dir, node
+		srv, err := certifier.Listen(cfg, members[uint64(id)], "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,10 +19,8 @@ import (
 // versioned log, written without fsync in a group (the Raft log is the
 // durable one), lost a tail that the Raft log no longer holds.
 //
-// Retention (LogRetentionVersions) bounds the versioned log on disk: whole
-// segments older than the latest version minus the retention are removed.
-// A replica further behind than every member's retention cannot catch up
-// from the log and must be rebuilt (docs/OPERATIONS.md).
+// Log retention removes old segments of the versioned log on every member
+// alike (group_retention.go).
 
 // restored is Callbacks.Restored: this member's state starts at a
 // snapshot of version.
@@ -52,16 +50,4 @@ func (g *groupMember) checkFetch(after uint64) error {
 			base, g.node.ID())
 	}
 	return nil
-}
-
-// applyRetention removes versioned-log segments older than the retention.
-func (g *groupMember) applyRetention(last uint64) {
-	s := g.s
-	keep := s.cfg.LogRetentionVersions
-	if keep == 0 || last <= keep {
-		return
-	}
-	if err := s.log.TruncateBefore(last - keep); err != nil {
-		s.fail(fmt.Errorf("versioned log retention: %w", err))
-	}
 }

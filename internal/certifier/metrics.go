@@ -42,7 +42,7 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.replies, m.replySeconds, m.entriesPerSync, m.flowControlWait, s.replicas)
+	reg.MustRegister(m.replies, m.replySeconds, m.entriesPerSync, m.flowControlWait, s.replicas, retentionCollector{s})
 	for _, g := range []struct {
 		opts prometheus.GaugeOpts
 		read func() float64

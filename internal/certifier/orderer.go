@@ -3,6 +3,7 @@ package certifier
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -75,6 +76,12 @@ type orderer interface {
 	// certifier always, a group member while it leads) and the group's
 	// term (0 for a single certifier).
 	certifies() (leads bool, term uint64)
+
+	// retain runs the log retention rule at now (retention.go): a single
+	// certifier applies its decision to its log; a group's leader
+	// replicates it, and every member applies it as Raft commits it.
+	// Called from one goroutine.
+	retain(now time.Time)
 }
 
 // newOrderer recovers the orderer that the service's Config asks for from

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,18 +18,24 @@ import (
 )
 
 // knownReplicasMax bounds the replicas the certifier remembers. A record
-// is a name and an address; the bound only matters for clients that open
-// sessions under ever new names (the certifier benchmark does).
+// is a name, an address and a version; the bound only matters for clients
+// that open sessions under ever new names (the certifier benchmark does).
 const knownReplicasMax = 256
 
-// knownReplicas are the replicas that opened a session since this process
-// started, with the address of their agent's HTTP listener: what a
-// dashboard needs to find them all (StatusReply.replicas), and the
-// tashkent_certifier_replica_connected metric. A replica whose session
-// ended stays listed as disconnected, so that a replica that went away
-// shows as such, until it is removed from the cluster (ForgetReplica);
-// sessions without a status address are forgotten when they end (nothing
-// could be asked of them).
+// knownReplicas are the replicas that opened a session with this process,
+// with the address of their agent's HTTP listener and their progress: what
+// a dashboard needs to find them all (StatusReply.replicas), the
+// tashkent_certifier_replica_* metrics, and what log retention weighs
+// (retention.go). A replica whose session ended stays listed as
+// disconnected, so that a replica that went away shows as such, until it
+// is removed from the cluster (ForgetReplica). A session that neither
+// gave a status address nor reports its durable version is forgotten when
+// it ends: nothing could be asked of it, and it holds no log.
+//
+// Replicas that report their durable version are also the ones retention
+// waits for while they are away: a single certifier persists them
+// (retention.pb), a group replicates them through Raft; adopt takes them
+// back.
 type knownReplicas struct {
 	mu     sync.Mutex
 	byName map[string]*knownReplica
@@ -39,34 +46,75 @@ type knownReplica struct {
 	statusAddr string
 	sessions   int
 	since      time.Time // when connected last changed
+	// Progress. applied is the replica's durable version as it last
+	// reported it (or, while a session that does not report it is open,
+	// the version the session opened at); heard is when it was last heard
+	// from, in Unix nanoseconds; reports says it reports applied
+	// versions, and so holds the log while it is away. Atomic: each
+	// stream's reader updates them with every message.
+	applied atomic.Uint64
+	heard   atomic.Int64
+	reports atomic.Bool
 }
 
 func newKnownReplicas(now func() time.Time) *knownReplicas {
 	return &knownReplicas{byName: map[string]*knownReplica{}, now: now}
 }
 
-// opened records a session of name, reached at statusAddr; the returned
-// function records its end.
-func (k *knownReplicas) opened(name, statusAddr string) (closed func()) {
+// replicaSession is one open session of a known replica.
+type replicaSession struct {
+	k    *knownReplicas
+	name string
+	r    *knownReplica // nil: not recorded (every listed replica is connected)
+	once sync.Once
+}
+
+// opened records a session of name, reached at statusAddr, that opened at
+// version openVersion.
+func (k *knownReplicas) opened(name, statusAddr string, openVersion uint64) *replicaSession {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	r := k.byName[name]
 	if r == nil {
 		if len(k.byName) >= knownReplicasMax && !k.forgetOldestDisconnected() {
-			return func() {}
+			return &replicaSession{k: k, name: name}
 		}
 		r = &knownReplica{}
 		k.byName[name] = r
 	}
+	now := k.now()
 	if r.sessions == 0 {
-		r.since = k.now()
+		r.since = now
 	}
 	r.sessions++
 	if statusAddr != "" {
 		r.statusAddr = statusAddr
 	}
-	var once sync.Once
-	return func() { once.Do(func() { k.closed(name, r) }) }
+	if !r.reports.Load() {
+		r.applied.Store(openVersion)
+	}
+	r.heard.Store(now.UnixNano())
+	return &replicaSession{k: k, name: name, r: r}
+}
+
+// report records what a message of the session says of the replica's
+// progress: applied, its durable version, when the agent reports it.
+func (s *replicaSession) report(applied *uint64, now time.Time) {
+	if s.r == nil {
+		return
+	}
+	if applied != nil {
+		s.r.applied.Store(*applied)
+		s.r.reports.Store(true)
+	}
+	s.r.heard.Store(now.UnixNano())
+}
+
+// close records the end of the session; calls after the first do nothing.
+func (s *replicaSession) close() {
+	if s.r != nil {
+		s.once.Do(func() { s.k.closed(s.name, s.r) })
+	}
 }
 
 func (k *knownReplicas) closed(name string, r *knownReplica) {
@@ -76,8 +124,10 @@ func (k *knownReplicas) closed(name string, r *knownReplica) {
 	if r.sessions > 0 {
 		return
 	}
-	r.since = k.now()
-	if r.statusAddr == "" && k.byName[name] == r {
+	now := k.now()
+	r.since = now
+	r.heard.Store(now.UnixNano())
+	if r.statusAddr == "" && !r.reports.Load() && k.byName[name] == r {
 		delete(k.byName, name)
 	}
 }
@@ -99,7 +149,8 @@ func (k *knownReplicas) forget(name string) (known bool, err error) {
 }
 
 // ForgetReplica removes a replica that left the cluster from the replicas
-// this process lists (the replica remove command asks every member).
+// this process lists (the replica remove command asks every member), and
+// so from the replicas log retention waits for.
 func (s *Service) ForgetReplica(_ context.Context, req *pb.ForgetReplicaRequest) (*pb.ForgetReplicaReply, error) {
 	known, err := s.replicas.forget(req.GetName())
 	if err != nil {
@@ -108,12 +159,20 @@ func (s *Service) ForgetReplica(_ context.Context, req *pb.ForgetReplicaRequest)
 	return &pb.ForgetReplicaReply{Known: known}, nil
 }
 
-// forgetOldestDisconnected makes room; false when every replica is
-// connected.
+// forgetOldestDisconnected makes room: the replica gone for the longest
+// among those that hold no log, else among all that are gone; false when
+// every replica is connected.
 func (k *knownReplicas) forgetOldestDisconnected() bool {
 	oldest := ""
+	before := func(r *knownReplica) bool { // r goes before the oldest found so far
+		o := k.byName[oldest]
+		if o.reports.Load() != r.reports.Load() {
+			return o.reports.Load()
+		}
+		return r.since.Before(o.since)
+	}
 	for name, r := range k.byName {
-		if r.sessions == 0 && (oldest == "" || r.since.Before(k.byName[oldest].since)) {
+		if r.sessions == 0 && (oldest == "" || before(r)) {
 			oldest = name
 		}
 	}
@@ -130,14 +189,74 @@ func (k *knownReplicas) list() []*pb.ReplicaSession {
 	defer k.mu.Unlock()
 	out := make([]*pb.ReplicaSession, 0, len(k.byName))
 	for name, r := range k.byName {
-		out = append(out, &pb.ReplicaSession{Name: name, StatusAddr: r.statusAddr, Connected: r.sessions > 0, SinceUnixMs: r.since.UnixMilli()})
+		s := &pb.ReplicaSession{Name: name, StatusAddr: r.statusAddr, Connected: r.sessions > 0, SinceUnixMs: r.since.UnixMilli()}
+		if r.reports.Load() {
+			s.AppliedVersion, s.HeardUnixMs = r.applied.Load(), time.Unix(0, r.heard.Load()).UnixMilli()
+		}
+		out = append(out, s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
+// progress is what retention weighs: every replica that reports its
+// durable version, and the sessions open now that do not (at the version
+// they opened at).
+func (k *knownReplicas) progress() []replicaProgress {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]replicaProgress, 0, len(k.byName))
+	for name, r := range k.byName {
+		if r.reports.Load() || r.sessions > 0 {
+			out = append(out, replicaProgress{name: name, applied: r.applied.Load(), heard: time.Unix(0, r.heard.Load()),
+				connected: r.sessions > 0, reports: r.reports.Load()})
+		}
+	}
+	return out
+}
+
+// adopt takes in the replicas' progress from a retention decision: the
+// one a single certifier persisted, or one a group applied. A replica with
+// a session open here keeps what it says itself; others take the
+// decision's figures when they are newer. A replica that reports and is
+// away, absent from a decision taken after it was last heard from, was
+// forgotten where the decision was taken: it no longer holds the log.
+func (k *knownReplicas) adopt(d *pb.LogRetention) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	listed := make(map[string]bool, len(d.GetReplicas()))
+	for _, p := range d.GetReplicas() {
+		listed[p.GetName()] = true
+		r := k.byName[p.GetName()]
+		if r == nil {
+			if len(k.byName) >= knownReplicasMax && !k.forgetOldestDisconnected() {
+				continue
+			}
+			r = &knownReplica{since: time.UnixMilli(p.GetHeardUnixMs())}
+			k.byName[p.GetName()] = r
+		}
+		heard := time.UnixMilli(p.GetHeardUnixMs()).UnixNano()
+		if r.sessions > 0 || r.reports.Load() && heard <= r.heard.Load() {
+			continue
+		}
+		r.applied.Store(p.GetAppliedVersion())
+		r.heard.Store(heard)
+		r.reports.Store(true)
+	}
+	decided := time.UnixMilli(d.GetDecidedUnixMs()).UnixNano()
+	for name, r := range k.byName {
+		if listed[name] || r.sessions > 0 || !r.reports.Load() || r.heard.Load() > decided {
+			continue
+		}
+		r.reports.Store(false)
+		if r.statusAddr == "" {
+			delete(k.byName, name)
+		}
+	}
+}
+
 var replicaConnectedDesc = prometheus.NewDesc("tashkent_certifier_replica_connected",
-	"1 while a session of the replica is open, 0 once it ended (replicas that opened one since the certifier started, or, in a group, since this member led).",
+	"1 while a session of the replica is open, 0 once it ended (replicas that opened one since the certifier started, and those log retention waits for).",
 	[]string{"replica"}, nil)
 
 // Describe and Collect make knownReplicas the collector of

@@ -17,29 +17,29 @@ import (
 func TestKnownReplicasListConnectedAndGone(t *testing.T) {
 	now := time.Unix(1000, 0)
 	k := newKnownReplicas(func() time.Time { return now })
-	closeA := k.opened("a", "10.0.0.1:9000")
-	closeB := k.opened("b", "")
+	a := k.opened("a", "10.0.0.1:9000", 0)
+	b := k.opened("b", "", 0)
 	now = now.Add(time.Second)
-	closeA2 := k.opened("a", "10.0.0.1:9000") // a reconnects before its old stream ended
+	a2 := k.opened("a", "10.0.0.1:9000", 0) // a reconnects before its old stream ended
 
 	got := k.list()
 	if len(got) != 2 || got[0].Name != "a" || !got[0].Connected || got[0].StatusAddr != "10.0.0.1:9000" || got[0].SinceUnixMs != 1000_000 ||
 		got[1].Name != "b" || !got[1].Connected {
 		t.Fatalf("both connected: %v", got)
 	}
-	closeA()
+	a.close()
 	if got := k.list(); !got[0].Connected {
 		t.Fatalf("a has a session still: %v", got[0])
 	}
 	now = now.Add(time.Second)
-	closeA2()
-	closeA2() // once only
-	closeB()
+	a2.close()
+	a2.close() // once only
+	b.close()
 	got = k.list()
 	if len(got) != 1 || got[0].Name != "a" || got[0].Connected || got[0].SinceUnixMs != 1002_000 {
 		t.Fatalf("a gone (listed, disconnected since its last session ended), b forgotten (no status address): %v", got)
 	}
-	k.opened("a", "10.0.0.1:9000")
+	k.opened("a", "10.0.0.1:9000", 0)
 	if got := k.list(); !got[0].Connected {
 		t.Fatalf("a is back: %v", got[0])
 	}
@@ -50,12 +50,12 @@ func TestKnownReplicasListConnectedAndGone(t *testing.T) {
 func TestKnownReplicasForgetAReplicaThatLeft(t *testing.T) {
 	s := &Service{replicas: newKnownReplicas(time.Now)}
 	ctx := context.Background()
-	closeA := s.replicas.opened("a", "10.0.0.1:9000")
-	s.replicas.opened("b", "10.0.0.2:9000")
+	a := s.replicas.opened("a", "10.0.0.1:9000", 0)
+	s.replicas.opened("b", "10.0.0.2:9000", 0)
 	if _, err := s.ForgetReplica(ctx, &pb.ForgetReplicaRequest{Name: "a"}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("forget a replica with a session open: %v, want FailedPrecondition", err)
 	}
-	closeA()
+	a.close()
 	if r, err := s.ForgetReplica(ctx, &pb.ForgetReplicaRequest{Name: "a"}); err != nil || !r.Known {
 		t.Fatalf("forget a replica whose session ended: %v, %v", r, err)
 	}
@@ -71,18 +71,18 @@ func TestKnownReplicasAreBounded(t *testing.T) {
 	now := time.Unix(0, 0)
 	k := newKnownReplicas(func() time.Time { now = now.Add(time.Second); return now })
 	for i := range knownReplicasMax {
-		k.opened(fmt.Sprintf("r%03d", i), "h:1")() // each gone at once
+		k.opened(fmt.Sprintf("r%03d", i), "h:1", 0).close() // each gone at once
 	}
-	k.opened("new", "h:1")
+	k.opened("new", "h:1", 0)
 	got := k.list()
 	if len(got) != knownReplicasMax || got[0].Name != "new" || got[1].Name != "r001" {
 		t.Fatalf("the oldest gone replica (r000) makes room: %d listed, first %v %v", len(got), got[0], got[1])
 	}
 	full := newKnownReplicas(time.Now)
 	for i := range knownReplicasMax {
-		full.opened(fmt.Sprintf("r%03d", i), "h:1") // all connected
+		full.opened(fmt.Sprintf("r%03d", i), "h:1", 0) // all connected
 	}
-	full.opened("more", "h:1")()
+	full.opened("more", "h:1", 0).close()
 	if n := len(full.list()); n != knownReplicasMax {
 		t.Fatalf("%d listed, want %d: connected replicas are never forgotten", n, knownReplicasMax)
 	}

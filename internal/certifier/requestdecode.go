@@ -39,6 +39,7 @@ const (
 	streamRequestsField protowire.Number = 2
 	streamCatchUpField  protowire.Number = 3
 	streamPauseField    protowire.Number = 10
+	streamAppliedField  protowire.Number = 11
 
 	requestIDField       protowire.Number = 1
 	requestTxnField      protowire.Number = 2
@@ -83,6 +84,10 @@ func decodeStreamRequest(msg *pb.CertifyStreamRequestEncoded, b []byte) bool {
 			v, m := protowire.ConsumeVarint(b)
 			msg.Pause, b = v != 0, b[m:]
 			continue
+		case streamAppliedField:
+			v, m := protowire.ConsumeVarint(b)
+			msg.AppliedVersion, b = &v, b[m:]
+			continue
 		}
 		raw, m := protowire.ConsumeBytes(b) // a request (countRequests checked the rest)
 		b = b[m:]
@@ -97,10 +102,10 @@ func decodeStreamRequest(msg *pb.CertifyStreamRequestEncoded, b []byte) bool {
 }
 
 // countRequests checks that b holds only requests (field 2, length-
-// delimited) and at most one of each flag, catch_up (field 3) and pause
-// (field 10), varints, and counts the requests.
+// delimited) and at most one of each of catch_up (field 3), pause (field
+// 10) and applied_version (field 11), varints, and counts the requests.
 func countRequests(b []byte) (int, bool) {
-	n, catchUps, pauses := 0, 0, 0
+	n, catchUps, pauses, applied := 0, 0, 0, 0
 	for len(b) > 0 {
 		num, typ, m := protowire.ConsumeTag(b)
 		if m < 0 {
@@ -117,10 +122,13 @@ func countRequests(b []byte) (int, bool) {
 		case num == streamPauseField && typ == protowire.VarintType:
 			_, m = protowire.ConsumeVarint(b)
 			pauses++
+		case num == streamAppliedField && typ == protowire.VarintType:
+			_, m = protowire.ConsumeVarint(b)
+			applied++
 		default:
 			return 0, false
 		}
-		if m < 0 || catchUps > 1 || pauses > 1 {
+		if m < 0 || catchUps > 1 || pauses > 1 || applied > 1 {
 			return 0, false
 		}
 		b = b[m:]

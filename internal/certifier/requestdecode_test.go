@@ -12,10 +12,15 @@ import (
 
 // randomStreamRequest builds a message as the client sends it, or, one time
 // in three, with something the fast path leaves to protobuf: an open
-// session, an unknown field, a transaction id field repeated (protobuf
-// merges them), a string that is not UTF-8, a truncated tail.
+// session, an unknown field, applied_version repeated, a transaction id
+// field repeated (protobuf merges them), a string that is not UTF-8, a
+// truncated tail.
 func randomStreamRequest(rng *rand.Rand) []byte {
 	msg := &pb.CertifyStreamRequestEncoded{CatchUp: rng.IntN(4) == 0, Pause: rng.IntN(4) == 0}
+	if rng.IntN(2) == 0 {
+		applied := rng.Uint64N(1 << 40)
+		msg.AppliedVersion = &applied
+	}
 	origins := []string{"r1", "r2", "bench-client-7-123"}
 	for range rng.IntN(5) {
 		req := &pb.CertifyRequestEncoded{RequestId: rng.Uint64N(1000), StartVersion: rng.Uint64N(50)}
@@ -55,6 +60,9 @@ func randomStreamRequest(rng *rand.Rand) []byte {
 		if len(b) > 0 {
 			b = b[:len(b)-1]
 		}
+	case 5: // applied_version twice: protobuf keeps the last
+		b = protowire.AppendTag(b, streamAppliedField, protowire.VarintType)
+		b = protowire.AppendVarint(b, rng.Uint64N(100))
 	}
 	return b
 }

@@ -35,6 +35,10 @@ type Service struct {
 	metrics  *metrics
 	flow     *flowControl
 	replicas *knownReplicas
+	// started is when this process started; retention the last log
+	// retention decision taken or applied (retention_service.go).
+	started   time.Time
+	retention atomic.Pointer[pb.LogRetention]
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -68,6 +72,7 @@ func Open(cfg Config) (*Service, error) {
 		durable:  newWatermark(log.LastVersion()),
 		stats:    newStats(),
 		replicas: newKnownReplicas(time.Now),
+		started:  started,
 		stop:     make(chan struct{}),
 		stages:   openStageLog(),
 	}
@@ -86,8 +91,9 @@ func Open(cfg Config) (*Service, error) {
 		"restored_into_index", restored, "low_water_mark", lowWaterMark,
 		"took", time.Since(started).Round(time.Millisecond))
 	s.order.start()
-	s.done.Add(1)
+	s.done.Add(2)
 	go s.sampleLoop()
+	go s.retentionLoop()
 	return s, nil
 }
 

@@ -29,16 +29,28 @@ type singleLog struct {
 	state   *certification.State
 	pending []logentry.Entry // certified, not yet handed to the writer
 	wake    chan struct{}    // signalled when pending becomes non-empty
+
+	saved *pb.LogRetention // the retention decision last written (retain)
 }
 
-// newSingleLog restores the certification state of the log's last window.
+// newSingleLog restores the certification state of the log's last window,
+// and the replicas log retention waits for.
 func newSingleLog(s *Service) (*singleLog, int, error) {
+	saved, err := loadRetention(s.cfg.DataDir)
+	if err != nil {
+		return nil, 0, err
+	}
+	if saved != nil {
+		s.replicas.adopt(saved)
+		s.retention.Store(saved)
+	}
 	base := s.windowBase()
 	l := &singleLog{
 		s: s,
 		state: certification.New(certification.Config{WindowVersions: s.cfg.WindowVersions,
 			UnsafeSkipConflictCheck: s.cfg.UnsafeSkipConflictCheck}, base),
-		wake: make(chan struct{}, 1),
+		wake:  make(chan struct{}, 1),
+		saved: saved,
 	}
 	restored, err := s.replay(base, func(e *pb.LogEntry, keys []certification.Key) {
 		l.state.Restore(e.Version, txnOf(e.Txn), keys)
@@ -106,6 +118,34 @@ func (l *singleLog) syncVersion(context.Context) (uint64, error) {
 func (l *singleLog) checkFetch(uint64) error { return nil }
 
 func (l *singleLog) describe(r *pb.StatusReply) { r.Role = "single" }
+
+// retain applies the retention rule to the log, keeping the certification
+// window that a restart restores (windowStart), and writes the decision
+// down, so that the replicas that are away hold the log after a restart
+// too. A replica's silence counts from this process's start.
+func (l *singleLog) retain(now time.Time) {
+	s := l.s
+	d := decideRetention(s.retentionInput(now, s.started, l.windowStart()))
+	s.applyRetention(d)
+	if sameProgress(d, l.saved) {
+		return
+	}
+	if err := saveRetention(s.cfg.DataDir, d, !s.cfg.NoSync); err != nil {
+		s.cfg.Logger.Warn("log retention: could not write the decision down; a restart would wait for the replicas of the last one written", "err", err)
+		return
+	}
+	l.saved = d
+}
+
+// windowStart is the first version of the certification window: the
+// versions Open restores the state from after a restart (windowBase).
+func (l *singleLog) windowStart() uint64 {
+	last, window := l.s.log.LastVersion(), l.s.cfg.WindowVersions
+	if last <= window {
+		return 1
+	}
+	return last - window + 1
+}
 
 // writeLoop is the single writer: it takes everything certified since the
 // last write and makes it durable with one write and one fsync (group

@@ -90,7 +90,7 @@ func (s *Service) StatusNow() *pb.StatusReply {
 		Version: version, DurableVersion: s.DurableVersion(), LowWaterMark: lwm,
 		CertificationsPerSecond: st.rate(), Certifications: certs, Aborts: aborts, Fsyncs: fsyncs,
 		Pid: pid(), LogBytes: uint64(s.log.SizeBytes()), LogFirstVersion: s.log.FirstVersion(),
-		Replicas: s.replicas.list(),
+		Replicas: s.replicas.list(), Retention: s.retention.Load(),
 	}
 	if fsyncs > 0 {
 		reply.EntriesPerFsync = float64(entries) / float64(fsyncs)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/wal"
 )
 
 // streamQueueMax bounds the replies a stream may have waiting for
@@ -34,7 +35,8 @@ type queued struct {
 // streamState is what one Certify stream counts against the service.
 type streamState struct {
 	s        *Service
-	inFlight atomic.Int64 // this stream's share of Service.inFlight
+	inFlight atomic.Int64    // this stream's share of Service.inFlight
+	session  *replicaSession // the replica's progress (replicas.go)
 }
 
 func (st *streamState) acquire() bool {
@@ -62,13 +64,13 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if err := s.checkOpen(first.Open); err != nil {
 		return err
 	}
-	closed := s.replicas.opened(first.Open.Replica, sessionStatusAddr(stream.Context(), first.Open.StatusAddr))
-	defer closed()
+	session := s.replicas.opened(first.Open.Replica, sessionStatusAddr(stream.Context(), first.Open.StatusAddr), first.Open.ReplicaVersion)
+	defer session.close()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	stopFollowing := context.AfterFunc(lifetime, cancel)
 	defer stopFollowing()
-	st := &streamState{s: s}
+	st := &streamState{s: s, session: session}
 	queue := make(chan queued, streamQueueMax)
 	var wg sync.WaitGroup
 	sendErr := make(chan error, 1)
@@ -103,7 +105,7 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 }
 
 func (s *Service) checkOpen(open *pb.OpenSession) error {
-	return CheckOpen(open, s.DurableVersion(), s.log.FirstVersion())
+	return CheckOpen(open, s.DurableVersion(), s.log.StartsAfter())
 }
 
 // recvEncoded reads the next message with its writesets left encoded
@@ -154,8 +156,10 @@ func (s *Service) receiveLoop(ctx context.Context, stream pb.Certifier_CertifySe
 func (s *Service) readAhead(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, msg *pb.CertifyStreamRequestEncoded, msgs chan<- received) error {
 	for {
 		s.flow.set(st, msg.Pause)
+		now := time.Now()
+		st.session.report(msg.AppliedVersion, now)
 		select {
-		case msgs <- received{msg, time.Now()}:
+		case msgs <- received{msg, now}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -301,6 +305,9 @@ func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServ
 	}
 	delivered, err := s.send(stream, ready, delivered, durable)
 	st.release(answered(ready))
+	if errors.Is(err, wal.ErrCompacted) { // retention removed what this replica still needed
+		err = errBehindLog(st.session.name, delivered, s.log.StartsAfter())
+	}
 	return delivered, err
 }
 

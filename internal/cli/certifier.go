@@ -8,11 +8,24 @@ import (
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/certifier"
 	"github.com/tashkent-db/tashkent/internal/grpctls"
 )
+
+// addRetentionFlags: how much of its log a certifier keeps for replicas
+// that are behind or away (certifier.RetentionPolicy).
+func addRetentionFlags(f *pflag.FlagSet, p *certifier.RetentionPolicy) {
+	d := certifier.DefaultRetentionPolicy
+	f.Int64Var(&p.Bytes, "log-retention-bytes", d.Bytes,
+		"most bytes of log kept for replicas that are behind or away; past it the oldest segments go, and a replica that needed them is rebuilt from a peer (-1: no bound)")
+	f.Uint64Var(&p.Versions, "log-retention-versions", 0,
+		"most versions of log kept (0: no bound)")
+	f.DurationVar(&p.ReplicaTimeout, "log-retention-replica-timeout", d.ReplicaTimeout,
+		"how long a replica that is away (no session) still holds the log; after it, it is rebuilt from a peer when it comes back (-1s: for ever)")
+}
 
 func newCertifierCommand() *cobra.Command {
 	var (
@@ -116,8 +129,9 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	f.DurationVar(&cfg.SyncDelay, "unsafe-fault-fsync-delay", 0,
 		"sleep this long after every sync of the log (an emulated slow disk, Tashkent §9): benchmarks only")
 	_ = f.MarkHidden("unsafe-fault-fsync-delay")
+	addRetentionFlags(f, &cfg.Retention)
 	certTLS.AddFlags(f)
-	snapshots.addFlags(f, &cfg)
+	snapshots.addFlags(f)
 	cmd.AddCommand(newCertifierMembersCommand())
 	return withConfigFile(markPollingSysmon(cmd, pollWithSeveralThreads))
 }

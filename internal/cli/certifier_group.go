@@ -72,22 +72,16 @@ func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, p
 }
 
 // groupSnapshotFlags: when a group member snapshots its state and compacts
-// its Raft log, and how long its versioned log is kept.
+// its Raft log.
 type groupSnapshotFlags struct {
 	entries, mib, catchUp uint64
 }
 
-// defaultLogRetentionVersions keeps about 2 GB of versioned log at 200
-// bytes an entry: generous, as a replica further behind must be rebuilt.
-const defaultLogRetentionVersions = 10_000_000
-
-func (g *groupSnapshotFlags) addFlags(f *pflag.FlagSet, cfg *certifier.Config) {
+func (g *groupSnapshotFlags) addFlags(f *pflag.FlagSet) {
 	f.Uint64Var(&g.entries, "snapshot-entries", certgroup.DefaultSnapshotEntries,
 		"group member: snapshot the certifier state and compact the Raft log every this many applied log entries (versions)")
 	f.Uint64Var(&g.mib, "snapshot-mib", certgroup.DefaultSnapshotBytes>>20,
 		"group member: snapshot once this many MiB of entries were applied since the last snapshot")
 	f.Uint64Var(&g.catchUp, "snapshot-catch-up-entries", certgroup.DefaultCatchUpEntries,
 		"group member: Raft entries kept behind a snapshot, so that a follower that little behind catches up from the log")
-	f.Uint64Var(&cfg.LogRetentionVersions, "log-retention-versions", defaultLogRetentionVersions,
-		"group member: versions kept in the versioned log that replicas fetch from (0: all); a replica further behind must be rebuilt")
 }

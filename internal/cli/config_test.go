@@ -97,7 +97,8 @@ func TestCertifierPrintConfigDefaults(t *testing.T) {
 	for _, want := range []string{
 		"\ndata-dir = \"\"\n", "\nlisten = \"127.0.0.1:7400\"\n", "\nmetrics-listen = \"127.0.0.1:7401\"\n",
 		"\nid = 0\n", "\npeers = \"\"\n", "\njoin = false\n", "\nsegment-mib = 64\n", "\nwindow-versions = 262144\n",
-		"\nsnapshot-entries = 100000\n", "\nlog-retention-versions = 10000000\n", "\ncertifier-tls-ca = \"\"\n",
+		"\nsnapshot-entries = 100000\n", "\nlog-retention-versions = 0\n", "\nlog-retention-bytes = 4294967296\n",
+		"\nlog-retention-replica-timeout = \"24h0m0s\"\n", "\ncertifier-tls-ca = \"\"\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("certifier --print-config lacks %q", want)

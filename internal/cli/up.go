@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ func newUpCommand() *cobra.Command {
 		noDemo        bool
 		trustDDLRoles bool
 		autoRebuild   bool
+		certifierArgs []string
 		demoDuration  time.Duration
 	)
 	cmd := &cobra.Command{
@@ -68,6 +70,10 @@ data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 			if f.Changed("auto-rebuild") {
 				o.AutoRebuild = &autoRebuild
 			}
+			if f.Changed("certifier-arg") {
+				args := slices.DeleteFunc(certifierArgs, func(a string) bool { return a == "" })
+				o.CertifierArgs = &args
+			}
 			out := cmd.OutOrStdout()
 			o.Progress = out
 			st, err := cluster.Up(cmd.Context(), o)
@@ -105,6 +111,9 @@ data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 		"to change it on an existing cluster, run tashkent down first)")
 	f.BoolVar(&autoRebuild, "auto-rebuild", true, "run the supervisor, which rebuilds a replica whose agent halted "+
 		"(recorded in cluster.json; a new cluster has it on)")
+	f.StringArrayVar(&certifierArgs, "certifier-arg", nil, "a flag of every certifier up starts, after its config file, e.g. "+
+		"--certifier-arg=--log-retention-bytes=1073741824 (repeatable; recorded in cluster.json; --certifier-arg= clears them; "+
+		"a running certifier takes them when up next starts it)")
 	f.BoolVar(&noDemo, "no-demo", false, "skip the demo workload")
 	f.DurationVar(&demoDuration, "demo-duration", 5*time.Second, "how long the demo runs transfers")
 	f.DurationVar(&o.ReadyTimeout, "ready-timeout", cluster.DefaultReadyTimeout, "how long to wait for each process to be ready (an agent: until its replica has caught up and admits clients)")

@@ -77,7 +77,7 @@ func (u *upper) startMember(ctx context.Context, c *Certifier) error {
 	}
 	err := u.startDetached(ctx, what, c.Log, []*int{&c.Port, &c.MetricsPort},
 		func() ([]string, error) {
-			return startFromConfig("certifier", c.Config, fmt.Sprintf("Member %d of the certifier group", c.ID), u.certifierSettings(c))
+			return u.certifierCommand(c, fmt.Sprintf("Member %d of the certifier group", c.ID))
 		},
 		func(pid int) { c.PID = pid },
 		u.certifierServes(&c.Port))

@@ -52,6 +52,17 @@ func startFromConfig(sub, path, what string, settings []configfile.Setting) ([]s
 	return []string{sub, "--config", path}, nil
 }
 
+// certifierCommand writes certifier c's config file and returns its
+// command line: the config file, then the cluster's CertifierArgs, which
+// override it.
+func (u *upper) certifierCommand(c *Certifier, what string) ([]string, error) {
+	args, err := startFromConfig("certifier", c.Config, what, u.certifierSettings(c))
+	if err != nil {
+		return nil, err
+	}
+	return append(args, u.st.CertifierArgs...), nil
+}
+
 // certifierSettings is the config of a single certifier or of a member of
 // the group.
 func (u *upper) certifierSettings(c *Certifier) []configfile.Setting {

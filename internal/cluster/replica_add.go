@@ -119,6 +119,11 @@ func (u *upper) addReplica(ctx context.Context, donorIndex int, co copyOptions) 
 	if err := makeReplicaDir(r.Dir); err != nil {
 		return nil, err
 	}
+	hold, err := u.holdLogForCopy(ctx, r, donor)
+	if err != nil {
+		return nil, err
+	}
+	defer hold.release()
 	u.progress("%s: joining the cluster as replica index %d, copied from %s", r.Name, k, donor.Name)
 	t := u.newTransfer("add", r, donor, "", false)
 	if err := t.copyFromDonor(ctx, co.maxRate); err != nil {

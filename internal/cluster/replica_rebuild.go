@@ -60,6 +60,11 @@ func (u *upper) rebuildReplica(ctx context.Context, r *Replica, req rebuildReque
 	note := fmt.Sprintf("%s: %s from %s (%s)", r.Name, how, donor.Name, req.reason)
 	u.progress("%s", note)
 	appendLogNote(r.Agent.Log, note)
+	hold, err := u.holdLogForCopy(ctx, r, donor)
+	if err != nil {
+		return err
+	}
+	defer hold.release()
 	t := u.newTransfer("rebuild", r, donor, req.reason, req.automatic)
 	if err := t.copyFromDonor(ctx, req.copy.maxRate); err != nil {
 		return fmt.Errorf("%w\n(%s still runs on its old data; run `tashkent replica rebuild --data-dir %s %d` again to start over)",

@@ -82,6 +82,9 @@ type State struct {
 	// whose agent halted (supervisor.go).
 	AutoRebuild bool        `json:"auto_rebuild,omitempty"`
 	Supervisor  *Supervisor `json:"supervisor,omitempty"`
+	// CertifierArgs are flags up gives every certifier it starts, after
+	// its config file (`up --certifier-arg`).
+	CertifierArgs []string `json:"certifier_args,omitempty"`
 	// Halted names the replicas whose agents had halted when Up returned
 	// this state (not recorded).
 	Halted []string `json:"-"`

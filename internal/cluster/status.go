@@ -63,8 +63,28 @@ type CertifierStatus struct {
 	Aborts                  uint64     `json:"aborts"`
 	CertificationsPerSecond float64    `json:"certifications_per_second"`
 	Error                   string     `json:"error,omitempty"`
+	// Log is the certifier's log and its retention (in a group, the
+	// leader's).
+	Log *LogStatus `json:"log,omitempty"`
 	// Members of a certifier group (empty for a single certifier).
 	Members []MemberStatus `json:"members,omitempty"`
+}
+
+// LogStatus is a certifier's log and what its retention keeps it for
+// (certifier.RetentionPolicy; docs/OPERATIONS.md).
+type LogStatus struct {
+	Bytes        uint64 `json:"bytes"`
+	FirstVersion uint64 `json:"first_version"`
+	// KeepFrom is the oldest version the last retention decision keeps,
+	// LimitedBy what set it ("replica", "window", "bytes", "versions",
+	// "durable", "none"; empty before the first decision) and HeldBy the
+	// replica when it is "replica".
+	KeepFrom  uint64 `json:"keep_from"`
+	LimitedBy string `json:"limited_by,omitempty"`
+	HeldBy    string `json:"held_by,omitempty"`
+	// BehindLog are the replicas whose last reported version is below
+	// what the log holds: they need a state transfer.
+	BehindLog []string `json:"behind_log,omitempty"`
 }
 
 // MemberStatus is one member of a certifier group.
@@ -137,6 +157,7 @@ func GetStatus(ctx context.Context, dir string) (*Status, error) {
 			c.Version, c.DurableVersion, c.LowWaterMark = rep.Version, rep.DurableVersion, rep.LowWaterMark
 			c.EntriesPerFsync, c.AbortRate = rep.EntriesPerFsync, rep.AbortRate
 			c.Certifications, c.Aborts, c.CertificationsPerSecond = rep.Certifications, rep.Aborts, rep.CertificationsPerSecond
+			c.Log = logStatus(rep)
 		}
 	}
 
@@ -259,6 +280,9 @@ func (s *Status) WriteTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  version %d  durable version %d  low-water mark %d  entries/fsync %.1f  abort rate %s  %.0f certifications/s\n",
 			c.Version, c.DurableVersion, c.LowWaterMark, c.EntriesPerFsync, rate, c.CertificationsPerSecond)
+		if c.Log != nil {
+			fmt.Fprintf(w, "  %s\n", c.Log.line())
+		}
 	case c.Error != "":
 		fmt.Fprintf(w, "  status: %s\n", c.Error)
 	}
@@ -283,6 +307,13 @@ func (s *Status) WriteTable(w io.Writer) {
 	}
 	tw.Flush()
 	notes := s.membershipNotes()
+	if l := s.Certifier.Log; l != nil {
+		for _, name := range l.BehindLog {
+			notes = append(notes, fmt.Sprintf("%s: needs versions the certifier's log no longer holds (it starts at version %d): "+
+				"it needs a state transfer: once its agent runs (`tashkent up`), the supervisor rebuilds it from a peer",
+				name, l.FirstVersion))
+		}
+	}
 	for _, r := range s.Replicas {
 		if r.Error != "" {
 			notes = append(notes, fmt.Sprintf("%s: %s", r.Name, r.Error))

@@ -85,6 +85,11 @@ type Options struct {
 	// rebuilds a replica whose agent halted; nil keeps what the cluster
 	// recorded (a new cluster: yes).
 	AutoRebuild *bool
+	// CertifierArgs, when not nil, are flags given to every certifier up
+	// starts, after its config file, which they override (for example
+	// --log-retention-bytes=1073741824); nil keeps what the cluster
+	// recorded. They take effect when up next starts a certifier.
+	CertifierArgs *[]string
 }
 
 // Up creates the cluster in o.Dir, or restarts whatever of the recorded
@@ -139,6 +144,9 @@ func Up(ctx context.Context, o Options) (*State, error) {
 		}
 		if o.AutoRebuild != nil {
 			st.AutoRebuild = *o.AutoRebuild
+		}
+		if o.CertifierArgs != nil {
+			st.CertifierArgs = *o.CertifierArgs
 		}
 	}
 	st.Dir = dir
@@ -237,6 +245,9 @@ func newState(dir string, o Options) (*State, error) {
 	st := &State{Created: now, Dir: dir, Mode: mode, CertifierTLS: newCertifierTLS(dir, o.CertifierTLS)}
 	st.TrustDDLRoles = o.TrustDDLRoles != nil && *o.TrustDDLRoles
 	st.AutoRebuild = o.AutoRebuild == nil || *o.AutoRebuild
+	if o.CertifierArgs != nil {
+		st.CertifierArgs = *o.CertifierArgs
+	}
 	st.BasePort = o.BasePort
 	cd := filepath.Join(dir, "certifier")
 	st.Certifier = Certifier{DataDir: cd, Port: o.CertifierPort, Log: filepath.Join(cd, "certifier.log")}
@@ -514,7 +525,7 @@ func (u *upper) startCertifier(ctx context.Context) error {
 	}
 	err := u.startDetached(ctx, "certifier", c.Log, []*int{&c.Port, &c.MetricsPort},
 		func() ([]string, error) {
-			return startFromConfig("certifier", c.Config, "The certifier", u.certifierSettings(c))
+			return u.certifierCommand(c, "The certifier")
 		},
 		func(pid int) { c.PID = pid },
 		u.certifierServes(&c.Port))

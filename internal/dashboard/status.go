@@ -40,16 +40,20 @@ type ReplicaStatus struct {
 // MemberStatus is what a certifier (single, or a group member) says of
 // itself: its Status RPC.
 type MemberStatus struct {
-	ID              uint64  `json:"id"` // 0: a single certifier
-	Addr            string  `json:"addr"`
-	Role            string  `json:"role"` // leader, follower, candidate, single
-	Term            uint64  `json:"term"`
-	LeaderID        uint64  `json:"leader_id"`
-	Version         uint64  `json:"version"`
-	DurableVersion  uint64  `json:"durable_version"`
-	LowWaterMark    uint64  `json:"low_water_mark"`
-	LogFirstVersion uint64  `json:"log_first_version"`
-	LogBytes        uint64  `json:"log_bytes"`
+	ID              uint64 `json:"id"` // 0: a single certifier
+	Addr            string `json:"addr"`
+	Role            string `json:"role"` // leader, follower, candidate, single
+	Term            uint64 `json:"term"`
+	LeaderID        uint64 `json:"leader_id"`
+	Version         uint64 `json:"version"`
+	DurableVersion  uint64 `json:"durable_version"`
+	LowWaterMark    uint64 `json:"low_water_mark"`
+	LogFirstVersion uint64 `json:"log_first_version"`
+	LogBytes        uint64 `json:"log_bytes"`
+	// LogKeptFor says what the log's retention keeps its oldest versions
+	// for: a replica's name, or "window", "bytes", "versions", "durable", "none"
+	// (certifier.RetentionPolicy); empty before its first decision.
+	LogKeptFor      string  `json:"log_kept_for"`
 	RaftIndex       uint64  `json:"raft_index"`
 	AppliedIndex    uint64  `json:"applied_index"`
 	EntriesPerFsync float64 `json:"entries_per_fsync"` // since start
@@ -67,8 +71,16 @@ func MemberFromStatus(addr string, r *pb.StatusReply) MemberStatus {
 		Version: r.Version, DurableVersion: r.DurableVersion, LowWaterMark: r.LowWaterMark,
 		LogFirstVersion: r.LogFirstVersion, LogBytes: r.LogBytes, RaftIndex: r.RaftIndex, AppliedIndex: r.AppliedIndex,
 		EntriesPerFsync: r.EntriesPerFsync, Fsyncs: r.Fsyncs, Certifications: r.Certifications, Aborts: r.Aborts,
-		CertificationsPerSecond: r.CertificationsPerSecond,
+		CertificationsPerSecond: r.CertificationsPerSecond, LogKeptFor: logKeptFor(r.GetRetention()),
 	}
+}
+
+// logKeptFor is MemberStatus.LogKeptFor.
+func logKeptFor(d *pb.LogRetention) string {
+	if d.GetHeldBy() != "" {
+		return d.GetHeldBy()
+	}
+	return d.GetLimitedBy()
 }
 
 // Cluster is /api/cluster: the cluster as one process sees it.

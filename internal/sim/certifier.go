@@ -133,7 +133,7 @@ func (c *certProcess) stream(conn connID) *certStream {
 // ahead of the durable log, so a refusal here is a finding.
 func (c *certProcess) open(m message) *certStream {
 	o := m.req.Open
-	if err := certifier.CheckOpen(o, c.disk.durable(), c.disk.first()); err != nil {
+	if err := certifier.CheckOpen(o, c.disk.durable(), c.disk.startsAfter()); err != nil {
 		c.w.violate("replica %d's stream at version %d was refused (it holds versions the log never made durable): %v",
 			m.conn.replica, o.ReplicaVersion, err)
 		c.send(&certStream{conn: m.conn}, message{reset: true})

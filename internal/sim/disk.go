@@ -20,6 +20,10 @@ func (d *disk) last() uint64 { return uint64(len(d.entries)) }
 // first is the oldest version the log holds, 0 if it is empty.
 func (d *disk) first() uint64 { return min(1, d.last()) }
 
+// startsAfter is the version before the first one the log holds
+// (certifier.CheckOpen).
+func (d *disk) startsAfter() uint64 { return max(d.first(), 1) - 1 }
+
 func (d *disk) write(es []logentry.Entry) {
 	for _, e := range es {
 		if e.Version != d.last()+1 {

@@ -260,6 +260,25 @@ func (l *Log) SizeBytes() int64 {
 	return l.sizeBytes
 }
 
+// SegmentInfo describes one segment file: the versions it holds and the
+// bytes of its records (its header included).
+type SegmentInfo struct {
+	FirstVersion, LastVersion uint64
+	Bytes                     int64
+}
+
+// Segments describes the segment files, oldest first: what retention
+// weighs (TruncateBefore removes them whole).
+func (l *Log) Segments() []SegmentInfo {
+	l.stateMu.RLock()
+	defer l.stateMu.RUnlock()
+	out := make([]SegmentInfo, len(l.segments))
+	for i, s := range l.segments {
+		out[i] = SegmentInfo{FirstVersion: s.firstVersion, LastVersion: s.lastVersion, Bytes: s.sizeBytes}
+	}
+	return out
+}
+
 // Stats returns cumulative counters since Open.
 func (l *Log) Stats() Stats {
 	return Stats{

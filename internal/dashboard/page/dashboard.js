@@ -100,7 +100,7 @@ function renderCertifier(c) {
     const rate = l.certifications ? l.aborts / l.certifications : null;
     const parts = [["version", fmtInt(l.version)], ["durable version", fmtInt(l.durable_version)],
       ["low-water mark", fmtInt(l.low_water_mark)], ["log from version", fmtInt(l.log_first_version)],
-      ["log", fmtBytes(l.log_bytes)], ["certifications/s", fmtRate(l.certifications_per_second)],
+      ["log", fmtBytes(l.log_bytes)], ["log kept for", l.log_kept_for || "–"], ["certifications/s", fmtRate(l.certifications_per_second)],
       ["abort rate since start", fmtPct(rate)], ["entries/fsync", l.entries_per_fsync.toFixed(1)]];
     for (const [k, v] of parts) sum.append(k + " ", el("b", {}, v), "   ");
   }

@@ -1,0 +1,9 @@
+package certifierpb
+
+// NeedsStateTransfer starts the message of a Certify stream the certifier
+// refuses with FAILED_PRECONDITION because the replica cannot catch up from
+// its log: the log no longer holds the versions the replica needs (log
+// retention), or the replica holds versions the certifier never made
+// durable. The agent halts with a reason that starts with it, and the
+// supervisor rebuilds such a replica from a peer (state transfer).
+const NeedsStateTransfer = "needs state transfer"
