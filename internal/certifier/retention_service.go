@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+
+	"github.com/tashkent-db/tashkent/internal/fsutil"
 )
 
 // The service's side of log retention (the rule is retention.go): every
@@ -121,24 +123,12 @@ func saveRetention(dir string, d *pb.LogRetention, sync bool) error {
 		err = os.Rename(tmp, path)
 	}
 	if err == nil && sync {
-		err = syncDir(dir)
+		err = fsutil.SyncDir(dir)
 	}
 	if err != nil {
 		return fmt.Errorf("write the log retention record %s: %w", path, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // sameProgress reports whether two decisions would read back the same.

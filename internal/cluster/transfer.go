@@ -16,6 +16,8 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/pgserver"
 	"github.com/tashkent-db/tashkent/internal/process"
+
+	"github.com/tashkent-db/tashkent/internal/fsutil"
 )
 
 // State transfer: a replica's data directory copied from a donor replica
@@ -285,7 +287,7 @@ func installCopy(staging, dataDir string, exchange bool) (string, error) {
 		if err := os.Rename(staging, dataDir); err != nil {
 			return "", err
 		}
-		return "", syncDir(filepath.Dir(dataDir))
+		return "", fsutil.SyncDir(filepath.Dir(dataDir))
 	}
 	old := staging
 	if exchange {
@@ -304,7 +306,7 @@ func installCopy(staging, dataDir string, exchange bool) (string, error) {
 			return "", err
 		}
 	}
-	return old, syncDir(filepath.Dir(dataDir))
+	return old, fsutil.SyncDir(filepath.Dir(dataDir))
 }
 
 // renameExchange swaps two directories atomically (renameat2 with
@@ -351,15 +353,6 @@ func (u *upper) finishDataDirSwap(r *Replica) error {
 	u.progress("%s: a rebuild was interrupted while it swapped the data directories; the old data directory is put back from %s",
 		r.Name, old)
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // formatBytes writes n bytes in binary units.

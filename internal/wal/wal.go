@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/fsutil"
 )
 
 // Entry is one committed version of the global log. Payload is opaque bytes (the caller marshals a
@@ -359,7 +361,10 @@ func (l *Log) syncLogDir() error {
 
 // syncDir makes the entries of a directory (created, removed files) durable.
 func syncDir(dir string) error {
-	return syncPath(dir)
+	if err := fsutil.SyncDir(dir); err != nil {
+		return fmt.Errorf("wal: fsync directory %s: %w", dir, err)
+	}
+	return nil
 }
 
 // syncPath fsyncs the file or directory at path through a descriptor of
