@@ -379,8 +379,8 @@ func (l *lab) checkEveryReplica(ctx context.Context, lg *ledger) {
 // Unix socket, the others over TLS as postgres with a password.
 func (l *lab) verifyFromHostOne(ctx context.Context) {
 	t := l.t
-	h1 := l.hosts[0]
-	args := []string{"verify", "--json", "--replica", "replica1=" + h1.loc.apply("postgres:///postgres?host=/var/run/postgresql&user=postgres")}
+	first := l.hosts[0]
+	args := []string{"verify", "--json", "--replica", "replica1=" + first.loc.apply("postgres:///postgres?host=/var/run/postgresql&user=postgres")}
 	for _, h := range l.hosts[1:] {
 		args = append(args, "--replica", fmt.Sprintf("replica%d=%s", h.k, h.loc.apply(fmt.Sprintf(
 			"postgres://postgres@10.0.0.%d/postgres?sslmode=verify-full&sslrootcert=/etc/tashkent/tls/ca.crt", h.k))))
@@ -389,12 +389,12 @@ func (l *lab) verifyFromHostOne(ctx context.Context) {
 	// as postgres; the password for the network comes from the
 	// environment here, from ~/.pgpass in the guide.
 	cmd := exec.Command(l.bin, args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + h1.dir, "PGPASSWORD=" + postgresPassword}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + first.dir, "PGPASSWORD=" + postgresPassword}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: l.postgresUser}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	var out []byte
-	err := h1.ns.Do(func() error {
+	err := first.ns.Do(func() error {
 		var err error
 		out, err = cmd.Output()
 		return err

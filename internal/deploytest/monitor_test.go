@@ -100,9 +100,9 @@ func (l *lab) dashboardShortOf(ctx context.Context, url string) string {
 
 // membersOnHostOne runs `tashkent certifier members` on host 1 with args.
 func (l *lab) membersOnHostOne(ctx context.Context, args ...string) string {
-	h1 := l.hosts[0]
-	args = append([]string{"certifier", "members", "--certifier", hostPort(h1.addr, certifierPort)}, args...)
-	out, err := h1.ns.Command(l.bin, args...).CombinedOutput()
+	first := l.hosts[0]
+	args = append([]string{"certifier", "members", "--certifier", hostPort(first.addr, certifierPort)}, args...)
+	out, err := first.ns.Command(l.bin, args...).CombinedOutput()
 	if err != nil {
 		l.t.Fatalf("tashkent %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
