@@ -80,6 +80,13 @@ const (
 	// OP_INSERT_ROW of the new one. Rows of one such table keep the order
 	// they were written in (they are never collapsed per key).
 	Op_OP_DELETE_ROW Op = 8
+	// The transaction wrote rows of this table, named as a whole: certified
+	// as a write of the whole table (as OP_TRUNCATE is), never applied. What
+	// a streamed writeset (Streamed) is certified on instead of its rows: it
+	// conflicts with every write of the table's rows, references to them,
+	// the table and the schema committed after the transaction's snapshot,
+	// and those committed later by transactions whose snapshot lacks it.
+	Op_OP_TABLE_WRITE Op = 9
 )
 
 // Enum value maps for Op.
@@ -94,6 +101,7 @@ var (
 		6: "OP_REFERENCE",
 		7: "OP_INSERT_ROW",
 		8: "OP_DELETE_ROW",
+		9: "OP_TABLE_WRITE",
 	}
 	Op_value = map[string]int32{
 		"OP_UNSPECIFIED": 0,
@@ -105,6 +113,7 @@ var (
 		"OP_REFERENCE":   6,
 		"OP_INSERT_ROW":  7,
 		"OP_DELETE_ROW":  8,
+		"OP_TABLE_WRITE": 9,
 	}
 )
 
@@ -249,6 +258,172 @@ func (AbortReason) EnumDescriptor() ([]byte, []int) {
 	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
 }
 
+// StageRequest is one fragment of a streamed writeset.
+type StageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Txn   *TxnID                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"` // first message only
+	// An encoded Writeset: some of the transaction's changes, in the order
+	// they are to be applied. Each fragment becomes one log entry, so it is
+	// at most --writeset-bytes-max; the extension cuts them at 4 MiB.
+	Fragment      []byte `protobuf:"bytes,2,opt,name=fragment,proto3" json:"fragment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageRequest) Reset() {
+	*x = StageRequest{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageRequest) ProtoMessage() {}
+
+func (x *StageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageRequest.ProtoReflect.Descriptor instead.
+func (*StageRequest) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StageRequest) GetTxn() *TxnID {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+func (x *StageRequest) GetFragment() []byte {
+	if x != nil {
+		return x.Fragment
+	}
+	return nil
+}
+
+// StageReply confirms what the certifier holds for the transaction.
+type StageReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fragments     uint32                 `protobuf:"varint,1,opt,name=fragments,proto3" json:"fragments,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"` // the fragments' total size
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageReply) Reset() {
+	*x = StageReply{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageReply) ProtoMessage() {}
+
+func (x *StageReply) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageReply.ProtoReflect.Descriptor instead.
+func (*StageReply) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StageReply) GetFragments() uint32 {
+	if x != nil {
+		return x.Fragments
+	}
+	return 0
+}
+
+func (x *StageReply) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+// Streamed says that a request's writeset was staged (Certifier.Stage):
+// the request's own writeset then holds only what the transaction is
+// certified on (it is never applied), and the staged fragments are what
+// is applied (never certified). Both must match what Stage confirmed, or
+// the request is refused (ABORT_REASON_INVALID).
+type Streamed struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fragments     uint32                 `protobuf:"varint,1,opt,name=fragments,proto3" json:"fragments,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Streamed) Reset() {
+	*x = Streamed{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Streamed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Streamed) ProtoMessage() {}
+
+func (x *Streamed) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Streamed.ProtoReflect.Descriptor instead.
+func (*Streamed) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Streamed) GetFragments() uint32 {
+	if x != nil {
+		return x.Fragments
+	}
+	return 0
+}
+
+func (x *Streamed) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 type RaftMessages struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Messages      [][]byte               `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"` // each an encoded raftpb.Message
@@ -258,7 +433,7 @@ type RaftMessages struct {
 
 func (x *RaftMessages) Reset() {
 	*x = RaftMessages{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -270,7 +445,7 @@ func (x *RaftMessages) String() string {
 func (*RaftMessages) ProtoMessage() {}
 
 func (x *RaftMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -283,7 +458,7 @@ func (x *RaftMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessages.ProtoReflect.Descriptor instead.
 func (*RaftMessages) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{0}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RaftMessages) GetMessages() [][]byte {
@@ -301,7 +476,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +488,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +501,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{1}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{4}
 }
 
 // Change is one row (or table, or schema) a transaction wrote.
@@ -358,7 +533,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +545,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +558,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Change) GetTable() string {
@@ -437,7 +612,7 @@ type Writeset struct {
 
 func (x *Writeset) Reset() {
 	*x = Writeset{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +624,7 @@ func (x *Writeset) String() string {
 func (*Writeset) ProtoMessage() {}
 
 func (x *Writeset) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +637,7 @@ func (x *Writeset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writeset.ProtoReflect.Descriptor instead.
 func (*Writeset) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{3}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Writeset) GetChanges() []*Change {
@@ -484,7 +659,7 @@ type TxnID struct {
 
 func (x *TxnID) Reset() {
 	*x = TxnID{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -496,7 +671,7 @@ func (x *TxnID) String() string {
 func (*TxnID) ProtoMessage() {}
 
 func (x *TxnID) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -509,7 +684,7 @@ func (x *TxnID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnID.ProtoReflect.Descriptor instead.
 func (*TxnID) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{4}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TxnID) GetOrigin() string {
@@ -548,7 +723,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +735,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +748,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{5}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OpenSession) GetReplica() string {
@@ -610,13 +785,14 @@ type CertifyRequest struct {
 	Txn           *TxnID                 `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
 	StartVersion  uint64                 `protobuf:"varint,3,opt,name=start_version,json=startVersion,proto3" json:"start_version,omitempty"`
 	Writeset      *Writeset              `protobuf:"bytes,4,opt,name=writeset,proto3" json:"writeset,omitempty"`
+	Streamed      *Streamed              `protobuf:"bytes,5,opt,name=streamed,proto3" json:"streamed,omitempty"` // set: the writeset was staged (Certifier.Stage)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CertifyRequest) Reset() {
 	*x = CertifyRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +804,7 @@ func (x *CertifyRequest) String() string {
 func (*CertifyRequest) ProtoMessage() {}
 
 func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +817,7 @@ func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyRequest.ProtoReflect.Descriptor instead.
 func (*CertifyRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{6}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CertifyRequest) GetRequestId() uint64 {
@@ -668,6 +844,13 @@ func (x *CertifyRequest) GetStartVersion() uint64 {
 func (x *CertifyRequest) GetWriteset() *Writeset {
 	if x != nil {
 		return x.Writeset
+	}
+	return nil
+}
+
+func (x *CertifyRequest) GetStreamed() *Streamed {
+	if x != nil {
+		return x.Streamed
 	}
 	return nil
 }
@@ -699,7 +882,7 @@ type CertifyStreamRequest struct {
 
 func (x *CertifyStreamRequest) Reset() {
 	*x = CertifyStreamRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +894,7 @@ func (x *CertifyStreamRequest) String() string {
 func (*CertifyStreamRequest) ProtoMessage() {}
 
 func (x *CertifyStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +907,7 @@ func (x *CertifyStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamRequest.ProtoReflect.Descriptor instead.
 func (*CertifyStreamRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{7}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CertifyStreamRequest) GetOpen() *OpenSession {
@@ -774,13 +957,14 @@ type CertifyRequestEncoded struct {
 	Txn           *TxnID                 `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
 	StartVersion  uint64                 `protobuf:"varint,3,opt,name=start_version,json=startVersion,proto3" json:"start_version,omitempty"`
 	Writeset      []byte                 `protobuf:"bytes,4,opt,name=writeset,proto3" json:"writeset,omitempty"` // an encoded Writeset
+	Streamed      *Streamed              `protobuf:"bytes,5,opt,name=streamed,proto3" json:"streamed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CertifyRequestEncoded) Reset() {
 	*x = CertifyRequestEncoded{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +976,7 @@ func (x *CertifyRequestEncoded) String() string {
 func (*CertifyRequestEncoded) ProtoMessage() {}
 
 func (x *CertifyRequestEncoded) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +989,7 @@ func (x *CertifyRequestEncoded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyRequestEncoded.ProtoReflect.Descriptor instead.
 func (*CertifyRequestEncoded) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CertifyRequestEncoded) GetRequestId() uint64 {
@@ -836,6 +1020,13 @@ func (x *CertifyRequestEncoded) GetWriteset() []byte {
 	return nil
 }
 
+func (x *CertifyRequestEncoded) GetStreamed() *Streamed {
+	if x != nil {
+		return x.Streamed
+	}
+	return nil
+}
+
 // CertifyStreamRequestEncoded is CertifyStreamRequest with encoded
 // writesets, the same on the wire.
 type CertifyStreamRequestEncoded struct {
@@ -851,7 +1042,7 @@ type CertifyStreamRequestEncoded struct {
 
 func (x *CertifyStreamRequestEncoded) Reset() {
 	*x = CertifyStreamRequestEncoded{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1054,7 @@ func (x *CertifyStreamRequestEncoded) String() string {
 func (*CertifyStreamRequestEncoded) ProtoMessage() {}
 
 func (x *CertifyStreamRequestEncoded) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1067,7 @@ func (x *CertifyStreamRequestEncoded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamRequestEncoded.ProtoReflect.Descriptor instead.
 func (*CertifyStreamRequestEncoded) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CertifyStreamRequestEncoded) GetOpen() *OpenSession {
@@ -923,13 +1114,16 @@ type CertifyReply struct {
 	AbortReason     AbortReason            `protobuf:"varint,5,opt,name=abort_reason,json=abortReason,proto3,enum=tashkent.certifier.v1.AbortReason" json:"abort_reason,omitempty"`
 	Detail          string                 `protobuf:"bytes,6,opt,name=detail,proto3" json:"detail,omitempty"`                                           // human-readable: what conflicted, which limit
 	ConflictVersion uint64                 `protobuf:"varint,7,opt,name=conflict_version,json=conflictVersion,proto3" json:"conflict_version,omitempty"` // the committed version it conflicted with
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A streamed writeset (CertifyRequest.streamed) commits as the versions
+	// first_version..commit_version, one per fragment; 0 otherwise.
+	FirstVersion  uint64 `protobuf:"varint,8,opt,name=first_version,json=firstVersion,proto3" json:"first_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CertifyReply) Reset() {
 	*x = CertifyReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1135,7 @@ func (x *CertifyReply) String() string {
 func (*CertifyReply) ProtoMessage() {}
 
 func (x *CertifyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1148,7 @@ func (x *CertifyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyReply.ProtoReflect.Descriptor instead.
 func (*CertifyReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CertifyReply) GetRequestId() uint64 {
@@ -1006,19 +1200,38 @@ func (x *CertifyReply) GetConflictVersion() uint64 {
 	return 0
 }
 
+func (x *CertifyReply) GetFirstVersion() uint64 {
+	if x != nil {
+		return x.FirstVersion
+	}
+	return 0
+}
+
 // LogEntry is one committed version.
 type LogEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Txn           *TxnID                 `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
-	Writeset      *Writeset              `protobuf:"bytes,3,opt,name=writeset,proto3" json:"writeset,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Txn      *TxnID                 `protobuf:"bytes,2,opt,name=txn,proto3" json:"txn,omitempty"`
+	Writeset *Writeset              `protobuf:"bytes,3,opt,name=writeset,proto3" json:"writeset,omitempty"`
+	// A streamed transaction (CertifyRequest.streamed) commits as a span of
+	// consecutive versions span_first..span_last, one entry per fragment of
+	// its writeset, each entry's writeset a fragment, applied in version
+	// order as one transaction: a replica's version moves from span_first - 1
+	// to span_last at once, never to a version inside the span. Set on every
+	// entry of a span; both 0 on an entry that is a transaction of its own.
+	SpanFirst uint64 `protobuf:"varint,4,opt,name=span_first,json=spanFirst,proto3" json:"span_first,omitempty"`
+	SpanLast  uint64 `protobuf:"varint,5,opt,name=span_last,json=spanLast,proto3" json:"span_last,omitempty"`
+	// On the last entry of a span only: the writeset the transaction was
+	// certified on (CertifyRequest.writeset of a streamed request), from
+	// which the certifier restores its conflict index. Never applied.
+	Certified     *Writeset `protobuf:"bytes,6,opt,name=certified,proto3" json:"certified,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1243,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1256,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LogEntry) GetVersion() uint64 {
@@ -1067,6 +1280,27 @@ func (x *LogEntry) GetWriteset() *Writeset {
 	return nil
 }
 
+func (x *LogEntry) GetSpanFirst() uint64 {
+	if x != nil {
+		return x.SpanFirst
+	}
+	return 0
+}
+
+func (x *LogEntry) GetSpanLast() uint64 {
+	if x != nil {
+		return x.SpanLast
+	}
+	return 0
+}
+
+func (x *LogEntry) GetCertified() *Writeset {
+	if x != nil {
+		return x.Certified
+	}
+	return nil
+}
+
 type CertifyStreamReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Entries not yet delivered on this stream, in version order, contiguous,
@@ -1083,7 +1317,7 @@ type CertifyStreamReply struct {
 
 func (x *CertifyStreamReply) Reset() {
 	*x = CertifyStreamReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1329,7 @@ func (x *CertifyStreamReply) String() string {
 func (*CertifyStreamReply) ProtoMessage() {}
 
 func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1342,7 @@ func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamReply.ProtoReflect.Descriptor instead.
 func (*CertifyStreamReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CertifyStreamReply) GetEntries() [][]byte {
@@ -1143,7 +1377,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1155,7 +1389,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1168,7 +1402,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FetchRequest) GetAfterVersion() uint64 {
@@ -1194,7 +1428,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1440,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1453,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FetchReply) GetEntries() [][]byte {
@@ -1237,7 +1471,7 @@ type SyncVersionRequest struct {
 
 func (x *SyncVersionRequest) Reset() {
 	*x = SyncVersionRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1483,7 @@ func (x *SyncVersionRequest) String() string {
 func (*SyncVersionRequest) ProtoMessage() {}
 
 func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1496,7 @@ func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionRequest.ProtoReflect.Descriptor instead.
 func (*SyncVersionRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
 }
 
 type SyncVersionReply struct {
@@ -1274,7 +1508,7 @@ type SyncVersionReply struct {
 
 func (x *SyncVersionReply) Reset() {
 	*x = SyncVersionReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1520,7 @@ func (x *SyncVersionReply) String() string {
 func (*SyncVersionReply) ProtoMessage() {}
 
 func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1533,7 @@ func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionReply.ProtoReflect.Descriptor instead.
 func (*SyncVersionReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SyncVersionReply) GetDurableVersion() uint64 {
@@ -1318,7 +1552,7 @@ type ForgetReplicaRequest struct {
 
 func (x *ForgetReplicaRequest) Reset() {
 	*x = ForgetReplicaRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1564,7 @@ func (x *ForgetReplicaRequest) String() string {
 func (*ForgetReplicaRequest) ProtoMessage() {}
 
 func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1577,7 @@ func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ForgetReplicaRequest) GetName() string {
@@ -1362,7 +1596,7 @@ type ForgetReplicaReply struct {
 
 func (x *ForgetReplicaReply) Reset() {
 	*x = ForgetReplicaReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1608,7 @@ func (x *ForgetReplicaReply) String() string {
 func (*ForgetReplicaReply) ProtoMessage() {}
 
 func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1621,7 @@ func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaReply.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForgetReplicaReply) GetKnown() bool {
@@ -1405,7 +1639,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1651,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1664,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
 }
 
 type StatusReply struct {
@@ -1473,7 +1707,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1719,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1732,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusReply) GetVersion() uint64 {
@@ -1679,7 +1913,7 @@ type ReplicaSession struct {
 
 func (x *ReplicaSession) Reset() {
 	*x = ReplicaSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1925,7 @@ func (x *ReplicaSession) String() string {
 func (*ReplicaSession) ProtoMessage() {}
 
 func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1938,7 @@ func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSession.ProtoReflect.Descriptor instead.
 func (*ReplicaSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplicaSession) GetName() string {
@@ -1776,7 +2010,7 @@ type LogRetention struct {
 
 func (x *LogRetention) Reset() {
 	*x = LogRetention{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +2022,7 @@ func (x *LogRetention) String() string {
 func (*LogRetention) ProtoMessage() {}
 
 func (x *LogRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +2035,7 @@ func (x *LogRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogRetention.ProtoReflect.Descriptor instead.
 func (*LogRetention) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LogRetention) GetKeepFrom() uint64 {
@@ -1850,7 +2084,7 @@ type ReplicaProgress struct {
 
 func (x *ReplicaProgress) Reset() {
 	*x = ReplicaProgress{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +2096,7 @@ func (x *ReplicaProgress) String() string {
 func (*ReplicaProgress) ProtoMessage() {}
 
 func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2109,7 @@ func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaProgress.ProtoReflect.Descriptor instead.
 func (*ReplicaProgress) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplicaProgress) GetName() string {
@@ -1909,7 +2143,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1921,7 +2155,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1934,7 +2168,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Member) GetId() uint64 {
@@ -1955,7 +2189,17 @@ var File_api_certifierpb_certifier_proto protoreflect.FileDescriptor
 
 const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\n" +
-	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"*\n" +
+	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"Z\n" +
+	"\fStageRequest\x12.\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12\x1a\n" +
+	"\bfragment\x18\x02 \x01(\fR\bfragment\"@\n" +
+	"\n" +
+	"StageReply\x12\x1c\n" +
+	"\tfragments\x18\x01 \x01(\rR\tfragments\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\">\n" +
+	"\bStreamed\x12\x1c\n" +
+	"\tfragments\x18\x01 \x01(\rR\tfragments\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"*\n" +
 	"\fRaftMessages\x12\x1a\n" +
 	"\bmessages\x18\x01 \x03(\fR\bmessages\"\t\n" +
 	"\aRaftAck\"\x9e\x01\n" +
@@ -1976,13 +2220,14 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x0freplica_version\x18\x02 \x01(\x04R\x0ereplicaVersion\x12\x12\n" +
 	"\x04push\x18\x03 \x01(\bR\x04push\x12\x1f\n" +
 	"\vstatus_addr\x18\x04 \x01(\tR\n" +
-	"statusAddr\"\xc1\x01\n" +
+	"statusAddr\"\xfe\x01\n" +
 	"\x0eCertifyRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
 	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12#\n" +
 	"\rstart_version\x18\x03 \x01(\x04R\fstartVersion\x12;\n" +
-	"\bwriteset\x18\x04 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\bwriteset\"\x84\x02\n" +
+	"\bwriteset\x18\x04 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\bwriteset\x12;\n" +
+	"\bstreamed\x18\x05 \x01(\v2\x1f.tashkent.certifier.v1.StreamedR\bstreamed\"\x84\x02\n" +
 	"\x14CertifyStreamRequest\x126\n" +
 	"\x04open\x18\x01 \x01(\v2\".tashkent.certifier.v1.OpenSessionR\x04open\x12A\n" +
 	"\brequests\x18\x02 \x03(\v2%.tashkent.certifier.v1.CertifyRequestR\brequests\x12\x19\n" +
@@ -1990,13 +2235,14 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x05pause\x18\n" +
 	" \x01(\bR\x05pause\x12,\n" +
 	"\x0fapplied_version\x18\v \x01(\x04H\x00R\x0eappliedVersion\x88\x01\x01B\x12\n" +
-	"\x10_applied_version\"\xa7\x01\n" +
+	"\x10_applied_version\"\xe4\x01\n" +
 	"\x15CertifyRequestEncoded\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
 	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12#\n" +
 	"\rstart_version\x18\x03 \x01(\x04R\fstartVersion\x12\x1a\n" +
-	"\bwriteset\x18\x04 \x01(\fR\bwriteset\"\x92\x02\n" +
+	"\bwriteset\x18\x04 \x01(\fR\bwriteset\x12;\n" +
+	"\bstreamed\x18\x05 \x01(\v2\x1f.tashkent.certifier.v1.StreamedR\bstreamed\"\x92\x02\n" +
 	"\x1bCertifyStreamRequestEncoded\x126\n" +
 	"\x04open\x18\x01 \x01(\v2\".tashkent.certifier.v1.OpenSessionR\x04open\x12H\n" +
 	"\brequests\x18\x02 \x03(\v2,.tashkent.certifier.v1.CertifyRequestEncodedR\brequests\x12\x19\n" +
@@ -2004,7 +2250,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x05pause\x18\n" +
 	" \x01(\bR\x05pause\x12,\n" +
 	"\x0fapplied_version\x18\v \x01(\x04H\x00R\x0eappliedVersion\x88\x01\x01B\x12\n" +
-	"\x10_applied_version\"\xcb\x02\n" +
+	"\x10_applied_version\"\xf0\x02\n" +
 	"\fCertifyReply\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
@@ -2013,11 +2259,16 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x0ecommit_version\x18\x04 \x01(\x04R\rcommitVersion\x12E\n" +
 	"\fabort_reason\x18\x05 \x01(\x0e2\".tashkent.certifier.v1.AbortReasonR\vabortReason\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12)\n" +
-	"\x10conflict_version\x18\a \x01(\x04R\x0fconflictVersion\"\x91\x01\n" +
+	"\x10conflict_version\x18\a \x01(\x04R\x0fconflictVersion\x12#\n" +
+	"\rfirst_version\x18\b \x01(\x04R\ffirstVersion\"\x8c\x02\n" +
 	"\bLogEntry\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12.\n" +
 	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12;\n" +
-	"\bwriteset\x18\x03 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\bwriteset\"\x96\x01\n" +
+	"\bwriteset\x18\x03 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\bwriteset\x12\x1d\n" +
+	"\n" +
+	"span_first\x18\x04 \x01(\x04R\tspanFirst\x12\x1b\n" +
+	"\tspan_last\x18\x05 \x01(\x04R\bspanLast\x12=\n" +
+	"\tcertified\x18\x06 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\tcertified\"\x96\x01\n" +
 	"\x12CertifyStreamReply\x12\x18\n" +
 	"\aentries\x18\x01 \x03(\fR\aentries\x12=\n" +
 	"\areplies\x18\x02 \x03(\v2#.tashkent.certifier.v1.CertifyReplyR\areplies\x12'\n" +
@@ -2085,7 +2336,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\rheard_unix_ms\x18\x03 \x01(\x03R\vheardUnixMs\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr*\x9e\x01\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr*\xb2\x01\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tOP_UPSERT\x10\x01\x12\r\n" +
@@ -2096,7 +2347,8 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\rOP_UNIQUE_KEY\x10\x05\x12\x10\n" +
 	"\fOP_REFERENCE\x10\x06\x12\x11\n" +
 	"\rOP_INSERT_ROW\x10\a\x12\x11\n" +
-	"\rOP_DELETE_ROW\x10\b*M\n" +
+	"\rOP_DELETE_ROW\x10\b\x12\x12\n" +
+	"\x0eOP_TABLE_WRITE\x10\t*M\n" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fDECISION_COMMIT\x10\x01\x12\x12\n" +
@@ -2108,13 +2360,14 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x12ABORT_REASON_LIMIT\x10\x03\x12\x18\n" +
 	"\x14ABORT_REASON_INVALID\x10\x04\x12\x1b\n" +
 	"\x17ABORT_REASON_OVERLOADED\x10\x05\x12#\n" +
-	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x062\xe5\x03\n" +
+	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x062\xb8\x04\n" +
 	"\tCertifier\x12e\n" +
 	"\aCertify\x12+.tashkent.certifier.v1.CertifyStreamRequest\x1a).tashkent.certifier.v1.CertifyStreamReply(\x010\x01\x12Q\n" +
 	"\x05Fetch\x12#.tashkent.certifier.v1.FetchRequest\x1a!.tashkent.certifier.v1.FetchReply0\x01\x12R\n" +
 	"\x06Status\x12$.tashkent.certifier.v1.StatusRequest\x1a\".tashkent.certifier.v1.StatusReply\x12a\n" +
 	"\vSyncVersion\x12).tashkent.certifier.v1.SyncVersionRequest\x1a'.tashkent.certifier.v1.SyncVersionReply\x12g\n" +
-	"\rForgetReplica\x12+.tashkent.certifier.v1.ForgetReplicaRequest\x1a).tashkent.certifier.v1.ForgetReplicaReply2U\n" +
+	"\rForgetReplica\x12+.tashkent.certifier.v1.ForgetReplicaRequest\x1a).tashkent.certifier.v1.ForgetReplicaReply\x12Q\n" +
+	"\x05Stage\x12#.tashkent.certifier.v1.StageRequest\x1a!.tashkent.certifier.v1.StageReply(\x012U\n" +
 	"\x04Raft\x12M\n" +
 	"\x04Send\x12#.tashkent.certifier.v1.RaftMessages\x1a\x1e.tashkent.certifier.v1.RaftAck(\x01B1Z/github.com/tashkent-db/tashkent/api/certifierpbb\x06proto3"
 
@@ -2131,74 +2384,83 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                             // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
 	(AbortReason)(0),                    // 2: tashkent.certifier.v1.AbortReason
-	(*RaftMessages)(nil),                // 3: tashkent.certifier.v1.RaftMessages
-	(*RaftAck)(nil),                     // 4: tashkent.certifier.v1.RaftAck
-	(*Change)(nil),                      // 5: tashkent.certifier.v1.Change
-	(*Writeset)(nil),                    // 6: tashkent.certifier.v1.Writeset
-	(*TxnID)(nil),                       // 7: tashkent.certifier.v1.TxnID
-	(*OpenSession)(nil),                 // 8: tashkent.certifier.v1.OpenSession
-	(*CertifyRequest)(nil),              // 9: tashkent.certifier.v1.CertifyRequest
-	(*CertifyStreamRequest)(nil),        // 10: tashkent.certifier.v1.CertifyStreamRequest
-	(*CertifyRequestEncoded)(nil),       // 11: tashkent.certifier.v1.CertifyRequestEncoded
-	(*CertifyStreamRequestEncoded)(nil), // 12: tashkent.certifier.v1.CertifyStreamRequestEncoded
-	(*CertifyReply)(nil),                // 13: tashkent.certifier.v1.CertifyReply
-	(*LogEntry)(nil),                    // 14: tashkent.certifier.v1.LogEntry
-	(*CertifyStreamReply)(nil),          // 15: tashkent.certifier.v1.CertifyStreamReply
-	(*FetchRequest)(nil),                // 16: tashkent.certifier.v1.FetchRequest
-	(*FetchReply)(nil),                  // 17: tashkent.certifier.v1.FetchReply
-	(*SyncVersionRequest)(nil),          // 18: tashkent.certifier.v1.SyncVersionRequest
-	(*SyncVersionReply)(nil),            // 19: tashkent.certifier.v1.SyncVersionReply
-	(*ForgetReplicaRequest)(nil),        // 20: tashkent.certifier.v1.ForgetReplicaRequest
-	(*ForgetReplicaReply)(nil),          // 21: tashkent.certifier.v1.ForgetReplicaReply
-	(*StatusRequest)(nil),               // 22: tashkent.certifier.v1.StatusRequest
-	(*StatusReply)(nil),                 // 23: tashkent.certifier.v1.StatusReply
-	(*ReplicaSession)(nil),              // 24: tashkent.certifier.v1.ReplicaSession
-	(*LogRetention)(nil),                // 25: tashkent.certifier.v1.LogRetention
-	(*ReplicaProgress)(nil),             // 26: tashkent.certifier.v1.ReplicaProgress
-	(*Member)(nil),                      // 27: tashkent.certifier.v1.Member
+	(*StageRequest)(nil),                // 3: tashkent.certifier.v1.StageRequest
+	(*StageReply)(nil),                  // 4: tashkent.certifier.v1.StageReply
+	(*Streamed)(nil),                    // 5: tashkent.certifier.v1.Streamed
+	(*RaftMessages)(nil),                // 6: tashkent.certifier.v1.RaftMessages
+	(*RaftAck)(nil),                     // 7: tashkent.certifier.v1.RaftAck
+	(*Change)(nil),                      // 8: tashkent.certifier.v1.Change
+	(*Writeset)(nil),                    // 9: tashkent.certifier.v1.Writeset
+	(*TxnID)(nil),                       // 10: tashkent.certifier.v1.TxnID
+	(*OpenSession)(nil),                 // 11: tashkent.certifier.v1.OpenSession
+	(*CertifyRequest)(nil),              // 12: tashkent.certifier.v1.CertifyRequest
+	(*CertifyStreamRequest)(nil),        // 13: tashkent.certifier.v1.CertifyStreamRequest
+	(*CertifyRequestEncoded)(nil),       // 14: tashkent.certifier.v1.CertifyRequestEncoded
+	(*CertifyStreamRequestEncoded)(nil), // 15: tashkent.certifier.v1.CertifyStreamRequestEncoded
+	(*CertifyReply)(nil),                // 16: tashkent.certifier.v1.CertifyReply
+	(*LogEntry)(nil),                    // 17: tashkent.certifier.v1.LogEntry
+	(*CertifyStreamReply)(nil),          // 18: tashkent.certifier.v1.CertifyStreamReply
+	(*FetchRequest)(nil),                // 19: tashkent.certifier.v1.FetchRequest
+	(*FetchReply)(nil),                  // 20: tashkent.certifier.v1.FetchReply
+	(*SyncVersionRequest)(nil),          // 21: tashkent.certifier.v1.SyncVersionRequest
+	(*SyncVersionReply)(nil),            // 22: tashkent.certifier.v1.SyncVersionReply
+	(*ForgetReplicaRequest)(nil),        // 23: tashkent.certifier.v1.ForgetReplicaRequest
+	(*ForgetReplicaReply)(nil),          // 24: tashkent.certifier.v1.ForgetReplicaReply
+	(*StatusRequest)(nil),               // 25: tashkent.certifier.v1.StatusRequest
+	(*StatusReply)(nil),                 // 26: tashkent.certifier.v1.StatusReply
+	(*ReplicaSession)(nil),              // 27: tashkent.certifier.v1.ReplicaSession
+	(*LogRetention)(nil),                // 28: tashkent.certifier.v1.LogRetention
+	(*ReplicaProgress)(nil),             // 29: tashkent.certifier.v1.ReplicaProgress
+	(*Member)(nil),                      // 30: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
-	0,  // 0: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
-	5,  // 1: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
-	7,  // 2: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
-	6,  // 3: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
-	8,  // 4: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
-	9,  // 5: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
-	7,  // 6: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
-	8,  // 7: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
-	11, // 8: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
-	7,  // 9: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
-	1,  // 10: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
-	2,  // 11: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
-	7,  // 12: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
-	6,  // 13: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
-	13, // 14: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	27, // 15: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
-	24, // 16: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
-	25, // 17: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
-	26, // 18: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
-	10, // 19: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
-	16, // 20: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	22, // 21: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	18, // 22: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
-	20, // 23: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
-	3,  // 24: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	15, // 25: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	17, // 26: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	23, // 27: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	19, // 28: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
-	21, // 29: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
-	4,  // 30: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	10, // 0: tashkent.certifier.v1.StageRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	0,  // 1: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
+	8,  // 2: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
+	10, // 3: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	9,  // 4: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
+	5,  // 5: tashkent.certifier.v1.CertifyRequest.streamed:type_name -> tashkent.certifier.v1.Streamed
+	11, // 6: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
+	12, // 7: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
+	10, // 8: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
+	5,  // 9: tashkent.certifier.v1.CertifyRequestEncoded.streamed:type_name -> tashkent.certifier.v1.Streamed
+	11, // 10: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
+	14, // 11: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
+	10, // 12: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
+	1,  // 13: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
+	2,  // 14: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
+	10, // 15: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
+	9,  // 16: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
+	9,  // 17: tashkent.certifier.v1.LogEntry.certified:type_name -> tashkent.certifier.v1.Writeset
+	16, // 18: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
+	30, // 19: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	27, // 20: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
+	28, // 21: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
+	29, // 22: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
+	13, // 23: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
+	19, // 24: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
+	25, // 25: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	21, // 26: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
+	23, // 27: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
+	3,  // 28: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
+	6,  // 29: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	18, // 30: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	20, // 31: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	26, // 32: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	22, // 33: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	24, // 34: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
+	4,  // 35: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
+	7,  // 36: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	30, // [30:37] is the sub-list for method output_type
+	23, // [23:30] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_api_certifierpb_certifier_proto_init() }
@@ -2206,15 +2468,15 @@ func file_api_certifierpb_certifier_proto_init() {
 	if File_api_certifierpb_certifier_proto != nil {
 		return
 	}
-	file_api_certifierpb_certifier_proto_msgTypes[7].OneofWrappers = []any{}
-	file_api_certifierpb_certifier_proto_msgTypes[9].OneofWrappers = []any{}
+	file_api_certifierpb_certifier_proto_msgTypes[10].OneofWrappers = []any{}
+	file_api_certifierpb_certifier_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

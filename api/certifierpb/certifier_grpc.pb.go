@@ -35,6 +35,7 @@ const (
 	Certifier_Status_FullMethodName        = "/tashkent.certifier.v1.Certifier/Status"
 	Certifier_SyncVersion_FullMethodName   = "/tashkent.certifier.v1.Certifier/SyncVersion"
 	Certifier_ForgetReplica_FullMethodName = "/tashkent.certifier.v1.Certifier/ForgetReplica"
+	Certifier_Stage_FullMethodName         = "/tashkent.certifier.v1.Certifier/Stage"
 )
 
 // CertifierClient is the client API for Certifier service.
@@ -63,6 +64,17 @@ type CertifierClient interface {
 	// session open is not forgotten: FAILED_PRECONDITION. Each member of a
 	// group keeps its own list: ask every member.
 	ForgetReplica(ctx context.Context, in *ForgetReplicaRequest, opts ...grpc.CallOption) (*ForgetReplicaReply, error)
+	// Stage receives a streamed writeset ahead of its CertifyRequest: a
+	// transaction too large for one log entry sends its writeset here in
+	// fragments, then certifies with CertifyRequest.streamed set. The
+	// certifier keeps the fragments on disk, not in memory, until the
+	// decision: on commit each fragment becomes one log entry, in order, at
+	// consecutive versions (a span, LogEntry.span_first..span_last); on
+	// abort, or when no request for the transaction comes, they are removed.
+	// The first message carries the transaction id. A certifier group
+	// refuses it (FAILED_PRECONDITION): streamed writesets need a single
+	// certifier.
+	Stage(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[StageRequest, StageReply], error)
 }
 
 type certifierClient struct {
@@ -135,6 +147,19 @@ func (c *certifierClient) ForgetReplica(ctx context.Context, in *ForgetReplicaRe
 	return out, nil
 }
 
+func (c *certifierClient) Stage(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[StageRequest, StageReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Certifier_ServiceDesc.Streams[2], Certifier_Stage_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StageRequest, StageReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Certifier_StageClient = grpc.ClientStreamingClient[StageRequest, StageReply]
+
 // CertifierServer is the server API for Certifier service.
 // All implementations must embed UnimplementedCertifierServer
 // for forward compatibility.
@@ -161,6 +186,17 @@ type CertifierServer interface {
 	// session open is not forgotten: FAILED_PRECONDITION. Each member of a
 	// group keeps its own list: ask every member.
 	ForgetReplica(context.Context, *ForgetReplicaRequest) (*ForgetReplicaReply, error)
+	// Stage receives a streamed writeset ahead of its CertifyRequest: a
+	// transaction too large for one log entry sends its writeset here in
+	// fragments, then certifies with CertifyRequest.streamed set. The
+	// certifier keeps the fragments on disk, not in memory, until the
+	// decision: on commit each fragment becomes one log entry, in order, at
+	// consecutive versions (a span, LogEntry.span_first..span_last); on
+	// abort, or when no request for the transaction comes, they are removed.
+	// The first message carries the transaction id. A certifier group
+	// refuses it (FAILED_PRECONDITION): streamed writesets need a single
+	// certifier.
+	Stage(grpc.ClientStreamingServer[StageRequest, StageReply]) error
 	mustEmbedUnimplementedCertifierServer()
 }
 
@@ -185,6 +221,9 @@ func (UnimplementedCertifierServer) SyncVersion(context.Context, *SyncVersionReq
 }
 func (UnimplementedCertifierServer) ForgetReplica(context.Context, *ForgetReplicaRequest) (*ForgetReplicaReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForgetReplica not implemented")
+}
+func (UnimplementedCertifierServer) Stage(grpc.ClientStreamingServer[StageRequest, StageReply]) error {
+	return status.Error(codes.Unimplemented, "method Stage not implemented")
 }
 func (UnimplementedCertifierServer) mustEmbedUnimplementedCertifierServer() {}
 func (UnimplementedCertifierServer) testEmbeddedByValue()                   {}
@@ -279,6 +318,13 @@ func _Certifier_ForgetReplica_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Certifier_Stage_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(CertifierServer).Stage(&grpc.GenericServerStream[StageRequest, StageReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Certifier_StageServer = grpc.ClientStreamingServer[StageRequest, StageReply]
+
 // Certifier_ServiceDesc is the grpc.ServiceDesc for Certifier service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -310,6 +356,11 @@ var Certifier_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Fetch",
 			Handler:       _Certifier_Fetch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Stage",
+			Handler:       _Certifier_Stage_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "api/certifierpb/certifier.proto",

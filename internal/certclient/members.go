@@ -152,6 +152,10 @@ func (a currentAPI) Certify(ctx context.Context, opts ...grpc.CallOption) (pb.Ce
 	return a.m.api().Certify(ctx, opts...)
 }
 
+func (a currentAPI) Stage(ctx context.Context, opts ...grpc.CallOption) (pb.Certifier_StageClient, error) {
+	return a.m.api().Stage(ctx, opts...)
+}
+
 func (a currentAPI) Fetch(ctx context.Context, in *pb.FetchRequest, opts ...grpc.CallOption) (pb.Certifier_FetchClient, error) {
 	s, err := a.m.api().Fetch(ctx, in, opts...)
 	if err != nil || !a.m.several() {
