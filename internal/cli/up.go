@@ -24,6 +24,7 @@ func newUpCommand() *cobra.Command {
 		trustDDLRoles bool
 		autoRebuild   bool
 		certifierArgs []string
+		agentArgs     []string
 		demoDuration  time.Duration
 	)
 	cmd := &cobra.Command{
@@ -74,6 +75,10 @@ data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 				args := slices.DeleteFunc(certifierArgs, func(a string) bool { return a == "" })
 				o.CertifierArgs = &args
 			}
+			if f.Changed("agent-arg") {
+				args := slices.DeleteFunc(agentArgs, func(a string) bool { return a == "" })
+				o.AgentArgs = &args
+			}
 			out := cmd.OutOrStdout()
 			o.Progress = out
 			st, err := cluster.Up(cmd.Context(), o)
@@ -114,6 +119,9 @@ data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 	f.StringArrayVar(&certifierArgs, "certifier-arg", nil, "a flag of every certifier up starts, after its config file, e.g. "+
 		"--certifier-arg=--log-retention-bytes=1073741824 (repeatable; recorded in cluster.json; --certifier-arg= clears them; "+
 		"a running certifier takes them when up next starts it)")
+	f.StringArrayVar(&agentArgs, "agent-arg", nil, "a flag of every agent up starts, after its config file, e.g. "+
+		"--agent-arg=--apply-backlog-bytes=67108864 (repeatable; recorded in cluster.json; --agent-arg= clears them; "+
+		"a running agent takes them when up next starts it)")
 	f.BoolVar(&noDemo, "no-demo", false, "skip the demo workload")
 	f.DurationVar(&demoDuration, "demo-duration", 5*time.Second, "how long the demo runs transfers")
 	f.DurationVar(&o.ReadyTimeout, "ready-timeout", cluster.DefaultReadyTimeout, "how long to wait for each process to be ready (an agent: until its replica has caught up and admits clients)")

@@ -77,7 +77,8 @@ func (u *upper) startAgent(ctx context.Context, r *Replica) error {
 	}
 	err := u.startDetached(ctx, r.Name+" agent", a.Log, []*int{&a.MetricsPort},
 		func() ([]string, error) {
-			return startFromConfig("agent", a.Config, "The agent of "+r.Name, u.agentSettings(r))
+			args, err := startFromConfig("agent", a.Config, "The agent of "+r.Name, u.agentSettings(r))
+			return append(args, u.st.AgentArgs...), err
 		},
 		func(pid int) { a.PID = pid },
 		func(ctx context.Context, pid int) error {

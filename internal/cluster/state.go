@@ -85,6 +85,9 @@ type State struct {
 	// CertifierArgs are flags up gives every certifier it starts, after
 	// its config file (`up --certifier-arg`).
 	CertifierArgs []string `json:"certifier_args,omitempty"`
+	// AgentArgs are flags up gives every agent it starts, after its
+	// config file (`up --agent-arg`).
+	AgentArgs []string `json:"agent_args,omitempty"`
 	// Halted names the replicas whose agents had halted when Up returned
 	// this state (not recorded).
 	Halted []string `json:"-"`

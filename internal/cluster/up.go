@@ -90,6 +90,9 @@ type Options struct {
 	// --log-retention-bytes=1073741824); nil keeps what the cluster
 	// recorded. They take effect when up next starts a certifier.
 	CertifierArgs *[]string
+	// AgentArgs, when not nil, are flags given to every agent up starts,
+	// after its config file (recorded in the state).
+	AgentArgs *[]string
 }
 
 // Up creates the cluster in o.Dir, or restarts whatever of the recorded
@@ -147,6 +150,9 @@ func Up(ctx context.Context, o Options) (*State, error) {
 		}
 		if o.CertifierArgs != nil {
 			st.CertifierArgs = *o.CertifierArgs
+		}
+		if o.AgentArgs != nil {
+			st.AgentArgs = *o.AgentArgs
 		}
 	}
 	st.Dir = dir
@@ -247,6 +253,9 @@ func newState(dir string, o Options) (*State, error) {
 	st.AutoRebuild = o.AutoRebuild == nil || *o.AutoRebuild
 	if o.CertifierArgs != nil {
 		st.CertifierArgs = *o.CertifierArgs
+	}
+	if o.AgentArgs != nil {
+		st.AgentArgs = *o.AgentArgs
 	}
 	st.BasePort = o.BasePort
 	cd := filepath.Join(dir, "certifier")
