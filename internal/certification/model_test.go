@@ -7,6 +7,9 @@ package certification
 // they overlap, unless both are references, or one is a reference and the
 // other a keeping write (an update that kept the referenced row). A keyless
 // insert conflicts only with a write of its whole table or of the schema.
+// A span (Request.Versions) is one log entry per version, each naming the
+// transaction and the span's first version, with every key on each entry:
+// the model does not know that no snapshot falls inside a span.
 type referenceModel struct {
 	window  uint64
 	log     []modelEntry // log[i] has version i+1
@@ -14,8 +17,9 @@ type referenceModel struct {
 }
 
 type modelEntry struct {
-	txn  TxnID
-	keys []Key
+	txn   TxnID
+	keys  []Key
+	first uint64 // the first version of the transaction's span
 }
 
 func overlaps(a, b Key) bool {
@@ -64,10 +68,10 @@ func (m *referenceModel) certify(req Request) Outcome {
 	lwm := m.lowWaterMark()
 	for v := m.version; v > lwm; v-- {
 		if m.log[v-1].txn == req.Txn {
-			return Outcome{Decision: Commit, CommitVersion: v, Duplicate: true}
+			return Outcome{Decision: Commit, CommitVersion: v, FirstVersion: m.log[v-1].first, Duplicate: true}
 		}
 	}
-	if len(req.Keys) == 0 || req.StartVersion > m.version {
+	if len(req.Keys) == 0 || req.StartVersion > m.version || req.Versions < 0 {
 		return Outcome{Decision: Abort, Reason: ReasonInvalid}
 	}
 	for _, k := range req.Keys {
@@ -91,9 +95,12 @@ func (m *referenceModel) certify(req Request) Outcome {
 			}
 		}
 	}
-	m.log = append(m.log, modelEntry{txn: req.Txn, keys: req.Keys})
-	m.version++
-	return Outcome{Decision: Commit, CommitVersion: m.version}
+	first := m.version + 1
+	for range max(req.Versions, 1) {
+		m.log = append(m.log, modelEntry{txn: req.Txn, keys: req.Keys, first: first})
+		m.version++
+	}
+	return Outcome{Decision: Commit, CommitVersion: m.version, FirstVersion: first}
 }
 
 // conflictKinds reports whether the committed version v has a key that

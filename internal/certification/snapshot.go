@@ -23,6 +23,12 @@ import (
 //	tables: count, then per table (ascending hash): hash (8 bytes) | lastRowWrite | lastTableWrite | lastRowReference
 //	window: count, then per version: len(origin) | origin | seq | keys count | keys (17 bytes each: table, row, kind)
 //
+// A span's versions (Request.Versions) are window elements of their own,
+// the keys on the last; the first version of a span, which a duplicate
+// request is answered with, is not written: only a single certifier
+// commits spans, and it never takes snapshots (a restored state answers a
+// duplicate of a span whose first version it lost with the last).
+//
 // Integers are uvarints unless a size is given. Format 2 added the
 // foreign-key references (Reference keys): lastRowReference per table and
 // a kind byte per key. Format 3 has the layout of format 2 and adds a key
@@ -114,7 +120,7 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 			r.fail("key kind")
 		}
 		if r.err == nil {
-			s.commit(txn, keys)
+			s.commit(s.version+1, s.version+1, txn, keys)
 		}
 	}
 	if r.err != nil {

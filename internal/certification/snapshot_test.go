@@ -20,7 +20,7 @@ func TestSnapshotRoundTripIsExact(t *testing.T) {
 	for seed := range uint64(histories) {
 		rng := rand.New(rand.NewPCG(seed, 11))
 		window := uint64(1 + rng.IntN(64))
-		w := &workload{rng: rng, tables: 1 + rng.IntN(4), rows: 1 + rng.IntN(40)}
+		w := &workload{rng: rng, tables: 1 + rng.IntN(4), rows: 1 + rng.IntN(40), oneVersion: true}
 		cfg := Config{WindowVersions: window}
 		original := New(cfg, uint64(rng.IntN(3)))
 		cut := rng.IntN(300)

@@ -193,6 +193,11 @@ type Request struct {
 	Txn          TxnID
 	StartVersion uint64
 	Keys         []Key
+	// Versions is how many consecutive versions the transaction commits
+	// as: a streamed transaction commits as a span of versions, one per
+	// fragment of its writeset (api/certifierpb.Streamed). 0 and 1 both
+	// mean one version; negative is invalid. See Outcome.FirstVersion.
+	Versions int
 }
 
 // Decision is the certifier's answer.
@@ -246,8 +251,12 @@ func (r Reason) String() string {
 // Outcome is the answer to one Request.
 type Outcome struct {
 	Decision      Decision
-	CommitVersion uint64 // set when Decision is Commit
-	Reason        Reason // set when Decision is Abort
+	CommitVersion uint64 // set when Decision is Commit: the last version of a span
+	// FirstVersion is the first version of the span the transaction
+	// committed as (Request.Versions): FirstVersion..CommitVersion; equal
+	// to CommitVersion for one version. Set when Decision is Commit.
+	FirstVersion uint64
+	Reason       Reason // set when Decision is Abort
 	// ConflictVersion names one committed version that conflicted, and
 	// ConflictIndex the request's key it conflicted on (an index into
 	// Request.Keys), when Reason is ReasonConflict.
@@ -317,6 +326,9 @@ type State struct {
 	window    []committed
 	windowOff int // index of the oldest live element in window
 	txns      map[TxnID]uint64
+	// spans holds the first version of each transaction in txns that
+	// committed as a span of more than one version (txns has its last).
+	spans map[TxnID]uint64
 }
 
 // New returns an empty state whose history starts after version base: base
@@ -335,6 +347,7 @@ func New(cfg Config, base uint64) *State {
 		references: newRowIndex(0),
 		tables:     make(map[uint64]*tableVersions),
 		txns:       make(map[TxnID]uint64),
+		spans:      make(map[TxnID]uint64),
 	}
 }
 
@@ -344,12 +357,13 @@ func (s *State) Version() uint64 { return s.version }
 // LowWaterMark is the oldest StartVersion that can still be certified.
 func (s *State) LowWaterMark() uint64 { return s.lowWaterMark }
 
-// Certify decides a request and, on commit, assigns it the next version.
+// Certify decides a request and, on commit, assigns it the next version,
+// or the next Request.Versions versions.
 func (s *State) Certify(req Request) Outcome {
-	if v, ok := s.txns[req.Txn]; ok {
-		return Outcome{Decision: Commit, CommitVersion: v, Duplicate: true}
+	if first, last, ok := s.CommittedSpan(req.Txn); ok {
+		return Outcome{Decision: Commit, CommitVersion: last, FirstVersion: first, Duplicate: true}
 	}
-	if len(req.Keys) == 0 || req.StartVersion > s.version || !allValid(req.Keys) {
+	if len(req.Keys) == 0 || req.StartVersion > s.version || !allValid(req.Keys) || req.Versions < 0 {
 		return Outcome{Decision: Abort, Reason: ReasonInvalid}
 	}
 	if req.StartVersion < s.lowWaterMark {
@@ -363,8 +377,9 @@ func (s *State) Certify(req Request) Outcome {
 			return Outcome{Decision: Abort, Reason: reason, ConflictVersion: v, ConflictIndex: i}
 		}
 	}
-	s.commit(req.Txn, req.Keys)
-	return Outcome{Decision: Commit, CommitVersion: s.version}
+	first := s.version + 1
+	s.commit(first, first+uint64(max(req.Versions, 1))-1, req.Txn, req.Keys)
+	return Outcome{Decision: Commit, CommitVersion: s.version, FirstVersion: first}
 }
 
 func allValid(keys []Key) bool {
@@ -407,11 +422,25 @@ func (s *State) conflict(k Key, start uint64) (uint64, Reason) {
 	return 0, ReasonNone
 }
 
-// CommittedVersion reports the version a transaction committed at, if it
-// is inside the window.
+// CommittedVersion reports the version a transaction committed at (the
+// last of its span), if it is inside the window.
 func (s *State) CommittedVersion(txn TxnID) (uint64, bool) {
 	v, ok := s.txns[txn]
 	return v, ok
+}
+
+// CommittedSpan reports the versions a transaction committed as, if its
+// last version is inside the window (first == last for one version).
+func (s *State) CommittedSpan(txn TxnID) (first, last uint64, ok bool) {
+	last, ok = s.txns[txn]
+	if !ok {
+		return 0, 0, false
+	}
+	first = last
+	if f, isSpan := s.spans[txn]; isSpan {
+		first = f
+	}
+	return first, last, true
 }
 
 // Restore records a committed version read back from the log, without
@@ -420,7 +449,20 @@ func (s *State) Restore(version uint64, txn TxnID, keys []Key) {
 	if version != s.version+1 {
 		panic(fmt.Sprintf("certification: restore of version %d after version %d", version, s.version))
 	}
-	s.commit(txn, keys)
+	s.commit(version, version, txn, keys)
+}
+
+// RestoreSpan records a transaction read back from the log that
+// committed as the span first..last, with the keys it was certified on,
+// as Certify would have recorded it. It continues the state's versions:
+// last is above Version() and first at most Version()+1. First may be at
+// or below Version() when the restored window starts inside the span
+// (its earlier versions are below the low-water mark).
+func (s *State) RestoreSpan(first, last uint64, txn TxnID, keys []Key) {
+	if first > last || last <= s.version || first > s.version+1 {
+		panic(fmt.Sprintf("certification: restore of span %d..%d after version %d", first, last, s.version))
+	}
+	s.commit(first, last, txn, keys)
 }
 
 // lastOverlap returns the highest version in the index that wrote a key
@@ -482,7 +524,18 @@ func (s *State) lastReferenceOverlap(k Key) uint64 {
 	}
 }
 
-func (s *State) commit(txn TxnID, keys []Key) {
+// commit records txn as committed at the versions Version()+1..last (a
+// span that started at first, which is lower when a restore starts inside
+// it). The window gets one record per version, so that the low-water mark
+// and forgetting still move one version at a time; the keys are recorded
+// at the last version, which the transaction id maps to: no snapshot
+// falls inside a span (a replica moves from first-1 to last at once), and
+// a conflict names the version a replica knows the transaction by.
+func (s *State) commit(first, last uint64, txn TxnID, keys []Key) {
+	for s.version+1 < last {
+		s.version++
+		s.window = append(s.window, committed{txn: txn})
+	}
 	s.version++
 	v := s.version
 	for _, k := range keys {
@@ -490,6 +543,9 @@ func (s *State) commit(txn TxnID, keys []Key) {
 	}
 	s.window = append(s.window, committed{txn: txn, keys: keys})
 	s.txns[txn] = v
+	if first < last {
+		s.spans[txn] = first
+	}
 	s.forgetBeyondWindow()
 }
 
@@ -558,6 +614,7 @@ func (s *State) forgetBeyondWindow() {
 		}
 		if s.txns[old.txn] == s.lowWaterMark {
 			delete(s.txns, old.txn)
+			delete(s.spans, old.txn)
 		}
 	}
 	// Compact the backing array once half of it is dead.

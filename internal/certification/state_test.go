@@ -16,6 +16,9 @@ type workload struct {
 	rows      int
 	nextSeq   uint64
 	committed []TxnID
+	// oneVersion: no spans (Request.Versions), as in a certifier group's
+	// histories.
+	oneVersion bool
 }
 
 func (w *workload) key() Key {
@@ -56,7 +59,8 @@ func row(table string, pk int) Key { return RowKey(table, []byte(fmt.Sprintf("[%
 
 func (w *workload) request(version, window uint64) Request {
 	if len(w.committed) > 0 && w.rng.IntN(50) == 0 { // a retry of a committed transaction
-		return Request{Txn: w.committed[w.rng.IntN(len(w.committed))], StartVersion: version, Keys: []Key{w.key()}}
+		return Request{Txn: w.committed[w.rng.IntN(len(w.committed))], StartVersion: version, Keys: []Key{w.key()},
+			Versions: w.versions()}
 	}
 	w.nextSeq++
 	keys := make([]Key, 1+w.rng.IntN(4))
@@ -74,7 +78,25 @@ func (w *workload) request(version, window uint64) Request {
 	if w.rng.IntN(200) == 0 {
 		keys = nil // invalid
 	}
-	return Request{Txn: TxnID{Origin: fmt.Sprintf("r%d", w.rng.IntN(3)), Seq: w.nextSeq}, StartVersion: start, Keys: keys}
+	return Request{Txn: TxnID{Origin: fmt.Sprintf("r%d", w.rng.IntN(3)), Seq: w.nextSeq}, StartVersion: start, Keys: keys,
+		Versions: w.versions()}
+}
+
+// versions draws how many versions a request commits as: mostly one
+// (0 or 1), sometimes a span (a streamed transaction) of up to a few
+// windows' worth, rarely a negative count (invalid).
+func (w *workload) versions() int {
+	if w.oneVersion {
+		return 0
+	}
+	switch r := w.rng.IntN(100); {
+	case r < 80:
+		return r % 2
+	case r < 99:
+		return 2 + w.rng.IntN(6)
+	default:
+		return -1
+	}
 }
 
 func TestStateMatchesReferenceModelOnRandomHistories(t *testing.T) {
@@ -94,17 +116,19 @@ func TestStateMatchesReferenceModelOnRandomHistories(t *testing.T) {
 			got, want := state.Certify(req), model.certify(req)
 			sameReason := got.Reason == want.Reason || (isConflict(got.Reason) && isConflict(want.Reason))
 			if got.Decision != want.Decision || got.CommitVersion != want.CommitVersion ||
-				!sameReason || got.Duplicate != want.Duplicate {
+				got.FirstVersion != want.FirstVersion || !sameReason || got.Duplicate != want.Duplicate {
 				t.Fatalf("seed %d step %d: request %+v\nstate: %+v\nmodel: %+v", seed, step, req, got, want)
 			}
 			if isConflict(got.Reason) {
 				checkReportedConflict(t, model, req, got, fmt.Sprintf("seed %d step %d", seed, step))
 			}
 			if got.Decision == Commit && !got.Duplicate {
-				if assigned[got.CommitVersion] {
-					t.Fatalf("seed %d step %d: version %d assigned twice", seed, step, got.CommitVersion)
+				for v := got.FirstVersion; v <= got.CommitVersion; v++ {
+					if assigned[v] {
+						t.Fatalf("seed %d step %d: version %d assigned twice", seed, step, v)
+					}
+					assigned[v] = true
 				}
-				assigned[got.CommitVersion] = true
 				w.committed = append(w.committed, req.Txn)
 			}
 			if state.LowWaterMark() != model.lowWaterMark() {
@@ -222,22 +246,30 @@ func TestRestoreReplaysToTheSameState(t *testing.T) {
 	w := &workload{rng: rng, tables: 3, rows: 20}
 	live := New(Config{WindowVersions: 30}, 0)
 	type entry struct {
-		txn  TxnID
-		keys []Key
+		first, last uint64
+		txn         TxnID
+		keys        []Key
 	}
 	var log []entry
 	for range 500 {
 		req := w.request(live.Version(), 30)
 		if o := live.Certify(req); o.Decision == Commit && !o.Duplicate {
-			log = append(log, entry{req.Txn, req.Keys})
+			log = append(log, entry{o.FirstVersion, o.CommitVersion, req.Txn, req.Keys})
 			w.committed = append(w.committed, req.Txn)
 		}
 	}
-	// A restarted certifier restores the last window of the log.
-	base := uint64(len(log)) - 30
+	// A restarted certifier restores the last window of the log, which
+	// may start inside a span.
+	base := live.Version() - 30
 	restored := New(Config{WindowVersions: 30}, base)
-	for i, e := range log[base:] {
-		restored.Restore(base+uint64(i)+1, e.txn, e.keys)
+	for _, e := range log {
+		switch {
+		case e.last <= base:
+		case e.first == e.last:
+			restored.Restore(e.last, e.txn, e.keys)
+		default:
+			restored.RestoreSpan(e.first, e.last, e.txn, e.keys)
+		}
 	}
 	for range 300 {
 		req := w.request(live.Version(), 30)
