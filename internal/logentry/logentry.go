@@ -7,6 +7,10 @@
 // the work so that the expensive part (the writeset) is done before the
 // version is known, outside the certifier's critical section: protobuf allows
 // a message's fields in any order, so the version field is appended last.
+//
+// A streamed transaction commits as a span of entries, one per fragment of
+// its writeset (AppendSpanEntry); RawHeaderOf reports an entry's span
+// without decoding it.
 package logentry
 
 import (
@@ -138,10 +142,18 @@ type RawHeader struct {
 	Version uint64
 	Origin  []byte
 	Seq     uint64
+	// SpanFirst and SpanLast are LogEntry.span_first and span_last: the
+	// versions of the span the entry is part of, both 0 for an entry that
+	// is a transaction of its own.
+	SpanFirst, SpanLast uint64
 }
 
-// RawHeaderOf reads an encoded entry's version and transaction id without
-// allocating.
+// InSpan reports whether the entry is part of a span (a streamed
+// transaction, one entry per fragment).
+func (h RawHeader) InSpan() bool { return h.SpanLast != 0 }
+
+// RawHeaderOf reads an encoded entry's version, transaction id and span
+// without allocating.
 func RawHeaderOf(b []byte) (RawHeader, error) {
 	var h RawHeader
 	for len(b) > 0 {
@@ -157,6 +169,17 @@ func RawHeaderOf(b []byte) (RawHeader, error) {
 				return h, fmt.Errorf("log entry: bad version: %w", protowire.ParseError(m))
 			}
 			h.Version, b = v, b[m:]
+		case (num == spanFirstField || num == spanLastField) && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return h, fmt.Errorf("log entry: bad span: %w", protowire.ParseError(m))
+			}
+			if num == spanFirstField {
+				h.SpanFirst = v
+			} else {
+				h.SpanLast = v
+			}
+			b = b[m:]
 		case num == txnField && typ == protowire.BytesType:
 			txn, m := protowire.ConsumeBytes(b)
 			if m < 0 {
@@ -177,6 +200,9 @@ func RawHeaderOf(b []byte) (RawHeader, error) {
 	}
 	if h.Version == 0 {
 		return h, fmt.Errorf("log entry without a version")
+	}
+	if (h.SpanFirst != 0 || h.SpanLast != 0) && (h.SpanFirst == 0 || h.SpanFirst > h.Version || h.Version > h.SpanLast) {
+		return h, fmt.Errorf("log entry %d: version outside its span %d..%d", h.Version, h.SpanFirst, h.SpanLast)
 	}
 	return h, nil
 }
@@ -207,11 +233,12 @@ func parseTxn(b []byte) (origin []byte, seq uint64, err error) {
 	return origin, seq, nil
 }
 
-// Header is an entry's version and transaction id.
+// Header is an entry's version, transaction id and span (RawHeader).
 type Header struct {
-	Version uint64
-	Origin  string
-	Seq     uint64
+	Version             uint64
+	Origin              string
+	Seq                 uint64
+	SpanFirst, SpanLast uint64
 }
 
 // txnField is LogEntry.txn's field number; TxnID has origin = 1, seq = 2.
@@ -229,9 +256,74 @@ func parseHeader(b []byte, withTxn bool) (Header, error) {
 	if err != nil {
 		return Header{}, err
 	}
-	h := Header{Version: raw.Version}
+	h := Header{Version: raw.Version, SpanFirst: raw.SpanFirst, SpanLast: raw.SpanLast}
 	if withTxn {
 		h.Origin, h.Seq = string(raw.Origin), raw.Seq
 	}
 	return h, nil
+}
+
+// LogEntry's span fields (api/certifierpb/certifier.proto).
+const (
+	spanFirstField protowire.Number = 4
+	spanLastField  protowire.Number = 5
+	certifiedField protowire.Number = 6
+)
+
+// SpanEntry is one entry of a span: a streamed transaction committed as
+// the versions First..Last, one entry per fragment of its writeset.
+type SpanEntry struct {
+	Version     uint64
+	Txn         *pb.TxnID
+	Fragment    []byte // an encoded Writeset: the fragment at Version
+	First, Last uint64
+	// Certified is the encoded Writeset the transaction was certified on;
+	// written on the last entry (Version == Last) only.
+	Certified []byte
+}
+
+// AppendSpanEntry appends the encoded entry e to dst (a buffer to reuse:
+// a fragment is up to a few MiB) and returns it. The fields are in the
+// order Encode writes them, the span fields after the writeset, the
+// version last.
+func AppendSpanEntry(dst []byte, e SpanEntry) []byte {
+	if e.Version < e.First || e.Version > e.Last || e.First == 0 {
+		panic(fmt.Sprintf("logentry: span entry %d outside its span %d..%d", e.Version, e.First, e.Last))
+	}
+	if e.Txn != nil {
+		dst = protowire.AppendTag(dst, txnField, protowire.BytesType)
+		dst = protowire.AppendVarint(dst, uint64(txnSize(e.Txn)))
+		dst = appendTxn(dst, e.Txn)
+	}
+	if len(e.Fragment) > 0 {
+		dst = protowire.AppendTag(dst, writesetField, protowire.BytesType)
+		dst = protowire.AppendBytes(dst, e.Fragment)
+	}
+	dst = protowire.AppendTag(dst, spanFirstField, protowire.VarintType)
+	dst = protowire.AppendVarint(dst, e.First)
+	dst = protowire.AppendTag(dst, spanLastField, protowire.VarintType)
+	dst = protowire.AppendVarint(dst, e.Last)
+	if e.Version == e.Last && len(e.Certified) > 0 {
+		dst = protowire.AppendTag(dst, certifiedField, protowire.BytesType)
+		dst = protowire.AppendBytes(dst, e.Certified)
+	}
+	dst = protowire.AppendTag(dst, versionField, protowire.VarintType)
+	return protowire.AppendVarint(dst, e.Version)
+}
+
+// SpanEntryBytes is the size AppendSpanEntry adds for e.
+func SpanEntryBytes(e SpanEntry) int {
+	n := 0
+	if e.Txn != nil {
+		n += protowire.SizeTag(txnField) + protowire.SizeBytes(txnSize(e.Txn))
+	}
+	if len(e.Fragment) > 0 {
+		n += protowire.SizeTag(writesetField) + protowire.SizeBytes(len(e.Fragment))
+	}
+	n += protowire.SizeTag(spanFirstField) + protowire.SizeVarint(e.First)
+	n += protowire.SizeTag(spanLastField) + protowire.SizeVarint(e.Last)
+	if e.Version == e.Last && len(e.Certified) > 0 {
+		n += protowire.SizeTag(certifiedField) + protowire.SizeBytes(len(e.Certified))
+	}
+	return n + protowire.SizeTag(versionField) + protowire.SizeVarint(e.Version)
 }

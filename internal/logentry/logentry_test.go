@@ -98,3 +98,49 @@ func TestRawHeaderOfMatchesHeaderOf(t *testing.T) {
 		}
 	}
 }
+
+func TestSpanEntryDecodesAsTheMessage(t *testing.T) {
+	fragment, _ := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{
+		{Table: "public.t", Op: pb.Op_OP_UPSERT, Key: []byte(`[1]`), Row: []byte(`{"id":1}`)}}})
+	certified := &pb.Writeset{Changes: []*pb.Change{{Table: "public.t", Op: pb.Op_OP_TABLE_WRITE}}}
+	certifiedBytes, _ := proto.Marshal(certified)
+	txn := &pb.TxnID{Origin: "r1", Seq: 1 << 40}
+	for _, version := range []uint64{300, 301, 302} {
+		e := SpanEntry{Version: version, Txn: txn, Fragment: fragment, First: 300, Last: 302, Certified: certifiedBytes}
+		b := AppendSpanEntry([]byte("reused"), e)[len("reused"):]
+		if len(b) != SpanEntryBytes(e) {
+			t.Fatalf("version %d: %d bytes, SpanEntryBytes says %d", version, len(b), SpanEntryBytes(e))
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := &pb.LogEntry{Version: version, Txn: txn, SpanFirst: 300, SpanLast: 302}
+		want.Writeset = &pb.Writeset{}
+		proto.Unmarshal(fragment, want.Writeset)
+		if version == 302 {
+			want.Certified = certified // on the last entry only
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("version %d decoded %v, want %v", version, got, want)
+		}
+		h, err := RawHeaderOf(b)
+		if err != nil || h.Version != version || h.SpanFirst != 300 || h.SpanLast != 302 || !h.InSpan() || h.Seq != 1<<40 {
+			t.Fatalf("RawHeaderOf = %+v, %v", h, err)
+		}
+		if allocs := testing.AllocsPerRun(100, func() { RawHeaderOf(b) }); allocs != 0 {
+			t.Fatalf("RawHeaderOf of a span entry allocates %v times", allocs)
+		}
+	}
+	plain := Encode(&pb.LogEntry{Version: 5, Txn: txn})
+	if h, err := RawHeaderOf(plain.Bytes); err != nil || h.InSpan() {
+		t.Fatalf("an entry of its own: %+v, %v", h, err)
+	}
+}
+
+func TestRawHeaderOfRefusesAVersionOutsideItsSpan(t *testing.T) {
+	b, _ := proto.Marshal(&pb.LogEntry{Version: 9, SpanFirst: 3, SpanLast: 5})
+	if _, err := RawHeaderOf(b); err == nil {
+		t.Fatal("version 9 in span 3..5 was accepted")
+	}
+}
