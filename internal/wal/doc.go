@@ -41,7 +41,9 @@
 // When a segment file is created, its header goes in the same write as its first records, and the
 // directory is fsynced too. The previous segment is trimmed to its records, fsynced and closed before
 // the next one is created: a later segment never exists on disk before the earlier one is complete,
-// and only the last segment ends in zeros. Readers see a batch only after its fsync returned (the index is updated afterwards), so
+// and only the last segment ends in zeros. TruncateAfter cuts the log's tail for a caller whose own
+// recovery finds it incomplete in its terms (the certifier's interrupted copy of a streamed
+// transaction), newest segment first, each step synced. Readers see a batch only after its fsync returned (the index is updated afterwards), so
 // they never read bytes that a crash could take back. If a write or fsync fails, the log refuses
 // further writes: after a failed fsync the kernel may have dropped the dirty pages and will not report
 // it again, so the only safe continuation is a restart and recovery from what is actually on disk.
