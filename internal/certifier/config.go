@@ -63,6 +63,11 @@ type Config struct {
 	Logger   *slog.Logger
 	Registry prometheus.Registerer // nil: metrics are not registered
 
+	// StageBytesMax bounds the bytes of streamed writesets held in the
+	// data directory's stage/ at once (stage.go); a Stage past it fails
+	// with ResourceExhausted naming --stage-bytes-max. 0: the default.
+	StageBytesMax int64
+
 	// Retention bounds the versioned log and says how long a replica that
 	// is away holds it (retention.go). Zero fields: the defaults.
 	Retention RetentionPolicy
@@ -102,6 +107,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.StageBytesMax == 0 {
+		c.StageBytesMax = DefaultStageBytesMax
 	}
 	c.Retention = c.Retention.withDefaults()
 	return c

@@ -3,6 +3,7 @@ package certifier
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,9 +21,29 @@ import (
 // same functions around its simulated network, disk and clock, so that it
 // runs what the service decides rather than a model of it.
 
+// StagedWriteset is what Stage holds for a streamed transaction
+// (stage.go): what its certify request must match, and where the writer
+// copies the fragments from.
+type StagedWriteset struct {
+	Fragments uint32
+	Bytes     uint64 // the fragments' total size
+	// LastFragmentBytes is the size of the last fragment, which shares
+	// its log entry with the certified writeset.
+	LastFragmentBytes int
+	Spool             string // the spool file
+}
+
+// ClaimStage takes the complete stage of a transaction for its certify
+// request, so that no other request and no expiry takes it; ok is false
+// when none is staged (or not completely, or another request took it).
+// A nil ClaimStage has nothing staged (the simulation).
+type ClaimStage func(txn *pb.TxnID) (staged StagedWriteset, ok bool)
+
 // prepareRequest checks a request's limits, reads its keys and encodes
 // its log entry; a request refused here gets its reply at once (reply set).
-func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limits) certifying {
+// A streamed request (req.Streamed) claims its stage through claim
+// (prepareStreamed) instead of having its log entry encoded.
+func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limits, claim ClaimStage) certifying {
 	c := certifying{req: req, overloaded: overloaded}
 	if overloaded {
 		return c
@@ -47,12 +68,51 @@ func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limit
 		}
 		return refuse(pb.AbortReason_ABORT_REASON_INVALID, err.Error())
 	}
+	c.request = certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}
+	if req.Streamed != nil {
+		return prepareStreamed(c, claim)
+	}
 	c.prefix = logentry.EncodePrefixOfEncoded(req.Txn, req.Writeset)
 	if len(c.prefix)+logentry.VersionBytesMax > wal.EntryBytesMax {
 		return refuse(pb.AbortReason_ABORT_REASON_LIMIT,
 			fmt.Sprintf("the log entry would be %d bytes, over the log's limit of %d", len(c.prefix), wal.EntryBytesMax))
 	}
-	c.request = certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}
+	return c
+}
+
+// prepareStreamed prepares a streamed request: certified on its own
+// (small) writeset's keys, committed as one version per staged fragment.
+// A request whose stage is missing or does not match is not refused here
+// but in decideSingle, which first answers a retry of a transaction that
+// committed already (its stage is gone by then) with its span.
+func prepareStreamed(c certifying, claim ClaimStage) certifying {
+	req := c.req
+	if req.Streamed.Fragments == 0 {
+		c.reply = abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}, pb.AbortReason_ABORT_REASON_INVALID,
+			"a streamed writeset has at least one fragment")
+		return c
+	}
+	c.request.Versions = int(req.Streamed.Fragments)
+	var staged StagedWriteset
+	ok := false
+	if claim != nil {
+		staged, ok = claim(req.Txn)
+	}
+	c.staged = staged // claimed: released after the decision whatever it is
+	switch {
+	case !ok:
+		c.stageProblem = "the streamed writeset was not staged (or not completely)"
+	case staged.Fragments != req.Streamed.Fragments || staged.Bytes != req.Streamed.Bytes:
+		c.stageProblem = fmt.Sprintf("the streamed writeset was not staged (or not completely): the request says %d fragments of %d bytes, the certifier staged %d fragments of %d bytes",
+			req.Streamed.Fragments, req.Streamed.Bytes, staged.Fragments, staged.Bytes)
+	default:
+		last := logentry.SpanEntryBytes(logentry.SpanEntry{Version: math.MaxUint64, Txn: req.Txn, First: 1, Last: math.MaxUint64,
+			Fragment: make([]byte, staged.LastFragmentBytes), Certified: req.Writeset})
+		if last > wal.EntryBytesMax {
+			c.reply = abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}, pb.AbortReason_ABORT_REASON_LIMIT,
+				fmt.Sprintf("the streamed writeset's last log entry (its last fragment and the certified writeset) would be %d bytes, over the log's limit of %d", last, wal.EntryBytesMax))
+		}
+	}
 	return c
 }
 
@@ -65,10 +125,20 @@ func decideSingle(state *certification.State, batch []certifying, pending []loge
 		switch {
 		case c.reply != nil:
 		case c.overloaded:
-			c.committedBefore, _ = state.CommittedVersion(txnOf(c.req.Txn))
+			c.firstBefore, c.committedBefore, _ = state.CommittedSpan(txnOf(c.req.Txn))
+		case c.stageProblem != "":
+			// A retry of a streamed transaction that committed, whose stage
+			// is gone, gets its span back; anything else is refused.
+			if first, last, ok := state.CommittedSpan(c.request.Txn); ok {
+				c.outcome = certification.Outcome{Decision: certification.Commit, CommitVersion: last, FirstVersion: first, Duplicate: true}
+			} else {
+				c.outcome = certification.Outcome{Decision: certification.Abort, Reason: certification.ReasonInvalid}
+			}
 		default:
 			c.outcome = state.Certify(c.request)
-			if c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
+			if c.outcome.Decision == certification.Commit && !c.outcome.Duplicate && c.req.Streamed == nil {
+				// A span's entries are copied from its stage by the writer
+				// (single.go, writeSpan): see committedSpans.
 				pending = append(pending, c.prefix.WithVersion(c.outcome.CommitVersion))
 			}
 			c.lowWaterMark, c.latest = state.LowWaterMark(), state.Version()
@@ -89,6 +159,9 @@ func replyTo(c *certifying, inFlightMax int) (reply *pb.CertifyReply, waitFor ui
 		if c.committedBefore != 0 {
 			// A retry of a transaction that committed gets its version back.
 			reply.Decision, reply.CommitVersion = pb.Decision_DECISION_COMMIT, c.committedBefore
+			if c.req.Streamed != nil {
+				reply.FirstVersion = c.firstBefore
+			}
 			return reply, c.committedBefore
 		}
 		return abortReply(reply, pb.AbortReason_ABORT_REASON_OVERLOADED,
@@ -97,7 +170,13 @@ func replyTo(c *certifying, inFlightMax int) (reply *pb.CertifyReply, waitFor ui
 	if c.outcome.Decision == certification.Commit {
 		reply.Decision = pb.Decision_DECISION_COMMIT
 		reply.CommitVersion = c.outcome.CommitVersion
+		if c.req.Streamed != nil {
+			reply.FirstVersion = c.outcome.FirstVersion
+		}
 		return reply, c.outcome.CommitVersion
+	}
+	if c.stageProblem != "" {
+		return abortReply(reply, pb.AbortReason_ABORT_REASON_INVALID, c.stageProblem), 0
 	}
 	reply.ConflictVersion = c.outcome.ConflictVersion
 	return abortReply(reply, reasonOf(c.outcome.Reason), describeEncodedAbort(c.req, c.outcome, c.lowWaterMark, c.latest)), 0
@@ -124,7 +203,7 @@ type Answer struct {
 func CertifyMessage(state *certification.State, limits Limits, reqs []*pb.CertifyRequestEncoded, overloaded []bool, pending []logentry.Entry) ([]Answer, []logentry.Entry) {
 	batch := make([]certifying, len(reqs))
 	for i, req := range reqs {
-		batch[i] = prepareRequest(req, overloaded[i], limits)
+		batch[i] = prepareRequest(req, overloaded[i], limits, nil)
 	}
 	pending = decideSingle(state, batch, pending)
 	answers := make([]Answer, len(batch))
@@ -134,6 +213,29 @@ func CertifyMessage(state *certification.State, limits Limits, reqs []*pb.Certif
 		a.Outcome = batch[i].outcome
 	}
 	return answers, pending
+}
+
+// committedSpan is a streamed transaction's commit that the writer copies
+// into the log from its stage (single.go, writeSpan).
+type committedSpan struct {
+	first, last uint64
+	txn         *pb.TxnID
+	certified   []byte // the request's writeset: the last entry's certified
+	spool       string
+}
+
+// committedSpans appends the spans a decided batch committed, in version
+// order, to spans.
+func committedSpans(batch []certifying, spans []committedSpan) []committedSpan {
+	for i := range batch {
+		c := &batch[i]
+		if c.reply == nil && !c.overloaded && c.req.Streamed != nil && c.stageProblem == "" &&
+			c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
+			spans = append(spans, committedSpan{first: c.outcome.FirstVersion, last: c.outcome.CommitVersion,
+				txn: c.req.Txn, certified: c.req.Writeset, spool: c.staged.Spool})
+		}
+	}
+	return spans
 }
 
 // TakeSendable moves the replies that can be sent now, those whose

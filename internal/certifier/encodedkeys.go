@@ -168,6 +168,12 @@ func keyOfEncoded(c encodedChange) (certification.Key, error) {
 			return certification.Key{}, fmt.Errorf("TRUNCATE needs a table")
 		}
 		return certification.TableKeyBytes(c.table), nil
+	case pb.Op_OP_TABLE_WRITE:
+		// Rows of the table, named as a whole (see keyOf).
+		if len(c.table) == 0 {
+			return certification.Key{}, fmt.Errorf("%v needs a table", c.op)
+		}
+		return certification.TableKeyBytes(c.table), nil
 	case pb.Op_OP_DDL:
 		if len(c.table) != 0 {
 			return certification.TableKeyBytes(c.table), nil

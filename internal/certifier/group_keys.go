@@ -14,14 +14,23 @@ import (
 // keys are read from the entry's writeset bytes as the leader read them
 // from the request (keysOfEncoded): the same bytes, the same reader. An
 // entry of an unusual shape (its writeset field repeated, which protobuf
-// merges, or malformed) goes through DecodeEntryKeys.
+// merges, or malformed) goes through DecodeEntryKeys. An entry of a span
+// has keys on its last entry only, read from its certified writeset
+// (DecodeEntryKeys); a fragment's rows are never read.
 func GroupEntryKeys(b []byte) (certification.TxnID, []certification.Key, error) {
-	ws, ok := singleWritesetField(b)
-	if !ok {
-		return DecodeEntryKeys(b)
-	}
 	h, err := logentry.RawHeaderOf(b)
 	if err != nil {
+		return DecodeEntryKeys(b)
+	}
+	field := entryWritesetField
+	if h.InSpan() {
+		if h.Version != h.SpanLast {
+			return certification.TxnID{Origin: string(h.Origin), Seq: h.Seq}, nil, nil
+		}
+		field = entryCertifiedField
+	}
+	ws, ok := singleBytesField(b, field)
+	if !ok {
 		return DecodeEntryKeys(b)
 	}
 	keys, err := keysOfEncoded(make([]certification.Key, 0, keysCapacityGuess), ws)
@@ -31,12 +40,16 @@ func GroupEntryKeys(b []byte) (certification.TxnID, []certification.Key, error) 
 	return certification.TxnID{Origin: string(h.Origin), Seq: h.Seq}, keys, nil
 }
 
-// entryWritesetField is LogEntry.writeset's field number.
-const entryWritesetField protowire.Number = 3
+// LogEntry.writeset's and LogEntry.certified's field numbers.
+const (
+	entryWritesetField  protowire.Number = 3
+	entryCertifiedField protowire.Number = 6
+)
 
-// singleWritesetField returns the encoded writeset of a log entry, if the
-// entry holds exactly one well-formed writeset field.
-func singleWritesetField(b []byte) (ws []byte, ok bool) {
+// singleBytesField returns the encoded writeset in field of a log entry
+// (writeset, or certified), if the entry holds exactly one well-formed
+// such field.
+func singleBytesField(b []byte, field protowire.Number) (ws []byte, ok bool) {
 	found := false
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
@@ -44,7 +57,7 @@ func singleWritesetField(b []byte) (ws []byte, ok bool) {
 			return nil, false
 		}
 		b = b[n:]
-		if num == entryWritesetField && typ == protowire.BytesType {
+		if num == field && typ == protowire.BytesType {
 			v, m := protowire.ConsumeBytes(b)
 			if m < 0 || found {
 				return nil, false

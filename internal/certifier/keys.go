@@ -74,6 +74,13 @@ func keyOf(c *pb.Change) (certification.Key, error) {
 			return certification.Key{}, fmt.Errorf("TRUNCATE needs a table")
 		}
 		return certification.TableKey(c.Table), nil
+	case pb.Op_OP_TABLE_WRITE:
+		// A streamed transaction wrote rows of the table, named as a
+		// whole: a write of the whole table, as TRUNCATE is.
+		if c.Table == "" {
+			return certification.Key{}, fmt.Errorf("%v needs a table", c.Op)
+		}
+		return certification.TableKey(c.Table), nil
 	case pb.Op_OP_DDL:
 		if c.Table != "" {
 			return certification.TableKey(c.Table), nil
@@ -91,10 +98,24 @@ func txnOf(id *pb.TxnID) certification.TxnID {
 // DecodeEntryKeys reads an encoded log entry's transaction id and
 // certification keys: how a member of a certifier group restores a
 // committed version it did not certify itself (certgroup.DecodeFunc).
+// An entry of a span has no keys but on its last entry, which has those
+// the transaction was certified on (LogEntry.certified): a group, which
+// restores entries one version at a time, records the span's keys at its
+// last version, as the single certifier that wrote it did.
 func DecodeEntryKeys(b []byte) (certification.TxnID, []certification.Key, error) {
 	e, err := logentry.Decode(b)
 	if err != nil {
 		return certification.TxnID{}, nil, err
+	}
+	if e.SpanLast != 0 {
+		if e.Version != e.SpanLast {
+			return txnOf(e.Txn), nil, nil
+		}
+		keys, err := KeysOf(e.Certified)
+		if err != nil {
+			return certification.TxnID{}, nil, fmt.Errorf("log entry %d (the last of span %d..%d): %w", e.Version, e.SpanFirst, e.SpanLast, err)
+		}
+		return txnOf(e.Txn), keys, nil
 	}
 	keys, err := KeysOf(e.Writeset)
 	if err != nil {

@@ -107,25 +107,38 @@ func (s *Service) windowBase() uint64 {
 }
 
 // replay reads the log back from after base into the recent ring, calling
-// restore (when not nil) with every entry and its keys, and returns how
-// many entries it read. It runs in Open, before anything else touches the
-// ring.
-func (s *Service) replay(base uint64, restore func(e *pb.LogEntry, keys []certification.Key)) (int, error) {
+// restore (when not nil) with every transaction and its keys: an entry of
+// its own, or a span at its last entry (with the keys it was certified
+// on; its other entries are not read further). It returns how many
+// entries it read. It runs in Open, before anything else touches the
+// ring, which spans are not put in (span.go).
+func (s *Service) replay(base uint64, restore func(h logentry.RawHeader, txn certification.TxnID, keys []certification.Key)) (int, error) {
 	restored := 0
 	err := s.log.ReadFrom(base, func(e wal.Entry) error {
-		entry, err := decodeEntry(e)
+		restored++
+		h, err := logentry.RawHeaderOf(e.Payload)
 		if err != nil {
-			return err
+			return fmt.Errorf("log entry %d: %w", e.Version, err)
 		}
-		keys, err := KeysOf(entry.Writeset)
+		if h.Version != e.Version {
+			// The checksum matched, so this is a bug, not a disk fault.
+			panic(fmt.Sprintf("certifier: log record %d holds entry %d", e.Version, h.Version))
+		}
+		if h.InSpan() {
+			s.recent.clear()
+			if h.Version != h.SpanLast {
+				return nil
+			}
+		} else {
+			s.recent.add(logentry.Entry{Version: e.Version, Bytes: e.Payload})
+		}
+		txn, keys, err := GroupEntryKeys(e.Payload)
 		if err != nil {
 			return fmt.Errorf("log entry %d: %w", e.Version, err)
 		}
 		if restore != nil {
-			restore(entry, keys)
+			restore(h, txn, keys)
 		}
-		s.recent.add(logentry.Entry{Version: e.Version, Bytes: e.Payload})
-		restored++
 		return nil
 	})
 	if err != nil {

@@ -45,3 +45,10 @@ func (r *recentEntries) between(dst [][]byte, after, upTo uint64) ([][]byte, boo
 	}
 	return dst, true
 }
+
+// clear empties the ring: the next entry added starts it again. After a
+// span, whose entries the ring does not hold (span.go).
+func (r *recentEntries) clear() {
+	clear(r.ring)
+	r.first, r.count = 0, 0
+}

@@ -45,6 +45,10 @@ type Service struct {
 	done     sync.WaitGroup
 	failure  atomic.Pointer[error]
 
+	// staging holds streamed writesets until their decision (stage.go);
+	// nil in a certifier group, which refuses them.
+	staging *stagingArea
+
 	stages    *stageLog // nil unless TASHKENT_CERTIFIER_STAGES (stagelog.go)
 	stopTrace func()
 	// streams counts the Certify handlers running: a reply's stages are
@@ -65,6 +69,13 @@ func Open(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open certifier log: %w", err)
 	}
+	var staging *stagingArea
+	if cfg.Group == nil {
+		if staging, err = openSingleLogStaging(cfg, log); err != nil {
+			log.Close()
+			return nil, err
+		}
+	}
 	s := &Service{
 		cfg:      cfg,
 		log:      log,
@@ -74,6 +85,7 @@ func Open(cfg Config) (*Service, error) {
 		replicas: newKnownReplicas(time.Now),
 		started:  started,
 		stop:     make(chan struct{}),
+		staging:  staging,
 		stages:   openStageLog(),
 	}
 	order, restored, err := newOrderer(s)
@@ -129,13 +141,27 @@ type certifying struct {
 	outcome              certification.Outcome
 	lowWaterMark, latest uint64
 	committedBefore      uint64 // overloaded: the version the transaction committed at, 0 if none
+	firstBefore          uint64 // overloaded: the first version of its span
 	ticket, epoch        uint64 // a group's: see queued
+	// A streamed request's (prepareStreamed): the stage it claimed (Spool
+	// empty: none), or why it has none that matches.
+	staged       StagedWriteset
+	stageProblem string
 }
 
 // prepare checks a request's limits, reads its keys and encodes its log
 // entry (prepareRequest); a request refused here gets its reply at once.
 func (s *Service) prepare(req *pb.CertifyRequestEncoded, overloaded bool) certifying {
-	c := prepareRequest(req, overloaded, s.cfg.Limits)
+	var c certifying
+	switch {
+	case req.Streamed != nil && s.staging == nil:
+		c = certifying{req: req, reply: abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn},
+			pb.AbortReason_ABORT_REASON_LIMIT, errNotSingle)}
+	case s.staging != nil:
+		c = prepareRequest(req, overloaded, s.cfg.Limits, s.staging.claim)
+	default:
+		c = prepareRequest(req, overloaded, s.cfg.Limits, nil)
+	}
 	if c.reply != nil {
 		s.stats.aborts.Add(1)
 	}
@@ -306,6 +332,8 @@ func describeChange(c *pb.Change) string {
 		return "table " + c.Table + " (rows inserted)"
 	case pb.Op_OP_TRUNCATE:
 		return "table " + c.Table + " (TRUNCATE)"
+	case pb.Op_OP_TABLE_WRITE:
+		return "table " + c.Table + " (the whole table: a streamed transaction's rows)"
 	case pb.Op_OP_DDL:
 		if c.Table != "" {
 			return "table " + c.Table + " (DDL)"

@@ -28,9 +28,12 @@ type singleLog struct {
 	mu      sync.Mutex // guards state, pending; held once per message (decide)
 	state   *certification.State
 	pending []logentry.Entry // certified, not yet handed to the writer
-	wake    chan struct{}    // signalled when pending becomes non-empty
+	spans   []committedSpan  // committed streamed transactions, likewise (span.go)
+	wake    chan struct{}    // signalled when pending or spans becomes non-empty
 
 	saved *pb.LogRetention // the retention decision last written (retain)
+
+	records []wal.Entry // the writer's, reused across batches
 }
 
 // newSingleLog restores the certification state of the log's last window,
@@ -52,8 +55,12 @@ func newSingleLog(s *Service) (*singleLog, int, error) {
 		wake:  make(chan struct{}, 1),
 		saved: saved,
 	}
-	restored, err := s.replay(base, func(e *pb.LogEntry, keys []certification.Key) {
-		l.state.Restore(e.Version, txnOf(e.Txn), keys)
+	restored, err := s.replay(base, func(h logentry.RawHeader, txn certification.TxnID, keys []certification.Key) {
+		if h.InSpan() {
+			l.state.RestoreSpan(h.SpanFirst, h.SpanLast, txn, keys)
+			return
+		}
+		l.state.Restore(h.Version, txn, keys)
 	})
 	return l, restored, err
 }
@@ -80,9 +87,10 @@ func (l *singleLog) admit(grpc.ServerStream, *pb.OpenSession) (context.Context, 
 func (l *singleLog) decide(_ context.Context, batch []certifying) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	wasEmpty := len(l.pending) == 0
+	wasEmpty := len(l.pending) == 0 && len(l.spans) == 0
 	l.pending = decideSingle(l.state, batch, l.pending)
-	if wasEmpty && len(l.pending) > 0 {
+	l.spans = committedSpans(batch, l.spans)
+	if wasEmpty && (len(l.pending) > 0 || len(l.spans) > 0) {
 		l.signalWriter()
 	}
 	return len(batch), nil
@@ -150,12 +158,13 @@ func (l *singleLog) windowStart() uint64 {
 // writeLoop is the single writer: it takes everything certified since the
 // last write and makes it durable with one write and one fsync (group
 // commit). A batch goes into the recent ring before it is written, so that
-// it is there once it is durable.
+// it is there once it is durable. The spans committed meanwhile are
+// copied in version order between the entries (writeSpan).
 func (l *singleLog) writeLoop() {
 	s := l.s
 	defer s.done.Done()
 	var batch []logentry.Entry
-	var records []wal.Entry
+	var spans []committedSpan
 	for {
 		select {
 		case <-l.wake:
@@ -164,18 +173,12 @@ func (l *singleLog) writeLoop() {
 		}
 		l.mu.Lock()
 		batch, l.pending = l.pending, batch[:0]
+		spans, l.spans = l.spans, spans[:0]
 		l.mu.Unlock()
-		if len(batch) == 0 {
+		if len(batch) == 0 && len(spans) == 0 {
 			continue
 		}
-		records = records[:0]
-		s.mu.Lock()
-		for _, e := range batch {
-			s.recent.add(e)
-			records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
-		}
-		s.mu.Unlock()
-		if !l.write(records) {
+		if !l.writeInOrder(batch, spans) {
 			return
 		}
 		// The streams just woken by the durable version are queued on this
@@ -186,14 +189,55 @@ func (l *singleLog) writeLoop() {
 		// microseconds later, the replies an fsync earlier.
 		runtime.Gosched()
 		clear(batch)
+		clear(spans)
 		// More may have arrived while this batch was written.
 		l.mu.Lock()
-		more := len(l.pending) > 0
+		more := len(l.pending) > 0 || len(l.spans) > 0
 		l.mu.Unlock()
 		if more {
 			l.signalWriter()
 		}
 	}
+}
+
+// writeInOrder makes entries and spans durable in version order: the
+// entries before the next span as one group commit, then the span.
+func (l *singleLog) writeInOrder(batch []logentry.Entry, spans []committedSpan) bool {
+	for len(batch) > 0 || len(spans) > 0 {
+		n := len(batch)
+		if len(spans) > 0 {
+			n = 0
+			for n < len(batch) && batch[n].Version < spans[0].first {
+				n++
+			}
+		}
+		if n > 0 && !l.writeEntries(batch[:n]) {
+			return false
+		}
+		batch = batch[n:]
+		if len(spans) > 0 {
+			if !l.writeSpan(spans[0]) {
+				return false
+			}
+			spans = spans[1:]
+		}
+	}
+	return true
+}
+
+// writeEntries makes entries durable with one write and one fsync.
+func (l *singleLog) writeEntries(batch []logentry.Entry) bool {
+	s := l.s
+	l.records = l.records[:0]
+	s.mu.Lock()
+	for _, e := range batch {
+		s.recent.add(e)
+		l.records = append(l.records, wal.Entry{Version: e.Version, Payload: e.Bytes})
+	}
+	s.mu.Unlock()
+	ok := l.write(l.records)
+	clear(l.records)
+	return ok
 }
 
 // write makes one batch durable and advances the durable version past it;

@@ -70,6 +70,9 @@ func (s *Service) sampleLoop() {
 		select {
 		case now := <-tick.C:
 			s.stats.sample(now)
+			if s.staging != nil {
+				s.staging.expire(now)
+			}
 		case <-s.stop:
 			return
 		}

@@ -118,6 +118,8 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	f.Int64Var(&segmentMiB, "segment-mib", 64, "log segment size in MiB")
 	f.IntVar(&cfg.Limits.WritesetBytesMax, "writeset-bytes-max", certifier.DefaultLimits.WritesetBytesMax, "largest writeset accepted, in bytes")
 	f.IntVar(&cfg.Limits.WritesetKeysMax, "writeset-keys-max", certifier.DefaultLimits.WritesetKeysMax, "most rows in one writeset")
+	f.Int64Var(&cfg.StageBytesMax, "stage-bytes-max", certifier.DefaultStageBytesMax,
+		"most bytes of streamed writesets held in the data directory's stage/ at once, waiting for their decision (a single certifier)")
 	f.IntVar(&cfg.Limits.InFlightRequestsMax, "in-flight-max", certifier.DefaultLimits.InFlightRequestsMax, "most requests certified and not yet answered")
 	f.BoolVar(&cfg.NoSync, "unsafe-no-fsync", false, "skip fsync: voids durability; for benchmarks only")
 	f.BoolVar(&cfg.UnsafeSkipConflictCheck, "unsafe-fault-skip-conflict-check", false,

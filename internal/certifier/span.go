@@ -1,0 +1,109 @@
+package certifier
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/wal"
+)
+
+// Spans: a streamed transaction commits as the versions first..last, one
+// log entry per staged fragment (LogEntry.span_first, span_last; the last
+// entry also carries the writeset it was certified on). The single
+// certifier's writer copies them from the stage into the log one fragment
+// at a time (writeSpan), and the durable version moves from first-1 to
+// last at once, never inside a span: no reply, delivery or Fetch reads a
+// span before all of it is on disk. Spans are not kept in the recent ring
+// (a fragment is up to --writeset-bytes-max): delivery reads them from the
+// log, in chunks, like any entry older than the ring.
+
+// openSingleLogStaging cuts an incomplete span from the log's tail (a
+// crash during its copy: nobody was told it committed) and opens the
+// staging area, which drops the spool files of the last run.
+func openSingleLogStaging(cfg Config, log *wal.Log) (*stagingArea, error) {
+	if err := cutIncompleteSpan(cfg, log); err != nil {
+		return nil, err
+	}
+	return openStagingArea(cfg.DataDir, cfg.StageBytesMax)
+}
+
+// cutIncompleteSpan removes the entries of a span whose last entry is not
+// in the log.
+func cutIncompleteSpan(cfg Config, log *wal.Log) error {
+	last := log.LastVersion()
+	if last == 0 {
+		return nil
+	}
+	var h logentry.RawHeader
+	err := log.ReadFrom(last-1, func(e wal.Entry) error {
+		var err error
+		h, err = logentry.RawHeaderOf(e.Payload)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("read the log's last entry: %w", err)
+	}
+	if !h.InSpan() || h.Version == h.SpanLast {
+		return nil
+	}
+	if err := log.TruncateAfter(h.SpanFirst - 1); err != nil {
+		return fmt.Errorf("cut the incomplete span %d..%d at the log's end: %w", h.SpanFirst, h.SpanLast, err)
+	}
+	cfg.Logger.Warn("certifier log: removed the incomplete span of a streamed transaction at its end (a crash during its copy; its commit was never acknowledged)",
+		"span_first", h.SpanFirst, "span_last", h.SpanLast, "entries_removed", last-h.SpanFirst+1, "last_version", log.LastVersion())
+	return nil
+}
+
+// writeSpan copies a committed span from its spool file into the log,
+// one fragment (one entry) in memory at a time, each appended and synced
+// in turn, then advances the durable version to its last version and
+// removes the spool file; false if it failed, which stops the service.
+func (l *singleLog) writeSpan(sp committedSpan) bool {
+	s := l.s
+	spool, err := openSpool(sp.spool)
+	if err != nil {
+		s.fail(fmt.Errorf("open the stage of versions %d..%d: %w", sp.first, sp.last, err))
+		return false
+	}
+	defer spool.close()
+	var entry []byte
+	for v := sp.first; v <= sp.last; v++ {
+		fragment, err := spool.next()
+		if err != nil {
+			s.fail(fmt.Errorf("copy the stage of versions %d..%d into the log: %w", sp.first, sp.last, err))
+			return false
+		}
+		entry = logentry.AppendSpanEntry(entry[:0], logentry.SpanEntry{Version: v, Txn: sp.txn, Fragment: fragment,
+			First: sp.first, Last: sp.last, Certified: sp.certified})
+		started := time.Now()
+		if err := s.log.Append([]wal.Entry{{Version: v, Payload: entry}}); err != nil {
+			s.fail(fmt.Errorf("log append of version %d (span %d..%d): %w", v, sp.first, sp.last, err))
+			return false
+		}
+		s.stats.recordFsync(1, time.Since(started))
+		s.metrics.observeFsync(1)
+	}
+	s.mu.Lock()
+	s.recent.clear() // the next entry starts the ring again after the span
+	s.mu.Unlock()
+	s.durable.advance(sp.last)
+	s.staging.discard(txnOf(sp.txn))
+	return true
+}
+
+// settleStages releases the stages a decided batch claimed, except those
+// of committed spans, which the writer removes once they are in the log.
+func (s *Service) settleStages(batch []certifying) {
+	for i := range batch {
+		c := &batch[i]
+		if c.staged.Spool == "" {
+			continue
+		}
+		committed := c.reply == nil && c.stageProblem == "" && c.outcome.Decision == certification.Commit && !c.outcome.Duplicate
+		if !committed {
+			s.staging.discard(txnOf(c.req.Txn))
+		}
+	}
+}

@@ -1,0 +1,337 @@
+package certifier
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certification"
+)
+
+// Staging (Certifier.Stage): a transaction too large for one log entry
+// sends its writeset in fragments ahead of its certify request. Each
+// transaction's fragments go to a spool file of its own in the data
+// directory's stage/ directory, never into memory past the one fragment
+// being received; on commit the writer copies them into the log, one
+// entry per fragment (single.go, writeSpan), and removes the file; on
+// abort the file is removed at once. The spool is not synced: a crash
+// loses it, and the transaction, which nobody was told committed, with it
+// (Open empties stage/). A complete stage that no certify request claims
+// within stageIdleMax is removed. Only a single certifier stages: a
+// group's members would each need the fragments, which Raft would then
+// carry, entry-size limits and all.
+
+// stageDirName is the spool directory inside the data directory.
+const stageDirName = "stage"
+
+// DefaultStageBytesMax bounds the bytes held in stage/ at once, over every
+// transaction being staged or waiting for its decision: two streamed
+// transactions at the extension's default limit (tashkent.writeset_max_bytes).
+const DefaultStageBytesMax int64 = 8 << 30
+
+// stageIdleMax is how long a complete stage waits for its certify request
+// before it is removed: an agent certifies right after its stage, so a
+// stage left this long belongs to an agent or backend that went away.
+const stageIdleMax = 10 * time.Minute
+
+// errNotSingle refuses streamed writesets on a certifier group member.
+const errNotSingle = "streamed writesets need a single certifier; a certifier group commits writesets up to --writeset-bytes-max"
+
+// stagingArea holds the spool files of the transactions being staged or
+// waiting for their decision.
+type stagingArea struct {
+	dir      string
+	bytesMax int64
+	mu       sync.Mutex
+	held     int64 // bytes of the spool files, over all of them
+	txns     map[certification.TxnID]*stagedTxn
+}
+
+// stagedTxn is one transaction's spool file.
+type stagedTxn struct {
+	path      string
+	staged    StagedWriteset // the fragments received so far
+	fileBytes int64          // what the file holds, counted in held
+	complete  bool           // its Stage call returned
+	claimed   bool           // a certify request took it (claim)
+	completed time.Time
+}
+
+// openStagingArea empties dir/stage (spool files left by a crash hold
+// nothing anybody was told committed) and returns the area.
+func openStagingArea(dataDir string, bytesMax int64) (*stagingArea, error) {
+	dir := filepath.Join(dataDir, stageDirName)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("remove the stage directory left by the last run: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the stage directory: %w", err)
+	}
+	return &stagingArea{dir: dir, bytesMax: bytesMax, txns: make(map[certification.TxnID]*stagedTxn)}, nil
+}
+
+// spoolPath names a transaction's spool file: the origin hex-encoded (a
+// replica name may hold any character) and the sequence number.
+func (a *stagingArea) spoolPath(txn certification.TxnID) string {
+	return filepath.Join(a.dir, fmt.Sprintf("%x-%d.spool", txn.Origin, txn.Seq))
+}
+
+// begin creates the spool file of txn, replacing an earlier stage of it
+// that no request claimed (a Stage retried after a broken stream).
+func (a *stagingArea) begin(txn certification.TxnID) (*os.File, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if old := a.txns[txn]; old != nil {
+		if old.claimed || !old.complete {
+			return nil, status.Errorf(codes.FailedPrecondition, "transaction %s/%d is already being staged or certified", txn.Origin, txn.Seq)
+		}
+		a.removeLocked(txn, old)
+	}
+	path := a.spoolPath(txn)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "create the spool file: %v", err)
+	}
+	a.txns[txn] = &stagedTxn{path: path, staged: StagedWriteset{Spool: path}}
+	return f, nil
+}
+
+// reserve counts a fragment of n bytes (taking frameBytes in the file)
+// against --stage-bytes-max before it is written.
+func (a *stagingArea) reserve(txn certification.TxnID, n, frameBytes int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.txns[txn]
+	if a.held+int64(frameBytes) > a.bytesMax {
+		return status.Errorf(codes.ResourceExhausted,
+			"staged writesets would hold %d bytes, over the limit of %d (--stage-bytes-max); the transaction is not certified",
+			a.held+int64(frameBytes), a.bytesMax)
+	}
+	a.held += int64(frameBytes)
+	t.fileBytes += int64(frameBytes)
+	t.staged.Fragments++
+	t.staged.Bytes += uint64(n)
+	t.staged.LastFragmentBytes = n
+	return nil
+}
+
+// complete marks txn's stage whole: a certify request may claim it.
+func (a *stagingArea) complete(txn certification.TxnID, now time.Time) StagedWriteset {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.txns[txn]
+	t.complete, t.completed = true, now
+	return t.staged
+}
+
+// claim takes txn's complete stage for its certify request (ClaimStage).
+func (a *stagingArea) claim(id *pb.TxnID) (StagedWriteset, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.txns[txnOf(id)]
+	if t == nil || !t.complete || t.claimed {
+		return StagedWriteset{}, false
+	}
+	t.claimed = true
+	return t.staged, true
+}
+
+// discard removes txn's stage: its Stage failed, its request was
+// aborted, or its fragments are in the log.
+func (a *stagingArea) discard(txn certification.TxnID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if t := a.txns[txn]; t != nil {
+		a.removeLocked(txn, t)
+	}
+}
+
+func (a *stagingArea) removeLocked(txn certification.TxnID, t *stagedTxn) {
+	delete(a.txns, txn)
+	a.held -= t.fileBytes
+	_ = os.Remove(t.path) // gone already, or removed at the next start
+}
+
+// expire removes the complete stages that no request claimed within
+// stageIdleMax of now.
+func (a *stagingArea) expire(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for txn, t := range a.txns {
+		if t.complete && !t.claimed && now.Sub(t.completed) > stageIdleMax {
+			a.removeLocked(txn, t)
+		}
+	}
+}
+
+// heldBytes is what the spool files hold now.
+func (a *stagingArea) heldBytes() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.held
+}
+
+// Stage receives a streamed writeset's fragments into its spool file. A
+// fragment is a non-empty StageRequest.fragment (the first message may
+// carry the transaction id alone). See the package comment above.
+func (s *Service) Stage(stream pb.Certifier_StageServer) error {
+	if s.staging == nil {
+		return status.Error(codes.FailedPrecondition, errNotSingle)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if first.Txn.GetOrigin() == "" {
+		return status.Error(codes.InvalidArgument, "the first message of a Stage stream must carry the transaction id")
+	}
+	txn := txnOf(first.Txn)
+	f, err := s.staging.begin(txn)
+	if err != nil {
+		return err
+	}
+	err = s.spool(stream, txn, first, f)
+	if closeErr := f.Close(); err == nil && closeErr != nil {
+		err = status.Errorf(codes.Internal, "write the spool file: %v", closeErr)
+	}
+	if err != nil {
+		s.staging.discard(txn)
+		return err
+	}
+	staged := s.staging.complete(txn, time.Now())
+	return stream.SendAndClose(&pb.StageReply{Fragments: staged.Fragments, Bytes: staged.Bytes})
+}
+
+// spool writes msg's fragment and every later one to f until the client
+// closes its side.
+func (s *Service) spool(stream pb.Certifier_StageServer, txn certification.TxnID, msg *pb.StageRequest, f *os.File) error {
+	w := bufio.NewWriterSize(f, 1<<20)
+	for {
+		if msg.Txn != nil && txnOf(msg.Txn) != txn {
+			return status.Error(codes.InvalidArgument, "a Stage stream carries one transaction")
+		}
+		if len(msg.Fragment) > 0 {
+			if err := s.spoolFragment(w, txn, msg.Fragment); err != nil {
+				return err
+			}
+		}
+		var err error
+		msg, err = stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return status.Errorf(codes.Internal, "write the spool file: %v", err)
+	}
+	return nil
+}
+
+// spoolFragment checks one fragment and appends it to the spool: its
+// length (uvarint), then its bytes.
+func (s *Service) spoolFragment(w *bufio.Writer, txn certification.TxnID, fragment []byte) error {
+	if n, limit := len(fragment), s.cfg.Limits.WritesetBytesMax; n > limit {
+		return status.Errorf(codes.ResourceExhausted,
+			"a fragment of %d bytes is over the limit of %d (--writeset-bytes-max): each fragment becomes one log entry", n, limit)
+	}
+	if err := checkEncodedWriteset(fragment); err != nil {
+		return status.Errorf(codes.InvalidArgument, "fragment %d: %v", s.stagedFragments(txn)+1, err)
+	}
+	var length [binary.MaxVarintLen64]byte
+	lengthBytes := binary.PutUvarint(length[:], uint64(len(fragment)))
+	if err := s.staging.reserve(txn, len(fragment), lengthBytes+len(fragment)); err != nil {
+		return err
+	}
+	if _, err := w.Write(length[:lengthBytes]); err != nil {
+		return status.Errorf(codes.Internal, "write the spool file: %v", err)
+	}
+	if _, err := w.Write(fragment); err != nil {
+		return status.Errorf(codes.Internal, "write the spool file: %v", err)
+	}
+	return nil
+}
+
+func (s *Service) stagedFragments(txn certification.TxnID) uint32 {
+	s.staging.mu.Lock()
+	defer s.staging.mu.Unlock()
+	return s.staging.txns[txn].staged.Fragments
+}
+
+// checkEncodedWriteset checks that b decodes as a Writeset whose changes
+// parse (parseChange), reading it in place: every fragment becomes a log
+// entry every replica must decode.
+func checkEncodedWriteset(b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return errors.New("malformed writeset")
+		}
+		b = b[n:]
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return fmt.Errorf("malformed writeset: field %d", num)
+		}
+		if num == writesetChangesField {
+			if typ != protowire.BytesType {
+				return fmt.Errorf("malformed writeset: changes encoded as wire type %d", typ)
+			}
+			raw, _ := protowire.ConsumeBytes(b)
+			if _, err := parseChange(raw); err != nil {
+				return err
+			}
+		}
+		b = b[m:]
+	}
+	return nil
+}
+
+// spoolReader reads a spool file's fragments back, one at a time, into
+// one reused buffer.
+type spoolReader struct {
+	f   *os.File
+	r   *bufio.Reader
+	buf []byte
+}
+
+func openSpool(path string) (*spoolReader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return &spoolReader{f: f, r: bufio.NewReaderSize(f, 1<<20)}, nil
+}
+
+// next returns the next fragment, valid until the next call.
+func (r *spoolReader) next() ([]byte, error) {
+	n, err := binary.ReadUvarint(r.r)
+	if err != nil {
+		return nil, fmt.Errorf("read the spool file %s: %w", r.f.Name(), err)
+	}
+	if n > uint64(DefaultLimits.WritesetBytesMax) {
+		return nil, fmt.Errorf("spool file %s: a fragment of %d bytes", r.f.Name(), n)
+	}
+	if uint64(cap(r.buf)) < n {
+		r.buf = make([]byte, n)
+	}
+	r.buf = r.buf[:n]
+	if _, err := io.ReadFull(r.r, r.buf); err != nil {
+		return nil, fmt.Errorf("read the spool file %s: %w", r.f.Name(), err)
+	}
+	return r.buf, nil
+}
+
+func (r *spoolReader) close() { r.f.Close() }
