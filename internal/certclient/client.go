@@ -511,7 +511,8 @@ func Continuing(raw [][]byte, delivered uint64) ([]logentry.Entry, error) {
 // entries: it committed, at that version. This is how a call re-sent after
 // a reconnection learns its outcome even when the certifier no longer
 // remembers the transaction id (it slid out of the window) and would answer
-// the re-sent request with an abort.
+// the re-sent request with an abort. A streamed transaction (a span of
+// entries) is settled at its last entry, with its first version.
 func (c *Client) settleFromLog(entries []logentry.Entry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -520,7 +521,7 @@ func (c *Client) settleFromLog(entries []logentry.Entry) {
 	}
 	for _, e := range entries {
 		h, err := logentry.RawHeaderOf(e.Bytes) // allocates nothing: every entry is looked at
-		if err != nil {
+		if err != nil || (h.InSpan() && h.Version != h.SpanLast) {
 			continue
 		}
 		id, ok := c.byTxn[txnKey{string(h.Origin), h.Seq}]
@@ -528,7 +529,8 @@ func (c *Client) settleFromLog(entries []logentry.Entry) {
 			continue
 		}
 		cl := c.takeLocked(id)
-		cl.reply <- &pb.CertifyReply{RequestId: id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version}
+		cl.reply <- &pb.CertifyReply{RequestId: id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version,
+			FirstVersion: h.SpanFirst}
 	}
 }
 
