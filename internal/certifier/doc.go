@@ -51,6 +51,16 @@
 // behind (the stream's pause flag), the other streams' requests are held
 // before they are certified (flowcontrol.go).
 //
+// # Streamed writesets
+//
+// A transaction too large for one log entry is staged first (Stage,
+// stage.go: a spool file per transaction in the data directory's stage/)
+// and certified with CertifyRequest.streamed on a small writeset of whole
+// tables. It commits as a span of consecutive versions, one per fragment,
+// which the writer copies from the spool into the log one fragment at a
+// time before the durable version moves past it (span.go). Only a single
+// certifier does this; a group refuses.
+//
 // # Decisions and drivers
 //
 // What the service decides per message is in pure functions (core.go):

@@ -20,7 +20,7 @@ func randomWriteset(rng *rand.Rand) *pb.Writeset {
 	tables := []string{"", "public.t", `"Odd".x`, "t#idx"}
 	ws := &pb.Writeset{}
 	for range rng.IntN(6) {
-		c := &pb.Change{Table: tables[rng.IntN(len(tables))], Op: pb.Op(rng.IntN(10))} // 9: unknown
+		c := &pb.Change{Table: tables[rng.IntN(len(tables))], Op: pb.Op(rng.IntN(11))} // 10: unknown
 		if rng.IntN(4) > 0 {
 			c.Key = []byte(strings.Repeat("k", rng.IntN(3)) + string(rune('0'+rng.IntN(10))))
 		}

@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 )
 
@@ -40,6 +42,34 @@ func TestGroupEntryKeysAgreesWithDecodeEntryKeys(t *testing.T) {
 		check(i, twice)
 		if len(e.Bytes) > 3 {
 			check(i, e.Bytes[:len(e.Bytes)-2])
+		}
+		// An entry of a span: its keys are the certified writeset's, on
+		// its last entry only.
+		fragment, _ := proto.Marshal(randomWriteset(rng))
+		certified, _ := proto.Marshal(randomWriteset(rng))
+		for v := uint64(1); v <= 2; v++ {
+			check(i, logentry.AppendSpanEntry(nil, logentry.SpanEntry{Version: v, Txn: txn, Fragment: fragment, First: 1, Last: 2, Certified: certified}))
+		}
+	}
+}
+
+// A group restores a span one entry at a time: no keys from a fragment's
+// rows, the certified writeset's at the span's last entry.
+func TestEntryKeysOfASpanAreItsCertifiedWriteset(t *testing.T) {
+	fragment, _ := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{{Table: "public.t", Op: pb.Op_OP_UPSERT, Key: []byte("[1]"), Row: []byte("{}")}}})
+	certified, _ := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{{Table: "public.t", Op: pb.Op_OP_TABLE_WRITE}}})
+	txn := &pb.TxnID{Origin: "r1", Seq: 5}
+	for _, read := range []func([]byte) (certification.TxnID, []certification.Key, error){DecodeEntryKeys, GroupEntryKeys} {
+		for v := uint64(7); v <= 9; v++ {
+			gotTxn, keys, err := read(logentry.AppendSpanEntry(nil, logentry.SpanEntry{Version: v, Txn: txn, Fragment: fragment,
+				First: 7, Last: 9, Certified: certified}))
+			want := []certification.Key(nil)
+			if v == 9 {
+				want = []certification.Key{certification.TableKey("public.t")}
+			}
+			if err != nil || gotTxn != (certification.TxnID{Origin: "r1", Seq: 5}) || !slices.Equal(keys, want) {
+				t.Fatalf("entry %d of span 7..9: %v %v %v, want keys %v", v, gotTxn, keys, err, want)
+			}
 		}
 	}
 }
