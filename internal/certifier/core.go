@@ -3,7 +3,6 @@ package certifier
 import (
 	"errors"
 	"fmt"
-	"math"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -106,9 +105,7 @@ func prepareStreamed(c certifying, claim ClaimStage) certifying {
 		c.stageProblem = fmt.Sprintf("the streamed writeset was not staged (or not completely): the request says %d fragments of %d bytes, the certifier staged %d fragments of %d bytes",
 			req.Streamed.Fragments, req.Streamed.Bytes, staged.Fragments, staged.Bytes)
 	default:
-		last := logentry.SpanEntryBytes(logentry.SpanEntry{Version: math.MaxUint64, Txn: req.Txn, First: 1, Last: math.MaxUint64,
-			Fragment: make([]byte, staged.LastFragmentBytes), Certified: req.Writeset})
-		if last > wal.EntryBytesMax {
+		if last := logentry.SpanEntryBytesMax(req.Txn, staged.LastFragmentBytes, len(req.Writeset)); last > wal.EntryBytesMax {
 			c.reply = abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}, pb.AbortReason_ABORT_REASON_LIMIT,
 				fmt.Sprintf("the streamed writeset's last log entry (its last fragment and the certified writeset) would be %d bytes, over the log's limit of %d", last, wal.EntryBytesMax))
 		}

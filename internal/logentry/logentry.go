@@ -311,19 +311,19 @@ func AppendSpanEntry(dst []byte, e SpanEntry) []byte {
 	return protowire.AppendVarint(dst, e.Version)
 }
 
-// SpanEntryBytes is the size AppendSpanEntry adds for e.
-func SpanEntryBytes(e SpanEntry) int {
+// SpanEntryBytesMax bounds the size of a span's last entry (the largest):
+// txn's, with a fragment of fragmentBytes and a certified writeset of
+// certifiedBytes, at any versions.
+func SpanEntryBytesMax(txn *pb.TxnID, fragmentBytes, certifiedBytes int) int {
 	n := 0
-	if e.Txn != nil {
-		n += protowire.SizeTag(txnField) + protowire.SizeBytes(txnSize(e.Txn))
+	if txn != nil {
+		n += protowire.SizeTag(txnField) + protowire.SizeBytes(txnSize(txn))
 	}
-	if len(e.Fragment) > 0 {
-		n += protowire.SizeTag(writesetField) + protowire.SizeBytes(len(e.Fragment))
+	if fragmentBytes > 0 {
+		n += protowire.SizeTag(writesetField) + protowire.SizeBytes(fragmentBytes)
 	}
-	n += protowire.SizeTag(spanFirstField) + protowire.SizeVarint(e.First)
-	n += protowire.SizeTag(spanLastField) + protowire.SizeVarint(e.Last)
-	if e.Version == e.Last && len(e.Certified) > 0 {
-		n += protowire.SizeTag(certifiedField) + protowire.SizeBytes(len(e.Certified))
+	if certifiedBytes > 0 {
+		n += protowire.SizeTag(certifiedField) + protowire.SizeBytes(certifiedBytes)
 	}
-	return n + protowire.SizeTag(versionField) + protowire.SizeVarint(e.Version)
+	return n + 3*VersionBytesMax // the version, span_first and span_last
 }
