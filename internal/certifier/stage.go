@@ -184,7 +184,7 @@ func (a *stagingArea) heldBytes() int64 {
 
 // Stage receives a streamed writeset's fragments into its spool file. A
 // fragment is a non-empty StageRequest.fragment (the first message may
-// carry the transaction id alone). See the package comment above.
+// carry the transaction id alone). See the comment at the top of this file.
 func (s *Service) Stage(stream pb.Certifier_StageServer) error {
 	if s.staging == nil {
 		return status.Error(codes.FailedPrecondition, errNotSingle)
@@ -249,7 +249,7 @@ func (s *Service) spoolFragment(w *bufio.Writer, txn certification.TxnID, fragme
 			"a fragment of %d bytes is over the limit of %d (--writeset-bytes-max): each fragment becomes one log entry", n, limit)
 	}
 	if err := checkEncodedWriteset(fragment); err != nil {
-		return status.Errorf(codes.InvalidArgument, "fragment %d: %v", s.stagedFragments(txn)+1, err)
+		return status.Errorf(codes.InvalidArgument, "fragment %d: %v", s.staging.fragments(txn)+1, err)
 	}
 	var length [binary.MaxVarintLen64]byte
 	lengthBytes := binary.PutUvarint(length[:], uint64(len(fragment)))
@@ -265,10 +265,11 @@ func (s *Service) spoolFragment(w *bufio.Writer, txn certification.TxnID, fragme
 	return nil
 }
 
-func (s *Service) stagedFragments(txn certification.TxnID) uint32 {
-	s.staging.mu.Lock()
-	defer s.staging.mu.Unlock()
-	return s.staging.txns[txn].staged.Fragments
+// fragments is how many fragments of txn were staged so far.
+func (a *stagingArea) fragments(txn certification.TxnID) uint32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.txns[txn].staged.Fragments
 }
 
 // checkEncodedWriteset checks that b decodes as a Writeset whose changes
