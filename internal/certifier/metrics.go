@@ -59,6 +59,8 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 			func() float64 { return float64(s.inFlight.Load()) }},
 		{prometheus.GaugeOpts{Name: "tashkent_certifier_log_bytes", Help: "Bytes of log on disk."},
 			func() float64 { return float64(s.log.SizeBytes()) }},
+		{prometheus.GaugeOpts{Name: "tashkent_certifier_stage_bytes", Help: "Bytes of streamed writesets staged and waiting for their decision (at most --stage-bytes-max; 0 in a group)."},
+			func() float64 { return float64(s.staging.heldBytes()) }},
 		{prometheus.GaugeOpts{Name: "tashkent_certifier_log_first_version", Help: "Oldest version still in the log (retention): a replica further behind cannot catch up from this certifier."},
 			func() float64 { return float64(s.log.FirstVersion()) }},
 		{prometheus.GaugeOpts{Name: "tashkent_certifier_leader", Help: "1 while this certifier certifies: a single certifier, or the group's leader."},

@@ -175,8 +175,11 @@ func (a *stagingArea) expire(now time.Time) {
 	}
 }
 
-// heldBytes is what the spool files hold now.
+// heldBytes is what the spool files hold now (0 for a nil area: a group).
 func (a *stagingArea) heldBytes() int64 {
+	if a == nil {
+		return 0
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.held

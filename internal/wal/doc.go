@@ -41,9 +41,7 @@
 // When a segment file is created, its header goes in the same write as its first records, and the
 // directory is fsynced too. The previous segment is trimmed to its records, fsynced and closed before
 // the next one is created: a later segment never exists on disk before the earlier one is complete,
-// and only the last segment ends in zeros. TruncateAfter cuts the log's tail for a caller whose own
-// recovery finds it incomplete in its terms (the certifier's interrupted copy of a streamed
-// transaction), newest segment first, each step synced. Readers see a batch only after its fsync returned (the index is updated afterwards), so
+// and only the last segment ends in zeros. Readers see a batch only after its fsync returned (the index is updated afterwards), so
 // they never read bytes that a crash could take back. If a write or fsync fails, the log refuses
 // further writes: after a failed fsync the kernel may have dropped the dirty pages and will not report
 // it again, so the only safe continuation is a restart and recovery from what is actually on disk.
@@ -73,6 +71,11 @@
 // its version could follow the good prefix. This classification is deliberately conservative: if a
 // crash persisted the later pages of an unacknowledged write but not the earlier ones, Open reports
 // corruption rather than guessing, and an operator decides.
+//
+// Records are whole entries to the log; what an entry means is its caller's. A caller whose own
+// recovery finds the log's tail incomplete in its terms (the certifier's copy of a streamed
+// transaction, interrupted by a crash) cuts it with TruncateAfter: newest segments removed first,
+// then the segment holding the version cut after its record, each step synced.
 //
 // Pipelined group commit (pipeline.go: Write, then Pending.Wait) lets the next batch be written while
 // the previous batch's fdatasync runs; nothing is published or acknowledged before its own fsync and
