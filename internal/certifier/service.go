@@ -109,18 +109,6 @@ func Open(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-func decodeEntry(e wal.Entry) (*pb.LogEntry, error) {
-	entry, err := logentry.Decode(e.Payload)
-	if err != nil {
-		return nil, fmt.Errorf("log entry %d: %w", e.Version, err)
-	}
-	if entry.Version != e.Version {
-		// The checksum matched, so this is a bug, not a disk fault.
-		panic(fmt.Sprintf("certifier: log record %d holds entry %d", e.Version, entry.Version))
-	}
-	return entry, nil
-}
-
 // A stream's message is certified in three steps, so that the critical
 // section is entered once per message rather than once per request (the
 // streams' receivers contend for it; at saturation the lock hand-offs cost

@@ -431,3 +431,30 @@ func TestStreamedCommitHoldsOneFragmentAtATime(t *testing.T) {
 		t.Fatalf("heap in use grew by %d MiB while %d MiB were staged and committed: more than a few fragments at a time", grown>>20, total>>20)
 	}
 }
+
+// A crash during the copy of the first transaction a certifier commits
+// leaves a log of nothing but an incomplete span: it is emptied, and the
+// versions start again at 1.
+func TestIncompleteSpanThatIsTheWholeLogIsCut(t *testing.T) {
+	dir := t.TempDir()
+	log, err := wal.Open(wal.Options{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []wal.Entry
+	for v := uint64(1); v <= 2; v++ { // of the span 1..3
+		entries = append(entries, wal.Entry{Version: v, Payload: logentry.AppendSpanEntry(nil, logentry.SpanEntry{
+			Version: v, Txn: &pb.TxnID{Origin: "x", Seq: 1}, Fragment: fragment(t, "public.big", int(v)*10, 10, 10), First: 1, Last: 3})})
+	}
+	if err := log.Append(entries); err != nil {
+		t.Fatal(err)
+	}
+	log.Close()
+	srv := listen(t, certifier.Config{DataDir: dir})
+	if v := srv.Service.DurableVersion(); v != 0 {
+		t.Fatalf("durable version %d, want 0", v)
+	}
+	if r := connect(t, srv, "a", 0).certify(t, 0, upsert("public.big", 5)); r.CommitVersion != 1 {
+		t.Fatalf("after the cut: %v, want version 1", r)
+	}
+}

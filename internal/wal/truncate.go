@@ -12,8 +12,8 @@ import (
 // transaction whose copy into the log a crash interrupted). Segments after the one holding version
 // are removed newest first, each removal synced, and that segment is cut after version's record and
 // synced, so a crash in between leaves a shorter log that ends at a record, which the caller cuts
-// again. It must not run while a Write is waiting for its Wait. Cutting every entry is refused: the
-// log would start again at version 1.
+// again. It must not run while a Write is waiting for its Wait. Cutting every entry leaves an empty
+// log, which starts again at version 1: refused unless the log starts at version 1.
 func (l *Log) TruncateAfter(version uint64) error {
 	l.appendMu.Lock()
 	defer l.appendMu.Unlock()
@@ -26,14 +26,17 @@ func (l *Log) TruncateAfter(version uint64) error {
 	if version >= l.lastVersionLocked() {
 		return nil
 	}
-	if version < l.segments[0].firstVersion {
-		return fmt.Errorf("wal: cutting the log after version %d would remove all of it (it starts at version %d)",
-			version, l.segments[0].firstVersion)
+	if first := l.segments[0].firstVersion; version+1 < first || (version+1 == first && first > 1) {
+		return fmt.Errorf("wal: cutting the log after version %d would remove all of it, and it starts at version %d: "+
+			"an empty log starts again at version 1", version, first)
 	}
-	for l.segments[len(l.segments)-1].firstVersion > version {
+	for len(l.segments) > 0 && l.segments[len(l.segments)-1].firstVersion > version {
 		if err := l.removeNewestSegment(); err != nil {
 			return err
 		}
+	}
+	if len(l.segments) == 0 {
+		return nil
 	}
 	return l.cutActiveSegmentAfter(version)
 }
@@ -53,6 +56,9 @@ func (l *Log) removeNewestSegment() error {
 	}
 	if err := l.syncLogDir(); err != nil {
 		return l.unusable(err)
+	}
+	if len(l.segments) == 0 {
+		return nil
 	}
 	return l.reopenActive()
 }

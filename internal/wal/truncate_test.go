@@ -10,7 +10,7 @@ import (
 // there, and a reopened log holds the same.
 func TestTruncateAfterCutsTheTailDurably(t *testing.T) {
 	const last = 60
-	for _, cut := range []uint64{59, 40, 17, 1, last} {
+	for _, cut := range []uint64{59, 40, 17, 1, 0, last} {
 		t.Run(fmt.Sprint(cut), func(t *testing.T) {
 			dir := buildLog(t, 300, last) // a few records per segment
 			l := mustOpen(t, testOptions(dir, 300))
@@ -30,7 +30,9 @@ func TestTruncateAfterCutsTheTailDurably(t *testing.T) {
 	}
 }
 
-func TestTruncateAfterRefusesToEmptyTheLog(t *testing.T) {
+// A log that no longer starts at version 1 is not emptied: it would
+// start again there.
+func TestTruncateAfterRefusesToEmptyALogRetentionCut(t *testing.T) {
 	dir := buildLog(t, 300, 30)
 	l := mustOpen(t, testOptions(dir, 300))
 	defer mustClose(t, l)
