@@ -198,7 +198,7 @@ func (c *Client) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.Certi
 		return &pb.CertifyReply{Txn: req.Txn, Decision: pb.Decision_DECISION_ABORT, AbortReason: pb.AbortReason_ABORT_REASON_INVALID,
 			Detail: fmt.Sprintf("the writeset cannot be encoded: %v", err)}, nil
 	}
-	enc := &pb.CertifyRequestEncoded{Txn: req.Txn, StartVersion: req.StartVersion, Writeset: writeset}
+	enc := &pb.CertifyRequestEncoded{Txn: req.Txn, StartVersion: req.StartVersion, Writeset: writeset, Streamed: req.Streamed}
 	if r := c.oversized(enc, len(req.GetWriteset().GetChanges())); r != nil {
 		return r, nil
 	}

@@ -70,6 +70,13 @@ func (l *singleLog) writeSpan(sp committedSpan) bool {
 	defer spool.close()
 	var entry []byte
 	for v := sp.first; v <= sp.last; v++ {
+		select {
+		case <-s.stop:
+			// Closing: the span's entries written so far are cut at the
+			// next start, and nobody was told it committed.
+			return false
+		default:
+		}
 		fragment, err := spool.next()
 		if err != nil {
 			s.fail(fmt.Errorf("copy the stage of versions %d..%d into the log: %w", sp.first, sp.last, err))
