@@ -247,6 +247,16 @@ func (w *world) apply() {
 		return
 	}
 	switch {
+	case w.cancel && b.InSpan() && !b.EndsSpan() && w.rng.IntN(2) == 0:
+		// the cancel came too late: the fragment, which waits for no
+		// turn, was applied
+		w.cancel = false
+		w.o.Done(true)
+		w.m.open, w.m.applied = spanRange{b.SpanFirst, b.SpanLast}, b.Last
+		if !w.o.RestartWanted() {
+			w.fail("fragment %d applied despite a cancel, and no restart is wanted", b.First)
+		}
+		w.restart, w.m.restart = true, true
 	case w.cancel:
 		w.cancel = false
 		w.o.Done(false)

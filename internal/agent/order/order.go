@@ -475,11 +475,18 @@ func (o *Order) Done(applied bool) {
 	if b == nil {
 		panic("order: Done without a batch in flight")
 	}
+	cancelled := o.cancel
 	o.inFlight, o.cancel, o.decisionAwaited = nil, false, false
 	switch {
 	case !applied:
 	case b.InSpan() && !b.EndsSpan():
 		o.applyInSpan(b)
+		if cancelled {
+			// It ran to its end before the cancel reached it (it does not
+			// wait for a turn): its open transaction now keeps the applier
+			// from the abandoned version before it.
+			o.restart = true
+		}
 	default:
 		o.open = nil
 		o.advance(b.Last)

@@ -486,6 +486,21 @@ func TestAbandonBeforeASpan(t *testing.T) {
 			}
 		})
 	}
+	// The first fragment, which waits for no turn, ran to its end before
+	// the cancel reached it: its transaction is open, and the version
+	// before it can only be applied in a new run.
+	o := New(me, 0)
+	l := o.Register(1)
+	mustDeliver(t, o, entry(1, me, 1))
+	mustDeliver(t, o, remoteSpan(2, 4)...)
+	o.Next(10)
+	if o.Abandon(l) != Cancel {
+		t.Fatal("no cancel for the span's first fragment in flight")
+	}
+	o.Done(true)
+	if !o.RestartWanted() || o.Next(10) != nil {
+		t.Fatal("a fragment applied despite its cancel did not ask for a restart")
+	}
 }
 
 // A hold never falls inside a span: one asked inside a delivered span
