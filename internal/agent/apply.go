@@ -129,8 +129,22 @@ func (r *run) handleApplyError(b *order.Batch, err error) bool {
 	case replica.IsAlreadyCommitted(err):
 		return r.skipCommitted(b, err)
 	}
+	if b.InSpan() {
+		r.rollbackSpan()
+	}
 	r.halt(fmt.Errorf("apply versions %d..%d: %w", b.First, b.Last, err))
 	return false
+}
+
+// rollbackSpan rolls back the span's transaction, which a failed
+// fragment inside it leaves open, before the applier stops for good: its
+// row locks are not kept.
+func (r *run) rollbackSpan() {
+	ctx, cancel := context.WithTimeout(r.ctx, queryTimeout)
+	defer cancel()
+	if _, err := r.apply.Exec(ctx, "ROLLBACK"); err != nil {
+		r.a.log.Warn("could not roll back the streamed transaction the applier stops in", "err", err)
+	}
 }
 
 // skipCommitted handles a batch that holds versions the database

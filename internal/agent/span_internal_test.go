@@ -188,3 +188,27 @@ func TestASpanThatCannotGoOnEndsTheRun(t *testing.T) {
 		t.Fatalf("rows %q", rows)
 	}
 }
+
+// A fragment that cannot be applied halts the replica, as any version
+// that cannot be applied, and the span's transaction is rolled back, not
+// left open holding its rows' locks.
+func TestAFragmentThatCannotBeAppliedHaltsAndRollsTheSpanBack(t *testing.T) {
+	w := newSpanWorld(t)
+	const other = "replica2#other"
+	w.deliver(kvEntry(1, 1, 2, other, 1, 1))
+	w.await("the span's first fragment applied", func() bool { return get(w.a.seq, (*order.Order).Applied) == 1 })
+	bad, err := proto.Marshal(&pb.LogEntry{Version: 2, Txn: &pb.TxnID{Origin: other, Seq: 1}, SpanFirst: 1, SpanLast: 2,
+		Writeset: &pb.Writeset{Changes: []*pb.Change{{Table: "public.missing", Op: pb.Op_OP_UPSERT, Key: []byte("[1]"), Row: []byte("(1)")}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.deliver(logentry.Entry{Version: 2, Bytes: bad})
+	w.await("the replica halted", func() bool { s, _ := w.a.State(); return s == StateHalted })
+	if st := w.r.apply.PgConn().TxStatus(); st != 'I' {
+		t.Errorf("the applier's connection is in status %q after the halt, want idle", st)
+	}
+	conn := w.pg.Connect("postgres")
+	if _, err := conn.Exec(context.Background(), `SET tashkent.maintenance = on; SET lock_timeout = '1s'; INSERT INTO kv VALUES (1, 'local')`); err != nil {
+		t.Fatalf("the span's row is still locked after the halt: %v", err)
+	}
+}
