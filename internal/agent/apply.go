@@ -34,8 +34,7 @@ func (r *run) applyLoop() {
 		err = r.applyBatch(b)
 		if err == nil {
 			r.a.seq.done(true)
-			r.a.metrics.applied.Add(float64(b.Last - b.First + 1))
-			r.a.metrics.batchVersions.Observe(float64(b.Last - b.First + 1))
+			r.countApplied(b)
 			continue
 		}
 		r.a.seq.done(false)
@@ -43,6 +42,20 @@ func (r *run) applyLoop() {
 			return
 		}
 	}
+}
+
+// countApplied counts the versions a batch committed: a span's, all at
+// once, with the batch that ends it.
+func (r *run) countApplied(b *order.Batch) {
+	first, last := b.First, b.Last
+	switch {
+	case b.EndsSpan():
+		first = b.SpanFirst
+	case b.InSpan():
+		return
+	}
+	r.a.metrics.applied.Add(float64(last - first + 1))
+	r.a.metrics.batchVersions.Observe(float64(last - first + 1))
 }
 
 // applyBatch applies one batch and, while it runs, watches it: local
