@@ -33,6 +33,19 @@ func (c *cluster) commitEach(stmts ...string) []*certifierpb.LogEntry {
 	return out
 }
 
+// originProgress is the version the replica's commits recorded in the
+// replication origin "tashkent", which crash recovery restores
+// (extension/src/turn.c).
+func originProgress(t testing.TB, conn *pgx.Conn) uint64 {
+	t.Helper()
+	var v int64
+	err := conn.QueryRow(tctx(t), `SELECT (pg_replication_origin_progress('tashkent', false) - '0/0'::pg_lsn)::bigint`).Scan(&v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(v)
+}
+
 // A span is applied fragment by fragment, each call as the agent makes
 // it, in one transaction: nothing of it shows, and the replica's version
 // stays before it, until the call holding its last version commits it;
@@ -62,6 +75,9 @@ func TestApplySpanIsOneTransaction(t *testing.T) {
 		if v, err := ReadVersion(tctx(t), watcher); err != nil || v != first-1 {
 			t.Fatalf("after fragment %d the replica's version is %d (%v), want %d until the span commits", i, v, err, first-1)
 		}
+		if v := originProgress(t, watcher); v != first-1 {
+			t.Fatalf("after fragment %d the replication origin's progress is %d, want %d", i, v, first-1)
+		}
 		if f.GetVersion() < first+3 { // the DDL holds kv's lock from there on
 			if got := dump(t, watcher, "kv"); got != "" {
 				t.Fatalf("after fragment %d another session sees kv:\n%s", i, got)
@@ -70,6 +86,9 @@ func TestApplySpanIsOneTransaction(t *testing.T) {
 	}
 	if v := c.version(1); v != last {
 		t.Fatalf("after the span the replica's version is %d, want %d", v, last)
+	}
+	if v := originProgress(t, watcher); v != last {
+		t.Fatalf("after the span the replication origin's progress is %d, want %d", v, last)
 	}
 	if st := b.apply.PgConn().TxStatus(); st != 'I' {
 		t.Fatalf("connection status after the span: %q", st)
