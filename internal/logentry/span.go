@@ -6,12 +6,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// LogEntry.span_first and span_last's field numbers.
-const (
-	spanFirstField protowire.Number = 4
-	spanLastField  protowire.Number = 5
-)
-
 // SpanOf reads the span an encoded entry is part of (LogEntry.span_first,
 // span_last; both 0 for an entry that is a transaction of its own)
 // without decoding the writeset and without allocating: a replica reads it
@@ -19,6 +13,7 @@ const (
 // of a field wins. An entry with only one of the two set, or with first
 // above last, is refused.
 func SpanOf(b []byte) (first, last uint64, err error) {
+	const firstField, lastField protowire.Number = 4, 5 // LogEntry.span_first, span_last
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -27,9 +22,9 @@ func SpanOf(b []byte) (first, last uint64, err error) {
 		b = b[n:]
 		var m int
 		switch {
-		case num == spanFirstField && typ == protowire.VarintType:
+		case num == firstField && typ == protowire.VarintType:
 			first, m = protowire.ConsumeVarint(b)
-		case num == spanLastField && typ == protowire.VarintType:
+		case num == lastField && typ == protowire.VarintType:
 			last, m = protowire.ConsumeVarint(b)
 		default:
 			m = protowire.ConsumeFieldValue(num, typ, b)
