@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -241,7 +242,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			r.closeGate("the tashkent agent of this replica stopped")
 		}
 		a.endRun(r)
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errRestart):
+			a.log.Warn("starting the replica's run again", "why", err)
+			a.setState(StateRecovering, err.Error())
+		default:
 			a.log.Warn("lost the replica's database; recovering", "err", err)
 			a.setState(StateRecovering, "the replica's database restarted or was lost: "+err.Error())
 		}

@@ -18,17 +18,23 @@ import (
 // while local versions before it are not committed yet: its transaction
 // waits for its turn inside PostgreSQL (extension/src/turn.c), so its
 // writes overlap the commits before it.
+//
+// A remote span (a streamed transaction) comes one fragment per batch; its
+// database transaction stays open on the applier's connection from its
+// first batch to its last (replica.ApplySpan).
 func (r *run) applyLoop() {
 	for {
 		b, err := r.a.seq.next(r.ctx)
+		if errors.Is(err, errRestart) {
+			r.restart()
+		}
 		if err != nil {
 			return
 		}
 		err = r.applyBatch(b)
 		if err == nil {
 			r.a.seq.done(true)
-			r.a.metrics.applied.Add(float64(b.Last - b.First + 1))
-			r.a.metrics.batchVersions.Observe(float64(b.Last - b.First + 1))
+			r.countApplied(b)
 			continue
 		}
 		r.a.seq.done(false)
@@ -38,10 +44,29 @@ func (r *run) applyLoop() {
 	}
 }
 
+// countApplied counts the versions a batch committed: a span's, all at
+// once, with the batch that ends it.
+func (r *run) countApplied(b *order.Batch) {
+	first, last := b.First, b.Last
+	switch {
+	case b.EndsSpan():
+		first = b.SpanFirst
+	case b.InSpan():
+		return
+	}
+	r.a.metrics.applied.Add(float64(last - first + 1))
+	r.a.metrics.batchVersions.Observe(float64(last - first + 1))
+}
+
 // applyBatch applies one batch and, while it runs, watches it: local
 // transactions that block it are doomed (lockwatch.go), and if a version
 // before it was abandoned, it is cancelled, since it would wait for its
 // turn behind a version only the applier can apply (Tashkent §8.1).
+//
+// A span's batch runs in the span's transaction, and its locks are needed
+// for the span's first version, whose turn its commit waits for. If the
+// order wants a new run meanwhile (order.Restart), the run ends, and with
+// it the batch.
 func (r *run) applyBatch(b *order.Batch) error {
 	entries := make([]*pb.LogEntry, len(b.Entries))
 	for i, e := range b.Entries {
@@ -52,8 +77,14 @@ func (r *run) applyBatch(b *order.Batch) error {
 		entries[i] = d
 	}
 	done := make(chan error, 1)
-	go func() { done <- r.applier.Apply(r.ctx, r.apply, entries) }()
-	watch := newLockWatch(r, b.First)
+	first := b.First
+	if b.InSpan() {
+		first = b.SpanFirst
+		go func() { done <- r.applier.ApplySpan(r.ctx, r.apply, entries) }()
+	} else {
+		go func() { done <- r.applier.Apply(r.ctx, r.apply, entries) }()
+	}
+	watch := newLockWatch(r, first)
 	tick := time.NewTicker(lockWatchInterval)
 	defer tick.Stop()
 	for {
@@ -67,7 +98,19 @@ func (r *run) applyBatch(b *order.Batch) error {
 		if r.a.seq.cancelWanted() {
 			r.cancelApply(b)
 		}
+		if get(r.a.seq, (*order.Order).RestartWanted) {
+			r.restart()
+		}
 	}
+}
+
+// restart ends the run because its order cannot go on (order.Restart):
+// a local span whose backend gave it up, or a version before a span
+// whose transaction is open, must be applied from entries the order did
+// not keep. The next run delivers them again from the database's
+// version.
+func (r *run) restart() {
+	r.fail(fmt.Errorf("%w: a streamed transaction must be applied from the certifier's log again (a backend gave up a certified version it had streamed, or one before a streamed transaction being applied)", errRestart))
 }
 
 // cancelApply cancels the statement the applier's backend runs. It is
@@ -84,6 +127,10 @@ func (r *run) handleApplyError(b *order.Batch, err error) bool {
 	switch code := pgcode.Of(err); {
 	case r.ctx.Err() != nil:
 		return false
+	case b.InSpan() && !b.BeginsSpan() && (replica.IsSpanLost(err) || r.apply.IsClosed()):
+		// The fragments applied before this batch are not kept.
+		r.fail(fmt.Errorf("%w: the transaction of span %d..%d was lost at version %d: %w", errRestart, b.SpanFirst, b.SpanLast, b.First, err))
+		return false
 	case r.apply.IsClosed():
 		return r.reconnectApplier(err)
 	case code == pgcode.DeadlockDetected || code == pgcode.SerializationFailure || code == pgcode.LockNotAvailable || code == pgcode.QueryCanceled:
@@ -95,8 +142,22 @@ func (r *run) handleApplyError(b *order.Batch, err error) bool {
 	case replica.IsAlreadyCommitted(err):
 		return r.skipCommitted(b, err)
 	}
+	if b.InSpan() {
+		r.rollbackSpan()
+	}
 	r.halt(fmt.Errorf("apply versions %d..%d: %w", b.First, b.Last, err))
 	return false
+}
+
+// rollbackSpan rolls back the span's transaction, which a failed
+// fragment inside it leaves open, before the applier stops for good: its
+// row locks are not kept.
+func (r *run) rollbackSpan() {
+	ctx, cancel := context.WithTimeout(r.ctx, queryTimeout)
+	defer cancel()
+	if _, err := r.apply.Exec(ctx, "ROLLBACK"); err != nil {
+		r.a.log.Warn("could not roll back the streamed transaction the applier stops in", "err", err)
+	}
 }
 
 // skipCommitted handles a batch that holds versions the database

@@ -54,6 +54,10 @@ func (a *Agent) connConfig(applicationName string) (*pgx.ConnConfig, error) {
 	// the replica to catch up, which they make it do.
 	cfg.RuntimeParams["tashkent.sync_wait"] = "off"
 	cfg.RuntimeParams["tashkent.catch_up_wait"] = "off"
+	// A streamed transaction's apply transaction is idle while its next
+	// fragment is delivered: a server-wide limit on idle transactions
+	// would end it, and the run with it, again and again.
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = "0"
 	return cfg, nil
 }
 

@@ -54,6 +54,15 @@
 // the same one; any other failure halts the replica (gate closed,
 // certifications refused): it must be rebuilt.
 //
+// A streamed transaction comes as a span of versions, one entry per
+// fragment of its writeset (order's package comment). A remote span is
+// applied one fragment per batch in one transaction that stays open from
+// its first fragment to its last (replica.ApplySpan), each fragment's
+// bytes let go once applied. A span that cannot be finished from what
+// the order kept (its transaction lost midway, a local span abandoned)
+// ends the run (errRestart); the next run delivers it again from the
+// database's version.
+//
 // # Start and recovery
 //
 // Run finds the socket (tashkent.agent_socket, relative to the data

@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/agent/order"
 )
 
 // flowControlInterval is how often the agent looks at its backlog. At a
@@ -44,7 +46,7 @@ func (p *applyProgress) observe(now time.Time, applied, backlog uint64) time.Dur
 func (r *run) watchApply() {
 	tick := time.NewTicker(flowControlInterval)
 	defer tick.Stop()
-	progress := applyProgress{lastApplied: r.a.seq.committed(), lastProgress: time.Now()}
+	progress := applyProgress{lastApplied: get(r.a.seq, (*order.Order).Applied), lastProgress: time.Now()}
 	defer r.a.applyStalledSince.Store(0)
 	var fc *flowControl
 	if !r.a.cfg.NoFlowControl {
@@ -62,9 +64,10 @@ func (r *run) watchApply() {
 			return
 		case <-tick.C:
 		}
+		// A span's fragments are progress before its commit is.
 		applied, backlog := r.a.seq.committed(), uint64(r.a.seq.remoteWaiting())
 		now := time.Now()
-		stalled := progress.observe(now, applied, backlog)
+		stalled := progress.observe(now, get(r.a.seq, (*order.Order).Applied), backlog)
 		if stalled > 0 {
 			r.a.applyStalledSince.Store(now.Add(-stalled).UnixNano())
 		} else {
@@ -81,7 +84,8 @@ func (r *run) watchApply() {
 
 // flowControl asks the certifier to hold the other replicas' requests
 // while this replica has fallen behind (CertifyStreamRequest.pause): more
-// than FlowControlLimit remote versions delivered and not yet applied. It
+// than FlowControlLimit remote versions delivered and not yet applied, a
+// span (a streamed transaction) counting as one. It
 // asks until the backlog is down to half the limit (so that the pause
 // does not flap at every batch), only while the replica serves clients (a
 // replica catching up after a restart does not stop the cluster), and not

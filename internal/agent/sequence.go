@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/tashkent-db/tashkent/internal/agent/order"
@@ -91,7 +92,7 @@ func (s *sequence) versionOf(l *order.Local) (v uint64) {
 }
 
 // abandon makes l remote; the applier sees CancelWanted if it must
-// cancel its batch.
+// cancel its batch, and RestartWanted if the run must end (next).
 func (s *sequence) abandon(l *order.Local) {
 	s.do(func(o *order.Order) { o.Abandon(l) })
 }
@@ -114,14 +115,33 @@ func (s *sequence) cancelWanted() (yes bool) {
 	return yes
 }
 
-// next waits for the next batch to apply.
+// errRestart ends a run that cannot go on from what its order holds: a
+// span must be delivered again (order.Restart). The next run starts from
+// the database's version.
+var errRestart = errors.New("the agent starts its run again")
+
+// next waits for the next batch to apply. It returns errRestart once the
+// order wants a new run.
 func (s *sequence) next(ctx context.Context) (*order.Batch, error) {
 	var b *order.Batch
+	restart := false
 	err := s.wait(ctx, func(o *order.Order) bool {
+		if restart = o.RestartWanted(); restart {
+			return true
+		}
 		b = o.Next(applyBatchEntriesMax)
 		return b != nil
 	})
+	if restart {
+		return nil, errRestart
+	}
 	return b, err
+}
+
+// get reads one value of the order: get(s, (*order.Order).Applied).
+func get[T any](s *sequence, f func(o *order.Order) T) (v T) {
+	s.read(func(o *order.Order) { v = f(o) })
+	return v
 }
 
 // waitCommitted waits until version v is committed.

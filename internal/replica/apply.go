@@ -114,9 +114,17 @@ func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 // a way that suggests a stale metadata cache, it is retried once with
 // fresh metadata. Apply leaves conn idle, also after an error. A version
 // of the range already committed fails with IsAlreadyCommitted's error.
+//
+// Entries of a span (a streamed transaction) are applied by ApplySpan,
+// never here.
 func (a *Applier) Apply(ctx context.Context, conn *pgx.Conn, entries []*certifierpb.LogEntry) error {
 	if _, _, err := checkEntries(entries); err != nil || len(entries) == 0 {
 		return err
+	}
+	for _, e := range entries {
+		if e.GetSpanFirst() != 0 {
+			return fmt.Errorf("replica: apply: version %d is part of span %d..%d, which ApplySpan applies", e.GetVersion(), e.GetSpanFirst(), e.GetSpanLast())
+		}
 	}
 	for len(entries) > 0 {
 		n := throughFirstDDL(entries)
@@ -158,32 +166,23 @@ func (a *Applier) applyTransaction(ctx context.Context, conn *pgx.Conn, entries 
 		return err
 	}
 	tg := target{sendBatch: conn.SendBatch, query: conn.Query, pg: conn.PgConn()}
-	deleteInsert, refreshed, missingRetried := false, false, false
+	var r retries
 	for {
-		err := a.run(ctx, tg, p, first, last, deleteInsert)
+		err := a.run(ctx, tg, p, first, last, r.deleteInsert)
 		if err == nil {
 			return nil
 		}
 		if rerr := rollback(ctx, conn); rerr != nil {
 			return fmt.Errorf("replica: apply versions %d..%d: %w (and rollback: %v)", first, last, err, rerr)
 		}
-		switch code := pgcode.Of(err); {
-		case ctx.Err() != nil:
-		case code == pgcode.AlreadyCommitted:
+		code := pgcode.Of(err)
+		if code == pgcode.AlreadyCommitted {
 			return fmt.Errorf("replica: apply versions %d..%d: a version of the range is committed already: %w", first, last, err)
-		case !refreshed && isSchemaError(code):
-			refreshed = true
-			a.Invalidate()
-			continue
-		case !deleteInsert && code == pgcode.UniqueViolation:
-			deleteInsert = true
-			continue
-		case !missingRetried && code == pgcode.KeylessRowMissing:
-			// A local version before the run may have changed the row
-			// after the run's statement took its snapshot, and committed
-			// while the delete waited for the row's lock: then the
-			// statement skipped the row. A new transaction sees it.
-			missingRetried = true
+		}
+		if ctx.Err() == nil && r.again(code) {
+			if isSchemaError(code) {
+				a.Invalidate()
+			}
 			continue
 		}
 		return fmt.Errorf("replica: apply versions %d..%d: %w", first, last, err)
@@ -509,13 +508,32 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('tashkent
 )
 
 func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last uint64, deleteInsert bool) error {
-	if err := a.loadMeta(ctx, tg, tablesUntilDDL(plan, 0)); err != nil {
+	b := &pgx.Batch{}
+	queueBegin(b, first, last)
+	b, err := a.queuePlan(ctx, tg, b, plan, first, deleteInsert)
+	if err != nil {
 		return err
 	}
-	b := &pgx.Batch{}
+	b.Queue("COMMIT")
+	return tg.sendBatch(ctx, b).Close()
+}
+
+// queueBegin queues the start of the transaction that commits versions
+// first..last.
+func queueBegin(b *pgx.Batch, first, last uint64) {
 	b.Queue("BEGIN")
 	b.Queue(applyVersionsSQL, int64(first), int64(last))
 	b.Queue(setApplySettings)
+}
+
+// queuePlan queues plan's statements on b, after loading the table
+// metadata they need. A DDL step sends what is queued, runs the DDL and
+// goes on in a new batch, which it returns; first names the versions in
+// its messages.
+func (a *Applier) queuePlan(ctx context.Context, tg target, b *pgx.Batch, plan []*step, first uint64, deleteInsert bool) (*pgx.Batch, error) {
+	if err := a.loadMeta(ctx, tg, tablesUntilDDL(plan, 0)); err != nil {
+		return nil, err
+	}
 	if len(tablesUntilDDL(plan, 0)) > 0 {
 		a.mu.Lock()
 		gen := a.gen
@@ -525,51 +543,59 @@ func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last 
 	for i, st := range plan {
 		switch st.kind {
 		case stepRows:
-			for _, tr := range st.tables {
-				m, err := a.meta(tr.table)
-				if err != nil {
-					return err
-				}
-				if err := m.queue(b, tr, deleteInsert); err != nil {
-					return err
-				}
-			}
-			for _, tr := range st.refs {
-				m, err := a.meta(tr.table)
-				if err != nil {
-					return err
-				}
-				queueChecked(b, m.lockShared, "lock the rows referenced in", tr.table, keyArray(tr.changes()))
+			if err := a.queueRows(b, st, deleteInsert); err != nil {
+				return nil, err
 			}
 		case stepTruncate:
 			names := make([]string, len(st.truncate))
 			for j, t := range st.truncate {
 				m, err := a.meta(t)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				names[j] = m.qname
 			}
 			queueChecked(b, "TRUNCATE "+strings.Join(names, ", "), "truncate", strings.Join(names, ", "))
 		case stepDDL:
 			if err := tg.sendBatch(ctx, b).Close(); err != nil {
-				return err
+				return nil, err
 			}
 			b = &pgx.Batch{}
 			// A DDL statement may hold several statements, so it goes
 			// through the simple query protocol, under the search_path it
 			// ran under at the origin.
 			if err := a.runDDL(ctx, tg, st, first); err != nil {
-				return fmt.Errorf("DDL %q: %w", abbrev(st.ddl, 200), err)
+				return nil, fmt.Errorf("DDL %q: %w", abbrev(st.ddl, 200), err)
 			}
 			a.Invalidate()
 			if err := a.loadMeta(ctx, tg, tablesUntilDDL(plan, i+1)); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	b.Queue("COMMIT")
-	return tg.sendBatch(ctx, b).Close()
+	return b, nil
+}
+
+// queueRows queues a step of row changes, and the locks on the parent
+// rows they reference.
+func (a *Applier) queueRows(b *pgx.Batch, st *step, deleteInsert bool) error {
+	for _, tr := range st.tables {
+		m, err := a.meta(tr.table)
+		if err != nil {
+			return err
+		}
+		if err := m.queue(b, tr, deleteInsert); err != nil {
+			return err
+		}
+	}
+	for _, tr := range st.refs {
+		m, err := a.meta(tr.table)
+		if err != nil {
+			return err
+		}
+		queueChecked(b, m.lockShared, "lock the rows referenced in", tr.table, keyArray(tr.changes()))
+	}
+	return nil
 }
 
 // runDDL runs a DDL step as the role that ran it at the origin (roleFor).

@@ -1,7 +1,10 @@
 package order
 
 import (
+	"bytes"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/logentry"
@@ -79,7 +82,7 @@ func TestAbandonMakesAVersionRemote(t *testing.T) {
 			o := New(me, 0)
 			l := o.Register(7)
 			if c.abandonAt == "pending" {
-				if o.Abandon(l) {
+				if o.Abandon(l) != Nothing {
 					t.Fatal("cancel for an undelivered local")
 				}
 			}
@@ -87,12 +90,12 @@ func TestAbandonMakesAVersionRemote(t *testing.T) {
 			var cancel bool
 			switch c.abandonAt {
 			case "delivered":
-				cancel = o.Abandon(l)
+				cancel = o.Abandon(l) == Cancel
 			case "in flight before":
 				if got := span(o.Next(10)); got != [2]uint64{2, 3} {
 					t.Fatalf("batch %v, want 2..3", got)
 				}
-				cancel = o.Abandon(l)
+				cancel = o.Abandon(l) == Cancel
 				if !o.CancelWanted() {
 					t.Fatal("CancelWanted false after a cancelling abandon")
 				}
@@ -118,13 +121,13 @@ func TestAbandonOnlyCancelsABatchThatWaitsForIt(t *testing.T) {
 	if got := span(o.Next(10)); got != [2]uint64{2, 2} {
 		t.Fatalf("batch %v, want 2..2", got)
 	}
-	if o.Abandon(b) {
+	if o.Abandon(b) != Nothing {
 		t.Fatal("abandoning 3 cancelled the batch 2..2")
 	}
-	if !o.Abandon(a) {
+	if o.Abandon(a) != Cancel {
 		t.Fatal("abandoning 1 did not cancel the batch 2..2")
 	}
-	if o.Abandon(a) {
+	if o.Abandon(a) != Nothing {
 		t.Fatal("a second abandon of 1 asked again")
 	}
 	o.Done(false)
@@ -132,7 +135,7 @@ func TestAbandonOnlyCancelsABatchThatWaitsForIt(t *testing.T) {
 		t.Fatalf("batch %v, want 1..4", got)
 	}
 	o.Done(true)
-	if o.Abandon(b) {
+	if o.Abandon(b) != Nothing {
 		t.Fatal("abandon of a committed version")
 	}
 }
@@ -154,7 +157,7 @@ func TestInheritedVersions(t *testing.T) {
 	if o.Delivered() != 8 || o.Committed() != 7 {
 		t.Fatalf("delivered %d committed %d", o.Delivered(), o.Committed())
 	}
-	if o.Abandon(seven) {
+	if o.Abandon(seven) != Nothing {
 		t.Fatal("abandon of a committed inherited version")
 	}
 	nine := o.Inherit(9)
@@ -195,7 +198,7 @@ func TestResetForgetsTheOldEpoch(t *testing.T) {
 	if o.IsLocal(1) || l.Version() != 0 {
 		t.Fatal("a Local of the old epoch got a version")
 	}
-	if o.Abandon(l) {
+	if o.Abandon(l) != Nothing {
 		t.Fatal("abandon of an old Local")
 	}
 }
@@ -302,5 +305,288 @@ func TestFullOnlyWhenTheApplierCanMakeRoom(t *testing.T) {
 	o.Reset(20)
 	if o.WaitingBytes() != 0 || o.Full(0) {
 		t.Fatalf("after Reset: WaitingBytes %d, Full(0) %v", o.WaitingBytes(), o.Full(0))
+	}
+}
+
+// fragment is entry v of the span first..last of the transaction
+// (origin, seq), its writeset n bytes long.
+func fragment(v, first, last uint64, origin string, seq uint64, n int) logentry.Entry {
+	b, err := proto.Marshal(&pb.LogEntry{Version: v, Txn: &pb.TxnID{Origin: origin, Seq: seq}, SpanFirst: first, SpanLast: last,
+		Writeset: &pb.Writeset{Changes: []*pb.Change{{Table: "public.t", Op: pb.Op_OP_INSERT_ROW, Row: bytes.Repeat([]byte{'x'}, n)}}}})
+	if err != nil {
+		panic(err)
+	}
+	return logentry.Entry{Version: v, Bytes: b}
+}
+
+// spanOf is the entries of the span first..last of (origin, seq).
+func spanOf(first, last uint64, origin string, seq uint64, n int) []logentry.Entry {
+	var es []logentry.Entry
+	for v := first; v <= last; v++ {
+		es = append(es, fragment(v, first, last, origin, seq, n))
+	}
+	return es
+}
+
+func remoteSpan(first, last uint64) []logentry.Entry {
+	return spanOf(first, last, "replica2#other", first, 100)
+}
+
+func sizeOf(es ...logentry.Entry) int {
+	n := 0
+	for _, e := range es {
+		n += len(e.Bytes)
+	}
+	return n
+}
+
+// A remote span goes to the applier one fragment at a time, as it is
+// delivered, never with versions outside it; each applied fragment's
+// bytes are let go, and the committed version jumps from before the span
+// to its last version.
+func TestRemoteSpanIsAppliedFragmentByFragment(t *testing.T) {
+	o := New(me, 10)
+	sp := remoteSpan(12, 14)
+	mustDeliver(t, o, remote(11), sp[0], sp[1])
+	if got := span(o.Next(100)); got != [2]uint64{11, 11} {
+		t.Fatalf("first batch %v, want 11..11: a batch never runs into a span", got)
+	}
+	o.Done(true)
+	b := o.Next(100)
+	if span(b) != [2]uint64{12, 12} || !b.BeginsSpan() || b.EndsSpan() || b.SpanFirst != 12 || b.SpanLast != 14 {
+		t.Fatalf("batch %+v, want fragment 12 beginning span 12..14", b)
+	}
+	o.Done(true)
+	if o.Committed() != 11 || o.Applied() != 12 {
+		t.Fatalf("after fragment 12: committed %d applied %d, want 11 and 12", o.Committed(), o.Applied())
+	}
+	if o.WaitingBytes() != sizeOf(sp[1]) {
+		t.Fatalf("WaitingBytes %d, want %d: the applied fragment's bytes are let go", o.WaitingBytes(), sizeOf(sp[1]))
+	}
+	if got := span(o.Next(100)); got != [2]uint64{13, 13} {
+		t.Fatalf("batch %v, want 13", got)
+	}
+	o.Done(false) // rolled back to its savepoint: planned again
+	if b := o.Next(100); span(b) != [2]uint64{13, 13} || b.BeginsSpan() || b.EndsSpan() {
+		t.Fatalf("batch after a failure %+v, want 13 again, inside the span", b)
+	}
+	o.Done(true)
+	if b := o.Next(100); b != nil {
+		t.Fatalf("planned %v before the span's last fragment was delivered", span(b))
+	}
+	mustDeliver(t, o, sp[2], remote(15))
+	if got := o.Hold(0); got != 14 {
+		t.Fatalf("Hold(0) with the span under way = %d, want 14", got)
+	}
+	o.Release()
+	b = o.Next(100)
+	if span(b) != [2]uint64{14, 14} || !b.EndsSpan() {
+		t.Fatalf("batch %+v, want 14 ending the span", b)
+	}
+	o.Done(true)
+	if o.Committed() != 14 || o.WaitingBytes() != sizeOf(remote(15)) {
+		t.Fatalf("committed %d WaitingBytes %d, want 14 and %d", o.Committed(), o.WaitingBytes(), sizeOf(remote(15)))
+	}
+	if got := span(o.Next(100)); got != [2]uint64{15, 15} {
+		t.Fatalf("batch %v, want 15", got)
+	}
+}
+
+// A local span's Local has the span's last version from its first
+// entry, no bytes are kept for it, and remote versions after it are
+// planned while its backend commits it.
+func TestLocalSpanKeepsNoBytes(t *testing.T) {
+	o := New(me, 10)
+	l := o.Register(3)
+	sp := spanOf(11, 13, me, 3, 1000)
+	mustDeliver(t, o, sp[0])
+	if l.Version() != 13 {
+		t.Fatalf("local span's version %d after its first entry, want 13 (its last)", l.Version())
+	}
+	mustDeliver(t, o, sp[1], sp[2], remote(14))
+	if o.WaitingBytes() != sizeOf(remote(14)) {
+		t.Fatalf("WaitingBytes %d, want %d: a local span's bytes are not kept", o.WaitingBytes(), sizeOf(remote(14)))
+	}
+	for v := uint64(11); v <= 13; v++ {
+		if !o.IsLocal(v) {
+			t.Fatalf("version %d of the local span is not local", v)
+		}
+	}
+	if got := span(o.Next(100)); got != [2]uint64{14, 14} {
+		t.Fatalf("batch %v, want 14", got)
+	}
+	if o.Abandon(l) != Restart {
+		t.Fatal("abandoning a delivered local span did not ask for a restart")
+	}
+}
+
+// A local span abandoned before its entries come is remote; abandoned
+// once one came, it cannot be applied (its bytes are gone): the run must
+// end, and nothing is planned meanwhile. A second abandon asks nothing
+// new; Reset starts afresh.
+func TestAbandonedLocalSpan(t *testing.T) {
+	o := New(me, 0)
+	early := o.Register(1)
+	if o.Abandon(early) != Nothing {
+		t.Fatal("abandoning an undelivered span asked for something")
+	}
+	mustDeliver(t, o, spanOf(1, 2, me, 1, 10)...)
+	if b := o.Next(10); !b.BeginsSpan() || o.IsLocal(1) {
+		t.Fatalf("an abandoned undelivered span is not remote: batch %+v", b)
+	}
+	o.Done(true)
+	if b := o.Next(10); !b.EndsSpan() {
+		t.Fatalf("batch %+v, want the span's last fragment", b)
+	}
+	o.Done(true)
+	l := o.Register(2)
+	mustDeliver(t, o, fragment(3, 3, 5, me, 2, 10))
+	if o.Abandon(l) != Restart || !o.RestartWanted() {
+		t.Fatal("abandoning a partly delivered local span did not ask for a restart")
+	}
+	if o.Abandon(l) != Nothing {
+		t.Fatal("a second abandon asked again")
+	}
+	mustDeliver(t, o, fragment(4, 3, 5, me, 2, 10), fragment(5, 3, 5, me, 2, 10), remote(6))
+	if b := o.Next(10); b != nil {
+		t.Fatalf("planned %v while a restart is wanted", span(b))
+	}
+	o.Reset(2)
+	if o.RestartWanted() {
+		t.Fatal("Reset kept the restart")
+	}
+	mustDeliver(t, o, spanOf(3, 5, me, 2, 10)...)
+	if b := o.Next(10); span(b) != [2]uint64{3, 3} || !b.BeginsSpan() {
+		t.Fatalf("after the restart the span is not remote: %+v", b)
+	}
+}
+
+// A version before a span abandoned while the span's first fragment is
+// in flight cancels it, as any batch; abandoned once a fragment ran in
+// the span's transaction, it asks for a restart: the open transaction
+// keeps the applier from it, and the fragments applied are gone.
+func TestAbandonBeforeASpan(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		applied bool
+		want    Abandonment
+	}{{"first fragment in flight", false, Cancel}, {"span's transaction open", true, Restart}} {
+		t.Run(c.name, func(t *testing.T) {
+			o := New(me, 0)
+			l := o.Register(1)
+			mustDeliver(t, o, entry(1, me, 1))
+			mustDeliver(t, o, remoteSpan(2, 4)...)
+			o.Next(10)
+			if c.applied {
+				o.Done(true)
+				o.Next(10)
+			}
+			if got := o.Abandon(l); got != c.want {
+				t.Fatalf("Abandon = %v, want %v", got, c.want)
+			}
+		})
+	}
+	// The first fragment, which waits for no turn, ran to its end before
+	// the cancel reached it: its transaction is open, and the version
+	// before it can only be applied in a new run.
+	o := New(me, 0)
+	l := o.Register(1)
+	mustDeliver(t, o, entry(1, me, 1))
+	mustDeliver(t, o, remoteSpan(2, 4)...)
+	o.Next(10)
+	if o.Abandon(l) != Cancel {
+		t.Fatal("no cancel for the span's first fragment in flight")
+	}
+	o.Done(true)
+	if !o.RestartWanted() || o.Next(10) != nil {
+		t.Fatal("a fragment applied despite its cancel did not ask for a restart")
+	}
+}
+
+// A hold never falls inside a span: one asked inside a delivered span
+// moves to its last version; a span passes a hold whole or not at all.
+func TestHoldNeverFallsInsideASpan(t *testing.T) {
+	o := New(me, 10)
+	sp := remoteSpan(12, 14)
+	mustDeliver(t, o, remote(11), sp[0], sp[1])
+	if got := o.Hold(13); got != 14 {
+		t.Fatalf("Hold(13) = %d, want 14 (the span's last)", got)
+	}
+	o.Release()
+	if got := o.Hold(11); got != 11 {
+		t.Fatalf("Hold(11) = %d, want 11", got)
+	}
+	o.Next(10)
+	o.Done(true)
+	if b := o.Next(10); b != nil {
+		t.Fatalf("span fragment %v planned past the hold at 11", span(b))
+	}
+	if got := o.Hold(12); got != 14 {
+		t.Fatalf("Hold(12) = %d, want 14", got)
+	}
+	if b := o.Next(10); !b.BeginsSpan() {
+		t.Fatalf("batch %+v, want the span's first fragment once the hold covers it", b)
+	}
+}
+
+// A span larger than the backlog bound flows through it: the agent
+// delivers while the order is not Full, the applier lets each fragment go
+// once applied, and the held bytes stay within the bound and one
+// delivery.
+func TestSpanLargerThanTheBacklogBound(t *testing.T) {
+	const fragments, bound = 40, 5000
+	o := New(me, 0)
+	sp := spanOf(1, fragments, "replica2#other", 1, 1000)
+	next, most := 0, 0
+	for o.Committed() < fragments {
+		if next < len(sp) && !o.Full(bound) {
+			mustDeliver(t, o, sp[next])
+			next++
+			most = max(most, o.WaitingBytes())
+			continue
+		}
+		if o.Next(10) == nil {
+			t.Fatalf("stuck: %d fragments delivered, committed %d, %d bytes held", next, o.Committed(), o.WaitingBytes())
+		}
+		o.Done(true)
+	}
+	if limit := bound + len(sp[0].Bytes); most > limit {
+		t.Fatalf("held %d bytes, more than the bound %d and one fragment", most, limit)
+	}
+	if o.WaitingBytes() != 0 || o.RemoteWaiting() != 0 {
+		t.Fatalf("after the span: WaitingBytes %d, RemoteWaiting %d", o.WaitingBytes(), o.RemoteWaiting())
+	}
+}
+
+// Flow control counts a span as one transaction.
+func TestRemoteWaitingCountsASpanAsOne(t *testing.T) {
+	o := New(me, 0)
+	o.Register(1)
+	mustDeliver(t, o, remote(1))
+	mustDeliver(t, o, remoteSpan(2, 5)...)
+	mustDeliver(t, o, spanOf(6, 8, me, 1, 10)...)
+	mustDeliver(t, o, remote(9))
+	if got := o.RemoteWaiting(); got != 3 {
+		t.Fatalf("RemoteWaiting %d, want 3 (1, the span 2..5, 9)", got)
+	}
+}
+
+// Entries that break a span's shape are refused.
+func TestDeliverRefusesBrokenSpans(t *testing.T) {
+	cases := []struct {
+		name      string
+		committed uint64
+		entries   []logentry.Entry
+	}{
+		{"a fragment without its span's first", 1, []logentry.Entry{fragment(2, 1, 3, "r", 1, 1)}},
+		{"another entry inside a span", 0, []logentry.Entry{fragment(1, 1, 3, "r", 1, 1), remote(2)}},
+		{"a fragment outside its span", 0, []logentry.Entry{fragment(1, 2, 3, "r", 1, 1)}},
+		{"a fragment of another span inside a span", 0, []logentry.Entry{fragment(1, 1, 3, "r", 1, 1), fragment(2, 2, 3, "r", 1, 1)}},
+	}
+	for _, c := range cases {
+		o := New(me, c.committed)
+		if err := o.Deliver(o.Epoch(), c.entries); err == nil {
+			t.Errorf("%s: delivered", c.name)
+		}
 	}
 }

@@ -1,0 +1,47 @@
+package logentry
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+func TestSpanOfReadsTheSpanWithoutAllocating(t *testing.T) {
+	ws := &pb.Writeset{Changes: []*pb.Change{{Table: "public.t", Op: pb.Op_OP_UPSERT, Key: []byte(`[1]`), Row: []byte(`(1)`)}}}
+	cases := []struct {
+		name        string
+		entry       *pb.LogEntry
+		first, last uint64
+	}{
+		{"a transaction of its own", &pb.LogEntry{Version: 7, Txn: &pb.TxnID{Origin: "r1", Seq: 1}, Writeset: ws}, 0, 0},
+		{"a fragment inside a span", &pb.LogEntry{Version: 8, Writeset: ws, SpanFirst: 7, SpanLast: 9}, 7, 9},
+		{"the last fragment, with the certified writeset", &pb.LogEntry{Version: 1 << 40, Writeset: ws, SpanFirst: 1<<40 - 3, SpanLast: 1 << 40,
+			Certified: &pb.Writeset{Changes: []*pb.Change{{Table: "public.t", Op: pb.Op_OP_TABLE_WRITE}}}}, 1<<40 - 3, 1 << 40},
+		{"a span of one version", &pb.LogEntry{Version: 5, Writeset: ws, SpanFirst: 5, SpanLast: 5}, 5, 5},
+	}
+	for _, c := range cases {
+		b, err := proto.Marshal(c.entry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, last, err := SpanOf(b)
+		if err != nil || first != c.first || last != c.last {
+			t.Errorf("%s: SpanOf = %d, %d, %v; want %d, %d", c.name, first, last, err, c.first, c.last)
+		}
+		if n := testing.AllocsPerRun(100, func() { SpanOf(b) }); n != 0 {
+			t.Errorf("%s: SpanOf allocates %.0f times", c.name, n)
+		}
+	}
+}
+
+func TestSpanOfRejectsGarbageAndHalfSpans(t *testing.T) {
+	half, _ := proto.Marshal(&pb.LogEntry{Version: 3, SpanFirst: 3})
+	backwards, _ := proto.Marshal(&pb.LogEntry{Version: 3, SpanFirst: 4, SpanLast: 3})
+	for _, b := range [][]byte{{0xff}, {0x20}, {0x1a, 0x05, 0x01}, half, backwards} {
+		if f, l, err := SpanOf(b); err == nil {
+			t.Errorf("SpanOf(%x) = %d, %d, no error", b, f, l)
+		}
+	}
+}
