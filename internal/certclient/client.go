@@ -108,6 +108,9 @@ type call struct {
 	req    *pb.CertifyRequestEncoded
 	reply  chan *pb.CertifyReply
 	queued time.Time
+	// spanFirst is the first delivered version of a streamed request's
+	// transaction (settleFromLog); 0 until one is seen.
+	spanFirst uint64
 }
 
 // Client is safe for concurrent use.
@@ -527,9 +530,31 @@ func (c *Client) settleFromLog(entries []logentry.Entry) {
 		if !ok {
 			continue
 		}
-		cl := c.takeLocked(id)
-		cl.reply <- &pb.CertifyReply{RequestId: id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version}
+		reply := &pb.CertifyReply{RequestId: id, Txn: c.pending[id].req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version}
+		if !spanDelivered(c.pending[id], reply) {
+			continue
+		}
+		c.takeLocked(id).reply <- reply
 	}
+}
+
+// spanDelivered tells whether the entry at reply.CommitVersion completes
+// a call's transaction. A streamed one commits as one entry per fragment,
+// at consecutive versions that all carry its id: it is settled at the
+// last, as the certifier's own reply would be (CertifyReply.first_version).
+func spanDelivered(cl *call, reply *pb.CertifyReply) bool {
+	streamed := cl.req.GetStreamed()
+	if streamed == nil {
+		return true
+	}
+	if cl.spanFirst == 0 {
+		cl.spanFirst = reply.CommitVersion
+	}
+	if reply.CommitVersion < cl.spanFirst+uint64(streamed.GetFragments())-1 {
+		return false
+	}
+	reply.FirstVersion = cl.spanFirst
+	return true
 }
 
 func sortByRequestID(reqs []*pb.CertifyRequestEncoded) {
