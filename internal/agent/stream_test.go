@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,22 +54,23 @@ func fragments(t testing.TB, from, n int) [][]byte {
 	t.Helper()
 	var out [][]byte
 	for k := from; k < from+n; k++ {
-		b, err := proto.Marshal(upsert(k, fmt.Sprintf("s%d", k)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, b)
+		out = append(out, encode(t, upsert(k, fmt.Sprintf("s%d", k))))
 	}
 	return out
 }
 
-func tableWrite(t testing.TB) []byte {
+func encode(t testing.TB, ws *pb.Writeset) []byte {
 	t.Helper()
-	b, err := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{{Table: "public.t", Op: pb.Op_OP_TABLE_WRITE}}})
+	b, err := proto.Marshal(ws)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// tableWrite is the certified writeset of a streamed write of t.
+func tableWrite(t testing.TB) []byte {
+	return encode(t, &pb.Writeset{Changes: []*pb.Change{{Table: "public.t", Op: pb.Op_OP_TABLE_WRITE}}})
 }
 
 // streamCluster is one replica whose agent talks to a fake certifier,
@@ -101,6 +103,7 @@ func TestStreamedWritesetIsStagedThenCertified(t *testing.T) {
 		return &pb.CertifyReply{Decision: pb.Decision_DECISION_COMMIT}
 	})
 	frags := fragments(t, 1, 3)
+	frags[1] = encode(t, upsert(2, strings.Repeat("x", 5<<20))) // over gRPC's default message size
 	d := b.certifyStreamed(start, frags, tableWrite(t))
 	if d.Kind != wire.Abort || d.AbortReason != uint8(pb.AbortReason_ABORT_REASON_CONFLICT) || d.Version != start {
 		t.Fatalf("decision %+v, want the certifier's abort", d)
@@ -133,7 +136,7 @@ func TestStreamedWritesetIsStagedThenCertified(t *testing.T) {
 	for _, m := range []string{
 		`tashkent_agent_streamed_certifications_total{outcome="abort"} 1`,
 		`tashkent_agent_streamed_certifications_total{outcome="commit"} 1`,
-		fmt.Sprintf("tashkent_agent_staged_bytes_total %d", want.Bytes+uint64(len(fragments(t, 4, 1)[0]))),
+		"tashkent_agent_staged_bytes_total " + strconv.FormatFloat(float64(want.Bytes+uint64(len(fragments(t, 4, 1)[0]))), 'g', -1, 64),
 	} {
 		if !strings.Contains(metrics, m) {
 			t.Errorf("/metrics lacks %q", m)
@@ -160,6 +163,32 @@ func TestRefusedStageAbortsOnTheLimit(t *testing.T) {
 	f.RefuseStages(nil)
 	if d := b.certifyStreamed(c.Committed(0), fragments(t, 1, 1), tableWrite(t)); d.Kind != wire.Commit {
 		t.Fatalf("the next streamed writeset on the connection: %+v, want a commit", d)
+	}
+}
+
+// A streamed writeset whose fragments are not those the backend announces
+// is refused as malformed, and nothing is certified; a backend that sends
+// anything else inside a streamed writeset is disconnected.
+func TestStreamedWritesetOutOfProtocolIsRefused(t *testing.T) {
+	c, f := streamCluster(t)
+	b := simulated(t, c, 0)
+	requests := len(f.Requests())
+	total := b.streamFragments(fragments(t, 1, 2))
+	b.send(wire.CertifyStreamed{StartVersion: c.Committed(0), Fragments: 3, Bytes: total, Certified: tableWrite(t)})
+	if d := b.read().(wire.Decision); d.Kind != wire.Abort || d.AbortReason != uint8(pb.AbortReason_ABORT_REASON_INVALID) {
+		t.Fatalf("decision %+v, want an abort as invalid", d)
+	}
+	b.send(wire.CertifyStreamed{StartVersion: c.Committed(0), Certified: tableWrite(t)})
+	if d := b.read().(wire.Decision); d.Kind != wire.Abort || d.AbortReason != uint8(pb.AbortReason_ABORT_REASON_INVALID) {
+		t.Fatalf("decision on no fragments %+v, want an abort as invalid", d)
+	}
+	if n := len(f.Requests()); n != requests {
+		t.Fatalf("%d certify requests, want %d", n, requests)
+	}
+	b.streamFragments(fragments(t, 1, 1))
+	b.send(wire.Sync{TimeoutMillis: 100})
+	if !b.closedByAgent(time.Minute) {
+		t.Fatal("the agent kept a backend that sent a sync inside a streamed writeset")
 	}
 }
 
