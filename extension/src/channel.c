@@ -12,16 +12,6 @@
  *                   u16 length + database name
  *     'C' certify   u64 start version, then the writeset: an encoded
  *                   tashkent.certifier.v1.Writeset to the end of the frame
- *     'F' fragment  the next fragment of a streamed writeset: an encoded
- *                   Writeset to the end of the frame (at most 4 MiB unless
- *                   one change is larger)
- *     'W' certify streamed
- *                   u64 start version, u32 fragments, u64 bytes (the
- *                   fragments' total size), then the certified writeset
- *                   (what the transaction is certified on) to the end of
- *                   the frame; comes after the last 'F', nothing between.
- *                   Answered by 'D' as 'C' is; a commit's version is the
- *                   last of the span version - fragments + 1 .. version
  *     'A' abandon   u64 version: this backend will not commit the version
  *                   it was told to commit; the agent applies it instead
  *     'S' sync      u32 milliseconds: the cluster's durable version is
