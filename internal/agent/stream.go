@@ -84,7 +84,7 @@ func (s *staging) fail(err error) {
 	}
 	var refused *certclient.StageRefusedError
 	if errors.As(err, &refused) {
-		s.failure = wire.Decision{Kind: wire.Abort, AbortReason: uint8(pb.AbortReason_ABORT_REASON_LIMIT), Detail: refused.Detail}
+		s.failure = wire.Decision{Kind: wire.Abort, AbortReason: uint8(refused.Reason), Detail: refused.Detail}
 		return
 	}
 	s.failure = wire.Decision{Kind: wire.Unavailable, Detail: err.Error()}

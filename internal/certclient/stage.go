@@ -13,12 +13,16 @@ import (
 )
 
 // StageRefusedError is a certifier's refusal to stage a streamed writeset
-// (Certifier.Stage): a limit it exceeds (RESOURCE_EXHAUSTED,
-// --stage-bytes-max), a certifier that cannot commit streamed writesets
-// (FAILED_PRECONDITION: a certifier group) or does not know them
-// (UNIMPLEMENTED: an older release). Asking again does not help: the
-// transaction fails on a limit (ABORT_REASON_LIMIT, SQLSTATE 54000).
+// (Certifier.Stage). Asking again does not help: the transaction fails,
+// for Reason:
+//   - ABORT_REASON_LIMIT (SQLSTATE 54000): a limit it exceeds
+//     (RESOURCE_EXHAUSTED: --stage-bytes-max, --writeset-bytes-max for one
+//     fragment), a certifier that cannot commit streamed writesets
+//     (FAILED_PRECONDITION: a certifier group) or does not know them
+//     (UNIMPLEMENTED: an older release);
+//   - ABORT_REASON_INVALID: a fragment it cannot read (INVALID_ARGUMENT).
 type StageRefusedError struct {
+	Reason pb.AbortReason
 	Detail string
 }
 
@@ -89,9 +93,11 @@ func stageError(err error) error {
 	st, _ := status.FromError(err)
 	switch st.Code() {
 	case codes.ResourceExhausted, codes.FailedPrecondition:
-		return &StageRefusedError{Detail: st.Message()}
+		return &StageRefusedError{Reason: pb.AbortReason_ABORT_REASON_LIMIT, Detail: st.Message()}
+	case codes.InvalidArgument:
+		return &StageRefusedError{Reason: pb.AbortReason_ABORT_REASON_INVALID, Detail: st.Message()}
 	case codes.Unimplemented:
-		return &StageRefusedError{Detail: "the certifier is of an older release that does not take streamed writesets: " +
+		return &StageRefusedError{Reason: pb.AbortReason_ABORT_REASON_LIMIT, Detail: "the certifier is of an older release that does not take streamed writesets: " +
 			"upgrade it, or raise tashkent.stream_threshold so that the writeset is sent whole"}
 	}
 	return fmt.Errorf("%w: %v", ErrStageUnavailable, err)

@@ -78,13 +78,16 @@ func TestStageSendsFragmentsInOrder(t *testing.T) {
 // StageRefusedError with its detail; no certifier at all is
 // ErrStageUnavailable.
 func TestStageErrorsTellRefusedFromUnavailable(t *testing.T) {
+	limit, invalid := pb.AbortReason_ABORT_REASON_LIMIT, pb.AbortReason_ABORT_REASON_INVALID
 	for _, tc := range []struct {
 		name   string
 		err    error
+		reason pb.AbortReason
 		detail string
 	}{
-		{"limit", status.Error(codes.ResourceExhausted, "staged writeset over --stage-bytes-max (8 GiB)"), "staged writeset over --stage-bytes-max (8 GiB)"},
-		{"group", status.Error(codes.FailedPrecondition, "streamed writesets need a single certifier"), "streamed writesets need a single certifier"},
+		{"limit", status.Error(codes.ResourceExhausted, "staged writeset over --stage-bytes-max (8 GiB)"), limit, "staged writeset over --stage-bytes-max (8 GiB)"},
+		{"group", status.Error(codes.FailedPrecondition, "streamed writesets need a single certifier"), limit, "streamed writesets need a single certifier"},
+		{"malformed", status.Error(codes.InvalidArgument, "fragment 1: malformed writeset"), invalid, "fragment 1: malformed writeset"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := fakecert.Start(t)
@@ -96,8 +99,8 @@ func TestStageErrorsTellRefusedFromUnavailable(t *testing.T) {
 			}
 			err = sendUntilFailure(st)
 			var refused *certclient.StageRefusedError
-			if !errors.As(err, &refused) || refused.Detail != tc.detail {
-				t.Fatalf("got %v, want a refusal saying %q", err, tc.detail)
+			if !errors.As(err, &refused) || refused.Detail != tc.detail || refused.Reason != tc.reason {
+				t.Fatalf("got %v, want a refusal (%v) saying %q", err, tc.reason, tc.detail)
 			}
 		})
 	}
@@ -116,8 +119,8 @@ func TestStageErrorsTellRefusedFromUnavailable(t *testing.T) {
 			err = sendUntilFailure(st)
 		}
 		var refused *certclient.StageRefusedError
-		if !errors.As(err, &refused) {
-			t.Fatalf("got %v, want a refusal", err)
+		if !errors.As(err, &refused) || refused.Reason != limit {
+			t.Fatalf("got %v, want a refusal on a limit", err)
 		}
 	})
 	t.Run("no certifier", func(t *testing.T) {
