@@ -99,30 +99,33 @@ func (s *staging) cancel() {
 }
 
 // close ends the stage and checks that the certifier holds what the
-// backend says it sent; it returns the decision to answer with if not.
+// backend says it sent; if not, it returns the decision to answer with
+// and false. A backend that miscounted has its stage cancelled, so that
+// the certifier drops it at once.
 func (s *staging) close(m wire.CertifyStreamed) (wire.Decision, bool) {
-	if s.stage != nil {
-		var reply *pb.StageReply
-		err := s.watched(func() (err error) {
-			reply, err = s.stage.Close()
-			return err
-		})
-		s.stage = nil
-		switch {
-		case err != nil:
-			s.fail(err)
-		case reply.Fragments != s.fragments || reply.Bytes != s.bytes:
-			s.failure = invalid(fmt.Sprintf("the certifier staged %d fragments of %d bytes, the agent forwarded %d of %d",
-				reply.Fragments, reply.Bytes, s.fragments, s.bytes))
-		default:
-			s.failure = wire.Decision{}
-		}
-	}
 	if m.Fragments != s.fragments || m.Bytes != s.bytes {
+		s.cancel()
 		return invalid(fmt.Sprintf("the backend announced %d fragments of %d bytes and sent %d of %d",
 			m.Fragments, m.Bytes, s.fragments, s.bytes)), false
 	}
-	return s.failure, s.failure == wire.Decision{}
+	if s.stage == nil {
+		return s.failure, false
+	}
+	var reply *pb.StageReply
+	err := s.watched(func() (err error) {
+		reply, err = s.stage.Close()
+		return err
+	})
+	s.stage = nil
+	switch {
+	case err != nil:
+		s.fail(err)
+		return s.failure, false
+	case reply.Fragments != s.fragments || reply.Bytes != s.bytes:
+		return invalid(fmt.Sprintf("the certifier staged %d fragments of %d bytes, the agent forwarded %d of %d",
+			reply.Fragments, reply.Bytes, s.fragments, s.bytes)), false
+	}
+	return wire.Decision{}, true
 }
 
 // certifyStreamed answers a backend's CertifyStreamed: its fragments were
