@@ -162,8 +162,9 @@ func TestRefusedStageAbortsOnTheLimit(t *testing.T) {
 }
 
 // A streamed writeset whose fragments are not those the backend announces
-// is refused as malformed, and nothing is certified; a backend that sends
-// anything else inside a streamed writeset is disconnected.
+// is refused as malformed, its stage cancelled, and nothing is certified;
+// a backend that sends anything else inside a streamed writeset is
+// disconnected.
 func TestStreamedWritesetOutOfProtocolIsRefused(t *testing.T) {
 	c, f := streamCluster(t)
 	b := simulated(t, c, 0)
@@ -172,6 +173,9 @@ func TestStreamedWritesetOutOfProtocolIsRefused(t *testing.T) {
 	b.send(wire.CertifyStreamed{StartVersion: c.Committed(0), Fragments: 3, Bytes: total, Certified: tableWrite(t)})
 	if d := b.read().(wire.Decision); d.Kind != wire.Abort || d.AbortReason != uint8(pb.AbortReason_ABORT_REASON_INVALID) {
 		t.Fatalf("decision %+v, want an abort as invalid", d)
+	}
+	if err := awaitStageEnd(t, f, 0); status.Code(err) != codes.Canceled {
+		t.Fatalf("the miscounted stage ended with %v, want cancelled", err)
 	}
 	b.send(wire.CertifyStreamed{StartVersion: c.Committed(0), Certified: tableWrite(t)})
 	if d := b.read().(wire.Decision); d.Kind != wire.Abort || d.AbortReason != uint8(pb.AbortReason_ABORT_REASON_INVALID) {
@@ -198,11 +202,7 @@ func TestClosedBackendCancelsItsStage(t *testing.T) {
 		changed = f.Changed()
 	}
 	b.close()
-	for f.Stages()[0].Err == nil {
-		awaitChange(t, changed)
-		changed = f.Changed()
-	}
-	if err := f.Stages()[0].Err; status.Code(err) != codes.Canceled {
+	if err := awaitStageEnd(t, f, 0); status.Code(err) != codes.Canceled {
 		t.Fatalf("the stage ended with %v, want cancelled", err)
 	}
 }
@@ -213,6 +213,19 @@ func awaitChange(t *testing.T, changed <-chan struct{}) {
 	case <-changed:
 	case <-time.After(time.Minute):
 		t.Fatal("the certifier heard nothing more")
+	}
+}
+
+// awaitStageEnd waits until the certifier's i-th stage has ended, and
+// returns how.
+func awaitStageEnd(t *testing.T, f *fakecert.Certifier, i int) error {
+	t.Helper()
+	for {
+		changed := f.Changed()
+		if s := f.Stages(); len(s) > i && s[i].Err != nil {
+			return s[i].Err
+		}
+		awaitChange(t, changed)
 	}
 }
 
