@@ -13,61 +13,77 @@ import (
 
 // certify asks the certifier for a backend's transaction (Tashkent §6.2
 // C2, C3) and maps its reply to the decision the backend acts on. The
-// writeset goes as the backend encoded it. The transaction is registered
-// as local before it is sent: the certifier delivers its version before
-// the reply, and the order must know it is this replica's to commit.
+// writeset goes as the backend encoded it.
 func (c *backendConn) certify(ctx context.Context, m wire.Certify) wire.Decision {
-	r, why := c.a.servingRun(c.run)
+	r, refusal := c.certifyingRun()
 	if r == nil {
-		c.a.metrics.certifications.WithLabelValues("unavailable").Inc()
-		return wire.Decision{Kind: wire.Unavailable, Detail: why}
+		c.a.metrics.certified(refusal, false)
+		return refusal
 	}
-	if why := r.writeRefusal(); why != "" {
-		c.a.metrics.certifications.WithLabelValues("unavailable").Inc()
-		return wire.Decision{Kind: wire.Unavailable, Detail: why}
-	}
-	c.pruneDecided()
-	seq := c.a.txnSeq.Add(1)
-	local := c.a.seq.register(seq)
-	start := time.Now()
-	cctx, cancel := context.WithTimeout(r.ctx, r.certifyTimeout)
-	reply, err := r.cert.CertifyEncoded(cctx, &pb.CertifyRequestEncoded{
-		Txn:          &pb.TxnID{Origin: c.a.origin, Seq: seq},
+	return c.certifyOn(r, &pb.CertifyRequestEncoded{
+		Txn:          c.a.txnID(c.a.txnSeq.Add(1)),
 		StartVersion: m.StartVersion,
 		Writeset:     m.Writeset,
 	})
+}
+
+// certifyingRun is the run that certifies this backend's transactions
+// now, or nil and the decision that says why none does.
+func (c *backendConn) certifyingRun() (*run, wire.Decision) {
+	r, why := c.a.servingRun(c.run)
+	if r == nil {
+		return nil, wire.Decision{Kind: wire.Unavailable, Detail: why}
+	}
+	if why := r.writeRefusal(); why != "" {
+		return nil, wire.Decision{Kind: wire.Unavailable, Detail: why}
+	}
+	return r, wire.Decision{}
+}
+
+// certifyOn sends req on run r's session stream. The transaction is
+// registered as local before it is sent: the certifier delivers its
+// version (a streamed one's versions) before the reply, and the order must
+// know it is this replica's to commit.
+func (c *backendConn) certifyOn(r *run, req *pb.CertifyRequestEncoded) wire.Decision {
+	c.pruneDecided()
+	local := c.a.seq.register(req.Txn.Seq)
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(r.ctx, r.certifyTimeout)
+	reply, err := r.cert.CertifyEncoded(cctx, req)
 	cancel()
 	c.a.metrics.certifyLatency.Observe(time.Since(start).Seconds())
-	if err != nil {
+	var d wire.Decision
+	switch {
+	case err != nil:
 		c.a.seq.abandon(local)
-		c.a.metrics.certifications.WithLabelValues("unknown").Inc()
-		return wire.Decision{Kind: wire.Unknown, Detail: err.Error()}
-	}
-	if reply.Decision != pb.Decision_DECISION_COMMIT {
+		d = wire.Decision{Kind: wire.Unknown, Detail: err.Error()}
+	case reply.Decision != pb.Decision_DECISION_COMMIT:
 		c.a.seq.abandon(local)
-		c.a.metrics.certifications.WithLabelValues("abort").Inc()
-		return wire.Decision{Kind: wire.Abort, Version: reply.ConflictVersion, AbortReason: uint8(reply.AbortReason), Detail: reply.Detail}
+		d = wire.Decision{Kind: wire.Abort, Version: reply.ConflictVersion, AbortReason: uint8(reply.AbortReason), Detail: reply.Detail}
+	default:
+		d = c.committed(local, reply.CommitVersion)
 	}
-	return c.committed(local, reply.CommitVersion)
+	c.a.metrics.certified(d, req.Streamed != nil)
+	return d
 }
 
 // committed answers a commit with version v, which was delivered to the
-// order as local before this reply. If it was not (the replica was
-// started again meanwhile, with a stream that has not delivered it), the
-// version is the order's to apply: the backend hears that the outcome is
-// unknown, rolls back, and the applier commits v in its place.
+// order as local before this reply (a streamed transaction's v is the
+// last version of its span, which is the version the order gives its
+// Local). If it was not (the replica was started again meanwhile, with a
+// stream that has not delivered it), the version is the order's to apply:
+// the backend hears that the outcome is unknown, rolls back, and the
+// applier commits v in its place.
 func (c *backendConn) committed(local *order.Local, v uint64) wire.Decision {
 	if got := c.a.seq.versionOf(local); got != v {
 		c.a.seq.abandon(local)
 		c.a.log.Warn("a certified version was not delivered to its transaction; it is applied instead", "version", v, "delivered", got)
-		c.a.metrics.certifications.WithLabelValues("unknown").Inc()
 		return wire.Decision{Kind: wire.Unknown, Version: 0,
 			Detail: fmt.Sprintf("the cluster committed it as version %d, which this replica applies from the log: the replica was restarted while it was certified", v)}
 	}
 	c.mu.Lock()
 	c.decided = append(c.decided, local)
 	c.mu.Unlock()
-	c.a.metrics.certifications.WithLabelValues("commit").Inc()
 	return wire.Decision{Kind: wire.Commit, Version: v}
 }
 
@@ -181,3 +197,6 @@ func (c *backendConn) pruneDecided() {
 	}
 	c.decided = kept
 }
+
+// txnID names this agent's transaction seq (Agent.origin).
+func (a *Agent) txnID(seq uint64) *pb.TxnID { return &pb.TxnID{Origin: a.origin, Seq: seq} }

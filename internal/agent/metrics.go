@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tashkent-db/tashkent/internal/agent/wire"
 )
 
 type metrics struct {
@@ -16,12 +18,17 @@ type metrics struct {
 	applied        prometheus.Counter
 	certifications *prometheus.CounterVec
 	certifyLatency prometheus.Histogram
-	syncs          *prometheus.CounterVec
-	batchVersions  prometheus.Histogram
-	dooms          *prometheus.CounterVec
-	backends       prometheus.Gauge
-	starts         prometheus.Counter
-	state          *prometheus.GaugeVec
+	// streamed counts the certifications of streamed writesets (also
+	// counted in certifications); stagedBytes the fragments' bytes
+	// forwarded to the certifier's Stage.
+	streamed      *prometheus.CounterVec
+	stagedBytes   prometheus.Counter
+	syncs         *prometheus.CounterVec
+	batchVersions prometheus.Histogram
+	dooms         *prometheus.CounterVec
+	backends      prometheus.Gauge
+	starts        prometheus.Counter
+	state         *prometheus.GaugeVec
 
 	flowControlPausing prometheus.Gauge
 	flowControlPauses  prometheus.Counter
@@ -39,6 +46,10 @@ func newMetrics() *metrics {
 			Help: "Certifications asked by the replica's backends, by outcome: commit, abort, unknown (no decision in time), unavailable (the agent could not ask)."}, []string{"outcome"}),
 		certifyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tashkent_agent_certify_seconds",
 			Help: "Time from a backend's certify request to the certifier's reply (durable in mw).", Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}),
+		streamed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_streamed_certifications_total",
+			Help: "Certifications of streamed writesets (transactions over tashkent.stream_threshold, staged at the certifier in fragments), by outcome as tashkent_agent_certifications_total."}, []string{"outcome"}),
+		stagedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_staged_bytes_total",
+			Help: "Bytes of streamed writesets' fragments forwarded to the certifier."}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_syncs_total",
 			Help: "Durable versions asked by backends for tashkent.sync_wait, by outcome: known, unavailable (not serving, or no certifier answer)."}, []string{"outcome"}),
 		batchVersions: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tashkent_agent_apply_batch_versions",
@@ -57,11 +68,22 @@ func newMetrics() *metrics {
 		writesRefused: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_agent_writes_refused",
 			Help: "1 while this replica's apply is stuck and its clients' writes are refused (--refuse-writes-after)."}),
 	}
-	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.syncs, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
+	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.streamed, m.stagedBytes, m.syncs, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
 		m.flowControlPausing, m.flowControlPauses, m.writesRefused)
 	m.verify = newVerifyMetrics(m.registry)
 	m.setState(StateStarting)
 	return m
+}
+
+// outcomes are the certifications' outcome labels, by decision.
+var outcomes = map[wire.DecisionKind]string{wire.Commit: "commit", wire.Abort: "abort", wire.Unknown: "unknown", wire.Unavailable: "unavailable"}
+
+// certified counts a certification's decision.
+func (m *metrics) certified(d wire.Decision, streamed bool) {
+	m.certifications.WithLabelValues(outcomes[d.Kind]).Inc()
+	if streamed {
+		m.streamed.WithLabelValues(outcomes[d.Kind]).Inc()
+	}
 }
 
 func (m *metrics) setState(s State) {

@@ -149,8 +149,13 @@ func (a *Agent) serveApplier(nc net.Conn, r *bufio.Reader, h wire.Hello) {
 	io.Copy(io.Discard, r)
 }
 
-// serve handles a session's frames until its connection closes.
+// serve handles a session's frames until its connection closes. A
+// streamed writeset's frames (Fragment, then CertifyStreamed) come with
+// nothing in between; a connection that closes before its
+// CertifyStreamed cancels the stage.
 func (c *backendConn) serve(ctx context.Context, r *bufio.Reader) {
+	var streaming *staging
+	defer func() { streaming.cancel() }()
 	for {
 		typ, p, err := wire.ReadFrame(r, wire.FrameBytesMax)
 		if err != nil {
@@ -159,6 +164,25 @@ func (c *backendConn) serve(ctx context.Context, r *bufio.Reader) {
 		m, err := wire.Decode(typ, p)
 		if err != nil {
 			c.a.log.Warn("a backend sent a malformed message; closing its connection", "pid", c.pid, "err", err)
+			return
+		}
+		switch m := m.(type) {
+		case wire.Fragment:
+			if streaming == nil {
+				streaming = c.beginStaging()
+			}
+			streaming.forward(m)
+			continue
+		case wire.CertifyStreamed:
+			d := c.certifyStreamed(streaming, m)
+			streaming = nil
+			if _, err := c.nc.Write(wire.Encode(d)); err != nil {
+				return
+			}
+			continue
+		}
+		if streaming != nil {
+			c.a.log.Warn("a backend sent another message inside a streamed writeset; closing its connection", "pid", c.pid, "type", fmt.Sprintf("%T", m))
 			return
 		}
 		switch m := m.(type) {

@@ -10,6 +10,11 @@
 //	backend -> agent
 //	  'H' Hello     u32 protocol, i32 pid, u8 role, u16 length + database
 //	  'C' Certify   u64 start version, the encoded Writeset to the end
+//	  'F' Fragment  an encoded Writeset to the end: the next fragment of a
+//	                streamed writeset (Certifier.Stage)
+//	  'W' CertifyStreamed
+//	                u64 start version, u32 fragments, u64 bytes (the
+//	                fragments' total size), the certified Writeset to the end
 //	  'A' Abandon   u64 version
 //	  'S' Sync      u32 milliseconds to answer within
 //	  'K' Hold      u64 version, u32 milliseconds to hold at most
@@ -19,6 +24,12 @@
 //	  'D' Decision  u8 kind, u64 version, u8 abort reason, u32 length + detail
 //	  's' Synced    u8 known, u64 durable version, u16 length + text
 //	  'k' Held      u8 held, u64 version, u16 length + text
+//
+// A streamed transaction (one too large to certify in one 'C') sends its
+// writeset as 'F' frames, each at most 4 MiB unless one change is larger,
+// then 'W' with what it is certified on; nothing else comes in between.
+// Its 'D' is as for 'C', the version of a commit being the last of its
+// span: the span is version - fragments + 1 .. version.
 package wire
 
 import (
@@ -76,6 +87,23 @@ type Welcome struct {
 type Certify struct {
 	StartVersion uint64
 	Writeset     []byte // an encoded certifierpb.Writeset
+}
+
+// Fragment is the next fragment of a streamed writeset, in the order the
+// changes are to be applied.
+type Fragment struct {
+	Writeset []byte // an encoded certifierpb.Writeset
+}
+
+// CertifyStreamed asks for the certification of a streamed writeset,
+// whose fragments came before it.
+type CertifyStreamed struct {
+	StartVersion uint64
+	Fragments    uint32 // how many Fragment frames the backend sent
+	Bytes        uint64 // their payloads' total size
+	// Certified is what the transaction is certified on (tables written,
+	// truncated, referenced; DDL): an encoded certifierpb.Writeset.
+	Certified []byte
 }
 
 // Abandon says the backend will not commit a version it was told to.
@@ -148,16 +176,18 @@ func ReadFrame(r *bufio.Reader, max int) (byte, []byte, error) {
 // Message is any of the messages above.
 type Message interface{ frameType() byte }
 
-func (Hello) frameType() byte    { return 'H' }
-func (Certify) frameType() byte  { return 'C' }
-func (Abandon) frameType() byte  { return 'A' }
-func (Welcome) frameType() byte  { return 'h' }
-func (Decision) frameType() byte { return 'D' }
-func (Sync) frameType() byte     { return 'S' }
-func (Synced) frameType() byte   { return 's' }
-func (Hold) frameType() byte     { return 'K' }
-func (Release) frameType() byte  { return 'R' }
-func (Held) frameType() byte     { return 'k' }
+func (Hello) frameType() byte           { return 'H' }
+func (Certify) frameType() byte         { return 'C' }
+func (Abandon) frameType() byte         { return 'A' }
+func (Fragment) frameType() byte        { return 'F' }
+func (CertifyStreamed) frameType() byte { return 'W' }
+func (Welcome) frameType() byte         { return 'h' }
+func (Decision) frameType() byte        { return 'D' }
+func (Sync) frameType() byte            { return 'S' }
+func (Synced) frameType() byte          { return 's' }
+func (Hold) frameType() byte            { return 'K' }
+func (Release) frameType() byte         { return 'R' }
+func (Held) frameType() byte            { return 'k' }
 
 // Decode parses a frame read by ReadFrame.
 func Decode(typ byte, p []byte) (Message, error) {
@@ -170,6 +200,10 @@ func Decode(typ byte, p []byte) (Message, error) {
 		m = Certify{StartVersion: d.u64(), Writeset: d.rest()}
 	case 'A':
 		m = Abandon{Version: d.u64()}
+	case 'F':
+		m = Fragment{Writeset: d.rest()}
+	case 'W':
+		m = CertifyStreamed{StartVersion: d.u64(), Fragments: d.u32(), Bytes: d.u64(), Certified: d.rest()}
 	case 'h':
 		m = Welcome{Accepted: d.u8() != 0, Generation: d.u64(), Text: d.text(int(d.u16()))}
 	case 'D':
@@ -211,6 +245,13 @@ func Encode(m Message) []byte {
 		e.b = append(e.b, m.Writeset...)
 	case Abandon:
 		e.u64(m.Version)
+	case Fragment:
+		e.b = append(e.b, m.Writeset...)
+	case CertifyStreamed:
+		e.u64(m.StartVersion)
+		e.u32(m.Fragments)
+		e.u64(m.Bytes)
+		e.b = append(e.b, m.Certified...)
 	case Welcome:
 		e.u8(boolByte(m.Accepted))
 		e.u64(m.Generation)
