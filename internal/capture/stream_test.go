@@ -585,3 +585,57 @@ func TestStreamedNestedStatements(t *testing.T) {
 	applyAll(t, b, entries)
 	f.sameRows(b, "n", "ub")
 }
+
+// A statement whose changes outgrow the run's memory (4 MiB) spools its
+// deletes and its upserts apart: a permutation of every key still streams
+// every delete before every upsert, and applies. The temporary files are
+// gone once the transactions end.
+func TestStreamedLargeStatement(t *testing.T) {
+	schema := []string{`CREATE TABLE k (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v text)`}
+	f, sa := startStreamed(t, schema...)
+	const rows = 4500 // of about 1 kB
+	var entries []*pb.LogEntry
+	var fragments [][]*pb.Change
+	for _, sql := range []string{
+		fmt.Sprintf(`INSERT INTO k SELECT g, g || repeat('x', 1000) FROM generate_series(1, %d) AS g`, rows),
+		fmt.Sprintf(`UPDATE k SET id = %d - id`, rows+1),
+	} {
+		c, ss := sa.sent(f, sql)
+		if len(c) != 0 || len(ss) != 1 {
+			t.Fatalf("%s: sent %d writesets and %d streamed ones, want 1 streamed", sql, len(c), len(ss))
+		}
+		fragments = nil
+		for _, ws := range decodeFragments(t, ss[0]) {
+			entries = append(entries, &pb.LogEntry{Version: uint64(len(entries) + 1), Writeset: ws})
+			fragments = append(fragments, ws.GetChanges())
+		}
+	}
+	var got []*pb.Change
+	for _, fr := range fragments {
+		got = append(got, fr...)
+	}
+	if len(got) != 2*rows {
+		t.Fatalf("the update streamed %d changes, want %d", len(got), 2*rows)
+	}
+	for i, c := range got {
+		want := pb.Op_OP_DELETE
+		if i >= rows {
+			want = pb.Op_OP_UPSERT
+		}
+		if c.GetOp() != want {
+			t.Fatalf("change %d is %s, want every delete before every upsert", i, c.GetOp())
+		}
+	}
+	if g, w := len(fragments), len(cutFragments(got)); g != w || g < 2 {
+		t.Errorf("%d fragments, want %d (more than one)", g, w)
+	}
+	if n := f.query(f.conn, `SELECT count(*)::text FROM pg_ls_tmpdir()`)[0]; n != "0" {
+		t.Errorf("%s temporary files left", n)
+	}
+	b := applyTarget(t, schema...)
+	applyAll(t, b, entries)
+	const digest = `SELECT count(*) || ' rows, md5 ' || md5(string_agg(k::text, ',' ORDER BY id)) FROM k`
+	if here, there := f.query(f.conn, digest)[0], f.query(b, digest)[0]; here != there {
+		t.Errorf("after apply: %s there, %s here", there, here)
+	}
+}
