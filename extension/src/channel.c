@@ -45,8 +45,9 @@
  * backend must learn it. Sending a streamed writeset's fragments does
  * not: nothing is certified before 'W', and a backend that stops midway
  * closes the connection, which drops what the agent staged. A wait for a
- * sync does not either: nothing is decided. Termination and postmaster death end the wait; the agent then
- * sees the socket close and applies the version itself if it committed.
+ * sync does not either: nothing is decided. Termination and postmaster
+ * death end the wait; the agent then sees the socket close and applies
+ * the version itself if it committed.
  */
 #include "tashkent.h"
 
