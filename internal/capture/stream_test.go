@@ -52,6 +52,10 @@ type streamAgent struct {
 	abort   bool // answer the next streamed writeset with a conflict
 	certify [][]byte
 	streams []streamed
+	// stall, when set, is closed at the next 'F'; the stand-in then reads
+	// nothing until release is closed, and closes broken when the
+	// connection ends before 'W'.
+	stall, release, broken chan struct{}
 }
 
 // startStreamed starts a server with the extension (agenttest), points it
@@ -144,6 +148,15 @@ func (sa *streamAgent) serve(c net.Conn) {
 			c.Write(wire.Encode(d))
 		case 'F':
 			fragments = append(fragments, p)
+			sa.mu.Lock()
+			stall, release, broken := sa.stall, sa.release, sa.broken
+			sa.stall = nil
+			sa.mu.Unlock()
+			if stall != nil {
+				close(stall)
+				<-release
+				defer close(broken)
+			}
 		case 'W':
 			s, err := parseStreamed(p, fragments)
 			fragments = nil
@@ -637,5 +650,68 @@ func TestStreamedLargeStatement(t *testing.T) {
 	const digest = `SELECT count(*) || ' rows, md5 ' || md5(string_agg(k::text, ',' ORDER BY id)) FROM k`
 	if here, there := f.query(f.conn, digest)[0], f.query(b, digest)[0]; here != there {
 		t.Errorf("after apply: %s there, %s here", there, here)
+	}
+}
+
+// A cancel while the fragments are sent ends the transaction (57014:
+// nothing was certified), and the backend closes its connection to the
+// agent, which drops what it staged.
+func TestStreamedCancelWhileSending(t *testing.T) {
+	f, sa := startStreamed(t, `CREATE TABLE k (id int PRIMARY KEY, v text)`)
+	stall, release, broken := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	sa.mu.Lock()
+	sa.stall, sa.release, sa.broken = stall, release, broken
+	sa.mu.Unlock()
+	version := f.query(f.conn, `SELECT tashkent.committed_version()::text`)[0]
+	pid := f.conn.PgConn().PID()
+	done := make(chan error, 1)
+	go func() {
+		// More than the socket holds: the backend waits to send.
+		_, err := f.conn.Exec(context.Background(), `INSERT INTO k SELECT g, repeat('c', 1000) FROM generate_series(1, 10000) AS g`)
+		done <- err
+	}()
+	select {
+	case <-stall:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no fragment arrived")
+	}
+	other := f.agent.Connect("postgres")
+	var cancelled bool
+	// The backend is in its wait for the socket once the fragments fill it.
+	for deadline := time.Now().Add(10 * time.Second); !cancelled && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var waiting bool
+		if err := other.QueryRow(context.Background(), `SELECT wait_event IS NOT NULL AND state = 'active' FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			if err := other.QueryRow(context.Background(), `SELECT pg_cancel_backend($1)`, pid).Scan(&cancelled); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		close(release)
+		t.Fatal("the cancelled transaction did not end")
+	}
+	close(release)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != pgcode.QueryCanceled {
+		t.Errorf("a cancel while the fragments were sent: %v, want SQLSTATE %s", err, pgcode.QueryCanceled)
+	}
+	select {
+	case <-broken:
+	case <-time.After(10 * time.Second):
+		t.Error("the backend did not close its connection to the agent")
+	}
+	if got := f.query(f.conn, `SELECT tashkent.committed_version()::text`)[0]; got != version {
+		t.Errorf("the replica's version moved from %s to %s", version, got)
+	}
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	if len(sa.streams) != 0 {
+		t.Errorf("%d streamed writesets certified", len(sa.streams))
 	}
 }
