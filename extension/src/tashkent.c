@@ -11,7 +11,6 @@
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
-#include "utils/memutils.h"
 
 PG_MODULE_MAGIC;
 
@@ -85,11 +84,16 @@ define_settings(void)
 							&tk_writeset_max_rows,
 							100000000, 1, INT_MAX,
 							PGC_SUSET, 0, NULL, NULL, NULL);
+	/*
+	 * At most 1 GB: a transaction below it is collapsed into one writeset
+	 * in memory. One of more than the certifier's --writeset-bytes-max is
+	 * refused there.
+	 */
 	DefineCustomIntVariable("tashkent.stream_threshold",
 							"The memory a transaction's captured changes may take before they are streamed.",
 							"Past it the changes go to a temporary file and are sent in fragments; the transaction is then certified on the tables it wrote.",
 							&tk_stream_threshold,
-							8192, 64, (int) (MaxAllocSize / 1024),
+							8192, 64, 1024 * 1024,
 							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomStringVariable("tashkent.recovery_roles",
 							   "Roles that may connect while the replica catches up with the cluster.",

@@ -27,7 +27,7 @@
 //	                 read from the socket by a stand-in of their own: the
 //	                 fragments' changes and cuts, the certified tables,
 //	                 savepoints, nested statements, a cancel while they
-//	                 are sent, the commit's span,
+//	                 are sent, the backend's memory, the commit's span;
 //	                 applied fragment after fragment on a second server
 //	bench_test.go    BenchmarkCaptureTPCB, capture's cost per TPC-B
 //	                 transaction

@@ -715,3 +715,23 @@ func TestStreamedCancelWhileSending(t *testing.T) {
 		t.Errorf("%d streamed writesets certified", len(sa.streams))
 	}
 }
+
+// A streamed transaction's backend holds at most tashkent.stream_threshold
+// of events, a run's buffer and a fragment, however much it writes: here
+// 40 MB of rows in one statement.
+func TestStreamedMemory(t *testing.T) {
+	f, sa := startStreamed(t, `CREATE TABLE k (id int PRIMARY KEY, v text)`)
+	const boundBytes = 24 << 20 // the backend's own, a 4 MiB run spilled, its buffers
+	f.exec(f.conn, `BEGIN; INSERT INTO k SELECT g, repeat('m', 1000) FROM generate_series(1, 40000) AS g`)
+	var held int64
+	if err := f.conn.QueryRow(context.Background(), `SELECT sum(total_bytes) FROM pg_backend_memory_contexts`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held > boundBytes {
+		t.Errorf("the backend holds %d bytes of memory after writing 40 MB, want at most %d", held, boundBytes)
+	}
+	c, ss := sa.sent(f, `COMMIT`)
+	if len(c) != 0 || len(ss) != 1 || ss[0].count < 10 {
+		t.Fatalf("sent %d writesets and %d streamed ones, want 1 streamed of 10 fragments or more", len(c), len(ss))
+	}
+}
