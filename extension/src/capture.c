@@ -271,6 +271,7 @@ start_streaming(void)
 	}
 	for (; m < nmarks; m++)
 		tk_stream_mark(&marks[m].stream);
+	tk_stream_started();
 	foreach(lc, events)
 		pfree(lfirst(lc));
 	list_free(events);

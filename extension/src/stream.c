@@ -48,7 +48,10 @@
  * rollback cuts them back (tk_stream_cut). A BufFile cannot be truncated:
  * the spool's logical length is kept here, the next write seeks back to
  * it and overwrites, and reads stop at it. A rollback does no I/O (it runs
- * while the subtransaction aborts): the seek waits for the next write.
+ * while the subtransaction aborts): the seek waits for the next write. An
+ * error while the stream is written (temp_file_limit, a full disk) leaves
+ * it in no known state: a savepoint's rollback cannot repair it, so the
+ * transaction can no longer commit.
  *
  * At PRE_COMMIT (tk_stream_certify) the spool is read from its start and
  * cut into fragments of at most FRAGMENT_BYTES, each a run of whole
@@ -136,6 +139,9 @@ static CommandId max_cid = FirstCommandId;	/* of the changes streamed */
 static Tables written;
 static Tables truncated;
 static StringInfoData ddl;		/* the DDL changes, encoded */
+static int	writing = 0;		/* writes under way: one an error ended is
+								 * left counted */
+static bool broken = false;		/* a write failed (see the header) */
 static StringInfoData scratch;	/* one change, encoded */
 
 bool
@@ -204,12 +210,14 @@ read_spill(Spill *spill, char *out, Size len)
 				 errmsg("could not read tashkent's temporary file of a streamed writeset")));
 }
 
-/* cut_spill: the file ends at len; no I/O until the next write. */
+/*
+ * cut_spill: the file ends at len; no I/O until the next write, which
+ * seeks there first (a write an error ended may have moved the position).
+ */
 static void
 cut_spill(Spill *spill, int64 len)
 {
-	if (spill->len != len)
-		spill->at_end = false;
+	spill->at_end = false;
 	spill->len = len;
 }
 
@@ -291,6 +299,8 @@ tk_stream_start(void)
 	memset(&spool, 0, sizeof(spool));
 	memset(&run_deletes_file, 0, sizeof(run_deletes_file));
 	memset(&run_upserts_file, 0, sizeof(run_upserts_file));
+	writing = 1;				/* until tk_stream_started */
+	broken = false;
 	open_spill(&spool);
 	run_open = false;
 	tables_init(&written);
@@ -304,6 +314,16 @@ tk_stream_start(void)
 		initStringInfo(&scratch);
 		MemoryContextSwitchTo(old);
 	}
+}
+
+/*
+ * tk_stream_started: the events captured before the transaction was
+ * streamed are in the stream (capture.c).
+ */
+void
+tk_stream_started(void)
+{
+	writing--;
 }
 
 /* end_run: the run's deletes, then its upserts, at the spool's end. */
@@ -375,6 +395,7 @@ void
 tk_stream_event(const TkEvent *e)
 {
 	Assert(context != NULL);
+	writing++;
 	switch (e->kind)
 	{
 		case TK_EVENT_UPSERT:
@@ -401,17 +422,20 @@ tk_stream_event(const TkEvent *e)
 			appendBinaryStringInfo(&ddl, scratch.data, scratch.len);
 			break;
 	}
+	writing--;
 }
 
 /* tk_stream_mark: where a subtransaction starting now would cut back to. */
 void
 tk_stream_mark(TkStreamMark *mark)
 {
+	writing++;
 	end_run();
 	mark->spool_len = spool.len;
 	mark->nwritten = list_length(written.order);
 	mark->ntruncated = list_length(truncated.order);
 	mark->ddl_len = ddl.len;
+	writing--;
 }
 
 /*
@@ -421,6 +445,9 @@ tk_stream_mark(TkStreamMark *mark)
 void
 tk_stream_cut(const TkStreamMark *mark)
 {
+	if (writing != 0)
+		broken = true;
+	writing = 0;
 	resetStringInfo(&run_deletes);
 	resetStringInfo(&run_upserts);
 	cut_spill(&run_deletes_file, 0);
@@ -681,6 +708,12 @@ tk_stream_certify(uint64 start_version, TkDecision *decision)
 	Fragment	f;
 	StringInfoData certified;
 
+	if (broken || writing != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("the transaction's streamed writeset is incomplete: writing its temporary file failed earlier"),
+				 errdetail("A savepoint's rollback does not undo such a failure."),
+				 errhint("Roll back the transaction; see the earlier error for the cause.")));
 	end_run();
 	send_fragments(&f);
 	certified_writeset(&certified);
@@ -724,6 +757,8 @@ tk_stream_xact_end(void)
 	context = NULL;
 	run_open = false;
 	max_cid = FirstCommandId;
+	writing = 0;
+	broken = false;
 	memset(&spool, 0, sizeof(spool));
 	memset(&run_deletes_file, 0, sizeof(run_deletes_file));
 	memset(&run_upserts_file, 0, sizeof(run_upserts_file));

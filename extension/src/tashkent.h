@@ -416,6 +416,7 @@ typedef struct TkStreamMark
 
 extern bool tk_stream_active(void);
 extern void tk_stream_start(void);
+extern void tk_stream_started(void);
 extern void tk_stream_event(const TkEvent *event);
 extern void tk_stream_mark(TkStreamMark *mark);
 extern void tk_stream_cut(const TkStreamMark *mark);

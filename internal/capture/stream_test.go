@@ -506,6 +506,27 @@ func TestStreamedSavepointsAndLimits(t *testing.T) {
 	}
 	f.exec(f.conn, `RESET tashkent.writeset_max_rows`)
 
+	// A temporary file that could not be written (temp_file_limit: 53400)
+	// leaves the stream incomplete: a rollback to a savepoint does not
+	// repair it, and the commit fails (25000), nothing sent.
+	f.exec(f.conn, `SET temp_file_limit = '1MB'; BEGIN; INSERT INTO k VALUES (30000, 'a'); SAVEPOINT a`)
+	_, err = f.conn.Exec(context.Background(), `INSERT INTO k SELECT g, repeat('t', 1000) FROM generate_series(30001, 36000) AS g`)
+	if !errors.As(err, &pe) || pe.Code != pgcode.ConfigurationLimitExceeded {
+		t.Errorf("past temp_file_limit: %v, want SQLSTATE %s", err, pgcode.ConfigurationLimitExceeded)
+	}
+	c, ss = sa.sent(f, `ROLLBACK TO a; INSERT INTO k VALUES (30001, 'b')`)
+	_, err = f.conn.Exec(context.Background(), `COMMIT`)
+	if !errors.As(err, &pe) || pe.Code != pgcode.InvalidTransactionState {
+		t.Errorf("the commit after a failed write of the stream: %v, want SQLSTATE %s", err, pgcode.InvalidTransactionState)
+	}
+	if len(c)+len(ss) != 0 || len(sa.streams) != before {
+		t.Errorf("a transaction whose stream failed to be written was sent")
+	}
+	f.exec(f.conn, `RESET temp_file_limit`)
+	if got := f.query(f.conn, `SELECT count(*)::text FROM k WHERE id >= 30000`)[0]; got != "0" {
+		t.Errorf("%s rows of the failed transaction", got)
+	}
+
 	// Refused: 40001, the replica's version unchanged.
 	version := f.query(f.conn, `SELECT tashkent.committed_version()::text`)[0]
 	sa.mu.Lock()
