@@ -65,6 +65,14 @@
  * list, in TopTransactionContext, is cut back to its length at the
  * subtransaction's start.
  *
+ * Large transactions: once the list's events take more memory than
+ * tashkent.stream_threshold, the transaction is streamed (stream.c): the
+ * events held go to a temporary file, in order, and are freed, and so is
+ * every later event as soon as it is captured. A savepoint's mark then
+ * holds its place in the stream, which its rollback cuts back to. The
+ * limits count the same in both: every row change, and the bytes of keys
+ * and rows.
+ *
  * Nothing is captured for the agent's applier (its writes are other
  * replicas' certified changes) nor under tashkent.maintenance.
  */
@@ -98,6 +106,7 @@ static uint32 next_seq = 0;
 static int64 row_changes = 0;	/* UPSERT, DELETE, INSERT_ROW and DELETE_ROW
 								 * events */
 static int64 event_bytes = 0;	/* of keys and rows */
+static int64 held_bytes = 0;	/* the memory the list's events take */
 static bool has_ddl = false;
 static uint64 ddl_label = 0;
 static uint64 first_version = 0;	/* the replica's version at the first event */
@@ -110,8 +119,10 @@ typedef struct SubxactMark
 	int			nevents;
 	int64		row_changes;
 	int64		event_bytes;
+	int64		held_bytes;
 	bool		has_ddl;
 	uint64		ddl_label;
+	TkStreamMark stream;		/* where in the stream, once streamed */
 } SubxactMark;
 
 static SubxactMark *marks = NULL;	/* a stack, in TopMemoryContext */
@@ -173,19 +184,19 @@ restore_print_settings(const PrintSettings *saved)
 }
 
 /*
- * append_event: a new event at the end of the list, with copies of its
- * texts, in one allocation of the current subtransaction's memory. The
- * limits are checked here: they bound the memory a transaction's capture
- * takes, and the writeset the certifier is sent.
+ * new_event: an event, with copies of its texts, in one allocation of the
+ * current subtransaction's memory. The limits are checked here: they
+ * bound the memory a transaction's capture takes, and the writeset the
+ * certifier is sent. namelen: the leading bytes of table that name the
+ * table itself (stream.c certifies a streamed transaction on tables).
  */
 static TkEvent *
-append_event(TkEventKind kind, CommandId cid, const char *table, int tablelen,
-			 const char *key, int keylen, const char *row, int rowlen)
+new_event(TkEventKind kind, CommandId cid, const char *table, int tablelen, int namelen,
+		  const char *key, int keylen, const char *row, int rowlen)
 {
 	Size		size = MAXALIGN(sizeof(TkEvent));
 	TkEvent    *e;
 	char	   *p;
-	MemoryContext old;
 
 	if (kind == TK_EVENT_UPSERT || kind == TK_EVENT_KEEPING_UPSERT || kind == TK_EVENT_DELETE
 		|| kind == TK_EVENT_INSERT_ROW || kind == TK_EVENT_DELETE_ROW)
@@ -208,6 +219,7 @@ append_event(TkEventKind kind, CommandId cid, const char *table, int tablelen,
 
 	size += (table ? tablelen + 1 : 0) + (key ? keylen + 1 : 0) + (row ? rowlen + 1 : 0);
 	e = MemoryContextAllocZero(CurTransactionContext, size);
+	held_bytes += size + sizeof(ListCell);
 	p = (char *) e + MAXALIGN(sizeof(TkEvent));
 	e->kind = kind;
 	e->cid = cid;
@@ -216,6 +228,7 @@ append_event(TkEventKind kind, CommandId cid, const char *table, int tablelen,
 	{
 		memcpy(p, table, tablelen);
 		e->table = p;
+		e->namelen = namelen;
 		p += tablelen + 1;
 	}
 	if (key)
@@ -231,14 +244,69 @@ append_event(TkEventKind kind, CommandId cid, const char *table, int tablelen,
 		e->row = p;
 		e->rowlen = rowlen;
 	}
-	if (events == NIL)
+	if (events == NIL && !tk_stream_active())
 		first_version = tk_committed();
 	if (kind == TK_EVENT_DELETE_ROW && first_row_identity_version == 0)
 		first_row_identity_version = tk_committed();
+	return e;
+}
+
+/*
+ * start_streaming: the events held so far go to the stream (stream.c), in
+ * their order, and are freed. A savepoint taken among them gets its place
+ * in the stream, where its rollback cuts it back to.
+ */
+static void
+start_streaming(void)
+{
+	ListCell   *lc;
+	int			m = 0;
+
+	tk_stream_start();
+	foreach(lc, events)
+	{
+		for (; m < nmarks && marks[m].nevents <= foreach_current_index(lc); m++)
+			tk_stream_mark(&marks[m].stream);
+		tk_stream_event(lfirst(lc));
+	}
+	for (; m < nmarks; m++)
+		tk_stream_mark(&marks[m].stream);
+	tk_stream_started();
+	foreach(lc, events)
+		pfree(lfirst(lc));
+	list_free(events);
+	events = NIL;
+	held_bytes = 0;
+}
+
+/*
+ * add_event: the event joins the transaction's: held in the list, or, in
+ * a streamed transaction, written to the stream and freed. The list
+ * turns into a stream once it holds more than tashkent.stream_threshold.
+ */
+static void
+add_event(TkEvent *e)
+{
+	MemoryContext old;
+
+	if (tk_stream_active())
+	{
+		tk_stream_event(e);
+		pfree(e);
+		return;
+	}
 	old = MemoryContextSwitchTo(TopTransactionContext);
 	events = lappend(events, e);
 	MemoryContextSwitchTo(old);
-	return e;
+	if (held_bytes > (int64) tk_stream_threshold * 1024)
+		start_streaming();
+}
+
+static void
+append_event(TkEventKind kind, CommandId cid, const char *table, int tablelen, int namelen,
+			 const char *key, int keylen, const char *row, int rowlen)
+{
+	add_event(new_event(kind, cid, table, tablelen, namelen, key, keylen, row, rowlen));
 }
 
 /* append_json_value: one value of a key, as to_json writes it. */
@@ -387,6 +455,7 @@ any_null(const AttrNumber *attnums, int ncols, const RowImage *img)
 typedef struct ParentKey
 {
 	char	   *label;			/* NULL: no parent row found */
+	int			namelen;		/* the label's leading bytes naming the parent */
 	StringInfoData key;
 } ParentKey;
 
@@ -457,6 +526,7 @@ find_parent(RowCapture *rc, TkForeignKey *fk, ParentKey *parent)
 	initStringInfo(&parent->key);
 	print_key(&parent->key, pinfo, pkey, &prow);
 	parent->label = pstrdup(pkey->label);
+	parent->namelen = pkey->namelen;
 }
 
 /*
@@ -475,7 +545,7 @@ emit_row_change(RowCapture *rc, StringInfo key, StringInfo other, StringInfo row
 	if (!rc->has_new)
 	{
 		key_text(key, info, &info->pk, &rc->old);
-		append_event(TK_EVENT_DELETE, rc->cid, info->name, info->namelen,
+		append_event(TK_EVENT_DELETE, rc->cid, info->name, info->namelen, info->namelen,
 					 key->data, key->len, NULL, 0);
 		return;
 	}
@@ -492,17 +562,18 @@ emit_row_change(RowCapture *rc, StringInfo key, StringInfo other, StringInfo row
 			moved = other->len != key->len || memcmp(other->data, key->data, key->len) != 0;
 		}
 		if (moved)
-			append_event(TK_EVENT_DELETE, rc->cid, info->name, info->namelen,
+			append_event(TK_EVENT_DELETE, rc->cid, info->name, info->namelen, info->namelen,
 						 other->data, other->len, NULL, 0);
 		else if (info->keeping)
 			kind = TK_EVENT_KEEPING_UPSERT;
 	}
 	row_text(row, info, &rc->new);
-	e = append_event(kind, rc->cid, info->name, info->namelen,
-					 key->data, key->len, row->data, row->len);
+	e = new_event(kind, rc->cid, info->name, info->namelen, info->namelen,
+				  key->data, key->len, row->data, row->len);
 	e->relid = RelationGetRelid(rc->rel);
 	e->relfilenode = rc->rel->rd_node.relNode;
 	e->tid = rc->new.tuple->t_self;
+	add_event(e);
 }
 
 /*
@@ -518,13 +589,13 @@ emit_keyless_change(RowCapture *rc, StringInfo row)
 	if (rc->has_old)
 	{
 		row_text(row, info, &rc->old);
-		append_event(TK_EVENT_DELETE_ROW, rc->cid, info->name, info->namelen,
+		append_event(TK_EVENT_DELETE_ROW, rc->cid, info->name, info->namelen, info->namelen,
 					 row->data, row->len, NULL, 0);
 	}
 	if (rc->has_new)
 	{
 		row_text(row, info, &rc->new);
-		append_event(TK_EVENT_INSERT_ROW, rc->cid, info->name, info->namelen,
+		append_event(TK_EVENT_INSERT_ROW, rc->cid, info->name, info->namelen, info->namelen,
 					 NULL, 0, row->data, row->len);
 	}
 }
@@ -552,10 +623,10 @@ emit_unique_keys(RowCapture *rc, StringInfo key, StringInfo other)
 			&& memcmp(key->data, other->data, key->len) == 0)
 			continue;			/* equal values of different bytes */
 		if (has_old)
-			append_event(TK_EVENT_UNIQUE_KEY, rc->cid, uk->label, strlen(uk->label),
+			append_event(TK_EVENT_UNIQUE_KEY, rc->cid, uk->label, strlen(uk->label), uk->namelen,
 						 other->data, other->len, NULL, 0);
 		if (has_new)
-			append_event(TK_EVENT_UNIQUE_KEY, rc->cid, uk->label, strlen(uk->label),
+			append_event(TK_EVENT_UNIQUE_KEY, rc->cid, uk->label, strlen(uk->label), uk->namelen,
 						 key->data, key->len, NULL, 0);
 	}
 }
@@ -588,11 +659,11 @@ emit_references(RowCapture *rc, StringInfo key)
 			memcpy(direct.attnums, fk->attnums, sizeof(AttrNumber) * fk->ncols);
 			key_text(key, info, &direct, &rc->new);
 			append_event(TK_EVENT_REFERENCE, rc->cid, fk->label, strlen(fk->label),
-						 key->data, key->len, NULL, 0);
+						 fk->label_namelen, key->data, key->len, NULL, 0);
 		}
 		else if (parent->label != NULL)
 			append_event(TK_EVENT_REFERENCE, rc->cid, parent->label, strlen(parent->label),
-						 parent->key.data, parent->key.len, NULL, 0);
+						 parent->namelen, parent->key.data, parent->key.len, NULL, 0);
 	}
 }
 
@@ -703,7 +774,7 @@ tashkent_capture(PG_FUNCTION_ARGS)
 	info = tk_relinfo_get(trigdata->tg_relation);
 	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
 		append_event(TK_EVENT_TRUNCATE, GetCurrentCommandId(true), info->name, info->namelen,
-					 NULL, 0, NULL, 0);
+					 info->namelen, NULL, 0, NULL, 0);
 	else if (TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
 		capture_row(trigdata, info);
 	else
@@ -716,7 +787,7 @@ tashkent_capture(PG_FUNCTION_ARGS)
 bool
 tk_capture_pending(void)
 {
-	return events != NIL;
+	return events != NIL || tk_stream_active();
 }
 
 bool
@@ -767,9 +838,10 @@ tk_capture_ddl(const char *sql, int len, const char *search_path, const char *ro
 {
 	TkEvent    *e;
 
-	e = append_event(TK_EVENT_DDL, GetCurrentCommandId(true), NULL, 0,
-					 search_path, strlen(search_path), sql, len);
+	e = new_event(TK_EVENT_DDL, GetCurrentCommandId(true), NULL, 0, 0,
+				  search_path, strlen(search_path), sql, len);
 	e->role = MemoryContextStrdup(CurTransactionContext, role);
+	add_event(e);
 	if (!has_ddl || label < ddl_label)
 		ddl_label = label;
 	has_ddl = true;
@@ -821,11 +893,13 @@ tk_capture_xact_end(void)
 	next_seq = 0;
 	row_changes = 0;
 	event_bytes = 0;
+	held_bytes = 0;
 	has_ddl = false;
 	ddl_label = 0;
 	first_version = 0;
 	first_row_identity_version = 0;
 	nmarks = 0;
+	tk_stream_xact_end();
 }
 
 /*
@@ -851,8 +925,11 @@ tk_capture_subxact(SubXactEvent event, SubTransactionId mySubid,
 			marks[nmarks].nevents = list_length(events);
 			marks[nmarks].row_changes = row_changes;
 			marks[nmarks].event_bytes = event_bytes;
+			marks[nmarks].held_bytes = held_bytes;
 			marks[nmarks].has_ddl = has_ddl;
 			marks[nmarks].ddl_label = ddl_label;
+			if (tk_stream_active())
+				tk_stream_mark(&marks[nmarks].stream);
 			nmarks++;
 			break;
 		case SUBXACT_EVENT_COMMIT_SUB:
@@ -864,7 +941,13 @@ tk_capture_subxact(SubXactEvent event, SubTransactionId mySubid,
 			{
 				if (marks[i].subid != mySubid)
 					continue;
-				events = list_truncate(events, marks[i].nevents);
+				if (tk_stream_active())
+					tk_stream_cut(&marks[i].stream);
+				else
+				{
+					events = list_truncate(events, marks[i].nevents);
+					held_bytes = marks[i].held_bytes;
+				}
 				row_changes = marks[i].row_changes;
 				event_bytes = marks[i].event_bytes;
 				has_ddl = marks[i].has_ddl;

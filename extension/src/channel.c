@@ -12,6 +12,16 @@
  *                   u16 length + database name
  *     'C' certify   u64 start version, then the writeset: an encoded
  *                   tashkent.certifier.v1.Writeset to the end of the frame
+ *     'F' fragment  a fragment of a streamed writeset (stream.c): an
+ *                   encoded Writeset to the end of the frame; one or more,
+ *                   in apply order, each followed by the next or by 'W'
+ *     'W' certify streamed  u64 start version, u32 fragments, u64 bytes
+ *                   (the fragments' payloads' total size), then the
+ *                   certified writeset (what the transaction is certified
+ *                   on, never applied): an encoded Writeset to the end of
+ *                   the frame. Answered by 'D', whose version, for a
+ *                   commit, is the last of the fragments' consecutive
+ *                   versions
  *     'A' abandon   u64 version: this backend will not commit the version
  *                   it was told to commit; the agent applies it instead
  *     'S' sync      u32 milliseconds: the cluster's durable version is
@@ -32,8 +42,12 @@
  *
  * A wait for a certification absorbs cancels, as the turn does (turn.c):
  * once the writeset is sent, the outcome is the certifier's, and the
- * backend must learn it. A wait for a sync does not: nothing is decided. Termination and postmaster death end the wait; the agent then
- * sees the socket close and applies the version itself if it committed.
+ * backend must learn it. Sending a streamed writeset's fragments does
+ * not: nothing is certified before 'W', and a backend that stops midway
+ * closes the connection, which drops what the agent staged. A wait for a
+ * sync does not either: nothing is decided. Termination and postmaster
+ * death end the wait; the agent then sees the socket close and applies
+ * the version itself if it committed.
  */
 #include "tashkent.h"
 
@@ -492,28 +506,18 @@ outcome_unknown(const char *why)
 }
 
 /*
- * tk_channel_certify sends the writeset with its start version and waits
- * for the decision (at most tashkent.certify_timeout).
+ * await_decision sends the certification request in buf (a 'C' or 'W'
+ * frame) and waits for the decision (at most tashkent.certify_timeout).
  */
-void
-tk_channel_certify(uint64 start_version, StringInfo writeset, TkDecision *decision)
+static void
+await_decision(StringInfo buf, TkDecision *decision)
 {
-	StringInfoData buf;
 	TimestampTz deadline;
 	bool		warned = false;
 
-	asking = TK_ASK_CERTIFY;
-	if (!agent_alive())
-		connect_agent(0, 0);
-
-	begin_frame(&buf, 'C');
-	put_u64(&buf, start_version);
-	appendBinaryStringInfo(&buf, writeset->data, writeset->len);
-	end_frame(&buf);
 	exchange_open = true;
-
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), tk_certify_timeout);
-	if (!send_all(&buf, deadline, true, &warned))
+	if (!send_all(buf, deadline, true, &warned))
 	{
 		close_agent();
 		outcome_unknown("the connection to the tashkent agent broke while the writeset was sent");
@@ -523,7 +527,7 @@ tk_channel_certify(uint64 start_version, StringInfo writeset, TkDecision *decisi
 	 * than try a receive that would fail (a system call fewer per commit).
 	 */
 	if (!wait_socket(WL_SOCKET_READABLE, deadline, true, &warned) ||
-		!recv_frame(&buf, deadline, true, &warned))
+		!recv_frame(buf, deadline, true, &warned))
 	{
 		bool		late = ms_left(deadline) <= 0;
 
@@ -531,9 +535,105 @@ tk_channel_certify(uint64 start_version, StringInfo writeset, TkDecision *decisi
 		outcome_unknown(late ? "the certifier did not decide within tashkent.certify_timeout"
 						: "the connection to the tashkent agent broke before its decision arrived");
 	}
-	read_decision(&buf, decision);
+	read_decision(buf, decision);
 	exchange_open = false;
-	pfree(buf.data);
+	pfree(buf->data);
+}
+
+/*
+ * tk_channel_certify sends the writeset with its start version and waits
+ * for the decision.
+ */
+void
+tk_channel_certify(uint64 start_version, StringInfo writeset, TkDecision *decision)
+{
+	StringInfoData buf;
+
+	asking = TK_ASK_CERTIFY;
+	if (!agent_alive())
+		connect_agent(0, 0);
+
+	begin_frame(&buf, 'C');
+	put_u64(&buf, start_version);
+	appendBinaryStringInfo(&buf, writeset->data, writeset->len);
+	end_frame(&buf);
+	await_decision(&buf, decision);
+}
+
+/*
+ * tk_channel_stream_begin opens the exchange of a streamed writeset: its
+ * fragments ('F'), then its certification ('W'), on one connection.
+ */
+void
+tk_channel_stream_begin(void)
+{
+	asking = TK_ASK_CERTIFY;
+	if (!agent_alive())
+		connect_agent(0, 0);
+	exchange_open = true;
+}
+
+/*
+ * tk_channel_stream_fragment sends one fragment of a streamed writeset:
+ * frame holds TK_FRAME_HEADER_BYTES of room, then the fragment. Each
+ * fragment gets tashkent.certify_timeout to go (the agent passes it on to
+ * the certifier before it reads the next). A cancel is not absorbed:
+ * nothing is certified yet.
+ */
+void
+tk_channel_stream_fragment(StringInfo frame)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), tk_certify_timeout);
+	bool		warned = false;
+
+	Assert(frame->len >= TK_FRAME_HEADER_BYTES);
+	frame->data[4] = 'F';
+	end_frame(frame);
+	if (!send_all(frame, deadline, false, &warned))
+	{
+		bool		late = ms_left(deadline) <= 0;
+
+		close_agent();
+		ereport(ERROR,
+				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+				 errmsg("could not send the transaction's streamed writeset to the tashkent agent: %s",
+						late ? "it took no fragment within tashkent.certify_timeout"
+						: "the connection broke"),
+				 errdetail("Nothing was certified; the transaction was rolled back."),
+				 errhint("Retry the transaction, or check the agent's log.")));
+	}
+}
+
+/*
+ * tk_channel_stream_broken: a streamed writeset will not be finished (an
+ * error while its fragments were sent): the connection is closed, so
+ * that the agent drops what it staged.
+ */
+void
+tk_channel_stream_broken(void)
+{
+	close_agent();
+}
+
+/*
+ * tk_channel_certify_streamed asks for the certification of a streamed
+ * writeset whose fragments were sent: the start version, their number and
+ * total size, and the certified writeset; then waits for the decision as
+ * tk_channel_certify does.
+ */
+void
+tk_channel_certify_streamed(uint64 start_version, uint32 fragments, uint64 bytes,
+							StringInfo certified, TkDecision *decision)
+{
+	StringInfoData buf;
+
+	begin_frame(&buf, 'W');
+	put_u64(&buf, start_version);
+	put_u32(&buf, fragments);
+	put_u64(&buf, bytes);
+	appendBinaryStringInfo(&buf, certified->data, certified->len);
+	end_frame(&buf);
+	await_decision(&buf, decision);
 }
 
 /*

@@ -45,6 +45,11 @@
  * applied after it is a conflict, and exactly one of two concurrent
  * updates of equal rows commits.
  *
+ * A streamed transaction (stream.c) sends its writeset in fragments and
+ * is certified on whole tables; its commit is a span of consecutive
+ * versions, one per fragment, which it commits at once: it waits for the
+ * turn of the first and passes the turn on after the last.
+ *
  * A certified transaction that fails after PRE_COMMIT (an error in the
  * rest of PostgreSQL's pre-commit work, or its backend terminated while it
  * waited for its turn) tells the agent, which applies the version in its
@@ -142,13 +147,14 @@ await_conflict(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void 
 }
 
 static void
-set_slot(TkSlotState state, uint64 version)
+set_slot(TkSlotState state, uint64 first, uint64 version)
 {
 	TkSlot	   *slot = tk_my_slot();
 
 	in_commit_order = true;
 	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 	slot->state = state;
+	slot->first = first;
 	slot->version = version;
 	slot->agent_generation = tk_agent_generation_seen();
 	LWLockRelease(tk_shared->lock);
@@ -170,6 +176,75 @@ start_version(void)
 	return tk_committed();
 }
 
+/* take_decision: a decision other than commit is an ERROR. */
+static void
+take_decision(const TkDecision *decision)
+{
+	switch (decision->kind)
+	{
+		case TK_DECISION_COMMIT:
+			break;
+		case TK_DECISION_ABORT:
+			set_slot(TK_SLOT_IDLE, 0, 0);
+			conflict_to_await = decision->version;
+			raise_abort(decision);
+			break;
+		case TK_DECISION_UNAVAILABLE:
+			ereport(ERROR,
+					(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+					 errmsg("this replica cannot commit writes now: %s", decision->detail),
+					 errhint("Reads still work; retry the transaction later.")));
+			break;
+		case TK_DECISION_UNKNOWN:
+			ereport(ERROR,
+					(errcode(ERRCODE_TRANSACTION_RESOLUTION_UNKNOWN),
+					 errmsg("the outcome of this transaction is unknown: %s", decision->detail),
+					 errdetail("If the cluster committed it, this replica applies it from the certifier's log like any other version; here it was rolled back."),
+					 errhint("Check whether its changes are there before retrying it.")));
+			break;
+	}
+}
+
+/*
+ * commit_in_turn: the certified versions first..last (one, or a streamed
+ * writeset's span) wait for their turn and go with the commit record.
+ */
+static void
+commit_in_turn(uint64 first, uint64 last)
+{
+	holding = last;
+	tk_doom_clear();			/* a blocker doomed before: certified now */
+	set_slot(TK_SLOT_HOLDING, first, last);
+	tk_turn_wait(first, false);
+	tk_turn_record(first, last);
+}
+
+/*
+ * certify_streamed: a streamed transaction (stream.c) sends its fragments
+ * and its certified writeset; a commit is the span of versions
+ * decision.version - fragments + 1 .. decision.version, one per fragment.
+ */
+static void
+certify_streamed(void)
+{
+	TkDecision	decision;
+	uint32		fragments;
+
+	if (tk_stream_empty())
+	{
+		/* every change rolled back: nothing to replicate */
+		tk_stream_close();
+		return;
+	}
+	set_slot(TK_SLOT_CERTIFYING, 0, 0);
+	fragments = tk_stream_certify(start_version(), &decision);
+	take_decision(&decision);
+	if (fragments == 0 || decision.version < fragments)
+		elog(ERROR, "tashkent: the agent committed %u fragments as version %llu",
+			 fragments, (unsigned long long) decision.version);
+	commit_in_turn(decision.version - fragments + 1, decision.version);
+}
+
 static void
 certify_and_wait_turn(void)
 {
@@ -186,6 +261,11 @@ certify_and_wait_turn(void)
 	if (IsolationIsSerializable())
 		PreCommit_CheckForSerializationFailure();
 
+	if (tk_stream_active())
+	{
+		certify_streamed();
+		return;
+	}
 	initStringInfo(&writeset);
 	tk_writeset_encode(tk_capture_events(), &writeset);
 	if (writeset.len == 0)
@@ -196,39 +276,11 @@ certify_and_wait_turn(void)
 	}
 	start = start_version();
 
-	set_slot(TK_SLOT_CERTIFYING, 0);
+	set_slot(TK_SLOT_CERTIFYING, 0, 0);
 	tk_channel_certify(start, &writeset, &decision);
 	pfree(writeset.data);
-
-	switch (decision.kind)
-	{
-		case TK_DECISION_COMMIT:
-			break;
-		case TK_DECISION_ABORT:
-			set_slot(TK_SLOT_IDLE, 0);
-			conflict_to_await = decision.version;
-			raise_abort(&decision);
-			break;
-		case TK_DECISION_UNAVAILABLE:
-			ereport(ERROR,
-					(errcode(ERRCODE_CANNOT_CONNECT_NOW),
-					 errmsg("this replica cannot commit writes now: %s", decision.detail),
-					 errhint("Reads still work; retry the transaction later.")));
-			break;
-		case TK_DECISION_UNKNOWN:
-			ereport(ERROR,
-					(errcode(ERRCODE_TRANSACTION_RESOLUTION_UNKNOWN),
-					 errmsg("the outcome of this transaction is unknown: %s", decision.detail),
-					 errdetail("If the cluster committed it, this replica applies it from the certifier's log like any other version; here it was rolled back."),
-					 errhint("Check whether its changes are there before retrying it.")));
-			break;
-	}
-
-	holding = decision.version;
-	tk_doom_clear();			/* a blocker doomed before: certified now */
-	set_slot(TK_SLOT_HOLDING, decision.version);
-	tk_turn_wait(decision.version, false);
-	tk_turn_record(decision.version, decision.version);
+	take_decision(&decision);
+	commit_in_turn(decision.version, decision.version);
 }
 
 static void
@@ -258,6 +310,7 @@ pre_commit(void)
 	}
 	if (tk_maintenance)
 	{
+		tk_stream_close();
 		if (TransactionIdIsValid(GetTopTransactionIdIfAny()) && tk_database_replicated())
 			ereport(LOG,
 					(errmsg("tashkent.maintenance is on: transaction %u commits without replication",

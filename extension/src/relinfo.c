@@ -171,10 +171,11 @@ build_columns(TkRelInfo *info, TupleDesc desc)
 }
 
 static void
-fill_key(TkKey *key, Form_pg_index index, const char *label)
+fill_key(TkKey *key, Form_pg_index index, const char *label, int namelen)
 {
 	key->index = index->indexrelid;
 	key->label = label;
+	key->namelen = namelen;
 	key->nulls_distinct = !index->indnullsnotdistinct;
 	key->ncols = index->indnkeyatts;
 	for (int i = 0; i < key->ncols; i++)
@@ -208,7 +209,7 @@ build_keys(TkRelInfo *info, Relation rel, List **deps)
 		if (index->indisprimary)
 		{
 			info->has_pk = true;
-			fill_key(&info->pk, index, info->name);
+			fill_key(&info->pk, index, info->name, strlen(info->name));
 		}
 		else if (index->indisunique && index->indisvalid
 				 && heap_attisnull(tup, Anum_pg_index_indpred, NULL)
@@ -217,7 +218,7 @@ build_keys(TkRelInfo *info, Relation rel, List **deps)
 			char	   *label = psprintf("%s#%s", info->name,
 										 quote_identifier(get_rel_name(indexoid)));
 
-			fill_key(&info->unique[info->nunique++], index, label);
+			fill_key(&info->unique[info->nunique++], index, label, strlen(info->name));
 		}
 		ReleaseSysCache(tup);
 	}
@@ -439,6 +440,7 @@ build_fkey(TkRelInfo *info, Relation rel, ForeignKeyCacheInfo *fkinfo,
 
 		fk->label = fk->index_is_pk ? parent :
 			psprintf("%s#%s", parent, quote_identifier(get_rel_name(conindid)));
+		fk->label_namelen = strlen(parent);
 	}
 	else
 	{

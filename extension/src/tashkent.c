@@ -17,8 +17,9 @@ PG_MODULE_MAGIC;
 char	   *tk_agent_socket = NULL;
 bool		tk_maintenance = false;
 int			tk_certify_timeout = 60000;
-int			tk_writeset_max_bytes = 64512;	/* 63 MiB, in kB */
-int			tk_writeset_max_rows = 1048576;
+int			tk_writeset_max_bytes = 4194304;	/* 4 GiB, in kB */
+int			tk_writeset_max_rows = 100000000;
+int			tk_stream_threshold = 8192; /* 8 MiB, in kB */
 char	   *tk_recovery_roles = NULL;
 bool		tk_sync_wait = false;
 bool		tk_catch_up_wait = true;
@@ -66,18 +67,34 @@ define_settings(void)
 							&tk_certify_timeout,
 							60000, 100, INT_MAX,
 							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	/*
+	 * Superuser only: they bound a backend's memory and temporary files,
+	 * and a streamed transaction is certified on whole tables, so it
+	 * conflicts with every concurrent write of them, other roles' too.
+	 */
 	DefineCustomIntVariable("tashkent.writeset_max_bytes",
-							"The largest writeset a transaction may commit.",
+							"The largest writeset a transaction may commit, streamed or not.",
 							"A transaction that writes more fails with SQLSTATE 54000.",
 							&tk_writeset_max_bytes,
-							64512, 1, INT_MAX / 1024,
+							4194304, 1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomIntVariable("tashkent.writeset_max_rows",
 							"The most row changes a transaction may commit.",
 							"A transaction that changes more fails with SQLSTATE 54000.",
 							&tk_writeset_max_rows,
-							1048576, 1, INT_MAX,
+							100000000, 1, INT_MAX,
 							PGC_SUSET, 0, NULL, NULL, NULL);
+	/*
+	 * At most 1 GB: a transaction below it is collapsed into one writeset
+	 * in memory. One of more than the certifier's --writeset-bytes-max is
+	 * refused there.
+	 */
+	DefineCustomIntVariable("tashkent.stream_threshold",
+							"The memory a transaction's captured changes may take before they are streamed.",
+							"Past it the changes go to a temporary file and are sent in fragments; the transaction is then certified on the tables it wrote.",
+							&tk_stream_threshold,
+							8192, 64, 1024 * 1024,
+							PGC_SUSET, GUC_UNIT_KB, NULL, NULL, NULL);
 	DefineCustomStringVariable("tashkent.recovery_roles",
 							   "Roles that may connect while the replica catches up with the cluster.",
 							   "A comma-separated list; the agent's role must be in it.",

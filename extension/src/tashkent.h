@@ -11,6 +11,8 @@
  *   channel.c   the socket to the replica's agent and its messages
  *   commit.c    the transaction callbacks: certify at commit, in order
  *   capture.c   the row trigger: a transaction's row changes, in memory
+ *   stream.c    a large transaction's changes spooled to a temporary file
+ *               and sent in fragments (a streamed writeset)
  *   relinfo.c   what capture needs to know of a table (keys, unique
  *               indexes, foreign keys), cached per relation
  *   writeset.c  a transaction's changes collapsed and encoded for the
@@ -79,6 +81,7 @@ extern bool tk_maintenance;		/* tashkent.maintenance */
 extern int	tk_certify_timeout; /* tashkent.certify_timeout, ms */
 extern int	tk_writeset_max_bytes;	/* tashkent.writeset_max_bytes, kB */
 extern int	tk_writeset_max_rows;	/* tashkent.writeset_max_rows */
+extern int	tk_stream_threshold;	/* tashkent.stream_threshold, kB */
 extern char *tk_recovery_roles; /* tashkent.recovery_roles */
 extern bool tk_sync_wait;		/* tashkent.sync_wait */
 extern bool tk_catch_up_wait;	/* tashkent.catch_up_wait */
@@ -221,6 +224,16 @@ typedef struct TkDecision
 
 extern void tk_channel_certify(uint64 start_version, StringInfo writeset,
 							   TkDecision *decision);
+
+/* A frame's length and type, ahead of its payload. */
+#define TK_FRAME_HEADER_BYTES 5
+
+extern void tk_channel_stream_begin(void);
+extern void tk_channel_stream_fragment(StringInfo frame);
+extern void tk_channel_stream_broken(void);
+extern void tk_channel_certify_streamed(uint64 start_version, uint32 fragments,
+										uint64 bytes, StringInfo certified,
+										TkDecision *decision);
 extern void tk_channel_abandon(uint64 version);
 extern void tk_channel_register_applier(void);
 extern uint64 tk_channel_sync(TimestampTz deadline);
@@ -267,6 +280,7 @@ typedef struct TkKey
 {
 	Oid			index;
 	const char *label;			/* the table, or "<table>#<index>" */
+	int			namelen;		/* the label's leading bytes naming the table */
 	bool		nulls_distinct; /* values with a SQL NULL are no key */
 	int			ncols;
 	AttrNumber	attnums[INDEX_MAX_KEYS];
@@ -280,6 +294,8 @@ typedef struct TkForeignKey
 											 * referenced index's order */
 	const char *label;			/* the parent key's name, when the values
 								 * print as the parent's; else NULL: */
+	int			label_namelen;	/* the label's leading bytes naming the
+								 * parent table */
 	/* ... the parent row is looked up (relinfo.c, tk_relinfo_find_parent) */
 	Oid			parent;
 	Oid			parent_owner;
@@ -349,6 +365,9 @@ typedef struct TkEvent
 	uint32		seq;			/* the order capture saw it in */
 	const char *table;			/* quoted schema.table (or label); NULL for
 								 * DDL */
+	int			namelen;		/* table's leading bytes that name the table
+								 * itself (of a label: the table whose
+								 * index, or the parent, it names) */
 	char	   *key;			/* JSON array, the old row (DELETE_ROW), the
 								 * search_path (DDL); NULL for TRUNCATE and
 								 * INSERT_ROW */
@@ -384,9 +403,44 @@ extern void tk_capture_xact_end(void);
 extern void tk_capture_subxact(SubXactEvent event, SubTransactionId mySubid,
 							   SubTransactionId parentSubid);
 
+/* ---- stream.c ---- */
+
+/* Where a subtransaction's rollback cuts a streamed transaction back to. */
+typedef struct TkStreamMark
+{
+	int64		spool_len;
+	int			nwritten;		/* tables written */
+	int			ntruncated;		/* tables truncated */
+	int			ddl_len;		/* bytes of DDL changes */
+} TkStreamMark;
+
+extern bool tk_stream_active(void);
+extern void tk_stream_start(void);
+extern void tk_stream_started(void);
+extern void tk_stream_event(const TkEvent *event);
+extern void tk_stream_mark(TkStreamMark *mark);
+extern void tk_stream_cut(const TkStreamMark *mark);
+extern bool tk_stream_empty(void);
+extern uint32 tk_stream_certify(uint64 start_version, TkDecision *decision);
+extern void tk_stream_close(void);
+extern void tk_stream_xact_end(void);
+
 /* ---- writeset.c ---- */
 
+/* Op numbers of tashkent.certifier.v1.Op (certifier.proto). */
+#define TK_OP_UPSERT 1
+#define TK_OP_DELETE 2
+#define TK_OP_TRUNCATE 3
+#define TK_OP_DDL 4
+#define TK_OP_UNIQUE_KEY 5
+#define TK_OP_REFERENCE 6
+#define TK_OP_INSERT_ROW 7
+#define TK_OP_DELETE_ROW 8
+#define TK_OP_TABLE_WRITE 9
+
 extern void tk_writeset_encode(List *events, StringInfo out);
+extern void tk_writeset_put_event(StringInfo out, const TkEvent *event);
+extern void tk_writeset_put_table(StringInfo out, const char *table, int op);
 
 /* ---- ddl.c, guard.c, admit.c, doom.c ---- */
 

@@ -57,16 +57,6 @@
 #include "common/hashfn.h"
 #include "utils/memutils.h"
 
-/* Op numbers of certifier.proto. */
-#define OP_UPSERT 1
-#define OP_DELETE 2
-#define OP_TRUNCATE 3
-#define OP_DDL 4
-#define OP_UNIQUE_KEY 5
-#define OP_REFERENCE 6
-#define OP_INSERT_ROW 7
-#define OP_DELETE_ROW 8
-
 /* Which set a (table, key) belongs to. */
 typedef enum KeySet
 {
@@ -571,9 +561,9 @@ static void
 put_change(StringInfo out, const TkEvent *e, int op, bool keeps_row)
 {
 	int			tablelen = e->table ? strlen(e->table) : 0;
-	int			keylen = op == OP_TRUNCATE ? 0 : e->keylen;	/* DDL: its search_path */
-	int			rowlen = op == OP_UPSERT || op == OP_DDL || op == OP_INSERT_ROW ? e->rowlen : 0;
-	int			rolelen = op == OP_DDL && e->role ? strlen(e->role) : 0;
+	int			keylen = op == TK_OP_TRUNCATE ? 0 : e->keylen;	/* DDL: its search_path */
+	int			rowlen = op == TK_OP_UPSERT || op == TK_OP_DDL || op == TK_OP_INSERT_ROW ? e->rowlen : 0;
+	int			rolelen = op == TK_OP_DDL && e->role ? strlen(e->role) : 0;
 	int			size = 1 + varint_size(op);
 
 	if (tablelen > 0)
@@ -613,21 +603,21 @@ op_of(const TkEvent *e)
 	{
 		case TK_EVENT_UPSERT:
 		case TK_EVENT_KEEPING_UPSERT:
-			return OP_UPSERT;
+			return TK_OP_UPSERT;
 		case TK_EVENT_DELETE:
-			return OP_DELETE;
+			return TK_OP_DELETE;
 		case TK_EVENT_TRUNCATE:
-			return OP_TRUNCATE;
+			return TK_OP_TRUNCATE;
 		case TK_EVENT_DDL:
-			return OP_DDL;
+			return TK_OP_DDL;
 		case TK_EVENT_UNIQUE_KEY:
-			return OP_UNIQUE_KEY;
+			return TK_OP_UNIQUE_KEY;
 		case TK_EVENT_REFERENCE:
-			return OP_REFERENCE;
+			return TK_OP_REFERENCE;
 		case TK_EVENT_INSERT_ROW:
-			return OP_INSERT_ROW;
+			return TK_OP_INSERT_ROW;
 		case TK_EVENT_DELETE_ROW:
-			return OP_DELETE_ROW;
+			return TK_OP_DELETE_ROW;
 	}
 	elog(ERROR, "unknown capture event kind %d", (int) e->kind);
 	return 0;
@@ -664,8 +654,33 @@ tk_writeset_encode(List *events, StringInfo out)
 		put_change(out, e, op_of(e), e->kind == TK_EVENT_KEEPING_UPSERT && c.slots[s].keeping);
 	}
 	for (int u = 0; u < c.nunique; u++)
-		put_change(out, c.unique[u], OP_UNIQUE_KEY, false);
+		put_change(out, c.unique[u], TK_OP_UNIQUE_KEY, false);
 	for (int r = 0; r < c.nrefs; r++)
-		put_change(out, c.refs[r], OP_REFERENCE, false);
+		put_change(out, c.refs[r], TK_OP_REFERENCE, false);
 	MemoryContextDelete(work);
+}
+
+/*
+ * tk_writeset_put_event: one event as a change of its own, uncollapsed:
+ * how a streamed transaction (stream.c) writes its changes.
+ */
+void
+tk_writeset_put_event(StringInfo out, const TkEvent *event)
+{
+	put_change(out, event, op_of(event), event->kind == TK_EVENT_KEEPING_UPSERT);
+}
+
+/*
+ * tk_writeset_put_table: a change that names a whole table (TK_OP_TABLE_WRITE,
+ * TK_OP_TRUNCATE), key and row empty: what a streamed transaction is
+ * certified on.
+ */
+void
+tk_writeset_put_table(StringInfo out, const char *table, int op)
+{
+	TkEvent		e;
+
+	memset(&e, 0, sizeof(e));
+	e.table = table;
+	put_change(out, &e, op, false);
 }

@@ -23,6 +23,12 @@
 //	apply_test.go    a workload's writesets applied on a second server
 //	random_test.go   random transactions applied on a second server,
 //	                 compared after each
+//	stream_test.go   streamed writesets (past tashkent.stream_threshold),
+//	                 read from the socket by a stand-in of their own: the
+//	                 fragments' changes and cuts, the certified tables,
+//	                 savepoints, nested statements, a cancel while they
+//	                 are sent, the backend's memory, the commit's span;
+//	                 applied fragment after fragment on a second server
 //	bench_test.go    BenchmarkCaptureTPCB, capture's cost per TPC-B
 //	                 transaction
 //

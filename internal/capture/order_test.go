@@ -5,40 +5,46 @@ import (
 	"testing"
 )
 
+// nestedSchema is the tables and triggers of the nested statements'
+// tests: triggers that write the row their statement wrote, before and
+// after tashkent's capture trigger fires.
+var nestedSchema = []string{
+	`CREATE TABLE n (id int PRIMARY KEY, v int)`,
+	// After an update to 99, delete the row; fires before capture
+	// (names sort so) and, in z_, after it.
+	`CREATE FUNCTION delete_it() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN DELETE FROM n WHERE id = NEW.id; RETURN NULL; END $$`,
+	`CREATE TRIGGER a_delete AFTER UPDATE ON n FOR EACH ROW WHEN (NEW.v = 99) EXECUTE FUNCTION delete_it()`,
+	`CREATE TRIGGER z_delete AFTER UPDATE ON n FOR EACH ROW WHEN (NEW.v = 98) EXECUTE FUNCTION delete_it()`,
+	// After an update below 1000, add 1000: the row is updated again.
+	`CREATE FUNCTION bump() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN UPDATE n SET v = v + 1000 WHERE id = NEW.id; RETURN NULL; END $$`,
+	`CREATE TRIGGER a_bump AFTER UPDATE ON n FOR EACH ROW WHEN (NEW.v BETWEEN 10 AND 19) EXECUTE FUNCTION bump()`,
+	`CREATE TRIGGER z_bump AFTER UPDATE ON n FOR EACH ROW WHEN (NEW.v BETWEEN 20 AND 29) EXECUTE FUNCTION bump()`,
+	// After a delete, put the row back.
+	`CREATE FUNCTION restore_it() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO n VALUES (OLD.id, -OLD.v); RETURN NULL; END $$`,
+	`CREATE TRIGGER a_restore AFTER DELETE ON n FOR EACH ROW WHEN (OLD.v = 7) EXECUTE FUNCTION restore_it()`,
+	// "Upsert by trigger": a BEFORE INSERT trigger deletes the row
+	// with the key first. Its DELETE runs under a later command id
+	// than the INSERT's, but before it.
+	`CREATE TABLE ub (id int PRIMARY KEY, v int)`,
+	`CREATE FUNCTION replace_row() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN DELETE FROM ub WHERE id = NEW.id; RETURN NEW; END $$`,
+	`CREATE TRIGGER b_replace BEFORE INSERT ON ub FOR EACH ROW EXECUTE FUNCTION replace_row()`,
+	// A function that writes the row its caller's UPDATE wrote (here
+	// from RETURNING, after which a_bump adds 1000).
+	`CREATE FUNCTION touch(k int) RETURNS int LANGUAGE plpgsql AS $$
+		BEGIN UPDATE n SET v = v * 10 WHERE id = k; RETURN k; END $$`,
+}
+
 // A statement nested in another (run by a trigger or a function) fires
 // its row triggers at its own end, before the statement that ran it fires
 // theirs, though its changes came later. The writeset must still hold
 // the final state of every row: the other replicas apply it with user
 // triggers off.
 func TestNestedStatements(t *testing.T) {
-	f := start(t,
-		`CREATE TABLE n (id int PRIMARY KEY, v int)`,
-		// After an update to 99, delete the row; fires before capture
-		// (names sort so) and, in z_, after it.
-		`CREATE FUNCTION delete_it() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN DELETE FROM n WHERE id = NEW.id; RETURN NULL; END $$`,
-		`CREATE TRIGGER a_delete AFTER UPDATE ON n FOR EACH ROW WHEN (NEW.v = 99) EXECUTE FUNCTION delete_it()`,
-		`CREATE TRIGGER z_delete AFTER UPDATE ON n FOR EACH ROW WHEN (NEW.v = 98) EXECUTE FUNCTION delete_it()`,
-		// After an update below 1000, add 1000: the row is updated again.
-		`CREATE FUNCTION bump() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN UPDATE n SET v = v + 1000 WHERE id = NEW.id; RETURN NULL; END $$`,
-		`CREATE TRIGGER a_bump AFTER UPDATE ON n FOR EACH ROW WHEN (NEW.v BETWEEN 10 AND 19) EXECUTE FUNCTION bump()`,
-		`CREATE TRIGGER z_bump AFTER UPDATE ON n FOR EACH ROW WHEN (NEW.v BETWEEN 20 AND 29) EXECUTE FUNCTION bump()`,
-		// After a delete, put the row back.
-		`CREATE FUNCTION restore_it() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN INSERT INTO n VALUES (OLD.id, -OLD.v); RETURN NULL; END $$`,
-		`CREATE TRIGGER a_restore AFTER DELETE ON n FOR EACH ROW WHEN (OLD.v = 7) EXECUTE FUNCTION restore_it()`,
-		// "Upsert by trigger": a BEFORE INSERT trigger deletes the row
-		// with the key first. Its DELETE runs under a later command id
-		// than the INSERT's, but before it.
-		`CREATE TABLE ub (id int PRIMARY KEY, v int)`,
-		`CREATE FUNCTION replace_row() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN DELETE FROM ub WHERE id = NEW.id; RETURN NEW; END $$`,
-		`CREATE TRIGGER b_replace BEFORE INSERT ON ub FOR EACH ROW EXECUTE FUNCTION replace_row()`,
-		// A function that writes the row its caller's UPDATE wrote (here
-		// from RETURNING, after which a_bump adds 1000).
-		`CREATE FUNCTION touch(k int) RETURNS int LANGUAGE plpgsql AS $$
-			BEGIN UPDATE n SET v = v * 10 WHERE id = k; RETURN k; END $$`)
+	f := start(t, nestedSchema...)
 
 	for _, c := range []struct {
 		name, setup, sql string

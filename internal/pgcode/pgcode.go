@@ -22,8 +22,9 @@ const (
 	UniqueViolation     = "23505"
 
 	// Class 25: invalid transaction state.
-	ActiveSQLTransaction   = "25001"
-	InFailedSQLTransaction = "25P02"
+	InvalidTransactionState = "25000" // tashkent: a streamed writeset whose temporary file failed
+	ActiveSQLTransaction    = "25001"
+	InFailedSQLTransaction  = "25P02"
 
 	// Class 28: invalid authorization specification.
 	InvalidPassword = "28P01"
@@ -43,6 +44,9 @@ const (
 	UndefinedFunction      = "42883"
 	UndefinedTable         = "42P01"
 	InvalidColumnReference = "42P10"
+
+	// Class 53: insufficient resources.
+	ConfigurationLimitExceeded = "53400" // temp_file_limit
 
 	// Class 54: program limit exceeded.
 	ProgramLimitExceeded = "54000" // tashkent: a writeset over a limit
