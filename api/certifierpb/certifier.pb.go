@@ -207,6 +207,10 @@ const (
 	// transaction committed after its snapshot, or a row it changed or
 	// deleted was referenced by one (OP_REFERENCE).
 	AbortReason_ABORT_REASON_REFERENCE_CONFLICT AbortReason = 6
+	// A streamed request whose stage the certifier does not hold (it
+	// restarted after the fragments were staged, or the stage expired) and
+	// whose transaction did not commit: nothing was done, retry.
+	AbortReason_ABORT_REASON_NOT_STAGED AbortReason = 7
 )
 
 // Enum value maps for AbortReason.
@@ -219,6 +223,7 @@ var (
 		4: "ABORT_REASON_INVALID",
 		5: "ABORT_REASON_OVERLOADED",
 		6: "ABORT_REASON_REFERENCE_CONFLICT",
+		7: "ABORT_REASON_NOT_STAGED",
 	}
 	AbortReason_value = map[string]int32{
 		"ABORT_REASON_UNSPECIFIED":        0,
@@ -228,6 +233,7 @@ var (
 		"ABORT_REASON_INVALID":            4,
 		"ABORT_REASON_OVERLOADED":         5,
 		"ABORT_REASON_REFERENCE_CONFLICT": 6,
+		"ABORT_REASON_NOT_STAGED":         7,
 	}
 )
 
@@ -2352,7 +2358,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\bDecision\x12\x18\n" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fDECISION_COMMIT\x10\x01\x12\x12\n" +
-	"\x0eDECISION_ABORT\x10\x02*\xd4\x01\n" +
+	"\x0eDECISION_ABORT\x10\x02*\xf1\x01\n" +
 	"\vAbortReason\x12\x1c\n" +
 	"\x18ABORT_REASON_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15ABORT_REASON_CONFLICT\x10\x01\x12\x18\n" +
@@ -2360,7 +2366,8 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x12ABORT_REASON_LIMIT\x10\x03\x12\x18\n" +
 	"\x14ABORT_REASON_INVALID\x10\x04\x12\x1b\n" +
 	"\x17ABORT_REASON_OVERLOADED\x10\x05\x12#\n" +
-	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x062\xb8\x04\n" +
+	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x06\x12\x1b\n" +
+	"\x17ABORT_REASON_NOT_STAGED\x10\a2\xb8\x04\n" +
 	"\tCertifier\x12e\n" +
 	"\aCertify\x12+.tashkent.certifier.v1.CertifyStreamRequest\x1a).tashkent.certifier.v1.CertifyStreamReply(\x010\x01\x12Q\n" +
 	"\x05Fetch\x12#.tashkent.certifier.v1.FetchRequest\x1a!.tashkent.certifier.v1.FetchReply0\x01\x12R\n" +

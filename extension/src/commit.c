@@ -102,6 +102,13 @@ raise_abort(const TkDecision *d)
 					 errdetail_internal("%s", d->detail),
 					 errhint("The transaction might succeed if retried.")));
 			break;
+		case TK_ABORT_NOT_STAGED:
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not certify the transaction: the certifier lost its streamed writeset"),
+					 errdetail_internal("%s", d->detail),
+					 errhint("Nothing was committed; the transaction might succeed if retried.")));
+			break;
 		case TK_ABORT_OVERLOADED:
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),

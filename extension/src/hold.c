@@ -37,13 +37,13 @@ PG_FUNCTION_INFO_V1(tashkent_snapshot_version);
 static bool exit_callback_set = false;
 
 /*
- * tk_hold_keeps reports whether the hold keeps a local commit of version
- * `first` waiting. Called with tk_shared->lock held.
+ * tk_hold_keeps reports whether the hold keeps a local commit whose last
+ * version is `last` waiting. Called with tk_shared->lock held.
  */
 bool
-tk_hold_keeps(uint64 first)
+tk_hold_keeps(uint64 last)
 {
-	return tk_shared->hold_after != 0 && first > tk_shared->hold_after &&
+	return tk_shared->hold_after != 0 && last > tk_shared->hold_after &&
 		GetCurrentTimestamp() < tk_shared->hold_until;
 }
 

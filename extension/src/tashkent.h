@@ -212,6 +212,7 @@ typedef enum TkDecisionKind
 #define TK_ABORT_INVALID 4
 #define TK_ABORT_OVERLOADED 5
 #define TK_ABORT_REFERENCE_CONFLICT 6
+#define TK_ABORT_NOT_STAGED 7
 
 typedef struct TkDecision
 {
@@ -241,7 +242,7 @@ extern uint64 tk_channel_hold(uint64 version, uint32 hold_ms, TimestampTz deadli
 
 /* ---- hold.c ---- */
 
-extern bool tk_hold_keeps(uint64 first);
+extern bool tk_hold_keeps(uint64 last);
 extern void tk_channel_release(void);
 extern uint64 tk_agent_generation_seen(void);
 

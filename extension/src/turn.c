@@ -129,7 +129,8 @@ tk_turn_wait(uint64 first, bool cancellable)
 		ResetLatch(MyLatch);
 		LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 		committed = tk_shared->committed;
-		held = !cancellable && tk_hold_keeps(first);
+		/* a streamed commit's slot holds its span: held if any of it is */
+		held = !cancellable && tk_hold_keeps(Max(first, slot->version));
 		slot->waiting_for = committed < predecessor || held ? predecessor : 0;
 		if (committed == predecessor && !held && !cancellable)
 			slot->state = TK_SLOT_COMMITTING;	/* past any hold set from now */

@@ -249,3 +249,17 @@ func TestStreamedWritesetWithoutCertifierIsUnavailable(t *testing.T) {
 		t.Fatalf("a sync after it: %+v, want an answer that the version is not known", s)
 	}
 }
+
+// A streamed writeset certified by the real certifier commits at its
+// span's last version, which the backend is told; a second one from the
+// same snapshot conflicts with it on the table.
+func TestStreamedSpanCommitsAtItsLastVersion(t *testing.T) {
+	c, v0 := startWithSchema(t, 1, clustertest.Options{}, schema)
+	b := simulated(t, c, 0)
+	if d := b.certifyStreamed(v0, fragments(t, 1, 4), tableWrite(t)); d.Kind != wire.Commit || d.Version != v0+4 {
+		t.Fatalf("first streamed writeset: %+v, want a commit at version %d", d, v0+4)
+	}
+	if d := b.certifyStreamed(v0, fragments(t, 5, 2), tableWrite(t)); d.Kind != wire.Abort || d.AbortReason != uint8(pb.AbortReason_ABORT_REASON_CONFLICT) {
+		t.Fatalf("second streamed writeset from the same snapshot: %+v, want a conflict", d)
+	}
+}

@@ -100,9 +100,10 @@ func prepareStreamed(c certifying, claim ClaimStage) certifying {
 	c.staged = staged // claimed: released after the decision whatever it is
 	switch {
 	case !ok:
-		c.stageProblem = "the streamed writeset was not staged (or not completely)"
+		c.stageProblem = "the certifier does not hold the transaction's streamed writeset (it restarted since it was sent, or it expired); nothing was committed"
+		c.notStaged = true
 	case staged.Fragments != req.Streamed.Fragments || staged.Bytes != req.Streamed.Bytes:
-		c.stageProblem = fmt.Sprintf("the streamed writeset was not staged (or not completely): the request says %d fragments of %d bytes, the certifier staged %d fragments of %d bytes",
+		c.stageProblem = fmt.Sprintf("the streamed writeset does not match what was staged: the request says %d fragments of %d bytes, the certifier staged %d fragments of %d bytes",
 			req.Streamed.Fragments, req.Streamed.Bytes, staged.Fragments, staged.Bytes)
 	default:
 		if last := logentry.SpanEntryBytesMax(req.Txn, staged.LastFragmentBytes, len(req.Writeset)); last > wal.EntryBytesMax {
@@ -171,6 +172,9 @@ func replyTo(c *certifying, inFlightMax int) (reply *pb.CertifyReply, waitFor ui
 			reply.FirstVersion = c.outcome.FirstVersion
 		}
 		return reply, c.outcome.CommitVersion
+	}
+	if c.notStaged {
+		return abortReply(reply, pb.AbortReason_ABORT_REASON_NOT_STAGED, c.stageProblem), 0
 	}
 	if c.stageProblem != "" {
 		return abortReply(reply, pb.AbortReason_ABORT_REASON_INVALID, c.stageProblem), 0

@@ -135,6 +135,7 @@ type certifying struct {
 	// empty: none), or why it has none that matches.
 	staged       StagedWriteset
 	stageProblem string
+	notStaged    bool // stageProblem: nothing staged at all
 }
 
 // prepare checks a request's limits, reads its keys and encodes its log

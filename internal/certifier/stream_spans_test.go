@@ -323,12 +323,12 @@ func TestStreamedRequestWithoutAMatchingStageIsRefused(t *testing.T) {
 	}
 	wrong := &pb.StageReply{Fragments: 3, Bytes: staged.Bytes}
 	r := a.certifyStreamed(t, 1, 0, wrong, tableWrite("public.big"))
-	if r.AbortReason != pb.AbortReason_ABORT_REASON_INVALID || !strings.Contains(r.Detail, "not staged (or not completely)") ||
+	if r.AbortReason != pb.AbortReason_ABORT_REASON_INVALID || !strings.Contains(r.Detail, "does not match what was staged") ||
 		!strings.Contains(r.Detail, "3 fragments") {
 		t.Fatalf("mismatching fragments: %v", r)
 	}
 	r = a.certifyStreamed(t, 2, 0, staged, tableWrite("public.big"))
-	if r.AbortReason != pb.AbortReason_ABORT_REASON_INVALID || !strings.Contains(r.Detail, "not staged") {
+	if r.AbortReason != pb.AbortReason_ABORT_REASON_NOT_STAGED || !strings.Contains(r.Detail, "does not hold the transaction's streamed writeset") {
 		t.Fatalf("nothing staged: %v", r)
 	}
 	if v := srv.Service.Version(); v != 0 {

@@ -19,6 +19,7 @@ func init() { extraCommands = append(extraCommands, newAgentCommand) }
 
 func newAgentCommand() *cobra.Command {
 	var (
+		memoryLimit int64
 		cfg         agent.Config
 		mode        string
 		certTLS     grpctls.Files
@@ -52,6 +53,10 @@ once the replica has caught up.`,
 				cfg.AdminPassword = os.Getenv("TASHKENT_ADMIN_PASSWORD")
 			}
 			cfg.Logger = slog.Default().With("replica", cfg.Name)
+			if !cmd.Flags().Changed("memory-limit") {
+				memoryLimit = int64(cfg.ApplyBacklogBytes) + agentMemoryOverhead
+			}
+			setMemoryLimit(memoryLimit)
 			dial, err := certifierDial(certTLS)
 			if err != nil {
 				return err
@@ -79,6 +84,8 @@ once the replica has caught up.`,
 	f.DurationVar(&cfg.VerifyEvery, "verify-every", 0, "compare this replica with the --verify-peer replicas this often, as tashkent verify does, and keep the result in the metrics (0: never)")
 	f.StringArrayVar(&verifyPeers, "verify-peer", nil, "NAME=URI of a replica to compare with (repeat; a superuser's connection string)")
 	f.DurationVar(&cfg.RefuseWritesAfter, "refuse-writes-after", 10*time.Second, "when the replica's apply made no progress for this long although versions wait, refuse its clients' writes (57P03) until it moves again; reads go on (0: never)")
+	f.Int64Var(&memoryLimit, "memory-limit", 0, "soft limit of the agent's memory in bytes (the Go runtime's GOMEMLIMIT, which wins if set): "+
+		"near it, garbage is collected more often; 0 when given: none; default --apply-backlog-bytes + 128 MiB")
 	f.IntVar(&cfg.ApplyBacklogBytes, "apply-backlog-bytes", agent.DefaultApplyBacklogBytes, "most bytes of delivered versions the agent holds until they are applied; past it, it stops reading the certifier stream until the applier catches up")
 	f.Uint64Var(&cfg.FlowControlLimit, "flow-control-limit", agent.DefaultFlowControlLimit, "flow control: when more remote versions than this wait to be applied on the replica, it asks the certifier to hold the other replicas' commits until half are left (0 turns it off)")
 	f.IntVar(&cfg.ReplicaIndex, "replica-index", 0, "this replica's number, 1 to --sequence-stride, unique in the cluster: its sequences hand out only values congruent to it (0: the one recorded in the database)")

@@ -29,6 +29,7 @@ func addRetentionFlags(f *pflag.FlagSet, p *certifier.RetentionPolicy) {
 
 func newCertifierCommand() *cobra.Command {
 	var (
+		memoryLimit   int64
 		partitionFile string
 		memberID      uint64
 		peers         string
@@ -65,6 +66,7 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 				debug.SetGCPercent(400)
 			}
 
+			setMemoryLimit(memoryLimit)
 			cfg.Logger = slog.Default()
 			if cfg.UnsafeSkipConflictCheck {
 				slog.Warn("UNSAFE: --unsafe-fault-skip-conflict-check is set: every writeset commits without a conflict check; " +
@@ -114,6 +116,8 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	f.StringVar(&metrics, "metrics-listen", "127.0.0.1:7401", "Prometheus /metrics listen address; empty disables")
 	f.Uint64Var(&cfg.WindowVersions, "window-versions", certification.DefaultWindowVersions,
 		"versions kept in the conflict index; a transaction whose snapshot is older aborts")
+	f.Int64Var(&memoryLimit, "memory-limit", certifierMemoryLimit, "soft limit of the certifier's memory in bytes (the Go runtime's GOMEMLIMIT, which wins if set): "+
+		"near it, garbage is collected more often; 0: none")
 	f.IntVar(&cfg.RecentEntriesMax, "recent-entries", 1<<16, "latest entries kept in memory for delivery to replicas")
 	f.Int64Var(&segmentMiB, "segment-mib", 64, "log segment size in MiB")
 	f.IntVar(&cfg.Limits.WritesetBytesMax, "writeset-bytes-max", certifier.DefaultLimits.WritesetBytesMax, "largest writeset accepted, in bytes")

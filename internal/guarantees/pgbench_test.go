@@ -9,10 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tashkent-db/tashkent/internal/clustertest"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
 
 func pgbenchPath(t *testing.T) string {
@@ -43,7 +42,7 @@ func TestPgbenchTPCBOnThreeReplicasInEveryProtocolMode(t *testing.T) {
 		t.Skip("pgbench runs for 12 s on three replicas; not in -short")
 	}
 	c := start(t, 3, clustertest.Options{})
-	reads := readWhile(t, c.Connect(1), `SELECT count(*) FROM pg_catalog.pg_class`)
+	reads := pgtest.ReadWhile(t, c.Connect(1), `SELECT count(*) FROM pg_catalog.pg_class`)
 	out, err := exec.Command(pgbenchPath(t), "-i", "-s", "1", c.dsn(0, "postgres")).CombinedOutput()
 	n := reads()
 	if err != nil || n == 0 {
@@ -100,38 +99,6 @@ func TestPgbenchTPCBOnThreeReplicasInEveryProtocolMode(t *testing.T) {
 			t.Logf("-M %s: %d transactions on 3 replicas (%d retried after 40001), cluster at version %d, replicas equal",
 				mode, total, retried, version)
 		})
-	}
-}
-
-// readWhile runs sql on conn in a loop until the function it returns is
-// called, which stops it and returns how many reads succeeded; a read that
-// fails fails the test.
-func readWhile(t *testing.T, conn *pgx.Conn, sql string) func() int {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var n int
-	var failed error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			var v int64
-			if err := conn.QueryRow(ctx, sql).Scan(&v); err != nil {
-				if ctx.Err() == nil {
-					failed = err
-				}
-				return
-			}
-			n++
-		}
-	}()
-	return func() int {
-		cancel()
-		<-done
-		if failed != nil {
-			t.Fatalf("a read on the other replica failed: %v", failed)
-		}
-		return n
 	}
 }
 
