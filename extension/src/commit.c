@@ -168,6 +168,13 @@ set_slot(TkSlotState state, uint64 first, uint64 version)
 }
 
 /* The version the transaction is certified from (see the header). */
+/* set_slot_certifying: the writeset goes for certification now. */
+static void
+set_slot_certifying(void)
+{
+	set_slot(TK_SLOT_CERTIFYING, 0, 0);
+}
+
 static uint64
 start_version(void)
 {
@@ -243,8 +250,7 @@ certify_streamed(void)
 		tk_stream_close();
 		return;
 	}
-	set_slot(TK_SLOT_CERTIFYING, 0, 0);
-	fragments = tk_stream_certify(start_version(), &decision);
+	fragments = tk_stream_certify(start_version(), set_slot_certifying, &decision);
 	take_decision(&decision);
 	if (fragments == 0 || decision.version < fragments)
 		elog(ERROR, "tashkent: the agent committed %u fragments as version %llu",

@@ -43,6 +43,19 @@
  * that puts the row back), and rows of a table without a primary key that
  * such a trigger's statement changes.
  *
+ * Such a trigger also splits its statement's run: the statement's events
+ * alternate with those of the statements its trigger runs (each under a
+ * later command id), so its deletes can no longer all go before its
+ * upserts. That matters only where a part of the run already streamed
+ * upserted a table the statement deletes from later (a key moved by an
+ * UPDATE whose rows' triggers write elsewhere): applied in capture order,
+ * a key the statement moved to could be deleted. Such a delete is refused
+ * (0A000) rather than streamed. The runs of statements that may resume
+ * are kept on a stack (resumable): when an event of command id c comes,
+ * the statements of later command ids have ended (a nested statement ends
+ * before the statement that ran it goes on), and the one of c, if on the
+ * stack, resumes.
+ *
  * Savepoints: a subtransaction's start ends the current run and marks the
  * spool's length and the certified sets' sizes (tk_stream_mark); its
  * rollback cuts them back (tk_stream_cut). A BufFile cannot be truncated:
@@ -135,6 +148,32 @@ static StringInfoData run_deletes;
 static StringInfoData run_upserts;
 static bool run_open = false;
 static CommandId run_cid = InvalidCommandId;
+static List *run_upserted = NIL;	/* tables the open run upserted */
+static List *run_streamed_upserts = NIL;	/* tables its parts already
+											 * streamed upserted */
+
+/*
+ * A run that ended but whose statement may resume (see the header): its
+ * command id and the tables it upserted (names as kept in written).
+ */
+typedef struct ResumableRun
+{
+	CommandId	cid;
+	List	   *upserted;
+} ResumableRun;
+
+/*
+ * The stack of resumable runs, the latest last. Statements that follow
+ * each other also stack up, so it is bounded: the oldest go, and a run
+ * that resumes after it went is refused, its parts streamed being no
+ * longer known (nesting deeper than this). Which command ids had a run is
+ * kept in a bitmap (seen), one bit each.
+ */
+#define RESUMABLE_MAX 64
+static ResumableRun resumable[RESUMABLE_MAX];
+static int	nresumable = 0;
+static uint64 *seen = NULL;
+static uint32 seen_words = 0;
 static CommandId max_cid = FirstCommandId;	/* of the changes streamed */
 static Tables written;
 static Tables truncated;
@@ -303,6 +342,10 @@ tk_stream_start(void)
 	broken = false;
 	open_spill(&spool);
 	run_open = false;
+	run_upserted = run_streamed_upserts = NIL;
+	nresumable = 0;
+	seen = NULL;
+	seen_words = 0;
 	tables_init(&written);
 	tables_init(&truncated);
 	{
@@ -326,6 +369,20 @@ tk_stream_started(void)
 	writing--;
 }
 
+/* push_resumable: the run that ended may resume (see the header). */
+static void
+push_resumable(CommandId cid, List *upserted)
+{
+	if (nresumable == RESUMABLE_MAX)
+	{
+		memmove(&resumable[0], &resumable[1], sizeof(ResumableRun) * (RESUMABLE_MAX - 1));
+		nresumable--;
+	}
+	resumable[nresumable].cid = cid;
+	resumable[nresumable].upserted = upserted;
+	nresumable++;
+}
+
 /* end_run: the run's deletes, then its upserts, at the spool's end. */
 static void
 end_run(void)
@@ -339,6 +396,98 @@ end_run(void)
 	resetStringInfo(&run_deletes);
 	resetStringInfo(&run_upserts);
 	run_open = false;
+	push_resumable(run_cid, run_upserted);
+	run_upserted = NIL;
+	run_streamed_upserts = NIL;
+}
+
+/* see_cid: a run of command id cid opened; whether one had before. */
+static bool
+see_cid(CommandId cid)
+{
+	uint32		word = cid / 64;
+	uint64		bit = UINT64CONST(1) << (cid % 64);
+	bool		before;
+
+	if (word >= seen_words)
+	{
+		uint32		n = Max(Max(seen_words * 2, word + 1), 16);
+
+		if (seen == NULL)
+			seen = MemoryContextAllocZero(context, n * sizeof(uint64));
+		else
+		{
+			seen = repalloc(seen, n * sizeof(uint64));
+			memset(seen + seen_words, 0, (n - seen_words) * sizeof(uint64));
+		}
+		seen_words = n;
+	}
+	before = (seen[word] & bit) != 0;
+	seen[word] |= bit;
+	return before;
+}
+
+/*
+ * open_run: a run of command id cid opens; the runs of later command ids
+ * have ended for good, and cid's own, if on the stack, resumes with what
+ * its streamed parts upserted.
+ */
+static void
+open_run(CommandId cid)
+{
+	while (nresumable > 0 && resumable[nresumable - 1].cid > cid)
+		nresumable--;
+	run_open = true;
+	run_cid = cid;
+	run_upserted = NIL;
+	run_streamed_upserts = NIL;
+	if (nresumable > 0 && resumable[nresumable - 1].cid == cid)
+	{
+		nresumable--;
+		run_upserted = resumable[nresumable].upserted;
+		run_streamed_upserts = run_upserted;
+	}
+	else if (see_cid(cid))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a streamed transaction cannot order the changes of a statement resumed after more than %d nested statements",
+						RESUMABLE_MAX),
+				 errhint("Run the statement in a transaction whose changes stay under tashkent.stream_threshold.")));
+}
+
+/*
+ * names_member: whether names holds name. By the text: a savepoint's
+ * rollback can drop a table from written, and naming it again keeps a
+ * new copy.
+ */
+static bool
+names_member(List *names, const char *name)
+{
+	ListCell   *lc;
+
+	foreach(lc, names)
+	{
+		if (strcmp((const char *) lfirst(lc), name) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * check_resumed_delete: a delete of the run's statement after a part of it
+ * already streamed upserted the same table (see the header) is refused.
+ */
+static void
+check_resumed_delete(const TkEvent *e, const char *table)
+{
+	if (!names_member(run_streamed_upserts, table))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("a streamed transaction cannot order a statement that deletes from or moves keys of table %.*s while its rows' triggers write other tables",
+					e->namelen, e->table),
+			 errdetail("A trigger that fires before tashkent's capture trigger (its name sorts first) ran statements between this statement's changes."),
+			 errhint("Run the statement in a transaction whose changes stay under tashkent.stream_threshold, or rename the trigger so that it sorts after tashkent_capture.")));
 }
 
 /* spill_run: the run's changes held in memory go to its files. */
@@ -376,14 +525,26 @@ add_row_change(const TkEvent *e)
 {
 	bool		delete = e->kind == TK_EVENT_DELETE || e->kind == TK_EVENT_DELETE_ROW;
 
+	const char *table;
+
 	tables_add(&written, e->table, e->namelen);
+	table = written.last;		/* the name as kept */
 	if (overwritten(e))
 		return;
 	max_cid = Max(max_cid, e->cid);
 	if (run_open && e->cid != run_cid)
 		end_run();
-	run_open = true;
-	run_cid = e->cid;
+	if (!run_open)
+		open_run(e->cid);
+	if (delete)
+		check_resumed_delete(e, table);
+	else if (!names_member(run_upserted, table))
+	{
+		MemoryContext old = MemoryContextSwitchTo(context);
+
+		run_upserted = lappend(run_upserted, (void *) table);
+		MemoryContextSwitchTo(old);
+	}
 	encode(e);
 	appendBinaryStringInfo(delete ? &run_deletes : &run_upserts, scratch.data, scratch.len);
 	if (run_deletes.len + run_upserts.len > RUN_MEMORY_BYTES)
@@ -453,6 +614,7 @@ tk_stream_cut(const TkStreamMark *mark)
 	cut_spill(&run_deletes_file, 0);
 	cut_spill(&run_upserts_file, 0);
 	run_open = false;
+	run_upserted = run_streamed_upserts = NIL;
 	cut_spill(&spool, mark->spool_len);
 	tables_cut(&written, mark->nwritten);
 	tables_cut(&truncated, mark->ntruncated);
@@ -506,6 +668,14 @@ fragment_send(Fragment *f)
 {
 	if (f->frame.len == TK_FRAME_HEADER_BYTES)
 		return;
+
+	/*
+	 * Nothing is certified while fragments go: a remote version that
+	 * waits for this transaction's row locks may doom it (lockwatch), as
+	 * any transaction not yet sent for certification, rather than wait for
+	 * the whole upload.
+	 */
+	tk_doom_check();
 	tk_channel_stream_fragment(&f->frame);
 	f->count++;
 	f->bytes += f->frame.len - TK_FRAME_HEADER_BYTES;
@@ -695,12 +865,13 @@ certified_writeset(StringInfo out)
 
 /*
  * tk_stream_certify: the streamed writeset sent (its fragments, then the
- * certification request) and the decision awaited. Returns the number of
- * fragments: a commit's versions are decision->version - fragments + 1 ..
- * decision->version.
+ * certification request) and the decision awaited. certifying is called
+ * between the two: from then on the transaction is the certifier's.
+ * Returns the number of fragments: a commit's versions are
+ * decision->version - fragments + 1 .. decision->version.
  */
 uint32
-tk_stream_certify(uint64 start_version, TkDecision *decision)
+tk_stream_certify(uint64 start_version, void (*certifying) (void), TkDecision *decision)
 {
 	MemoryContext work = AllocSetContextCreate(CurrentMemoryContext, "tashkent fragments",
 											   ALLOCSET_DEFAULT_SIZES);
@@ -718,6 +889,7 @@ tk_stream_certify(uint64 start_version, TkDecision *decision)
 	send_fragments(&f);
 	certified_writeset(&certified);
 	tk_stream_close();
+	certifying();
 	tk_channel_certify_streamed(start_version, f.count, f.bytes, &certified, decision);
 	MemoryContextSwitchTo(old);
 	if (decision->detail != NULL)
@@ -756,6 +928,10 @@ tk_stream_xact_end(void)
 {
 	context = NULL;
 	run_open = false;
+	run_upserted = run_streamed_upserts = NIL;
+	nresumable = 0;
+	seen = NULL;
+	seen_words = 0;
 	max_cid = FirstCommandId;
 	writing = 0;
 	broken = false;

@@ -422,7 +422,7 @@ extern void tk_stream_event(const TkEvent *event);
 extern void tk_stream_mark(TkStreamMark *mark);
 extern void tk_stream_cut(const TkStreamMark *mark);
 extern bool tk_stream_empty(void);
-extern uint32 tk_stream_certify(uint64 start_version, TkDecision *decision);
+extern uint32 tk_stream_certify(uint64 start_version, void (*certifying) (void), TkDecision *decision);
 extern void tk_stream_close(void);
 extern void tk_stream_xact_end(void);
 

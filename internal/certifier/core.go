@@ -44,6 +44,13 @@ type ClaimStage func(txn *pb.TxnID) (staged StagedWriteset, ok bool)
 // (prepareStreamed) instead of having its log entry encoded.
 func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limits, claim ClaimStage) certifying {
 	c := certifying{req: req, overloaded: overloaded}
+	if req.Streamed != nil && claim != nil && req.Txn != nil {
+		// Claimed first, whatever becomes of the request, so that its
+		// decision lets the stage go (settleStages): a refused request's
+		// backend retries under a new transaction id, and nothing else
+		// would ever claim it.
+		c.staged, _ = claim(req.Txn)
+	}
 	if overloaded {
 		return c
 	}
@@ -69,7 +76,7 @@ func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limit
 	}
 	c.request = certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}
 	if req.Streamed != nil {
-		return prepareStreamed(c, claim)
+		return prepareStreamed(c)
 	}
 	c.prefix = logentry.EncodePrefixOfEncoded(req.Txn, req.Writeset)
 	if len(c.prefix)+logentry.VersionBytesMax > wal.EntryBytesMax {
@@ -84,7 +91,7 @@ func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limit
 // A request whose stage is missing or does not match is not refused here
 // but in decideSingle, which first answers a retry of a transaction that
 // committed already (its stage is gone by then) with its span.
-func prepareStreamed(c certifying, claim ClaimStage) certifying {
+func prepareStreamed(c certifying) certifying {
 	req := c.req
 	if req.Streamed.Fragments == 0 {
 		c.reply = abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn}, pb.AbortReason_ABORT_REASON_INVALID,
@@ -92,14 +99,9 @@ func prepareStreamed(c certifying, claim ClaimStage) certifying {
 		return c
 	}
 	c.request.Versions = int(req.Streamed.Fragments)
-	var staged StagedWriteset
-	ok := false
-	if claim != nil {
-		staged, ok = claim(req.Txn)
-	}
-	c.staged = staged // claimed: released after the decision whatever it is
+	staged := c.staged // claimed (prepareRequest): released after the decision whatever it is
 	switch {
-	case !ok:
+	case staged.Spool == "":
 		c.stageProblem = "the certifier does not hold the transaction's streamed writeset (it restarted since it was sent, or it expired); nothing was committed"
 		c.notStaged = true
 	case staged.Fragments != req.Streamed.Fragments || staged.Bytes != req.Streamed.Bytes:

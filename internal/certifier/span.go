@@ -56,10 +56,16 @@ func cutIncompleteSpan(cfg Config, log *wal.Log) error {
 	return nil
 }
 
-// writeSpan copies a committed span from its spool file into the log,
-// one fragment (one entry) in memory at a time, each appended and synced
-// in turn, then advances the durable version to its last version and
-// removes the spool file; false if it failed, which stops the service.
+// spanBatchBytes is how much of a span the writer appends with one sync:
+// a few fragments, so that a span costs a sync per 16 MiB, not per
+// fragment, while what is in memory stays small.
+const spanBatchBytes = 16 << 20
+
+// writeSpan copies a committed span from its spool file into the log, a
+// few fragments (entries) in memory at a time, each batch appended and
+// synced in turn, then advances the durable version to its last version
+// and removes the spool file; false if it failed, which stops the
+// service.
 func (l *singleLog) writeSpan(sp committedSpan) bool {
 	s := l.s
 	spool, err := openSpool(sp.spool)
@@ -68,7 +74,8 @@ func (l *singleLog) writeSpan(sp committedSpan) bool {
 		return false
 	}
 	defer spool.close()
-	var entry []byte
+	var batch []wal.Entry
+	batchBytes := 0
 	for v := sp.first; v <= sp.last; v++ {
 		select {
 		case <-s.stop:
@@ -82,21 +89,35 @@ func (l *singleLog) writeSpan(sp committedSpan) bool {
 			s.fail(fmt.Errorf("copy the stage of versions %d..%d into the log: %w", sp.first, sp.last, err))
 			return false
 		}
-		entry = logentry.AppendSpanEntry(entry[:0], logentry.SpanEntry{Version: v, Txn: sp.txn, Fragment: fragment,
+		entry := logentry.AppendSpanEntry(nil, logentry.SpanEntry{Version: v, Txn: sp.txn, Fragment: fragment,
 			First: sp.first, Last: sp.last, Certified: sp.certified})
-		started := time.Now()
-		if err := s.log.Append([]wal.Entry{{Version: v, Payload: entry}}); err != nil {
-			s.fail(fmt.Errorf("log append of version %d (span %d..%d): %w", v, sp.first, sp.last, err))
-			return false
+		batch = append(batch, wal.Entry{Version: v, Payload: entry})
+		batchBytes += len(entry)
+		if batchBytes >= spanBatchBytes || v == sp.last {
+			if !l.appendSpanBatch(batch, sp) {
+				return false
+			}
+			batch, batchBytes = batch[:0], 0
 		}
-		s.stats.recordFsync(1, time.Since(started))
-		s.metrics.observeFsync(1)
 	}
 	s.mu.Lock()
 	s.recent.clear() // the next entry starts the ring again after the span
 	s.mu.Unlock()
 	s.durable.advance(sp.last)
 	s.staging.discard(txnOf(sp.txn))
+	return true
+}
+
+// appendSpanBatch appends and syncs some of a span's entries.
+func (l *singleLog) appendSpanBatch(batch []wal.Entry, sp committedSpan) bool {
+	s := l.s
+	started := time.Now()
+	if err := s.log.Append(batch); err != nil {
+		s.fail(fmt.Errorf("log append of versions %d..%d (span %d..%d): %w", batch[0].Version, batch[len(batch)-1].Version, sp.first, sp.last, err))
+		return false
+	}
+	s.stats.recordFsync(len(batch), time.Since(started))
+	s.metrics.observeFsync(len(batch))
 	return true
 }
 
