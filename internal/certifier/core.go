@@ -42,15 +42,8 @@ type ClaimStage func(txn *pb.TxnID) (staged StagedWriteset, ok bool)
 // its log entry; a request refused here gets its reply at once (reply set).
 // A streamed request (req.Streamed) claims its stage through claim
 // (prepareStreamed) instead of having its log entry encoded.
-func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limits, claim ClaimStage) certifying {
+func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limits) certifying {
 	c := certifying{req: req, overloaded: overloaded}
-	if req.Streamed != nil && claim != nil && req.Txn != nil {
-		// Claimed first, whatever becomes of the request, so that its
-		// decision lets the stage go (settleStages): a refused request's
-		// backend retries under a new transaction id, and nothing else
-		// would ever claim it.
-		c.staged, _ = claim(req.Txn)
-	}
 	if overloaded {
 		return c
 	}
@@ -87,10 +80,8 @@ func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limit
 }
 
 // prepareStreamed prepares a streamed request: certified on its own
-// (small) writeset's keys, committed as one version per staged fragment.
-// A request whose stage is missing or does not match is not refused here
-// but in decideSingle, which first answers a retry of a transaction that
-// committed already (its stage is gone by then) with its span.
+// (small) writeset's keys, committed as one version per staged fragment;
+// its stage is claimed when it is decided (claimStages).
 func prepareStreamed(c certifying) certifying {
 	req := c.req
 	if req.Streamed.Fragments == 0 {
@@ -99,7 +90,38 @@ func prepareStreamed(c certifying) certifying {
 		return c
 	}
 	c.request.Versions = int(req.Streamed.Fragments)
-	staged := c.staged // claimed (prepareRequest): released after the decision whatever it is
+	return c
+}
+
+// claimStages takes the stage of every streamed request of a batch, under
+// the lock its decisions are taken in (decideSingle): a request re-sent
+// while the first is in flight then finds either the stage or the
+// transaction's decision, never neither (it would be told that nothing
+// was committed while the first commits). Refused and overloaded requests
+// claim theirs too, so that the decision lets it go (settleStages): their
+// backends retry under new transaction ids, and nothing else would ever
+// claim it. A nil claim has nothing staged (the simulation). A request
+// whose stage is missing or does not match is refused in decideSingle,
+// which first answers a retry of a transaction that committed (its stage
+// is gone by then) with its span.
+func claimStages(batch []certifying, claim ClaimStage) {
+	for i := range batch {
+		c := &batch[i]
+		if c.req.Streamed == nil || c.req.Txn == nil {
+			continue
+		}
+		if claim != nil {
+			c.staged, _ = claim(c.req.Txn)
+		}
+		if c.reply == nil && !c.overloaded {
+			checkStage(c)
+		}
+	}
+}
+
+// checkStage compares a streamed request with the stage it claimed.
+func checkStage(c *certifying) {
+	req, staged := c.req, c.staged
 	switch {
 	case staged.Spool == "":
 		c.stageProblem = "the certifier does not hold the transaction's streamed writeset (it restarted since it was sent, or it expired); nothing was committed"
@@ -113,7 +135,6 @@ func prepareStreamed(c certifying) certifying {
 				fmt.Sprintf("the streamed writeset's last log entry (its last fragment and the certified writeset) would be %d bytes, over the log's limit of %d", last, wal.EntryBytesMax))
 		}
 	}
-	return c
 }
 
 // decideSingle is a single certifier's decision for prepared requests:
@@ -206,8 +227,9 @@ type Answer struct {
 func CertifyMessage(state *certification.State, limits Limits, reqs []*pb.CertifyRequestEncoded, overloaded []bool, pending []logentry.Entry) ([]Answer, []logentry.Entry) {
 	batch := make([]certifying, len(reqs))
 	for i, req := range reqs {
-		batch[i] = prepareRequest(req, overloaded[i], limits, nil)
+		batch[i] = prepareRequest(req, overloaded[i], limits)
 	}
+	claimStages(batch, nil)
 	pending = decideSingle(state, batch, pending)
 	answers := make([]Answer, len(batch))
 	for i := range batch {

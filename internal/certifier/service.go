@@ -138,6 +138,14 @@ type certifying struct {
 	notStaged    bool // stageProblem: nothing staged at all
 }
 
+// claimStage is the staging area's claim, nil without one.
+func (s *Service) claimStage() ClaimStage {
+	if s.staging == nil {
+		return nil
+	}
+	return s.staging.claim
+}
+
 // prepare checks a request's limits, reads its keys and encodes its log
 // entry (prepareRequest); a request refused here gets its reply at once.
 func (s *Service) prepare(req *pb.CertifyRequestEncoded, overloaded bool) certifying {
@@ -146,10 +154,8 @@ func (s *Service) prepare(req *pb.CertifyRequestEncoded, overloaded bool) certif
 	case req.Streamed != nil && s.staging == nil:
 		c = certifying{req: req, reply: abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn},
 			pb.AbortReason_ABORT_REASON_LIMIT, errNotSingle)}
-	case s.staging != nil:
-		c = prepareRequest(req, overloaded, s.cfg.Limits, s.staging.claim)
 	default:
-		c = prepareRequest(req, overloaded, s.cfg.Limits, nil)
+		c = prepareRequest(req, overloaded, s.cfg.Limits)
 	}
 	if c.reply != nil {
 		s.stats.aborts.Add(1)

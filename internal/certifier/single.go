@@ -88,6 +88,7 @@ func (l *singleLog) decide(_ context.Context, batch []certifying) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	wasEmpty := len(l.pending) == 0 && len(l.spans) == 0
+	claimStages(batch, l.s.claimStage())
 	l.pending = decideSingle(l.state, batch, l.pending)
 	l.spans = committedSpans(batch, l.spans)
 	if wasEmpty && (len(l.pending) > 0 || len(l.spans) > 0) {

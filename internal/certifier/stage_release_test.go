@@ -37,7 +37,8 @@ func TestAnOverloadedStreamedRequestReleasesItsStage(t *testing.T) {
 	req := &pb.CertifyRequestEncoded{Txn: &pb.TxnID{Origin: "r1", Seq: 7}, StartVersion: 0, Writeset: ws,
 		Streamed: &pb.Streamed{Fragments: staged.Fragments, Bytes: staged.Bytes}}
 	s := &Service{staging: area}
-	batch := []certifying{prepareRequest(req, true, DefaultLimits, area.claim)}
+	batch := []certifying{prepareRequest(req, true, DefaultLimits)}
+	claimStages(batch, area.claim)
 	state := certification.New(certification.Config{}, 0)
 	decideSingle(state, batch, nil)
 	s.settleStages(batch)
@@ -49,5 +50,49 @@ func TestAnOverloadedStreamedRequestReleasesItsStage(t *testing.T) {
 	}
 	if _, err := os.Stat(area.spoolPath(txn)); !os.IsNotExist(err) {
 		t.Errorf("the aborted request's spool file is still there (%v)", err)
+	}
+}
+
+// A streamed request re-sent while the first is in flight (the session
+// broke and the client re-sent it) is decided after it, whichever was
+// read first: the one decided second finds the stage claimed and used,
+// and gets the committed span back, never "nothing was committed".
+func TestAStreamedRequestSentTwiceCommitsOnce(t *testing.T) {
+	area, err := openStagingArea(t.TempDir(), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn := certification.TxnID{Origin: "r1", Seq: 9}
+	f, err := area.begin(txn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := area.reserve(txn, 100, 101); err != nil {
+		t.Fatal(err)
+	}
+	staged := area.complete(txn, time.Now())
+	ws, err := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{{Table: `public."t"`, Op: pb.Op_OP_TABLE_WRITE}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := func(id uint64) *pb.CertifyRequestEncoded {
+		return &pb.CertifyRequestEncoded{RequestId: id, Txn: &pb.TxnID{Origin: "r1", Seq: 9}, Writeset: ws,
+			Streamed: &pb.Streamed{Fragments: staged.Fragments, Bytes: staged.Bytes}}
+	}
+	// Both prepared (read) before either is decided.
+	first := []certifying{prepareRequest(request(1), false, DefaultLimits)}
+	second := []certifying{prepareRequest(request(2), false, DefaultLimits)}
+	state := certification.New(certification.Config{}, 0)
+	for _, batch := range [][]certifying{second, first} {
+		claimStages(batch, area.claim)
+		decideSingle(state, batch, nil)
+		reply, _ := replyTo(&batch[0], DefaultLimits.InFlightRequestsMax)
+		if reply.Decision != pb.Decision_DECISION_COMMIT || reply.FirstVersion != 1 || reply.CommitVersion != 1 {
+			t.Fatalf("request %d: %v, want the commit of version 1..1", batch[0].req.RequestId, reply)
+		}
+	}
+	if v := state.Version(); v != 1 {
+		t.Fatalf("the transaction took versions up to %d, want it once", v)
 	}
 }
