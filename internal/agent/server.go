@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tashkent-db/tashkent/internal/agent/order"
@@ -149,6 +150,13 @@ func (a *Agent) serveApplier(nc net.Conn, r *bufio.Reader, h wire.Hello) {
 	io.Copy(io.Discard, r)
 }
 
+// streamFrameWaitMax bounds the wait for a streamed writeset's next
+// frame: the extension's default tashkent.certify_timeout, which bounds
+// each fragment's sending on its side (set by tests, while agents run).
+var streamFrameWaitMax atomic.Int64
+
+func init() { streamFrameWaitMax.Store(int64(time.Minute)) }
+
 // serve handles a session's frames until its connection closes. A
 // streamed writeset's frames (Fragment, then CertifyStreamed) come with
 // nothing in between; a connection that closes before its
@@ -157,6 +165,14 @@ func (c *backendConn) serve(ctx context.Context, r *bufio.Reader) {
 	var streaming *staging
 	defer func() { streaming.cancel() }()
 	for {
+		// Inside a streamed writeset the backend sends its frames one
+		// after the other: one that stops (a stopped process) would hold
+		// its stage at the certifier, so the wait is bounded.
+		var deadline time.Time
+		if streaming != nil {
+			deadline = time.Now().Add(time.Duration(streamFrameWaitMax.Load()))
+		}
+		c.nc.SetReadDeadline(deadline)
 		typ, p, err := wire.ReadFrame(r, wire.FrameBytesMax)
 		if err != nil {
 			return

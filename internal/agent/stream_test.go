@@ -263,3 +263,22 @@ func TestStreamedSpanCommitsAtItsLastVersion(t *testing.T) {
 		t.Fatalf("second streamed writeset from the same snapshot: %+v, want a conflict", d)
 	}
 }
+
+// A backend that stops in the middle of its streamed writeset (a stopped
+// process) does not hold its stage at the certifier: the agent waits for
+// its next frame a bounded time, then closes the connection and cancels
+// the stage.
+func TestAStalledStreamIsCancelled(t *testing.T) {
+	defer agent.SetStreamFrameWaitMax(time.Second)()
+	c, f := streamCluster(t)
+	b := simulated(t, c, 0)
+	changed := f.Changed()
+	b.streamFragments(fragments(t, 1, 2))
+	for len(f.Stages()) == 0 || len(f.Stages()[0].Fragments) < 2 {
+		awaitChange(t, changed)
+		changed = f.Changed()
+	}
+	if err := awaitStageEnd(t, f, 0); status.Code(err) != codes.Canceled {
+		t.Fatalf("the stalled stage ended with %v, want cancelled", err)
+	}
+}
