@@ -167,7 +167,6 @@ set_slot(TkSlotState state, uint64 first, uint64 version)
 	LWLockRelease(tk_shared->lock);
 }
 
-/* The version the transaction is certified from (see the header). */
 /* set_slot_certifying: the writeset goes for certification now. */
 static void
 set_slot_certifying(void)
@@ -175,6 +174,7 @@ set_slot_certifying(void)
 	set_slot(TK_SLOT_CERTIFYING, 0, 0);
 }
 
+/* The version the transaction is certified from (see the header). */
 static uint64
 start_version(void)
 {

@@ -43,18 +43,23 @@
  * that puts the row back), and rows of a table without a primary key that
  * such a trigger's statement changes.
  *
- * Such a trigger also splits its statement's run: the statement's events
- * alternate with those of the statements its trigger runs (each under a
- * later command id), so its deletes can no longer all go before its
- * upserts. That matters only where a part of the run already streamed
- * upserted a table the statement deletes from later (a key moved by an
- * UPDATE whose rows' triggers write elsewhere): applied in capture order,
+ * Statements run between a statement's changes also split its run: the
+ * statements of its rows' AFTER ROW triggers that write (each under a later
+ * command id) and subtransactions (a trigger's EXCEPTION block) end it, so
+ * its deletes can no longer all go before its upserts. That matters only
+ * where a part of the run already streamed upserted a table the statement
+ * deletes from later (a key moved by an UPDATE): applied in capture order,
  * a key the statement moved to could be deleted. Such a delete is refused
- * (0A000) rather than streamed. The runs of statements that may resume
- * are kept on a stack (resumable): when an event of command id c comes,
- * the statements of later command ids have ended (a nested statement ends
- * before the statement that ran it goes on), and the one of c, if on the
- * stack, resumes.
+ * (0A000) rather than streamed. So is a disordered delete of a table a
+ * later command already upserted (an AFTER DELETE trigger that puts rows
+ * back): applied in capture order, the row put back would be deleted. The
+ * runs of statements that may resume are kept on a stack (resumable):
+ * when an event of command id c comes, the statements of later command ids
+ * have ended (a nested statement ends before the statement that ran it
+ * goes on), and the one of c, if on the stack, resumes. The stack is
+ * bounded; of a run that resumes after it left, a bitmap per command id
+ * says whether any part of it upserted anything, and then its deletes are
+ * refused.
  *
  * Savepoints: a subtransaction's start ends the current run and marks the
  * spool's length and the certified sets' sizes (tk_stream_mark); its
@@ -116,6 +121,8 @@ typedef struct NameEntry
 	const char *name;
 	uint32		hash;
 	char		status;
+	CommandId	upserted_cid;	/* written: the latest command that upserted
+								 * rows of the table, 0 if none */
 } NameEntry;
 
 #define SH_PREFIX nameset
@@ -135,8 +142,9 @@ typedef struct Tables
 {
 	nameset_hash *set;
 	List	   *order;			/* the names, in the order first named */
-	const char *last;			/* the last one named: a row's table is
-								 * usually its predecessor's */
+	NameEntry  *last;			/* the last one named: a row's table is
+								 * usually its predecessor's (NULL after any
+								 * change to the set, which moves entries) */
 } Tables;
 
 /* The streamed transaction; all of it in context, NULL when not streamed. */
@@ -151,6 +159,8 @@ static CommandId run_cid = InvalidCommandId;
 static List *run_upserted = NIL;	/* tables the open run upserted */
 static List *run_streamed_upserts = NIL;	/* tables its parts already
 											 * streamed upserted */
+static bool run_forgotten_upserts = false;	/* it resumed after it left the
+											 * stack, and upserted before */
 
 /*
  * A run that ended but whose statement may resume (see the header): its
@@ -172,8 +182,16 @@ typedef struct ResumableRun
 #define RESUMABLE_MAX 64
 static ResumableRun resumable[RESUMABLE_MAX];
 static int	nresumable = 0;
-static uint64 *seen = NULL;
-static uint32 seen_words = 0;
+
+/* One bit per command id. */
+typedef struct CidBits
+{
+	uint64	   *words;
+	uint32		nwords;
+} CidBits;
+
+static CidBits seen;			/* a run of the command id opened */
+static CidBits upserting;		/* a run of the command id upserted */
 static CommandId max_cid = FirstCommandId;	/* of the changes streamed */
 static Tables written;
 static Tables truncated;
@@ -293,7 +311,7 @@ tables_init(Tables *t)
 }
 
 /* tables_add: the table named by name's first namelen bytes. */
-static void
+static NameEntry *
 tables_add(Tables *t, const char *name, int namelen)
 {
 	char	   *copy;
@@ -301,17 +319,21 @@ tables_add(Tables *t, const char *name, int namelen)
 	bool		found;
 	MemoryContext old;
 
-	if (t->last != NULL && strncmp(t->last, name, namelen) == 0 && t->last[namelen] == '\0')
-		return;
+	if (t->last != NULL && strncmp(t->last->name, name, namelen) == 0 && t->last->name[namelen] == '\0')
+		return t->last;
 	old = MemoryContextSwitchTo(context);
 	copy = pnstrdup(name, namelen);
 	entry = nameset_insert(t->set, copy, &found);
 	if (found)
 		pfree(copy);
 	else
+	{
+		entry->upserted_cid = 0;
 		t->order = lappend(t->order, copy);
-	t->last = entry->name;
+	}
+	t->last = entry;
 	MemoryContextSwitchTo(old);
+	return entry;
 }
 
 /* tables_cut: only the first n tables named are left. */
@@ -343,9 +365,10 @@ tk_stream_start(void)
 	open_spill(&spool);
 	run_open = false;
 	run_upserted = run_streamed_upserts = NIL;
+	run_forgotten_upserts = false;
 	nresumable = 0;
-	seen = NULL;
-	seen_words = 0;
+	memset(&seen, 0, sizeof(seen));
+	memset(&upserting, 0, sizeof(upserting));
 	tables_init(&written);
 	tables_init(&truncated);
 	{
@@ -369,12 +392,45 @@ tk_stream_started(void)
 	writing--;
 }
 
+/* cidbits_set: sets cid's bit; whether it was set. */
+static bool
+cidbits_set(CidBits *bits, CommandId cid)
+{
+	uint32		word = cid / 64;
+	uint64		bit = UINT64CONST(1) << (cid % 64);
+	bool		before;
+
+	if (word >= bits->nwords)
+	{
+		uint32		n = Max(Max(bits->nwords * 2, word + 1), 16);
+
+		if (bits->words == NULL)
+			bits->words = MemoryContextAllocZero(context, n * sizeof(uint64));
+		else
+		{
+			bits->words = repalloc(bits->words, n * sizeof(uint64));
+			memset(bits->words + bits->nwords, 0, (n - bits->nwords) * sizeof(uint64));
+		}
+		bits->nwords = n;
+	}
+	before = (bits->words[word] & bit) != 0;
+	bits->words[word] |= bit;
+	return before;
+}
+
+static bool
+cidbits_test(const CidBits *bits, CommandId cid)
+{
+	return cid / 64 < bits->nwords && (bits->words[cid / 64] & (UINT64CONST(1) << (cid % 64))) != 0;
+}
+
 /* push_resumable: the run that ended may resume (see the header). */
 static void
 push_resumable(CommandId cid, List *upserted)
 {
 	if (nresumable == RESUMABLE_MAX)
 	{
+		list_free(resumable[0].upserted);
 		memmove(&resumable[0], &resumable[1], sizeof(ResumableRun) * (RESUMABLE_MAX - 1));
 		nresumable--;
 	}
@@ -398,61 +454,38 @@ end_run(void)
 	run_open = false;
 	push_resumable(run_cid, run_upserted);
 	run_upserted = NIL;
+	list_free(run_streamed_upserts);
 	run_streamed_upserts = NIL;
-}
-
-/* see_cid: a run of command id cid opened; whether one had before. */
-static bool
-see_cid(CommandId cid)
-{
-	uint32		word = cid / 64;
-	uint64		bit = UINT64CONST(1) << (cid % 64);
-	bool		before;
-
-	if (word >= seen_words)
-	{
-		uint32		n = Max(Max(seen_words * 2, word + 1), 16);
-
-		if (seen == NULL)
-			seen = MemoryContextAllocZero(context, n * sizeof(uint64));
-		else
-		{
-			seen = repalloc(seen, n * sizeof(uint64));
-			memset(seen + seen_words, 0, (n - seen_words) * sizeof(uint64));
-		}
-		seen_words = n;
-	}
-	before = (seen[word] & bit) != 0;
-	seen[word] |= bit;
-	return before;
+	run_forgotten_upserts = false;
 }
 
 /*
  * open_run: a run of command id cid opens; the runs of later command ids
- * have ended for good, and cid's own, if on the stack, resumes with what
+ * have ended for good, and cid's own, if it ran before, resumes with what
  * its streamed parts upserted.
  */
 static void
 open_run(CommandId cid)
 {
+	MemoryContext old;
+
 	while (nresumable > 0 && resumable[nresumable - 1].cid > cid)
-		nresumable--;
+		list_free(resumable[--nresumable].upserted);
 	run_open = true;
 	run_cid = cid;
 	run_upserted = NIL;
 	run_streamed_upserts = NIL;
+	run_forgotten_upserts = false;
 	if (nresumable > 0 && resumable[nresumable - 1].cid == cid)
 	{
 		nresumable--;
 		run_upserted = resumable[nresumable].upserted;
-		run_streamed_upserts = run_upserted;
+		old = MemoryContextSwitchTo(context);
+		run_streamed_upserts = list_copy(run_upserted);
+		MemoryContextSwitchTo(old);
 	}
-	else if (see_cid(cid))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a streamed transaction cannot order the changes of a statement resumed after more than %d nested statements",
-						RESUMABLE_MAX),
-				 errhint("Run the statement in a transaction whose changes stay under tashkent.stream_threshold.")));
+	else if (cidbits_set(&seen, cid))
+		run_forgotten_upserts = cidbits_test(&upserting, cid);
 }
 
 /*
@@ -467,27 +500,39 @@ names_member(List *names, const char *name)
 
 	foreach(lc, names)
 	{
-		if (strcmp((const char *) lfirst(lc), name) == 0)
+		if (lfirst(lc) == name || strcmp((const char *) lfirst(lc), name) == 0)
 			return true;
 	}
 	return false;
 }
 
 /*
- * check_resumed_delete: a delete of the run's statement after a part of it
- * already streamed upserted the same table (see the header) is refused.
+ * refuse_unordered_delete: a delete the stream cannot place (see the
+ * header). It writes nothing, so the stream is as it was: a savepoint's
+ * rollback leaves it whole.
  */
 static void
-check_resumed_delete(const TkEvent *e, const char *table)
+refuse_unordered_delete(const TkEvent *e, const char *why)
 {
-	if (!names_member(run_streamed_upserts, table))
-		return;
+	writing--;
 	ereport(ERROR,
 			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-			 errmsg("a streamed transaction cannot order a statement that deletes from or moves keys of table %.*s while its rows' triggers write other tables",
+			 errmsg("a streamed transaction cannot order this statement's delete from table %.*s",
 					e->namelen, e->table),
-			 errdetail("A trigger that fires before tashkent's capture trigger (its name sorts first) ran statements between this statement's changes."),
-			 errhint("Run the statement in a transaction whose changes stay under tashkent.stream_threshold, or rename the trigger so that it sorts after tashkent_capture.")));
+			 errdetail("%s", why),
+			 errhint("Run the statement in a transaction whose changes stay under tashkent.stream_threshold: there they are collapsed, and replicate in any order.")));
+}
+
+/* check_delete: refuses a delete the stream cannot place (see the header). */
+static void
+check_delete(const TkEvent *e, const NameEntry *table)
+{
+	if (e->cid < table->upserted_cid)
+		refuse_unordered_delete(e, "A statement run after this one (by a trigger) already wrote the table; applied in the order captured, its rows would be deleted.");
+	if (e->kind != TK_EVENT_DELETE)
+		return;					/* a keyless table's rows: a multiset */
+	if (run_forgotten_upserts || names_member(run_streamed_upserts, table->name))
+		refuse_unordered_delete(e, "Statements run between this statement's changes (by its rows' triggers, or in subtransactions) split them after it had written the table; its deletes can no longer all go before its writes.");
 }
 
 /* spill_run: the run's changes held in memory go to its files. */
@@ -524,11 +569,8 @@ static void
 add_row_change(const TkEvent *e)
 {
 	bool		delete = e->kind == TK_EVENT_DELETE || e->kind == TK_EVENT_DELETE_ROW;
+	NameEntry  *table = tables_add(&written, e->table, e->namelen);
 
-	const char *table;
-
-	tables_add(&written, e->table, e->namelen);
-	table = written.last;		/* the name as kept */
 	if (overwritten(e))
 		return;
 	max_cid = Max(max_cid, e->cid);
@@ -537,13 +579,18 @@ add_row_change(const TkEvent *e)
 	if (!run_open)
 		open_run(e->cid);
 	if (delete)
-		check_resumed_delete(e, table);
-	else if (!names_member(run_upserted, table))
+		check_delete(e, table);
+	else
 	{
-		MemoryContext old = MemoryContextSwitchTo(context);
+		table->upserted_cid = Max(table->upserted_cid, e->cid);
+		cidbits_set(&upserting, e->cid);
+		if (!names_member(run_upserted, table->name))
+		{
+			MemoryContext old = MemoryContextSwitchTo(context);
 
-		run_upserted = lappend(run_upserted, (void *) table);
-		MemoryContextSwitchTo(old);
+			run_upserted = lappend(run_upserted, (void *) table->name);
+			MemoryContextSwitchTo(old);
+		}
 	}
 	encode(e);
 	appendBinaryStringInfo(delete ? &run_deletes : &run_upserts, scratch.data, scratch.len);
@@ -929,9 +976,10 @@ tk_stream_xact_end(void)
 	context = NULL;
 	run_open = false;
 	run_upserted = run_streamed_upserts = NIL;
+	run_forgotten_upserts = false;
 	nresumable = 0;
-	seen = NULL;
-	seen_words = 0;
+	memset(&seen, 0, sizeof(seen));
+	memset(&upserting, 0, sizeof(upserting));
 	max_cid = FirstCommandId;
 	writing = 0;
 	broken = false;

@@ -46,7 +46,7 @@ func TestStreamedKeyMoveWithInterleavedTriggerIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = tx.Exec(context.Background(), `UPDATE k SET id = id + 1`)
-	if pgcode.Of(err) != pgcode.FeatureNotSupported || !strings.Contains(err.Error(), "cannot order a statement that deletes from or moves keys of table public.k") {
+	if pgcode.Of(err) != pgcode.FeatureNotSupported || !strings.Contains(err.Error(), "cannot order this statement's delete from table public.k") {
 		t.Fatalf("the key move of a streamed transaction with an interleaved trigger: %v, want 0A000", err)
 	}
 	sa.mu.Lock()
