@@ -57,9 +57,10 @@ func cutIncompleteSpan(cfg Config, log *wal.Log) error {
 }
 
 // spanBatchBytes is how much of a span the writer appends with one sync:
-// a few fragments, so that a span costs a sync per 16 MiB, not per
-// fragment, while what is in memory stays small.
-const spanBatchBytes = 16 << 20
+// a couple of fragments, so that a span costs a sync per 8 MiB, not per
+// fragment, while what is in memory stays small (the batch's buffer is
+// kept from one batch to the next).
+const spanBatchBytes = 8 << 20
 
 // writeSpan copies a committed span from its spool file into the log, a
 // few fragments (entries) in memory at a time, each batch appended and
@@ -74,8 +75,9 @@ func (l *singleLog) writeSpan(sp committedSpan) bool {
 		return false
 	}
 	defer spool.close()
+	var buf []byte // the batch's entries, one after the other
+	var ends []int // where each ends in buf
 	var batch []wal.Entry
-	batchBytes := 0
 	for v := sp.first; v <= sp.last; v++ {
 		select {
 		case <-s.stop:
@@ -89,15 +91,21 @@ func (l *singleLog) writeSpan(sp committedSpan) bool {
 			s.fail(fmt.Errorf("copy the stage of versions %d..%d into the log: %w", sp.first, sp.last, err))
 			return false
 		}
-		entry := logentry.AppendSpanEntry(nil, logentry.SpanEntry{Version: v, Txn: sp.txn, Fragment: fragment,
+		buf = logentry.AppendSpanEntry(buf, logentry.SpanEntry{Version: v, Txn: sp.txn, Fragment: fragment,
 			First: sp.first, Last: sp.last, Certified: sp.certified})
-		batch = append(batch, wal.Entry{Version: v, Payload: entry})
-		batchBytes += len(entry)
-		if batchBytes >= spanBatchBytes || v == sp.last {
+		ends = append(ends, len(buf))
+		if len(buf) >= spanBatchBytes || v == sp.last {
+			// Sliced once the batch is whole: appending may have moved buf.
+			batch = batch[:0]
+			start := 0
+			for i, end := range ends {
+				batch = append(batch, wal.Entry{Version: v - uint64(len(ends)-1-i), Payload: buf[start:end]})
+				start = end
+			}
 			if !l.appendSpanBatch(batch, sp) {
 				return false
 			}
-			batch, batchBytes = batch[:0], 0
+			buf, ends = buf[:0], ends[:0]
 		}
 	}
 	s.mu.Lock()
