@@ -55,18 +55,11 @@ func TestStreamedManyStatementsKeepMemoryBounded(t *testing.T) {
 func TestStreamedRefusedStatementRolledBackToSavepointCommits(t *testing.T) {
 	f, sa := startStreamed(t, auditedKeys...)
 	ctx := context.Background()
-	tx, err := f.conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `INSERT INTO k SELECT g, repeat('k', 300) FROM generate_series(1, 300) AS g`); err != nil {
-		t.Fatal(err)
-	}
+	tx := inStreamedTx(t, f, loadK)
 	if _, err := tx.Exec(ctx, `SAVEPOINT s`); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tx.Exec(ctx, `UPDATE k SET id = id + 1`)
+	_, err := tx.Exec(ctx, `UPDATE k SET id = id + 1`)
 	if pgcode.Of(err) != pgcode.FeatureNotSupported {
 		t.Fatalf("key move: %v, want 0A000", err)
 	}
@@ -94,15 +87,8 @@ func TestStreamedRefusalHintForTriggerSortingAfterCapture(t *testing.T) {
 	schema = append(schema, `CREATE TRIGGER zz_audit AFTER UPDATE ON k FOR EACH ROW EXECUTE FUNCTION audit_it()`)
 	f, _ := startStreamed(t, schema...)
 	ctx := context.Background()
-	tx, err := f.conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `INSERT INTO k SELECT g, repeat('k', 300) FROM generate_series(1, 300) AS g`); err != nil {
-		t.Fatal(err)
-	}
-	_, err = tx.Exec(ctx, `UPDATE k SET id = id + 1`)
+	tx := inStreamedTx(t, f, loadK)
+	_, err := tx.Exec(ctx, `UPDATE k SET id = id + 1`)
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
 		t.Fatalf("key move with a trigger sorting after tashkent_capture: %v (not refused)", err)
@@ -123,15 +109,7 @@ func TestStreamedInsertWithTriggerLoopIsNotRefused(t *testing.T) {
 		`CREATE FUNCTION fan_out() RETURNS trigger LANGUAGE plpgsql AS $$
 			BEGIN FOR i IN 1..70 LOOP INSERT INTO fan VALUES (NEW.id, i); END LOOP; RETURN NULL; END $$`,
 		`CREATE TRIGGER zz_fan AFTER INSERT ON k FOR EACH ROW EXECUTE FUNCTION fan_out()`)
-	ctx := context.Background()
-	tx, err := f.conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `INSERT INTO k SELECT g, repeat('k', 300) FROM generate_series(1, 300) AS g`); err != nil {
-		t.Fatalf("bulk INSERT whose rows' trigger runs 70 INSERTs each: %v", err)
-	}
+	inStreamedTx(t, f, loadK) // fails the test if the load is refused
 }
 
 // UPDATE of a table without a primary key (its rows are a multiset: the
@@ -145,14 +123,7 @@ func TestStreamedKeylessUpdateWithTriggerIsNotRefused(t *testing.T) {
 			BEGIN INSERT INTO audit (id) VALUES (NEW.id); RETURN NULL; END $$`,
 		`CREATE TRIGGER a_audit AFTER UPDATE ON nk FOR EACH ROW EXECUTE FUNCTION audit_it()`)
 	ctx := context.Background()
-	tx, err := f.conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `INSERT INTO nk SELECT g, repeat('k', 300) FROM generate_series(1, 300) AS g`); err != nil {
-		t.Fatal(err)
-	}
+	tx := inStreamedTx(t, f, `INSERT INTO nk SELECT g, repeat('k', 300) FROM generate_series(1, 300) AS g`)
 	if _, err := tx.Exec(ctx, `UPDATE nk SET v = 'u' || id`); err != nil {
 		t.Fatalf("UPDATE of a keyless table with an audit trigger: %v", err)
 	}
@@ -169,15 +140,8 @@ func TestStreamedKeyMoveSplitBySubtransactionsIsRefused(t *testing.T) {
 			BEGIN BEGIN PERFORM 1; EXCEPTION WHEN OTHERS THEN NULL; END; RETURN NULL; END $$`,
 		`CREATE TRIGGER zz_guarded AFTER UPDATE ON k FOR EACH ROW EXECUTE FUNCTION guarded()`)
 	ctx := context.Background()
-	tx, err := f.conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `INSERT INTO k SELECT g, repeat('k', 300) FROM generate_series(1, 300) AS g`); err != nil {
-		t.Fatal(err)
-	}
-	_, err = tx.Exec(ctx, `UPDATE k SET id = id + 1`)
+	tx := inStreamedTx(t, f, loadK)
+	_, err := tx.Exec(ctx, `UPDATE k SET id = id + 1`)
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != pgcode.FeatureNotSupported || !strings.Contains(pe.Detail, "subtransactions") {
 		t.Fatalf("key move split by subtransactions: %v, want 0A000 whose detail names subtransactions", err)
@@ -195,15 +159,8 @@ func TestStreamedDeleteWithPutBackTriggerIsRefused(t *testing.T) {
 			BEGIN IF OLD.id % 2 = 0 THEN INSERT INTO k VALUES (OLD.id, 'kept'); END IF; RETURN NULL; END $$`,
 		`CREATE TRIGGER a_keep AFTER DELETE ON k FOR EACH ROW EXECUTE FUNCTION keep_even()`)
 	ctx := context.Background()
-	tx, err := f.conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `INSERT INTO k SELECT g, repeat('k', 300) FROM generate_series(1, 300) AS g`); err != nil {
-		t.Fatal(err)
-	}
-	_, err = tx.Exec(ctx, `DELETE FROM k`)
+	tx := inStreamedTx(t, f, loadK)
+	_, err := tx.Exec(ctx, `DELETE FROM k`)
 	if pgcode.Of(err) != pgcode.FeatureNotSupported || !strings.Contains(err.Error(), "cannot order this statement's delete from table public.k") {
 		t.Fatalf("a delete whose trigger puts rows back, streamed: %v, want 0A000", err)
 	}
@@ -304,15 +261,8 @@ func TestStreamedResumedPartMovesKeyOfTableOnlyItUpserts(t *testing.T) {
 			BEGIN INSERT INTO audit (id) VALUES (NEW.id); RETURN NULL; END $$`,
 		`CREATE TRIGGER a_audit AFTER UPDATE ON k FOR EACH ROW WHEN (NEW.v = 'a') EXECUTE FUNCTION audit_it()`)
 	ctx := context.Background()
-	tx, err := f.conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `INSERT INTO k SELECT g, grp, repeat('k', 300) FROM generate_series(1, 300) AS g, generate_series(1, 2) AS grp ORDER BY grp, g`); err != nil {
-		t.Fatal(err)
-	}
-	_, err = tx.Exec(ctx, `UPDATE k SET v = CASE WHEN grp = 1 AND id = 300 THEN 'a' ELSE 'b' END,
+	tx := inStreamedTx(t, f, `INSERT INTO k SELECT g, grp, repeat('k', 300) FROM generate_series(1, 300) AS g, generate_series(1, 2) AS grp ORDER BY grp, g`)
+	_, err := tx.Exec(ctx, `UPDATE k SET v = CASE WHEN grp = 1 AND id = 300 THEN 'a' ELSE 'b' END,
 		id = CASE WHEN grp = 2 AND id = 300 THEN 1000 ELSE id END`)
 	if err != nil {
 		t.Errorf("UPDATE whose resumed part moves a key of a partition only it upserts: %v", err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
@@ -24,6 +25,25 @@ var auditedKeys = []string{
 	`CREATE TRIGGER a_audit AFTER UPDATE ON k FOR EACH ROW EXECUTE FUNCTION audit_it()`,
 }
 
+// loadK fills k past the tests' stream threshold.
+const loadK = `INSERT INTO k SELECT g, repeat('k', 300) FROM generate_series(1, 300) AS g`
+
+// inStreamedTx begins a transaction on f's connection, rolled back when
+// the test ends, and runs load in it.
+func inStreamedTx(t *testing.T, f *fixture, load string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := f.conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, load); err != nil {
+		t.Fatalf("%s: %v", load, err)
+	}
+	return tx
+}
+
 const keysAndAudit = `SELECT (SELECT count(*) || ' rows: ' || min(id) || '..' || max(id) || ' ' || sum(length(v)) FROM k) || ' / ' ||
 	(SELECT count(*) || ' audited: ' || sum(id) FROM audit)`
 
@@ -37,15 +57,8 @@ func TestStreamedKeyMoveWithInterleavedTriggerIsRefused(t *testing.T) {
 	sa.mu.Lock()
 	certified, streamed := len(sa.certify), len(sa.streams)
 	sa.mu.Unlock()
-	tx, err := f.conn.Begin(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(context.Background(), `INSERT INTO k SELECT g, repeat('k', 300) FROM generate_series(1, 300) AS g`); err != nil {
-		t.Fatal(err)
-	}
-	_, err = tx.Exec(context.Background(), `UPDATE k SET id = id + 1`)
+	tx := inStreamedTx(t, f, loadK)
+	_, err := tx.Exec(context.Background(), `UPDATE k SET id = id + 1`)
 	if pgcode.Of(err) != pgcode.FeatureNotSupported || !strings.Contains(err.Error(), "cannot order this statement's delete from table public.k") {
 		t.Fatalf("the key move of a streamed transaction with an interleaved trigger: %v, want 0A000", err)
 	}

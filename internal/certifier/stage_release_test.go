@@ -16,26 +16,9 @@ import (
 // its stage. The stage must be let go with the decision, as for any other
 // abort, not held against --stage-bytes-max until stageIdleMax.
 func TestAnOverloadedStreamedRequestReleasesItsStage(t *testing.T) {
-	area, err := openStagingArea(t.TempDir(), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
 	txn := certification.TxnID{Origin: "r1", Seq: 7}
-	f, err := area.begin(txn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := area.reserve(txn, 100, 101); err != nil {
-		t.Fatal(err)
-	}
-	staged := area.complete(txn, time.Now())
-	ws, err := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{{Table: `public."t"`, Op: pb.Op_OP_TABLE_WRITE}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := &pb.CertifyRequestEncoded{Txn: &pb.TxnID{Origin: "r1", Seq: 7}, StartVersion: 0, Writeset: ws,
-		Streamed: &pb.Streamed{Fragments: staged.Fragments, Bytes: staged.Bytes}}
+	area, req := stagedRequest(t, txn)
+	req.RequestId = 1
 	s := &Service{staging: area}
 	batch := []certifying{prepareRequest(req, true, DefaultLimits)}
 	claimStages(batch, area.claim)
@@ -58,27 +41,11 @@ func TestAnOverloadedStreamedRequestReleasesItsStage(t *testing.T) {
 // read first: the one decided second finds the stage claimed and used,
 // and gets the committed span back, never "nothing was committed".
 func TestAStreamedRequestSentTwiceCommitsOnce(t *testing.T) {
-	area, err := openStagingArea(t.TempDir(), 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	txn := certification.TxnID{Origin: "r1", Seq: 9}
-	f, err := area.begin(txn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := area.reserve(txn, 100, 101); err != nil {
-		t.Fatal(err)
-	}
-	staged := area.complete(txn, time.Now())
-	ws, err := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{{Table: `public."t"`, Op: pb.Op_OP_TABLE_WRITE}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	area, template := stagedRequest(t, certification.TxnID{Origin: "r1", Seq: 9})
 	request := func(id uint64) *pb.CertifyRequestEncoded {
-		return &pb.CertifyRequestEncoded{RequestId: id, Txn: &pb.TxnID{Origin: "r1", Seq: 9}, Writeset: ws,
-			Streamed: &pb.Streamed{Fragments: staged.Fragments, Bytes: staged.Bytes}}
+		req := proto.Clone(template).(*pb.CertifyRequestEncoded)
+		req.RequestId = id
+		return req
 	}
 	// Both prepared (read) before either is decided.
 	first := []certifying{prepareRequest(request(1), false, DefaultLimits)}
@@ -95,4 +62,30 @@ func TestAStreamedRequestSentTwiceCommitsOnce(t *testing.T) {
 	if v := state.Version(); v != 1 {
 		t.Fatalf("the transaction took versions up to %d, want it once", v)
 	}
+}
+
+// stagedRequest stages one (empty) fragment of txn in a new staging area
+// and returns the area and the streamed request that certifies it on a
+// table.
+func stagedRequest(t *testing.T, txn certification.TxnID) (*stagingArea, *pb.CertifyRequestEncoded) {
+	t.Helper()
+	area, err := openStagingArea(t.TempDir(), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := area.begin(txn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := area.reserve(txn, 100, 101); err != nil {
+		t.Fatal(err)
+	}
+	staged := area.complete(txn, time.Now())
+	ws, err := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{{Table: `public."t"`, Op: pb.Op_OP_TABLE_WRITE}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return area, &pb.CertifyRequestEncoded{Txn: &pb.TxnID{Origin: txn.Origin, Seq: txn.Seq}, Writeset: ws,
+		Streamed: &pb.Streamed{Fragments: staged.Fragments, Bytes: staged.Bytes}}
 }
