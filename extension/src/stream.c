@@ -729,26 +729,7 @@ fragment_send(Fragment *f)
 	fragment_reset(f);
 }
 
-/* read_varint: a varint from the spool, its bytes appended to out. */
-static uint64
-read_varint(StringInfo out)
-{
-	uint64		v = 0;
-
-	for (int shift = 0; shift < 64; shift += 7)
-	{
-		uint8		b;
-
-		read_spill(&spool, (char *) &b, 1);
-		appendStringInfoChar(out, (char) b);
-		v |= (uint64) (b & 0x7f) << shift;
-		if ((b & 0x80) == 0)
-			return v;
-	}
-	elog(ERROR, "tashkent: malformed varint in a streamed writeset's spool");
-	return 0;
-}
-
+/* parse_varint: the varint at *p (before end); *p moves past it. */
 static uint64
 parse_varint(const char **p, const char *end)
 {
@@ -764,6 +745,25 @@ parse_varint(const char **p, const char *end)
 	}
 	elog(ERROR, "tashkent: malformed change in a streamed writeset's spool");
 	return 0;
+}
+
+/* read_varint: a varint from the spool, its bytes appended to out. */
+static uint64
+read_varint(StringInfo out)
+{
+	int			start = out->len;
+	const char *p;
+	uint8		b;
+
+	do
+	{
+		if (out->len - start == 10)
+			elog(ERROR, "tashkent: malformed varint in a streamed writeset's spool");
+		read_spill(&spool, (char *) &b, 1);
+		appendStringInfoChar(out, (char) b);
+	} while (b & 0x80);
+	p = out->data + start;
+	return parse_varint(&p, out->data + out->len);
 }
 
 /*

@@ -197,13 +197,20 @@ func TestClosedBackendCancelsItsStage(t *testing.T) {
 	b := simulated(t, c, 0)
 	changed := f.Changed()
 	b.streamFragments(fragments(t, 1, 2))
-	for len(f.Stages()) == 0 || len(f.Stages()[0].Fragments) < 2 {
-		awaitChange(t, changed)
-		changed = f.Changed()
-	}
+	awaitStagedFragments(t, f, changed, 2)
 	b.close()
 	if err := awaitStageEnd(t, f, 0); status.Code(err) != codes.Canceled {
 		t.Fatalf("the stage ended with %v, want cancelled", err)
+	}
+}
+
+// awaitStagedFragments waits until the certifier's first stage holds n
+// fragments; changed is f.Changed() from before they were sent.
+func awaitStagedFragments(t *testing.T, f *fakecert.Certifier, changed <-chan struct{}, n int) {
+	t.Helper()
+	for len(f.Stages()) == 0 || len(f.Stages()[0].Fragments) < n {
+		awaitChange(t, changed)
+		changed = f.Changed()
 	}
 }
 
@@ -274,10 +281,7 @@ func TestAStalledStreamIsCancelled(t *testing.T) {
 	b := simulated(t, c, 0)
 	changed := f.Changed()
 	b.streamFragments(fragments(t, 1, 2))
-	for len(f.Stages()) == 0 || len(f.Stages()[0].Fragments) < 2 {
-		awaitChange(t, changed)
-		changed = f.Changed()
-	}
+	awaitStagedFragments(t, f, changed, 2)
 	if err := awaitStageEnd(t, f, 0); status.Code(err) != codes.Canceled {
 		t.Fatalf("the stalled stage ended with %v, want cancelled", err)
 	}

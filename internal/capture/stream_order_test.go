@@ -9,9 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"google.golang.org/protobuf/proto"
-
-	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
@@ -180,15 +177,7 @@ func TestCollapsedDeleteWithPutBackTriggerApplies(t *testing.T) {
 	if len(c) != 1 || len(ss) != 0 {
 		t.Fatalf("sent %d writesets and %d streamed ones, want 1 writeset", len(c), len(ss))
 	}
-	var ws pb.Writeset
-	if err := proto.Unmarshal(c[0], &ws); err != nil {
-		t.Fatal(err)
-	}
-	b := applyTarget(t, schema[0])
-	applyAll(t, b, []*pb.LogEntry{{Version: 1, Writeset: &ws}})
-	if here, there := f.query(f.conn, rows)[0], f.query(b, rows)[0]; here != there {
-		t.Errorf("after apply: %s there, %s here", there, here)
-	}
+	appliedLikeOrigin(t, f, c[0], rows, schema[0])
 }
 
 // A doomed backend that is sending its fragments fails with 40001 at once

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/proto"
@@ -42,6 +41,21 @@ func inStreamedTx(t *testing.T, f *fixture, load string) pgx.Tx {
 		t.Fatalf("%s: %v", load, err)
 	}
 	return tx
+}
+
+// appliedLikeOrigin applies a collapsed writeset on a new server with
+// schema and compares query's result there with f's.
+func appliedLikeOrigin(t *testing.T, f *fixture, writeset []byte, query string, schema ...string) {
+	t.Helper()
+	var ws pb.Writeset
+	if err := proto.Unmarshal(writeset, &ws); err != nil {
+		t.Fatal(err)
+	}
+	b := applyTarget(t, schema...)
+	applyAll(t, b, []*pb.LogEntry{{Version: 1, Writeset: &ws}})
+	if here, there := f.query(f.conn, query)[0], f.query(b, query)[0]; here != there {
+		t.Errorf("after apply: %s there, %s here", there, here)
+	}
 }
 
 const keysAndAudit = `SELECT (SELECT count(*) || ' rows: ' || min(id) || '..' || max(id) || ' ' || sum(length(v)) FROM k) || ' / ' ||
@@ -97,62 +111,5 @@ func TestCollapsedKeyMoveWithInterleavedTrigger(t *testing.T) {
 	if len(c) != 1 || len(ss) != 0 {
 		t.Fatalf("sent %d writesets and %d streamed ones, want 1 writeset", len(c), len(ss))
 	}
-	var ws pb.Writeset
-	if err := proto.Unmarshal(c[0], &ws); err != nil {
-		t.Fatal(err)
-	}
-	b := applyTarget(t, schema...)
-	applyAll(t, b, []*pb.LogEntry{{Version: 1, Writeset: &ws}})
-	if here, there := f.query(f.conn, keysAndAudit)[0], f.query(b, keysAndAudit)[0]; here != there {
-		t.Errorf("after apply: %s there, %s here", there, here)
-	}
-}
-
-// While a streamed transaction's fragments go to the agent, nothing is
-// certified: the backend holds its row locks, and the agent's lock watch
-// must be able to doom it when a remote version's apply waits for them
-// (tashkent.doom, what lockwatch.go calls), as it dooms any transaction
-// not yet sent for certification. Uploading a large writeset takes
-// minutes; the applier must not wait for it.
-func TestStreamingBackendCanBeDoomedWhileItSendsFragments(t *testing.T) {
-	f, sa := startStreamed(t, `CREATE TABLE k (id int PRIMARY KEY, v text)`)
-	stall, release, broken := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	sa.mu.Lock()
-	sa.stall, sa.release, sa.broken = stall, release, broken
-	sa.mu.Unlock()
-	var committed int64
-	if err := f.conn.QueryRow(context.Background(), `SELECT tashkent.committed_version()`).Scan(&committed); err != nil {
-		t.Fatal(err)
-	}
-	pid := f.conn.PgConn().PID()
-	done := make(chan error, 1)
-	go func() {
-		_, err := f.conn.Exec(context.Background(), `INSERT INTO k SELECT g, repeat('c', 1000) FROM generate_series(1, 10000) AS g`)
-		done <- err
-	}()
-	defer func() {
-		close(release)
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("the streamed transaction did not end")
-		}
-	}()
-	select {
-	case <-stall:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no fragment arrived")
-	}
-	other := f.agent.Connect("postgres")
-	var state string
-	if err := other.QueryRow(context.Background(), `SELECT coalesce(b.state, '') FROM tashkent.backends() AS b WHERE b.pid = $1`, pid).Scan(&state); err != nil {
-		t.Fatal(err)
-	}
-	var doomed *string
-	if err := other.QueryRow(context.Background(), `SELECT tashkent.doom($1, $2)`, pid, committed+1).Scan(&doomed); err != nil {
-		t.Fatal(err)
-	}
-	if doomed == nil {
-		t.Errorf("a backend still sending its fragments (slot state %q; nothing certified) cannot be doomed: a remote version that waits for its row locks waits for the whole upload", state)
-	}
+	appliedLikeOrigin(t, f, c[0], keysAndAudit, schema...)
 }
