@@ -57,6 +57,11 @@ type Service struct {
 	streams atomic.Int64
 }
 
+// predecessorExitWaitMax bounds how long Open waits for the log's lock: a
+// certifier restarted right after a kill -9 finds its predecessor still
+// exiting while the kernel finishes the writes it was in.
+const predecessorExitWaitMax = 30 * time.Second
+
 // Open recovers the log in cfg.DataDir and starts the writer.
 func Open(cfg Config) (*Service, error) {
 	cfg = cfg.withDefaults()
@@ -65,7 +70,7 @@ func Open(cfg Config) (*Service, error) {
 	}
 	started := time.Now()
 	log, err := wal.Open(wal.Options{Dir: cfg.DataDir, SegmentBytes: cfg.SegmentBytes, Logger: cfg.Logger,
-		NoSync: cfg.NoSync || !syncsVersionedLog(cfg), SyncDelay: cfg.SyncDelay})
+		NoSync: cfg.NoSync || !syncsVersionedLog(cfg), SyncDelay: cfg.SyncDelay, LockWait: predecessorExitWaitMax})
 	if err != nil {
 		return nil, fmt.Errorf("open certifier log: %w", err)
 	}

@@ -132,7 +132,11 @@ func killedMidStream(t *testing.T, bin, dir string, st *cluster.State, k streame
 	if victim == 0 {
 		t.Fatalf("the commit never came to the point of the kill (%s)", k.name)
 	}
-	process.WaitGone(context.Background(), victim, 10*time.Second)
+	// A process killed in the middle of its writes exits once the kernel has
+	// finished them, which on a busy disk takes seconds.
+	if !process.WaitGone(context.Background(), victim, time.Minute) {
+		t.Fatalf("pid %d still running a minute after SIGKILL", victim)
+	}
 	st, err := cluster.Up(context.Background(), cluster.Options{Dir: dir, Binary: bin})
 	if err != nil {
 		t.Fatal(err)

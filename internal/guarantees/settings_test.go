@@ -51,6 +51,7 @@ func TestSessionSettingsDoNotChangeWhatReplicates(t *testing.T) {
 	if _, err := plain.Exec(ctx, plainInsert, pgx.QueryExecModeSimpleProtocol, 2); err != nil {
 		t.Fatal(err)
 	}
+	c.converge() // the odd session's replica has the plain one's row
 	// An update from the odd session of the row the plain one wrote, and
 	// back: keys print alike whatever the session's settings.
 	execSQL(t, odd, `UPDATE public.vals SET iv = iv * 2 WHERE id = 2`)

@@ -30,6 +30,10 @@ type Options struct {
 	// SyncDelay sleeps this long after every real data sync of appended entries: an emulated slow
 	// disk (the Tashkent paper's 8 ms fsync, §9) for benchmarks. Durability stays real. Default 0.
 	SyncDelay time.Duration
+	// LockWait is how long Open waits for another holder of the directory's lock to let it go
+	// before it returns ErrLocked: a process killed with SIGKILL holds it until the kernel has
+	// finished its exit, which on a busy disk can take seconds. Default 0 (no wait).
+	LockWait time.Duration
 }
 
 var (
@@ -151,7 +155,7 @@ func Open(opts Options) (*Log, error) {
 	if err := createDir(opts.Dir); err != nil {
 		return nil, err
 	}
-	dirLock, err := lockDir(opts.Dir)
+	dirLock, err := lockDirWaiting(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +165,25 @@ func Open(opts Options) (*Log, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// lockRetryInterval is how often lockDirWaiting tries the lock again.
+const lockRetryInterval = 50 * time.Millisecond
+
+// lockDirWaiting is lockDir, retried for up to opts.LockWait while another holder has the lock.
+func lockDirWaiting(opts Options) (*os.File, error) {
+	deadline := time.Now().Add(opts.LockWait)
+	for logged := false; ; logged = true {
+		f, err := lockDir(opts.Dir)
+		if !errors.Is(err, ErrLocked) || !time.Now().Before(deadline) {
+			return f, err
+		}
+		if !logged {
+			opts.Logger.Warn("waiting for the log directory's lock: another process holds it (a previous one still exiting?)",
+				"dir", opts.Dir, "for_at_most", opts.LockWait)
+		}
+		time.Sleep(lockRetryInterval)
+	}
 }
 
 func (opts Options) withDefaults() (Options, error) {

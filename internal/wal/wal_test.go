@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRoundTripAcrossSegmentsAndReopen(t *testing.T) {
@@ -230,6 +231,32 @@ func TestOpenLocksTheDirectory(t *testing.T) {
 	}
 	mustClose(t, l)
 	mustClose(t, mustOpen(t, testOptions(dir, 0)))
+}
+
+// A second Open with LockWait waits for the first Log to let the directory go
+// (as a restarted certifier waits for its killed predecessor to finish exiting).
+func TestOpenWaitsForTheLockWithLockWait(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, testOptions(dir, 0))
+	opts := testOptions(dir, 0)
+	opts.LockWait = time.Minute
+	opened := make(chan error, 1)
+	go func() {
+		second, err := Open(opts)
+		if err == nil {
+			err = second.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		t.Fatalf("second Open returned (%v) while the first Log held the directory", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	mustClose(t, l)
+	if err := <-opened; err != nil {
+		t.Fatalf("second Open after the first Log closed: %v", err)
+	}
 }
 
 func TestOpenCreatesMissingDirectory(t *testing.T) {
