@@ -45,16 +45,17 @@ type Config struct {
 	Decode                  DecodeFunc
 	Logger                  raft.Logger // nil: Raft logs nothing
 	// DisableCheckQuorum turns off Raft's CheckQuorum and with it the
-	// leader lease, which counts election ticks: the simulation drives
-	// elections itself and never lets them run out (see sim_test.go).
+	// leader lease, which counts election ticks: the simulation and the
+	// hand-driven tests start elections themselves and never let them run
+	// out (see sim_test.go).
 	DisableCheckQuorum bool
 	// SnapshotEntries: this member takes a snapshot of its state every
 	// SnapshotEntries applied log entries (versions: a Raft entry holds a
-	// batch of them; one without counts one), or as soon as SnapshotBytes of
-	// entry data were applied since the last one, and compacts its log
-	// behind it but for CatchUpEntries Raft entries (a follower that far behind
-	// catches up from the log; one further behind gets the snapshot). Zero:
-	// the defaults.
+	// batch of them; one without, or a span head, counts one), or as soon
+	// as SnapshotBytes of entry data were applied since the last one, and
+	// compacts its log behind it but for CatchUpEntries Raft entries (a
+	// follower that far behind catches up from the log; one further behind
+	// gets the snapshot). Zero: the defaults.
 	SnapshotEntries uint64
 	SnapshotBytes   uint64
 	CatchUpEntries  uint64
@@ -850,7 +851,9 @@ func (c *Core) certifyAll(reqs []Request) ([]Result, error) {
 		switch {
 		case r.Lookup:
 			res.Version, res.Ticket, err = c.Lookup(r.Certify.Txn)
-			res.FirstVersion, _, _ = c.state.CommittedSpan(r.Certify.Txn)
+			if res.Version != 0 {
+				res.FirstVersion, _, _ = c.state.CommittedSpan(r.Certify.Txn)
+			}
 		case r.Span != nil:
 			res.Outcome, res.Ticket, err = c.CertifySpan(r.Certify, *r.Span)
 		default:
