@@ -76,9 +76,14 @@
 //     -seed=N replays).
 //
 // The certifier service (internal/certifier/group.go) owns what the group
-// means to agents: only the leader serves Certify, replies wait for
-// durability (commit) or confirmation (abort), streams end with a lost
-// leadership, and every member serves Fetch from its versioned log.
+// means to agents: only the leader serves Certify and Stage, replies wait
+// for durability (commit) or confirmation (abort), streams end with a lost
+// leadership, and every member serves Fetch from its versioned log. A
+// streamed writeset's fragments go from the leader to the other members'
+// stages outside Raft (certifier/group_stage.go); Raft carries the span's
+// head only, which every member's service writes out as the span's
+// entries, from its own stage or fetched from another member
+// (certifier/group_writer.go).
 //
 // # Not done
 //
