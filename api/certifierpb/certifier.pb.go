@@ -2367,14 +2367,15 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x14ABORT_REASON_INVALID\x10\x04\x12\x1b\n" +
 	"\x17ABORT_REASON_OVERLOADED\x10\x05\x12#\n" +
 	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x06\x12\x1b\n" +
-	"\x17ABORT_REASON_NOT_STAGED\x10\a2\xb8\x04\n" +
+	"\x17ABORT_REASON_NOT_STAGED\x10\a2\x8f\x05\n" +
 	"\tCertifier\x12e\n" +
 	"\aCertify\x12+.tashkent.certifier.v1.CertifyStreamRequest\x1a).tashkent.certifier.v1.CertifyStreamReply(\x010\x01\x12Q\n" +
 	"\x05Fetch\x12#.tashkent.certifier.v1.FetchRequest\x1a!.tashkent.certifier.v1.FetchReply0\x01\x12R\n" +
 	"\x06Status\x12$.tashkent.certifier.v1.StatusRequest\x1a\".tashkent.certifier.v1.StatusReply\x12a\n" +
 	"\vSyncVersion\x12).tashkent.certifier.v1.SyncVersionRequest\x1a'.tashkent.certifier.v1.SyncVersionReply\x12g\n" +
 	"\rForgetReplica\x12+.tashkent.certifier.v1.ForgetReplicaRequest\x1a).tashkent.certifier.v1.ForgetReplicaReply\x12Q\n" +
-	"\x05Stage\x12#.tashkent.certifier.v1.StageRequest\x1a!.tashkent.certifier.v1.StageReply(\x012U\n" +
+	"\x05Stage\x12#.tashkent.certifier.v1.StageRequest\x1a!.tashkent.certifier.v1.StageReply(\x01\x12U\n" +
+	"\tStageCopy\x12#.tashkent.certifier.v1.StageRequest\x1a!.tashkent.certifier.v1.StageReply(\x012U\n" +
 	"\x04Raft\x12M\n" +
 	"\x04Send\x12#.tashkent.certifier.v1.RaftMessages\x1a\x1e.tashkent.certifier.v1.RaftAck(\x01B1Z/github.com/tashkent-db/tashkent/api/certifierpbb\x06proto3"
 
@@ -2455,16 +2456,18 @@ var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	21, // 26: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
 	23, // 27: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
 	3,  // 28: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
-	6,  // 29: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	18, // 30: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	20, // 31: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	26, // 32: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	22, // 33: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
-	24, // 34: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
-	4,  // 35: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
-	7,  // 36: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	30, // [30:37] is the sub-list for method output_type
-	23, // [23:30] is the sub-list for method input_type
+	3,  // 29: tashkent.certifier.v1.Certifier.StageCopy:input_type -> tashkent.certifier.v1.StageRequest
+	6,  // 30: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	18, // 31: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	20, // 32: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	26, // 33: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	22, // 34: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	24, // 35: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
+	4,  // 36: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
+	4,  // 37: tashkent.certifier.v1.Certifier.StageCopy:output_type -> tashkent.certifier.v1.StageReply
+	7,  // 38: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	31, // [31:39] is the sub-list for method output_type
+	23, // [23:31] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name

@@ -48,7 +48,8 @@ type NodeConfig struct {
 // Callbacks are how a Node reports to the service, all from its one loop
 // goroutine, in order.
 type Callbacks struct {
-	// Committed: versions durable on a majority, contiguous, in order.
+	// Committed: versions durable on a majority, contiguous, in order; a
+	// span is one entry, its head (see Applied.Committed).
 	Committed func([]logentry.Entry)
 	// LostLeadership: drop every reply not yet sent (see Applied).
 	LostLeadership func()
@@ -407,6 +408,13 @@ func (n *Node) CertifyAll(ctx context.Context, reqs []Request) ([]Result, error)
 			return out, err
 		}
 	}
+}
+
+// CommittedSpan: see Core.CommittedSpan.
+func (n *Node) CommittedSpan(txn certification.TxnID) (first, last uint64, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.core.CommittedSpan(txn)
 }
 
 // Lookup: see Core.Lookup.

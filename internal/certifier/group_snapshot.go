@@ -23,8 +23,12 @@ import (
 // alike (group_retention.go).
 
 // restored is Callbacks.Restored: this member's state starts at a
-// snapshot of version.
+// snapshot of version (in commit order with what the writer has).
 func (g *groupMember) restored(version uint64) {
+	g.writer.submit(func() bool { g.restartAt(version); return g.s.Err() == nil }, true)
+}
+
+func (g *groupMember) restartAt(version uint64) {
 	s := g.s
 	if s.log.LastVersion() >= version {
 		return // the versioned log already holds everything up to it

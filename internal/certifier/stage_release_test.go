@@ -24,7 +24,7 @@ func TestAnOverloadedStreamedRequestReleasesItsStage(t *testing.T) {
 	claimStages(batch, area.claim)
 	state := certification.New(certification.Config{}, 0)
 	decideSingle(state, batch, nil)
-	s.settleStages(batch)
+	s.settleStages(batch, len(batch))
 	if reply, _ := replyTo(&batch[0], DefaultLimits.InFlightRequestsMax); reply.Decision != pb.Decision_DECISION_ABORT {
 		t.Fatalf("overloaded request answered %v", reply.Decision)
 	}
@@ -73,7 +73,7 @@ func stagedRequest(t *testing.T, txn certification.TxnID) (*stagingArea, *pb.Cer
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := area.begin(txn)
+	f, err := area.begin(txn, stageIdleMax)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,9 +70,7 @@ func (s *Service) sampleLoop() {
 		select {
 		case now := <-tick.C:
 			s.stats.sample(now)
-			if s.staging != nil {
-				s.staging.expire(now)
-			}
+			s.staging.expire(now)
 		case <-s.stop:
 			return
 		}
