@@ -142,10 +142,13 @@ func (g *groupMember) lostLeadership() {
 }
 
 // beforeCompact is Callbacks.BeforeCompact: every version the Raft log is
-// about to forget is written to the versioned log and synced.
+// about to forget must be in the versioned log, synced. While the writer
+// still has versions to write (a span being copied or fetched, seconds
+// per GiB), the compaction waits for a later snapshot rather than the
+// Raft loop for the writer: a stopped loop sends no heartbeats.
 func (g *groupMember) beforeCompact() error {
-	if !g.writer.waitIdle(g.s.stop) {
-		return ErrStopped
+	if !g.writer.idle() {
+		return certgroup.ErrCompactLater
 	}
 	return g.s.log.SyncAll()
 }

@@ -35,15 +35,14 @@ import (
 
 // logWriter is the queue of a member's versioned-log writer.
 type logWriter struct {
-	mu      sync.Mutex
-	queue   []func() bool // in commit order; false: the service failed
-	busy    bool          // the goroutine runs tasks taken from queue
-	drained chan struct{} // closed when the goroutine next finds queue empty
-	wake    chan struct{}
+	mu    sync.Mutex
+	queue []func() bool // in commit order; false: the service failed
+	busy  bool          // the goroutine runs tasks taken from queue
+	wake  chan struct{}
 }
 
 func newLogWriter() *logWriter {
-	return &logWriter{drained: make(chan struct{}), wake: make(chan struct{}, 1)}
+	return &logWriter{wake: make(chan struct{}, 1)}
 }
 
 // submit runs task in commit order: at once, on the caller's goroutine,
@@ -72,10 +71,6 @@ func (w *logWriter) run(stop <-chan struct{}) {
 		tasks := w.queue
 		w.queue = nil
 		w.busy = len(tasks) > 0
-		if !w.busy {
-			close(w.drained)
-			w.drained = make(chan struct{})
-		}
 		w.mu.Unlock()
 		if len(tasks) == 0 {
 			select {
@@ -93,22 +88,12 @@ func (w *logWriter) run(stop <-chan struct{}) {
 	}
 }
 
-// waitIdle waits until everything submitted so far is written; false if
-// stop closed first.
-func (w *logWriter) waitIdle(stop <-chan struct{}) bool {
-	for {
-		w.mu.Lock()
-		idle, drained := !w.busy && len(w.queue) == 0, w.drained
-		w.mu.Unlock()
-		if idle {
-			return true
-		}
-		select {
-		case <-drained:
-		case <-stop:
-			return false
-		}
-	}
+// idle reports whether everything submitted so far is written. The Raft
+// loop, the only submitter, cannot submit while it asks.
+func (w *logWriter) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.busy && len(w.queue) == 0
 }
 
 // committed is Callbacks.Committed: versions the group committed go to
