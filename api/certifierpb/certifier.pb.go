@@ -271,7 +271,12 @@ type StageRequest struct {
 	// An encoded Writeset: some of the transaction's changes, in the order
 	// they are to be applied. Each fragment becomes one log entry, so it is
 	// at most --writeset-bytes-max; the extension cuts them at 4 MiB.
-	Fragment      []byte `protobuf:"bytes,2,opt,name=fragment,proto3" json:"fragment,omitempty"`
+	Fragment []byte `protobuf:"bytes,2,opt,name=fragment,proto3" json:"fragment,omitempty"`
+	// StageCopy only, the last message: what the leader staged. A member
+	// keeps a copy only when this arrived and matches what it received; a
+	// stream that ends without it (the leader's stage failed or was
+	// cancelled) is discarded.
+	End           *StageEnd `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -320,6 +325,66 @@ func (x *StageRequest) GetFragment() []byte {
 	return nil
 }
 
+func (x *StageRequest) GetEnd() *StageEnd {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+// StageEnd closes a StageCopy: the fragments and bytes the leader staged.
+type StageEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fragments     uint32                 `protobuf:"varint,1,opt,name=fragments,proto3" json:"fragments,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageEnd) Reset() {
+	*x = StageEnd{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageEnd) ProtoMessage() {}
+
+func (x *StageEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageEnd.ProtoReflect.Descriptor instead.
+func (*StageEnd) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StageEnd) GetFragments() uint32 {
+	if x != nil {
+		return x.Fragments
+	}
+	return 0
+}
+
+func (x *StageEnd) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 // StageReply confirms what the certifier holds for the transaction.
 type StageReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -331,7 +396,7 @@ type StageReply struct {
 
 func (x *StageReply) Reset() {
 	*x = StageReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +408,7 @@ func (x *StageReply) String() string {
 func (*StageReply) ProtoMessage() {}
 
 func (x *StageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +421,7 @@ func (x *StageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageReply.ProtoReflect.Descriptor instead.
 func (*StageReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{1}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StageReply) GetFragments() uint32 {
@@ -388,7 +453,7 @@ type Streamed struct {
 
 func (x *Streamed) Reset() {
 	*x = Streamed{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +465,7 @@ func (x *Streamed) String() string {
 func (*Streamed) ProtoMessage() {}
 
 func (x *Streamed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +478,7 @@ func (x *Streamed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Streamed.ProtoReflect.Descriptor instead.
 func (*Streamed) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Streamed) GetFragments() uint32 {
@@ -439,7 +504,7 @@ type RaftMessages struct {
 
 func (x *RaftMessages) Reset() {
 	*x = RaftMessages{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +516,7 @@ func (x *RaftMessages) String() string {
 func (*RaftMessages) ProtoMessage() {}
 
 func (x *RaftMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +529,7 @@ func (x *RaftMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessages.ProtoReflect.Descriptor instead.
 func (*RaftMessages) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{3}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RaftMessages) GetMessages() [][]byte {
@@ -482,7 +547,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +559,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +572,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{4}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{5}
 }
 
 // Change is one row (or table, or schema) a transaction wrote.
@@ -539,7 +604,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +616,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +629,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{5}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Change) GetTable() string {
@@ -618,7 +683,7 @@ type Writeset struct {
 
 func (x *Writeset) Reset() {
 	*x = Writeset{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +695,7 @@ func (x *Writeset) String() string {
 func (*Writeset) ProtoMessage() {}
 
 func (x *Writeset) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +708,7 @@ func (x *Writeset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writeset.ProtoReflect.Descriptor instead.
 func (*Writeset) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{6}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Writeset) GetChanges() []*Change {
@@ -665,7 +730,7 @@ type TxnID struct {
 
 func (x *TxnID) Reset() {
 	*x = TxnID{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +742,7 @@ func (x *TxnID) String() string {
 func (*TxnID) ProtoMessage() {}
 
 func (x *TxnID) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +755,7 @@ func (x *TxnID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnID.ProtoReflect.Descriptor instead.
 func (*TxnID) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{7}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TxnID) GetOrigin() string {
@@ -729,7 +794,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +806,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +819,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *OpenSession) GetReplica() string {
@@ -798,7 +863,7 @@ type CertifyRequest struct {
 
 func (x *CertifyRequest) Reset() {
 	*x = CertifyRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +875,7 @@ func (x *CertifyRequest) String() string {
 func (*CertifyRequest) ProtoMessage() {}
 
 func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +888,7 @@ func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyRequest.ProtoReflect.Descriptor instead.
 func (*CertifyRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CertifyRequest) GetRequestId() uint64 {
@@ -888,7 +953,7 @@ type CertifyStreamRequest struct {
 
 func (x *CertifyStreamRequest) Reset() {
 	*x = CertifyStreamRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +965,7 @@ func (x *CertifyStreamRequest) String() string {
 func (*CertifyStreamRequest) ProtoMessage() {}
 
 func (x *CertifyStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +978,7 @@ func (x *CertifyStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamRequest.ProtoReflect.Descriptor instead.
 func (*CertifyStreamRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CertifyStreamRequest) GetOpen() *OpenSession {
@@ -970,7 +1035,7 @@ type CertifyRequestEncoded struct {
 
 func (x *CertifyRequestEncoded) Reset() {
 	*x = CertifyRequestEncoded{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1047,7 @@ func (x *CertifyRequestEncoded) String() string {
 func (*CertifyRequestEncoded) ProtoMessage() {}
 
 func (x *CertifyRequestEncoded) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1060,7 @@ func (x *CertifyRequestEncoded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyRequestEncoded.ProtoReflect.Descriptor instead.
 func (*CertifyRequestEncoded) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CertifyRequestEncoded) GetRequestId() uint64 {
@@ -1048,7 +1113,7 @@ type CertifyStreamRequestEncoded struct {
 
 func (x *CertifyStreamRequestEncoded) Reset() {
 	*x = CertifyStreamRequestEncoded{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1125,7 @@ func (x *CertifyStreamRequestEncoded) String() string {
 func (*CertifyStreamRequestEncoded) ProtoMessage() {}
 
 func (x *CertifyStreamRequestEncoded) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1138,7 @@ func (x *CertifyStreamRequestEncoded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamRequestEncoded.ProtoReflect.Descriptor instead.
 func (*CertifyStreamRequestEncoded) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CertifyStreamRequestEncoded) GetOpen() *OpenSession {
@@ -1129,7 +1194,7 @@ type CertifyReply struct {
 
 func (x *CertifyReply) Reset() {
 	*x = CertifyReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1206,7 @@ func (x *CertifyReply) String() string {
 func (*CertifyReply) ProtoMessage() {}
 
 func (x *CertifyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1219,7 @@ func (x *CertifyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyReply.ProtoReflect.Descriptor instead.
 func (*CertifyReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CertifyReply) GetRequestId() uint64 {
@@ -1237,7 +1302,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1314,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1327,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LogEntry) GetVersion() uint64 {
@@ -1323,7 +1388,7 @@ type CertifyStreamReply struct {
 
 func (x *CertifyStreamReply) Reset() {
 	*x = CertifyStreamReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1400,7 @@ func (x *CertifyStreamReply) String() string {
 func (*CertifyStreamReply) ProtoMessage() {}
 
 func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1413,7 @@ func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamReply.ProtoReflect.Descriptor instead.
 func (*CertifyStreamReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CertifyStreamReply) GetEntries() [][]byte {
@@ -1383,7 +1448,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1460,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1473,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FetchRequest) GetAfterVersion() uint64 {
@@ -1434,7 +1499,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1511,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1524,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FetchReply) GetEntries() [][]byte {
@@ -1477,7 +1542,7 @@ type SyncVersionRequest struct {
 
 func (x *SyncVersionRequest) Reset() {
 	*x = SyncVersionRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1554,7 @@ func (x *SyncVersionRequest) String() string {
 func (*SyncVersionRequest) ProtoMessage() {}
 
 func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1567,7 @@ func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionRequest.ProtoReflect.Descriptor instead.
 func (*SyncVersionRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
 }
 
 type SyncVersionReply struct {
@@ -1514,7 +1579,7 @@ type SyncVersionReply struct {
 
 func (x *SyncVersionReply) Reset() {
 	*x = SyncVersionReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1591,7 @@ func (x *SyncVersionReply) String() string {
 func (*SyncVersionReply) ProtoMessage() {}
 
 func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1604,7 @@ func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionReply.ProtoReflect.Descriptor instead.
 func (*SyncVersionReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SyncVersionReply) GetDurableVersion() uint64 {
@@ -1558,7 +1623,7 @@ type ForgetReplicaRequest struct {
 
 func (x *ForgetReplicaRequest) Reset() {
 	*x = ForgetReplicaRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1635,7 @@ func (x *ForgetReplicaRequest) String() string {
 func (*ForgetReplicaRequest) ProtoMessage() {}
 
 func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1648,7 @@ func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForgetReplicaRequest) GetName() string {
@@ -1602,7 +1667,7 @@ type ForgetReplicaReply struct {
 
 func (x *ForgetReplicaReply) Reset() {
 	*x = ForgetReplicaReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1679,7 @@ func (x *ForgetReplicaReply) String() string {
 func (*ForgetReplicaReply) ProtoMessage() {}
 
 func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1692,7 @@ func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaReply.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ForgetReplicaReply) GetKnown() bool {
@@ -1645,7 +1710,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1722,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1735,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
 }
 
 type StatusReply struct {
@@ -1713,7 +1778,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1790,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1803,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusReply) GetVersion() uint64 {
@@ -1919,7 +1984,7 @@ type ReplicaSession struct {
 
 func (x *ReplicaSession) Reset() {
 	*x = ReplicaSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +1996,7 @@ func (x *ReplicaSession) String() string {
 func (*ReplicaSession) ProtoMessage() {}
 
 func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2009,7 @@ func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSession.ProtoReflect.Descriptor instead.
 func (*ReplicaSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplicaSession) GetName() string {
@@ -2016,7 +2081,7 @@ type LogRetention struct {
 
 func (x *LogRetention) Reset() {
 	*x = LogRetention{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2093,7 @@ func (x *LogRetention) String() string {
 func (*LogRetention) ProtoMessage() {}
 
 func (x *LogRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2106,7 @@ func (x *LogRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogRetention.ProtoReflect.Descriptor instead.
 func (*LogRetention) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LogRetention) GetKeepFrom() uint64 {
@@ -2090,7 +2155,7 @@ type ReplicaProgress struct {
 
 func (x *ReplicaProgress) Reset() {
 	*x = ReplicaProgress{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2167,7 @@ func (x *ReplicaProgress) String() string {
 func (*ReplicaProgress) ProtoMessage() {}
 
 func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2180,7 @@ func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaProgress.ProtoReflect.Descriptor instead.
 func (*ReplicaProgress) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplicaProgress) GetName() string {
@@ -2149,7 +2214,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2226,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2239,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Member) GetId() uint64 {
@@ -2195,10 +2260,14 @@ var File_api_certifierpb_certifier_proto protoreflect.FileDescriptor
 
 const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\n" +
-	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"Z\n" +
+	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"\x8d\x01\n" +
 	"\fStageRequest\x12.\n" +
 	"\x03txn\x18\x01 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12\x1a\n" +
-	"\bfragment\x18\x02 \x01(\fR\bfragment\"@\n" +
+	"\bfragment\x18\x02 \x01(\fR\bfragment\x121\n" +
+	"\x03end\x18\x03 \x01(\v2\x1f.tashkent.certifier.v1.StageEndR\x03end\">\n" +
+	"\bStageEnd\x12\x1c\n" +
+	"\tfragments\x18\x01 \x01(\rR\tfragments\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"@\n" +
 	"\n" +
 	"StageReply\x12\x1c\n" +
 	"\tfragments\x18\x01 \x01(\rR\tfragments\x12\x14\n" +
@@ -2392,85 +2461,87 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                             // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
 	(AbortReason)(0),                    // 2: tashkent.certifier.v1.AbortReason
 	(*StageRequest)(nil),                // 3: tashkent.certifier.v1.StageRequest
-	(*StageReply)(nil),                  // 4: tashkent.certifier.v1.StageReply
-	(*Streamed)(nil),                    // 5: tashkent.certifier.v1.Streamed
-	(*RaftMessages)(nil),                // 6: tashkent.certifier.v1.RaftMessages
-	(*RaftAck)(nil),                     // 7: tashkent.certifier.v1.RaftAck
-	(*Change)(nil),                      // 8: tashkent.certifier.v1.Change
-	(*Writeset)(nil),                    // 9: tashkent.certifier.v1.Writeset
-	(*TxnID)(nil),                       // 10: tashkent.certifier.v1.TxnID
-	(*OpenSession)(nil),                 // 11: tashkent.certifier.v1.OpenSession
-	(*CertifyRequest)(nil),              // 12: tashkent.certifier.v1.CertifyRequest
-	(*CertifyStreamRequest)(nil),        // 13: tashkent.certifier.v1.CertifyStreamRequest
-	(*CertifyRequestEncoded)(nil),       // 14: tashkent.certifier.v1.CertifyRequestEncoded
-	(*CertifyStreamRequestEncoded)(nil), // 15: tashkent.certifier.v1.CertifyStreamRequestEncoded
-	(*CertifyReply)(nil),                // 16: tashkent.certifier.v1.CertifyReply
-	(*LogEntry)(nil),                    // 17: tashkent.certifier.v1.LogEntry
-	(*CertifyStreamReply)(nil),          // 18: tashkent.certifier.v1.CertifyStreamReply
-	(*FetchRequest)(nil),                // 19: tashkent.certifier.v1.FetchRequest
-	(*FetchReply)(nil),                  // 20: tashkent.certifier.v1.FetchReply
-	(*SyncVersionRequest)(nil),          // 21: tashkent.certifier.v1.SyncVersionRequest
-	(*SyncVersionReply)(nil),            // 22: tashkent.certifier.v1.SyncVersionReply
-	(*ForgetReplicaRequest)(nil),        // 23: tashkent.certifier.v1.ForgetReplicaRequest
-	(*ForgetReplicaReply)(nil),          // 24: tashkent.certifier.v1.ForgetReplicaReply
-	(*StatusRequest)(nil),               // 25: tashkent.certifier.v1.StatusRequest
-	(*StatusReply)(nil),                 // 26: tashkent.certifier.v1.StatusReply
-	(*ReplicaSession)(nil),              // 27: tashkent.certifier.v1.ReplicaSession
-	(*LogRetention)(nil),                // 28: tashkent.certifier.v1.LogRetention
-	(*ReplicaProgress)(nil),             // 29: tashkent.certifier.v1.ReplicaProgress
-	(*Member)(nil),                      // 30: tashkent.certifier.v1.Member
+	(*StageEnd)(nil),                    // 4: tashkent.certifier.v1.StageEnd
+	(*StageReply)(nil),                  // 5: tashkent.certifier.v1.StageReply
+	(*Streamed)(nil),                    // 6: tashkent.certifier.v1.Streamed
+	(*RaftMessages)(nil),                // 7: tashkent.certifier.v1.RaftMessages
+	(*RaftAck)(nil),                     // 8: tashkent.certifier.v1.RaftAck
+	(*Change)(nil),                      // 9: tashkent.certifier.v1.Change
+	(*Writeset)(nil),                    // 10: tashkent.certifier.v1.Writeset
+	(*TxnID)(nil),                       // 11: tashkent.certifier.v1.TxnID
+	(*OpenSession)(nil),                 // 12: tashkent.certifier.v1.OpenSession
+	(*CertifyRequest)(nil),              // 13: tashkent.certifier.v1.CertifyRequest
+	(*CertifyStreamRequest)(nil),        // 14: tashkent.certifier.v1.CertifyStreamRequest
+	(*CertifyRequestEncoded)(nil),       // 15: tashkent.certifier.v1.CertifyRequestEncoded
+	(*CertifyStreamRequestEncoded)(nil), // 16: tashkent.certifier.v1.CertifyStreamRequestEncoded
+	(*CertifyReply)(nil),                // 17: tashkent.certifier.v1.CertifyReply
+	(*LogEntry)(nil),                    // 18: tashkent.certifier.v1.LogEntry
+	(*CertifyStreamReply)(nil),          // 19: tashkent.certifier.v1.CertifyStreamReply
+	(*FetchRequest)(nil),                // 20: tashkent.certifier.v1.FetchRequest
+	(*FetchReply)(nil),                  // 21: tashkent.certifier.v1.FetchReply
+	(*SyncVersionRequest)(nil),          // 22: tashkent.certifier.v1.SyncVersionRequest
+	(*SyncVersionReply)(nil),            // 23: tashkent.certifier.v1.SyncVersionReply
+	(*ForgetReplicaRequest)(nil),        // 24: tashkent.certifier.v1.ForgetReplicaRequest
+	(*ForgetReplicaReply)(nil),          // 25: tashkent.certifier.v1.ForgetReplicaReply
+	(*StatusRequest)(nil),               // 26: tashkent.certifier.v1.StatusRequest
+	(*StatusReply)(nil),                 // 27: tashkent.certifier.v1.StatusReply
+	(*ReplicaSession)(nil),              // 28: tashkent.certifier.v1.ReplicaSession
+	(*LogRetention)(nil),                // 29: tashkent.certifier.v1.LogRetention
+	(*ReplicaProgress)(nil),             // 30: tashkent.certifier.v1.ReplicaProgress
+	(*Member)(nil),                      // 31: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
-	10, // 0: tashkent.certifier.v1.StageRequest.txn:type_name -> tashkent.certifier.v1.TxnID
-	0,  // 1: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
-	8,  // 2: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
-	10, // 3: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
-	9,  // 4: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
-	5,  // 5: tashkent.certifier.v1.CertifyRequest.streamed:type_name -> tashkent.certifier.v1.Streamed
-	11, // 6: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
-	12, // 7: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
-	10, // 8: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
-	5,  // 9: tashkent.certifier.v1.CertifyRequestEncoded.streamed:type_name -> tashkent.certifier.v1.Streamed
-	11, // 10: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
-	14, // 11: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
-	10, // 12: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
-	1,  // 13: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
-	2,  // 14: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
-	10, // 15: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
-	9,  // 16: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
-	9,  // 17: tashkent.certifier.v1.LogEntry.certified:type_name -> tashkent.certifier.v1.Writeset
-	16, // 18: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	30, // 19: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
-	27, // 20: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
-	28, // 21: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
-	29, // 22: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
-	13, // 23: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
-	19, // 24: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	25, // 25: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	21, // 26: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
-	23, // 27: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
-	3,  // 28: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
-	3,  // 29: tashkent.certifier.v1.Certifier.StageCopy:input_type -> tashkent.certifier.v1.StageRequest
-	6,  // 30: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	18, // 31: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	20, // 32: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	26, // 33: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	22, // 34: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
-	24, // 35: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
-	4,  // 36: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
-	4,  // 37: tashkent.certifier.v1.Certifier.StageCopy:output_type -> tashkent.certifier.v1.StageReply
-	7,  // 38: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	31, // [31:39] is the sub-list for method output_type
-	23, // [23:31] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	11, // 0: tashkent.certifier.v1.StageRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	4,  // 1: tashkent.certifier.v1.StageRequest.end:type_name -> tashkent.certifier.v1.StageEnd
+	0,  // 2: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
+	9,  // 3: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
+	11, // 4: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	10, // 5: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
+	6,  // 6: tashkent.certifier.v1.CertifyRequest.streamed:type_name -> tashkent.certifier.v1.Streamed
+	12, // 7: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
+	13, // 8: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
+	11, // 9: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
+	6,  // 10: tashkent.certifier.v1.CertifyRequestEncoded.streamed:type_name -> tashkent.certifier.v1.Streamed
+	12, // 11: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
+	15, // 12: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
+	11, // 13: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
+	1,  // 14: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
+	2,  // 15: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
+	11, // 16: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
+	10, // 17: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
+	10, // 18: tashkent.certifier.v1.LogEntry.certified:type_name -> tashkent.certifier.v1.Writeset
+	17, // 19: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
+	31, // 20: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	28, // 21: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
+	29, // 22: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
+	30, // 23: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
+	14, // 24: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
+	20, // 25: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
+	26, // 26: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	22, // 27: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
+	24, // 28: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
+	3,  // 29: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
+	3,  // 30: tashkent.certifier.v1.Certifier.StageCopy:input_type -> tashkent.certifier.v1.StageRequest
+	7,  // 31: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	19, // 32: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	21, // 33: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	27, // 34: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	23, // 35: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	25, // 36: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
+	5,  // 37: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
+	5,  // 38: tashkent.certifier.v1.Certifier.StageCopy:output_type -> tashkent.certifier.v1.StageReply
+	8,  // 39: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	32, // [32:40] is the sub-list for method output_type
+	24, // [24:32] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_api_certifierpb_certifier_proto_init() }
@@ -2478,15 +2549,15 @@ func file_api_certifierpb_certifier_proto_init() {
 	if File_api_certifierpb_certifier_proto != nil {
 		return
 	}
-	file_api_certifierpb_certifier_proto_msgTypes[10].OneofWrappers = []any{}
-	file_api_certifierpb_certifier_proto_msgTypes[12].OneofWrappers = []any{}
+	file_api_certifierpb_certifier_proto_msgTypes[11].OneofWrappers = []any{}
+	file_api_certifierpb_certifier_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

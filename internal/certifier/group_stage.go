@@ -95,7 +95,8 @@ type stageCopies struct {
 // stageCopy is the copy to one member.
 type stageCopy struct {
 	member  uint64
-	queue   chan []byte // closed once the agent sent its last fragment
+	queue   chan []byte  // closed when the stage ends, whatever its outcome
+	end     *pb.StageEnd // set before queue closes if the stage completed
 	cancel  context.CancelFunc
 	ended   chan struct{} // closed when the copy ended, whatever its outcome
 	dropped bool          // fell behind (the stage's goroutine's)
@@ -139,13 +140,15 @@ func (c *stageCopies) add(fragment []byte) {
 	}
 }
 
-// cancel ends every copy: the stage failed here.
+// cancel ends every copy: the stage failed here. The contexts go first,
+// and the queues close without a StageEnd: a copy never ends as if the
+// stage were whole.
 func (c *stageCopies) cancel() {
 	if c == nil {
 		return
 	}
-	c.closeQueues()
 	c.cancelCopies()
+	c.closeQueues(nil)
 }
 
 func (c *stageCopies) cancelCopies() {
@@ -154,12 +157,15 @@ func (c *stageCopies) cancelCopies() {
 	}
 }
 
-func (c *stageCopies) closeQueues() {
+// closeQueues ends the copies' queues, each copy's StageEnd set first
+// (nil: the stage did not complete).
+func (c *stageCopies) closeQueues(end *pb.StageEnd) {
 	if c.closed {
 		return
 	}
 	c.closed = true
 	for _, cp := range c.copies {
+		cp.end = end
 		close(cp.queue)
 	}
 }
@@ -173,7 +179,7 @@ func (c *stageCopies) wait(staged StagedWriteset) error {
 	if c == nil {
 		return nil
 	}
-	c.closeQueues()
+	c.closeQueues(&pb.StageEnd{Fragments: staged.Fragments, Bytes: staged.Bytes})
 	late := time.AfterFunc(stageCopyFinishMax, c.cancelCopies)
 	needed, holding := c.voters/2+1, 1
 	for ended := 0; holding < needed && ended < len(c.copies); ended++ {
@@ -211,15 +217,19 @@ func (c *stageCopies) holds(cp *stageCopy, staged StagedWriteset) bool {
 }
 
 // run sends the copy: the transaction id, the queued fragments until the
-// queue closes, and reads the member's reply.
+// queue closes, the StageEnd if the stage completed, and reads the
+// member's reply.
 func (cp *stageCopy) run(ctx context.Context, client pb.CertifierClient, txn *pb.TxnID, results chan<- *stageCopy) {
 	defer func() { results <- cp }()
 	defer close(cp.ended)
 	defer cp.cancel()
-	cp.reply, cp.err = sendStageCopy(ctx, client, txn, cp.queue)
+	cp.reply, cp.err = cp.send(ctx, client, txn)
 }
 
-func sendStageCopy(ctx context.Context, client pb.CertifierClient, txn *pb.TxnID, queue <-chan []byte) (*pb.StageReply, error) {
+// errStageIncomplete: the stage ended here without completing.
+var errStageIncomplete = errors.New("the stage did not complete")
+
+func (cp *stageCopy) send(ctx context.Context, client pb.CertifierClient, txn *pb.TxnID) (*pb.StageReply, error) {
 	stream, err := client.StageCopy(ctx)
 	if err != nil {
 		return nil, err
@@ -233,15 +243,32 @@ func sendStageCopy(ctx context.Context, client pb.CertifierClient, txn *pb.TxnID
 			return nil, err
 		}
 		select {
-		case f, ok := <-queue:
+		case f, ok := <-cp.queue:
 			if !ok {
-				return stream.CloseAndRecv()
+				return cp.sendEnd(ctx, stream)
 			}
 			msg = &pb.StageRequest{Fragment: f}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// sendEnd closes a copy whose queue closed: with its StageEnd, if the
+// stage completed and the copy was not cancelled.
+func (cp *stageCopy) sendEnd(ctx context.Context, stream pb.Certifier_StageCopyClient) (*pb.StageReply, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if cp.end == nil {
+		return nil, errStageIncomplete
+	}
+	if err := stream.Send(&pb.StageRequest{End: cp.end}); err != nil {
+		if !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+	}
+	return stream.CloseAndRecv()
 }
 
 // StageCopy receives the group leader's copy of a stage: spooled, synced
@@ -255,12 +282,26 @@ func (s *Service) StageCopy(stream pb.Certifier_StageCopyServer) error {
 	if err != nil {
 		return err
 	}
-	staged, err := s.receiveStage(stream, txn, first, 2*stageIdleMax, func([]byte) {})
+	staged, err := s.receiveStage(stream, txn, first, 2*stageIdleMax, func([]byte) {}, copyEnded)
 	if err != nil {
 		return err
 	}
 	s.staging.complete(txn, time.Now())
 	return stream.SendAndClose(&pb.StageReply{Fragments: staged.Fragments, Bytes: staged.Bytes})
+}
+
+// copyEnded is a StageCopy's end check: the copy is whole only if the
+// leader said so (its StageEnd), and what it said is what arrived. A
+// stream that ends without it is a stage the leader gave up.
+func copyEnded(end *pb.StageEnd, staged StagedWriteset) error {
+	switch {
+	case end == nil:
+		return status.Error(codes.Aborted, "the StageCopy ended without its StageEnd: the leader's stage did not complete")
+	case end.Fragments != staged.Fragments || end.Bytes != staged.Bytes:
+		return status.Errorf(codes.DataLoss, "the StageCopy carried %d fragments, %d bytes; its StageEnd says %d, %d",
+			staged.Fragments, staged.Bytes, end.Fragments, end.Bytes)
+	}
+	return nil
 }
 
 // admitStageCopy takes a copy only from the member this one knows as the

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -412,5 +414,110 @@ func TestGroupStageKeptAcrossRestartsCommitsAtTheNextLeader(t *testing.T) {
 			t.Fatalf("member %d fetched the span although it kept its stage", i+1)
 		}
 		waitFor(t, func() bool { return len(g.stageFiles(i)) == 0 })
+	}
+}
+
+// stageCopyAs opens a StageCopy to member i in the name of the leader
+// member i knows, in its term, as the leader does.
+func (g *restartableGroup) stageCopyAs(i int) (pb.Certifier_StageCopyClient, func()) {
+	g.t.Helper()
+	st := g.servers[i].Service.StatusNow()
+	conn, err := grpc.NewClient(g.addrs[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	md := metadata.Pairs("tashkent-member", strconv.FormatUint(st.LeaderId, 10), "tashkent-term", strconv.FormatUint(st.Term, 10))
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(), md), 10*time.Second)
+	sc, err := pb.NewCertifierClient(conn).StageCopy(ctx)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return sc, func() { cancel(); conn.Close() }
+}
+
+// A member keeps a StageCopy only when it ends with the StageEnd that
+// says the leader's stage completed, and that StageEnd matches what
+// arrived: a copy whose stream simply closes (a stage the leader gave
+// up) or whose count differs is refused and leaves nothing.
+func TestGroupStageCopyIsKeptOnlyWithAMatchingStageEnd(t *testing.T) {
+	g := startRestartableGroup(t, 3, certgroup.Config{})
+	leader := leaderOf(t, g.servers)
+	follower := (leader + 1) % 3
+	frags := [][]byte{fragment(t, "public.big", 0, 50, 20), fragment(t, "public.big", 50, 50, 20)}
+	bytes := uint64(len(frags[0]) + len(frags[1]))
+	for _, tc := range []struct {
+		name string
+		end  *pb.StageEnd
+		code codes.Code
+	}{
+		{"no StageEnd", nil, codes.Aborted},
+		{"a StageEnd that counts one fragment more", &pb.StageEnd{Fragments: 3, Bytes: bytes}, codes.DataLoss},
+		{"a StageEnd that counts other bytes", &pb.StageEnd{Fragments: 2, Bytes: bytes + 1}, codes.DataLoss},
+		{"the matching StageEnd", &pb.StageEnd{Fragments: 2, Bytes: bytes}, codes.OK},
+	} {
+		sc, done := g.stageCopyAs(follower)
+		for k, f := range frags {
+			m := &pb.StageRequest{Fragment: f}
+			if k == 0 {
+				m.Txn = &pb.TxnID{Origin: "r1", Seq: 1}
+			}
+			if err := sc.Send(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if tc.end != nil {
+			if err := sc.Send(&pb.StageRequest{End: tc.end}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := sc.CloseAndRecv()
+		done()
+		if status.Code(err) != tc.code {
+			t.Fatalf("%s: %v, want %v", tc.name, err, tc.code)
+		}
+		if files := g.stageFiles(follower); (tc.code == codes.OK) != (len(files) == 2) {
+			t.Fatalf("%s: the member's stage directory holds %v", tc.name, files)
+		}
+	}
+}
+
+// Stages the agent cancels half way leave nothing on any member: the
+// copies end without a StageEnd, and no follower seals a part of a stage
+// as a whole one.
+func TestGroupCancelledStagesLeaveNoCopy(t *testing.T) {
+	g := startRestartableGroup(t, 3, certgroup.Config{})
+	leader := leaderOf(t, g.servers)
+	frag := fragment(t, "public.big", 0, 100, 50)
+	conn, err := grpc.NewClient(g.addrs[leader], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for seq := uint64(1); seq <= 20; seq++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		stream, err := pb.NewCertifierClient(conn).Stage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			m := &pb.StageRequest{Fragment: frag}
+			if i == 0 {
+				m.Txn = &pb.TxnID{Origin: "r1", Seq: seq}
+			}
+			if err := stream.Send(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+	}
+	for i := range g.servers {
+		waitFor(t, func() bool { return len(g.stageFiles(i)) == 0 })
+	}
+	time.Sleep(time.Second) // a copy sealed late would show now
+	for i := range g.servers {
+		if files := g.stageFiles(i); len(files) != 0 {
+			t.Errorf("member %d (the leader is %d) holds %v after every stage was cancelled", i+1, leader+1, files)
+		}
 	}
 }

@@ -256,7 +256,7 @@ func (s *Service) Stage(stream pb.Certifier_StageServer) error {
 		return err
 	}
 	copies := s.order.copyStage(first.Txn)
-	staged, err := s.receiveStage(stream, txn, first, stageIdleMax, copies.add)
+	staged, err := s.receiveStage(stream, txn, first, stageIdleMax, copies.add, noStageEnd)
 	if err != nil {
 		copies.cancel()
 		return err
@@ -287,18 +287,32 @@ type stageStream interface {
 	Recv() (*pb.StageRequest, error)
 }
 
+// noStageEnd is a Stage's end check: the agent closes its side, and
+// StageEnd belongs to StageCopy.
+func noStageEnd(end *pb.StageEnd, _ StagedWriteset) error {
+	if end != nil {
+		return status.Error(codes.InvalidArgument, "StageEnd closes a StageCopy, not a Stage")
+	}
+	return nil
+}
+
 // receiveStage spools first and every later fragment of the stream into
 // txn's spool file until the client closes its side, each one handed to
-// copied once it is written, and seals the file (synced, in a group). On
-// an error the stage is discarded. The stage is not complete yet: no
-// request may claim it before the caller says so.
+// copied once it is written, checks how the stream ended (ended: the
+// StageEnd it carried, if any, against what was spooled), and seals the
+// file (synced, in a group). On an error the stage is discarded. The
+// stage is not complete yet: no request may claim it before the caller
+// says so.
 func (s *Service) receiveStage(stream stageStream, txn certification.TxnID, first *pb.StageRequest, idleMax time.Duration,
-	copied func([]byte)) (StagedWriteset, error) {
+	copied func([]byte), ended func(*pb.StageEnd, StagedWriteset) error) (StagedWriteset, error) {
 	f, err := s.staging.begin(txn, idleMax)
 	if err != nil {
 		return StagedWriteset{}, err
 	}
-	err = s.spool(stream, txn, first, f, copied)
+	end, err := s.spool(stream, txn, first, f, copied)
+	if err == nil {
+		err = ended(end, s.staging.staged(txn))
+	}
 	if err == nil {
 		err = s.staging.seal(txn, f)
 	}
@@ -313,32 +327,38 @@ func (s *Service) receiveStage(stream stageStream, txn certification.TxnID, firs
 }
 
 // spool writes msg's fragment and every later one to f until the client
-// closes its side.
-func (s *Service) spool(stream stageStream, txn certification.TxnID, msg *pb.StageRequest, f *os.File, copied func([]byte)) error {
+// closes its side, and returns the StageEnd the stream ended with, if
+// any: nothing may follow it.
+func (s *Service) spool(stream stageStream, txn certification.TxnID, msg *pb.StageRequest, f *os.File, copied func([]byte)) (*pb.StageEnd, error) {
 	w := bufio.NewWriterSize(f, 1<<20)
+	var end *pb.StageEnd
 	for {
 		if msg.Txn != nil && txnOf(msg.Txn) != txn {
-			return status.Error(codes.InvalidArgument, "a Stage stream carries one transaction")
+			return nil, status.Error(codes.InvalidArgument, "a Stage stream carries one transaction")
+		}
+		if end != nil {
+			return nil, status.Error(codes.InvalidArgument, "a message follows the StageEnd of a StageCopy")
 		}
 		if len(msg.Fragment) > 0 {
 			if err := s.spoolFragment(w, txn, msg.Fragment); err != nil {
-				return err
+				return nil, err
 			}
 			copied(msg.Fragment)
 		}
+		end = msg.End
 		var err error
 		msg, err = stream.Recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := w.Flush(); err != nil {
-		return status.Errorf(codes.Internal, "write the spool file: %v", err)
+		return nil, status.Errorf(codes.Internal, "write the spool file: %v", err)
 	}
-	return nil
+	return end, nil
 }
 
 // spoolFragment checks one fragment and appends it to the spool: its

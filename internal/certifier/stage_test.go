@@ -72,7 +72,7 @@ func TestKeptStagingAreaKeepsOnlyCompleteStages(t *testing.T) {
 	s := &Service{staging: area, cfg: Config{Limits: DefaultLimits}}
 	stageOne := func(txn certification.TxnID, fragment []byte) {
 		first := &pb.StageRequest{Txn: &pb.TxnID{Origin: txn.Origin, Seq: txn.Seq}}
-		if _, err := s.receiveStage(&fragmentStream{fragments: [][]byte{fragment}}, txn, first, stageIdleMax, func([]byte) {}); err != nil {
+		if _, err := s.receiveStage(&fragmentStream{fragments: [][]byte{fragment}}, txn, first, stageIdleMax, func([]byte) {}, noStageEnd); err != nil {
 			t.Fatal(err)
 		}
 		area.complete(txn, time.Now())
