@@ -264,6 +264,94 @@ func (AbortReason) EnumDescriptor() ([]byte, []int) {
 	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
 }
 
+type StageDiscardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *TxnID                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageDiscardRequest) Reset() {
+	*x = StageDiscardRequest{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageDiscardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageDiscardRequest) ProtoMessage() {}
+
+func (x *StageDiscardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageDiscardRequest.ProtoReflect.Descriptor instead.
+func (*StageDiscardRequest) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StageDiscardRequest) GetTxn() *TxnID {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+type StageDiscardReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Discarded     bool                   `protobuf:"varint,1,opt,name=discarded,proto3" json:"discarded,omitempty"` // false: no unclaimed complete copy was held
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageDiscardReply) Reset() {
+	*x = StageDiscardReply{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageDiscardReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageDiscardReply) ProtoMessage() {}
+
+func (x *StageDiscardReply) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageDiscardReply.ProtoReflect.Descriptor instead.
+func (*StageDiscardReply) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StageDiscardReply) GetDiscarded() bool {
+	if x != nil {
+		return x.Discarded
+	}
+	return false
+}
+
 // StageRequest is one fragment of a streamed writeset.
 type StageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -283,7 +371,7 @@ type StageRequest struct {
 
 func (x *StageRequest) Reset() {
 	*x = StageRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +383,7 @@ func (x *StageRequest) String() string {
 func (*StageRequest) ProtoMessage() {}
 
 func (x *StageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +396,7 @@ func (x *StageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageRequest.ProtoReflect.Descriptor instead.
 func (*StageRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{0}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StageRequest) GetTxn() *TxnID {
@@ -343,7 +431,7 @@ type StageEnd struct {
 
 func (x *StageEnd) Reset() {
 	*x = StageEnd{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +443,7 @@ func (x *StageEnd) String() string {
 func (*StageEnd) ProtoMessage() {}
 
 func (x *StageEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +456,7 @@ func (x *StageEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageEnd.ProtoReflect.Descriptor instead.
 func (*StageEnd) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{1}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StageEnd) GetFragments() uint32 {
@@ -396,7 +484,7 @@ type StageReply struct {
 
 func (x *StageReply) Reset() {
 	*x = StageReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +496,7 @@ func (x *StageReply) String() string {
 func (*StageReply) ProtoMessage() {}
 
 func (x *StageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +509,7 @@ func (x *StageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageReply.ProtoReflect.Descriptor instead.
 func (*StageReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StageReply) GetFragments() uint32 {
@@ -453,7 +541,7 @@ type Streamed struct {
 
 func (x *Streamed) Reset() {
 	*x = Streamed{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +553,7 @@ func (x *Streamed) String() string {
 func (*Streamed) ProtoMessage() {}
 
 func (x *Streamed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +566,7 @@ func (x *Streamed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Streamed.ProtoReflect.Descriptor instead.
 func (*Streamed) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{3}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Streamed) GetFragments() uint32 {
@@ -504,7 +592,7 @@ type RaftMessages struct {
 
 func (x *RaftMessages) Reset() {
 	*x = RaftMessages{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -516,7 +604,7 @@ func (x *RaftMessages) String() string {
 func (*RaftMessages) ProtoMessage() {}
 
 func (x *RaftMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -529,7 +617,7 @@ func (x *RaftMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessages.ProtoReflect.Descriptor instead.
 func (*RaftMessages) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{4}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RaftMessages) GetMessages() [][]byte {
@@ -547,7 +635,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +647,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +660,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{5}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{7}
 }
 
 // Change is one row (or table, or schema) a transaction wrote.
@@ -604,7 +692,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +704,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +717,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{6}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Change) GetTable() string {
@@ -683,7 +771,7 @@ type Writeset struct {
 
 func (x *Writeset) Reset() {
 	*x = Writeset{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +783,7 @@ func (x *Writeset) String() string {
 func (*Writeset) ProtoMessage() {}
 
 func (x *Writeset) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +796,7 @@ func (x *Writeset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writeset.ProtoReflect.Descriptor instead.
 func (*Writeset) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{7}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Writeset) GetChanges() []*Change {
@@ -730,7 +818,7 @@ type TxnID struct {
 
 func (x *TxnID) Reset() {
 	*x = TxnID{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +830,7 @@ func (x *TxnID) String() string {
 func (*TxnID) ProtoMessage() {}
 
 func (x *TxnID) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +843,7 @@ func (x *TxnID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnID.ProtoReflect.Descriptor instead.
 func (*TxnID) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TxnID) GetOrigin() string {
@@ -794,7 +882,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +894,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +907,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OpenSession) GetReplica() string {
@@ -863,7 +951,7 @@ type CertifyRequest struct {
 
 func (x *CertifyRequest) Reset() {
 	*x = CertifyRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +963,7 @@ func (x *CertifyRequest) String() string {
 func (*CertifyRequest) ProtoMessage() {}
 
 func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +976,7 @@ func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyRequest.ProtoReflect.Descriptor instead.
 func (*CertifyRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CertifyRequest) GetRequestId() uint64 {
@@ -953,7 +1041,7 @@ type CertifyStreamRequest struct {
 
 func (x *CertifyStreamRequest) Reset() {
 	*x = CertifyStreamRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1053,7 @@ func (x *CertifyStreamRequest) String() string {
 func (*CertifyStreamRequest) ProtoMessage() {}
 
 func (x *CertifyStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1066,7 @@ func (x *CertifyStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamRequest.ProtoReflect.Descriptor instead.
 func (*CertifyStreamRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CertifyStreamRequest) GetOpen() *OpenSession {
@@ -1035,7 +1123,7 @@ type CertifyRequestEncoded struct {
 
 func (x *CertifyRequestEncoded) Reset() {
 	*x = CertifyRequestEncoded{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1135,7 @@ func (x *CertifyRequestEncoded) String() string {
 func (*CertifyRequestEncoded) ProtoMessage() {}
 
 func (x *CertifyRequestEncoded) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1148,7 @@ func (x *CertifyRequestEncoded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyRequestEncoded.ProtoReflect.Descriptor instead.
 func (*CertifyRequestEncoded) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CertifyRequestEncoded) GetRequestId() uint64 {
@@ -1113,7 +1201,7 @@ type CertifyStreamRequestEncoded struct {
 
 func (x *CertifyStreamRequestEncoded) Reset() {
 	*x = CertifyStreamRequestEncoded{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1213,7 @@ func (x *CertifyStreamRequestEncoded) String() string {
 func (*CertifyStreamRequestEncoded) ProtoMessage() {}
 
 func (x *CertifyStreamRequestEncoded) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1226,7 @@ func (x *CertifyStreamRequestEncoded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamRequestEncoded.ProtoReflect.Descriptor instead.
 func (*CertifyStreamRequestEncoded) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CertifyStreamRequestEncoded) GetOpen() *OpenSession {
@@ -1194,7 +1282,7 @@ type CertifyReply struct {
 
 func (x *CertifyReply) Reset() {
 	*x = CertifyReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1294,7 @@ func (x *CertifyReply) String() string {
 func (*CertifyReply) ProtoMessage() {}
 
 func (x *CertifyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1307,7 @@ func (x *CertifyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyReply.ProtoReflect.Descriptor instead.
 func (*CertifyReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CertifyReply) GetRequestId() uint64 {
@@ -1302,7 +1390,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1402,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1415,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LogEntry) GetVersion() uint64 {
@@ -1388,7 +1476,7 @@ type CertifyStreamReply struct {
 
 func (x *CertifyStreamReply) Reset() {
 	*x = CertifyStreamReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1488,7 @@ func (x *CertifyStreamReply) String() string {
 func (*CertifyStreamReply) ProtoMessage() {}
 
 func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1501,7 @@ func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamReply.ProtoReflect.Descriptor instead.
 func (*CertifyStreamReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CertifyStreamReply) GetEntries() [][]byte {
@@ -1448,7 +1536,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1548,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1561,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FetchRequest) GetAfterVersion() uint64 {
@@ -1499,7 +1587,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1599,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1612,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FetchReply) GetEntries() [][]byte {
@@ -1542,7 +1630,7 @@ type SyncVersionRequest struct {
 
 func (x *SyncVersionRequest) Reset() {
 	*x = SyncVersionRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1642,7 @@ func (x *SyncVersionRequest) String() string {
 func (*SyncVersionRequest) ProtoMessage() {}
 
 func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1655,7 @@ func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionRequest.ProtoReflect.Descriptor instead.
 func (*SyncVersionRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
 }
 
 type SyncVersionReply struct {
@@ -1579,7 +1667,7 @@ type SyncVersionReply struct {
 
 func (x *SyncVersionReply) Reset() {
 	*x = SyncVersionReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1591,7 +1679,7 @@ func (x *SyncVersionReply) String() string {
 func (*SyncVersionReply) ProtoMessage() {}
 
 func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1604,7 +1692,7 @@ func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionReply.ProtoReflect.Descriptor instead.
 func (*SyncVersionReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SyncVersionReply) GetDurableVersion() uint64 {
@@ -1623,7 +1711,7 @@ type ForgetReplicaRequest struct {
 
 func (x *ForgetReplicaRequest) Reset() {
 	*x = ForgetReplicaRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1723,7 @@ func (x *ForgetReplicaRequest) String() string {
 func (*ForgetReplicaRequest) ProtoMessage() {}
 
 func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1736,7 @@ func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForgetReplicaRequest) GetName() string {
@@ -1667,7 +1755,7 @@ type ForgetReplicaReply struct {
 
 func (x *ForgetReplicaReply) Reset() {
 	*x = ForgetReplicaReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1767,7 @@ func (x *ForgetReplicaReply) String() string {
 func (*ForgetReplicaReply) ProtoMessage() {}
 
 func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1780,7 @@ func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaReply.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ForgetReplicaReply) GetKnown() bool {
@@ -1710,7 +1798,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1810,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1823,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
 }
 
 type StatusReply struct {
@@ -1778,7 +1866,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1878,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1891,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatusReply) GetVersion() uint64 {
@@ -1984,7 +2072,7 @@ type ReplicaSession struct {
 
 func (x *ReplicaSession) Reset() {
 	*x = ReplicaSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2084,7 @@ func (x *ReplicaSession) String() string {
 func (*ReplicaSession) ProtoMessage() {}
 
 func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2097,7 @@ func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSession.ProtoReflect.Descriptor instead.
 func (*ReplicaSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplicaSession) GetName() string {
@@ -2081,7 +2169,7 @@ type LogRetention struct {
 
 func (x *LogRetention) Reset() {
 	*x = LogRetention{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2181,7 @@ func (x *LogRetention) String() string {
 func (*LogRetention) ProtoMessage() {}
 
 func (x *LogRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2194,7 @@ func (x *LogRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogRetention.ProtoReflect.Descriptor instead.
 func (*LogRetention) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogRetention) GetKeepFrom() uint64 {
@@ -2155,7 +2243,7 @@ type ReplicaProgress struct {
 
 func (x *ReplicaProgress) Reset() {
 	*x = ReplicaProgress{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2255,7 @@ func (x *ReplicaProgress) String() string {
 func (*ReplicaProgress) ProtoMessage() {}
 
 func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2268,7 @@ func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaProgress.ProtoReflect.Descriptor instead.
 func (*ReplicaProgress) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicaProgress) GetName() string {
@@ -2214,7 +2302,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2314,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2327,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{28}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Member) GetId() uint64 {
@@ -2260,7 +2348,11 @@ var File_api_certifierpb_certifier_proto protoreflect.FileDescriptor
 
 const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\n" +
-	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"\x8d\x01\n" +
+	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"E\n" +
+	"\x13StageDiscardRequest\x12.\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\"1\n" +
+	"\x11StageDiscardReply\x12\x1c\n" +
+	"\tdiscarded\x18\x01 \x01(\bR\tdiscarded\"\x8d\x01\n" +
 	"\fStageRequest\x12.\n" +
 	"\x03txn\x18\x01 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12\x1a\n" +
 	"\bfragment\x18\x02 \x01(\fR\bfragment\x121\n" +
@@ -2436,7 +2528,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x14ABORT_REASON_INVALID\x10\x04\x12\x1b\n" +
 	"\x17ABORT_REASON_OVERLOADED\x10\x05\x12#\n" +
 	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x06\x12\x1b\n" +
-	"\x17ABORT_REASON_NOT_STAGED\x10\a2\x8f\x05\n" +
+	"\x17ABORT_REASON_NOT_STAGED\x10\a2\xf5\x05\n" +
 	"\tCertifier\x12e\n" +
 	"\aCertify\x12+.tashkent.certifier.v1.CertifyStreamRequest\x1a).tashkent.certifier.v1.CertifyStreamReply(\x010\x01\x12Q\n" +
 	"\x05Fetch\x12#.tashkent.certifier.v1.FetchRequest\x1a!.tashkent.certifier.v1.FetchReply0\x01\x12R\n" +
@@ -2444,7 +2536,8 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\vSyncVersion\x12).tashkent.certifier.v1.SyncVersionRequest\x1a'.tashkent.certifier.v1.SyncVersionReply\x12g\n" +
 	"\rForgetReplica\x12+.tashkent.certifier.v1.ForgetReplicaRequest\x1a).tashkent.certifier.v1.ForgetReplicaReply\x12Q\n" +
 	"\x05Stage\x12#.tashkent.certifier.v1.StageRequest\x1a!.tashkent.certifier.v1.StageReply(\x01\x12U\n" +
-	"\tStageCopy\x12#.tashkent.certifier.v1.StageRequest\x1a!.tashkent.certifier.v1.StageReply(\x012U\n" +
+	"\tStageCopy\x12#.tashkent.certifier.v1.StageRequest\x1a!.tashkent.certifier.v1.StageReply(\x01\x12d\n" +
+	"\fStageDiscard\x12*.tashkent.certifier.v1.StageDiscardRequest\x1a(.tashkent.certifier.v1.StageDiscardReply2U\n" +
 	"\x04Raft\x12M\n" +
 	"\x04Send\x12#.tashkent.certifier.v1.RaftMessages\x1a\x1e.tashkent.certifier.v1.RaftAck(\x01B1Z/github.com/tashkent-db/tashkent/api/certifierpbb\x06proto3"
 
@@ -2461,87 +2554,92 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                             // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
 	(AbortReason)(0),                    // 2: tashkent.certifier.v1.AbortReason
-	(*StageRequest)(nil),                // 3: tashkent.certifier.v1.StageRequest
-	(*StageEnd)(nil),                    // 4: tashkent.certifier.v1.StageEnd
-	(*StageReply)(nil),                  // 5: tashkent.certifier.v1.StageReply
-	(*Streamed)(nil),                    // 6: tashkent.certifier.v1.Streamed
-	(*RaftMessages)(nil),                // 7: tashkent.certifier.v1.RaftMessages
-	(*RaftAck)(nil),                     // 8: tashkent.certifier.v1.RaftAck
-	(*Change)(nil),                      // 9: tashkent.certifier.v1.Change
-	(*Writeset)(nil),                    // 10: tashkent.certifier.v1.Writeset
-	(*TxnID)(nil),                       // 11: tashkent.certifier.v1.TxnID
-	(*OpenSession)(nil),                 // 12: tashkent.certifier.v1.OpenSession
-	(*CertifyRequest)(nil),              // 13: tashkent.certifier.v1.CertifyRequest
-	(*CertifyStreamRequest)(nil),        // 14: tashkent.certifier.v1.CertifyStreamRequest
-	(*CertifyRequestEncoded)(nil),       // 15: tashkent.certifier.v1.CertifyRequestEncoded
-	(*CertifyStreamRequestEncoded)(nil), // 16: tashkent.certifier.v1.CertifyStreamRequestEncoded
-	(*CertifyReply)(nil),                // 17: tashkent.certifier.v1.CertifyReply
-	(*LogEntry)(nil),                    // 18: tashkent.certifier.v1.LogEntry
-	(*CertifyStreamReply)(nil),          // 19: tashkent.certifier.v1.CertifyStreamReply
-	(*FetchRequest)(nil),                // 20: tashkent.certifier.v1.FetchRequest
-	(*FetchReply)(nil),                  // 21: tashkent.certifier.v1.FetchReply
-	(*SyncVersionRequest)(nil),          // 22: tashkent.certifier.v1.SyncVersionRequest
-	(*SyncVersionReply)(nil),            // 23: tashkent.certifier.v1.SyncVersionReply
-	(*ForgetReplicaRequest)(nil),        // 24: tashkent.certifier.v1.ForgetReplicaRequest
-	(*ForgetReplicaReply)(nil),          // 25: tashkent.certifier.v1.ForgetReplicaReply
-	(*StatusRequest)(nil),               // 26: tashkent.certifier.v1.StatusRequest
-	(*StatusReply)(nil),                 // 27: tashkent.certifier.v1.StatusReply
-	(*ReplicaSession)(nil),              // 28: tashkent.certifier.v1.ReplicaSession
-	(*LogRetention)(nil),                // 29: tashkent.certifier.v1.LogRetention
-	(*ReplicaProgress)(nil),             // 30: tashkent.certifier.v1.ReplicaProgress
-	(*Member)(nil),                      // 31: tashkent.certifier.v1.Member
+	(*StageDiscardRequest)(nil),         // 3: tashkent.certifier.v1.StageDiscardRequest
+	(*StageDiscardReply)(nil),           // 4: tashkent.certifier.v1.StageDiscardReply
+	(*StageRequest)(nil),                // 5: tashkent.certifier.v1.StageRequest
+	(*StageEnd)(nil),                    // 6: tashkent.certifier.v1.StageEnd
+	(*StageReply)(nil),                  // 7: tashkent.certifier.v1.StageReply
+	(*Streamed)(nil),                    // 8: tashkent.certifier.v1.Streamed
+	(*RaftMessages)(nil),                // 9: tashkent.certifier.v1.RaftMessages
+	(*RaftAck)(nil),                     // 10: tashkent.certifier.v1.RaftAck
+	(*Change)(nil),                      // 11: tashkent.certifier.v1.Change
+	(*Writeset)(nil),                    // 12: tashkent.certifier.v1.Writeset
+	(*TxnID)(nil),                       // 13: tashkent.certifier.v1.TxnID
+	(*OpenSession)(nil),                 // 14: tashkent.certifier.v1.OpenSession
+	(*CertifyRequest)(nil),              // 15: tashkent.certifier.v1.CertifyRequest
+	(*CertifyStreamRequest)(nil),        // 16: tashkent.certifier.v1.CertifyStreamRequest
+	(*CertifyRequestEncoded)(nil),       // 17: tashkent.certifier.v1.CertifyRequestEncoded
+	(*CertifyStreamRequestEncoded)(nil), // 18: tashkent.certifier.v1.CertifyStreamRequestEncoded
+	(*CertifyReply)(nil),                // 19: tashkent.certifier.v1.CertifyReply
+	(*LogEntry)(nil),                    // 20: tashkent.certifier.v1.LogEntry
+	(*CertifyStreamReply)(nil),          // 21: tashkent.certifier.v1.CertifyStreamReply
+	(*FetchRequest)(nil),                // 22: tashkent.certifier.v1.FetchRequest
+	(*FetchReply)(nil),                  // 23: tashkent.certifier.v1.FetchReply
+	(*SyncVersionRequest)(nil),          // 24: tashkent.certifier.v1.SyncVersionRequest
+	(*SyncVersionReply)(nil),            // 25: tashkent.certifier.v1.SyncVersionReply
+	(*ForgetReplicaRequest)(nil),        // 26: tashkent.certifier.v1.ForgetReplicaRequest
+	(*ForgetReplicaReply)(nil),          // 27: tashkent.certifier.v1.ForgetReplicaReply
+	(*StatusRequest)(nil),               // 28: tashkent.certifier.v1.StatusRequest
+	(*StatusReply)(nil),                 // 29: tashkent.certifier.v1.StatusReply
+	(*ReplicaSession)(nil),              // 30: tashkent.certifier.v1.ReplicaSession
+	(*LogRetention)(nil),                // 31: tashkent.certifier.v1.LogRetention
+	(*ReplicaProgress)(nil),             // 32: tashkent.certifier.v1.ReplicaProgress
+	(*Member)(nil),                      // 33: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
-	11, // 0: tashkent.certifier.v1.StageRequest.txn:type_name -> tashkent.certifier.v1.TxnID
-	4,  // 1: tashkent.certifier.v1.StageRequest.end:type_name -> tashkent.certifier.v1.StageEnd
-	0,  // 2: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
-	9,  // 3: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
-	11, // 4: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
-	10, // 5: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
-	6,  // 6: tashkent.certifier.v1.CertifyRequest.streamed:type_name -> tashkent.certifier.v1.Streamed
-	12, // 7: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
-	13, // 8: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
-	11, // 9: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
-	6,  // 10: tashkent.certifier.v1.CertifyRequestEncoded.streamed:type_name -> tashkent.certifier.v1.Streamed
-	12, // 11: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
-	15, // 12: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
-	11, // 13: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
-	1,  // 14: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
-	2,  // 15: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
-	11, // 16: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
-	10, // 17: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
-	10, // 18: tashkent.certifier.v1.LogEntry.certified:type_name -> tashkent.certifier.v1.Writeset
-	17, // 19: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	31, // 20: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
-	28, // 21: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
-	29, // 22: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
-	30, // 23: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
-	14, // 24: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
-	20, // 25: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	26, // 26: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	22, // 27: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
-	24, // 28: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
-	3,  // 29: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
-	3,  // 30: tashkent.certifier.v1.Certifier.StageCopy:input_type -> tashkent.certifier.v1.StageRequest
-	7,  // 31: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	19, // 32: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	21, // 33: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	27, // 34: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	23, // 35: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
-	25, // 36: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
-	5,  // 37: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
-	5,  // 38: tashkent.certifier.v1.Certifier.StageCopy:output_type -> tashkent.certifier.v1.StageReply
-	8,  // 39: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	32, // [32:40] is the sub-list for method output_type
-	24, // [24:32] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	13, // 0: tashkent.certifier.v1.StageDiscardRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	13, // 1: tashkent.certifier.v1.StageRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	6,  // 2: tashkent.certifier.v1.StageRequest.end:type_name -> tashkent.certifier.v1.StageEnd
+	0,  // 3: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
+	11, // 4: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
+	13, // 5: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	12, // 6: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
+	8,  // 7: tashkent.certifier.v1.CertifyRequest.streamed:type_name -> tashkent.certifier.v1.Streamed
+	14, // 8: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
+	15, // 9: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
+	13, // 10: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
+	8,  // 11: tashkent.certifier.v1.CertifyRequestEncoded.streamed:type_name -> tashkent.certifier.v1.Streamed
+	14, // 12: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
+	17, // 13: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
+	13, // 14: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
+	1,  // 15: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
+	2,  // 16: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
+	13, // 17: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
+	12, // 18: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
+	12, // 19: tashkent.certifier.v1.LogEntry.certified:type_name -> tashkent.certifier.v1.Writeset
+	19, // 20: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
+	33, // 21: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	30, // 22: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
+	31, // 23: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
+	32, // 24: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
+	16, // 25: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
+	22, // 26: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
+	28, // 27: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	24, // 28: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
+	26, // 29: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
+	5,  // 30: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
+	5,  // 31: tashkent.certifier.v1.Certifier.StageCopy:input_type -> tashkent.certifier.v1.StageRequest
+	3,  // 32: tashkent.certifier.v1.Certifier.StageDiscard:input_type -> tashkent.certifier.v1.StageDiscardRequest
+	9,  // 33: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	21, // 34: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	23, // 35: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	29, // 36: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	25, // 37: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	27, // 38: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
+	7,  // 39: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
+	7,  // 40: tashkent.certifier.v1.Certifier.StageCopy:output_type -> tashkent.certifier.v1.StageReply
+	4,  // 41: tashkent.certifier.v1.Certifier.StageDiscard:output_type -> tashkent.certifier.v1.StageDiscardReply
+	10, // 42: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	34, // [34:43] is the sub-list for method output_type
+	25, // [25:34] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_api_certifierpb_certifier_proto_init() }
@@ -2549,15 +2647,15 @@ func file_api_certifierpb_certifier_proto_init() {
 	if File_api_certifierpb_certifier_proto != nil {
 		return
 	}
-	file_api_certifierpb_certifier_proto_msgTypes[11].OneofWrappers = []any{}
 	file_api_certifierpb_certifier_proto_msgTypes[13].OneofWrappers = []any{}
+	file_api_certifierpb_certifier_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

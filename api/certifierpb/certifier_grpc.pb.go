@@ -37,6 +37,7 @@ const (
 	Certifier_ForgetReplica_FullMethodName = "/tashkent.certifier.v1.Certifier/ForgetReplica"
 	Certifier_Stage_FullMethodName         = "/tashkent.certifier.v1.Certifier/Stage"
 	Certifier_StageCopy_FullMethodName     = "/tashkent.certifier.v1.Certifier/StageCopy"
+	Certifier_StageDiscard_FullMethodName  = "/tashkent.certifier.v1.Certifier/StageDiscard"
 )
 
 // CertifierClient is the client API for Certifier service.
@@ -88,6 +89,11 @@ type CertifierClient interface {
 	// is not the leader it knows in that term, and a single certifier
 	// refuses every StageCopy.
 	StageCopy(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[StageRequest, StageReply], error)
+	// StageDiscard is the group leader's word that a stage it copied is
+	// over without a commit (aborted, refused, failed, expired): the member
+	// removes its copy unless a certify request or its writer holds it.
+	// Sent and refused as StageCopy is (the same metadata).
+	StageDiscard(ctx context.Context, in *StageDiscardRequest, opts ...grpc.CallOption) (*StageDiscardReply, error)
 }
 
 type certifierClient struct {
@@ -186,6 +192,16 @@ func (c *certifierClient) StageCopy(ctx context.Context, opts ...grpc.CallOption
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Certifier_StageCopyClient = grpc.ClientStreamingClient[StageRequest, StageReply]
 
+func (c *certifierClient) StageDiscard(ctx context.Context, in *StageDiscardRequest, opts ...grpc.CallOption) (*StageDiscardReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StageDiscardReply)
+	err := c.cc.Invoke(ctx, Certifier_StageDiscard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CertifierServer is the server API for Certifier service.
 // All implementations must embed UnimplementedCertifierServer
 // for forward compatibility.
@@ -235,6 +251,11 @@ type CertifierServer interface {
 	// is not the leader it knows in that term, and a single certifier
 	// refuses every StageCopy.
 	StageCopy(grpc.ClientStreamingServer[StageRequest, StageReply]) error
+	// StageDiscard is the group leader's word that a stage it copied is
+	// over without a commit (aborted, refused, failed, expired): the member
+	// removes its copy unless a certify request or its writer holds it.
+	// Sent and refused as StageCopy is (the same metadata).
+	StageDiscard(context.Context, *StageDiscardRequest) (*StageDiscardReply, error)
 	mustEmbedUnimplementedCertifierServer()
 }
 
@@ -265,6 +286,9 @@ func (UnimplementedCertifierServer) Stage(grpc.ClientStreamingServer[StageReques
 }
 func (UnimplementedCertifierServer) StageCopy(grpc.ClientStreamingServer[StageRequest, StageReply]) error {
 	return status.Error(codes.Unimplemented, "method StageCopy not implemented")
+}
+func (UnimplementedCertifierServer) StageDiscard(context.Context, *StageDiscardRequest) (*StageDiscardReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method StageDiscard not implemented")
 }
 func (UnimplementedCertifierServer) mustEmbedUnimplementedCertifierServer() {}
 func (UnimplementedCertifierServer) testEmbeddedByValue()                   {}
@@ -373,6 +397,24 @@ func _Certifier_StageCopy_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Certifier_StageCopyServer = grpc.ClientStreamingServer[StageRequest, StageReply]
 
+func _Certifier_StageDiscard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StageDiscardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CertifierServer).StageDiscard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Certifier_StageDiscard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CertifierServer).StageDiscard(ctx, req.(*StageDiscardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Certifier_ServiceDesc is the grpc.ServiceDesc for Certifier service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -391,6 +433,10 @@ var Certifier_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForgetReplica",
 			Handler:    _Certifier_ForgetReplica_Handler,
+		},
+		{
+			MethodName: "StageDiscard",
+			Handler:    _Certifier_StageDiscard_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

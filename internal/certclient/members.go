@@ -172,11 +172,15 @@ func (a currentAPI) Stage(ctx context.Context, opts ...grpc.CallOption) (pb.Cert
 	return a.m.api().Stage(ctx, opts...)
 }
 
-// StageCopy is a member's call to another (certifier/group_stage.go); the
-// client never sends it, but forwards it to the current member like the
-// other calls.
+// StageCopy and StageDiscard are a member's calls to another
+// (certifier/group_stage.go); the client never sends them, but forwards
+// them to the current member like the other calls.
 func (a currentAPI) StageCopy(ctx context.Context, opts ...grpc.CallOption) (pb.Certifier_StageCopyClient, error) {
 	return a.m.api().StageCopy(ctx, opts...)
+}
+
+func (a currentAPI) StageDiscard(ctx context.Context, in *pb.StageDiscardRequest, opts ...grpc.CallOption) (*pb.StageDiscardReply, error) {
+	return a.m.api().StageDiscard(ctx, in, opts...)
 }
 
 func (a currentAPI) Fetch(ctx context.Context, in *pb.FetchRequest, opts ...grpc.CallOption) (pb.Certifier_FetchClient, error) {

@@ -62,7 +62,7 @@ func (g *groupMember) admitStage(stream grpc.ServerStream) error { return g.chec
 func (g *groupMember) copyStage(txn *pb.TxnID) *stageCopies {
 	st := g.node.Status()
 	c := &stageCopies{voters: len(st.Voters), results: make(chan *stageCopy, len(st.Voters)), g: g, txn: txn}
-	md := metadata.Pairs(stageCopyMemberKey, strconv.FormatUint(st.ID, 10), stageCopyTermKey, strconv.FormatUint(st.Term, 10))
+	md := senderMetadata(st)
 	for _, id := range st.Voters {
 		if id == st.ID {
 			continue
@@ -193,6 +193,11 @@ func (c *stageCopies) wait(staged StagedWriteset) error {
 	}
 	late.Stop()
 	c.cancel()
+	members := make([]uint64, len(c.copies))
+	for i, cp := range c.copies {
+		members[i] = cp.member
+	}
+	c.g.sendDiscards(c.txn, members) // before the agent may stage it again
 	return status.Errorf(codes.Unavailable,
 		"the streamed writeset reached %d of the %d members a commit needs (a majority of the certifier group's %d voters); nothing was staged, retry",
 		holding, needed, c.voters)
@@ -304,8 +309,65 @@ func copyEnded(end *pb.StageEnd, staged StagedWriteset) error {
 	return nil
 }
 
-// admitStageCopy takes a copy only from the member this one knows as the
-// leader, in the term it knows: a deposed leader's copy is refused.
+// stageDiscardMax bounds a StageDiscard: a member that does not answer
+// in time keeps its copy until it expires.
+const stageDiscardMax = 5 * time.Second
+
+// discardCopies tells every other voter that txn's stage is over without
+// a commit, in the background: a lost word costs disk space until the
+// copy expires, never correctness (a leader certifies only from its own
+// copy, and a member without a committed span fetches it).
+func (g *groupMember) discardCopies(txn *pb.TxnID) {
+	st := g.node.Status()
+	var members []uint64
+	for _, id := range st.Voters {
+		if id != st.ID {
+			members = append(members, id)
+		}
+	}
+	go g.sendDiscards(txn, members)
+}
+
+// sendDiscards sends StageDiscard for txn to members, at once, and waits
+// for their answers (stageDiscardMax at most).
+func (g *groupMember) sendDiscards(txn *pb.TxnID, members []uint64) {
+	st := g.node.Status()
+	md := senderMetadata(st)
+	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(g.stopped, md), stageDiscardMax)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, id := range members {
+		client, err := g.peers.client(g.node.AddrOf(id))
+		if err != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := client.StageDiscard(ctx, &pb.StageDiscardRequest{Txn: txn}); err != nil {
+				g.s.cfg.Logger.Debug("certifier group: a member did not discard its copy of a stage; it expires there",
+					"member", id, "origin", txn.GetOrigin(), "seq", txn.GetSeq(), "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// StageDiscard removes this member's copy of a stage at the leader's
+// word (see discardCopies).
+func (s *Service) StageDiscard(ctx context.Context, req *pb.StageDiscardRequest) (*pb.StageDiscardReply, error) {
+	if err := s.order.admitStageCopy(ctx); err != nil {
+		return nil, err
+	}
+	if req.Txn.GetOrigin() == "" {
+		return nil, status.Error(codes.InvalidArgument, "StageDiscard names no transaction")
+	}
+	return &pb.StageDiscardReply{Discarded: s.staging.discardCopy(txnOf(req.Txn))}, nil
+}
+
+// admitStageCopy takes a copy (or a StageDiscard) only from the member
+// this one knows as the leader, in the term it knows: a deposed leader's
+// is refused.
 func (g *groupMember) admitStageCopy(ctx context.Context) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	sender, senderErr := strconv.ParseUint(firstValue(md, stageCopyMemberKey), 10, 64)
@@ -321,6 +383,12 @@ func (g *groupMember) admitStageCopy(ctx context.Context) error {
 			st.ID, sender, term, st.Leader, st.Term)
 	}
 	return nil
+}
+
+// senderMetadata names this member and its term in a StageCopy or a
+// StageDiscard (admitStageCopy).
+func senderMetadata(st certgroup.Status) metadata.MD {
+	return metadata.Pairs(stageCopyMemberKey, strconv.FormatUint(st.ID, 10), stageCopyTermKey, strconv.FormatUint(st.Term, 10))
 }
 
 func firstValue(md metadata.MD, key string) string {

@@ -38,6 +38,7 @@ import (
 type restartableGroup struct {
 	t       *testing.T
 	core    certgroup.Config // ID and Decode set per member
+	service certifier.Config // DataDir, Group and Logger set per member
 	members map[uint64]string
 	addrs   []string
 	dirs    []string
@@ -47,7 +48,15 @@ type restartableGroup struct {
 
 func startRestartableGroup(t *testing.T, n int, core certgroup.Config) *restartableGroup {
 	t.Helper()
-	g := &restartableGroup{t: t, core: core, members: map[uint64]string{}, servers: make([]*certifier.Server, n)}
+	return startRestartableGroupWith(t, n, core, certifier.Config{})
+}
+
+// startRestartableGroupWith is startRestartableGroup with every member's
+// service configured as service says, but for its directory, group and
+// logger.
+func startRestartableGroupWith(t *testing.T, n int, core certgroup.Config, service certifier.Config) *restartableGroup {
+	t.Helper()
+	g := &restartableGroup{t: t, core: core, service: service, members: map[uint64]string{}, servers: make([]*certifier.Server, n)}
 	if g.core.ElectionTicks == 0 {
 		g.core.ElectionTicks = 20
 	}
@@ -82,7 +91,9 @@ func (g *restartableGroup) start(i int) {
 	if err != nil {
 		g.t.Fatal(err)
 	}
-	srv, err := certifier.Listen(certifier.Config{DataDir: g.dirs[i], Group: node, Logger: logger}, g.addrs[i], "")
+	cfg := g.service
+	cfg.DataDir, cfg.Group, cfg.Logger = g.dirs[i], node, logger
+	srv, err := certifier.Listen(cfg, g.addrs[i], "")
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -518,6 +529,58 @@ func TestGroupCancelledStagesLeaveNoCopy(t *testing.T) {
 	for i := range g.servers {
 		if files := g.stageFiles(i); len(files) != 0 {
 			t.Errorf("member %d (the leader is %d) holds %v after every stage was cancelled", i+1, leader+1, files)
+		}
+	}
+}
+
+// An aborted streamed writeset leaves its stage on no member: the leader
+// removes its own and tells the followers to remove their copies, which
+// would otherwise hold their --stage-bytes-max (here room for one and a
+// half such stages) and refuse the next stage.
+func TestGroupAbortedStreamedWritesetLeavesNoCopy(t *testing.T) {
+	frags := [][]byte{fragment(t, "public.big", 0, 50, 20), fragment(t, "public.big", 50, 50, 20)}
+	size := int64(len(frags[0]) + len(frags[1]) + 8)
+	g := startRestartableGroupWith(t, 3, certgroup.Config{}, certifier.Config{StageBytesMax: size * 3 / 2})
+	leader := leaderOf(t, g.servers)
+	c := clientAtFollower(t, g.addrs, leader)
+	txn := &pb.TxnID{Origin: "r1", Seq: 1}
+	staged, err := stageThrough(t, c, txn, frags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := certifyWith(t, c, 2, 0, upsert("public.big", 1)); r.CommitVersion != 1 {
+		t.Fatalf("row write: %v", r)
+	}
+	if r := certifyStreamed(t, c, txn, 0, staged, tableWrite("public.big")); r.Decision != pb.Decision_DECISION_ABORT {
+		t.Fatalf("want abort: %v", r)
+	}
+	for i := range g.servers {
+		waitFor(t, func() bool { return len(g.stageFiles(i)) == 0 })
+	}
+	if _, err := stageThrough(t, c, &pb.TxnID{Origin: "r1", Seq: 3}, frags); err != nil {
+		t.Fatalf("the next stage of the same size after an abort: %v", err)
+	}
+}
+
+// A stage that reaches too few members fails, and the copies that did
+// complete are removed from their members before the agent hears: with
+// three of five members down, the one follower left has its copy
+// removed, and the failure's "nothing was staged" is true.
+func TestGroupFailedStageLeavesNoCopy(t *testing.T) {
+	g := startRestartableGroup(t, 5, certgroup.Config{DisableCheckQuorum: true})
+	leader := leaderOf(t, g.servers)
+	kept := (leader + 1) % 5
+	for k := 2; k <= 4; k++ {
+		g.stop((leader + k) % 5)
+	}
+	frags := [][]byte{fragment(t, "public.big", 0, 10, 10), fragment(t, "public.big", 10, 10, 10)}
+	_, err := stage(t, g.addrs[leader], &pb.TxnID{Origin: "r1", Seq: 1}, frags...)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "reached 2 of the 3 members a commit needs") {
+		t.Fatalf("stage with three of five members down: %v", err)
+	}
+	for _, i := range []int{leader, kept} {
+		if files := g.stageFiles(i); len(files) != 0 {
+			t.Errorf("member %d holds %v after the stage failed", i+1, files)
 		}
 	}
 }

@@ -85,6 +85,9 @@ type orderer interface {
 	admitStage(stream grpc.ServerStream) error
 	copyStage(txn *pb.TxnID) *stageCopies
 	admitStageCopy(ctx context.Context) error
+	// discardCopies tells the members a stage was copied to that it is
+	// over without a commit (best effort, in the background).
+	discardCopies(txn *pb.TxnID)
 
 	// retain runs the log retention rule at now (retention.go): a single
 	// certifier applies its decision to its log; a group's leader

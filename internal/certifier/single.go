@@ -110,6 +110,9 @@ func (l *singleLog) admitStage(grpc.ServerStream) error { return nil }
 // copyStage: a single certifier's stage is its spool alone.
 func (l *singleLog) copyStage(*pb.TxnID) *stageCopies { return nil }
 
+// discardCopies: a single certifier copies no stage.
+func (l *singleLog) discardCopies(*pb.TxnID) {}
+
 // admitStageCopy: a single certifier has no leader to copy from.
 func (l *singleLog) admitStageCopy(context.Context) error {
 	return status.Error(codes.FailedPrecondition, "StageCopy is a certifier group member's call; this certifier runs alone")

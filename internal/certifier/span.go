@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 	"github.com/tashkent-db/tashkent/internal/wal"
@@ -158,7 +159,8 @@ func (l *singleLog) appendSpanBatch(batch []wal.Entry) error {
 // settleStages settles the stages a batch claimed once decide decided
 // the first decided of its requests: a new commit's stays claimed for the
 // writer, which removes it once it is in the log; an aborted or refused
-// request's is removed. A request not decided (a group member that
+// request's is removed, and so are its copies on the other members of a
+// group. A request not decided (a group member that
 // stopped leading), or a retry of a transaction that committed earlier (a
 // group member's writer may still need its stage), gives it back.
 func (s *Service) settleStages(batch []certifying, decided int) {
@@ -173,13 +175,20 @@ func (s *Service) settleStages(batch []certifying, decided int) {
 		case i >= decided:
 			s.staging.release(txn, now)
 		case c.reply != nil:
-			s.staging.discard(txn)
+			s.discardStage(c.req.Txn)
 		case c.outcome.Duplicate || c.committedBefore != 0:
 			s.staging.release(txn, now)
 		case c.outcome.Decision == certification.Commit && !c.overloaded:
 			// A new commit: the writer's.
 		default:
-			s.staging.discard(txn)
+			s.discardStage(c.req.Txn)
 		}
 	}
+}
+
+// discardStage removes the stage of a transaction that will not commit
+// from it, here and on the members it was copied to.
+func (s *Service) discardStage(txn *pb.TxnID) {
+	s.staging.discard(txnOf(txn))
+	s.order.discardCopies(txn)
 }

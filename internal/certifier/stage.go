@@ -77,6 +77,7 @@ type stagedTxn struct {
 	inUse     bool           // the writer copies it into the log (take)
 	completed time.Time
 	idleMax   time.Duration // unclaimed this long after completed: removed
+	copied    bool          // copied to the other members of a group (its leader's Stage)
 }
 
 // openStagingArea empties dir/stage (spool files left by a crash hold
@@ -151,6 +152,14 @@ func (a *stagingArea) complete(txn certification.TxnID, now time.Time) StagedWri
 	return t.staged
 }
 
+// markCopied records that txn's stage was copied to the other members:
+// they hear when it goes without a commit.
+func (a *stagingArea) markCopied(txn certification.TxnID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.txns[txn].copied = true
+}
+
 // claim takes txn's complete stage for its certify request (ClaimStage).
 // A stage the writer copies belongs to a transaction that committed.
 func (a *stagingArea) claim(id *pb.TxnID) (StagedWriteset, bool) {
@@ -220,16 +229,35 @@ func (a *stagingArea) removeLocked(txn certification.TxnID, t *stagedTxn) {
 	}
 }
 
+// discardCopy removes txn's stage at its leader's word (StageDiscard)
+// if it is complete and neither claimed nor taken; false if there was
+// none such.
+func (a *stagingArea) discardCopy(txn certification.TxnID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.txns[txn]
+	if t == nil || !t.complete || t.claimed || t.inUse {
+		return false
+	}
+	a.removeLocked(txn, t)
+	return true
+}
+
 // expire removes the complete stages that nothing claimed or took within
-// their idle time of now.
-func (a *stagingArea) expire(now time.Time) {
+// their idle time of now, and returns those of them that were copied to
+// other members.
+func (a *stagingArea) expire(now time.Time) (copied []certification.TxnID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for txn, t := range a.txns {
 		if t.complete && !t.claimed && !t.inUse && now.Sub(t.completed) > t.idleMax {
 			a.removeLocked(txn, t)
+			if t.copied {
+				copied = append(copied, txn)
+			}
 		}
 	}
+	return copied
 }
 
 // heldBytes is what the spool files hold now.
@@ -264,6 +292,9 @@ func (s *Service) Stage(stream pb.Certifier_StageServer) error {
 	if err := copies.wait(staged); err != nil {
 		s.staging.discard(txn)
 		return err
+	}
+	if copies != nil {
+		s.staging.markCopied(txn)
 	}
 	s.staging.complete(txn, time.Now())
 	return stream.SendAndClose(&pb.StageReply{Fragments: staged.Fragments, Bytes: staged.Bytes})

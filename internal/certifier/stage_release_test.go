@@ -19,7 +19,7 @@ func TestAnOverloadedStreamedRequestReleasesItsStage(t *testing.T) {
 	txn := certification.TxnID{Origin: "r1", Seq: 7}
 	area, req := stagedRequest(t, txn)
 	req.RequestId = 1
-	s := &Service{staging: area}
+	s := &Service{staging: area, order: &singleLog{}}
 	batch := []certifying{prepareRequest(req, true, DefaultLimits)}
 	claimStages(batch, area.claim)
 	state := certification.New(certification.Config{}, 0)

@@ -116,7 +116,9 @@ func TestKeptStagingAreaKeepsOnlyCompleteStages(t *testing.T) {
 		t.Fatal("the kept stage expired after stageIdleMax, before 2×stageIdleMax")
 	}
 	again.release(complete, time.Now())
-	again.expire(time.Now().Add(2*stageIdleMax + time.Minute))
+	if copied := again.expire(time.Now().Add(2*stageIdleMax + time.Minute)); len(copied) != 0 {
+		t.Fatalf("a kept copy expired as a stage this member copied to others: %v", copied)
+	}
 	if names, _ := os.ReadDir(again.dir); len(names) != 0 || again.heldBytes() != 0 {
 		t.Fatalf("after 2×stageIdleMax the stage directory holds %v (%d bytes held)", names, again.heldBytes())
 	}
@@ -133,4 +135,45 @@ func (s *fragmentStream) Recv() (*pb.StageRequest, error) {
 	f := s.fragments[0]
 	s.fragments = s.fragments[1:]
 	return &pb.StageRequest{Fragment: f}, nil
+}
+
+// A stage this member copied to others (a group leader's) is named when it
+// expires, so that the others hear it is over; the leader's word removes
+// a member's copy only while no request or writer holds it.
+func TestStagingAreaExpiryNamesCopiedStagesAndDiscardCopySparesHeldOnes(t *testing.T) {
+	area := newStagingArea(t.TempDir(), 1<<20)
+	own, copy := certification.TxnID{Origin: "r1", Seq: 1}, certification.TxnID{Origin: "r1", Seq: 2}
+	for _, txn := range []certification.TxnID{own, copy} {
+		f, err := area.begin(txn, stageIdleMax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		area.complete(txn, time.Now())
+	}
+	area.markCopied(own)
+	copied := area.expire(time.Now().Add(stageIdleMax + time.Minute))
+	if len(copied) != 1 || copied[0] != own || len(area.txns) != 0 {
+		t.Fatalf("expired, copied to others: %v; %d stages left", copied, len(area.txns))
+	}
+
+	f, err := area.begin(copy, 2*stageIdleMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if area.discardCopy(copy) {
+		t.Fatal("an incomplete copy was discarded")
+	}
+	area.complete(copy, time.Now())
+	if _, ok := area.claim(&pb.TxnID{Origin: copy.Origin, Seq: copy.Seq}); !ok {
+		t.Fatal("claim")
+	}
+	if area.discardCopy(copy) {
+		t.Fatal("a claimed copy was discarded")
+	}
+	area.release(copy, time.Now())
+	if !area.discardCopy(copy) || len(area.txns) != 0 {
+		t.Fatal("an unclaimed complete copy was not discarded")
+	}
 }

@@ -70,7 +70,9 @@ func (s *Service) sampleLoop() {
 		select {
 		case now := <-tick.C:
 			s.stats.sample(now)
-			s.staging.expire(now)
+			for _, txn := range s.staging.expire(now) {
+				s.order.discardCopies(&pb.TxnID{Origin: txn.Origin, Seq: txn.Seq})
+			}
 		case <-s.stop:
 			return
 		}
