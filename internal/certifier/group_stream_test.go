@@ -584,3 +584,29 @@ func TestGroupFailedStageLeavesNoCopy(t *testing.T) {
 		}
 	}
 }
+
+// A copy kept across a restart waits its full idle time from the
+// member's start, however old its files: a member that was down longer
+// than that may still learn of the commit that needs it.
+func TestGroupKeptCopyWaitsFromTheMembersStart(t *testing.T) {
+	g := startRestartableGroup(t, 3, certgroup.Config{})
+	leader := leaderOf(t, g.servers)
+	follower := (leader + 1) % 3
+	c := clientAtFollower(t, g.addrs, leader)
+	if _, err := stageThrough(t, c, &pb.TxnID{Origin: "r1", Seq: 1}, [][]byte{fragment(t, "public.big", 0, 50, 20)}); err != nil {
+		t.Fatal(err)
+	}
+	g.stop(follower)
+	long := time.Now().Add(-3 * 10 * time.Minute) // over 2×stageIdleMax
+	dir := filepath.Join(g.dirs[follower], "stage")
+	for _, n := range g.stageFiles(follower) {
+		if err := os.Chtimes(filepath.Join(dir, n), long, long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.start(follower)
+	time.Sleep(2 * time.Second) // two expiry rounds
+	if files := g.stageFiles(follower); len(files) != 2 {
+		t.Fatalf("member %d's kept copy after two seconds: %v, want its spool and completion record", follower+1, files)
+	}
+}

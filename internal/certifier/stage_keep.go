@@ -37,11 +37,10 @@ func completionPath(spool string) string { return spool + completionSuffix }
 
 // completion is a complete stage's record.
 type completion struct {
-	fragments     uint32
-	bytes         uint64
-	lastFragment  int
-	fileBytes     int64
-	completedWhen time.Time // the record's modification time
+	fragments    uint32
+	bytes        uint64
+	lastFragment int
+	fileBytes    int64
 }
 
 func (c completion) String() string {
@@ -88,7 +87,10 @@ func writeSynced(path string, b []byte) error {
 
 // openKeptStagingArea opens a group member's stage directory: the
 // complete stages of the last run are kept, each to wait 2×stageIdleMax
-// from when it completed; every other file is removed.
+// from now (not from when it completed: a member down longer than that
+// may still learn of a commit that needs its copy; a stage that ends
+// without a commit is removed at its leader's word, StageDiscard); every
+// other file is removed.
 func openKeptStagingArea(dataDir string, bytesMax int64, logger *slog.Logger) (*stagingArea, error) {
 	dir := filepath.Join(dataDir, stageDirName)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -141,7 +143,7 @@ func (a *stagingArea) keepSpool(name string) bool {
 		_ = os.Remove(completionPath(path))
 		return false
 	}
-	a.txns[txn] = &stagedTxn{path: path, fileBytes: c.fileBytes, complete: true, completed: c.completedWhen, idleMax: 2 * stageIdleMax,
+	a.txns[txn] = &stagedTxn{path: path, fileBytes: c.fileBytes, complete: true, completed: time.Now(), idleMax: 2 * stageIdleMax,
 		staged: StagedWriteset{Fragments: c.fragments, Bytes: c.bytes, LastFragmentBytes: c.lastFragment, Spool: path}}
 	a.held += c.fileBytes
 	return true
@@ -176,14 +178,9 @@ func readCompletion(path string) (completion, error) {
 	if err != nil {
 		return completion{}, err
 	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return completion{}, err
-	}
 	var c completion
 	if _, err := fmt.Sscanf(string(b), "%d %d %d %d\n", &c.fragments, &c.bytes, &c.lastFragment, &c.fileBytes); err != nil || c.String() != string(b) {
 		return completion{}, fmt.Errorf("spool completion record %s does not read back", path)
 	}
-	c.completedWhen = info.ModTime()
 	return c, nil
 }
