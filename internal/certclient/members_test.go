@@ -154,7 +154,8 @@ func TestStageFollowsTheLeaderBeforeItSendsAFragment(t *testing.T) {
 		t.Fatalf("current member %s, want the leader %s", m.current(), leaderAddr)
 	}
 
-	// A member that names no leader: the stage is unavailable.
+	// No member names a leader: the stage is unavailable once each was
+	// asked.
 	alone, err := newMembers(serve(t, follower{})+","+serve(t, follower{}), []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())})
 	if err != nil {
 		t.Fatal(err)
@@ -163,4 +164,50 @@ func TestStageFollowsTheLeaderBeforeItSendsAFragment(t *testing.T) {
 	if _, _, err := openStage(ctx, alone); !errors.Is(err, ErrStageUnavailable) {
 		t.Fatalf("no leader named: %v, want ErrStageUnavailable", err)
 	}
+}
+
+// TestStagePassesAMemberThatNamesNoLeader: right after a leader died the
+// current member may be down, or refuse naming no leader (an election
+// under way); the stage goes on to the next member, the leader, rather
+// than failing.
+func TestStagePassesAMemberThatNamesNoLeader(t *testing.T) {
+	leaderAddr := serve(t, leader{})
+	for name, first := range map[string]string{
+		"refuses naming no leader": serve(t, follower{}),
+		"down":                     deadAddr(t),
+	} {
+		m, err := newMembers(first+","+leaderAddr, []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		stream, end, err := openStage(ctx, m)
+		if err != nil {
+			t.Fatalf("first member %s: %v", name, err)
+		}
+		if err := stream.Send(&pb.StageRequest{Txn: &pb.TxnID{Origin: "r1", Seq: 1}, Fragment: []byte("ab")}); err != nil {
+			t.Fatal(err)
+		}
+		if reply, err := stream.CloseAndRecv(); err != nil || reply.Fragments != 1 {
+			t.Fatalf("first member %s: stage %v, %v; want it at the leader", name, reply, err)
+		}
+		if m.current() != leaderAddr {
+			t.Fatalf("first member %s: current member %s, want the leader %s", name, m.current(), leaderAddr)
+		}
+		end()
+		cancel()
+		m.close()
+	}
+}
+
+// deadAddr is an address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

@@ -58,40 +58,51 @@ func (c *Client) Stage(ctx context.Context, txn *pb.TxnID) (*Stage, error) {
 // members it waits until the member accepts (the response headers, sent
 // before any fragment is read): a member that does not lead refuses at
 // once with Unavailable and the leader's address, which is followed, so
-// that no fragment goes to a member that drops it. The fragments are not
-// kept, so the stream cannot move once one was sent.
+// that no fragment goes to a member that drops it; one that is down, or
+// refuses naming no leader (an election under way), is passed for the
+// next member, as the session stream does. Each member is tried once at
+// most. The fragments are not kept, so the stream cannot move once one
+// was sent.
 func openStage(ctx context.Context, m *members) (pb.Certifier_StageClient, context.CancelFunc, error) {
 	for tried := 1; ; tried++ {
 		target := m.current()
-		client, err := m.apiFor(target)
-		if err != nil {
-			return nil, nil, stageError(err)
-		}
-		sctx, cancel := context.WithCancel(ctx)
-		stream, err := client.Stage(sctx)
-		if err != nil {
-			cancel()
-			return nil, nil, stageError(err)
-		}
-		if !m.several() {
-			return stream, cancel, nil
-		}
-		if header, _ := stream.Header(); header != nil {
-			return stream, cancel, nil
-		}
-		_, err = stream.CloseAndRecv() // ended before it accepted: why
-		cancel()
+		stream, cancel, leader, err := tryStage(ctx, m, target)
 		if err == nil {
-			err = status.Error(codes.Unavailable, "the certifier ended the stage before it read a fragment")
+			return stream, cancel, nil
 		}
-		leader := leaderHint(stream)
-		if status.Code(err) != codes.Unavailable || leader == "" || leader == target || tried >= m.count() {
+		if status.Code(err) != codes.Unavailable || !m.several() || leader == target || tried >= m.count() || ctx.Err() != nil {
 			return nil, nil, stageError(err)
 		}
-		if !m.followFrom(target, leader) {
-			return nil, nil, stageError(err)
-		}
+		m.followFrom(target, leader) // no leader named: the next member
 	}
+}
+
+// tryStage opens a Stage stream on target and, with several members,
+// waits for it to accept; a refusal comes with the leader target names,
+// if any.
+func tryStage(ctx context.Context, m *members, target string) (pb.Certifier_StageClient, context.CancelFunc, string, error) {
+	client, err := m.apiFor(target)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	stream, err := client.Stage(sctx)
+	if err != nil {
+		cancel()
+		return nil, nil, "", err
+	}
+	if !m.several() {
+		return stream, cancel, "", nil
+	}
+	if header, _ := stream.Header(); header != nil {
+		return stream, cancel, "", nil
+	}
+	_, err = stream.CloseAndRecv() // ended before it accepted: why
+	cancel()
+	if err == nil {
+		err = status.Error(codes.Unavailable, "the certifier ended the stage before it read a fragment")
+	}
+	return nil, nil, leaderHint(stream), err
 }
 
 // Send sends the next fragment (an encoded Writeset). It blocks while the
