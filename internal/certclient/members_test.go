@@ -3,6 +3,7 @@ package certclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/netutil"
 )
 
 // compactedMember refuses every Fetch as a group member that caught up by
@@ -200,14 +202,12 @@ func TestStagePassesAMemberThatNamesNoLeader(t *testing.T) {
 	}
 }
 
-// deadAddr is an address nothing listens on.
+// deadAddr is a loopback address nothing listens on.
 func deadAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := netutil.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }
