@@ -29,11 +29,12 @@ import (
 // into its versioned log from its own copy, or fetches it from a member
 // that did (group_writer.go).
 //
-// A copy has a queue of stageCopyQueueFragments. The leader waits for
-// room in a full queue (the agent's stage slows to the followers' pace)
-// for at most stageCopyStallMax: a follower that falls further behind is
-// dropped from the stage (its StageCopy cancelled) rather than buffered
-// for, and counts as not holding it.
+// A copy has a queue of stageCopyQueueFragments. A follower whose queue
+// is full is dropped from the stage (its StageCopy cancelled) rather than
+// buffered for, and counts as not holding it: at once if the followers
+// that keep up make a majority without it, else after the leader waited
+// stageCopyStallMax for room (the agent's stage slows to the pace of the
+// followers a majority needs, never to a slower one's).
 
 // Request metadata of a StageCopy: the sender's member id and term.
 const (
@@ -45,9 +46,10 @@ const (
 // member: with the extension's 4 MiB fragments, 16 MiB per follower.
 const stageCopyQueueFragments = 4
 
-// stageCopyStallMax bounds how long the leader waits for room in a
-// copy's queue: a follower that takes longer to take a fragment (a
-// member that stopped reading) is dropped from the stage.
+// stageCopyStallMax bounds how long the leader waits for room in the
+// queues of the copies a majority needs: a follower that takes longer to
+// take a fragment (a member that stopped reading) is dropped from the
+// stage.
 const stageCopyStallMax = time.Second
 
 // stageCopyFinishMax bounds how long a copy may take once the agent sent
@@ -105,39 +107,64 @@ type stageCopy struct {
 	err   error
 }
 
-// add queues a fragment for every copy still going, waiting for room
-// up to stageCopyStallMax; a copy that has none by then is dropped.
+// add queues a fragment for every copy still going. A copy whose queue
+// is full is dropped at once when the copies that took the fragment make
+// a majority with this member's spool without it; otherwise the leader
+// waits for room, up to stageCopyStallMax from when it found the queues
+// full, and drops the copies that have none by then.
 func (c *stageCopies) add(fragment []byte) {
 	if c == nil {
 		return
 	}
-	var stalled <-chan time.Time
+	var full []*stageCopy
+	holding := 1 // this member's spool
 	for _, cp := range c.copies {
 		if cp.dropped {
 			continue
 		}
 		select {
 		case cp.queue <- fragment:
-			continue
+			holding++
 		case <-cp.ended: // failed: wait reports why
-			continue
 		default:
+			full = append(full, cp)
 		}
-		if stalled == nil {
-			timer := time.NewTimer(stageCopyStallMax)
-			defer timer.Stop()
-			stalled = timer.C
+	}
+	if len(full) > 0 {
+		c.waitForRoom(full, fragment, holding)
+	}
+}
+
+// waitForRoom gives fragment to the copies whose queues were full, while
+// they are needed for a majority (holding: the members that have it).
+func (c *stageCopies) waitForRoom(full []*stageCopy, fragment []byte, holding int) {
+	needed := c.voters/2 + 1
+	started := time.Now()
+	timer := time.NewTimer(stageCopyStallMax)
+	defer timer.Stop()
+	stalled := false
+	for _, cp := range full {
+		if holding >= needed || stalled {
+			c.drop(cp, time.Since(started))
+			continue
 		}
 		select {
 		case cp.queue <- fragment:
+			holding++
 		case <-cp.ended:
-		case <-stalled:
-			cp.dropped = true
-			cp.cancel()
-			c.g.s.cfg.Logger.Warn("certifier group: a member fell behind the copy of a streamed writeset; it is dropped from this stage",
-				"member", cp.member, "origin", c.txn.GetOrigin(), "seq", c.txn.GetSeq(), "stalled_for", stageCopyStallMax)
+		case <-timer.C:
+			stalled = true
+			c.drop(cp, time.Since(started))
 		}
 	}
+}
+
+// drop ends a copy that fell behind: it counts as not holding the stage.
+func (c *stageCopies) drop(cp *stageCopy, waited time.Duration) {
+	cp.dropped = true
+	cp.cancel()
+	c.g.s.cfg.Logger.Warn("certifier group: a member fell behind the copy of a streamed writeset; it is dropped from this stage",
+		"member", cp.member, "origin", c.txn.GetOrigin(), "seq", c.txn.GetSeq(), "waited", waited.Round(time.Millisecond))
 }
 
 // cancel ends every copy: the stage failed here. The contexts go first,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -608,5 +609,93 @@ func TestGroupKeptCopyWaitsFromTheMembersStart(t *testing.T) {
 	time.Sleep(2 * time.Second) // two expiry rounds
 	if files := g.stageFiles(follower); len(files) != 2 {
 		t.Fatalf("member %d's kept copy after two seconds: %v, want its spool and completion record", follower+1, files)
+	}
+}
+
+// stalledMember stands at a stopped member's address: it takes Raft
+// messages and drops them, and takes StageCopy streams without reading
+// them, as a member that stopped keeping up does.
+type stalledMember struct {
+	pb.UnimplementedCertifierServer
+	pb.UnimplementedRaftServer
+}
+
+func (stalledMember) Send(stream pb.Raft_SendServer) error {
+	for {
+		if _, err := stream.Recv(); err != nil {
+			return err
+		}
+	}
+}
+
+func (stalledMember) StageCopy(stream pb.Certifier_StageCopyServer) error {
+	<-stream.Context().Done()
+	return stream.Context().Err()
+}
+
+// stall replaces member i, stopped, with a stalledMember.
+func (g *restartableGroup) stall(i int) {
+	g.t.Helper()
+	g.stop(i)
+	ln, err := net.Listen("tcp", g.addrs[i])
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterCertifierServer(srv, stalledMember{})
+	pb.RegisterRaftServer(srv, stalledMember{})
+	go srv.Serve(ln)
+	g.t.Cleanup(srv.Stop)
+}
+
+// droppedAfter reads how long the leader waited for a member's copy
+// before dropping it, from the leader's log.
+func droppedAfter(t *testing.T, log string) time.Duration {
+	t.Helper()
+	_, rest, ok := strings.Cut(log, "dropped from this stage")
+	if !ok {
+		t.Fatal("the leader did not drop the stalled member from the stage")
+	}
+	_, rest, _ = strings.Cut(rest, "waited=")
+	waited, err := time.ParseDuration(strings.Fields(rest)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return waited
+}
+
+// A follower that stops taking a stage's copy is dropped from the stage
+// at once when the other follower keeps up (the two make a majority):
+// the stage never waits for it. With the other follower stalled too,
+// either is needed: the leader waits for them stageCopyStallMax (a
+// second), then drops them, and the stage fails Unavailable.
+func TestGroupStageDropsAStalledFollower(t *testing.T) {
+	g := startRestartableGroup(t, 3, certgroup.Config{DisableCheckQuorum: true})
+	leader := leaderOf(t, g.servers)
+	stalled, other := (leader+1)%3, (leader+2)%3
+	g.stall(stalled)
+	frag := fragment(t, "public.big", 0, 1000, 1<<20/1000-30)
+	frags := make([][]byte, 48) // past the queue and the stream's flow-control window
+	for i := range frags {
+		frags[i] = frag
+	}
+	if _, err := stage(t, g.addrs[leader], &pb.TxnID{Origin: "r1", Seq: 1}, frags...); err != nil {
+		t.Fatalf("stage with one follower stalled: %v", err)
+	}
+	if waited := droppedAfter(t, g.logs[leader].String()); waited >= 100*time.Millisecond {
+		t.Fatalf("the leader waited %v for a follower it did not need", waited)
+	}
+	if files := g.stageFiles(other); len(files) != 2 {
+		t.Fatalf("the follower that kept up holds %v", files)
+	}
+
+	g.stall(other)
+	mark := len(g.logs[leader].String())
+	_, err := stage(t, g.addrs[leader], &pb.TxnID{Origin: "r1", Seq: 2}, frags...)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "reached 1 of the 2 members a commit needs") {
+		t.Fatalf("stage with the needed follower stalled: %v", err)
+	}
+	if waited := droppedAfter(t, g.logs[leader].String()[mark:]); waited < time.Second {
+		t.Fatalf("the leader dropped a follower a majority needed after %v, before stageCopyStallMax", waited)
 	}
 }
