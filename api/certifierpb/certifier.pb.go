@@ -1859,9 +1859,16 @@ type StatusReply struct {
 	LogFirstVersion uint64            `protobuf:"varint,22,opt,name=log_first_version,json=logFirstVersion,proto3" json:"log_first_version,omitempty"` // oldest version still in the log (retention)
 	// The last retention decision this process took or, in a group,
 	// applied (the leader's); unset before the first.
-	Retention     *LogRetention `protobuf:"bytes,23,opt,name=retention,proto3" json:"retention,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Retention *LogRetention `protobuf:"bytes,23,opt,name=retention,proto3" json:"retention,omitempty"`
+	// A group member: the committed span it waits for, having no complete
+	// stage of it and no member that served it (it keeps asking them);
+	// 0, 0 when none. Until a member that holds the span (a stage of it, or
+	// the span in its versioned log) is back, versions from
+	// missing_span_first on are not durable here.
+	MissingSpanFirst uint64 `protobuf:"varint,24,opt,name=missing_span_first,json=missingSpanFirst,proto3" json:"missing_span_first,omitempty"`
+	MissingSpanLast  uint64 `protobuf:"varint,25,opt,name=missing_span_last,json=missingSpanLast,proto3" json:"missing_span_last,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusReply) Reset() {
@@ -2053,6 +2060,20 @@ func (x *StatusReply) GetRetention() *LogRetention {
 		return x.Retention
 	}
 	return nil
+}
+
+func (x *StatusReply) GetMissingSpanFirst() uint64 {
+	if x != nil {
+		return x.MissingSpanFirst
+	}
+	return 0
+}
+
+func (x *StatusReply) GetMissingSpanLast() uint64 {
+	if x != nil {
+		return x.MissingSpanLast
+	}
+	return 0
 }
 
 type ReplicaSession struct {
@@ -2453,7 +2474,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"*\n" +
 	"\x12ForgetReplicaReply\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\"\x0f\n" +
-	"\rStatusRequest\"\xe8\x06\n" +
+	"\rStatusRequest\"\xc2\a\n" +
 	"\vStatusReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12'\n" +
 	"\x0fdurable_version\x18\x02 \x01(\x04R\x0edurableVersion\x12$\n" +
@@ -2481,7 +2502,9 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\amembers\x18\x14 \x03(\v2\x1d.tashkent.certifier.v1.MemberR\amembers\x12A\n" +
 	"\breplicas\x18\x15 \x03(\v2%.tashkent.certifier.v1.ReplicaSessionR\breplicas\x12*\n" +
 	"\x11log_first_version\x18\x16 \x01(\x04R\x0flogFirstVersion\x12A\n" +
-	"\tretention\x18\x17 \x01(\v2#.tashkent.certifier.v1.LogRetentionR\tretention\"\xd4\x01\n" +
+	"\tretention\x18\x17 \x01(\v2#.tashkent.certifier.v1.LogRetentionR\tretention\x12,\n" +
+	"\x12missing_span_first\x18\x18 \x01(\x04R\x10missingSpanFirst\x12*\n" +
+	"\x11missing_span_last\x18\x19 \x01(\x04R\x0fmissingSpanLast\"\xd4\x01\n" +
 	"\x0eReplicaSession\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vstatus_addr\x18\x02 \x01(\tR\n" +

@@ -85,6 +85,7 @@ type groupMember struct {
 	proposer   retentionProposer
 
 	writer  *logWriter   // the versioned log's (group_writer.go)
+	missing missingSpan  // the span the writer waits for, if any
 	peers   *memberConns // to the other members (group_stage.go)
 	stageMu sync.Mutex   // streamed requests' claims and decisions (decide)
 	// stopped ends with the service: a fetch from another member.
@@ -154,6 +155,15 @@ func (g *groupMember) beforeCompact() error {
 }
 
 func (g *groupMember) versions() (version, lowWaterMark uint64) { return g.node.Versions() }
+
+// missingSpanVersions is how many versions the span the writer waits for
+// holds (0: none).
+func (g *groupMember) missingSpanVersions() uint64 {
+	if first, last := g.missing.get(); last != 0 {
+		return last - first + 1
+	}
+	return 0
+}
 
 // admit refuses a stream at once on a member that does not lead, naming
 // the leader for the client to follow. On the leader the stream lives as
@@ -328,6 +338,7 @@ func (g *groupMember) describe(r *pb.StatusReply) {
 	st := g.node.Status()
 	r.MemberId, r.Role, r.Term, r.LeaderId = st.ID, st.Role, st.Term, st.Leader
 	r.RaftIndex, r.AppliedIndex = st.LastIndex, st.AppliedIndex
+	r.MissingSpanFirst, r.MissingSpanLast = g.missing.get()
 	members := g.node.Members()
 	r.LeaderAddr = members[st.Leader]
 	ids := make([]uint64, 0, len(members))

@@ -699,3 +699,60 @@ func TestGroupStageDropsAStalledFollower(t *testing.T) {
 		t.Fatalf("the leader dropped a follower a majority needed after %v, before stageCopyStallMax", waited)
 	}
 }
+
+// A committed span that no running member can produce: the stage reached
+// the leader and one follower, that follower is down, and the leader's
+// spool is lost. The leader and the other follower say which span they
+// wait for (Status missing_span_first..last) and keep asking; once the
+// follower that holds a copy is back, every member writes the span and
+// the wait is over.
+func TestGroupMissingSpanIsReportedUntilAMemberHoldingItIsBack(t *testing.T) {
+	g := startRestartableGroup(t, 3, certgroup.Config{})
+	leader := leaderOf(t, g.servers)
+	lacking, holding := (leader+1)%3, (leader+2)%3
+	c := clientAtFollower(t, g.addrs, leader)
+	frags := [][]byte{fragment(t, "public.big", 0, 50, 20), fragment(t, "public.big", 50, 50, 20)}
+	txn := &pb.TxnID{Origin: "r1", Seq: 1}
+	g.stop(lacking)
+	staged, err := stageThrough(t, c, txn, frags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.stop(holding)
+	g.start(lacking)
+	for _, name := range g.stageFiles(leader) {
+		if err := os.Remove(filepath.Join(g.dirs[leader], "stage", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replied := make(chan *pb.CertifyReply, 1)
+	go func() {
+		ws, _ := proto.Marshal(&pb.Writeset{Changes: []*pb.Change{tableWrite("public.big")}})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		reply, _ := c.CertifyEncoded(ctx, &pb.CertifyRequestEncoded{Txn: txn, Writeset: ws,
+			Streamed: &pb.Streamed{Fragments: staged.Fragments, Bytes: staged.Bytes}})
+		replied <- reply
+	}()
+	for _, i := range []int{leader, lacking} {
+		waitFor(t, func() bool {
+			st := g.servers[i].Service.StatusNow()
+			return st.MissingSpanFirst == 1 && st.MissingSpanLast == 2
+		})
+	}
+	if !strings.Contains(g.logs[leader].String(), "bring back a member that holds it") {
+		t.Fatal("the leader's log does not say what to do about the missing span")
+	}
+	g.start(holding)
+	reply := <-replied
+	if reply.GetDecision() != pb.Decision_DECISION_COMMIT || reply.GetCommitVersion() != 2 {
+		t.Fatalf("streamed: %v", reply)
+	}
+	g.waitDurable(2)
+	g.checkSameSpan(txn, 1, 2, frags)
+	for i, s := range g.servers {
+		if st := s.Service.StatusNow(); st.MissingSpanFirst != 0 || st.MissingSpanLast != 0 {
+			t.Fatalf("member %d still reports span %d..%d missing", i+1, st.MissingSpanFirst, st.MissingSpanLast)
+		}
+	}
+}

@@ -260,6 +260,7 @@ func (g *groupMember) fetchSpan(sp committedSpan, why error) bool {
 	log := s.cfg.Logger.With("member", g.node.ID(), "span_first", sp.first, "span_last", sp.last, "origin", sp.txn.GetOrigin(), "seq", sp.txn.GetSeq())
 	log.Info("certifier group: fetching a committed span from the other members' versioned logs", "reason", why)
 	pause := spanFetchRetryMin
+	defer g.missing.set(0, 0)
 	for {
 		for id, addr := range g.node.Members() {
 			if id == g.node.ID() {
@@ -275,7 +276,10 @@ func (g *groupMember) fetchSpan(sp committedSpan, why error) bool {
 			}
 			log.Debug("certifier group: a member did not serve the span", "from_member", id, "err", err)
 		}
-		log.Warn("certifier group: no member served the committed span yet; retrying", "retry_in", pause)
+		g.missing.set(sp.first, sp.last)
+		log.Warn("certifier group: no member serves this committed span, and this member holds no stage of it; "+
+			"versions from span_first on are not durable here until one does: bring back a member that holds it (its stage or the span in its log)",
+			"retry_in", pause)
 		select {
 		case <-time.After(pause):
 		case <-s.stop:
@@ -283,6 +287,25 @@ func (g *groupMember) fetchSpan(sp committedSpan, why error) bool {
 		}
 		pause = min(2*pause, spanFetchRetryMax)
 	}
+}
+
+// missingSpan is the committed span a member's writer waits for, having
+// asked every other member for it in vain (Status, metrics).
+type missingSpan struct {
+	mu          sync.Mutex
+	first, last uint64 // 0, 0: none
+}
+
+func (m *missingSpan) set(first, last uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.first, m.last = first, last
+}
+
+func (m *missingSpan) get() (first, last uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.first, m.last
 }
 
 // fetchSpanFrom fetches from one member what this member lacks of sp,

@@ -88,6 +88,9 @@ type orderer interface {
 	// discardCopies tells the members a stage was copied to that it is
 	// over without a commit (best effort, in the background).
 	discardCopies(txn *pb.TxnID)
+	// missingSpanVersions is the size of the committed span this member
+	// cannot write yet: no stage of it here, no member serves it.
+	missingSpanVersions() uint64
 
 	// retain runs the log retention rule at now (retention.go): a single
 	// certifier applies its decision to its log; a group's leader

@@ -110,6 +110,10 @@ func (l *singleLog) admitStage(grpc.ServerStream) error { return nil }
 // copyStage: a single certifier's stage is its spool alone.
 func (l *singleLog) copyStage(*pb.TxnID) *stageCopies { return nil }
 
+// missingSpanVersions: a single certifier's spans come from its own
+// stage.
+func (l *singleLog) missingSpanVersions() uint64 { return 0 }
+
 // discardCopies: a single certifier copies no stage.
 func (l *singleLog) discardCopies(*pb.TxnID) {}
 
