@@ -63,6 +63,7 @@ func (g *groupMember) admitStage(stream grpc.ServerStream) error { return g.chec
 // copyStage starts the copies of a stage to every other voter.
 func (g *groupMember) copyStage(txn *pb.TxnID) *stageCopies {
 	st := g.node.Status()
+	g.peers.retain(g.node.Members())
 	c := &stageCopies{voters: len(st.Voters), results: make(chan *stageCopy, len(st.Voters)), g: g, txn: txn}
 	md := senderMetadata(st)
 	for _, id := range st.Voters {
@@ -459,6 +460,23 @@ func (m *memberConns) client(addr string) (pb.CertifierClient, error) {
 	}
 	m.conns[addr] = c
 	return pb.NewCertifierClient(c), nil
+}
+
+// retain closes the connections to addresses no member has any longer
+// (members removed from the group).
+func (m *memberConns) retain(members map[uint64]string) {
+	live := make(map[string]bool, len(members))
+	for _, addr := range members {
+		live[addr] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for addr, c := range m.conns {
+		if !live[addr] {
+			c.Close()
+			delete(m.conns, addr)
+		}
+	}
 }
 
 func (m *memberConns) close() {

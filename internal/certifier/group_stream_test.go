@@ -756,3 +756,47 @@ func TestGroupMissingSpanIsReportedUntilAMemberHoldingItIsBack(t *testing.T) {
 		}
 	}
 }
+
+// A member that finds, after a restart, a span already in its versioned
+// log and a kept stage of it (it stopped after writing the span, before
+// removing the stage) removes the stage when it applies the span again.
+func TestGroupSpanWrittenBeforeARestartDropsItsKeptStage(t *testing.T) {
+	g := startRestartableGroup(t, 3, certgroup.Config{})
+	leader := leaderOf(t, g.servers)
+	follower := (leader + 1) % 3
+	c := clientAtFollower(t, g.addrs, leader)
+	frags := [][]byte{fragment(t, "public.big", 0, 50, 20), fragment(t, "public.big", 50, 50, 20)}
+	txn := &pb.TxnID{Origin: "r1", Seq: 1}
+	staged, err := stageThrough(t, c, txn, frags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(g.dirs[follower], "stage")
+	kept := map[string][]byte{}
+	for _, name := range g.stageFiles(follower) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept[name] = b
+	}
+	if len(kept) != 2 {
+		t.Fatalf("the follower's stage: %v", g.stageFiles(follower))
+	}
+	if r := certifyStreamed(t, c, txn, 0, staged, tableWrite("public.big")); r.CommitVersion != 2 {
+		t.Fatalf("streamed: %v", r)
+	}
+	g.waitDurable(2)
+	g.stop(follower)
+	for name, b := range kept {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.start(follower)
+	if files := g.stageFiles(follower); len(files) != 2 {
+		t.Fatalf("the restarted follower did not keep the stage put back: %v", files)
+	}
+	waitFor(t, func() bool { return len(g.stageFiles(follower)) == 0 })
+	g.checkSameSpan(txn, 1, 2, frags)
+}

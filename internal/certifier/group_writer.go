@@ -187,8 +187,9 @@ func (g *groupMember) writeSpan(head logentry.Entry) bool {
 		return false
 	}
 	sp := committedSpan{first: e.First, last: e.Last, txn: e.Txn, certified: e.Certified}
-	if s.log.LastVersion() >= sp.last {
-		return true // written before a restart
+	if s.log.LastVersion() >= sp.last { // written before a restart: its stage, if kept, goes
+		s.spanWritten(sp)
+		return true
 	}
 	if !g.cutPartialSpan(sp) {
 		return false

@@ -243,6 +243,19 @@ func (a *stagingArea) discardCopy(txn certification.TxnID) bool {
 	return true
 }
 
+// unclaimed lists the complete stages neither claimed nor taken.
+func (a *stagingArea) unclaimed() []certification.TxnID {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var txns []certification.TxnID
+	for txn, t := range a.txns {
+		if t.complete && !t.claimed && !t.inUse {
+			txns = append(txns, txn)
+		}
+	}
+	return txns
+}
+
 // expire removes the complete stages that nothing claimed or took within
 // their idle time of now, and returns those of them that were copied to
 // other members.
