@@ -113,6 +113,15 @@
 //     Certify stream delivers from the leader only (Fetch falls back).
 //   - tashkent up/down know only the members they started; the fault
 //     harness knows only member 1.
+//   - Streamed writesets (internal/certifier/group_stage.go): a member
+//     copies its own stage into its versioned log after checking only the
+//     fragment count, not a checksum of the content; StageCopy and
+//     StageDiscard are admitted on the sender's id and term from request
+//     metadata, which is not authentication. BeforeCompact waits, in the
+//     Raft loop, for the writer to finish a span it is copying or
+//     fetching. A member lacking a committed span that no running member
+//     serves waits for it without bound (it reports the span; see
+//     docs/OPERATIONS.md).
 //
 // (TLS between members: NodeConfig.DialOptions carries the member's
 // certifier TLS, package grpctls; the server side is certifier.Listen's.)
