@@ -1383,7 +1383,15 @@ type LogEntry struct {
 	// On the last entry of a span only: the writeset the transaction was
 	// certified on (CertifyRequest.writeset of a streamed request), from
 	// which the certifier restores its conflict index. Never applied.
-	Certified     *Writeset `protobuf:"bytes,6,opt,name=certified,proto3" json:"certified,omitempty"`
+	Certified *Writeset `protobuf:"bytes,6,opt,name=certified,proto3" json:"certified,omitempty"`
+	// On the last entry of a span only: the size of the span's fragments
+	// (their encoded writesets, summed) and their CRC-32C (Castagnoli),
+	// computed over each fragment in version order as its length (an
+	// unsigned varint) followed by its bytes. A certifier group member checks
+	// its own copy of the fragments, or a span it fetched, against them
+	// before it keeps the span. Both 0 in a log written before they existed.
+	SpanBytes     uint64 `protobuf:"varint,7,opt,name=span_bytes,json=spanBytes,proto3" json:"span_bytes,omitempty"`
+	SpanChecksum  uint32 `protobuf:"fixed32,8,opt,name=span_checksum,json=spanChecksum,proto3" json:"span_checksum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1458,6 +1466,20 @@ func (x *LogEntry) GetCertified() *Writeset {
 		return x.Certified
 	}
 	return nil
+}
+
+func (x *LogEntry) GetSpanBytes() uint64 {
+	if x != nil {
+		return x.SpanBytes
+	}
+	return 0
+}
+
+func (x *LogEntry) GetSpanChecksum() uint32 {
+	if x != nil {
+		return x.SpanChecksum
+	}
+	return 0
 }
 
 type CertifyStreamReply struct {
@@ -2448,7 +2470,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\fabort_reason\x18\x05 \x01(\x0e2\".tashkent.certifier.v1.AbortReasonR\vabortReason\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12)\n" +
 	"\x10conflict_version\x18\a \x01(\x04R\x0fconflictVersion\x12#\n" +
-	"\rfirst_version\x18\b \x01(\x04R\ffirstVersion\"\x8c\x02\n" +
+	"\rfirst_version\x18\b \x01(\x04R\ffirstVersion\"\xd0\x02\n" +
 	"\bLogEntry\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12.\n" +
 	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12;\n" +
@@ -2456,7 +2478,10 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\n" +
 	"span_first\x18\x04 \x01(\x04R\tspanFirst\x12\x1b\n" +
 	"\tspan_last\x18\x05 \x01(\x04R\bspanLast\x12=\n" +
-	"\tcertified\x18\x06 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\tcertified\"\x96\x01\n" +
+	"\tcertified\x18\x06 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\tcertified\x12\x1d\n" +
+	"\n" +
+	"span_bytes\x18\a \x01(\x04R\tspanBytes\x12#\n" +
+	"\rspan_checksum\x18\b \x01(\aR\fspanChecksum\"\x96\x01\n" +
 	"\x12CertifyStreamReply\x12\x18\n" +
 	"\aentries\x18\x01 \x03(\fR\aentries\x12=\n" +
 	"\areplies\x18\x02 \x03(\v2#.tashkent.certifier.v1.CertifyReplyR\areplies\x12'\n" +

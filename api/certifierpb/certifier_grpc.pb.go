@@ -86,8 +86,10 @@ type CertifierClient interface {
 	// which spools it under the same transaction id, fsyncs it and replies.
 	// The request metadata names the sender (tashkent-member) and its term
 	// (tashkent-term); a member refuses, FAILED_PRECONDITION, a sender that
-	// is not the leader it knows in that term, and a single certifier
-	// refuses every StageCopy.
+	// is not the leader it knows in that term (a guard against a stale
+	// leader, not authentication), and a single certifier refuses every
+	// StageCopy. A member writes its copy into its log only if it matches
+	// the committed span's head (LogEntry.span_bytes, span_checksum).
 	StageCopy(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[StageRequest, StageReply], error)
 	// StageDiscard is the group leader's word that a stage it copied is
 	// over without a commit (aborted, refused, failed, expired): the member
@@ -248,8 +250,10 @@ type CertifierServer interface {
 	// which spools it under the same transaction id, fsyncs it and replies.
 	// The request metadata names the sender (tashkent-member) and its term
 	// (tashkent-term); a member refuses, FAILED_PRECONDITION, a sender that
-	// is not the leader it knows in that term, and a single certifier
-	// refuses every StageCopy.
+	// is not the leader it knows in that term (a guard against a stale
+	// leader, not authentication), and a single certifier refuses every
+	// StageCopy. A member writes its copy into its log only if it matches
+	// the committed span's head (LogEntry.span_bytes, span_checksum).
 	StageCopy(grpc.ClientStreamingServer[StageRequest, StageReply]) error
 	// StageDiscard is the group leader's word that a stage it copied is
 	// over without a commit (aborted, refused, failed, expired): the member

@@ -398,11 +398,14 @@ func (c *Core) Certify(req certification.Request, prefix logentry.Prefix) (certi
 }
 
 // SpanHead is what a streamed request's span head is made of, besides its
-// versions: the transaction id and the writeset it is certified on (the
-// request's, encoded).
+// versions: the transaction id, the writeset it is certified on (the
+// request's, encoded), and the size and checksum of the staged fragments
+// (logentry.SpanChecksum) against which every member checks its copy.
 type SpanHead struct {
 	Txn       *pb.TxnID
 	Certified []byte
+	Bytes     uint64
+	Checksum  uint32
 }
 
 // CertifySpan decides a streamed request (req.Versions fragments) on the
@@ -422,7 +425,8 @@ func (c *Core) CertifySpan(req certification.Request, span SpanHead) (certificat
 		return o, ticket, err
 	}
 	head := logentry.Entry{Version: o.CommitVersion, Bytes: logentry.AppendSpanEntry(nil, logentry.SpanEntry{
-		Version: o.CommitVersion, Txn: span.Txn, First: o.FirstVersion, Last: o.CommitVersion, Certified: span.Certified})}
+		Version: o.CommitVersion, Txn: span.Txn, First: o.FirstVersion, Last: o.CommitVersion, Certified: span.Certified,
+		SpanBytes: span.Bytes, SpanChecksum: span.Checksum})}
 	if !c.propose(encodeSpan(head.Bytes), o.FirstVersion, head) {
 		return certification.Outcome{}, 0, ErrNotReady
 	}

@@ -29,14 +29,15 @@ func spanTestRequest(seq, start uint64, fragments int) (certification.Request, S
 	}
 	req := certification.Request{Txn: certification.TxnID{Origin: "span", Seq: seq}, StartVersion: start,
 		Keys: []certification.Key{certification.TableKey(spanTestTable)}, Versions: fragments}
-	return req, SpanHead{Txn: &pb.TxnID{Origin: "span", Seq: seq}, Certified: ws}
+	return req, SpanHead{Txn: &pb.TxnID{Origin: "span", Seq: seq}, Certified: ws, Bytes: 1000 * seq, Checksum: 0xc0ffee00 + uint32(seq)}
 }
 
 // spanTestHead is the head the group must commit for that transaction at
-// versions first..last.
+// versions first..last: with its fragments' size and checksum.
 func spanTestHead(seq, first, last uint64) []byte {
 	_, span := spanTestRequest(seq, 0, 0)
-	return logentry.AppendSpanEntry(nil, logentry.SpanEntry{Version: last, Txn: span.Txn, First: first, Last: last, Certified: span.Certified})
+	return logentry.AppendSpanEntry(nil, logentry.SpanEntry{Version: last, Txn: span.Txn, First: first, Last: last, Certified: span.Certified,
+		SpanBytes: span.Bytes, SpanChecksum: span.Checksum})
 }
 
 func (g *memGroup) certifySpan(id, seq, start uint64, fragments int) certification.Outcome {

@@ -29,7 +29,11 @@ type StagedWriteset struct {
 	// LastFragmentBytes is the size of the last fragment, which shares
 	// its log entry with the certified writeset.
 	LastFragmentBytes int
-	Spool             string // the spool file
+	// Checksum is the fragments' logentry.SpanChecksum, computed as they
+	// were spooled: it goes into the span's last entry, against which a
+	// group member checks its own copy.
+	Checksum uint32
+	Spool    string // the spool file
 }
 
 // ClaimStage takes the complete stage of a transaction for its certify
@@ -264,7 +268,11 @@ type committedSpan struct {
 	first, last uint64
 	txn         *pb.TxnID
 	certified   []byte // the request's writeset: the last entry's certified
-	spool       string
+	// bytes and checksum: the staged fragments' size and checksum, on the
+	// last entry (StagedWriteset).
+	bytes    uint64
+	checksum uint32
+	spool    string
 }
 
 // committedSpans appends the spans a decided batch committed, in version
@@ -275,7 +283,7 @@ func committedSpans(batch []certifying, spans []committedSpan) []committedSpan {
 		if c.reply == nil && !c.overloaded && c.req.Streamed != nil && c.stageProblem == "" &&
 			c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
 			spans = append(spans, committedSpan{first: c.outcome.FirstVersion, last: c.outcome.CommitVersion,
-				txn: c.req.Txn, certified: c.req.Writeset, spool: c.staged.Spool})
+				txn: c.req.Txn, certified: c.req.Writeset, bytes: c.staged.Bytes, checksum: c.staged.Checksum, spool: c.staged.Spool})
 		}
 	}
 	return spans

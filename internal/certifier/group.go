@@ -258,7 +258,7 @@ func groupRequest(c *certifying) certgroup.Request {
 		r.Lookup = true
 		r.Certify.Txn = txnOf(c.req.Txn)
 	case c.req.Streamed != nil:
-		r.Span = &certgroup.SpanHead{Txn: c.req.Txn, Certified: c.req.Writeset}
+		r.Span = &certgroup.SpanHead{Txn: c.req.Txn, Certified: c.req.Writeset, Bytes: c.staged.Bytes, Checksum: c.staged.Checksum}
 	}
 	return r
 }

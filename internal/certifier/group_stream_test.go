@@ -166,6 +166,7 @@ func (g *restartableGroup) checkSameSpan(txn *pb.TxnID, first, last uint64, frag
 				g.t.Fatalf("member %d, version %d: span %d..%d of %v, certified %v, fragment %d bytes; want fragment %d of %v's span %d..%d",
 					i+1, e.Version, e.SpanFirst, e.SpanLast, e.Txn, e.Certified, len(fragment), k, txn, first, last)
 			}
+			checkSpanSizeAndChecksum(g.t, fmt.Sprintf("member %d", i+1), e, frags)
 		}
 		if want == nil {
 			want = span

@@ -1,6 +1,7 @@
 package certifier
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,7 +29,11 @@ import (
 // stage (copySpan, as the single certifier does), or, without a complete
 // stage (the member was down or dropped from the copy, restarted, or
 // installed a snapshot), fetched from another member's versioned log
-// (Fetch; a member serves it once its own writer wrote it). The log is
+// (Fetch; a member serves it once its own writer wrote it). The head
+// carries the fragments' size and checksum (LogEntry.span_bytes,
+// span_checksum): a stage whose own differ (anyone who reaches a member
+// can send it a StageCopy) is not copied but fetched, and a fetched span
+// that does not match is cut and fetched from another member. The log is
 // then synced once, and only then do the durable version move to the
 // span's last version and the stage go: the Raft log holds the head
 // only, so this is the member's durable copy of the fragments.
@@ -186,7 +191,7 @@ func (g *groupMember) writeSpan(head logentry.Entry) bool {
 		s.fail(fmt.Errorf("the committed span head at version %d does not read (%v)", head.Version, err))
 		return false
 	}
-	sp := committedSpan{first: e.First, last: e.Last, txn: e.Txn, certified: e.Certified}
+	sp := committedSpan{first: e.First, last: e.Last, txn: e.Txn, certified: e.Certified, bytes: e.SpanBytes, checksum: e.SpanChecksum}
 	if s.log.LastVersion() >= sp.last { // written before a restart: its stage, if kept, goes
 		s.spanWritten(sp)
 		return true
@@ -233,8 +238,13 @@ var errNoStage = errors.New("this member holds no complete stage of the span")
 func (g *groupMember) copyOwnStage(sp committedSpan) error {
 	s := g.s
 	staged, ok := s.staging.take(txnOf(sp.txn))
-	if !ok || uint64(staged.Fragments) != sp.last-sp.first+1 {
+	if !ok {
 		return errNoStage
+	}
+	if err := sp.checkStage(staged); err != nil {
+		s.cfg.Logger.Warn("certifier group: this member's copy of a committed span does not match the span's head; fetching the span from another member",
+			"member", g.node.ID(), "span_first", sp.first, "span_last", sp.last, "origin", sp.txn.GetOrigin(), "seq", sp.txn.GetSeq(), "err", err)
+		return err
 	}
 	sp.spool = staged.Spool
 	err := copySpan(sp, s.stop, s.log.Append)
@@ -242,6 +252,25 @@ func (g *groupMember) copyOwnStage(sp committedSpan) error {
 		s.cfg.Logger.Warn("certifier group: could not copy a committed span from this member's stage", "span_first", sp.first, "span_last", sp.last, "err", err)
 	}
 	return err
+}
+
+// checkStage reports how staged differs from sp's fragments (count, and
+// the size and checksum its head carries, if it carries them).
+func (sp committedSpan) checkStage(staged StagedWriteset) error {
+	return sp.checkFragments(uint64(staged.Fragments), staged.Bytes, staged.Checksum)
+}
+
+// checkFragments reports how fragments of bytes, with checksum, differ
+// from sp's. A head without a size (encoded without one) is checked on the
+// count only.
+func (sp committedSpan) checkFragments(fragments, bytes uint64, checksum uint32) error {
+	if want := sp.last - sp.first + 1; fragments != want {
+		return fmt.Errorf("%d fragments, the span has %d", fragments, want)
+	}
+	if sp.bytes != 0 && (bytes != sp.bytes || checksum != sp.checksum) {
+		return fmt.Errorf("%d bytes with checksum %#08x, the span's head says %d bytes with checksum %#08x", bytes, checksum, sp.bytes, sp.checksum)
+	}
+	return nil
 }
 
 // Fetching a span from other members: each round asks every other member
@@ -255,11 +284,14 @@ const (
 
 // fetchSpan appends sp's entries fetched from other members' versioned
 // logs, entry by entry as they arrive (one Fetch message in memory at a
-// time), until it has them all; false if the service stopped.
+// time), until it has them all and they match sp's head; false if the
+// service stopped. A fetch that breaks off is resumed from another member;
+// a span that does not match its head is cut and fetched again.
 func (g *groupMember) fetchSpan(sp committedSpan, why error) bool {
 	s := g.s
 	log := s.cfg.Logger.With("member", g.node.ID(), "span_first", sp.first, "span_last", sp.last, "origin", sp.txn.GetOrigin(), "seq", sp.txn.GetSeq())
 	log.Info("certifier group: fetching a committed span from the other members' versioned logs", "reason", why)
+	fetched := fetchedSpan{through: sp.first - 1}
 	pause := spanFetchRetryMin
 	defer g.missing.set(0, 0)
 	for {
@@ -267,7 +299,7 @@ func (g *groupMember) fetchSpan(sp committedSpan, why error) bool {
 			if id == g.node.ID() {
 				continue
 			}
-			err := g.fetchSpanFrom(addr, sp)
+			err := g.fetchSpanFrom(addr, sp, &fetched)
 			if err == nil {
 				log.Info("certifier group: fetched the committed span", "from_member", id)
 				return true
@@ -275,7 +307,17 @@ func (g *groupMember) fetchSpan(sp committedSpan, why error) bool {
 			if s.Err() != nil || errors.Is(err, ErrStopped) {
 				return false
 			}
-			log.Debug("certifier group: a member did not serve the span", "from_member", id, "err", err)
+			var mismatch spanMismatchError
+			if !errors.As(err, &mismatch) {
+				log.Debug("certifier group: a member did not serve the span", "from_member", id, "err", err)
+				continue
+			}
+			log.Warn("certifier group: the span fetched from a member does not match the span's head; cut, fetching it from another member",
+				"from_member", id, "err", err)
+			if !g.cutPartialSpan(sp) {
+				return false
+			}
+			fetched = fetchedSpan{through: sp.first - 1}
 		}
 		g.missing.set(sp.first, sp.last)
 		log.Warn("certifier group: no member serves this committed span, and this member holds no stage of it; "+
@@ -309,25 +351,37 @@ func (m *missingSpan) get() (first, last uint64) {
 	return m.first, m.last
 }
 
+// fetchedSpan is what this member appended so far of a span it fetches:
+// the versions up to through, their fragments' size and checksum.
+type fetchedSpan struct {
+	through  uint64
+	bytes    uint64
+	checksum uint32
+}
+
+// spanMismatchError: a whole fetched span differs from its head.
+type spanMismatchError struct{ err error }
+
+func (e spanMismatchError) Error() string { return "fetched span: " + e.err.Error() }
+
 // fetchSpanFrom fetches from one member what this member lacks of sp,
-// appending it as it arrives.
-func (g *groupMember) fetchSpanFrom(addr string, sp committedSpan) error {
-	s := g.s
+// appending it as it arrives, and checks the whole span against its head
+// once it has it (spanMismatchError).
+func (g *groupMember) fetchSpanFrom(addr string, sp committedSpan, fetched *fetchedSpan) error {
 	client, err := g.peers.client(addr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(g.stopped)
 	defer cancel()
-	after := s.log.LastVersion()
-	stream, err := client.Fetch(ctx, &pb.FetchRequest{AfterVersion: after})
+	stream, err := client.Fetch(ctx, &pb.FetchRequest{AfterVersion: fetched.through})
 	if err != nil {
 		return err
 	}
-	for after < sp.last {
+	for fetched.through < sp.last {
 		reply, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("the member holds versions up to %d only", after)
+			return fmt.Errorf("the member holds versions up to %d only", fetched.through)
 		}
 		if err != nil {
 			if g.stopped.Err() != nil {
@@ -335,34 +389,57 @@ func (g *groupMember) fetchSpanFrom(addr string, sp committedSpan) error {
 			}
 			return err
 		}
-		records := make([]wal.Entry, 0, len(reply.Entries))
-		for _, b := range reply.Entries {
-			if after == sp.last {
-				break
-			}
-			if err := checkFetchedSpanEntry(b, after+1, sp); err != nil {
-				return err
-			}
-			after++
-			records = append(records, wal.Entry{Version: after, Payload: b})
+		if err := g.appendFetched(reply.Entries, sp, fetched); err != nil {
+			return err
 		}
-		if err := s.log.Append(records); err != nil {
-			s.fail(fmt.Errorf("versioned log append of fetched versions %d..%d: %w", records[0].Version, after, err))
-			return ErrStopped
-		}
+	}
+	if err := sp.checkFragments(sp.last-sp.first+1, fetched.bytes, fetched.checksum); err != nil {
+		return spanMismatchError{err}
 	}
 	return nil
 }
 
-// checkFetchedSpanEntry checks that a fetched entry is version v of sp.
-func checkFetchedSpanEntry(b []byte, v uint64, sp committedSpan) error {
-	h, err := logentry.RawHeaderOf(b)
-	if err != nil {
-		return fmt.Errorf("fetched version %d: %w", v, err)
+// appendFetched checks and appends the entries of sp a Fetch reply holds
+// (any after sp.last are left), counting their fragments into fetched.
+func (g *groupMember) appendFetched(entries [][]byte, sp committedSpan, fetched *fetchedSpan) error {
+	records := make([]wal.Entry, 0, len(entries))
+	for _, b := range entries {
+		v := fetched.through + 1
+		if v > sp.last {
+			break
+		}
+		fragment, err := checkFetchedSpanEntry(b, v, sp)
+		if err != nil {
+			return err
+		}
+		fetched.through, fetched.bytes = v, fetched.bytes+uint64(len(fragment))
+		fetched.checksum = logentry.SpanChecksum(fetched.checksum, fragment)
+		records = append(records, wal.Entry{Version: v, Payload: b})
 	}
-	if h.Version != v || h.SpanFirst != sp.first || h.SpanLast != sp.last || string(h.Origin) != sp.txn.GetOrigin() || h.Seq != sp.txn.GetSeq() {
-		return fmt.Errorf("fetched entry %d of span %d..%d of %s/%d, want version %d of span %d..%d of %s/%d",
-			h.Version, h.SpanFirst, h.SpanLast, h.Origin, h.Seq, v, sp.first, sp.last, sp.txn.GetOrigin(), sp.txn.GetSeq())
+	if len(records) == 0 {
+		return nil
+	}
+	if err := g.s.log.Append(records); err != nil {
+		g.s.fail(fmt.Errorf("versioned log append of fetched versions %d..%d: %w", records[0].Version, fetched.through, err))
+		return ErrStopped
 	}
 	return nil
+}
+
+// checkFetchedSpanEntry checks that a fetched entry is version v of sp, its
+// last entry with the head's certified writeset, size and checksum, and
+// returns its fragment.
+func checkFetchedSpanEntry(b []byte, v uint64, sp committedSpan) ([]byte, error) {
+	e, err := logentry.ParseSpanEntry(b)
+	if err != nil {
+		return nil, fmt.Errorf("fetched version %d: %w", v, err)
+	}
+	if e.Version != v || e.First != sp.first || e.Last != sp.last || e.Txn.GetOrigin() != sp.txn.GetOrigin() || e.Txn.GetSeq() != sp.txn.GetSeq() {
+		return nil, fmt.Errorf("fetched entry %d of span %d..%d of %s/%d, want version %d of span %d..%d of %s/%d",
+			e.Version, e.First, e.Last, e.Txn.GetOrigin(), e.Txn.GetSeq(), v, sp.first, sp.last, sp.txn.GetOrigin(), sp.txn.GetSeq())
+	}
+	if v == sp.last && (!bytes.Equal(e.Certified, sp.certified) || e.SpanBytes != sp.bytes || e.SpanChecksum != sp.checksum) {
+		return nil, spanMismatchError{fmt.Errorf("its last entry %d carries another certified writeset, size or checksum than the span's head", v)}
+	}
+	return e.Fragment, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
 )
 
 // Staging (Certifier.Stage): a transaction too large for one log entry
@@ -125,8 +126,9 @@ func (a *stagingArea) begin(txn certification.TxnID, idleMax time.Duration) (*os
 }
 
 // reserve counts a fragment of n bytes (taking frameBytes in the file)
-// against --stage-bytes-max before it is written.
-func (a *stagingArea) reserve(txn certification.TxnID, n, frameBytes int) error {
+// against --stage-bytes-max before it is written; checksum is the stage's
+// checksum with it.
+func (a *stagingArea) reserve(txn certification.TxnID, n, frameBytes int, checksum uint32) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	t := a.txns[txn]
@@ -140,6 +142,7 @@ func (a *stagingArea) reserve(txn certification.TxnID, n, frameBytes int) error 
 	t.staged.Fragments++
 	t.staged.Bytes += uint64(n)
 	t.staged.LastFragmentBytes = n
+	t.staged.Checksum = checksum
 	return nil
 }
 
@@ -371,11 +374,13 @@ func (s *Service) receiveStage(stream stageStream, txn certification.TxnID, firs
 }
 
 // spool writes msg's fragment and every later one to f until the client
-// closes its side, and returns the StageEnd the stream ended with, if
-// any: nothing may follow it.
+// closes its side, checksumming the fragments as it goes
+// (StagedWriteset.Checksum), and returns the StageEnd the stream ended
+// with, if any: nothing may follow it.
 func (s *Service) spool(stream stageStream, txn certification.TxnID, msg *pb.StageRequest, f *os.File, copied func([]byte)) (*pb.StageEnd, error) {
 	w := bufio.NewWriterSize(f, 1<<20)
 	var end *pb.StageEnd
+	var checksum uint32
 	for {
 		if msg.Txn != nil && txnOf(msg.Txn) != txn {
 			return nil, status.Error(codes.InvalidArgument, "a Stage stream carries one transaction")
@@ -384,7 +389,8 @@ func (s *Service) spool(stream stageStream, txn certification.TxnID, msg *pb.Sta
 			return nil, status.Error(codes.InvalidArgument, "a message follows the StageEnd of a StageCopy")
 		}
 		if len(msg.Fragment) > 0 {
-			if err := s.spoolFragment(w, txn, msg.Fragment); err != nil {
+			checksum = logentry.SpanChecksum(checksum, msg.Fragment)
+			if err := s.spoolFragment(w, txn, msg.Fragment, checksum); err != nil {
 				return nil, err
 			}
 			copied(msg.Fragment)
@@ -406,8 +412,8 @@ func (s *Service) spool(stream stageStream, txn certification.TxnID, msg *pb.Sta
 }
 
 // spoolFragment checks one fragment and appends it to the spool: its
-// length (uvarint), then its bytes.
-func (s *Service) spoolFragment(w *bufio.Writer, txn certification.TxnID, fragment []byte) error {
+// length (uvarint), then its bytes; checksum is the stage's with it.
+func (s *Service) spoolFragment(w *bufio.Writer, txn certification.TxnID, fragment []byte, checksum uint32) error {
 	if n, limit := len(fragment), s.cfg.Limits.WritesetBytesMax; n > limit {
 		return status.Errorf(codes.ResourceExhausted,
 			"a fragment of %d bytes is over the limit of %d (--writeset-bytes-max): each fragment becomes one log entry", n, limit)
@@ -417,7 +423,7 @@ func (s *Service) spoolFragment(w *bufio.Writer, txn certification.TxnID, fragme
 	}
 	var length [binary.MaxVarintLen64]byte
 	lengthBytes := binary.PutUvarint(length[:], uint64(len(fragment)))
-	if err := s.staging.reserve(txn, len(fragment), lengthBytes+len(fragment)); err != nil {
+	if err := s.staging.reserve(txn, len(fragment), lengthBytes+len(fragment), checksum); err != nil {
 		return err
 	}
 	if _, err := w.Write(length[:lengthBytes]); err != nil {

@@ -24,7 +24,8 @@ import (
 // a majority held the stage, synced, when the decision was proposed. So a
 // group member syncs a spool when its stage completes and writes a
 // completion record beside it (the spool's name plus completionSuffix:
-// its fragments, bytes, last fragment's size and file size), synced too.
+// its fragments, bytes, last fragment's size, file size and checksum,
+// StagedWriteset.Checksum), synced too.
 // At Open a spool whose record matches it is a complete stage again;
 // anything else was cut short by a crash and is removed.
 
@@ -41,10 +42,11 @@ type completion struct {
 	bytes        uint64
 	lastFragment int
 	fileBytes    int64
+	checksum     uint32
 }
 
 func (c completion) String() string {
-	return fmt.Sprintf("%d %d %d %d\n", c.fragments, c.bytes, c.lastFragment, c.fileBytes)
+	return fmt.Sprintf("%d %d %d %d %d\n", c.fragments, c.bytes, c.lastFragment, c.fileBytes, c.checksum)
 }
 
 // seal makes txn's spool durable in an area that keeps its spools: the
@@ -56,7 +58,8 @@ func (a *stagingArea) seal(txn certification.TxnID, f *os.File) error {
 	}
 	a.mu.Lock()
 	t := a.txns[txn]
-	c := completion{fragments: t.staged.Fragments, bytes: t.staged.Bytes, lastFragment: t.staged.LastFragmentBytes, fileBytes: t.fileBytes}
+	c := completion{fragments: t.staged.Fragments, bytes: t.staged.Bytes, lastFragment: t.staged.LastFragmentBytes, fileBytes: t.fileBytes,
+		checksum: t.staged.Checksum}
 	a.mu.Unlock()
 	if err := f.Sync(); err != nil {
 		return status.Errorf(codes.Internal, "sync the spool file: %v", err)
@@ -144,7 +147,7 @@ func (a *stagingArea) keepSpool(name string) bool {
 		return false
 	}
 	a.txns[txn] = &stagedTxn{path: path, fileBytes: c.fileBytes, complete: true, completed: time.Now(), idleMax: 2 * stageIdleMax,
-		staged: StagedWriteset{Fragments: c.fragments, Bytes: c.bytes, LastFragmentBytes: c.lastFragment, Spool: path}}
+		staged: StagedWriteset{Fragments: c.fragments, Bytes: c.bytes, LastFragmentBytes: c.lastFragment, Checksum: c.checksum, Spool: path}}
 	a.held += c.fileBytes
 	return true
 }
@@ -179,7 +182,7 @@ func readCompletion(path string) (completion, error) {
 		return completion{}, err
 	}
 	var c completion
-	if _, err := fmt.Sscanf(string(b), "%d %d %d %d\n", &c.fragments, &c.bytes, &c.lastFragment, &c.fileBytes); err != nil || c.String() != string(b) {
+	if _, err := fmt.Sscanf(string(b), "%d %d %d %d %d\n", &c.fragments, &c.bytes, &c.lastFragment, &c.fileBytes, &c.checksum); err != nil || c.String() != string(b) {
 		return completion{}, fmt.Errorf("spool completion record %s does not read back", path)
 	}
 	return c, nil

@@ -78,7 +78,7 @@ func stagedRequest(t *testing.T, txn certification.TxnID) (*stagingArea, *pb.Cer
 		t.Fatal(err)
 	}
 	f.Close()
-	if err := area.reserve(txn, 100, 101); err != nil {
+	if err := area.reserve(txn, 100, 101, 0); err != nil {
 		t.Fatal(err)
 	}
 	staged := area.complete(txn, time.Now())

@@ -28,7 +28,7 @@ func TestUnclaimedStageExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Close()
-		if err := area.reserve(txn, 10, 11); err != nil {
+		if err := area.reserve(txn, 10, 11, 0); err != nil {
 			t.Fatal(err)
 		}
 		if complete {

@@ -131,6 +131,25 @@ func checkSpanEntries(t *testing.T, how string, entries []*pb.LogEntry, txn *pb.
 		if (v == 4) != (e.Certified != nil) || (v == 4 && !proto.Equal(e.Certified, certified)) {
 			t.Fatalf("%s: entry %d certified = %v; want the certified writeset on the last entry only", how, v, e.Certified)
 		}
+		checkSpanSizeAndChecksum(t, how, e, frags)
+	}
+}
+
+// checkSpanSizeAndChecksum checks that e, an entry of the span of frags,
+// carries their size and checksum if it is the span's last entry, and
+// neither otherwise.
+func checkSpanSizeAndChecksum(t *testing.T, how string, e *pb.LogEntry, frags [][]byte) {
+	t.Helper()
+	var bytes uint64
+	var checksum uint32
+	if e.Version == e.SpanLast {
+		for _, f := range frags {
+			bytes, checksum = bytes+uint64(len(f)), logentry.SpanChecksum(checksum, f)
+		}
+	}
+	if e.SpanBytes != bytes || e.SpanChecksum != checksum {
+		t.Fatalf("%s: entry %d of span %d..%d carries %d bytes, checksum %#x; want %d, %#x",
+			how, e.Version, e.SpanFirst, e.SpanLast, e.SpanBytes, e.SpanChecksum, bytes, checksum)
 	}
 }
 

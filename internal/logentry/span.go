@@ -43,7 +43,8 @@ func SpanOf(b []byte) (first, last uint64, err error) {
 }
 
 // ParseSpanEntry reads an encoded span entry (AppendSpanEntry's) back,
-// its fragment and certified writeset as they are encoded, aliasing b:
+// its fragment and certified writeset as they are encoded, aliasing b,
+// and the span's size and checksum (0 if the entry has none):
 // AppendSpanEntry of the result gives b again. A group member rebuilds a
 // span's entries from its head this way (the head's certified bytes go
 // into its last entry unchanged, so every member writes the same bytes).
@@ -70,6 +71,10 @@ func ParseSpanEntry(b []byte) (SpanEntry, error) {
 			e.Fragment, n = protowire.ConsumeBytes(b)
 		case num == certifiedField && typ == protowire.BytesType:
 			e.Certified, n = protowire.ConsumeBytes(b)
+		case num == spanBytesField && typ == protowire.VarintType:
+			e.SpanBytes, n = protowire.ConsumeVarint(b)
+		case num == spanChecksumField && typ == protowire.Fixed32Type:
+			e.SpanChecksum, n = protowire.ConsumeFixed32(b)
 		default:
 			n = protowire.ConsumeFieldValue(num, typ, b)
 		}
