@@ -59,7 +59,10 @@ func startRestartableGroupWith(t *testing.T, n int, core certgroup.Config, servi
 	t.Helper()
 	g := &restartableGroup{t: t, core: core, service: service, members: map[uint64]string{}, servers: make([]*certifier.Server, n)}
 	if g.core.ElectionTicks == 0 {
-		g.core.ElectionTicks = 20
+		// 0.6 to 1.2 s: a loaded machine running the race detector
+		// delays heartbeats by hundreds of ms, and an election in the
+		// middle of a stage fails it.
+		g.core.ElectionTicks = 60
 	}
 	for id := 1; id <= n; id++ {
 		port, err := netutil.FreePort()
