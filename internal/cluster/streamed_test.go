@@ -108,13 +108,61 @@ func stagedBytes(t *testing.T, st *cluster.State) int64 {
 	return most
 }
 
-// logBytes is the most any certifier member holds in its versioned log.
-func logBytes(t *testing.T, st *cluster.State) int64 {
+// logMark is where each certifier member's versioned log ended: its
+// newest segment file and that file's size.
+type logMark map[string]struct {
+	segment string
+	size    int64
+}
+
+func markLogs(t *testing.T, st *cluster.State) logMark {
+	m := logMark{}
+	for _, c := range st.CertifierMembers() {
+		names, sizes := walSegments(c.DataDir)
+		if len(names) > 0 {
+			m[c.DataDir] = struct {
+				segment string
+				size    int64
+			}{names[len(names)-1], sizes[len(sizes)-1]}
+		}
+	}
+	return m
+}
+
+// logGrowth is the most any certifier member's versioned log grew since
+// the mark: the bytes of its segments from the marked one on, less the
+// marked size (log retention removes older segments meanwhile, never these).
+func logGrowth(t *testing.T, st *cluster.State, mark logMark) int64 {
 	var most int64
-	for _, m := range st.CertifierMembers() {
-		most = max(most, dirBytes(t, m.DataDir, ".wal"))
+	for _, c := range st.CertifierMembers() {
+		names, sizes := walSegments(c.DataDir)
+		var grown int64
+		for i, name := range names {
+			if name >= mark[c.DataDir].segment {
+				grown += sizes[i]
+			}
+		}
+		most = max(most, grown-mark[c.DataDir].size)
 	}
 	return most
+}
+
+// walSegments lists dir's versioned-log segment files, in version order
+// (their names), with their sizes.
+func walSegments(dir string) (names []string, sizes []int64) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".wal") {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			names, sizes = append(names, e.Name()), append(sizes, info.Size())
+		}
+	}
+	return names, sizes
 }
 
 // killedMidStream runs a streamed COPY through replica1, kills k's victim
@@ -128,7 +176,7 @@ func killedMidStream(t *testing.T, bin, dir string, st *cluster.State, k streame
 	table := fmt.Sprintf("crash_%d", time.Now().UnixNano())
 	dsn := st.Replicas[0].DSN()
 	query(t, dsn, fmt.Sprintf("CREATE TABLE %s (id bigint PRIMARY KEY, pad text)", table))
-	logBefore := logBytes(t, st)
+	mark := markLogs(t, st)
 
 	result := make(chan error, 1)
 	go func() { result <- copyRows(dsn+"&application_name="+table, table, rows, rowBytes) }()
@@ -140,7 +188,7 @@ func killedMidStream(t *testing.T, bin, dir string, st *cluster.State, k streame
 			backend, _ = strconv.Atoi(s)
 			continue
 		}
-		if k.due(stagedBytes(t, st), logBytes(t, st)-logBefore, total) {
+		if k.due(stagedBytes(t, st), logGrowth(t, st, mark), total) {
 			if victim = k.victim(st, backend); victim <= 0 {
 				victim = 0 // no such process this moment (a group between leaders): look again
 				continue
