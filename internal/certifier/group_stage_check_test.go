@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
-	"github.com/tashkent-db/tashkent/internal/certgroup"
 )
 
 // A StageCopy's metadata (the leader's id and term) guards against a
@@ -27,10 +26,8 @@ import (
 // says so and fetches the span from another member, so every member's
 // versioned log holds the staged fragments, the same bytes.
 func TestGroupMemberWithAForgedCopyFetchesTheCommittedSpan(t *testing.T) {
-	g := startRestartableGroup(t, 3, certgroup.Config{})
-	leader := leaderOf(t, g.servers)
+	g, c, leader := groupAtFollower(t)
 	follower := (leader + 1) % 3
-	c := clientAtFollower(t, g.addrs, leader)
 	frags := [][]byte{fragment(t, "public.big", 1000, 50, 20), fragment(t, "public.big", 1050, 50, 20)}
 	txn := &pb.TxnID{Origin: "r1", Seq: 1}
 	staged, err := stageThrough(t, c, txn, frags)

@@ -47,6 +47,15 @@ type restartableGroup struct {
 	servers []*certifier.Server
 }
 
+// groupAtFollower starts a restartable group of three and a client whose
+// first address is a follower's, and returns them with the leader's index.
+func groupAtFollower(t *testing.T) (*restartableGroup, *certclient.Client, int) {
+	t.Helper()
+	g := startRestartableGroup(t, 3, certgroup.Config{})
+	leader := leaderOf(t, g.servers)
+	return g, clientAtFollower(t, g.addrs, leader), leader
+}
+
 func startRestartableGroup(t *testing.T, n int, core certgroup.Config) *restartableGroup {
 	t.Helper()
 	return startRestartableGroupWith(t, n, core, certifier.Config{})
@@ -203,9 +212,7 @@ func (g *restartableGroup) stageFiles(i int) []string {
 // in this process, whatever the size), so a writeset 48 MiB larger than
 // another grows it by far less than 48 MiB more.
 func TestGroupStreamedWritesetCommitsOnEveryMember(t *testing.T) {
-	g := startRestartableGroup(t, 3, certgroup.Config{})
-	leader := leaderOf(t, g.servers)
-	c := clientAtFollower(t, g.addrs, leader)
+	g, c, _ := groupAtFollower(t)
 	frag := fragment(t, "public.big", 0, 1000, 1<<20/1000-30)
 	commit := func(seq uint64, fragments int) (grown int64) {
 		frags := make([][]byte, fragments)
@@ -297,10 +304,8 @@ func certifyWith(t *testing.T, c *certclient.Client, seq, start uint64, changes 
 // and the follower, restarted, drops its partial spool, and writes the
 // span fetched from another member's versioned log, the same bytes.
 func TestGroupFollowerStoppedDuringAStageFetchesTheSpan(t *testing.T) {
-	g := startRestartableGroup(t, 3, certgroup.Config{})
-	leader := leaderOf(t, g.servers)
+	g, c, leader := groupAtFollower(t)
 	follower := (leader + 1) % 3
-	c := clientAtFollower(t, g.addrs, leader)
 	var frags [][]byte
 	for i := range 6 {
 		frags = append(frags, fragment(t, "public.big", i*100, 100, 50))
@@ -400,9 +405,7 @@ func TestGroupFollowerRefusesStageNamingTheLeader(t *testing.T) {
 // certifies the transaction from its own copy, kept across its restart,
 // and every member, the old leader restarted too, writes the span.
 func TestGroupStageKeptAcrossRestartsCommitsAtTheNextLeader(t *testing.T) {
-	g := startRestartableGroup(t, 3, certgroup.Config{})
-	leader := leaderOf(t, g.servers)
-	c := clientAtFollower(t, g.addrs, leader)
+	g, c, leader := groupAtFollower(t)
 	frags := [][]byte{fragment(t, "public.big", 0, 50, 20), fragment(t, "public.big", 50, 50, 20), fragment(t, "public.big", 100, 5, 20)}
 	txn := &pb.TxnID{Origin: "r1", Seq: 1}
 	staged, err := stageThrough(t, c, txn, frags)
@@ -594,10 +597,8 @@ func TestGroupFailedStageLeavesNoCopy(t *testing.T) {
 // member's start, however old its files: a member that was down longer
 // than that may still learn of the commit that needs it.
 func TestGroupKeptCopyWaitsFromTheMembersStart(t *testing.T) {
-	g := startRestartableGroup(t, 3, certgroup.Config{})
-	leader := leaderOf(t, g.servers)
+	g, c, leader := groupAtFollower(t)
 	follower := (leader + 1) % 3
-	c := clientAtFollower(t, g.addrs, leader)
 	if _, err := stageThrough(t, c, &pb.TxnID{Origin: "r1", Seq: 1}, [][]byte{fragment(t, "public.big", 0, 50, 20)}); err != nil {
 		t.Fatal(err)
 	}
@@ -711,10 +712,8 @@ func TestGroupStageDropsAStalledFollower(t *testing.T) {
 // follower that holds a copy is back, every member writes the span and
 // the wait is over.
 func TestGroupMissingSpanIsReportedUntilAMemberHoldingItIsBack(t *testing.T) {
-	g := startRestartableGroup(t, 3, certgroup.Config{})
-	leader := leaderOf(t, g.servers)
+	g, c, leader := groupAtFollower(t)
 	lacking, holding := (leader+1)%3, (leader+2)%3
-	c := clientAtFollower(t, g.addrs, leader)
 	frags := [][]byte{fragment(t, "public.big", 0, 50, 20), fragment(t, "public.big", 50, 50, 20)}
 	txn := &pb.TxnID{Origin: "r1", Seq: 1}
 	g.stop(lacking)
@@ -765,10 +764,8 @@ func TestGroupMissingSpanIsReportedUntilAMemberHoldingItIsBack(t *testing.T) {
 // log and a kept stage of it (it stopped after writing the span, before
 // removing the stage) removes the stage when it applies the span again.
 func TestGroupSpanWrittenBeforeARestartDropsItsKeptStage(t *testing.T) {
-	g := startRestartableGroup(t, 3, certgroup.Config{})
-	leader := leaderOf(t, g.servers)
+	g, c, leader := groupAtFollower(t)
 	follower := (leader + 1) % 3
-	c := clientAtFollower(t, g.addrs, leader)
 	frags := [][]byte{fragment(t, "public.big", 0, 50, 20), fragment(t, "public.big", 50, 50, 20)}
 	txn := &pb.TxnID{Origin: "r1", Seq: 1}
 	staged, err := stageThrough(t, c, txn, frags)
