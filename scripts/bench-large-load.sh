@@ -6,13 +6,16 @@
 # mw cluster, timed until pgbench returns and until every replica applied
 # it. Printed: each time and the ratios standalone/cluster (1.0x: as fast).
 #
-# Usage: scripts/bench-large-load.sh [SCALE]   (default 100: 10 million rows)
+# Usage: scripts/bench-large-load.sh [SCALE] [CERTIFIERS]
+#   SCALE: default 100 (10 million rows); CERTIFIERS: 1 (default) or the
+#   members of a certifier group (`tashkent up --certifiers N`).
 # Needs bin/tashkent (make build), the PostgreSQL 15 binaries, root (to run
 # initdb as the postgres user), and the extension's build prerequisites
 # (TASHKENT_PG_INCLUDEDIR, as for `make demo`).
 set -euo pipefail
 
 scale=${1:-100}
+certifiers=${2:-1}
 bin=$(cd "$(dirname "$0")/.." && pwd)/bin/tashkent
 pgbin=/usr/lib/postgresql/15/bin
 dir=$(mktemp -d /tmp/tashkent-large-load-XXXXXX)
@@ -40,7 +43,7 @@ t1=$(now)
 plain=$(secs "$t0" "$t1")
 runuser -u postgres -- "$pgbin/pg_ctl" -D "$dir/plain" -m fast stop >/dev/null
 
-"$bin" up --data-dir "$dir/c" --replicas 3 --no-demo >/dev/null
+"$bin" up --data-dir "$dir/c" --replicas 3 --certifiers "$certifiers" --no-demo >/dev/null
 uri1=$("$bin" status --data-dir "$dir/c" --json | python3 -c "import json,sys; print([r['uri'] for r in json.load(sys.stdin)['replicas'] if r['index']==1][0])")
 t0=$(now)
 "$pgbin/pgbench" -q -i -s "$scale" "$uri1" >/dev/null 2>&1
@@ -54,5 +57,5 @@ applied=$(secs "$t0" "$t2")
 ratio() { python3 -c "print(f'{$1 / $2:.2f}x')"; }
 echo "pgbench -i -s $scale (one transaction)"
 echo "  standalone PostgreSQL (synchronous_commit=on):   ${plain} s"
-echo "  tashkent, through replica1 of 3, committed:      ${committed} s  ($(ratio "$plain" "$committed") of standalone)"
+echo "  tashkent ($certifiers certifier(s)), through replica1 of 3, committed: ${committed} s  ($(ratio "$plain" "$committed") of standalone)"
 echo "  tashkent, every replica applied it:              ${applied} s  ($(ratio "$plain" "$applied") of standalone)"

@@ -264,6 +264,94 @@ func (AbortReason) EnumDescriptor() ([]byte, []int) {
 	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
 }
 
+type StageDiscardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Txn           *TxnID                 `protobuf:"bytes,1,opt,name=txn,proto3" json:"txn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageDiscardRequest) Reset() {
+	*x = StageDiscardRequest{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageDiscardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageDiscardRequest) ProtoMessage() {}
+
+func (x *StageDiscardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageDiscardRequest.ProtoReflect.Descriptor instead.
+func (*StageDiscardRequest) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StageDiscardRequest) GetTxn() *TxnID {
+	if x != nil {
+		return x.Txn
+	}
+	return nil
+}
+
+type StageDiscardReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Discarded     bool                   `protobuf:"varint,1,opt,name=discarded,proto3" json:"discarded,omitempty"` // false: no unclaimed complete copy was held
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageDiscardReply) Reset() {
+	*x = StageDiscardReply{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageDiscardReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageDiscardReply) ProtoMessage() {}
+
+func (x *StageDiscardReply) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageDiscardReply.ProtoReflect.Descriptor instead.
+func (*StageDiscardReply) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StageDiscardReply) GetDiscarded() bool {
+	if x != nil {
+		return x.Discarded
+	}
+	return false
+}
+
 // StageRequest is one fragment of a streamed writeset.
 type StageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -271,14 +359,19 @@ type StageRequest struct {
 	// An encoded Writeset: some of the transaction's changes, in the order
 	// they are to be applied. Each fragment becomes one log entry, so it is
 	// at most --writeset-bytes-max; the extension cuts them at 4 MiB.
-	Fragment      []byte `protobuf:"bytes,2,opt,name=fragment,proto3" json:"fragment,omitempty"`
+	Fragment []byte `protobuf:"bytes,2,opt,name=fragment,proto3" json:"fragment,omitempty"`
+	// StageCopy only, the last message: what the leader staged. A member
+	// keeps a copy only when this arrived and matches what it received; a
+	// stream that ends without it (the leader's stage failed or was
+	// cancelled) is discarded.
+	End           *StageEnd `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StageRequest) Reset() {
 	*x = StageRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -290,7 +383,7 @@ func (x *StageRequest) String() string {
 func (*StageRequest) ProtoMessage() {}
 
 func (x *StageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[0]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -303,7 +396,7 @@ func (x *StageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageRequest.ProtoReflect.Descriptor instead.
 func (*StageRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{0}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StageRequest) GetTxn() *TxnID {
@@ -320,6 +413,66 @@ func (x *StageRequest) GetFragment() []byte {
 	return nil
 }
 
+func (x *StageRequest) GetEnd() *StageEnd {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+// StageEnd closes a StageCopy: the fragments and bytes the leader staged.
+type StageEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Fragments     uint32                 `protobuf:"varint,1,opt,name=fragments,proto3" json:"fragments,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StageEnd) Reset() {
+	*x = StageEnd{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StageEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StageEnd) ProtoMessage() {}
+
+func (x *StageEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StageEnd.ProtoReflect.Descriptor instead.
+func (*StageEnd) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StageEnd) GetFragments() uint32 {
+	if x != nil {
+		return x.Fragments
+	}
+	return 0
+}
+
+func (x *StageEnd) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 // StageReply confirms what the certifier holds for the transaction.
 type StageReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -331,7 +484,7 @@ type StageReply struct {
 
 func (x *StageReply) Reset() {
 	*x = StageReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +496,7 @@ func (x *StageReply) String() string {
 func (*StageReply) ProtoMessage() {}
 
 func (x *StageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[1]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +509,7 @@ func (x *StageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StageReply.ProtoReflect.Descriptor instead.
 func (*StageReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{1}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StageReply) GetFragments() uint32 {
@@ -388,7 +541,7 @@ type Streamed struct {
 
 func (x *Streamed) Reset() {
 	*x = Streamed{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +553,7 @@ func (x *Streamed) String() string {
 func (*Streamed) ProtoMessage() {}
 
 func (x *Streamed) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[2]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +566,7 @@ func (x *Streamed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Streamed.ProtoReflect.Descriptor instead.
 func (*Streamed) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{2}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Streamed) GetFragments() uint32 {
@@ -439,7 +592,7 @@ type RaftMessages struct {
 
 func (x *RaftMessages) Reset() {
 	*x = RaftMessages{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +604,7 @@ func (x *RaftMessages) String() string {
 func (*RaftMessages) ProtoMessage() {}
 
 func (x *RaftMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[3]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +617,7 @@ func (x *RaftMessages) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessages.ProtoReflect.Descriptor instead.
 func (*RaftMessages) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{3}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RaftMessages) GetMessages() [][]byte {
@@ -482,7 +635,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +647,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[4]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +660,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{4}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{7}
 }
 
 // Change is one row (or table, or schema) a transaction wrote.
@@ -539,7 +692,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +704,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[5]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +717,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{5}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Change) GetTable() string {
@@ -618,7 +771,7 @@ type Writeset struct {
 
 func (x *Writeset) Reset() {
 	*x = Writeset{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +783,7 @@ func (x *Writeset) String() string {
 func (*Writeset) ProtoMessage() {}
 
 func (x *Writeset) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[6]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +796,7 @@ func (x *Writeset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writeset.ProtoReflect.Descriptor instead.
 func (*Writeset) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{6}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Writeset) GetChanges() []*Change {
@@ -665,7 +818,7 @@ type TxnID struct {
 
 func (x *TxnID) Reset() {
 	*x = TxnID{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +830,7 @@ func (x *TxnID) String() string {
 func (*TxnID) ProtoMessage() {}
 
 func (x *TxnID) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[7]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +843,7 @@ func (x *TxnID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnID.ProtoReflect.Descriptor instead.
 func (*TxnID) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{7}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TxnID) GetOrigin() string {
@@ -729,7 +882,7 @@ type OpenSession struct {
 
 func (x *OpenSession) Reset() {
 	*x = OpenSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +894,7 @@ func (x *OpenSession) String() string {
 func (*OpenSession) ProtoMessage() {}
 
 func (x *OpenSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[8]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +907,7 @@ func (x *OpenSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSession.ProtoReflect.Descriptor instead.
 func (*OpenSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{8}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OpenSession) GetReplica() string {
@@ -798,7 +951,7 @@ type CertifyRequest struct {
 
 func (x *CertifyRequest) Reset() {
 	*x = CertifyRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +963,7 @@ func (x *CertifyRequest) String() string {
 func (*CertifyRequest) ProtoMessage() {}
 
 func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[9]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +976,7 @@ func (x *CertifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyRequest.ProtoReflect.Descriptor instead.
 func (*CertifyRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{9}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CertifyRequest) GetRequestId() uint64 {
@@ -888,7 +1041,7 @@ type CertifyStreamRequest struct {
 
 func (x *CertifyStreamRequest) Reset() {
 	*x = CertifyStreamRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1053,7 @@ func (x *CertifyStreamRequest) String() string {
 func (*CertifyStreamRequest) ProtoMessage() {}
 
 func (x *CertifyStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[10]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1066,7 @@ func (x *CertifyStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamRequest.ProtoReflect.Descriptor instead.
 func (*CertifyStreamRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{10}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CertifyStreamRequest) GetOpen() *OpenSession {
@@ -970,7 +1123,7 @@ type CertifyRequestEncoded struct {
 
 func (x *CertifyRequestEncoded) Reset() {
 	*x = CertifyRequestEncoded{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1135,7 @@ func (x *CertifyRequestEncoded) String() string {
 func (*CertifyRequestEncoded) ProtoMessage() {}
 
 func (x *CertifyRequestEncoded) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[11]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1148,7 @@ func (x *CertifyRequestEncoded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyRequestEncoded.ProtoReflect.Descriptor instead.
 func (*CertifyRequestEncoded) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{11}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CertifyRequestEncoded) GetRequestId() uint64 {
@@ -1048,7 +1201,7 @@ type CertifyStreamRequestEncoded struct {
 
 func (x *CertifyStreamRequestEncoded) Reset() {
 	*x = CertifyStreamRequestEncoded{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1213,7 @@ func (x *CertifyStreamRequestEncoded) String() string {
 func (*CertifyStreamRequestEncoded) ProtoMessage() {}
 
 func (x *CertifyStreamRequestEncoded) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[12]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1226,7 @@ func (x *CertifyStreamRequestEncoded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamRequestEncoded.ProtoReflect.Descriptor instead.
 func (*CertifyStreamRequestEncoded) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{12}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CertifyStreamRequestEncoded) GetOpen() *OpenSession {
@@ -1129,7 +1282,7 @@ type CertifyReply struct {
 
 func (x *CertifyReply) Reset() {
 	*x = CertifyReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1294,7 @@ func (x *CertifyReply) String() string {
 func (*CertifyReply) ProtoMessage() {}
 
 func (x *CertifyReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[13]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1307,7 @@ func (x *CertifyReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyReply.ProtoReflect.Descriptor instead.
 func (*CertifyReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{13}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CertifyReply) GetRequestId() uint64 {
@@ -1230,14 +1383,22 @@ type LogEntry struct {
 	// On the last entry of a span only: the writeset the transaction was
 	// certified on (CertifyRequest.writeset of a streamed request), from
 	// which the certifier restores its conflict index. Never applied.
-	Certified     *Writeset `protobuf:"bytes,6,opt,name=certified,proto3" json:"certified,omitempty"`
+	Certified *Writeset `protobuf:"bytes,6,opt,name=certified,proto3" json:"certified,omitempty"`
+	// On the last entry of a span only: the size of the span's fragments
+	// (their encoded writesets, summed) and their CRC-32C (Castagnoli),
+	// computed over each fragment in version order as its length (an
+	// unsigned varint) followed by its bytes. A certifier group member checks
+	// its own copy of the fragments, or a span it fetched, against them
+	// before it keeps the span. Both 0 in a log written before they existed.
+	SpanBytes     uint64 `protobuf:"varint,7,opt,name=span_bytes,json=spanBytes,proto3" json:"span_bytes,omitempty"`
+	SpanChecksum  uint32 `protobuf:"fixed32,8,opt,name=span_checksum,json=spanChecksum,proto3" json:"span_checksum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1410,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[14]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1423,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{14}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LogEntry) GetVersion() uint64 {
@@ -1307,6 +1468,20 @@ func (x *LogEntry) GetCertified() *Writeset {
 	return nil
 }
 
+func (x *LogEntry) GetSpanBytes() uint64 {
+	if x != nil {
+		return x.SpanBytes
+	}
+	return 0
+}
+
+func (x *LogEntry) GetSpanChecksum() uint32 {
+	if x != nil {
+		return x.SpanChecksum
+	}
+	return 0
+}
+
 type CertifyStreamReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Entries not yet delivered on this stream, in version order, contiguous,
@@ -1323,7 +1498,7 @@ type CertifyStreamReply struct {
 
 func (x *CertifyStreamReply) Reset() {
 	*x = CertifyStreamReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1510,7 @@ func (x *CertifyStreamReply) String() string {
 func (*CertifyStreamReply) ProtoMessage() {}
 
 func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[15]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1523,7 @@ func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamReply.ProtoReflect.Descriptor instead.
 func (*CertifyStreamReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{15}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CertifyStreamReply) GetEntries() [][]byte {
@@ -1383,7 +1558,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1570,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[16]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1583,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{16}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FetchRequest) GetAfterVersion() uint64 {
@@ -1434,7 +1609,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1621,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[17]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1634,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{17}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FetchReply) GetEntries() [][]byte {
@@ -1477,7 +1652,7 @@ type SyncVersionRequest struct {
 
 func (x *SyncVersionRequest) Reset() {
 	*x = SyncVersionRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1664,7 @@ func (x *SyncVersionRequest) String() string {
 func (*SyncVersionRequest) ProtoMessage() {}
 
 func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1677,7 @@ func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionRequest.ProtoReflect.Descriptor instead.
 func (*SyncVersionRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
 }
 
 type SyncVersionReply struct {
@@ -1514,7 +1689,7 @@ type SyncVersionReply struct {
 
 func (x *SyncVersionReply) Reset() {
 	*x = SyncVersionReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1701,7 @@ func (x *SyncVersionReply) String() string {
 func (*SyncVersionReply) ProtoMessage() {}
 
 func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1714,7 @@ func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionReply.ProtoReflect.Descriptor instead.
 func (*SyncVersionReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SyncVersionReply) GetDurableVersion() uint64 {
@@ -1558,7 +1733,7 @@ type ForgetReplicaRequest struct {
 
 func (x *ForgetReplicaRequest) Reset() {
 	*x = ForgetReplicaRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1745,7 @@ func (x *ForgetReplicaRequest) String() string {
 func (*ForgetReplicaRequest) ProtoMessage() {}
 
 func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1758,7 @@ func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForgetReplicaRequest) GetName() string {
@@ -1602,7 +1777,7 @@ type ForgetReplicaReply struct {
 
 func (x *ForgetReplicaReply) Reset() {
 	*x = ForgetReplicaReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1789,7 @@ func (x *ForgetReplicaReply) String() string {
 func (*ForgetReplicaReply) ProtoMessage() {}
 
 func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1802,7 @@ func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaReply.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ForgetReplicaReply) GetKnown() bool {
@@ -1645,7 +1820,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1832,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1845,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
 }
 
 type StatusReply struct {
@@ -1706,14 +1881,21 @@ type StatusReply struct {
 	LogFirstVersion uint64            `protobuf:"varint,22,opt,name=log_first_version,json=logFirstVersion,proto3" json:"log_first_version,omitempty"` // oldest version still in the log (retention)
 	// The last retention decision this process took or, in a group,
 	// applied (the leader's); unset before the first.
-	Retention     *LogRetention `protobuf:"bytes,23,opt,name=retention,proto3" json:"retention,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Retention *LogRetention `protobuf:"bytes,23,opt,name=retention,proto3" json:"retention,omitempty"`
+	// A group member: the committed span it waits for, having no complete
+	// stage of it and no member that served it (it keeps asking them);
+	// 0, 0 when none. Until a member that holds the span (a stage of it, or
+	// the span in its versioned log) is back, versions from
+	// missing_span_first on are not durable here.
+	MissingSpanFirst uint64 `protobuf:"varint,24,opt,name=missing_span_first,json=missingSpanFirst,proto3" json:"missing_span_first,omitempty"`
+	MissingSpanLast  uint64 `protobuf:"varint,25,opt,name=missing_span_last,json=missingSpanLast,proto3" json:"missing_span_last,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1907,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1920,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatusReply) GetVersion() uint64 {
@@ -1902,6 +2084,20 @@ func (x *StatusReply) GetRetention() *LogRetention {
 	return nil
 }
 
+func (x *StatusReply) GetMissingSpanFirst() uint64 {
+	if x != nil {
+		return x.MissingSpanFirst
+	}
+	return 0
+}
+
+func (x *StatusReply) GetMissingSpanLast() uint64 {
+	if x != nil {
+		return x.MissingSpanLast
+	}
+	return 0
+}
+
 type ReplicaSession struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`                                     // OpenSession.replica
@@ -1919,7 +2115,7 @@ type ReplicaSession struct {
 
 func (x *ReplicaSession) Reset() {
 	*x = ReplicaSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2127,7 @@ func (x *ReplicaSession) String() string {
 func (*ReplicaSession) ProtoMessage() {}
 
 func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2140,7 @@ func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSession.ProtoReflect.Descriptor instead.
 func (*ReplicaSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplicaSession) GetName() string {
@@ -2016,7 +2212,7 @@ type LogRetention struct {
 
 func (x *LogRetention) Reset() {
 	*x = LogRetention{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2224,7 @@ func (x *LogRetention) String() string {
 func (*LogRetention) ProtoMessage() {}
 
 func (x *LogRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2237,7 @@ func (x *LogRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogRetention.ProtoReflect.Descriptor instead.
 func (*LogRetention) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LogRetention) GetKeepFrom() uint64 {
@@ -2090,7 +2286,7 @@ type ReplicaProgress struct {
 
 func (x *ReplicaProgress) Reset() {
 	*x = ReplicaProgress{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2298,7 @@ func (x *ReplicaProgress) String() string {
 func (*ReplicaProgress) ProtoMessage() {}
 
 func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2311,7 @@ func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaProgress.ProtoReflect.Descriptor instead.
 func (*ReplicaProgress) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicaProgress) GetName() string {
@@ -2149,7 +2345,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2357,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2370,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Member) GetId() uint64 {
@@ -2195,10 +2391,18 @@ var File_api_certifierpb_certifier_proto protoreflect.FileDescriptor
 
 const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\n" +
-	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"Z\n" +
+	"\x1fapi/certifierpb/certifier.proto\x12\x15tashkent.certifier.v1\"E\n" +
+	"\x13StageDiscardRequest\x12.\n" +
+	"\x03txn\x18\x01 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\"1\n" +
+	"\x11StageDiscardReply\x12\x1c\n" +
+	"\tdiscarded\x18\x01 \x01(\bR\tdiscarded\"\x8d\x01\n" +
 	"\fStageRequest\x12.\n" +
 	"\x03txn\x18\x01 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12\x1a\n" +
-	"\bfragment\x18\x02 \x01(\fR\bfragment\"@\n" +
+	"\bfragment\x18\x02 \x01(\fR\bfragment\x121\n" +
+	"\x03end\x18\x03 \x01(\v2\x1f.tashkent.certifier.v1.StageEndR\x03end\">\n" +
+	"\bStageEnd\x12\x1c\n" +
+	"\tfragments\x18\x01 \x01(\rR\tfragments\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"@\n" +
 	"\n" +
 	"StageReply\x12\x1c\n" +
 	"\tfragments\x18\x01 \x01(\rR\tfragments\x12\x14\n" +
@@ -2266,7 +2470,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\fabort_reason\x18\x05 \x01(\x0e2\".tashkent.certifier.v1.AbortReasonR\vabortReason\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12)\n" +
 	"\x10conflict_version\x18\a \x01(\x04R\x0fconflictVersion\x12#\n" +
-	"\rfirst_version\x18\b \x01(\x04R\ffirstVersion\"\x8c\x02\n" +
+	"\rfirst_version\x18\b \x01(\x04R\ffirstVersion\"\xd0\x02\n" +
 	"\bLogEntry\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12.\n" +
 	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12;\n" +
@@ -2274,7 +2478,10 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\n" +
 	"span_first\x18\x04 \x01(\x04R\tspanFirst\x12\x1b\n" +
 	"\tspan_last\x18\x05 \x01(\x04R\bspanLast\x12=\n" +
-	"\tcertified\x18\x06 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\tcertified\"\x96\x01\n" +
+	"\tcertified\x18\x06 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\tcertified\x12\x1d\n" +
+	"\n" +
+	"span_bytes\x18\a \x01(\x04R\tspanBytes\x12#\n" +
+	"\rspan_checksum\x18\b \x01(\aR\fspanChecksum\"\x96\x01\n" +
 	"\x12CertifyStreamReply\x12\x18\n" +
 	"\aentries\x18\x01 \x03(\fR\aentries\x12=\n" +
 	"\areplies\x18\x02 \x03(\v2#.tashkent.certifier.v1.CertifyReplyR\areplies\x12'\n" +
@@ -2292,7 +2499,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"*\n" +
 	"\x12ForgetReplicaReply\x12\x14\n" +
 	"\x05known\x18\x01 \x01(\bR\x05known\"\x0f\n" +
-	"\rStatusRequest\"\xe8\x06\n" +
+	"\rStatusRequest\"\xc2\a\n" +
 	"\vStatusReply\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12'\n" +
 	"\x0fdurable_version\x18\x02 \x01(\x04R\x0edurableVersion\x12$\n" +
@@ -2320,7 +2527,9 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\amembers\x18\x14 \x03(\v2\x1d.tashkent.certifier.v1.MemberR\amembers\x12A\n" +
 	"\breplicas\x18\x15 \x03(\v2%.tashkent.certifier.v1.ReplicaSessionR\breplicas\x12*\n" +
 	"\x11log_first_version\x18\x16 \x01(\x04R\x0flogFirstVersion\x12A\n" +
-	"\tretention\x18\x17 \x01(\v2#.tashkent.certifier.v1.LogRetentionR\tretention\"\xd4\x01\n" +
+	"\tretention\x18\x17 \x01(\v2#.tashkent.certifier.v1.LogRetentionR\tretention\x12,\n" +
+	"\x12missing_span_first\x18\x18 \x01(\x04R\x10missingSpanFirst\x12*\n" +
+	"\x11missing_span_last\x18\x19 \x01(\x04R\x0fmissingSpanLast\"\xd4\x01\n" +
 	"\x0eReplicaSession\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vstatus_addr\x18\x02 \x01(\tR\n" +
@@ -2367,14 +2576,16 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x14ABORT_REASON_INVALID\x10\x04\x12\x1b\n" +
 	"\x17ABORT_REASON_OVERLOADED\x10\x05\x12#\n" +
 	"\x1fABORT_REASON_REFERENCE_CONFLICT\x10\x06\x12\x1b\n" +
-	"\x17ABORT_REASON_NOT_STAGED\x10\a2\xb8\x04\n" +
+	"\x17ABORT_REASON_NOT_STAGED\x10\a2\xf5\x05\n" +
 	"\tCertifier\x12e\n" +
 	"\aCertify\x12+.tashkent.certifier.v1.CertifyStreamRequest\x1a).tashkent.certifier.v1.CertifyStreamReply(\x010\x01\x12Q\n" +
 	"\x05Fetch\x12#.tashkent.certifier.v1.FetchRequest\x1a!.tashkent.certifier.v1.FetchReply0\x01\x12R\n" +
 	"\x06Status\x12$.tashkent.certifier.v1.StatusRequest\x1a\".tashkent.certifier.v1.StatusReply\x12a\n" +
 	"\vSyncVersion\x12).tashkent.certifier.v1.SyncVersionRequest\x1a'.tashkent.certifier.v1.SyncVersionReply\x12g\n" +
 	"\rForgetReplica\x12+.tashkent.certifier.v1.ForgetReplicaRequest\x1a).tashkent.certifier.v1.ForgetReplicaReply\x12Q\n" +
-	"\x05Stage\x12#.tashkent.certifier.v1.StageRequest\x1a!.tashkent.certifier.v1.StageReply(\x012U\n" +
+	"\x05Stage\x12#.tashkent.certifier.v1.StageRequest\x1a!.tashkent.certifier.v1.StageReply(\x01\x12U\n" +
+	"\tStageCopy\x12#.tashkent.certifier.v1.StageRequest\x1a!.tashkent.certifier.v1.StageReply(\x01\x12d\n" +
+	"\fStageDiscard\x12*.tashkent.certifier.v1.StageDiscardRequest\x1a(.tashkent.certifier.v1.StageDiscardReply2U\n" +
 	"\x04Raft\x12M\n" +
 	"\x04Send\x12#.tashkent.certifier.v1.RaftMessages\x1a\x1e.tashkent.certifier.v1.RaftAck(\x01B1Z/github.com/tashkent-db/tashkent/api/certifierpbb\x06proto3"
 
@@ -2391,83 +2602,92 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                             // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
 	(AbortReason)(0),                    // 2: tashkent.certifier.v1.AbortReason
-	(*StageRequest)(nil),                // 3: tashkent.certifier.v1.StageRequest
-	(*StageReply)(nil),                  // 4: tashkent.certifier.v1.StageReply
-	(*Streamed)(nil),                    // 5: tashkent.certifier.v1.Streamed
-	(*RaftMessages)(nil),                // 6: tashkent.certifier.v1.RaftMessages
-	(*RaftAck)(nil),                     // 7: tashkent.certifier.v1.RaftAck
-	(*Change)(nil),                      // 8: tashkent.certifier.v1.Change
-	(*Writeset)(nil),                    // 9: tashkent.certifier.v1.Writeset
-	(*TxnID)(nil),                       // 10: tashkent.certifier.v1.TxnID
-	(*OpenSession)(nil),                 // 11: tashkent.certifier.v1.OpenSession
-	(*CertifyRequest)(nil),              // 12: tashkent.certifier.v1.CertifyRequest
-	(*CertifyStreamRequest)(nil),        // 13: tashkent.certifier.v1.CertifyStreamRequest
-	(*CertifyRequestEncoded)(nil),       // 14: tashkent.certifier.v1.CertifyRequestEncoded
-	(*CertifyStreamRequestEncoded)(nil), // 15: tashkent.certifier.v1.CertifyStreamRequestEncoded
-	(*CertifyReply)(nil),                // 16: tashkent.certifier.v1.CertifyReply
-	(*LogEntry)(nil),                    // 17: tashkent.certifier.v1.LogEntry
-	(*CertifyStreamReply)(nil),          // 18: tashkent.certifier.v1.CertifyStreamReply
-	(*FetchRequest)(nil),                // 19: tashkent.certifier.v1.FetchRequest
-	(*FetchReply)(nil),                  // 20: tashkent.certifier.v1.FetchReply
-	(*SyncVersionRequest)(nil),          // 21: tashkent.certifier.v1.SyncVersionRequest
-	(*SyncVersionReply)(nil),            // 22: tashkent.certifier.v1.SyncVersionReply
-	(*ForgetReplicaRequest)(nil),        // 23: tashkent.certifier.v1.ForgetReplicaRequest
-	(*ForgetReplicaReply)(nil),          // 24: tashkent.certifier.v1.ForgetReplicaReply
-	(*StatusRequest)(nil),               // 25: tashkent.certifier.v1.StatusRequest
-	(*StatusReply)(nil),                 // 26: tashkent.certifier.v1.StatusReply
-	(*ReplicaSession)(nil),              // 27: tashkent.certifier.v1.ReplicaSession
-	(*LogRetention)(nil),                // 28: tashkent.certifier.v1.LogRetention
-	(*ReplicaProgress)(nil),             // 29: tashkent.certifier.v1.ReplicaProgress
-	(*Member)(nil),                      // 30: tashkent.certifier.v1.Member
+	(*StageDiscardRequest)(nil),         // 3: tashkent.certifier.v1.StageDiscardRequest
+	(*StageDiscardReply)(nil),           // 4: tashkent.certifier.v1.StageDiscardReply
+	(*StageRequest)(nil),                // 5: tashkent.certifier.v1.StageRequest
+	(*StageEnd)(nil),                    // 6: tashkent.certifier.v1.StageEnd
+	(*StageReply)(nil),                  // 7: tashkent.certifier.v1.StageReply
+	(*Streamed)(nil),                    // 8: tashkent.certifier.v1.Streamed
+	(*RaftMessages)(nil),                // 9: tashkent.certifier.v1.RaftMessages
+	(*RaftAck)(nil),                     // 10: tashkent.certifier.v1.RaftAck
+	(*Change)(nil),                      // 11: tashkent.certifier.v1.Change
+	(*Writeset)(nil),                    // 12: tashkent.certifier.v1.Writeset
+	(*TxnID)(nil),                       // 13: tashkent.certifier.v1.TxnID
+	(*OpenSession)(nil),                 // 14: tashkent.certifier.v1.OpenSession
+	(*CertifyRequest)(nil),              // 15: tashkent.certifier.v1.CertifyRequest
+	(*CertifyStreamRequest)(nil),        // 16: tashkent.certifier.v1.CertifyStreamRequest
+	(*CertifyRequestEncoded)(nil),       // 17: tashkent.certifier.v1.CertifyRequestEncoded
+	(*CertifyStreamRequestEncoded)(nil), // 18: tashkent.certifier.v1.CertifyStreamRequestEncoded
+	(*CertifyReply)(nil),                // 19: tashkent.certifier.v1.CertifyReply
+	(*LogEntry)(nil),                    // 20: tashkent.certifier.v1.LogEntry
+	(*CertifyStreamReply)(nil),          // 21: tashkent.certifier.v1.CertifyStreamReply
+	(*FetchRequest)(nil),                // 22: tashkent.certifier.v1.FetchRequest
+	(*FetchReply)(nil),                  // 23: tashkent.certifier.v1.FetchReply
+	(*SyncVersionRequest)(nil),          // 24: tashkent.certifier.v1.SyncVersionRequest
+	(*SyncVersionReply)(nil),            // 25: tashkent.certifier.v1.SyncVersionReply
+	(*ForgetReplicaRequest)(nil),        // 26: tashkent.certifier.v1.ForgetReplicaRequest
+	(*ForgetReplicaReply)(nil),          // 27: tashkent.certifier.v1.ForgetReplicaReply
+	(*StatusRequest)(nil),               // 28: tashkent.certifier.v1.StatusRequest
+	(*StatusReply)(nil),                 // 29: tashkent.certifier.v1.StatusReply
+	(*ReplicaSession)(nil),              // 30: tashkent.certifier.v1.ReplicaSession
+	(*LogRetention)(nil),                // 31: tashkent.certifier.v1.LogRetention
+	(*ReplicaProgress)(nil),             // 32: tashkent.certifier.v1.ReplicaProgress
+	(*Member)(nil),                      // 33: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
-	10, // 0: tashkent.certifier.v1.StageRequest.txn:type_name -> tashkent.certifier.v1.TxnID
-	0,  // 1: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
-	8,  // 2: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
-	10, // 3: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
-	9,  // 4: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
-	5,  // 5: tashkent.certifier.v1.CertifyRequest.streamed:type_name -> tashkent.certifier.v1.Streamed
-	11, // 6: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
-	12, // 7: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
-	10, // 8: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
-	5,  // 9: tashkent.certifier.v1.CertifyRequestEncoded.streamed:type_name -> tashkent.certifier.v1.Streamed
-	11, // 10: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
-	14, // 11: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
-	10, // 12: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
-	1,  // 13: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
-	2,  // 14: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
-	10, // 15: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
-	9,  // 16: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
-	9,  // 17: tashkent.certifier.v1.LogEntry.certified:type_name -> tashkent.certifier.v1.Writeset
-	16, // 18: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	30, // 19: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
-	27, // 20: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
-	28, // 21: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
-	29, // 22: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
-	13, // 23: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
-	19, // 24: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	25, // 25: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	21, // 26: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
-	23, // 27: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
-	3,  // 28: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
-	6,  // 29: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	18, // 30: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	20, // 31: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	26, // 32: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	22, // 33: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
-	24, // 34: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
-	4,  // 35: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
-	7,  // 36: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	30, // [30:37] is the sub-list for method output_type
-	23, // [23:30] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	13, // 0: tashkent.certifier.v1.StageDiscardRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	13, // 1: tashkent.certifier.v1.StageRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	6,  // 2: tashkent.certifier.v1.StageRequest.end:type_name -> tashkent.certifier.v1.StageEnd
+	0,  // 3: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
+	11, // 4: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
+	13, // 5: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	12, // 6: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
+	8,  // 7: tashkent.certifier.v1.CertifyRequest.streamed:type_name -> tashkent.certifier.v1.Streamed
+	14, // 8: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
+	15, // 9: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
+	13, // 10: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
+	8,  // 11: tashkent.certifier.v1.CertifyRequestEncoded.streamed:type_name -> tashkent.certifier.v1.Streamed
+	14, // 12: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
+	17, // 13: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
+	13, // 14: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
+	1,  // 15: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
+	2,  // 16: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
+	13, // 17: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
+	12, // 18: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
+	12, // 19: tashkent.certifier.v1.LogEntry.certified:type_name -> tashkent.certifier.v1.Writeset
+	19, // 20: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
+	33, // 21: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	30, // 22: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
+	31, // 23: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
+	32, // 24: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
+	16, // 25: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
+	22, // 26: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
+	28, // 27: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	24, // 28: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
+	26, // 29: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
+	5,  // 30: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
+	5,  // 31: tashkent.certifier.v1.Certifier.StageCopy:input_type -> tashkent.certifier.v1.StageRequest
+	3,  // 32: tashkent.certifier.v1.Certifier.StageDiscard:input_type -> tashkent.certifier.v1.StageDiscardRequest
+	9,  // 33: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	21, // 34: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	23, // 35: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	29, // 36: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	25, // 37: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	27, // 38: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
+	7,  // 39: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
+	7,  // 40: tashkent.certifier.v1.Certifier.StageCopy:output_type -> tashkent.certifier.v1.StageReply
+	4,  // 41: tashkent.certifier.v1.Certifier.StageDiscard:output_type -> tashkent.certifier.v1.StageDiscardReply
+	10, // 42: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	34, // [34:43] is the sub-list for method output_type
+	25, // [25:34] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_api_certifierpb_certifier_proto_init() }
@@ -2475,15 +2695,15 @@ func file_api_certifierpb_certifier_proto_init() {
 	if File_api_certifierpb_certifier_proto != nil {
 		return
 	}
-	file_api_certifierpb_certifier_proto_msgTypes[10].OneofWrappers = []any{}
-	file_api_certifierpb_certifier_proto_msgTypes[12].OneofWrappers = []any{}
+	file_api_certifierpb_certifier_proto_msgTypes[13].OneofWrappers = []any{}
+	file_api_certifierpb_certifier_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

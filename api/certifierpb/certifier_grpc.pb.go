@@ -36,6 +36,8 @@ const (
 	Certifier_SyncVersion_FullMethodName   = "/tashkent.certifier.v1.Certifier/SyncVersion"
 	Certifier_ForgetReplica_FullMethodName = "/tashkent.certifier.v1.Certifier/ForgetReplica"
 	Certifier_Stage_FullMethodName         = "/tashkent.certifier.v1.Certifier/Stage"
+	Certifier_StageCopy_FullMethodName     = "/tashkent.certifier.v1.Certifier/StageCopy"
+	Certifier_StageDiscard_FullMethodName  = "/tashkent.certifier.v1.Certifier/StageDiscard"
 )
 
 // CertifierClient is the client API for Certifier service.
@@ -71,10 +73,29 @@ type CertifierClient interface {
 	// decision: on commit each fragment becomes one log entry, in order, at
 	// consecutive versions (a span, LogEntry.span_first..span_last); on
 	// abort, or when no request for the transaction comes, they are removed.
-	// The first message carries the transaction id. A certifier group
-	// refuses it (FAILED_PRECONDITION): streamed writesets need a single
-	// certifier.
+	// The first message carries the transaction id. The certifier sends the
+	// response headers once it accepts the stage, before it reads a
+	// fragment: a client of a group waits for them, since a member that
+	// does not lead refuses at once with UNAVAILABLE and the leader's
+	// address in the tashkent-leader trailer. A group's leader copies every
+	// fragment to the other members (StageCopy) and replies once the
+	// fragments are on disk (fsynced) on as many members as a commit needs;
+	// fewer: UNAVAILABLE.
 	Stage(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[StageRequest, StageReply], error)
+	// StageCopy is the group leader's copy of a Stage to another member,
+	// which spools it under the same transaction id, fsyncs it and replies.
+	// The request metadata names the sender (tashkent-member) and its term
+	// (tashkent-term); a member refuses, FAILED_PRECONDITION, a sender that
+	// is not the leader it knows in that term (a guard against a stale
+	// leader, not authentication), and a single certifier refuses every
+	// StageCopy. A member writes its copy into its log only if it matches
+	// the committed span's head (LogEntry.span_bytes, span_checksum).
+	StageCopy(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[StageRequest, StageReply], error)
+	// StageDiscard is the group leader's word that a stage it copied is
+	// over without a commit (aborted, refused, failed, expired): the member
+	// removes its copy unless a certify request or its writer holds it.
+	// Sent and refused as StageCopy is (the same metadata).
+	StageDiscard(ctx context.Context, in *StageDiscardRequest, opts ...grpc.CallOption) (*StageDiscardReply, error)
 }
 
 type certifierClient struct {
@@ -160,6 +181,29 @@ func (c *certifierClient) Stage(ctx context.Context, opts ...grpc.CallOption) (g
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Certifier_StageClient = grpc.ClientStreamingClient[StageRequest, StageReply]
 
+func (c *certifierClient) StageCopy(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[StageRequest, StageReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Certifier_ServiceDesc.Streams[3], Certifier_StageCopy_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StageRequest, StageReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Certifier_StageCopyClient = grpc.ClientStreamingClient[StageRequest, StageReply]
+
+func (c *certifierClient) StageDiscard(ctx context.Context, in *StageDiscardRequest, opts ...grpc.CallOption) (*StageDiscardReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StageDiscardReply)
+	err := c.cc.Invoke(ctx, Certifier_StageDiscard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CertifierServer is the server API for Certifier service.
 // All implementations must embed UnimplementedCertifierServer
 // for forward compatibility.
@@ -193,10 +237,29 @@ type CertifierServer interface {
 	// decision: on commit each fragment becomes one log entry, in order, at
 	// consecutive versions (a span, LogEntry.span_first..span_last); on
 	// abort, or when no request for the transaction comes, they are removed.
-	// The first message carries the transaction id. A certifier group
-	// refuses it (FAILED_PRECONDITION): streamed writesets need a single
-	// certifier.
+	// The first message carries the transaction id. The certifier sends the
+	// response headers once it accepts the stage, before it reads a
+	// fragment: a client of a group waits for them, since a member that
+	// does not lead refuses at once with UNAVAILABLE and the leader's
+	// address in the tashkent-leader trailer. A group's leader copies every
+	// fragment to the other members (StageCopy) and replies once the
+	// fragments are on disk (fsynced) on as many members as a commit needs;
+	// fewer: UNAVAILABLE.
 	Stage(grpc.ClientStreamingServer[StageRequest, StageReply]) error
+	// StageCopy is the group leader's copy of a Stage to another member,
+	// which spools it under the same transaction id, fsyncs it and replies.
+	// The request metadata names the sender (tashkent-member) and its term
+	// (tashkent-term); a member refuses, FAILED_PRECONDITION, a sender that
+	// is not the leader it knows in that term (a guard against a stale
+	// leader, not authentication), and a single certifier refuses every
+	// StageCopy. A member writes its copy into its log only if it matches
+	// the committed span's head (LogEntry.span_bytes, span_checksum).
+	StageCopy(grpc.ClientStreamingServer[StageRequest, StageReply]) error
+	// StageDiscard is the group leader's word that a stage it copied is
+	// over without a commit (aborted, refused, failed, expired): the member
+	// removes its copy unless a certify request or its writer holds it.
+	// Sent and refused as StageCopy is (the same metadata).
+	StageDiscard(context.Context, *StageDiscardRequest) (*StageDiscardReply, error)
 	mustEmbedUnimplementedCertifierServer()
 }
 
@@ -224,6 +287,12 @@ func (UnimplementedCertifierServer) ForgetReplica(context.Context, *ForgetReplic
 }
 func (UnimplementedCertifierServer) Stage(grpc.ClientStreamingServer[StageRequest, StageReply]) error {
 	return status.Error(codes.Unimplemented, "method Stage not implemented")
+}
+func (UnimplementedCertifierServer) StageCopy(grpc.ClientStreamingServer[StageRequest, StageReply]) error {
+	return status.Error(codes.Unimplemented, "method StageCopy not implemented")
+}
+func (UnimplementedCertifierServer) StageDiscard(context.Context, *StageDiscardRequest) (*StageDiscardReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method StageDiscard not implemented")
 }
 func (UnimplementedCertifierServer) mustEmbedUnimplementedCertifierServer() {}
 func (UnimplementedCertifierServer) testEmbeddedByValue()                   {}
@@ -325,6 +394,31 @@ func _Certifier_Stage_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Certifier_StageServer = grpc.ClientStreamingServer[StageRequest, StageReply]
 
+func _Certifier_StageCopy_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(CertifierServer).StageCopy(&grpc.GenericServerStream[StageRequest, StageReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Certifier_StageCopyServer = grpc.ClientStreamingServer[StageRequest, StageReply]
+
+func _Certifier_StageDiscard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StageDiscardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CertifierServer).StageDiscard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Certifier_StageDiscard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CertifierServer).StageDiscard(ctx, req.(*StageDiscardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Certifier_ServiceDesc is the grpc.ServiceDesc for Certifier service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -344,6 +438,10 @@ var Certifier_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ForgetReplica",
 			Handler:    _Certifier_ForgetReplica_Handler,
 		},
+		{
+			MethodName: "StageDiscard",
+			Handler:    _Certifier_StageDiscard_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -360,6 +458,11 @@ var Certifier_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Stage",
 			Handler:       _Certifier_Stage_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "StageCopy",
+			Handler:       _Certifier_StageCopy_Handler,
 			ClientStreams: true,
 		},
 	},

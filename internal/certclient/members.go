@@ -101,6 +101,10 @@ func (m *members) api() pb.CertifierClient {
 func (m *members) follow(leader string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.followLocked(leader)
+}
+
+func (m *members) followLocked(leader string) bool {
 	if leader == "" || leader == m.addrs[m.cur] || leader == m.failed {
 		if leader == "" {
 			m.failed = m.addrs[m.cur]
@@ -122,6 +126,18 @@ func (m *members) follow(leader string) bool {
 	m.addrs = append(m.addrs, leader) // a member added to the group
 	m.cur = len(m.addrs) - 1
 	return true
+}
+
+// followFrom is follow for a call that was refused at from: if the
+// current member is no longer from (the session moved on meanwhile), the
+// call goes to the current one, and followFrom reports true.
+func (m *members) followFrom(from, leader string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.addrs[m.cur] != from {
+		return true
+	}
+	return m.followLocked(leader)
 }
 
 func (m *members) close() error {
@@ -154,6 +170,17 @@ func (a currentAPI) Certify(ctx context.Context, opts ...grpc.CallOption) (pb.Ce
 
 func (a currentAPI) Stage(ctx context.Context, opts ...grpc.CallOption) (pb.Certifier_StageClient, error) {
 	return a.m.api().Stage(ctx, opts...)
+}
+
+// StageCopy and StageDiscard are a member's calls to another
+// (certifier/group_stage.go); the client never sends them, but forwards
+// them to the current member like the other calls.
+func (a currentAPI) StageCopy(ctx context.Context, opts ...grpc.CallOption) (pb.Certifier_StageCopyClient, error) {
+	return a.m.api().StageCopy(ctx, opts...)
+}
+
+func (a currentAPI) StageDiscard(ctx context.Context, in *pb.StageDiscardRequest, opts ...grpc.CallOption) (*pb.StageDiscardReply, error) {
+	return a.m.api().StageDiscard(ctx, in, opts...)
 }
 
 func (a currentAPI) Fetch(ctx context.Context, in *pb.FetchRequest, opts ...grpc.CallOption) (pb.Certifier_FetchClient, error) {

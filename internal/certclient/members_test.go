@@ -3,16 +3,20 @@ package certclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/netutil"
 )
 
 // compactedMember refuses every Fetch as a group member that caught up by
@@ -84,4 +88,126 @@ func TestFetchAsksTheNextMemberWhenCompacted(t *testing.T) {
 	if _, err := stream.Recv(); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("every member compacted: %v, want FailedPrecondition", err)
 	}
+}
+
+// follower refuses a Stage as a group member that does not lead: at once,
+// Unavailable, the leader's address in the trailer.
+type follower struct {
+	pb.UnimplementedCertifierServer
+	leader string
+}
+
+func (f follower) Stage(stream pb.Certifier_StageServer) error {
+	stream.SetTrailer(metadata.Pairs(leaderTrailer, f.leader))
+	return status.Error(codes.Unavailable, "not the leader")
+}
+
+// leader accepts a Stage: headers first, then the fragments, counted.
+type leader struct {
+	pb.UnimplementedCertifierServer
+}
+
+func (leader) Stage(stream pb.Certifier_StageServer) error {
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
+	reply := &pb.StageReply{}
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(reply)
+		}
+		if err != nil {
+			return err
+		}
+		reply.Fragments++
+		reply.Bytes += uint64(len(msg.Fragment))
+	}
+}
+
+// TestStageFollowsTheLeaderBeforeItSendsAFragment: a Stage opened on a
+// member that does not lead goes to the leader it names, before any
+// fragment is sent, and the leader becomes the current member.
+func TestStageFollowsTheLeaderBeforeItSendsAFragment(t *testing.T) {
+	leaderAddr := serve(t, leader{})
+	followerAddr := serve(t, follower{leader: leaderAddr})
+	m, err := newMembers(followerAddr+","+leaderAddr, []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, end, err := openStage(ctx, m)
+	if err != nil {
+		t.Fatalf("open the stage: %v", err)
+	}
+	defer end()
+	for _, f := range []string{"ab", "cde"} {
+		if err := stream.Send(&pb.StageRequest{Txn: &pb.TxnID{Origin: "r1", Seq: 1}, Fragment: []byte(f)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reply, err := stream.CloseAndRecv()
+	if err != nil || reply.Fragments != 2 || reply.Bytes != 5 {
+		t.Fatalf("stage: %v, %v; want 2 fragments of 5 bytes at the leader", reply, err)
+	}
+	if m.current() != leaderAddr {
+		t.Fatalf("current member %s, want the leader %s", m.current(), leaderAddr)
+	}
+
+	// No member names a leader: the stage is unavailable once each was
+	// asked.
+	alone, err := newMembers(serve(t, follower{})+","+serve(t, follower{}), []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alone.close()
+	if _, _, err := openStage(ctx, alone); !errors.Is(err, ErrStageUnavailable) {
+		t.Fatalf("no leader named: %v, want ErrStageUnavailable", err)
+	}
+}
+
+// TestStagePassesAMemberThatNamesNoLeader: right after a leader died the
+// current member may be down, or refuse naming no leader (an election
+// under way); the stage goes on to the next member, the leader, rather
+// than failing.
+func TestStagePassesAMemberThatNamesNoLeader(t *testing.T) {
+	leaderAddr := serve(t, leader{})
+	for name, first := range map[string]string{
+		"refuses naming no leader": serve(t, follower{}),
+		"down":                     deadAddr(t),
+	} {
+		m, err := newMembers(first+","+leaderAddr, []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		stream, end, err := openStage(ctx, m)
+		if err != nil {
+			t.Fatalf("first member %s: %v", name, err)
+		}
+		if err := stream.Send(&pb.StageRequest{Txn: &pb.TxnID{Origin: "r1", Seq: 1}, Fragment: []byte("ab")}); err != nil {
+			t.Fatal(err)
+		}
+		if reply, err := stream.CloseAndRecv(); err != nil || reply.Fragments != 1 {
+			t.Fatalf("first member %s: stage %v, %v; want it at the leader", name, reply, err)
+		}
+		if m.current() != leaderAddr {
+			t.Fatalf("first member %s: current member %s, want the leader %s", name, m.current(), leaderAddr)
+		}
+		end()
+		cancel()
+		m.close()
+	}
+}
+
+// deadAddr is a loopback address nothing listens on.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	port, err := netutil.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port)
 }

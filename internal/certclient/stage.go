@@ -17,9 +17,9 @@ import (
 // for Reason:
 //   - ABORT_REASON_LIMIT (SQLSTATE 54000): a limit it exceeds
 //     (RESOURCE_EXHAUSTED: --stage-bytes-max, --writeset-bytes-max for one
-//     fragment), a certifier that cannot commit streamed writesets
-//     (FAILED_PRECONDITION: a certifier group) or does not know them
-//     (UNIMPLEMENTED: an older release);
+//     fragment), a certifier that does not know streamed writesets
+//     (UNIMPLEMENTED, or FAILED_PRECONDITION from a group member of an
+//     older release);
 //   - ABORT_REASON_INVALID: a fragment it cannot read (INVALID_ARGUMENT).
 type StageRefusedError struct {
 	Reason pb.AbortReason
@@ -44,15 +44,65 @@ type Stage struct {
 }
 
 // Stage opens a stage for transaction txn on the member the session
-// stream is on. It ends with ctx.
+// stream is on, following the leader as the session does (openStage). It
+// ends with ctx.
 func (c *Client) Stage(ctx context.Context, txn *pb.TxnID) (*Stage, error) {
-	sctx, cancel := context.WithCancel(ctx)
-	stream, err := c.peers.api().Stage(sctx)
+	stream, cancel, err := openStage(ctx, c.peers)
 	if err != nil {
-		cancel()
-		return nil, stageError(err)
+		return nil, err
 	}
 	return &Stage{stream: stream, cancel: cancel, txn: txn}, nil
+}
+
+// openStage opens a Stage stream on the current member. With several
+// members it waits until the member accepts (the response headers, sent
+// before any fragment is read): a member that does not lead refuses at
+// once with Unavailable and the leader's address, which is followed, so
+// that no fragment goes to a member that drops it; one that is down, or
+// refuses naming no leader (an election under way), is passed for the
+// next member, as the session stream does. Each member is tried once at
+// most. The fragments are not kept, so the stream cannot move once one
+// was sent.
+func openStage(ctx context.Context, m *members) (pb.Certifier_StageClient, context.CancelFunc, error) {
+	for tried := 1; ; tried++ {
+		target := m.current()
+		stream, cancel, leader, err := tryStage(ctx, m, target)
+		if err == nil {
+			return stream, cancel, nil
+		}
+		if status.Code(err) != codes.Unavailable || !m.several() || leader == target || tried >= m.count() || ctx.Err() != nil {
+			return nil, nil, stageError(err)
+		}
+		m.followFrom(target, leader) // no leader named: the next member
+	}
+}
+
+// tryStage opens a Stage stream on target and, with several members,
+// waits for it to accept; a refusal comes with the leader target names,
+// if any.
+func tryStage(ctx context.Context, m *members, target string) (pb.Certifier_StageClient, context.CancelFunc, string, error) {
+	client, err := m.apiFor(target)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	stream, err := client.Stage(sctx)
+	if err != nil {
+		cancel()
+		return nil, nil, "", err
+	}
+	if !m.several() {
+		return stream, cancel, "", nil
+	}
+	if header, _ := stream.Header(); header != nil {
+		return stream, cancel, "", nil
+	}
+	_, err = stream.CloseAndRecv() // ended before it accepted: why
+	cancel()
+	if err == nil {
+		err = status.Error(codes.Unavailable, "the certifier ended the stage before it read a fragment")
+	}
+	return nil, nil, leaderHint(stream), err
 }
 
 // Send sends the next fragment (an encoded Writeset). It blocks while the

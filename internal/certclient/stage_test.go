@@ -86,7 +86,7 @@ func TestStageErrorsTellRefusedFromUnavailable(t *testing.T) {
 		detail string
 	}{
 		{"limit", status.Error(codes.ResourceExhausted, "staged writeset over --stage-bytes-max (8 GiB)"), limit, "staged writeset over --stage-bytes-max (8 GiB)"},
-		{"group", status.Error(codes.FailedPrecondition, "streamed writesets need a single certifier"), limit, "streamed writesets need a single certifier"},
+		{"precondition", status.Error(codes.FailedPrecondition, "this certifier does not stage streamed writesets"), limit, "this certifier does not stage streamed writesets"},
 		{"malformed", status.Error(codes.InvalidArgument, "fragment 1: malformed writeset"), invalid, "fragment 1: malformed writeset"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 )
@@ -44,16 +45,17 @@ type Config struct {
 	Decode                  DecodeFunc
 	Logger                  raft.Logger // nil: Raft logs nothing
 	// DisableCheckQuorum turns off Raft's CheckQuorum and with it the
-	// leader lease, which counts election ticks: the simulation drives
-	// elections itself and never lets them run out (see sim_test.go).
+	// leader lease, which counts election ticks: the simulation and the
+	// hand-driven tests start elections themselves and never let them run
+	// out (see sim_test.go).
 	DisableCheckQuorum bool
 	// SnapshotEntries: this member takes a snapshot of its state every
 	// SnapshotEntries applied log entries (versions: a Raft entry holds a
-	// batch of them; one without counts one), or as soon as SnapshotBytes of
-	// entry data were applied since the last one, and compacts its log
-	// behind it but for CatchUpEntries Raft entries (a follower that far behind
-	// catches up from the log; one further behind gets the snapshot). Zero:
-	// the defaults.
+	// batch of them; one without, or a span head, counts one), or as soon
+	// as SnapshotBytes of entry data were applied since the last one, and
+	// compacts its log behind it but for CatchUpEntries Raft entries (a
+	// follower that far behind catches up from the log; one further behind
+	// gets the snapshot). Zero: the defaults.
 	SnapshotEntries uint64
 	SnapshotBytes   uint64
 	CatchUpEntries  uint64
@@ -141,7 +143,12 @@ type Batch struct {
 // Applied is what Advance applied.
 type Applied struct {
 	// Committed are the versions Raft committed in this batch, in version
-	// order, contiguous with the ones before: durable on a majority.
+	// order, contiguous with the ones before: durable on a majority. A
+	// span first..last (a streamed transaction, CertifySpan) is one entry
+	// at version last, its head (entry.go: the span's last log entry with
+	// an empty fragment; logentry.RawHeaderOf(head).InSpan()), right after
+	// version first-1. Its fragments are not in the group's log: the
+	// service copies them into its versioned log from its stage.
 	Committed []logentry.Entry
 	// LostLeadership says this member was the leader and no longer is (or
 	// is leader of a later term). Entries it certified and did not see
@@ -195,7 +202,9 @@ type Core struct {
 	// and has not yet applied, then batch the ones certified since its last
 	// proposal (proposed as one Raft entry at the next Ready, or when
 	// batchBytes reach maxBatchBytes): together versions
-	// appliedVersion+1..state.Version().
+	// appliedVersion+1..state.Version(). A span in spec is its head, at its
+	// last version, standing for all of its versions (never in batch: it
+	// is proposed as soon as it is certified).
 	spec, batch []logentry.Entry
 	batchBytes  int
 	// fenceVersion: after a proposal was dropped the leader certifies again
@@ -364,25 +373,23 @@ func (c *Core) ReportSnapshot(peer uint64, failed bool) {
 	c.rn.ReportSnapshot(peer, st)
 }
 
+// errSpanWithoutHead: the service asked for several versions without the
+// span head that commits them (CertifySpan).
+var errSpanWithoutHead = errors.New("certifier group: a request of several versions (a streamed writeset) is certified with its span head")
+
 // Certify decides a request on the leader. A new commit joins the batch
 // that the next Ready proposes to Raft as one entry (pipelined: batches
 // follow one another without waiting); its version is durable when Advance
 // reports it in Applied.Committed. An abort may be sent once
 // Applied.Confirmed reaches the returned ticket. Errors: *NotLeaderError,
-// ErrNotReady.
+// ErrNotReady. A request of several versions goes through CertifySpan.
 func (c *Core) Certify(req certification.Request, prefix logentry.Prefix) (certification.Outcome, uint64, error) {
-	if err := c.checkCertifying(); err != nil {
-		return certification.Outcome{}, 0, err
+	if req.Versions > 1 {
+		return certification.Outcome{}, 0, errSpanWithoutHead
 	}
-	if c.batchBytes >= maxBatchBytes && !c.proposeBatch() {
-		return certification.Outcome{}, 0, ErrNotReady
-	}
-	o := c.state.Certify(req)
-	if o.Decision != certification.Commit {
-		return o, c.abortTicket(), nil
-	}
-	if o.Duplicate {
-		return o, 0, nil
+	o, ticket, isNew, err := c.decide(req, false)
+	if !isNew {
+		return o, ticket, err
 	}
 	e := prefix.WithVersion(o.CommitVersion)
 	c.batch = append(c.batch, e)
@@ -390,25 +397,90 @@ func (c *Core) Certify(req certification.Request, prefix logentry.Prefix) (certi
 	return o, 0, nil
 }
 
+// SpanHead is what a streamed request's span head is made of, besides its
+// versions: the transaction id, the writeset it is certified on (the
+// request's, encoded), and the size and checksum of the staged fragments
+// (logentry.SpanChecksum) against which every member checks its copy.
+type SpanHead struct {
+	Txn       *pb.TxnID
+	Certified []byte
+	Bytes     uint64
+	Checksum  uint32
+}
+
+// CertifySpan decides a streamed request (req.Versions fragments) on the
+// leader, as Certify does. A new commit, the versions first..last
+// (Outcome.FirstVersion..CommitVersion), goes to Raft at once as an entry
+// of its own, its span head (entry.go), after the batch certified before
+// it (a batch holds contiguous versions); its versions are durable when
+// Advance reports the head in Applied.Committed. Errors: as Certify's; a
+// head Raft refuses is ErrNotReady, with nothing decided.
+func (c *Core) CertifySpan(req certification.Request, span SpanHead) (certification.Outcome, uint64, error) {
+	if span.Txn.GetOrigin() != req.Txn.Origin || span.Txn.GetSeq() != req.Txn.Seq {
+		return certification.Outcome{}, 0, fmt.Errorf("certifier group: span head of transaction %s/%d for a request of %s/%d",
+			span.Txn.GetOrigin(), span.Txn.GetSeq(), req.Txn.Origin, req.Txn.Seq)
+	}
+	o, ticket, isNew, err := c.decide(req, true)
+	if !isNew {
+		return o, ticket, err
+	}
+	head := logentry.Entry{Version: o.CommitVersion, Bytes: logentry.AppendSpanEntry(nil, logentry.SpanEntry{
+		Version: o.CommitVersion, Txn: span.Txn, First: o.FirstVersion, Last: o.CommitVersion, Certified: span.Certified,
+		SpanBytes: span.Bytes, SpanChecksum: span.Checksum})}
+	if !c.propose(encodeSpan(head.Bytes), o.FirstVersion, head) {
+		return certification.Outcome{}, 0, ErrNotReady
+	}
+	return o, 0, nil
+}
+
+// decide certifies req if this member may; isNew says it is a new commit,
+// which the caller records. The batch is proposed first when it is full,
+// or always with proposeBatchFirst (a span follows whole batches only).
+func (c *Core) decide(req certification.Request, proposeBatchFirst bool) (o certification.Outcome, ticket uint64, isNew bool, err error) {
+	if err := c.checkCertifying(); err != nil {
+		return certification.Outcome{}, 0, false, err
+	}
+	if (proposeBatchFirst || c.batchBytes >= maxBatchBytes) && !c.proposeBatch() {
+		return certification.Outcome{}, 0, false, ErrNotReady
+	}
+	o = c.state.Certify(req)
+	switch {
+	case o.Decision != certification.Commit:
+		return o, c.abortTicket(), false, nil
+	case o.Duplicate:
+		return o, 0, false, nil
+	}
+	return o, 0, true, nil
+}
+
 // proposeBatch proposes the entries certified since the last proposal as
-// one Raft entry. If Raft refuses it (this member no longer leads, or hands
-// its leadership over), the state counted versions that are not in the
-// log: it goes back to the applied state, certifies again only once every
-// entry that was proposed is applied, and the next Advance reports a lost
-// leadership (the batch's replies are dropped, never sent).
+// one Raft entry.
 func (c *Core) proposeBatch() bool {
 	if len(c.batch) == 0 {
 		return true
 	}
-	first := c.batch[0].Version
-	if err := c.rn.Propose(encodeBatch(c.batch)); err != nil {
+	if !c.propose(encodeBatch(c.batch), c.batch[0].Version, c.batch...) {
+		return false
+	}
+	c.batch, c.batchBytes = c.batch[:0], 0 // spec holds copies
+	return true
+}
+
+// propose hands Raft one entry, data, which holds the versions from first
+// on; entries are what spec records of it. If Raft refuses it (this member
+// no longer leads, or hands its leadership over), the state counted
+// versions that are not in the log: it goes back to the applied state,
+// certifies again only once every entry that was proposed is applied, and
+// the next Advance reports a lost leadership (the replies of the versions
+// it speculated on are dropped, never sent).
+func (c *Core) propose(data []byte, first uint64, entries ...logentry.Entry) bool {
+	if err := c.rn.Propose(data); err != nil {
 		c.fenceVersion = first - 1
 		c.dropSpeculation()
 		c.proposalDropped = true
 		return false
 	}
-	c.spec = append(c.spec, c.batch...)
-	c.batch, c.batchBytes = c.batch[:0], 0 // spec holds copies
+	c.spec = append(c.spec, entries...)
 	return true
 }
 
@@ -479,6 +551,14 @@ func (c *Core) checkCertifying() error {
 // certified at by this leader), if it is inside the window.
 func (c *Core) CommittedVersion(txn certification.TxnID) (uint64, bool) {
 	return c.state.CommittedVersion(txn)
+}
+
+// CommittedSpan reports the versions a transaction committed as (or was
+// certified as by this leader), first == last for one version, if its
+// last version is inside the window: what a retried streamed request whose
+// stage is gone is answered with.
+func (c *Core) CommittedSpan(txn certification.TxnID) (first, last uint64, ok bool) {
+	return c.state.CommittedSpan(txn)
 }
 
 // Versions returns the highest version certified and the low-water mark.
@@ -604,19 +684,19 @@ func mustUnmarshal(b []byte, m proto.Message) {
 	}
 }
 
-// applyCertified applies a committed batch of versions. On the leader that
-// proposed them, they are already in the state (spec); elsewhere they are
-// restored into the state as read, never certified again: the leader's
-// decisions are the log's.
+// applyCertified applies a committed batch of versions, or a span. On the
+// leader that proposed them, they are already in the state (spec);
+// elsewhere they are restored into the state as read, never certified
+// again: the leader's decisions are the log's.
 func (c *Core) applyCertified(e *raftpb.Entry, out *Applied) {
-	entries, err := decodeEntries(e.Data)
+	entries, spanFirst, err := decodeCommitted(e.Data)
 	if err != nil {
 		panic(fmt.Sprintf("certgroup: committed raft entry %d: %v", e.GetIndex(), err))
 	}
 	for _, entry := range entries {
-		if entry.Version != c.appliedVersion+1 {
+		if from := firstVersionOf(entry, spanFirst); from != c.appliedVersion+1 {
 			panic(fmt.Sprintf("certgroup: committed raft entry %d holds version %d after version %d: versions must be contiguous",
-				e.GetIndex(), entry.Version, c.appliedVersion))
+				e.GetIndex(), from, c.appliedVersion))
 		}
 		if len(c.spec) > 0 {
 			own := c.spec[0]
@@ -626,19 +706,35 @@ func (c *Core) applyCertified(e *raftpb.Entry, out *Applied) {
 			}
 			c.spec = c.spec[1:]
 		} else {
-			c.restore(entry)
+			c.restore(c.state, entry, spanFirst)
 		}
 		c.appliedVersion = entry.Version
 	}
 	out.Committed = append(out.Committed, entries...)
 }
 
-func (c *Core) restore(entry logentry.Entry) {
+// firstVersionOf is the first version a committed entry holds: its own,
+// or its span's first (spanFirst, 0 for an entry of one version).
+func firstVersionOf(entry logentry.Entry, spanFirst uint64) uint64 {
+	if spanFirst != 0 {
+		return spanFirst
+	}
+	return entry.Version
+}
+
+// restore records a committed entry into state as read from the log: a
+// span head restores its whole span, first..last, with the keys of the
+// writeset it was certified on.
+func (c *Core) restore(state *certification.State, entry logentry.Entry, spanFirst uint64) {
 	txn, keys, err := c.cfg.Decode(entry.Bytes)
 	if err != nil {
 		panic(fmt.Sprintf("certgroup: committed version %d does not decode: %v", entry.Version, err))
 	}
-	c.state.Restore(entry.Version, txn, keys)
+	if spanFirst != 0 {
+		state.RestoreSpan(spanFirst, entry.Version, txn, keys)
+		return
+	}
+	state.Restore(entry.Version, txn, keys)
 }
 
 // dropSpeculation returns the state to the applied prefix (appliedState).
@@ -729,21 +825,24 @@ func roleName(s raft.StateType) string {
 
 // Request is one request of a stream's message for CertifyAll: certified,
 // or (Lookup) only looked up, as Lookup does for a request the service
-// will not certify.
+// will not certify. A streamed request (Certify.Versions fragments) has
+// its Span and no Prefix: it is certified by CertifySpan.
 type Request struct {
 	Certify certification.Request
 	Prefix  logentry.Prefix
 	Lookup  bool
+	Span    *SpanHead
 }
 
 // Result is what CertifyAll decided for a Request: the outcome (or, for a
-// lookup, Version, 0 when the transaction did not commit), the abort
-// ticket, and the versions right after the decision (for an abort's
-// description).
+// lookup, Version, 0 when the transaction did not commit, and
+// FirstVersion, the first of the span it committed as: Version for one
+// version), the abort ticket, and the versions right after the decision
+// (for an abort's description).
 type Result struct {
-	Outcome              certification.Outcome
-	Version, Ticket      uint64
-	LowWaterMark, Latest uint64
+	Outcome                       certification.Outcome
+	Version, FirstVersion, Ticket uint64
+	LowWaterMark, Latest          uint64
 }
 
 // certifyAll decides the requests in order, as Certify and Lookup would,
@@ -753,9 +852,15 @@ func (c *Core) certifyAll(reqs []Request) ([]Result, error) {
 	for _, r := range reqs {
 		var res Result
 		var err error
-		if r.Lookup {
+		switch {
+		case r.Lookup:
 			res.Version, res.Ticket, err = c.Lookup(r.Certify.Txn)
-		} else {
+			if res.Version != 0 {
+				res.FirstVersion, _, _ = c.state.CommittedSpan(r.Certify.Txn)
+			}
+		case r.Span != nil:
+			res.Outcome, res.Ticket, err = c.CertifySpan(r.Certify, *r.Span)
+		default:
 			res.Outcome, res.Ticket, err = c.Certify(r.Certify, r.Prefix)
 		}
 		if err != nil {

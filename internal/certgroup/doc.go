@@ -29,7 +29,13 @@
 //     replies; Node reports the loss before the versions committed in the
 //     same batch). Aborts wait for a ReadIndex that confirms the leadership
 //     after the decision. CertifyAll decides a stream's message under one
-//     lock.
+//     lock. A streamed transaction (CertifySpan) commits as the versions
+//     first..last in one entry of its own, its span head (kindSpan: the
+//     span's last log entry with an empty fragment), proposed right after
+//     the batch before it; every member applies it with State.RestoreSpan
+//     and reports the head alone, at last (Applied.Committed). The
+//     fragments never travel in Raft: the service copies them into its
+//     versioned log from its stage.
 //   - raftlog.go, storage.go: DiskLog, the member's Raft state on disk: the
 //     last snapshot (raft.snap, replaced atomically) and the log after it in
 //     segment files (entries and hard state as checksummed records, one
@@ -70,9 +76,14 @@
 //     -seed=N replays).
 //
 // The certifier service (internal/certifier/group.go) owns what the group
-// means to agents: only the leader serves Certify, replies wait for
-// durability (commit) or confirmation (abort), streams end with a lost
-// leadership, and every member serves Fetch from its versioned log.
+// means to agents: only the leader serves Certify and Stage, replies wait
+// for durability (commit) or confirmation (abort), streams end with a lost
+// leadership, and every member serves Fetch from its versioned log. A
+// streamed writeset's fragments go from the leader to the other members'
+// stages outside Raft (certifier/group_stage.go); Raft carries the span's
+// head only, which every member's service writes out as the span's
+// entries, from its own stage or fetched from another member
+// (certifier/group_writer.go).
 //
 // # Not done
 //
@@ -102,6 +113,15 @@
 //     Certify stream delivers from the leader only (Fetch falls back).
 //   - tashkent up/down know only the members they started; the fault
 //     harness knows only member 1.
+//   - Streamed writesets (internal/certifier/group_stage.go): a member
+//     copies its own stage into its versioned log after checking only the
+//     fragment count, not a checksum of the content; StageCopy and
+//     StageDiscard are admitted on the sender's id and term from request
+//     metadata, which is not authentication. BeforeCompact waits, in the
+//     Raft loop, for the writer to finish a span it is copying or
+//     fetching. A member lacking a committed span that no running member
+//     serves waits for it without bound (it reports the span; see
+//     docs/OPERATIONS.md).
 //
 // (TLS between members: NodeConfig.DialOptions carries the member's
 // certifier TLS, package grpctls; the server side is certifier.Listen's.)

@@ -34,13 +34,49 @@ import (
 //
 //	kindRetention | the decision's bytes
 //
-// A member of a version before this kind cannot apply such an entry:
-// upgrade every member before the leader runs this version.
+// A streamed transaction (certification.Request.Versions fragments)
+// commits as the versions first..last in an entry of its own, after the
+// batch certified before it:
+//
+//	kindSpan | span head
+//
+// where the span head is the log entry of version last with an empty
+// fragment (logentry.AppendSpanEntry: transaction id, span first..last,
+// the writeset it was certified on). The fragments never travel in Raft:
+// every member's service copies them into its versioned log from its own
+// stage, or fetches them from a member that did.
+//
+// A member of a version before kindRetention or kindSpan cannot apply
+// such an entry: upgrade every member before the leader runs this
+// version.
 const (
 	kindCertified byte = 1 // one entry (the format before batching)
 	kindBatch     byte = 2 // a batch of entries with contiguous versions
 	kindRetention byte = 3 // a log retention decision of the service
+	kindSpan      byte = 4 // the head of a span of versions (a streamed transaction)
 )
+
+// encodeSpan frames a span head as a Raft entry's payload.
+func encodeSpan(head []byte) []byte {
+	return append([]byte{kindSpan}, head...)
+}
+
+// spanOf returns the span head a payload carries and its versions, or
+// ok false for a payload of another kind. A head that is not the last
+// entry of its span is an error.
+func spanOf(data []byte) (head logentry.Entry, first uint64, ok bool, err error) {
+	if len(data) == 0 || data[0] != kindSpan {
+		return logentry.Entry{}, 0, false, nil
+	}
+	h, err := logentry.RawHeaderOf(data[1:])
+	if err != nil {
+		return logentry.Entry{}, 0, true, fmt.Errorf("certifier group: raft entry with a bad span head: %w", err)
+	}
+	if !h.InSpan() || h.Version != h.SpanLast || h.SpanFirst == 0 || h.SpanFirst > h.SpanLast {
+		return logentry.Entry{}, 0, true, fmt.Errorf("certifier group: raft entry with a span head at version %d of span %d..%d", h.Version, h.SpanFirst, h.SpanLast)
+	}
+	return logentry.Entry{Version: h.Version, Bytes: data[1:]}, h.SpanFirst, true, nil
+}
 
 // encodeRetention frames a retention decision as a Raft entry's payload.
 func encodeRetention(decision []byte) []byte {
@@ -113,6 +149,20 @@ func decodeEntries(data []byte) ([]logentry.Entry, error) {
 	return out, nil
 }
 
+// decodeCommitted reads the log entries of a payload of certified
+// versions: a batch (either format; spanFirst 0), or a span head, one
+// entry at the span's last version (spanFirst its first).
+func decodeCommitted(data []byte) (entries []logentry.Entry, spanFirst uint64, err error) {
+	if head, first, ok, err := spanOf(data); ok {
+		if err != nil {
+			return nil, 0, err
+		}
+		return []logentry.Entry{head}, first, nil
+	}
+	entries, err = decodeEntries(data)
+	return entries, 0, err
+}
+
 // decodeHeader reads the first version and the count of a payload, and
 // returns what follows them.
 func decodeHeader(data []byte) (first, count uint64, body []byte, err error) {
@@ -137,6 +187,12 @@ func decodeHeader(data []byte) (first, count uint64, body []byte, err error) {
 // versionsOfData reads only the versions a payload holds, first..last
 // (0, 0 for a payload of another kind).
 func versionsOfData(data []byte) (first, last uint64) {
+	if head, first, ok, err := spanOf(data); ok {
+		if err != nil {
+			return 0, 0
+		}
+		return first, head.Version
+	}
 	first, count, _, err := decodeHeader(data)
 	if err != nil {
 		return 0, 0
@@ -145,10 +201,14 @@ func versionsOfData(data []byte) (first, last uint64) {
 }
 
 // certifiedCount is how many log entries a Raft entry carries (0 for
-// Raft's own entries): what "entries per fsync" counts.
+// Raft's own entries; 1 for a span head, the only one of its span in the
+// Raft log): what "entries per fsync" counts.
 func certifiedCount(e *raftpb.Entry) uint64 {
 	if e.GetType() != raftpb.EntryNormal {
 		return 0
+	}
+	if _, _, ok, _ := spanOf(e.GetData()); ok {
+		return 1
 	}
 	first, last := versionsOfData(e.GetData())
 	if first == 0 {

@@ -48,7 +48,8 @@ type NodeConfig struct {
 // Callbacks are how a Node reports to the service, all from its one loop
 // goroutine, in order.
 type Callbacks struct {
-	// Committed: versions durable on a majority, contiguous, in order.
+	// Committed: versions durable on a majority, contiguous, in order; a
+	// span is one entry, its head (see Applied.Committed).
 	Committed func([]logentry.Entry)
 	// LostLeadership: drop every reply not yet sent (see Applied).
 	LostLeadership func()
@@ -60,11 +61,12 @@ type Callbacks struct {
 	// (at Start, from its disk, or later, received from the leader): the
 	// next Committed versions follow it, and none before it will come.
 	Restored func(version uint64)
-	// BeforeCompact is called before the Raft log drops entries a snapshot
-	// covers (every one of them already reported by Committed). A snapshot
-	// holds certification keys, not writesets: the service must make the
-	// versions it wrote durable now, since the Raft log was their durable
-	// copy. An error stops the member.
+	// BeforeCompact is called before a snapshot is saved and the Raft log
+	// drops the entries it covers (every one of them already reported by
+	// Committed). A snapshot holds certification keys, not writesets: the
+	// service must make the versions it wrote durable now, since the Raft
+	// log was their durable copy. ErrCompactLater skips this snapshot on
+	// disk (the next one covers it); any other error stops the member.
 	BeforeCompact func() error
 	// Retention: a log retention decision of the service applied, in log
 	// order (ProposeRetention), or the last one a snapshot carries (at
@@ -286,19 +288,31 @@ func (n *Node) processReady() error {
 	}
 }
 
+// ErrCompactLater is what Callbacks.BeforeCompact returns while the
+// service has not yet written every version a snapshot covers (a long span
+// copy): the member keeps its whole Raft log on disk until a later
+// snapshot, instead of stopping its Raft loop to wait.
+var ErrCompactLater = errors.New("certifier group: the service is not ready for a compaction")
+
 // compact saves a snapshot the core took, durably, and only then drops the
 // log prefix it covers.
 func (n *Node) compact(c *Compaction) error {
 	if c == nil {
 		return nil
 	}
-	if err := n.disk.SaveSnapshot(c.Snapshot); err != nil {
-		return err
-	}
 	if n.cb.BeforeCompact != nil {
-		if err := n.cb.BeforeCompact(); err != nil {
+		err := n.cb.BeforeCompact()
+		if errors.Is(err, ErrCompactLater) {
+			n.log.Debug("certifier group: snapshot not saved, the service is still writing the versions it covers",
+				"snapshot_index", c.Snapshot.GetMetadata().GetIndex())
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("before compacting the raft log: %w", err)
 		}
+	}
+	if err := n.disk.SaveSnapshot(c.Snapshot); err != nil {
+		return err
 	}
 	if err := n.disk.Compact(c.Index, c.HardState); err != nil {
 		return err
@@ -407,6 +421,13 @@ func (n *Node) CertifyAll(ctx context.Context, reqs []Request) ([]Result, error)
 			return out, err
 		}
 	}
+}
+
+// CommittedSpan: see Core.CommittedSpan.
+func (n *Node) CommittedSpan(txn certification.TxnID) (first, last uint64, ok bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.core.CommittedSpan(txn)
 }
 
 // Lookup: see Core.Lookup.

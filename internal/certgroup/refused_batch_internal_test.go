@@ -12,24 +12,70 @@ import (
 )
 
 // memGroup is a group of Cores in memory, driven by hand: every batch is
-// "persisted" at once and its messages delivered after Advance.
+// "persisted" at once (on disk too for a group of newDiskGroup) and its
+// messages delivered after Advance, except to and from isolated members.
+// No leader lease (DisableCheckQuorum): a member elected by hand is
+// voted for by members that still hear an isolated leader.
 type memGroup struct {
 	t         *testing.T
+	cfg       Config // every member's but for its ID
 	cores     map[uint64]*Core
+	disks     map[uint64]*DiskLog // nil: in memory only
+	dirs      map[uint64]string
+	isolated  map[uint64]bool
 	lost      map[uint64]int // LostLeadership reports per member
 	committed map[uint64][]logentry.Entry
 }
 
 func newMemGroup(t *testing.T) *memGroup {
-	g := &memGroup{t: t, cores: map[uint64]*Core{}, lost: map[uint64]int{}, committed: map[uint64][]logentry.Entry{}}
+	g := &memGroup{t: t, cfg: Config{Peers: []uint64{1, 2, 3}, Decode: regressionDecode, DisableCheckQuorum: true}, cores: map[uint64]*Core{},
+		isolated: map[uint64]bool{}, lost: map[uint64]int{}, committed: map[uint64][]logentry.Entry{}}
 	for id := uint64(1); id <= 3; id++ {
-		c, err := NewCore(Config{ID: id, Peers: []uint64{1, 2, 3}, Decode: regressionDecode}, Persisted{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.cores[id] = c
+		g.cores[id] = g.newCore(id, Persisted{})
 	}
 	return g
+}
+
+// newDiskGroup is a memGroup whose members keep their Raft logs on disk
+// (DiskLog), with cfg's snapshot settings: they can be restarted.
+func newDiskGroup(t *testing.T, cfg Config) *memGroup {
+	cfg.Peers, cfg.Decode, cfg.DisableCheckQuorum = []uint64{1, 2, 3}, regressionDecode, true
+	g := &memGroup{t: t, cfg: cfg, cores: map[uint64]*Core{}, disks: map[uint64]*DiskLog{}, dirs: map[uint64]string{},
+		isolated: map[uint64]bool{}, lost: map[uint64]int{}, committed: map[uint64][]logentry.Entry{}}
+	for id := uint64(1); id <= 3; id++ {
+		g.dirs[id] = t.TempDir()
+		g.open(id)
+	}
+	return g
+}
+
+func (g *memGroup) newCore(id uint64, disk Persisted) *Core {
+	cfg := g.cfg
+	cfg.ID = id
+	c, err := NewCore(cfg, disk)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return c
+}
+
+// open starts a member of a disk group from its directory.
+func (g *memGroup) open(id uint64) {
+	d, p, _, err := OpenDiskLog(OSDir{Path: g.dirs[id]})
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.t.Cleanup(func() { d.Close() })
+	g.disks[id], g.cores[id], g.committed[id] = d, g.newCore(id, p), nil
+}
+
+// restart stops a member of a disk group and starts it again from what it
+// wrote.
+func (g *memGroup) restart(id uint64) {
+	if err := g.disks[id].Close(); err != nil {
+		g.t.Fatal(err)
+	}
+	g.open(id)
 }
 
 func (g *memGroup) pump() {
@@ -41,8 +87,10 @@ func (g *memGroup) pump() {
 			if !ok {
 				continue
 			}
+			g.persist(id, b)
 			msgs = append(msgs, b.Messages...)
 			a := c.Advance()
+			g.compact(id, a.Compaction)
 			if a.LostLeadership {
 				g.lost[id]++
 			}
@@ -52,12 +100,69 @@ func (g *memGroup) pump() {
 			return
 		}
 		for _, m := range msgs {
-			if err := g.cores[m.GetTo()].Step(m); err != nil {
-				g.t.Fatalf("step %v: %v", m.GetType(), err)
-			}
+			g.deliver(m)
 		}
 	}
 	g.t.Fatal("the group does not settle")
+}
+
+func (g *memGroup) persist(id uint64, b Batch) {
+	d := g.disks[id]
+	if d == nil {
+		return
+	}
+	if b.Snapshot != nil {
+		if err := d.InstallSnapshot(b.Snapshot, b.State); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+	if err := d.Save(b.HardState, b.Entries, b.MustSync); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+func (g *memGroup) compact(id uint64, c *Compaction) {
+	d := g.disks[id]
+	if d == nil || c == nil {
+		return
+	}
+	if err := d.SaveSnapshot(c.Snapshot); err != nil {
+		g.t.Fatal(err)
+	}
+	if err := d.Compact(c.Index, c.HardState); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// deliver hands a message to its receiver, unless either end is isolated
+// (a snapshot message is then reported lost, as the transport does).
+func (g *memGroup) deliver(m *raftpb.Message) {
+	from, to := m.GetFrom(), m.GetTo()
+	snap := m.GetType() == raftpb.MessageType_MsgSnap
+	if g.isolated[from] || g.isolated[to] {
+		if snap {
+			g.cores[from].ReportSnapshot(to, true)
+		}
+		return
+	}
+	if snap {
+		g.cores[from].ReportSnapshot(to, false)
+	}
+	if err := g.cores[to].Step(m); err != nil {
+		g.t.Fatalf("step %v: %v", m.GetType(), err)
+	}
+}
+
+// elect makes member id the leader and waits until it certifies.
+func (g *memGroup) elect(id uint64) {
+	g.pump()
+	if err := g.cores[id].Campaign(); err != nil {
+		g.t.Fatal(err)
+	}
+	g.pump()
+	if err := g.cores[id].checkCertifying(); err != nil {
+		g.t.Fatalf("member %d does not certify after its election: %v", id, err)
+	}
 }
 
 func (g *memGroup) certify(id, seq uint64) (certification.Outcome, error) {
@@ -74,14 +179,7 @@ func (g *memGroup) certify(id, seq uint64) (certification.Outcome, error) {
 // transactions.
 func TestRefusedBatchIsReportedAsALostLeadership(t *testing.T) {
 	g := newMemGroup(t)
-	g.pump()
-	if err := g.cores[1].Campaign(); err != nil {
-		t.Fatal(err)
-	}
-	g.pump()
-	if err := g.cores[1].checkCertifying(); err != nil {
-		t.Fatalf("member 1 does not certify after its election: %v", err)
-	}
+	g.elect(1)
 	for seq := uint64(1); seq <= 3; seq++ {
 		if o, err := g.certify(1, seq); err != nil || o.CommitVersion != seq {
 			t.Fatalf("certify %d: %+v, %v", seq, o, err)

@@ -7,7 +7,8 @@ package certgroup_test
 // partitions, simulated disks that lose what was not synced when their
 // member crashes (and may keep a torn part of it), crashes and restarts,
 // and clients that certify conflicting transactions and re-send those
-// whose outcome they lost, as certclient does. The driver does for each
+// whose outcome they lost, as certclient does; some transactions are
+// streamed (a span of versions, certgroup.Core.CertifySpan). The driver does for each
 // member what Node does for a real one: persist a batch (one sync), send
 // its messages, Advance, and answer the waiting requests the way the
 // certifier service does (commits once durable in the same leadership,
@@ -42,6 +43,7 @@ import (
 	"testing"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certgroup"
@@ -87,14 +89,15 @@ func TestSimulation(t *testing.T) {
 	// The seeds must exercise what the checkers are there for: otherwise
 	// they would pass without testing compaction or membership at all.
 	if seeds >= 100 && (total.SnapshotsTaken == 0 || total.Installed == 0 || total.RestartsFromSnapshot == 0 ||
-		total.Joined == 0 || total.Departed == 0) {
-		t.Fatalf("the seeds did not take, install and restart from snapshots and change members: %+v", total)
+		total.Joined == 0 || total.Departed == 0 || total.Spans == 0) {
+		t.Fatalf("the seeds did not take, install and restart from snapshots, change members and commit spans: %+v", total)
 	}
 }
 
 // simStats count what a run exercised.
 type simStats struct {
 	SnapshotsTaken, Installed, RestartsFromSnapshot, Joined, Departed int
+	Spans                                                             int // streamed transactions committed
 	LostLog                                                           int // members stopped on ErrLostLog
 }
 
@@ -104,6 +107,7 @@ func (a *simStats) add(b simStats) {
 	a.RestartsFromSnapshot += b.RestartsFromSnapshot
 	a.Joined += b.Joined
 	a.Departed += b.Departed
+	a.Spans += b.Spans
 }
 
 // TestSimulationIsDeterministic runs seeds twice and compares traces: a
@@ -231,6 +235,7 @@ func (d *simDir) bytes() int {
 type waiting struct {
 	txn     certification.TxnID
 	version uint64 // commit: durable at this version
+	first   uint64 // commit: the first version of its span (version for one)
 	ticket  uint64 // abort: confirmed at this ticket
 	abort   bool
 	epoch   int
@@ -262,6 +267,9 @@ type txn struct {
 	id    certification.TxnID
 	start uint64
 	ws    *pb.Writeset
+	// fragments: a streamed transaction of that many versions (0: one
+	// version, not streamed).
+	fragments int
 	// outcome the client was told: 0 none yet, else the version; aborted
 	// when told abort.
 	acked   uint64
@@ -291,8 +299,9 @@ type sim struct {
 	membership bool
 	initial    []uint64
 
-	history map[uint64][]byte // version -> entry committed
-	txnAt   map[certification.TxnID]uint64
+	history map[uint64][]byte              // version -> entry committed
+	txnAt   map[certification.TxnID]uint64 // the last version of its span
+	firstAt map[certification.TxnID]uint64 // the first version of its span
 	txns    []*txn
 	nextSeq uint64
 }
@@ -304,7 +313,7 @@ func newSim(seed int64, verbose bool) *sim {
 		n = 5
 	}
 	s := &sim{rng: rng, verbose: verbose, cut: map[[2]uint64]bool{}, dropPct: rng.Intn(15),
-		history: map[uint64][]byte{}, txnAt: map[certification.TxnID]uint64{},
+		history: map[uint64][]byte{}, txnAt: map[certification.TxnID]uint64{}, firstAt: map[certification.TxnID]uint64{},
 		snapEntries: uint64(3 + rng.Intn(30)), catchUp: uint64(1 + rng.Intn(10))}
 	s.membership = rng.Intn(3) == 0
 	for i := 1; i <= n; i++ {
@@ -482,29 +491,45 @@ func (s *sim) applied(m *member, a certgroup.Applied) error {
 }
 
 // recordCommitted checks the versions a member applied against the
-// history of the whole run and records new ones.
+// history of the whole run and records new ones. A span is one entry, its
+// head, at its last version: the history holds the head at each of its
+// versions.
 func (s *sim) recordCommitted(m *member, entries []logentry.Entry) error {
 	for _, e := range entries {
-		if e.Version != m.applied+1 {
-			return fmt.Errorf("member %d applied version %d after %d", m.id, e.Version, m.applied)
-		}
-		m.applied = e.Version
-		if prev, ok := s.history[e.Version]; ok {
-			if !bytes.Equal(prev, e.Bytes) {
-				return fmt.Errorf("version %d assigned twice: member %d applied a different entry", e.Version, m.id)
-			}
-			continue
-		}
 		h, err := logentry.HeaderOf(e.Bytes)
 		if err != nil {
 			return err
+		}
+		first := e.Version
+		if h.SpanLast != 0 {
+			first = h.SpanFirst
+		}
+		if first != m.applied+1 || h.Version != e.Version || h.SpanLast != 0 && h.SpanLast != e.Version {
+			return fmt.Errorf("member %d applied versions %d..%d (entry of version %d, span %d..%d) after %d",
+				m.id, first, e.Version, h.Version, h.SpanFirst, h.SpanLast, m.applied)
+		}
+		m.applied = e.Version
+		if prev, ok := s.history[e.Version]; ok {
+			if !bytes.Equal(prev, e.Bytes) || s.history[first] == nil || !bytes.Equal(s.history[first], e.Bytes) {
+				return fmt.Errorf("versions %d..%d assigned twice: member %d applied a different entry", first, e.Version, m.id)
+			}
+			continue
 		}
 		id := certification.TxnID{Origin: h.Origin, Seq: h.Seq}
 		if v, ok := s.txnAt[id]; ok {
 			return fmt.Errorf("transaction %v committed twice, at versions %d and %d", id, v, e.Version)
 		}
-		s.history[e.Version], s.txnAt[id] = e.Bytes, e.Version
-		s.logf("version %d committed: %v (member %d)", e.Version, id, m.id)
+		for v := first; v <= e.Version; v++ {
+			if s.history[v] != nil {
+				return fmt.Errorf("version %d assigned twice: member %d applied the span %d..%d", v, m.id, first, e.Version)
+			}
+			s.history[v] = e.Bytes
+		}
+		s.txnAt[id], s.firstAt[id] = e.Version, first
+		if first != e.Version {
+			s.stats.Spans++
+		}
+		s.logf("versions %d..%d committed: %v (member %d)", first, e.Version, id, m.id)
 	}
 	return nil
 }
@@ -528,7 +553,7 @@ func (s *sim) answer(m *member) error {
 			// (certclient.settleFromLog): the commit wins over an abort by
 			// a member that forgot the transaction id (window slid).
 			s.logf("client settles %v from the log at version %d", w.txn, at)
-			w.abort, w.version = false, at
+			w.abort, w.version, w.first = false, at, s.firstAt[w.txn]
 		}
 		if w.abort {
 			s.logf("client told %v aborted (member %d)", w.txn, m.id)
@@ -539,8 +564,9 @@ func (s *sim) answer(m *member) error {
 			continue
 		}
 		at, ok := s.txnAt[w.txn]
-		if !ok || at != w.version {
-			return fmt.Errorf("member %d acknowledged %v at version %d, but the log has it at %d (%v)", m.id, w.txn, w.version, at, ok)
+		if !ok || at != w.version || s.firstAt[w.txn] != w.first {
+			return fmt.Errorf("member %d acknowledged %v at versions %d..%d, but the log has it at %d..%d (%v)",
+				m.id, w.txn, w.first, w.version, s.firstAt[w.txn], at, ok)
 		}
 		if t.aborted {
 			return fmt.Errorf("transaction %v told commit after abort", w.txn)
@@ -563,8 +589,26 @@ func (s *sim) newTxn() *txn {
 		start = l[s.rng.Intn(len(l))].applied
 	}
 	t := &txn{id: certification.TxnID{Origin: "sim", Seq: s.nextSeq}, start: start, ws: ws}
+	if s.rng.Intn(8) == 0 {
+		t.fragments = 1 + s.rng.Intn(4)
+	}
 	s.txns = append(s.txns, t)
 	return t
+}
+
+// certify asks a member to certify a transaction on keys, as the service
+// does: a streamed one with its span head.
+func certify(m *member, t *txn, keys []certification.Key) (certification.Outcome, uint64, error) {
+	id := &pb.TxnID{Origin: t.id.Origin, Seq: t.id.Seq}
+	req := certification.Request{Txn: t.id, StartVersion: t.start, Keys: keys, Versions: t.fragments}
+	if t.fragments == 0 {
+		return m.core.Certify(req, logentry.EncodePrefix(id, t.ws))
+	}
+	certified, err := proto.Marshal(t.ws)
+	if err != nil {
+		panic(err) // cannot fail for a well-formed message
+	}
+	return m.core.CertifySpan(req, certgroup.SpanHead{Txn: id, Certified: certified})
 }
 
 // submit sends a transaction to a member, as certclient does: to the
@@ -578,19 +622,18 @@ func (s *sim) submit(t *txn, m *member, drive bool) error {
 		return err
 	}
 	t.sentAt = s.now
-	prefix := logentry.EncodePrefix(&pb.TxnID{Origin: t.id.Origin, Seq: t.id.Seq}, t.ws)
-	o, ticket, err := m.core.Certify(certification.Request{Txn: t.id, StartVersion: t.start, Keys: keys}, prefix)
+	o, ticket, err := certify(m, t, keys)
 	if err != nil {
 		return nil // not the leader or not ready: the client tries again later
 	}
 	w := waiting{txn: t.id, epoch: m.epoch}
 	if o.Decision == certification.Commit {
-		w.version = o.CommitVersion
+		w.version, w.first = o.CommitVersion, o.FirstVersion
 	} else {
 		w.abort, w.ticket = true, ticket
 	}
 	m.waits = append(m.waits, w)
-	s.logf("member %d certified %v: %v %d", m.id, t.id, o.Decision, o.CommitVersion)
+	s.logf("member %d certified %v: %v %d..%d", m.id, t.id, o.Decision, o.FirstVersion, o.CommitVersion)
 	if !drive {
 		return nil
 	}

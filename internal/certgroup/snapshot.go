@@ -236,8 +236,8 @@ func (c *Core) appliedState() *certification.State {
 }
 
 // restoreInto restores the versions of a committed Raft entry that state
-// does not hold yet (a batch is skipped whole when it is older, without
-// decoding it).
+// does not hold yet (a batch or span is skipped whole when it is older,
+// without decoding it).
 func (c *Core) restoreInto(state *certification.State, e *raftpb.Entry) {
 	if _, ok := retentionOf(e.Data); ok || e.GetType() != raftpb.EntryNormal || len(e.Data) == 0 {
 		return
@@ -245,19 +245,14 @@ func (c *Core) restoreInto(state *certification.State, e *raftpb.Entry) {
 	if _, last := versionsOfData(e.Data); last <= state.Version() {
 		return
 	}
-	entries, err := decodeEntries(e.Data)
+	entries, spanFirst, err := decodeCommitted(e.Data)
 	if err != nil {
 		panic(fmt.Sprintf("certgroup: committed raft entry %d: %v", e.GetIndex(), err))
 	}
 	for _, entry := range entries {
-		if entry.Version <= state.Version() {
-			continue
+		if entry.Version > state.Version() {
+			c.restore(state, entry, spanFirst)
 		}
-		txn, keys, err := c.cfg.Decode(entry.Bytes)
-		if err != nil {
-			panic(fmt.Sprintf("certgroup: committed version %d does not decode: %v", entry.Version, err))
-		}
-		state.Restore(entry.Version, txn, keys)
 	}
 }
 

@@ -64,8 +64,7 @@ func TestSnapshotFormat3IsStillRead(t *testing.T) {
 		s.Certify(Request{Txn: TxnID{"r", uint64(i + 1)}, StartVersion: s.Version(),
 			Keys: []Key{row("public.t", i%5), keep("public.p", i%3), TableKey("public.u")}})
 	}
-	old := s.Marshal()
-	old[len(snapshotMagic)] = snapshotFormatNoKeylessInserts
+	old := marshalWithoutSpans(s, snapshotFormatNoKeylessInserts)
 	copied, err := Unmarshal(Config{WindowVersions: 8}, old)
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +82,7 @@ func TestSnapshotFormat3IsStillRead(t *testing.T) {
 	if o.Decision != Abort || o.ConflictVersion != inserted.CommitVersion {
 		t.Fatalf("TRUNCATE concurrent with a keyless insert, after a snapshot: %+v", o)
 	}
-	withInsert[len(snapshotMagic)] = snapshotFormatNoKeylessInserts
-	if _, err := Unmarshal(Config{WindowVersions: 8}, withInsert); !errors.Is(err, ErrBadSnapshot) {
+	if _, err := Unmarshal(Config{WindowVersions: 8}, marshalWithoutSpans(s, snapshotFormatNoKeylessInserts)); !errors.Is(err, ErrBadSnapshot) {
 		t.Fatalf("format 3 with a keyless insert: %v, want ErrBadSnapshot", err)
 	}
 }

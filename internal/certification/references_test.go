@@ -169,8 +169,7 @@ func TestSnapshotFormat2IsStillRead(t *testing.T) {
 		s.Certify(Request{Txn: TxnID{"r", uint64(i + 1)}, StartVersion: s.Version(),
 			Keys: []Key{row("public.t", i%5), ref("public.p", i%3), TableKey("public.u")}})
 	}
-	old := s.Marshal()
-	old[len(snapshotMagic)] = snapshotFormatNoKeepingWrites
+	old := marshalWithoutSpans(s, snapshotFormatNoKeepingWrites)
 	copied, err := Unmarshal(Config{WindowVersions: 8}, old)
 	if err != nil {
 		t.Fatal(err)
@@ -179,9 +178,7 @@ func TestSnapshotFormat2IsStillRead(t *testing.T) {
 		t.Fatal("a format 2 snapshot decodes to another state")
 	}
 	s.Certify(Request{Txn: TxnID{"r", 100}, StartVersion: s.Version(), Keys: []Key{keep("public.p", 1)}})
-	withKeeping := s.Marshal()
-	withKeeping[len(snapshotMagic)] = snapshotFormatNoKeepingWrites
-	if _, err := Unmarshal(Config{WindowVersions: 8}, withKeeping); !errors.Is(err, ErrBadSnapshot) {
+	if _, err := Unmarshal(Config{WindowVersions: 8}, marshalWithoutSpans(s, snapshotFormatNoKeepingWrites)); !errors.Is(err, ErrBadSnapshot) {
 		t.Fatalf("format 2 with a keeping write: %v, want ErrBadSnapshot", err)
 	}
 }

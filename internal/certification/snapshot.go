@@ -1,6 +1,7 @@
 package certification
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,12 +23,14 @@ import (
 //	magic "TKCS" | format (1 byte) | version | lowWaterMark | lastSchemaWrite
 //	tables: count, then per table (ascending hash): hash (8 bytes) | lastRowWrite | lastTableWrite | lastRowReference
 //	window: count, then per version: len(origin) | origin | seq | keys count | keys (17 bytes each: table, row, kind)
+//	spans: count, then per span (ascending last version): last | first
 //
 // A span's versions (Request.Versions) are window elements of their own,
-// the keys on the last; the first version of a span, which a duplicate
-// request is answered with, is not written: only a single certifier
-// commits spans, and it never takes snapshots (a restored state answers a
-// duplicate of a span whose first version it lost with the last).
+// the keys on the last. The spans section gives the first version of each
+// transaction in the window that committed as a span, which a duplicate
+// request is answered with (CommittedSpan): a certifier group snapshots
+// states that hold spans, and a member restored from one answers a retried
+// streamed request with its whole span.
 //
 // Integers are uvarints unless a size is given. Format 2 added the
 // foreign-key references (Reference keys): lastRowReference per table and
@@ -35,18 +38,22 @@ import (
 // kind, KeepingWrite (a keeping update of a row): a reader of format 2
 // would refuse such a key as corrupt, so the format number says "newer"
 // instead. Format 4 adds, the same way, the kind KeylessInsert (rows
-// inserted into a table without a primary key). Formats 1 (no references:
-// every key a write, no table referenced), 2 (no keeping writes: every row
-// write plain) and 3 (no keyless inserts) are still read.
+// inserted into a table without a primary key). Format 5 adds the spans
+// section. Formats 1 (no references: every key a write, no table
+// referenced), 2 (no keeping writes: every row write plain), 3 (no keyless
+// inserts) and 4 (no spans: a span is known by its last version only) are
+// still read.
 const (
 	snapshotMagic  = "TKCS"
-	snapshotFormat = 4
+	snapshotFormat = 5
 	// snapshotFormatNoReferences is the format before references.
 	snapshotFormatNoReferences = 1
 	// snapshotFormatNoKeepingWrites is the format before keeping writes.
 	snapshotFormatNoKeepingWrites = 2
 	// snapshotFormatNoKeylessInserts is the format before keyless inserts.
 	snapshotFormatNoKeylessInserts = 3
+	// snapshotFormatNoSpans is the format before the spans section.
+	snapshotFormatNoSpans = 4
 )
 
 // ErrBadSnapshot is wrapped by Unmarshal for bytes that are not a snapshot
@@ -86,6 +93,23 @@ func (s *State) Marshal() []byte {
 			b = append(b, byte(k.Kind))
 		}
 	}
+	return s.appendSpans(b)
+}
+
+// appendSpans writes the spans section: the last and first version of each
+// span in the window, by last version (deterministic).
+func (s *State) appendSpans(b []byte) []byte {
+	type span struct{ first, last uint64 }
+	spans := make([]span, 0, len(s.spans))
+	for txn, first := range s.spans {
+		spans = append(spans, span{first: first, last: s.txns[txn]})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.last, b.last) })
+	b = binary.AppendUvarint(b, uint64(len(spans)))
+	for _, sp := range spans {
+		b = binary.AppendUvarint(b, sp.last)
+		b = binary.AppendUvarint(b, sp.first)
+	}
 	return b
 }
 
@@ -104,7 +128,7 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 	r.b = data[len(snapshotMagic)+1:]
 	r.references = format >= snapshotFormatNoKeepingWrites
 	r.keepingWrites = format >= snapshotFormatNoKeylessInserts
-	r.keylessInserts = format >= snapshotFormat
+	r.keylessInserts = format >= snapshotFormatNoSpans
 	version, lowWaterMark, lastSchemaWrite := r.uvarint(), r.uvarint(), r.uvarint()
 	tables := r.tables()
 	s := New(cfg, lowWaterMark)
@@ -122,6 +146,9 @@ func Unmarshal(cfg Config, data []byte) (*State, error) {
 		if r.err == nil {
 			s.commit(s.version+1, s.version+1, txn, keys)
 		}
+	}
+	if format >= snapshotFormat {
+		r.spans(s)
 	}
 	if r.err != nil {
 		return nil, r.err
@@ -151,7 +178,7 @@ type snapshotReader struct {
 	err            error
 	references     bool // format 2 and later: keys and tables carry references
 	keepingWrites  bool // format 3 and later: keys may be keeping writes
-	keylessInserts bool // format 4: keys may be keyless inserts
+	keylessInserts bool // format 4 and later: keys may be keyless inserts
 }
 
 // keyBytes is the size of one encoded key.
@@ -234,4 +261,32 @@ func (r *snapshotReader) tables() map[uint64]*tableVersions {
 		}
 	}
 	return tables
+}
+
+// spans reads the spans section into s, whose window is replayed: each
+// span names the window element of its last version, whose transaction
+// must be known at that version. A span whose last version is below s's
+// low-water mark (cfg's window is smaller than the snapshot's) is gone
+// with its transaction id.
+func (r *snapshotReader) spans(s *State) {
+	n := r.count(2)
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		last, first := r.uvarint(), r.uvarint()
+		if r.err != nil {
+			return
+		}
+		if first == 0 || first >= last || last > s.version {
+			r.fail("span")
+			return
+		}
+		if last <= s.lowWaterMark {
+			continue
+		}
+		txn := s.window[s.windowOff+int(last-s.lowWaterMark-1)].txn
+		if v, ok := s.txns[txn]; !ok || v != last {
+			r.fail("span")
+			return
+		}
+		s.spans[txn] = first
+	}
 }

@@ -8,7 +8,7 @@ import (
 )
 
 // TestSnapshotRoundTripIsExact: on random histories (conflicts, whole-table
-// and schema writes, a sliding window), a state rebuilt from its snapshot
+// and schema writes, spans, a sliding window), a state rebuilt from its snapshot
 // writes the same bytes and then decides every later request exactly as the
 // original does: a member that installed a snapshot certifies like one
 // that replayed the whole log.
@@ -20,7 +20,7 @@ func TestSnapshotRoundTripIsExact(t *testing.T) {
 	for seed := range uint64(histories) {
 		rng := rand.New(rand.NewPCG(seed, 11))
 		window := uint64(1 + rng.IntN(64))
-		w := &workload{rng: rng, tables: 1 + rng.IntN(4), rows: 1 + rng.IntN(40), oneVersion: true}
+		w := &workload{rng: rng, tables: 1 + rng.IntN(4), rows: 1 + rng.IntN(40)}
 		cfg := Config{WindowVersions: window}
 		original := New(cfg, uint64(rng.IntN(3)))
 		cut := rng.IntN(300)

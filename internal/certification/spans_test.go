@@ -72,3 +72,59 @@ func TestRestoreSpanOutOfOrderPanics(t *testing.T) {
 	}()
 	New(Config{}, 2).RestoreSpan(5, 6, TxnID{}, nil)
 }
+
+// A snapshot carries each span's first version: a state restored from it
+// answers a retried streamed request with the whole span, also when the
+// window starts inside the span, and forgets a span its smaller window
+// left behind.
+func TestSnapshotKeepsSpans(t *testing.T) {
+	s := New(Config{WindowVersions: 6}, 0)
+	s.Certify(Request{Txn: TxnID{"r1", 1}, Keys: []Key{row("public.u", 1)}})
+	span := Request{Txn: TxnID{"r1", 2}, StartVersion: 1, Keys: []Key{TableKey("public.t")}, Versions: 5} // 2..6
+	s.Certify(span)
+	s.Certify(Request{Txn: TxnID{"r1", 3}, StartVersion: 6, Keys: []Key{row("public.u", 2)}}) // 7: the window is 2..7
+	for _, tc := range []struct {
+		window      uint64
+		first, last uint64
+		known       bool
+	}{{window: 6, first: 2, last: 6, known: true}, {window: 3, first: 2, last: 6, known: true}, {window: 1, known: false}} {
+		restored, err := Unmarshal(Config{WindowVersions: tc.window}, s.Marshal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, last, ok := restored.CommittedSpan(span.Txn)
+		if ok != tc.known || first != tc.first || last != tc.last {
+			t.Errorf("window %d: span known as %d..%d (%v), want %d..%d (%v)", tc.window, first, last, ok, tc.first, tc.last, tc.known)
+		}
+		if !tc.known {
+			continue
+		}
+		if o := restored.Certify(span); !o.Duplicate || o.FirstVersion != 2 || o.CommitVersion != 6 {
+			t.Errorf("window %d: retried span after the restore: %+v, want a duplicate of 2..6", tc.window, o)
+		}
+	}
+}
+
+// A snapshot of format 4 (before the spans section) still reads; its
+// spans are known by their last version.
+func TestSnapshotWithoutSpansSectionReads(t *testing.T) {
+	s := New(Config{WindowVersions: 8}, 0)
+	span := Request{Txn: TxnID{"r1", 1}, Keys: []Key{TableKey("public.t")}, Versions: 3}
+	s.Certify(span)
+	restored, err := Unmarshal(Config{WindowVersions: 8}, marshalWithoutSpans(s, snapshotFormatNoSpans))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, last, ok := restored.CommittedSpan(span.Txn); !ok || first != 3 || last != 3 {
+		t.Fatalf("span of a format-4 snapshot known as %d..%d (%v), want 3..3", first, last, ok)
+	}
+}
+
+// marshalWithoutSpans is Marshal in the layout before the spans section
+// (formats 2 to 4), numbered format.
+func marshalWithoutSpans(s *State, format byte) []byte {
+	b := s.Marshal()
+	b = b[:len(b)-len(s.appendSpans(nil))]
+	b[len(snapshotMagic)] = format
+	return b
+}

@@ -16,9 +16,6 @@ type workload struct {
 	rows      int
 	nextSeq   uint64
 	committed []TxnID
-	// oneVersion: no spans (Request.Versions), as in a certifier group's
-	// histories.
-	oneVersion bool
 }
 
 func (w *workload) key() Key {
@@ -86,9 +83,6 @@ func (w *workload) request(version, window uint64) Request {
 // (0 or 1), sometimes a span (a streamed transaction) of up to a few
 // windows' worth, rarely a negative count (invalid).
 func (w *workload) versions() int {
-	if w.oneVersion {
-		return 0
-	}
 	switch r := w.rng.IntN(100); {
 	case r < 80:
 		return r % 2

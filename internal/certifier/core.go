@@ -29,7 +29,11 @@ type StagedWriteset struct {
 	// LastFragmentBytes is the size of the last fragment, which shares
 	// its log entry with the certified writeset.
 	LastFragmentBytes int
-	Spool             string // the spool file
+	// Checksum is the fragments' logentry.SpanChecksum, computed as they
+	// were spooled: it goes into the span's last entry, against which a
+	// group member checks its own copy.
+	Checksum uint32
+	Spool    string // the spool file
 }
 
 // ClaimStage takes the complete stage of a transaction for its certify
@@ -138,23 +142,15 @@ func checkStage(c *certifying) {
 }
 
 // decideSingle is a single certifier's decision for prepared requests:
-// state certifies them in order (an overloaded one is only looked up), and
+// state certifies them in order (those lookedUp are only looked up), and
 // each new commit's log entry is appended to pending, in version order.
 func decideSingle(state *certification.State, batch []certifying, pending []logentry.Entry) []logentry.Entry {
 	for i := range batch {
 		c := &batch[i]
 		switch {
 		case c.reply != nil:
-		case c.overloaded:
-			c.firstBefore, c.committedBefore, _ = state.CommittedSpan(txnOf(c.req.Txn))
-		case c.stageProblem != "":
-			// A retry of a streamed transaction that committed, whose stage
-			// is gone, gets its span back; anything else is refused.
-			if first, last, ok := state.CommittedSpan(c.request.Txn); ok {
-				c.outcome = certification.Outcome{Decision: certification.Commit, CommitVersion: last, FirstVersion: first, Duplicate: true}
-			} else {
-				c.outcome = certification.Outcome{Decision: certification.Abort, Reason: certification.ReasonInvalid}
-			}
+		case c.lookedUp():
+			lookUp(c, state.CommittedSpan)
 		default:
 			c.outcome = state.Certify(c.request)
 			if c.outcome.Decision == certification.Commit && !c.outcome.Duplicate && c.req.Streamed == nil {
@@ -166,6 +162,32 @@ func decideSingle(state *certification.State, batch []certifying, pending []loge
 		}
 	}
 	return pending
+}
+
+// lookedUp reports whether a prepared request is only looked up, not
+// certified: it arrived over the in-flight limit, or it is streamed and
+// has no stage that matches it (claimStages).
+func (c *certifying) lookedUp() bool { return c.overloaded || c.stageProblem != "" }
+
+// CommittedSpanOf reports the versions a transaction committed as (first
+// == last for one version), if it is inside the window:
+// certification.State.CommittedSpan, or a group's lookup.
+type CommittedSpanOf func(txn certification.TxnID) (first, last uint64, ok bool)
+
+// lookUp decides a request that is only looked up (lookedUp) from what
+// committed: a retry of a transaction that committed gets its versions
+// back; otherwise an overloaded request is refused as overloaded
+// (replyTo), and a streamed one without its stage as invalid.
+func lookUp(c *certifying, committed CommittedSpanOf) {
+	if c.overloaded {
+		c.firstBefore, c.committedBefore, _ = committed(txnOf(c.req.Txn))
+		return
+	}
+	if first, last, ok := committed(c.request.Txn); ok {
+		c.outcome = certification.Outcome{Decision: certification.Commit, CommitVersion: last, FirstVersion: first, Duplicate: true}
+	} else {
+		c.outcome = certification.Outcome{Decision: certification.Abort, Reason: certification.ReasonInvalid}
+	}
 }
 
 // replyTo builds a decided request's reply; it may be sent once the
@@ -246,7 +268,11 @@ type committedSpan struct {
 	first, last uint64
 	txn         *pb.TxnID
 	certified   []byte // the request's writeset: the last entry's certified
-	spool       string
+	// bytes and checksum: the staged fragments' size and checksum, on the
+	// last entry (StagedWriteset).
+	bytes    uint64
+	checksum uint32
+	spool    string
 }
 
 // committedSpans appends the spans a decided batch committed, in version
@@ -257,7 +283,7 @@ func committedSpans(batch []certifying, spans []committedSpan) []committedSpan {
 		if c.reply == nil && !c.overloaded && c.req.Streamed != nil && c.stageProblem == "" &&
 			c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
 			spans = append(spans, committedSpan{first: c.outcome.FirstVersion, last: c.outcome.CommitVersion,
-				txn: c.req.Txn, certified: c.req.Writeset, spool: c.staged.Spool})
+				txn: c.req.Txn, certified: c.req.Writeset, bytes: c.staged.Bytes, checksum: c.staged.Checksum, spool: c.staged.Spool})
 		}
 	}
 	return spans

@@ -217,6 +217,20 @@ func splitKey(key string) (string, uint64) {
 
 func fetchAll(t *testing.T, addr string) []*pb.LogEntry {
 	t.Helper()
+	var all []*pb.LogEntry
+	for _, b := range fetchRaw(t, addr) {
+		e, err := logentry.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, e)
+	}
+	return all
+}
+
+// fetchRaw fetches a certifier's log, the entries as stored.
+func fetchRaw(t *testing.T, addr string) [][]byte {
+	t.Helper()
 	// The certifier packs up to 4 MiB of entries per message
 	// (messageEntryBytesMax), which with its framing is over gRPC's default
 	// 4 MiB receive limit: accept what certclient accepts.
@@ -232,22 +246,16 @@ func fetchAll(t *testing.T, addr string) []*pb.LogEntry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var all []*pb.LogEntry
+	var all [][]byte
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			return all
 		}
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("fetch from %s: %v", addr, err)
 		}
-		for _, b := range msg.Entries {
-			e, err := logentry.Decode(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			all = append(all, e)
-		}
+		all = append(all, msg.Entries...)
 	}
 }
 

@@ -58,8 +58,11 @@
 // and certified with CertifyRequest.streamed on a small writeset of whole
 // tables. It commits as a span of consecutive versions, one per fragment,
 // which the writer copies from the spool into the log one fragment at a
-// time before the durable version moves past it (span.go). Only a single
-// certifier does this; a group refuses.
+// time before the durable version moves past it (span.go). In a group the
+// leader copies the fragments to the other members as it stages them
+// (group_stage.go), Raft commits the span's head only, and every member's
+// writer writes the span from its own stage or fetches it from another
+// member (group_writer.go).
 //
 // # Decisions and drivers
 //

@@ -3,7 +3,6 @@ package certifier
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -16,8 +15,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certgroup"
-	"github.com/tashkent-db/tashkent/internal/logentry"
-	"github.com/tashkent-db/tashkent/internal/wal"
+	"github.com/tashkent-db/tashkent/internal/certification"
 )
 
 // The orderer of one member of a certifier group (Tashkent §7.3; the
@@ -85,25 +83,44 @@ type groupMember struct {
 	leadership leadership
 	confirmed  *watermark // abort tickets confirmed by the group
 	proposer   retentionProposer
+
+	writer  *logWriter   // the versioned log's (group_writer.go)
+	missing missingSpan  // the span the writer waits for, if any
+	peers   *memberConns // to the other members (group_stage.go)
+	stageMu sync.Mutex   // streamed requests' claims and decisions (decide)
+	// stopped ends with the service: a fetch from another member.
+	stopped     context.Context
+	stopStopped context.CancelFunc
 }
 
 // newGroupMember fills the recent ring from the versioned log; the
 // certification state is the group's, which the node recovers from its
 // Raft log.
 func newGroupMember(s *Service, node *certgroup.Node) (*groupMember, int, error) {
-	g := &groupMember{s: s, node: node, confirmed: newWatermark(0)}
+	g := &groupMember{s: s, node: node, confirmed: newWatermark(0), writer: newLogWriter(), peers: newMemberConns(node, s.cfg.Limits)}
+	g.stopped, g.stopStopped = context.WithCancel(context.Background())
 	restored, err := s.replay(s.windowBase(), nil)
 	return g, restored, err
 }
 
 func (g *groupMember) start() {
+	s := g.s
+	s.done.Add(1)
+	go func() {
+		defer s.done.Done()
+		g.writer.run(s.stop)
+	}()
+	go func() {
+		<-s.stop
+		g.stopStopped()
+	}()
 	g.node.Start(certgroup.Callbacks{
 		Committed:      g.committed,
-		LostLeadership: g.leadership.lost,
+		LostLeadership: g.lostLeadership,
 		Confirmed:      g.confirmed.advance,
-		Failed:         g.s.fail,
+		Failed:         s.fail,
 		Restored:       g.restored,
-		BeforeCompact:  g.s.log.SyncAll,
+		BeforeCompact:  g.beforeCompact,
 		Retention:      g.retentionApplied,
 	})
 }
@@ -113,9 +130,40 @@ func (g *groupMember) close() {
 		g.s.cfg.Logger.Error("close the certifier group's raft log", "err", err)
 	}
 	g.leadership.lost()
+	g.peers.close()
+}
+
+// lostLeadership is Callbacks.LostLeadership: the replies not yet sent are
+// dropped (leadership.lost), and the stages claimed here are given back,
+// since their decisions may not stand; those that did are written by the
+// writer all the same, the others expire.
+func (g *groupMember) lostLeadership() {
+	g.leadership.lost()
+	g.s.staging.releaseAll(time.Now())
+}
+
+// beforeCompact is Callbacks.BeforeCompact: every version the Raft log is
+// about to forget must be in the versioned log, synced. While the writer
+// still has versions to write (a span being copied or fetched, seconds
+// per GiB), the compaction waits for a later snapshot rather than the
+// Raft loop for the writer: a stopped loop sends no heartbeats.
+func (g *groupMember) beforeCompact() error {
+	if !g.writer.idle() {
+		return certgroup.ErrCompactLater
+	}
+	return g.s.log.SyncAll()
 }
 
 func (g *groupMember) versions() (version, lowWaterMark uint64) { return g.node.Versions() }
+
+// missingSpanVersions is how many versions the span the writer waits for
+// holds (0: none).
+func (g *groupMember) missingSpanVersions() uint64 {
+	if first, last := g.missing.get(); last != 0 {
+		return last - first + 1
+	}
+	return 0
+}
 
 // admit refuses a stream at once on a member that does not lead, naming
 // the leader for the client to follow. On the leader the stream lives as
@@ -138,38 +186,6 @@ func (g *groupMember) admit(stream grpc.ServerStream, open *pb.OpenSession) (con
 	return g.leadership.context(), nil
 }
 
-// committed applies versions the group committed: to the recent ring
-// and the versioned log (which serve delivery and Fetch), then to the
-// durable watermark, which releases the replies waiting for them. After a
-// restart the group replays its log after its snapshot: versions the
-// versioned log already has are skipped (group_snapshot.go for a versioned
-// log behind the snapshot).
-func (g *groupMember) committed(entries []logentry.Entry) {
-	s := g.s
-	last := s.log.LastVersion()
-	records := make([]wal.Entry, 0, len(entries))
-	s.mu.Lock()
-	for _, e := range entries {
-		if e.Version <= last {
-			continue
-		}
-		s.recent.add(e)
-		records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
-	}
-	s.mu.Unlock()
-	if len(records) == 0 {
-		return
-	}
-	if err := s.log.Append(records); err != nil {
-		s.fail(fmt.Errorf("versioned log append of versions %d..%d: %w", records[0].Version, records[len(records)-1].Version, err))
-		return
-	}
-	syncs, synced := g.node.FsyncStats()
-	s.stats.fsyncs.Store(syncs)
-	s.stats.loggedEntries.Store(synced)
-	s.durable.advance(records[len(records)-1].Version)
-}
-
 // checkLeader refuses a stream on a member that does not lead, naming the
 // leader for the client to follow.
 func (g *groupMember) checkLeader(stream grpc.ServerStream) error {
@@ -189,8 +205,17 @@ func (g *groupMember) checkLeader(stream grpc.ServerStream) error {
 // decide is singleLog's decide with the decisions taken by the group
 // (certgroup.Node.CertifyAll: one entry into its lock per message). A
 // request carries the leadership epoch it was decided in and, for an
-// abort, the ticket its confirmation waits for (maySend).
+// abort, the ticket its confirmation waits for (maySend). Streamed
+// requests claim their stages as a single certifier's do (claimStages),
+// under stageMu with their decisions, so that a request re-sent on
+// another stream finds the stage or the decision; one whose stage is
+// missing is looked up with its ticket (lookUp).
 func (g *groupMember) decide(ctx context.Context, batch []certifying) (int, error) {
+	if hasStreamed(batch) {
+		g.stageMu.Lock()
+		defer g.stageMu.Unlock()
+		claimStages(batch, g.s.staging.claim)
+	}
 	epoch := g.leadership.epoch.Load()
 	var toDecide []certgroup.Request
 	var decided []int // batch index of each request in toDecide
@@ -198,11 +223,7 @@ func (g *groupMember) decide(ctx context.Context, batch []certifying) (int, erro
 		c := &batch[i]
 		c.epoch = epoch
 		if c.reply == nil {
-			r := certgroup.Request{Certify: c.request, Prefix: c.prefix, Lookup: c.overloaded}
-			if c.overloaded {
-				r.Certify.Txn = txnOf(c.req.Txn)
-			}
-			toDecide = append(toDecide, r)
+			toDecide = append(toDecide, groupRequest(c))
 			decided = append(decided, i)
 		}
 	}
@@ -212,8 +233,10 @@ func (g *groupMember) decide(ctx context.Context, batch []certifying) (int, erro
 	results, err := g.node.CertifyAll(ctx, toDecide)
 	for k, r := range results {
 		c := &batch[decided[k]]
-		c.outcome, c.lowWaterMark, c.latest, c.committedBefore = r.Outcome, r.LowWaterMark, r.Latest, r.Version
-		c.ticket = r.Ticket
+		c.outcome, c.lowWaterMark, c.latest, c.ticket = r.Outcome, r.LowWaterMark, r.Latest, r.Ticket
+		if c.lookedUp() {
+			lookUp(c, func(certification.TxnID) (uint64, uint64, bool) { return r.FirstVersion, r.Version, r.Version != 0 })
+		}
 	}
 	n := len(batch)
 	if len(results) < len(decided) { // the requests from the first undecided one on
@@ -223,6 +246,30 @@ func (g *groupMember) decide(ctx context.Context, batch []certifying) (int, erro
 		return n, g.streamError(ctx, err)
 	}
 	return n, nil
+}
+
+// groupRequest is a prepared request as the group decides it: looked up,
+// certified as a span (its head: the transaction and the writeset it is
+// certified on), or certified.
+func groupRequest(c *certifying) certgroup.Request {
+	r := certgroup.Request{Certify: c.request, Prefix: c.prefix}
+	switch {
+	case c.lookedUp():
+		r.Lookup = true
+		r.Certify.Txn = txnOf(c.req.Txn)
+	case c.req.Streamed != nil:
+		r.Span = &certgroup.SpanHead{Txn: c.req.Txn, Certified: c.req.Writeset, Bytes: c.staged.Bytes, Checksum: c.staged.Checksum}
+	}
+	return r
+}
+
+func hasStreamed(batch []certifying) bool {
+	for i := range batch {
+		if batch[i].req.Streamed != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // streamError ends the stream: not the leader (with the leader's address),
@@ -291,6 +338,7 @@ func (g *groupMember) describe(r *pb.StatusReply) {
 	st := g.node.Status()
 	r.MemberId, r.Role, r.Term, r.LeaderId = st.ID, st.Role, st.Term, st.Leader
 	r.RaftIndex, r.AppliedIndex = st.LastIndex, st.AppliedIndex
+	r.MissingSpanFirst, r.MissingSpanLast = g.missing.get()
 	members := g.node.Members()
 	r.LeaderAddr = members[st.Leader]
 	ids := make([]uint64, 0, len(members))

@@ -61,13 +61,17 @@ func (g *groupMember) retain(now time.Time) {
 	p.proposed = d
 }
 
-// retentionApplied is Callbacks.Retention: a decision Raft committed.
+// retentionApplied is Callbacks.Retention: a decision Raft committed,
+// applied in commit order with what the writer has.
 func (g *groupMember) retentionApplied(data []byte) {
 	d := &pb.LogRetention{}
 	if err := proto.Unmarshal(data, d); err != nil {
 		g.s.cfg.Logger.Error("log retention: a committed decision does not decode; ignored", "err", err)
 		return
 	}
-	g.s.replicas.adopt(d)
-	g.s.applyRetention(d)
+	g.writer.submit(func() bool {
+		g.s.replicas.adopt(d)
+		g.s.applyRetention(d)
+		return g.s.Err() == nil
+	}, true)
 }

@@ -23,8 +23,12 @@ import (
 // alike (group_retention.go).
 
 // restored is Callbacks.Restored: this member's state starts at a
-// snapshot of version.
+// snapshot of version (in commit order with what the writer has).
 func (g *groupMember) restored(version uint64) {
+	g.writer.submit(func() bool { g.restartAt(version); return g.s.Err() == nil }, true)
+}
+
+func (g *groupMember) restartAt(version uint64) {
 	s := g.s
 	if s.log.LastVersion() >= version {
 		return // the versioned log already holds everything up to it
@@ -37,8 +41,20 @@ func (g *groupMember) restored(version uint64) {
 	s.recent = newRecentEntries(s.cfg.RecentEntriesMax)
 	s.mu.Unlock()
 	s.durable.advance(version)
+	g.discardCoveredStages(version)
 	s.cfg.Logger.Info("certifier group: this member starts at a snapshot; its versioned log restarts after it, and Fetch below it goes to other members",
 		"member", g.node.ID(), "snapshot_version", version)
+}
+
+// discardCoveredStages removes the stages of the spans committed at or
+// below the snapshot version: the versioned log restarts after them, so
+// this member never writes them.
+func (g *groupMember) discardCoveredStages(version uint64) {
+	for _, txn := range g.s.staging.unclaimed() {
+		if _, last, ok := g.node.CommittedSpan(txn); ok && last <= version {
+			g.s.staging.discardCopy(txn)
+		}
+	}
 }
 
 // checkFetch refuses a Fetch that starts below what this member holds,

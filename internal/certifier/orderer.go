@@ -77,6 +77,21 @@ type orderer interface {
 	// term (0 for a single certifier).
 	certifies() (leads bool, term uint64)
 
+	// admitStage lets a Stage start (a group member that does not lead
+	// refuses, naming the leader in the stream's trailer); copyStage
+	// starts the copies of its fragments to other members (nil: none);
+	// admitStageCopy lets a StageCopy start (only a group member takes
+	// one, and only from its leader). group_stage.go.
+	admitStage(stream grpc.ServerStream) error
+	copyStage(txn *pb.TxnID) *stageCopies
+	admitStageCopy(ctx context.Context) error
+	// discardCopies tells the members a stage was copied to that it is
+	// over without a commit (best effort, in the background).
+	discardCopies(txn *pb.TxnID)
+	// missingSpanVersions is the size of the committed span this member
+	// cannot write yet: no stage of it here, no member serves it.
+	missingSpanVersions() uint64
+
 	// retain runs the log retention rule at now (retention.go): a single
 	// certifier applies its decision to its log; a group's leader
 	// replicates it, and every member applies it as Raft commits it.
@@ -97,7 +112,9 @@ func newOrderer(s *Service) (orderer, int, error) {
 // versioned log durable itself. A single log does. In a group the Raft log
 // is the durable one; the versioned log is rebuilt from it after a crash
 // (the group replays it on start), so it is written without fsync, except
-// before the Raft log is compacted (Callbacks.BeforeCompact: wal.SyncAll).
+// before the Raft log is compacted (Callbacks.BeforeCompact: wal.SyncAll)
+// and after a span, whose fragments the Raft log does not hold
+// (group_writer.go).
 func syncsVersionedLog(cfg Config) bool { return cfg.Group == nil }
 
 // windowBase is the version after which the log's last window starts: the

@@ -45,8 +45,8 @@ type Service struct {
 	done     sync.WaitGroup
 	failure  atomic.Pointer[error]
 
-	// staging holds streamed writesets until their decision (stage.go);
-	// nil in a certifier group, which refuses them.
+	// staging holds streamed writesets until they are in the log, or
+	// refused (stage.go).
 	staging *stagingArea
 
 	stages    *stageLog // nil unless TASHKENT_CERTIFIER_STAGES (stagelog.go)
@@ -74,12 +74,10 @@ func Open(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open certifier log: %w", err)
 	}
-	var staging *stagingArea
-	if cfg.Group == nil {
-		if staging, err = openSingleLogStaging(cfg, log); err != nil {
-			log.Close()
-			return nil, err
-		}
+	staging, err := openStaging(cfg, log)
+	if err != nil {
+		log.Close()
+		return nil, err
 	}
 	s := &Service{
 		cfg:      cfg,
@@ -143,25 +141,10 @@ type certifying struct {
 	notStaged    bool // stageProblem: nothing staged at all
 }
 
-// claimStage is the staging area's claim, nil without one.
-func (s *Service) claimStage() ClaimStage {
-	if s.staging == nil {
-		return nil
-	}
-	return s.staging.claim
-}
-
 // prepare checks a request's limits, reads its keys and encodes its log
 // entry (prepareRequest); a request refused here gets its reply at once.
 func (s *Service) prepare(req *pb.CertifyRequestEncoded, overloaded bool) certifying {
-	var c certifying
-	switch {
-	case req.Streamed != nil && s.staging == nil:
-		c = certifying{req: req, reply: abortReply(&pb.CertifyReply{RequestId: req.RequestId, Txn: req.Txn},
-			pb.AbortReason_ABORT_REASON_LIMIT, errNotSingle)}
-	default:
-		c = prepareRequest(req, overloaded, s.cfg.Limits)
-	}
+	c := prepareRequest(req, overloaded, s.cfg.Limits)
 	if c.reply != nil {
 		s.stats.aborts.Add(1)
 	}

@@ -88,7 +88,7 @@ func (l *singleLog) decide(_ context.Context, batch []certifying) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	wasEmpty := len(l.pending) == 0 && len(l.spans) == 0
-	claimStages(batch, l.s.claimStage())
+	claimStages(batch, l.s.staging.claim)
 	l.pending = decideSingle(l.state, batch, l.pending)
 	l.spans = committedSpans(batch, l.spans)
 	if wasEmpty && (len(l.pending) > 0 || len(l.spans) > 0) {
@@ -102,6 +102,24 @@ func (l *singleLog) signalWriter() {
 	case l.wake <- struct{}{}:
 	default:
 	}
+}
+
+// admitStage: a single certifier stages for every client.
+func (l *singleLog) admitStage(grpc.ServerStream) error { return nil }
+
+// copyStage: a single certifier's stage is its spool alone.
+func (l *singleLog) copyStage(*pb.TxnID) *stageCopies { return nil }
+
+// missingSpanVersions: a single certifier's spans come from its own
+// stage.
+func (l *singleLog) missingSpanVersions() uint64 { return 0 }
+
+// discardCopies: a single certifier copies no stage.
+func (l *singleLog) discardCopies(*pb.TxnID) {}
+
+// admitStageCopy: a single certifier has no leader to copy from.
+func (l *singleLog) admitStageCopy(context.Context) error {
+	return status.Error(codes.FailedPrecondition, "StageCopy is a certifier group member's call; this certifier runs alone")
 }
 
 // maySend: nothing holds a reply once what it depends on is durable.

@@ -19,12 +19,12 @@ func TestAnOverloadedStreamedRequestReleasesItsStage(t *testing.T) {
 	txn := certification.TxnID{Origin: "r1", Seq: 7}
 	area, req := stagedRequest(t, txn)
 	req.RequestId = 1
-	s := &Service{staging: area}
+	s := &Service{staging: area, order: &singleLog{}}
 	batch := []certifying{prepareRequest(req, true, DefaultLimits)}
 	claimStages(batch, area.claim)
 	state := certification.New(certification.Config{}, 0)
 	decideSingle(state, batch, nil)
-	s.settleStages(batch)
+	s.settleStages(batch, len(batch))
 	if reply, _ := replyTo(&batch[0], DefaultLimits.InFlightRequestsMax); reply.Decision != pb.Decision_DECISION_ABORT {
 		t.Fatalf("overloaded request answered %v", reply.Decision)
 	}
@@ -73,12 +73,12 @@ func stagedRequest(t *testing.T, txn certification.TxnID) (*stagingArea, *pb.Cer
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := area.begin(txn)
+	f, err := area.begin(txn, stageIdleMax)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	if err := area.reserve(txn, 100, 101); err != nil {
+	if err := area.reserve(txn, 100, 101, 0); err != nil {
 		t.Fatal(err)
 	}
 	staged := area.complete(txn, time.Now())

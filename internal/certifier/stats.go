@@ -70,8 +70,8 @@ func (s *Service) sampleLoop() {
 		select {
 		case now := <-tick.C:
 			s.stats.sample(now)
-			if s.staging != nil {
-				s.staging.expire(now)
+			for _, txn := range s.staging.expire(now) {
+				s.order.discardCopies(&pb.TxnID{Origin: txn.Origin, Seq: txn.Seq})
 			}
 		case <-s.stop:
 			return

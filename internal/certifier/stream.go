@@ -203,7 +203,7 @@ func (s *Service) certifyMessage(ctx context.Context, st *streamState, reqs []*p
 		batch[i] = s.prepare(req, !st.acquire())
 	}
 	n, err := s.order.decide(ctx, batch)
-	s.settleStages(batch)
+	s.settleStages(batch, n)
 	var decided time.Time
 	if s.stages != nil {
 		decided = time.Now()

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -133,6 +131,25 @@ func checkSpanEntries(t *testing.T, how string, entries []*pb.LogEntry, txn *pb.
 		if (v == 4) != (e.Certified != nil) || (v == 4 && !proto.Equal(e.Certified, certified)) {
 			t.Fatalf("%s: entry %d certified = %v; want the certified writeset on the last entry only", how, v, e.Certified)
 		}
+		checkSpanSizeAndChecksum(t, how, e, frags)
+	}
+}
+
+// checkSpanSizeAndChecksum checks that e, an entry of the span of frags,
+// carries their size and checksum if it is the span's last entry, and
+// neither otherwise.
+func checkSpanSizeAndChecksum(t *testing.T, how string, e *pb.LogEntry, frags [][]byte) {
+	t.Helper()
+	var bytes uint64
+	var checksum uint32
+	if e.Version == e.SpanLast {
+		for _, f := range frags {
+			bytes, checksum = bytes+uint64(len(f)), logentry.SpanChecksum(checksum, f)
+		}
+	}
+	if e.SpanBytes != bytes || e.SpanChecksum != checksum {
+		t.Fatalf("%s: entry %d of span %d..%d carries %d bytes, checksum %#x; want %d, %#x",
+			how, e.Version, e.SpanFirst, e.SpanLast, e.SpanBytes, e.SpanChecksum, bytes, checksum)
 	}
 }
 
@@ -352,23 +369,6 @@ func TestStageOverItsLimitIsRefused(t *testing.T) {
 	}
 }
 
-// A certifier group refuses to stage, and refuses streamed requests with
-// ABORT_REASON_LIMIT (54000 at the backend), naming why.
-func TestCertifierGroupRefusesStreamedWritesets(t *testing.T) {
-	servers, addrs := inProcessGroup(t, 3)
-	leader := leaderOf(t, servers)
-	_, err := stage(t, addrs[leader], &pb.TxnID{Origin: "r1", Seq: 1}, fragment(t, "public.big", 0, 10, 10))
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "streamed writesets need a single certifier") {
-		t.Fatalf("Stage on a group: %v", err)
-	}
-	c := clientAtFollower(t, addrs, leader)
-	reply := certifyStreamed(t, c, &pb.TxnID{Origin: "r1", Seq: 1}, 0, &pb.StageReply{Fragments: 1, Bytes: 10}, tableWrite("public.big"))
-	if reply.AbortReason != pb.AbortReason_ABORT_REASON_LIMIT ||
-		reply.Detail != "streamed writesets need a single certifier; a certifier group commits writesets up to --writeset-bytes-max" {
-		t.Fatalf("streamed request on a group: %v", reply)
-	}
-}
-
 // Committing a streamed writeset holds a few fragments at a time, not the
 // writeset: 128 MiB staged in 1 MiB fragments, the Go heap in use stays
 // far below that while the fragments are spooled, copied into the log and
@@ -392,40 +392,19 @@ func TestStreamedCommitHoldsOneFragmentAtATime(t *testing.T) {
 	for i := range frags {
 		frags[i] = frag
 	}
-	// Collect often, so that the heap in use follows what is live rather
-	// than the garbage of the fragments received and sent.
-	defer debug.SetGCPercent(debug.SetGCPercent(10))
-	runtime.GC()
-	var base runtime.MemStats
-	runtime.ReadMemStats(&base)
-	var peak atomic.Uint64
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		var m runtime.MemStats
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-			runtime.ReadMemStats(&m)
-			peak.Store(max(peak.Load(), m.HeapInuse))
-		}
-	}()
+	base, peakHeapInUse := heapInUseFromNow()
 	staged, err := stage(t, srv.Addr().String(), &pb.TxnID{Origin: "a", Seq: 1}, frags...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reply := certifyStreamed(t, c, &pb.TxnID{Origin: "a", Seq: 1}, 0, staged, tableWrite("public.big"))
 	waitFor(t, func() bool { return delivered.Load() == fragments })
-	close(stop)
-	<-sampled
+	peak := peakHeapInUse()
 	if reply.CommitVersion != fragments {
 		t.Fatalf("streamed commit: %v", reply)
 	}
 	total := int64(staged.Bytes)
-	grown := int64(peak.Load()) - int64(base.HeapInuse)
+	grown := int64(peak) - int64(base)
 	t.Logf("staged %d MiB; heap in use grew by at most %d MiB", total>>20, grown>>20)
 	if grown > total/2 {
 		t.Fatalf("heap in use grew by %d MiB while %d MiB were staged and committed: more than a few fragments at a time", grown>>20, total>>20)

@@ -66,7 +66,7 @@ func TestLargeTransactionsStreamThroughTheCluster(t *testing.T) {
 	dir, st := newCluster(t, bin, 3, fmt.Sprintf("--agent-arg=--apply-backlog-bytes=%d", streamedBacklog),
 		fmt.Sprintf("--certifier-arg=--memory-limit=%d", certifierMemoryLimit))
 	t.Run("pgbench -i", func(t *testing.T) { pgbenchInitStreams(t, bin, dir, st) })
-	t.Run("COPY", func(t *testing.T) { copyStreams(t, bin, dir, st) })
+	t.Run("COPY", func(t *testing.T) { copyStreams(t, bin, dir, st, envInt(t, "TASHKENT_STREAMED_COPY_MIB", 320)) })
 	for _, k := range streamedKills {
 		t.Run(k.name, func(t *testing.T) { st = killedMidStream(t, bin, dir, st, k) })
 	}
@@ -98,6 +98,73 @@ var streamedKills = []streamedKill{
 
 func certifierPID(st *cluster.State, _ int) int { return st.Certifier.PID }
 
+// stagedBytes is the most any certifier member holds in its stage/
+// directory.
+func stagedBytes(t *testing.T, st *cluster.State) int64 {
+	var most int64
+	for _, m := range st.CertifierMembers() {
+		most = max(most, dirBytes(t, filepath.Join(m.DataDir, "stage"), ""))
+	}
+	return most
+}
+
+// logMark is where each certifier member's versioned log ended: its
+// newest segment file and that file's size.
+type logMark map[string]struct {
+	segment string
+	size    int64
+}
+
+func markLogs(t *testing.T, st *cluster.State) logMark {
+	m := logMark{}
+	for _, c := range st.CertifierMembers() {
+		names, sizes := walSegments(c.DataDir)
+		if len(names) > 0 {
+			m[c.DataDir] = struct {
+				segment string
+				size    int64
+			}{names[len(names)-1], sizes[len(sizes)-1]}
+		}
+	}
+	return m
+}
+
+// logGrowth is the most any certifier member's versioned log grew since
+// the mark: the bytes of its segments from the marked one on, less the
+// marked size (log retention removes older segments meanwhile, never these).
+func logGrowth(t *testing.T, st *cluster.State, mark logMark) int64 {
+	var most int64
+	for _, c := range st.CertifierMembers() {
+		names, sizes := walSegments(c.DataDir)
+		var grown int64
+		for i, name := range names {
+			if name >= mark[c.DataDir].segment {
+				grown += sizes[i]
+			}
+		}
+		most = max(most, grown-mark[c.DataDir].size)
+	}
+	return most
+}
+
+// walSegments lists dir's versioned-log segment files, in version order
+// (their names), with their sizes.
+func walSegments(dir string) (names []string, sizes []int64) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".wal") {
+			continue
+		}
+		if info, err := e.Info(); err == nil {
+			names, sizes = append(names, e.Name()), append(sizes, info.Size())
+		}
+	}
+	return names, sizes
+}
+
 // killedMidStream runs a streamed COPY through replica1, kills k's victim
 // when it is due, and has up start what it stopped. The client hears an
 // outcome: a commit; an error that says nothing was committed (40001,
@@ -109,7 +176,7 @@ func killedMidStream(t *testing.T, bin, dir string, st *cluster.State, k streame
 	table := fmt.Sprintf("crash_%d", time.Now().UnixNano())
 	dsn := st.Replicas[0].DSN()
 	query(t, dsn, fmt.Sprintf("CREATE TABLE %s (id bigint PRIMARY KEY, pad text)", table))
-	logBefore := dirBytes(t, st.Certifier.DataDir, ".wal")
+	mark := markLogs(t, st)
 
 	result := make(chan error, 1)
 	go func() { result <- copyRows(dsn+"&application_name="+table, table, rows, rowBytes) }()
@@ -121,9 +188,11 @@ func killedMidStream(t *testing.T, bin, dir string, st *cluster.State, k streame
 			backend, _ = strconv.Atoi(s)
 			continue
 		}
-		staged := dirBytes(t, filepath.Join(st.Certifier.DataDir, "stage"), "")
-		if k.due(staged, dirBytes(t, st.Certifier.DataDir, ".wal")-logBefore, total) {
-			victim = k.victim(st, backend)
+		if k.due(stagedBytes(t, st), logGrowth(t, st, mark), total) {
+			if victim = k.victim(st, backend); victim <= 0 {
+				victim = 0 // no such process this moment (a group between leaders): look again
+				continue
+			}
 			if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -242,8 +311,7 @@ func pgbenchInitStreams(t *testing.T, bin, dir string, st *cluster.State) {
 	checkMemory(t, peaks, *backend, scale*100000, writeset)
 }
 
-func copyStreams(t *testing.T, bin, dir string, st *cluster.State) {
-	mib := envInt(t, "TASHKENT_STREAMED_COPY_MIB", 320)
+func copyStreams(t *testing.T, bin, dir string, st *cluster.State, mib int) {
 	dsn := st.Replicas[0].DSN()
 	query(t, dsn, "CREATE TABLE wide (id bigint PRIMARY KEY, pad text)")
 	mem := watchMemory(t, st)
@@ -276,8 +344,12 @@ func checkMemory(t *testing.T, peaks map[string]int64, backend int64, rows int, 
 	t.Helper()
 	bounds := map[string]int64{"certifier": certifierMemoryLimit + outsideHeapSlack}
 	for name := range peaks {
-		if strings.HasSuffix(name, " agent") {
+		switch {
+		case strings.HasSuffix(name, " agent"):
 			bounds[name] = agentMemoryLimit + outsideHeapSlack
+		case strings.HasPrefix(name, "certifier "):
+			delete(bounds, "certifier")
+			bounds[name] = certifierMemoryLimit + outsideHeapSlack
 		}
 	}
 	for name, bound := range bounds {
@@ -314,7 +386,10 @@ type memoryWatch struct {
 }
 
 func watchMemory(t *testing.T, st *cluster.State) *memoryWatch {
-	m := &memoryWatch{t: t, pids: map[string]int{"certifier": st.Certifier.PID}, peaks: map[string]int64{}, done: make(chan struct{})}
+	m := &memoryWatch{t: t, pids: map[string]int{}, peaks: map[string]int64{}, done: make(chan struct{})}
+	for _, c := range st.CertifierMembers() {
+		m.pids[certifierName(c)] = c.PID
+	}
 	for _, r := range st.Replicas {
 		m.pids[r.Name+" agent"] = r.Agent.PID
 	}
@@ -328,6 +403,15 @@ func watchMemory(t *testing.T, st *cluster.State) *memoryWatch {
 		}
 	}()
 	return m
+}
+
+// certifierName names a certifier in memory figures: "certifier", or
+// "certifier N" for member N of a group.
+func certifierName(c *cluster.Certifier) string {
+	if c.ID == 0 {
+		return "certifier"
+	}
+	return fmt.Sprintf("certifier %d", c.ID)
 }
 
 func (m *memoryWatch) sleep() bool {

@@ -16,6 +16,7 @@ package logentry
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -265,9 +266,11 @@ func parseHeader(b []byte, withTxn bool) (Header, error) {
 
 // LogEntry's span fields (api/certifierpb/certifier.proto).
 const (
-	spanFirstField protowire.Number = 4
-	spanLastField  protowire.Number = 5
-	certifiedField protowire.Number = 6
+	spanFirstField    protowire.Number = 4
+	spanLastField     protowire.Number = 5
+	certifiedField    protowire.Number = 6
+	spanBytesField    protowire.Number = 7
+	spanChecksumField protowire.Number = 8
 )
 
 // SpanEntry is one entry of a span: a streamed transaction committed as
@@ -280,6 +283,23 @@ type SpanEntry struct {
 	// Certified is the encoded Writeset the transaction was certified on;
 	// written on the last entry (Version == Last) only.
 	Certified []byte
+	// SpanBytes and SpanChecksum are the size and SpanChecksum of all the
+	// span's fragments; written on the last entry only. SpanBytes is 0 for
+	// a span encoded without them (a fragment is never empty).
+	SpanBytes    uint64
+	SpanChecksum uint32
+}
+
+// castagnoli is the CRC-32C table (hardware-assisted on amd64 and arm64).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// SpanChecksum extends sum, the CRC-32C of a span's fragments before
+// fragment, with fragment: its length (uvarint) then its bytes, as a spool
+// file holds it, so that fragment boundaries count. Start with 0.
+func SpanChecksum(sum uint32, fragment []byte) uint32 {
+	var length [binary.MaxVarintLen64]byte
+	sum = crc32.Update(sum, castagnoli, length[:binary.PutUvarint(length[:], uint64(len(fragment)))])
+	return crc32.Update(sum, castagnoli, fragment)
 }
 
 // AppendSpanEntry appends the encoded entry e to dst (a buffer to reuse:
@@ -307,13 +327,21 @@ func AppendSpanEntry(dst []byte, e SpanEntry) []byte {
 		dst = protowire.AppendTag(dst, certifiedField, protowire.BytesType)
 		dst = protowire.AppendBytes(dst, e.Certified)
 	}
+	if e.Version == e.Last && e.SpanBytes > 0 {
+		dst = protowire.AppendTag(dst, spanBytesField, protowire.VarintType)
+		dst = protowire.AppendVarint(dst, e.SpanBytes)
+	}
+	if e.Version == e.Last && e.SpanChecksum != 0 { // omitted at 0, as protobuf does
+		dst = protowire.AppendTag(dst, spanChecksumField, protowire.Fixed32Type)
+		dst = protowire.AppendFixed32(dst, e.SpanChecksum)
+	}
 	dst = protowire.AppendTag(dst, versionField, protowire.VarintType)
 	return protowire.AppendVarint(dst, e.Version)
 }
 
 // SpanEntryBytesMax bounds the size of a span's last entry (the largest):
 // txn's, with a fragment of fragmentBytes and a certified writeset of
-// certifiedBytes, at any versions.
+// certifiedBytes, at any versions, with its span's size and checksum.
 func SpanEntryBytesMax(txn *pb.TxnID, fragmentBytes, certifiedBytes int) int {
 	n := 0
 	if txn != nil {
@@ -325,5 +353,6 @@ func SpanEntryBytesMax(txn *pb.TxnID, fragmentBytes, certifiedBytes int) int {
 	if certifiedBytes > 0 {
 		n += protowire.SizeTag(certifiedField) + protowire.SizeBytes(certifiedBytes)
 	}
-	return n + 3*VersionBytesMax // the version, span_first and span_last
+	n += protowire.SizeTag(spanChecksumField) + protowire.SizeFixed32()
+	return n + 4*VersionBytesMax // the version, span_first, span_last and span_bytes
 }

@@ -106,13 +106,14 @@ func TestSpanEntryDecodesAsTheMessage(t *testing.T) {
 	certifiedBytes, _ := proto.Marshal(certified)
 	txn := &pb.TxnID{Origin: "r1", Seq: 1 << 40}
 	for _, version := range []uint64{300, 301, 302} {
-		e := SpanEntry{Version: version, Txn: txn, Fragment: fragment, First: 300, Last: 302, Certified: certifiedBytes}
+		e := SpanEntry{Version: version, Txn: txn, Fragment: fragment, First: 300, Last: 302, Certified: certifiedBytes,
+			SpanBytes: 3 * uint64(len(fragment)), SpanChecksum: 0x8000_0001}
 		b := AppendSpanEntry([]byte("reused"), e)[len("reused"):]
-		written := 0 // the certified writeset, on the last entry
+		written, slack := 0, 4*VersionBytesMax+5 // the certified writeset, size and checksum: on the last entry
 		if version == 302 {
-			written = len(certifiedBytes)
+			written, slack = len(certifiedBytes), 3*VersionBytesMax
 		}
-		if limit := SpanEntryBytesMax(txn, len(fragment), written); len(b) > limit || len(b) < limit-3*VersionBytesMax {
+		if limit := SpanEntryBytesMax(txn, len(fragment), written); len(b) > limit || len(b) < limit-slack {
 			t.Fatalf("version %d: %d bytes, SpanEntryBytesMax says %d", version, len(b), limit)
 		}
 		got, err := Decode(b)
@@ -124,6 +125,7 @@ func TestSpanEntryDecodesAsTheMessage(t *testing.T) {
 		proto.Unmarshal(fragment, want.Writeset)
 		if version == 302 {
 			want.Certified = certified // on the last entry only
+			want.SpanBytes, want.SpanChecksum = e.SpanBytes, e.SpanChecksum
 		}
 		if !proto.Equal(got, want) {
 			t.Fatalf("version %d decoded %v, want %v", version, got, want)

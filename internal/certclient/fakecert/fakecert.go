@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -149,7 +150,8 @@ func (f *Certifier) Status(_ context.Context, _ *pb.StatusRequest) (*pb.StatusRe
 	return &pb.StatusReply{Version: v, DurableVersion: v, Role: "single"}, nil
 }
 
-// Stage records the fragments of a streamed writeset.
+// Stage records the fragments of a streamed writeset. It accepts the
+// stage at once (the response headers), as a certifier does.
 func (f *Certifier) Stage(stream pb.Certifier_StageServer) error {
 	s := &Stage{}
 	f.mu.Lock()
@@ -167,6 +169,9 @@ func (f *Certifier) Stage(stream pb.Certifier_StageServer) error {
 }
 
 func (f *Certifier) receiveStage(stream pb.Certifier_StageServer, s *Stage) error {
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
 	var total uint64
 	for {
 		req, err := stream.Recv()
