@@ -64,9 +64,11 @@ func (a *Applier) ApplySpan(ctx context.Context, conn *pgx.Conn, entries []*cert
 			return err
 		}
 	}
+	tg := target{sendBatch: conn.SendBatch, query: conn.Query, pg: conn.PgConn()}
 	var r retries
 	for {
-		err := a.runFragments(ctx, conn, plans, sp, entries, r.deleteInsert)
+		at := a.attempt(tg, &r)
+		err := a.runFragments(ctx, conn, at, plans, sp, entries)
 		if err == nil {
 			return nil
 		}
@@ -74,7 +76,7 @@ func (a *Applier) ApplySpan(ctx context.Context, conn *pgx.Conn, entries []*cert
 		if lost := undoFragments(ctx, conn, begins); lost != nil {
 			return &spanLostError{sp, errors.Join(err, lost)}
 		}
-		if ctx.Err() == nil && r.again(pgcode.Of(err)) {
+		if ctx.Err() == nil && r.again(at, err) {
 			continue
 		}
 		return fmt.Errorf("replica: apply versions %d..%d of span %d..%d: %w",
@@ -83,22 +85,27 @@ func (a *Applier) ApplySpan(ctx context.Context, conn *pgx.Conn, entries []*cert
 }
 
 // retries are the retries of a failed apply that another attempt may
-// cure, each made once (see Applier.Apply): with fresh metadata after a
-// schema error; deleting every key before inserting after a unique
-// violation (a secondary unique index whose values the rows move
-// between them); and after a keyless row was not found, as a local
-// version before the apply may have changed the row after the
-// statement took its snapshot, and committed while the delete waited
-// for the row's lock (then the statement skipped the row; a new one sees
-// it).
+// cure, each made once (see Applier.Apply): without COPY after an
+// attempt that used it failed where the statements may not (copyRefused:
+// from there on, the attempts are the statements' own); with fresh metadata after a schema error; deleting every key
+// before inserting after a unique violation (a secondary unique index
+// whose values the rows move between them); and after a keyless row was
+// not found, as a local version before the apply may have changed the
+// row after the statement took its snapshot, and committed while the
+// delete waited for the row's lock (then the statement skipped the row;
+// a new one sees it).
 type retries struct {
-	deleteInsert, refreshed, missingRetried bool
+	noCopy, deleteInsert, refreshed, missingRetried bool
 }
 
-// again reports whether an apply that failed with SQLSTATE code is to be
-// tried again, and how.
-func (r *retries) again(code string) bool {
+// again reports whether an apply attempt at that failed with err is to
+// be tried again, and how.
+func (r *retries) again(at *attempt, err error) bool {
+	code := pgcode.Of(err)
 	switch {
+	case at.copied && copyRefused(err):
+		r.noCopy = true
+		at.stats.fellBack()
 	case !r.refreshed && isSchemaError(code):
 		r.refreshed = true
 	case !r.deleteInsert && code == pgcode.UniqueViolation:
@@ -114,30 +121,27 @@ func (r *retries) again(code string) bool {
 // runFragments sends one call's statements: the span's start if it
 // begins here, else a savepoint; each fragment's plan; the span's commit
 // if it ends here.
-func (a *Applier) runFragments(ctx context.Context, conn *pgx.Conn, plans [][]*step, sp versionSpan, entries []*certifierpb.LogEntry, deleteInsert bool) error {
+func (a *Applier) runFragments(ctx context.Context, conn *pgx.Conn, at *attempt, plans [][]*step, sp versionSpan, entries []*certifierpb.LogEntry) error {
 	begins := entries[0].GetVersion() == sp.first
-	tg := target{sendBatch: conn.SendBatch, query: conn.Query, pg: conn.PgConn()}
-	b := &pgx.Batch{}
 	if begins {
-		queueBegin(b, sp.first, sp.last)
+		queueBegin(at.b, sp.first, sp.last)
 	} else if _, err := conn.Exec(ctx, "SAVEPOINT "+fragmentSavepoint); err != nil {
 		// sent alone, before the metadata queries: one that fails must
 		// find the savepoint there to go back to
 		return err
 	}
 	for i, plan := range plans {
-		var err error
-		if b, err = a.queuePlan(ctx, tg, b, plan, entries[i].GetVersion(), deleteInsert); err != nil {
+		if err := a.queuePlan(ctx, at, plan, entries[i].GetVersion()); err != nil {
 			return err
 		}
 	}
 	if !begins {
-		b.Queue("RELEASE SAVEPOINT " + fragmentSavepoint)
+		at.b.Queue("RELEASE SAVEPOINT " + fragmentSavepoint)
 	}
 	if entries[len(entries)-1].GetVersion() == sp.last {
-		b.Queue("COMMIT")
+		at.b.Queue("COMMIT")
 	}
-	return tg.sendBatch(ctx, b).Close()
+	return at.flush(ctx)
 }
 
 // undoFragments undoes a failed call: all of it if it began the span
