@@ -86,14 +86,15 @@ func (a *Applier) ApplySpan(ctx context.Context, conn *pgx.Conn, entries []*cert
 
 // retries are the retries of a failed apply that another attempt may
 // cure, each made once (see Applier.Apply): without COPY after an
-// attempt that used it failed where the statements may not (copyRefused:
-// from there on, the attempts are the statements' own); with fresh metadata after a schema error; deleting every key
-// before inserting after a unique violation (a secondary unique index
-// whose values the rows move between them); and after a keyless row was
-// not found, as a local version before the apply may have changed the
-// row after the statement took its snapshot, and committed while the
-// delete waited for the row's lock (then the statement skipped the row;
-// a new one sees it).
+// attempt that used it failed where the statements may not
+// (copyRefused: from there on, the attempts are the statements' own);
+// with fresh metadata after a schema error; deleting every key before
+// inserting after a unique violation (a secondary unique index whose
+// values the rows move between them); and after a keyless row was not
+// found, as a local version before the apply may have changed the row
+// after the statement took its snapshot, and committed while the delete
+// waited for the row's lock (then the statement skipped the row; a new
+// one sees it).
 type retries struct {
 	noCopy, deleteInsert, refreshed, missingRetried bool
 }
