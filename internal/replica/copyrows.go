@@ -85,7 +85,19 @@ func (at *attempt) insert(ctx context.Context, m *tableMeta, ups []*certifierpb.
 // not), and the apply is then made again with the statements alone
 // (retries.again), which leave the rows as they would have in any case.
 func (at *attempt) upsert(ctx context.Context, m *tableMeta, ups []*certifierpb.Change) error {
-	var kept, inserted []*certifierpb.Change
+	n := 0
+	for _, c := range ups {
+		if !c.GetKeepsRow() {
+			n++
+		}
+	}
+	if !at.copies(m, n) {
+		if len(ups) > 0 {
+			queueChecked(at.b, m.upsert, "upsert into", m.qname, rowArray(ups))
+		}
+		return nil
+	}
+	kept, inserted := make([]*certifierpb.Change, 0, len(ups)-n), make([]*certifierpb.Change, 0, n)
 	for _, c := range ups {
 		if c.GetKeepsRow() {
 			kept = append(kept, c)
@@ -93,16 +105,10 @@ func (at *attempt) upsert(ctx context.Context, m *tableMeta, ups []*certifierpb.
 			inserted = append(inserted, c)
 		}
 	}
-	if !at.copies(m, len(inserted)) {
-		kept, inserted = ups, nil
-	}
 	if len(kept) > 0 {
 		queueChecked(at.b, m.upsert, "upsert into", m.qname, rowArray(kept))
 	}
-	if len(inserted) > 0 {
-		return at.copyRows(ctx, m, len(inserted), func(i int) []byte { return inserted[i].GetRow() })
-	}
-	return nil
+	return at.copyRows(ctx, m, len(inserted), func(i int) []byte { return inserted[i].GetRow() })
 }
 
 // copyRows inserts n rows of table m, row(i) the record text of the i-th,
