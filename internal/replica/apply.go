@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -108,11 +109,13 @@ func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 // A table's inserts in a step of copyRowsMin (1,000) rows or more (a
 // large transaction's, above all a span's) go by COPY instead, in a round
 // trip of its own, where COPY does what the statement does (copyrows.go):
-// the rows not marked keeps_row are copied as plain inserts after the
-// others are upserted. If the attempt then fails on an integrity
-// constraint (a unique violation: a row exists that the upsert would have
-// updated) or on a row text the converter does not read, the transaction
-// is made again with the statements alone.
+// the rows that may not exist here (tableRows.mayExist) are copied as
+// plain inserts after the others are upserted. If the attempt then fails
+// on an integrity constraint (a unique violation: a row exists that the
+// upsert would have updated) or on a row text the converter does not
+// read, the transaction is made again with the statements alone, and a
+// table whose COPY failed so keeps to the statements until its metadata
+// is loaded again.
 //
 // Rows of a table without a primary key (OP_INSERT_ROW, OP_DELETE_ROW)
 // are applied in the order of their changes, as a multiset (keylessRows):
@@ -293,6 +296,11 @@ type tableRows struct {
 	table string
 	order []string // keys, by first appearance
 	last  map[string]*certifierpb.Change
+	// deletedFirst holds the keys an upsert of the step follows a delete
+	// of (a row deleted and inserted again, as a table refresh does):
+	// their rows may exist here, whether or not marked keeps_row. nil if
+	// none.
+	deletedFirst map[string]bool
 	// keyless holds the step's changes of the table's rows if it has no
 	// primary key (OP_INSERT_ROW, OP_DELETE_ROW); nil if none.
 	keyless *keylessRows
@@ -396,11 +404,7 @@ func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
 					return nil, fmt.Errorf("replica: apply: version %d change %d: upsert of %s without a row", e.GetVersion(), i, c.GetTable())
 				}
 				tr := rows(c.GetTable())
-				k := string(c.GetKey())
-				if _, ok := tr.last[k]; !ok {
-					tr.order = append(tr.order, k)
-				}
-				tr.last[k] = c
+				tr.add(c)
 			case certifierpb.Op_OP_INSERT_ROW, certifierpb.Op_OP_DELETE_ROW:
 				row := c.GetRow()
 				if c.GetOp() == certifierpb.Op_OP_DELETE_ROW {
@@ -700,6 +704,10 @@ type tableMeta struct {
 	// column not dropped), true where the column takes a value (is not
 	// generated): the fields COPY's lines carry.
 	fields []bool
+	// copyRefused: a COPY into the table failed on an integrity
+	// constraint (a row it took for new exists here): its rows go by the
+	// statements until the metadata is loaded again.
+	copyRefused atomic.Bool
 }
 
 func (a *Applier) meta(table string) (*tableMeta, error) {
@@ -1012,7 +1020,34 @@ func (at *attempt) queueTable(ctx context.Context, m *tableMeta, tr *tableRows) 
 	if len(dels) > 0 {
 		queueChecked(at.b, m.delete, "delete from", m.qname, keyArray(dels))
 	}
-	return at.upsert(ctx, m, ups)
+	return at.upsert(ctx, m, tr, ups)
+}
+
+// add collapses c, an upsert or delete by key, into tr: the key's last
+// change.
+func (tr *tableRows) add(c *certifierpb.Change) {
+	k := string(c.GetKey())
+	prev, ok := tr.last[k]
+	if !ok {
+		tr.order = append(tr.order, k)
+	}
+	if ok && prev.GetOp() == certifierpb.Op_OP_DELETE && c.GetOp() == certifierpb.Op_OP_UPSERT {
+		if tr.deletedFirst == nil {
+			tr.deletedFirst = map[string]bool{}
+		}
+		tr.deletedFirst[k] = true
+	}
+	tr.last[k] = c
+}
+
+// mayExist reports whether the row of c, an upsert of the step, may exist
+// here before the step: the origin's update kept it (keeps_row), or the
+// step deleted its key first. The others are rows the replica lacks,
+// unless it diverged or the writeset is one whose capture marks no row
+// (an older version's, or an update of a table referenced through another
+// unique index: copyableSQL).
+func (tr *tableRows) mayExist(c *certifierpb.Change) bool {
+	return c.GetKeepsRow() || tr.deletedFirst[string(c.GetKey())]
 }
 
 // changes returns tr's changes in their order.
@@ -1100,8 +1135,17 @@ LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespa
 // too, and one statement becomes two where COPY takes some of a table's
 // rows (copyRows). So a table with an INSERT or UPDATE rule, or an INSERT
 // or UPDATE statement trigger (tgtype: ROW 1, INSERT 4, UPDATE 16), that
-// acts in the applier is never loaded by COPY.
-const copyableSQL = `NOT EXISTS (SELECT FROM pg_catalog.pg_rewrite r WHERE r.ev_class OPERATOR(pg_catalog.=) c.oid
+// acts in the applier is never loaded by COPY. Nor is a table that a
+// foreign key references through a unique index other than its primary
+// key: capture marks none of its updated rows keeps_row (an update that
+// keeps the key may change the referenced value; extension relinfo.c,
+// referenced_through_other_index), so COPY would take rows this replica
+// has and fail.
+const copyableSQL = `NOT EXISTS (SELECT FROM pg_catalog.pg_constraint f WHERE f.confrelid OPERATOR(pg_catalog.=) c.oid
+		AND f.contype OPERATOR(pg_catalog.=) 'f'
+		AND f.conindid IS DISTINCT FROM (SELECT i.indexrelid FROM pg_catalog.pg_index i
+			WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary))
+	AND NOT EXISTS (SELECT FROM pg_catalog.pg_rewrite r WHERE r.ev_class OPERATOR(pg_catalog.=) c.oid
 		AND (r.ev_type OPERATOR(pg_catalog.=) '2' OR r.ev_type OPERATOR(pg_catalog.=) '3')
 		AND (r.ev_enabled OPERATOR(pg_catalog.=) 'A' OR r.ev_enabled OPERATOR(pg_catalog.=) 'R'))
 	AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) c.oid

@@ -60,7 +60,7 @@ func (at *attempt) flush(ctx context.Context) error {
 
 // copies reports whether n rows of table m are to be inserted by COPY.
 func (at *attempt) copies(m *tableMeta, n int) bool {
-	return at.copyRowsMin > 0 && m.copy != "" && n >= at.copyRowsMin
+	return at.copyRowsMin > 0 && m.copy != "" && !m.copyRefused.Load() && n >= at.copyRowsMin
 }
 
 // insert inserts ups, rows whose keys the step deleted first: by COPY if
@@ -75,19 +75,19 @@ func (at *attempt) insert(ctx context.Context, m *tableMeta, ups []*certifierpb.
 	return nil
 }
 
-// upsert applies ups, rows that may or may not exist, as the upsert
-// statement (INSERT ... ON CONFLICT DO UPDATE) does. The rows not marked
-// keeps_row (an update that kept its row, which the replica has), most of
-// them inserted at the origin, go by COPY if there are enough of them, as
-// plain inserts, after the upsert of the others. For a row that
-// does not exist, the upsert is a plain insert; COPY fails with a unique
-// violation on one that does (a row this replica has and the origin had
-// not), and the apply is then made again with the statements alone
+// upsert applies ups, tr's rows that may or may not exist, as the upsert
+// statement (INSERT ... ON CONFLICT DO UPDATE) does. The rows that do not
+// exist here as far as the writeset tells (not tr.mayExist) go by COPY if
+// there are enough of them, as plain inserts, after the upsert of the
+// others. For a row that does not exist, the upsert is a plain insert;
+// COPY fails with a unique violation on one that does (a row this
+// replica has and the origin had not, or one the writeset does not
+// mark), and the apply is then made again with the statements alone
 // (retries.again), which leave the rows as they would have in any case.
-func (at *attempt) upsert(ctx context.Context, m *tableMeta, ups []*certifierpb.Change) error {
+func (at *attempt) upsert(ctx context.Context, m *tableMeta, tr *tableRows, ups []*certifierpb.Change) error {
 	n := 0
 	for _, c := range ups {
-		if !c.GetKeepsRow() {
+		if !tr.mayExist(c) {
 			n++
 		}
 	}
@@ -99,7 +99,7 @@ func (at *attempt) upsert(ctx context.Context, m *tableMeta, ups []*certifierpb.
 	}
 	kept, inserted := make([]*certifierpb.Change, 0, len(ups)-n), make([]*certifierpb.Change, 0, n)
 	for _, c := range ups {
-		if c.GetKeepsRow() {
+		if tr.mayExist(c) {
 			kept = append(kept, c)
 		} else {
 			inserted = append(inserted, c)
@@ -125,10 +125,31 @@ func (at *attempt) copyRows(ctx context.Context, m *tableMeta, n int, row func(i
 		err = rerr
 	}
 	if err != nil {
-		return fmt.Errorf("copy into %s: %w", m.qname, err)
+		return &copyError{m: m, err: err}
 	}
 	at.stats.copied(n)
 	return nil
+}
+
+// copyError is the failure of a COPY statement into table m.
+type copyError struct {
+	m   *tableMeta
+	err error
+}
+
+func (e *copyError) Error() string { return "copy into " + e.m.qname + ": " + e.err.Error() }
+func (e *copyError) Unwrap() error { return e.err }
+
+// refuseCopyInto remembers, on its table's metadata, a COPY that failed
+// on an integrity constraint with err: a row it took for new exists here
+// (one the writeset does not mark), and the next attempts and fragments
+// would meet the same rows. An integrity constraint that fails elsewhere
+// (a statement, the COMMIT) leaves COPY as it was.
+func refuseCopyInto(err error) {
+	var ce *copyError
+	if errors.As(err, &ce) && pgcode.Class(pgcode.Of(err)) == pgcode.IntegrityConstraintViolation {
+		ce.m.copyRefused.Store(true)
+	}
 }
 
 // copyRefused reports the failures of an attempt that used COPY after

@@ -146,7 +146,9 @@ func TestCopiedRowsAreTheStatementsRows(t *testing.T) {
 // replays what it had applied), the upsert updates it; COPY, refused
 // with a unique violation, gives the rows back to the statements, which
 // do: in an ordinary transaction, in a span's first fragment and in a
-// later one (under the fragment's savepoint).
+// later one (under the fragment's savepoint). The metadata is loaded
+// again before each, so that the table's refused COPY (refuseCopyInto)
+// is forgotten and each tries COPY.
 func TestCopyGivesRowsThatExistToTheUpsert(t *testing.T) {
 	c, byCopy, byStatements := copyTrio(t, `CREATE TABLE kv (k int PRIMARY KEY, v text, w int[])`)
 	for i := 1; i <= 2; i++ {
@@ -159,7 +161,10 @@ func TestCopyGivesRowsThatExistToTheUpsert(t *testing.T) {
 	c.catchUp(1)
 	c.catchUp(2)
 	span := asSpan(c.commitEach(ins(21, 40), ins(41, 60), ins(61, 80)))
-	byCopy.applySpan(t, span)
+	for _, f := range span {
+		byCopy.applier.Invalidate()
+		byCopy.applySpan(t, []*certifierpb.LogEntry{f})
+	}
 	byStatements.applySpan(t, span)
 
 	sameRows(t, c, "kv", "k")
@@ -175,6 +180,7 @@ func TestCopyGivesRowsThatExistToTheUpsert(t *testing.T) {
 	// it, in the statements.
 	bad := &certifierpb.LogEntry{Version: c.version(1) + 1, Writeset: &certifierpb.Writeset{Changes: []*certifierpb.Change{
 		{Table: "public.kv", Op: certifierpb.Op_OP_UPSERT, Key: []byte("[1000]"), Row: []byte(`(1000,x,{1},extra)`)}}}}
+	byCopy.applier.Invalidate()
 	err := byCopy.applier.Apply(tctx(t), byCopy.apply, []*certifierpb.LogEntry{bad})
 	if pe := pgErr(t, err); pe.Code != pgcode.InvalidTextRepresentation || !strings.Contains(pe.Message, "malformed record literal") || strings.Contains(err.Error(), "copy") {
 		t.Errorf("a row of too many columns: %v, want record_in's error from the upsert", err)
@@ -217,5 +223,81 @@ func TestCopyLeavesTablesWithRulesAndStatementTriggersToTheStatements(t *testing
 	}
 	if rows, _ := byCopy.applier.copies.read(); rows != 0 {
 		t.Errorf("%d rows copied into tables with rules or statement triggers", rows)
+	}
+}
+
+// A COPY refused on an integrity constraint is remembered for its table:
+// a span whose every fragment meets rows that exist here falls back once,
+// in its first fragment; the later fragments give that table's rows to
+// the upsert at once, and still copy another table's.
+func TestCopyFallsBackOncePerTableAcrossASpansFragments(t *testing.T) {
+	c, byCopy, byStatements := copyTrio(t, `CREATE TABLE kv (k int PRIMARY KEY, v text); CREATE TABLE other (k int PRIMARY KEY, v text)`)
+	for i := 1; i <= 2; i++ {
+		c.local(i, `INSERT INTO kv SELECT g, 'stale' FROM generate_series(1, 60) AS g WHERE g % 20 = 5`)
+	}
+	ins := func(from, to int) string {
+		return fmt.Sprintf(`INSERT INTO kv SELECT g, 'new' FROM generate_series(%[1]d, %[2]d) AS g;
+			INSERT INTO other SELECT g, 'new' FROM generate_series(%[1]d, %[2]d) AS g`, from, to)
+	}
+	span := asSpan(c.commitEach(ins(1, 20), ins(21, 40), ins(41, 60)))
+	byCopy.applySpan(t, span)
+	byStatements.applySpan(t, span)
+
+	sameRows(t, c, "kv", "k")
+	sameRows(t, c, "other", "k")
+	rows, fallbacks := byCopy.applier.copies.read()
+	if fallbacks != 1 || rows != 40 {
+		t.Errorf("fell back %d times and copied %d rows; want 1 (the first fragment) and 40 (other's rows of the later fragments)", fallbacks, rows)
+	}
+}
+
+// Capture marks no updated row of a table that a foreign key references
+// through a unique index other than its primary key keeps_row: such a
+// table is never loaded by COPY, so a large UPDATE of it goes to the
+// upsert, without a refused COPY.
+func TestCopyLeavesATableReferencedThroughAnotherUniqueIndexToTheUpsert(t *testing.T) {
+	c := newCluster(t, 2)
+	c.nodes[1].applier.copyRowsMin = copyRowsMin
+	c.commit(0, `CREATE TABLE p (id int PRIMARY KEY, code text UNIQUE, v int); CREATE TABLE ch (code text REFERENCES p (code))`)
+	c.commit(0, `INSERT INTO p SELECT g, 'c' || g, 0 FROM generate_series(1, 1500) AS g`)
+	c.catchUp(1)
+	c.commit(0, `UPDATE p SET v = v + 1`)
+	c.catchUp(1)
+
+	sameRows(t, c, "p", "id")
+	if rows, fallbacks := c.nodes[1].applier.copies.read(); rows != 0 || fallbacks != 0 {
+		t.Errorf("copied %d rows into p and fell back %d times; want none", rows, fallbacks)
+	}
+}
+
+// Rows deleted and inserted again with the same keys exist here. Where
+// the delete and the insert are versions of one step, the step tells, and
+// gives those rows to the upsert; where they are one transaction's (a
+// table refreshed), its writeset holds the insert alone, COPY is refused
+// once, and the table keeps to the statements from there on.
+func TestCopyLeavesRowsDeletedAndInsertedAgainToTheUpsert(t *testing.T) {
+	c := newCluster(t, 2)
+	ap := c.nodes[1].applier
+	ap.copyRowsMin = copyRowsMin
+	c.commit(0, `CREATE TABLE r (id int PRIMARY KEY, v int)`)
+	c.commit(0, `INSERT INTO r SELECT g, 0 FROM generate_series(1, 1500) AS g`)
+	c.catchUp(1)
+	copied, _ := ap.copies.read()
+	c.commit(0, `DELETE FROM r`)
+	c.commit(0, `INSERT INTO r SELECT g, 1 FROM generate_series(1, 3000) AS g`)
+	c.catchUp(1)
+	sameRows(t, c, "r", "id")
+	rows, fallbacks := ap.copies.read()
+	if fallbacks != 0 || rows-copied != 1500 {
+		t.Errorf("a delete and an insert in one step copied %d rows and fell back %d times; want 1500 (the keys not deleted first) and none", rows-copied, fallbacks)
+	}
+
+	for v := 2; v <= 3; v++ {
+		c.commit(0, fmt.Sprintf(`DELETE FROM r; INSERT INTO r SELECT g, %d FROM generate_series(1, 3000) AS g`, v))
+		c.catchUp(1)
+	}
+	sameRows(t, c, "r", "id")
+	if _, fallbacks = ap.copies.read(); fallbacks != 1 {
+		t.Errorf("two refreshes fell back %d times, want 1 (the first)", fallbacks)
 	}
 }

@@ -72,8 +72,16 @@ func (a *Applier) ApplySpan(ctx context.Context, conn *pgx.Conn, entries []*cert
 		if err == nil {
 			return nil
 		}
-		a.Invalidate() // what the call read may have come from its own undone DDL
+		// What the call read after its own DDL is undone with it, and a
+		// schema error may come from metadata read before; the rest of
+		// the cache stays, with the tables whose COPY was refused
+		// (refuseCopyInto), so that the span's next fragments give their
+		// rows to the statements at once.
+		if runsDDL(plans) || isSchemaError(pgcode.Of(err)) {
+			a.Invalidate()
+		}
 		if lost := undoFragments(ctx, conn, begins); lost != nil {
+			a.Invalidate() // the span's earlier fragments' DDL is undone too
 			return &spanLostError{sp, errors.Join(err, lost)}
 		}
 		if ctx.Err() == nil && r.again(at, err) {
@@ -84,17 +92,30 @@ func (a *Applier) ApplySpan(ctx context.Context, conn *pgx.Conn, entries []*cert
 	}
 }
 
+// runsDDL reports whether a plan of plans runs DDL.
+func runsDDL(plans [][]*step) bool {
+	for _, plan := range plans {
+		for _, st := range plan {
+			if st.kind == stepDDL {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // retries are the retries of a failed apply that another attempt may
 // cure, each made once (see Applier.Apply): without COPY after an
 // attempt that used it failed where the statements may not
-// (copyRefused: from there on, the attempts are the statements' own);
-// with fresh metadata after a schema error; deleting every key before
-// inserting after a unique violation (a secondary unique index whose
-// values the rows move between them); and after a keyless row was not
-// found, as a local version before the apply may have changed the row
-// after the statement took its snapshot, and committed while the delete
-// waited for the row's lock (then the statement skipped the row; a new
-// one sees it).
+// (copyRefused: from there on, the attempts are the statements' own, and
+// a table whose COPY failed keeps to the statements in later calls too:
+// refuseCopyInto); with fresh metadata after a schema error; deleting
+// every key before inserting after a unique violation (a secondary
+// unique index whose values the rows move between them); and after a
+// keyless row was not found, as a local version before the apply may
+// have changed the row after the statement took its snapshot, and
+// committed while the delete waited for the row's lock (then the
+// statement skipped the row; a new one sees it).
 type retries struct {
 	noCopy, deleteInsert, refreshed, missingRetried bool
 }
@@ -107,6 +128,7 @@ func (r *retries) again(at *attempt, err error) bool {
 	case at.copied && copyRefused(err):
 		r.noCopy = true
 		at.stats.fellBack()
+		refuseCopyInto(err)
 	case !r.refreshed && isSchemaError(code):
 		r.refreshed = true
 	case !r.deleteInsert && code == pgcode.UniqueViolation:
