@@ -34,12 +34,13 @@ type Applier struct {
 	// copyRowsMin: a step's inserts of at least so many rows of a table
 	// go by COPY (copyrows.go); 0: none do.
 	copyRowsMin int
-	copies      copyStats
+	// Copies counts what COPY did; NewApplier sets a fresh one.
+	Copies *CopyCounts
 }
 
 // NewApplier returns an Applier with an empty cache.
 func NewApplier() *Applier {
-	return &Applier{tables: map[string]*tableMeta{}, copyRowsMin: copyRowsMin}
+	return &Applier{tables: map[string]*tableMeta{}, copyRowsMin: copyRowsMin, Copies: &CopyCounts{}}
 }
 
 // Invalidate drops the cached table metadata. Apply notices DDL that
@@ -187,6 +188,7 @@ func (a *Applier) applyTransaction(ctx context.Context, conn *pgx.Conn, entries 
 		at := a.attempt(tg, &r)
 		err := a.run(ctx, at, p, first, last)
 		if err == nil {
+			at.succeeded()
 			return nil
 		}
 		if rerr := rollback(ctx, conn); rerr != nil {

@@ -134,7 +134,7 @@ func benchmarkInserts(b *testing.B, rows, copyRowsMin int) {
 		}
 	}
 	b.ReportMetric(float64(b.N*rows)/time.Since(start).Seconds(), "rows/s")
-	if copied, _ := ap.copies.read(); (copied > 0) != (copyRowsMin > 0) {
+	if copied, _ := ap.Copies.Read(); (copied > 0) != (copyRowsMin > 0) {
 		b.Fatalf("%d rows copied with copyRowsMin %d", copied, copyRowsMin)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -35,17 +36,23 @@ type attempt struct {
 	// copyRowsMin: inserts of at least so many rows of a table go by COPY
 	// (copyRows); 0: none do.
 	copyRowsMin int
-	copied      bool // COPY was used (or a table's rows split for it)
-	stats       *copyStats
+	copied      bool  // COPY was used
+	rows        int64 // rows loaded by COPY statements that succeeded
+	counts      *CopyCounts
 }
 
 // attempt starts the next attempt at an apply, on tg, as r says.
 func (a *Applier) attempt(tg target, r *retries) *attempt {
-	at := &attempt{tg: tg, b: &pgx.Batch{}, deleteInsert: r.deleteInsert, copyRowsMin: a.copyRowsMin, stats: &a.copies}
+	at := &attempt{tg: tg, b: &pgx.Batch{}, deleteInsert: r.deleteInsert, copyRowsMin: a.copyRowsMin, counts: a.Copies}
 	if r.noCopy {
 		at.copyRowsMin = 0
 	}
 	return at
+}
+
+// succeeded counts the rows the attempt, which succeeded, loaded by COPY.
+func (at *attempt) succeeded() {
+	at.counts.rows.Add(at.rows)
 }
 
 // flush sends the statements queued and waits for their results.
@@ -127,7 +134,7 @@ func (at *attempt) copyRows(ctx context.Context, m *tableMeta, n int, row func(i
 	if err != nil {
 		return &copyError{m: m, err: err}
 	}
-	at.stats.copied(n)
+	at.rows += int64(n)
 	return nil
 }
 
@@ -214,28 +221,17 @@ func (r *copyReader) failure() error {
 	return r.err
 }
 
-// copyStats counts what COPY did: what the tests look at to know which
-// way rows went.
-type copyStats struct {
-	mu        sync.Mutex
-	rows      int64 // rows inserted by COPY statements that succeeded
-	fallbacks int64 // attempts that used COPY made again without it
+// CopyCounts counts what the applier's COPY did: the rows it loaded in
+// apply calls that succeeded, and the attempts that used it made again by
+// the statements alone. The Appliers of a process may share one (the
+// agent's metrics read it).
+type CopyCounts struct {
+	rows, fallbacks atomic.Int64
 }
 
-func (s *copyStats) copied(n int) {
-	s.mu.Lock()
-	s.rows += int64(n)
-	s.mu.Unlock()
+// Read returns the rows COPY loaded and the fallbacks so far.
+func (c *CopyCounts) Read() (rows, fallbacks int64) {
+	return c.rows.Load(), c.fallbacks.Load()
 }
 
-func (s *copyStats) fellBack() {
-	s.mu.Lock()
-	s.fallbacks++
-	s.mu.Unlock()
-}
-
-func (s *copyStats) read() (rows, fallbacks int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rows, s.fallbacks
-}
+func (c *CopyCounts) fellBack() { c.fallbacks.Add(1) }

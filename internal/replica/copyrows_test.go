@@ -134,10 +134,10 @@ func TestCopiedRowsAreTheStatementsRows(t *testing.T) {
 	sameRows(t, c, "typed", "id")
 	sameRows(t, c, "bag", "1")
 	sameChecksums(t, checksum(t, c.nodes[0].connect(t)), checksum(t, byCopy.connect(t)))
-	if rows, fallbacks := byCopy.applier.copies.read(); rows < 1200 || fallbacks != 0 {
+	if rows, fallbacks := byCopy.applier.Copies.Read(); rows < 1200 || fallbacks != 0 {
 		t.Errorf("the COPY applier copied %d rows and fell back %d times; want the inserts (>= 1200) copied, no fallback", rows, fallbacks)
 	}
-	if rows, _ := byStatements.applier.copies.read(); rows != 0 {
+	if rows, _ := byStatements.applier.Copies.Read(); rows != 0 {
 		t.Errorf("the statements' applier copied %d rows", rows)
 	}
 }
@@ -168,7 +168,7 @@ func TestCopyGivesRowsThatExistToTheUpsert(t *testing.T) {
 	byStatements.applySpan(t, span)
 
 	sameRows(t, c, "kv", "k")
-	rows, fallbacks := byCopy.applier.copies.read()
+	rows, fallbacks := byCopy.applier.Copies.Read()
 	if fallbacks != 3 || rows != 20 {
 		t.Errorf("the COPY applier fell back %d times and copied %d rows; want 3 (each batch that met a row) and 20 (the last fragment's)", fallbacks, rows)
 	}
@@ -185,7 +185,7 @@ func TestCopyGivesRowsThatExistToTheUpsert(t *testing.T) {
 	if pe := pgErr(t, err); pe.Code != pgcode.InvalidTextRepresentation || !strings.Contains(pe.Message, "malformed record literal") || strings.Contains(err.Error(), "copy") {
 		t.Errorf("a row of too many columns: %v, want record_in's error from the upsert", err)
 	}
-	if _, after := byCopy.applier.copies.read(); after != fallbacks+1 {
+	if _, after := byCopy.applier.Copies.Read(); after != fallbacks+1 {
 		t.Errorf("%d fallbacks after the bad row, want %d", after, fallbacks+1)
 	}
 }
@@ -221,7 +221,7 @@ func TestCopyLeavesTablesWithRulesAndStatementTriggersToTheStatements(t *testing
 	if a, b := seen(byCopy), seen(byStatements); a != b || !strings.Contains(a, "rule 50") || !strings.Contains(a, "update statement") {
 		t.Errorf("the rule and the trigger did on the COPY applier: %s\nand with the statements: %s", a, b)
 	}
-	if rows, _ := byCopy.applier.copies.read(); rows != 0 {
+	if rows, _ := byCopy.applier.Copies.Read(); rows != 0 {
 		t.Errorf("%d rows copied into tables with rules or statement triggers", rows)
 	}
 }
@@ -245,7 +245,7 @@ func TestCopyFallsBackOncePerTableAcrossASpansFragments(t *testing.T) {
 
 	sameRows(t, c, "kv", "k")
 	sameRows(t, c, "other", "k")
-	rows, fallbacks := byCopy.applier.copies.read()
+	rows, fallbacks := byCopy.applier.Copies.Read()
 	if fallbacks != 1 || rows != 40 {
 		t.Errorf("fell back %d times and copied %d rows; want 1 (the first fragment) and 40 (other's rows of the later fragments)", fallbacks, rows)
 	}
@@ -265,7 +265,7 @@ func TestCopyLeavesATableReferencedThroughAnotherUniqueIndexToTheUpsert(t *testi
 	c.catchUp(1)
 
 	sameRows(t, c, "p", "id")
-	if rows, fallbacks := c.nodes[1].applier.copies.read(); rows != 0 || fallbacks != 0 {
+	if rows, fallbacks := c.nodes[1].applier.Copies.Read(); rows != 0 || fallbacks != 0 {
 		t.Errorf("copied %d rows into p and fell back %d times; want none", rows, fallbacks)
 	}
 }
@@ -282,12 +282,12 @@ func TestCopyLeavesRowsDeletedAndInsertedAgainToTheUpsert(t *testing.T) {
 	c.commit(0, `CREATE TABLE r (id int PRIMARY KEY, v int)`)
 	c.commit(0, `INSERT INTO r SELECT g, 0 FROM generate_series(1, 1500) AS g`)
 	c.catchUp(1)
-	copied, _ := ap.copies.read()
+	copied, _ := ap.Copies.Read()
 	c.commit(0, `DELETE FROM r`)
 	c.commit(0, `INSERT INTO r SELECT g, 1 FROM generate_series(1, 3000) AS g`)
 	c.catchUp(1)
 	sameRows(t, c, "r", "id")
-	rows, fallbacks := ap.copies.read()
+	rows, fallbacks := ap.Copies.Read()
 	if fallbacks != 0 || rows-copied != 1500 {
 		t.Errorf("a delete and an insert in one step copied %d rows and fell back %d times; want 1500 (the keys not deleted first) and none", rows-copied, fallbacks)
 	}
@@ -297,7 +297,7 @@ func TestCopyLeavesRowsDeletedAndInsertedAgainToTheUpsert(t *testing.T) {
 		c.catchUp(1)
 	}
 	sameRows(t, c, "r", "id")
-	if _, fallbacks = ap.copies.read(); fallbacks != 1 {
+	if _, fallbacks = ap.Copies.Read(); fallbacks != 1 {
 		t.Errorf("two refreshes fell back %d times, want 1 (the first)", fallbacks)
 	}
 }

@@ -70,6 +70,7 @@ func (a *Applier) ApplySpan(ctx context.Context, conn *pgx.Conn, entries []*cert
 		at := a.attempt(tg, &r)
 		err := a.runFragments(ctx, conn, at, plans, sp, entries)
 		if err == nil {
+			at.succeeded()
 			return nil
 		}
 		// What the call read after its own DDL is undone with it, and a
@@ -127,7 +128,7 @@ func (r *retries) again(at *attempt, err error) bool {
 	switch {
 	case at.copied && copyRefused(err):
 		r.noCopy = true
-		at.stats.fellBack()
+		at.counts.fellBack()
 		refuseCopyInto(err)
 	case !r.refreshed && isSchemaError(code):
 		r.refreshed = true
