@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
+	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
 type metrics struct {
@@ -35,6 +36,9 @@ type metrics struct {
 	writesRefused      prometheus.Gauge
 
 	verify *verifyMetrics
+	// copies is what the applier's COPY did, across the agent's runs
+	// (each run's Applier counts into it).
+	copies replica.CopyCounts
 }
 
 func newMetrics() *metrics {
@@ -71,8 +75,21 @@ func newMetrics() *metrics {
 	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.streamed, m.stagedBytes, m.syncs, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
 		m.flowControlPausing, m.flowControlPauses, m.writesRefused)
 	m.verify = newVerifyMetrics(m.registry)
+	m.registerCopyCounters()
 	m.setState(StateStarting)
 	return m
+}
+
+// registerCopyCounters registers the counters of the applier's COPY,
+// read from copies when scraped.
+func (m *metrics) registerCopyCounters() {
+	m.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tashkent_agent_apply_copy_rows_total",
+			Help: "Remote rows the applier loaded with COPY (a table's 1,000 or more new rows in an apply transaction)."},
+			func() float64 { rows, _ := m.copies.Read(); return float64(rows) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tashkent_agent_apply_copy_fallbacks_total",
+			Help: "Apply attempts that used COPY and were made again by statements alone (COPY met a row that exists here)."},
+			func() float64 { _, fallbacks := m.copies.Read(); return float64(fallbacks) }))
 }
 
 // outcomes are the certifications' outcome labels, by decision.

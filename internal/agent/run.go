@@ -45,6 +45,7 @@ func newRun(a *Agent, ctx context.Context) *run {
 	rctx, cancel := context.WithCancel(ctx)
 	applier := replica.NewApplier()
 	applier.Logger = a.log
+	applier.Copies = &a.metrics.copies
 	return &run{a: a, ctx: rctx, cancel: cancel, control: &control{}, applier: applier,
 		registered: make(chan struct{}), lost: make(chan error, 1), certifyTimeout: certifyTimeoutDefault}
 }

@@ -15,11 +15,13 @@ const (
 	FeatureNotSupported = "0A000"
 
 	// Class 22: data exception.
-	DivisionByZero = "22012"
+	DivisionByZero            = "22012"
+	InvalidTextRepresentation = "22P02"
 
 	// Class 23: integrity constraint violation.
-	ForeignKeyViolation = "23503"
-	UniqueViolation     = "23505"
+	IntegrityConstraintViolation = "23000"
+	ForeignKeyViolation          = "23503"
+	UniqueViolation              = "23505"
 
 	// Class 25: invalid transaction state.
 	InvalidTransactionState = "25000" // tashkent: a streamed writeset whose temporary file failed
@@ -91,6 +93,16 @@ func Of(err error) string {
 		return pe.Code
 	}
 	return ""
+}
+
+// Class is the class of SQLSTATE code, named by the code of the class's
+// own condition (its two characters and 000): Class(UniqueViolation) is
+// IntegrityConstraintViolation. "" for a code that is not five characters.
+func Class(code string) string {
+	if len(code) != 5 {
+		return ""
+	}
+	return code[:2] + "000"
 }
 
 // MissingObject reports whether err says the database has no schema, table

@@ -116,6 +116,17 @@ func TestOf(t *testing.T) {
 	}
 }
 
+func TestClass(t *testing.T) {
+	for code, want := range map[string]string{
+		UniqueViolation: IntegrityConstraintViolation, IntegrityConstraintViolation: IntegrityConstraintViolation,
+		AlreadyCommitted: "TK000", "": "", "235": "",
+	} {
+		if got := Class(code); got != want {
+			t.Errorf("Class(%q) = %q, want %q", code, got, want)
+		}
+	}
+}
+
 func TestMissingObject(t *testing.T) {
 	for code, want := range map[string]bool{
 		InvalidSchemaName: true, UndefinedTable: true, UndefinedFunction: true,

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,11 +31,16 @@ type Applier struct {
 	// Logger hears of DDL run as the applier because the role that ran it
 	// at the origin lacks a privilege here (runDDL); nil: nobody does.
 	Logger *slog.Logger
+	// copyRowsMin: a step's inserts of at least so many rows of a table
+	// go by COPY (copyrows.go); 0: none do.
+	copyRowsMin int
+	// Copies counts what COPY did; NewApplier sets a fresh one.
+	Copies *CopyCounts
 }
 
 // NewApplier returns an Applier with an empty cache.
 func NewApplier() *Applier {
-	return &Applier{tables: map[string]*tableMeta{}}
+	return &Applier{tables: map[string]*tableMeta{}, copyRowsMin: copyRowsMin, Copies: &CopyCounts{}}
 }
 
 // Invalidate drops the cached table metadata. Apply notices DDL that
@@ -100,6 +106,17 @@ func PrepareApplySession(ctx context.Context, conn *pgx.Conn) error {
 // own version, extension/src/commit.c, which relies on every version
 // that concerns a row waiting for that row's lock). Without DDL the whole
 // transaction is one round trip (two the first time a table is seen).
+//
+// A table's inserts in a step of copyRowsMin (1,000) rows or more (a
+// large transaction's, above all a span's) go by COPY instead, in a round
+// trip of its own, where COPY does what the statement does (copyrows.go):
+// the rows that may not exist here (tableRows.mayExist) are copied as
+// plain inserts after the others are upserted. If the attempt then fails
+// on an integrity constraint (a unique violation: a row exists that the
+// upsert would have updated) or on a row text the converter does not
+// read, the transaction is made again with the statements alone, and a
+// table whose COPY failed so keeps to the statements until its metadata
+// is loaded again.
 //
 // Rows of a table without a primary key (OP_INSERT_ROW, OP_DELETE_ROW)
 // are applied in the order of their changes, as a multiset (keylessRows):
@@ -168,8 +185,10 @@ func (a *Applier) applyTransaction(ctx context.Context, conn *pgx.Conn, entries 
 	tg := target{sendBatch: conn.SendBatch, query: conn.Query, pg: conn.PgConn()}
 	var r retries
 	for {
-		err := a.run(ctx, tg, p, first, last, r.deleteInsert)
+		at := a.attempt(tg, &r)
+		err := a.run(ctx, at, p, first, last)
 		if err == nil {
+			at.succeeded()
 			return nil
 		}
 		if rerr := rollback(ctx, conn); rerr != nil {
@@ -179,7 +198,7 @@ func (a *Applier) applyTransaction(ctx context.Context, conn *pgx.Conn, entries 
 		if code == pgcode.AlreadyCommitted {
 			return fmt.Errorf("replica: apply versions %d..%d: a version of the range is committed already: %w", first, last, err)
 		}
-		if ctx.Err() == nil && r.again(code) {
+		if ctx.Err() == nil && r.again(at, err) {
 			if isSchemaError(code) {
 				a.Invalidate()
 			}
@@ -279,6 +298,11 @@ type tableRows struct {
 	table string
 	order []string // keys, by first appearance
 	last  map[string]*certifierpb.Change
+	// deletedFirst holds the keys an upsert of the step follows a delete
+	// of (a row deleted and inserted again, as a table refresh does):
+	// their rows may exist here, whether or not marked keeps_row. nil if
+	// none.
+	deletedFirst map[string]bool
 	// keyless holds the step's changes of the table's rows if it has no
 	// primary key (OP_INSERT_ROW, OP_DELETE_ROW); nil if none.
 	keyless *keylessRows
@@ -382,11 +406,7 @@ func buildPlan(entries []*certifierpb.LogEntry) ([]*step, error) {
 					return nil, fmt.Errorf("replica: apply: version %d change %d: upsert of %s without a row", e.GetVersion(), i, c.GetTable())
 				}
 				tr := rows(c.GetTable())
-				k := string(c.GetKey())
-				if _, ok := tr.last[k]; !ok {
-					tr.order = append(tr.order, k)
-				}
-				tr.last[k] = c
+				tr.add(c)
 			case certifierpb.Op_OP_INSERT_ROW, certifierpb.Op_OP_DELETE_ROW:
 				row := c.GetRow()
 				if c.GetOp() == certifierpb.Op_OP_DELETE_ROW {
@@ -507,15 +527,13 @@ SELECT pg_catalog.set_config('search_path', pg_catalog.current_setting('tashkent
 	pg_catalog.set_config('check_function_bodies', pg_catalog.current_setting('tashkent_apply.saved_check_function_bodies'), true)`
 )
 
-func (a *Applier) run(ctx context.Context, tg target, plan []*step, first, last uint64, deleteInsert bool) error {
-	b := &pgx.Batch{}
-	queueBegin(b, first, last)
-	b, err := a.queuePlan(ctx, tg, b, plan, first, deleteInsert)
-	if err != nil {
+func (a *Applier) run(ctx context.Context, at *attempt, plan []*step, first, last uint64) error {
+	queueBegin(at.b, first, last)
+	if err := a.queuePlan(ctx, at, plan, first); err != nil {
 		return err
 	}
-	b.Queue("COMMIT")
-	return tg.sendBatch(ctx, b).Close()
+	at.b.Queue("COMMIT")
+	return at.flush(ctx)
 }
 
 // queueBegin queues the start of the transaction that commits versions
@@ -526,65 +544,63 @@ func queueBegin(b *pgx.Batch, first, last uint64) {
 	b.Queue(setApplySettings)
 }
 
-// queuePlan queues plan's statements on b, after loading the table
-// metadata they need. A DDL step sends what is queued, runs the DDL and
-// goes on in a new batch, which it returns; first names the versions in
-// its messages.
-func (a *Applier) queuePlan(ctx context.Context, tg target, b *pgx.Batch, plan []*step, first uint64, deleteInsert bool) (*pgx.Batch, error) {
-	if err := a.loadMeta(ctx, tg, tablesUntilDDL(plan, 0)); err != nil {
-		return nil, err
+// queuePlan queues plan's statements on at, after loading the table
+// metadata they need. A DDL step sends what is queued and runs the DDL;
+// first names the versions in its messages.
+func (a *Applier) queuePlan(ctx context.Context, at *attempt, plan []*step, first uint64) error {
+	if err := a.loadMeta(ctx, at.tg, tablesUntilDDL(plan, 0)); err != nil {
+		return err
 	}
 	if len(tablesUntilDDL(plan, 0)) > 0 {
 		a.mu.Lock()
 		gen := a.gen
 		a.mu.Unlock()
-		b.Queue(checkGenSQL, gen)
+		at.b.Queue(checkGenSQL, gen)
 	}
 	for i, st := range plan {
 		switch st.kind {
 		case stepRows:
-			if err := a.queueRows(b, st, deleteInsert); err != nil {
-				return nil, err
+			if err := a.queueRows(ctx, at, st); err != nil {
+				return err
 			}
 		case stepTruncate:
 			names := make([]string, len(st.truncate))
 			for j, t := range st.truncate {
 				m, err := a.meta(t)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				names[j] = m.qname
 			}
-			queueChecked(b, "TRUNCATE "+strings.Join(names, ", "), "truncate", strings.Join(names, ", "))
+			queueChecked(at.b, "TRUNCATE "+strings.Join(names, ", "), "truncate", strings.Join(names, ", "))
 		case stepDDL:
-			if err := tg.sendBatch(ctx, b).Close(); err != nil {
-				return nil, err
+			if err := at.flush(ctx); err != nil {
+				return err
 			}
-			b = &pgx.Batch{}
 			// A DDL statement may hold several statements, so it goes
 			// through the simple query protocol, under the search_path it
 			// ran under at the origin.
-			if err := a.runDDL(ctx, tg, st, first); err != nil {
-				return nil, fmt.Errorf("DDL %q: %w", abbrev(st.ddl, 200), err)
+			if err := a.runDDL(ctx, at.tg, st, first); err != nil {
+				return fmt.Errorf("DDL %q: %w", abbrev(st.ddl, 200), err)
 			}
 			a.Invalidate()
-			if err := a.loadMeta(ctx, tg, tablesUntilDDL(plan, i+1)); err != nil {
-				return nil, err
+			if err := a.loadMeta(ctx, at.tg, tablesUntilDDL(plan, i+1)); err != nil {
+				return err
 			}
 		}
 	}
-	return b, nil
+	return nil
 }
 
 // queueRows queues a step of row changes, and the locks on the parent
 // rows they reference.
-func (a *Applier) queueRows(b *pgx.Batch, st *step, deleteInsert bool) error {
+func (a *Applier) queueRows(ctx context.Context, at *attempt, st *step) error {
 	for _, tr := range st.tables {
 		m, err := a.meta(tr.table)
 		if err != nil {
 			return err
 		}
-		if err := m.queue(b, tr, deleteInsert); err != nil {
+		if err := at.queueTable(ctx, m, tr); err != nil {
 			return err
 		}
 	}
@@ -593,7 +609,7 @@ func (a *Applier) queueRows(b *pgx.Batch, st *step, deleteInsert bool) error {
 		if err != nil {
 			return err
 		}
-		queueChecked(b, m.lockShared, "lock the rows referenced in", tr.table, keyArray(tr.changes()))
+		queueChecked(at.b, m.lockShared, "lock the rows referenced in", tr.table, keyArray(tr.changes()))
 	}
 	return nil
 }
@@ -683,6 +699,17 @@ type tableMeta struct {
 	// lockShared are empty, keylessDelete deletes rows by their text.
 	keyless       bool
 	keylessDelete string
+	// copy inserts rows as plain INSERT does, with COPY (copyRows); ""
+	// where it would not do what the statements do (copyableSQL).
+	copy string
+	// fields has one element per field of the table's record text (a
+	// column not dropped), true where the column takes a value (is not
+	// generated): the fields COPY's lines carry.
+	fields []bool
+	// copyRefused: a COPY into the table failed on an integrity
+	// constraint (a row it took for new exists here): its rows go by the
+	// statements until the metadata is loaded again.
+	copyRefused atomic.Bool
 }
 
 func (a *Applier) meta(table string) (*tableMeta, error) {
@@ -807,15 +834,20 @@ func queryTableMeta(ctx context.Context, tg target, names []string) (map[string]
 	var gen int64
 	for rows.Next() {
 		var name, qname string
-		var exists, deferrable bool
+		var exists, deferrable, copyable bool
 		var pk, pkTypes, cols []string
-		if err := rows.Scan(&name, &exists, &qname, &deferrable, &gen, &pk, &pkTypes, &cols); err != nil {
+		var fields []bool
+		if err := rows.Scan(&name, &exists, &qname, &deferrable, &gen, &pk, &pkTypes, &cols, &fields, &copyable); err != nil {
 			return nil, 0, fmt.Errorf("load table metadata: %w", err)
 		}
 		if !exists {
 			return nil, 0, fmt.Errorf("table %s does not exist on this replica", name)
 		}
-		loaded[name] = buildMeta(qname, deferrable, pk, pkTypes, cols)
+		m := buildMeta(qname, deferrable, pk, pkTypes, cols)
+		if copyable && len(cols) > 0 {
+			m.copy, m.fields = copySQL(qname, cols), fields
+		}
+		loaded[name] = m
 	}
 	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("load table metadata: %w", err)
@@ -864,6 +896,16 @@ func buildMeta(qname string, deferrablePK bool, pk, pkTypes, cols []string) *tab
 	match := keyMatch(pk, pkTypes)
 	return &tableMeta{qname: qname, deferrablePK: deferrablePK, upsert: insert + conflict, insert: insert,
 		delete: "DELETE FROM " + qname + " WHERE " + match, lockShared: lockSharedSQL(qname, match)}
+}
+
+// copySQL loads the rows of table qname from their COPY lines, in which
+// the columns cols (quoted by the catalog) take the values.
+func copySQL(qname string, cols []string) string {
+	qcols := make([]string, len(cols))
+	for i, c := range cols {
+		qcols[i] = quoteIdent(c)
+	}
+	return "COPY " + qname + " (" + strings.Join(qcols, ", ") + ") FROM STDIN"
 }
 
 // lockSharedSQL locks the rows that match FOR KEY SHARE.
@@ -931,29 +973,36 @@ const (
 	pg_catalog.set_config('bytea_output', pg_catalog.current_setting('tashkent_apply.saved_bytea_output'), true)`
 )
 
-// queueKeyless adds the statements applying k, the changes of the table
-// without a primary key m, to b: the deletes, then the inserts. A row to
+// queueKeyless queues the statements applying k, the changes of the
+// table without a primary key m: the deletes, then the inserts. A row to
 // delete that the table does not have means this replica's data differs
 // from the origin's: the statement fails (TK005), and with it the apply
 // (the agent then halts the replica); it is never skipped.
-func (m *tableMeta) queueKeyless(b *pgx.Batch, k *keylessRows) {
+func (at *attempt) queueKeyless(ctx context.Context, m *tableMeta, k *keylessRows) error {
 	if len(k.deleted) > 0 {
-		b.Queue(pinRowTextSQL)
-		queueChecked(b, m.keylessDelete, "delete from", m.qname, k.deleted)
-		b.Queue(unpinRowTextSQL)
+		at.b.Queue(pinRowTextSQL)
+		queueChecked(at.b, m.keylessDelete, "delete from", m.qname, k.deleted)
+		at.b.Queue(unpinRowTextSQL)
 	}
-	if ins := k.inserts(); len(ins) > 0 {
-		queueChecked(b, m.insert, "insert into", m.qname, ins)
+	ins := k.inserts()
+	if at.copies(m, len(ins)) {
+		return at.copyRows(ctx, m, len(ins), func(i int) []byte { return []byte(ins[i]) })
 	}
+	if len(ins) > 0 {
+		queueChecked(at.b, m.insert, "insert into", m.qname, ins)
+	}
+	return nil
 }
 
-// queue adds the statements applying tr's changes to b.
-func (m *tableMeta) queue(b *pgx.Batch, tr *tableRows, deleteInsert bool) error {
+// queueTable queues the statements applying tr's changes of table m.
+func (at *attempt) queueTable(ctx context.Context, m *tableMeta, tr *tableRows) error {
 	if len(tr.order) > 0 && m.keyless {
 		return fmt.Errorf("table %s has no primary key on this replica, but a version changes its rows by primary key", m.qname)
 	}
 	if tr.keyless != nil {
-		m.queueKeyless(b, tr.keyless)
+		if err := at.queueKeyless(ctx, m, tr.keyless); err != nil {
+			return err
+		}
 	}
 	var dels, ups []*certifierpb.Change
 	for _, k := range tr.order {
@@ -964,22 +1013,43 @@ func (m *tableMeta) queue(b *pgx.Batch, tr *tableRows, deleteInsert bool) error 
 			ups = append(ups, c)
 		}
 	}
-	if deleteInsert || m.deferrablePK {
+	if at.deleteInsert || m.deferrablePK {
 		if all := append(dels[:len(dels):len(dels)], ups...); len(all) > 0 {
-			queueChecked(b, m.delete, "delete from", m.qname, keyArray(all))
+			queueChecked(at.b, m.delete, "delete from", m.qname, keyArray(all))
 		}
-		if len(ups) > 0 {
-			queueChecked(b, m.insert, "insert into", m.qname, rowArray(ups))
-		}
-		return nil
+		return at.insert(ctx, m, ups)
 	}
 	if len(dels) > 0 {
-		queueChecked(b, m.delete, "delete from", m.qname, keyArray(dels))
+		queueChecked(at.b, m.delete, "delete from", m.qname, keyArray(dels))
 	}
-	if len(ups) > 0 {
-		queueChecked(b, m.upsert, "upsert into", m.qname, rowArray(ups))
+	return at.upsert(ctx, m, tr, ups)
+}
+
+// add collapses c, an upsert or delete by key, into tr: the key's last
+// change.
+func (tr *tableRows) add(c *certifierpb.Change) {
+	k := string(c.GetKey())
+	prev, ok := tr.last[k]
+	if !ok {
+		tr.order = append(tr.order, k)
 	}
-	return nil
+	if ok && prev.GetOp() == certifierpb.Op_OP_DELETE && c.GetOp() == certifierpb.Op_OP_UPSERT {
+		if tr.deletedFirst == nil {
+			tr.deletedFirst = map[string]bool{}
+		}
+		tr.deletedFirst[k] = true
+	}
+	tr.last[k] = c
+}
+
+// mayExist reports whether the row of c, an upsert of the step, may exist
+// here before the step: the origin's update kept it (keeps_row), or the
+// step deleted its key first. The others are rows the replica lacks,
+// unless it diverged or the writeset is one whose capture marks no row
+// (an older version's, or an update of a table referenced through another
+// unique index: copyableSQL).
+func (tr *tableRows) mayExist(c *certifierpb.Change) bool {
+	return c.GetKeepsRow() || tr.deletedFirst[string(c.GetKey())]
 }
 
 // changes returns tr's changes in their order.
@@ -1024,8 +1094,9 @@ func keyArray(cs []*certifierpb.Change) string {
 // it exists, its canonical quoted name, whether its primary key is
 // deferrable (ON CONFLICT cannot use it), the DDL generation (the newest
 // row of tashkent.ddl_log), its primary key columns and their types (in
-// key order), and its columns that can be inserted into (not generated),
-// in order.
+// key order), its columns that can be inserted into (not generated), in
+// order, whether each column not dropped can be inserted into (the fields
+// of its record text), and whether it can be loaded by COPY (copyableSQL).
 // format_type names a type as the session's search_path finds it (bare
 // where that finds it, schema-qualified where not), so the names it gives
 // mean the same types in the apply statements, which run under the same
@@ -1048,10 +1119,41 @@ SELECT t.name, c.oid IS NOT NULL, CASE WHEN c.oid IS NULL THEN '' ELSE pg_catalo
 	ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a
 		WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
 			AND a.attgenerated OPERATOR(pg_catalog.=) ''
-		ORDER BY a.attnum)
+		ORDER BY a.attnum),
+	ARRAY(SELECT a.attgenerated OPERATOR(pg_catalog.=) '' FROM pg_catalog.pg_attribute a
+		WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+		ORDER BY a.attnum),
+	` + copyableSQL + `
 FROM pg_catalog.unnest($1::pg_catalog.text[]) AS t(name)
 LEFT JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(t.name)
 LEFT JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace`
+
+// copyableSQL says whether COPY loads rows into table c as the apply
+// statements insert them, under session_replication_role = replica (rules
+// and triggers enabled ALWAYS or REPLICA are the ones that act there).
+// COPY fires the row triggers an INSERT fires, but ignores rules, and
+// fires INSERT statement triggers only: where the statement is an upsert
+// (ON CONFLICT DO UPDATE), PostgreSQL fires the UPDATE statement triggers
+// too, and one statement becomes two where COPY takes some of a table's
+// rows (copyRows). So a table with an INSERT or UPDATE rule, or an INSERT
+// or UPDATE statement trigger (tgtype: ROW 1, INSERT 4, UPDATE 16), that
+// acts in the applier is never loaded by COPY. Nor is a table that a
+// foreign key references through a unique index other than its primary
+// key: capture marks none of its updated rows keeps_row (an update that
+// keeps the key may change the referenced value; extension relinfo.c,
+// referenced_through_other_index), so COPY would take rows this replica
+// has and fail.
+const copyableSQL = `NOT EXISTS (SELECT FROM pg_catalog.pg_constraint f WHERE f.confrelid OPERATOR(pg_catalog.=) c.oid
+		AND f.contype OPERATOR(pg_catalog.=) 'f'
+		AND f.conindid IS DISTINCT FROM (SELECT i.indexrelid FROM pg_catalog.pg_index i
+			WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisprimary))
+	AND NOT EXISTS (SELECT FROM pg_catalog.pg_rewrite r WHERE r.ev_class OPERATOR(pg_catalog.=) c.oid
+		AND (r.ev_type OPERATOR(pg_catalog.=) '2' OR r.ev_type OPERATOR(pg_catalog.=) '3')
+		AND (r.ev_enabled OPERATOR(pg_catalog.=) 'A' OR r.ev_enabled OPERATOR(pg_catalog.=) 'R'))
+	AND NOT EXISTS (SELECT FROM pg_catalog.pg_trigger g WHERE g.tgrelid OPERATOR(pg_catalog.=) c.oid
+		AND (g.tgenabled OPERATOR(pg_catalog.=) 'A' OR g.tgenabled OPERATOR(pg_catalog.=) 'R')
+		AND (g.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 1) OPERATOR(pg_catalog.=) 0
+		AND (g.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 20) OPERATOR(pg_catalog.<>) 0)`
 
 // indexMetaSQL loads, for each label $1[i] naming index $3[i] of table
 // $2[i], the table's canonical quoted name (” if either is missing), and

@@ -3,6 +3,7 @@ package replica
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +76,65 @@ func BenchmarkApply(b *testing.B) {
 				b.Fatalf("bench has %d rows, %v; want %d", n, err, version)
 			}
 		})
+	}
+}
+
+// BenchmarkApplyInserts applies versions that each insert rows new rows
+// of a pgbench_accounts-like table, by the statements (copyRowsMin 0)
+// and by COPY (copyRowsMin 1): what copyRowsMin is chosen from. Reported:
+// rows/s.
+//
+//	go test -run '^$' -bench BenchmarkApplyInserts -benchtime 20x ./internal/replica/
+func BenchmarkApplyInserts(b *testing.B) {
+	for _, rows := range []int{100, 1000, 10000} {
+		for _, way := range []struct {
+			name        string
+			copyRowsMin int
+		}{{"statements", 0}, {"copy", 1}} {
+			b.Run(fmt.Sprintf("rows=%d/%s", rows, way.name), func(b *testing.B) {
+				benchmarkInserts(b, rows, way.copyRowsMin)
+			})
+		}
+	}
+}
+
+func benchmarkInserts(b *testing.B, rows, copyRowsMin int) {
+	c := newCluster(b, 1, pgtest.SynchronousCommitOff())
+	c.local(0, `CREATE TABLE accounts (aid int PRIMARY KEY, bid int, abalance int, filler char(84))`)
+	conn := c.nodes[0].apply
+	if err := PrepareApplySession(tctx(b), conn); err != nil {
+		b.Fatal(err)
+	}
+	ap := NewApplier()
+	ap.copyRowsMin = copyRowsMin
+	id := 0
+	entry := func(version uint64) []*certifierpb.LogEntry {
+		cs := make([]*certifierpb.Change, rows)
+		for i := range cs {
+			id++
+			aid := strconv.Itoa(id)
+			cs[i] = &certifierpb.Change{Table: "public.accounts", Op: certifierpb.Op_OP_UPSERT, Key: []byte("[" + aid + "]"),
+				Row: []byte("(" + aid + "," + strconv.Itoa(id/100000+1) + ",0,\"" + strings.Repeat(" ", 84) + "\")")}
+		}
+		return []*certifierpb.LogEntry{{Version: version, Writeset: &certifierpb.Writeset{Changes: cs}}}
+	}
+	ctx := tctx(b)
+	if err := ap.Apply(ctx, conn, entry(1)); err != nil { // warm up
+		b.Fatal(err)
+	}
+	batches := make([][]*certifierpb.LogEntry, b.N)
+	for i := range batches {
+		batches[i] = entry(uint64(i + 2))
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for _, batch := range batches {
+		if err := ap.Apply(ctx, conn, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*rows)/time.Since(start).Seconds(), "rows/s")
+	if copied, _ := ap.Copies.Read(); (copied > 0) != (copyRowsMin > 0) {
+		b.Fatalf("%d rows copied with copyRowsMin %d", copied, copyRowsMin)
 	}
 }

@@ -20,6 +20,7 @@
 //	SELECT tashkent.check_ddl_generation(gen)     -- the metadata cache is current
 //	DELETE ... / INSERT ... ON CONFLICT DO UPDATE -- per table, by primary key
 //	DELETE ... / INSERT ...                       -- per table without one
+//	[COPY ... FROM STDIN]                         -- a table's many inserted rows
 //	[DDL text, then the next run of rows]         -- a DDL step, see below
 //	COMMIT                                        -- waits for the turn of first
 //
@@ -54,6 +55,33 @@
 // the run (and be doomed), since its certification starts from this
 // replica's version, which relies on every version that concerns a row
 // waiting for the row's lock (extension/src/commit.c).
+//
+// Large inserts go by COPY (copyrows.go). A table's upserted rows in a
+// step that may not exist here (neither marked keeps_row nor following a
+// delete of their key in the step), if there are copyRowsMin (1,000) of
+// them or more, are loaded with COPY FROM STDIN
+// after the upsert of its other rows, and so are the inserts of a table
+// without a primary key and of the delete-then-insert mode: the rows'
+// record text is turned into COPY's text format in Go as COPY reads it
+// (appendCopyLine reads the fields exactly as record_in does, so each
+// column's input function is handed the same string or NULL), one line in
+// memory at a time. COPY halves the server's work per row against the
+// INSERT from a text[] (BenchmarkApplyInserts), at the price of a round
+// trip. It is used only where it does what the statements do: for a row
+// that does not exist, the upsert is a plain insert; a table with an
+// INSERT or UPDATE rule, or an INSERT or UPDATE statement trigger, that
+// acts in the applier never is (COPY ignores rules and fires no UPDATE
+// statement trigger). Such rows are mostly rows inserted at the origin,
+// but not only: capture marks no row of a table-wide refresh (deleted and
+// inserted again in one transaction), of an update that moves the
+// primary key, or of a writeset from an older version, and no updated row
+// of a table that a foreign key references through a unique index other
+// than its primary key, which is never loaded by COPY for that reason. An
+// attempt that used COPY and failed on an integrity constraint (a unique
+// violation: the row exists, and the upsert would have updated it) or on
+// a row text the converter does not read is made again with the
+// statements alone, whose outcome is then the outcome; a table whose COPY
+// failed so keeps to the statements until its metadata is loaded again.
 //
 // A table without a primary key has no key to collapse on: its changes
 // are OP_INSERT_ROW (a row) and OP_DELETE_ROW (the whole old row, as the

@@ -64,17 +64,28 @@ func (a *Applier) ApplySpan(ctx context.Context, conn *pgx.Conn, entries []*cert
 			return err
 		}
 	}
+	tg := target{sendBatch: conn.SendBatch, query: conn.Query, pg: conn.PgConn()}
 	var r retries
 	for {
-		err := a.runFragments(ctx, conn, plans, sp, entries, r.deleteInsert)
+		at := a.attempt(tg, &r)
+		err := a.runFragments(ctx, conn, at, plans, sp, entries)
 		if err == nil {
+			at.succeeded()
 			return nil
 		}
-		a.Invalidate() // what the call read may have come from its own undone DDL
+		// What the call read after its own DDL is undone with it, and a
+		// schema error may come from metadata read before; the rest of
+		// the cache stays, with the tables whose COPY was refused
+		// (refuseCopyInto), so that the span's next fragments give their
+		// rows to the statements at once.
+		if runsDDL(plans) || isSchemaError(pgcode.Of(err)) {
+			a.Invalidate()
+		}
 		if lost := undoFragments(ctx, conn, begins); lost != nil {
+			a.Invalidate() // the span's earlier fragments' DDL is undone too
 			return &spanLostError{sp, errors.Join(err, lost)}
 		}
-		if ctx.Err() == nil && r.again(pgcode.Of(err)) {
+		if ctx.Err() == nil && r.again(at, err) {
 			continue
 		}
 		return fmt.Errorf("replica: apply versions %d..%d of span %d..%d: %w",
@@ -82,23 +93,43 @@ func (a *Applier) ApplySpan(ctx context.Context, conn *pgx.Conn, entries []*cert
 	}
 }
 
-// retries are the retries of a failed apply that another attempt may
-// cure, each made once (see Applier.Apply): with fresh metadata after a
-// schema error; deleting every key before inserting after a unique
-// violation (a secondary unique index whose values the rows move
-// between them); and after a keyless row was not found, as a local
-// version before the apply may have changed the row after the
-// statement took its snapshot, and committed while the delete waited
-// for the row's lock (then the statement skipped the row; a new one sees
-// it).
-type retries struct {
-	deleteInsert, refreshed, missingRetried bool
+// runsDDL reports whether a plan of plans runs DDL.
+func runsDDL(plans [][]*step) bool {
+	for _, plan := range plans {
+		for _, st := range plan {
+			if st.kind == stepDDL {
+				return true
+			}
+		}
+	}
+	return false
 }
 
-// again reports whether an apply that failed with SQLSTATE code is to be
-// tried again, and how.
-func (r *retries) again(code string) bool {
+// retries are the retries of a failed apply that another attempt may
+// cure, each made once (see Applier.Apply): without COPY after an
+// attempt that used it failed where the statements may not
+// (copyRefused: from there on, the attempts are the statements' own, and
+// a table whose COPY failed keeps to the statements in later calls too:
+// refuseCopyInto); with fresh metadata after a schema error; deleting
+// every key before inserting after a unique violation (a secondary
+// unique index whose values the rows move between them); and after a
+// keyless row was not found, as a local version before the apply may
+// have changed the row after the statement took its snapshot, and
+// committed while the delete waited for the row's lock (then the
+// statement skipped the row; a new one sees it).
+type retries struct {
+	noCopy, deleteInsert, refreshed, missingRetried bool
+}
+
+// again reports whether an apply attempt at that failed with err is to
+// be tried again, and how.
+func (r *retries) again(at *attempt, err error) bool {
+	code := pgcode.Of(err)
 	switch {
+	case at.copied && copyRefused(err):
+		r.noCopy = true
+		at.counts.fellBack()
+		refuseCopyInto(err)
 	case !r.refreshed && isSchemaError(code):
 		r.refreshed = true
 	case !r.deleteInsert && code == pgcode.UniqueViolation:
@@ -114,30 +145,27 @@ func (r *retries) again(code string) bool {
 // runFragments sends one call's statements: the span's start if it
 // begins here, else a savepoint; each fragment's plan; the span's commit
 // if it ends here.
-func (a *Applier) runFragments(ctx context.Context, conn *pgx.Conn, plans [][]*step, sp versionSpan, entries []*certifierpb.LogEntry, deleteInsert bool) error {
+func (a *Applier) runFragments(ctx context.Context, conn *pgx.Conn, at *attempt, plans [][]*step, sp versionSpan, entries []*certifierpb.LogEntry) error {
 	begins := entries[0].GetVersion() == sp.first
-	tg := target{sendBatch: conn.SendBatch, query: conn.Query, pg: conn.PgConn()}
-	b := &pgx.Batch{}
 	if begins {
-		queueBegin(b, sp.first, sp.last)
+		queueBegin(at.b, sp.first, sp.last)
 	} else if _, err := conn.Exec(ctx, "SAVEPOINT "+fragmentSavepoint); err != nil {
 		// sent alone, before the metadata queries: one that fails must
 		// find the savepoint there to go back to
 		return err
 	}
 	for i, plan := range plans {
-		var err error
-		if b, err = a.queuePlan(ctx, tg, b, plan, entries[i].GetVersion(), deleteInsert); err != nil {
+		if err := a.queuePlan(ctx, at, plan, entries[i].GetVersion()); err != nil {
 			return err
 		}
 	}
 	if !begins {
-		b.Queue("RELEASE SAVEPOINT " + fragmentSavepoint)
+		at.b.Queue("RELEASE SAVEPOINT " + fragmentSavepoint)
 	}
 	if entries[len(entries)-1].GetVersion() == sp.last {
-		b.Queue("COMMIT")
+		at.b.Queue("COMMIT")
 	}
-	return tg.sendBatch(ctx, b).Close()
+	return at.flush(ctx)
 }
 
 // undoFragments undoes a failed call: all of it if it began the span
