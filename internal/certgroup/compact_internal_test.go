@@ -35,6 +35,7 @@ func TestACompactionTheServiceIsNotReadyForWaitsForALaterSnapshot(t *testing.T) 
 		return n
 	}
 	n := open()
+	defer func() { n.Close() }()
 	ctx := context.Background()
 	certifyRows(ctx, n, 1, 10)
 	awaitApplied(t, n, 10)
@@ -47,12 +48,18 @@ func TestACompactionTheServiceIsNotReadyForWaitsForALaterSnapshot(t *testing.T) 
 	writing.Store(false)
 	certifyRows(ctx, n, 11, 20)
 	awaitApplied(t, n, 20)
-	if _, err := os.Stat(filepath.Join(dir, snapshotFileName)); err != nil {
-		t.Fatalf("no snapshot saved once the service was ready: %v", err)
+	// The loop saves a snapshot after it reported the versions applied.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		_, err := os.Stat(filepath.Join(dir, snapshotFileName))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot saved within 5 s once the service was ready: %v", err)
+		}
 	}
 	n.Close()
 	n = open()
-	defer n.Close()
 	awaitApplied(t, n, 20)
 }
 

@@ -47,7 +47,7 @@ func TestGroupMemberWithAForgedCopyFetchesTheCommittedSpan(t *testing.T) {
 	var forgedReply *pb.StageReply
 	waitFor(t, func() bool {
 		var err error
-		forgedReply, err = forgeStageCopy(t, g.addrs[follower], g.servers[follower].Service.StatusNow(), txn, forged)
+		forgedReply, err = forgeStageCopy(t, g.addrs[follower], knownLeader(t, g.servers[follower].Service), txn, forged)
 		if status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "already being staged") {
 			return false
 		}

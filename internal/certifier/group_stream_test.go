@@ -436,11 +436,26 @@ func TestGroupStageKeptAcrossRestartsCommitsAtTheNextLeader(t *testing.T) {
 	}
 }
 
+// knownLeader is svc's status once it knows a leader (a follower learns
+// it from the leader's first message after an election).
+func knownLeader(t *testing.T, svc *certifier.Service) *pb.StatusReply {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st := svc.StatusNow()
+		if st.LeaderId != 0 {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member %d knows no leader within 10 s", st.MemberId)
+		}
+	}
+}
+
 // stageCopyAs opens a StageCopy to member i in the name of the leader
 // member i knows, in its term, as the leader does.
 func (g *restartableGroup) stageCopyAs(i int) (pb.Certifier_StageCopyClient, func()) {
 	g.t.Helper()
-	st := g.servers[i].Service.StatusNow()
+	st := knownLeader(g.t, g.servers[i].Service)
 	conn, err := grpc.NewClient(g.addrs[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		g.t.Fatal(err)
