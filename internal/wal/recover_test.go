@@ -332,3 +332,33 @@ func TestZeroFilledHeaderIsNotAValidRecord(t *testing.T) {
 		t.Fatal("a zero-filled record header is not a defect")
 	}
 }
+
+// Open syncs the records it recovered (the active segment, then the
+// directory) before it reports them as the log's: a process killed after
+// a write and before its fsync leaves them in the page cache only. A log
+// opened with NoSync syncs nothing, and an empty log has nothing to sync.
+func TestOpenSyncsTheRecoveredTail(t *testing.T) {
+	dir := t.TempDir()
+	opts := testOptions(dir, 4096)
+	empty := mustOpen(t, Options{Dir: opts.Dir, SegmentBytes: opts.SegmentBytes, Logger: opts.Logger})
+	if got := empty.Fsyncs(); got != 0 {
+		t.Fatalf("opening an empty log made %d fsyncs, want 0", got)
+	}
+	mustClose(t, empty)
+	l := mustOpen(t, opts)
+	appendInBatches(t, l, 1, 200) // NoSync: written, never synced
+	mustClose(t, l)
+	unsynced := mustOpen(t, opts)
+	if got := unsynced.Fsyncs(); got != 0 {
+		t.Fatalf("a NoSync log made %d fsyncs at Open, want 0", got)
+	}
+	mustClose(t, unsynced)
+	synced := mustOpen(t, Options{Dir: opts.Dir, SegmentBytes: opts.SegmentBytes, Logger: opts.Logger})
+	defer mustClose(t, synced)
+	if got := synced.Fsyncs(); got != 2 {
+		t.Fatalf("Open made %d fsyncs, want 2: the active segment and the directory", got)
+	}
+	if got := synced.LastVersion(); got != 200 {
+		t.Fatalf("last version %d after Open, want 200", got)
+	}
+}

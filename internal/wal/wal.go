@@ -235,11 +235,30 @@ func openLocked(opts Options, dirLock *os.File) (*Log, error) {
 			return nil, fmt.Errorf("wal: stat active segment: %w", err)
 		}
 		l.setZeroed(l.active, info.Size(), last.sizeBytes)
+		if err := l.syncRecovered(); err != nil {
+			l.active.Close()
+			return nil, err
+		}
 	}
 	l.startPreallocator()
 	l.logger.Debug("wal: opened", "dir", l.dir, "segments", len(segments),
 		"first_version", l.FirstVersion(), "last_version", l.LastVersion())
 	return l, nil
+}
+
+// syncRecovered makes the records Open found durable before anyone is
+// told they are: a process killed between a write and its fsync leaves
+// the written records in the page cache, where recovery reads them as
+// whole, and the next version is numbered after them; a power loss
+// before the kernel writes them back would then lose versions the log
+// reported durable. Only the active segment can hold such records (a
+// segment is closed after its last batch was synced), and its directory
+// entry may be new.
+func (l *Log) syncRecovered() error {
+	if err := l.syncFile(l.active); err != nil {
+		return err
+	}
+	return l.syncLogDir()
 }
 
 // createDir creates dir if it is missing and makes its directory entry durable.
