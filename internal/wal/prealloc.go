@@ -130,8 +130,14 @@ func (l *Log) setZeroed(file *os.File, allocated, written int64) {
 }
 
 // noteWritten records that the active segment's records now end at
-// written, and wakes the preallocator.
+// written, and wakes the preallocator if the headroom fell under
+// preallocAheadBytes: only then has it anything to do
+// (zeroOneChunkAhead). Waking it at every write would cost every group
+// commit a goroutine hand-off, and with an idle processor a thread
+// woken from its futex for nothing.
 func (l *Log) noteWritten(written int64) {
 	l.zeroed.written.Store(written)
-	l.wakePreallocator()
+	if l.zeroed.allocated.Load()-written < preallocAheadBytes {
+		l.wakePreallocator()
+	}
 }
