@@ -48,9 +48,8 @@ func (c *backendConn) certifyOn(r *run, req *pb.CertifyRequestEncoded) wire.Deci
 	c.pruneDecided()
 	local := c.a.seq.register(req.Txn.Seq)
 	start := time.Now()
-	cctx, cancel := context.WithTimeout(r.ctx, r.certifyTimeout)
-	reply, err := r.cert.CertifyEncoded(cctx, req)
-	cancel()
+	reply, err := r.cert.CertifyEncodedWithin(r.ctx, c.startTimeout(r.certifyTimeout), req)
+	c.timeout.Stop()
 	c.a.metrics.certifyLatency.Observe(time.Since(start).Seconds())
 	var d wire.Decision
 	switch {
@@ -85,6 +84,17 @@ func (c *backendConn) committed(local *order.Local, v uint64) wire.Decision {
 	c.decided = append(c.decided, local)
 	c.mu.Unlock()
 	return wire.Decision{Kind: wire.Commit, Version: v}
+}
+
+// startTimeout starts the connection's timer, which its certifications
+// share (one at a time), and returns its channel.
+func (c *backendConn) startTimeout(d time.Duration) <-chan time.Time {
+	if c.timeout == nil {
+		c.timeout = time.NewTimer(d)
+	} else {
+		c.timeout.Reset(d)
+	}
+	return c.timeout.C
 }
 
 // servingRun is the run that certifies for a backend welcomed in run w,

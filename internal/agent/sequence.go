@@ -30,7 +30,8 @@ func (s *sequence) do(f func(o *order.Order)) {
 	s.mu.Unlock()
 }
 
-// read runs f on the order without waking anyone.
+// read runs f on the order without waking anyone: f reads it, or changes
+// nothing a waiter waits for.
 func (s *sequence) read(f func(o *order.Order)) {
 	s.mu.Lock()
 	f(s.o)
@@ -81,8 +82,12 @@ func (s *sequence) epoch() (e uint64) {
 	return e
 }
 
+// register wakes no one: a registration changes nothing the waiters
+// wait for (a batch, a cancel, a restart, room, the committed version)
+// until its version is delivered, and waking the applier at every
+// certification would cost a goroutine switch each.
 func (s *sequence) register(seq uint64) (l *order.Local) {
-	s.do(func(o *order.Order) { l = o.Register(seq) })
+	s.read(func(o *order.Order) { l = o.Register(seq) })
 	return l
 }
 

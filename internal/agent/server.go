@@ -25,6 +25,9 @@ type backendConn struct {
 	nc  net.Conn
 	pid int32
 	run *run // the run that welcomed it; nil if none had registered
+	// timeout bounds the certification in flight (certifyOn); nil until
+	// the first.
+	timeout *time.Timer
 
 	mu sync.Mutex
 	// decided are this backend's versions it was told to commit, not yet

@@ -202,7 +202,7 @@ func (c *Client) Certify(ctx context.Context, req *pb.CertifyRequest) (*pb.Certi
 	if r := c.oversized(enc, len(req.GetWriteset().GetChanges())); r != nil {
 		return r, nil
 	}
-	reply, err := c.certify(ctx, enc)
+	reply, err := c.certify(ctx, nil, enc)
 	req.RequestId = enc.RequestId
 	return reply, err
 }
@@ -215,10 +215,24 @@ func (c *Client) CertifyEncoded(ctx context.Context, req *pb.CertifyRequestEncod
 	if r := c.oversized(req, -1); r != nil {
 		return r, nil
 	}
-	return c.certify(ctx, req)
+	return c.certify(ctx, nil, req)
 }
 
-func (c *Client) certify(ctx context.Context, req *pb.CertifyRequestEncoded) (*pb.CertifyReply, error) {
+// CertifyEncodedWithin is CertifyEncoded that also gives up, as when ctx
+// ends, once expired delivers. A caller that certifies one request after
+// another passes the channel of one timer it resets for each: a context
+// with a deadline would cost every request a context, a timer and a place
+// among its parent's children.
+func (c *Client) CertifyEncodedWithin(ctx context.Context, expired <-chan time.Time, req *pb.CertifyRequestEncoded) (*pb.CertifyReply, error) {
+	if r := c.oversized(req, -1); r != nil {
+		return r, nil
+	}
+	return c.certify(ctx, expired, req)
+}
+
+// certify sends req and waits for its reply, until ctx ends or expired
+// delivers (nil: never).
+func (c *Client) certify(ctx context.Context, expired <-chan time.Time, req *pb.CertifyRequestEncoded) (*pb.CertifyReply, error) {
 	cl := &call{req: req, reply: make(chan *pb.CertifyReply, 1), queued: time.Now()}
 	c.mu.Lock()
 	c.nextID++
@@ -234,6 +248,9 @@ func (c *Client) certify(ctx context.Context, req *pb.CertifyRequestEncoded) (*p
 	case <-ctx.Done():
 		c.forget(req.RequestId)
 		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, ctx.Err())
+	case <-expired:
+		c.forget(req.RequestId)
+		return nil, fmt.Errorf("%w: %v", ErrOutcomeUnknown, context.DeadlineExceeded)
 	case <-c.ctx.Done():
 		return nil, fmt.Errorf("%w: client closed", ErrOutcomeUnknown)
 	}

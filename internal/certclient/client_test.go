@@ -2,13 +2,16 @@ package certclient_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certclient"
+	"github.com/tashkent-db/tashkent/internal/certclient/fakecert"
 	"github.com/tashkent-db/tashkent/internal/certifier"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 	"github.com/tashkent-db/tashkent/internal/netutil"
@@ -113,5 +116,35 @@ func TestRestartWithCallsInFlightAnswersEachOnceAndDeliversInOrder(t *testing.T)
 	}
 	if len(seen) != calls || srv.Service.DurableVersion() != calls {
 		t.Fatalf("%d versions delivered, %d durable; want %d", len(seen), srv.Service.DurableVersion(), calls)
+	}
+}
+
+// CertifyEncodedWithin gives up when its timer fires, with the outcome
+// unknown, and a certification after it, on the same timer reset, is
+// answered.
+func TestCertifyEncodedWithinGivesUpWhenItsTimerFires(t *testing.T) {
+	f := fakecert.Start(t)
+	c := fakeClient(t, f.Addr(), certclient.Options{})
+	late := make(chan struct{})
+	f.SetDecide(func(req *pb.CertifyRequestEncoded) *pb.CertifyReply {
+		if req.Txn.Seq == 1 {
+			<-late // the certifier answers the first request after the caller gave up
+		}
+		return &pb.CertifyReply{Decision: pb.Decision_DECISION_COMMIT}
+	})
+	timer := time.NewTimer(50 * time.Millisecond)
+	req := func(seq uint64) *pb.CertifyRequestEncoded {
+		return &pb.CertifyRequestEncoded{Txn: &pb.TxnID{Origin: "r1#x", Seq: seq}, Writeset: fragment(int(seq))}
+	}
+	_, err := c.CertifyEncodedWithin(context.Background(), timer.C, req(1))
+	close(late)
+	if !errors.Is(err, certclient.ErrOutcomeUnknown) || !strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
+		t.Fatalf("err %v, want %v with %v", err, certclient.ErrOutcomeUnknown, context.DeadlineExceeded)
+	}
+	timer.Reset(30 * time.Second)
+	r, err := c.CertifyEncodedWithin(context.Background(), timer.C, req(2))
+	timer.Stop()
+	if err != nil || r.Decision != pb.Decision_DECISION_COMMIT || r.CommitVersion != 2 {
+		t.Fatalf("second certification: %v %v, want a commit at version 2", r, err)
 	}
 }

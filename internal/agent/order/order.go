@@ -148,6 +148,11 @@ type Order struct {
 	deliveringLocal *Local
 	open            *openSpan // nil: no span's transaction is open
 	restart         bool      // Abandon asked for a new run
+	// localThrough: every delivered version from committed+1 up to here
+	// is local (firstRemote's scan starts after it). Between two reads of
+	// the database's version, a replica whose commits are all its own
+	// delivers hundreds of local versions, and Next runs at every change.
+	localThrough uint64
 }
 
 // New starts the order after version committed (the database's
@@ -172,6 +177,7 @@ func (o *Order) Reset(committed uint64) {
 	o.inFlight, o.cancel = nil, false
 	o.waitingBytes, o.decisionAwaited = 0, false
 	o.delivering, o.deliveringLocal, o.open, o.restart = spanRange{}, nil, nil, false
+	o.localThrough = committed
 }
 
 // Epoch counts resets. A stream opened at epoch e delivers with e.
@@ -331,6 +337,7 @@ func (o *Order) Abandon(l *Local) Abandonment {
 		return Nothing // abandoned before
 	}
 	o.slots[l.version] = slot{entry: s.entry}
+	o.localThrough = min(o.localThrough, l.version-1)
 	if o.open != nil && l.version < o.open.first {
 		return o.askRestart()
 	}
@@ -404,12 +411,16 @@ func (o *Order) planFragment(v uint64) *Batch {
 	return b
 }
 
+// firstRemote is the lowest delivered remote version above the
+// committed one, 0 if none.
 func (o *Order) firstRemote() uint64 {
-	for v := o.committed + 1; v <= o.delivered; v++ {
+	for v := max(o.committed, o.localThrough) + 1; v <= o.delivered; v++ {
 		if o.slots[v].local == nil {
+			o.localThrough = v - 1
 			return v
 		}
 	}
+	o.localThrough = o.delivered
 	return 0
 }
 

@@ -111,6 +111,30 @@ func TestAbandonMakesAVersionRemote(t *testing.T) {
 	}
 }
 
+// Next looks past the local versions it found once (Order.localThrough);
+// one of them abandoned afterwards is the next batch, and remote versions
+// delivered after them are found.
+func TestNextFindsAVersionAbandonedBehindLocalOnes(t *testing.T) {
+	o := New(me, 0)
+	var ls []*Local
+	for seq := uint64(1); seq <= 3; seq++ {
+		ls = append(ls, o.Register(seq))
+		mustDeliver(t, o, entry(seq, me, seq))
+	}
+	if b := o.Next(10); b != nil {
+		t.Fatalf("batch %v while every version is local", span(b))
+	}
+	o.Abandon(ls[1])
+	if got := span(o.Next(10)); got != [2]uint64{2, 2} {
+		t.Fatalf("batch %v, want the abandoned 2..2", got)
+	}
+	o.Done(true)
+	mustDeliver(t, o, remote(4))
+	if got := span(o.Next(10)); got != [2]uint64{4, 4} {
+		t.Fatalf("batch %v, want 4..4 after local 3", got)
+	}
+}
+
 // An abandoned version after the batch in flight does not cancel it; a
 // second abandon reports nothing new; an abandon of a committed version
 // is a no-op.
