@@ -252,7 +252,8 @@ func (s *system) start(ctx context.Context, r *runner) error {
 
 // pgConfig is the configuration of server i of a standalone or tashkent
 // system. Every server gets the same settings but for synchronous_commit
-// (on for sync-on and base, off for sync-off and mw) and, for tashkent,
+// (on for sync-on and base, off for sync-off and mw, with the WAL writer
+// setting pgserver pairs with it) and, for tashkent,
 // the extension: the same shared_buffers, the same default isolation
 // (READ COMMITTED: the extension keeps a session's level, and maps only
 // SERIALIZABLE to REPEATABLE READ), the same binaries (the extension's

@@ -26,7 +26,10 @@
 //   - synchronous_commit is the knob the durability placements turn: `base`
 //     and `api` run with it on, `mw` with it off (PostgreSQL then still keeps
 //     data pages consistent and loses at most the last commits on a crash,
-//     Tashkent §7.1 "case 2"). fsync stays on in every mode.
+//     Tashkent §7.1 "case 2"). fsync stays on in every mode. With it off,
+//     wal_writer_flush_after is 0, so that the WAL writer, which then
+//     writes and flushes the commits, is woken once per WAL page rather
+//     than at nearly every commit (server.go, walWriterFlushAfter).
 //   - Kill9 kills the postmaster and all of its children. PostgreSQL puts
 //     every child in its own session (setsid), so killing the process group
 //     would not reach them; leftover backends would keep the shared memory

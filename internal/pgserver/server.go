@@ -235,6 +235,18 @@ func (s *Server) SocketPath() string {
 	return fmt.Sprintf("%s/.s.PGSQL.%d", s.dataDir, s.Port())
 }
 
+// walWriterFlushAfter is wal_writer_flush_after by synchronous_commit.
+// With synchronous_commit off, the WAL writer is what writes and flushes
+// the commits, and each committing backend wakes it once a full WAL page
+// lies past the flushed position (XLogSetAsyncXactLSN). With PostgreSQL's
+// default, 1 MB, the writer writes a page or two per wake and flushes
+// only once a megabyte has piled up, so the flushed position lags and it
+// is woken at nearly every other commit: 14 µs of CPU per TPC-B commit
+// on the project's machine. With 0 it flushes what it writes, is woken
+// once per new page, and took 10.5 µs. With synchronous_commit on,
+// commits flush themselves: PostgreSQL's default stays.
+var walWriterFlushAfter = map[bool]string{true: "1MB", false: "0"}
+
 // conf renders tashkent.conf.
 func (s *Server) conf() (string, error) {
 	onoff := map[bool]string{true: "on", false: "off"}
@@ -250,6 +262,7 @@ func (s *Server) conf() (string, error) {
 		{"shared_buffers", "64MB"},
 		{"fsync", "on"},
 		{"synchronous_commit", onoff[s.cfg.SynchronousCommit]},
+		{"wal_writer_flush_after", walWriterFlushAfter[s.cfg.SynchronousCommit]},
 		{"wal_level", "replica"},
 		{"max_prepared_transactions", "0"},
 		{"logging_collector", "off"},

@@ -95,6 +95,7 @@ func TestLifecycle(t *testing.T) {
 	c := connect(t, s)
 	for name, want := range map[string]string{
 		"synchronous_commit":        "off",
+		"wal_writer_flush_after":    "0",
 		"fsync":                     "on",
 		"listen_addresses":          "127.0.0.1",
 		"shared_buffers":            "64MB",
@@ -149,6 +150,9 @@ func TestLifecycle(t *testing.T) {
 	}
 	if got := show(t, c2, "synchronous_commit"); got != "on" {
 		t.Errorf("synchronous_commit after re-Init = %q, want on", got)
+	}
+	if got := show(t, c2, "wal_writer_flush_after"); got != "1MB" {
+		t.Errorf("wal_writer_flush_after with synchronous_commit on = %q, want PostgreSQL's 1MB", got)
 	}
 	conf, err := os.ReadFile(filepath.Join(dir, "postgresql.conf"))
 	if err != nil {
