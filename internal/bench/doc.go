@@ -88,7 +88,10 @@
 // which needs the server headers, TASHKENT_PG_INCLUDEDIR), and the
 // certifier and agents as `tashkent certifier` / `tashkent agent` child
 // processes of this binary (Config.Binary), each in its own process group,
-// with its log next to its data. An agent connects to its replica through
+// with its log next to its data. The certifier runs with --shares-host on
+// the real disk, as `tashkent up` runs it (one Go thread on two cores),
+// and without it with --fsync-delay, where a log flush would hold that
+// thread for the emulated delay. An agent connects to its replica through
 // the server's Unix socket, listens for its backends on the extension's
 // socket in the data directory, and serves /metrics and /healthz on a free
 // port; a system is ready when every agent's /healthz answers 200 and its

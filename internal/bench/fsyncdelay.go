@@ -62,10 +62,15 @@ func (r *runner) pgSettings(settings map[string]string) map[string]string {
 	return settings
 }
 
-// certifierSyncArgs are the certifier's flags for the regime.
+// certifierSyncArgs are the certifier's flags for the regime. On the real
+// disk the certifier shares the host with the replicas, as `tashkent up`
+// runs it (--shares-host: one Go thread here). Not with the slow disk: a
+// one-thread certifier reads no request and writes no reply while a flush
+// holds its thread, which there lasts the emulated delay
+// (internal/cli/sysmon.go, pollUnlessAlone).
 func (r *runner) certifierSyncArgs() []string {
 	if r.cfg.FsyncDelay <= 0 {
-		return nil
+		return []string{"--shares-host"}
 	}
 	return []string{"--unsafe-fault-fsync-delay", r.cfg.FsyncDelay.String()}
 }

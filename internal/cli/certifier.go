@@ -114,6 +114,7 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	f.StringVar(&peers, "peers", "", "every member of the certifier group, id=host:port,... (Raft, Tashkent §7.3); empty: a single certifier")
 	f.BoolVar(&join, "join", false, "join an existing group with an empty log (after `tashkent certifier members add`)")
 	f.StringVar(&metrics, "metrics-listen", "127.0.0.1:7401", "Prometheus /metrics listen address; empty disables")
+	f.Bool(sharesHostFlag, false, "it runs on the host of PostgreSQL replicas (tashkent up): half the CPUs unless --max-procs, as the agent, and Go's sysmon polling also with one thread")
 	f.Uint64Var(&cfg.WindowVersions, "window-versions", certification.DefaultWindowVersions,
 		"versions kept in the conflict index; a transaction whose snapshot is older aborts")
 	f.Int64Var(&memoryLimit, "memory-limit", certifierMemoryLimit, "soft limit of the certifier's memory in bytes (the Go runtime's GOMEMLIMIT, which wins if set): "+
@@ -139,5 +140,5 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	certTLS.AddFlags(f)
 	snapshots.addFlags(f)
 	cmd.AddCommand(newCertifierMembersCommand())
-	return withConfigFile(markPollingSysmon(cmd, pollWithSeveralThreads))
+	return withConfigFile(markPollingSysmon(cmd, pollUnlessAlone))
 }

@@ -17,6 +17,22 @@ import (
 // a fifth and the certifier's by a quarter.
 const sharesHost = "tashkent/shares-host"
 
+// sharesHostFlag is the certifier's --shares-host: it runs on the host of
+// the PostgreSQL replicas (tashkent up, the bench), as the agent always
+// does, and so takes half the CPUs too (and keeps sysmon polling with one
+// thread: sysmon.go). A certifier on a host of its own keeps every CPU.
+const sharesHostFlag = "shares-host"
+
+// sharesItsHost reports whether cmd runs beside PostgreSQL: the agent
+// always, the certifier when --shares-host says so.
+func sharesItsHost(cmd *cobra.Command) bool {
+	if cmd.Annotations[sharesHost] == "true" {
+		return true
+	}
+	on, err := cmd.Flags().GetBool(sharesHostFlag)
+	return err == nil && on
+}
+
 // markSharesHost annotates cmd as sharing its host with PostgreSQL.
 func markSharesHost(cmd *cobra.Command) *cobra.Command {
 	if cmd.Annotations == nil {
@@ -36,7 +52,7 @@ func setMaxProcs(cmd *cobra.Command, n int) error {
 		return fmt.Errorf("--max-procs must be 0 (automatic) or a positive number of threads, not %d", n)
 	case n == 0 && os.Getenv("GOMAXPROCS") != "":
 		return nil
-	case n == 0 && cmd.Annotations[sharesHost] == "true":
+	case n == 0 && sharesItsHost(cmd):
 		n = max(1, runtime.NumCPU()/2)
 	case n == 0:
 		return nil

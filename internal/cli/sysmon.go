@@ -39,9 +39,10 @@ import (
 //     system call after an idle spell wakes with its delay reset to 20 µs,
 //     does so within a fraction of a millisecond. With GOMAXPROCS=1 no
 //     other goroutine runs until such a call returns: a certifier's
-//     fdatasync, for one. So the certifier polls only with several Go
-//     threads (pollWithSeveralThreads); the agent makes no blocking call
-//     on its path and always polls.
+//     fdatasync, for one. So a certifier on a host of its own polls only
+//     with several Go threads; one beside the replicas polls with one too
+//     (pollUnlessAlone); the agent makes no blocking call on its path and
+//     always polls.
 //   - Every fatal error (unrecovered panic, runtime throw, SIGQUIT) first
 //     prints a detailed scheduler dump, one line per P, M and goroutine,
 //     before the panic message (runtime panic.go, startpanic_m).
@@ -58,19 +59,27 @@ import (
 // is; GODEBUG=schedtrace=0 turns this off.
 const (
 	// pollingSysmon is the annotation of server commands that keep sysmon
-	// polling; its value is when (pollAlways or pollWithSeveralThreads).
+	// polling; its value is when (pollAlways or pollUnlessAlone).
 	pollingSysmon = "tashkent/polling-sysmon"
 	// pollAlways: the command makes no blocking system call on its request
 	// path (the agent: sockets only), so a slow retake costs it nothing.
 	pollAlways = "always"
-	// pollWithSeveralThreads: the command blocks in system calls on its
-	// request path (the certifier's log flush), so it polls only when it
-	// runs more than one Go thread; with one, a request that arrives
-	// during a flush would wait up to 10-20 ms for sysmon's retake. For a
-	// certifier with GOMAXPROCS=1 and an 8 ms flush, the client p99 was
-	// 58-97 ms polling against 21-82 ms by default, and two threads showed
-	// no harm (docs/BENCHMARKS.md, "Go's sysmon").
-	pollWithSeveralThreads = "with-several-threads"
+	// pollUnlessAlone: the command blocks in system calls on its request
+	// path (the certifier's log flush). With several Go threads it polls.
+	// With one, polling lets a flush hold the thread: a request that
+	// arrives during it is read, and a reply written, once it returns. For
+	// a certifier on an 8 ms disk that costs a flush: client p99 58-97 ms
+	// polling against 21-82 ms by default (certifier-bench --rate 200, 4
+	// clients); so a certifier on a host of its own with one thread keeps
+	// the default. Beside the replicas (--shares-host: tashkent up, the
+	// bench on the real disk) it polls: a flush there takes 0.1-0.5 ms, and
+	// the default would wake sysmon, which then polls every 20 µs, at every
+	// request: the certifier's CPU per certification was 124 µs by default
+	// and 69-74 µs polling (certifier-bench --rate 2000, 8 clients, one
+	// replica stream, two cores), and one polling thread instead of two
+	// cut it from 68-75 to 47-50 µs per TPC-B commit (8 clients), with the
+	// cross-thread wake-ups of every group commit gone.
+	pollUnlessAlone = "unless-alone"
 	// sysmonSetting is the GODEBUG setting that keeps sysmon polling.
 	sysmonSetting = "schedtrace=2147483647"
 )
@@ -91,50 +100,68 @@ func pollsSysmon(cmd *cobra.Command, args []string) bool {
 	switch cmd.Annotations[pollingSysmon] {
 	case pollAlways:
 		return true
-	case pollWithSeveralThreads:
-		return goThreads(args) > 1
+	case pollUnlessAlone:
+		threads, sharesHost := threadsAndHost(args)
+		return threads > 1 || sharesHost
 	}
 	return false
 }
 
-// goThreads is the number of Go threads running code at once that a
-// command run with args will have: --max-procs if args give it a positive
-// value, else the max-procs of the --config file, else the runtime's
-// GOMAXPROCS as it stands before setMaxProcs (from the GOMAXPROCS
-// variable, or the CPUs and CPU limit the process may use). It reads only
-// --max-procs and --config and skips every other flag; cobra parses them
-// all, and reports their errors and the file's, afterwards.
-func goThreads(args []string) int {
+// threadsAndHost reads what a command run with args will have: the Go
+// threads running code at once when it does not share its host
+// (--max-procs if positive, else the max-procs of the --config file, else
+// the runtime's GOMAXPROCS as it stands before setMaxProcs: the GOMAXPROCS
+// variable, or the CPUs and CPU limit the process may use), and whether
+// it shares its host with PostgreSQL (--shares-host, on the command line
+// or in the file). It reads only --max-procs, --shares-host
+// and --config and skips every other flag; cobra parses them all, and
+// reports their errors and the file's, afterwards.
+func threadsAndHost(args []string) (int, bool) {
 	fs := pflag.NewFlagSet("max-procs", pflag.ContinueOnError)
 	fs.ParseErrorsAllowlist.UnknownFlags = true
 	fs.SetOutput(io.Discard)
 	n := fs.Int("max-procs", 0, "")
+	shares := fs.Bool(sharesHostFlag, false, "")
 	config := fs.String(configFlag, "", "")
 	if err := fs.Parse(args); err != nil {
-		return runtime.GOMAXPROCS(0)
+		return runtime.GOMAXPROCS(0), false
 	}
-	if !fs.Changed("max-procs") && *config != "" {
-		*n = maxProcsIn(*config)
-	}
-	if *n > 0 {
-		return *n
-	}
-	return runtime.GOMAXPROCS(0)
-}
-
-// maxProcsIn is the max-procs the config file at path sets; 0 when it
-// sets none or cannot be read (the command then reports why).
-func maxProcsIn(path string) int {
-	settings, err := configfile.Read(path)
-	if err != nil {
-		return 0
-	}
-	for _, s := range settings {
-		if v, ok := s.Value.(int64); ok && s.Key == "max-procs" {
-			return int(v)
+	if *config != "" {
+		fileProcs, fileShares := settingsIn(*config)
+		if !fs.Changed("max-procs") {
+			*n = fileProcs
+		}
+		if !fs.Changed(sharesHostFlag) {
+			*shares = fileShares
 		}
 	}
-	return 0
+	if *n > 0 {
+		return *n, *shares
+	}
+	return runtime.GOMAXPROCS(0), *shares
+}
+
+// settingsIn is the max-procs (0: none) and shares-host the config file at
+// path sets; zero values when it cannot be read (the command then reports
+// why).
+func settingsIn(path string) (maxProcs int, sharesHost bool) {
+	settings, err := configfile.Read(path)
+	if err != nil {
+		return 0, false
+	}
+	for _, s := range settings {
+		switch v := s.Value.(type) {
+		case int64:
+			if s.Key == "max-procs" {
+				maxProcs = int(v)
+			}
+		case bool:
+			if s.Key == sharesHostFlag {
+				sharesHost = v
+			}
+		}
+	}
+	return maxProcs, sharesHost
 }
 
 // keepSysmonPollingFor applies keepSysmonPolling to the command that args

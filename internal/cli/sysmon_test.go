@@ -44,22 +44,26 @@ func TestWithSysmonSetting(t *testing.T) {
 // TestServerCommandsRunWithSysmonPolling starts a real certifier process
 // and reads the environment its PID runs with: the process executed itself
 // again with the setting, under the same PID, left an explicit schedtrace
-// alone, and did not poll with one Go thread.
+// alone, and did not poll with one Go thread unless it shares its host.
 func TestServerCommandsRunWithSysmonPolling(t *testing.T) {
 	bin := testbin.Path(t)
-	for _, c := range []struct{ godebug, gomaxprocs, want string }{
-		{"", "2", "GODEBUG=" + sysmonSetting},
-		{"gctrace=0", "2", "GODEBUG=gctrace=0," + sysmonSetting},
-		{"schedtrace=0", "2", "GODEBUG=schedtrace=0"},
-		{"gctrace=0", "1", "GODEBUG=gctrace=0"},
+	for _, c := range []struct {
+		godebug, gomaxprocs, want string
+		args                      []string
+	}{
+		{"", "2", "GODEBUG=" + sysmonSetting, nil},
+		{"gctrace=0", "2", "GODEBUG=gctrace=0," + sysmonSetting, nil},
+		{"schedtrace=0", "2", "GODEBUG=schedtrace=0", nil},
+		{"gctrace=0", "1", "GODEBUG=gctrace=0", nil},
+		{"gctrace=0", "1", "GODEBUG=gctrace=0," + sysmonSetting, []string{"--shares-host"}},
 	} {
-		t.Run(fmt.Sprintf("GODEBUG=%q,GOMAXPROCS=%s", c.godebug, c.gomaxprocs), func(t *testing.T) {
+		t.Run(fmt.Sprintf("GODEBUG=%q,GOMAXPROCS=%s,%q", c.godebug, c.gomaxprocs, c.args), func(t *testing.T) {
 			env := withoutVariable(withoutVariable(os.Environ(), "GODEBUG"), "GOMAXPROCS")
 			env = append(env, "GOMAXPROCS="+c.gomaxprocs)
 			if c.godebug != "" {
 				env = append(env, "GODEBUG="+c.godebug)
 			}
-			pid := startCertifierProcess(t, bin, env)
+			pid := startCertifierProcess(t, bin, env, c.args...)
 			raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 			if err != nil {
 				t.Fatal(err)
@@ -79,14 +83,14 @@ func TestServerCommandsRunWithSysmonPolling(t *testing.T) {
 
 // startCertifierProcess starts `tashkent certifier` with env, waits until it
 // is ready, and returns its PID; the test's cleanup kills it by that PID.
-func startCertifierProcess(t *testing.T, bin string, env []string) int {
+func startCertifierProcess(t *testing.T, bin string, env []string, args ...string) int {
 	t.Helper()
 	port, err := netutil.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd, _ := startCertifier(t, bin, env, addr, "--data-dir", t.TempDir(), "--listen", addr, "--metrics-listen", "")
+	cmd, _ := startCertifier(t, bin, env, addr, append([]string{"--data-dir", t.TempDir(), "--listen", addr, "--metrics-listen", ""}, args...)...)
 	return cmd.Process.Pid
 }
 
@@ -178,6 +182,10 @@ func TestServerCommandsFoundBeforeFlagParsing(t *testing.T) {
 	if err := os.WriteFile(oneThread, []byte("data-dir = \"d\"\nmax-procs = 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	besideReplicas := filepath.Join(t.TempDir(), "certifier.toml")
+	if err := os.WriteFile(besideReplicas, []byte("data-dir = \"d\"\nmax-procs = 1\nshares-host = true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args    []string
 		polling bool
@@ -190,6 +198,10 @@ func TestServerCommandsFoundBeforeFlagParsing(t *testing.T) {
 		{[]string{"certifier", "--data-dir", "d", "--max-procs", "2"}, true},
 		{[]string{"certifier", "--config", oneThread}, false},
 		{[]string{"certifier", "--config=" + oneThread, "--max-procs", "2"}, true}, // the command line overrides the file
+		{[]string{"certifier", "--data-dir", "d", "--max-procs", "1", "--shares-host"}, true},
+		{[]string{"--max-procs=1", "certifier", "--shares-host=false"}, false},
+		{[]string{"certifier", "--config", besideReplicas}, true},
+		{[]string{"certifier", "--config", besideReplicas, "--shares-host=false"}, false},
 		{[]string{"certifier", "--config", filepath.Join(t.TempDir(), "missing.toml")}, several},
 		{[]string{"certifier", "members"}, false},
 		{[]string{"up", "--replicas", "1"}, false},

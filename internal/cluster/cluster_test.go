@@ -192,7 +192,7 @@ func checkStartedFromConfig(t *testing.T, st *cluster.State) {
 	var procs []started
 	for _, c := range st.CertifierMembers() {
 		want := map[string]any{"data-dir": c.DataDir, "listen": fmt.Sprintf("127.0.0.1:%d", c.Port),
-			"metrics-listen": fmt.Sprintf("127.0.0.1:%d", c.MetricsPort)}
+			"metrics-listen": fmt.Sprintf("127.0.0.1:%d", c.MetricsPort), "shares-host": true}
 		if c.ID != 0 {
 			want["id"] = int64(c.ID)
 			want["peers"] = peersOf(st)

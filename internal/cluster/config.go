@@ -64,12 +64,13 @@ func (u *upper) certifierCommand(c *Certifier, what string) ([]string, error) {
 }
 
 // certifierSettings is the config of a single certifier or of a member of
-// the group.
+// the group. It runs on the replicas' host (shares-host).
 func (u *upper) certifierSettings(c *Certifier) []configfile.Setting {
 	s := []configfile.Setting{
 		{Key: "data-dir", Value: c.DataDir},
 		{Key: "listen", Value: hostPort(c.Port)},
 		{Key: "metrics-listen", Value: hostPort(c.MetricsPort)},
+		{Key: "shares-host", Value: true},
 	}
 	if c.ID != 0 {
 		s = append(s,
