@@ -56,7 +56,7 @@ func Execute() int {
 	root.PersistentFlags().StringVar(&g.cpuProfile, "cpu-profile", "", "write a Go CPU profile of the command to this file")
 	root.PersistentFlags().MarkHidden("cpu-profile")
 	root.PersistentFlags().IntVar(&g.maxProcs, "max-procs", 0,
-		"Go threads running code at once (GOMAXPROCS); 0: automatic (half the CPUs for the agent, which shares its host with PostgreSQL; all for other commands)")
+		"Go threads running code at once (GOMAXPROCS); 0: automatic (half the CPUs for the agent, which shares its host with PostgreSQL, and for a certifier run with --shares-host; all for other commands)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "text or json")
 	root.AddCommand(newCertifierCommand(), newCertifierBenchCommand())

@@ -85,7 +85,7 @@ const (
 )
 
 // markPollingSysmon annotates a server command to run with sysmon polling
-// when the condition (pollAlways or pollWithSeveralThreads) holds.
+// when the condition (pollAlways or pollUnlessAlone) holds.
 func markPollingSysmon(cmd *cobra.Command, when string) *cobra.Command {
 	if cmd.Annotations == nil {
 		cmd.Annotations = map[string]string{}

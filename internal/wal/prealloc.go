@@ -131,13 +131,14 @@ func (l *Log) setZeroed(file *os.File, allocated, written int64) {
 
 // noteWritten records that the active segment's records now end at
 // written, and wakes the preallocator if the headroom fell under
-// preallocAheadBytes: only then has it anything to do
-// (zeroOneChunkAhead). Waking it at every write would cost every group
-// commit a goroutine hand-off, and with an idle processor a thread
-// woken from its futex for nothing.
+// preallocAheadBytes and the segment is not zeroed to its end: only
+// then has it anything to do (zeroOneChunkAhead). Waking it at every
+// write would cost every group commit a goroutine hand-off, and with an
+// idle processor a thread woken from its futex for nothing.
 func (l *Log) noteWritten(written int64) {
 	l.zeroed.written.Store(written)
-	if l.zeroed.allocated.Load()-written < preallocAheadBytes {
+	allocated := l.zeroed.allocated.Load()
+	if allocated-written < preallocAheadBytes && allocated < l.segmentBytesMax {
 		l.wakePreallocator()
 	}
 }
