@@ -67,9 +67,9 @@
 //  2. The certifier (or every group member): `tashkent certifier --config
 //     <data-dir>/certifier.toml` started detached (setsid, output to its
 //     log), ready when its Status RPC answers with its own PID. Up writes
-//     the config file (data-dir, listen, metrics-listen, shares-host: it
-//     runs beside the replicas; id and peers for a member; the TLS files)
-//     just before.
+//     the config file (data-dir, listen, metrics-listen; shares-host for
+//     a single certifier, which runs beside the replicas; id and peers for
+//     a member; the TLS files) just before.
 //  3. The agents, in parallel: `tashkent agent --config
 //     DIR/replicaK/agent.toml`, a file with name = "replicaK", socket =
 //     "<pgdata>/tashkent_agent.sock", postgres = "host=<pgdata>
