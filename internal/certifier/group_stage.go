@@ -31,10 +31,15 @@ import (
 //
 // A copy has a queue of stageCopyQueueFragments. A follower whose queue
 // is full is dropped from the stage (its StageCopy cancelled) rather than
-// buffered for, and counts as not holding it: at once if the followers
-// that keep up make a majority without it, else after the leader waited
-// stageCopyStallMax for room (the agent's stage slows to the pace of the
-// followers a majority needs, never to a slower one's).
+// buffered for, and counts as not holding it: at once if the members that
+// took the fragment make a majority with one to spare, else after the
+// leader waited stageCopyStallMax for room. The spare is there because a
+// member counts as having taken a fragment once it is queued: a follower
+// that just died still takes fragments until its stream fails, and
+// dropping a slow one for it would leave the stage short of a majority.
+// So the agent's stage slows to the pace of the followers a majority
+// needs plus one, never to a slower one's; in a group of three, a
+// follower that stops reading costs a stage stageCopyStallMax.
 
 // Request metadata of a StageCopy: the sender's member id and term.
 const (
@@ -110,9 +115,9 @@ type stageCopy struct {
 
 // add queues a fragment for every copy still going. A copy whose queue
 // is full is dropped at once when the copies that took the fragment make
-// a majority with this member's spool without it; otherwise the leader
-// waits for room, up to stageCopyStallMax from when it found the queues
-// full, and drops the copies that have none by then.
+// a majority with this member's spool and one to spare without it;
+// otherwise the leader waits for room, up to stageCopyStallMax from when
+// it found the queues full, and drops the copies that have none by then.
 func (c *stageCopies) add(fragment []byte) {
 	if c == nil {
 		return
@@ -137,15 +142,16 @@ func (c *stageCopies) add(fragment []byte) {
 }
 
 // waitForRoom gives fragment to the copies whose queues were full, while
-// they are needed for a majority (holding: the members that have it).
+// they are needed for a majority and a spare (holding: the members that
+// have it).
 func (c *stageCopies) waitForRoom(full []*stageCopy, fragment []byte, holding int) {
-	needed := c.voters/2 + 1
+	majorityAndSpare := c.voters/2 + 2
 	started := time.Now()
 	timer := time.NewTimer(stageCopyStallMax)
 	defer timer.Stop()
 	stalled := false
 	for _, cp := range full {
-		if holding >= needed || stalled {
+		if holding >= majorityAndSpare || stalled {
 			c.drop(cp, time.Since(started))
 			continue
 		}
