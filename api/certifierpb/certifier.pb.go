@@ -875,7 +875,13 @@ type OpenSession struct {
 	// none) stands for the address the session comes from. The certifier
 	// lists it in StatusReply.replicas, which is how a dashboard finds every
 	// replica. A certifier older than this field ignores it.
-	StatusAddr    string `protobuf:"bytes,4,opt,name=status_addr,json=statusAddr,proto3" json:"status_addr,omitempty"`
+	StatusAddr string `protobuf:"bytes,4,opt,name=status_addr,json=statusAddr,proto3" json:"status_addr,omitempty"`
+	// The replica's history up to replica_version: its runs, in version
+	// order (tashkent.history). The certifier admits the session only if
+	// that history is a prefix of its log, compared by log matching
+	// (certifier.Admit). Empty: a replica that records none; it is judged
+	// by its version alone.
+	History       []*EpochRun `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -936,6 +942,13 @@ func (x *OpenSession) GetStatusAddr() string {
 		return x.StatusAddr
 	}
 	return ""
+}
+
+func (x *OpenSession) GetHistory() []*EpochRun {
+	if x != nil {
+		return x.History
+	}
+	return nil
 }
 
 type CertifyRequest struct {
@@ -1390,8 +1403,17 @@ type LogEntry struct {
 	// unsigned varint) followed by its bytes. A certifier group member checks
 	// its own copy of the fragments, or a span it fetched, against them
 	// before it keeps the span. Both 0 in a log written before they existed.
-	SpanBytes     uint64 `protobuf:"varint,7,opt,name=span_bytes,json=spanBytes,proto3" json:"span_bytes,omitempty"`
-	SpanChecksum  uint32 `protobuf:"fixed32,8,opt,name=span_checksum,json=spanChecksum,proto3" json:"span_checksum,omitempty"`
+	SpanBytes    uint64 `protobuf:"varint,7,opt,name=span_bytes,json=spanBytes,proto3" json:"span_bytes,omitempty"`
+	SpanChecksum uint32 `protobuf:"fixed32,8,opt,name=span_checksum,json=spanChecksum,proto3" json:"span_checksum,omitempty"`
+	// The epoch of the process that certified the entry: the Raft term of
+	// the group leader, or a single certifier's generation (bumped and made
+	// durable at every start, before it serves). Within one epoch one
+	// process assigns versions append-only and never reassigns one, so two
+	// logs that hold the same (version, epoch) hold the same entries up to
+	// that version (log matching). Epochs never decrease along a log. 0 in
+	// a log written before the field existed; every entry of a span carries
+	// its head's.
+	Epoch         uint64 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1482,6 +1504,67 @@ func (x *LogEntry) GetSpanChecksum() uint32 {
 	return 0
 }
 
+func (x *LogEntry) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// EpochRun is one run of a history: the versions from first_version up to
+// the next run's first_version - 1 (or the history's end) carry epoch.
+type EpochRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	FirstVersion  uint64                 `protobuf:"varint,2,opt,name=first_version,json=firstVersion,proto3" json:"first_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EpochRun) Reset() {
+	*x = EpochRun{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EpochRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EpochRun) ProtoMessage() {}
+
+func (x *EpochRun) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EpochRun.ProtoReflect.Descriptor instead.
+func (*EpochRun) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *EpochRun) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *EpochRun) GetFirstVersion() uint64 {
+	if x != nil {
+		return x.FirstVersion
+	}
+	return 0
+}
+
 type CertifyStreamReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Entries not yet delivered on this stream, in version order, contiguous,
@@ -1498,7 +1581,7 @@ type CertifyStreamReply struct {
 
 func (x *CertifyStreamReply) Reset() {
 	*x = CertifyStreamReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1593,7 @@ func (x *CertifyStreamReply) String() string {
 func (*CertifyStreamReply) ProtoMessage() {}
 
 func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[18]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1606,7 @@ func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamReply.ProtoReflect.Descriptor instead.
 func (*CertifyStreamReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{18}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CertifyStreamReply) GetEntries() [][]byte {
@@ -1558,7 +1641,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1653,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1666,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FetchRequest) GetAfterVersion() uint64 {
@@ -1609,7 +1692,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1704,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1717,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FetchReply) GetEntries() [][]byte {
@@ -1652,7 +1735,7 @@ type SyncVersionRequest struct {
 
 func (x *SyncVersionRequest) Reset() {
 	*x = SyncVersionRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1747,7 @@ func (x *SyncVersionRequest) String() string {
 func (*SyncVersionRequest) ProtoMessage() {}
 
 func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1760,7 @@ func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionRequest.ProtoReflect.Descriptor instead.
 func (*SyncVersionRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
 }
 
 type SyncVersionReply struct {
@@ -1689,7 +1772,7 @@ type SyncVersionReply struct {
 
 func (x *SyncVersionReply) Reset() {
 	*x = SyncVersionReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1784,7 @@ func (x *SyncVersionReply) String() string {
 func (*SyncVersionReply) ProtoMessage() {}
 
 func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1797,7 @@ func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionReply.ProtoReflect.Descriptor instead.
 func (*SyncVersionReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SyncVersionReply) GetDurableVersion() uint64 {
@@ -1733,7 +1816,7 @@ type ForgetReplicaRequest struct {
 
 func (x *ForgetReplicaRequest) Reset() {
 	*x = ForgetReplicaRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1828,7 @@ func (x *ForgetReplicaRequest) String() string {
 func (*ForgetReplicaRequest) ProtoMessage() {}
 
 func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1841,7 @@ func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ForgetReplicaRequest) GetName() string {
@@ -1777,7 +1860,7 @@ type ForgetReplicaReply struct {
 
 func (x *ForgetReplicaReply) Reset() {
 	*x = ForgetReplicaReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +1872,7 @@ func (x *ForgetReplicaReply) String() string {
 func (*ForgetReplicaReply) ProtoMessage() {}
 
 func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +1885,7 @@ func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaReply.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ForgetReplicaReply) GetKnown() bool {
@@ -1820,7 +1903,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1915,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1928,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
 }
 
 type StatusReply struct {
@@ -1895,7 +1978,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +1990,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2003,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusReply) GetVersion() uint64 {
@@ -2115,7 +2198,7 @@ type ReplicaSession struct {
 
 func (x *ReplicaSession) Reset() {
 	*x = ReplicaSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2210,7 @@ func (x *ReplicaSession) String() string {
 func (*ReplicaSession) ProtoMessage() {}
 
 func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2223,7 @@ func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSession.ProtoReflect.Descriptor instead.
 func (*ReplicaSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicaSession) GetName() string {
@@ -2212,7 +2295,7 @@ type LogRetention struct {
 
 func (x *LogRetention) Reset() {
 	*x = LogRetention{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2307,7 @@ func (x *LogRetention) String() string {
 func (*LogRetention) ProtoMessage() {}
 
 func (x *LogRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2320,7 @@ func (x *LogRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogRetention.ProtoReflect.Descriptor instead.
 func (*LogRetention) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{28}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LogRetention) GetKeepFrom() uint64 {
@@ -2286,7 +2369,7 @@ type ReplicaProgress struct {
 
 func (x *ReplicaProgress) Reset() {
 	*x = ReplicaProgress{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2381,7 @@ func (x *ReplicaProgress) String() string {
 func (*ReplicaProgress) ProtoMessage() {}
 
 func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2394,7 @@ func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaProgress.ProtoReflect.Descriptor instead.
 func (*ReplicaProgress) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{29}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplicaProgress) GetName() string {
@@ -2345,7 +2428,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2440,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2453,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{30}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Member) GetId() uint64 {
@@ -2424,13 +2507,14 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\achanges\x18\x01 \x03(\v2\x1d.tashkent.certifier.v1.ChangeR\achanges\"1\n" +
 	"\x05TxnID\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x85\x01\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xc0\x01\n" +
 	"\vOpenSession\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12'\n" +
 	"\x0freplica_version\x18\x02 \x01(\x04R\x0ereplicaVersion\x12\x12\n" +
 	"\x04push\x18\x03 \x01(\bR\x04push\x12\x1f\n" +
 	"\vstatus_addr\x18\x04 \x01(\tR\n" +
-	"statusAddr\"\xfe\x01\n" +
+	"statusAddr\x129\n" +
+	"\ahistory\x18\x05 \x03(\v2\x1f.tashkent.certifier.v1.EpochRunR\ahistory\"\xfe\x01\n" +
 	"\x0eCertifyRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
@@ -2470,7 +2554,7 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\fabort_reason\x18\x05 \x01(\x0e2\".tashkent.certifier.v1.AbortReasonR\vabortReason\x12\x16\n" +
 	"\x06detail\x18\x06 \x01(\tR\x06detail\x12)\n" +
 	"\x10conflict_version\x18\a \x01(\x04R\x0fconflictVersion\x12#\n" +
-	"\rfirst_version\x18\b \x01(\x04R\ffirstVersion\"\xd0\x02\n" +
+	"\rfirst_version\x18\b \x01(\x04R\ffirstVersion\"\xe6\x02\n" +
 	"\bLogEntry\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12.\n" +
 	"\x03txn\x18\x02 \x01(\v2\x1c.tashkent.certifier.v1.TxnIDR\x03txn\x12;\n" +
@@ -2481,7 +2565,11 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\tcertified\x18\x06 \x01(\v2\x1f.tashkent.certifier.v1.WritesetR\tcertified\x12\x1d\n" +
 	"\n" +
 	"span_bytes\x18\a \x01(\x04R\tspanBytes\x12#\n" +
-	"\rspan_checksum\x18\b \x01(\aR\fspanChecksum\"\x96\x01\n" +
+	"\rspan_checksum\x18\b \x01(\aR\fspanChecksum\x12\x14\n" +
+	"\x05epoch\x18\t \x01(\x04R\x05epoch\"E\n" +
+	"\bEpochRun\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12#\n" +
+	"\rfirst_version\x18\x02 \x01(\x04R\ffirstVersion\"\x96\x01\n" +
 	"\x12CertifyStreamReply\x12\x18\n" +
 	"\aentries\x18\x01 \x03(\fR\aentries\x12=\n" +
 	"\areplies\x18\x02 \x03(\v2#.tashkent.certifier.v1.CertifyReplyR\areplies\x12'\n" +
@@ -2602,7 +2690,7 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                             // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
@@ -2625,19 +2713,20 @@ var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(*CertifyStreamRequestEncoded)(nil), // 18: tashkent.certifier.v1.CertifyStreamRequestEncoded
 	(*CertifyReply)(nil),                // 19: tashkent.certifier.v1.CertifyReply
 	(*LogEntry)(nil),                    // 20: tashkent.certifier.v1.LogEntry
-	(*CertifyStreamReply)(nil),          // 21: tashkent.certifier.v1.CertifyStreamReply
-	(*FetchRequest)(nil),                // 22: tashkent.certifier.v1.FetchRequest
-	(*FetchReply)(nil),                  // 23: tashkent.certifier.v1.FetchReply
-	(*SyncVersionRequest)(nil),          // 24: tashkent.certifier.v1.SyncVersionRequest
-	(*SyncVersionReply)(nil),            // 25: tashkent.certifier.v1.SyncVersionReply
-	(*ForgetReplicaRequest)(nil),        // 26: tashkent.certifier.v1.ForgetReplicaRequest
-	(*ForgetReplicaReply)(nil),          // 27: tashkent.certifier.v1.ForgetReplicaReply
-	(*StatusRequest)(nil),               // 28: tashkent.certifier.v1.StatusRequest
-	(*StatusReply)(nil),                 // 29: tashkent.certifier.v1.StatusReply
-	(*ReplicaSession)(nil),              // 30: tashkent.certifier.v1.ReplicaSession
-	(*LogRetention)(nil),                // 31: tashkent.certifier.v1.LogRetention
-	(*ReplicaProgress)(nil),             // 32: tashkent.certifier.v1.ReplicaProgress
-	(*Member)(nil),                      // 33: tashkent.certifier.v1.Member
+	(*EpochRun)(nil),                    // 21: tashkent.certifier.v1.EpochRun
+	(*CertifyStreamReply)(nil),          // 22: tashkent.certifier.v1.CertifyStreamReply
+	(*FetchRequest)(nil),                // 23: tashkent.certifier.v1.FetchRequest
+	(*FetchReply)(nil),                  // 24: tashkent.certifier.v1.FetchReply
+	(*SyncVersionRequest)(nil),          // 25: tashkent.certifier.v1.SyncVersionRequest
+	(*SyncVersionReply)(nil),            // 26: tashkent.certifier.v1.SyncVersionReply
+	(*ForgetReplicaRequest)(nil),        // 27: tashkent.certifier.v1.ForgetReplicaRequest
+	(*ForgetReplicaReply)(nil),          // 28: tashkent.certifier.v1.ForgetReplicaReply
+	(*StatusRequest)(nil),               // 29: tashkent.certifier.v1.StatusRequest
+	(*StatusReply)(nil),                 // 30: tashkent.certifier.v1.StatusReply
+	(*ReplicaSession)(nil),              // 31: tashkent.certifier.v1.ReplicaSession
+	(*LogRetention)(nil),                // 32: tashkent.certifier.v1.LogRetention
+	(*ReplicaProgress)(nil),             // 33: tashkent.certifier.v1.ReplicaProgress
+	(*Member)(nil),                      // 34: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	13, // 0: tashkent.certifier.v1.StageDiscardRequest.txn:type_name -> tashkent.certifier.v1.TxnID
@@ -2645,49 +2734,50 @@ var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	6,  // 2: tashkent.certifier.v1.StageRequest.end:type_name -> tashkent.certifier.v1.StageEnd
 	0,  // 3: tashkent.certifier.v1.Change.op:type_name -> tashkent.certifier.v1.Op
 	11, // 4: tashkent.certifier.v1.Writeset.changes:type_name -> tashkent.certifier.v1.Change
-	13, // 5: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
-	12, // 6: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
-	8,  // 7: tashkent.certifier.v1.CertifyRequest.streamed:type_name -> tashkent.certifier.v1.Streamed
-	14, // 8: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
-	15, // 9: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
-	13, // 10: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
-	8,  // 11: tashkent.certifier.v1.CertifyRequestEncoded.streamed:type_name -> tashkent.certifier.v1.Streamed
-	14, // 12: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
-	17, // 13: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
-	13, // 14: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
-	1,  // 15: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
-	2,  // 16: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
-	13, // 17: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
-	12, // 18: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
-	12, // 19: tashkent.certifier.v1.LogEntry.certified:type_name -> tashkent.certifier.v1.Writeset
-	19, // 20: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	33, // 21: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
-	30, // 22: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
-	31, // 23: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
-	32, // 24: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
-	16, // 25: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
-	22, // 26: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	28, // 27: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	24, // 28: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
-	26, // 29: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
-	5,  // 30: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
-	5,  // 31: tashkent.certifier.v1.Certifier.StageCopy:input_type -> tashkent.certifier.v1.StageRequest
-	3,  // 32: tashkent.certifier.v1.Certifier.StageDiscard:input_type -> tashkent.certifier.v1.StageDiscardRequest
-	9,  // 33: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	21, // 34: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	23, // 35: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	29, // 36: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	25, // 37: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
-	27, // 38: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
-	7,  // 39: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
-	7,  // 40: tashkent.certifier.v1.Certifier.StageCopy:output_type -> tashkent.certifier.v1.StageReply
-	4,  // 41: tashkent.certifier.v1.Certifier.StageDiscard:output_type -> tashkent.certifier.v1.StageDiscardReply
-	10, // 42: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
-	34, // [34:43] is the sub-list for method output_type
-	25, // [25:34] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	21, // 5: tashkent.certifier.v1.OpenSession.history:type_name -> tashkent.certifier.v1.EpochRun
+	13, // 6: tashkent.certifier.v1.CertifyRequest.txn:type_name -> tashkent.certifier.v1.TxnID
+	12, // 7: tashkent.certifier.v1.CertifyRequest.writeset:type_name -> tashkent.certifier.v1.Writeset
+	8,  // 8: tashkent.certifier.v1.CertifyRequest.streamed:type_name -> tashkent.certifier.v1.Streamed
+	14, // 9: tashkent.certifier.v1.CertifyStreamRequest.open:type_name -> tashkent.certifier.v1.OpenSession
+	15, // 10: tashkent.certifier.v1.CertifyStreamRequest.requests:type_name -> tashkent.certifier.v1.CertifyRequest
+	13, // 11: tashkent.certifier.v1.CertifyRequestEncoded.txn:type_name -> tashkent.certifier.v1.TxnID
+	8,  // 12: tashkent.certifier.v1.CertifyRequestEncoded.streamed:type_name -> tashkent.certifier.v1.Streamed
+	14, // 13: tashkent.certifier.v1.CertifyStreamRequestEncoded.open:type_name -> tashkent.certifier.v1.OpenSession
+	17, // 14: tashkent.certifier.v1.CertifyStreamRequestEncoded.requests:type_name -> tashkent.certifier.v1.CertifyRequestEncoded
+	13, // 15: tashkent.certifier.v1.CertifyReply.txn:type_name -> tashkent.certifier.v1.TxnID
+	1,  // 16: tashkent.certifier.v1.CertifyReply.decision:type_name -> tashkent.certifier.v1.Decision
+	2,  // 17: tashkent.certifier.v1.CertifyReply.abort_reason:type_name -> tashkent.certifier.v1.AbortReason
+	13, // 18: tashkent.certifier.v1.LogEntry.txn:type_name -> tashkent.certifier.v1.TxnID
+	12, // 19: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
+	12, // 20: tashkent.certifier.v1.LogEntry.certified:type_name -> tashkent.certifier.v1.Writeset
+	19, // 21: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
+	34, // 22: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	31, // 23: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
+	32, // 24: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
+	33, // 25: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
+	16, // 26: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
+	23, // 27: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
+	29, // 28: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	25, // 29: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
+	27, // 30: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
+	5,  // 31: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
+	5,  // 32: tashkent.certifier.v1.Certifier.StageCopy:input_type -> tashkent.certifier.v1.StageRequest
+	3,  // 33: tashkent.certifier.v1.Certifier.StageDiscard:input_type -> tashkent.certifier.v1.StageDiscardRequest
+	9,  // 34: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
+	22, // 35: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	24, // 36: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	30, // 37: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	26, // 38: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	28, // 39: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
+	7,  // 40: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
+	7,  // 41: tashkent.certifier.v1.Certifier.StageCopy:output_type -> tashkent.certifier.v1.StageReply
+	4,  // 42: tashkent.certifier.v1.Certifier.StageDiscard:output_type -> tashkent.certifier.v1.StageDiscardReply
+	10, // 43: tashkent.certifier.v1.Raft.Send:output_type -> tashkent.certifier.v1.RaftAck
+	35, // [35:44] is the sub-list for method output_type
+	26, // [26:35] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_api_certifierpb_certifier_proto_init() }
@@ -2703,7 +2793,7 @@ func file_api_certifierpb_certifier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -12,6 +12,7 @@ import (
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
+	"google.golang.org/protobuf/proto"
 )
 
 func batchTestPrefix(seq uint64) logentry.Prefix {
@@ -22,7 +23,7 @@ func batchTestPrefix(seq uint64) logentry.Prefix {
 
 // batchTestEntry is transaction ("b", version) committed at version.
 func batchTestEntry(version uint64) logentry.Entry {
-	return batchTestPrefix(version).WithVersion(version)
+	return batchTestPrefix(version).WithVersion(version, 0)
 }
 
 func TestBatchFormatRoundTripAndOldFormat(t *testing.T) {
@@ -125,14 +126,26 @@ func (m *batchTestMember) checkCommitted(upTo uint64) {
 		m.t.Fatalf("%d versions committed, want %d", len(m.committed), upTo)
 	}
 	for i, e := range m.committed {
-		if want := batchTestEntry(uint64(i + 1)); e.Version != want.Version || !bytes.Equal(e.Bytes, want.Bytes) {
+		if want := batchTestEntry(uint64(i + 1)); e.Version != want.Version || !sameButEpoch(e.Bytes, want.Bytes) {
 			m.t.Fatalf("committed entry %d: version %d, want %d (or other bytes)", i, e.Version, want.Version)
 		}
 	}
 }
 
+// sameButEpoch: a and b encode the same entry, but for the epoch (the term
+// of the leader that certified it, checked where a test knows it).
+func sameButEpoch(a, b []byte) bool {
+	ea, errA := logentry.Decode(a)
+	eb, errB := logentry.Decode(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	ea.Epoch, eb.Epoch = 0, 0
+	return proto.Equal(ea, eb)
+}
+
 // Everything certified between two Readys goes to Raft as one entry, and
-// commits in order.
+// commits in order, each entry carrying the leader's term as its epoch.
 func TestLeaderProposesOneRaftEntryPerBatch(t *testing.T) {
 	m := openBatchTestMember(t, t.TempDir())
 	m.lead()
@@ -145,6 +158,12 @@ func TestLeaderProposesOneRaftEntryPerBatch(t *testing.T) {
 	}
 	m.drive()
 	m.checkCommitted(8)
+	term := m.core.rn.BasicStatus().GetTerm()
+	for _, e := range m.committed {
+		if h, err := logentry.RawHeaderOf(e.Bytes); err != nil || h.Epoch != term || term == 0 {
+			t.Fatalf("version %d carries epoch %d (%v), want the leader's term %d", e.Version, h.Epoch, err, term)
+		}
+	}
 	if m.raftAdds != 2 {
 		t.Errorf("8 versions certified in two bursts went to Raft in %d entries, want 2", m.raftAdds)
 	}

@@ -391,7 +391,7 @@ func (c *Core) Certify(req certification.Request, prefix logentry.Prefix) (certi
 	if !isNew {
 		return o, ticket, err
 	}
-	e := prefix.WithVersion(o.CommitVersion)
+	e := prefix.WithVersion(o.CommitVersion, c.leaderTerm)
 	c.batch = append(c.batch, e)
 	c.batchBytes += len(e.Bytes)
 	return o, 0, nil
@@ -426,7 +426,7 @@ func (c *Core) CertifySpan(req certification.Request, span SpanHead) (certificat
 	}
 	head := logentry.Entry{Version: o.CommitVersion, Bytes: logentry.AppendSpanEntry(nil, logentry.SpanEntry{
 		Version: o.CommitVersion, Txn: span.Txn, First: o.FirstVersion, Last: o.CommitVersion, Certified: span.Certified,
-		SpanBytes: span.Bytes, SpanChecksum: span.Checksum})}
+		SpanBytes: span.Bytes, SpanChecksum: span.Checksum, Epoch: c.leaderTerm})}
 	if !c.propose(encodeSpan(head.Bytes), o.FirstVersion, head) {
 		return certification.Outcome{}, 0, ErrNotReady
 	}

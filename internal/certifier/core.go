@@ -144,7 +144,7 @@ func checkStage(c *certifying) {
 // decideSingle is a single certifier's decision for prepared requests:
 // state certifies them in order (those lookedUp are only looked up), and
 // each new commit's log entry is appended to pending, in version order.
-func decideSingle(state *certification.State, batch []certifying, pending []logentry.Entry) []logentry.Entry {
+func decideSingle(state *certification.State, epoch uint64, batch []certifying, pending []logentry.Entry) []logentry.Entry {
 	for i := range batch {
 		c := &batch[i]
 		switch {
@@ -156,7 +156,7 @@ func decideSingle(state *certification.State, batch []certifying, pending []loge
 			if c.outcome.Decision == certification.Commit && !c.outcome.Duplicate && c.req.Streamed == nil {
 				// A span's entries are copied from its stage by the writer
 				// (single.go, writeSpan): see committedSpans.
-				pending = append(pending, c.prefix.WithVersion(c.outcome.CommitVersion))
+				pending = append(pending, c.prefix.WithVersion(c.outcome.CommitVersion, epoch))
 			}
 			c.lowWaterMark, c.latest = state.LowWaterMark(), state.Version()
 		}
@@ -245,14 +245,14 @@ type Answer struct {
 // request i arrived over the in-flight limit. It returns the answers in
 // request order, and pending with each new commit's log entry appended in
 // version order: what the log must make durable before an answer that
-// waits for it is sent.
-func CertifyMessage(state *certification.State, limits Limits, reqs []*pb.CertifyRequestEncoded, overloaded []bool, pending []logentry.Entry) ([]Answer, []logentry.Entry) {
+// waits for it is sent. New entries carry epoch.
+func CertifyMessage(state *certification.State, epoch uint64, limits Limits, reqs []*pb.CertifyRequestEncoded, overloaded []bool, pending []logentry.Entry) ([]Answer, []logentry.Entry) {
 	batch := make([]certifying, len(reqs))
 	for i, req := range reqs {
 		batch[i] = prepareRequest(req, overloaded[i], limits)
 	}
 	claimStages(batch, nil)
-	pending = decideSingle(state, batch, pending)
+	pending = decideSingle(state, epoch, batch, pending)
 	answers := make([]Answer, len(batch))
 	for i := range batch {
 		a := &answers[i]
@@ -273,17 +273,18 @@ type committedSpan struct {
 	bytes    uint64
 	checksum uint32
 	spool    string
+	epoch    uint64 // the epoch that certified it, on every entry
 }
 
-// committedSpans appends the spans a decided batch committed, in version
-// order, to spans.
-func committedSpans(batch []certifying, spans []committedSpan) []committedSpan {
+// committedSpans appends the spans a decided batch committed in epoch, in
+// version order, to spans.
+func committedSpans(batch []certifying, epoch uint64, spans []committedSpan) []committedSpan {
 	for i := range batch {
 		c := &batch[i]
 		if c.reply == nil && !c.overloaded && c.req.Streamed != nil && c.stageProblem == "" &&
 			c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
 			spans = append(spans, committedSpan{first: c.outcome.FirstVersion, last: c.outcome.CommitVersion,
-				txn: c.req.Txn, certified: c.req.Writeset, bytes: c.staged.Bytes, checksum: c.staged.Checksum, spool: c.staged.Spool})
+				txn: c.req.Txn, certified: c.req.Writeset, bytes: c.staged.Bytes, checksum: c.staged.Checksum, spool: c.staged.Spool, epoch: epoch})
 		}
 	}
 	return spans
@@ -382,27 +383,6 @@ func SendReplies(read EntryReader, delivered, durable uint64, replies []*pb.Cert
 	last.DurableVersion = durable
 	last.Replies = replies
 	return delivered, send(last)
-}
-
-// CheckOpen refuses a session whose replica holds versions this certifier
-// never made durable, or needs versions its log no longer holds (the log
-// keeps the versions after startsAfter), with the status the stream ends
-// with. FailedPrecondition, and a message that starts with
-// pb.NeedsStateTransfer, tell the agent that its replica must be rebuilt
-// from a peer.
-func CheckOpen(open *pb.OpenSession, durable, startsAfter uint64) error {
-	if open == nil || open.Replica == "" {
-		return status.Error(codes.InvalidArgument, "the first message of a Certify stream must open a session with the replica's name")
-	}
-	if open.ReplicaVersion > durable {
-		return status.Errorf(codes.FailedPrecondition,
-			"%s: replica %q is at version %d but the certifier's durable version is %d: the replica holds versions this certifier never made durable (failed versions); rebuild it from a peer",
-			pb.NeedsStateTransfer, open.Replica, open.ReplicaVersion, durable)
-	}
-	if open.ReplicaVersion < startsAfter {
-		return errBehindLog(open.Replica, open.ReplicaVersion, startsAfter)
-	}
-	return nil
 }
 
 // errBehindLog refuses a replica that needs versions the log no longer

@@ -22,7 +22,7 @@ func TestCertifyMessageDecidesInOrder(t *testing.T) {
 		encodedRequest(t, "r1", 1, 0, "a"),                      // a retry of the first
 		encodedRequest(t, "r1", 3, 0, string(make([]byte, 80))), // over the bytes limit
 	}
-	answers, pending := CertifyMessage(state, limits, reqs, make([]bool, len(reqs)), nil)
+	answers, pending := CertifyMessage(state, 0, limits, reqs, make([]bool, len(reqs)), nil)
 	type want struct {
 		decision  pb.Decision
 		reason    pb.AbortReason
@@ -56,9 +56,9 @@ func TestCertifyMessageDecidesInOrder(t *testing.T) {
 // transaction gets its version back, a new one aborts as overloaded.
 func TestCertifyMessageOverloaded(t *testing.T) {
 	state := certification.New(certification.Config{WindowVersions: 16}, 0)
-	_, pending := CertifyMessage(state, DefaultLimits, []*pb.CertifyRequestEncoded{encodedRequest(t, "r1", 1, 0, "a")}, []bool{false}, nil)
+	_, pending := CertifyMessage(state, 0, DefaultLimits, []*pb.CertifyRequestEncoded{encodedRequest(t, "r1", 1, 0, "a")}, []bool{false}, nil)
 	reqs := []*pb.CertifyRequestEncoded{encodedRequest(t, "r1", 1, 0, "a"), encodedRequest(t, "r1", 2, 1, "b")}
-	answers, pending := CertifyMessage(state, DefaultLimits, reqs, []bool{true, true}, pending)
+	answers, pending := CertifyMessage(state, 0, DefaultLimits, reqs, []bool{true, true}, pending)
 	if r := answers[0].Reply; r.Decision != pb.Decision_DECISION_COMMIT || r.CommitVersion != 1 || answers[0].WaitFor != 1 {
 		t.Errorf("overloaded retry: %v at %d, wait for %d; want commit at 1, wait for 1", r.Decision, r.CommitVersion, answers[0].WaitFor)
 	}
@@ -105,7 +105,7 @@ func TestSendRepliesSendsEntriesFirst(t *testing.T) {
 	var log [][]byte
 	for v := uint64(1); v <= 4; v++ {
 		log = append(log, logentry.EncodePrefix(&pb.TxnID{Origin: "r", Seq: v},
-			&pb.Writeset{Changes: []*pb.Change{{Table: "t", Op: pb.Op_OP_UPSERT, Key: big}}}).WithVersion(v).Bytes)
+			&pb.Writeset{Changes: []*pb.Change{{Table: "t", Op: pb.Op_OP_UPSERT, Key: big}}}).WithVersion(v, 0).Bytes)
 	}
 	read := func(dst [][]byte, after, upTo uint64, _ int) ([][]byte, error) {
 		return append(dst, log[after:upTo]...), nil

@@ -70,7 +70,7 @@
 // a request's preparation, decision and reply (CertifyMessage for a single
 // certifier), which replies a stream may send (TakeSendable, PushDue), the
 // entries it must be sent before them (SendReplies, ChunkEntries), which
-// sessions it refuses (CheckOpen), where recovery starts (WindowBase). The
+// sessions it refuses (Admit), where recovery starts (WindowBase). The
 // goroutines, the log and gRPC are the drivers around them; the
 // simulation (internal/sim) drives the same functions with a simulated
 // network, disk and clock.

@@ -31,7 +31,7 @@ func TestGroupEntryKeysAgreesWithDecodeEntryKeys(t *testing.T) {
 	}
 	for i := range 3000 {
 		txn := &pb.TxnID{Origin: "agent-" + string(rune('a'+rng.IntN(3))), Seq: rng.Uint64N(1 << 40)}
-		e := logentry.EncodePrefix(txn, randomWriteset(rng)).WithVersion(uint64(i + 1))
+		e := logentry.EncodePrefix(txn, randomWriteset(rng)).WithVersion(uint64(i+1), 0)
 		check(i, e.Bytes)
 		// A repeated writeset field (protobuf merges the two) and a
 		// truncated entry take the decoding path.

@@ -171,6 +171,10 @@ func (g *groupMember) appendEntries(entries []logentry.Entry) bool {
 	if len(records) == 0 {
 		return true
 	}
+	if err := s.runs.noteEntries(entries[len(entries)-len(records):]); err != nil {
+		s.fail(fmt.Errorf("read the epochs of versions %d..%d: %w", records[0].Version, records[len(records)-1].Version, err))
+		return false
+	}
 	if err := s.log.Append(records); err != nil {
 		s.fail(fmt.Errorf("versioned log append of versions %d..%d: %w", records[0].Version, records[len(records)-1].Version, err))
 		return false
@@ -191,8 +195,9 @@ func (g *groupMember) writeSpan(head logentry.Entry) bool {
 		s.fail(fmt.Errorf("the committed span head at version %d does not read (%v)", head.Version, err))
 		return false
 	}
-	sp := committedSpan{first: e.First, last: e.Last, txn: e.Txn, certified: e.Certified, bytes: e.SpanBytes, checksum: e.SpanChecksum}
+	sp := committedSpan{first: e.First, last: e.Last, txn: e.Txn, certified: e.Certified, bytes: e.SpanBytes, checksum: e.SpanChecksum, epoch: e.Epoch}
 	if s.log.LastVersion() >= sp.last { // written before a restart: its stage, if kept, goes
+		s.runs.note(sp.epoch, sp.first)
 		s.spanWritten(sp)
 		return true
 	}
@@ -212,6 +217,7 @@ func (g *groupMember) writeSpan(head logentry.Entry) bool {
 		s.fail(fmt.Errorf("sync the versioned log after span %d..%d: %w", sp.first, sp.last, err))
 		return false
 	}
+	s.runs.note(sp.epoch, sp.first)
 	s.spanWritten(sp)
 	return true
 }
@@ -434,9 +440,9 @@ func checkFetchedSpanEntry(b []byte, v uint64, sp committedSpan) ([]byte, error)
 	if err != nil {
 		return nil, fmt.Errorf("fetched version %d: %w", v, err)
 	}
-	if e.Version != v || e.First != sp.first || e.Last != sp.last || e.Txn.GetOrigin() != sp.txn.GetOrigin() || e.Txn.GetSeq() != sp.txn.GetSeq() {
-		return nil, fmt.Errorf("fetched entry %d of span %d..%d of %s/%d, want version %d of span %d..%d of %s/%d",
-			e.Version, e.First, e.Last, e.Txn.GetOrigin(), e.Txn.GetSeq(), v, sp.first, sp.last, sp.txn.GetOrigin(), sp.txn.GetSeq())
+	if e.Version != v || e.First != sp.first || e.Last != sp.last || e.Txn.GetOrigin() != sp.txn.GetOrigin() || e.Txn.GetSeq() != sp.txn.GetSeq() || e.Epoch != sp.epoch {
+		return nil, fmt.Errorf("fetched entry %d of span %d..%d of %s/%d in epoch %d, want version %d of span %d..%d of %s/%d in epoch %d",
+			e.Version, e.First, e.Last, e.Txn.GetOrigin(), e.Txn.GetSeq(), e.Epoch, v, sp.first, sp.last, sp.txn.GetOrigin(), sp.txn.GetSeq(), sp.epoch)
 	}
 	if v == sp.last && (!bytes.Equal(e.Certified, sp.certified) || e.SpanBytes != sp.bytes || e.SpanChecksum != sp.checksum) {
 		return nil, spanMismatchError{fmt.Errorf("its last entry %d carries another certified writeset, size or checksum than the span's head", v)}

@@ -12,8 +12,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
-
-	"github.com/tashkent-db/tashkent/internal/fsutil"
 )
 
 // The service's side of log retention (the rule is retention.go): every
@@ -106,27 +104,8 @@ func saveRetention(dir string, d *pb.LogRetention, sync bool) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, retentionFileName)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil && sync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil && sync {
-		err = fsutil.SyncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("write the log retention record %s: %w", path, err)
+	if err := writeFileAtomically(dir, retentionFileName, b, sync); err != nil {
+		return fmt.Errorf("write the log retention record %s: %w", filepath.Join(dir, retentionFileName), err)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ type Service struct {
 
 	cfg   Config
 	log   *wal.Log // the versioned log: what delivery and Fetch read
+	runs  *logRuns // its epochs (epochs.go)
 	order orderer  // a single log or a group member (orderer.go)
 
 	mu     sync.Mutex // guards recent
@@ -79,9 +80,15 @@ func Open(cfg Config) (*Service, error) {
 		log.Close()
 		return nil, err
 	}
+	runs, err := scanLogRuns(log)
+	if err != nil {
+		log.Close()
+		return nil, err
+	}
 	s := &Service{
 		cfg:      cfg,
 		log:      log,
+		runs:     runs,
 		recent:   newRecentEntries(cfg.RecentEntriesMax),
 		durable:  newWatermark(log.LastVersion()),
 		stats:    newStats(),

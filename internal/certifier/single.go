@@ -33,6 +33,10 @@ type singleLog struct {
 
 	saved *pb.LogRetention // the retention decision last written (retain)
 
+	// generation is the epoch of every entry this process certifies
+	// (epochs.go, nextGeneration).
+	generation uint64
+
 	records []wal.Entry // the writer's, reused across batches
 }
 
@@ -47,9 +51,14 @@ func newSingleLog(s *Service) (*singleLog, int, error) {
 		s.replicas.adopt(saved)
 		s.retention.Store(saved)
 	}
+	generation, err := nextGeneration(s.cfg.DataDir, s.runs.top(), s.started, !s.cfg.NoSync)
+	if err != nil {
+		return nil, 0, err
+	}
 	base := s.windowBase()
 	l := &singleLog{
-		s: s,
+		generation: generation,
+		s:          s,
 		state: certification.New(certification.Config{WindowVersions: s.cfg.WindowVersions,
 			UnsafeSkipConflictCheck: s.cfg.UnsafeSkipConflictCheck}, base),
 		wake:  make(chan struct{}, 1),
@@ -89,8 +98,8 @@ func (l *singleLog) decide(_ context.Context, batch []certifying) (int, error) {
 	defer l.mu.Unlock()
 	wasEmpty := len(l.pending) == 0 && len(l.spans) == 0
 	claimStages(batch, l.s.staging.claim)
-	l.pending = decideSingle(l.state, batch, l.pending)
-	l.spans = committedSpans(batch, l.spans)
+	l.pending = decideSingle(l.state, l.generation, batch, l.pending)
+	l.spans = committedSpans(batch, l.generation, l.spans)
 	if wasEmpty && (len(l.pending) > 0 || len(l.spans) > 0) {
 		l.signalWriter()
 	}
@@ -247,6 +256,7 @@ func (l *singleLog) writeInOrder(batch []logentry.Entry, spans []committedSpan) 
 // writeEntries makes entries durable with one write and one fsync.
 func (l *singleLog) writeEntries(batch []logentry.Entry) bool {
 	s := l.s
+	s.runs.note(l.generation, batch[0].Version)
 	l.records = l.records[:0]
 	s.mu.Lock()
 	for _, e := range batch {

@@ -86,6 +86,7 @@ func (l *singleLog) writeSpan(sp committedSpan) bool {
 		s.fail(err)
 		return false
 	}
+	s.runs.note(sp.epoch, sp.first)
 	s.spanWritten(sp)
 	return true
 }
@@ -114,7 +115,7 @@ func copySpan(sp committedSpan, stop <-chan struct{}, appendBatch func([]wal.Ent
 			return fmt.Errorf("copy the stage of versions %d..%d into the log: %w", sp.first, sp.last, err)
 		}
 		buf = logentry.AppendSpanEntry(buf, logentry.SpanEntry{Version: v, Txn: sp.txn, Fragment: fragment,
-			First: sp.first, Last: sp.last, Certified: sp.certified, SpanBytes: sp.bytes, SpanChecksum: sp.checksum})
+			First: sp.first, Last: sp.last, Certified: sp.certified, SpanBytes: sp.bytes, SpanChecksum: sp.checksum, Epoch: sp.epoch})
 		ends = append(ends, len(buf))
 		if len(buf) >= spanBatchBytes || v == sp.last {
 			// Sliced once the batch is whole: appending may have moved buf.

@@ -23,7 +23,7 @@ func TestAnOverloadedStreamedRequestReleasesItsStage(t *testing.T) {
 	batch := []certifying{prepareRequest(req, true, DefaultLimits)}
 	claimStages(batch, area.claim)
 	state := certification.New(certification.Config{}, 0)
-	decideSingle(state, batch, nil)
+	decideSingle(state, 0, batch, nil)
 	s.settleStages(batch, len(batch))
 	if reply, _ := replyTo(&batch[0], DefaultLimits.InFlightRequestsMax); reply.Decision != pb.Decision_DECISION_ABORT {
 		t.Fatalf("overloaded request answered %v", reply.Decision)
@@ -53,7 +53,7 @@ func TestAStreamedRequestSentTwiceCommitsOnce(t *testing.T) {
 	state := certification.New(certification.Config{}, 0)
 	for _, batch := range [][]certifying{second, first} {
 		claimStages(batch, area.claim)
-		decideSingle(state, batch, nil)
+		decideSingle(state, 0, batch, nil)
 		reply, _ := replyTo(&batch[0], DefaultLimits.InFlightRequestsMax)
 		if reply.Decision != pb.Decision_DECISION_COMMIT || reply.FirstVersion != 1 || reply.CommitVersion != 1 {
 			t.Fatalf("request %d: %v, want the commit of version 1..1", batch[0].req.RequestId, reply)

@@ -105,7 +105,16 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 }
 
 func (s *Service) checkOpen(open *pb.OpenSession) error {
-	return CheckOpen(open, s.DurableVersion(), s.log.StartsAfter())
+	return Admit(open, s.logHistory())
+}
+
+// logHistory is what admission compares a replica's history with. The
+// durable version is read first: the runs cover it (the writer notes an
+// entry's epoch before the durable version passes it).
+func (s *Service) logHistory() LogHistory {
+	durable := s.DurableVersion()
+	startsAfter := s.log.StartsAfter()
+	return LogHistory{Runs: s.runs.view(startsAfter+1, durable), Durable: durable, StartsAfter: startsAfter}
 }
 
 // recvEncoded reads the next message with its writesets left encoded

@@ -24,11 +24,16 @@ import (
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 )
 
-// versionField is LogEntry.version's field number.
-const versionField protowire.Number = 1
+// versionField and epochField are LogEntry.version's and LogEntry.epoch's
+// field numbers.
+const (
+	versionField protowire.Number = 1
+	epochField   protowire.Number = 9
+)
 
-// VersionBytesMax is what WithVersion adds at most: a tag and a varint.
-const VersionBytesMax = 1 + binary.MaxVarintLen64
+// VersionBytesMax is what WithVersion adds at most: the version and the
+// epoch, each a tag and a varint.
+const VersionBytesMax = 2 * (1 + binary.MaxVarintLen64)
 
 // Entry is an encoded log entry with its version.
 type Entry struct {
@@ -107,16 +112,27 @@ func appendTxn(b []byte, txn *pb.TxnID) []byte {
 	return b
 }
 
-// WithVersion completes the entry. The prefix must not be used afterwards.
-func (p Prefix) WithVersion(version uint64) Entry {
-	b := protowire.AppendTag(p, versionField, protowire.VarintType)
-	b = protowire.AppendVarint(b, version)
-	return Entry{Version: version, Bytes: b}
+// WithVersion completes the entry with its version and the epoch that
+// certified it (omitted at 0, as protobuf does). The prefix must not be
+// used afterwards.
+func (p Prefix) WithVersion(version, epoch uint64) Entry {
+	return Entry{Version: version, Bytes: appendVersion(p, version, epoch)}
+}
+
+// appendVersion appends the epoch (unless 0) and the version, the fields
+// every entry ends with.
+func appendVersion(b []byte, version, epoch uint64) []byte {
+	if epoch != 0 {
+		b = protowire.AppendTag(b, epochField, protowire.VarintType)
+		b = protowire.AppendVarint(b, epoch)
+	}
+	b = protowire.AppendTag(b, versionField, protowire.VarintType)
+	return protowire.AppendVarint(b, version)
 }
 
 // Encode encodes a whole entry.
 func Encode(e *pb.LogEntry) Entry {
-	return EncodePrefix(e.Txn, e.Writeset).WithVersion(e.Version)
+	return EncodePrefix(e.Txn, e.Writeset).WithVersion(e.Version, e.Epoch)
 }
 
 // Decode parses an encoded entry.
@@ -141,8 +157,10 @@ func VersionOf(b []byte) (uint64, error) {
 // that looks at every delivered entry.
 type RawHeader struct {
 	Version uint64
-	Origin  []byte
-	Seq     uint64
+	// Epoch is LogEntry.epoch: 0 in an entry written before it existed.
+	Epoch  uint64
+	Origin []byte
+	Seq    uint64
 	// SpanFirst and SpanLast are LogEntry.span_first and span_last: the
 	// versions of the span the entry is part of, both 0 for an entry that
 	// is a transaction of its own.
@@ -170,6 +188,12 @@ func RawHeaderOf(b []byte) (RawHeader, error) {
 				return h, fmt.Errorf("log entry: bad version: %w", protowire.ParseError(m))
 			}
 			h.Version, b = v, b[m:]
+		case num == epochField && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return h, fmt.Errorf("log entry: bad epoch: %w", protowire.ParseError(m))
+			}
+			h.Epoch, b = v, b[m:]
 		case (num == spanFirstField || num == spanLastField) && typ == protowire.VarintType:
 			v, m := protowire.ConsumeVarint(b)
 			if m < 0 {
@@ -234,9 +258,11 @@ func parseTxn(b []byte) (origin []byte, seq uint64, err error) {
 	return origin, seq, nil
 }
 
-// Header is an entry's version, transaction id and span (RawHeader).
+// Header is an entry's version, epoch, transaction id and span
+// (RawHeader).
 type Header struct {
 	Version             uint64
+	Epoch               uint64
 	Origin              string
 	Seq                 uint64
 	SpanFirst, SpanLast uint64
@@ -257,7 +283,7 @@ func parseHeader(b []byte, withTxn bool) (Header, error) {
 	if err != nil {
 		return Header{}, err
 	}
-	h := Header{Version: raw.Version, SpanFirst: raw.SpanFirst, SpanLast: raw.SpanLast}
+	h := Header{Version: raw.Version, Epoch: raw.Epoch, SpanFirst: raw.SpanFirst, SpanLast: raw.SpanLast}
 	if withTxn {
 		h.Origin, h.Seq = string(raw.Origin), raw.Seq
 	}
@@ -288,6 +314,9 @@ type SpanEntry struct {
 	// a span encoded without them (a fragment is never empty).
 	SpanBytes    uint64
 	SpanChecksum uint32
+	// Epoch is the epoch of the span's head, which every entry of the
+	// span carries.
+	Epoch uint64
 }
 
 // castagnoli is the CRC-32C table (hardware-assisted on amd64 and arm64).
@@ -335,8 +364,7 @@ func AppendSpanEntry(dst []byte, e SpanEntry) []byte {
 		dst = protowire.AppendTag(dst, spanChecksumField, protowire.Fixed32Type)
 		dst = protowire.AppendFixed32(dst, e.SpanChecksum)
 	}
-	dst = protowire.AppendTag(dst, versionField, protowire.VarintType)
-	return protowire.AppendVarint(dst, e.Version)
+	return appendVersion(dst, e.Version, e.Epoch)
 }
 
 // SpanEntryBytesMax bounds the size of a span's last entry (the largest):
@@ -354,5 +382,5 @@ func SpanEntryBytesMax(txn *pb.TxnID, fragmentBytes, certifiedBytes int) int {
 		n += protowire.SizeTag(certifiedField) + protowire.SizeBytes(certifiedBytes)
 	}
 	n += protowire.SizeTag(spanChecksumField) + protowire.SizeFixed32()
-	return n + 4*VersionBytesMax // the version, span_first, span_last and span_bytes
+	return n + 3*VersionBytesMax // the version, epoch, span_first, span_last and span_bytes
 }

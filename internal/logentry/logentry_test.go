@@ -11,6 +11,7 @@ import (
 func TestEncodeInTwoStepsDecodesToTheSameEntry(t *testing.T) {
 	want := &pb.LogEntry{
 		Version: 1 << 40,
+		Epoch:   12,
 		Txn:     &pb.TxnID{Origin: "r1", Seq: 7},
 		Writeset: &pb.Writeset{Changes: []*pb.Change{
 			{Table: "public.t", Op: pb.Op_OP_UPSERT, Key: []byte(`[1]`), Row: []byte(`{"id":1}`)},
@@ -19,7 +20,7 @@ func TestEncodeInTwoStepsDecodesToTheSameEntry(t *testing.T) {
 			{Table: "public.parent", Op: pb.Op_OP_REFERENCE, Key: []byte(`[9]`)}, // a foreign-key reference
 		}},
 	}
-	e := EncodePrefix(want.Txn, want.Writeset).WithVersion(want.Version)
+	e := EncodePrefix(want.Txn, want.Writeset).WithVersion(want.Version, want.Epoch)
 	got, err := e.Decode()
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +31,9 @@ func TestEncodeInTwoStepsDecodesToTheSameEntry(t *testing.T) {
 	v, err := VersionOf(e.Bytes)
 	if err != nil || v != want.Version {
 		t.Fatalf("VersionOf = %d, %v; want %d", v, err, want.Version)
+	}
+	if h, err := RawHeaderOf(e.Bytes); err != nil || h.Epoch != want.Epoch {
+		t.Fatalf("RawHeaderOf = %+v, %v; want epoch %d", h, err, want.Epoch)
 	}
 	// The standard encoding (version first) reads the same.
 	std, _ := proto.Marshal(want)
@@ -65,8 +69,8 @@ func TestPrefixOfEncodedWritesetIsTheSameEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, txn := range []*pb.TxnID{{Origin: "r1", Seq: 7}, {Origin: "r1"}, {Seq: 1 << 60}, {}, nil} {
-		want := EncodePrefix(txn, ws).WithVersion(42)
-		got := EncodePrefixOfEncoded(txn, encoded).WithVersion(42)
+		want := EncodePrefix(txn, ws).WithVersion(42, 3)
+		got := EncodePrefixOfEncoded(txn, encoded).WithVersion(42, 3)
 		if string(got.Bytes) != string(want.Bytes) {
 			t.Fatalf("txn %v: encoded-writeset prefix gives %x, want %x", txn, got.Bytes, want.Bytes)
 		}
@@ -107,7 +111,7 @@ func TestSpanEntryDecodesAsTheMessage(t *testing.T) {
 	txn := &pb.TxnID{Origin: "r1", Seq: 1 << 40}
 	for _, version := range []uint64{300, 301, 302} {
 		e := SpanEntry{Version: version, Txn: txn, Fragment: fragment, First: 300, Last: 302, Certified: certifiedBytes,
-			SpanBytes: 3 * uint64(len(fragment)), SpanChecksum: 0x8000_0001}
+			SpanBytes: 3 * uint64(len(fragment)), SpanChecksum: 0x8000_0001, Epoch: 7}
 		b := AppendSpanEntry([]byte("reused"), e)[len("reused"):]
 		written, slack := 0, 4*VersionBytesMax+5 // the certified writeset, size and checksum: on the last entry
 		if version == 302 {
@@ -120,7 +124,7 @@ func TestSpanEntryDecodesAsTheMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := &pb.LogEntry{Version: version, Txn: txn, SpanFirst: 300, SpanLast: 302}
+		want := &pb.LogEntry{Version: version, Txn: txn, SpanFirst: 300, SpanLast: 302, Epoch: 7}
 		want.Writeset = &pb.Writeset{}
 		proto.Unmarshal(fragment, want.Writeset)
 		if version == 302 {

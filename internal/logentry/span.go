@@ -56,7 +56,7 @@ func ParseSpanEntry(b []byte) (SpanEntry, error) {
 	if !h.InSpan() || h.Version < h.SpanFirst || h.Version > h.SpanLast {
 		return SpanEntry{}, fmt.Errorf("log entry %d: not an entry of its span %d..%d", h.Version, h.SpanFirst, h.SpanLast)
 	}
-	e := SpanEntry{Version: h.Version, First: h.SpanFirst, Last: h.SpanLast}
+	e := SpanEntry{Version: h.Version, First: h.SpanFirst, Last: h.SpanLast, Epoch: h.Epoch}
 	if h.Origin != nil {
 		e.Txn = &pb.TxnID{Origin: string(h.Origin), Seq: h.Seq}
 	}

@@ -129,11 +129,11 @@ func (c *certProcess) stream(conn connID) *certStream {
 	return nil
 }
 
-// open admits a stream as certifier.CheckOpen says: a replica can never be
+// open admits a stream as certifier.Admit says: a replica can never be
 // ahead of the durable log, so a refusal here is a finding.
 func (c *certProcess) open(m message) *certStream {
 	o := m.req.Open
-	if err := certifier.CheckOpen(o, c.disk.durable(), c.disk.startsAfter()); err != nil {
+	if err := certifier.Admit(o, certifier.LogHistory{Durable: c.disk.durable(), StartsAfter: c.disk.startsAfter()}); err != nil {
 		c.w.violate("replica %d's stream at version %d was refused (it holds versions the log never made durable): %v",
 			m.conn.replica, o.ReplicaVersion, err)
 		c.send(&certStream{conn: m.conn}, message{reset: true})
@@ -169,7 +169,7 @@ func (c *certProcess) handle(st *certStream, req *pb.CertifyStreamRequestEncoded
 			overloaded[i] = c.inFlight > c.w.cfg.InFlightRequestsMax
 		}
 		var answers []certifier.Answer
-		answers, c.pending = certifier.CertifyMessage(c.state, c.limits(), req.Requests, overloaded, c.pending)
+		answers, c.pending = certifier.CertifyMessage(c.state, c.incarnation, c.limits(), req.Requests, overloaded, c.pending)
 		for i, a := range answers {
 			c.count(a, overloaded[i])
 			st.waiting = append(st.waiting, a)

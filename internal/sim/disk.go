@@ -21,7 +21,7 @@ func (d *disk) last() uint64 { return uint64(len(d.entries)) }
 func (d *disk) first() uint64 { return min(1, d.last()) }
 
 // startsAfter is the version before the first one the log holds
-// (certifier.CheckOpen).
+// (certifier.Admit).
 func (d *disk) startsAfter() uint64 { return max(d.first(), 1) - 1 }
 
 func (d *disk) write(es []logentry.Entry) {

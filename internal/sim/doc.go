@@ -28,7 +28,7 @@
 //     the encoded writeset, the log entry encoded, the overloaded path); which
 //     replies a stream may send and when it is pushed entries (TakeSendable,
 //     PushDue); the entries sent before the replies (SendReplies); which
-//     sessions are refused (CheckOpen); where recovery starts (WindowBase)
+//     sessions are refused (Admit); where recovery starts (WindowBase)
 //     and how entries are restored (DecodeEntryKeys).
 //   - internal/agent/order: the replica's commit order as the agent keeps it
 //     (Register, Deliver, Abandon and the cancel of a batch waiting behind an

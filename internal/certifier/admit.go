@@ -1,0 +1,142 @@
+package certifier
+
+import (
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+// LogHistory is what admission compares a replica's history with: the
+// runs of the certifier's log over the versions (StartsAfter, Durable]
+// (logRuns.view).
+type LogHistory struct {
+	Runs        []*pb.EpochRun
+	Durable     uint64
+	StartsAfter uint64
+}
+
+// Admit judges a session: nil admits it; otherwise it is the status the
+// stream ends with. FailedPrecondition with a message that starts with
+// pb.NeedsStateTransfer tells the agent that its replica must be rebuilt
+// from a peer: the replica holds versions the log does not (its history
+// is not a prefix of the log), or needs versions the log no longer holds.
+//
+// A replica that sends its history (OpenSession.history) is compared by
+// log matching (CommonVersion). One that sends none is judged by its
+// version alone: it may not be ahead of the durable version.
+func Admit(open *pb.OpenSession, log LogHistory) error {
+	if open == nil || open.Replica == "" {
+		return status.Error(codes.InvalidArgument, "the first message of a Certify stream must open a session with the replica's name")
+	}
+	v := open.ReplicaVersion
+	if len(open.History) == 0 && v > log.Durable {
+		return status.Errorf(codes.FailedPrecondition,
+			"%s: replica %q is at version %d but the certifier's durable version is %d: the replica holds versions this certifier never made durable (failed versions); rebuild it from a peer",
+			pb.NeedsStateTransfer, open.Replica, v, log.Durable)
+	}
+	if len(open.History) > 0 {
+		if err := checkRuns(open.History); err != nil {
+			return status.Errorf(codes.InvalidArgument, "replica %q sent a history that is not in version order: %v", open.Replica, err)
+		}
+		if c := CommonVersion(open.History, v, log); c < v {
+			return status.Errorf(codes.FailedPrecondition,
+				"%s: replica %q is at version %d, but its history agrees with the certifier's log only up to version %d "+
+					"(replica's epochs %s; the log's epochs %s, durable up to %d): the replica holds versions this certifier's log does not "+
+					"(failed versions, or another history at the same version numbers); rebuild it from a peer (the supervisor does it by itself)",
+				pb.NeedsStateTransfer, open.Replica, v, c, formatRuns(open.History, v), formatRuns(log.Runs, log.Durable), log.Durable)
+		}
+	}
+	if v < log.StartsAfter {
+		return errBehindLog(open.Replica, v, log.StartsAfter)
+	}
+	return nil
+}
+
+// CommonVersion is the highest version up to which a replica's history
+// (runs over versions 1..version) and the log agree. Within one epoch one
+// process assigns versions append-only and never reassigns one, so two
+// histories that hold version x with the same epoch hold the same entries
+// up to x (log matching, as in Raft). Epochs grow along both histories,
+// so the first of the replica's runs, from the top, that shares a version
+// with the log's run of its epoch gives the answer: the highest version
+// they share. If none does, they agree at most up to where the log
+// starts (StartsAfter), below which nothing can be compared.
+func CommonVersion(replica []*pb.EpochRun, version uint64, log LogHistory) uint64 {
+	for i := len(replica) - 1; i >= 0; i-- {
+		first, last, ok := runSpan(replica, i, version)
+		if !ok {
+			continue
+		}
+		j := runOfEpoch(log.Runs, replica[i].GetEpoch())
+		if j < 0 {
+			continue
+		}
+		logFirst, logLast, ok := runSpan(log.Runs, j, log.Durable)
+		if !ok {
+			continue
+		}
+		if lo, hi := max(first, logFirst), min(last, logLast); lo <= hi {
+			return hi
+		}
+	}
+	return log.StartsAfter
+}
+
+// runSpan is the versions run i of runs holds in a history that ends at
+// top; ok is false if it holds none.
+func runSpan(runs []*pb.EpochRun, i int, top uint64) (first, last uint64, ok bool) {
+	first, last = runs[i].GetFirstVersion(), top
+	if i+1 < len(runs) {
+		last = min(last, runs[i+1].GetFirstVersion()-1)
+	}
+	return first, last, first >= 1 && first <= last
+}
+
+// runOfEpoch is the index of the run of epoch in runs, -1 if none.
+func runOfEpoch(runs []*pb.EpochRun, epoch uint64) int {
+	for j := len(runs) - 1; j >= 0; j-- {
+		if runs[j].GetEpoch() == epoch {
+			return j
+		}
+	}
+	return -1
+}
+
+// checkRuns: first versions and epochs increase from run to run.
+func checkRuns(runs []*pb.EpochRun) error {
+	for i := 1; i < len(runs); i++ {
+		if runs[i].GetFirstVersion() <= runs[i-1].GetFirstVersion() || runs[i].GetEpoch() <= runs[i-1].GetEpoch() {
+			return fmt.Errorf("run %d (epoch %d from version %d) follows epoch %d from version %d",
+				i, runs[i].GetEpoch(), runs[i].GetFirstVersion(), runs[i-1].GetEpoch(), runs[i-1].GetFirstVersion())
+		}
+	}
+	return nil
+}
+
+// formatRuns shows a history ending at top as epoch@first..last, at most
+// the last historyShownMax runs.
+func formatRuns(runs []*pb.EpochRun, top uint64) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	from := max(0, len(runs)-historyShownMax)
+	if from > 0 {
+		b.WriteString("... ")
+	}
+	for i := from; i < len(runs); i++ {
+		if i > from {
+			b.WriteByte(' ')
+		}
+		first, last, _ := runSpan(runs, i, top)
+		fmt.Fprintf(&b, "%d@%d..%d", runs[i].GetEpoch(), first, last)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// historyShownMax bounds the runs a refusal names: the recent ones are
+// where histories part.
+const historyShownMax = 4

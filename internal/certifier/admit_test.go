@@ -1,0 +1,177 @@
+package certifier
+
+import (
+	"math/rand"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+)
+
+// modelEntry is one version of a history in the model: the epoch that
+// certified it, and an id unique to the entry (the transaction).
+type modelEntry struct{ epoch, id uint64 }
+
+// raftLikeHistories builds the logs of a run of leaders (or single
+// certifier generations), one per epoch, as Raft makes them: each new
+// leader starts from a prefix of some earlier leader's log that holds
+// everything committed, and appends entries of its own epoch; a stale
+// leader may go on appending in its old epoch after a newer one exists.
+// Each log is recorded at every length it reached (a replica may hold any
+// prefix of one).
+func raftLikeHistories(rng *rand.Rand) (leaders map[uint64][]modelEntry, epochs []uint64) {
+	leaders = map[uint64][]modelEntry{}
+	var committed []modelEntry
+	nextID := uint64(1)
+	appendTo := func(epoch uint64, n int) {
+		for range n {
+			leaders[epoch] = append(leaders[epoch], modelEntry{epoch: epoch, id: nextID})
+			nextID++
+		}
+	}
+	last := uint64(2 + rng.Intn(6))
+	for epoch := uint64(1); epoch <= last; epoch++ {
+		if rng.Intn(4) == 0 {
+			epoch++ // epochs (Raft terms) in which nobody led
+		}
+		var bases []uint64
+		for _, e := range epochs {
+			if hasPrefix(leaders[e], committed) {
+				bases = append(bases, e)
+			}
+		}
+		base := committed
+		if len(bases) > 0 {
+			from := leaders[bases[rng.Intn(len(bases))]]
+			base = from[:len(committed)+rng.Intn(len(from)-len(committed)+1)] // an uncommitted tail may be cut
+		}
+		leaders[epoch] = append([]modelEntry(nil), base...)
+		epochs = append(epochs, epoch)
+		appendTo(epoch, rng.Intn(6))
+		if len(epochs) > 1 && rng.Intn(3) == 0 { // a stale leader goes on for a while
+			stale := epochs[rng.Intn(len(epochs)-1)]
+			appendTo(stale, 1+rng.Intn(3))
+		}
+		log := leaders[epoch]
+		committed = log[:len(committed)+rng.Intn(len(log)-len(committed)+1)]
+	}
+	return leaders, epochs
+}
+
+func hasPrefix(log, prefix []modelEntry) bool {
+	if len(log) < len(prefix) {
+		return false
+	}
+	for i := range prefix {
+		if log[i] != prefix[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// runsOf is a history's runs as its holder records them.
+func runsOf(history []modelEntry) []*pb.EpochRun {
+	r := &logRuns{}
+	for i, e := range history {
+		r.note(e.epoch, uint64(i+1))
+	}
+	return r.view(1, uint64(len(history)))
+}
+
+// Admit against the model: a replica whose history is a prefix of the
+// certifier's log is admitted, any other is refused as needing a state
+// transfer. Versions at or below the log's start cannot be compared (the
+// log no longer holds them): a replica exactly at the start is admitted,
+// one below it refused, as the behind-the-log rule says.
+func TestAdmitAdmitsExactlyTheReplicasWhoseHistoryIsAPrefixOfTheLog(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	admitted, refused := 0, 0
+	for round := range 3000 {
+		leaders, epochs := raftLikeHistories(rng)
+		owner := leaders[epochs[rng.Intn(len(epochs))]]
+		certLog := owner[:rng.Intn(len(owner)+1)]
+		startsAfter := uint64(0)
+		if len(certLog) > 0 && rng.Intn(3) == 0 {
+			startsAfter = uint64(rng.Intn(len(certLog) + 1))
+		}
+		r := &logRuns{}
+		for i, e := range certLog {
+			r.note(e.epoch, uint64(i+1))
+		}
+		durable := uint64(len(certLog))
+		log := LogHistory{Runs: r.view(startsAfter+1, durable), Durable: durable, StartsAfter: startsAfter}
+
+		held := leaders[epochs[rng.Intn(len(epochs))]]
+		replica := held[:rng.Intn(len(held)+1)]
+		v := uint64(len(replica))
+		open := &pb.OpenSession{Replica: "r", ReplicaVersion: v, History: runsOf(replica)}
+		if v > 0 && len(open.History) == 0 {
+			t.Fatalf("round %d: a history of %d versions has no runs", round, v)
+		}
+
+		want := v >= startsAfter && (v == startsAfter || hasPrefix(certLog, replica))
+		err := Admit(open, log)
+		if got := err == nil; got != want {
+			t.Fatalf("round %d: replica %v (runs %v) against log %v (runs %v, starts after %d): admitted %v, want %v (%v)",
+				round, replica, open.History, certLog, log.Runs, startsAfter, got, want, err)
+		}
+		if err != nil {
+			refused++
+			if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(status.Convert(err).Message(), pb.NeedsStateTransfer) {
+				t.Fatalf("round %d: refused with %v, want FailedPrecondition %q", round, err, pb.NeedsStateTransfer)
+			}
+		} else {
+			admitted++
+		}
+	}
+	if admitted < 300 || refused < 300 {
+		t.Fatalf("the histories exercised too little: %d admitted, %d refused", admitted, refused)
+	}
+}
+
+// The same version numbers with another history (a certifier re-created,
+// or a data directory from elsewhere): the version alone would admit the
+// replica; its epochs refuse it, and the refusal names where the histories
+// part.
+func TestAdmitRefusesAnotherHistoryAtTheSameVersions(t *testing.T) {
+	log := LogHistory{Runs: []*pb.EpochRun{{Epoch: 1, FirstVersion: 1}, {Epoch: 2, FirstVersion: 41}}, Durable: 90}
+	open := &pb.OpenSession{Replica: "r3", ReplicaVersion: 60,
+		History: []*pb.EpochRun{{Epoch: 1, FirstVersion: 1}, {Epoch: 3, FirstVersion: 31}}}
+	err := Admit(open, log)
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Admit = %v, want FailedPrecondition", err)
+	}
+	msg := status.Convert(err).Message()
+	for _, want := range []string{pb.NeedsStateTransfer, `"r3"`, "version 60", "only up to version 30", "1@1..30 3@31..60", "1@1..40 2@41..90"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the refusal %q does not say %q", msg, want)
+		}
+	}
+	open.History = []*pb.EpochRun{{Epoch: 1, FirstVersion: 1}, {Epoch: 2, FirstVersion: 41}}
+	if err := Admit(open, log); err != nil {
+		t.Fatalf("the same history is refused: %v", err)
+	}
+}
+
+// A replica that sends no history is judged by its version: admitted up to
+// the durable version, refused above it and below the log's start.
+func TestAdmitWithoutHistoryComparesVersionsOnly(t *testing.T) {
+	log := LogHistory{Runs: []*pb.EpochRun{{Epoch: 4, FirstVersion: 11}}, Durable: 50, StartsAfter: 10}
+	for v, admitted := range map[uint64]bool{9: false, 10: true, 50: true, 51: false} {
+		err := Admit(&pb.OpenSession{Replica: "r", ReplicaVersion: v}, log)
+		if (err == nil) != admitted {
+			t.Errorf("version %d: Admit = %v, want admitted %v", v, err, admitted)
+		}
+	}
+	if err := Admit(&pb.OpenSession{ReplicaVersion: 1}, log); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a session without a name: %v, want InvalidArgument", err)
+	}
+	bad := &pb.OpenSession{Replica: "r", ReplicaVersion: 5, History: []*pb.EpochRun{{Epoch: 2, FirstVersion: 3}, {Epoch: 1, FirstVersion: 4}}}
+	if err := Admit(bad, log); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a history out of order: %v, want InvalidArgument", err)
+	}
+}
