@@ -526,6 +526,22 @@ CREATE TABLE tashkent.replica_settings (
 );
 REVOKE ALL ON tashkent.replica_settings FROM PUBLIC;
 
+-- This replica's history: one row per run of versions certified in one
+-- epoch (a single certifier's generation, or a group leader's Raft term),
+-- from first_version up to the next row's first_version - 1. The agent
+-- inserts a row when the first entry of a new epoch is delivered, before
+-- that entry is applied, and deletes the rows above the replica's version
+-- when it starts. It sends the rows when it opens its certifier stream,
+-- and the certifier admits the replica only if this history is a prefix
+-- of its log. Local to the replica (the tashkent schema is never
+-- replicated); a copy taken from a donor carries the donor's history,
+-- which is the copy's too.
+CREATE TABLE tashkent.history (
+	first_version bigint PRIMARY KEY CHECK (first_version OPERATOR(pg_catalog.>=) 1),
+	epoch         bigint NOT NULL
+);
+REVOKE ALL ON tashkent.history FROM PUBLIC;
+
 -- align_sequence makes one sequence advance by ±stride and hand out only
 -- values congruent to the replica index modulo the stride. Returns
 -- 'unchanged', 'aligned', or NULL (no settings, or not a user sequence).

@@ -26,6 +26,7 @@ type run struct {
 	control *control
 	applier *replica.Applier
 	cert    *certclient.Client
+	history *history // the replica's runs by epoch (history.go)
 
 	started        string // the database's life (databaseIdentitySQL)
 	generation     uint64 // the agent generation of the first registration

@@ -68,6 +68,9 @@ func (r *run) startSteps() error {
 	if err != nil {
 		return err
 	}
+	if err := r.loadHistory(committed); err != nil {
+		return err
+	}
 	if err := r.openStream(committed); err != nil {
 		return err
 	}
@@ -348,9 +351,12 @@ func (r *run) openStream(committed uint64) error {
 		StatusAddr: r.a.statusAddr(), Logger: r.a.log, DialOptions: r.a.cfg.CertifierDialOptions,
 		OnEntries: func(entries []logentry.Entry, durable uint64) {
 			r.a.heardDurable(durable)
-			r.deliver(epoch, entries)
+			if r.recordRuns(entries) {
+				r.deliver(epoch, entries)
+			}
 		},
 		OnRefused: r.refused,
+		History:   r.history.sent,
 	})
 	if err != nil {
 		return err

@@ -90,7 +90,13 @@ type Options struct {
 	// transfer; the client keeps trying meanwhile. Called from the client's
 	// goroutine; it must not call back into the Client.
 	OnRefused func(err error)
-	Logger    *slog.Logger
+	// History, when set, returns the replica's history (its runs) up to
+	// the version the session opens at, everything OnEntries was given
+	// included; the client sends it with every session it opens
+	// (OpenSession.history), and the certifier admits the session only if
+	// it is a prefix of its log. Nil: none is sent.
+	History func() []*pb.EpochRun
+	Logger  *slog.Logger
 	// MessageBytesMax is the largest gRPC message accepted.
 	MessageBytesMax int
 	// ReconnectDelay is the first pause between attempts to reopen the
@@ -375,6 +381,9 @@ func (c *Client) session() (bool, string, error) {
 	c.mu.Lock()
 	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push, StatusAddr: c.opts.StatusAddr},
 		CatchUp: true, Pause: c.pause, AppliedVersion: c.applied}
+	if c.opts.History != nil {
+		open.Open.History = c.opts.History()
+	}
 	c.paused, c.appliedSent = c.pause, true
 	c.outbox = c.outbox[:0]
 	for _, cl := range c.pending {
