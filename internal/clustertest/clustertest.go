@@ -44,6 +44,7 @@ type Cluster struct {
 	t         testing.TB
 	opts      Options
 	Certifier *certifier.Server
+	certDir   string
 	DBs       []*pgserver.Server
 	Agents    []*agent.Agent
 	stops     []func()
@@ -57,11 +58,8 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 		opts.Mode = agent.ModeMW
 	}
 	c := &Cluster{t: t, opts: opts}
-	var err error
-	c.Certifier, err = certifier.Listen(certifier.Config{DataDir: t.TempDir(), Logger: Logger(t, "certifier")}, "127.0.0.1:0", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.certDir = t.TempDir()
+	c.listenCertifier("127.0.0.1:0")
 	t.Cleanup(func() { c.Certifier.Close() })
 	pgOpts := []pgtest.Option{pgtest.WithTashkent(), pgtest.WithSettings(opts.Settings)}
 	if opts.Mode == agent.ModeMW {
@@ -76,6 +74,24 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 		c.StartAgent(i)
 	}
 	return c
+}
+
+func (c *Cluster) listenCertifier(addr string) {
+	c.t.Helper()
+	srv, err := certifier.Listen(certifier.Config{DataDir: c.certDir, Logger: Logger(c.t, "certifier")}, addr, "")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.Certifier = srv
+}
+
+// RestartCertifier stops the certifier and starts it again on its data
+// directory and address.
+func (c *Cluster) RestartCertifier() {
+	c.t.Helper()
+	addr := c.Certifier.Addr().String()
+	c.Certifier.Close()
+	c.listenCertifier(addr)
 }
 
 // Config is replica i's agent configuration.
