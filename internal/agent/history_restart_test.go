@@ -41,3 +41,43 @@ func TestAReplicaIsAdmittedAfterACertifierRestart(t *testing.T) {
 	v = write(t, c, 0, 10, 2)
 	c.AwaitCommitted(1, v, time.Minute)
 }
+
+// The first entry of a new epoch reaches a replica whose database is
+// down: its agent records the run once the database is back, applies the
+// versions, and serves again; restarted, it is admitted with its history.
+func TestAReplicaRecordsANewEpochThatArrivedWhileItsDatabaseWasDown(t *testing.T) {
+	c, _ := startWithSchema(t, 2, clustertest.Options{}, schema)
+	v := write(t, c, 0, 1, 3)
+	c.AwaitCommitted(1, v, time.Minute)
+	if err := c.DBs[1].Kill9(); err != nil {
+		t.Fatal(err)
+	}
+	c.RestartCertifier()
+	conn := c.Connect(0)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := conn.Exec(context.Background(), `INSERT INTO t VALUES (100, 'after')`)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no write after the certifier restart: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	v = write(t, c, 0, 4, 3)
+	time.Sleep(2 * time.Second) // replica 2's agent holds the new epoch's first entry
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.DBs[1].Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.AwaitCommitted(1, v, 2*time.Minute)
+	c.AwaitState(1, agent.StateServing, time.Minute)
+	if rows, _ := historyRows(t, c, 1); len(rows) != 2 {
+		t.Fatalf("replica 2's history: %v, want two runs", rows)
+	}
+	c.StopAgent(1)
+	c.StartAgent(1)
+	c.AwaitState(1, agent.StateServing, time.Minute)
+}
