@@ -34,15 +34,16 @@ type history struct {
 // database does not answer.
 const historyRetryInterval = 200 * time.Millisecond
 
-// loadHistory deletes the runs above committed and reads the rest.
-func (r *run) loadHistory(committed uint64) error {
+// loadHistory deletes the runs above keep (historyKeptThrough) and reads
+// the rest.
+func (r *run) loadHistory(keep uint64) error {
 	h := &history{recorded: true}
 	err := r.control.use(r.ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, historyTxnSettingsSQL); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `DELETE FROM tashkent.history WHERE first_version OPERATOR(pg_catalog.>) $1`, int64(committed)); err != nil {
+			if _, err := tx.Exec(ctx, `DELETE FROM tashkent.history WHERE first_version OPERATOR(pg_catalog.>) $1`, int64(keep)); err != nil {
 				return err
 			}
 			rows, err := tx.Query(ctx, `SELECT epoch, first_version FROM tashkent.history ORDER BY first_version`)
@@ -85,8 +86,8 @@ func (h *history) top() uint64 {
 	return h.runs[len(h.runs)-1].GetEpoch()
 }
 
-// sent is what the stream opens with (certclient.Options.History).
-func (h *history) sent() []*pb.EpochRun {
+// toSend is what the stream opens with (certclient.Options.History).
+func (h *history) toSend() []*pb.EpochRun {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.recorded {
@@ -133,16 +134,17 @@ func entryEpoch(e logentry.Entry) (uint64, error) {
 
 // recordRuns makes the runs that delivered entries start durable, before
 // the entries go to the order. It retries while the database does not
-// answer; false if the run ended first (the next run delivers again from
-// what the database holds).
-func (r *run) recordRuns(entries []logentry.Entry) bool {
+// answer; an error if the run ended first, or if an entry's epoch does not
+// read: the stream ends with the entries not delivered (the next stream
+// delivers them again).
+func (r *run) recordRuns(entries []logentry.Entry) error {
 	h := r.history
 	started, err := h.changesIn(entries)
 	if err != nil {
-		panic(fmt.Sprintf("agent: an entry from the certifier: %v", err)) // the certifier's entries are well formed
+		return fmt.Errorf("an entry from the certifier does not read: %w", err)
 	}
 	if len(started) == 0 {
-		return true
+		return nil
 	}
 	if h.recorded {
 		for attempt := 0; ; attempt++ {
@@ -153,8 +155,8 @@ func (r *run) recordRuns(entries []logentry.Entry) bool {
 			if attempt%25 == 0 {
 				r.a.log.Warn("could not record the replica's history; retrying", "epoch", started[0].Epoch, "first_version", started[0].FirstVersion, "err", err)
 			}
-			if ctxtime.Sleep(r.ctx, historyRetryInterval) != nil {
-				return false
+			if err := ctxtime.Sleep(r.ctx, historyRetryInterval); err != nil {
+				return fmt.Errorf("record the replica's history: %w", err)
 			}
 		}
 	}
@@ -164,7 +166,7 @@ func (r *run) recordRuns(entries []logentry.Entry) bool {
 	for _, s := range started {
 		r.a.log.Info("a new epoch starts in the replica's history", "epoch", s.Epoch, "first_version", s.FirstVersion)
 	}
-	return true
+	return nil
 }
 
 func (r *run) insertRuns(runs []*pb.EpochRun) error {

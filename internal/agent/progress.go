@@ -61,6 +61,9 @@ func (r *run) reportProgress() {
 // its gate closed, with a reason that starts with pb.NeedsStateTransfer:
 // the supervisor rebuilds a halted replica from a peer.
 func (r *run) refused(err error) {
+	if r.ctx.Err() != nil {
+		return // a stream of a run that ended: the next run opens its own
+	}
 	why := status.Convert(err).Message()
 	if !strings.HasPrefix(why, pb.NeedsStateTransfer) {
 		why = pb.NeedsStateTransfer + ": " + why

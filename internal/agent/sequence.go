@@ -77,8 +77,8 @@ func (s *sequence) delivered() (v uint64) {
 	return v
 }
 
-func (s *sequence) epoch() (e uint64) {
-	s.read(func(o *order.Order) { e = o.Epoch() })
+func (s *sequence) round() (e uint64) {
+	s.read(func(o *order.Order) { e = o.Round() })
 	return e
 }
 
@@ -102,8 +102,8 @@ func (s *sequence) abandon(l *order.Local) {
 	s.do(func(o *order.Order) { o.Abandon(l) })
 }
 
-func (s *sequence) deliver(epoch uint64, entries []logentry.Entry) (err error) {
-	s.do(func(o *order.Order) { err = o.Deliver(epoch, entries) })
+func (s *sequence) deliver(round uint64, entries []logentry.Entry) (err error) {
+	s.do(func(o *order.Order) { err = o.Deliver(round, entries) })
 	return err
 }
 

@@ -63,7 +63,7 @@ func (w *spanWorld) startRun() {
 
 func (w *spanWorld) deliver(es ...logentry.Entry) {
 	w.t.Helper()
-	if err := w.a.seq.deliver(w.a.seq.epoch(), es); err != nil {
+	if err := w.a.seq.deliver(w.a.seq.round(), es); err != nil {
 		w.t.Fatal(err)
 	}
 }

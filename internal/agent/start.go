@@ -68,7 +68,7 @@ func (r *run) startSteps() error {
 	if err != nil {
 		return err
 	}
-	if err := r.loadHistory(committed); err != nil {
+	if err := r.loadHistory(historyKeptThrough(committed, inherited)); err != nil {
 		return err
 	}
 	if err := r.openStream(committed); err != nil {
@@ -317,6 +317,18 @@ func (r *run) settle() (uint64, []*order.Local, error) {
 	return committed, inherited, nil
 }
 
+// historyKeptThrough is the highest version whose run the replica's
+// history must keep: the committed version, or a version a backend holds
+// from an earlier run, which it commits by itself, maybe before this
+// run's stream delivers its entry again and records its run.
+func historyKeptThrough(committed uint64, inherited []*order.Local) uint64 {
+	keep := committed
+	for _, l := range inherited {
+		keep = max(keep, l.Version())
+	}
+	return keep
+}
+
 func (r *run) awaitCertifyingSettled() error {
 	deadline := time.Now().Add(certifyingSettleMax)
 	for {
@@ -339,9 +351,9 @@ func (r *run) awaitCertifyingSettled() error {
 }
 
 // openStream opens the certifier stream after version committed. What a
-// stream of an earlier run still delivers is dropped (its epoch).
+// stream of an earlier run still delivers is dropped (its round).
 func (r *run) openStream(committed uint64) error {
-	epoch := r.a.seq.epoch()
+	round := r.a.seq.round()
 	durable, err := r.control.durableVersion(r.ctx)
 	if err != nil {
 		return err
@@ -349,14 +361,16 @@ func (r *run) openStream(committed uint64) error {
 	c, err := certclient.New(certclient.Options{
 		Target: r.a.cfg.Certifier, Replica: r.a.cfg.Name, ReplicaVersion: committed, AppliedVersion: &durable, Push: !r.a.cfg.NoPush,
 		StatusAddr: r.a.statusAddr(), Logger: r.a.log, DialOptions: r.a.cfg.CertifierDialOptions,
-		OnEntries: func(entries []logentry.Entry, durable uint64) {
+		OnEntries: func(entries []logentry.Entry, durable uint64) error {
 			r.a.heardDurable(durable)
-			if r.recordRuns(entries) {
-				r.deliver(epoch, entries)
+			if err := r.recordRuns(entries); err != nil {
+				return err
 			}
+			r.deliver(round, entries)
+			return nil
 		},
 		OnRefused: r.refused,
-		History:   r.history.sent,
+		History:   r.history.toSend,
 	})
 	if err != nil {
 		return err
@@ -371,14 +385,14 @@ func (r *run) openStream(committed uint64) error {
 // meanwhile, so a replica that cannot apply (its database stopped, a
 // long lock) keeps a bounded backlog, and the certifier keeps it on disk
 // (it reads what it sends from its log as the stream drains).
-func (r *run) deliver(epoch uint64, entries []logentry.Entry) {
+func (r *run) deliver(round uint64, entries []logentry.Entry) {
 	if len(entries) == 0 {
 		return
 	}
 	if err := r.a.seq.waitRoom(r.ctx, r.a.cfg.ApplyBacklogBytes); err != nil {
 		return // the run ended; the next one delivers from what the database holds
 	}
-	if err := r.a.seq.deliver(epoch, entries); err != nil {
+	if err := r.a.seq.deliver(round, entries); err != nil {
 		panic(fmt.Sprintf("agent: an entry from the certifier: %v", err)) // the certifier's entries are well formed
 	}
 	r.a.metrics.delivered.Set(float64(entries[len(entries)-1].Version))

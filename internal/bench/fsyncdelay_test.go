@@ -46,7 +46,7 @@ func TestCertifierFsyncDelayFlag(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := certclient.New(certclient.Options{Target: addr, Replica: "slowdisk-test", OnEntries: func([]logentry.Entry, uint64) {}})
+	client, err := certclient.New(certclient.Options{Target: addr, Replica: "slowdisk-test", OnEntries: func([]logentry.Entry, uint64) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

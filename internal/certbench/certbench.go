@@ -202,10 +202,11 @@ func openStreams(ctx context.Context, cfg Config, clients int) ([]*replicaStream
 			ReplicaVersion: durable,
 			Push:           true, // as agents ask
 			DialOptions:    cfg.DialOptions,
-			OnEntries: func(entries []logentry.Entry, _ uint64) {
+			OnEntries: func(entries []logentry.Entry, _ uint64) error {
 				if len(entries) > 0 {
 					s.version.Store(entries[len(entries)-1].Version)
 				}
+				return nil
 			},
 		})
 		if err != nil {

@@ -81,8 +81,9 @@ type Options struct {
 	// still encoded (Entry.Decode parses one), from one goroutine, before
 	// the replies that depend on them. It must not call back into the
 	// Client. It is also called with no entries when only the certifier's
-	// durable version is news.
-	OnEntries func(entries []logentry.Entry, durableVersion uint64)
+	// durable version is news. An error ends the stream with the entries
+	// not delivered: the next stream delivers them again.
+	OnEntries func(entries []logentry.Entry, durableVersion uint64) error
 	// OnRefused is told when the certifier refuses the replica's session
 	// because the replica cannot catch up from it: its log no longer holds
 	// the versions the replica needs (log retention), or the replica holds
@@ -503,7 +504,9 @@ func (c *Client) deliver(raw [][]byte, durable uint64) error {
 		return err
 	}
 	if c.opts.OnEntries != nil {
-		c.opts.OnEntries(entries, durable)
+		if err := c.opts.OnEntries(entries, durable); err != nil {
+			return err
+		}
 	}
 	if len(entries) > 0 {
 		c.mu.Lock()

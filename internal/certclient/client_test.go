@@ -45,7 +45,7 @@ func TestRestartWithCallsInFlightAnswersEachOnceAndDeliversInOrder(t *testing.T)
 	owner := map[uint64]string{}
 	inside := 0
 	client, err := certclient.New(certclient.Options{Target: addr, Replica: "r1", ReconnectDelay: 10 * time.Millisecond,
-		OnEntries: func(entries []logentry.Entry, _ uint64) {
+		OnEntries: func(entries []logentry.Entry, _ uint64) error {
 			mu.Lock()
 			inside++
 			if inside > 1 {
@@ -64,6 +64,7 @@ func TestRestartWithCallsInFlightAnswersEachOnceAndDeliversInOrder(t *testing.T)
 			mu.Lock()
 			inside--
 			mu.Unlock()
+			return nil
 		}})
 	if err != nil {
 		t.Fatal(err)

@@ -30,10 +30,11 @@ func TestAWaitingOnEntriesIsNotAStall(t *testing.T) {
 	var once sync.Once
 	client, err := certclient.New(certclient.Options{Target: addr + ",127.0.0.1:" + strconv.Itoa(other), Replica: "r1",
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		OnEntries: func(entries []logentry.Entry, _ uint64) {
+		OnEntries: func(entries []logentry.Entry, _ uint64) error {
 			if len(entries) > 0 {
 				once.Do(func() { time.Sleep(2500 * time.Millisecond) })
 			}
+			return nil
 		}})
 	if err != nil {
 		t.Fatal(err)

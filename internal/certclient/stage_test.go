@@ -186,10 +186,11 @@ func TestCertifyStreamedPassesThroughAndSettlesAtTheSpansEnd(t *testing.T) {
 	f := fakecert.Start(t)
 	var delivered []uint64
 	c := fakeClient(t, f.Addr(), certclient.Options{MessageBytesMax: 1 << 20,
-		OnEntries: func(entries []logentry.Entry, _ uint64) {
+		OnEntries: func(entries []logentry.Entry, _ uint64) error {
 			for _, e := range entries {
 				delivered = append(delivered, e.Version)
 			}
+			return nil
 		}})
 	ctx := context.Background()
 	if r, err := c.CertifyEncoded(ctx, &pb.CertifyRequestEncoded{Txn: &pb.TxnID{Origin: "r1#x", Seq: 1}, Writeset: fragment(100)}); err != nil || r.CommitVersion != 1 {

@@ -88,7 +88,7 @@ func load(ctx context.Context, t *testing.T, addr string, round int, acks *ackno
 	applied := uint64(0)
 	for s := range 3 {
 		client, err := certclient.New(certclient.Options{Target: addr, Replica: fmt.Sprintf("round%d-r%d", round, s), ReplicaVersion: 0,
-			AppliedVersion: &applied, OnEntries: func([]logentry.Entry, uint64) {}})
+			AppliedVersion: &applied, OnEntries: func([]logentry.Entry, uint64) error { return nil }})
 		if err != nil {
 			t.Fatal(err)
 		}

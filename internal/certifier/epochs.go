@@ -210,33 +210,8 @@ func nextGeneration(dir string, logTop uint64, now time.Time, sync bool) (uint64
 		}
 	}
 	next := max(last+1, logTop+1, uint64(max(now.UnixMicro(), 0)))
-	if err := writeFileAtomically(dir, generationFileName, []byte(strconv.FormatUint(next, 10)+"\n"), sync); err != nil {
+	if err := fsutil.WriteFileAtomically(dir, generationFileName, []byte(strconv.FormatUint(next, 10)+"\n"), sync); err != nil {
 		return 0, fmt.Errorf("write the certifier's generation: %w", err)
 	}
 	return next, nil
-}
-
-// writeFileAtomically replaces dir/name with b: a crash leaves the old
-// content or the new one, and with sync the new one once it returns.
-func writeFileAtomically(dir, name string, b []byte, sync bool) error {
-	path := filepath.Join(dir, name)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil && sync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil && sync {
-		err = fsutil.SyncDir(dir)
-	}
-	return err
 }

@@ -52,7 +52,7 @@ type leadership struct {
 	mu     sync.Mutex
 	ctx    context.Context
 	cancel context.CancelFunc
-	epoch  atomic.Uint64
+	tenure atomic.Uint64 // counts leaderships lost
 }
 
 func (l *leadership) context() context.Context {
@@ -64,10 +64,10 @@ func (l *leadership) context() context.Context {
 	return l.ctx
 }
 
-// lost ends the current leadership. The epoch moves first: a reply whose
-// epoch is older is never sent, whatever the durable version says then.
+// lost ends the current leadership. The tenure moves first: a reply of
+// an older tenure is never sent, whatever the durable version says then.
 func (l *leadership) lost() {
-	l.epoch.Add(1)
+	l.tenure.Add(1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cancel != nil {
@@ -204,7 +204,7 @@ func (g *groupMember) checkLeader(stream grpc.ServerStream) error {
 
 // decide is singleLog's decide with the decisions taken by the group
 // (certgroup.Node.CertifyAll: one entry into its lock per message). A
-// request carries the leadership epoch it was decided in and, for an
+// request carries the leadership tenure it was decided in and, for an
 // abort, the ticket its confirmation waits for (maySend). Streamed
 // requests claim their stages as a single certifier's do (claimStages),
 // under stageMu with their decisions, so that a request re-sent on
@@ -216,12 +216,12 @@ func (g *groupMember) decide(ctx context.Context, batch []certifying) (int, erro
 		defer g.stageMu.Unlock()
 		claimStages(batch, g.s.staging.claim)
 	}
-	epoch := g.leadership.epoch.Load()
+	tenure := g.leadership.tenure.Load()
 	var toDecide []certgroup.Request
 	var decided []int // batch index of each request in toDecide
 	for i := range batch {
 		c := &batch[i]
-		c.epoch = epoch
+		c.tenure = tenure
 		if c.reply == nil {
 			toDecide = append(toDecide, groupRequest(c))
 			decided = append(decided, i)
@@ -300,9 +300,9 @@ func (g *groupMember) maySend(ctx context.Context, batch []queued) error {
 			return status.Error(codes.Unavailable, "certifier leadership lost before the abort was confirmed; re-send")
 		}
 	}
-	epoch := g.leadership.epoch.Load()
+	tenure := g.leadership.tenure.Load()
 	for _, q := range batch {
-		if q.reply != nil && q.epoch != epoch {
+		if q.reply != nil && q.tenure != tenure {
 			return status.Error(codes.Unavailable, "certifier leadership lost: replies not yet sent are dropped; re-send to the new leader")
 		}
 	}

@@ -197,7 +197,7 @@ func (g *groupMember) writeSpan(head logentry.Entry) bool {
 	}
 	sp := committedSpan{first: e.First, last: e.Last, txn: e.Txn, certified: e.Certified, bytes: e.SpanBytes, checksum: e.SpanChecksum, epoch: e.Epoch}
 	if s.log.LastVersion() >= sp.last { // written before a restart: its stage, if kept, goes
-		s.runs.note(sp.epoch, sp.first)
+		// Its run is the log's, which the scan at start recorded.
 		s.spanWritten(sp)
 		return true
 	}

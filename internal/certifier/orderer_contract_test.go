@@ -109,7 +109,7 @@ func decideAll(t testing.TB, s *Service, batch []certifying) []queued {
 	}
 	out := make([]queued, len(batch))
 	for i := range batch {
-		out[i] = queued{ticket: batch[i].ticket, epoch: batch[i].epoch, received: time.Now()}
+		out[i] = queued{ticket: batch[i].ticket, tenure: batch[i].tenure, received: time.Now()}
 		out[i].reply, out[i].waitFor = s.answer(&batch[i])
 	}
 	return out

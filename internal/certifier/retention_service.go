@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/fsutil"
 )
 
 // The service's side of log retention (the rule is retention.go): every
@@ -104,7 +105,7 @@ func saveRetention(dir string, d *pb.LogRetention, sync bool) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomically(dir, retentionFileName, b, sync); err != nil {
+	if err := fsutil.WriteFileAtomically(dir, retentionFileName, b, sync); err != nil {
 		return fmt.Errorf("write the log retention record %s: %w", filepath.Join(dir, retentionFileName), err)
 	}
 	return nil

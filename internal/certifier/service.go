@@ -140,7 +140,7 @@ type certifying struct {
 	lowWaterMark, latest uint64
 	committedBefore      uint64 // overloaded: the version the transaction committed at, 0 if none
 	firstBefore          uint64 // overloaded: the first version of its span
-	ticket, epoch        uint64 // a group's: see queued
+	ticket, tenure       uint64 // a group's: see queued
 	// A streamed request's (prepareStreamed): the stage it claimed (Spool
 	// empty: none), or why it has none that matches.
 	staged       StagedWriteset

@@ -67,7 +67,7 @@ func connect(t *testing.T, srv *certifier.Server, name string, from uint64) *rep
 	r := &replica{name: name}
 	c, err := certclient.New(certclient.Options{
 		Target: srv.Addr().String(), Replica: name, ReplicaVersion: from,
-		OnEntries: func(entries []logentry.Entry, _ uint64) {
+		OnEntries: func(entries []logentry.Entry, _ uint64) error {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			for _, e := range entries {
@@ -77,6 +77,7 @@ func connect(t *testing.T, srv *certifier.Server, name string, from uint64) *rep
 				}
 				r.got = append(r.got, d)
 			}
+			return nil
 		},
 	})
 	if err != nil {

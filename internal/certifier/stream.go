@@ -26,10 +26,10 @@ type queued struct {
 	waitFor  uint64
 	received time.Time
 	decided  time.Time // stage log only
-	// In a group: an abort waits until the group confirmed ticket; epoch
+	// In a group: an abort waits until the group confirmed ticket; tenure
 	// is the leadership it was decided in (group.go, maySend).
 	ticket uint64
-	epoch  uint64
+	tenure uint64
 }
 
 // streamState is what one Certify stream counts against the service.
@@ -219,7 +219,7 @@ func (s *Service) certifyMessage(ctx context.Context, st *streamState, reqs []*p
 	}
 	for i := range batch[:n] {
 		c := &batch[i]
-		q := queued{received: now, decided: decided, ticket: c.ticket, epoch: c.epoch}
+		q := queued{received: now, decided: decided, ticket: c.ticket, tenure: c.tenure}
 		q.reply, q.waitFor = s.answer(c)
 		if e := put(ctx, queue, q); e != nil {
 			return e

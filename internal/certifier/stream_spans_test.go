@@ -382,7 +382,7 @@ func TestStreamedCommitHoldsOneFragmentAtATime(t *testing.T) {
 	srv := listen(t, certifier.Config{NoSync: true})
 	var delivered atomic.Uint64
 	c, err := certclient.New(certclient.Options{Target: srv.Addr().String(), Replica: "a",
-		OnEntries: func(entries []logentry.Entry, _ uint64) { delivered.Add(uint64(len(entries))) }})
+		OnEntries: func(entries []logentry.Entry, _ uint64) error { delivered.Add(uint64(len(entries))); return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

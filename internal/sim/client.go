@@ -18,7 +18,7 @@ import (
 // by the client's own certclient.Continuing.
 type streamClient struct {
 	r      *replica
-	epoch  uint64 // the order's epoch this client delivers in
+	round  uint64 // the order's round this client delivers in
 	closed bool
 
 	conn      connID
@@ -42,9 +42,9 @@ type call struct {
 // stream dead (a keepalive timeout).
 const deadStreamPeriods = 3
 
-func newStreamClient(r *replica, epoch, delivered uint64) *streamClient {
+func newStreamClient(r *replica, round, delivered uint64) *streamClient {
 	return &streamClient{
-		r: r, epoch: epoch, delivered: delivered,
+		r: r, round: round, delivered: delivered,
 		pending: make(map[uint64]*call), byTxn: make(map[certification.TxnID]uint64),
 	}
 }
@@ -152,7 +152,7 @@ func (c *streamClient) receive(m message) {
 		c.breakStream()
 		return
 	}
-	if c.epoch == c.r.ord.Epoch() {
+	if c.round == c.r.ord.Round() {
 		c.r.durableSeen(m.rep.DurableVersion)
 	}
 	for _, rep := range m.rep.Replies {
@@ -176,7 +176,7 @@ func (c *streamClient) deliver(raw [][]byte) bool {
 	if len(entries) == 0 {
 		return true
 	}
-	c.r.deliver(c.epoch, entries)
+	c.r.deliver(c.round, entries)
 	c.delivered = entries[len(entries)-1].Version
 	c.settleFromLog(entries)
 	return true

@@ -85,14 +85,14 @@ func (r *replica) restart() {
 }
 
 // openStream replaces the certifier client with one that starts at the
-// order's committed version, in its current epoch.
+// order's committed version, in its current round.
 func (r *replica) openStream() {
 	if r.client != nil {
 		r.client.close()
 	}
 	r.recovering, r.targetKnown = true, false
 	clear(r.delivered)
-	r.client = newStreamClient(r, r.ord.Epoch(), r.ord.Committed())
+	r.client = newStreamClient(r, r.ord.Round(), r.ord.Committed())
 	r.client.connect()
 }
 
@@ -137,7 +137,7 @@ func (r *replica) crashAgent() {
 // agent resets its order at once, the sessions are closed, and when the
 // database answers again, the agent resets to the version it recovered and
 // reopens the stream from there. Until then the old stream keeps delivering
-// into a stale epoch.
+// into a stale round.
 func (r *replica) crashDatabaseOnly(downTicks int64) {
 	if !r.up || !r.dbUp {
 		return
@@ -190,8 +190,8 @@ func (r *replica) settleInFlight() {
 	r.busy, r.inFlight = false, nil
 }
 
-// deliver hands entries of the stream opened at epoch to the order.
-func (r *replica) deliver(epoch uint64, entries []logentry.Entry) {
+// deliver hands entries of the stream opened at round to the order.
+func (r *replica) deliver(round uint64, entries []logentry.Entry) {
 	for _, e := range entries {
 		h, err := logentry.RawHeaderOf(e.Bytes)
 		if err != nil {
@@ -206,11 +206,11 @@ func (r *replica) deliver(epoch uint64, entries []logentry.Entry) {
 			r.delivered[e.Version] = txn
 		}
 	}
-	if err := r.ord.Deliver(epoch, entries); err != nil {
+	if err := r.ord.Deliver(round, entries); err != nil {
 		r.w.violate("replica %d: %v", r.id, err)
 		return
 	}
-	r.w.note("delivered", uint64(r.id), entries[len(entries)-1].Version, epoch)
+	r.w.note("delivered", uint64(r.id), entries[len(entries)-1].Version, round)
 	r.progress()
 }
 

@@ -20,7 +20,7 @@ var traceArgs = map[string][3]string{
 	"committed-at-crash":    {"replica", "version", ""},
 	"connect":               {"replica", "stream", "from_version"},
 	"database-up":           {"replica", "version", ""},
-	"delivered":             {"replica", "up_to_version", "epoch"},
+	"delivered":             {"replica", "up_to_version", "round"},
 	"drop":                  {"replica", "stream", "msg_seq"},
 	"duplicate":             {"replica", "stream", "msg_seq"},
 	"durable":               {"version", "", ""},

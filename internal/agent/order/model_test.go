@@ -185,7 +185,7 @@ func (w *world) newTransaction(v uint64) logentry.Entry {
 // localTurn lets the backend whose version is next commit it.
 func (w *world) localTurn() {
 	tx, ok := w.locals[w.db+1]
-	if !ok || w.o.Delivered() < tx.last && w.o.Epoch() == tx.l.epoch {
+	if !ok || w.o.Delivered() < tx.last && w.o.Round() == tx.l.round {
 		return // its decision comes after its last entry
 	}
 	for v := tx.first; v <= tx.last; v++ {

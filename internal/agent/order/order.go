@@ -55,7 +55,7 @@ import (
 type Local struct {
 	seq       uint64 // the transaction id's sequence number; 0 if inherited
 	version   uint64
-	epoch     uint64
+	round     uint64
 	inherited bool
 	spanFirst uint64 // a span's first version; 0: not a span
 }
@@ -126,7 +126,7 @@ type openSpan struct {
 // Order is the commit order of one replica as its agent sees it.
 type Order struct {
 	origin    string
-	epoch     uint64
+	round     uint64
 	committed uint64            // every version up to here is committed in the database
 	delivered uint64            // the highest version delivered
 	slots     map[uint64]slot   // delivered versions above committed
@@ -167,9 +167,9 @@ func New(origin string, committed uint64) *Order {
 // Reset starts the order again after version committed, read back from a
 // database that restarted: everything above it is delivered again, every
 // Local of before is forgotten, and deliveries of streams opened before
-// the reset are ignored (Epoch).
+// the reset are ignored (Round).
 func (o *Order) Reset(committed uint64) {
-	o.epoch++
+	o.round++
 	o.committed, o.delivered = committed, committed
 	o.slots = make(map[uint64]slot)
 	o.pending = make(map[uint64]*Local)
@@ -180,8 +180,8 @@ func (o *Order) Reset(committed uint64) {
 	o.localThrough = committed
 }
 
-// Epoch counts resets. A stream opened at epoch e delivers with e.
-func (o *Order) Epoch() uint64 { return o.epoch }
+// Round counts resets. A stream opened in round r delivers with r.
+func (o *Order) Round() uint64 { return o.round }
 
 // Committed is the highest version known committed in the database.
 func (o *Order) Committed() uint64 { return o.committed }
@@ -192,7 +192,7 @@ func (o *Order) Delivered() uint64 { return o.delivered }
 // Register announces a transaction of a backend before it is sent for
 // certification with sequence number seq.
 func (o *Order) Register(seq uint64) *Local {
-	l := &Local{seq: seq, epoch: o.epoch}
+	l := &Local{seq: seq, round: o.round}
 	o.pending[seq] = l
 	return l
 }
@@ -208,16 +208,16 @@ func (o *Order) Inherit(v uint64) *Local {
 	if v <= o.delivered {
 		panic(fmt.Sprintf("order: version %d inherited after it was delivered (delivered %d)", v, o.delivered))
 	}
-	l := &Local{version: v, epoch: o.epoch, inherited: true}
+	l := &Local{version: v, round: o.round, inherited: true}
 	o.inherited[v] = l
 	return l
 }
 
-// Deliver records entries from a stream opened at epoch, in version
+// Deliver records entries from a stream opened at round, in version
 // order. Entries at or below the delivered version are delivered again
 // after a reconnection and ignored.
-func (o *Order) Deliver(epoch uint64, entries []logentry.Entry) error {
-	if epoch != o.epoch {
+func (o *Order) Deliver(round uint64, entries []logentry.Entry) error {
+	if round != o.round {
 		return nil
 	}
 	for _, e := range entries {
@@ -315,7 +315,7 @@ func (o *Order) ownerOf(e logentry.Entry, sp spanRange) (*Local, error) {
 // applier must apply first (Tashkent §8.1); Restart when the version
 // cannot be applied in this run (see the package comment).
 func (o *Order) Abandon(l *Local) Abandonment {
-	if l.epoch != o.epoch {
+	if l.round != o.round {
 		return Nothing
 	}
 	if l.version == 0 {

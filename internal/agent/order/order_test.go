@@ -20,7 +20,7 @@ func remote(v uint64) logentry.Entry { return entry(v, "replica2#other", v) }
 
 func mustDeliver(t *testing.T, o *Order, es ...logentry.Entry) {
 	t.Helper()
-	if err := o.Deliver(o.Epoch(), es); err != nil {
+	if err := o.Deliver(o.Round(), es); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -207,20 +207,20 @@ func TestObserveNeverGoesBack(t *testing.T) {
 
 // After a reset, Locals of before and streams of before count for
 // nothing.
-func TestResetForgetsTheOldEpoch(t *testing.T) {
+func TestResetForgetsTheOldRound(t *testing.T) {
 	o := New(me, 0)
 	l := o.Register(1)
-	old := o.Epoch()
+	old := o.Round()
 	o.Reset(0)
 	if err := o.Deliver(old, []logentry.Entry{entry(1, me, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	if o.Delivered() != 0 {
-		t.Fatal("a delivery of the old epoch was taken")
+		t.Fatal("a delivery of the old round was taken")
 	}
 	mustDeliver(t, o, entry(1, me, 1))
 	if o.IsLocal(1) || l.Version() != 0 {
-		t.Fatal("a Local of the old epoch got a version")
+		t.Fatal("a Local of the old round got a version")
 	}
 	if o.Abandon(l) != Nothing {
 		t.Fatal("abandon of an old Local")
@@ -609,7 +609,7 @@ func TestDeliverRefusesBrokenSpans(t *testing.T) {
 	}
 	for _, c := range cases {
 		o := New(me, c.committed)
-		if err := o.Deliver(o.Epoch(), c.entries); err == nil {
+		if err := o.Deliver(o.Round(), c.entries); err == nil {
 			t.Errorf("%s: delivered", c.name)
 		}
 	}
