@@ -193,6 +193,14 @@ func (g *restartableGroup) checkSameSpan(txn *pb.TxnID, first, last uint64, frag
 }
 
 // stageFiles lists member i's stage directory.
+// waitStageComplete waits until member i holds a complete copy of the one
+// stage (its spool and completion record): Stage answers once a majority
+// holds it, and a copy beyond the majority finishes on its own.
+func (g *restartableGroup) waitStageComplete(t *testing.T, i int) {
+	t.Helper()
+	waitFor(t, func() bool { return len(g.stageFiles(i)) == 2 })
+}
+
 func (g *restartableGroup) stageFiles(i int) []string {
 	entries, _ := os.ReadDir(filepath.Join(g.dirs[i], "stage"))
 	var names []string
@@ -413,6 +421,7 @@ func TestGroupStageKeptAcrossRestartsCommitsAtTheNextLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []int{(leader + 1) % 3, (leader + 2) % 3} {
+		g.waitStageComplete(t, f)
 		g.stop(f)
 		g.start(f)
 		if files := g.stageFiles(f); len(files) != 2 {
@@ -617,6 +626,7 @@ func TestGroupKeptCopyWaitsFromTheMembersStart(t *testing.T) {
 	if _, err := stageThrough(t, c, &pb.TxnID{Origin: "r1", Seq: 1}, [][]byte{fragment(t, "public.big", 0, 50, 20)}); err != nil {
 		t.Fatal(err)
 	}
+	g.waitStageComplete(t, follower)
 	g.stop(follower)
 	long := time.Now().Add(-3 * 10 * time.Minute) // over 2×stageIdleMax
 	dir := filepath.Join(g.dirs[follower], "stage")
@@ -789,6 +799,7 @@ func TestGroupSpanWrittenBeforeARestartDropsItsKeptStage(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(g.dirs[follower], "stage")
+	g.waitStageComplete(t, follower)
 	kept := map[string][]byte{}
 	for _, name := range g.stageFiles(follower) {
 		b, err := os.ReadFile(filepath.Join(dir, name))
