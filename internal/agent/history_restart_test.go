@@ -16,18 +16,7 @@ func TestAReplicaIsAdmittedAfterACertifierRestart(t *testing.T) {
 	v := write(t, c, 0, 1, 3)
 	c.AwaitCommitted(1, v, time.Minute)
 	c.RestartCertifier()
-	conn := c.Connect(0)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err := conn.Exec(context.Background(), `INSERT INTO t VALUES (100, 'after')`)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no write after the certifier restart: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	writeOnceTheCertifierIsBack(t, c)
 	v = write(t, c, 0, 4, 3)
 	c.AwaitCommitted(1, v, time.Minute)
 	for i := range 2 {
@@ -53,18 +42,7 @@ func TestAReplicaRecordsANewEpochThatArrivedWhileItsDatabaseWasDown(t *testing.T
 		t.Fatal(err)
 	}
 	c.RestartCertifier()
-	conn := c.Connect(0)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err := conn.Exec(context.Background(), `INSERT INTO t VALUES (100, 'after')`)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no write after the certifier restart: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	writeOnceTheCertifierIsBack(t, c)
 	v = write(t, c, 0, 4, 3)
 	time.Sleep(2 * time.Second) // replica 2's agent holds the new epoch's first entry
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -80,4 +58,22 @@ func TestAReplicaRecordsANewEpochThatArrivedWhileItsDatabaseWasDown(t *testing.T
 	c.StopAgent(1)
 	c.StartAgent(1)
 	c.AwaitState(1, agent.StateServing, time.Minute)
+}
+
+// writeOnceTheCertifierIsBack retries a write through replica 1 until the
+// restarted certifier takes it (a minute at most).
+func writeOnceTheCertifierIsBack(t *testing.T, c *clustertest.Cluster) {
+	t.Helper()
+	conn := c.Connect(0)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := conn.Exec(context.Background(), `INSERT INTO t VALUES (100, 'after')`)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no write after the certifier restart: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
