@@ -15,7 +15,8 @@ import (
 // delivered version with every pending request re-sent under the same
 // transaction id (session); pending calls settled from delivered entries
 // (settleFromLog). Entries are checked to continue the delivered sequence
-// by the client's own certclient.Continuing.
+// by the client's own certclient.Continuing. Every session opens with the
+// replica's history (certclient.Options.History).
 type streamClient struct {
 	r      *replica
 	round  uint64 // the order's round this client delivers in
@@ -59,7 +60,7 @@ func (c *streamClient) connect() {
 	c.conn = connID{replica: r.id, n: r.connN}
 	c.connected, c.sendNext, c.recvNext, c.lastHeard = true, 0, 0, r.w.now
 	r.w.note("connect", uint64(r.id), r.connN, c.delivered)
-	open := &pb.OpenSession{Replica: r.name, ReplicaVersion: c.delivered, Push: !r.w.cfg.NoPush}
+	open := &pb.OpenSession{Replica: r.name, ReplicaVersion: c.delivered, Push: !r.w.cfg.NoPush, History: slices.Clone(r.db.runs)}
 	c.send(&pb.CertifyStreamRequestEncoded{Open: open, CatchUp: true})
 	if len(c.pending) == 0 {
 		return
@@ -139,8 +140,11 @@ func (c *streamClient) receive(m message) {
 	if c.closed || !c.connected || m.conn != c.conn {
 		return // a message of an older stream
 	}
+	if m.refused {
+		c.r.refused()
+	}
 	if m.reset || m.seq > c.recvNext {
-		c.breakStream() // closed by the certifier, or a message went missing
+		c.breakStream() // closed or refused by the certifier, or a message went missing
 		return
 	}
 	if m.seq < c.recvNext {
@@ -176,7 +180,9 @@ func (c *streamClient) deliver(raw [][]byte) bool {
 	if len(entries) == 0 {
 		return true
 	}
-	c.r.deliver(c.round, entries)
+	if !c.r.deliver(c.round, entries) {
+		return false
+	}
 	c.delivered = entries[len(entries)-1].Version
 	c.settleFromLog(entries)
 	return true

@@ -32,6 +32,12 @@ type txnRecord struct {
 	references []int
 	status     status
 	version    uint64 // the acknowledged commit version
+	// lineage is the certifier lineage (lineage.go) whose log holds its
+	// snapshot, and its version once acknowledged.
+	lineage int
+	// abortedIn is the lineage whose certifier answered its abort: the
+	// current one when the answer arrived.
+	abortedIn int
 }
 
 // referencedOnly is the keys the transaction referenced and did not
@@ -68,13 +74,18 @@ type history struct {
 	byID      map[certification.TxnID]*txnRecord
 	values    map[int64]*writeInfo
 	lastValue int64
-	ackedAt   map[uint64]*txnRecord // version -> the transaction acknowledged with it
+	ackedAt   map[lineageVersion]*txnRecord // the transaction acknowledged with each version
+}
+
+type lineageVersion struct {
+	lineage int
+	version uint64
 }
 
 func newHistory(w *world) *history {
 	return &history{
 		w: w, byID: make(map[certification.TxnID]*txnRecord),
-		values: make(map[int64]*writeInfo), ackedAt: make(map[uint64]*txnRecord),
+		values: make(map[int64]*writeInfo), ackedAt: make(map[lineageVersion]*txnRecord),
 	}
 }
 
@@ -104,16 +115,17 @@ func (h *history) newValue(t *txnRecord, key int, keeps bool) int64 {
 	return h.lastValue
 }
 
-// ack records a COMMIT answered to the client, at version v.
-func (h *history) ack(t *txnRecord, v uint64) {
+// ack records a COMMIT answered to the client, at version v of lineage.
+func (h *history) ack(t *txnRecord, v uint64, lineage int) {
 	if t.status == acked && t.version != v {
 		h.w.violate("transaction %v acknowledged twice, at versions %d and %d", t.id, t.version, v)
 	}
-	if other := h.ackedAt[v]; other != nil && other != t {
+	at := lineageVersion{lineage, v}
+	if other := h.ackedAt[at]; other != nil && other != t {
 		h.w.violate("version %d acknowledged to two transactions: %v and %v", v, other.id, t.id)
 	}
-	h.ackedAt[v] = t
-	t.status, t.version = acked, v
+	h.ackedAt[at] = t
+	t.status, t.version, t.lineage = acked, v, lineage
 	h.w.stats.Committed++
 	h.w.note("ack", t.id.Seq, v, uint64(t.replica))
 }

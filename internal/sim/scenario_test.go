@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -52,6 +54,7 @@ func (s *scenario) write(r, key int) *txnRecord {
 	rep.sessions = append(rep.sessions, sess)
 	sess.txn = s.w.hist.begin(rep.nextTxnID(), r, rep.db.version)
 	sess.txn.snapshot, sess.started, sess.phase = sess.txn.label, true, active
+	sess.txn.lineage = rep.db.lineageOr(s.w.lineage())
 	s.w.hist.newValue(sess.txn, key, false)
 	sess.commit()
 	return sess.txn
@@ -73,6 +76,9 @@ func (s *scenario) heal() {
 func (s *scenario) requireAcked(txn *txnRecord, version uint64) {
 	s.t.Helper()
 	if txn.status != acked || txn.version != version {
+		for _, line := range s.w.trace {
+			s.t.Log(line)
+		}
 		s.t.Fatalf("%v: status %d version %d, want acknowledged at %d", txn.id, txn.status, txn.version, version)
 	}
 }
@@ -175,4 +181,64 @@ func TestScenarioRetryBeforeFsyncGetsSameVersion(t *testing.T) {
 	}
 	s.heal()
 	s.requireAcked(txn, 1)
+}
+
+// anotherHistoryAtTheSameVersions re-creates the certifier from an empty
+// data directory (a new lineage) while replica 1 is down holding version 1
+// of the old log. Replica 0, refused, is rebuilt and writes at least two
+// versions of the new log; then replica 1 starts again, with another
+// history at version 1 than the log's.
+func anotherHistoryAtTheSameVersions(t *testing.T, mutation Mutation) *scenario {
+	cfg := scenarioConfig()
+	cfg.Mode, cfg.RebuildTicksMax, cfg.Mutation = ModeBase, 10, mutation
+	s := newScenario(t, cfg)
+	r0, r1 := s.w.replicas[0], s.w.replicas[1]
+	s.write(0, 1)
+	s.runUntil(s.w.now + 8)
+	if r1.db.version != 1 {
+		t.Fatalf("replica 1 did not apply version 1: %s", r1.describe())
+	}
+	r1.crash(false)
+	s.w.cert.recreate()
+	s.w.cert.restart()
+	s.runUntil(s.w.now + 40)
+	if s.w.stats.Refusals == 0 || s.w.stats.Rebuilds != 1 || r0.halted || r0.recovering {
+		t.Fatalf("want replica 0 refused, rebuilt and serving: %s, stats %+v", r0.describe(), s.w.stats)
+	}
+	for key := 0; s.w.cert.disk.durable() < 2; key++ {
+		txn := s.write(0, key%cfg.Keys)
+		s.runUntil(s.w.now + 8)
+		if txn.status != acked {
+			t.Fatalf("%v was not acknowledged on the new log: %+v", txn.id, txn)
+		}
+	}
+	r1.restart()
+	return s
+}
+
+// A replica that holds versions of another history at the same numbers
+// is refused (its runs do not match the log's) and rebuilt; the cluster
+// converges on the new log.
+func TestScenarioAnotherHistoryIsRefusedAndRebuilt(t *testing.T) {
+	s := anotherHistoryAtTheSameVersions(t, NoMutation)
+	s.heal()
+	if s.w.stats.Rebuilds != 2 {
+		t.Fatalf("want both replicas rebuilt, got %+v", s.w.stats)
+	}
+}
+
+// Admission by version numbers alone lets that replica in: the checkers
+// report it at admission, and when it applies the new log's version 2 on
+// top of the old version 1.
+func TestScenarioCompareNumbersOnlyIsCaught(t *testing.T) {
+	s := anotherHistoryAtTheSameVersions(t, MutationCompareNumbersOnly)
+	s.w.heal()
+	s.w.loop()
+	s.w.check()
+	t.Logf("violations: %q", s.w.violations)
+	for _, want := range []string{"admitted a replica with another history", "another history at the same versions"} {
+		if !slices.ContainsFunc(s.w.violations, func(v string) bool { return strings.HasPrefix(v, want) }) {
+			t.Errorf("no violation starts with %q: %q", want, s.w.violations)
+		}
+	}
 }

@@ -45,7 +45,7 @@ const thinkTicksMax = 6
 
 func (s *session) admitted() bool {
 	r := s.r
-	return r.up && r.dbUp && !r.recovering && !r.w.healing
+	return r.up && r.dbUp && !r.recovering && !r.halted && !r.w.healing
 }
 
 // scheduleNext starts a new transaction after a pause, if the replica
@@ -86,6 +86,7 @@ func (s *session) statement() {
 	r, w := s.r, s.r.w
 	if !s.started {
 		s.txn.snapshot, s.started = r.db.version, true
+		s.txn.lineage = r.db.lineageOr(w.lineage())
 	}
 	key := w.rng.IntN(w.cfg.Keys)
 	if s.writer && w.rng.IntN(2) == 0 {
@@ -181,6 +182,7 @@ func (s *session) onReply(rep *pb.CertifyReply) {
 		return
 	}
 	if rep.Decision != pb.Decision_DECISION_COMMIT {
+		s.txn.abortedIn = w.lineage()
 		r.ord.Abandon(s.local)
 		w.hist.end(s.txn, aborted)
 		s.finish()
