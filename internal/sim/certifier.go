@@ -172,7 +172,7 @@ func (c *certProcess) open(m message) *certStream {
 		judged = &pb.OpenSession{Replica: o.Replica, ReplicaVersion: o.ReplicaVersion, Push: o.Push}
 	}
 	err := certifier.Admit(judged, certifier.LogHistory{Runs: c.disk.runs(durable), Durable: durable, StartsAfter: c.disk.startsAfter()})
-	c.w.judgeAdmission(m.conn.replica, o, err)
+	c.w.judgeAdmission(m.conn.replica, o, m.storeEpochs, err)
 	if err != nil {
 		c.w.stats.Refusals++
 		c.w.note("stream-refused", uint64(m.conn.replica), m.conn.n, o.ReplicaVersion)
@@ -305,7 +305,7 @@ func (c *certProcess) flush(st *certStream) {
 func waitForOf(a certifier.Answer) uint64 { return a.WaitFor }
 
 func (c *certProcess) send(st *certStream, m message) {
-	m.conn, m.seq, m.toCert = st.conn, st.sendNext, false
+	m.conn, m.seq, m.toCert, m.lineage = st.conn, st.sendNext, false, c.w.lineage()
 	st.sendNext++
 	c.w.net.send(m)
 }

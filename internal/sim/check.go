@@ -85,19 +85,25 @@ func (w *world) checkAcknowledged(logs [][]logged) {
 		}
 		log := logs[t.lineage]
 		if t.version == 0 || t.version > uint64(len(log)) || log[t.version-1].txn != t.id {
-			w.violate("acknowledged commit lost: %v was acknowledged at version %d, which the final log (length %d) does not hold for it",
-				t.id, t.version, len(log))
+			w.violate("acknowledged commit lost: %v was acknowledged at version %d, which the durable log of lineage %d (length %d) does not hold for it",
+				t.id, t.version, t.lineage, len(log))
 		}
 	}
 }
 
 // checkAbortedStayAborted: a transaction whose client was told it aborted
-// (40001) must not be in the log of the lineage that answered it. The client
-// retries such a transaction, so a commit would execute its work twice.
+// (40001) must not be in the log of the lineage whose certifier answered
+// it, nor, if its COMMIT was never sent, in any log. The client retries
+// such a transaction, so a commit would execute its work twice.
 func (w *world) checkAbortedStayAborted(committedAt []map[certification.TxnID]uint64) {
 	for _, t := range w.hist.txns {
-		if v := committedAt[t.abortedIn][t.id]; t.status == aborted && v != 0 {
-			w.violate("%v was answered as aborted but committed at version %d", t.id, v)
+		if t.status != aborted {
+			continue
+		}
+		for l, at := range committedAt {
+			if v := at[t.id]; v != 0 && (t.abortedIn == l || t.abortedIn == anyLineage) {
+				w.violate("%v was answered as aborted but committed at version %d of lineage %d", t.id, v, l)
+			}
 		}
 	}
 }

@@ -61,7 +61,7 @@ func (c *streamClient) connect() {
 	c.connected, c.sendNext, c.recvNext, c.lastHeard = true, 0, 0, r.w.now
 	r.w.note("connect", uint64(r.id), r.connN, c.delivered)
 	open := &pb.OpenSession{Replica: r.name, ReplicaVersion: c.delivered, Push: !r.w.cfg.NoPush, History: slices.Clone(r.db.runs)}
-	c.send(&pb.CertifyStreamRequestEncoded{Open: open, CatchUp: true})
+	c.sendMessage(message{req: &pb.CertifyStreamRequestEncoded{Open: open, CatchUp: true}, storeEpochs: slices.Clone(r.db.epochs)})
 	if len(c.pending) == 0 {
 		return
 	}
@@ -79,7 +79,12 @@ func (c *streamClient) connect() {
 }
 
 func (c *streamClient) send(req *pb.CertifyStreamRequestEncoded) {
-	c.r.w.net.send(message{conn: c.conn, seq: c.sendNext, toCert: true, req: req})
+	c.sendMessage(message{req: req})
+}
+
+func (c *streamClient) sendMessage(m message) {
+	m.conn, m.seq, m.toCert = c.conn, c.sendNext, true
+	c.r.w.net.send(m)
 	c.sendNext++
 }
 
@@ -152,7 +157,7 @@ func (c *streamClient) receive(m message) {
 	}
 	c.recvNext++
 	c.lastHeard = c.r.w.now
-	if !c.deliver(m.rep.Entries) {
+	if !c.deliver(m.rep.Entries, m.lineage) {
 		c.breakStream()
 		return
 	}
@@ -164,14 +169,14 @@ func (c *streamClient) receive(m message) {
 			if rep.Decision == pb.Decision_DECISION_COMMIT {
 				c.r.w.stats.CommitReplies++
 			}
-			cl.session.onReply(rep)
+			cl.session.onReply(rep, m.lineage)
 		}
 	}
 }
 
 // deliver hands entries that continue the delivered sequence on (a gap
 // or a repeat drops the stream, as certclient does).
-func (c *streamClient) deliver(raw [][]byte) bool {
+func (c *streamClient) deliver(raw [][]byte, lineage int) bool {
 	entries, err := certclient.Continuing(raw, c.delivered)
 	if err != nil {
 		c.r.w.note("entry-out-of-sequence", uint64(c.r.id), c.delivered, 0)
@@ -184,13 +189,14 @@ func (c *streamClient) deliver(raw [][]byte) bool {
 		return false
 	}
 	c.delivered = entries[len(entries)-1].Version
-	c.settleFromLog(entries)
+	c.settleFromLog(entries, lineage)
 	return true
 }
 
 // settleFromLog answers pending calls whose transaction is in the
-// delivered entries: it committed, at that version.
-func (c *streamClient) settleFromLog(entries []logentry.Entry) {
+// delivered entries (sent by a certifier of lineage): it committed, at
+// that version.
+func (c *streamClient) settleFromLog(entries []logentry.Entry, lineage int) {
 	if len(c.pending) == 0 {
 		return
 	}
@@ -205,6 +211,6 @@ func (c *streamClient) settleFromLog(entries []logentry.Entry) {
 		}
 		cl := c.take(id)
 		c.r.w.stats.SettledFromLog++
-		cl.session.onReply(&pb.CertifyReply{RequestId: id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version})
+		cl.session.onReply(&pb.CertifyReply{RequestId: id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version}, lineage)
 	}
 }

@@ -64,7 +64,7 @@ type Config struct {
 	CertifyTimeoutTicks int64 // the agent gives up on the certifier (outcome unknown)
 	ReconnectDelayTicks int64
 	// RebuildTicksMax bounds how long the supervisor takes to rebuild a
-	// refused replica (RebuildTicksMax/4..RebuildTicksMax).
+	// refused replica (rebuildTicksMin..RebuildTicksMax).
 	RebuildTicksMax      int64
 	ApplyTicksMax        int64 // one remote batch or local commit takes 1..this
 	ApplyBatchEntriesMax int

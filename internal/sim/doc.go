@@ -79,11 +79,19 @@
 //     the version the store recovered; every stream opens with the rest.
 //   - supervisor (cluster/supervisor.go): a replica the certifier refuses
 //     halts (no new transactions; its client keeps trying and applies what
-//     an admitted stream delivers), and the supervisor rebuilds halted
-//     replicas one at a time. A rebuild replaces the store with an empty
-//     one that catches up from the log's start: the simulated log is never
-//     compacted, so it holds every version (the real supervisor copies a
-//     serving peer instead).
+//     an admitted stream delivers) until its agent's next run (an agent
+//     start or a database restart), and the supervisor rebuilds the
+//     replicas whose agent runs and says it halted, one at a time. A
+//     rebuild copies the store of the serving replica with the highest
+//     version (its versions, epochs and history; chooseDonor: its agent
+//     runs, has caught up and has not halted, and the certifier admitted
+//     its stream), and the agent catches up from the copy's version. When
+//     no replica serves, as after most re-creations of the certifier, the
+//     real supervisor cannot rebuild and an operator must act; the
+//     simulation then rebuilds from an empty store that catches up from
+//     the log's start (the simulated log is never compacted) and counts
+//     it as "rebuilt without a donor" (Stats.RebuildsWithoutDonor), which
+//     TestSimulation reports.
 //   - lineages (lineage.go): re-creating the certifier from an empty data
 //     directory starts a new log whose versions reuse the numbers from 1,
 //     under generations no older lineage used. Replicas still hold the old
@@ -97,7 +105,8 @@
 // own simulation), flow control, backends that keep their certified
 // version across an agent restart (order.Inherit): an agent crash closes
 // the simulated sessions, log retention (no replica is ever below the
-// log's start), and a rebuild's copy from a peer.
+// log's start), and the time a rebuild's copy takes (the donor's store is
+// copied at once when the rebuild is due).
 //
 // # Faults
 //
@@ -131,9 +140,12 @@
 // and, from the values read alone, without trusting the snapshots the
 // simulation recorded, each transaction's reads fit one prefix of the log
 // (long fork as observed by clients). A transaction whose client was
-// answered 40001 must not be in the log. Foreign keys: some reads of update
-// transactions stand for a foreign-key check of a parent row
-// (Config.ReferencePercent) and are certified as references; no committed
+// answered 40001 must not be in the log of the lineage whose certifier
+// sent the answer (messages carry their sender's lineage, so an answer
+// delivered after a re-creation names the older one), nor, if its
+// session closed before COMMIT was sent, in any log. Foreign keys: some
+// reads of update transactions stand for a foreign-key check of a parent
+// row (Config.ReferencePercent) and are certified as references; no committed
 // transaction's referenced key was written between its snapshot and its
 // commit, and no write committed from a snapshot older than a reference to
 // its key committed before it (the orphan-row race, in both orders).
@@ -145,9 +157,10 @@
 // top of versions of the same log, so every replica holds the log's
 // transaction at every version it holds (a replica caught up from a log
 // that holds other transactions at its versions is "another history at
-// the same versions"); the certifier admits a stream exactly when the
-// history it opens with agrees with the log's epochs at every version up
-// to the replica's (compared version by version, not with
+// the same versions"); the history a stream opens with gives the epochs
+// the replica's store held when it was sent, and the certifier admits the
+// stream exactly when that history agrees with the log's epochs at every
+// version up to the replica's (compared version by version, not with
 // certifier.CommonVersion). At the end every replica's history gives the
 // log's epochs, and the cluster has converged only when every replica
 // serves on an admitted stream: equal version numbers alone prove

@@ -18,7 +18,7 @@ const (
 )
 
 // txnRecord is everything a client saw of one transaction: the ledger the
-// checkers compare with the final log.
+// checkers compare with the durable logs.
 type txnRecord struct {
 	id       certification.TxnID
 	replica  int
@@ -35,10 +35,16 @@ type txnRecord struct {
 	// lineage is the certifier lineage (lineage.go) whose log holds its
 	// snapshot, and its version once acknowledged.
 	lineage int
-	// abortedIn is the lineage whose certifier answered its abort: the
-	// current one when the answer arrived.
+	// abortedIn is the lineage whose certifier sent its abort (the
+	// message carries the sender's lineage, so an answer that arrives
+	// after a re-creation names the older one), or anyLineage when its
+	// session closed before COMMIT was sent: no log may hold it.
 	abortedIn int
 }
+
+// anyLineage is txnRecord.abortedIn for a transaction no certifier
+// answered: it is searched for in every lineage's log.
+const anyLineage = -1
 
 // referencedOnly is the keys the transaction referenced and did not
 // write: a write of the key conflicts with all a reference would, so the

@@ -111,8 +111,19 @@ func (s *store) checkCommit(v uint64, txn certification.TxnID, epoch uint64) {
 // admitted) against the truth: a replica whose history agrees with the
 // durable log at every version up to its own (the same epoch at each)
 // holds the log's prefix and must be admitted; any other must be refused.
-// The comparison is by versions, not by certifier.CommonVersion.
-func (w *world) judgeAdmission(replica int, o *pb.OpenSession, err error) {
+// The comparison is by versions, not by certifier.CommonVersion. The
+// history is the truth only if it describes the versions the store held
+// when the replica sent it (storeEpochs): that is checked first. (Above
+// the store's version, up to the delivered one, it describes entries
+// delivered from a log, which checkCommit checks as they commit.)
+func (w *world) judgeAdmission(replica int, o *pb.OpenSession, storeEpochs []uint64, err error) {
+	for i, e := range storeEpochs[:min(o.ReplicaVersion, uint64(len(storeEpochs)))] {
+		if v := uint64(i + 1); epochInRuns(o.History, v) != e {
+			w.violate("replica %d opened a stream at version %d with the history %s, which gives version %d epoch %d, but its store holds epoch %d there",
+				replica, o.ReplicaVersion, runsString(o.History), v, epochInRuns(o.History, v), e)
+			break
+		}
+	}
 	d := &w.cert.disk
 	v := o.ReplicaVersion
 	prefix := v <= d.durable() && runsEqual(clipRuns(o.History, v), runsOf(d.epochs[:v]))

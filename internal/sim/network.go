@@ -38,6 +38,14 @@ type message struct {
 	// refused: the reset is the certifier refusing the session
 	// (FailedPrecondition, pb.NeedsStateTransfer).
 	refused bool
+	// lineage is the lineage (lineage.go) of the certifier that sent a
+	// message to a replica: a reply in flight when the certifier is
+	// re-created arrives after the next lineage began.
+	lineage int
+	// storeEpochs is, in the message that opens a session, the epochs of
+	// the versions the replica's store held when it sent it: what the
+	// history it sends must describe (judgeAdmission).
+	storeEpochs []uint64
 }
 
 // txnOf is a transaction id as certification names it.

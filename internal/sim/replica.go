@@ -51,9 +51,10 @@ type replica struct {
 	recovering  bool // clients wait until the replica caught up
 	targetKnown bool
 	target      uint64 // the certifier's durable version when recovery began
-	// halted: the certifier refused the agent's session; it admits no
-	// new transaction until it restarts, and the supervisor rebuilds the
-	// replica if it is still halted then.
+	// halted: the certifier refused the agent's session; the agent
+	// admits no new transaction until its next run (an agent start or a
+	// database restart), and the supervisor rebuilds the replica if its
+	// agent runs and still says it halted when its turn comes.
 	halted bool
 }
 
@@ -127,7 +128,7 @@ func (r *replica) crash(agentOnly bool) {
 		return
 	}
 	r.w.stats.ReplicaCrashes++
-	r.up = false
+	r.up, r.halted = false, false // a halt is the agent's state: it ends with the process
 	if agentOnly {
 		r.crashAgent()
 	} else {
@@ -167,10 +168,13 @@ func (r *replica) crashDatabaseOnly(downTicks int64) {
 	})
 }
 
+// resumeAfterDatabaseRestart is the agent's next run (agent.go, Run) once
+// its database answers again: like an agent start, it has not halted
+// (yet) and deletes the runs of its history above the recovered version.
 func (r *replica) resumeAfterDatabaseRestart() {
-	r.dbUp = true
+	r.dbUp, r.halted = true, false
 	r.ord.Reset(r.recoveredVersion())
-	r.db.trimRuns(r.ord.Committed()) // a new run of the agent (agent.go, Run)
+	r.db.trimRuns(r.ord.Committed())
 	r.w.note("database-up", uint64(r.id), r.db.version, 0)
 	r.openStream()
 	for _, s := range r.sessions {
@@ -206,16 +210,17 @@ func (r *replica) settleInFlight() {
 
 // deliver hands entries of the stream opened at round to the order, after
 // recording the runs they start in the replica's history, as the agent
-// does (internal/agent/history.go, recordRuns). It is false if a run
-// could not be recorded because the database is down: the entries are not
-// delivered, and the next stream delivers them again.
+// does (internal/agent/history.go, recordRuns). It is false if the
+// entries were not delivered: a run could not be recorded because the
+// database is down (the next stream delivers them again), or an entry
+// cannot be read or the order refused them (a violation).
 func (r *replica) deliver(round uint64, entries []logentry.Entry) bool {
 	heads := make([]logentry.RawHeader, len(entries))
 	for i, e := range entries {
 		h, err := logentry.RawHeaderOf(e.Bytes)
 		if err != nil {
 			r.w.violate("replica %d was delivered version %d, which it cannot read: %v", r.id, e.Version, err)
-			return true
+			return false
 		}
 		heads[i] = h
 	}
@@ -237,7 +242,7 @@ func (r *replica) deliver(round uint64, entries []logentry.Entry) bool {
 	}
 	if err := r.ord.Deliver(round, entries); err != nil {
 		r.w.violate("replica %d: %v", r.id, err)
-		return true
+		return false
 	}
 	r.w.note("delivered", uint64(r.id), entries[len(entries)-1].Version, round)
 	r.progress()
@@ -368,12 +373,19 @@ func (r *replica) applyBatch(b *order.Batch) {
 // (order.Abandon; a batch already waiting behind it is cancelled); the
 // client still gets COMMIT (Tashkent §8.1 soft recovery).
 func (r *replica) commitLocal(s *session) {
-	s.phase = committing
 	v, txn := s.version, s.txn
 	entry, ok := r.delivered[v]
 	if !ok {
+		// Without its entry the commit has no epoch: the session gives
+		// its version up to the applier, as after a refused commit, and
+		// its client does not learn the outcome.
 		r.w.violate("replica %d: %v commits version %d, which was never delivered to it", r.id, txn.id, v)
+		r.ord.Abandon(s.local)
+		r.w.hist.end(txn, unknown)
+		s.finish()
+		return
 	}
+	s.phase = committing
 	if r.w.chance(r.w.cfg.SoftRecoveryPerMille) {
 		r.startCommit("commit-refused", func() {}, func() {
 			r.w.stats.SoftRecoveries++

@@ -174,15 +174,16 @@ func (s *session) timeout() {
 	s.finish()
 }
 
-// onReply handles the certifier's answer to the session's request.
-func (s *session) onReply(rep *pb.CertifyReply) {
+// onReply handles the answer to the session's request that a certifier
+// of lineage sent.
+func (s *session) onReply(rep *pb.CertifyReply, lineage int) {
 	r, w := s.r, s.r.w
 	if s.phase != certifying || txnOf(rep.Txn) != s.txn.id {
 		w.violate("replica %d session %d got a reply for %v in phase %d", r.id, s.id, txnOf(rep.Txn), s.phase)
 		return
 	}
 	if rep.Decision != pb.Decision_DECISION_COMMIT {
-		s.txn.abortedIn = w.lineage()
+		s.txn.abortedIn = lineage
 		r.ord.Abandon(s.local)
 		w.hist.end(s.txn, aborted)
 		s.finish()
@@ -215,7 +216,8 @@ func (s *session) lost() {
 		s.r.w.hist.end(s.txn, unknown)
 	case waitingTurn, committing, awaitingApply:
 		s.r.w.hist.end(s.txn, unknown) // certified, not acknowledged
-	default:
+	default: // its COMMIT was never sent
+		s.txn.abortedIn = anyLineage
 		s.r.w.hist.end(s.txn, aborted)
 	}
 	s.phase = idle

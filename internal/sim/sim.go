@@ -45,6 +45,10 @@ type Stats struct {
 	CertifierRecreations int // the certifier re-created from an empty data directory
 	Refusals             int // streams the certifier refused (certifier.Admit)
 	Rebuilds             int // refused replicas rebuilt
+	// RebuildsWithoutDonor are the rebuilds that found no serving
+	// replica to copy and caught up from the log's start instead: the
+	// real supervisor cannot do that, so an operator must act there.
+	RebuildsWithoutDonor int
 	ConvergedAtTick      int64
 }
 

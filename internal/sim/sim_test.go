@@ -39,6 +39,8 @@ func TestSimulation(t *testing.T) {
 	t.Logf("%d seeds in %v (%.0f seeds/s), %d failing", *seedsFlag, took.Round(time.Millisecond),
 		float64(*seedsFlag)/took.Seconds(), failures)
 	t.Logf("totals: %+v", total)
+	t.Logf("rebuilds: %d from a donor, %d without a donor (rebuilt from the log's start: the real cluster needs an operator here)",
+		total.Rebuilds-total.RebuildsWithoutDonor, total.RebuildsWithoutDonor)
 	requireFaultsHappened(t, total)
 }
 
@@ -65,7 +67,8 @@ func requireFaultsHappened(t *testing.T, s Stats) {
 		"duplicate outcomes": s.DuplicateOutcomes, "too-old aborts": s.TooOld, "mw tails lost and replayed": s.LostTailVersions,
 		"unknown outcomes": s.Unknown, "soft recoveries": s.SoftRecoveries, "apply batches cancelled": s.BatchesCancelled,
 		"overloaded certifier": s.Overloaded, "certifier re-created": s.CertifierRecreations,
-		"refused streams": s.Refusals, "rebuilt replicas": s.Rebuilds,
+		"refused streams": s.Refusals, "rebuilt from a donor": s.Rebuilds - s.RebuildsWithoutDonor,
+		"rebuilt without a donor": s.RebuildsWithoutDonor,
 	}
 	if *seedsFlag < 200 {
 		return // too few seeds to expect every rare event
@@ -107,6 +110,7 @@ func add(total *Stats, s Stats) {
 	total.CertifierRecreations += s.CertifierRecreations
 	total.Refusals += s.Refusals
 	total.Rebuilds += s.Rebuilds
+	total.RebuildsWithoutDonor += s.RebuildsWithoutDonor
 	total.ConvergedAtTick = max(total.ConvergedAtTick, s.ConvergedAtTick)
 }
 

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certification"
 )
@@ -35,6 +37,21 @@ type versioned struct {
 
 func newStore(w *world, replica int) *store {
 	return &store{w: w, replica: replica, history: make([][]versioned, w.cfg.Keys)}
+}
+
+// copyFor is a copy of the store for replica, as a rebuild's copy of a
+// donor's data directory holds it: every committed version, flushed, and
+// the history table.
+func (s *store) copyFor(replica int) *store {
+	c := &store{
+		w: s.w, replica: replica, history: make([][]versioned, len(s.history)),
+		version: s.version, flushed: s.version, lineage: s.lineage,
+		applied: slices.Clone(s.applied), epochs: slices.Clone(s.epochs), runs: slices.Clone(s.runs),
+	}
+	for k, h := range s.history {
+		c.history[k] = slices.Clone(h)
+	}
+	return c
 }
 
 // read returns the value of key at snapshot (0: never written).
