@@ -18,12 +18,18 @@ import (
 // sends what certifier.TakeSendable and certifier.PushDue let go, after
 // the entries certifier.SendReplies puts before the replies (stream.go,
 // sendLoop). Recovery starts at certifier.WindowBase and restores entries
-// as a group member does (certifier.DecodeEntryKeys). What is left here is
-// I/O: streams and their sequence numbers, the disk, timing.
+// as a group member does (certifier.DecodeEntryKeys); every start takes a
+// new generation, the epoch of the entries it certifies. Streams are
+// admitted by certifier.Admit, with the history the replica sends and the
+// log's runs. What is left here is I/O: streams and their sequence
+// numbers, the disk, timing.
 type certProcess struct {
 	w           *world
 	up          bool
 	incarnation uint64
+	// generation is the epoch of every entry this start certifies
+	// (LogEntry.epoch; the service's single.go).
+	generation uint64
 
 	state   *certification.State
 	disk    disk
@@ -69,13 +75,38 @@ func (c *certProcess) restart() {
 		c.state.Restore(e.Version, txn, keys)
 	}
 	c.disk.sync(len(c.disk.entries)) // recovery reads and syncs what it keeps
-	c.w.note("certifier-up", c.incarnation, c.disk.last(), base)
+	c.generation = c.nextGeneration()
+	c.w.note("certifier-up", c.incarnation, c.disk.last(), c.generation)
+}
+
+// nextGeneration is the service's (certifier/epochs.go): above the one
+// the generation file holds and every epoch in the log, and at least the
+// clock, so that a certifier whose data directory is new (a new lineage)
+// does not reuse an older lineage's epoch. It is synced before the
+// certifier serves. The simulated clock is the tick, plus one so that a
+// start at tick 0 gets generation 1.
+func (c *certProcess) nextGeneration() uint64 {
+	g := max(c.disk.generation+1, c.disk.topEpoch()+1, uint64(c.w.now)+1)
+	c.disk.generation = g
+	c.w.noteGeneration(g)
+	return g
 }
 
 // crash loses the streams, everything certified but not written, and
 // whatever the disk had not synced.
 func (c *certProcess) crash() {
 	c.crashKeeping(c.w.rng.IntN(len(c.disk.entries) - c.disk.synced + 1))
+}
+
+// recreate replaces the certifier's data directory with an empty one, as
+// an operator does whose certifier lost its disk: a new lineage
+// (lineage.go). A running certifier crashes first; the next start
+// begins an empty log, with versions from 1 again.
+func (c *certProcess) recreate() {
+	c.crash()
+	c.w.retireLog()
+	c.w.stats.CertifierRecreations++
+	c.w.note("certifier-recreated", uint64(c.w.lineage()), 0, 0)
 }
 
 // crashKeeping crashes with keep of the unsynced entries surviving.
@@ -129,14 +160,23 @@ func (c *certProcess) stream(conn connID) *certStream {
 	return nil
 }
 
-// open admits a stream as certifier.Admit says: a replica can never be
-// ahead of the durable log, so a refusal here is a finding.
+// open admits a stream as certifier.Admit says, comparing the history
+// the replica sent with the log's runs (stream.go, logHistory); a refused
+// stream ends with the refusal (the agent halts and is rebuilt).
+// judgeAdmission checks the verdict.
 func (c *certProcess) open(m message) *certStream {
 	o := m.req.Open
-	if err := certifier.Admit(o, certifier.LogHistory{Durable: c.disk.durable(), StartsAfter: c.disk.startsAfter()}); err != nil {
-		c.w.violate("replica %d's stream at version %d was refused (it holds versions the log never made durable): %v",
-			m.conn.replica, o.ReplicaVersion, err)
-		c.send(&certStream{conn: m.conn}, message{reset: true})
+	durable := c.disk.durable()
+	judged := o
+	if c.w.cfg.Mutation == MutationCompareNumbersOnly {
+		judged = &pb.OpenSession{Replica: o.Replica, ReplicaVersion: o.ReplicaVersion, Push: o.Push}
+	}
+	err := certifier.Admit(judged, certifier.LogHistory{Runs: c.disk.runs(durable), Durable: durable, StartsAfter: c.disk.startsAfter()})
+	c.w.judgeAdmission(m.conn.replica, o, m.storeEpochs, err)
+	if err != nil {
+		c.w.stats.Refusals++
+		c.w.note("stream-refused", uint64(m.conn.replica), m.conn.n, o.ReplicaVersion)
+		c.send(&certStream{conn: m.conn}, message{reset: true, refused: true})
 		return nil
 	}
 	// A newer stream of the same replica replaces the old one.
@@ -151,6 +191,11 @@ func (c *certProcess) open(m message) *certStream {
 	c.streams = append(c.streams, st)
 	c.w.note("stream-open", uint64(m.conn.replica), m.conn.n, o.ReplicaVersion)
 	return st
+}
+
+// admitted is true when the certifier serves r's current stream.
+func (c *certProcess) admitted(r *replica) bool {
+	return r.client != nil && r.client.connected && c.stream(r.client.conn) != nil
 }
 
 func (c *certProcess) close(st *certStream) {
@@ -169,7 +214,7 @@ func (c *certProcess) handle(st *certStream, req *pb.CertifyStreamRequestEncoded
 			overloaded[i] = c.inFlight > c.w.cfg.InFlightRequestsMax
 		}
 		var answers []certifier.Answer
-		answers, c.pending = certifier.CertifyMessage(c.state, c.incarnation, c.limits(), req.Requests, overloaded, c.pending)
+		answers, c.pending = certifier.CertifyMessage(c.state, c.generation, c.limits(), req.Requests, overloaded, c.pending)
 		for i, a := range answers {
 			c.count(a, overloaded[i])
 			st.waiting = append(st.waiting, a)
@@ -260,7 +305,7 @@ func (c *certProcess) flush(st *certStream) {
 func waitForOf(a certifier.Answer) uint64 { return a.WaitFor }
 
 func (c *certProcess) send(st *certStream, m message) {
-	m.conn, m.seq, m.toCert = st.conn, st.sendNext, false
+	m.conn, m.seq, m.toCert, m.lineage = st.conn, st.sendNext, false, c.w.lineage()
 	st.sendNext++
 	c.w.net.send(m)
 }

@@ -8,29 +8,36 @@ import (
 )
 
 // check runs the checkers over the final state: the certifier's durable
-// log is the truth every other observation is compared with.
+// log is the truth every other observation is compared with; each
+// transaction is judged against the log of its lineage (lineage.go), and
+// convergence against the current one.
 func (w *world) check() {
-	log := w.durableLog()
-	committedAt := w.checkLog(log)
-	w.checkAcknowledged(log)
+	logs := make([][]logged, w.lineage()+1)
+	committedAt := make([]map[certification.TxnID]uint64, len(logs))
+	for l := range logs {
+		logs[l] = w.durableLog(w.logOf(l))
+		committedAt[l] = w.checkLog(logs[l])
+		w.checkNoLostUpdate(logs[l])
+		w.checkReferences(logs[l])
+	}
+	w.checkAcknowledged(logs)
 	w.checkAbortedStayAborted(committedAt)
-	w.checkConvergence(log)
-	w.checkNoLostUpdate(log)
-	w.checkReferences(log)
-	w.checkReads(log, committedAt)
-	w.checkObservedPrefixes(log, committedAt)
+	w.checkConvergence(logs[w.lineage()])
+	w.checkReads(logs, committedAt)
+	w.checkObservedPrefixes(logs, committedAt)
 }
 
 // logged is one entry of the certifier's durable log, decoded.
 type logged struct {
 	version uint64
 	txn     certification.TxnID
+	epoch   uint64
 	writes  []write
 }
 
-// durableLog decodes the certifier's durable log.
-func (w *world) durableLog() []logged {
-	entries := w.cert.disk.entries[:w.cert.disk.synced]
+// durableLog decodes the durable log on d.
+func (w *world) durableLog(d *disk) []logged {
+	entries := d.entries[:d.synced]
 	log := make([]logged, len(entries))
 	for i, e := range entries {
 		le, err := e.Decode()
@@ -38,9 +45,18 @@ func (w *world) durableLog() []logged {
 			w.violate("log position %d cannot be decoded: %v", i+1, err)
 			continue
 		}
-		log[i] = logged{version: le.Version, txn: txnOf(le.Txn), writes: writesOf(le.Writeset)}
+		log[i] = logged{version: le.Version, txn: txnOf(le.Txn), epoch: le.Epoch, writes: writesOf(le.Writeset)}
 	}
 	return log
+}
+
+// replay is the state the log's replay builds.
+func (w *world) replay(log []logged) *store {
+	truth := newStore(&world{cfg: w.cfg}, -1)
+	for _, e := range log {
+		truth.commit(e.version, e.txn, e.epoch, e.writes)
+	}
+	return truth
 }
 
 // checkLog: every version appears once, in order, and no transaction got
@@ -60,50 +76,60 @@ func (w *world) checkLog(log []logged) map[certification.TxnID]uint64 {
 	return committedAt
 }
 
-// checkAcknowledged: no acknowledged commit is lost; it is in the log at
-// the version the client was told.
-func (w *world) checkAcknowledged(log []logged) {
+// checkAcknowledged: no acknowledged commit is lost; it is in the log of
+// its lineage at the version the client was told.
+func (w *world) checkAcknowledged(logs [][]logged) {
 	for _, t := range w.hist.txns {
 		if t.status != acked {
 			continue
 		}
+		log := logs[t.lineage]
 		if t.version == 0 || t.version > uint64(len(log)) || log[t.version-1].txn != t.id {
-			w.violate("acknowledged commit lost: %v was acknowledged at version %d, which the final log (length %d) does not hold for it",
-				t.id, t.version, len(log))
+			w.violate("acknowledged commit lost: %v was acknowledged at version %d, which the durable log of lineage %d (length %d) does not hold for it",
+				t.id, t.version, t.lineage, len(log))
 		}
 	}
 }
 
 // checkAbortedStayAborted: a transaction whose client was told it aborted
-// (40001) must not be in the log. The client retries such a transaction, so
-// a commit would execute its work twice.
-func (w *world) checkAbortedStayAborted(committedAt map[certification.TxnID]uint64) {
+// (40001) must not be in the log of the lineage whose certifier answered
+// it, nor, if its COMMIT was never sent, in any log. The client retries
+// such a transaction, so a commit would execute its work twice.
+func (w *world) checkAbortedStayAborted(committedAt []map[certification.TxnID]uint64) {
 	for _, t := range w.hist.txns {
-		if t.status == aborted && committedAt[t.id] != 0 {
-			w.violate("%v was answered as aborted but committed at version %d", t.id, committedAt[t.id])
+		if t.status != aborted {
+			continue
+		}
+		for l, at := range committedAt {
+			if v := at[t.id]; v != 0 && (t.abortedIn == l || t.abortedIn == anyLineage) {
+				w.violate("%v was answered as aborted but committed at version %d of lineage %d", t.id, v, l)
+			}
 		}
 	}
 }
 
 // checkConvergence: after healing, every replica holds every version, in
-// the log's order (so replicas agree on the order: no long fork), and the
-// same state as the log's replay.
+// the log's order (so replicas agree on the order: no long fork), with the
+// log's epochs in its history, and the same state as the log's replay.
 func (w *world) checkConvergence(log []logged) {
 	if !w.converged {
 		w.violate("the cluster did not converge within %d ticks of healing: %s", w.cfg.HealTicksMax, w.convergenceState())
 	}
-	truth := newStore(&world{cfg: w.cfg}, -1)
-	for _, e := range log {
-		truth.commit(e.version, e.txn, e.writes)
-	}
+	truth := w.replay(log)
 	for _, r := range w.replicas {
 		db := r.db
 		if w.converged && db.version != uint64(len(log)) {
 			w.violate("replica %d is at version %d, the log at %d", r.id, db.version, len(log))
 		}
 		for i, txn := range db.applied {
-			if i >= len(log) || log[i].txn != txn {
-				w.violate("replica %d committed %v at version %d, where the log has another transaction (or none)", r.id, txn, i+1)
+			if i >= len(log) || log[i].txn != txn || log[i].epoch != db.epochs[i] {
+				w.violate("replica %d committed %v (epoch %d) at version %d, where the log has another transaction (or none)", r.id, txn, db.epochs[i], i+1)
+				break
+			}
+		}
+		for v := uint64(1); v <= db.version && v <= uint64(len(log)); v++ {
+			if e := epochInRuns(db.runs, v); e != log[v-1].epoch {
+				w.violate("replica %d's history gives version %d epoch %d, the log %d", r.id, v, e, log[v-1].epoch)
 				break
 			}
 		}
@@ -195,19 +221,19 @@ func (w *world) checkReferences(log []logged) {
 // snapshot holds. That excludes aborted reads (G1a), intermediate reads
 // (G1b), reads of versions above the snapshot, stale reads within a
 // snapshot, and long fork: every snapshot is a prefix of the one order.
-func (w *world) checkReads(log []logged, committedAt map[certification.TxnID]uint64) {
-	truth := newStore(&world{cfg: w.cfg}, -1)
-	for _, e := range log {
-		truth.commit(e.version, e.txn, e.writes)
+func (w *world) checkReads(logs [][]logged, committedAt []map[certification.TxnID]uint64) {
+	truths := make([]*store, len(logs))
+	for l, log := range logs {
+		truths[l] = w.replay(log)
 	}
 	for _, t := range w.hist.txns {
 		for _, o := range t.reads {
 			if o.own {
 				continue
 			}
-			if want := truth.read(o.key, t.snapshot); o.value != want {
+			if want := truths[t.lineage].read(o.key, t.snapshot); o.value != want {
 				w.violate("%v read key %d = %d at snapshot %d, but the log's prefix holds %d: %s",
-					t.id, o.key, o.value, t.snapshot, want, w.classifyRead(o, t, committedAt))
+					t.id, o.key, o.value, t.snapshot, want, w.classifyRead(o, t, committedAt[t.lineage]))
 			}
 		}
 	}
@@ -236,14 +262,19 @@ func (w *world) classifyRead(o observation, t *txnRecord, committedAt map[certif
 // k after v); the intersection must not be empty. Two read-only
 // transactions on different replicas that saw two writes in opposite orders
 // (a long fork) cannot both pass, as the log has one order.
-func (w *world) checkObservedPrefixes(log []logged, committedAt map[certification.TxnID]uint64) {
-	writers := make([][]uint64, w.cfg.Keys) // per key, the versions that wrote it
-	for _, e := range log {
-		for _, wr := range e.writes {
-			writers[wr.key] = append(writers[wr.key], e.version)
+func (w *world) checkObservedPrefixes(logs [][]logged, committedAts []map[certification.TxnID]uint64) {
+	writersOf := make([][][]uint64, len(logs))
+	for l, log := range logs {
+		writers := make([][]uint64, w.cfg.Keys) // per key, the versions that wrote it
+		for _, e := range log {
+			for _, wr := range e.writes {
+				writers[wr.key] = append(writers[wr.key], e.version)
+			}
 		}
+		writersOf[l] = writers
 	}
 	for _, t := range w.hist.txns {
+		writers, committedAt := writersOf[t.lineage], committedAts[t.lineage]
 		lo, hi := uint64(0), uint64(math.MaxUint64)
 		for _, o := range t.reads {
 			if o.own {

@@ -15,7 +15,8 @@ import (
 // delivered version with every pending request re-sent under the same
 // transaction id (session); pending calls settled from delivered entries
 // (settleFromLog). Entries are checked to continue the delivered sequence
-// by the client's own certclient.Continuing.
+// by the client's own certclient.Continuing. Every session opens with the
+// replica's history (certclient.Options.History).
 type streamClient struct {
 	r      *replica
 	round  uint64 // the order's round this client delivers in
@@ -59,8 +60,8 @@ func (c *streamClient) connect() {
 	c.conn = connID{replica: r.id, n: r.connN}
 	c.connected, c.sendNext, c.recvNext, c.lastHeard = true, 0, 0, r.w.now
 	r.w.note("connect", uint64(r.id), r.connN, c.delivered)
-	open := &pb.OpenSession{Replica: r.name, ReplicaVersion: c.delivered, Push: !r.w.cfg.NoPush}
-	c.send(&pb.CertifyStreamRequestEncoded{Open: open, CatchUp: true})
+	open := &pb.OpenSession{Replica: r.name, ReplicaVersion: c.delivered, Push: !r.w.cfg.NoPush, History: slices.Clone(r.db.runs)}
+	c.sendMessage(message{req: &pb.CertifyStreamRequestEncoded{Open: open, CatchUp: true}, storeEpochs: slices.Clone(r.db.epochs)})
 	if len(c.pending) == 0 {
 		return
 	}
@@ -78,7 +79,12 @@ func (c *streamClient) connect() {
 }
 
 func (c *streamClient) send(req *pb.CertifyStreamRequestEncoded) {
-	c.r.w.net.send(message{conn: c.conn, seq: c.sendNext, toCert: true, req: req})
+	c.sendMessage(message{req: req})
+}
+
+func (c *streamClient) sendMessage(m message) {
+	m.conn, m.seq, m.toCert = c.conn, c.sendNext, true
+	c.r.w.net.send(m)
 	c.sendNext++
 }
 
@@ -139,8 +145,11 @@ func (c *streamClient) receive(m message) {
 	if c.closed || !c.connected || m.conn != c.conn {
 		return // a message of an older stream
 	}
+	if m.refused {
+		c.r.refused()
+	}
 	if m.reset || m.seq > c.recvNext {
-		c.breakStream() // closed by the certifier, or a message went missing
+		c.breakStream() // closed or refused by the certifier, or a message went missing
 		return
 	}
 	if m.seq < c.recvNext {
@@ -148,7 +157,7 @@ func (c *streamClient) receive(m message) {
 	}
 	c.recvNext++
 	c.lastHeard = c.r.w.now
-	if !c.deliver(m.rep.Entries) {
+	if !c.deliver(m.rep.Entries, m.lineage) {
 		c.breakStream()
 		return
 	}
@@ -160,14 +169,14 @@ func (c *streamClient) receive(m message) {
 			if rep.Decision == pb.Decision_DECISION_COMMIT {
 				c.r.w.stats.CommitReplies++
 			}
-			cl.session.onReply(rep)
+			cl.session.onReply(rep, m.lineage)
 		}
 	}
 }
 
 // deliver hands entries that continue the delivered sequence on (a gap
 // or a repeat drops the stream, as certclient does).
-func (c *streamClient) deliver(raw [][]byte) bool {
+func (c *streamClient) deliver(raw [][]byte, lineage int) bool {
 	entries, err := certclient.Continuing(raw, c.delivered)
 	if err != nil {
 		c.r.w.note("entry-out-of-sequence", uint64(c.r.id), c.delivered, 0)
@@ -176,15 +185,18 @@ func (c *streamClient) deliver(raw [][]byte) bool {
 	if len(entries) == 0 {
 		return true
 	}
-	c.r.deliver(c.round, entries)
+	if !c.r.deliver(c.round, entries) {
+		return false
+	}
 	c.delivered = entries[len(entries)-1].Version
-	c.settleFromLog(entries)
+	c.settleFromLog(entries, lineage)
 	return true
 }
 
 // settleFromLog answers pending calls whose transaction is in the
-// delivered entries: it committed, at that version.
-func (c *streamClient) settleFromLog(entries []logentry.Entry) {
+// delivered entries (sent by a certifier of lineage): it committed, at
+// that version.
+func (c *streamClient) settleFromLog(entries []logentry.Entry, lineage int) {
 	if len(c.pending) == 0 {
 		return
 	}
@@ -199,6 +211,6 @@ func (c *streamClient) settleFromLog(entries []logentry.Entry) {
 		}
 		cl := c.take(id)
 		c.r.w.stats.SettledFromLog++
-		cl.session.onReply(&pb.CertifyReply{RequestId: id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version})
+		cl.session.onReply(&pb.CertifyReply{RequestId: id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version}, lineage)
 	}
 }

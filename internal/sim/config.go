@@ -45,20 +45,27 @@ type Config struct {
 
 	// Node faults: the nemesis acts every 1..NemesisTicksMax ticks and picks
 	// one of these, weighted.
-	NemesisTicksMax       int64
-	ReplicaCrashWeight    int
-	CertifierCrashWeight  int
-	PartitionWeight       int
-	DownTicksMax          int64 // how long a crashed node or a partition lasts
-	DatabaseOnlyCrashRate int   // percent of replica crashes that keep the agent up
-	AgentOnlyCrashRate    int   // percent of the others that keep the database up
-	OneWayPartitionRate   int   // percent of partitions that cut one direction only
+	NemesisTicksMax      int64
+	ReplicaCrashWeight   int
+	CertifierCrashWeight int
+	PartitionWeight      int
+	// CertifierRecreateWeight re-creates the certifier from an empty data
+	// directory (a new lineage: lineage.go) while the replicas hold the
+	// old log's versions; they must be refused and rebuilt.
+	CertifierRecreateWeight int
+	DownTicksMax            int64 // how long a crashed node or a partition lasts
+	DatabaseOnlyCrashRate   int   // percent of replica crashes that keep the agent up
+	AgentOnlyCrashRate      int   // percent of the others that keep the database up
+	OneWayPartitionRate     int   // percent of partitions that cut one direction only
 
-	DiskSyncTicksMax     int64 // the certifier's fsync latency: the unsynced window
-	StoreFlushTicks      int64 // mw: how often the replica's store flushes
-	StalenessTicks       int64 // a replica's catch-up request and keepalive period
-	CertifyTimeoutTicks  int64 // the agent gives up on the certifier (outcome unknown)
-	ReconnectDelayTicks  int64
+	DiskSyncTicksMax    int64 // the certifier's fsync latency: the unsynced window
+	StoreFlushTicks     int64 // mw: how often the replica's store flushes
+	StalenessTicks      int64 // a replica's catch-up request and keepalive period
+	CertifyTimeoutTicks int64 // the agent gives up on the certifier (outcome unknown)
+	ReconnectDelayTicks int64
+	// RebuildTicksMax bounds how long the supervisor takes to rebuild a
+	// refused replica (rebuildTicksMin..RebuildTicksMax).
+	RebuildTicksMax      int64
 	ApplyTicksMax        int64 // one remote batch or local commit takes 1..this
 	ApplyBatchEntriesMax int
 	// InFlightRequestsMax is the certifier's limit on requests received and
@@ -128,13 +135,19 @@ const (
 	// keeping update: a parent deleted (a plain write) concurrently with
 	// a reference to it commits.
 	MutationAllWritesKeeping
+	// MutationCompareNumbersOnly makes the certifier admit streams by
+	// version numbers alone, as if the replica had sent no history: a
+	// replica that holds another lineage's versions at the same numbers
+	// is admitted once the log reaches its version, and is caught up on
+	// top of them.
+	MutationCompareNumbersOnly
 	mutationsEnd
 )
 
 func (m Mutation) String() string {
 	return [...]string{"none", "skip-conflict-check", "ack-before-sync", "commit-without-turn",
 		"read-above-snapshot", "recover-from-memory", "swap-remote-versions", "ignore-references",
-		"all-writes-keeping"}[m]
+		"all-writes-keeping", "compare-numbers-only"}[m]
 }
 
 // DefaultConfig is a mid-sized cluster with every fault enabled.
@@ -147,7 +160,7 @@ func DefaultConfig() Config {
 		NemesisTicksMax: 60, ReplicaCrashWeight: 3, CertifierCrashWeight: 2, PartitionWeight: 3,
 		DownTicksMax: 40, DatabaseOnlyCrashRate: 30, AgentOnlyCrashRate: 20, OneWayPartitionRate: 30,
 		DiskSyncTicksMax: 3, StoreFlushTicks: 10, StalenessTicks: 10, CertifyTimeoutTicks: 120,
-		ReconnectDelayTicks: 3, ApplyTicksMax: 2, ApplyBatchEntriesMax: 4, SoftRecoveryPerMille: 20,
+		ReconnectDelayTicks: 3, RebuildTicksMax: 80, ApplyTicksMax: 2, ApplyBatchEntriesMax: 4, SoftRecoveryPerMille: 20,
 		InFlightRequestsMax: 1 << 16,
 	}
 }
@@ -178,6 +191,7 @@ func SwarmConfig(seed uint64) Config {
 	c.AgentOnlyCrashRate = []int{0, 30}[r.IntN(2)]
 	c.OneWayPartitionRate = []int{0, 50}[r.IntN(2)]
 	c.NoPush = r.IntN(4) == 0
+	c.CertifierRecreateWeight = []int{0, 0, 0, 1}[r.IntN(4)]
 	return c
 }
 

@@ -28,8 +28,9 @@
 //     the encoded writeset, the log entry encoded, the overloaded path); which
 //     replies a stream may send and when it is pushed entries (TakeSendable,
 //     PushDue); the entries sent before the replies (SendReplies); which
-//     sessions are refused (Admit); where recovery starts (WindowBase)
-//     and how entries are restored (DecodeEntryKeys).
+//     sessions are admitted (Admit: the history a replica sends compared
+//     with the log's runs by log matching); where recovery starts
+//     (WindowBase) and how entries are restored (DecodeEntryKeys).
 //   - internal/agent/order: the replica's commit order as the agent keeps it
 //     (Register, Deliver, Abandon and the cancel of a batch waiting behind an
 //     abandoned version, Next, Done, Observe, Reset).
@@ -42,7 +43,11 @@
 //     the decisions: one group commit (write, then sync) in flight at a
 //     time, a send round per stream whenever its answers or the durable
 //     version change. On restart it restores the last window of its log into
-//     a new State.
+//     a new State and takes a new generation, the epoch of the entries it
+//     certifies (LogEntry.epoch), as nextGeneration does: above the
+//     generation file's and every epoch in the log, and at least the clock
+//     (the tick). It admits streams with the log's runs (epoch, first
+//     version), computed from its entries.
 //   - disk: entries written but not fsynced are lost on a crash (a random
 //     prefix of them survives, as a torn write behind a CRC would leave).
 //   - streamClient (certclient/client.go): pipelined requests; on a broken
@@ -64,12 +69,44 @@
 //     turn comes (Tashkent §6.2 C4/C5). In mw mode the store loses its
 //     unflushed tail on a crash (synchronous_commit=off, Tashkent §7.1 case
 //     2) and the replica catches up from the certifier's log.
+//   - the replica's history (agent/history.go, the table tashkent.history):
+//     runs (epoch, first version) kept in the store. A run is recorded with
+//     a synchronous commit (which flushes every commit before it too)
+//     before the first entry of a new epoch goes to the order, so a run
+//     may precede its version but never follow it; entries that would start
+//     a run while the database is down are not delivered. Every start of
+//     the agent (and every restart of its database) deletes the runs above
+//     the version the store recovered; every stream opens with the rest.
+//   - supervisor (cluster/supervisor.go): a replica the certifier refuses
+//     halts (no new transactions; its client keeps trying and applies what
+//     an admitted stream delivers) until its agent's next run (an agent
+//     start or a database restart), and the supervisor rebuilds the
+//     replicas whose agent runs and says it halted, one at a time. A
+//     rebuild copies the store of the serving replica with the highest
+//     version (its versions, epochs and history; chooseDonor: its agent
+//     runs, has caught up and has not halted, and the certifier admitted
+//     its stream), and the agent catches up from the copy's version. When
+//     no replica serves, as after most re-creations of the certifier, the
+//     real supervisor cannot rebuild and an operator must act; the
+//     simulation then rebuilds from an empty store that catches up from
+//     the log's start (the simulated log is never compacted) and counts
+//     it as "rebuilt without a donor" (Stats.RebuildsWithoutDonor), which
+//     TestSimulation reports.
+//   - lineages (lineage.go): re-creating the certifier from an empty data
+//     directory starts a new log whose versions reuse the numbers from 1,
+//     under generations no older lineage used. Replicas still hold the old
+//     lineage's versions: they must be refused and rebuilt. (Entries reach
+//     replicas only once durable, so a restarted certifier never leaves
+//     them another history; a re-created one does.) Each transaction is
+//     judged against the log of its lineage.
 //
 // Not modeled: row locks and the lock-watch preemption (Tashkent §8.2), the
 // wire protocol, DDL, the certifier group (Raft: internal/certgroup has its
-// own simulation), flow control, and backends that keep their certified
+// own simulation), flow control, backends that keep their certified
 // version across an agent restart (order.Inherit): an agent crash closes
-// the simulated sessions.
+// the simulated sessions, log retention (no replica is ever below the
+// log's start), and the time a rebuild's copy takes (the donor's store is
+// copied at once when the rebuild is due).
 //
 // # Faults
 //
@@ -84,9 +121,10 @@
 // or one, for a while. The nemesis also crashes replicas (agent and database,
 // the database alone, or the agent alone; a commit in flight may or may not
 // have reached the database), crashes the certifier (its disk loses what was
-// not synced), lets a store refuse a local commit (soft recovery, Tashkent
-// §8.1), and the certifier aborts requests over its in-flight limit
-// (overloaded). Streams ask for pushes, or not (Config.NoPush). SwarmConfig
+// not synced), re-creates the certifier from an empty data directory (in a
+// quarter of the SwarmConfig seeds), lets a store refuse a local commit
+// (soft recovery, Tashkent §8.1), and the certifier aborts requests over
+// its in-flight limit (overloaded). Streams ask for pushes, or not (Config.NoPush). SwarmConfig
 // varies the mix with the seed.
 //
 // # Checkers (check.go)
@@ -102,20 +140,41 @@
 // and, from the values read alone, without trusting the snapshots the
 // simulation recorded, each transaction's reads fit one prefix of the log
 // (long fork as observed by clients). A transaction whose client was
-// answered 40001 must not be in the log. Foreign keys: some reads of update
-// transactions stand for a foreign-key check of a parent row
-// (Config.ReferencePercent) and are certified as references; no committed
+// answered 40001 must not be in the log of the lineage whose certifier
+// sent the answer (messages carry their sender's lineage, so an answer
+// delivered after a re-creation names the older one), nor, if its
+// session closed before COMMIT was sent, in any log. Foreign keys: some
+// reads of update transactions stand for a foreign-key check of a parent
+// row (Config.ReferencePercent) and are certified as references; no committed
 // transaction's referenced key was written between its snapshot and its
 // commit, and no write committed from a snapshot older than a reference to
 // its key committed before it (the orphan-row race, in both orders).
+//
+// Histories (lineage.go), checked as they happen: every version a replica
+// commits is durable in the log, with the log's transaction and epoch,
+// and its run was recorded before it (nothing reaches a replica before it
+// is durable, so no replica applies a failed version); it is committed on
+// top of versions of the same log, so every replica holds the log's
+// transaction at every version it holds (a replica caught up from a log
+// that holds other transactions at its versions is "another history at
+// the same versions"); the history a stream opens with gives the epochs
+// the replica's store held when it was sent, and the certifier admits the
+// stream exactly when that history agrees with the log's epochs at every
+// version up to the replica's (compared version by version, not with
+// certifier.CommonVersion). At the end every replica's history gives the
+// log's epochs, and the cluster has converged only when every replica
+// serves on an admitted stream: equal version numbers alone prove
+// nothing.
 //
 // The self-test (TestMutationsAreCaught) runs deliberate bugs (Mutation): the
 // real certification.Config.UnsafeSkipConflictCheck fault point, replies
 // before fsync, a commit that does not wait for its turn, reads above the
 // snapshot, recovery from the in-memory version instead of the store's, a
 // replica installing two versions in swapped order, requests sent
-// without their references, and every write certified as a keeping
-// update. Each must be caught by the checker meant for it.
+// without their references, every write certified as a keeping update,
+// and admission by version numbers alone (Admit without the replica's
+// history; it needs a re-created certifier, which the self-test turns on
+// in every seed of it). Each must be caught by the checker meant for it.
 //
 // # Running
 //

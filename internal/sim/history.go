@@ -18,7 +18,7 @@ const (
 )
 
 // txnRecord is everything a client saw of one transaction: the ledger the
-// checkers compare with the final log.
+// checkers compare with the durable logs.
 type txnRecord struct {
 	id       certification.TxnID
 	replica  int
@@ -32,7 +32,19 @@ type txnRecord struct {
 	references []int
 	status     status
 	version    uint64 // the acknowledged commit version
+	// lineage is the certifier lineage (lineage.go) whose log holds its
+	// snapshot, and its version once acknowledged.
+	lineage int
+	// abortedIn is the lineage whose certifier sent its abort (the
+	// message carries the sender's lineage, so an answer that arrives
+	// after a re-creation names the older one), or anyLineage when its
+	// session closed before COMMIT was sent: no log may hold it.
+	abortedIn int
 }
+
+// anyLineage is txnRecord.abortedIn for a transaction no certifier
+// answered: it is searched for in every lineage's log.
+const anyLineage = -1
 
 // referencedOnly is the keys the transaction referenced and did not
 // write: a write of the key conflicts with all a reference would, so the
@@ -68,13 +80,18 @@ type history struct {
 	byID      map[certification.TxnID]*txnRecord
 	values    map[int64]*writeInfo
 	lastValue int64
-	ackedAt   map[uint64]*txnRecord // version -> the transaction acknowledged with it
+	ackedAt   map[lineageVersion]*txnRecord // the transaction acknowledged with each version
+}
+
+type lineageVersion struct {
+	lineage int
+	version uint64
 }
 
 func newHistory(w *world) *history {
 	return &history{
 		w: w, byID: make(map[certification.TxnID]*txnRecord),
-		values: make(map[int64]*writeInfo), ackedAt: make(map[uint64]*txnRecord),
+		values: make(map[int64]*writeInfo), ackedAt: make(map[lineageVersion]*txnRecord),
 	}
 }
 
@@ -104,16 +121,17 @@ func (h *history) newValue(t *txnRecord, key int, keeps bool) int64 {
 	return h.lastValue
 }
 
-// ack records a COMMIT answered to the client, at version v.
-func (h *history) ack(t *txnRecord, v uint64) {
+// ack records a COMMIT answered to the client, at version v of lineage.
+func (h *history) ack(t *txnRecord, v uint64, lineage int) {
 	if t.status == acked && t.version != v {
 		h.w.violate("transaction %v acknowledged twice, at versions %d and %d", t.id, t.version, v)
 	}
-	if other := h.ackedAt[v]; other != nil && other != t {
+	at := lineageVersion{lineage, v}
+	if other := h.ackedAt[at]; other != nil && other != t {
 		h.w.violate("version %d acknowledged to two transactions: %v and %v", v, other.id, t.id)
 	}
-	h.ackedAt[v] = t
-	t.status, t.version = acked, v
+	h.ackedAt[at] = t
+	t.status, t.version, t.lineage = acked, v, lineage
 	h.w.stats.Committed++
 	h.w.note("ack", t.id.Seq, v, uint64(t.replica))
 }

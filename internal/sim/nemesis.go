@@ -2,9 +2,10 @@ package sim
 
 // startNemesis injects node faults until the heal: every
 // 1..NemesisTicksMax ticks it crashes a replica (its agent and database,
-// only its database, or only its agent), crashes the certifier, or
-// partitions a replica from the certifier (both ways or one way), and undoes
-// it 1..DownTicksMax ticks later.
+// only its database, or only its agent), crashes the certifier,
+// re-creates the certifier from an empty data directory, or partitions a
+// replica from the certifier (both ways or one way), and undoes it
+// 1..DownTicksMax ticks later.
 func startNemesis(w *world) {
 	w.after(w.between(1, w.cfg.NemesisTicksMax), "nemesis", func() {
 		if w.healing {
@@ -17,7 +18,7 @@ func startNemesis(w *world) {
 
 func nemesisAct(w *world) {
 	c := w.cfg
-	total := c.ReplicaCrashWeight + c.CertifierCrashWeight + c.PartitionWeight
+	total := c.ReplicaCrashWeight + c.CertifierCrashWeight + c.PartitionWeight + c.CertifierRecreateWeight
 	if total == 0 {
 		return
 	}
@@ -28,8 +29,10 @@ func nemesisAct(w *world) {
 		crashReplica(w, w.replicas[w.rng.IntN(len(w.replicas))], down)
 	case pick < c.ReplicaCrashWeight+c.CertifierCrashWeight:
 		crashCertifier(w, down)
-	default:
+	case pick < c.ReplicaCrashWeight+c.CertifierCrashWeight+c.PartitionWeight:
 		partition(w, w.rng.IntN(len(w.replicas)), down)
+	default:
+		recreateCertifier(w, down)
 	}
 }
 
@@ -59,6 +62,21 @@ func crashCertifier(w *world, down int64) {
 			w.cert.restart()
 		}
 	})
+}
+
+// recreateCertifier replaces the certifier's data directory with an
+// empty one. A running certifier crashes and restarts on it; a crashed one
+// restarts on it when its restart is due.
+func recreateCertifier(w *world, down int64) {
+	wasUp := w.cert.up
+	w.cert.recreate()
+	if wasUp {
+		w.after(down, "certifier-restart", func() {
+			if !w.cert.up {
+				w.cert.restart()
+			}
+		})
+	}
 }
 
 func partition(w *world, replica int, down int64) {

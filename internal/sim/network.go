@@ -25,7 +25,7 @@ type write struct {
 // message travels on one stream, in one direction, as the real stream's
 // messages (api/certifierpb): a CertifyStreamRequestEncoded to the
 // certifier, a CertifyStreamReply from it, or a reset (the other side
-// closed the stream). seq is the stream's per-direction sequence number
+// closed the stream, or the certifier refused it). seq is the stream's per-direction sequence number
 // (what TCP would keep).
 type message struct {
 	conn   connID
@@ -35,6 +35,17 @@ type message struct {
 	req   *pb.CertifyStreamRequestEncoded
 	rep   *pb.CertifyStreamReply
 	reset bool
+	// refused: the reset is the certifier refusing the session
+	// (FailedPrecondition, pb.NeedsStateTransfer).
+	refused bool
+	// lineage is the lineage (lineage.go) of the certifier that sent a
+	// message to a replica: a reply in flight when the certifier is
+	// re-created arrives after the next lineage began.
+	lineage int
+	// storeEpochs is, in the message that opens a session, the epochs of
+	// the versions the replica's store held when it sent it: what the
+	// history it sends must describe (judgeAdmission).
+	storeEpochs []uint64
 }
 
 // txnOf is a transaction id as certification names it.

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/agent/order"
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
@@ -33,9 +34,10 @@ type replica struct {
 	restarts int
 	txnSeq   uint64
 	connN    uint64
-	// delivered is the transaction of each version delivered and not yet
-	// committed here: a version delivered again must be the same one.
-	delivered map[uint64]certification.TxnID
+	// delivered is the transaction and epoch of each version delivered and
+	// not yet committed here: a version delivered again must be the same
+	// one.
+	delivered map[uint64]deliveredEntry
 	sessions  []*session
 	// batch is the applier's batch in flight: sent to the database, where
 	// it waits for its turn (order.Next); nil if none.
@@ -49,10 +51,20 @@ type replica struct {
 	recovering  bool // clients wait until the replica caught up
 	targetKnown bool
 	target      uint64 // the certifier's durable version when recovery began
+	// halted: the certifier refused the agent's session; the agent
+	// admits no new transaction until its next run (an agent start or a
+	// database restart), and the supervisor rebuilds the replica if its
+	// agent runs and still says it halted when its turn comes.
+	halted bool
+}
+
+type deliveredEntry struct {
+	txn   certification.TxnID
+	epoch uint64
 }
 
 func newReplica(w *world, id int) *replica {
-	r := &replica{w: w, id: id, name: fmt.Sprintf("r%d", id), db: newStore(w, id), delivered: make(map[uint64]certification.TxnID)}
+	r := &replica{w: w, id: id, name: fmt.Sprintf("r%d", id), db: newStore(w, id), delivered: make(map[uint64]deliveredEntry)}
 	for i := range w.cfg.ClientsPerReplica {
 		r.sessions = append(r.sessions, &session{r: r, id: i})
 	}
@@ -66,16 +78,18 @@ func (r *replica) start() {
 }
 
 // restart is the agent starting on a database that recovered: it reads the
-// version the database holds, opens the stream from there and catches up
-// before admitting clients.
-// The origin is new at every start, so transaction ids never repeat.
+// version the database holds, deletes the runs of its history above it,
+// opens the stream from there and catches up before admitting clients.
+// The origin is new at every start, so transaction ids never repeat; a new
+// agent process has not halted (yet).
 func (r *replica) restart() {
-	r.up, r.dbUp = true, true
+	r.up, r.dbUp, r.halted = true, true, false
 	r.incarnation++
 	r.restarts++
 	r.origin = fmt.Sprintf("r%d.%d", r.id, r.restarts)
 	r.txnSeq = 0
 	r.ord = order.New(r.origin, r.recoveredVersion())
+	r.db.trimRuns(r.ord.Committed())
 	r.batch = nil
 	r.w.note("replica-up", uint64(r.id), r.db.version, 0)
 	r.openStream()
@@ -114,7 +128,7 @@ func (r *replica) crash(agentOnly bool) {
 		return
 	}
 	r.w.stats.ReplicaCrashes++
-	r.up = false
+	r.up, r.halted = false, false // a halt is the agent's state: it ends with the process
 	if agentOnly {
 		r.crashAgent()
 	} else {
@@ -154,9 +168,13 @@ func (r *replica) crashDatabaseOnly(downTicks int64) {
 	})
 }
 
+// resumeAfterDatabaseRestart is the agent's next run (agent.go, Run) once
+// its database answers again: like an agent start, it has not halted
+// (yet) and deletes the runs of its history above the recovered version.
 func (r *replica) resumeAfterDatabaseRestart() {
-	r.dbUp = true
+	r.dbUp, r.halted = true, false
 	r.ord.Reset(r.recoveredVersion())
+	r.db.trimRuns(r.ord.Committed())
 	r.w.note("database-up", uint64(r.id), r.db.version, 0)
 	r.openStream()
 	for _, s := range r.sessions {
@@ -190,28 +208,62 @@ func (r *replica) settleInFlight() {
 	r.busy, r.inFlight = false, nil
 }
 
-// deliver hands entries of the stream opened at round to the order.
-func (r *replica) deliver(round uint64, entries []logentry.Entry) {
-	for _, e := range entries {
+// deliver hands entries of the stream opened at round to the order, after
+// recording the runs they start in the replica's history, as the agent
+// does (internal/agent/history.go, recordRuns). It is false if the
+// entries were not delivered: a run could not be recorded because the
+// database is down (the next stream delivers them again), or an entry
+// cannot be read or the order refused them (a violation).
+func (r *replica) deliver(round uint64, entries []logentry.Entry) bool {
+	heads := make([]logentry.RawHeader, len(entries))
+	for i, e := range entries {
 		h, err := logentry.RawHeaderOf(e.Bytes)
 		if err != nil {
 			r.w.violate("replica %d was delivered version %d, which it cannot read: %v", r.id, e.Version, err)
-			return
+			return false
 		}
+		heads[i] = h
+	}
+	if started := runsStarted(r.db.runs, heads); len(started) > 0 {
+		if !r.dbUp {
+			return false
+		}
+		r.db.recordRuns(started)
+		r.w.note("run-recorded", uint64(r.id), started[0].Epoch, started[0].FirstVersion)
+	}
+	for _, h := range heads {
 		txn := certification.TxnID{Origin: string(h.Origin), Seq: h.Seq}
-		if old, ok := r.delivered[e.Version]; ok && old != txn {
-			r.w.violate("replica %d was delivered two different entries for version %d: %v and %v", r.id, e.Version, old, txn)
+		if old, ok := r.delivered[h.Version]; ok && old.txn != txn {
+			r.w.violate("replica %d was delivered two different entries for version %d: %v and %v", r.id, h.Version, old.txn, txn)
 		}
-		if e.Version > r.db.version {
-			r.delivered[e.Version] = txn
+		if h.Version > r.db.version {
+			r.delivered[h.Version] = deliveredEntry{txn: txn, epoch: h.Epoch}
 		}
 	}
 	if err := r.ord.Deliver(round, entries); err != nil {
 		r.w.violate("replica %d: %v", r.id, err)
-		return
+		return false
 	}
 	r.w.note("delivered", uint64(r.id), entries[len(entries)-1].Version, round)
 	r.progress()
+	return true
+}
+
+// runsStarted is the runs that entries start after runs: one at each
+// entry whose epoch is not the one before it (history.go, changesIn).
+func runsStarted(runs []*pb.EpochRun, heads []logentry.RawHeader) []*pb.EpochRun {
+	var started []*pb.EpochRun
+	have, current := len(runs) > 0, uint64(0)
+	if have {
+		current = runs[len(runs)-1].Epoch
+	}
+	for _, h := range heads {
+		if !have || h.Epoch != current {
+			started = append(started, &pb.EpochRun{Epoch: h.Epoch, FirstVersion: h.Version})
+			have, current = true, h.Epoch
+		}
+	}
+	return started
 }
 
 // durableSeen notes the certifier's durable version: the first one after
@@ -288,6 +340,7 @@ func (r *replica) applyBatch(b *order.Batch) {
 	type applied struct {
 		version uint64
 		txn     certification.TxnID
+		epoch   uint64
 		writes  []write
 	}
 	batch := make([]applied, len(b.Entries))
@@ -297,14 +350,14 @@ func (r *replica) applyBatch(b *order.Batch) {
 			r.w.violate("replica %d cannot decode version %d: %v", r.id, e.Version, err)
 			return
 		}
-		batch[i] = applied{e.Version, txnOf(le.Txn), writesOf(le.Writeset)}
+		batch[i] = applied{e.Version, txnOf(le.Txn), le.Epoch, writesOf(le.Writeset)}
 	}
 	if r.w.cfg.Mutation == MutationSwapRemoteVersions && len(batch) >= 2 {
 		batch[0].writes, batch[1].writes = batch[1].writes, batch[0].writes
 	}
 	r.startCommit("apply", func() {
 		for _, a := range batch {
-			r.db.commit(a.version, a.txn, a.writes)
+			r.db.commit(a.version, a.txn, a.epoch, a.writes)
 			delete(r.delivered, a.version)
 		}
 	}, func() {
@@ -320,8 +373,19 @@ func (r *replica) applyBatch(b *order.Batch) {
 // (order.Abandon; a batch already waiting behind it is cancelled); the
 // client still gets COMMIT (Tashkent §8.1 soft recovery).
 func (r *replica) commitLocal(s *session) {
-	s.phase = committing
 	v, txn := s.version, s.txn
+	entry, ok := r.delivered[v]
+	if !ok {
+		// Without its entry the commit has no epoch: the session gives
+		// its version up to the applier, as after a refused commit, and
+		// its client does not learn the outcome.
+		r.w.violate("replica %d: %v commits version %d, which was never delivered to it", r.id, txn.id, v)
+		r.ord.Abandon(s.local)
+		r.w.hist.end(txn, unknown)
+		s.finish()
+		return
+	}
+	s.phase = committing
 	if r.w.chance(r.w.cfg.SoftRecoveryPerMille) {
 		r.startCommit("commit-refused", func() {}, func() {
 			r.w.stats.SoftRecoveries++
@@ -331,10 +395,10 @@ func (r *replica) commitLocal(s *session) {
 		return
 	}
 	r.startCommit("commit-local", func() {
-		r.db.commit(v, txn.id, txn.writes)
+		r.db.commit(v, txn.id, entry.epoch, txn.writes)
 		delete(r.delivered, v)
 	}, func() {
-		r.w.hist.ack(txn, v)
+		r.w.hist.ack(txn, v, r.db.lineage)
 		s.finish()
 	})
 }
@@ -344,7 +408,7 @@ func (r *replica) commitLocal(s *session) {
 func (r *replica) ackSoftRecovered() {
 	for _, s := range r.sessions {
 		if s.phase == awaitingApply && r.db.version >= s.version {
-			r.w.hist.ack(s.txn, s.version)
+			r.w.hist.ack(s.txn, s.version, r.db.lineage)
 			s.finish()
 		}
 	}

@@ -45,7 +45,7 @@ const thinkTicksMax = 6
 
 func (s *session) admitted() bool {
 	r := s.r
-	return r.up && r.dbUp && !r.recovering && !r.w.healing
+	return r.up && r.dbUp && !r.recovering && !r.halted && !r.w.healing
 }
 
 // scheduleNext starts a new transaction after a pause, if the replica
@@ -86,6 +86,7 @@ func (s *session) statement() {
 	r, w := s.r, s.r.w
 	if !s.started {
 		s.txn.snapshot, s.started = r.db.version, true
+		s.txn.lineage = r.db.lineageOr(w.lineage())
 	}
 	key := w.rng.IntN(w.cfg.Keys)
 	if s.writer && w.rng.IntN(2) == 0 {
@@ -173,14 +174,16 @@ func (s *session) timeout() {
 	s.finish()
 }
 
-// onReply handles the certifier's answer to the session's request.
-func (s *session) onReply(rep *pb.CertifyReply) {
+// onReply handles the answer to the session's request that a certifier
+// of lineage sent.
+func (s *session) onReply(rep *pb.CertifyReply, lineage int) {
 	r, w := s.r, s.r.w
 	if s.phase != certifying || txnOf(rep.Txn) != s.txn.id {
 		w.violate("replica %d session %d got a reply for %v in phase %d", r.id, s.id, txnOf(rep.Txn), s.phase)
 		return
 	}
 	if rep.Decision != pb.Decision_DECISION_COMMIT {
+		s.txn.abortedIn = lineage
 		r.ord.Abandon(s.local)
 		w.hist.end(s.txn, aborted)
 		s.finish()
@@ -213,7 +216,8 @@ func (s *session) lost() {
 		s.r.w.hist.end(s.txn, unknown)
 	case waitingTurn, committing, awaitingApply:
 		s.r.w.hist.end(s.txn, unknown) // certified, not acknowledged
-	default:
+	default: // its COMMIT was never sent
+		s.txn.abortedIn = anyLineage
 		s.r.w.hist.end(s.txn, aborted)
 	}
 	s.phase = idle

@@ -20,29 +20,36 @@ type Result struct {
 // Stats counts what a run did, for reports and for tests that the faults
 // really happened.
 type Stats struct {
-	Events            int
-	Transactions      int // begun
-	Committed         int // acknowledged commits
-	Aborted           int
-	Unknown           int // outcome unknown to the client (timeout, crash)
-	ReadOnly          int
-	Versions          uint64 // final log length
-	ReplicaCrashes    int
-	CertifierCrashes  int
-	Partitions        int
-	Dropped           int
-	Duplicated        int
-	StreamBreaks      int
-	Resent            int // requests re-sent after a reconnection
-	SettledFromLog    int // pending calls answered from delivered entries
-	CommitReplies     int // commit replies that answered a call (settling from entries comes first)
-	DuplicateOutcomes int // certifier answered a retry with the original version
-	TooOld            int // aborts below the low-water mark
-	LostTailVersions  int // versions mw replicas lost on crashes and replayed
-	SoftRecoveries    int // local commits the store refused, applied as remote
-	BatchesCancelled  int // apply batches cancelled behind an abandoned version
-	Overloaded        int // requests the certifier received over its in-flight limit
-	ConvergedAtTick   int64
+	Events               int
+	Transactions         int // begun
+	Committed            int // acknowledged commits
+	Aborted              int
+	Unknown              int // outcome unknown to the client (timeout, crash)
+	ReadOnly             int
+	Versions             uint64 // final log length
+	ReplicaCrashes       int
+	CertifierCrashes     int
+	Partitions           int
+	Dropped              int
+	Duplicated           int
+	StreamBreaks         int
+	Resent               int // requests re-sent after a reconnection
+	SettledFromLog       int // pending calls answered from delivered entries
+	CommitReplies        int // commit replies that answered a call (settling from entries comes first)
+	DuplicateOutcomes    int // certifier answered a retry with the original version
+	TooOld               int // aborts below the low-water mark
+	LostTailVersions     int // versions mw replicas lost on crashes and replayed
+	SoftRecoveries       int // local commits the store refused, applied as remote
+	BatchesCancelled     int // apply batches cancelled behind an abandoned version
+	Overloaded           int // requests the certifier received over its in-flight limit
+	CertifierRecreations int // the certifier re-created from an empty data directory
+	Refusals             int // streams the certifier refused (certifier.Admit)
+	Rebuilds             int // refused replicas rebuilt
+	// RebuildsWithoutDonor are the rebuilds that found no serving
+	// replica to copy and caught up from the log's start instead: the
+	// real supervisor cannot do that, so an operator must act there.
+	RebuildsWithoutDonor int
+	ConvergedAtTick      int64
 }
 
 // Options change how a run is observed, not what it does.
@@ -112,6 +119,9 @@ type world struct {
 	cert     *certProcess
 	replicas []*replica
 	hist     *history
+	lineages lineages
+	// supervisor rebuilds the replicas the certifier refused.
+	supervisor supervisor
 
 	healing    bool // faults stopped, no new transactions
 	converged  bool
@@ -128,6 +138,8 @@ func newWorld(seed uint64, cfg Config, opts Options) *world {
 		hash: fnvOffset,
 	}
 	w.hist = newHistory(w)
+	w.lineages.ofEpoch = make(map[uint64]int)
+	w.supervisor.w = w
 	w.net = newNetwork(w)
 	w.cert = newCertifier(w)
 	for i := range cfg.Replicas {
@@ -246,7 +258,9 @@ func (w *world) heal() {
 }
 
 // checkConverged ends the run once every replica holds every durable
-// version and nothing is in flight.
+// version on a stream the certifier admitted, and nothing is in flight.
+// (Equal version numbers alone do not say that a replica holds the log's
+// versions.)
 func (w *world) checkConverged() {
 	if w.quiescent() {
 		w.converged = true
@@ -262,7 +276,7 @@ func (w *world) quiescent() bool {
 		return false
 	}
 	for _, r := range w.replicas {
-		if !r.up || r.recovering || r.db.version != c.disk.durable() || !r.idle() {
+		if !r.up || r.recovering || r.halted || r.db.version != c.disk.durable() || !r.idle() || !c.admitted(r) {
 			return false
 		}
 	}
