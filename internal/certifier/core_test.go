@@ -112,7 +112,7 @@ func TestSendRepliesSendsEntriesFirst(t *testing.T) {
 	}
 	reply := &pb.CertifyReply{RequestId: 7}
 	var sent []*pb.CertifyStreamReply
-	delivered, err := SendReplies(read, 1, 4, []*pb.CertifyReply{reply}, func(m *pb.CertifyStreamReply) error {
+	delivered, err := SendReplies(read, 1, 4, 4, []*pb.CertifyReply{reply}, func(m *pb.CertifyStreamReply) error {
 		sent = append(sent, m)
 		return nil
 	})
@@ -131,7 +131,7 @@ func TestSendRepliesSendsEntriesFirst(t *testing.T) {
 	}
 	// Nothing to deliver: the replies go alone, with the durable version.
 	sent = nil
-	if _, err := SendReplies(read, 4, 4, []*pb.CertifyReply{reply}, func(m *pb.CertifyStreamReply) error {
+	if _, err := SendReplies(read, 4, 4, 4, []*pb.CertifyReply{reply}, func(m *pb.CertifyStreamReply) error {
 		sent = append(sent, m)
 		return nil
 	}); err != nil || len(sent) != 1 || len(sent[0].Entries) != 0 || sent[0].DurableVersion != 4 || len(sent[0].Replies) != 1 {

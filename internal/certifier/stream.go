@@ -166,7 +166,7 @@ func (s *Service) readAhead(ctx context.Context, stream pb.Certifier_CertifyServ
 	for {
 		s.flow.set(st, msg.Pause)
 		now := time.Now()
-		st.session.report(msg.AppliedVersion, now)
+		st.session.report(s.reportedDurable(msg.AppliedVersion), now)
 		select {
 		case msgs <- received{msg, now}:
 		case <-ctx.Done():
@@ -266,13 +266,14 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 		if failed != nil {
 			return status.Error(codes.Unavailable, failed.Error())
 		}
+		through, deliverable := s.deliveryBound(durable)
 		ready, waiting = TakeSendable(waiting, durable, queued.dependency, ready[:0])
-		if PushDue(push, len(ready), delivered, durable) {
+		if PushDue(push, len(ready), delivered, through) {
 			ready = append(ready, queued{received: time.Now()}) // a push: a catch-up of our own
 		}
 		if len(ready) > 0 {
 			var err error
-			if delivered, err = s.sendReady(ctx, stream, st, ready, delivered, durable); err != nil {
+			if delivered, err = s.sendReady(ctx, stream, st, ready, delivered, through, durable); err != nil {
 				return err
 			}
 			continue
@@ -284,9 +285,12 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 		if len(waiting) < streamQueueMax {
 			more = queue
 		}
-		var flushed <-chan struct{}
+		var flushed, decided <-chan struct{}
 		if len(waiting) > 0 || push {
 			flushed = changed
+		}
+		if push {
+			decided = deliverable
 		}
 		select {
 		case q, ok := <-more:
@@ -296,10 +300,23 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 			}
 			waiting = append(waiting, q) // the rest of the queue joins at the top of the loop
 		case <-flushed:
+		case <-decided:
 		case <-ctx.Done():
 			return status.Error(codes.Unavailable, ctx.Err().Error())
 		}
 	}
+}
+
+// deliveryBound is how far entries may be sent on a stream when the
+// durable version is durable: beyond it, to the deliverable version, if
+// entries are delivered early (early.go); then deliverable is closed when
+// that version advances (nil otherwise).
+func (s *Service) deliveryBound(durable uint64) (through uint64, deliverable <-chan struct{}) {
+	if !s.cfg.UnsafeDeliverBeforeDurable {
+		return durable, nil
+	}
+	v, _, changed := s.deliverable.watch()
+	return max(durable, v), changed
 }
 
 // dependency is the version that must be durable before q is sent.
@@ -307,13 +324,13 @@ func (q queued) dependency() uint64 { return q.waitFor }
 
 // sendReady sends replies whose dependencies are durable, once the orderer
 // lets them go (in a group, after their aborts are confirmed), with the
-// entries the replica has not been sent, and returns the highest version
-// delivered.
-func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, ready []queued, delivered, durable uint64) (uint64, error) {
+// entries up to through the replica has not been sent, and returns the
+// highest version delivered.
+func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, ready []queued, delivered, through, durable uint64) (uint64, error) {
 	if err := s.order.maySend(ctx, ready); err != nil {
 		return delivered, err
 	}
-	delivered, err := s.send(stream, ready, delivered, durable)
+	delivered, err := s.send(stream, ready, delivered, through, durable)
 	st.release(answered(ready))
 	if errors.Is(err, wal.ErrCompacted) { // retention removed what this replica still needed
 		err = errBehindLog(st.session.name, delivered, s.log.StartsAfter())
@@ -348,9 +365,9 @@ func answered(batch []queued) int64 {
 	return n
 }
 
-// send delivers entries (delivered, durable], then the replies
+// send delivers entries (delivered, through], then the replies
 // (SendReplies).
-func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delivered, durable uint64) (uint64, error) {
+func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delivered, through, durable uint64) (uint64, error) {
 	var replies []*pb.CertifyReply
 	for _, q := range batch {
 		if q.reply != nil {
@@ -358,7 +375,7 @@ func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delive
 		}
 	}
 	var sendStart time.Time
-	delivered, err := SendReplies(s.entriesUpToBytes, delivered, durable, replies, func(m *pb.CertifyStreamReply) error {
+	delivered, err := SendReplies(s.entriesUpToBytes, delivered, through, durable, replies, func(m *pb.CertifyStreamReply) error {
 		sendStart = time.Now()
 		return stream.Send(m)
 	})

@@ -1,0 +1,82 @@
+package certifier
+
+import (
+	"time"
+
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+)
+
+// Early delivery (Eventual Durability, Kashi, §3.7: early visibility)
+// sends entries to replicas at their commit point, the certifier's
+// decision, rather than at their durability point. A single certifier's
+// writer marks the entries of the batch it takes deliverable just before
+// it writes them (Service.deliverable), so an entry waits at most for the
+// write in progress when it was decided, not for its own.
+//
+// An entry delivered early may fail: if the certifier dies before it is
+// durable, its version is certified again, for another transaction, by
+// the certifier's next generation. Replicas that applied it hold a
+// history that is not a prefix of the log any more, which admission finds
+// by the entries' epochs (Admit). So that undoing such a suffix is a
+// matter of rows, the entries that write a whole table or the schema
+// (TRUNCATE, DDL: barriers) and streamed spans are delivered only once
+// durable, and nothing after them before they are.
+//
+// Today only Config.UnsafeDeliverBeforeDurable turns it on, for every
+// stream, with replies still sent at durability: it lets the fault tests
+// produce replicas that hold failed versions. Nothing rewinds such a
+// replica yet: it is refused with "needs state transfer".
+
+// committedBarriers appends to barriers the versions a decided batch
+// committed barrier entries at, in version order. Spans are left out: the
+// writer writes and syncs each span on its own (writeInOrder).
+func committedBarriers(batch []certifying, barriers []uint64) []uint64 {
+	for i := range batch {
+		c := &batch[i]
+		if c.barrier && c.reply == nil && !c.lookedUp() && c.req.Streamed == nil &&
+			c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
+			barriers = append(barriers, c.outcome.CommitVersion)
+		}
+	}
+	return barriers
+}
+
+// deliverableThrough is the last version of entries (in version order)
+// that may be delivered before it is durable: the last one before the
+// first barrier among them (barriers in version order), or all of them.
+func deliverableThrough(entries []logentry.Entry, barriers []uint64) uint64 {
+	first, last := entries[0].Version, entries[len(entries)-1].Version
+	for _, b := range barriers {
+		if b >= first && b <= last {
+			return b - 1
+		}
+	}
+	return last
+}
+
+// deliverEarly marks entries, just put into the recent ring, deliverable
+// to the streams that take entries before they are durable. Entries the
+// ring cannot hold all at once are left to be delivered once durable:
+// delivery reads what the ring lacks from the log, where they are not yet.
+func (l *singleLog) deliverEarly(entries []logentry.Entry, barriers []uint64) {
+	s := l.s
+	if !s.cfg.UnsafeDeliverBeforeDurable || len(entries) > s.cfg.RecentEntriesMax {
+		return
+	}
+	s.deliverable.advance(deliverableThrough(entries, barriers))
+	if d := s.cfg.UnsafeFaultWriteDelay; d > 0 {
+		time.Sleep(d) // delivered, not yet written: a kill -9 now fails them
+	}
+}
+
+// reportedDurable is what a replica's reported version (nil: none) counts
+// as for log retention: never above the durable version, since a replica
+// that took entries early may hold versions that fail.
+func (s *Service) reportedDurable(applied *uint64) *uint64 {
+	if !s.cfg.UnsafeDeliverBeforeDurable || applied == nil {
+		return applied
+	}
+	v := min(*applied, s.DurableVersion())
+	return &v
+}
