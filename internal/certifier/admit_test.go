@@ -121,15 +121,43 @@ func TestAdmitAdmitsExactlyTheReplicasWhoseHistoryIsAPrefixOfTheLog(t *testing.T
 		}
 		if err != nil {
 			refused++
-			if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(status.Convert(err).Message(), pb.NeedsStateTransfer) {
-				t.Fatalf("round %d: refused with %v, want FailedPrecondition %q", round, err, pb.NeedsStateTransfer)
-			}
+			checkRefusal(t, round, err, replica, certLog, startsAfter)
 		} else {
 			admitted++
 		}
 	}
 	if admitted < 300 || refused < 300 {
 		t.Fatalf("the histories exercised too little: %d admitted, %d refused", admitted, refused)
+	}
+}
+
+// checkRefusal: a replica below the log's start needs a state transfer;
+// any other refused replica needs a rewind to the last version its history
+// shares with the log, which the refusal's detail names: above it the two
+// differ, up to it they agree (where the log still holds versions).
+func checkRefusal(t *testing.T, round int, err error, replica, certLog []modelEntry, startsAfter uint64) {
+	t.Helper()
+	v := uint64(len(replica))
+	msg := status.Convert(err).Message()
+	if v < startsAfter {
+		if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(msg, pb.NeedsStateTransfer) {
+			t.Fatalf("round %d: a replica below the log's start refused with %v, want FailedPrecondition %q", round, err, pb.NeedsStateTransfer)
+		}
+		return
+	}
+	rw, ok := RewindOf(err)
+	if !ok || !strings.HasPrefix(msg, pb.NeedsRewind) {
+		t.Fatalf("round %d: refused with %v, want FailedPrecondition %q with a RewindRequired detail", round, err, pb.NeedsRewind)
+	}
+	c := rw.CommonVersion
+	if rw.ReplicaVersion != v || rw.LogStartsAfter != startsAfter || c >= v || c < startsAfter {
+		t.Fatalf("round %d: rewind detail %v for a replica at %d, log starting after %d", round, rw, v, startsAfter)
+	}
+	if c > startsAfter && !hasPrefix(certLog, replica[:c]) {
+		t.Fatalf("round %d: rewind to %d, but the replica and the log differ at or below it", round, c)
+	}
+	if c < uint64(len(certLog)) && certLog[c] == replica[c] {
+		t.Fatalf("round %d: rewind to %d, but the replica and the log agree at %d too", round, c, c+1)
 	}
 }
 
@@ -146,7 +174,10 @@ func TestAdmitRefusesAnotherHistoryAtTheSameVersions(t *testing.T) {
 		t.Fatalf("Admit = %v, want FailedPrecondition", err)
 	}
 	msg := status.Convert(err).Message()
-	for _, want := range []string{pb.NeedsStateTransfer, `"r3"`, "version 60", "only up to version 30", "1@1..30 3@31..60", "1@1..40 2@41..90"} {
+	if rw, ok := RewindOf(err); !ok || rw.CommonVersion != 30 {
+		t.Errorf("the refusal's detail is %v, want a rewind to version 30", rw)
+	}
+	for _, want := range []string{pb.NeedsRewind, `"r3"`, "version 60", "only up to version 30", "1@1..30 3@31..60", "1@1..40 2@41..90"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the refusal %q does not say %q", msg, want)
 		}
