@@ -881,7 +881,15 @@ type OpenSession struct {
 	// that history is a prefix of its log, compared by log matching
 	// (certifier.Admit). Empty: a replica that records none; it is judged
 	// by its version alone.
-	History       []*EpochRun `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
+	History []*EpochRun `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
+	// Take the commit point, not the durability point (Eventual Durability
+	// §3.7, early visibility): entries are sent as soon as the certifier has
+	// decided them, and commit replies once their entry is sent, before they
+	// are durable. An entry that writes a whole table or the schema, a
+	// streamed span, and everything after them still wait until durable.
+	// What is delivered early may fail, and the replica is then told to
+	// rewind (RewindRequired). A certifier group refuses such a session.
+	EarlyDelivery bool `protobuf:"varint,6,opt,name=early_delivery,json=earlyDelivery,proto3" json:"early_delivery,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -949,6 +957,13 @@ func (x *OpenSession) GetHistory() []*EpochRun {
 		return x.History
 	}
 	return nil
+}
+
+func (x *OpenSession) GetEarlyDelivery() bool {
+	if x != nil {
+		return x.EarlyDelivery
+	}
+	return false
 }
 
 type CertifyRequest struct {
@@ -2576,14 +2591,15 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\achanges\x18\x01 \x03(\v2\x1d.tashkent.certifier.v1.ChangeR\achanges\"1\n" +
 	"\x05TxnID\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xc0\x01\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xe7\x01\n" +
 	"\vOpenSession\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12'\n" +
 	"\x0freplica_version\x18\x02 \x01(\x04R\x0ereplicaVersion\x12\x12\n" +
 	"\x04push\x18\x03 \x01(\bR\x04push\x12\x1f\n" +
 	"\vstatus_addr\x18\x04 \x01(\tR\n" +
 	"statusAddr\x129\n" +
-	"\ahistory\x18\x05 \x03(\v2\x1f.tashkent.certifier.v1.EpochRunR\ahistory\"\xfe\x01\n" +
+	"\ahistory\x18\x05 \x03(\v2\x1f.tashkent.certifier.v1.EpochRunR\ahistory\x12%\n" +
+	"\x0eearly_delivery\x18\x06 \x01(\bR\rearlyDelivery\"\xfe\x01\n" +
 	"\x0eCertifyRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +

@@ -74,6 +74,10 @@ type Options struct {
 	// Push asks the certifier to send every entry as soon as it is
 	// durable (OpenSession.push), not only with replies and catch-ups.
 	Push bool
+	// EarlyDelivery takes the commit point (OpenSession.early_delivery):
+	// entries and commit replies come once decided, before they are
+	// durable, and a pending call is settled from its entry at once.
+	EarlyDelivery bool
 	// StatusAddr is host:port of the replica's HTTP listener, for the
 	// certifier to list (OpenSession.status_addr); empty: none.
 	StatusAddr string
@@ -384,7 +388,8 @@ func (c *Client) session() (bool, string, error) {
 		return false, "", err
 	}
 	c.mu.Lock()
-	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push, StatusAddr: c.opts.StatusAddr},
+	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push,
+		StatusAddr: c.opts.StatusAddr, EarlyDelivery: c.opts.EarlyDelivery},
 		CatchUp: true, Pause: c.pause, AppliedVersion: c.applied}
 	if c.opts.History != nil {
 		open.Open.History = c.opts.History()
@@ -549,8 +554,9 @@ func Continuing(raw [][]byte, delivered uint64) ([]logentry.Entry, error) {
 // entries) is settled at its last entry, with its first version.
 //
 // An entry above the durable version (delivered early) settles its call
-// only once durable reaches it: the entry may still fail, and a reply
-// says committed only for what is durable.
+// only once durable reaches it, unless the client takes the commit point
+// (Options.EarlyDelivery): the entry may still fail, and otherwise a
+// reply says committed only for what is durable.
 func (c *Client) settleFromLog(entries []logentry.Entry, durable uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -569,7 +575,7 @@ func (c *Client) settleFromLog(entries []logentry.Entry, durable uint64) {
 			continue
 		}
 		st := settlement{id: id, version: e.Version, first: h.SpanFirst}
-		if e.Version > durable {
+		if e.Version > durable && !c.opts.EarlyDelivery {
 			c.undurable = append(c.undurable, st)
 			continue
 		}

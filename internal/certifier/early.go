@@ -3,6 +3,7 @@ package certifier
 import (
 	"time"
 
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certification"
 	"github.com/tashkent-db/tashkent/internal/logentry"
 )
@@ -23,10 +24,47 @@ import (
 // (TRUNCATE, DDL: barriers) and streamed spans are delivered only once
 // durable, and nothing after them before they are.
 //
-// Today only Config.UnsafeDeliverBeforeDurable turns it on, for every
-// stream, with replies still sent at durability: it lets the fault tests
-// produce replicas that hold failed versions. Nothing rewinds such a
-// replica yet: it is refused with "needs state transfer".
+// A stream takes entries early if it asks (OpenSession.early_delivery),
+// and then its commit replies too, once their entries are sent: the
+// commit point. Config.UnsafeDeliverBeforeDurable makes every stream take
+// entries early with replies still sent once durable: it lets the fault
+// tests produce replicas that hold failed versions. No agent asks for
+// early delivery yet, and a certifier group refuses it.
+
+// delivery is what a stream takes before it is durable.
+type delivery struct {
+	push         bool // every entry, not only with replies (OpenSession.push)
+	earlyEntries bool
+	earlyReplies bool
+}
+
+func (s *Service) deliveryOf(open *pb.OpenSession) delivery {
+	early := open.GetEarlyDelivery()
+	return delivery{push: open.GetPush(), earlyEntries: early || s.cfg.UnsafeDeliverBeforeDurable, earlyReplies: early}
+}
+
+// repliesBound is the highest version a stream's replies may depend on
+// now: through, the entries it may be sent, if it takes replies early.
+func (d delivery) repliesBound(durable, through uint64) uint64 {
+	if d.earlyReplies {
+		return through
+	}
+	return durable
+}
+
+// noteEarlyReplies records the highest commit among replies about to be
+// sent before durable: SyncVersion must cover every version acknowledged.
+func (s *Service) noteEarlyReplies(ready []queued, durable uint64) {
+	acked := uint64(0)
+	for _, q := range ready {
+		if q.reply != nil && q.reply.Decision == pb.Decision_DECISION_COMMIT {
+			acked = max(acked, q.reply.CommitVersion)
+		}
+	}
+	if acked > durable {
+		s.earlyAcked.advance(acked)
+	}
+}
 
 // committedBarriers appends to barriers the versions a decided batch
 // committed barrier entries at, in version order. Spans are left out: the
@@ -61,7 +99,7 @@ func deliverableThrough(entries []logentry.Entry, barriers []uint64) uint64 {
 // delivery reads what the ring lacks from the log, where they are not yet.
 func (l *singleLog) deliverEarly(entries []logentry.Entry, barriers []uint64) {
 	s := l.s
-	if !s.cfg.UnsafeDeliverBeforeDurable || len(entries) > s.cfg.RecentEntriesMax {
+	if len(entries) > s.cfg.RecentEntriesMax {
 		return
 	}
 	s.deliverable.advance(deliverableThrough(entries, barriers))
@@ -74,8 +112,8 @@ func (l *singleLog) deliverEarly(entries []logentry.Entry, barriers []uint64) {
 // as for log retention: never above the durable version, since a replica
 // that took entries early may hold versions that fail.
 func (s *Service) reportedDurable(applied *uint64) *uint64 {
-	if !s.cfg.UnsafeDeliverBeforeDurable || applied == nil {
-		return applied
+	if applied == nil {
+		return nil
 	}
 	v := min(*applied, s.DurableVersion())
 	return &v

@@ -3,8 +3,12 @@ package certifier_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certclient"
@@ -115,6 +119,85 @@ func TestCertclientSettlesFromAnEarlyEntryOnlyOnceDurable(t *testing.T) {
 	}
 	if answered < earlyFlush {
 		t.Fatalf("the call was answered after %v, before the flush (%v): settled from an entry not yet durable", answered, earlyFlush)
+	}
+}
+
+// A stream that takes the commit point (OpenSession.early_delivery) gets
+// its commit's entry and reply before the flush, and SyncVersion covers
+// the version acknowledged; a stream that does not gets the entry only
+// once durable. A TRUNCATE's reply waits for its flush on either.
+func TestAStreamThatTakesTheCommitPointIsAnsweredBeforeTheFlush(t *testing.T) {
+	srv := listen(t, certifier.Config{SyncDelay: earlyFlush})
+	plain := rawStream(t, srv)
+	if err := plain.Send(&pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: "r2", Push: true}}); err != nil {
+		t.Fatal(err)
+	}
+	early := rawStream(t, srv)
+	sent := time.Now()
+	if err := early.Send(&pb.CertifyStreamRequest{
+		Open: &pb.OpenSession{Replica: "r1", EarlyDelivery: true},
+		Requests: []*pb.CertifyRequest{{RequestId: 1, Txn: &pb.TxnID{Origin: "r1", Seq: 1},
+			Writeset: &pb.Writeset{Changes: []*pb.Change{upsert("public.t", 1)}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := early.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(sent); waited >= earlyFlush/2 {
+		t.Fatalf("the commit was answered after %v: it waited for its flush (%v)", waited, earlyFlush)
+	}
+	if versionsOf(t, m.Entries) != "1" || len(m.Replies) != 1 || m.Replies[0].CommitVersion != 1 || m.DurableVersion != 0 {
+		t.Fatalf("first message: entries %s, replies %v, durable %d; want entry 1 with its commit, durable 0",
+			versionsOf(t, m.Entries), m.Replies, m.DurableVersion)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := certclient.New(certclient.Options{Target: srv.Addr().String(), Replica: "reader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if v, err := c.SyncVersion(ctx); err != nil || v < 1 {
+		t.Fatalf("SyncVersion = %d, %v before the flush: want at least the version acknowledged, 1", v, err)
+	}
+	if p, err := plain.Recv(); err != nil || versionsOf(t, p.Entries) != "1" || time.Since(sent) < earlyFlush {
+		t.Fatalf("the other stream got entries %s after %v (%v): want entry 1 once durable, after %v", versionsOf(t, p.GetEntries()), time.Since(sent), err, earlyFlush)
+	}
+
+	sent = time.Now()
+	if err := early.Send(&pb.CertifyStreamRequest{Requests: []*pb.CertifyRequest{{RequestId: 2, Txn: &pb.TxnID{Origin: "r1", Seq: 2}, StartVersion: 1,
+		Writeset: &pb.Writeset{Changes: []*pb.Change{{Op: pb.Op_OP_TRUNCATE, Table: "public.t"}}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := early.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Replies) == 0 {
+			continue // the durable version of entry 1, pushed
+		}
+		if m.Replies[0].CommitVersion != 2 || time.Since(sent) < earlyFlush {
+			t.Fatalf("the TRUNCATE was answered %v after it was sent (%v): want version 2 once durable", time.Since(sent), m.Replies)
+		}
+		break
+	}
+}
+
+// A certifier group refuses a session that asks for the commit point:
+// it does not deliver before durability.
+func TestAGroupRefusesEarlyDelivery(t *testing.T) {
+	servers, _ := inProcessGroup(t, 3)
+	leader := leaderOf(t, servers)
+	stream := rawStream(t, servers[leader])
+	if err := stream.Send(&pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: "r1", EarlyDelivery: true}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := stream.Recv()
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "early_delivery") {
+		t.Fatalf("a group answered a session asking for early delivery with %v; want FailedPrecondition naming it", err)
 	}
 }
 

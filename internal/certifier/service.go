@@ -34,11 +34,14 @@ type Service struct {
 	// deliverable: the versions streams that take entries early may be
 	// sent, beyond durable (early.go).
 	deliverable *watermark
-	inFlight    atomic.Int64
-	stats       *stats
-	metrics     *metrics
-	flow        *flowControl
-	replicas    *knownReplicas
+	// earlyAcked: the highest version a commit reply was sent for before
+	// it was durable (early.go); SyncVersion covers it.
+	earlyAcked *watermark
+	inFlight   atomic.Int64
+	stats      *stats
+	metrics    *metrics
+	flow       *flowControl
+	replicas   *knownReplicas
 	// started is when this process started; retention the last log
 	// retention decision taken or applied (retention_service.go).
 	started   time.Time
@@ -95,6 +98,7 @@ func Open(cfg Config) (*Service, error) {
 		recent:      newRecentEntries(cfg.RecentEntriesMax),
 		durable:     newWatermark(log.LastVersion()),
 		deliverable: newWatermark(log.LastVersion()),
+		earlyAcked:  newWatermark(0),
 		stats:       newStats(),
 		replicas:    newKnownReplicas(time.Now),
 		started:     started,

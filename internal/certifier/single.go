@@ -144,13 +144,14 @@ func (l *singleLog) versions() (version, lowWaterMark uint64) {
 	return l.state.Version(), l.state.LowWaterMark()
 }
 
-// syncVersion is the durable version: a version is acknowledged and
-// delivered only once it is durable.
+// syncVersion is the durable version, or above it the highest version
+// acknowledged early (early.go): a version is acknowledged and delivered
+// only once it is durable unless a stream takes the commit point.
 func (l *singleLog) syncVersion(context.Context) (uint64, error) {
 	if err := l.s.Err(); err != nil {
 		return 0, status.Errorf(codes.Unavailable, "the certifier stopped serving: %v", err)
 	}
-	return l.s.DurableVersion(), nil
+	return max(l.s.DurableVersion(), l.s.earlyAcked.get()), nil
 }
 
 // checkFetch: the log serves every version it still has (Fetch refuses

@@ -61,6 +61,9 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if err != nil {
 		return err
 	}
+	if first.Open.GetEarlyDelivery() && s.cfg.Group != nil {
+		return status.Error(codes.FailedPrecondition, "a certifier group does not deliver before durability (OpenSession.early_delivery): use a single certifier")
+	}
 	if err := s.checkOpen(first.Open); err != nil {
 		return err
 	}
@@ -78,7 +81,7 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		sendErr <- s.sendLoop(ctx, stream, st, queue, first.Open.ReplicaVersion, first.Open.Push)
+		sendErr <- s.sendLoop(ctx, stream, st, queue, first.Open.ReplicaVersion, s.deliveryOf(first.Open))
 	}()
 	go func() {
 		defer wg.Done()
@@ -249,7 +252,7 @@ func put(ctx context.Context, queue chan<- queued, q queued) error {
 // replicas' commits up to --staleness late. (A busy replica hears of them
 // with its replies anyway; what keeps it behind under load is applying
 // them, see BENCHMARKS.md.)
-func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, queue <-chan queued, delivered uint64, push bool) error {
+func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, queue <-chan queued, delivered uint64, d delivery) error {
 	var waiting, ready []queued
 	for {
 		// What is queued already joins this round, before a push is made
@@ -266,14 +269,14 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 		if failed != nil {
 			return status.Error(codes.Unavailable, failed.Error())
 		}
-		through, deliverable := s.deliveryBound(durable)
-		ready, waiting = TakeSendable(waiting, durable, queued.dependency, ready[:0])
-		if PushDue(push, len(ready), delivered, through) {
+		through, deliverable := s.deliveryBound(d, durable)
+		ready, waiting = TakeSendable(waiting, d.repliesBound(durable, through), queued.dependency, ready[:0])
+		if PushDue(d.push, len(ready), delivered, through) {
 			ready = append(ready, queued{received: time.Now()}) // a push: a catch-up of our own
 		}
 		if len(ready) > 0 {
 			var err error
-			if delivered, err = s.sendReady(ctx, stream, st, ready, delivered, through, durable); err != nil {
+			if delivered, err = s.sendReady(ctx, stream, st, ready, delivered, through, durable, d); err != nil {
 				return err
 			}
 			continue
@@ -286,10 +289,10 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 			more = queue
 		}
 		var flushed, decided <-chan struct{}
-		if len(waiting) > 0 || push {
+		if len(waiting) > 0 || d.push {
 			flushed = changed
 		}
-		if push {
+		if d.push || (d.earlyReplies && len(waiting) > 0) {
 			decided = deliverable
 		}
 		select {
@@ -309,10 +312,10 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 
 // deliveryBound is how far entries may be sent on a stream when the
 // durable version is durable: beyond it, to the deliverable version, if
-// entries are delivered early (early.go); then deliverable is closed when
-// that version advances (nil otherwise).
-func (s *Service) deliveryBound(durable uint64) (through uint64, deliverable <-chan struct{}) {
-	if !s.cfg.UnsafeDeliverBeforeDurable {
+// the stream takes entries early (early.go); then deliverable is closed
+// when that version advances (nil otherwise).
+func (s *Service) deliveryBound(d delivery, durable uint64) (through uint64, deliverable <-chan struct{}) {
+	if !d.earlyEntries {
 		return durable, nil
 	}
 	v, _, changed := s.deliverable.watch()
@@ -326,9 +329,12 @@ func (q queued) dependency() uint64 { return q.waitFor }
 // lets them go (in a group, after their aborts are confirmed), with the
 // entries up to through the replica has not been sent, and returns the
 // highest version delivered.
-func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, ready []queued, delivered, through, durable uint64) (uint64, error) {
+func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, ready []queued, delivered, through, durable uint64, d delivery) (uint64, error) {
 	if err := s.order.maySend(ctx, ready); err != nil {
 		return delivered, err
+	}
+	if d.earlyReplies {
+		s.noteEarlyReplies(ready, durable)
 	}
 	delivered, err := s.send(stream, ready, delivered, through, durable)
 	st.release(answered(ready))
