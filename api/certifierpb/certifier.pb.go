@@ -883,9 +883,9 @@ type OpenSession struct {
 	// by its version alone.
 	History []*EpochRun `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
 	// Take the commit point, not the durability point (Eventual Durability
-	// §3.7, early visibility): entries are sent as soon as the certifier has
-	// decided them, and commit replies once their entry is sent, before they
-	// are durable. An entry that writes a whole table or the schema, a
+	// §3.7, early visibility): entries are sent once the certifier decided
+	// them and its writer took them (at most one write later), and commit
+	// replies once their entry is sent, before they are durable. An entry that writes a whole table or the schema, a
 	// streamed span, and everything after them still wait until durable.
 	// What is delivered early may fail, and the replica is then told to
 	// rewind (RewindRequired). A certifier group refuses such a session.
@@ -1652,7 +1652,8 @@ func (x *RewindRequired) GetLogStartsAfter() uint64 {
 type CertifyStreamReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Entries not yet delivered on this stream, in version order, contiguous,
-	// each durable. They come before the replies that depend on them. Each is
+	// each durable unless the stream takes them early (OpenSession.
+	// early_delivery, durable_version below says which). They come before the replies that depend on them. Each is
 	// an encoded LogEntry, byte for byte as the log stores it: the certifier
 	// encodes an entry once, however many replicas it is delivered to.
 	Entries [][]byte        `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`

@@ -89,10 +89,10 @@ type Options struct {
 	// not delivered: the next stream delivers them again.
 	OnEntries func(entries []logentry.Entry, durableVersion uint64) error
 	// OnRefused is told when the certifier refuses the replica's session
-	// because the replica cannot catch up from it: its log no longer holds
-	// the versions the replica needs (log retention), or the replica holds
-	// versions the certifier never made durable. The replica needs a state
-	// transfer; the client keeps trying meanwhile. Called from the client's
+	// (FailedPrecondition) because the replica cannot catch up from it: its
+	// log no longer holds the versions the replica needs (log retention,
+	// pb.NeedsStateTransfer), or the replica holds versions the log does
+	// not (pb.NeedsRewind). The client keeps trying meanwhile. Called from the client's
 	// goroutine; it must not call back into the Client.
 	OnRefused func(err error)
 	// History, when set, returns the replica's history (its runs) up to

@@ -83,8 +83,8 @@ func runsOf(history []modelEntry) []*pb.EpochRun {
 }
 
 // Admit against the model: a replica whose history is a prefix of the
-// certifier's log is admitted, any other is refused as needing a state
-// transfer. Versions at or below the log's start cannot be compared (the
+// certifier's log is admitted, any other is refused: told to rewind to
+// where the two part (checkRefusal). Versions at or below the log's start cannot be compared (the
 // log no longer holds them): a replica exactly at the start is admitted,
 // one below it refused, as the behind-the-log rule says.
 func TestAdmitAdmitsExactlyTheReplicasWhoseHistoryIsAPrefixOfTheLog(t *testing.T) {

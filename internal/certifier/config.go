@@ -96,7 +96,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("delivery before durability is implemented for a single certifier only, not for a member of a certifier group")
 	}
 	if c.UnsafeFaultWriteDelay > 0 && !c.UnsafeDeliverBeforeDurable {
-		return fmt.Errorf("a write delay fault needs delivery before durability")
+		return fmt.Errorf("--unsafe-fault-write-delay needs --unsafe-deliver-before-durable")
 	}
 	if c.Limits.WritesetBytesMax > wal.EntryBytesMax-entryOverheadBytesMax {
 		return fmt.Errorf("writeset bytes max %d is over the log's entry limit of %d bytes minus %d for the entry's header",

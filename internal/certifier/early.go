@@ -1,7 +1,11 @@
 package certifier
 
 import (
+	"context"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/certification"
@@ -52,18 +56,31 @@ func (d delivery) repliesBound(durable, through uint64) uint64 {
 	return durable
 }
 
-// noteEarlyReplies records the highest commit among replies about to be
-// sent before durable: SyncVersion must cover every version acknowledged.
-func (s *Service) noteEarlyReplies(ready []queued, durable uint64) {
-	acked := uint64(0)
-	for _, q := range ready {
-		if q.reply != nil && q.reply.Decision == pb.Decision_DECISION_COMMIT {
-			acked = max(acked, q.reply.CommitVersion)
-		}
+// durableNewsDue reports whether a stream that takes entries early must
+// be sent a message that only names the durable version: it holds entries
+// that became durable since its last message named the durable version,
+// and nothing else is about to go out. Its replica waits for that news:
+// settlements of re-sent calls, and the safe commits waiting for
+// durability.
+func (d delivery) durableNewsDue(sendable int, delivered, durable, durableSent uint64) bool {
+	return d.earlyEntries && sendable == 0 && durable > durableSent && delivered > durableSent
+}
+
+// awaitDeliveredTail waits, before a stream is admitted, until the
+// versions its replica holds that this process delivered early are
+// durable: they are the log's tail, at most one write away, not failed
+// versions. A replica reopening its stream (a dropped connection, a new
+// agent run) would otherwise be judged against the durable version alone
+// and told to rewind what the log is about to hold.
+func (s *Service) awaitDeliveredTail(ctx context.Context, version uint64) error {
+	tail := min(version, s.deliverable.get())
+	if tail <= s.DurableVersion() {
+		return nil
 	}
-	if acked > durable {
-		s.earlyAcked.advance(acked)
+	if _, err := s.durable.wait(ctx, tail); err != nil {
+		return status.Errorf(codes.Unavailable, "waiting for the versions the replica holds to be durable: %v", err)
 	}
+	return nil
 }
 
 // committedBarriers appends to barriers the versions a decided batch
@@ -106,15 +123,4 @@ func (l *singleLog) deliverEarly(entries []logentry.Entry, barriers []uint64) {
 	if d := s.cfg.UnsafeFaultWriteDelay; d > 0 {
 		time.Sleep(d) // delivered, not yet written: a kill -9 now fails them
 	}
-}
-
-// reportedDurable is what a replica's reported version (nil: none) counts
-// as for log retention: never above the durable version, since a replica
-// that took entries early may hold versions that fail.
-func (s *Service) reportedDurable(applied *uint64) *uint64 {
-	if applied == nil {
-		return nil
-	}
-	v := min(*applied, s.DurableVersion())
-	return &v
 }

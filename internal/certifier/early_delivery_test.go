@@ -26,7 +26,7 @@ const earlyFlush = time.Second
 // the flush, and the message with the entry names the durable version
 // as it is, below the entry.
 func TestEarlyDeliverySendsAnEntryBeforeItIsDurableAndItsReplyAfter(t *testing.T) {
-	stream, sent := certifyEarly(t, upsert("public.t", 1))
+	_, stream, sent := certifyEarly(t, upsert("public.t", 1))
 	first, err := stream.Recv()
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestEarlyDeliverySendsAnEntryBeforeItIsDurableAndItsReplyAfter(t *testing.T
 // them, are delivered only once durable, so that a replica's versions
 // that fail are only row changes (early.go).
 func TestEarlyDeliveryHoldsABarrierAndWhatFollowsUntilDurable(t *testing.T) {
-	stream, sent := certifyEarly(t, upsert("public.a", 1), &pb.Change{Op: pb.Op_OP_TRUNCATE, Table: "public.b"}, upsert("public.c", 1))
+	_, stream, sent := certifyEarly(t, upsert("public.a", 1), &pb.Change{Op: pb.Op_OP_TRUNCATE, Table: "public.b"}, upsert("public.c", 1))
 	var early []string
 	for {
 		m, err := stream.Recv()
@@ -186,6 +186,131 @@ func TestAStreamThatTakesTheCommitPointIsAnsweredBeforeTheFlush(t *testing.T) {
 	}
 }
 
+// A replica that reopens its stream (a dropped connection, a new agent
+// run) holding an entry this process delivered early is admitted once the
+// entry is durable: it holds the log's tail, not a failed version.
+func TestAReplicaReopeningItsStreamWithAnEarlyEntryIsAdmitted(t *testing.T) {
+	srv, stream, sent := certifyEarly(t, upsert("public.t", 1))
+	m, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := logentry.Decode(m.Entries[0])
+	if err != nil || m.DurableVersion != 0 {
+		t.Fatalf("entry %v (%v), durable %d: want entry 1 before it is durable", e, err, m.DurableVersion)
+	}
+	if err := openWith(t, srv, 1, historyOf([]*pb.LogEntry{e})); err != nil {
+		t.Fatalf("a replica holding the version this process delivered and is making durable was refused: %v", status.Convert(err).Message())
+	}
+	if time.Since(sent) < earlyFlush {
+		t.Fatalf("admitted after %v, before the flush of the version it holds (%v)", time.Since(sent), earlyFlush)
+	}
+}
+
+// A stream that holds entries sent early hears when they become durable,
+// in a message of its own if nothing else goes out: its replica's safe
+// commits and settlements wait for that.
+func TestAStreamHoldingEarlyEntriesHearsWhenTheyAreDurable(t *testing.T) {
+	srv := listen(t, certifier.Config{SyncDelay: earlyFlush, UnsafeDeliverBeforeDurable: true})
+	observer := rawStream(t, srv) // another replica's: no reply of its own waits
+	if err := observer.Send(&pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: "r2", Push: true}}); err != nil {
+		t.Fatal(err)
+	}
+	writer := rawStream(t, srv)
+	sent := time.Now()
+	if err := writer.Send(&pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: "r1"},
+		Requests: []*pb.CertifyRequest{{RequestId: 1, Txn: &pb.TxnID{Origin: "r1", Seq: 1},
+			Writeset: &pb.Writeset{Changes: []*pb.Change{upsert("public.t", 1)}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := observer.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.DurableVersion >= 1 {
+			if time.Since(sent) < earlyFlush || time.Since(sent) > 3*earlyFlush {
+				t.Fatalf("durable version 1 named after %v, want once the flush of %v ended", time.Since(sent), earlyFlush)
+			}
+			return
+		}
+	}
+}
+
+// SyncVersion covers every version sent to a replica, also an entry sent
+// before it is durable, which that replica may show to its clients.
+func TestSyncVersionCoversEntriesSentEarly(t *testing.T) {
+	srv, stream, _ := certifyEarly(t, upsert("public.t", 1))
+	if m, err := stream.Recv(); err != nil || versionsOf(t, m.Entries) != "1" || m.DurableVersion != 0 {
+		t.Fatalf("first message %v, %v: want entry 1 before it is durable", m, err)
+	}
+	c, err := certclient.New(certclient.Options{Target: srv.Addr().String(), Replica: "reader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if v, err := c.SyncVersion(ctx); err != nil || v < 1 {
+		t.Fatalf("SyncVersion = %d, %v with version 1 sent early: want at least 1", v, err)
+	}
+}
+
+// A batch the recent ring cannot hold at once is not sent early (the log
+// does not hold it yet): it goes out once durable, whole.
+func TestABatchLargerThanTheRingIsSentOnceDurable(t *testing.T) {
+	srv := listen(t, certifier.Config{SyncDelay: earlyFlush, UnsafeDeliverBeforeDurable: true, RecentEntriesMax: 2})
+	stream := rawStream(t, srv)
+	msg := &pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: "r1", Push: true}}
+	for i := 1; i <= 5; i++ {
+		msg.Requests = append(msg.Requests, &pb.CertifyRequest{RequestId: uint64(i), Txn: &pb.TxnID{Origin: "r1", Seq: uint64(i)},
+			Writeset: &pb.Writeset{Changes: []*pb.Change{upsert("public.t", i)}}})
+	}
+	sent := time.Now()
+	if err := stream.Send(msg); err != nil {
+		t.Fatal(err)
+	}
+	var entries []string
+	for replies := 0; replies < 5; {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Entries) > 0 && time.Since(sent) < earlyFlush {
+			t.Fatalf("entries %s sent after %v, before their flush: the ring holds 2 of 5", versionsOf(t, m.Entries), time.Since(sent))
+		}
+		if len(m.Entries) > 0 {
+			entries = append(entries, versionsOf(t, m.Entries))
+		}
+		replies += len(m.Replies)
+	}
+	if got := strings.Join(entries, ","); got != "1,2,3,4,5" {
+		t.Fatalf("entries %s, want 1..5", got)
+	}
+}
+
+// Log retention counts a replica's reported version only up to the
+// durable version: a replica that took entries early may hold versions
+// that fail.
+func TestRetentionCountsAReplicaOnlyUpToTheDurableVersion(t *testing.T) {
+	srv := listen(t, certifier.Config{Retention: certifier.RetentionPolicy{Bytes: -1, ReplicaTimeout: time.Hour, Interval: 20 * time.Millisecond}})
+	stream := rawStream(t, srv)
+	claimed := uint64(1000)
+	if err := stream.Send(&pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: "r1"}, AppliedVersion: &claimed,
+		Requests: []*pb.CertifyRequest{{RequestId: 1, Txn: &pb.TxnID{Origin: "r1", Seq: 1},
+			Writeset: &pb.Writeset{Changes: []*pb.Change{upsert("public.t", 1)}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	awaitStatus(t, srv, "the retention decision counts r1 at the durable version, 1", func(st *pb.StatusReply) bool {
+		for _, r := range st.Retention.GetReplicas() {
+			if r.Name == "r1" {
+				return r.AppliedVersion == 1
+			}
+		}
+		return false
+	})
+}
+
 // A certifier group refuses a session that asks for the commit point:
 // it does not deliver before durability.
 func TestAGroupRefusesEarlyDelivery(t *testing.T) {
@@ -196,8 +321,8 @@ func TestAGroupRefusesEarlyDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := stream.Recv()
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "early_delivery") {
-		t.Fatalf("a group answered a session asking for early delivery with %v; want FailedPrecondition naming it", err)
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "early_delivery") {
+		t.Fatalf("a group answered a session asking for early delivery with %v; want Unimplemented naming it", err)
 	}
 }
 
@@ -205,7 +330,7 @@ func TestAGroupRefusesEarlyDelivery(t *testing.T) {
 // durability, with a flush of earlyFlush, and sends one single-change
 // transaction per change in one message, request ids and sequence
 // numbers from 1; it returns the stream and when the message was sent.
-func certifyEarly(t *testing.T, changes ...*pb.Change) (pb.Certifier_CertifyClient, time.Time) {
+func certifyEarly(t *testing.T, changes ...*pb.Change) (*certifier.Server, pb.Certifier_CertifyClient, time.Time) {
 	t.Helper()
 	srv := listen(t, certifier.Config{SyncDelay: earlyFlush, UnsafeDeliverBeforeDurable: true})
 	stream := rawStream(t, srv)
@@ -219,7 +344,7 @@ func certifyEarly(t *testing.T, changes ...*pb.Change) (pb.Certifier_CertifyClie
 	if err := stream.Send(msg); err != nil {
 		t.Fatal(err)
 	}
-	return stream, sent
+	return srv, stream, sent
 }
 
 // versionsOf lists encoded entries' versions, comma-separated.

@@ -34,14 +34,15 @@ type Service struct {
 	// deliverable: the versions streams that take entries early may be
 	// sent, beyond durable (early.go).
 	deliverable *watermark
-	// earlyAcked: the highest version a commit reply was sent for before
-	// it was durable (early.go); SyncVersion covers it.
-	earlyAcked *watermark
-	inFlight   atomic.Int64
-	stats      *stats
-	metrics    *metrics
-	flow       *flowControl
-	replicas   *knownReplicas
+	// earlySent: the highest version sent to a replica before it was
+	// durable, as an entry or a commit reply (early.go); SyncVersion
+	// covers it.
+	earlySent *watermark
+	inFlight  atomic.Int64
+	stats     *stats
+	metrics   *metrics
+	flow      *flowControl
+	replicas  *knownReplicas
 	// started is when this process started; retention the last log
 	// retention decision taken or applied (retention_service.go).
 	started   time.Time
@@ -98,7 +99,7 @@ func Open(cfg Config) (*Service, error) {
 		recent:      newRecentEntries(cfg.RecentEntriesMax),
 		durable:     newWatermark(log.LastVersion()),
 		deliverable: newWatermark(log.LastVersion()),
-		earlyAcked:  newWatermark(0),
+		earlySent:   newWatermark(0),
 		stats:       newStats(),
 		replicas:    newKnownReplicas(time.Now),
 		started:     started,
@@ -155,7 +156,7 @@ type certifying struct {
 	stageProblem string
 	notStaged    bool // stageProblem: nothing staged at all
 	// barrier: the request writes a whole table or the schema (TRUNCATE,
-	// DDL), so its entry is delivered only once durable (earlyDelivery).
+	// DDL), so its entry is delivered only once durable (early.go).
 	barrier bool
 }
 

@@ -19,9 +19,9 @@ import (
 
 // singleLog is the orderer of a certifier that runs alone: it certifies in
 // its own state, and its writer makes the versioned log durable (group
-// commit, Tashkent §6.1). Nothing it decided leaves the service before it
-// is durable, so its durable version answers SyncVersion as it is, and any
-// reply may go out once what it depends on is durable.
+// commit, Tashkent §6.1). What it decided leaves the service once durable,
+// or, to a stream that takes the commit point, when its writer takes it
+// (early.go).
 type singleLog struct {
 	s *Service
 
@@ -145,13 +145,13 @@ func (l *singleLog) versions() (version, lowWaterMark uint64) {
 }
 
 // syncVersion is the durable version, or above it the highest version
-// acknowledged early (early.go): a version is acknowledged and delivered
-// only once it is durable unless a stream takes the commit point.
+// sent early (early.go): a version is acknowledged and delivered only
+// once it is durable unless a stream takes entries before.
 func (l *singleLog) syncVersion(context.Context) (uint64, error) {
 	if err := l.s.Err(); err != nil {
 		return 0, status.Errorf(codes.Unavailable, "the certifier stopped serving: %v", err)
 	}
-	return max(l.s.DurableVersion(), l.s.earlyAcked.get()), nil
+	return max(l.s.DurableVersion(), l.s.earlySent.get()), nil
 }
 
 // checkFetch: the log serves every version it still has (Fetch refuses

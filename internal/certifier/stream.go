@@ -62,7 +62,10 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 		return err
 	}
 	if first.Open.GetEarlyDelivery() && s.cfg.Group != nil {
-		return status.Error(codes.FailedPrecondition, "a certifier group does not deliver before durability (OpenSession.early_delivery): use a single certifier")
+		return status.Error(codes.Unimplemented, "a certifier group does not deliver before durability (OpenSession.early_delivery): use a single certifier")
+	}
+	if err := s.awaitDeliveredTail(stream.Context(), first.Open.GetReplicaVersion()); err != nil {
+		return err
 	}
 	if err := s.checkOpen(first.Open); err != nil {
 		return err
@@ -169,7 +172,7 @@ func (s *Service) readAhead(ctx context.Context, stream pb.Certifier_CertifyServ
 	for {
 		s.flow.set(st, msg.Pause)
 		now := time.Now()
-		st.session.report(s.reportedDurable(msg.AppliedVersion), now)
+		st.session.report(msg.AppliedVersion, now)
 		select {
 		case msgs <- received{msg, now}:
 		case <-ctx.Done():
@@ -242,7 +245,9 @@ func put(ctx context.Context, queue chan<- queued, q queued) error {
 
 // sendLoop sends each queued reply once what it depends on is durable
 // (TakeSendable), preceded by every durable entry the replica has not been
-// sent. Replies that are ready together share one message.
+// sent. Replies that are ready together share one message. A stream that
+// takes entries early is sent them, and its replies if it takes those
+// too, up to the deliverable version instead (early.go).
 //
 // Pushes (OpenSession.push): a stream that asked for them is sent every
 // entry as soon as it is durable, not only with the replica's own replies.
@@ -254,6 +259,9 @@ func put(ctx context.Context, queue chan<- queued, q queued) error {
 // them, see BENCHMARKS.md.)
 func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, queue <-chan queued, delivered uint64, d delivery) error {
 	var waiting, ready []queued
+	// durableSent is the durable version the stream's last message named;
+	// what the replica held at the start was durable (awaitDeliveredTail).
+	durableSent := delivered
 	for {
 		// What is queued already joins this round, before a push is made
 		// up: otherwise, while flushes elsewhere keep the durable version
@@ -271,7 +279,7 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 		}
 		through, deliverable := s.deliveryBound(d, durable)
 		ready, waiting = TakeSendable(waiting, d.repliesBound(durable, through), queued.dependency, ready[:0])
-		if PushDue(d.push, len(ready), delivered, through) {
+		if PushDue(d.push, len(ready), delivered, through) || d.durableNewsDue(len(ready), delivered, durable, durableSent) {
 			ready = append(ready, queued{received: time.Now()}) // a push: a catch-up of our own
 		}
 		if len(ready) > 0 {
@@ -279,6 +287,7 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 			if delivered, err = s.sendReady(ctx, stream, st, ready, delivered, through, durable, d); err != nil {
 				return err
 			}
+			durableSent = durable
 			continue
 		}
 		if queue == nil && len(waiting) == 0 {
@@ -289,7 +298,7 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 			more = queue
 		}
 		var flushed, decided <-chan struct{}
-		if len(waiting) > 0 || d.push {
+		if len(waiting) > 0 || d.push || (d.earlyEntries && delivered > durableSent) {
 			flushed = changed
 		}
 		if d.push || (d.earlyReplies && len(waiting) > 0) {
@@ -322,7 +331,8 @@ func (s *Service) deliveryBound(d delivery, durable uint64) (through uint64, del
 	return max(durable, v), changed
 }
 
-// dependency is the version that must be durable before q is sent.
+// dependency is the version that must be durable (delivered, for a
+// stream that takes replies early) before q is sent.
 func (q queued) dependency() uint64 { return q.waitFor }
 
 // sendReady sends replies whose dependencies are durable, once the orderer
@@ -333,8 +343,8 @@ func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServ
 	if err := s.order.maySend(ctx, ready); err != nil {
 		return delivered, err
 	}
-	if d.earlyReplies {
-		s.noteEarlyReplies(ready, durable)
+	if through > durable {
+		s.earlySent.advance(through) // SyncVersion covers what a replica may show
 	}
 	delivered, err := s.send(stream, ready, delivered, through, durable)
 	st.release(answered(ready))

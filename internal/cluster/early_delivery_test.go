@@ -54,7 +54,8 @@ func TestReplicasThatAppliedVersionsTheCertifierLostAreRefused(t *testing.T) {
 
 	mustRun(t, bin, "up", "--data-dir", dir, "--no-demo")
 	awaitAgentHealth(t, bin, dir, 2, func(h string) bool {
-		return strings.HasPrefix(h, "halted: needs state transfer") && strings.Contains(h, "agrees with the certifier's log only up to version")
+		return strings.HasPrefix(h, "halted: needs state transfer") && strings.Contains(h, "agrees with the certifier's log only up to version") &&
+			strings.Contains(h, "replica's epochs [") && strings.Contains(h, "the log's epochs [")
 	})
 	cancel()
 	wg.Wait()
