@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -26,17 +27,19 @@ import (
 // the next one: the oldest candidate, which becomes usable first, stays,
 // so a durability lag longer than Interval still moves the usable pin on.
 //
-// Rewinder.Run calls Tick every Interval.
-//
 // A pin Usable hands out is reserved for its caller until Return: Tick
 // neither drops nor reuses it. After a rewind to k, Rewound drops the pins
 // above k: they saw versions that failed.
 //
-// Methods are safe for concurrent use. Tick (or Run, which calls it) is
-// the only one that talks to the database; the others only change the
-// bookkeeping, and the pins they drop are released at the next Tick.
+// Methods are safe for concurrent use. Tick (Rewinder.Run calls it every
+// Interval), TakeNow and Close talk to the database; the others only
+// change the bookkeeping, and the pins they drop are released at the next
+// Tick.
 type Pins struct {
 	cfg PinsConfig
+	// ticking: one Tick or TakeNow at a time, so that two never take a
+	// pin each past ConnectionsMax.
+	ticking sync.Mutex
 
 	mu      sync.Mutex
 	pins    []*Pin // by version, then by when taken
@@ -187,14 +190,32 @@ func (p *Pins) Versions() []uint64 {
 // since the last one, takes a new candidate. An error says the candidate
 // could not be taken; the pins kept are unchanged.
 func (p *Pins) Tick(ctx context.Context) error {
-	take := p.plan()
+	_, err := p.tick(ctx, false)
+	return err
+}
+
+// TakeNow takes a candidate at once, whatever the interval, making room
+// if every connection holds a pin, and returns its version. It is for the
+// version right after a barrier (DDL, TRUNCATE, a span), taken while the
+// replica's commits are held there (tashkent.hold_commits): the barrier
+// was durable before it was delivered, so the pin is usable at once and
+// no rewind has to undo the barrier. Errors: as Tick's, and when every
+// pin is usable or leased (no room).
+func (p *Pins) TakeNow(ctx context.Context) (uint64, error) {
+	return p.tick(ctx, true)
+}
+
+func (p *Pins) tick(ctx context.Context, now bool) (uint64, error) {
+	p.ticking.Lock()
+	defer p.ticking.Unlock()
+	take, err := p.plan(now)
 	p.releaseDropped(ctx)
 	if !take {
-		return nil
+		return 0, err
 	}
 	pin, err := p.take(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	p.mu.Lock()
 	if p.rewinds != pin.rewinds || p.closed {
@@ -204,32 +225,51 @@ func (p *Pins) Tick(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	p.releaseDropped(ctx)
-	return nil
+	return pin.Version, nil
 }
 
-// plan prunes the pins and says whether to take a candidate now; if every
-// connection holds a pin, one is dropped to make room.
-func (p *Pins) plan() bool {
+// plan prunes the pins and says whether to take a candidate now (at once:
+// whatever the interval); if every connection holds a pin, one is dropped
+// to make room.
+func (p *Pins) plan(now bool) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.suspended {
-		return false
+		if now {
+			return false, errPinsStopped
+		}
+		return false, nil
 	}
 	p.pruneLocked()
-	now := p.cfg.Now()
-	if now.Sub(p.taken) < p.cfg.Interval {
-		return false
+	at := p.cfg.Now()
+	if !now && at.Sub(p.taken) < p.cfg.Interval {
+		return false, nil
 	}
 	if len(p.pins) >= p.cfg.ConnectionsMax {
 		victim := makeRoom(p.pins, p.durable, p.leased)
+		if victim == nil && now {
+			victim = newestCandidate(p.pins, p.durable, p.leased)
+		}
 		if victim == nil {
-			return false
+			return false, errNoRoomForPin(now)
 		}
 		p.removeLocked(victim)
 		p.drop = append(p.drop, victim)
 	}
-	p.taken = now
-	return true
+	p.taken = at
+	return true, nil
+}
+
+// errPinsStopped: no pin is taken during a rewind or after Close.
+var errPinsStopped = errors.New("replica: no pin is taken now (a rewind runs, or the pins are closed)")
+
+// errNoRoomForPin: every connection holds a pin that must stay. For Tick
+// that is no error: it tries again at its next interval.
+func errNoRoomForPin(now bool) error {
+	if !now {
+		return nil
+	}
+	return errors.New("replica: no room for a pin: every connection holds a usable or a leased one")
 }
 
 // takenPin is a pin and the number of rewinds before it was taken.
@@ -274,7 +314,7 @@ func (p *Pins) releaseDropped(ctx context.Context) {
 		}
 		err := pin.release(ctx)
 		p.mu.Lock()
-		keepConn := err == nil && !p.closed && len(p.pins)+len(p.idle) < p.cfg.ConnectionsMax
+		keepConn := err == nil && !pin.conn.IsClosed() && !p.closed && len(p.pins)+len(p.idle) < p.cfg.ConnectionsMax
 		if keepConn {
 			p.idle = append(p.idle, pin.conn)
 		}
@@ -338,6 +378,17 @@ func prune(pins []*Pin, durable uint64, leased map[*Pin]bool) (keep, drop []*Pin
 		}
 	}
 	return keep, drop
+}
+
+// newestCandidate is the newest pin not yet usable nor leased; nil if
+// none.
+func newestCandidate(pins []*Pin, durable uint64, leased map[*Pin]bool) *Pin {
+	for _, pin := range slices.Backward(pins) {
+		if pin.Version > durable && !leased[pin] {
+			return pin
+		}
+	}
+	return nil
 }
 
 // makeRoom picks the pin to drop when every connection holds one and a

@@ -120,9 +120,10 @@ func (r *Rewinder) logPinning(err error, failing bool) {
 //
 // A CannotUndoError (no usable pin, entries the window lost, a version
 // that wrote a whole table or the schema, a pin whose connection broke)
-// means the replica needs a rebuild; nothing was written. An error after
-// the undo committed leaves the marker, and no pin is taken until
-// r.ResumeRewind finishes the rewind.
+// means the replica needs a rebuild; nothing was written. After another
+// error the undo may have committed (the finish failed, or the apply
+// connection broke on the way): no pin is taken until r.ResumeRewind
+// (on a working connection) finishes the rewind or finds none to finish.
 func (r *Rewinder) Rewind(ctx context.Context, apply *pgx.Conn, c, v uint64) (uint64, error) {
 	if v <= c {
 		return 0, fmt.Errorf("replica: rewind: the replica's version %d is not above %d: nothing to undo", v, c)
@@ -139,7 +140,9 @@ func (r *Rewinder) Rewind(ctx context.Context, apply *pgx.Conn, c, v uint64) (ui
 	}
 	r.Pins.suspend()
 	if err := r.applier.Undo(ctx, apply, pin, entries); err != nil {
-		r.Pins.resume()
+		if !apply.IsClosed() { // the database answered: the undo rolled back
+			r.Pins.resume()
+		}
 		return 0, err
 	}
 	if err := r.finish(ctx, apply, k); err != nil {
@@ -161,12 +164,16 @@ func (r *Rewinder) finish(ctx context.Context, conn *pgx.Conn, k uint64) error {
 }
 
 // ResumeRewind finishes a rewind whose undo committed but whose finish
-// failed (the package's ResumeRewind, and the pins and the window then go
-// on from its version).
+// failed (the package's ResumeRewind), and lets the pins go on, from its
+// version, or as they were if no rewind is pending.
 func (r *Rewinder) ResumeRewind(ctx context.Context, conn *pgx.Conn) (k uint64, resumed bool, err error) {
 	k, pending, err := PendingRewind(ctx, conn)
-	if err != nil || !pending {
+	if err != nil {
 		return 0, false, err
+	}
+	if !pending {
+		r.Pins.resume()
+		return 0, false, nil
 	}
 	if err := r.finish(ctx, conn, k); err != nil {
 		return 0, false, err

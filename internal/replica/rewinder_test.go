@@ -33,6 +33,17 @@ func pinConnect(srv *pgserver.Server) func(ctx context.Context) (*pgx.Conn, erro
 	}
 }
 
+// pinSnapshots counts the pin connections that hold a snapshot back from
+// vacuum.
+func pinSnapshots(t *testing.T, admin *pgx.Conn) int {
+	t.Helper()
+	var n int
+	if err := admin.QueryRow(tctx(t), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND backend_xmin IS NOT NULL`, pinApplicationName).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
@@ -122,16 +133,28 @@ func TestRewinderGoesBackToTheNewestUsablePin(t *testing.T) {
 	if u := rw.Pins.Usable(k0 + 6); u != nil {
 		t.Fatalf("usable pin at %d with nothing durable", u.Version)
 	}
+	// At once, whatever the interval (after a barrier): the newest
+	// candidate makes room.
+	commitAndDeliver(failedTxns[6])
+	if v, err := rw.Pins.TakeNow(ctx); err != nil || v != k0+7 {
+		t.Fatalf("TakeNow: %d, %v; want a pin at %d", v, err, k0+7)
+	}
+	if got, want := rw.Pins.Versions(), []uint64{k0, k0 + 2, k0 + 7}; !slices.Equal(got, want) {
+		t.Fatalf("pins %v after TakeNow, want %v", got, want)
+	}
 
 	rw.Advance(k0 + 3) // durable: the pin at k0 + 2 is usable
 	tick(0)
-	if got, want := rw.Pins.Versions(), []uint64{k0 + 2, k0 + 6}; !slices.Equal(got, want) {
+	if got, want := rw.Pins.Versions(), []uint64{k0 + 2, k0 + 7}; !slices.Equal(got, want) {
 		t.Fatalf("pins %v after durable %d, want %v", got, k0+3, want)
+	}
+	if n := pinSnapshots(t, b.connect(t)); n != 2 {
+		t.Errorf("%d pin connections hold a snapshot (backend_xmin), want 2: the dropped pin's ended", n)
 	}
 	if start, _ := rw.Window.Span(); start != k0+2 {
 		t.Errorf("the undo window starts at %d, want %d (the oldest pin)", start, k0+2)
 	}
-	commitAndDeliver(failedTxns[6:]...)
+	commitAndDeliver(failedTxns[7:]...)
 	v := c.version(0)
 	c.log = c.log[:k0+2]
 	c.catchUp(1)
@@ -149,6 +172,10 @@ func TestRewinderGoesBackToTheNewestUsablePin(t *testing.T) {
 	}
 	if s, l := rw.Window.Span(); s != k || l != k {
 		t.Errorf("undo window (%d, %d] after the rewind, want empty at %d", s, l, k)
+	}
+
+	if _, resumed, err := rw.ResumeRewind(ctx, b.apply); err != nil || resumed {
+		t.Errorf("ResumeRewind after a finished rewind: %v, %v; want nothing to resume", resumed, err)
 	}
 
 	empty := NewRewinder(RewinderConfig{Pins: PinsConfig{Connect: pinConnect(b.srv)}, Version: k})
@@ -243,5 +270,50 @@ func TestRewindTimeOfAThousandFailedVersions(t *testing.T) {
 				t.Errorf("version %d after the rewind, want %d", v, f.k)
 			}
 		})
+	}
+}
+
+// Run pins the replica every Interval, moves the usable pin on as the
+// durable version does, trims the undo window to the oldest pin, and
+// closes every pin connection when its context ends.
+func TestRewinderRunPinsUntilItsContextEnds(t *testing.T) {
+	c := newCluster(t, 1)
+	nd := c.nodes[0]
+	c.commit(0, undoSchema)
+	rw := NewRewinder(RewinderConfig{Pins: PinsConfig{Connect: pinConnect(nd.srv), Interval: 20 * time.Millisecond}, Version: c.version(0)})
+	ctx, cancel := context.WithCancel(tctx(t))
+	done := make(chan struct{})
+	go func() {
+		rw.Run(ctx)
+		close(done)
+	}()
+	for _, sql := range durableTxns {
+		for _, e := range c.commit(0, sql) {
+			rw.Delivered(logentry.Encode(e))
+		}
+	}
+	v := c.version(0)
+	rw.Advance(v)
+	admin := nd.connect(t)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		oldest, ok := rw.Pins.Oldest()
+		start, _ := rw.Window.Span()
+		if ok && oldest == v && start == v && pinSnapshots(t, admin) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pins %v, undo window from %d, %d snapshots held; want one pin at %d and the window trimmed to it",
+				rw.Pins.Versions(), start, pinSnapshots(t, admin), v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	for n := pinConnections(t, admin); n > 0; n = pinConnections(t, admin) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pin connections open after Run ended", n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

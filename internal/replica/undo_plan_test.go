@@ -137,7 +137,8 @@ func pinVersions(pins []*Pin) []uint64 {
 // every newer candidate; a pin replaced by a newer one of the same version
 // goes; a leased pin stays whatever it is. When every connection holds a
 // pin, the newest candidate makes room, never the oldest (the next to
-// become usable), and none does while fewer than two candidates exist.
+// become usable), and none does while fewer than two candidates exist,
+// unless a pin is wanted at once (TakeNow).
 func TestPinsKeepTheNewestUsablePin(t *testing.T) {
 	pins := fakePins(3, 5, 5, 8, 12)
 	keep, drop := prune(pins, 9, nil)
@@ -160,6 +161,9 @@ func TestPinsKeepTheNewestUsablePin(t *testing.T) {
 	}
 	if v := makeRoom(fakePins(4, 6), 4, nil); v != nil {
 		t.Errorf("room among [4 6], durable 4: %v, want none (one candidate)", v)
+	}
+	if v := newestCandidate(fakePins(4, 6), 4, nil); v == nil || v.Version != 6 {
+		t.Errorf("room at once among [4 6], durable 4: %v, want the pin at 6", v)
 	}
 	full := fakePins(6, 7)
 	if v := makeRoom(full, 4, map[*Pin]bool{full[1]: true}); v != nil {
