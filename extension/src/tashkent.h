@@ -38,6 +38,8 @@
  *               commit version, waits for a version, tashkent.sync_wait
  *   hold.c      commits held after a version, for a snapshot at exactly
  *               that version (tashkent verify)
+ *   rewind.c    the replica goes back to an earlier version: the undo's
+ *               barrier and marker, the origin and shared state set back
  */
 #ifndef TASHKENT_H
 #define TASHKENT_H
@@ -167,6 +169,12 @@ typedef struct TkShared
 	uint64		hold_after;
 	int			hold_pid;
 	TimestampTz hold_until;
+	/*
+	 * A rewind (rewind.c) from its undo's rewind_begin to its finish's
+	 * commit: no version takes its turn; rewind_target is where it goes.
+	 */
+	bool		rewinding;
+	uint64		rewind_target;
 	int			nslots;
 	TkSlot	   *slots;
 	/*
@@ -524,5 +532,11 @@ extern bool tk_backend_is_applier;
 /* The versions the current apply transaction commits (0: none). */
 extern uint64 tk_apply_first;
 extern uint64 tk_apply_last;
+
+/* ---- rewind.c ---- */
+
+extern bool tk_rewind_holds_turn(void);
+extern bool tk_rewind_in_xact(void);
+extern void tk_rewind_xact_end(bool committed);
 
 #endif							/* TASHKENT_H */

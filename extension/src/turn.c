@@ -111,6 +111,7 @@ absorb_cancel(bool *warned)
  * which applies the versions again); otherwise it is absorbed. A local
  * commit (not cancellable) also waits while a hold keeps its version
  * (hold.c); the applier's runs never pass a hold, the agent cuts them.
+ * Every commit waits while a rewind is under way (rewind.c).
  */
 void
 tk_turn_wait(uint64 first, bool cancellable)
@@ -130,7 +131,7 @@ tk_turn_wait(uint64 first, bool cancellable)
 		LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 		committed = tk_shared->committed;
 		/* a streamed commit's slot holds its span: held if any of it is */
-		held = !cancellable && tk_hold_keeps(Max(first, slot->version));
+		held = (!cancellable && tk_hold_keeps(Max(first, slot->version))) || tk_rewind_holds_turn();
 		slot->waiting_for = committed < predecessor || held ? predecessor : 0;
 		if (committed == predecessor && !held && !cancellable)
 			slot->state = TK_SLOT_COMMITTING;	/* past any hold set from now */
