@@ -1,5 +1,10 @@
 package certifierpb
 
+import (
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
 // NeedsStateTransfer starts the message of a Certify stream the certifier
 // refuses with FAILED_PRECONDITION because the replica cannot catch up from
 // its log: the log no longer holds the versions the replica needs (log
@@ -14,3 +19,18 @@ const NeedsStateTransfer = "needs state transfer"
 // carries a RewindRequired detail naming that version; a replica that
 // cannot go back to it must be rebuilt from a peer.
 const NeedsRewind = "needs rewind"
+
+// RewindOf reads the RewindRequired detail of a refusal; ok is false if
+// err is not a refusal to rewind.
+func RewindOf(err error) (*RewindRequired, bool) {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return nil, false
+	}
+	for _, d := range st.Details() {
+		if r, ok := d.(*RewindRequired); ok {
+			return r, true
+		}
+	}
+	return nil, false
+}

@@ -71,21 +71,6 @@ func errNeedsRewind(open *pb.OpenSession, c uint64, log LogHistory) error {
 	return detailed.Err()
 }
 
-// RewindOf reads the RewindRequired detail of a refusal; ok is false if
-// err is not a refusal to rewind.
-func RewindOf(err error) (*pb.RewindRequired, bool) {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.FailedPrecondition {
-		return nil, false
-	}
-	for _, d := range st.Details() {
-		if r, ok := d.(*pb.RewindRequired); ok {
-			return r, true
-		}
-	}
-	return nil, false
-}
-
 // CommonVersion is the highest version up to which a replica's history
 // (runs over versions 1..version) and the log agree. Within one epoch one
 // process assigns versions append-only and never reassigns one, so two

@@ -145,7 +145,7 @@ func checkRefusal(t *testing.T, round int, err error, replica, certLog []modelEn
 		}
 		return
 	}
-	rw, ok := RewindOf(err)
+	rw, ok := pb.RewindOf(err)
 	if !ok || !strings.HasPrefix(msg, pb.NeedsRewind) {
 		t.Fatalf("round %d: refused with %v, want FailedPrecondition %q with a RewindRequired detail", round, err, pb.NeedsRewind)
 	}
@@ -174,7 +174,7 @@ func TestAdmitRefusesAnotherHistoryAtTheSameVersions(t *testing.T) {
 		t.Fatalf("Admit = %v, want FailedPrecondition", err)
 	}
 	msg := status.Convert(err).Message()
-	if rw, ok := RewindOf(err); !ok || rw.CommonVersion != 30 {
+	if rw, ok := pb.RewindOf(err); !ok || rw.CommonVersion != 30 {
 		t.Errorf("the refusal's detail is %v, want a rewind to version 30", rw)
 	}
 	for _, want := range []string{pb.NeedsRewind, `"r3"`, "version 60", "only up to version 30", "1@1..30 3@31..60", "1@1..40 2@41..90"} {
