@@ -40,7 +40,7 @@ func (g *groupMember) restartAt(version uint64) {
 	s.mu.Lock()
 	s.recent = newRecentEntries(s.cfg.RecentEntriesMax)
 	s.mu.Unlock()
-	s.runs.reset()
+	s.runs.restartAfter(version, 0) // the snapshot does not say the epoch at its version
 	s.durable.advance(version)
 	g.discardCoveredStages(version)
 	s.cfg.Logger.Info("certifier group: this member starts at a snapshot; its versioned log restarts after it, and Fetch below it goes to other members",
