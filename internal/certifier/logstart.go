@@ -135,3 +135,20 @@ func removableThrough(segments []wal.SegmentInfo, keepFrom uint64) uint64 {
 	}
 	return through
 }
+
+// restartLogAfter restarts the versioned log after version (a group
+// member's snapshot, whose entry is of epoch, 0 if the snapshot does not
+// say), recording that epoch first. The runs restart before the log does:
+// admission meanwhile finds the epoch at the old start not known, never
+// the old log's last epoch taken for the new start's.
+func (s *Service) restartLogAfter(version, epoch uint64) error {
+	var runs []*pb.EpochRun
+	if epoch != 0 {
+		runs = []*pb.EpochRun{{Epoch: epoch, FirstVersion: version}}
+	}
+	if err := saveLogStart(s.cfg.DataDir, newLogStartRecord(runs, version), !s.cfg.NoSync); err != nil {
+		s.cfg.Logger.Warn("could not record the epoch of the snapshot's version; after a restart this member compares no replica at its log's start", "err", err)
+	}
+	s.runs.restartAfter(version, epoch)
+	return s.log.RestartAfter(version)
+}

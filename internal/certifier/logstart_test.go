@@ -2,6 +2,8 @@ package certifier
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +130,53 @@ func TestARecordAtTheLogStartThatDoesNotFitIsRefused(t *testing.T) {
 	if err := restoreLogStart(dir, log, runs); err == nil || !strings.Contains(err.Error(), logStartFileName) {
 		t.Fatalf("a record of epoch 4 before entries of epoch 3: %v, want an error naming the file", err)
 	}
+}
+
+// A group member whose versioned log restarts after a snapshot (here its
+// versioned log, written without fsync in a group, was lost, and the Raft
+// log is compacted behind the snapshot) knows the epoch of the snapshot's
+// version from the snapshot, and after another restart from its record: a
+// replica exactly at its log's start is compared by it.
+func TestAGroupMemberKnowsTheEpochOfTheSnapshotItsLogStartsAfter(t *testing.T) {
+	dir := t.TempDir()
+	core := certgroup.Config{SnapshotEntries: 4, CatchUpEntries: 1}
+	s := openOneMemberGroupWith(t, dir, core, Config{})
+	for seq := uint64(1); seq <= 20; seq++ {
+		commitRows(t, s, "r", seq, fmt.Sprint(seq))
+	}
+	epochs := map[uint64]uint64{}
+	for _, e := range logged(t, s, 0, 20) {
+		epochs[e.Version] = e.Epoch
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segments, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if err != nil || len(segments) == 0 {
+		t.Fatalf("the versioned log's segments: %v, %v", segments, err)
+	}
+	for _, path := range segments {
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s = openOneMemberGroupWith(t, dir, core, Config{})
+	awaitCondition(t, "the versioned log restarts after the snapshot", func() bool { return s.log.StartsAfter() > 0 })
+	start := s.log.StartsAfter()
+	checkStartEpoch(t, s, "after the snapshot", start, epochs[start])
+	for seq := uint64(21); seq <= 30; seq++ { // the versioned log holds versions after the start
+		commitRows(t, s, "r", seq, fmt.Sprint(seq))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openOneMemberGroupWith(t, dir, core, Config{})
+	defer s.Close()
+	if s.log.StartsAfter() != start {
+		t.Fatalf("after a restart the log starts after version %d, want %d", s.log.StartsAfter(), start)
+	}
+	checkStartEpoch(t, s, "after a restart", start, epochs[start])
 }
 
 // In a group, log retention records the epoch at the log's new start as
