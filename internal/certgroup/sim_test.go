@@ -24,7 +24,8 @@ package certgroup_test
 //     transaction certainly did not commit);
 //   - live members' logs agree on the committed prefix and converge;
 //   - epochs (the group's base plus the leader's term) never decrease along
-//     the log.
+//     the log, and a snapshot a member installs names the epoch of its
+//     version.
 //
 // Raft randomizes election timeouts with crypto/rand, which no seed
 // controls, so the members' election timers are set out of reach and the
@@ -479,8 +480,12 @@ func (s *sim) applied(m *member, a certgroup.Applied) error {
 		if a.Installed < m.applied {
 			return fmt.Errorf("member %d installed a snapshot of version %d after applying %d", m.id, a.Installed, m.applied)
 		}
-		if _, ok := s.history[a.Installed]; !ok {
+		entry, ok := s.history[a.Installed]
+		if !ok {
 			return fmt.Errorf("member %d installed a snapshot of version %d, which never committed", m.id, a.Installed)
+		}
+		if h, err := logentry.HeaderOf(entry); err != nil || h.Epoch != a.InstalledEpoch {
+			return fmt.Errorf("member %d installed a snapshot of version %d in epoch %d, committed in epoch %d (%v)", m.id, a.Installed, a.InstalledEpoch, h.Epoch, err)
 		}
 		s.stats.Installed++
 		s.logf("member %d installed the leader's snapshot: version %d (was %d)", m.id, a.Installed, m.applied)
