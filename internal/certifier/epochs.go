@@ -19,10 +19,9 @@ import (
 
 // Every log entry carries the epoch that certified it (LogEntry.epoch): a
 // group's base plus its leader's Raft term (certgroup/base.go), or a
-// single certifier's generation. Epochs
-// never decrease along the versioned log, so the log's history is a short
-// list of runs, (epoch, first version), which admission compares with a
-// replica's (Admit). logRuns keeps that list as the log grows; it is
+// single certifier's generation. Epochs never decrease along the
+// versioned log, so the log's history is a short list of runs, (epoch,
+// first version), which admission compares with a replica's (Admit). logRuns keeps that list as the log grows; it is
 // rebuilt at start by scanning the log (scanLogRuns). The one epoch a scan
 // cannot find is that of the entry just before the log's start, once log
 // retention or a group's snapshot removed it: it is kept in a file of its
@@ -83,7 +82,10 @@ func (r *logRuns) startAfter(version, epoch uint64) error {
 		first := r.runs[0]
 		switch {
 		case first.GetFirstVersion() <= version:
-			return fmt.Errorf("the log holds version %d, before which it was to start", version)
+			// The caller passes the scanned log's StartsAfter, and a scan's
+			// first run starts at the log's first entry, after it.
+			panic(fmt.Sprintf("certifier: the log's runs start at version %d, not after version %d where the log starts",
+				first.GetFirstVersion(), version))
 		case first.GetEpoch() == epoch:
 			first.FirstVersion = version
 			return nil

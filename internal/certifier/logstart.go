@@ -62,18 +62,27 @@ func newLogStartRecord(runs []*pb.EpochRun, through uint64) logStartRecord {
 	return r
 }
 
+// withoutLogStartHint is what an operator can do about a record that
+// does not read or does not fit the log: without it, a replica exactly
+// at the log's start is admitted by its version alone.
+const withoutLogStartHint = "remove the file to start without them"
+
+// loadLogStart reads the record in dir (none: an empty one). A record
+// that does not read stops the start rather than being taken as missing:
+// it is written atomically, so it is damaged, and going on without it
+// would loosen admission without anyone deciding to.
 func loadLogStart(dir string) (logStartRecord, error) {
 	path := filepath.Join(dir, logStartFileName)
 	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return logStartRecord{}, nil
+	case err != nil:
+		return logStartRecord{}, fmt.Errorf("read the epochs at the log's start %s: %w", path, err)
 	}
 	var r logStartRecord
-	if err == nil {
-		err = json.Unmarshal(b, &r)
-	}
-	if err != nil {
-		return logStartRecord{}, fmt.Errorf("read the epochs at the log's start %s: %w", path, err)
+	if err := json.Unmarshal(b, &r); err != nil {
+		return logStartRecord{}, fmt.Errorf("the epochs at the log's start %s do not read (%s): %w", path, withoutLogStartHint, err)
 	}
 	return r, nil
 }
@@ -101,17 +110,20 @@ func restoreLogStart(dir string, log *wal.Log, runs *logRuns) error {
 		return err
 	}
 	if err := runs.startAfter(start, r.epochAt(start)); err != nil {
-		return fmt.Errorf("the epochs at the log's start %s do not fit the log (remove the file to start without them): %w",
-			filepath.Join(dir, logStartFileName), err)
+		return fmt.Errorf("the epochs at the log's start %s do not fit the log (%s): %w",
+			filepath.Join(dir, logStartFileName), withoutLogStartHint, err)
 	}
 	return nil
 }
 
-// trimLogBefore removes the segments TruncateBefore(keepFrom) would,
-// after recording the epochs of the versions from the log's start through
-// its new start. Only durable versions go: their epochs are noted. If the
-// record cannot be written, nothing is removed (the next decision tries
-// again).
+// trimLogBefore removes the segments TruncateBefore(keepFrom) would, up
+// to the durable version (the runs of later versions, such as a span's
+// fragments written before its run is noted, may not be known yet), after
+// recording the epochs of the versions from the log's start through its
+// new start. If the record cannot be written, nothing is removed: the log
+// only keeps versions longer than the decision asked, and the next
+// decision tries again, whereas removing them would leave a start whose
+// epoch a restart does not know.
 func (s *Service) trimLogBefore(keepFrom uint64) error {
 	through := removableThrough(s.log.Segments(), min(keepFrom, s.DurableVersion()+1))
 	if through == 0 {

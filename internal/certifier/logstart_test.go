@@ -2,6 +2,7 @@ package certifier
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,26 +110,162 @@ func TestTheEpochAtTheLogStartSurvivesACrashDuringRetention(t *testing.T) {
 	}
 }
 
-// A record whose epoch at the log's start is above the epoch of the log's
-// first entry does not belong to this log: Open refuses it, naming the
-// file.
-func TestARecordAtTheLogStartThatDoesNotFitIsRefused(t *testing.T) {
-	dir := t.TempDir()
-	log := logOfEpochs(t, dir, []uint64{3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3})
-	through := log.Segments()[0].LastVersion
-	if err := log.TruncateBefore(through + 1); err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	if err := saveLogStart(dir, logStartRecord{Through: through, Runs: []logStartRun{{Epoch: 4, FirstVersion: 1}}}, false); err != nil {
-		t.Fatal(err)
-	}
-	runs, err := scanLogRuns(log)
+// serviceOverLog is a Service around a log of versions 1..len(epochs),
+// version v certified in epochs[v-1], in small segments, durable up to
+// durable and with the runs noted up to it (a span's fragments reach the
+// log before its run is noted and before the durable version passes
+// them): what trimLogBefore reads.
+func serviceOverLog(t *testing.T, dir string, epochs []uint64, durable uint64) *Service {
+	t.Helper()
+	log := logOfEpochs(t, dir, epochs)
+	t.Cleanup(func() { log.Close() })
+	scanned, err := scanLogRuns(log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := restoreLogStart(dir, log, runs); err == nil || !strings.Contains(err.Error(), logStartFileName) {
-		t.Fatalf("a record of epoch 4 before entries of epoch 3: %v, want an error naming the file", err)
+	return &Service{
+		cfg:     Config{DataDir: dir, NoSync: true, Logger: slog.New(slog.DiscardHandler)},
+		log:     log,
+		runs:    &logRuns{runs: scanned.view(1, durable)},
+		durable: newWatermark(durable),
+	}
+}
+
+// epochsStepping is n versions whose epoch changes every 5 versions.
+func epochsStepping(n int) []uint64 {
+	epochs := make([]uint64, n)
+	for i := range epochs {
+		epochs[i] = 3 + uint64(i/5)
+	}
+	return epochs
+}
+
+// checkRecordCovers checks that the record in dir names the epoch of
+// every version from..through.
+func checkRecordCovers(t *testing.T, dir string, epochs []uint64, from, through uint64) {
+	t.Helper()
+	r, err := loadLogStart(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := from; v <= through; v++ {
+		if got := r.epochAt(v); got != epochs[v-1] {
+			t.Fatalf("the record names epoch %d for version %d, want %d (record %+v)", got, v, epochs[v-1], r)
+		}
+	}
+}
+
+// Retention records the epochs of every version it removes, and of the
+// log's start before the removal, so that a crash that leaves any of them
+// as the log's start still finds its epoch.
+func TestRetentionRecordsTheEpochsOfEveryVersionItRemoves(t *testing.T) {
+	dir := t.TempDir()
+	epochs := epochsStepping(60)
+	s := serviceOverLog(t, dir, epochs, 60)
+	segments := s.log.Segments()
+	if len(segments) < 7 || segments[0].LastVersion < 2 {
+		t.Fatalf("segments %+v: want several of a few versions each", segments)
+	}
+	through := segments[3].LastVersion
+	if err := s.trimLogBefore(through + 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.log.StartsAfter() != through {
+		t.Fatalf("the log starts after %d, want after %d", s.log.StartsAfter(), through)
+	}
+	checkRecordCovers(t, dir, epochs, 1, through)
+
+	start, through := through, segments[5].LastVersion
+	if err := s.trimLogBefore(through + 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.log.StartsAfter() != through {
+		t.Fatalf("the log starts after %d, want after %d", s.log.StartsAfter(), through)
+	}
+	checkRecordCovers(t, dir, epochs, start, through)
+}
+
+// Retention removes nothing when it cannot record the epochs of what it
+// would remove, and does once it can.
+func TestRetentionRemovesNothingWhenItCannotRecordTheEpochs(t *testing.T) {
+	dir := t.TempDir()
+	epochs := epochsStepping(60)
+	s := serviceOverLog(t, dir, epochs, 60)
+	through := s.log.Segments()[3].LastVersion
+	blocker := filepath.Join(dir, logStartFileName+".tmp") // the atomic write's temporary file
+	if err := os.Mkdir(blocker, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.trimLogBefore(through + 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.log.StartsAfter() != 0 {
+		t.Fatalf("the record could not be written, yet the log starts after %d", s.log.StartsAfter())
+	}
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.trimLogBefore(through + 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.log.StartsAfter() != through {
+		t.Fatalf("once the record can be written the log starts after %d, want after %d", s.log.StartsAfter(), through)
+	}
+	checkRecordCovers(t, dir, epochs, 1, through)
+}
+
+// Retention removes only durable versions, however far the decision
+// reaches: the runs of the versions after the durable one may not be
+// noted yet.
+func TestRetentionRemovesOnlyDurableVersions(t *testing.T) {
+	dir := t.TempDir()
+	epochs := epochsStepping(60)
+	probe := logOfEpochs(t, t.TempDir(), epochs)
+	segments := probe.Segments()
+	probe.Close()
+	if len(segments) < 6 || segments[2].FirstVersion == segments[2].LastVersion {
+		t.Fatalf("segments %+v: want several of a few versions each", segments)
+	}
+	durable := segments[2].FirstVersion // in the middle of segment 2
+	s := serviceOverLog(t, dir, epochs, durable)
+	if err := s.trimLogBefore(segments[4].LastVersion + 1); err != nil {
+		t.Fatal(err)
+	}
+	if want := segments[1].LastVersion; s.log.StartsAfter() != want {
+		t.Fatalf("durable up to %d, retention to keep from %d: the log starts after %d, want after %d",
+			durable, segments[4].LastVersion+1, s.log.StartsAfter(), want)
+	}
+	checkRecordCovers(t, dir, epochs, 1, segments[1].LastVersion)
+}
+
+// A record that does not belong to this log (its epoch at the log's
+// start is above the epoch of the log's first entry), or does not read,
+// stops Open with an error that names the file and says what to do.
+func TestARecordAtTheLogStartThatDoesNotFitOrReadIsRefused(t *testing.T) {
+	for name, record := range map[string][]byte{
+		"does not fit":  []byte(`{"through":%d,"runs":[{"epoch":4,"first_version":1}]}`),
+		"does not read": []byte(`{"through":%d,"runs":[{"epoch":`),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			log := logOfEpochs(t, dir, []uint64{3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3})
+			defer log.Close()
+			through := log.Segments()[0].LastVersion
+			if err := log.TruncateBefore(through + 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, logStartFileName), fmt.Appendf(nil, string(record), through), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			runs, err := scanLogRuns(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = restoreLogStart(dir, log, runs)
+			if err == nil || !strings.Contains(err.Error(), logStartFileName) || !strings.Contains(err.Error(), "remove the file") {
+				t.Fatalf("a record that %s before entries of epoch 3: %v, want an error naming the file and saying to remove it", name, err)
+			}
+		})
 	}
 }
 
