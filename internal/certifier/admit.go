@@ -50,10 +50,10 @@ func Admit(open *pb.OpenSession, log LogHistory) error {
 		}
 		if c := CommonVersion(open.History, v, log); c < v {
 			return status.Errorf(codes.FailedPrecondition,
-				"%s: replica %q is at version %d, but its history agrees with the certifier's log only up to version %d "+
+				"%s: replica %q is at version %d, but its history agrees with the certifier's log %s up to version %d "+
 					"(replica's epochs %s; the log's epochs %s, durable up to %d%s): the replica holds versions this certifier's log does not "+
 					"(failed versions, or another history at the same version numbers); rebuild it from a peer (the supervisor does it by itself)",
-				pb.NeedsStateTransfer, open.Replica, v, c, formatRuns(open.History, v), formatRuns(log.Runs, log.Durable), log.Durable, describeLogStart(log))
+				pb.NeedsStateTransfer, open.Replica, v, agreesHowFar(c, log), c, formatRuns(open.History, v), formatRuns(log.Runs, log.Durable), log.Durable, describeLogStart(log))
 		}
 	}
 	if v < log.StartsAfter {
@@ -70,6 +70,10 @@ func Admit(open *pb.OpenSession, log LogHistory) error {
 // so the first of the replica's runs, from the top, that shares a version
 // with the log's run of its epoch gives the answer: the highest version
 // they share. If none does, the log's start decides (commonAtLogStart).
+//
+// A result below log.StartsAfter is only an upper bound (the log holds
+// nothing there to compare): such a replica needs a state transfer, never
+// a rewind to it.
 func CommonVersion(replica []*pb.EpochRun, version uint64, log LogHistory) uint64 {
 	for i := len(replica) - 1; i >= 0; i-- {
 		first, last, ok := runSpan(replica, i, version)
@@ -111,6 +115,15 @@ func commonAtLogStart(replica []*pb.EpochRun, version uint64, log LogHistory) ui
 		return start
 	}
 	return start - 1
+}
+
+// agreesHowFar qualifies a refusal's common version c: exact when the log
+// holds the versions it was found by, an upper bound below its start.
+func agreesHowFar(c uint64, log LogHistory) string {
+	if c < log.StartsAfter {
+		return "at most"
+	}
+	return "only"
 }
 
 // runHolding is the index of the run of runs (a history that ends at

@@ -218,7 +218,7 @@ func TestAdmitComparesAReplicaAtTheLogStartByTheEpochThere(t *testing.T) {
 		}
 	}
 	err := Admit(&pb.OpenSession{Replica: "r", ReplicaVersion: 10, History: []*pb.EpochRun{{Epoch: 3, FirstVersion: 1}}}, log)
-	if msg := status.Convert(err).Message(); !strings.Contains(msg, "only up to version 9") || !strings.Contains(msg, "starting after version 10, of epoch 4") {
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "at most up to version 9") || !strings.Contains(msg, "starting after version 10, of epoch 4") {
 		t.Errorf("the refusal %q does not say where the histories part and where the log starts", msg)
 	}
 	unknown := log

@@ -142,8 +142,8 @@ func TestAdmissionComparesAReplicaAtTheStartOfATrimmedLog(t *testing.T) {
 		}
 		err := openWith(t, srv, start, other)
 		if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(status.Convert(err).Message(), pb.NeedsStateTransfer) ||
-			!strings.Contains(err.Error(), fmt.Sprintf("only up to version %d", start-1)) {
-			t.Fatalf("%s: a replica at the log's start %d with another history: %v, want refused as agreeing only up to %d", when, start, err, start-1)
+			!strings.Contains(err.Error(), fmt.Sprintf("at most up to version %d", start-1)) {
+			t.Fatalf("%s: a replica at the log's start %d with another history: %v, want refused as agreeing at most up to %d", when, start, err, start-1)
 		}
 	}
 	probe("as retention removed the start")
