@@ -1,11 +1,6 @@
 package certgroup
 
-import (
-	"fmt"
-	"time"
-
-	"go.etcd.io/raft/v3/raftpb"
-)
+import "time"
 
 // The group's base and its epochs.
 //
@@ -24,8 +19,9 @@ import (
 // ignores later ones (two leaders may each have proposed one). Snapshots
 // carry it. A group re-created later reads a later clock; its terms grow
 // far slower than a microsecond clock (a term lasts at least an election
-// timeout), so its epochs are above every epoch of the group before, and
-// comparable with a single certifier's generations.
+// timeout), so its epochs differ from (and, with a sane clock, are above)
+// every epoch of the group before, and are comparable with a single
+// certifier's generations.
 //
 // A log written before the base existed holds epochs equal to terms
 // (base 0). Its first leader after the upgrade proposes a base like any
@@ -53,11 +49,9 @@ func (c *Core) proposeBase() {
 	c.baseProposed = c.leaderTerm
 }
 
-// applyBase applies a committed base entry: the first one fixes the base.
-func (c *Core) applyBase(e *raftpb.Entry, base uint64, err error) {
-	if err != nil {
-		panic(fmt.Sprintf("certgroup: committed raft entry %d: %v", e.GetIndex(), err))
-	}
+// applyBase applies the base of a committed base entry: the first one
+// fixes the base.
+func (c *Core) applyBase(base uint64) {
 	if c.base == 0 {
 		c.base = base
 	}

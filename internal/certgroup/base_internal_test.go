@@ -93,4 +93,10 @@ func TestTheFirstBaseAppliedStays(t *testing.T) {
 			t.Errorf("a damaged base entry %v: ok %v, err %v", bad, ok, err)
 		}
 	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a committed base entry that does not read was applied")
+		}
+	}()
+	m.core.apply(&raftpb.Entry{Index: proto.Uint64(3), Term: proto.Uint64(2), Data: []byte{kindBase, 0}}, &out)
 }

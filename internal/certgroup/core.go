@@ -60,8 +60,8 @@ type Config struct {
 	SnapshotEntries uint64
 	SnapshotBytes   uint64
 	CatchUpEntries  uint64
-	// Now is the clock the group's base is read from (Core.epoch); nil:
-	// time.Now.
+	// Now is the clock the group's base is read from (Core.proposeBase);
+	// nil: time.Now.
 	Now func() time.Time
 }
 
@@ -677,7 +677,10 @@ func (c *Core) apply(e *raftpb.Entry, out *Applied) {
 			c.retention = append([]byte(nil), decision...)
 			out.Retention = c.retention
 		} else if base, ok, err := baseOf(e.Data); ok {
-			c.applyBase(e, base, err)
+			if err != nil {
+				panic(fmt.Sprintf("certgroup: committed raft entry %d: %v", e.GetIndex(), err))
+			}
+			c.applyBase(base)
 		} else if len(e.Data) > 0 {
 			c.applyCertified(e, out)
 		}
