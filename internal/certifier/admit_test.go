@@ -84,13 +84,15 @@ func runsOf(history []modelEntry) []*pb.EpochRun {
 
 // Admit against the model: a replica whose history is a prefix of the
 // certifier's log is admitted, any other is refused as needing a state
-// transfer. Versions at or below the log's start cannot be compared (the
-// log no longer holds them): a replica exactly at the start is admitted,
-// one below it refused, as the behind-the-log rule says.
+// transfer; one below the log's start is refused, as the behind-the-log
+// rule says. The log no longer holds the versions at or below its start,
+// but it knows the epoch of the entry at its start, which tells a replica
+// exactly there apart. Where it does not (a log trimmed before it kept
+// that epoch), a replica exactly at the start is admitted.
 func TestAdmitAdmitsExactlyTheReplicasWhoseHistoryIsAPrefixOfTheLog(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	admitted, refused := 0, 0
-	for round := range 3000 {
+	admitted, refused, refusedAtStart := 0, 0, 0
+	for round := range 6000 {
 		leaders, epochs := raftLikeHistories(rng)
 		owner := leaders[epochs[rng.Intn(len(epochs))]]
 		certLog := owner[:rng.Intn(len(owner)+1)]
@@ -104,23 +106,33 @@ func TestAdmitAdmitsExactlyTheReplicasWhoseHistoryIsAPrefixOfTheLog(t *testing.T
 		}
 		durable := uint64(len(certLog))
 		log := LogHistory{Runs: r.view(startsAfter+1, durable), Durable: durable, StartsAfter: startsAfter}
+		startKnown := startsAfter > 0 && rng.Intn(4) != 0
+		if startKnown {
+			log.StartEpoch = certLog[startsAfter-1].epoch
+		}
 
 		held := leaders[epochs[rng.Intn(len(epochs))]]
 		replica := held[:rng.Intn(len(held)+1)]
+		if startsAfter > 0 && len(held) >= int(startsAfter) && rng.Intn(3) == 0 {
+			replica = held[:startsAfter] // exactly at the log's start
+		}
 		v := uint64(len(replica))
 		open := &pb.OpenSession{Replica: "r", ReplicaVersion: v, History: runsOf(replica)}
 		if v > 0 && len(open.History) == 0 {
 			t.Fatalf("round %d: a history of %d versions has no runs", round, v)
 		}
 
-		want := v >= startsAfter && (v == startsAfter || hasPrefix(certLog, replica))
+		want := v >= startsAfter && (hasPrefix(certLog, replica) || v == startsAfter && !startKnown)
 		err := Admit(open, log)
 		if got := err == nil; got != want {
-			t.Fatalf("round %d: replica %v (runs %v) against log %v (runs %v, starts after %d): admitted %v, want %v (%v)",
-				round, replica, open.History, certLog, log.Runs, startsAfter, got, want, err)
+			t.Fatalf("round %d: replica %v (runs %v) against log %v (runs %v, starts after %d in epoch %d): admitted %v, want %v (%v)",
+				round, replica, open.History, certLog, log.Runs, startsAfter, log.StartEpoch, got, want, err)
 		}
 		if err != nil {
 			refused++
+			if v == startsAfter {
+				refusedAtStart++
+			}
 			if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(status.Convert(err).Message(), pb.NeedsStateTransfer) {
 				t.Fatalf("round %d: refused with %v, want FailedPrecondition %q", round, err, pb.NeedsStateTransfer)
 			}
@@ -128,8 +140,8 @@ func TestAdmitAdmitsExactlyTheReplicasWhoseHistoryIsAPrefixOfTheLog(t *testing.T
 			admitted++
 		}
 	}
-	if admitted < 300 || refused < 300 {
-		t.Fatalf("the histories exercised too little: %d admitted, %d refused", admitted, refused)
+	if admitted < 300 || refused < 300 || refusedAtStart < 40 {
+		t.Fatalf("the histories exercised too little: %d admitted, %d refused (%d exactly at the log's start)", admitted, refused, refusedAtStart)
 	}
 }
 
@@ -173,5 +185,45 @@ func TestAdmitWithoutHistoryComparesVersionsOnly(t *testing.T) {
 	bad := &pb.OpenSession{Replica: "r", ReplicaVersion: 5, History: []*pb.EpochRun{{Epoch: 2, FirstVersion: 3}, {Epoch: 1, FirstVersion: 4}}}
 	if err := Admit(bad, log); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a history out of order: %v, want InvalidArgument", err)
+	}
+}
+
+// A replica exactly at the log's start, or whose history meets the log
+// only there, is compared at the start: the log keeps the epoch of the
+// entry retention removed last. Where it does not know it, the start is
+// taken as common, as the version alone would say.
+func TestAdmitComparesAReplicaAtTheLogStartByTheEpochThere(t *testing.T) {
+	log := LogHistory{Runs: []*pb.EpochRun{{Epoch: 5, FirstVersion: 11}}, Durable: 50, StartsAfter: 10, StartEpoch: 4}
+	cases := []struct {
+		name    string
+		version uint64
+		history []*pb.EpochRun
+		common  uint64
+	}{
+		{"at the start, in its epoch", 10, []*pb.EpochRun{{Epoch: 4, FirstVersion: 1}}, 10},
+		{"at the start, in another epoch", 10, []*pb.EpochRun{{Epoch: 3, FirstVersion: 1}}, 9},
+		{"at the start, its last run beginning there", 10, []*pb.EpochRun{{Epoch: 1, FirstVersion: 1}, {Epoch: 4, FirstVersion: 10}}, 10},
+		{"past the start, parted right after it", 20, []*pb.EpochRun{{Epoch: 4, FirstVersion: 1}, {Epoch: 6, FirstVersion: 11}}, 10},
+		{"past the start, parted at it", 20, []*pb.EpochRun{{Epoch: 2, FirstVersion: 1}, {Epoch: 6, FirstVersion: 11}}, 9},
+		{"past the start, in the log's epoch after it", 20, []*pb.EpochRun{{Epoch: 4, FirstVersion: 1}, {Epoch: 5, FirstVersion: 11}}, 20},
+		{"a history recorded only after the start", 20, []*pb.EpochRun{{Epoch: 6, FirstVersion: 15}}, 10},
+	}
+	for _, c := range cases {
+		if got := CommonVersion(c.history, c.version, log); got != c.common {
+			t.Errorf("%s: common version %d, want %d", c.name, got, c.common)
+		}
+		err := Admit(&pb.OpenSession{Replica: "r", ReplicaVersion: c.version, History: c.history}, log)
+		if (err == nil) != (c.common >= c.version) {
+			t.Errorf("%s: Admit = %v, want admitted %v", c.name, err, c.common >= c.version)
+		}
+	}
+	err := Admit(&pb.OpenSession{Replica: "r", ReplicaVersion: 10, History: []*pb.EpochRun{{Epoch: 3, FirstVersion: 1}}}, log)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "at most up to version 9") || !strings.Contains(msg, "starting after version 10, of epoch 4") {
+		t.Errorf("the refusal %q does not say where the histories part and where the log starts", msg)
+	}
+	unknown := log
+	unknown.StartEpoch = 0
+	if err := Admit(&pb.OpenSession{Replica: "r", ReplicaVersion: 10, History: []*pb.EpochRun{{Epoch: 3, FirstVersion: 1}}}, unknown); err != nil {
+		t.Errorf("a log that does not know the epoch at its start refuses a replica exactly there: %v", err)
 	}
 }

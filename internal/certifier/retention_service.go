@@ -52,11 +52,12 @@ func (s *Service) retentionInput(now, since time.Time, keepAtLeastFrom uint64) r
 }
 
 // applyRetention removes the log segments wholly below the decision's
-// keep_from and makes the decision the one Status and the metrics show.
-// A move of the log's first version is logged, with who holds the log.
+// keep_from (trimLogBefore) and makes the decision the one Status and the
+// metrics show. A move of the log's first version is logged, with who
+// holds the log.
 func (s *Service) applyRetention(d *pb.LogRetention) {
 	before := s.log.FirstVersion()
-	if err := s.log.TruncateBefore(d.GetKeepFrom()); err != nil {
+	if err := s.trimLogBefore(d.GetKeepFrom()); err != nil {
 		s.fail(fmt.Errorf("log retention: remove the segments before version %d: %w", d.GetKeepFrom(), err))
 		return
 	}
