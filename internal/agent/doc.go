@@ -43,10 +43,12 @@
 //
 // A backend asks a transaction's state with StateQuery{version, epoch}
 // (tashkent.txn_state, wait_durable; txnstate.go): the agent judges from
-// the replica's history and the certifier's durable version. The
+// the replica's history and the certifier's durable version, once a
+// certifier stream has admitted that history (admission.go). The
 // server's durability feed (a background worker of the extension) says
 // hello as RoleFeed and then only reads: Durable{version} at once and at
-// each advance of the durable version the agent hears (feed.go).
+// each advance of the durable version an admitted stream brings
+// (feed.go).
 //
 // # Applying
 //
