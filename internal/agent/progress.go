@@ -68,6 +68,8 @@ func (r *run) refused(err error) {
 	if !strings.HasPrefix(why, pb.NeedsStateTransfer) {
 		why = pb.NeedsStateTransfer + ": " + why
 	}
+	r.admission.refuse(why)
+	r.a.durable.suspend()
 	if !r.a.transition(StateHalted, why, true) {
 		return // already halted
 	}
