@@ -52,10 +52,13 @@ type Agent struct {
 	// for a pause (flowcontrol.go).
 	flowControlPauses atomic.Uint64
 	// certifierDurable is the certifier's durable version as last heard
-	// (stream replies, Status); applyStalledSince is when remote versions
-	// began to wait without the apply making progress, in Unix
-	// nanoseconds, 0 while none waits (flowcontrol.go).
+	// (stream replies, Status), for the replica's lag; durable is the one
+	// the durability feeds pass on, heard only on streams that admitted
+	// the replica's history (feed.go, admission.go); applyStalledSince is
+	// when remote versions began to wait without the apply making
+	// progress, in Unix nanoseconds, 0 while none waits (flowcontrol.go).
 	certifierDurable  atomic.Uint64
+	durable           *durableWatch
 	applyStalledSince atomic.Int64
 
 	ln          net.Listener
@@ -84,7 +87,7 @@ func New(cfg Config) (*Agent, error) {
 	origin := newOrigin(cfg.Name)
 	return &Agent{
 		cfg: cfg, log: cfg.Logger, origin: origin, seq: newSequence(origin), metrics: newMetrics(),
-		ready: make(chan struct{}), state: StateStarting, conns: map[*backendConn]struct{}{},
+		ready: make(chan struct{}), state: StateStarting, conns: map[*backendConn]struct{}{}, durable: newDurableWatch(),
 	}, nil
 }
 
@@ -135,7 +138,7 @@ func (a *Agent) BacklogBytes() int { return a.seq.waitingBytes() }
 // the certifier to hold the other replicas' commits.
 func (a *Agent) FlowControlPauses() uint64 { return a.flowControlPauses.Load() }
 
-// heardDurable records the certifier's durable version.
+// heardDurable records the certifier's durable version, for the lag.
 func (a *Agent) heardDurable(v uint64) {
 	for {
 		old := a.certifierDurable.Load()

@@ -136,6 +136,8 @@ func (r *run) streamOpened(version uint64) {
 // askRewind is a refusal's verdict "rewind to C": the run ends, and the
 // next one rewinds before it serves (rewindIfAsked).
 func (r *run) askRewind(rw *pb.RewindRequired, refusal string) {
+	r.admission.refuse(refusal) // what the replica holds may have failed
+	r.a.durable.suspend()
 	r.a.rewinds.ask(&rewindAsked{RewindRequired: rw, refusal: refusal})
 	r.a.log.Warn("the replica holds versions the certifier's log does not (failed versions); it goes back to where they agree before it serves again",
 		"replica_version", rw.ReplicaVersion, "common_version", rw.CommonVersion)

@@ -372,6 +372,10 @@ func (r *run) openStream(committed uint64) error {
 			if err := r.recordRuns(entries); err != nil {
 				return err
 			}
+			// after the runs: a backend the feed wakes for a version finds
+			// its epoch in the history (tashkent.wait_durable)
+			r.admission.heard(durable)
+			r.a.durable.advance(durable)
 			r.noteDelivered(entries, durable)
 			r.deliver(round, entries)
 			return nil
