@@ -151,6 +151,9 @@ func (p *Pins) Rewound(k uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rewinds++
+	// The durable version heard was the log's the replica parted from; the
+	// next stream says what is durable in the one it is admitted to.
+	p.durable = min(p.durable, k)
 	keep := p.pins[:0]
 	for _, pin := range p.pins {
 		if pin.Version > k {
