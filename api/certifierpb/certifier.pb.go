@@ -881,7 +881,15 @@ type OpenSession struct {
 	// that history is a prefix of its log, compared by log matching
 	// (certifier.Admit). Empty: a replica that records none; it is judged
 	// by its version alone.
-	History       []*EpochRun `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
+	History []*EpochRun `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
+	// Take the commit point, not the durability point (Eventual Durability
+	// §3.7, early visibility): entries are sent once the certifier decided
+	// them and its writer took them (at most one write later), and commit
+	// replies once their entry is sent, before they are durable. An entry that writes a whole table or the schema, a
+	// streamed span, and everything after them still wait until durable.
+	// What is delivered early may fail, and the replica is then told to
+	// rewind (RewindRequired). A certifier group refuses such a session.
+	EarlyDelivery bool `protobuf:"varint,6,opt,name=early_delivery,json=earlyDelivery,proto3" json:"early_delivery,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -949,6 +957,13 @@ func (x *OpenSession) GetHistory() []*EpochRun {
 		return x.History
 	}
 	return nil
+}
+
+func (x *OpenSession) GetEarlyDelivery() bool {
+	if x != nil {
+		return x.EarlyDelivery
+	}
+	return false
 }
 
 type CertifyRequest struct {
@@ -1565,10 +1580,80 @@ func (x *EpochRun) GetFirstVersion() uint64 {
 	return 0
 }
 
+// RewindRequired details a Certify stream refused with FAILED_PRECONDITION
+// and a message starting with "needs rewind" (certifierpb.NeedsRewind):
+// the replica's history agrees with the certifier's log only up to
+// common_version, and it holds versions after it that the log does not:
+// failed versions, decided and delivered before they were durable and
+// lost with the certifier that decided them (Eventual Durability §2.2.3).
+// The replica must go back to a version k <= common_version and catch up
+// from there; the log holds the versions after log_starts_after, so k must
+// not be below it.
+type RewindRequired struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	CommonVersion  uint64                 `protobuf:"varint,1,opt,name=common_version,json=commonVersion,proto3" json:"common_version,omitempty"`
+	ReplicaVersion uint64                 `protobuf:"varint,2,opt,name=replica_version,json=replicaVersion,proto3" json:"replica_version,omitempty"`
+	LogStartsAfter uint64                 `protobuf:"varint,3,opt,name=log_starts_after,json=logStartsAfter,proto3" json:"log_starts_after,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RewindRequired) Reset() {
+	*x = RewindRequired{}
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewindRequired) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewindRequired) ProtoMessage() {}
+
+func (x *RewindRequired) ProtoReflect() protoreflect.Message {
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewindRequired.ProtoReflect.Descriptor instead.
+func (*RewindRequired) Descriptor() ([]byte, []int) {
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RewindRequired) GetCommonVersion() uint64 {
+	if x != nil {
+		return x.CommonVersion
+	}
+	return 0
+}
+
+func (x *RewindRequired) GetReplicaVersion() uint64 {
+	if x != nil {
+		return x.ReplicaVersion
+	}
+	return 0
+}
+
+func (x *RewindRequired) GetLogStartsAfter() uint64 {
+	if x != nil {
+		return x.LogStartsAfter
+	}
+	return 0
+}
+
 type CertifyStreamReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Entries not yet delivered on this stream, in version order, contiguous,
-	// each durable. They come before the replies that depend on them. Each is
+	// each durable unless the stream takes them early (OpenSession.
+	// early_delivery, durable_version below says which). They come before the replies that depend on them. Each is
 	// an encoded LogEntry, byte for byte as the log stores it: the certifier
 	// encodes an entry once, however many replicas it is delivered to.
 	Entries [][]byte        `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
@@ -1581,7 +1666,7 @@ type CertifyStreamReply struct {
 
 func (x *CertifyStreamReply) Reset() {
 	*x = CertifyStreamReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1678,7 @@ func (x *CertifyStreamReply) String() string {
 func (*CertifyStreamReply) ProtoMessage() {}
 
 func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[19]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1691,7 @@ func (x *CertifyStreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CertifyStreamReply.ProtoReflect.Descriptor instead.
 func (*CertifyStreamReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{19}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CertifyStreamReply) GetEntries() [][]byte {
@@ -1641,7 +1726,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1738,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[20]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1751,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{20}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FetchRequest) GetAfterVersion() uint64 {
@@ -1692,7 +1777,7 @@ type FetchReply struct {
 
 func (x *FetchReply) Reset() {
 	*x = FetchReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1789,7 @@ func (x *FetchReply) String() string {
 func (*FetchReply) ProtoMessage() {}
 
 func (x *FetchReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[21]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1802,7 @@ func (x *FetchReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchReply.ProtoReflect.Descriptor instead.
 func (*FetchReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{21}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FetchReply) GetEntries() [][]byte {
@@ -1735,7 +1820,7 @@ type SyncVersionRequest struct {
 
 func (x *SyncVersionRequest) Reset() {
 	*x = SyncVersionRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1832,7 @@ func (x *SyncVersionRequest) String() string {
 func (*SyncVersionRequest) ProtoMessage() {}
 
 func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[22]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1845,7 @@ func (x *SyncVersionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionRequest.ProtoReflect.Descriptor instead.
 func (*SyncVersionRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{22}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
 }
 
 type SyncVersionReply struct {
@@ -1772,7 +1857,7 @@ type SyncVersionReply struct {
 
 func (x *SyncVersionReply) Reset() {
 	*x = SyncVersionReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1869,7 @@ func (x *SyncVersionReply) String() string {
 func (*SyncVersionReply) ProtoMessage() {}
 
 func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[23]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1882,7 @@ func (x *SyncVersionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncVersionReply.ProtoReflect.Descriptor instead.
 func (*SyncVersionReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{23}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SyncVersionReply) GetDurableVersion() uint64 {
@@ -1816,7 +1901,7 @@ type ForgetReplicaRequest struct {
 
 func (x *ForgetReplicaRequest) Reset() {
 	*x = ForgetReplicaRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +1913,7 @@ func (x *ForgetReplicaRequest) String() string {
 func (*ForgetReplicaRequest) ProtoMessage() {}
 
 func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[24]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +1926,7 @@ func (x *ForgetReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaRequest.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{24}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ForgetReplicaRequest) GetName() string {
@@ -1860,7 +1945,7 @@ type ForgetReplicaReply struct {
 
 func (x *ForgetReplicaReply) Reset() {
 	*x = ForgetReplicaReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +1957,7 @@ func (x *ForgetReplicaReply) String() string {
 func (*ForgetReplicaReply) ProtoMessage() {}
 
 func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[25]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +1970,7 @@ func (x *ForgetReplicaReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetReplicaReply.ProtoReflect.Descriptor instead.
 func (*ForgetReplicaReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{25}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ForgetReplicaReply) GetKnown() bool {
@@ -1903,7 +1988,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2000,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[26]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2013,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{26}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
 }
 
 type StatusReply struct {
@@ -1978,7 +2063,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2075,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[27]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2088,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{27}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StatusReply) GetVersion() uint64 {
@@ -2198,7 +2283,7 @@ type ReplicaSession struct {
 
 func (x *ReplicaSession) Reset() {
 	*x = ReplicaSession{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2210,7 +2295,7 @@ func (x *ReplicaSession) String() string {
 func (*ReplicaSession) ProtoMessage() {}
 
 func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[28]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2223,7 +2308,7 @@ func (x *ReplicaSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSession.ProtoReflect.Descriptor instead.
 func (*ReplicaSession) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{28}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicaSession) GetName() string {
@@ -2295,7 +2380,7 @@ type LogRetention struct {
 
 func (x *LogRetention) Reset() {
 	*x = LogRetention{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2392,7 @@ func (x *LogRetention) String() string {
 func (*LogRetention) ProtoMessage() {}
 
 func (x *LogRetention) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[29]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2405,7 @@ func (x *LogRetention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogRetention.ProtoReflect.Descriptor instead.
 func (*LogRetention) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{29}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LogRetention) GetKeepFrom() uint64 {
@@ -2369,7 +2454,7 @@ type ReplicaProgress struct {
 
 func (x *ReplicaProgress) Reset() {
 	*x = ReplicaProgress{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2466,7 @@ func (x *ReplicaProgress) String() string {
 func (*ReplicaProgress) ProtoMessage() {}
 
 func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[30]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2479,7 @@ func (x *ReplicaProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaProgress.ProtoReflect.Descriptor instead.
 func (*ReplicaProgress) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{30}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReplicaProgress) GetName() string {
@@ -2428,7 +2513,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[31]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2525,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_certifierpb_certifier_proto_msgTypes[31]
+	mi := &file_api_certifierpb_certifier_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2538,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{31}
+	return file_api_certifierpb_certifier_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Member) GetId() uint64 {
@@ -2507,14 +2592,15 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\achanges\x18\x01 \x03(\v2\x1d.tashkent.certifier.v1.ChangeR\achanges\"1\n" +
 	"\x05TxnID\x12\x16\n" +
 	"\x06origin\x18\x01 \x01(\tR\x06origin\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xc0\x01\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\xe7\x01\n" +
 	"\vOpenSession\x12\x18\n" +
 	"\areplica\x18\x01 \x01(\tR\areplica\x12'\n" +
 	"\x0freplica_version\x18\x02 \x01(\x04R\x0ereplicaVersion\x12\x12\n" +
 	"\x04push\x18\x03 \x01(\bR\x04push\x12\x1f\n" +
 	"\vstatus_addr\x18\x04 \x01(\tR\n" +
 	"statusAddr\x129\n" +
-	"\ahistory\x18\x05 \x03(\v2\x1f.tashkent.certifier.v1.EpochRunR\ahistory\"\xfe\x01\n" +
+	"\ahistory\x18\x05 \x03(\v2\x1f.tashkent.certifier.v1.EpochRunR\ahistory\x12%\n" +
+	"\x0eearly_delivery\x18\x06 \x01(\bR\rearlyDelivery\"\xfe\x01\n" +
 	"\x0eCertifyRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12.\n" +
@@ -2569,7 +2655,11 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x05epoch\x18\t \x01(\x04R\x05epoch\"E\n" +
 	"\bEpochRun\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12#\n" +
-	"\rfirst_version\x18\x02 \x01(\x04R\ffirstVersion\"\x96\x01\n" +
+	"\rfirst_version\x18\x02 \x01(\x04R\ffirstVersion\"\x8a\x01\n" +
+	"\x0eRewindRequired\x12%\n" +
+	"\x0ecommon_version\x18\x01 \x01(\x04R\rcommonVersion\x12'\n" +
+	"\x0freplica_version\x18\x02 \x01(\x04R\x0ereplicaVersion\x12(\n" +
+	"\x10log_starts_after\x18\x03 \x01(\x04R\x0elogStartsAfter\"\x96\x01\n" +
 	"\x12CertifyStreamReply\x12\x18\n" +
 	"\aentries\x18\x01 \x03(\fR\aentries\x12=\n" +
 	"\areplies\x18\x02 \x03(\v2#.tashkent.certifier.v1.CertifyReplyR\areplies\x12'\n" +
@@ -2690,7 +2780,7 @@ func file_api_certifierpb_certifier_proto_rawDescGZIP() []byte {
 }
 
 var file_api_certifierpb_certifier_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_api_certifierpb_certifier_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(Op)(0),                             // 0: tashkent.certifier.v1.Op
 	(Decision)(0),                       // 1: tashkent.certifier.v1.Decision
@@ -2714,19 +2804,20 @@ var file_api_certifierpb_certifier_proto_goTypes = []any{
 	(*CertifyReply)(nil),                // 19: tashkent.certifier.v1.CertifyReply
 	(*LogEntry)(nil),                    // 20: tashkent.certifier.v1.LogEntry
 	(*EpochRun)(nil),                    // 21: tashkent.certifier.v1.EpochRun
-	(*CertifyStreamReply)(nil),          // 22: tashkent.certifier.v1.CertifyStreamReply
-	(*FetchRequest)(nil),                // 23: tashkent.certifier.v1.FetchRequest
-	(*FetchReply)(nil),                  // 24: tashkent.certifier.v1.FetchReply
-	(*SyncVersionRequest)(nil),          // 25: tashkent.certifier.v1.SyncVersionRequest
-	(*SyncVersionReply)(nil),            // 26: tashkent.certifier.v1.SyncVersionReply
-	(*ForgetReplicaRequest)(nil),        // 27: tashkent.certifier.v1.ForgetReplicaRequest
-	(*ForgetReplicaReply)(nil),          // 28: tashkent.certifier.v1.ForgetReplicaReply
-	(*StatusRequest)(nil),               // 29: tashkent.certifier.v1.StatusRequest
-	(*StatusReply)(nil),                 // 30: tashkent.certifier.v1.StatusReply
-	(*ReplicaSession)(nil),              // 31: tashkent.certifier.v1.ReplicaSession
-	(*LogRetention)(nil),                // 32: tashkent.certifier.v1.LogRetention
-	(*ReplicaProgress)(nil),             // 33: tashkent.certifier.v1.ReplicaProgress
-	(*Member)(nil),                      // 34: tashkent.certifier.v1.Member
+	(*RewindRequired)(nil),              // 22: tashkent.certifier.v1.RewindRequired
+	(*CertifyStreamReply)(nil),          // 23: tashkent.certifier.v1.CertifyStreamReply
+	(*FetchRequest)(nil),                // 24: tashkent.certifier.v1.FetchRequest
+	(*FetchReply)(nil),                  // 25: tashkent.certifier.v1.FetchReply
+	(*SyncVersionRequest)(nil),          // 26: tashkent.certifier.v1.SyncVersionRequest
+	(*SyncVersionReply)(nil),            // 27: tashkent.certifier.v1.SyncVersionReply
+	(*ForgetReplicaRequest)(nil),        // 28: tashkent.certifier.v1.ForgetReplicaRequest
+	(*ForgetReplicaReply)(nil),          // 29: tashkent.certifier.v1.ForgetReplicaReply
+	(*StatusRequest)(nil),               // 30: tashkent.certifier.v1.StatusRequest
+	(*StatusReply)(nil),                 // 31: tashkent.certifier.v1.StatusReply
+	(*ReplicaSession)(nil),              // 32: tashkent.certifier.v1.ReplicaSession
+	(*LogRetention)(nil),                // 33: tashkent.certifier.v1.LogRetention
+	(*ReplicaProgress)(nil),             // 34: tashkent.certifier.v1.ReplicaProgress
+	(*Member)(nil),                      // 35: tashkent.certifier.v1.Member
 }
 var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	13, // 0: tashkent.certifier.v1.StageDiscardRequest.txn:type_name -> tashkent.certifier.v1.TxnID
@@ -2751,24 +2842,24 @@ var file_api_certifierpb_certifier_proto_depIdxs = []int32{
 	12, // 19: tashkent.certifier.v1.LogEntry.writeset:type_name -> tashkent.certifier.v1.Writeset
 	12, // 20: tashkent.certifier.v1.LogEntry.certified:type_name -> tashkent.certifier.v1.Writeset
 	19, // 21: tashkent.certifier.v1.CertifyStreamReply.replies:type_name -> tashkent.certifier.v1.CertifyReply
-	34, // 22: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
-	31, // 23: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
-	32, // 24: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
-	33, // 25: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
+	35, // 22: tashkent.certifier.v1.StatusReply.members:type_name -> tashkent.certifier.v1.Member
+	32, // 23: tashkent.certifier.v1.StatusReply.replicas:type_name -> tashkent.certifier.v1.ReplicaSession
+	33, // 24: tashkent.certifier.v1.StatusReply.retention:type_name -> tashkent.certifier.v1.LogRetention
+	34, // 25: tashkent.certifier.v1.LogRetention.replicas:type_name -> tashkent.certifier.v1.ReplicaProgress
 	16, // 26: tashkent.certifier.v1.Certifier.Certify:input_type -> tashkent.certifier.v1.CertifyStreamRequest
-	23, // 27: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
-	29, // 28: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
-	25, // 29: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
-	27, // 30: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
+	24, // 27: tashkent.certifier.v1.Certifier.Fetch:input_type -> tashkent.certifier.v1.FetchRequest
+	30, // 28: tashkent.certifier.v1.Certifier.Status:input_type -> tashkent.certifier.v1.StatusRequest
+	26, // 29: tashkent.certifier.v1.Certifier.SyncVersion:input_type -> tashkent.certifier.v1.SyncVersionRequest
+	28, // 30: tashkent.certifier.v1.Certifier.ForgetReplica:input_type -> tashkent.certifier.v1.ForgetReplicaRequest
 	5,  // 31: tashkent.certifier.v1.Certifier.Stage:input_type -> tashkent.certifier.v1.StageRequest
 	5,  // 32: tashkent.certifier.v1.Certifier.StageCopy:input_type -> tashkent.certifier.v1.StageRequest
 	3,  // 33: tashkent.certifier.v1.Certifier.StageDiscard:input_type -> tashkent.certifier.v1.StageDiscardRequest
 	9,  // 34: tashkent.certifier.v1.Raft.Send:input_type -> tashkent.certifier.v1.RaftMessages
-	22, // 35: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
-	24, // 36: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
-	30, // 37: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
-	26, // 38: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
-	28, // 39: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
+	23, // 35: tashkent.certifier.v1.Certifier.Certify:output_type -> tashkent.certifier.v1.CertifyStreamReply
+	25, // 36: tashkent.certifier.v1.Certifier.Fetch:output_type -> tashkent.certifier.v1.FetchReply
+	31, // 37: tashkent.certifier.v1.Certifier.Status:output_type -> tashkent.certifier.v1.StatusReply
+	27, // 38: tashkent.certifier.v1.Certifier.SyncVersion:output_type -> tashkent.certifier.v1.SyncVersionReply
+	29, // 39: tashkent.certifier.v1.Certifier.ForgetReplica:output_type -> tashkent.certifier.v1.ForgetReplicaReply
 	7,  // 40: tashkent.certifier.v1.Certifier.Stage:output_type -> tashkent.certifier.v1.StageReply
 	7,  // 41: tashkent.certifier.v1.Certifier.StageCopy:output_type -> tashkent.certifier.v1.StageReply
 	4,  // 42: tashkent.certifier.v1.Certifier.StageDiscard:output_type -> tashkent.certifier.v1.StageDiscardReply
@@ -2793,7 +2884,7 @@ func file_api_certifierpb_certifier_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_certifierpb_certifier_proto_rawDesc), len(file_api_certifierpb_certifier_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -51,8 +51,9 @@ type CertifierClient interface {
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FetchReply], error)
 	// Status reports versions, the low-water mark and throughput figures.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusReply, error)
-	// SyncVersion returns a durable version at or above every version the
-	// cluster acknowledged or delivered before the call: a replica that holds
+	// SyncVersion returns a version at or above every version the cluster
+	// acknowledged or delivered before the call (the durable version, unless
+	// versions were sent before they were durable: OpenSession.early_delivery): a replica that holds
 	// it holds every commit that happened before (tashkent.sync_wait). In a
 	// group only the leader answers, once a majority has confirmed after the
 	// call that it still leads (Raft's ReadIndex); another member refuses
@@ -215,8 +216,9 @@ type CertifierServer interface {
 	Fetch(*FetchRequest, grpc.ServerStreamingServer[FetchReply]) error
 	// Status reports versions, the low-water mark and throughput figures.
 	Status(context.Context, *StatusRequest) (*StatusReply, error)
-	// SyncVersion returns a durable version at or above every version the
-	// cluster acknowledged or delivered before the call: a replica that holds
+	// SyncVersion returns a version at or above every version the cluster
+	// acknowledged or delivered before the call (the durable version, unless
+	// versions were sent before they were durable: OpenSession.early_delivery): a replica that holds
 	// it holds every commit that happened before (tashkent.sync_wait). In a
 	// group only the leader answers, once a majority has confirmed after the
 	// call that it still leads (Raft's ReadIndex); another member refuses

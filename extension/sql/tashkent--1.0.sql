@@ -575,6 +575,39 @@ CREATE TABLE tashkent.history (
 );
 REVOKE ALL ON tashkent.history FROM PUBLIC;
 
+-- A rewind under way (src/rewind.c): the replica goes back from
+-- from_version to target_version, taking back versions that failed (the
+-- certifier lost them before they were durable, and numbers them anew).
+-- One row at most: rewind_begin inserts it in the transaction that undoes
+-- the rows, rewind_finish deletes it once the replica's version is
+-- target_version. A row the agent finds at start means the server stopped
+-- between the two: the agent calls rewind_finish again. Local to the
+-- replica.
+CREATE TABLE tashkent.rewind (
+	id             boolean PRIMARY KEY DEFAULT true CHECK (id),
+	target_version bigint NOT NULL CHECK (target_version OPERATOR(pg_catalog.>=) 0),
+	from_version   bigint NOT NULL,
+	began_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CHECK (from_version OPERATOR(pg_catalog.>=) target_version)
+);
+REVOKE ALL ON tashkent.rewind FROM PUBLIC;
+
+-- rewind_begin: the current transaction of the agent's applier undoes
+-- versions target+1..from_version (the replica's version) and inserts the
+-- marker; refused (55006) while another backend is in the commit order.
+-- rewind_finish: the replica's version becomes target, once that undo
+-- committed; returns the version it went back from. Superusers only (no
+-- grants).
+CREATE FUNCTION tashkent.rewind_begin(target bigint, from_version bigint) RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'tashkent_rewind_begin';
+
+CREATE FUNCTION tashkent.rewind_finish(target bigint) RETURNS bigint
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'tashkent_rewind_finish';
+
+REVOKE ALL ON FUNCTION tashkent.rewind_begin(bigint, bigint), tashkent.rewind_finish(bigint) FROM PUBLIC;
+
 -- align_sequence makes one sequence advance by ±stride and hand out only
 -- values congruent to the replica index modulo the stride. Returns
 -- 'unchanged', 'aligned', or NULL (no settings, or not a user sequence).

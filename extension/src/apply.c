@@ -55,6 +55,35 @@ tashkent_register_applier(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64((int64) generation);
 }
 
+/*
+ * Versions are applied neither in a rewind's undo nor between its
+ * rewind_begin and its finish (rewind.c), nor while a marker left by a
+ * stop between the two says a finish is due: they would commit on rows
+ * that are being taken back to another version.
+ */
+static void
+refuse_during_rewind(void)
+{
+	bool		rewinding;
+	uint64		target;
+
+	if (tk_rewind_in_xact())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this transaction rewinds the replica; it applies no versions")));
+	tk_rewind_refuse_pending_marker();
+	LWLockAcquire(tk_shared->lock, LW_SHARED);
+	rewinding = tk_shared->rewinding;
+	target = tk_shared->rewind_target;
+	LWLockRelease(tk_shared->lock);
+	if (rewinding)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the replica is being rewound to version %llu; no version applies until the rewind finishes",
+						(unsigned long long) target),
+				 errhint("%s", TK_REWIND_UNDER_WAY_HINT)));
+}
+
 Datum
 tashkent_apply_versions(PG_FUNCTION_ARGS)
 {
@@ -76,6 +105,7 @@ tashkent_apply_versions(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("this transaction already applies versions %llu..%llu",
 						(unsigned long long) tk_apply_first, (unsigned long long) tk_apply_last)));
+	refuse_during_rewind();
 	committed = tk_committed();
 	if ((uint64) first <= committed)
 		ereport(ERROR,

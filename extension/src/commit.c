@@ -353,6 +353,7 @@ end_transaction(void)
 static void
 at_commit(void)
 {
+	tk_rewind_xact_end(true);
 	if (holding != 0)
 	{
 		tk_turn_pass(holding, tk_capture_has_ddl() || tk_ddl_ran());
@@ -374,6 +375,7 @@ at_abort(void)
 	uint64		abandoned_epoch = holding_epoch;
 	bool		applier = tk_backend_is_applier;
 
+	tk_rewind_xact_end(false);
 	if (in_commit_order)
 		tk_turn_release();
 	end_transaction();
@@ -403,6 +405,10 @@ xact_callback(XactEvent event, void *arg)
 			at_abort();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
+			if (tk_rewind_or_finish_in_xact())
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("PREPARE TRANSACTION is not supported for a rewind or its finish")));
 			if (tk_capture_pending())
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

@@ -44,6 +44,8 @@
  *               wait_durable, durable_version
  *   hold.c      commits held after a version, for a snapshot at exactly
  *               that version (tashkent verify)
+ *   rewind.c    the replica goes back to an earlier version: the undo's
+ *               barrier and marker, the origin and shared state set back
  */
 #ifndef TASHKENT_H
 #define TASHKENT_H
@@ -174,6 +176,14 @@ typedef struct TkShared
 	uint64		hold_after;
 	int			hold_pid;
 	TimestampTz hold_until;
+	/*
+	 * A rewind (rewind.c) from its undo's rewind_begin to its finish's
+	 * commit: no version takes its turn; rewind_target is where it goes.
+	 */
+	bool		rewinding;
+	uint64		rewind_target;
+	/* tashkent.rewind was read in this server life and held no marker */
+	bool		rewind_marker_checked;
 	int			nslots;
 	TkSlot	   *slots;
 	/*
@@ -210,6 +220,7 @@ extern TkSlot *tk_slot_of_pid(int pid);
 /* ---- turn.c ---- */
 
 extern uint64 tk_committed(void);
+extern uint64 tk_committed_locked(void);
 extern uint64 tk_last_ddl_version(void);
 extern void tk_turn_wait(uint64 first, bool cancellable);
 extern void tk_turn_record(uint64 first, uint64 last);
@@ -589,5 +600,16 @@ extern bool tk_backend_is_applier;
 /* The versions the current apply transaction commits (0: none). */
 extern uint64 tk_apply_first;
 extern uint64 tk_apply_last;
+
+/* ---- rewind.c ---- */
+
+extern bool tk_rewind_holds_turn(void);
+extern bool tk_rewind_in_xact(void);
+extern bool tk_rewind_or_finish_in_xact(void);
+extern void tk_rewind_refuse_pending_marker(void);
+
+/* The hint of a refusal while a rewind runs (its undo or its finish). */
+#define TK_REWIND_UNDER_WAY_HINT "The tashkent agent finishes the rewind (tashkent.rewind_finish) once its undo committed, or rolls the undo back; retry then."
+extern void tk_rewind_xact_end(bool committed);
 
 #endif							/* TASHKENT_H */

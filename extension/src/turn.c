@@ -80,9 +80,24 @@ tk_committed(void)
 
 	ensure_loaded();
 	LWLockAcquire(tk_shared->lock, LW_SHARED);
-	committed = tk_shared->committed;
+	committed = tk_committed_locked();
 	LWLockRelease(tk_shared->lock);
 	return committed;
+}
+
+/*
+ * tk_committed_locked: the replica's version as sessions count it, with
+ * tk_shared->lock held. While a rewind runs (rewind.c) it is at most the
+ * rewind's target: the rows are, or are about to be, at the target, and
+ * the versions above it apply again only after the finish. A wait for one
+ * of them waits for that; committed_version() does not report them.
+ */
+uint64
+tk_committed_locked(void)
+{
+	if (tk_shared->rewinding)
+		return Min(tk_shared->committed, tk_shared->rewind_target);
+	return tk_shared->committed;
 }
 
 /*
@@ -111,6 +126,7 @@ absorb_cancel(bool *warned)
  * which applies the versions again); otherwise it is absorbed. A local
  * commit (not cancellable) also waits while a hold keeps its version
  * (hold.c); the applier's runs never pass a hold, the agent cuts them.
+ * Every commit waits while a rewind is under way (rewind.c).
  */
 void
 tk_turn_wait(uint64 first, bool cancellable)
@@ -130,7 +146,7 @@ tk_turn_wait(uint64 first, bool cancellable)
 		LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 		committed = tk_shared->committed;
 		/* a streamed commit's slot holds its span: held if any of it is */
-		held = !cancellable && tk_hold_keeps(Max(first, slot->version));
+		held = (!cancellable && tk_hold_keeps(Max(first, slot->version))) || tk_rewind_holds_turn();
 		slot->waiting_for = committed < predecessor || held ? predecessor : 0;
 		if (committed == predecessor && !held && !cancellable)
 			slot->state = TK_SLOT_COMMITTING;	/* past any hold set from now */

@@ -75,6 +75,8 @@ type Agent struct {
 	applyPID uint32 // the PID whose applier hello is accepted now; 0: none
 
 	holds holds // the session that holds the replica's commits (hold.go)
+
+	rewinds rewinding // pins and the rewind asked for (rewind.go)
 }
 
 // New validates the configuration.
@@ -218,6 +220,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer a.closeConns()
 	defer a.ln.Close()
+	defer a.rewinds.close()
 	go a.accept(ctx)
 	go a.verifyLoop(ctx)
 	if a.cfg.MetricsAddr != "" {

@@ -19,6 +19,9 @@ import (
 const (
 	controlApplicationName = "tashkent-agent"
 	applyApplicationName   = "tashkent-agent-apply"
+	// pinApplicationName: the connections that hold snapshots for rewinds
+	// (rewind.go).
+	pinApplicationName = "tashkent-agent-pin"
 )
 
 // databaseIdentitySQL names one life of the database: the postmaster's

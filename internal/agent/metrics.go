@@ -37,6 +37,9 @@ type metrics struct {
 	flowControlPauses  prometheus.Counter
 	writesRefused      prometheus.Gauge
 
+	rewinds         prometheus.Counter
+	rewoundVersions prometheus.Counter
+
 	verify *verifyMetrics
 	// copies is what the applier's COPY did, across the agent's runs
 	// (each run's Applier counts into it).
@@ -77,9 +80,13 @@ func newMetrics() *metrics {
 			Help: "Times this replica fell behind and asked for a pause."}),
 		writesRefused: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_agent_writes_refused",
 			Help: "1 while this replica's apply is stuck and its clients' writes are refused (--refuse-writes-after)."}),
+		rewinds: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_rewinds_total",
+			Help: "Rewinds: the replica went back past versions that failed (taken before they were durable, lost with the certifier that decided them)."}),
+		rewoundVersions: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_rewound_versions_total",
+			Help: "Versions undone by rewinds: those that failed and the durable ones after the pin, which the replica then applied again."}),
 	}
 	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.streamed, m.stagedBytes, m.syncs, m.stateQueries, m.feeds, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
-		m.flowControlPausing, m.flowControlPauses, m.writesRefused)
+		m.flowControlPausing, m.flowControlPauses, m.writesRefused, m.rewinds, m.rewoundVersions)
 	m.verify = newVerifyMetrics(m.registry)
 	m.registerCopyCounters()
 	m.setState(StateStarting)

@@ -56,18 +56,29 @@ func (r *run) reportProgress() {
 }
 
 // refused is certclient's OnRefused: the certifier cannot catch this
-// replica up (its log no longer holds the versions the replica needs, or
-// the replica holds versions it never made durable). The replica halts,
-// its gate closed, with a reason that starts with pb.NeedsStateTransfer:
-// the supervisor rebuilds a halted replica from a peer.
+// replica up. If the replica holds versions its log does not (a verdict
+// "rewind to C"), the run ends and the next one rewinds (rewind.go).
+// Otherwise the log no longer holds the versions the replica needs: it
+// halts, its gate closed, with a reason that starts with
+// pb.NeedsStateTransfer, and the supervisor rebuilds it from a peer.
 func (r *run) refused(err error) {
 	if r.ctx.Err() != nil {
 		return // a stream of a run that ended: the next run opens its own
+	}
+	if rw, ok := pb.RewindOf(err); ok {
+		r.askRewind(rw, status.Convert(err).Message())
+		return
 	}
 	why := status.Convert(err).Message()
 	if !strings.HasPrefix(why, pb.NeedsStateTransfer) {
 		why = pb.NeedsStateTransfer + ": " + why
 	}
+	r.haltForStateTransfer(why)
+}
+
+// haltForStateTransfer halts the replica, its gate closed, with a reason
+// that starts with pb.NeedsStateTransfer: the supervisor rebuilds it.
+func (r *run) haltForStateTransfer(why string) {
 	r.admission.refuse(why)
 	r.a.durable.suspend()
 	if !r.a.transition(StateHalted, why, true) {

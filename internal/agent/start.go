@@ -59,7 +59,7 @@ func (a *Agent) start(ctx context.Context) (*run, error) {
 }
 
 func (r *run) startSteps() error {
-	for _, step := range []func() error{r.connect, r.install, r.register} {
+	for _, step := range []func() error{r.connect, r.install, r.register, r.resumeRewind, r.rewindIfAsked} {
 		if err := step(); err != nil {
 			return err
 		}
@@ -258,22 +258,27 @@ WHERE a.pid OPERATOR(pg_catalog.<>) $1 AND (a.application_name OPERATOR(pg_catal
 	OR a.pid IN (SELECT b.pid FROM tashkent.backends() AS b WHERE b.state OPERATOR(pg_catalog.=) 'applying'))`
 
 func (r *run) terminateEarlierAppliers() error {
+	return r.terminateUntilGone("the backends of an earlier agent's applier", earlierAppliersSQL,
+		int32(r.apply.PgConn().PID()), applyApplicationName)
+}
+
+// terminateUntilGone terminates the backends that listSQL (with args)
+// lists, what they are, until it lists none, for up to stoppedWaitMax.
+func (r *run) terminateUntilGone(what, listSQL string, args ...any) error {
 	deadline := time.Now().Add(stoppedWaitMax)
 	for {
 		var pids []int32
 		var pid int32
-		err := r.control.query(r.ctx, earlierAppliersSQL, []any{int32(r.apply.PgConn().PID()), applyApplicationName},
-			[]any{&pid}, func() { pids = append(pids, pid) })
-		if err != nil {
-			return fmt.Errorf("look for earlier appliers: %w", err)
+		if err := r.control.query(r.ctx, listSQL, args, []any{&pid}, func() { pids = append(pids, pid) }); err != nil {
+			return fmt.Errorf("look for %s: %w", what, err)
 		}
 		if len(pids) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the backends of an earlier applier did not end: %v", pids)
+			return fmt.Errorf("%s did not end: %v", what, pids)
 		}
-		r.a.log.Warn("terminating the backends of an earlier agent's applier", "pids", pids)
+		r.a.log.Warn("terminating "+what, "pids", pids)
 		for _, p := range pids {
 			r.control.exec(r.ctx, `SELECT pg_catalog.pg_terminate_backend($1)`, p)
 		}
@@ -354,6 +359,7 @@ func (r *run) awaitCertifyingSettled() error {
 // stream of an earlier run still delivers is dropped (its round).
 func (r *run) openStream(committed uint64) error {
 	round := r.a.seq.round()
+	r.streamOpened(committed)
 	durable, err := r.control.durableVersion(r.ctx)
 	if err != nil {
 		return err
@@ -370,6 +376,7 @@ func (r *run) openStream(committed uint64) error {
 			// its epoch in the history (tashkent.wait_durable)
 			r.admission.heard(durable)
 			r.a.durable.advance(durable)
+			r.noteDelivered(entries, durable)
 			r.deliver(round, entries)
 			return nil
 		},

@@ -74,6 +74,10 @@ type Options struct {
 	// Push asks the certifier to send every entry as soon as it is
 	// durable (OpenSession.push), not only with replies and catch-ups.
 	Push bool
+	// EarlyDelivery takes the commit point (OpenSession.early_delivery):
+	// entries and commit replies come once decided, before they are
+	// durable, and a pending call is settled from its entry at once.
+	EarlyDelivery bool
 	// StatusAddr is host:port of the replica's HTTP listener, for the
 	// certifier to list (OpenSession.status_addr); empty: none.
 	StatusAddr string
@@ -85,10 +89,10 @@ type Options struct {
 	// not delivered: the next stream delivers them again.
 	OnEntries func(entries []logentry.Entry, durableVersion uint64) error
 	// OnRefused is told when the certifier refuses the replica's session
-	// because the replica cannot catch up from it: its log no longer holds
-	// the versions the replica needs (log retention), or the replica holds
-	// versions the certifier never made durable. The replica needs a state
-	// transfer; the client keeps trying meanwhile. Called from the client's
+	// (FailedPrecondition) because the replica cannot catch up from it: its
+	// log no longer holds the versions the replica needs (log retention,
+	// pb.NeedsStateTransfer), or the replica holds versions the log does
+	// not (pb.NeedsRewind). The client keeps trying meanwhile. Called from the client's
 	// goroutine; it must not call back into the Client.
 	OnRefused func(err error)
 	// History, when set, returns the replica's history (its runs) up to
@@ -126,10 +130,14 @@ type Client struct {
 	nextID  uint64
 	pending map[uint64]*call  // sent or to be sent, not answered
 	byTxn   map[txnKey]uint64 // pending request ids by transaction id
-	outbox  []*pb.CertifyRequestEncoded
-	catchUp bool
-	pause   bool // flow control: this replica asks the others to wait
-	paused  bool // the pause state the certifier was last told
+	// undurable are pending calls found in entries delivered before they
+	// were durable (settleFromLog), settled once the stream's durable
+	// version passes them, forgotten when the stream ends.
+	undurable []settlement
+	outbox    []*pb.CertifyRequestEncoded
+	catchUp   bool
+	pause     bool // flow control: this replica asks the others to wait
+	paused    bool // the pause state the certifier was last told
 	// applied is the replica's durable version
 	// (CertifyStreamRequest.applied_version), sent when it changes and at
 	// the start of every session, not with every message: a certifier
@@ -380,7 +388,8 @@ func (c *Client) session() (bool, string, error) {
 		return false, "", err
 	}
 	c.mu.Lock()
-	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push, StatusAddr: c.opts.StatusAddr},
+	open := &pb.CertifyStreamRequestEncoded{Open: &pb.OpenSession{Replica: c.opts.Replica, ReplicaVersion: c.delivered, Push: c.opts.Push,
+		StatusAddr: c.opts.StatusAddr, EarlyDelivery: c.opts.EarlyDelivery},
 		CatchUp: true, Pause: c.pause, AppliedVersion: c.applied}
 	if c.opts.History != nil {
 		open.Open.History = c.opts.History()
@@ -391,6 +400,7 @@ func (c *Client) session() (bool, string, error) {
 		c.outbox = append(c.outbox, cl.req)
 	}
 	sortByRequestID(c.outbox)
+	c.undurable = c.undurable[:0] // the versions may have failed with the stream
 	c.received = false
 	c.heardAt = time.Now()
 	c.mu.Unlock()
@@ -512,8 +522,8 @@ func (c *Client) deliver(raw [][]byte, durable uint64) error {
 		c.mu.Lock()
 		c.delivered = entries[len(entries)-1].Version
 		c.mu.Unlock()
-		c.settleFromLog(entries)
 	}
+	c.settleFromLog(entries, durable)
 	return nil
 }
 
@@ -542,12 +552,19 @@ func Continuing(raw [][]byte, delivered uint64) ([]logentry.Entry, error) {
 // remembers the transaction id (it slid out of the window) and would answer
 // the re-sent request with an abort. A streamed transaction (a span of
 // entries) is settled at its last entry, with its first version.
-func (c *Client) settleFromLog(entries []logentry.Entry) {
+//
+// An entry above the durable version (delivered early) settles its call
+// only once durable reaches it, unless the client takes the commit point
+// (Options.EarlyDelivery): the entry may still fail, and otherwise a
+// reply says committed only for what is durable.
+func (c *Client) settleFromLog(entries []logentry.Entry, durable uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.pending) == 0 {
+		c.undurable = c.undurable[:0]
 		return
 	}
+	c.settleDurable(durable)
 	for _, e := range entries {
 		h, err := logentry.RawHeaderOf(e.Bytes) // allocates nothing: every entry is looked at
 		if err != nil || (h.InSpan() && h.Version != h.SpanLast) {
@@ -557,10 +574,42 @@ func (c *Client) settleFromLog(entries []logentry.Entry) {
 		if !ok {
 			continue
 		}
-		cl := c.takeLocked(id)
-		cl.reply <- &pb.CertifyReply{RequestId: id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: e.Version,
-			FirstVersion: h.SpanFirst}
+		st := settlement{id: id, version: e.Version, first: h.SpanFirst}
+		if e.Version > durable && !c.opts.EarlyDelivery {
+			c.undurable = append(c.undurable, st)
+			continue
+		}
+		c.settleLocked(st)
 	}
+}
+
+// settlement is a pending call's commit found in the log.
+type settlement struct {
+	id, version, first uint64
+}
+
+// settleDurable settles the calls in undurable that durable has reached.
+func (c *Client) settleDurable(durable uint64) {
+	kept := c.undurable[:0]
+	for _, st := range c.undurable {
+		if st.version > durable {
+			kept = append(kept, st)
+			continue
+		}
+		c.settleLocked(st)
+	}
+	c.undurable = kept
+}
+
+// settleLocked answers a pending call, if it is still pending, as
+// committed at its settlement's version.
+func (c *Client) settleLocked(st settlement) {
+	cl := c.takeLocked(st.id)
+	if cl == nil {
+		return // answered meanwhile
+	}
+	cl.reply <- &pb.CertifyReply{RequestId: st.id, Txn: cl.req.Txn, Decision: pb.Decision_DECISION_COMMIT, CommitVersion: st.version,
+		FirstVersion: st.first}
 }
 
 func sortByRequestID(reqs []*pb.CertifyRequestEncoded) {

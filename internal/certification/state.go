@@ -162,6 +162,10 @@ func nonZero(h uint64) uint64 {
 	return h
 }
 
+// WritesWholeTable reports whether the key is a write of a whole table or
+// of the schema (TRUNCATE, DDL, a streamed writeset's tables), not of rows.
+func (k Key) WritesWholeTable() bool { return k.Kind == Write && k.Row == 0 }
+
 func (k Key) isSchema() bool { return k.Table == 0 }
 func (k Key) isTable() bool  { return k.Table != 0 && k.Row == 0 }
 func (k Key) isRow() bool    { return k.Table != 0 && k.Row != 0 }

@@ -27,9 +27,11 @@ type LogHistory struct {
 
 // Admit judges a session: nil admits it; otherwise it is the status the
 // stream ends with. FailedPrecondition with a message that starts with
-// pb.NeedsStateTransfer tells the agent that its replica must be rebuilt
-// from a peer: the replica holds versions the log does not (its history
-// is not a prefix of the log), or needs versions the log no longer holds.
+// pb.NeedsRewind (and a pb.RewindRequired detail) tells the agent that its
+// replica holds versions the log does not (its history is not a prefix of
+// the log): it must go back to the common version, or be rebuilt. One
+// that starts with pb.NeedsStateTransfer tells it that its replica must be
+// rebuilt from a peer: it needs versions the log no longer holds.
 //
 // A replica that sends its history (OpenSession.history) is compared by
 // log matching (CommonVersion). One that sends none is judged by its
@@ -49,17 +51,42 @@ func Admit(open *pb.OpenSession, log LogHistory) error {
 			return status.Errorf(codes.InvalidArgument, "replica %q sent a history that is not in version order: %v", open.Replica, err)
 		}
 		if c := CommonVersion(open.History, v, log); c < v {
-			return status.Errorf(codes.FailedPrecondition,
-				"%s: replica %q is at version %d, but its history agrees with the certifier's log %s up to version %d "+
-					"(replica's epochs %s; the log's epochs %s, durable up to %d%s): the replica holds versions this certifier's log does not "+
-					"(failed versions, or another history at the same version numbers); rebuild it from a peer (the supervisor does it by itself)",
-				pb.NeedsStateTransfer, open.Replica, v, agreesHowFar(c, log), c, formatRuns(open.History, v), formatRuns(log.Runs, log.Durable), log.Durable, describeLogStart(log))
+			return errHistoryParts(open, c, log)
 		}
 	}
 	if v < log.StartsAfter {
 		return errBehindLog(open.Replica, v, log.StartsAfter)
 	}
 	return nil
+}
+
+// errHistoryParts refuses a replica whose history agrees with the log only
+// up to version c, below its own. Above the log's start, it must go back
+// to c or below (pb.NeedsRewind, with a pb.RewindRequired detail). Where
+// the two may part at or below the log's start (c below it, or at it with
+// the epoch there unknown), nothing in the log can bring the replica back
+// to a common version: it needs a state transfer.
+func errHistoryParts(open *pb.OpenSession, c uint64, log LogHistory) error {
+	v := open.ReplicaVersion
+	verdict, remedy := pb.NeedsRewind, "it must undo them, or be rebuilt from a peer (the supervisor does it by itself)"
+	unverified := c == log.StartsAfter && c > 0 && log.StartEpoch == 0
+	if c < log.StartsAfter || unverified {
+		verdict, remedy = pb.NeedsStateTransfer, "rebuild it from a peer (the supervisor does it by itself)"
+	}
+	st := status.Newf(codes.FailedPrecondition,
+		"%s: replica %q is at version %d, but its history agrees with the certifier's log %s up to version %d "+
+			"(replica's epochs %s; the log's epochs %s, durable up to %d%s): the replica holds versions this certifier's log does not "+
+			"(failed versions, or another history at the same version numbers); %s",
+		verdict, open.Replica, v, agreesHowFar(c, log), c, formatRuns(open.History, v), formatRuns(log.Runs, log.Durable), log.Durable,
+		describeLogStart(log), remedy)
+	if verdict != pb.NeedsRewind {
+		return st.Err()
+	}
+	detailed, err := st.WithDetails(&pb.RewindRequired{CommonVersion: c, ReplicaVersion: v, LogStartsAfter: log.StartsAfter})
+	if err != nil {
+		return st.Err() // the detail is an addition: the message says it all
+	}
+	return detailed.Err()
 }
 
 // CommonVersion is the highest version up to which a replica's history

@@ -83,9 +83,10 @@ func runsOf(history []modelEntry) []*pb.EpochRun {
 }
 
 // Admit against the model: a replica whose history is a prefix of the
-// certifier's log is admitted, any other is refused as needing a state
-// transfer; one below the log's start is refused, as the behind-the-log
-// rule says. The log no longer holds the versions at or below its start,
+// certifier's log is admitted, any other is refused: told to rewind to
+// where the two part, or as needing a state transfer where they may part
+// at or below the log's start (checkRefusal); one below the log's start
+// is refused, as the behind-the-log rule says. The log no longer holds the versions at or below its start,
 // but it knows the epoch of the entry at its start, which tells a replica
 // exactly there apart. Where it does not (a log trimmed before it kept
 // that epoch), a replica exactly at the start is admitted.
@@ -133,15 +134,47 @@ func TestAdmitAdmitsExactlyTheReplicasWhoseHistoryIsAPrefixOfTheLog(t *testing.T
 			if v == startsAfter {
 				refusedAtStart++
 			}
-			if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(status.Convert(err).Message(), pb.NeedsStateTransfer) {
-				t.Fatalf("round %d: refused with %v, want FailedPrecondition %q", round, err, pb.NeedsStateTransfer)
-			}
+			checkRefusal(t, round, err, replica, certLog, log)
 		} else {
 			admitted++
 		}
 	}
 	if admitted < 300 || refused < 300 || refusedAtStart < 40 {
 		t.Fatalf("the histories exercised too little: %d admitted, %d refused (%d exactly at the log's start)", admitted, refused, refusedAtStart)
+	}
+}
+
+// checkRefusal checks a refusal against the model. The replica and the
+// log agree on their first lcp versions. A replica below the log's start
+// needs a state transfer. One that agrees with the log above the log's
+// start (or a log that starts at version 1) is told to rewind to exactly
+// lcp. Otherwise they may part at or
+// below the start: a state transfer, or a rewind to the start if the log
+// knows the epoch there and it agrees.
+func checkRefusal(t *testing.T, round int, err error, replica, certLog []modelEntry, log LogHistory) {
+	t.Helper()
+	v, startsAfter := uint64(len(replica)), log.StartsAfter
+	lcp := uint64(0)
+	for lcp < v && lcp < uint64(len(certLog)) && replica[lcp] == certLog[lcp] {
+		lcp++
+	}
+	msg := status.Convert(err).Message()
+	rw, rewind := pb.RewindOf(err)
+	switch {
+	case status.Code(err) != codes.FailedPrecondition:
+		t.Fatalf("round %d: refused with %v, want FailedPrecondition", round, err)
+	case rewind && !strings.HasPrefix(msg, pb.NeedsRewind), !rewind && !strings.HasPrefix(msg, pb.NeedsStateTransfer):
+		t.Fatalf("round %d: the refusal %q does not start with its verdict", round, msg)
+	case v < startsAfter && rewind:
+		t.Fatalf("round %d: a replica below the log's start told to rewind: %v", round, rw)
+	case v >= startsAfter && (lcp > startsAfter || startsAfter == 0) && (!rewind || rw.CommonVersion != lcp):
+		t.Fatalf("round %d: a replica agreeing with the log up to %d, above its start %d, refused with %q (detail %v): want a rewind to %d",
+			round, lcp, startsAfter, msg, rw, lcp)
+	case rewind && startsAfter > 0 && lcp <= startsAfter && (rw.CommonVersion != startsAfter || lcp != startsAfter || log.StartEpoch == 0):
+		t.Fatalf("round %d: rewind to %v, but the replica and the log agree only on %d versions, the log starting after %d (epoch there %d)",
+			round, rw, lcp, startsAfter, log.StartEpoch)
+	case rewind && (rw.ReplicaVersion != v || rw.LogStartsAfter != startsAfter):
+		t.Fatalf("round %d: rewind detail %v for a replica at %d, log starting after %d", round, rw, v, startsAfter)
 	}
 }
 
@@ -158,7 +191,10 @@ func TestAdmitRefusesAnotherHistoryAtTheSameVersions(t *testing.T) {
 		t.Fatalf("Admit = %v, want FailedPrecondition", err)
 	}
 	msg := status.Convert(err).Message()
-	for _, want := range []string{pb.NeedsStateTransfer, `"r3"`, "version 60", "only up to version 30", "1@1..30 3@31..60", "1@1..40 2@41..90"} {
+	if rw, ok := pb.RewindOf(err); !ok || rw.CommonVersion != 30 {
+		t.Errorf("the refusal's detail is %v, want a rewind to version 30", rw)
+	}
+	for _, want := range []string{pb.NeedsRewind, `"r3"`, "version 60", "only up to version 30", "1@1..30 3@31..60", "1@1..40 2@41..90"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the refusal %q does not say %q", msg, want)
 		}

@@ -75,6 +75,16 @@ type Config struct {
 	// UnsafeSkipConflictCheck: see certification.Config. Only for the fault
 	// harness's detector self-test.
 	UnsafeSkipConflictCheck bool
+
+	// UnsafeDeliverBeforeDurable delivers entries to every stream before
+	// they are durable (early.go), replies still once durable. A single
+	// certifier only. Fault tests only: a replica that applied versions
+	// the certifier then lost must be rebuilt.
+	UnsafeDeliverBeforeDurable bool
+	// UnsafeFaultWriteDelay sleeps this long between delivering a batch
+	// early and writing it, so that a kill -9 fails versions replicas
+	// applied. Only with UnsafeDeliverBeforeDurable.
+	UnsafeFaultWriteDelay time.Duration
 }
 
 // entryOverheadBytesMax bounds what a log entry adds to its writeset: the
@@ -82,6 +92,12 @@ type Config struct {
 const entryOverheadBytesMax = 1 << 20
 
 func (c Config) validate() error {
+	if c.UnsafeDeliverBeforeDurable && c.Group != nil {
+		return fmt.Errorf("delivery before durability is implemented for a single certifier only, not for a member of a certifier group")
+	}
+	if c.UnsafeFaultWriteDelay > 0 && !c.UnsafeDeliverBeforeDurable {
+		return fmt.Errorf("--unsafe-fault-write-delay needs --unsafe-deliver-before-durable")
+	}
 	if c.Limits.WritesetBytesMax > wal.EntryBytesMax-entryOverheadBytesMax {
 		return fmt.Errorf("writeset bytes max %d is over the log's entry limit of %d bytes minus %d for the entry's header",
 			c.Limits.WritesetBytesMax, wal.EntryBytesMax, entryOverheadBytesMax)

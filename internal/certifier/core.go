@@ -3,6 +3,7 @@ package certifier
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -72,6 +73,7 @@ func prepareRequest(req *pb.CertifyRequestEncoded, overloaded bool, limits Limit
 		return refuse(pb.AbortReason_ABORT_REASON_INVALID, err.Error())
 	}
 	c.request = certification.Request{Txn: txnOf(req.Txn), StartVersion: req.StartVersion, Keys: keys}
+	c.barrier = slices.ContainsFunc(keys, certification.Key.WritesWholeTable)
 	if req.Streamed != nil {
 		return prepareStreamed(c)
 	}
@@ -357,20 +359,21 @@ func ChunkEntries(read EntryReader, after, upTo uint64, emit func(entries [][]by
 	return nil
 }
 
-// SendReplies sends a stream the entries (delivered, durable] it has not
+// SendReplies sends a stream the entries (delivered, through] it has not
 // carried, in chunks (ChunkEntries), and then replies, whose dependencies
 // are durable, in the message with the last chunk: every entry reaches the
-// replica before any reply that depends on it. It returns the highest
-// version sent.
-func SendReplies(read EntryReader, delivered, durable uint64, replies []*pb.CertifyReply, send func(*pb.CertifyStreamReply) error) (uint64, error) {
+// replica before any reply that depends on it. Each message names the
+// durable version: through itself, unless entries are delivered before
+// they are durable (early.go). It returns the highest version sent.
+func SendReplies(read EntryReader, delivered, through, durable uint64, replies []*pb.CertifyReply, send func(*pb.CertifyStreamReply) error) (uint64, error) {
 	var last *pb.CertifyStreamReply
-	err := ChunkEntries(read, delivered, durable, func(entries [][]byte, upTo uint64) error {
+	err := ChunkEntries(read, delivered, through, func(entries [][]byte, upTo uint64) error {
 		if last != nil {
 			if err := send(last); err != nil {
 				return err
 			}
 		}
-		last = &pb.CertifyStreamReply{Entries: entries, DurableVersion: upTo}
+		last = &pb.CertifyStreamReply{Entries: entries, DurableVersion: min(upTo, durable)}
 		delivered = upTo
 		return nil
 	})

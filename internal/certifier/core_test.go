@@ -112,7 +112,7 @@ func TestSendRepliesSendsEntriesFirst(t *testing.T) {
 	}
 	reply := &pb.CertifyReply{RequestId: 7}
 	var sent []*pb.CertifyStreamReply
-	delivered, err := SendReplies(read, 1, 4, []*pb.CertifyReply{reply}, func(m *pb.CertifyStreamReply) error {
+	delivered, err := SendReplies(read, 1, 4, 4, []*pb.CertifyReply{reply}, func(m *pb.CertifyStreamReply) error {
 		sent = append(sent, m)
 		return nil
 	})
@@ -129,9 +129,23 @@ func TestSendRepliesSendsEntriesFirst(t *testing.T) {
 			t.Errorf("message %d: %d entries from version %d, durable %d, %d replies", i, len(m.Entries), v, m.DurableVersion, len(m.Replies))
 		}
 	}
+	// Entries sent before they are durable (early.go): no message names a
+	// durable version above the durable one.
+	sent = nil
+	if _, err := SendReplies(read, 1, 4, 2, nil, func(m *pb.CertifyStreamReply) error {
+		sent = append(sent, m)
+		return nil
+	}); err != nil || len(sent) != 3 {
+		t.Fatalf("entries 2..4 with durable 2: %d messages, %v", len(sent), err)
+	}
+	for i, m := range sent {
+		if m.DurableVersion != 2 {
+			t.Errorf("message %d of entries sent early names durable version %d, want 2", i, m.DurableVersion)
+		}
+	}
 	// Nothing to deliver: the replies go alone, with the durable version.
 	sent = nil
-	if _, err := SendReplies(read, 4, 4, []*pb.CertifyReply{reply}, func(m *pb.CertifyStreamReply) error {
+	if _, err := SendReplies(read, 4, 4, 4, []*pb.CertifyReply{reply}, func(m *pb.CertifyStreamReply) error {
 		sent = append(sent, m)
 		return nil
 	}); err != nil || len(sent) != 1 || len(sent[0].Entries) != 0 || sent[0].DurableVersion != 4 || len(sent[0].Replies) != 1 {

@@ -28,6 +28,8 @@
 // reply waits for its own entry, and the entries delivered with any reply are
 // durable ones. If the process dies, the requests that were certified against
 // lost entries were never answered (or were aborted, which is always safe).
+// The exception is a stream that takes the commit point (early.go): what it
+// was sent before durable may fail, and the replica is told to rewind.
 //
 // # Recovery
 //

@@ -79,7 +79,7 @@ func TestAdmissionTellsHistoriesApartByTheirEpochs(t *testing.T) {
 		t.Fatalf("a second certifier from an empty directory reuses an epoch: %v and %v", historyB, historyA)
 	}
 	err := openWith(t, srvB, 10, historyA)
-	if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(status.Convert(err).Message(), pb.NeedsStateTransfer) ||
+	if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(status.Convert(err).Message(), pb.NeedsRewind) ||
 		!strings.Contains(err.Error(), "only up to version 0") {
 		t.Fatalf("certifier B admitted (or refused otherwise) a replica holding A's versions 1..10: %v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
@@ -66,7 +65,7 @@ func TestARecreatedGroupTellsItsHistoryFromTheOldGroups(t *testing.T) {
 		t.Fatalf("the re-created group's epochs %v are not above the old group's %v", history, oldHistory)
 	}
 	err := openWith(t, group[leader], 10, oldHistory)
-	if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(status.Convert(err).Message(), pb.NeedsStateTransfer) ||
+	if rw, ok := pb.RewindOf(err); !ok || rw.CommonVersion != 0 || !strings.HasPrefix(status.Convert(err).Message(), pb.NeedsRewind) ||
 		!strings.Contains(err.Error(), "only up to version 0") {
 		t.Fatalf("a re-created group admitted (or refused otherwise) a replica holding the old group's versions 1..10: %v", err)
 	}

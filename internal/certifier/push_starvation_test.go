@@ -72,7 +72,7 @@ func TestQueuedRepliesAreNotStarvedByPushes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- s.sendLoop(ctx, stream, &streamState{s: s}, queue, 0, true)
+		done <- s.sendLoop(ctx, stream, &streamState{s: s}, queue, 0, delivery{push: true})
 	}()
 	defer func() {
 		cancel()

@@ -47,8 +47,18 @@ func (s *Service) retentionInput(now, since time.Time, keepAtLeastFrom uint64) r
 	return retentionInput{
 		policy: s.cfg.Retention, now: now, since: since,
 		last: s.log.LastVersion(), segments: s.log.Segments(),
-		keepAtLeastFrom: keepAtLeastFrom, replicas: s.replicas.progress(),
+		keepAtLeastFrom: keepAtLeastFrom, replicas: durableProgress(s.replicas.progress(), s.DurableVersion()),
 	}
+}
+
+// durableProgress caps what the replicas report at the durable version:
+// a replica that took entries before they were durable (early.go) may
+// hold versions that fail, which hold nothing of the log.
+func durableProgress(replicas []replicaProgress, durable uint64) []replicaProgress {
+	for i := range replicas {
+		replicas[i].applied = min(replicas[i].applied, durable)
+	}
+	return replicas
 }
 
 // applyRetention removes the log segments wholly below the decision's

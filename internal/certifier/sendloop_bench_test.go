@@ -33,7 +33,7 @@ func BenchmarkSendLoopReplies(b *testing.B) {
 	queue := make(chan queued, streamQueueMax)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.sendLoop(ctx, stream, &streamState{s: s}, queue, 0, false) }()
+	go func() { done <- s.sendLoop(ctx, stream, &streamState{s: s}, queue, 0, delivery{}) }()
 	reply := &pb.CertifyReply{RequestId: 1, Decision: pb.Decision_DECISION_ABORT}
 	b.ReportAllocs()
 	b.ResetTimer()

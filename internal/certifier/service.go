@@ -30,12 +30,19 @@ type Service struct {
 	mu     sync.Mutex // guards recent
 	recent *recentEntries
 
-	durable  *watermark
-	inFlight atomic.Int64
-	stats    *stats
-	metrics  *metrics
-	flow     *flowControl
-	replicas *knownReplicas
+	durable *watermark
+	// deliverable: the versions streams that take entries early may be
+	// sent, beyond durable (early.go).
+	deliverable *watermark
+	// earlySent: the highest version sent to a replica before it was
+	// durable, as an entry or a commit reply (early.go); SyncVersion
+	// covers it.
+	earlySent *watermark
+	inFlight  atomic.Int64
+	stats     *stats
+	metrics   *metrics
+	flow      *flowControl
+	replicas  *knownReplicas
 	// started is when this process started; retention the last log
 	// retention decision taken or applied (retention_service.go).
 	started   time.Time
@@ -89,17 +96,19 @@ func Open(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		cfg:      cfg,
-		log:      log,
-		runs:     runs,
-		recent:   newRecentEntries(cfg.RecentEntriesMax),
-		durable:  newWatermark(log.LastVersion()),
-		stats:    newStats(),
-		replicas: newKnownReplicas(time.Now),
-		started:  started,
-		stop:     make(chan struct{}),
-		staging:  staging,
-		stages:   openStageLog(),
+		cfg:         cfg,
+		log:         log,
+		runs:        runs,
+		recent:      newRecentEntries(cfg.RecentEntriesMax),
+		durable:     newWatermark(log.LastVersion()),
+		deliverable: newWatermark(log.LastVersion()),
+		earlySent:   newWatermark(0),
+		stats:       newStats(),
+		replicas:    newKnownReplicas(time.Now),
+		started:     started,
+		stop:        make(chan struct{}),
+		staging:     staging,
+		stages:      openStageLog(),
 	}
 	order, restored, err := newOrderer(s)
 	if err != nil {
@@ -149,6 +158,9 @@ type certifying struct {
 	staged       StagedWriteset
 	stageProblem string
 	notStaged    bool // stageProblem: nothing staged at all
+	// barrier: the request writes a whole table or the schema (TRUNCATE,
+	// DDL), so its entry is delivered only once durable (early.go).
+	barrier bool
 }
 
 // prepare checks a request's limits, reads its keys and encodes its log

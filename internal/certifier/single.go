@@ -19,9 +19,9 @@ import (
 
 // singleLog is the orderer of a certifier that runs alone: it certifies in
 // its own state, and its writer makes the versioned log durable (group
-// commit, Tashkent §6.1). Nothing it decided leaves the service before it
-// is durable, so its durable version answers SyncVersion as it is, and any
-// reply may go out once what it depends on is durable.
+// commit, Tashkent §6.1). What it decided leaves the service once durable,
+// or, to a stream that takes the commit point, when its writer takes it
+// (early.go).
 type singleLog struct {
 	s *Service
 
@@ -29,7 +29,10 @@ type singleLog struct {
 	state   *certification.State
 	pending []logentry.Entry // certified, not yet handed to the writer
 	spans   []committedSpan  // committed streamed transactions, likewise (span.go)
-	wake    chan struct{}    // signalled when pending or spans becomes non-empty
+	// barriers are the versions in pending that are delivered only once
+	// durable (early.go).
+	barriers []uint64
+	wake     chan struct{} // signalled when pending or spans becomes non-empty
 
 	saved *pb.LogRetention // the retention decision last written (retain)
 
@@ -100,6 +103,7 @@ func (l *singleLog) decide(_ context.Context, batch []certifying) (int, error) {
 	claimStages(batch, l.s.staging.claim)
 	l.pending = decideSingle(l.state, l.generation, batch, l.pending)
 	l.spans = committedSpans(batch, l.generation, l.spans)
+	l.barriers = committedBarriers(batch, l.barriers)
 	if wasEmpty && (len(l.pending) > 0 || len(l.spans) > 0) {
 		l.signalWriter()
 	}
@@ -140,13 +144,14 @@ func (l *singleLog) versions() (version, lowWaterMark uint64) {
 	return l.state.Version(), l.state.LowWaterMark()
 }
 
-// syncVersion is the durable version: a version is acknowledged and
-// delivered only once it is durable.
+// syncVersion is the durable version, or above it the highest version
+// sent early (early.go): a version is acknowledged and delivered only
+// once it is durable unless a stream takes entries before.
 func (l *singleLog) syncVersion(context.Context) (uint64, error) {
 	if err := l.s.Err(); err != nil {
 		return 0, status.Errorf(codes.Unavailable, "the certifier stopped serving: %v", err)
 	}
-	return l.s.DurableVersion(), nil
+	return max(l.s.DurableVersion(), l.s.earlySent.get()), nil
 }
 
 // checkFetch: the log serves every version it still has (Fetch refuses
@@ -193,6 +198,7 @@ func (l *singleLog) writeLoop() {
 	defer s.done.Done()
 	var batch []logentry.Entry
 	var spans []committedSpan
+	var barriers []uint64
 	for {
 		select {
 		case <-l.wake:
@@ -202,11 +208,12 @@ func (l *singleLog) writeLoop() {
 		l.mu.Lock()
 		batch, l.pending = l.pending, batch[:0]
 		spans, l.spans = l.spans, spans[:0]
+		barriers, l.barriers = l.barriers, barriers[:0]
 		l.mu.Unlock()
 		if len(batch) == 0 && len(spans) == 0 {
 			continue
 		}
-		if !l.writeInOrder(batch, spans) {
+		if !l.writeInOrder(batch, spans, barriers) {
 			return
 		}
 		// The streams just woken by the durable version are queued on this
@@ -230,7 +237,8 @@ func (l *singleLog) writeLoop() {
 
 // writeInOrder makes entries and spans durable in version order: the
 // entries before the next span as one group commit, then the span.
-func (l *singleLog) writeInOrder(batch []logentry.Entry, spans []committedSpan) bool {
+// barriers are the versions among the entries delivered only once durable.
+func (l *singleLog) writeInOrder(batch []logentry.Entry, spans []committedSpan, barriers []uint64) bool {
 	for len(batch) > 0 || len(spans) > 0 {
 		n := len(batch)
 		if len(spans) > 0 {
@@ -239,7 +247,7 @@ func (l *singleLog) writeInOrder(batch []logentry.Entry, spans []committedSpan) 
 				n++
 			}
 		}
-		if n > 0 && !l.writeEntries(batch[:n]) {
+		if n > 0 && !l.writeEntries(batch[:n], barriers) {
 			return false
 		}
 		batch = batch[n:]
@@ -253,8 +261,9 @@ func (l *singleLog) writeInOrder(batch []logentry.Entry, spans []committedSpan) 
 	return true
 }
 
-// writeEntries makes entries durable with one write and one fsync.
-func (l *singleLog) writeEntries(batch []logentry.Entry) bool {
+// writeEntries makes entries durable with one write and one fsync, and
+// lets the streams that take entries early have them first (early.go).
+func (l *singleLog) writeEntries(batch []logentry.Entry, barriers []uint64) bool {
 	s := l.s
 	s.runs.note(l.generation, batch[0].Version)
 	l.records = l.records[:0]
@@ -264,6 +273,7 @@ func (l *singleLog) writeEntries(batch []logentry.Entry) bool {
 		l.records = append(l.records, wal.Entry{Version: e.Version, Payload: e.Bytes})
 	}
 	s.mu.Unlock()
+	l.deliverEarly(batch, barriers)
 	ok := l.write(l.records)
 	clear(l.records)
 	return ok

@@ -61,6 +61,12 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if err != nil {
 		return err
 	}
+	if first.Open.GetEarlyDelivery() && s.cfg.Group != nil {
+		return status.Error(codes.Unimplemented, "a certifier group does not deliver before durability (OpenSession.early_delivery): use a single certifier")
+	}
+	if err := s.awaitDeliveredTail(stream.Context(), first.Open.GetReplicaVersion()); err != nil {
+		return err
+	}
 	if err := s.checkOpen(first.Open); err != nil {
 		return err
 	}
@@ -78,7 +84,7 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		sendErr <- s.sendLoop(ctx, stream, st, queue, first.Open.ReplicaVersion, first.Open.Push)
+		sendErr <- s.sendLoop(ctx, stream, st, queue, first.Open.ReplicaVersion, s.deliveryOf(first.Open))
 	}()
 	go func() {
 		defer wg.Done()
@@ -243,7 +249,9 @@ func put(ctx context.Context, queue chan<- queued, q queued) error {
 
 // sendLoop sends each queued reply once what it depends on is durable
 // (TakeSendable), preceded by every durable entry the replica has not been
-// sent. Replies that are ready together share one message.
+// sent. Replies that are ready together share one message. A stream that
+// takes entries early is sent them, and its replies if it takes those
+// too, up to the deliverable version instead (early.go).
 //
 // Pushes (OpenSession.push): a stream that asked for them is sent every
 // entry as soon as it is durable, not only with the replica's own replies.
@@ -253,8 +261,11 @@ func put(ctx context.Context, queue chan<- queued, q queued) error {
 // replicas' commits up to --staleness late. (A busy replica hears of them
 // with its replies anyway; what keeps it behind under load is applying
 // them, see BENCHMARKS.md.)
-func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, queue <-chan queued, delivered uint64, push bool) error {
+func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, queue <-chan queued, delivered uint64, d delivery) error {
 	var waiting, ready []queued
+	// durableSent is the durable version the stream's last message named;
+	// what the replica held at the start was durable (awaitDeliveredTail).
+	durableSent := delivered
 	for {
 		// What is queued already joins this round, before a push is made
 		// up: otherwise, while flushes elsewhere keep the durable version
@@ -270,15 +281,17 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 		if failed != nil {
 			return status.Error(codes.Unavailable, failed.Error())
 		}
-		ready, waiting = TakeSendable(waiting, durable, queued.dependency, ready[:0])
-		if PushDue(push, len(ready), delivered, durable) {
+		through, deliverable := s.deliveryBound(d, durable)
+		ready, waiting = TakeSendable(waiting, d.repliesBound(durable, through), queued.dependency, ready[:0])
+		if PushDue(d.push, len(ready), delivered, through) || d.durableNewsDue(len(ready), delivered, durable, durableSent) {
 			ready = append(ready, queued{received: time.Now()}) // a push: a catch-up of our own
 		}
 		if len(ready) > 0 {
 			var err error
-			if delivered, err = s.sendReady(ctx, stream, st, ready, delivered, durable); err != nil {
+			if delivered, err = s.sendReady(ctx, stream, st, ready, delivered, through, durable, d); err != nil {
 				return err
 			}
+			durableSent = durable
 			continue
 		}
 		if queue == nil && len(waiting) == 0 {
@@ -288,9 +301,12 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 		if len(waiting) < streamQueueMax {
 			more = queue
 		}
-		var flushed <-chan struct{}
-		if len(waiting) > 0 || push {
+		var flushed, decided <-chan struct{}
+		if len(waiting) > 0 || d.push || (d.earlyEntries && delivered > durableSent) {
 			flushed = changed
+		}
+		if d.push || (d.earlyReplies && len(waiting) > 0) {
+			decided = deliverable
 		}
 		select {
 		case q, ok := <-more:
@@ -300,24 +316,41 @@ func (s *Service) sendLoop(ctx context.Context, stream pb.Certifier_CertifyServe
 			}
 			waiting = append(waiting, q) // the rest of the queue joins at the top of the loop
 		case <-flushed:
+		case <-decided:
 		case <-ctx.Done():
 			return status.Error(codes.Unavailable, ctx.Err().Error())
 		}
 	}
 }
 
-// dependency is the version that must be durable before q is sent.
+// deliveryBound is how far entries may be sent on a stream when the
+// durable version is durable: beyond it, to the deliverable version, if
+// the stream takes entries early (early.go); then deliverable is closed
+// when that version advances (nil otherwise).
+func (s *Service) deliveryBound(d delivery, durable uint64) (through uint64, deliverable <-chan struct{}) {
+	if !d.earlyEntries {
+		return durable, nil
+	}
+	v, _, changed := s.deliverable.watch()
+	return max(durable, v), changed
+}
+
+// dependency is the version that must be durable (delivered, for a
+// stream that takes replies early) before q is sent.
 func (q queued) dependency() uint64 { return q.waitFor }
 
 // sendReady sends replies whose dependencies are durable, once the orderer
 // lets them go (in a group, after their aborts are confirmed), with the
-// entries the replica has not been sent, and returns the highest version
-// delivered.
-func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, ready []queued, delivered, durable uint64) (uint64, error) {
+// entries up to through the replica has not been sent, and returns the
+// highest version delivered.
+func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServer, st *streamState, ready []queued, delivered, through, durable uint64, d delivery) (uint64, error) {
 	if err := s.order.maySend(ctx, ready); err != nil {
 		return delivered, err
 	}
-	delivered, err := s.send(stream, ready, delivered, durable)
+	if through > durable {
+		s.earlySent.advance(through) // SyncVersion covers what a replica may show
+	}
+	delivered, err := s.send(stream, ready, delivered, through, durable)
 	st.release(answered(ready))
 	if errors.Is(err, wal.ErrCompacted) { // retention removed what this replica still needed
 		err = errBehindLog(st.session.name, delivered, s.log.StartsAfter())
@@ -352,9 +385,9 @@ func answered(batch []queued) int64 {
 	return n
 }
 
-// send delivers entries (delivered, durable], then the replies
+// send delivers entries (delivered, through], then the replies
 // (SendReplies).
-func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delivered, durable uint64) (uint64, error) {
+func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delivered, through, durable uint64) (uint64, error) {
 	var replies []*pb.CertifyReply
 	for _, q := range batch {
 		if q.reply != nil {
@@ -362,7 +395,7 @@ func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delive
 		}
 	}
 	var sendStart time.Time
-	delivered, err := SendReplies(s.entriesUpToBytes, delivered, durable, replies, func(m *pb.CertifyStreamReply) error {
+	delivered, err := SendReplies(s.entriesUpToBytes, delivered, through, durable, replies, func(m *pb.CertifyStreamReply) error {
 		sendStart = time.Now()
 		return stream.Send(m)
 	})

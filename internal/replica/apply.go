@@ -695,6 +695,9 @@ type tableMeta struct {
 	// lockShared takes FOR KEY SHARE on the rows of the keys given: the
 	// parent rows a version's rows reference (see Applier.Apply).
 	lockShared string
+	// match is the condition on the rows whose key is one of $1 (a JSON
+	// array of keys: keyMatch); empty for a table without a primary key.
+	match string
 	// keyless: the table has no primary key; upsert, delete and
 	// lockShared are empty, keylessDelete deletes rows by their text.
 	keyless       bool
@@ -895,7 +898,7 @@ func buildMeta(qname string, deferrablePK bool, pk, pkTypes, cols []string) *tab
 	}
 	match := keyMatch(pk, pkTypes)
 	return &tableMeta{qname: qname, deferrablePK: deferrablePK, upsert: insert + conflict, insert: insert,
-		delete: "DELETE FROM " + qname + " WHERE " + match, lockShared: lockSharedSQL(qname, match)}
+		delete: "DELETE FROM " + qname + " WHERE " + match, lockShared: lockSharedSQL(qname, match), match: match}
 }
 
 // copySQL loads the rows of table qname from their COPY lines, in which

@@ -155,6 +155,35 @@
 // in transactions with tashkent.maintenance on: they are this replica's
 // own, never replicated.
 //
+// # Rewind
+//
+// Under eventual durability (Kashi, "Eventual Durability", §2.2) versions
+// are delivered before they are durable, and those the certifier then
+// loses fail: a replica that committed failed versions (C, v] goes back
+// to a version k <= C and replays (k, C] (Rewinder, rewinder.go).
+//
+//   - Pins (pin.go, pins.go): connections in a REPEATABLE READ transaction
+//     whose snapshot holds exactly the versions up to its version (they
+//     become visible in order), taken every 100 ms; a pin whose version is
+//     durable is usable, and the pins older than the newest usable one are
+//     dropped, at most three in all. A pin's rows print as capture's do.
+//   - The undo window (undowindow.go): the entries delivered above the
+//     oldest pin, local versions' included, bounded (64 MiB); what it lost
+//     cannot be undone.
+//   - The undo (undo.go): one transaction on the apply connection. Per
+//     table with a primary key, every key (k, v] wrote is deleted and its
+//     row at k, read through the pin, inserted; per table without one, the
+//     inverse of the changes in reverse order, collapsed as a step of
+//     Apply is (keylessRows), then applied the same way. It begins with
+//     tashkent.rewind_begin(k, v) and deletes the history runs above k;
+//     FinishRewind (tashkent.rewind_finish) then sets the replica's version
+//     back (extension/src/rewind.c). A crash between the two leaves a
+//     marker that ResumeRewind finishes.
+//
+// TRUNCATE, DDL and spans cannot be undone row by row (CannotUndoError:
+// the replica is rebuilt instead); the certifier delivers them only once
+// durable, so a failed suffix holds none.
+//
 // # Versions and checksums
 //
 // ReadVersion is tashkent.committed_version(): every version up to it is
@@ -202,7 +231,8 @@
 //     (keylessDeleteSQL).
 //   - Apply needs a superuser's connection registered as the applier
 //     (tashkent.register_applier). User triggers marked ENABLE ALWAYS or
-//     ENABLE REPLICA still fire during Apply.
+//     ENABLE REPLICA still fire during Apply, and during an undo: what
+//     they write elsewhere is not undone.
 //   - A key compares by its text: numeric 1.0 and 1.00 are one row to
 //     PostgreSQL but two keys to the certifier, and two replicas can take
 //     "equal" unique values with different text, certify both, and the

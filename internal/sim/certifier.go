@@ -296,7 +296,7 @@ func (c *certProcess) flush(st *certStream) {
 		}
 	}
 	c.inFlight -= len(replies)
-	st.delivered, _ = certifier.SendReplies(c.disk.read, st.delivered, durable, replies, func(m *pb.CertifyStreamReply) error {
+	st.delivered, _ = certifier.SendReplies(c.disk.read, st.delivered, durable, durable, replies, func(m *pb.CertifyStreamReply) error {
 		c.send(st, message{rep: m})
 		return nil
 	})

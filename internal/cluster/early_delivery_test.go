@@ -1,0 +1,141 @@
+package cluster_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/process"
+	"github.com/tashkent-db/tashkent/internal/testbin"
+)
+
+// Replicas that applied versions the certifier lost are rewound: they go
+// back past them by undoing rows and catch up from the certifier's log,
+// with no rebuild (Eventual Durability §2.2.3: durability is a prefix; a
+// version decided but never durable fails, and with it every later one).
+// The certifier delivers entries before they are durable and waits a
+// second before writing each batch (hidden fault flags), so replica2,
+// which applies replica1's commits, holds versions that are not durable
+// yet. kill -9 of the certifier loses them, and its next generation
+// numbers new transactions from the same versions. Each replica's agent
+// sends its history; the certifier tells those holding lost versions to
+// rewind to the last version they share with its log; they undo back to a
+// pinned snapshot and replay. The cluster ends converged, every
+// acknowledged commit on every replica, and nobody rebuilt.
+func TestReplicasThatAppliedVersionsTheCertifierLostAreRewound(t *testing.T) {
+	bin := testbin.Path(t)
+	dir, st := newCluster(t, bin, 2, "--certifier-arg=--unsafe-deliver-before-durable", "--certifier-arg=--unsafe-fault-write-delay=1s")
+	setupTable(t, st)
+	r1, r2 := st.ReplicaByIndex(1), st.ReplicaByIndex(2)
+	eventually(t, r2.DSN(), "SELECT count(*)::text FROM hot", "10")
+
+	w := &groupWorkload{acked: map[int]bool{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for k := 1; k <= 3; k++ { // several clients: a batch, and what fails, holds several versions
+		wg.Go(func() { w.run(ctx, t, r1.DSN(), k) })
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	// The agents pin a snapshot every 100 ms, usable once durable: with a
+	// write a second, a few seconds give them pins to undo to.
+	time.Sleep(4 * time.Second)
+	// On replica2, a transaction open across the rewind (its snapshot may
+	// hold the lost versions) and an idle session.
+	open, idle := connectTo(t, r2.DSN()), connectTo(t, r2.DSN())
+	if _, err := open.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	held, durable := awaitUndurableVersion(t, st, r2)
+	if _, err := open.Exec(ctx, "SELECT count(*) FROM rows"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(st.Certifier.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	process.WaitGone(context.Background(), st.Certifier.PID, 5*time.Second)
+	t.Logf("kill -9 of the certifier while replica2 held version %d, durable %d", held, durable)
+
+	mustRun(t, bin, "up", "--data-dir", dir, "--no-demo")
+	t.Log(awaitLogLine(t, r2.Agent.Log, "rewound: the replica went back past versions that failed"))
+	qctx, qcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer qcancel()
+	if _, err := open.Exec(qctx, "SELECT 1"); err == nil {
+		t.Error("a transaction open on replica2 across the rewind was not ended")
+	}
+	if _, err := idle.Exec(qctx, "SELECT count(*) FROM rows"); err != nil {
+		t.Errorf("an idle session on replica2 was ended by the rewind: %v", err)
+	}
+	s := awaitHealthy(t, bin, dir)
+	for _, r := range s.Replicas {
+		if r.Rebuilt != nil {
+			t.Errorf("%s was rebuilt (%+v): it should have been rewound", r.Name, r.Rebuilt)
+		}
+	}
+	time.Sleep(2 * time.Second) // writes go on after the rewind
+	cancel()
+	wg.Wait()
+	if w.count() < 3 {
+		t.Fatalf("only %d commits acknowledged (last error %v): the workload did not run", w.count(), w.lastErr)
+	}
+	checkConverged(t, load(t, dir), w)
+}
+
+// awaitUndurableVersion waits until replica r holds a version above the
+// certifier's durable one and returns both.
+func awaitUndurableVersion(t *testing.T, st *cluster.State, r *cluster.Replica) (held, durable uint64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		v := replicaVersion(t, r) // first: durable only grows
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		rep, err := cluster.QueryCertifier(ctx, st.CertifierAddr())
+		cancel()
+		if err == nil && v > rep.DurableVersion {
+			return v, rep.DurableVersion
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s never held a version the certifier had not made durable", r.Name)
+	return 0, 0
+}
+
+// awaitLogLine waits up to a minute until the log at path has a line that
+// holds text, and returns that line.
+func awaitLogLine(t *testing.T, path, text string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		log := readFile(t, path)
+		for _, line := range strings.Split(log, "\n") {
+			if strings.Contains(line, text) {
+				return line
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not say %q after a minute:\n%s", path, text, tailLines(log, 30))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// connectTo opens a connection that ends with the test.
+func connectTo(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
