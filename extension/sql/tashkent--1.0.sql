@@ -33,6 +33,39 @@ AS 'MODULE_PATHNAME', 'tashkent_wait_for_version';
 
 GRANT EXECUTE ON FUNCTION tashkent.last_commit_version(), tashkent.wait_for_version(bigint, bigint) TO PUBLIC;
 
+-- A transaction's state under eventual durability (src/state.c;
+-- docs/GUARANTEES.md). Any role may call them: they read shared memory or
+-- ask the agent, and wait.
+-- last_commit: this session's last writing commit, its version and the
+-- epoch that certified it (NULLs if it made none): together they name the
+-- transaction, also after a failure of the certifier reused the number.
+CREATE FUNCTION tashkent.last_commit(OUT version bigint, OUT epoch bigint) RETURNS record
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'tashkent_last_commit';
+
+-- durable_version: the certifier's durable version as this replica last
+-- heard it (the durability feed); NULL if nothing since its server started.
+CREATE FUNCTION tashkent.durable_version() RETURNS bigint
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'tashkent_durable_version';
+
+-- txn_state: 'durable', 'committed', 'failed' or 'unknown' for the
+-- transaction committed as `version` in `epoch` (NULL: the epoch this
+-- replica's history holds at the version). NULL version, NULL out.
+CREATE FUNCTION tashkent.txn_state(version bigint, epoch bigint DEFAULT NULL) RETURNS text
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'tashkent_txn_state';
+
+-- wait_durable: 'durable' or 'failed' once the transaction is one or the
+-- other; SQLSTATE TK004 after timeout_ms milliseconds. NULL version or
+-- timeout, NULL out: no wait.
+CREATE FUNCTION tashkent.wait_durable(version bigint, timeout_ms bigint DEFAULT 30000, epoch bigint DEFAULT NULL) RETURNS text
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'tashkent_wait_durable';
+
+GRANT EXECUTE ON FUNCTION tashkent.last_commit(), tashkent.durable_version(), tashkent.txn_state(bigint, bigint),
+	tashkent.wait_durable(bigint, bigint, bigint) TO PUBLIC;
+
 -- snapshot_version: the newest version the current snapshot holds (the
 -- transaction's under REPEATABLE READ, the statement's under READ
 -- COMMITTED).

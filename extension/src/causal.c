@@ -7,7 +7,9 @@
  *
  *   tashkent.last_commit_version()  the version of this session's last
  *       writing commit (NULL before the first one): a client carries it to
- *       another replica.
+ *       another replica. tashkent.last_commit() adds the epoch that
+ *       certified it, which names the transaction across a failure of the
+ *       certifier (tashkent.txn_state, state.c).
  *   tashkent.wait_for_version(v, timeout)  waits until this replica has
  *       committed v. It sleeps on the backend's latch, which tk_turn_pass
  *       (turn.c) sets when a commit reaches the version the backend waits
@@ -53,6 +55,7 @@
 
 #include "catalog/pg_class.h"
 #include "executor/executor.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "parser/analyze.h"
 #include "parser/parsetree.h"
@@ -67,6 +70,9 @@
 /* The version of this session's last writing commit (0: none yet). */
 static uint64 last_commit_version = 0;
 
+/* The epoch that certified it. */
+static uint64 last_commit_epoch = 0;
+
 /* The transaction (local id) that sync_wait has waited for. */
 static LocalTransactionId synced_lxid = InvalidLocalTransactionId;
 
@@ -78,13 +84,18 @@ static ExecutorStart_hook_type prev_executor_start = NULL;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
 PG_FUNCTION_INFO_V1(tashkent_last_commit_version);
+PG_FUNCTION_INFO_V1(tashkent_last_commit);
 PG_FUNCTION_INFO_V1(tashkent_wait_for_version);
 
-/* tk_causal_note_commit: this session's transaction committed `version`. */
+/*
+ * tk_causal_note_commit: this session's transaction committed `version`,
+ * certified in `epoch`.
+ */
 void
-tk_causal_note_commit(uint64 version)
+tk_causal_note_commit(uint64 version, uint64 epoch)
 {
 	last_commit_version = version;
+	last_commit_epoch = epoch;
 }
 
 static void
@@ -107,7 +118,7 @@ static void
 not_applied(uint64 version, uint64 committed, const char *setting)
 {
 	ereport(ERROR,
-			(errcode(ERRCODE_TK_VERSION_NOT_APPLIED),
+			(errcode(ERRCODE_TK_VERSION_WAIT_TIMEOUT),
 			 errmsg("this replica has not applied version %llu within %s: its version is %llu",
 					(unsigned long long) version, setting, (unsigned long long) committed),
 			 errdetail("The replica applies the cluster's versions in order; it is behind, or its agent is not applying."),
@@ -239,6 +250,28 @@ tashkent_last_commit_version(PG_FUNCTION_ARGS)
 	if (last_commit_version == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64((int64) last_commit_version);
+}
+
+/*
+ * tashkent.last_commit(OUT version, OUT epoch): the version of this
+ * session's last writing commit and the epoch that certified it (the
+ * decision carries it), NULLs if it has made none. Counted as for
+ * last_commit_version.
+ */
+Datum
+tashkent_last_commit(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "tashkent: last_commit must return a record");
+	values[0] = Int64GetDatum((int64) last_commit_version);
+	values[1] = Int64GetDatum((int64) last_commit_epoch);
+	if (last_commit_version == 0)
+		nulls[0] = nulls[1] = true;
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 
 /*

@@ -8,8 +8,9 @@
  * internal/agent/wire in Go; the two must agree byte for byte.
  *
  *   backend -> agent
- *     'H' hello     u32 protocol, i32 pid, u8 role (0 session, 1 applier),
- *                   u16 length + database name
+ *     'H' hello     u32 protocol, i32 pid, u8 role (0 session, 1 applier,
+ *                   2 durability feed), u16 length + database name (the
+ *                   feed's is empty: it serves the whole server)
  *     'C' certify   u64 start version, then the writeset: an encoded
  *                   tashkent.certifier.v1.Writeset to the end of the frame
  *     'F' fragment  a fragment of a streamed writeset (stream.c): an
@@ -31,14 +32,26 @@
  *                   already under way, if later) for at most that long
  *                   (tashkent.hold_commits, hold.c)
  *     'R' release   no payload: end this backend's hold
+ *     'Q' state     u64 version, u8 epoch given, u64 epoch: the state of
+ *                   the transaction committed as that version (in that
+ *                   epoch; if none is given, in the epoch the replica's
+ *                   history holds at the version): tashkent.txn_state
  *   agent -> backend
  *     'h' welcome   u8 accepted, u64 agent generation, u16 length + text
- *     'D' decision  u8 kind (TkDecisionKind), u64 version, u8 abort
+ *     'D' decision  u8 kind (TkDecisionKind), u64 version, u64 epoch (a
+ *                   commit's: the epoch that certified it), u8 abort
  *                   reason, u32 length + detail
  *     's' synced    u8 known, u64 the certifier's durable version,
  *                   u16 length + why not (when not known)
  *     'k' held      u8 held, u64 the version commits are held after,
  *                   u16 length + why not (when not held)
+ *     'q' state     u8 state (TkTxnState), u64 the certifier's durable
+ *                   version as the agent knows it, u16 length + why not
+ *                   (TK_TXN_UNAVAILABLE: the agent cannot judge now)
+ *   agent -> feed (the durability feed, feed.c, after its welcome)
+ *     'V' durable   u64 the certifier's durable version: at once, then
+ *                   at each advance (the latest only, if the feed is
+ *                   slow to read)
  *
  * A wait for a certification absorbs cancels, as the turn does (turn.c):
  * once the writeset is sent, the outcome is the certifier's, and the
@@ -70,6 +83,11 @@
 
 /* How long a new connection's hello may take. */
 #define HELLO_TIMEOUT_MS 10000
+
+/* What a connection to the agent is for (the hello's role). */
+#define TK_ROLE_SESSION 0
+#define TK_ROLE_APPLIER 1
+#define TK_ROLE_FEED 2
 
 static int	agent_sock = -1;
 static uint64 agent_generation = 0;
@@ -163,8 +181,9 @@ end_frame(StringInfo buf)
 	memcpy(buf->data, &n, 4);
 }
 
-static long
-ms_left(TimestampTz deadline)
+/* tk_ms_left: the milliseconds until deadline (0 or less: passed). */
+long
+tk_ms_left(TimestampTz deadline)
 {
 	long		secs;
 	int			usecs;
@@ -188,7 +207,7 @@ wait_socket(int event, TimestampTz deadline, bool absorb, bool *warned)
 	}
 	for (;;)
 	{
-		long		timeout = ms_left(deadline);
+		long		timeout = tk_ms_left(deadline);
 		WaitEvent	occurred;
 		int			rc = 0;
 
@@ -350,7 +369,9 @@ typedef enum TkAsk
 {
 	TK_ASK_CERTIFY,
 	TK_ASK_SYNC,
-	TK_ASK_HOLD
+	TK_ASK_HOLD,
+	TK_ASK_STATE,
+	TK_ASK_FEED
 } TkAsk;
 
 static TkAsk asking = TK_ASK_CERTIFY;
@@ -358,6 +379,19 @@ static TkAsk asking = TK_ASK_CERTIFY;
 static void
 agent_unavailable(const char *why)
 {
+	if (asking == TK_ASK_FEED)
+		ereport(ERROR,
+				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+				 errmsg("the durability feed cannot reach this replica's tashkent agent: %s", why),
+				 errhint("tashkent.agent_socket is \"%s\"; the feed retries until the agent listens.",
+						 tk_agent_socket)));
+	if (asking == TK_ASK_STATE)
+		ereport(ERROR,
+				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
+				 errmsg("this replica's tashkent agent is not available: %s", why),
+				 errdetail("A transaction's state is judged by the agent, which keeps the replica's history."),
+				 errhint("Start the agent (tashkent agent), or check its log; tashkent.agent_socket is \"%s\".",
+						 tk_agent_socket)));
 	if (asking == TK_ASK_HOLD)
 		ereport(ERROR,
 				(errcode(ERRCODE_CANNOT_CONNECT_NOW),
@@ -400,17 +434,16 @@ agent_alive(void)
 }
 
 /*
- * connect_agent opens the socket and says hello as `role`, by `deadline`
- * at the latest (0: within HELLO_TIMEOUT_MS).
+ * connect_agent opens the socket and says hello as `role` from database
+ * `db`, by `deadline` at the latest (0: within HELLO_TIMEOUT_MS).
  */
 static void
-connect_agent(uint8 role, TimestampTz deadline)
+connect_agent(uint8 role, const char *db, TimestampTz deadline)
 {
 	struct sockaddr_un addr;
 	StringInfoData buf;
 	TimestampTz hello_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), HELLO_TIMEOUT_MS);
 	bool		warned = false;
-	const char *db = get_database_name(MyDatabaseId);
 	bool		accepted;
 	char	   *text;
 
@@ -474,6 +507,13 @@ connect_agent(uint8 role, TimestampTz deadline)
 	pfree(buf.data);
 }
 
+/* connect_session connects as a client's backend, from its database. */
+static void
+connect_session(TimestampTz deadline)
+{
+	connect_agent(TK_ROLE_SESSION, get_database_name(MyDatabaseId), deadline);
+}
+
 /* The agent generation the last hello reported. */
 uint64
 tk_agent_generation_seen(void)
@@ -488,6 +528,7 @@ read_decision(StringInfo buf, TkDecision *d)
 		elog(ERROR, "tashkent: the agent answered a certification with an unexpected message");
 	d->kind = (TkDecisionKind) get_u8(buf);
 	d->version = get_u64(buf);
+	d->epoch = get_u64(buf);
 	d->abort_reason = get_u8(buf);
 	d->detail = get_text(buf, get_u32(buf));
 	if (d->kind < TK_DECISION_COMMIT || d->kind > TK_DECISION_UNKNOWN ||
@@ -529,7 +570,7 @@ await_decision(StringInfo buf, TkDecision *decision)
 	if (!wait_socket(WL_SOCKET_READABLE, deadline, true, &warned) ||
 		!recv_frame(buf, deadline, true, &warned))
 	{
-		bool		late = ms_left(deadline) <= 0;
+		bool		late = tk_ms_left(deadline) <= 0;
 
 		close_agent();
 		outcome_unknown(late ? "the certifier did not decide within tashkent.certify_timeout"
@@ -551,7 +592,7 @@ tk_channel_certify(uint64 start_version, StringInfo writeset, TkDecision *decisi
 
 	asking = TK_ASK_CERTIFY;
 	if (!agent_alive())
-		connect_agent(0, 0);
+		connect_session(0);
 
 	begin_frame(&buf, 'C');
 	put_u64(&buf, start_version);
@@ -569,7 +610,7 @@ tk_channel_stream_begin(void)
 {
 	asking = TK_ASK_CERTIFY;
 	if (!agent_alive())
-		connect_agent(0, 0);
+		connect_session(0);
 	exchange_open = true;
 }
 
@@ -591,7 +632,7 @@ tk_channel_stream_fragment(StringInfo frame)
 	end_frame(frame);
 	if (!send_all(frame, deadline, false, &warned))
 	{
-		bool		late = ms_left(deadline) <= 0;
+		bool		late = tk_ms_left(deadline) <= 0;
 
 		close_agent();
 		ereport(ERROR,
@@ -671,7 +712,7 @@ void
 tk_channel_register_applier(void)
 {
 	asking = TK_ASK_CERTIFY;
-	connect_agent(1, 0);
+	connect_agent(TK_ROLE_APPLIER, get_database_name(MyDatabaseId), 0);
 }
 
 /* Opens an exchange for `ask`: connects to the agent if need be. */
@@ -680,7 +721,7 @@ begin_exchange(TkAsk ask, TimestampTz deadline)
 {
 	asking = ask;
 	if (!agent_alive())
-		connect_agent(0, deadline);
+		connect_session(deadline);
 }
 
 /*
@@ -700,7 +741,7 @@ exchange(StringInfo buf, TimestampTz deadline, const char *late_why)
 		recv_frame(buf, deadline, false, &warned))
 		return NULL;
 	close_agent();
-	return ms_left(deadline) <= 0 ? late_why : "the connection to the tashkent agent broke";
+	return tk_ms_left(deadline) <= 0 ? late_why : "the connection to the tashkent agent broke";
 }
 
 /* An answer of the shape u8 ok, u64 version, u16 length + text ('s', 'k'). */
@@ -734,7 +775,7 @@ uint64
 tk_channel_sync(TimestampTz deadline)
 {
 	StringInfoData buf;
-	long		left = ms_left(deadline);
+	long		left = tk_ms_left(deadline);
 	VersionAnswer answer;
 	const char *failed;
 
@@ -811,4 +852,91 @@ tk_channel_release(void)
 	if (n != buf.len)
 		close_agent();
 	pfree(buf.data);
+}
+
+/*
+ * tk_channel_txn_state asks the agent for the state of the transaction
+ * committed as `version` (in `epoch`, if has_epoch), answered by
+ * `deadline`; it also returns the certifier's durable version as the
+ * agent knows it. TK_TXN_UNAVAILABLE comes with why (palloc'd). A cancel
+ * ends the wait with an error.
+ */
+TkTxnState
+tk_channel_txn_state(uint64 version, bool has_epoch, uint64 epoch, TimestampTz deadline,
+					 uint64 *durable, char **why)
+{
+	StringInfoData buf;
+	const char *failed;
+	uint8		state;
+
+	begin_exchange(TK_ASK_STATE, deadline);
+	begin_frame(&buf, 'Q');
+	put_u64(&buf, version);
+	put_u8(&buf, has_epoch ? 1 : 0);
+	put_u64(&buf, epoch);
+	end_frame(&buf);
+	failed = exchange(&buf, deadline, "the agent did not answer in time");
+	if (failed != NULL)
+		agent_unavailable(failed);
+	if (get_u8(&buf) != 'q')
+		elog(ERROR, "tashkent: the agent answered a state question with an unexpected message");
+	state = get_u8(&buf);
+	*durable = get_u64(&buf);
+	*why = get_text(&buf, get_u16(&buf));
+	exchange_open = false;
+	pfree(buf.data);
+	if (state > TK_TXN_UNKNOWN)
+		elog(ERROR, "tashkent: the agent sent an unknown transaction state %u", state);
+	return (TkTxnState) state;
+}
+
+/*
+ * tk_channel_open_feed connects the durability feed (feed.c) to the
+ * agent: a hello as role 2, from no database. An ERROR if the agent is
+ * not there or refuses.
+ */
+void
+tk_channel_open_feed(void)
+{
+	asking = TK_ASK_FEED;
+	connect_agent(TK_ROLE_FEED, "", 0);
+}
+
+/*
+ * tk_channel_feed_read waits up to timeout_ms for the agent's next word
+ * on the feed's connection: true with the durable version when one came,
+ * false when none did. A connection that broke or sent something else
+ * is closed, with an ERROR.
+ */
+bool
+tk_channel_feed_read(long timeout_ms, uint64 *durable)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		warned = false;
+	StringInfoData buf;
+
+	if (!wait_socket(WL_SOCKET_READABLE, TimestampTzPlusMilliseconds(now, timeout_ms), false, &warned))
+		return false;
+	initStringInfo(&buf);
+	/* a frame that started arrives whole at once: a short bound */
+	if (!recv_frame(&buf, TimestampTzPlusMilliseconds(now, timeout_ms + HELLO_TIMEOUT_MS), false, &warned))
+	{
+		close_agent();
+		agent_unavailable("the connection broke (the agent stopped?)");
+	}
+	if (buf.len != 9 || get_u8(&buf) != 'V')
+	{
+		close_agent();
+		agent_unavailable("it sent the feed an unexpected message");
+	}
+	*durable = get_u64(&buf);
+	pfree(buf.data);
+	return true;
+}
+
+/* tk_channel_close closes this process's connection to the agent. */
+void
+tk_channel_close(void)
+{
+	close_agent();
 }

@@ -71,6 +71,9 @@
 /* The last version this transaction commits, once it has one (0: none). */
 static uint64 holding = 0;
 
+/* The epoch that certified it (the agent's decision says). */
+static uint64 holding_epoch = 0;
+
 /*
  * This transaction put its backend's slot in the commit order (it asked
  * for certification, or applied): its end must take it out again. Other
@@ -224,9 +227,10 @@ take_decision(const TkDecision *decision)
  * writeset's span) wait for their turn and go with the commit record.
  */
 static void
-commit_in_turn(uint64 first, uint64 last)
+commit_in_turn(uint64 first, uint64 last, uint64 epoch)
 {
 	holding = last;
+	holding_epoch = epoch;
 	tk_doom_clear();			/* a blocker doomed before: certified now */
 	set_slot(TK_SLOT_HOLDING, first, last);
 	tk_turn_wait(first, false);
@@ -255,7 +259,7 @@ certify_streamed(void)
 	if (fragments == 0 || decision.version < fragments)
 		elog(ERROR, "tashkent: the agent committed %u fragments as version %llu",
 			 fragments, (unsigned long long) decision.version);
-	commit_in_turn(decision.version - fragments + 1, decision.version);
+	commit_in_turn(decision.version - fragments + 1, decision.version, decision.epoch);
 }
 
 static void
@@ -293,7 +297,7 @@ certify_and_wait_turn(void)
 	tk_channel_certify(start, &writeset, &decision);
 	pfree(writeset.data);
 	take_decision(&decision);
-	commit_in_turn(decision.version, decision.version);
+	commit_in_turn(decision.version, decision.version, decision.epoch);
 }
 
 static void
@@ -339,6 +343,7 @@ end_transaction(void)
 {
 	in_commit_order = false;
 	holding = 0;
+	holding_epoch = 0;
 	tk_apply_first = tk_apply_last = 0;
 	tk_capture_xact_end();
 	tk_ddl_xact_end();
@@ -353,7 +358,7 @@ at_commit(void)
 	{
 		tk_turn_pass(holding, tk_capture_has_ddl() || tk_ddl_ran());
 		if (!tk_backend_is_applier)
-			tk_causal_note_commit(holding);
+			tk_causal_note_commit(holding, holding_epoch);
 	}
 	end_transaction();
 }
@@ -367,6 +372,7 @@ static void
 at_abort(void)
 {
 	uint64		abandoned = holding;
+	uint64		abandoned_epoch = holding_epoch;
 	bool		applier = tk_backend_is_applier;
 
 	tk_rewind_xact_end(false);
@@ -376,7 +382,7 @@ at_abort(void)
 	if (abandoned != 0 && !applier)
 	{
 		tk_channel_abandon(abandoned);
-		tk_causal_note_commit(abandoned);
+		tk_causal_note_commit(abandoned, abandoned_epoch);
 		ereport(WARNING,
 				(errmsg("the cluster committed this transaction as version %llu; it failed here after certification and this replica applies its changes from the log",
 						(unsigned long long) abandoned),

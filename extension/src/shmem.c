@@ -7,6 +7,8 @@
  * versions that turn.c reads snapshot versions from. It is created at
  * server start and again after a crash restart, which is when the version
  * must be read back from the replication origin (turn.c, tk_committed).
+ * The certifier's durable version and the waits for it are atomics beside
+ * it, outside the lock (durable.c).
  */
 #include "tashkent.h"
 
@@ -35,7 +37,8 @@ shared_size(void)
 
 	size = add_size(size, MAXALIGN(mul_size(slot_count(), sizeof(TkSlot))));
 	size = add_size(size, MAXALIGN(mul_size(slot_count(), sizeof(int))));
-	size = add_size(size, mul_size(TK_RING_SIZE, sizeof(TkRingEntry)));
+	size = add_size(size, MAXALIGN(mul_size(TK_RING_SIZE, sizeof(TkRingEntry))));
+	size = add_size(size, mul_size(slot_count(), sizeof(pg_atomic_uint64)));
 	return size;
 }
 
@@ -71,6 +74,10 @@ tk_shmem_startup(void)
 	tk_shared->doom_signal_pids = (int *) base;
 	base += MAXALIGN(mul_size(tk_shared->nslots, sizeof(int)));
 	tk_shared->ring = (TkRingEntry *) base;
+	base += MAXALIGN(mul_size(TK_RING_SIZE, sizeof(TkRingEntry)));
+	tk_shared->durable_waits = (pg_atomic_uint64 *) base;
+	if (!found)
+		tk_durable_init();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -145,6 +145,7 @@ _PG_init(void)
 	tk_admit_init();
 	tk_doom_init();
 	tk_causal_init();
+	tk_feed_register();
 }
 
 /*

@@ -36,6 +36,12 @@
  *   apply.c     the SQL functions the agent calls
  *   causal.c    read-your-writes across replicas: the session's last
  *               commit version, waits for a version, tashkent.sync_wait
+ *   durable.c   the certifier's durable version in shared memory, and the
+ *               backends that wait for it
+ *   feed.c      the background worker that brings the durable version
+ *               from the agent (the durability feed)
+ *   state.c     a transaction's state (Kashi §2.2.1): txn_state,
+ *               wait_durable, durable_version
  *   hold.c      commits held after a version, for a snapshot at exactly
  *               that version (tashkent verify)
  *   rewind.c    the replica goes back to an earlier version: the undo's
@@ -52,6 +58,7 @@
 #include "lib/stringinfo.h"
 #include "nodes/parsenodes.h"
 #include "nodes/pg_list.h"
+#include "port/atomics.h"
 #include "replication/origin.h"
 #include "storage/itemptr.h"
 #include "storage/latch.h"
@@ -60,7 +67,7 @@
 #include "utils/snapshot.h"
 
 /* The version of the socket protocol between a backend and the agent. */
-#define TK_PROTOCOL_VERSION 1
+#define TK_PROTOCOL_VERSION 2
 
 /* The replication origin whose progress is the replica's version. */
 #define TK_ORIGIN_NAME "tashkent"
@@ -73,7 +80,7 @@
 #define ERRCODE_TK_DDL_GENERATION_CHANGED MAKE_SQLSTATE('T','K','0','0','1')
 #define ERRCODE_TK_ALREADY_COMMITTED MAKE_SQLSTATE('T','K','0','0','2')
 #define ERRCODE_TK_NOT_APPLIER MAKE_SQLSTATE('T','K','0','0','3')
-#define ERRCODE_TK_VERSION_NOT_APPLIED MAKE_SQLSTATE('T','K','0','0','4')
+#define ERRCODE_TK_VERSION_WAIT_TIMEOUT MAKE_SQLSTATE('T','K','0','0','4')
 #define ERRCODE_TK_KEYLESS_ROW_MISSING MAKE_SQLSTATE('T','K','0','0','5')
 
 /* ---- tashkent.c: settings ---- */
@@ -184,6 +191,20 @@ typedef struct TkShared
 	 */
 	int		   *doom_signal_pids;
 	TkRingEntry *ring;
+	/*
+	 * The certifier's durable version as this replica's agent last told it
+	 * (durable.c): never lower than before; durable_known is 0 until the
+	 * first word since the server started. Atomics, no lock: the durability
+	 * feed writes them and wakes waiters per advance.
+	 */
+	pg_atomic_uint64 durable;
+	pg_atomic_uint32 durable_known;
+	/*
+	 * Per slot (pgprocno), the version whose durability the backend there
+	 * waits for, 0 when it waits for none: the feed sets the latch of each
+	 * backend whose version it reached (durable.c).
+	 */
+	pg_atomic_uint64 *durable_waits;
 } TkShared;
 
 extern TkShared *tk_shared;
@@ -227,6 +248,7 @@ typedef struct TkDecision
 	TkDecisionKind kind;
 	uint64		version;		/* COMMIT: the commit version; ABORT: the
 								 * version it conflicted with, or 0 */
+	uint64		epoch;			/* COMMIT: the epoch that certified it */
 	int			abort_reason;	/* ABORT: TK_ABORT_* */
 	char	   *detail;			/* palloc'd; what the agent says */
 } TkDecision;
@@ -248,6 +270,23 @@ extern void tk_channel_register_applier(void);
 extern uint64 tk_channel_sync(TimestampTz deadline);
 extern uint64 tk_channel_hold(uint64 version, uint32 hold_ms, TimestampTz deadline);
 
+/* A transaction's state, as the agent judges it ('q'; state.c). */
+typedef enum TkTxnState
+{
+	TK_TXN_UNAVAILABLE = 0,		/* the agent cannot judge now */
+	TK_TXN_DURABLE = 1,
+	TK_TXN_COMMITTED = 2,
+	TK_TXN_FAILED = 3,
+	TK_TXN_UNKNOWN = 4
+} TkTxnState;
+
+extern TkTxnState tk_channel_txn_state(uint64 version, bool has_epoch, uint64 epoch,
+									   TimestampTz deadline, uint64 *durable, char **why);
+extern void tk_channel_open_feed(void);
+extern bool tk_channel_feed_read(long timeout_ms, uint64 *durable);
+extern void tk_channel_close(void);
+extern long tk_ms_left(TimestampTz deadline);
+
 /* ---- hold.c ---- */
 
 extern bool tk_hold_keeps(uint64 last);
@@ -263,7 +302,21 @@ extern void tk_commit_init(void);
 extern uint64 tk_wait_committed(uint64 version, TimestampTz deadline, const char *setting);
 
 extern void tk_causal_init(void);
-extern void tk_causal_note_commit(uint64 version);
+extern void tk_causal_note_commit(uint64 version, uint64 epoch);
+
+/* ---- durable.c ---- */
+
+extern void tk_durable_init(void);
+extern void tk_durable_advance(uint64 version);
+extern bool tk_durable_get(uint64 *version);
+extern void tk_durable_wait_prepare(void);
+extern void tk_durable_wait_begin(uint64 version);
+extern void tk_durable_wait_end(void);
+
+/* ---- feed.c ---- */
+
+extern void tk_feed_register(void);
+extern PGDLLEXPORT void tk_feed_main(Datum arg);
 
 /* ---- relinfo.c ---- */
 

@@ -60,20 +60,20 @@ func (c *backendConn) certifyOn(r *run, req *pb.CertifyRequestEncoded) wire.Deci
 		c.a.seq.abandon(local)
 		d = wire.Decision{Kind: wire.Abort, Version: reply.ConflictVersion, AbortReason: uint8(reply.AbortReason), Detail: reply.Detail}
 	default:
-		d = c.committed(local, reply.CommitVersion)
+		d = c.committed(local, reply.CommitVersion, r.history.epochOf(reply.CommitVersion))
 	}
 	c.a.metrics.certified(d, req.Streamed != nil)
 	return d
 }
 
-// committed answers a commit with version v, which was delivered to the
-// order as local before this reply (a streamed transaction's v is the
-// last version of its span, which is the version the order gives its
-// Local). If it was not (the replica was started again meanwhile, with a
+// committed answers a commit with version v of epoch, which was delivered
+// to the order as local before this reply (a streamed transaction's v is
+// the last version of its span, which is the version the order gives its
+// Local), its run recorded in the history first. If it was not (the replica was started again meanwhile, with a
 // stream that has not delivered it), the version is the order's to apply:
 // the backend hears that the outcome is unknown, rolls back, and the
 // applier commits v in its place.
-func (c *backendConn) committed(local *order.Local, v uint64) wire.Decision {
+func (c *backendConn) committed(local *order.Local, v, epoch uint64) wire.Decision {
 	if got := c.a.seq.versionOf(local); got != v {
 		c.a.seq.abandon(local)
 		c.a.log.Warn("a certified version was not delivered to its transaction; it is applied instead", "version", v, "delivered", got)
@@ -83,7 +83,7 @@ func (c *backendConn) committed(local *order.Local, v uint64) wire.Decision {
 	c.mu.Lock()
 	c.decided = append(c.decided, local)
 	c.mu.Unlock()
-	return wire.Decision{Kind: wire.Commit, Version: v}
+	return wire.Decision{Kind: wire.Commit, Version: v, Epoch: epoch}
 }
 
 // startTimeout starts the connection's timer, which its certifications

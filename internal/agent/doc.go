@@ -41,6 +41,13 @@
 // answers Synced with it, or with why not (not serving, no answer within
 // the backend's timeout). The backend waits for the version itself.
 //
+// A backend asks a transaction's state with StateQuery{version, epoch}
+// (tashkent.txn_state, wait_durable; txnstate.go): the agent judges from
+// the replica's history and the certifier's durable version. The
+// server's durability feed (a background worker of the extension) says
+// hello as RoleFeed and then only reads: Durable{version} at once and at
+// each advance of the durable version the agent hears (feed.go).
+//
 // # Applying
 //
 // Remote versions are applied in batches of consecutive versions, one

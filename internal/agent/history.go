@@ -21,6 +21,10 @@ import (
 // new epoch is delivered and before it goes to the order, so a run is
 // recorded before any of its versions commits here; rows above the
 // replica's version are deleted at start.
+//
+// It also answers tashkent.txn_state (txnstate.go): the runs say which
+// epoch holds each version up to through, the last version the history
+// covers.
 type history struct {
 	mu   sync.Mutex
 	runs []*pb.EpochRun
@@ -28,6 +32,12 @@ type history struct {
 	// installed before it existed has not; the replica then sends no
 	// history and is judged by its version alone).
 	recorded bool
+	// loaded: the runs were read from the database (loadHistory); until
+	// then the history cannot answer.
+	loaded bool
+	// through is the highest version whose run is known: the version kept
+	// at load, then the last entry delivered.
+	through uint64
 }
 
 // historyRetryInterval paces the attempts to write a run while the
@@ -35,9 +45,10 @@ type history struct {
 const historyRetryInterval = 200 * time.Millisecond
 
 // loadHistory deletes the runs above keep (historyKeptThrough) and reads
-// the rest.
+// the rest into the run's history.
 func (r *run) loadHistory(keep uint64) error {
-	h := &history{recorded: true}
+	var runs []*pb.EpochRun
+	recorded := true
 	err := r.control.use(r.ctx, func(ctx context.Context, conn *pgx.Conn) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, historyTxnSettingsSQL); err != nil {
@@ -52,7 +63,7 @@ func (r *run) loadHistory(keep uint64) error {
 			}
 			var epoch, first int64
 			_, err = pgx.ForEachRow(rows, []any{&epoch, &first}, func() error {
-				h.runs = append(h.runs, &pb.EpochRun{Epoch: uint64(epoch), FirstVersion: uint64(first)})
+				runs = append(runs, &pb.EpochRun{Epoch: uint64(epoch), FirstVersion: uint64(first)})
 				return nil
 			})
 			return err
@@ -60,14 +71,16 @@ func (r *run) loadHistory(keep uint64) error {
 	})
 	if pgcode.MissingObject(err) {
 		r.a.log.Warn("the database has no tashkent.history (an extension installed before it existed): the certifier judges this replica by its version alone")
-		h = &history{}
-		err = nil
+		runs, recorded, err = nil, false, nil
 	}
 	if err != nil {
 		return fmt.Errorf("read the replica's history: %w", err)
 	}
-	r.history = h
-	r.a.log.Info("replica history", "runs", len(h.runs), "top_epoch", h.top())
+	h := r.history
+	h.mu.Lock()
+	h.runs, h.recorded, h.loaded, h.through = runs, recorded, true, keep
+	h.mu.Unlock()
+	r.a.log.Info("replica history", "runs", len(runs), "top_epoch", h.top())
 	return nil
 }
 
@@ -144,6 +157,7 @@ func (r *run) recordRuns(entries []logentry.Entry) error {
 		return fmt.Errorf("an entry from the certifier does not read: %w", err)
 	}
 	if len(started) == 0 {
+		h.extend(nil, entries)
 		return nil
 	}
 	if h.recorded {
@@ -160,13 +174,22 @@ func (r *run) recordRuns(entries []logentry.Entry) error {
 			}
 		}
 	}
-	h.mu.Lock()
-	h.runs = append(h.runs, started...)
-	h.mu.Unlock()
+	h.extend(started, entries)
 	for _, s := range started {
 		r.a.log.Info("a new epoch starts in the replica's history", "epoch", s.Epoch, "first_version", s.FirstVersion)
 	}
 	return nil
+}
+
+// extend adds the runs that delivered entries start, and moves through
+// to the last of them.
+func (h *history) extend(started []*pb.EpochRun, entries []logentry.Entry) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.runs = append(h.runs, started...)
+	if len(entries) > 0 {
+		h.through = max(h.through, entries[len(entries)-1].Version)
+	}
 }
 
 func (r *run) insertRuns(runs []*pb.EpochRun) error {

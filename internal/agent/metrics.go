@@ -25,6 +25,8 @@ type metrics struct {
 	streamed      *prometheus.CounterVec
 	stagedBytes   prometheus.Counter
 	syncs         *prometheus.CounterVec
+	stateQueries  *prometheus.CounterVec
+	feeds         prometheus.Gauge
 	batchVersions prometheus.Histogram
 	dooms         *prometheus.CounterVec
 	backends      prometheus.Gauge
@@ -59,6 +61,10 @@ func newMetrics() *metrics {
 			Help: "Bytes of streamed writesets' fragments forwarded to the certifier."}),
 		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_syncs_total",
 			Help: "Durable versions asked by backends for tashkent.sync_wait, by outcome: known, unavailable (not serving, or no certifier answer)."}, []string{"outcome"}),
+		stateQueries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_txn_state_queries_total",
+			Help: "Transaction states asked by backends (tashkent.txn_state, wait_durable), by answer: durable, committed, failed, unknown, unavailable."}, []string{"state"}),
+		feeds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_agent_durability_feeds",
+			Help: "Durability feeds connected to the agent's socket: 1 while the server's feed worker follows the durable version."}),
 		batchVersions: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tashkent_agent_apply_batch_versions",
 			Help: "Remote versions per apply transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 9)}),
 		dooms: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_dooms_total",
@@ -79,7 +85,7 @@ func newMetrics() *metrics {
 		rewoundVersions: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_rewound_versions_total",
 			Help: "Versions undone by rewinds: those that failed and the durable ones after the pin, which the replica then applied again."}),
 	}
-	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.streamed, m.stagedBytes, m.syncs, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
+	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.streamed, m.stagedBytes, m.syncs, m.stateQueries, m.feeds, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
 		m.flowControlPausing, m.flowControlPauses, m.writesRefused, m.rewinds, m.rewoundVersions)
 	m.verify = newVerifyMetrics(m.registry)
 	m.registerCopyCounters()
@@ -163,7 +169,7 @@ func (a *Agent) registerGauges() {
 		{prometheus.GaugeOpts{Name: "tashkent_agent_replica_version", Help: "Highest version committed at the replica, as the agent knows it."},
 			func() float64 { return float64(a.seq.committed()) }},
 		{prometheus.GaugeOpts{Name: "tashkent_agent_certifier_durable_version", Help: "The certifier's durable version as the agent last heard it."},
-			func() float64 { return float64(a.certifierDurable.Load()) }},
+			func() float64 { return float64(a.certifierDurable()) }},
 		{prometheus.GaugeOpts{Name: "tashkent_agent_lag_versions", Help: "Versions the replica is behind the certifier's durable version as last heard."},
 			func() float64 { return float64(a.LagVersions()) }},
 		{prometheus.GaugeOpts{Name: "tashkent_agent_apply_stalled_seconds", Help: "How long remote versions have waited without the apply making progress; 0 while none waits."},

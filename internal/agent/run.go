@@ -47,7 +47,7 @@ func newRun(a *Agent, ctx context.Context) *run {
 	applier := replica.NewApplier()
 	applier.Logger = a.log
 	applier.Copies = &a.metrics.copies
-	return &run{a: a, ctx: rctx, cancel: cancel, control: &control{}, applier: applier,
+	return &run{a: a, ctx: rctx, cancel: cancel, control: &control{}, applier: applier, history: &history{},
 		registered: make(chan struct{}), lost: make(chan error, 1), certifyTimeout: certifyTimeoutDefault}
 }
 

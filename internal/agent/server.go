@@ -63,8 +63,12 @@ func (a *Agent) serveConn(ctx context.Context, nc net.Conn) {
 		return
 	}
 	nc.SetReadDeadline(time.Time{})
-	if hello.Role == wire.RoleApplier {
+	switch hello.Role {
+	case wire.RoleApplier:
 		a.serveApplier(nc, r, hello)
+		return
+	case wire.RoleFeed:
+		a.serveFeed(ctx, nc, r, hello)
 		return
 	}
 	c, welcome := a.welcome(ctx, nc, hello)
@@ -221,6 +225,10 @@ func (c *backendConn) serve(ctx context.Context, r *bufio.Reader) {
 			}
 		case wire.Release:
 			c.a.holds.end(c, "its session released it")
+		case wire.StateQuery:
+			if _, err := c.nc.Write(wire.Encode(c.txnState(m))); err != nil {
+				return
+			}
 		default:
 			c.a.log.Warn("a backend sent an unexpected message; closing its connection", "pid", c.pid, "type", fmt.Sprintf("%T", m))
 			return

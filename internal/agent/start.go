@@ -368,10 +368,12 @@ func (r *run) openStream(committed uint64) error {
 		Target: r.a.cfg.Certifier, Replica: r.a.cfg.Name, ReplicaVersion: committed, AppliedVersion: &durable, Push: !r.a.cfg.NoPush,
 		StatusAddr: r.a.statusAddr(), Logger: r.a.log, DialOptions: r.a.cfg.CertifierDialOptions,
 		OnEntries: func(entries []logentry.Entry, durable uint64) error {
-			r.a.heardDurable(durable)
 			if err := r.recordRuns(entries); err != nil {
 				return err
 			}
+			// after the runs: a backend the feed wakes for a version finds
+			// its epoch in the history (tashkent.wait_durable)
+			r.a.heardDurable(durable)
 			r.noteDelivered(entries, durable)
 			r.deliver(round, entries)
 			return nil

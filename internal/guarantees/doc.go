@@ -34,6 +34,9 @@
 //   - faults_test.go: kill -9 of PostgreSQL, of a backend holding the
 //     commit turn, stop of an agent, kill -9 of the certifier, under load:
 //     no acknowledged commit lost.
+//   - state_test.go: a commit's state (durable, committed, failed,
+//     unknown) across a certifier restart; wait_durable; the durability
+//     feed through an agent restart.
 //   - recovery_test.go: a rebuilt replica catches up from the log; a
 //     replica that cannot apply a version refuses clients (57P03).
 //   - bypass_test.go: every way around replication an ordinary role or a

@@ -16,6 +16,7 @@ const (
 
 	// Class 22: data exception.
 	DivisionByZero            = "22012"
+	InvalidParameterValue     = "22023"
 	InvalidTextRepresentation = "22P02"
 
 	// Class 23: integrity constraint violation.
@@ -77,9 +78,10 @@ const (
 	// NotApplier: tashkent.apply_versions called by a backend that is not
 	// the agent's applier.
 	NotApplier = "TK003"
-	// VersionNotApplied: wait_for_version or tashkent.sync_wait timed out
-	// before the replica applied the version.
-	VersionNotApplied = "TK004"
+	// VersionWaitTimedOut: a wait for a version timed out:
+	// wait_for_version or tashkent.sync_wait before the replica applied
+	// it, wait_durable before the certifier made it durable.
+	VersionWaitTimedOut = "TK004"
 	// KeylessRowMissing: a version deletes a row of a table without a
 	// primary key that this replica does not have; it diverged.
 	KeylessRowMissing = "TK005"

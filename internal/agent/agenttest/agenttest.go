@@ -5,7 +5,9 @@
 // the next version) and records what it was asked. It applies nothing:
 // tests of the whole path use the real agent. It answers a Sync
 // (tashkent.sync_wait) with a function the test gives (by default: the
-// last version it decided).
+// last version it decided), and a StateQuery (tashkent.txn_state) with
+// one too (by default: unknown). It accepts the server's durability feed
+// and sends it the durable versions the test gives (SetDurable).
 package agenttest
 
 import (
@@ -58,6 +60,12 @@ type Agent struct {
 	welcomeDelay time.Duration
 	sync         func(m wire.Sync) wire.Synced
 	syncs        []wire.Sync
+	state        func(q wire.StateQuery) wire.StateAnswer
+	stateQueries []wire.StateQuery
+	// feeds are the durability feeds' connections; durable, if set, is
+	// sent to each.
+	feeds   map[net.Conn]struct{}
+	durable *uint64
 }
 
 // Start starts a server with the extension, installs it in database
@@ -73,7 +81,7 @@ func Start(t testing.TB, opts ...pgtest.Option) *Agent {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{t: t, Socket: filepath.Join(dir, "agent.sock"), next: 1}
+	a := &Agent{t: t, Socket: filepath.Join(dir, "agent.sock"), next: 1, feeds: map[net.Conn]struct{}{}}
 	a.decide = func(r Request, next uint64) wire.Decision { return wire.Decision{Kind: wire.Commit, Version: next} }
 	if a.ln, err = net.Listen("unix", a.Socket); err != nil {
 		t.Fatal(err)
@@ -147,6 +155,39 @@ func (a *Agent) Syncs() []wire.Sync {
 	return append([]wire.Sync(nil), a.syncs...)
 }
 
+// SetState replaces the answer to a StateQuery.
+func (a *Agent) SetState(f func(q wire.StateQuery) wire.StateAnswer) {
+	a.mu.Lock()
+	a.state = f
+	a.mu.Unlock()
+}
+
+// StateQueries returns the StateQueries asked so far, in order.
+func (a *Agent) StateQueries() []wire.StateQuery {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]wire.StateQuery(nil), a.stateQueries...)
+}
+
+// SetDurable sends v to every durability feed connected, and to those
+// that connect later, as the agent does at each advance (v may be lower
+// than before: the extension keeps the highest).
+func (a *Agent) SetDurable(v uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.durable = &v
+	for c := range a.feeds {
+		c.Write(wire.Encode(wire.Durable{Version: v}))
+	}
+}
+
+// Feeds is how many durability feeds are connected.
+func (a *Agent) Feeds() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.feeds)
+}
+
 // SetWelcomeDelay makes the stand-in wait d before it answers a hello.
 func (a *Agent) SetWelcomeDelay(d time.Duration) {
 	a.mu.Lock()
@@ -188,6 +229,10 @@ func (a *Agent) serve(c net.Conn) {
 		switch m := m.(type) {
 		case wire.Hello:
 			pid = m.PID
+			if m.Role == wire.RoleFeed {
+				a.feed(c)
+				continue
+			}
 			a.mu.Lock()
 			ok := m.Role == wire.RoleSession || m.PID == a.applierPID
 			delay := a.welcomeDelay
@@ -223,6 +268,31 @@ func (a *Agent) serve(c net.Conn) {
 			}
 			a.mu.Unlock()
 			c.Write(wire.Encode(answer))
+		case wire.StateQuery:
+			a.mu.Lock()
+			a.stateQueries = append(a.stateQueries, m)
+			answer := wire.StateAnswer{State: wire.StateUnknown}
+			if a.state != nil {
+				answer = a.state(m)
+			}
+			a.mu.Unlock()
+			c.Write(wire.Encode(answer))
 		}
 	}
+}
+
+// feed welcomes a durability feed, sends it the durable version if one
+// was set, and keeps it until its connection closes.
+func (a *Agent) feed(c net.Conn) {
+	a.mu.Lock()
+	c.Write(wire.Encode(wire.Welcome{Accepted: true}))
+	if a.durable != nil {
+		c.Write(wire.Encode(wire.Durable{Version: *a.durable}))
+	}
+	a.feeds[c] = struct{}{}
+	a.mu.Unlock()
+	c.Read(make([]byte, 1)) // the feed sends nothing more: returns at the close
+	a.mu.Lock()
+	delete(a.feeds, c)
+	a.mu.Unlock()
 }

@@ -186,7 +186,7 @@ func TestSyncWaitErrors(t *testing.T) {
 	s.agent.SetSync(func(wire.Sync) wire.Synced { return wire.Synced{Known: true, Version: 7} })
 	start := time.Now()
 	_, err := c.Exec(ctx, `SELECT count(*) FROM t`)
-	if pe := pgError(err); pe == nil || pe.Code != pgcode.VersionNotApplied || !strings.Contains(pe.Message, "version 7") || !strings.Contains(pe.Message, "its version is 0") || pe.Hint == "" {
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.VersionWaitTimedOut || !strings.Contains(pe.Message, "version 7") || !strings.Contains(pe.Message, "its version is 0") || pe.Hint == "" {
 		t.Fatalf("a sync wait past its timeout: %v, want TK004 naming versions 7 and 0, with a hint", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
@@ -236,7 +236,7 @@ func TestWaitForVersion(t *testing.T) {
 	}
 
 	_, err := c.Exec(ctx, `SELECT tashkent.wait_for_version(2, 100)`)
-	if pe := pgError(err); pe == nil || pe.Code != pgcode.VersionNotApplied || !strings.Contains(pe.Message, "version 2 within 100 ms") || !strings.Contains(pe.Message, "its version is 0") {
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.VersionWaitTimedOut || !strings.Contains(pe.Message, "version 2 within 100 ms") || !strings.Contains(pe.Message, "its version is 0") {
 		t.Fatalf("waiting 100 ms for a version not applied: %v, want TK004", err)
 	}
 

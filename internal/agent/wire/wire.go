@@ -9,6 +9,7 @@
 //
 //	backend -> agent
 //	  'H' Hello     u32 protocol, i32 pid, u8 role, u16 length + database
+//	                (empty for the durability feed)
 //	  'C' Certify   u64 start version, the encoded Writeset to the end
 //	  'F' Fragment  an encoded Writeset to the end: the next fragment of a
 //	                streamed writeset (Certifier.Stage)
@@ -19,11 +20,20 @@
 //	  'S' Sync      u32 milliseconds to answer within
 //	  'K' Hold      u64 version, u32 milliseconds to hold at most
 //	  'R' Release   no payload
+//	  'Q' StateQuery
+//	                u64 version, u8 epoch given, u64 epoch
 //	agent -> backend
 //	  'h' Welcome   u8 accepted, u64 agent generation, u16 length + text
-//	  'D' Decision  u8 kind, u64 version, u8 abort reason, u32 length + detail
+//	  'D' Decision  u8 kind, u64 version, u64 epoch, u8 abort reason,
+//	                u32 length + detail
 //	  's' Synced    u8 known, u64 durable version, u16 length + text
 //	  'k' Held      u8 held, u64 version, u16 length + text
+//	  'q' StateAnswer
+//	                u8 state, u64 durable version, u16 length + text
+//	agent -> durability feed (RoleFeed), after its Welcome
+//	  'V' Durable   u64 the certifier's durable version: at once, then at
+//	                each advance (only the latest, to a feed that reads
+//	                slowly)
 //
 // A streamed transaction (one too large to certify in one 'C') sends its
 // writeset as 'F' frames, each at most 4 MiB unless one change is larger,
@@ -41,7 +51,7 @@ import (
 )
 
 // ProtocolVersion is TK_PROTOCOL_VERSION in extension/src/tashkent.h.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // FrameBytesMax bounds a frame the agent reads: a writeset of
 // tashkent.writeset_max_bytes' largest value, with room for the header.
@@ -56,6 +66,9 @@ const (
 	// RoleApplier is the backend of the agent's own apply connection,
 	// proving who it is (tashkent.register_applier).
 	RoleApplier Role = 1
+	// RoleFeed is the extension's durability feed (extension/src/feed.c),
+	// a background worker of the server that reads Durable frames.
+	RoleFeed Role = 2
 )
 
 // DecisionKind is TkDecisionKind in extension/src/tashkent.h.
@@ -146,8 +159,59 @@ type Held struct {
 type Decision struct {
 	Kind        DecisionKind
 	Version     uint64 // Commit: the commit version; Abort: the version it conflicted with, or 0
+	Epoch       uint64 // Commit: the epoch that certified it (LogEntry.epoch)
 	AbortReason uint8  // certifierpb.AbortReason
 	Detail      string
+}
+
+// TxnState is TkTxnState in extension/src/tashkent.h: a transaction's
+// state under eventual durability (Kashi §2.2.1, property 2), as
+// tashkent.txn_state names it.
+type TxnState uint8
+
+const (
+	// StateUnavailable: the agent cannot judge now (Text says why).
+	StateUnavailable TxnState = 0
+	StateDurable     TxnState = 1
+	StateCommitted   TxnState = 2
+	StateFailed      TxnState = 3
+	StateUnknown     TxnState = 4
+)
+
+func (s TxnState) String() string {
+	switch s {
+	case StateDurable:
+		return "durable"
+	case StateCommitted:
+		return "committed"
+	case StateFailed:
+		return "failed"
+	case StateUnknown:
+		return "unknown"
+	}
+	return "unavailable"
+}
+
+// StateQuery asks for the state of the transaction committed as Version,
+// in Epoch if HasEpoch, else in the epoch the replica's history holds at
+// Version (tashkent.txn_state).
+type StateQuery struct {
+	Version  uint64
+	HasEpoch bool
+	Epoch    uint64
+}
+
+// StateAnswer answers a StateQuery, with the certifier's durable version
+// as the agent knows it.
+type StateAnswer struct {
+	State   TxnState
+	Durable uint64
+	Text    string // why not, when StateUnavailable
+}
+
+// Durable tells the durability feed the certifier's durable version.
+type Durable struct {
+	Version uint64
 }
 
 // ErrMalformed wraps every error about a frame's contents.
@@ -188,6 +252,9 @@ func (Synced) frameType() byte          { return 's' }
 func (Hold) frameType() byte            { return 'K' }
 func (Release) frameType() byte         { return 'R' }
 func (Held) frameType() byte            { return 'k' }
+func (StateQuery) frameType() byte      { return 'Q' }
+func (StateAnswer) frameType() byte     { return 'q' }
+func (Durable) frameType() byte         { return 'V' }
 
 // Decode parses a frame read by ReadFrame.
 func Decode(typ byte, p []byte) (Message, error) {
@@ -207,7 +274,7 @@ func Decode(typ byte, p []byte) (Message, error) {
 	case 'h':
 		m = Welcome{Accepted: d.u8() != 0, Generation: d.u64(), Text: d.text(int(d.u16()))}
 	case 'D':
-		m = Decision{Kind: DecisionKind(d.u8()), Version: d.u64(), AbortReason: d.u8(), Detail: d.text(int(d.u32()))}
+		m = Decision{Kind: DecisionKind(d.u8()), Version: d.u64(), Epoch: d.u64(), AbortReason: d.u8(), Detail: d.text(int(d.u32()))}
 	case 'S':
 		m = Sync{TimeoutMillis: d.u32()}
 	case 's':
@@ -218,6 +285,12 @@ func Decode(typ byte, p []byte) (Message, error) {
 		m = Release{}
 	case 'k':
 		m = Held{Held: d.u8() != 0, Version: d.u64(), Text: d.text(int(d.u16()))}
+	case 'Q':
+		m = StateQuery{Version: d.u64(), HasEpoch: d.u8() != 0, Epoch: d.u64()}
+	case 'q':
+		m = StateAnswer{State: TxnState(d.u8()), Durable: d.u64(), Text: d.text(int(d.u16()))}
+	case 'V':
+		m = Durable{Version: d.u64()}
 	default:
 		return nil, fmt.Errorf("%w: unknown type %q", ErrMalformed, typ)
 	}
@@ -259,6 +332,7 @@ func Encode(m Message) []byte {
 	case Decision:
 		e.u8(uint8(m.Kind))
 		e.u64(m.Version)
+		e.u64(m.Epoch)
 		e.u8(m.AbortReason)
 		detail := truncate(m.Detail, 32<<10) // the backend reads frames of at most 64 KiB
 		e.u32(uint32(len(detail)))
@@ -276,6 +350,16 @@ func Encode(m Message) []byte {
 		e.u8(boolByte(m.Held))
 		e.u64(m.Version)
 		e.text16(m.Text)
+	case StateQuery:
+		e.u64(m.Version)
+		e.u8(boolByte(m.HasEpoch))
+		e.u64(m.Epoch)
+	case StateAnswer:
+		e.u8(uint8(m.State))
+		e.u64(m.Durable)
+		e.text16(m.Text)
+	case Durable:
+		e.u64(m.Version)
 	}
 	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4))
 	return e.b
