@@ -11,7 +11,8 @@
  * waiter up to it has its latch set. The worker connects to the agent's socket as role 2 and reads 'V' frames
  * (channel.c): the durable version at once, then at each advance, the
  * latest only if it reads slowly. Each goes to tk_durable_advance, which
- * keeps the maximum and wakes the backends whose version it reached.
+ * keeps the maximum and wakes the backends whose version it reached. An
+ * 'X' frame says which versions failed (safe.c).
  *
  * The worker needs no database: it starts with the postmaster, and the
  * postmaster starts it again if it dies. When the agent is not there (not
@@ -94,10 +95,15 @@ follow_agent(MemoryContext context, char **why)
 				(errmsg("tashkent durability feed: following the agent at \"%s\"", feed_socket)));
 		while (!socket_moved())
 		{
-			uint64		durable;
+			uint64		value;
+			char		type;
 
-			if (tk_channel_feed_read(FEED_READ_MS, &durable))
-				tk_durable_advance(durable);
+			if (!tk_channel_feed_read(FEED_READ_MS, &type, &value))
+				continue;
+			if (type == 'X')
+				tk_failed_after_set(value);
+			else
+				tk_durable_advance(value);
 		}
 	}
 	PG_CATCH();

@@ -77,7 +77,10 @@ tk_shmem_startup(void)
 	base += MAXALIGN(mul_size(TK_RING_SIZE, sizeof(TkRingEntry)));
 	tk_shared->durable_waits = (pg_atomic_uint64 *) base;
 	if (!found)
+	{
 		tk_durable_init();
+		tk_safe_shmem_init();
+	}
 	LWLockRelease(AddinShmemInitLock);
 }
 

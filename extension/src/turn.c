@@ -111,7 +111,9 @@ absorb_cancel(bool *warned)
  * which applies the versions again); otherwise it is absorbed. A local
  * commit (not cancellable) also waits while a hold keeps its version
  * (hold.c); the applier's runs never pass a hold, the agent cuts them.
- * Every commit waits while a rewind is under way (rewind.c).
+ * Every commit waits while a rewind is under way (rewind.c). A local
+ * commit whose version failed (safe.c) ends with 40001: it committed
+ * nothing.
  */
 void
 tk_turn_wait(uint64 first, bool cancellable)
@@ -138,6 +140,13 @@ tk_turn_wait(uint64 first, bool cancellable)
 		LWLockRelease(tk_shared->lock);
 		if (committed == predecessor && !held)
 			return;
+		if (!cancellable && first > tk_failed_after())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("the certifier failed before making this transaction durable; nothing was committed"),
+					 errdetail("Its version %llu was decided, and the certifier lost every version after %llu.",
+							   (unsigned long long) first, (unsigned long long) tk_failed_after()),
+					 errhint("The transaction might succeed if retried.")));
 		if (committed > predecessor)
 			ereport(ERROR,
 					(errcode(ERRCODE_TK_ALREADY_COMMITTED),

@@ -86,8 +86,19 @@ func (a *Agent) serveFeed(ctx context.Context, nc net.Conn, r *bufio.Reader, h w
 	}()
 	var sent uint64
 	sentAny := false
+	failedSent, failedSentAny := uint64(0), false
 	for {
 		changed := a.durable.wait()
+		failedChanged := a.failed.wait()
+		// failed first: a durable version that follows may be a later
+		// epoch's, at a number that failed in this one (failed.go)
+		if f := a.failed.load(); !failedSentAny || f != failedSent {
+			nc.SetWriteDeadline(time.Now().Add(feedWriteMax))
+			if _, err := nc.Write(wire.Encode(wire.Failed{After: f})); err != nil {
+				return
+			}
+			failedSent, failedSentAny = f, true
+		}
 		if v, ok := a.durable.load(); ok && (!sentAny || v > sent) {
 			nc.SetWriteDeadline(time.Now().Add(feedWriteMax))
 			if _, err := nc.Write(wire.Encode(wire.Durable{Version: v})); err != nil {
@@ -97,6 +108,7 @@ func (a *Agent) serveFeed(ctx context.Context, nc net.Conn, r *bufio.Reader, h w
 		}
 		select {
 		case <-changed:
+		case <-failedChanged:
 		case <-closed:
 			return
 		case <-ctx.Done():

@@ -137,6 +137,7 @@ func (r *run) streamOpened(version uint64) {
 // next one rewinds before it serves (rewindIfAsked).
 func (r *run) askRewind(rw *pb.RewindRequired, refusal string) {
 	r.a.rewinds.ask(&rewindAsked{RewindRequired: rw, refusal: refusal})
+	r.a.failed.set(rw.CommonVersion) // before the run ends: the backends holding failed versions end first
 	r.a.log.Warn("the replica holds versions the certifier's log does not (failed versions); it goes back to where they agree before it serves again",
 		"replica_version", rw.ReplicaVersion, "common_version", rw.CommonVersion)
 	r.fail(fmt.Errorf("%w: the replica holds versions after %d that the certifier's log does not", errRestart, rw.CommonVersion))

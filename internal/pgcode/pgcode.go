@@ -85,6 +85,10 @@ const (
 	// KeylessRowMissing: a version deletes a row of a table without a
 	// primary key that this replica does not have; it diverged.
 	KeylessRowMissing = "TK005"
+	// TransactionFailed: a safe transaction's version failed before it
+	// became durable (mode ed): nothing of it remains; it is safe to retry.
+	// Sent as FATAL: the connection ends.
+	TransactionFailed = "TK006"
 )
 
 // Of is the SQLSTATE of a PostgreSQL error anywhere in err's chain, ""

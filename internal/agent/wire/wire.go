@@ -24,8 +24,9 @@
 //	                u64 version, u8 epoch given, u64 epoch
 //	agent -> backend
 //	  'h' Welcome   u8 accepted, u64 agent generation, u16 length + text
-//	  'D' Decision  u8 kind, u64 version, u64 epoch, u8 abort reason,
-//	                u32 length + detail
+//	  'D' Decision  u8 kind, u64 version, u64 epoch, u64 durable (the
+//	                certifier's durable version the agent knew when it
+//	                answered), u8 abort reason, u32 length + detail
 //	  's' Synced    u8 known, u64 durable version, u16 length + text
 //	  'k' Held      u8 held, u64 version, u16 length + text
 //	  'q' StateAnswer
@@ -34,6 +35,9 @@
 //	  'V' Durable   u64 the certifier's durable version: at once, then at
 //	                each advance (only the latest, to a feed that reads
 //	                slowly)
+//	  'X' Failed    u64 every version above it failed (math.MaxUint64:
+//	                none is known to): at once, then at each change, before
+//	                any 'V' that follows the change
 //
 // A streamed transaction (one too large to certify in one 'C') sends its
 // writeset as 'F' frames, each at most 4 MiB unless one change is larger,
@@ -48,10 +52,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 )
 
 // ProtocolVersion is TK_PROTOCOL_VERSION in extension/src/tashkent.h.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // FrameBytesMax bounds a frame the agent reads: a writeset of
 // tashkent.writeset_max_bytes' largest value, with room for the header.
@@ -157,10 +162,13 @@ type Held struct {
 
 // Decision answers a Certify.
 type Decision struct {
-	Kind        DecisionKind
-	Version     uint64 // Commit: the commit version; Abort: the version it conflicted with, or 0
-	Epoch       uint64 // Commit: the epoch that certified it (LogEntry.epoch)
-	AbortReason uint8  // certifierpb.AbortReason
+	Kind    DecisionKind
+	Version uint64 // Commit: the commit version; Abort: the version it conflicted with, or 0
+	Epoch   uint64 // Commit: the epoch that certified it (LogEntry.epoch)
+	// Durable is the certifier's durable version the agent knew when it
+	// answered: a safe commit at or below it does not wait (safe.c).
+	Durable     uint64
+	AbortReason uint8 // certifierpb.AbortReason
 	Detail      string
 }
 
@@ -214,6 +222,15 @@ type Durable struct {
 	Version uint64
 }
 
+// Failed tells the durability feed that every version above After failed
+// (NoneFailed: none is known to).
+type Failed struct {
+	After uint64
+}
+
+// NoneFailed is Failed.After when no version is known to have failed.
+const NoneFailed = math.MaxUint64
+
 // ErrMalformed wraps every error about a frame's contents.
 var ErrMalformed = errors.New("wire: malformed message")
 
@@ -255,6 +272,7 @@ func (Held) frameType() byte            { return 'k' }
 func (StateQuery) frameType() byte      { return 'Q' }
 func (StateAnswer) frameType() byte     { return 'q' }
 func (Durable) frameType() byte         { return 'V' }
+func (Failed) frameType() byte          { return 'X' }
 
 // Decode parses a frame read by ReadFrame.
 func Decode(typ byte, p []byte) (Message, error) {
@@ -274,7 +292,7 @@ func Decode(typ byte, p []byte) (Message, error) {
 	case 'h':
 		m = Welcome{Accepted: d.u8() != 0, Generation: d.u64(), Text: d.text(int(d.u16()))}
 	case 'D':
-		m = Decision{Kind: DecisionKind(d.u8()), Version: d.u64(), Epoch: d.u64(), AbortReason: d.u8(), Detail: d.text(int(d.u32()))}
+		m = Decision{Kind: DecisionKind(d.u8()), Version: d.u64(), Epoch: d.u64(), Durable: d.u64(), AbortReason: d.u8(), Detail: d.text(int(d.u32()))}
 	case 'S':
 		m = Sync{TimeoutMillis: d.u32()}
 	case 's':
@@ -291,6 +309,8 @@ func Decode(typ byte, p []byte) (Message, error) {
 		m = StateAnswer{State: TxnState(d.u8()), Durable: d.u64(), Text: d.text(int(d.u16()))}
 	case 'V':
 		m = Durable{Version: d.u64()}
+	case 'X':
+		m = Failed{After: d.u64()}
 	default:
 		return nil, fmt.Errorf("%w: unknown type %q", ErrMalformed, typ)
 	}
@@ -333,6 +353,7 @@ func Encode(m Message) []byte {
 		e.u8(uint8(m.Kind))
 		e.u64(m.Version)
 		e.u64(m.Epoch)
+		e.u64(m.Durable)
 		e.u8(m.AbortReason)
 		detail := truncate(m.Detail, 32<<10) // the backend reads frames of at most 64 KiB
 		e.u32(uint32(len(detail)))
@@ -360,6 +381,8 @@ func Encode(m Message) []byte {
 		e.text16(m.Text)
 	case Durable:
 		e.u64(m.Version)
+	case Failed:
+		e.u64(m.After)
 	}
 	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4))
 	return e.b
