@@ -35,7 +35,7 @@ type certifierProcess struct {
 	cmd  *exec.Cmd
 }
 
-func startCertifierProcess(t *testing.T) *certifierProcess {
+func startCertifierProcess(t *testing.T, extra ...string) *certifierProcess {
 	t.Helper()
 	port, err := netutil.FreePort()
 	if err != nil {
@@ -43,7 +43,7 @@ func startCertifierProcess(t *testing.T) *certifierProcess {
 	}
 	dir := t.TempDir()
 	p := &certifierProcess{t: t, addr: "127.0.0.1:" + strconv.Itoa(port), log: filepath.Join(dir, "certifier.log")}
-	p.args = []string{"certifier", "--data-dir", filepath.Join(dir, "log"), "--listen", p.addr, "--metrics-listen", ""}
+	p.args = append([]string{"certifier", "--data-dir", filepath.Join(dir, "log"), "--listen", p.addr, "--metrics-listen", ""}, extra...)
 	p.start()
 	t.Cleanup(p.kill)
 	return p

@@ -1,0 +1,302 @@
+package guarantees_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/agent"
+	"github.com/tashkent-db/tashkent/internal/certifier"
+	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
+)
+
+// Mode ed: eventual durability (Kashi, "Eventual Durability"). A commit is
+// visible at its commit point, the certifier's decision, and durable once
+// the certifier's log has it on disk. A safe transaction (synchronous_commit
+// on, the replicas' default) is acknowledged only once durable (§2.2.1,
+// property 5), a fast one (off) at its commit point (property 4); a safe
+// read-only transaction waits until what it read is durable (property 5b,
+// §2.2.3). The certifier's emulated slow disk (Config.SyncDelay, the hidden
+// --unsafe-fault-fsync-delay) makes durability come durabilityDelay after
+// the commit point.
+
+// durabilityDelay is the emulated fsync of the certifier's log in these
+// tests: long enough to tell a wait for it from a round trip on a busy
+// machine.
+const durabilityDelay = time.Second
+
+// startED starts n replicas in mode ed (or mode) with a certifier whose
+// every sync of its log takes durabilityDelay more, and a table t.
+func startED(t *testing.T, n int, mode agent.Mode) *cluster {
+	t.Helper()
+	c := start(t, n, clustertest.Options{Mode: mode,
+		Certifier: func(cfg *certifier.Config) { cfg.SyncDelay = durabilityDelay }})
+	execSQL(t, c.Connect(0), `CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)`)
+	execSQL(t, c.Connect(0), `INSERT INTO t VALUES (0, 0)`)
+	for i := range n {
+		c.awaitDurable(i)
+	}
+	return c
+}
+
+// fastConn is a connection to replica i whose transactions are fast: its
+// reads never wait for durability.
+func (c *cluster) fastConn(i int) *pgx.Conn {
+	return c.connectAs(i, "postgres", func(cfg *pgx.ConnConfig) { cfg.RuntimeParams["synchronous_commit"] = "off" })
+}
+
+// timedExec runs sql on conn in the background; the result carries how
+// long it took.
+type timedResult struct {
+	err  error
+	took time.Duration
+	at   time.Time // when it returned
+}
+
+func timedExec(conn *pgx.Conn, sql string, args ...any) <-chan timedResult {
+	done := make(chan timedResult, 1)
+	go func() {
+		start := time.Now()
+		_, err := conn.Exec(context.Background(), sql, args...)
+		done <- timedResult{err: err, took: time.Since(start), at: time.Now()}
+	}()
+	return done
+}
+
+// awaitVisible waits up to 30 s until the row with id is visible through
+// conn (a fast connection) and returns when it saw it.
+func awaitVisible(t *testing.T, conn *pgx.Conn, id int) (seen time.Time, ok bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		var n int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM t WHERE id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return time.Now(), true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Time{}, false
+}
+
+// A safe COMMIT returns only once the certifier's log made it durable, and
+// the commit is visible before that: other sessions, on this replica and
+// on another, read the row while the COMMIT still waits (Alg. 2 of §3.7:
+// visible at the commit point, acknowledged at durability).
+func TestSafeCommitIsAcknowledgedOnlyWhenDurable(t *testing.T) {
+	c := startED(t, 2, agent.ModeED)
+	writer := c.Connect(0) // the server's synchronous_commit = on: safe
+	here, there := c.fastConn(0), c.fastConn(1)
+
+	done := timedExec(writer, `INSERT INTO t VALUES (1, 1)`)
+	seenHere, okHere := awaitVisible(t, here, 1)
+	seenThere, okThere := awaitVisible(t, there, 1)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !okHere || !okThere {
+		t.Fatalf("the row was not visible (replica 1 %v, replica 2 %v)", okHere, okThere)
+	}
+	if r.took < durabilityDelay {
+		t.Errorf("the safe COMMIT returned after %v, before the certifier's log could make it durable (sync takes %v)", r.took, durabilityDelay)
+	}
+	if !seenHere.Before(r.at) || !seenThere.Before(r.at) {
+		t.Errorf("the row became visible only after the COMMIT returned (replica 1 %v, replica 2 %v after): it should be visible at the commit point",
+			seenHere.Sub(r.at), seenThere.Sub(r.at))
+	}
+	t.Logf("safe COMMIT took %v; visible on replica 1 %v and on replica 2 %v before it returned", r.took, r.at.Sub(seenHere), r.at.Sub(seenThere))
+}
+
+// A fast transaction (synchronous_commit = off) is acknowledged at its
+// commit point, before it is durable (§2.2.1, property 4); SET LOCAL
+// chooses for one transaction. Each timed commit starts with the
+// certifier idle: it delivers a batch early when its writer takes it up,
+// which a batch waiting behind another's sync would not show.
+func TestFastCommitReturnsAtTheCommitPoint(t *testing.T) {
+	c := startED(t, 1, agent.ModeED)
+	writer := c.Connect(0)
+	execSQL(t, writer, `SET synchronous_commit = off`)
+	r := <-timedExec(writer, `INSERT INTO t VALUES (1, 1)`)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.took >= durabilityDelay/2 {
+		t.Errorf("the fast COMMIT took %v: it waited for durability (the certifier syncs in %v)", r.took, durabilityDelay)
+	}
+	execSQL(t, writer, `SET synchronous_commit = on`)
+	c.awaitDurable(0)
+	tx := begin(t, writer)
+	if _, err := tx.Exec(context.Background(), `SET LOCAL synchronous_commit = off`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), `INSERT INTO t VALUES (2, 2)`); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	local := time.Since(started)
+	if local >= durabilityDelay/2 {
+		t.Errorf("the COMMIT of a transaction with SET LOCAL synchronous_commit = off took %v: it waited for durability", local)
+	}
+	c.awaitDurable(0)
+	r2 := <-timedExec(writer, `INSERT INTO t VALUES (3, 3)`) // on again after SET LOCAL
+	if r2.err != nil {
+		t.Fatal(r2.err)
+	}
+	if r2.took < durabilityDelay {
+		t.Errorf("the session's next COMMIT (synchronous_commit on again) took %v: it did not wait for durability", r2.took)
+	}
+	t.Logf("fast COMMIT %v, with SET LOCAL %v, safe COMMIT %v", r.took, local, r2.took)
+}
+
+// A safe writer's row lock is released at the commit point, not at
+// durability (§3.7: early visibility, here with the locks released before
+// the wait): a second UPDATE of the same row proceeds while the first
+// one's COMMIT still waits. Under mw the certifier answers only once
+// durable, and the second UPDATE waits for the first one's lock.
+func TestEarlyVisibilityLetsAConflictingWriterProceed(t *testing.T) {
+	for _, mode := range []agent.Mode{agent.ModeED, agent.ModeMW} {
+		t.Run(string(mode), func(t *testing.T) {
+			c := startED(t, 1, mode)
+			first, second := c.Connect(0), c.fastConn(0)
+			firstDone := timedExec(first, `UPDATE t SET v = v + 1 WHERE id = 0`)
+			time.Sleep(durabilityDelay / 4) // the first is past its commit point (ed) or waits for durability (mw)
+			tx := begin(t, second)
+			updated := <-timedExec(second, `UPDATE t SET v = v + 10 WHERE id = 0`)
+			f := <-firstDone
+			if f.err != nil || updated.err != nil {
+				t.Fatalf("first: %v, second: %v", f.err, updated.err)
+			}
+			if err := tx.Commit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			proceeded := updated.at.Before(f.at)
+			t.Logf("first UPDATE's COMMIT took %v; the second UPDATE took %v and returned %v before it", f.took, updated.took, f.at.Sub(updated.at))
+			switch {
+			case mode == agent.ModeED && !proceeded:
+				t.Errorf("the second UPDATE returned after the first one's COMMIT: it waited for the first one's lock until durability")
+			case mode == agent.ModeMW && updated.took < durabilityDelay/2:
+				t.Errorf("under mw the second UPDATE took %v: it did not wait for the first one's lock, held until durability", updated.took)
+			}
+			if got := c.countOn(0, `SELECT v FROM t WHERE id = 0`); got != 11 {
+				t.Errorf("v = %d, want 11: both updates, the second on the first", got)
+			}
+		})
+	}
+}
+
+// A safe read-only transaction is acknowledged only once every version it
+// may have read is durable (§2.2.1 property 5b, §2.2.3, the wait of
+// §3.8); a fast one returns at once.
+func TestSafeReadOnlyWaitsForDurability(t *testing.T) {
+	c := startED(t, 1, agent.ModeED)
+	writer := c.fastConn(0)
+	reader := c.Connect(0) // safe
+	fastReader := c.fastConn(0)
+
+	if r := <-timedExec(writer, `INSERT INTO t VALUES (1, 1)`); r.err != nil || r.took >= durabilityDelay/2 {
+		t.Fatalf("the fast insert: %v after %v", r.err, r.took)
+	}
+	fast := <-timedExec(fastReader, `SELECT count(*) FROM t`)
+	safe := <-timedExec(reader, `SELECT count(*) FROM t`)
+	if fast.err != nil || safe.err != nil {
+		t.Fatalf("fast read: %v, safe read: %v", fast.err, safe.err)
+	}
+	if fast.took >= durabilityDelay/4 {
+		t.Errorf("the fast read took %v: it waited for durability", fast.took)
+	}
+	if safe.took < durabilityDelay/4 {
+		t.Errorf("the safe read took %v: it returned before the version it could read was durable (the certifier syncs in %v)", safe.took, durabilityDelay)
+	}
+	// once durable, a safe read does not wait
+	again := <-timedExec(reader, `SELECT count(*) FROM t`)
+	if again.err != nil || again.took >= durabilityDelay/4 {
+		t.Errorf("a safe read of durable versions: %v after %v", again.err, again.took)
+	}
+	t.Logf("fast read %v, safe read %v, safe read of durable versions %v", fast.took, safe.took, again.took)
+}
+
+// A safe transaction whose version the certifier loses before making it
+// durable is never acknowledged: the certifier delivers entries and
+// answers at the commit point and waits before writing each batch (hidden
+// fault flags); kill -9 of it while a safe COMMIT waits loses the version.
+// Its next generation tells the replicas to rewind; the waiting client gets
+// FATAL TK006 (or, if the rewind ended its backend first, loses its
+// connection), never COMMIT; the rewind takes the row off every replica
+// (§2.2.1 property 3: a failed transaction stops being visible); and no
+// server PANICs (the wait runs after the commit, where an error would).
+func TestASafeTransactionWhoseVersionFailsIsNeverAcknowledged(t *testing.T) {
+	cert := startCertifierProcess(t, "--unsafe-deliver-before-durable", "--unsafe-fault-write-delay=2s")
+	c := start(t, 2, clustertest.Options{Mode: agent.ModeED, Agent: func(i int, cfg *agent.Config) { cfg.Certifier = cert.addr }})
+	admin := c.Connect(0)
+	execSQL(t, admin, `CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)`)
+	// a first version delivered before it is durable starts the agents'
+	// pinned snapshots, usable once it is durable: the rewind goes back to one
+	execSQL(t, admin, `INSERT INTO t VALUES (0, 0)`)
+	awaitAll(t, c, cert.durable())
+	time.Sleep(time.Second)
+
+	writer := c.Connect(0)
+	done := timedExec(writer, `INSERT INTO t VALUES (1, 1)`)
+	if _, ok := awaitVisible(t, c.fastConn(1), 1); !ok {
+		t.Fatal("the row never reached replica 2")
+	}
+	cert.kill()
+	cert.start()
+	r := <-done
+	switch pe := pgError(r.err); {
+	case r.err == nil:
+		t.Fatalf("the client was told COMMIT of a transaction whose version the certifier lost (after %v)", r.took)
+	case pe != nil && pe.Code == pgcode.TransactionFailed:
+		t.Logf("the client got %s %s: %s (hint: %s)", pe.Severity, pe.Code, pe.Message, pe.Hint)
+	case pe == nil:
+		t.Logf("the client lost its connection: %v", r.err)
+	default:
+		t.Fatalf("the client got %s %s: %s; want FATAL TK006 or a lost connection", pe.Severity, pe.Code, pe.Message)
+	}
+	for i := range c.DBs {
+		awaitRowGone(t, c, i, 1)
+	}
+	// the cluster commits again, at the numbers that failed
+	execSQL(t, c.Connect(1), `INSERT INTO t VALUES (2, 2)`)
+	c.converge()
+	for i, db := range c.DBs {
+		log, err := os.ReadFile(db.LogPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(log), "PANIC") {
+			t.Errorf("replica %d's server log has a PANIC:\n%s", i+1, db.LogTail(40))
+		}
+	}
+}
+
+// awaitRowGone waits until replica i has no row id in t.
+func awaitRowGone(t *testing.T, c *cluster, i, id int) {
+	t.Helper()
+	deadline := time.Now().Add(convergeLimit)
+	for {
+		conn, err := pgx.Connect(context.Background(), c.dsn(i, "postgres")+"&options=-c%20synchronous_commit%3Doff")
+		if err == nil {
+			var n int
+			err = conn.QueryRow(context.Background(), `SELECT count(*) FROM t WHERE id = $1`, id).Scan(&n)
+			conn.Close(context.Background())
+			if err == nil && n == 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %d still has row %d of a failed transaction after %v (last error %v)", i+1, id, convergeLimit, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
