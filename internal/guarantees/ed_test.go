@@ -159,38 +159,58 @@ func TestFastCommitReturnsAtTheCommitPoint(t *testing.T) {
 }
 
 // A safe writer's row lock is released at the commit point, not at
-// durability (§3.7: early visibility, here with the locks released before
-// the wait): a second UPDATE of the same row proceeds while the first
-// one's COMMIT still waits. Under mw the certifier answers only once
-// durable, and the second UPDATE waits for the first one's lock.
+// durability (§3.7: early visibility; the wait for durability follows the
+// release of the locks): a second UPDATE of the same row, waiting for the
+// first one's lock, proceeds once the first COMMIT passed its commit
+// point, while that COMMIT still waits. Under mw the certifier answers
+// only once durable, and the second UPDATE waits until then.
 func TestEarlyVisibilityLetsAConflictingWriterProceed(t *testing.T) {
 	for _, mode := range []agent.Mode{agent.ModeED, agent.ModeMW} {
 		t.Run(string(mode), func(t *testing.T) {
 			c := startED(t, 1, mode)
 			first, second := c.Connect(0), c.fastConn(0)
-			firstDone := timedExec(first, `UPDATE t SET v = v + 1 WHERE id = 0`)
-			time.Sleep(durabilityDelay / 4) // the first is past its commit point (ed) or waits for durability (mw)
-			tx := begin(t, second)
-			updated := <-timedExec(second, `UPDATE t SET v = v + 10 WHERE id = 0`)
-			f := <-firstDone
-			if f.err != nil || updated.err != nil {
-				t.Fatalf("first: %v, second: %v", f.err, updated.err)
-			}
-			if err := tx.Commit(context.Background()); err != nil {
+			tx := begin(t, first)
+			if _, err := tx.Exec(context.Background(), `UPDATE t SET v = v + 1 WHERE id = 0`); err != nil {
 				t.Fatal(err)
 			}
-			proceeded := updated.at.Before(f.at)
-			t.Logf("first UPDATE's COMMIT took %v; the second UPDATE took %v and returned %v before it", f.took, updated.took, f.at.Sub(updated.at))
+			tx2 := begin(t, second) // the UPDATE alone is timed, not its commit
+			updated := timedExec(second, `UPDATE t SET v = v + 10 WHERE id = 0`)
+			awaitLockWait(t, c)
+			committed := make(chan timedResult, 1)
+			go func() {
+				started := time.Now()
+				err := tx.Commit(context.Background())
+				committed <- timedResult{err: err, took: time.Since(started), at: time.Now()}
+			}()
+			f, u := <-committed, <-updated
+			if f.err != nil || u.err != nil {
+				t.Fatalf("first: %v, second: %v", f.err, u.err)
+			}
+			if err := tx2.Commit(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("the first COMMIT took %v; the second UPDATE returned %v before it", f.took, f.at.Sub(u.at))
 			switch {
-			case mode == agent.ModeED && !proceeded:
-				t.Errorf("the second UPDATE returned after the first one's COMMIT: it waited for the first one's lock until durability")
-			case mode == agent.ModeMW && updated.took < durabilityDelay/2:
-				t.Errorf("under mw the second UPDATE took %v: it did not wait for the first one's lock, held until durability", updated.took)
+			case mode == agent.ModeED && f.at.Sub(u.at) < durabilityDelay/2:
+				t.Errorf("the second UPDATE returned %v before the first one's COMMIT: it waited for the lock until close to durability", f.at.Sub(u.at))
+			case mode == agent.ModeMW && u.at.Before(f.at.Add(-durabilityDelay/2)):
+				t.Errorf("under mw the second UPDATE returned %v before the first one's COMMIT: the lock was released before durability", f.at.Sub(u.at))
 			}
 			if got := c.countOn(0, `SELECT v FROM t WHERE id = 0`); got != 11 {
 				t.Errorf("v = %d, want 11: both updates, the second on the first", got)
 			}
 		})
+	}
+}
+
+// awaitLockWait waits until a backend of replica 1 waits for a lock.
+func awaitLockWait(t *testing.T, c *cluster) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); c.countOn(0, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the second UPDATE never waited for the first one's lock")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
