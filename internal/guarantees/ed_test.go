@@ -4,10 +4,12 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/certifier"
@@ -34,8 +36,13 @@ const durabilityDelay = time.Second
 // every sync of its log takes durabilityDelay more, and a table t.
 func startED(t *testing.T, n int, mode agent.Mode) *cluster {
 	t.Helper()
+	return startEDWith(t, n, mode, durabilityDelay)
+}
+
+func startEDWith(t *testing.T, n int, mode agent.Mode, syncDelay time.Duration) *cluster {
+	t.Helper()
 	c := start(t, n, clustertest.Options{Mode: mode,
-		Certifier: func(cfg *certifier.Config) { cfg.SyncDelay = durabilityDelay }})
+		Certifier: func(cfg *certifier.Config) { cfg.SyncDelay = syncDelay }})
 	execSQL(t, c.Connect(0), `CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)`)
 	execSQL(t, c.Connect(0), `INSERT INTO t VALUES (0, 0)`)
 	for i := range n {
@@ -243,6 +250,69 @@ func TestSafeReadOnlyWaitsForDurability(t *testing.T) {
 		t.Errorf("a safe read of durable versions: %v after %v", again.err, again.took)
 	}
 	t.Logf("fast read %v, safe read %v, safe read of durable versions %v", fast.took, safe.took, again.took)
+}
+
+// The wait of a safe COMMIT runs after the commit, where PostgreSQL holds
+// interrupts and an error would abort a committed transaction (a PANIC).
+// A cancel is absorbed with a WARNING and the COMMIT is acknowledged once
+// durable; a termination ends the connection after a WARNING that names
+// the transaction, which stays committed; neither PANICs (as
+// SyncRepWaitForLSN behaves, which Kashi's safe transactions wait in, §3.8).
+func TestASafeCommitWaitTakesCancelAndTerminationWithoutPanic(t *testing.T) {
+	const delay = 3 * time.Second
+	c := startEDWith(t, 1, agent.ModeED, delay)
+	var mu sync.Mutex
+	var notices []string
+	writer := c.connectAs(0, "postgres", func(cfg *pgx.ConnConfig) {
+		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+			mu.Lock()
+			defer mu.Unlock()
+			notices = append(notices, n.Severity+" "+n.Message+" "+n.Hint)
+		}
+	})
+	admin, watcher := c.fastConn(0), c.fastConn(0)
+	noticed := func(text string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range notices {
+			if strings.Contains(n, text) {
+				return true
+			}
+		}
+		return false
+	}
+	signalDuringWait := func(id int, signal string) timedResult {
+		done := timedExec(writer, `INSERT INTO t VALUES ($1, $1)`, id)
+		if _, ok := awaitVisible(t, watcher, id); !ok {
+			t.Fatalf("row %d never became visible", id)
+		}
+		execSQL(t, admin, `SELECT `+signal+`($1)`, writer.PgConn().PID())
+		return <-done
+	}
+
+	r := signalDuringWait(1, "pg_cancel_backend")
+	if r.err != nil || r.took < delay {
+		t.Errorf("a cancelled safe COMMIT: %v after %v; want COMMIT once durable (%v)", r.err, r.took, delay)
+	}
+	if !noticed("canceling the wait for durability is not possible") {
+		t.Errorf("no WARNING about the cancel: %q", notices)
+	}
+	r = signalDuringWait(2, "pg_terminate_backend")
+	if r.err == nil {
+		t.Errorf("a terminated safe COMMIT was acknowledged after %v", r.took)
+	}
+	if !noticed("txn_state") {
+		t.Errorf("no WARNING naming the transaction's state: %q", notices)
+	}
+	awaitVisible(t, watcher, 2) // committed: it stays
+	log, err := os.ReadFile(c.DBs[0].LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), "PANIC") {
+		t.Errorf("the server log has a PANIC:\n%s", c.DBs[0].LogTail(40))
+	}
+	t.Logf("notices: %q", notices)
 }
 
 // A safe transaction whose version the certifier loses before making it
