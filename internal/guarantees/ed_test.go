@@ -321,7 +321,9 @@ func TestASafeCommitWaitTakesCancelAndTerminationWithoutPanic(t *testing.T) {
 // fault flags); kill -9 of it while a safe COMMIT waits loses the version.
 // Its next generation tells the replicas to rewind; the waiting client gets
 // FATAL TK006 (or, if the rewind ended its backend first, loses its
-// connection), never COMMIT; the rewind takes the row off every replica
+// connection), never COMMIT; a safe read on another replica that saw the
+// row gets 40001 (§2.2.3: it read from a failed transaction, so it fails
+// too); the rewind takes the row off every replica
 // (§2.2.1 property 3: a failed transaction stops being visible); and no
 // server PANICs (the wait runs after the commit, where an error would).
 func TestASafeTransactionWhoseVersionFailsIsNeverAcknowledged(t *testing.T) {
@@ -340,8 +342,21 @@ func TestASafeTransactionWhoseVersionFailsIsNeverAcknowledged(t *testing.T) {
 	if _, ok := awaitVisible(t, c.fastConn(1), 1); !ok {
 		t.Fatal("the row never reached replica 2")
 	}
+	read := timedExec(c.Connect(1), `SELECT count(*) FROM t`) // safe: waits for what it read
+	time.Sleep(200 * time.Millisecond)
 	cert.kill()
 	cert.start()
+	rr := <-read
+	switch pe := pgError(rr.err); {
+	case rr.err == nil:
+		t.Errorf("a safe read of the version that failed was acknowledged (after %v)", rr.took)
+	case pe != nil && pe.Code == pgcode.SerializationFailure:
+		t.Logf("the safe reader got %s %s: %s", pe.Severity, pe.Code, pe.Message)
+	case pe == nil || pe.Code == pgcode.AdminShutdown:
+		t.Logf("the safe reader lost its connection (the rewind ended its transaction): %v", rr.err)
+	default:
+		t.Errorf("the safe reader got %s %s: %s; want 40001 or a lost connection", pe.Severity, pe.Code, pe.Message)
+	}
 	r := <-done
 	switch pe := pgError(r.err); {
 	case r.err == nil:
@@ -356,8 +371,18 @@ func TestASafeTransactionWhoseVersionFailsIsNeverAcknowledged(t *testing.T) {
 	for i := range c.DBs {
 		awaitRowGone(t, c, i, 1)
 	}
-	// the cluster commits again, at the numbers that failed
-	execSQL(t, c.Connect(1), `INSERT INTO t VALUES (2, 2)`)
+	// the cluster commits again, at the numbers that failed, once the
+	// agents serve again after their rewind
+	conn := c.Connect(1)
+	for deadline := time.Now().Add(convergeLimit); ; time.Sleep(100 * time.Millisecond) {
+		_, err := conn.Exec(context.Background(), `INSERT INTO t VALUES (2, 2)`)
+		if err == nil {
+			break
+		}
+		if pgcode.Of(err) != pgcode.CannotConnectNow || time.Now().After(deadline) {
+			t.Fatalf("a write after the rewind: %v", err)
+		}
+	}
 	c.converge()
 	for i, db := range c.DBs {
 		log, err := os.ReadFile(db.LogPath())
