@@ -556,6 +556,7 @@ causal_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
 {
 	if (prev_post_parse_analyze)
 		prev_post_parse_analyze(pstate, query, jstate);
+	tk_safe_report_failed_fast_commit();
 	if (query->commandType != CMD_UTILITY && sync_due())
 		sync_transaction(NULL, false);
 }

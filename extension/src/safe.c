@@ -39,6 +39,11 @@
  *     transaction failed and never sees COMMIT. The rewind takes the version
  *     off every replica (rewind.c).
  *
+ * A fast commit is acknowledged before it is durable. If it fails, its
+ * session hears of it once, at its next statement, in a WARNING with
+ * SQLSTATE TK006 (tk_safe_report_failed_fast_commit); any session can ask
+ * tashkent.txn_state(v, e).
+ *
  * failed_after is set by the feed ('X', feed.c) when the agent is told to
  * rewind, and set back to "none" (PG_UINT64_MAX) by the next 'X' the agent
  * sends, once its run after the rewind opens the admission gate: by then
@@ -88,11 +93,29 @@ static uint64 safe_epoch = 0;
 /* This transaction is a read-only one waiting at PRE_COMMIT. */
 static bool read_waiting = false;
 
+/*
+ * A fast commit acknowledged before it was durable: this transaction's
+ * (pending, until it commits) and this session's last one, until it is
+ * known durable or failed; with the failures counted when it was decided.
+ */
+typedef struct FastCommit
+{
+	uint64		version;		/* 0: none */
+	uint64		epoch;
+	uint32		failures;
+} FastCommit;
+
+static FastCommit fast_pending;
+static FastCommit fast_last;
+
 void
 tk_safe_shmem_init(void)
 {
 	pg_atomic_init_u64(&tk_shared->failed_after, TK_NONE_FAILED);
 	pg_atomic_init_u32(&tk_shared->mode, TK_MODE_UNKNOWN);
+	pg_atomic_init_u32(&tk_shared->failures, 0);
+	for (int i = 0; i < TK_FAILURES_KEPT; i++)
+		pg_atomic_init_u64(&tk_shared->failed_from[i], 0);
 }
 
 bool
@@ -115,6 +138,15 @@ tk_failed_after(void)
 void
 tk_failed_after_set(uint64 version)
 {
+	if (version != TK_NONE_FAILED)
+	{
+		uint32		n = pg_atomic_read_u32(&tk_shared->failures) + 1;
+
+		/* the feed is the only writer: C first, then the count */
+		pg_atomic_write_u64(&tk_shared->failed_from[n % TK_FAILURES_KEPT], version);
+		pg_write_barrier();
+		pg_atomic_write_u32(&tk_shared->failures, n);
+	}
 	pg_atomic_write_u64(&tk_shared->failed_after, version);
 	pg_memory_barrier();
 	for (int i = 0; i < tk_shared->nslots; i++)
@@ -148,9 +180,15 @@ tk_safe_commit_choose(uint64 version, uint64 epoch, uint64 durable_when_decided)
 	safe = transaction_is_safe();
 	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
-	if (!safe || version <= durable_when_decided ||
-		(tk_durable_get(&durable) && version <= durable))
+	if (version <= durable_when_decided || (tk_durable_get(&durable) && version <= durable))
 		return;
+	if (!safe)
+	{
+		fast_pending.version = version;
+		fast_pending.epoch = epoch;
+		fast_pending.failures = pg_atomic_read_u32(&tk_shared->failures);
+		return;
+	}
 	tk_durable_wait_prepare();
 	safe_version = version;
 	safe_epoch = epoch;
@@ -229,6 +267,9 @@ tk_safe_commit_wait(void)
 	uint64		epoch = safe_epoch;
 	bool		cancel_warned = false;
 
+	if (fast_pending.version != 0)
+		fast_last = fast_pending;
+	fast_pending.version = 0;
 	if (version == 0)
 		return;
 	safe_version = safe_epoch = 0;
@@ -364,9 +405,54 @@ void
 tk_safe_xact_end(void)
 {
 	safe_version = safe_epoch = 0;
+	fast_pending.version = 0;
 	if (read_waiting)
 		tk_durable_wait_end();
 	read_waiting = false;
+}
+
+/*
+ * tk_safe_report_failed_fast_commit: at each statement, a session whose
+ * last fast commit failed since (Kashi §2.2.1, property 4: acknowledged,
+ * then failed) hears of it once, in a WARNING with SQLSTATE TK006.
+ * Versions fail as a suffix of the replica's history at a failure, and
+ * the fast commit was in that history (it committed here), so it failed
+ * iff it lies above the common version C of the first failure after it
+ * was decided; one at or below C is durable (C is in the certifier's
+ * synced log), so later failures cannot take it. Before any failure,
+ * durability clears it.
+ */
+void
+tk_safe_report_failed_fast_commit(void)
+{
+	uint32		failures;
+	uint64		durable;
+	uint64		from;
+
+	if (fast_last.version == 0)
+		return;
+	failures = pg_atomic_read_u32(&tk_shared->failures);
+	if (failures == fast_last.failures)
+	{
+		if (tk_durable_get(&durable) && durable >= fast_last.version)
+			fast_last.version = 0;
+		return;
+	}
+	pg_read_barrier();
+	if (failures - fast_last.failures > TK_FAILURES_KEPT)
+	{
+		fast_last.version = 0;	/* too many since: ask txn_state */
+		return;
+	}
+	from = pg_atomic_read_u64(&tk_shared->failed_from[(fast_last.failures + 1) % TK_FAILURES_KEPT]);
+	if (fast_last.version > from)
+		ereport(WARNING,
+				(errcode(ERRCODE_TK_TRANSACTION_FAILED),
+				 errmsg("this session's last commit failed: the certifier lost version %llu (epoch %llu) before it became durable; nothing of it remains anywhere",
+						(unsigned long long) fast_last.version, (unsigned long long) fast_last.epoch),
+				 errdetail("It was fast (synchronous_commit = off), so it was acknowledged at its commit point, before it was durable."),
+				 errhint("Do it again if it must be done.")));
+	fast_last.version = 0;
 }
 
 /*

@@ -152,6 +152,9 @@ typedef struct TkRingEntry
 
 #define TK_RING_SIZE 65536
 
+/* The failures of versions whose common version shared memory keeps (safe.c). */
+#define TK_FAILURES_KEPT 16
+
 typedef struct TkShared
 {
 	LWLock	   *lock;			/* everything below */
@@ -215,6 +218,13 @@ typedef struct TkShared
 	 */
 	pg_atomic_uint64 failed_after;
 	pg_atomic_uint32 mode;
+	/*
+	 * The failures since the server started, and the common version C of
+	 * the last TK_FAILURES_KEPT (failed_from[n % TK_FAILURES_KEPT] is that
+	 * of the n-th): a session tells its client that a fast commit failed.
+	 */
+	pg_atomic_uint32 failures;
+	pg_atomic_uint64 failed_from[TK_FAILURES_KEPT];
 } TkShared;
 
 extern TkShared *tk_shared;
@@ -344,6 +354,7 @@ extern void tk_safe_commit_choose(uint64 version, uint64 epoch, uint64 durable_w
 extern void tk_safe_commit_wait(void);
 extern void tk_safe_read_wait(void);
 extern void tk_safe_xact_end(void);
+extern void tk_safe_report_failed_fast_commit(void);
 
 /* ---- feed.c ---- */
 

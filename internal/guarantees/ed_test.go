@@ -261,26 +261,8 @@ func TestSafeReadOnlyWaitsForDurability(t *testing.T) {
 func TestASafeCommitWaitTakesCancelAndTerminationWithoutPanic(t *testing.T) {
 	const delay = 3 * time.Second
 	c := startEDWith(t, 1, agent.ModeED, delay)
-	var mu sync.Mutex
-	var notices []string
-	writer := c.connectAs(0, "postgres", func(cfg *pgx.ConnConfig) {
-		cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-			mu.Lock()
-			defer mu.Unlock()
-			notices = append(notices, n.Severity+" "+n.Message+" "+n.Hint)
-		}
-	})
+	writer, notices := c.connectWithNotices(0, "on")
 	admin, watcher := c.fastConn(0), c.fastConn(0)
-	noticed := func(text string) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, n := range notices {
-			if strings.Contains(n, text) {
-				return true
-			}
-		}
-		return false
-	}
 	signalDuringWait := func(id int, signal string) timedResult {
 		done := timedExec(writer, `INSERT INTO t VALUES ($1, $1)`, id)
 		if _, ok := awaitVisible(t, watcher, id); !ok {
@@ -294,15 +276,15 @@ func TestASafeCommitWaitTakesCancelAndTerminationWithoutPanic(t *testing.T) {
 	if r.err != nil || r.took < delay {
 		t.Errorf("a cancelled safe COMMIT: %v after %v; want COMMIT once durable (%v)", r.err, r.took, delay)
 	}
-	if !noticed("canceling the wait for durability is not possible") {
-		t.Errorf("no WARNING about the cancel: %q", notices)
+	if notices.count("canceling the wait for durability is not possible") != 1 {
+		t.Errorf("no WARNING about the cancel: %q", notices.all())
 	}
 	r = signalDuringWait(2, "pg_terminate_backend")
 	if r.err == nil {
 		t.Errorf("a terminated safe COMMIT was acknowledged after %v", r.took)
 	}
-	if !noticed("txn_state") {
-		t.Errorf("no WARNING naming the transaction's state: %q", notices)
+	if notices.count("txn_state") != 1 {
+		t.Errorf("no WARNING naming the transaction's state: %q", notices.all())
 	}
 	awaitVisible(t, watcher, 2) // committed: it stays
 	log, err := os.ReadFile(c.DBs[0].LogPath())
@@ -312,7 +294,49 @@ func TestASafeCommitWaitTakesCancelAndTerminationWithoutPanic(t *testing.T) {
 	if strings.Contains(string(log), "PANIC") {
 		t.Errorf("the server log has a PANIC:\n%s", c.DBs[0].LogTail(40))
 	}
-	t.Logf("notices: %q", notices)
+	t.Logf("notices: %q", notices.all())
+}
+
+// noticeLog collects the notices and warnings a connection receives.
+type noticeLog struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (l *noticeLog) add(_ *pgconn.PgConn, n *pgconn.Notice) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.list = append(l.list, n.Severity+" "+n.Code+" "+n.Message+" "+n.Hint)
+}
+
+// count is how many of them hold text.
+func (l *noticeLog) count(text string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.list {
+		if strings.Contains(s, text) {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *noticeLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.list...)
+}
+
+// connectWithNotices connects to replica i with synchronous_commit
+// syncCommit, collecting the notices the session receives.
+func (c *cluster) connectWithNotices(i int, syncCommit string) (*pgx.Conn, *noticeLog) {
+	notices := &noticeLog{}
+	conn := c.connectAs(i, "postgres", func(cfg *pgx.ConnConfig) {
+		cfg.RuntimeParams["synchronous_commit"] = syncCommit
+		cfg.OnNotice = notices.add
+	})
+	return conn, notices
 }
 
 // A safe transaction whose version the certifier loses before making it
@@ -393,6 +417,41 @@ func TestASafeTransactionWhoseVersionFailsIsNeverAcknowledged(t *testing.T) {
 			t.Errorf("replica %d's server log has a PANIC:\n%s", i+1, db.LogTail(40))
 		}
 	}
+}
+
+// A fast commit is acknowledged at its commit point and can fail
+// afterwards (Kashi §2.2.1, property 4). When it does, its session hears
+// of it once, in a WARNING with SQLSTATE TK006 at its next statement, and
+// txn_state names it failed.
+func TestAFastCommitThatFailsIsReportedToItsSession(t *testing.T) {
+	cert := startCertifierProcess(t, "--unsafe-deliver-before-durable", "--unsafe-fault-write-delay=2s")
+	c := start(t, 1, clustertest.Options{Mode: agent.ModeED, Agent: func(i int, cfg *agent.Config) { cfg.Certifier = cert.addr }})
+	admin := c.Connect(0)
+	execSQL(t, admin, `CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)`)
+	execSQL(t, admin, `INSERT INTO t VALUES (0, 0)`) // starts the pins the rewind needs
+	awaitAll(t, c, cert.durable())
+	time.Sleep(time.Second)
+
+	writer, notices := c.connectWithNotices(0, "off")
+	if r := <-timedExec(writer, `INSERT INTO t VALUES (1, 1)`); r.err != nil || r.took >= time.Second {
+		t.Fatalf("the fast INSERT: %v after %v", r.err, r.took)
+	}
+	version, epoch := lastCommit(t, writer)
+	cert.kill()
+	cert.start()
+	awaitRowGone(t, c, 0, 1)
+	execSQL(t, writer, `SELECT 1`)
+	execSQL(t, writer, `SELECT 2`)
+	if n := notices.count(pgcode.TransactionFailed + " this session's last commit failed"); n != 1 {
+		t.Errorf("the session heard %d times that its fast commit failed, want once: %q", n, notices.all())
+	}
+	// once the new epoch's first version reached the replica, its history
+	// says where the failed epoch ended
+	execSQL(t, c.fastConn(0), `INSERT INTO t VALUES (2, 2)`)
+	if got := txnState(t, c.fastConn(0), version, epoch); got != "failed" {
+		t.Errorf("txn_state(%d, %d) = %s, want failed", version, epoch, got)
+	}
+	t.Logf("version %d of epoch %d failed; notices %q", version, epoch, notices.all())
 }
 
 // awaitRowGone waits until replica i has no row id in t.
