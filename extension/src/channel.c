@@ -47,13 +47,16 @@
  *                   u16 length + why not (when not known)
  *     'k' held      u8 held, u64 the version commits are held after,
  *                   u16 length + why not (when not held)
- *     'q' state     u8 state (TkTxnState), u64 the certifier's durable
- *                   version as the agent knows it, u16 length + why not
- *                   (TK_TXN_UNAVAILABLE: the agent cannot judge now)
+ *     'q' state     u8 state (TkTxnState), u8 final (the state never
+ *                   changes on this replica: durable, failed, or unknown
+ *                   for good), u64 the certifier's durable version as the
+ *                   agent knows it, u16 length + why (TK_TXN_UNAVAILABLE:
+ *                   why the agent cannot judge now; a final unknown: why
+ *                   nothing here can tell)
  *   agent -> feed (the durability feed, feed.c, after its welcome)
  *     'V' durable   u64 the certifier's durable version: at once, then
- *                   at each advance (the latest only, if the feed is
- *                   slow to read)
+ *                   at each advance (once the socket's buffer is full, a
+ *                   feed that reads slowly gets the latest only)
  *     'X' failed    u64 every version above it failed (PG_UINT64_MAX:
  *                   none is known to): at once, then at each change,
  *                   always before a 'V' that follows the change (safe.c)
@@ -863,14 +866,16 @@ tk_channel_release(void)
 /*
  * tk_channel_txn_state asks the agent for the state of the transaction
  * committed as `version` (in `epoch`, if has_epoch), answered by
- * `deadline`; it also returns the certifier's durable version as the
- * agent knows it. TK_TXN_UNAVAILABLE comes with why (palloc'd). A cancel
- * ends the wait with an error.
+ * `deadline`, with the certifier's durable version as the agent knows it
+ * (answer->why is palloc'd). It returns false if no answer came by then
+ * (the connection is closed: the next question opens another). A broken
+ * connection, or none, is an error (57P03); so is a cancel.
  */
-TkTxnState
+bool
 tk_channel_txn_state(uint64 version, bool has_epoch, uint64 epoch, TimestampTz deadline,
-					 uint64 *durable, char **why)
+					 TkStateAnswer *answer)
 {
+	static const char *const late = "the agent did not answer in time";
 	StringInfoData buf;
 	const char *failed;
 	uint8		state;
@@ -881,19 +886,26 @@ tk_channel_txn_state(uint64 version, bool has_epoch, uint64 epoch, TimestampTz d
 	put_u8(&buf, has_epoch ? 1 : 0);
 	put_u64(&buf, epoch);
 	end_frame(&buf);
-	failed = exchange(&buf, deadline, "the agent did not answer in time");
+	failed = exchange(&buf, deadline, late);
+	if (failed == late)
+	{
+		pfree(buf.data);
+		return false;
+	}
 	if (failed != NULL)
 		agent_unavailable(failed);
 	if (get_u8(&buf) != 'q')
 		elog(ERROR, "tashkent: the agent answered a state question with an unexpected message");
 	state = get_u8(&buf);
-	*durable = get_u64(&buf);
-	*why = get_text(&buf, get_u16(&buf));
+	answer->final = get_u8(&buf) != 0;
+	answer->durable = get_u64(&buf);
+	answer->why = get_text(&buf, get_u16(&buf));
 	exchange_open = false;
 	pfree(buf.data);
 	if (state > TK_TXN_UNKNOWN)
 		elog(ERROR, "tashkent: the agent sent an unknown transaction state %u", state);
-	return (TkTxnState) state;
+	answer->state = (TkTxnState) state;
+	return true;
 }
 
 /*

@@ -8,19 +8,22 @@
  * replica carries every advance, however many backends wait. It plays the
  * part PostgreSQL's WAL sender plays for SyncRepWaitForLSN, which Kashi's
  * safe transactions wait in (§3.8): a high-water mark comes in, and each
- * waiter up to it has its latch set. The worker connects to the agent's socket as role 2 and reads 'V' frames
- * (channel.c): the durable version at once, then at each advance, the
- * latest only if it reads slowly. Each goes to tk_durable_advance, which
- * keeps the maximum and wakes the backends whose version it reached. An
- * 'X' frame says which versions failed (safe.c).
+ * waiter up to it has its latch set. The worker connects to the agent's
+ * socket as role 2 and reads 'V' frames (channel.c): the durable version
+ * at once, then at each advance (the latest only, once the socket's
+ * buffer is full: the agent never waits for a feed). Each goes to
+ * tk_durable_advance, which keeps the maximum and wakes the backends
+ * whose version it reached. An 'X' frame says which versions failed
+ * (safe.c).
  *
  * The worker needs no database: it starts with the postmaster, and the
  * postmaster starts it again if it dies. When the agent is not there (not
  * started yet, restarting) it tries again, every FEED_RETRY_MAX_MS at
- * most, and logs that once, not at every try; it logs again once it
- * reaches the agent. The durable version in shared memory stays as it
- * was meanwhile: a durable version never stops being durable. A reload
- * that changes tashkent.agent_socket makes it connect again there.
+ * most, and logs that once, not at every try; it logs again once the
+ * agent sends it a durable version. An agent that takes the connection
+ * and drops it counts as away. The durable version in shared memory stays
+ * as it was meanwhile: a durable version never stops being durable. A
+ * reload that changes tashkent.agent_socket makes it connect again there.
  */
 #include "tashkent.h"
 
@@ -77,22 +80,21 @@ socket_moved(void)
 /*
  * follow_agent connects to the agent and copies its durable versions into
  * shared memory until the connection breaks or the socket moves. It
- * returns whether it reached the agent, and why it stopped (*why,
- * allocated in `context`; NULL when the socket moved).
+ * returns whether the agent sent a durable version (an agent that takes
+ * the connection and drops it sent none: the feed keeps backing off and
+ * stays quiet), and why it stopped (*why, allocated in `context`; NULL
+ * when the socket moved).
  */
 static bool
 follow_agent(MemoryContext context, char **why)
 {
-	volatile bool reached = false;
+	volatile bool heard = false;
 
 	*why = NULL;
 	strlcpy(feed_socket, tk_agent_socket != NULL ? tk_agent_socket : "", sizeof(feed_socket));
 	PG_TRY();
 	{
 		tk_channel_open_feed();
-		reached = true;
-		ereport(LOG,
-				(errmsg("tashkent durability feed: following the agent at \"%s\"", feed_socket)));
 		while (!socket_moved())
 		{
 			uint64		value;
@@ -104,6 +106,10 @@ follow_agent(MemoryContext context, char **why)
 				tk_failed_after_set(value);
 			else
 				tk_durable_advance(value);
+			if (!heard)
+				ereport(LOG,
+						(errmsg("tashkent durability feed: following the agent at \"%s\"", feed_socket)));
+			heard = true;
 		}
 	}
 	PG_CATCH();
@@ -117,7 +123,7 @@ follow_agent(MemoryContext context, char **why)
 	}
 	PG_END_TRY();
 	tk_channel_close();
-	return reached;
+	return heard;
 }
 
 /* Waits ms on the latch, for a termination or a reload too. */
@@ -135,8 +141,8 @@ tk_feed_main(Datum arg)
 {
 	MemoryContext attempt;
 	long		retry_ms = FEED_RETRY_MIN_MS;
-	bool		said = false;	/* logged why since the agent was last
-								 * reached */
+	bool		said = false;	/* logged why since the agent last sent a
+								 * durable version */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);

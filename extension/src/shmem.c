@@ -23,6 +23,13 @@ TkShared   *tk_shared = NULL;
 
 static TkSlot *my_slot = NULL;
 
+/*
+ * The array of 64-bit atomics starts at an offset that is a multiple of
+ * 8: MAXALIGN is 4 on some 32-bit platforms, where a pg_atomic_uint64
+ * still needs 8 (the segment itself starts cache-line aligned).
+ */
+#define ATOMIC64_ALIGN(len) TYPEALIGN(sizeof(pg_atomic_uint64), (len))
+
 /* Every PGPROC has a pgprocno below this. */
 static int
 slot_count(void)
@@ -38,6 +45,7 @@ shared_size(void)
 	size = add_size(size, MAXALIGN(mul_size(slot_count(), sizeof(TkSlot))));
 	size = add_size(size, MAXALIGN(mul_size(slot_count(), sizeof(int))));
 	size = add_size(size, MAXALIGN(mul_size(TK_RING_SIZE, sizeof(TkRingEntry))));
+	size = ATOMIC64_ALIGN(size);
 	size = add_size(size, mul_size(slot_count(), sizeof(pg_atomic_uint64)));
 	return size;
 }
@@ -75,6 +83,7 @@ tk_shmem_startup(void)
 	base += MAXALIGN(mul_size(tk_shared->nslots, sizeof(int)));
 	tk_shared->ring = (TkRingEntry *) base;
 	base += MAXALIGN(mul_size(TK_RING_SIZE, sizeof(TkRingEntry)));
+	base = (char *) tk_shared + ATOMIC64_ALIGN(base - (char *) tk_shared);
 	tk_shared->durable_waits = (pg_atomic_uint64 *) base;
 	if (!found)
 	{

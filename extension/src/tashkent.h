@@ -200,8 +200,9 @@ typedef struct TkShared
 	/*
 	 * The certifier's durable version as this replica's agent last told it
 	 * (durable.c): never lower than before; durable_known is 0 until the
-	 * first word since the server started. Atomics, no lock: the durability
-	 * feed writes them and wakes waiters per advance.
+	 * first word since the server started (for durable_version()'s NULL
+	 * only: a waiter compares the value, tk_durable_reached). Atomics, no
+	 * lock: the durability feed writes them and wakes waiters per advance.
 	 */
 	pg_atomic_uint64 durable;
 	pg_atomic_uint32 durable_known;
@@ -302,8 +303,18 @@ typedef enum TkTxnState
 	TK_TXN_UNKNOWN = 4
 } TkTxnState;
 
-extern TkTxnState tk_channel_txn_state(uint64 version, bool has_epoch, uint64 epoch,
-									   TimestampTz deadline, uint64 *durable, char **why);
+/* The agent's answer to a state question ('q'). */
+typedef struct TkStateAnswer
+{
+	TkTxnState	state;
+	bool		final;			/* the state never changes on this replica */
+	uint64		durable;		/* the certifier's durable version, as the
+								 * agent knows it */
+	char	   *why;			/* why, when unavailable or unknown for good */
+} TkStateAnswer;
+
+extern bool tk_channel_txn_state(uint64 version, bool has_epoch, uint64 epoch,
+								 TimestampTz deadline, TkStateAnswer *answer);
 extern void tk_channel_open_feed(void);
 extern bool tk_channel_feed_read(long timeout_ms, char *type, uint64 *value);
 extern void tk_channel_close(void);
@@ -331,6 +342,7 @@ extern void tk_causal_note_commit(uint64 version, uint64 epoch);
 extern void tk_durable_init(void);
 extern void tk_durable_advance(uint64 version);
 extern bool tk_durable_get(uint64 *version);
+extern bool tk_durable_reached(uint64 version);
 extern void tk_durable_wait_prepare(void);
 extern void tk_durable_wait_begin(uint64 version);
 extern void tk_durable_wait_end(void);

@@ -51,11 +51,13 @@ type Agent struct {
 	// flowControlPauses counts the times the replica fell behind and asked
 	// for a pause (flowcontrol.go).
 	flowControlPauses atomic.Uint64
-	// durable is the certifier's durable version as last heard (stream
-	// replies, Status), which the durability feeds pass on (feed.go);
-	// applyStalledSince is when remote versions began to wait without the
-	// apply making progress, in Unix nanoseconds, 0 while none waits
-	// (flowcontrol.go).
+	// certifierDurable is the certifier's durable version as last heard
+	// (stream replies, Status), for the replica's lag; durable is the one
+	// the durability feeds pass on, heard only on streams that admitted
+	// the replica's history (feed.go, admission.go); applyStalledSince is
+	// when remote versions began to wait without the apply making
+	// progress, in Unix nanoseconds, 0 while none waits (flowcontrol.go).
+	certifierDurable  atomic.Uint64
 	durable           *durableWatch
 	applyStalledSince atomic.Int64
 
@@ -139,20 +141,20 @@ func (a *Agent) BacklogBytes() int { return a.seq.waitingBytes() }
 // the certifier to hold the other replicas' commits.
 func (a *Agent) FlowControlPauses() uint64 { return a.flowControlPauses.Load() }
 
-// heardDurable records the certifier's durable version; the durability
-// feeds pass it on.
-func (a *Agent) heardDurable(v uint64) { a.durable.advance(v) }
-
-// certifierDurable is the certifier's durable version as last heard.
-func (a *Agent) certifierDurable() uint64 {
-	v, _ := a.durable.load()
-	return v
+// heardDurable records the certifier's durable version, for the lag.
+func (a *Agent) heardDurable(v uint64) {
+	for {
+		old := a.certifierDurable.Load()
+		if v <= old || a.certifierDurable.CompareAndSwap(old, v) {
+			return
+		}
+	}
 }
 
 // LagVersions is how many versions the replica is behind the certifier's
 // durable version as last heard.
 func (a *Agent) LagVersions() uint64 {
-	durable, committed := a.certifierDurable(), a.seq.committed()
+	durable, committed := a.certifierDurable.Load(), a.seq.committed()
 	if durable <= committed {
 		return 0
 	}

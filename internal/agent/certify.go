@@ -91,7 +91,7 @@ func (c *backendConn) committed(local *order.Local, v, epoch uint64) wire.Decisi
 // is durable, so the reply itself says v is; a safe commit then never
 // waits for the feed (extension/src/safe.c).
 func (c *backendConn) durableAtReply(v uint64) uint64 {
-	durable := c.a.certifierDurable()
+	durable, _ := c.a.durable.load() // an admitted stream's: the reply came on one
 	if c.a.cfg.Mode != ModeED && v > durable {
 		return v
 	}

@@ -17,7 +17,7 @@ func (a *Agent) DashboardStatus() dashboard.ReplicaStatus {
 	return dashboard.ReplicaStatus{
 		Name: a.cfg.Name, Mode: string(a.cfg.Mode), State: string(state), Why: why,
 		Version: a.seq.committed(), DeliveredVersion: a.seq.delivered(),
-		CertifierDurableVersion: a.certifierDurable(), LagVersions: a.LagVersions(),
+		CertifierDurableVersion: a.certifierDurable.Load(), LagVersions: a.LagVersions(),
 		FlowControlPausing:  metricValue(m.flowControlPausing) == 1,
 		ApplyStalledSeconds: a.ApplyStalled().Seconds(),
 		Commits:             uint64(metricValue(m.certifications.WithLabelValues("commit"))),

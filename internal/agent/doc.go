@@ -43,13 +43,14 @@
 //
 // A backend asks a transaction's state with StateQuery{version, epoch}
 // (tashkent.txn_state, wait_durable; txnstate.go): the agent judges from
-// the replica's history and the certifier's durable version. The
+// the replica's history and the certifier's durable version, once a
+// certifier stream has admitted that history (admission.go). The
 // server's durability feed (a background worker of the extension) says
 // hello as RoleFeed and then only reads: Durable{version} at once and at
-// each advance of the durable version the agent hears (feed.go), and
-// Failed{after} at once and at each change (failed.go): in mode ed the
-// versions above it failed, and the extension ends the backends that
-// hold one.
+// each advance of the durable version an admitted stream brings
+// (feed.go), and Failed{after} at once and at each change (failed.go):
+// in mode ed the versions above it failed, and the extension ends the
+// backends that hold one.
 //
 // In mode ed (config.go) the agent's stream takes commit replies at the
 // commit point (certclient.Options.EarlyDelivery); each Decision carries

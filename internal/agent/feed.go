@@ -7,51 +7,60 @@ import (
 	"io"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
 )
 
-// durableWatch is the certifier's durable version as the agent last heard
-// it (stream replies, Status), which only rises, and the wake-up of the
-// durability feeds that pass it on. An advance never waits for a feed: it
-// closes the channel the feeds wait on and makes a new one, so a feed that
-// is slow to write sees only the latest value when it looks again.
+// durableWatch is the certifier's durable version that the durability
+// feeds pass on, and their wake-up. It is heard only on certifier streams
+// that admitted the replica's history (admission.go), and only rises,
+// as shared memory's does (extension/src/durable.c). After a refusal it
+// is suspended: the feeds send nothing until a stream admits the history
+// again. An advance never waits for a feed: it closes the channel the
+// feeds wait on and makes a new one, so a feed that is slow to write sees
+// only the latest value when it looks again.
 type durableWatch struct {
-	v     atomic.Uint64
-	heard atomic.Bool
-
-	mu      sync.Mutex
-	changed chan struct{}
+	mu        sync.Mutex
+	v         uint64
+	heard     bool // a value was heard since the agent started
+	suspended bool
+	changed   chan struct{}
 }
 
 func newDurableWatch() *durableWatch { return &durableWatch{changed: make(chan struct{})} }
 
 // advance records v if it is higher than the value, or the first heard,
-// and wakes the feeds if so.
+// lifts a suspension, and wakes the feeds if any of that changed what
+// they would send.
 func (w *durableWatch) advance(v uint64) {
-	raised := false
-	for old := w.v.Load(); v > old; old = w.v.Load() {
-		if w.v.CompareAndSwap(old, v) {
-			raised = true
-			break
-		}
-	}
-	first := !w.heard.Load() && w.heard.CompareAndSwap(false, true) // after the value: heard means it is there
-	if !first && !raised {
-		return
-	}
 	w.mu.Lock()
-	close(w.changed)
-	w.changed = make(chan struct{})
+	defer w.mu.Unlock()
+	wake := !w.heard || w.suspended || v > w.v
+	w.v, w.heard, w.suspended = max(w.v, v), true, false
+	if wake {
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+}
+
+// suspend stops the feeds until the next advance.
+func (w *durableWatch) suspend() {
+	w.mu.Lock()
+	w.suspended = true
 	w.mu.Unlock()
 }
 
-// load is the value, and whether any was heard.
-func (w *durableWatch) load() (uint64, bool) { return w.v.Load(), w.heard.Load() }
+// load is the value, and whether the feeds may send it: one was heard,
+// and the watch is not suspended.
+func (w *durableWatch) load() (uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.v, w.heard && !w.suspended
+}
 
-// wait is closed at the next advance after the call.
+// wait is closed at the next advance after the call that changes what the
+// feeds would send.
 func (w *durableWatch) wait() <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -65,8 +74,9 @@ const feedWriteMax = 10 * time.Second
 
 // serveFeed serves the extension's durability feed (extension/src/feed.c,
 // Hello role 2): the durable version at once if known, then at each
-// advance, until the connection closes or the agent stops. The feed is the
-// server's, not a database's: its hello names none.
+// advance (none while the watch is suspended), until the connection
+// closes or the agent stops. The feed is the server's, not a database's:
+// its hello names none.
 func (a *Agent) serveFeed(ctx context.Context, nc net.Conn, r *bufio.Reader, h wire.Hello) {
 	if h.Protocol != wire.ProtocolVersion {
 		why := fmt.Sprintf("the agent speaks protocol %d, the durability feed %d: run an agent and an extension of the same release", wire.ProtocolVersion, h.Protocol)

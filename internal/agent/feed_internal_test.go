@@ -46,3 +46,20 @@ func TestDurableWatchWakesAtEachRiseOnly(t *testing.T) {
 		t.Fatalf("after many rises: woken %v, value %d", closed(ch), v)
 	}
 }
+
+// A refusal suspends the watch: the feeds may send nothing until a stream
+// admits the history again, whose first advance wakes them even at the
+// same value.
+func TestDurableWatchSendsNothingWhileSuspended(t *testing.T) {
+	w := newDurableWatch()
+	w.advance(7)
+	ch := w.wait()
+	w.suspend()
+	if _, ok := w.load(); ok || closed(ch) {
+		t.Fatalf("suspended: may send %v, woken %v; want neither", ok, closed(ch))
+	}
+	w.advance(7)
+	if v, ok := w.load(); !ok || v != 7 || !closed(ch) {
+		t.Fatalf("admitted again at the same value: %d, may send %v, woken %v; want 7, true, true", v, ok, closed(ch))
+	}
+}

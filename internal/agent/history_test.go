@@ -9,6 +9,8 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/agent"
 	"github.com/tashkent-db/tashkent/internal/clustertest"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
+	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
 
 // historyRows reads replica i's tashkent.history as "epoch@first ...".
@@ -35,7 +37,9 @@ func historyRows(t *testing.T, c *clustertest.Cluster, i int) (rows []string, ep
 // it was delivered, and sends it when its agent opens its stream: a
 // restarted agent is admitted with it. The same versions under another
 // epoch (what a replica of another certifier's history would hold) are
-// refused, and the agent halts for a rebuild.
+// refused, and the agent halts for a rebuild; meanwhile it judges no
+// transaction's state by that certifier's durable version, and its
+// server's durability feed hears nothing of it.
 func TestAReplicaRecordsItsHistoryAndIsRefusedWithAnotherOne(t *testing.T) {
 	c, base := startWithSchema(t, 2, clustertest.Options{}, schema)
 	v := write(t, c, 0, 1, 3)
@@ -52,9 +56,22 @@ func TestAReplicaRecordsItsHistoryAndIsRefusedWithAnotherOne(t *testing.T) {
 
 	c.StopAgent(1)
 	c.Exec(1, `SET tashkent.maintenance = on; UPDATE tashkent.history SET epoch = epoch + 1`)
-	c.RunAgent(1, c.Config(1)) // it never serves
+	second := c.Connect(1)                    // a superuser: let in while halted
+	heard := pgtest.DurableVersion(t, second) // NULL if its feed was between tries all along
+	later := write(t, c, 0, 10, 3)            // the certifier's durable version passes what replica 2 heard
+	c.RunAgent(1, c.Config(1))                // it never serves
 	c.AwaitState(1, agent.StateHalted, time.Minute)
 	if _, why := c.Agents[1].State(); !strings.Contains(why, "needs state transfer") || !strings.Contains(why, "agrees with the certifier's log only up to version 0") {
 		t.Fatalf("the replica with another epoch at the same versions halted with %q, want a state-transfer refusal naming the common version 0", why)
+	}
+	_, err := second.Exec(context.Background(), `SELECT tashkent.txn_state($1)`, int64(v))
+	if pgcode.Of(err) != pgcode.CannotConnectNow || !strings.Contains(err.Error(), "refused this replica's history") {
+		t.Fatalf("txn_state(%d) on the refused replica, whose history holds another epoch there: %v; want 57P03 saying the certifier refused its history", v, err)
+	}
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if got := pgtest.DurableVersion(t, second); got != nil && *got >= int64(later) {
+			t.Fatalf("the refused replica's durable_version() is %s (it had heard %s): its feed was told the durable version of the certifier that refused it (%d or more)",
+				pgtest.ShowVersion(got), pgtest.ShowVersion(heard), later)
+		}
 	}
 }

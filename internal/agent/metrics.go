@@ -169,7 +169,7 @@ func (a *Agent) registerGauges() {
 		{prometheus.GaugeOpts{Name: "tashkent_agent_replica_version", Help: "Highest version committed at the replica, as the agent knows it."},
 			func() float64 { return float64(a.seq.committed()) }},
 		{prometheus.GaugeOpts{Name: "tashkent_agent_certifier_durable_version", Help: "The certifier's durable version as the agent last heard it."},
-			func() float64 { return float64(a.certifierDurable()) }},
+			func() float64 { return float64(a.certifierDurable.Load()) }},
 		{prometheus.GaugeOpts{Name: "tashkent_agent_lag_versions", Help: "Versions the replica is behind the certifier's durable version as last heard."},
 			func() float64 { return float64(a.LagVersions()) }},
 		{prometheus.GaugeOpts{Name: "tashkent_agent_apply_stalled_seconds", Help: "How long remote versions have waited without the apply making progress; 0 while none waits."},

@@ -79,6 +79,8 @@ func (r *run) refused(err error) {
 // haltForStateTransfer halts the replica, its gate closed, with a reason
 // that starts with pb.NeedsStateTransfer: the supervisor rebuilds it.
 func (r *run) haltForStateTransfer(why string) {
+	r.admission.refuse(why)
+	r.a.durable.suspend()
 	if !r.a.transition(StateHalted, why, true) {
 		return // already halted
 	}

@@ -138,6 +138,8 @@ func (r *run) streamOpened(version uint64) {
 func (r *run) askRewind(rw *pb.RewindRequired, refusal string) {
 	r.a.rewinds.ask(&rewindAsked{RewindRequired: rw, refusal: refusal})
 	r.a.failed.set(rw.CommonVersion) // before the run ends: the backends holding failed versions end first
+	r.admission.refuse(refusal)
+	r.a.durable.suspend()
 	r.a.log.Warn("the replica holds versions the certifier's log does not (failed versions); it goes back to where they agree before it serves again",
 		"replica_version", rw.ReplicaVersion, "common_version", rw.CommonVersion)
 	r.fail(fmt.Errorf("%w: the replica holds versions after %d that the certifier's log does not", errRestart, rw.CommonVersion))

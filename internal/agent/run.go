@@ -27,6 +27,9 @@ type run struct {
 	applier *replica.Applier
 	cert    *certclient.Client
 	history *history // the replica's runs by epoch (history.go)
+	// admission: whether the certifier admitted the history, and its
+	// durable version as the admitted streams said (admission.go)
+	admission admission
 
 	started        string // the database's life (databaseIdentitySQL)
 	generation     uint64 // the agent generation of the first registration

@@ -381,12 +381,14 @@ func (r *run) openStream(committed uint64) error {
 		StatusAddr: r.a.statusAddr(), Logger: r.a.log, DialOptions: r.a.cfg.CertifierDialOptions,
 		EarlyDelivery: r.a.cfg.Mode == ModeED,
 		OnEntries: func(entries []logentry.Entry, durable uint64) error {
+			r.a.heardDurable(durable)
 			if err := r.recordRuns(entries); err != nil {
 				return err
 			}
 			// after the runs: a backend the feed wakes for a version finds
 			// its epoch in the history (tashkent.wait_durable)
-			r.a.heardDurable(durable)
+			r.admission.heard(durable)
+			r.a.durable.advance(durable)
 			r.noteDelivered(entries, durable)
 			r.deliver(round, entries)
 			return nil

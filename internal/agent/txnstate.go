@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/agent/wire"
 )
@@ -29,40 +31,50 @@ import (
 // cover up to version through, with the certifier's durable version
 // durable:
 //
-//	version below the history's first run       unknown (no record here)
+//	version below the history's first run       unknown, for good (no record here)
 //	no epoch given, version beyond through      unknown
 //	no epoch given: the epoch the history holds at the version
 //	epoch = the history's at version <= through  durable if version <= durable, else committed
 //	epoch < the history's at version             failed (a later epoch began at or before it)
+//	epoch > the history's at version <= through  unknown; for good if version <= durable
 //	otherwise                                   unknown (not decided yet, or an epoch this
 //	                                             replica has not seen)
 //
 // Beyond through the history's epoch is its last run's: whatever comes
 // later has that epoch or a later one. An epoch newer than the one the
 // history holds at a covered version is unknown rather than failed: no
-// certifier could have assigned such a pair, so no client holds it.
-func stateOf(runs []*pb.EpochRun, through, durable uint64, q wire.StateQuery) wire.TxnState {
+// certifier could have assigned such a pair, so no client holds it; and
+// once the version is durable in the history's epoch, no other epoch can
+// ever hold it. forGood says why an unknown stays unknown whatever comes
+// ("" if it may change): tashkent.wait_durable does not wait for it.
+func stateOf(runs []*pb.EpochRun, through, durable uint64, q wire.StateQuery) (state wire.TxnState, forGood string) {
 	at, ok := epochAt(runs, q.Version)
 	if !ok {
-		return wire.StateUnknown
+		if len(runs) == 0 {
+			return wire.StateUnknown, ""
+		}
+		return wire.StateUnknown, fmt.Sprintf("this replica's history begins at version %d (epoch %d): it holds no record of earlier versions",
+			runs[0].GetFirstVersion(), runs[0].GetEpoch())
 	}
 	covered := q.Version <= through
 	epoch := q.Epoch
 	if !q.HasEpoch {
 		if !covered {
-			return wire.StateUnknown
+			return wire.StateUnknown, ""
 		}
 		epoch = at
 	}
 	switch {
 	case epoch == at && covered && q.Version <= durable:
-		return wire.StateDurable
+		return wire.StateDurable, ""
 	case epoch == at && covered:
-		return wire.StateCommitted
+		return wire.StateCommitted, ""
 	case epoch < at:
-		return wire.StateFailed
+		return wire.StateFailed, ""
+	case covered && q.Version <= durable:
+		return wire.StateUnknown, fmt.Sprintf("version %d is durable in epoch %d, so epoch %d never holds it", q.Version, at, epoch)
 	}
-	return wire.StateUnknown
+	return wire.StateUnknown, ""
 }
 
 // epochAt is the epoch of the run that holds version v (the last run
@@ -81,9 +93,11 @@ func (h *history) stateOf(durable uint64, q wire.StateQuery) wire.StateAnswer {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.loaded {
-		return wire.StateAnswer{Durable: durable, Text: "the agent has not read the replica's history yet"}
+		return wire.StateAnswer{Text: "the agent has not read the replica's history yet"}
 	}
-	return wire.StateAnswer{State: stateOf(h.runs, h.through, durable, q), Durable: durable}
+	state, forGood := stateOf(h.runs, h.through, durable, q)
+	final := state == wire.StateDurable || state == wire.StateFailed || forGood != ""
+	return wire.StateAnswer{State: state, Final: final, Durable: durable, Text: forGood}
 }
 
 // epochOf is the epoch the history holds at version v (0 if none).
@@ -102,12 +116,18 @@ func (c *backendConn) txnState(q wire.StateQuery) wire.StateAnswer {
 	return a
 }
 
+// judgeState judges q by the current run's history and the durable
+// version its admitted streams carried; not while the certifier has not
+// admitted the history (admission.go).
 func (a *Agent) judgeState(q wire.StateQuery) wire.StateAnswer {
-	durable := a.certifierDurable()
 	r := a.currentRun()
 	if r == nil {
 		state, why := a.State()
-		return wire.StateAnswer{Durable: durable, Text: "the tashkent agent is " + string(state) + ": " + why}
+		return wire.StateAnswer{Text: "the tashkent agent is " + string(state) + ": " + why}
+	}
+	durable, why := r.admission.durableVersion()
+	if why != "" {
+		return wire.StateAnswer{Text: why}
 	}
 	return r.history.stateOf(durable, q)
 }

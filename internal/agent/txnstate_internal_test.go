@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strings"
 	"testing"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
@@ -16,40 +17,44 @@ func TestStateOfJudgesByTheHistoryAndTheDurableVersion(t *testing.T) {
 	given := func(v, e uint64) wire.StateQuery { return wire.StateQuery{Version: v, HasEpoch: true, Epoch: e} }
 	none := func(v uint64) wire.StateQuery { return wire.StateQuery{Version: v} }
 	for _, c := range []struct {
-		why  string
-		q    wire.StateQuery
-		want wire.TxnState
+		why     string
+		q       wire.StateQuery
+		want    wire.TxnState
+		forGood bool
 	}{
-		{"the history's epoch at a durable version", given(20, 3), wire.StateDurable},
-		{"the first version of a run", given(50, 5), wire.StateDurable},
-		{"covered, above the durable version", given(115, 7), wire.StateCommitted},
-		{"no epoch: the history's at the version", none(60), wire.StateDurable},
-		{"no epoch, above the durable version", none(115), wire.StateCommitted},
-		{"no epoch, beyond what the history covers", none(121), wire.StateUnknown},
-		{"an older epoch than the one at the version: its run ended before it", given(60, 3), wire.StateFailed},
-		{"an older epoch with no run, where a later epoch began", given(105, 4), wire.StateFailed},
-		{"an older epoch, beyond what the history covers", given(130, 5), wire.StateFailed},
-		{"the current epoch, beyond what the history covers: not decided yet", given(130, 7), wire.StateUnknown},
-		{"a newer epoch than the one at a covered version", given(20, 5), wire.StateUnknown},
-		{"an epoch the replica has not seen", given(130, 9), wire.StateUnknown},
-		{"a newer epoch with no run, below where a later one began", given(20, 4), wire.StateUnknown},
+		{"the history's epoch at a durable version", given(20, 3), wire.StateDurable, false},
+		{"the first version of a run", given(50, 5), wire.StateDurable, false},
+		{"covered, above the durable version", given(115, 7), wire.StateCommitted, false},
+		{"no epoch: the history's at the version", none(60), wire.StateDurable, false},
+		{"no epoch, above the durable version", none(115), wire.StateCommitted, false},
+		{"no epoch, beyond what the history covers", none(121), wire.StateUnknown, false},
+		{"an older epoch than the one at the version: its run ended before it", given(60, 3), wire.StateFailed, false},
+		{"an older epoch with no run, where a later epoch began", given(105, 4), wire.StateFailed, false},
+		{"an older epoch, beyond what the history covers", given(130, 5), wire.StateFailed, false},
+		{"the current epoch, beyond what the history covers: not decided yet", given(130, 7), wire.StateUnknown, false},
+		{"a newer epoch than the one at a covered durable version", given(20, 5), wire.StateUnknown, true},
+		{"a newer epoch than the one at a covered version above the durable one", given(115, 9), wire.StateUnknown, false},
+		{"an epoch the replica has not seen", given(130, 9), wire.StateUnknown, false},
+		{"a newer epoch with no run, below where a later one began", given(20, 4), wire.StateUnknown, true},
 	} {
-		if got := stateOf(runs, through, durable, c.q); got != c.want {
-			t.Errorf("%s: %+v is %v, want %v", c.why, c.q, got, c.want)
+		got, forGood := stateOf(runs, through, durable, c.q)
+		if got != c.want || (forGood != "") != c.forGood {
+			t.Errorf("%s: %+v is %v (for good: %q), want %v (for good: %v)", c.why, c.q, got, forGood, c.want, c.forGood)
 		}
 	}
 }
 
-// A version below the history's first run, or any version of a replica
-// without a history, has no record here: unknown, whatever the epoch.
+// A version below the history's first run has no record here: unknown
+// for good, whatever the epoch. Any version of a replica without a run
+// yet is unknown until one comes.
 func TestStateOfIsUnknownWithoutARecord(t *testing.T) {
 	runs := []*pb.EpochRun{{Epoch: 7, FirstVersion: 100}}
 	for _, q := range []wire.StateQuery{{Version: 50, HasEpoch: true, Epoch: 3}, {Version: 50}, {Version: 99, HasEpoch: true, Epoch: 7}} {
-		if got := stateOf(runs, 120, 120, q); got != wire.StateUnknown {
-			t.Errorf("%+v below the history's first run: %v, want unknown", q, got)
+		if got, forGood := stateOf(runs, 120, 120, q); got != wire.StateUnknown || !strings.Contains(forGood, "begins at version 100") {
+			t.Errorf("%+v below the history's first run: %v (%q), want unknown for good, saying where the history begins", q, got, forGood)
 		}
-		if got := stateOf(nil, 120, 120, q); got != wire.StateUnknown {
-			t.Errorf("%+v without a history: %v, want unknown", q, got)
+		if got, forGood := stateOf(nil, 120, 120, q); got != wire.StateUnknown || forGood != "" {
+			t.Errorf("%+v without a run: %v (%q), want unknown, not for good", q, got, forGood)
 		}
 	}
 }
@@ -62,10 +67,43 @@ func TestHistoryAnswersOnceLoaded(t *testing.T) {
 		t.Fatalf("a history not read yet answered %+v, want unavailable with why", a)
 	}
 	h.runs, h.loaded, h.through = []*pb.EpochRun{{Epoch: 3, FirstVersion: 1}, {Epoch: 5, FirstVersion: 8}}, true, 9
-	if a := h.stateOf(10, wire.StateQuery{Version: 9}); a.State != wire.StateDurable || a.Durable != 10 {
-		t.Fatalf("version 9 of a history covering it: %+v, want durable with durable version 10", a)
+	if a := h.stateOf(10, wire.StateQuery{Version: 9}); a.State != wire.StateDurable || !a.Final || a.Durable != 10 {
+		t.Fatalf("version 9 of a history covering it: %+v, want durable (final) with durable version 10", a)
+	}
+	if a := h.stateOf(8, wire.StateQuery{Version: 9}); a.State != wire.StateCommitted || a.Final {
+		t.Fatalf("version 9 above the durable version: %+v, want committed, not final", a)
+	}
+	if a := h.stateOf(10, wire.StateQuery{Version: 9, HasEpoch: true, Epoch: 6}); a.State != wire.StateUnknown || !a.Final || a.Text == "" {
+		t.Fatalf("version 9 in an epoch newer than its durable one: %+v, want unknown, final, with why", a)
 	}
 	if e := h.epochOf(7); e != 3 {
 		t.Fatalf("the epoch at version 7 is %d, want 3", e)
+	}
+}
+
+// txn_state is judged only on a history the certifier admitted, by the
+// durable version of the admitted streams: not before the first message
+// of a stream, nor after a refusal (a replica that must be rewound or
+// rebuilt may hold failed versions that another epoch's durable version
+// passed), until a stream admits it again.
+func TestTxnStateAnswersOnlyOnAnAdmittedHistory(t *testing.T) {
+	a := &Agent{durable: newDurableWatch(), state: StateCatchingUp}
+	r := &run{a: a, history: &history{runs: []*pb.EpochRun{{Epoch: 3, FirstVersion: 1}}, loaded: true, through: 9}}
+	a.run = r
+	q := wire.StateQuery{Version: 9, HasEpoch: true, Epoch: 3}
+	if got := a.judgeState(q); got.State != wire.StateUnavailable || !strings.Contains(got.Text, "not admitted") {
+		t.Fatalf("before the stream's first message: %+v, want unavailable, not admitted yet", got)
+	}
+	r.admission.heard(10)
+	if got := a.judgeState(q); got.State != wire.StateDurable || got.Durable != 10 {
+		t.Fatalf("once admitted at durable version 10: %+v, want durable", got)
+	}
+	r.admission.refuse("needs state transfer: another history")
+	if got := a.judgeState(q); got.State != wire.StateUnavailable || !strings.Contains(got.Text, "another history") || got.Durable != 0 {
+		t.Fatalf("after a refusal: %+v, want unavailable naming the refusal, no durable version", got)
+	}
+	r.admission.heard(8)
+	if got := a.judgeState(q); got.State != wire.StateDurable || got.Durable != 10 {
+		t.Fatalf("admitted again: %+v, want durable by the highest durable version heard (10)", got)
 	}
 }

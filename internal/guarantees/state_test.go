@@ -2,6 +2,7 @@ package guarantees_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/clustertest"
 	"github.com/tashkent-db/tashkent/internal/pgcode"
+	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
 
 // startWithANote starts a cluster of n replicas with a table notes, writes
@@ -49,22 +51,6 @@ func txnState(t *testing.T, conn *pgx.Conn, version, epoch int64) string {
 	return s
 }
 
-// awaitDurableVersionAtLeast polls tashkent.durable_version() on conn
-// until it reaches v.
-func awaitDurableVersionAtLeast(t *testing.T, conn *pgx.Conn, v int64) {
-	t.Helper()
-	var got *int64
-	for deadline := time.Now().Add(convergeLimit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if err := conn.QueryRow(context.Background(), `SELECT tashkent.durable_version()`).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got != nil && *got >= v {
-			return
-		}
-	}
-	t.Fatalf("durable_version() is %v, want at least %d within %v", got, v, convergeLimit)
-}
-
 // insertOnceTheCertifierServes retries an insert on conn until the
 // certifier takes it (a restarted one), and returns last_commit().
 func insertOnceTheCertifierServes(t *testing.T, conn *pgx.Conn, k int) (version, epoch int64) {
@@ -88,7 +74,8 @@ func insertOnceTheCertifierServes(t *testing.T, conn *pgx.Conn, k int) (version,
 // the certifier begins a new epoch: a version of it named with the older
 // epoch is failed (the older epoch's run ended before it), an older
 // version named with the newer epoch is unknown (that epoch never held
-// it), and each transaction named rightly stays durable.
+// it: a wait for it fails at once), and each transaction named rightly
+// stays durable.
 func TestTxnStateAndWaitDurable(t *testing.T) {
 	c, first, v1, e1 := startWithANote(t, 2)
 	ctx := context.Background()
@@ -116,7 +103,7 @@ func TestTxnStateAndWaitDurable(t *testing.T) {
 	if took := time.Since(began); took > 5*time.Second {
 		t.Fatalf("wait_durable of a durable version took %v", took)
 	}
-	awaitDurableVersionAtLeast(t, first, v1)
+	pgtest.AwaitDurableVersion(t, first, v1, convergeLimit)
 
 	// any role may ask, on any replica
 	execSQL(t, first, `CREATE ROLE reader LOGIN`)
@@ -166,6 +153,14 @@ func TestTxnStateAndWaitDurable(t *testing.T) {
 	if err := first.QueryRow(ctx, `SELECT tashkent.wait_durable($1, 10000, $2)`, v2, e1).Scan(&s); err != nil || s != "failed" {
 		t.Fatalf("wait_durable(%d, 10000, %d) of a version another epoch holds: %q, %v; want failed", v2, e1, s, err)
 	}
+	began = time.Now()
+	_, err = first.Exec(ctx, `SELECT tashkent.wait_durable($1, 10000, $2)`, v1, e2)
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.InvalidParameterValue || !strings.Contains(pe.Message, fmt.Sprintf("version %d of epoch %d", v1, e2)) {
+		t.Fatalf("wait_durable(%d, 10000, %d), a version durable in epoch %d: %v; want 22023 at once naming the pair", v1, e2, e1, err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("wait_durable(%d, 10000, %d), whose state can never change, took %v", v1, e2, took)
+	}
 }
 
 // The durability feed follows the agent through a restart: while the
@@ -175,7 +170,7 @@ func TestTxnStateAndWaitDurable(t *testing.T) {
 func TestTheDurabilityFeedFollowsARestartedAgent(t *testing.T) {
 	c, conn, v1, _ := startWithANote(t, 1)
 	ctx := context.Background()
-	awaitDurableVersionAtLeast(t, conn, v1)
+	pgtest.AwaitDurableVersion(t, conn, v1, convergeLimit)
 
 	c.StopAgent(0)
 	var kept int64
@@ -194,7 +189,7 @@ func TestTheDurabilityFeedFollowsARestartedAgent(t *testing.T) {
 		execSQL(t, writer, `INSERT INTO notes VALUES ($1, 'after')`, k)
 	}
 	v2, _ = lastCommit(t, writer)
-	awaitDurableVersionAtLeast(t, conn, v2)
+	pgtest.AwaitDurableVersion(t, conn, v2, convergeLimit)
 	if log := c.DBs[0].LogTail(100000); strings.Count(log, "tashkent durability feed: following the agent") < 2 {
 		t.Fatalf("the server log does not show the feed following the agent again after its restart:\n%s", log)
 	}

@@ -62,9 +62,9 @@ type Agent struct {
 	syncs        []wire.Sync
 	state        func(q wire.StateQuery) wire.StateAnswer
 	stateQueries []wire.StateQuery
-	// feeds are the durability feeds' connections; durable, if set, is
-	// sent to each.
-	feeds   map[net.Conn]struct{}
+	// feeds are the durability feeds' connections, with their pids;
+	// durable, if set, is sent to each.
+	feeds   map[net.Conn]int32
 	durable *uint64
 }
 
@@ -81,7 +81,7 @@ func Start(t testing.TB, opts ...pgtest.Option) *Agent {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{t: t, Socket: filepath.Join(dir, "agent.sock"), next: 1, feeds: map[net.Conn]struct{}{}}
+	a := &Agent{t: t, Socket: filepath.Join(dir, "agent.sock"), next: 1, feeds: map[net.Conn]int32{}}
 	a.decide = func(r Request, next uint64) wire.Decision { return wire.Decision{Kind: wire.Commit, Version: next} }
 	if a.ln, err = net.Listen("unix", a.Socket); err != nil {
 		t.Fatal(err)
@@ -155,7 +155,8 @@ func (a *Agent) Syncs() []wire.Sync {
 	return append([]wire.Sync(nil), a.syncs...)
 }
 
-// SetState replaces the answer to a StateQuery.
+// SetState replaces the answer to a StateQuery; f may sleep, as a
+// stalled agent would.
 func (a *Agent) SetState(f func(q wire.StateQuery) wire.StateAnswer) {
 	a.mu.Lock()
 	a.state = f
@@ -186,6 +187,17 @@ func (a *Agent) Feeds() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.feeds)
+}
+
+// FeedPIDs are the pids the connected durability feeds said hello with.
+func (a *Agent) FeedPIDs() []int32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	pids := make([]int32, 0, len(a.feeds))
+	for _, pid := range a.feeds {
+		pids = append(pids, pid)
+	}
+	return pids
 }
 
 // SetWelcomeDelay makes the stand-in wait d before it answers a hello.
@@ -230,7 +242,7 @@ func (a *Agent) serve(c net.Conn) {
 		case wire.Hello:
 			pid = m.PID
 			if m.Role == wire.RoleFeed {
-				a.feed(c)
+				a.feed(c, m.PID)
 				continue
 			}
 			a.mu.Lock()
@@ -271,11 +283,12 @@ func (a *Agent) serve(c net.Conn) {
 		case wire.StateQuery:
 			a.mu.Lock()
 			a.stateQueries = append(a.stateQueries, m)
-			answer := wire.StateAnswer{State: wire.StateUnknown}
-			if a.state != nil {
-				answer = a.state(m)
-			}
+			state := a.state
 			a.mu.Unlock()
+			answer := wire.StateAnswer{State: wire.StateUnknown}
+			if state != nil {
+				answer = state(m) // unlocked: it may take its time
+			}
 			c.Write(wire.Encode(answer))
 		}
 	}
@@ -283,13 +296,13 @@ func (a *Agent) serve(c net.Conn) {
 
 // feed welcomes a durability feed, sends it the durable version if one
 // was set, and keeps it until its connection closes.
-func (a *Agent) feed(c net.Conn) {
+func (a *Agent) feed(c net.Conn, pid int32) {
 	a.mu.Lock()
 	c.Write(wire.Encode(wire.Welcome{Accepted: true}))
 	if a.durable != nil {
 		c.Write(wire.Encode(wire.Durable{Version: *a.durable}))
 	}
-	a.feeds[c] = struct{}{}
+	a.feeds[c] = pid
 	a.mu.Unlock()
 	c.Read(make([]byte, 1)) // the feed sends nothing more: returns at the close
 	a.mu.Lock()

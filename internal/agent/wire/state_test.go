@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,8 +31,8 @@ func TestStateAndFeedFramesAreLaidOutAsTheBackendExpects(t *testing.T) {
 	}{
 		{wire.StateQuery{Version: 0x0102030405060708, HasEpoch: true, Epoch: 9},
 			[]byte{0, 0, 0, 18, 'Q', 1, 2, 3, 4, 5, 6, 7, 8, 1, 0, 0, 0, 0, 0, 0, 0, 9}},
-		{wire.StateAnswer{State: wire.StateFailed, Durable: 7, Text: "ab"},
-			[]byte{0, 0, 0, 14, 'q', 3, 0, 0, 0, 0, 0, 0, 0, 7, 0, 2, 'a', 'b'}},
+		{wire.StateAnswer{State: wire.StateFailed, Final: true, Durable: 7, Text: "ab"},
+			[]byte{0, 0, 0, 15, 'q', 3, 1, 0, 0, 0, 0, 0, 0, 0, 7, 0, 2, 'a', 'b'}},
 		{wire.Durable{Version: 0x0a0b},
 			[]byte{0, 0, 0, 9, 'V', 0, 0, 0, 0, 0, 0, 0x0a, 0x0b}},
 		{wire.Failed{After: 0x0c0d},
@@ -52,7 +53,7 @@ func TestStateAndFeedFramesAreLaidOutAsTheBackendExpects(t *testing.T) {
 	}
 	for name, frame := range map[string][]byte{
 		"short state query":  {0, 0, 0, 10, 'Q', 0, 0, 0, 0, 0, 0, 0, 1, 1},
-		"short state answer": {0, 0, 0, 10, 'q', 1, 0, 0, 0, 0, 0, 0, 0, 1},
+		"short state answer": {0, 0, 0, 11, 'q', 1, 0, 0, 0, 0, 0, 0, 0, 0, 1},
 		"short durable":      {0, 0, 0, 5, 'V', 0, 0, 0, 1},
 	} {
 		typ, p, err := wire.ReadFrame(bufio.NewReader(bytes.NewReader(frame)), 1<<20)
@@ -63,21 +64,6 @@ func TestStateAndFeedFramesAreLaidOutAsTheBackendExpects(t *testing.T) {
 			t.Errorf("%s: got %v, want ErrMalformed", name, err)
 		}
 	}
-}
-
-// awaitDurableVersion polls tashkent.durable_version() until it is want.
-func awaitDurableVersion(t *testing.T, c *pgx.Conn, want int64) {
-	t.Helper()
-	var got *int64
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if err := c.QueryRow(context.Background(), `SELECT tashkent.durable_version()`).Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got != nil && *got == want {
-			return
-		}
-	}
-	t.Fatalf("durable_version() is %v, want %d", got, want)
 }
 
 func awaitFeed(t *testing.T, a *agenttest.Agent) {
@@ -94,22 +80,65 @@ func awaitFeed(t *testing.T, a *agenttest.Agent) {
 // lower than before (durability is a prefix that only grows: Kashi
 // §2.2.1, property 2); NULL before the agent said anything.
 func TestTheDurabilityFeedCarriesTheDurableVersion(t *testing.T) {
-	ctx := context.Background()
 	a := agenttest.Start(t)
 	c := a.Connect("postgres")
 	awaitFeed(t, a)
-	var null *int64
-	if err := c.QueryRow(ctx, `SELECT tashkent.durable_version()`).Scan(&null); err != nil || null != nil {
-		t.Fatalf("durable_version() before the agent said anything: %v, %v; want NULL", null, err)
+	if got := pgtest.DurableVersion(t, c); got != nil {
+		t.Fatalf("durable_version() before the agent said anything: %s; want NULL", pgtest.ShowVersion(got))
 	}
 	a.SetDurable(42)
-	awaitDurableVersion(t, c, 42)
+	pgtest.AwaitDurableVersion(t, c, 42, 30*time.Second)
+	// 40, then 43 after a while on the same connection: until 43 shows,
+	// every read is taken after 40 arrived or before, and none may be
+	// below 42
 	a.SetDurable(40)
-	time.Sleep(300 * time.Millisecond)
-	var got int64
-	if err := c.QueryRow(ctx, `SELECT tashkent.durable_version()`).Scan(&got); err != nil || got != 42 {
-		t.Fatalf("durable_version() after the agent said 40: %d, %v; want 42, the highest heard", got, err)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		a.SetDurable(43)
+	}()
+	reads := 0
+	for deadline := time.Now().Add(30 * time.Second); ; reads++ {
+		got := pgtest.DurableVersion(t, c)
+		if got == nil || *got < 42 {
+			t.Fatalf("durable_version() after the agent said 40: %s; want 42, the highest heard", pgtest.ShowVersion(got))
+		}
+		if *got == 43 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("durable_version() is %d 30s after the agent said 43", *got)
+		}
 	}
+	if reads < 10 {
+		t.Fatalf("only %d reads while the agent said 40, then 43: too few to see a lower value", reads)
+	}
+}
+
+// The postmaster starts the durability feed again when it dies: once
+// terminated (SIGTERM), it connects to the agent again and carries the durable
+// version on.
+func TestTheDurabilityFeedComesBackAfterItIsTerminated(t *testing.T) {
+	a := agenttest.Start(t)
+	c := a.Connect("postgres")
+	awaitFeed(t, a)
+	a.SetDurable(10)
+	pgtest.AwaitDurableVersion(t, c, 10, 30*time.Second)
+	// SIGTERM, as pg_terminate_backend sends; which cannot reach the feed:
+	// a worker without a database is not in the server's process array
+	first := a.FeedPIDs()[0]
+	if err := syscall.Kill(int(first), syscall.SIGTERM); err != nil {
+		t.Fatalf("terminate the feed (pid %d): %v", first, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if pids := a.FeedPIDs(); len(pids) == 1 && pids[0] != first {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new durability feed connected 30s after the first one (pid %d) was terminated: %v", first, a.FeedPIDs())
+		}
+	}
+	a.SetDurable(20)
+	pgtest.AwaitDurableVersion(t, c, 20, 30*time.Second)
 }
 
 // tashkent.last_commit() is the session's last writing commit with the
@@ -207,8 +236,8 @@ func awaitExtensionWaitOf(t *testing.T, admin, c *pgx.Conn) {
 
 // tashkent.wait_durable returns as soon as the agent says durable or
 // failed. While it says committed, the backend sleeps until the feed
-// brings the version (its latch is set: no polling), asks again, and
-// returns; after its timeout it fails with TK004 and a hint; a cancel and
+// brings the version (its latch is set; it asks again without one only
+// after 4s), asks again, and returns; after its timeout it fails with TK004 and a hint; a cancel and
 // statement_timeout end it.
 func TestWaitDurableWakesWhenTheFeedBringsTheVersion(t *testing.T) {
 	ctx := context.Background()
@@ -240,8 +269,8 @@ func TestWaitDurableWakesWhenTheFeedBringsTheVersion(t *testing.T) {
 	if err := <-waited; err != nil || got != "durable" {
 		t.Fatalf("wait_durable while the version became durable: %q, %v", got, err)
 	}
-	// without a wake-up, the wait would ask again only after a second
-	if took := time.Since(advanced); took > 700*time.Millisecond {
+	// without a wake-up, the wait would ask again only after 4s
+	if took := time.Since(advanced); took > 1500*time.Millisecond {
 		t.Fatalf("wait_durable returned %v after the feed brought the version: the feed did not wake it", took)
 	}
 	if n := len(a.StateQueries()) - asked; n != 1 {
@@ -266,6 +295,97 @@ func TestWaitDurableWakesWhenTheFeedBringsTheVersion(t *testing.T) {
 	}
 	if _, err := c.Exec(ctx, `SET statement_timeout = 100; SELECT tashkent.wait_durable(60, 60000)`, pgx.QueryExecModeSimpleProtocol); pgcode.Of(err) != pgcode.QueryCanceled {
 		t.Fatalf("wait_durable past statement_timeout: %v, want 57014", err)
+	}
+}
+
+// Where the agent's durable version has passed the version but its
+// history does not reach it yet (it is catching up), no advance is coming
+// to wake the wait: wait_durable asks again after short sleeps, returns
+// soon after the history reaches the version, and does not ask in a busy
+// loop meanwhile. If the history never reaches it, TK004 says that the
+// state is still unknown although the durable version passed it.
+func TestWaitDurableAsksAgainWhileTheHistoryIsBehind(t *testing.T) {
+	ctx := context.Background()
+	a := agenttest.Start(t)
+	c := a.Connect("postgres")
+	caughtUp := time.Now().Add(400 * time.Millisecond)
+	a.SetState(func(q wire.StateQuery) wire.StateAnswer {
+		if time.Now().Before(caughtUp) {
+			return wire.StateAnswer{State: wire.StateUnknown, Durable: 50}
+		}
+		return wire.StateAnswer{State: wire.StateDurable, Final: true, Durable: 50}
+	})
+	began := time.Now()
+	var got string
+	if err := c.QueryRow(ctx, `SELECT tashkent.wait_durable(45, 10000)`).Scan(&got); err != nil || got != "durable" {
+		t.Fatalf("wait_durable while the history catches up: %q, %v", got, err)
+	}
+	if took := time.Since(began); took > 1500*time.Millisecond {
+		t.Fatalf("wait_durable returned %v after it began, the history reaching the version at 400ms: it did not ask again soon", took)
+	}
+	if n := len(a.StateQueries()); n < 3 || n > 40 {
+		t.Fatalf("wait_durable asked the agent %d times in about 400ms; want a few (short sleeps, no busy loop)", n)
+	}
+
+	a.SetState(func(wire.StateQuery) wire.StateAnswer { return wire.StateAnswer{State: wire.StateUnknown, Durable: 50} })
+	_, err := c.Exec(ctx, `SELECT tashkent.wait_durable(45, 300)`)
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.VersionWaitTimedOut ||
+		!strings.Contains(pe.Message, "still unknown") || !strings.Contains(pe.Message, "durable version (50) has passed it") || pe.Detail == "" {
+		t.Fatalf("wait_durable past its timeout while the durable version passed the version: %v; want TK004 saying the state is still unknown although the durable version passed it", err)
+	}
+}
+
+// An 'unknown' that the agent marks final (a version before the
+// replica's history, say) can never change: wait_durable fails at once
+// with 22023 naming the pair and why, whatever its timeout; txn_state
+// answers unknown.
+func TestWaitDurableDoesNotWaitForAnUnknownThatStays(t *testing.T) {
+	ctx := context.Background()
+	a := agenttest.Start(t)
+	c := a.Connect("postgres")
+	const why = "this replica's history begins at version 100 (epoch 7): it holds no record of earlier versions"
+	a.SetState(func(wire.StateQuery) wire.StateAnswer {
+		return wire.StateAnswer{State: wire.StateUnknown, Final: true, Durable: 120, Text: why}
+	})
+	began := time.Now()
+	_, err := c.Exec(ctx, `SELECT tashkent.wait_durable(20, 5000, 3)`)
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.InvalidParameterValue || !strings.Contains(pe.Message, "version 20 of epoch 3") || !strings.Contains(pe.Message, why) {
+		t.Fatalf("wait_durable of an unknown that stays: %v; want 22023 naming version 20 of epoch 3 and why", err)
+	}
+	if took := time.Since(began); took > 2*time.Second {
+		t.Fatalf("wait_durable of an unknown that stays took %v: it waited", took)
+	}
+	var got string
+	if err := c.QueryRow(ctx, `SELECT tashkent.txn_state(20, 3)`).Scan(&got); err != nil || got != "unknown" {
+		t.Fatalf("txn_state of an unknown that stays: %q, %v; want unknown", got, err)
+	}
+}
+
+// A question to the agent gets no more time than the wait it serves
+// (100ms at least): against an agent that stalls, wait_durable(v, 100)
+// ends with TK004 near 100ms, saying the agent did not answer, and the
+// next question is answered on a new connection.
+func TestWaitDurableEndsOnTimeWhenTheAgentStalls(t *testing.T) {
+	ctx := context.Background()
+	a := agenttest.Start(t)
+	c := a.Connect("postgres")
+	a.SetState(func(wire.StateQuery) wire.StateAnswer {
+		time.Sleep(3 * time.Second)
+		return wire.StateAnswer{State: wire.StateCommitted, Durable: 50}
+	})
+	began := time.Now()
+	_, err := c.Exec(ctx, `SELECT tashkent.wait_durable(60, 100)`)
+	took := time.Since(began)
+	if pe := pgError(err); pe == nil || pe.Code != pgcode.VersionWaitTimedOut || !strings.Contains(pe.Message, "did not answer in time") {
+		t.Fatalf("wait_durable(60, 100) against a stalled agent: %v; want TK004 saying the agent did not answer in time", err)
+	}
+	if took > 1500*time.Millisecond {
+		t.Fatalf("wait_durable(60, 100) against a stalled agent took %v; want about 100ms", took)
+	}
+	a.SetState(answerAt(60))
+	var got string
+	if err := c.QueryRow(ctx, `SELECT tashkent.wait_durable(60, 10000)`).Scan(&got); err != nil || got != "durable" {
+		t.Fatalf("wait_durable once the agent answers again: %q, %v", got, err)
 	}
 }
 
@@ -313,10 +433,40 @@ func TestWithoutAnAgentTheFeedRetriesQuietlyAndTheFunctionsSaySo(t *testing.T) {
 	if err := os.Chmod(socket, 0o777); err != nil {
 		t.Fatal(err)
 	}
+	// an agent that takes the feed and drops it at once is as good as none
+	if n := welcomeAndDropFeeds(t, ln, 2500*time.Millisecond); n == 0 {
+		t.Fatal("the feed did not try the agent's socket in 2.5s")
+	}
+	log := readLog(t, srv.LogPath())
+	if n := strings.Count(log, unreachable); n != 1 || strings.Contains(log, "following the agent") {
+		t.Fatalf("after an agent that drops the feed: the server log says %d times that the feed cannot reach the agent (want once), following it: %v",
+			n, strings.Contains(log, "following the agent"))
+	}
 	go serveOneFeed(t, ln, 7)
-	awaitDurableVersion(t, c, 7)
+	pgtest.AwaitDurableVersion(t, c, 7, 30*time.Second)
 	if log := readLog(t, srv.LogPath()); !strings.Contains(log, "tashkent durability feed: following the agent at") {
 		t.Fatalf("the server log does not say the feed reached the agent:\n%s", log)
+	}
+}
+
+// welcomeAndDropFeeds welcomes each feed that connects within d and
+// closes its connection at once; it returns how many came.
+func welcomeAndDropFeeds(t *testing.T, ln net.Listener, d time.Duration) int {
+	t.Helper()
+	ul := ln.(*net.UnixListener)
+	ul.SetDeadline(time.Now().Add(d))
+	defer ul.SetDeadline(time.Time{})
+	n := 0
+	for {
+		nc, err := ul.Accept()
+		if err != nil {
+			return n
+		}
+		if _, _, err := wire.ReadFrame(bufio.NewReader(nc), 1<<10); err == nil {
+			nc.Write(wire.Encode(wire.Welcome{Accepted: true}))
+			n++
+		}
+		nc.Close()
 	}
 }
 

@@ -30,11 +30,12 @@
 //	  's' Synced    u8 known, u64 durable version, u16 length + text
 //	  'k' Held      u8 held, u64 version, u16 length + text
 //	  'q' StateAnswer
-//	                u8 state, u64 durable version, u16 length + text
+//	                u8 state, u8 final, u64 durable version,
+//	                u16 length + text
 //	agent -> durability feed (RoleFeed), after its Welcome
 //	  'V' Durable   u64 the certifier's durable version: at once, then at
-//	                each advance (only the latest, to a feed that reads
-//	                slowly)
+//	                each advance (only the latest, once the socket's
+//	                buffer is full: the agent never waits for a feed)
 //	  'X' Failed    u64 every version above it failed (math.MaxUint64:
 //	                none is known to): at once, then at each change, before
 //	                any 'V' that follows the change
@@ -212,9 +213,14 @@ type StateQuery struct {
 // StateAnswer answers a StateQuery, with the certifier's durable version
 // as the agent knows it.
 type StateAnswer struct {
-	State   TxnState
+	State TxnState
+	// Final: the state never changes on this replica (durable, failed,
+	// or unknown for good: tashkent.wait_durable does not wait for it).
+	Final   bool
 	Durable uint64
-	Text    string // why not, when StateUnavailable
+	// Text says why the agent cannot judge (StateUnavailable), or why a
+	// final unknown stays unknown.
+	Text string
 }
 
 // Durable tells the durability feed the certifier's durable version.
@@ -306,7 +312,7 @@ func Decode(typ byte, p []byte) (Message, error) {
 	case 'Q':
 		m = StateQuery{Version: d.u64(), HasEpoch: d.u8() != 0, Epoch: d.u64()}
 	case 'q':
-		m = StateAnswer{State: TxnState(d.u8()), Durable: d.u64(), Text: d.text(int(d.u16()))}
+		m = StateAnswer{State: TxnState(d.u8()), Final: d.u8() != 0, Durable: d.u64(), Text: d.text(int(d.u16()))}
 	case 'V':
 		m = Durable{Version: d.u64()}
 	case 'X':
@@ -377,6 +383,7 @@ func Encode(m Message) []byte {
 		e.u64(m.Epoch)
 	case StateAnswer:
 		e.u8(uint8(m.State))
+		e.u8(boolByte(m.Final))
 		e.u64(m.Durable)
 		e.text16(m.Text)
 	case Durable:

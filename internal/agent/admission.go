@@ -1,0 +1,55 @@
+package agent
+
+import "sync"
+
+// admission is what the run's certifier streams said of the replica's
+// history: whether the certifier admitted it, and the certifier's durable
+// version as the admitted streams' messages carried it. Every stream of
+// the run opens with the history (certclient.Options.History), and the
+// certifier judges a session (certifier.Admit) before it sends anything,
+// so a stream's first message admits the history it opened with.
+//
+// Until then, and after a refusal, a durable version says nothing about
+// this replica: one that must be rewound or rebuilt may hold versions
+// that the certifier's log gives to other transactions, and judged with
+// that certifier's durable version, a failed (version, epoch) it holds
+// would read as durable once the durable version passed it. So
+// tashkent.txn_state does not answer (txnstate.go), and the durability
+// feeds hear nothing new (feed.go), until a stream admits the history
+// again.
+type admission struct {
+	mu       sync.Mutex
+	admitted bool
+	durable  uint64
+	refused  string // why the last stream was refused, "" if none was since one admitted
+}
+
+// heard records a message of an admitted stream, with the certifier's
+// durable version.
+func (a *admission) heard(durable uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.admitted, a.refused = true, ""
+	a.durable = max(a.durable, durable)
+}
+
+// refuse records that a stream was refused, and why.
+func (a *admission) refuse(why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.admitted, a.refused = false, why
+}
+
+// durableVersion is the certifier's durable version to judge the
+// history by, or why there is none.
+func (a *admission) durableVersion() (uint64, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.admitted:
+		return a.durable, ""
+	case a.refused != "":
+		return 0, "the certifier refused this replica's history (" + a.refused + ")"
+	}
+	return 0, "the certifier has not admitted this replica's history yet (the agent is starting)"
+}
