@@ -172,7 +172,6 @@ transaction_is_safe(void)
 void
 tk_safe_commit_choose(uint64 version, uint64 epoch, uint64 durable_when_decided)
 {
-	uint64		durable = 0;
 	bool		safe;
 
 	if (!tk_mode_ed())
@@ -180,7 +179,7 @@ tk_safe_commit_choose(uint64 version, uint64 epoch, uint64 durable_when_decided)
 	safe = transaction_is_safe();
 	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
-	if (version <= durable_when_decided || (tk_durable_get(&durable) && version <= durable))
+	if (version <= durable_when_decided || tk_durable_reached(version))
 		return;
 	if (!safe)
 	{
@@ -275,7 +274,6 @@ tk_safe_commit_wait(void)
 	safe_version = safe_epoch = 0;
 	for (;;)
 	{
-		uint64		durable;
 		int			rc;
 
 		ResetLatch(MyLatch);
@@ -286,7 +284,7 @@ tk_safe_commit_wait(void)
 			send_failed(version, epoch);
 			break;
 		}
-		if (tk_durable_get(&durable) && durable >= version)
+		if (tk_durable_reached(version))
 			break;
 		if (ProcDiePending)
 		{
@@ -385,13 +383,12 @@ tk_safe_read_wait(void)
 	read_waiting = true;
 	for (;;)
 	{
-		uint64		durable;
 
 		ResetLatch(MyLatch);
 		tk_durable_wait_begin(bound);
 		if (bound > tk_failed_after())
 			read_failed(bound);
-		if (tk_durable_get(&durable) && durable >= bound)
+		if (tk_durable_reached(bound))
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1, PG_WAIT_EXTENSION);
 		CHECK_FOR_INTERRUPTS();
@@ -426,7 +423,6 @@ void
 tk_safe_report_failed_fast_commit(void)
 {
 	uint32		failures;
-	uint64		durable;
 	uint64		from;
 
 	if (fast_last.version == 0)
@@ -434,7 +430,7 @@ tk_safe_report_failed_fast_commit(void)
 	failures = pg_atomic_read_u32(&tk_shared->failures);
 	if (failures == fast_last.failures)
 	{
-		if (tk_durable_get(&durable) && durable >= fast_last.version)
+		if (tk_durable_reached(fast_last.version))
 			fast_last.version = 0;
 		return;
 	}
