@@ -57,8 +57,9 @@ tashkent_register_applier(PG_FUNCTION_ARGS)
 
 /*
  * Versions are applied neither in a rewind's undo nor between its
- * rewind_begin and its finish (rewind.c): they would commit on rows that
- * are being taken back to another version.
+ * rewind_begin and its finish (rewind.c), nor while a marker left by a
+ * stop between the two says a finish is due: they would commit on rows
+ * that are being taken back to another version.
  */
 static void
 refuse_during_rewind(void)
@@ -66,20 +67,21 @@ refuse_during_rewind(void)
 	bool		rewinding;
 	uint64		target;
 
-	LWLockAcquire(tk_shared->lock, LW_SHARED);
-	rewinding = tk_shared->rewinding;
-	target = tk_shared->rewind_target;
-	LWLockRelease(tk_shared->lock);
 	if (tk_rewind_in_xact())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("this transaction rewinds the replica; it applies no versions")));
+	tk_rewind_refuse_pending_marker();
+	LWLockAcquire(tk_shared->lock, LW_SHARED);
+	rewinding = tk_shared->rewinding;
+	target = tk_shared->rewind_target;
+	LWLockRelease(tk_shared->lock);
 	if (rewinding)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the replica is being rewound to version %llu; no version applies until the rewind finishes",
 						(unsigned long long) target),
-				 errhint("Finish it first: SELECT tashkent.rewind_finish(%llu).", (unsigned long long) target)));
+				 errhint("%s", TK_REWIND_UNDER_WAY_HINT)));
 }
 
 Datum

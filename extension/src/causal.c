@@ -168,7 +168,7 @@ wait_committed(uint64 version, TimestampTz deadline, const char *setting, bool s
 
 			ResetLatch(MyLatch);
 			LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
-			committed = tk_shared->committed;
+			committed = tk_committed_locked();
 			slot->waiting_for = committed < version ? version : 0;
 			if (slot->doom_reason == TK_DOOM_WAITER)
 			{

@@ -433,10 +433,10 @@ xact_callback(XactEvent event, void *arg)
 			at_abort();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
-			if (tk_rewind_in_xact())
+			if (tk_rewind_or_finish_in_xact())
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("PREPARE TRANSACTION is not supported for a rewind")));
+						 errmsg("PREPARE TRANSACTION is not supported for a rewind or its finish")));
 			if (tk_capture_pending())
 				ereport(ERROR,
 						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

@@ -169,12 +169,24 @@ tashkent_release_commits(PG_FUNCTION_ARGS)
  * tashkent.snapshot_version(): the newest version the current snapshot
  * holds: the transaction's under REPEATABLE READ and SERIALIZABLE (taken
  * now if the transaction has none yet), the statement's under READ
- * COMMITTED.
+ * COMMITTED. Refused (55000) while a rewind runs: the rows may be at the
+ * rewind's target or at the version it goes back from, and the answer
+ * (the versions above the floor that the snapshot sees) cannot tell.
  */
 Datum
 tashkent_snapshot_version(PG_FUNCTION_ARGS)
 {
 	Snapshot	snapshot;
+	bool		rewinding;
+
+	LWLockAcquire(tk_shared->lock, LW_SHARED);
+	rewinding = tk_shared->rewinding;
+	LWLockRelease(tk_shared->lock);
+	if (rewinding)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the replica is being rewound: the version of a snapshot taken now is unknown"),
+				 errhint("%s", TK_REWIND_UNDER_WAY_HINT)));
 
 	if (IsolationUsesXactSnapshot() || !ActiveSnapshotSet())
 		snapshot = GetTransactionSnapshot();

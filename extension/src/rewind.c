@@ -13,7 +13,7 @@
  * replica that committed the failed versions (C, v] goes back to a version
  * k <= C and replays (k, C] from the log.
  *
- * The agent undoes the rows (internal/replica/rewind.go): it reads the
+ * The agent undoes the rows (internal/replica/undo.go): it reads the
  * rows of every key that (k, v] wrote through a snapshot it kept pinned at
  * k, and writes them back in one transaction of its applier:
  *
@@ -41,7 +41,14 @@
  * snapshot taken from now on) and the ring of recent versions. It deletes
  * the marker; the turn opens when its transaction commits. A crash between the undo's commit and
  * rewind_finish leaves the marker: the agent calls rewind_finish again at
- * start, which does the same again (it is idempotent).
+ * start, which does the same again (it is idempotent). Until it does, the
+ * first apply_versions after the restart finds the marker and closes the
+ * turn again (tk_rewind_refuse_pending_marker).
+ *
+ * From rewind_begin to the finish's commit, the replica counts its version
+ * as at most the target (tk_committed_locked): a session that waits for a
+ * version above it waits for the versions applied again after the
+ * rewind, and tashkent.snapshot_version() is refused.
  */
 #include "tashkent.h"
 
@@ -163,6 +170,17 @@ tk_rewind_in_xact(void)
 }
 
 /*
+ * tk_rewind_or_finish_in_xact: the current transaction is a rewind's undo
+ * or its finish (neither may be prepared: the turn opens or stays closed
+ * at the transaction's end, which a prepared transaction postpones).
+ */
+bool
+tk_rewind_or_finish_in_xact(void)
+{
+	return rewind_in_xact || finish_in_xact;
+}
+
+/*
  * tk_rewind_xact_end: the transaction ends. The turn opens again when a
  * rewind's undo aborts (it committed nothing, and no marker) and when a
  * rewind's finish commits (its marker is gone). It stays closed when an
@@ -182,6 +200,22 @@ tk_rewind_xact_end(bool committed)
 	tk_shared->rewind_target = 0;
 	wake_turn_waiters();
 	LWLockRelease(tk_shared->lock);
+}
+
+/*
+ * refuse_in_subtransaction: rewind_begin and rewind_finish change shared
+ * state that no rollback takes back (the turn closed; the origin and the
+ * version set back), so they run at the top level, where the transaction's
+ * end alone says whether their marker change committed.
+ */
+static void
+refuse_in_subtransaction(const char *what)
+{
+	if (GetCurrentTransactionNestLevel() > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
+				 errmsg("%s cannot run in a subtransaction (a savepoint, or a PL/pgSQL block with EXCEPTION)", what),
+				 errdetail("What it changes outside the transaction would outlive a rollback to the savepoint.")));
 }
 
 /* pending_rewind reads the marker: false if there is none. Within SPI. */
@@ -249,7 +283,7 @@ begin_barrier(uint64 target, uint64 from)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("a rewind to version %llu is under way on this replica", (unsigned long long) pending),
-				 errhint("Finish it first: SELECT tashkent.rewind_finish(%llu).", (unsigned long long) pending)));
+				 errhint("%s", TK_REWIND_UNDER_WAY_HINT)));
 	}
 	if (committed != from)
 	{
@@ -281,11 +315,12 @@ tashkent_rewind_begin(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_TK_NOT_APPLIER),
 				 errmsg("only the tashkent agent's applier rewinds the replica")));
 	check_versions(target, from);
-	if (!IsTransactionBlock() || GetCurrentTransactionNestLevel() > 1)
+	if (!IsTransactionBlock())
 		ereport(ERROR,
-				(errcode(ERRCODE_ACTIVE_SQL_TRANSACTION),
-				 errmsg("tashkent.rewind_begin must run at the top level of a transaction block"),
+				(errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
+				 errmsg("tashkent.rewind_begin can only be used in transaction blocks"),
 				 errdetail("The undo and the marker that rewind_begin inserts must commit together.")));
+	refuse_in_subtransaction("tashkent.rewind_begin");
 	if (tk_apply_first != 0 || rewind_in_xact)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -302,15 +337,18 @@ tashkent_rewind_begin(PG_FUNCTION_ARGS)
 
 /*
  * finish_barrier checks, for a rewind to `target` from `from`, that the
- * replica's version lies between them and that the barrier holds, and
- * closes the turn (after a server restart it is open again).
+ * replica's version is one of them and that the barrier holds, and closes
+ * the turn (after a server restart it is open again). `from` if nothing
+ * moved since the undo; `target` if a finish set the origin back, WAL-
+ * logged, and the server stopped before its commit. Any other version
+ * means versions committed on top of the undone rows.
  */
 static void
 finish_barrier(uint64 target, uint64 from)
 {
 	uint64		committed = lock_committed();
 
-	if (committed < target || committed > from)
+	if (committed != target && committed != from)
 	{
 		LWLockRelease(tk_shared->lock);
 		ereport(ERROR,
@@ -376,6 +414,7 @@ tashkent_rewind_finish(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("a rewind finishes after its undo committed, in another transaction")));
+	refuse_in_subtransaction("tashkent.rewind_finish");
 	check_versions(target, target);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "tashkent: SPI_connect failed");
@@ -400,4 +439,45 @@ tashkent_rewind_finish(PG_FUNCTION_ARGS)
 			(errmsg("tashkent: the replica went back from version %llu to version %llu",
 					(unsigned long long) pending_from, (unsigned long long) pending_target)));
 	PG_RETURN_INT64((int64) pending_from);
+}
+
+/*
+ * tk_rewind_refuse_pending_marker closes the turn and raises 55000 if a
+ * marker is left (the server stopped between a rewind's undo and its
+ * finish): versions applied now would be taken away again by the finish.
+ * The table is read once per server life; from then on rewind_begin
+ * closes the turn itself. For apply_versions, in its transaction.
+ */
+void
+tk_rewind_refuse_pending_marker(void)
+{
+	bool		checked;
+	bool		found;
+	uint64		target = 0,
+				from = 0;
+
+	LWLockAcquire(tk_shared->lock, LW_SHARED);
+	checked = tk_shared->rewind_marker_checked;
+	LWLockRelease(tk_shared->lock);
+	if (checked)
+		return;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "tashkent: SPI_connect failed");
+	found = pending_rewind(&target, &from);
+	SPI_finish();
+	LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
+	if (found && !tk_shared->rewinding)
+	{
+		tk_shared->rewinding = true;
+		tk_shared->rewind_target = target;
+	}
+	tk_shared->rewind_marker_checked = !found;
+	LWLockRelease(tk_shared->lock);
+	if (found)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("a rewind from version %llu to version %llu is pending: its undo committed, its finish did not",
+						(unsigned long long) from, (unsigned long long) target),
+				 errhint("Finish it first: SELECT tashkent.rewind_finish(%llu) (the tashkent agent does at start).",
+						 (unsigned long long) target)));
 }

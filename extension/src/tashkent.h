@@ -188,6 +188,8 @@ typedef struct TkShared
 	 */
 	bool		rewinding;
 	uint64		rewind_target;
+	/* tashkent.rewind was read in this server life and held no marker */
+	bool		rewind_marker_checked;
 	int			nslots;
 	TkSlot	   *slots;
 	/*
@@ -238,6 +240,7 @@ extern TkSlot *tk_slot_of_pid(int pid);
 /* ---- turn.c ---- */
 
 extern uint64 tk_committed(void);
+extern uint64 tk_committed_locked(void);
 extern uint64 tk_last_ddl_version(void);
 extern void tk_turn_wait(uint64 first, bool cancellable);
 extern void tk_turn_record(uint64 first, uint64 last);
@@ -645,6 +648,11 @@ extern uint64 tk_apply_last;
 
 extern bool tk_rewind_holds_turn(void);
 extern bool tk_rewind_in_xact(void);
+extern bool tk_rewind_or_finish_in_xact(void);
+extern void tk_rewind_refuse_pending_marker(void);
+
+/* The hint of a refusal while a rewind runs (its undo or its finish). */
+#define TK_REWIND_UNDER_WAY_HINT "The tashkent agent finishes the rewind (tashkent.rewind_finish) once its undo committed, or rolls the undo back; retry then."
 extern void tk_rewind_xact_end(bool committed);
 
 #endif							/* TASHKENT_H */

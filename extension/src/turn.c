@@ -80,9 +80,24 @@ tk_committed(void)
 
 	ensure_loaded();
 	LWLockAcquire(tk_shared->lock, LW_SHARED);
-	committed = tk_shared->committed;
+	committed = tk_committed_locked();
 	LWLockRelease(tk_shared->lock);
 	return committed;
+}
+
+/*
+ * tk_committed_locked: the replica's version as sessions count it, with
+ * tk_shared->lock held. While a rewind runs (rewind.c) it is at most the
+ * rewind's target: the rows are, or are about to be, at the target, and
+ * the versions above it apply again only after the finish. A wait for one
+ * of them waits for that; committed_version() does not report them.
+ */
+uint64
+tk_committed_locked(void)
+{
+	if (tk_shared->rewinding)
+		return Min(tk_shared->committed, tk_shared->rewind_target);
+	return tk_shared->committed;
 }
 
 /*

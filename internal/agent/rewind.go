@@ -136,6 +136,8 @@ func (r *run) streamOpened(version uint64) {
 // askRewind is a refusal's verdict "rewind to C": the run ends, and the
 // next one rewinds before it serves (rewindIfAsked).
 func (r *run) askRewind(rw *pb.RewindRequired, refusal string) {
+	r.admission.refuse(refusal) // what the replica holds may have failed
+	r.a.durable.suspend()
 	r.a.rewinds.ask(&rewindAsked{RewindRequired: rw, refusal: refusal})
 	r.a.failed.set(rw.CommonVersion) // before the run ends: the backends holding failed versions end first
 	r.admission.refuse(refusal)
@@ -167,19 +169,37 @@ func (r *run) resumeRewind() error {
 }
 
 // rewindIfAsked takes the replica back below the version a refusal named,
-// if it holds versions above it. The gate is closed; backends in the
-// commit order or in a transaction are ended first (their snapshots may
-// hold failed versions, and the rewind needs the turn). A replica that
-// cannot be rewound halts for a rebuild (errHalted).
+// if it holds versions above it. The gate is closed. Backends in the
+// commit order or in a transaction are ended first, whatever the
+// replica's version: their snapshots may hold failed versions, a backend
+// may hold a failed version not committed yet, and the rewind needs the
+// turn. They are ended again once the undo committed: a session that was
+// idle may have begun a transaction meanwhile. A replica that cannot be
+// rewound halts for a rebuild (errHalted).
 func (r *run) rewindIfAsked() error {
 	asked := r.a.rewinds.take()
 	if asked == nil {
 		return nil
 	}
+	r.a.setState(StateRecovering, fmt.Sprintf("going back to version %d or below: the replica holds versions the certifier's log does not", asked.CommonVersion))
+	if err := r.rewindTo(asked); err != nil {
+		if !errors.Is(err, errHalted) {
+			r.a.rewinds.ask(asked) // the next start finishes it (resumeRewind) or tries again
+		}
+		return err
+	}
+	return r.endTransactions()
+}
+
+// rewindTo ends the transactions in the way and undoes what the replica
+// holds above the common version.
+func (r *run) rewindTo(asked *rewindAsked) error {
 	c := asked.CommonVersion
+	if err := r.endTransactions(); err != nil {
+		return err
+	}
 	v, err := r.control.committedVersion(r.ctx)
 	if err != nil {
-		r.a.rewinds.ask(asked)
 		return err
 	}
 	if v <= c {
@@ -190,18 +210,13 @@ func (r *run) rewindIfAsked() error {
 	if rw == nil {
 		return r.cannotRewind(asked, "this agent pinned no snapshot of the replica's database in its current life (it restarted, or the agent did)")
 	}
-	if err := r.endTransactions(); err != nil {
-		r.a.rewinds.ask(asked)
-		return err
-	}
 	started := time.Now()
-	k, err := rw.Rewind(r.ctx, r.apply, c, v)
+	k, err := r.rewindWithin(rw, c, v)
 	var cannot *replica.CannotUndoError
 	if errors.As(err, &cannot) {
 		return r.cannotRewind(asked, cannot.Error())
 	}
 	if err != nil {
-		r.a.rewinds.ask(asked) // the next start finishes it (resumeRewind) or tries again
 		return fmt.Errorf("rewind the replica from version %d to %d or below: %w", v, c, err)
 	}
 	r.a.metrics.rewinds.Inc()
@@ -211,25 +226,52 @@ func (r *run) rewindIfAsked() error {
 	return nil
 }
 
+// rewindLockTimeout bounds how long the undo waits for a row lock: a
+// transaction that began after the backends were ended may hold one, and
+// nothing else would end the wait. The rewind is then tried again, after
+// ending the transactions again.
+const rewindLockTimeout = 5 * time.Second
+
+// rewindWithin runs the rewind with the apply session's lock_timeout set
+// to rewindLockTimeout.
+func (r *run) rewindWithin(rw *replica.Rewinder, c, v uint64) (uint64, error) {
+	if _, err := r.apply.Exec(r.ctx, fmt.Sprintf("SET lock_timeout = %d", rewindLockTimeout.Milliseconds())); err != nil {
+		return 0, fmt.Errorf("bound the rewind's lock waits: %w", err)
+	}
+	k, err := rw.Rewind(r.ctx, r.apply, c, v)
+	if !r.apply.IsClosed() {
+		if _, rerr := r.apply.Exec(r.ctx, "RESET lock_timeout"); rerr != nil && err == nil {
+			err = fmt.Errorf("reset the apply session's lock timeout: %w", rerr)
+		}
+	}
+	return k, err
+}
+
 // cannotRewind halts the replica for a rebuild from a peer, with the
 // refusal and why the agent cannot undo what it names.
 func (r *run) cannotRewind(asked *rewindAsked, why string) error {
-	r.haltForStateTransfer(fmt.Sprintf("%s: %s; this agent cannot undo the versions after %d: %s",
-		pb.NeedsStateTransfer, asked.refusal, asked.CommonVersion, why))
+	reason := fmt.Sprintf("%s: %s; this agent cannot undo the versions after %d: %s",
+		pb.NeedsStateTransfer, asked.refusal, asked.CommonVersion, why)
+	r.a.log.Error("the replica holds versions that failed and cannot undo them; it halts and must be rebuilt from a peer (state transfer)", "err", reason)
+	r.haltForStateTransfer(reason)
 	return errHalted
 }
 
-// transactionsToEndSQL lists the client backends a rewind must end: those
-// in the commit order (certifying, holding or committing a version) and
-// those inside a transaction, whose snapshot may hold failed versions.
-// The agent's own connections are left alone.
+// transactionsToEndSQL lists the client backends of the replica's
+// database a rewind must end: those inside a transaction, whose snapshot
+// may hold failed versions, and those in the commit order (certifying,
+// holding or committing a version), which tashkent.rewind_begin refuses
+// to run beside; a durable version a backend held comes back from the
+// log. The agent's own connections (its role and its application names)
+// are left alone, the pins' open transactions among them.
 const transactionsToEndSQL = `SELECT a.pid FROM pg_catalog.pg_stat_activity AS a
 WHERE a.backend_type OPERATOR(pg_catalog.=) 'client backend' AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
-	AND a.application_name NOT LIKE 'tashkent-agent%'
+	AND a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+	AND NOT (a.application_name OPERATOR(pg_catalog.~~) 'tashkent-agent%' AND a.usename OPERATOR(pg_catalog.=) CURRENT_USER)
 	AND (a.xact_start IS NOT NULL OR a.pid IN (SELECT b.pid FROM tashkent.backends() AS b
 		WHERE b.state OPERATOR(pg_catalog.=) ANY ('{certifying,holding,committing}'::pg_catalog.text[])))`
 
 // endTransactions terminates those backends and waits until they are gone.
 func (r *run) endTransactions() error {
-	return r.terminateUntilGone("the transactions in progress before a rewind (they may have read versions that failed)", transactionsToEndSQL)
+	return r.terminateUntilGone("the transactions in progress around a rewind (they may have read versions that failed)", transactionsToEndSQL)
 }

@@ -145,7 +145,8 @@ func sameButEpoch(a, b []byte) bool {
 }
 
 // Everything certified between two Readys goes to Raft as one entry, and
-// commits in order, each entry carrying the leader's term as its epoch.
+// commits in order, each entry carrying the group's base plus the leader's
+// term as its epoch.
 func TestLeaderProposesOneRaftEntryPerBatch(t *testing.T) {
 	m := openBatchTestMember(t, t.TempDir())
 	m.lead()
@@ -158,10 +159,10 @@ func TestLeaderProposesOneRaftEntryPerBatch(t *testing.T) {
 	}
 	m.drive()
 	m.checkCommitted(8)
-	term := m.core.rn.BasicStatus().GetTerm()
+	term, base := m.core.rn.BasicStatus().GetTerm(), m.core.Base()
 	for _, e := range m.committed {
-		if h, err := logentry.RawHeaderOf(e.Bytes); err != nil || h.Epoch != term || term == 0 {
-			t.Fatalf("version %d carries epoch %d (%v), want the leader's term %d", e.Version, h.Epoch, err, term)
+		if h, err := logentry.RawHeaderOf(e.Bytes); err != nil || h.Epoch != base+term || term == 0 || base == 0 {
+			t.Fatalf("version %d carries epoch %d (%v), want the group's base %d plus the leader's term %d", e.Version, h.Epoch, err, base, term)
 		}
 	}
 	if m.raftAdds != 2 {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -59,6 +60,9 @@ type Config struct {
 	SnapshotEntries uint64
 	SnapshotBytes   uint64
 	CatchUpEntries  uint64
+	// Now is the clock the group's base is read from (Core.proposeBase);
+	// nil: time.Now.
+	Now func() time.Time
 }
 
 // Snapshot defaults. A snapshot costs a pass over the conflict window
@@ -162,8 +166,9 @@ type Applied struct {
 	Confirmed uint64
 	// Installed is set (to the snapshot's version) when this member
 	// installed the leader's snapshot: versions up to it were never in
-	// Committed here, and the next ones follow it.
-	Installed uint64
+	// Committed here, and the next ones follow it. InstalledEpoch is the
+	// epoch of its entry at that version (0: not known).
+	Installed, InstalledEpoch uint64
 	// Compaction, when set, is a snapshot this member took: the driver
 	// saves it durably, then compacts its log up to Compaction.Index.
 	Compaction *Compaction
@@ -239,6 +244,15 @@ type Core struct {
 	// retention is the last retention decision applied, which snapshots
 	// carry (nil: none yet).
 	retention []byte
+
+	// base is the group's base (base.go), 0 until the entry that fixes it
+	// is applied; baseProposed the term in which this member proposed one.
+	base, baseProposed uint64
+	// appliedEpoch is the epoch of the entry at appliedVersion (0: not
+	// known, a snapshot of an older format), which snapshots carry: a
+	// member whose versioned log starts after a snapshot compares replicas
+	// at its start by it.
+	appliedEpoch uint64
 }
 
 // NewCore starts a member from what its disk holds.
@@ -391,7 +405,7 @@ func (c *Core) Certify(req certification.Request, prefix logentry.Prefix) (certi
 	if !isNew {
 		return o, ticket, err
 	}
-	e := prefix.WithVersion(o.CommitVersion, c.leaderTerm)
+	e := prefix.WithVersion(o.CommitVersion, c.epoch())
 	c.batch = append(c.batch, e)
 	c.batchBytes += len(e.Bytes)
 	return o, 0, nil
@@ -426,7 +440,7 @@ func (c *Core) CertifySpan(req certification.Request, span SpanHead) (certificat
 	}
 	head := logentry.Entry{Version: o.CommitVersion, Bytes: logentry.AppendSpanEntry(nil, logentry.SpanEntry{
 		Version: o.CommitVersion, Txn: span.Txn, First: o.FirstVersion, Last: o.CommitVersion, Certified: span.Certified,
-		SpanBytes: span.Bytes, SpanChecksum: span.Checksum, Epoch: c.leaderTerm})}
+		SpanBytes: span.Bytes, SpanChecksum: span.Checksum, Epoch: c.epoch()})}
 	if !c.propose(encodeSpan(head.Bytes), o.FirstVersion, head) {
 		return certification.Outcome{}, 0, ErrNotReady
 	}
@@ -534,14 +548,15 @@ func (c *Core) confirmLeadership() {
 }
 
 // checkCertifying says whether this member may certify now: it leads in
-// the current term and has applied its whole log (an entry of its own term,
-// the barrier Raft appends on election, is applied).
+// the current term, has applied its whole log (an entry of its own term,
+// the barrier Raft appends on election, is applied), and knows the
+// group's base.
 func (c *Core) checkCertifying() error {
 	st := c.rn.BasicStatus()
 	if st.RaftState != raft.StateLeader {
 		return &NotLeaderError{Leader: st.Lead}
 	}
-	if c.leaderTerm == 0 || st.GetTerm() != c.leaderTerm || c.appliedTerm != c.leaderTerm || c.state.Version() < c.fenceVersion {
+	if c.leaderTerm == 0 || st.GetTerm() != c.leaderTerm || c.appliedTerm != c.leaderTerm || c.state.Version() < c.fenceVersion || c.base == 0 {
 		return ErrNotReady
 	}
 	return nil
@@ -575,6 +590,7 @@ func (c *Core) Ready() (Batch, bool) {
 	if c.pending != nil {
 		panic("certgroup: Ready called twice without Advance")
 	}
+	c.proposeBase()
 	c.proposeBatch()
 	c.confirmLeadership()
 	if !c.rn.HasReady() {
@@ -660,6 +676,11 @@ func (c *Core) apply(e *raftpb.Entry, out *Applied) {
 		if decision, ok := retentionOf(e.Data); ok {
 			c.retention = append([]byte(nil), decision...)
 			out.Retention = c.retention
+		} else if base, ok, err := baseOf(e.Data); ok {
+			if err != nil {
+				panic(fmt.Sprintf("certgroup: committed raft entry %d: %v", e.GetIndex(), err))
+			}
+			c.applyBase(base)
 		} else if len(e.Data) > 0 {
 			c.applyCertified(e, out)
 		}
@@ -710,6 +731,11 @@ func (c *Core) applyCertified(e *raftpb.Entry, out *Applied) {
 		}
 		c.appliedVersion = entry.Version
 	}
+	h, err := logentry.RawHeaderOf(entries[len(entries)-1].Bytes)
+	if err != nil {
+		panic(fmt.Sprintf("certgroup: committed version %d does not read: %v", c.appliedVersion, err))
+	}
+	c.appliedEpoch = h.Epoch
 	out.Committed = append(out.Committed, entries...)
 }
 

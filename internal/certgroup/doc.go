@@ -42,11 +42,16 @@
 //     write and one sync per batch; a torn tail of the last segment is
 //     dropped on load). Compaction starts a segment and deletes the oldest
 //     ones a durable snapshot covers: crash-safe at every step, no rewrite.
+//   - base.go: the group's base, fixed once by the first leader in an
+//     entry of its own; a leader's epoch (LogEntry.epoch) is base + term,
+//     so a group re-created from empty directories does not reuse the old
+//     group's epochs.
 //   - snapshot.go: snapshots (Tashkent §7.3 "state transfer"): every
 //     SnapshotEntries applied versions (or SnapshotBytes) a member snapshots
 //     its applied state (certification.State.Marshal plus the applied
-//     version, the members' addresses and the service's last log retention
-//     decision, entry.go), compacts its log but for
+//     version and its entry's epoch, the group's base, the members'
+//     addresses and the service's last log retention decision, entry.go),
+//     compacts its log but for
 //     CatchUpEntries Raft entries (batches), and restarts from snapshot
 //     plus log. A snapshot is always at a batch boundary. A follower
 //     behind the leader's first entry, or a new member, installs the

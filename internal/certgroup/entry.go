@@ -46,15 +46,41 @@ import (
 // every member's service copies them into its versioned log from its own
 // stage, or fetches them from a member that did.
 //
-// A member of a version before kindRetention or kindSpan cannot apply
-// such an entry: upgrade every member before the leader runs this
+// The group's base (Core.epoch: a log entry's epoch is the base plus the
+// Raft term of the leader that certified it) is fixed by the first leader
+// that finds none applied, in an entry of its own; every member applies
+// the first such entry in log order and ignores any later one:
+//
+//	kindBase | base (uvarint)
+//
+// A member of a version before kindRetention, kindSpan or kindBase cannot
+// apply such an entry: upgrade every member before the leader runs this
 // version.
 const (
 	kindCertified byte = 1 // one entry (the format before batching)
 	kindBatch     byte = 2 // a batch of entries with contiguous versions
 	kindRetention byte = 3 // a log retention decision of the service
 	kindSpan      byte = 4 // the head of a span of versions (a streamed transaction)
+	kindBase      byte = 5 // the group's base
 )
+
+// encodeBase frames the group's base as a Raft entry's payload.
+func encodeBase(base uint64) []byte {
+	return binary.AppendUvarint([]byte{kindBase}, base)
+}
+
+// baseOf returns the base a payload carries, or ok false for a payload of
+// another kind. A base entry that does not read is an error.
+func baseOf(data []byte) (base uint64, ok bool, err error) {
+	if len(data) == 0 || data[0] != kindBase {
+		return 0, false, nil
+	}
+	base, n := binary.Uvarint(data[1:])
+	if n <= 0 || n != len(data)-1 || base == 0 {
+		return 0, true, errors.New("certifier group: raft entry with a bad group base")
+	}
+	return base, true, nil
+}
 
 // encodeSpan frames a span head as a Raft entry's payload.
 func encodeSpan(head []byte) []byte {

@@ -60,7 +60,8 @@ type Callbacks struct {
 	// Restored: this member's state starts at a snapshot of this version
 	// (at Start, from its disk, or later, received from the leader): the
 	// next Committed versions follow it, and none before it will come.
-	Restored func(version uint64)
+	// epoch is that of the entry at version (0: the snapshot does not say).
+	Restored func(version, epoch uint64)
 	// BeforeCompact is called before a snapshot is saved and the Raft log
 	// drops the entries it covers (every one of them already reported by
 	// Committed). A snapshot holds certification keys, not writesets: the
@@ -157,11 +158,11 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 func (n *Node) Start(cb Callbacks) {
 	n.cb = cb
 	n.mu.Lock()
-	v := n.core.SnapshotVersion()
+	v, epoch := n.core.SnapshotVersion()
 	retention := n.core.Retention()
 	n.mu.Unlock()
 	if v > 0 && cb.Restored != nil {
-		cb.Restored(v)
+		cb.Restored(v, epoch)
 	}
 	if retention != nil && cb.Retention != nil {
 		cb.Retention(retention)
@@ -324,7 +325,7 @@ func (n *Node) compact(c *Compaction) error {
 
 func (n *Node) report(a Applied, st Status) {
 	if a.Installed > 0 && n.cb.Restored != nil {
-		n.cb.Restored(a.Installed)
+		n.cb.Restored(a.Installed, a.InstalledEpoch)
 	}
 	// A lost leadership is reported before the versions committed in the
 	// same batch: those may be the new leader's at versions this member

@@ -37,7 +37,7 @@ func TestInstalledSnapshotSurvivesACrashBeforeItsEntries(t *testing.T) {
 	}
 	state := certification.New(certification.Config{}, 7)
 	snap := &raftpb.Snapshot{
-		Data: encodeCoreSnapshot(7, map[uint64]string{1: "a", 2: "b", 3: "c"}, nil, state.Marshal()),
+		Data: encodeCoreSnapshot(coreSnapshot{version: 7, addrs: map[uint64]string{1: "a", 2: "b", 3: "c"}, state: state.Marshal()}),
 		Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(10), Term: proto.Uint64(2),
 			ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}}},
 	}

@@ -11,29 +11,43 @@ import (
 	"github.com/tashkent-db/tashkent/internal/certification"
 )
 
-// A snapshot carries the last retention decision applied; a snapshot of
-// the format before it still reads, without one.
-func TestSnapshotCarriesTheRetentionDecision(t *testing.T) {
+// A snapshot carries the last retention decision applied, the group's
+// base and the epoch at its version; snapshots of the formats before them
+// still read, without them (base 0, epoch not known).
+func TestSnapshotCarriesTheRetentionDecisionTheBaseAndTheEpoch(t *testing.T) {
 	state := certification.New(certification.Config{}, 7).Marshal()
 	addrs := map[uint64]string{1: "a", 2: "bb"}
-	data := encodeCoreSnapshot(7, addrs, []byte("decision"), state)
+	data := encodeCoreSnapshot(coreSnapshot{version: 7, addrs: addrs, retention: []byte("decision"), base: 1 << 50, epoch: 1<<50 + 3, state: state})
 	got, err := decodeCoreSnapshot(data)
-	if err != nil || got.version != 7 || got.addrs[2] != "bb" || string(got.retention) != "decision" || !bytes.Equal(got.state, state) {
+	if err != nil || got.version != 7 || got.addrs[2] != "bb" || string(got.retention) != "decision" ||
+		got.base != 1<<50 || got.epoch != 1<<50+3 || !bytes.Equal(got.state, state) {
 		t.Fatalf("decoded %+v, %v", got, err)
 	}
-	none, err := decodeCoreSnapshot(encodeCoreSnapshot(7, addrs, nil, state))
-	if err != nil || none.retention != nil || !bytes.Equal(none.state, state) {
-		t.Fatalf("without a decision: %+v, %v", none, err)
+	none, err := decodeCoreSnapshot(encodeCoreSnapshot(coreSnapshot{version: 7, addrs: addrs, state: state}))
+	if err != nil || none.retention != nil || none.base != 0 || none.epoch != 0 || !bytes.Equal(none.state, state) {
+		t.Fatalf("without a decision, base or epoch: %+v, %v", none, err)
 	}
-	// Format 1: the same without the decision's length and bytes.
-	v1 := append([]byte{coreSnapshotFormatV1}, encodeCoreSnapshot(7, addrs, nil, state)[1:]...)
-	v1 = append(v1[:len(v1)-len(state)-1], state...) // drop the zero length
+	current := encodeCoreSnapshot(coreSnapshot{version: 7, addrs: addrs, retention: []byte("decision"), state: state})
+	// Format 2: the same without base and epoch (two zero bytes).
+	v2 := append([]byte{coreSnapshotFormatV2}, current[1:len(current)-len(state)-2]...)
+	v2 = append(v2, state...)
+	old2, err := decodeCoreSnapshot(v2)
+	if err != nil || old2.version != 7 || string(old2.retention) != "decision" || old2.base != 0 || old2.epoch != 0 || !bytes.Equal(old2.state, state) {
+		t.Fatalf("format 2: %+v, %v", old2, err)
+	}
+	// Format 1: without the decision's length and bytes either.
+	plain := encodeCoreSnapshot(coreSnapshot{version: 7, addrs: addrs, state: state})
+	v1 := append([]byte{coreSnapshotFormatV1}, plain[1:len(plain)-len(state)-3]...) // drop the zero length, base, epoch
+	v1 = append(v1, state...)
 	old, err := decodeCoreSnapshot(v1)
 	if err != nil || old.version != 7 || old.addrs[1] != "a" || old.retention != nil || !bytes.Equal(old.state, state) {
 		t.Fatalf("format 1: %+v, %v", old, err)
 	}
-	if _, err := decodeCoreSnapshot(encodeCoreSnapshot(7, addrs, []byte("decision"), nil)[:12]); err == nil {
+	if _, err := decodeCoreSnapshot(encodeCoreSnapshot(coreSnapshot{version: 7, addrs: addrs, retention: []byte("decision")})[:12]); err == nil {
 		t.Fatal("a truncated decision decodes")
+	}
+	if _, err := decodeCoreSnapshot(append([]byte{coreSnapshotFormat + 1}, current[1:]...)); err == nil {
+		t.Fatal("a snapshot of an unknown format decodes")
 	}
 }
 

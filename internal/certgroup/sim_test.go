@@ -22,7 +22,10 @@ package certgroup_test
 //     final log at its version, which every live member has applied;
 //   - an abort a client was told of is never committed (40001 only when the
 //     transaction certainly did not commit);
-//   - live members' logs agree on the committed prefix and converge.
+//   - live members' logs agree on the committed prefix and converge;
+//   - epochs (the group's base plus the leader's term) never decrease along
+//     the log, and a snapshot a member installs names the epoch of its
+//     version.
 //
 // Raft randomizes election timeouts with crypto/rand, which no seed
 // controls, so the members' election timers are set out of reach and the
@@ -41,6 +44,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -338,6 +342,14 @@ func (s *sim) logf(format string, args ...any) {
 	}
 }
 
+// simStart is the simulated clock's start; a step lasts simStep.
+var simStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const simStep = 10 * time.Millisecond
+
+// clock is the simulated time (the group's base is read from it).
+func (s *sim) clock() time.Time { return simStart.Add(time.Duration(s.now) * simStep) }
+
 // window small enough that the simulation slides it: re-sent requests then
 // also exercise the clients' settling from the log.
 const simWindowVersions = 64
@@ -350,7 +362,7 @@ func (s *sim) start(m *member) {
 	core, err := certgroup.NewCore(certgroup.Config{
 		ID: m.id, Peers: s.initial, Join: m.join, ElectionTicks: 1 << 20, HeartbeatTicks: 2,
 		WindowVersions: simWindowVersions, Decode: certifier.DecodeEntryKeys, DisableCheckQuorum: true,
-		SnapshotEntries: s.snapEntries, CatchUpEntries: s.catchUp,
+		SnapshotEntries: s.snapEntries, CatchUpEntries: s.catchUp, Now: s.clock,
 	}, p)
 	if err != nil {
 		panic(err)
@@ -468,8 +480,12 @@ func (s *sim) applied(m *member, a certgroup.Applied) error {
 		if a.Installed < m.applied {
 			return fmt.Errorf("member %d installed a snapshot of version %d after applying %d", m.id, a.Installed, m.applied)
 		}
-		if _, ok := s.history[a.Installed]; !ok {
+		entry, ok := s.history[a.Installed]
+		if !ok {
 			return fmt.Errorf("member %d installed a snapshot of version %d, which never committed", m.id, a.Installed)
+		}
+		if h, err := logentry.HeaderOf(entry); err != nil || h.Epoch != a.InstalledEpoch {
+			return fmt.Errorf("member %d installed a snapshot of version %d in epoch %d, committed in epoch %d (%v)", m.id, a.Installed, a.InstalledEpoch, h.Epoch, err)
 		}
 		s.stats.Installed++
 		s.logf("member %d installed the leader's snapshot: version %d (was %d)", m.id, a.Installed, m.applied)
@@ -515,6 +531,9 @@ func (s *sim) recordCommitted(m *member, entries []logentry.Entry) error {
 			}
 			continue
 		}
+		if err := s.checkEpoch(first, h.Epoch); err != nil {
+			return err
+		}
 		id := certification.TxnID{Origin: h.Origin, Seq: h.Seq}
 		if v, ok := s.txnAt[id]; ok {
 			return fmt.Errorf("transaction %v committed twice, at versions %d and %d", id, v, e.Version)
@@ -530,6 +549,26 @@ func (s *sim) recordCommitted(m *member, entries []logentry.Entry) error {
 			s.stats.Spans++
 		}
 		s.logf("versions %d..%d committed: %v (member %d)", first, e.Version, id, m.id)
+	}
+	return nil
+}
+
+// checkEpoch: a new entry from version first on is of an epoch above
+// the group's base, and not below the epoch of the version before it.
+func (s *sim) checkEpoch(first, epoch uint64) error {
+	if epoch <= uint64(simStart.UnixMicro()) {
+		return fmt.Errorf("versions from %d on were certified in epoch %d, not above the group's base", first, epoch)
+	}
+	prev, ok := s.history[first-1]
+	if !ok {
+		return nil
+	}
+	h, err := logentry.HeaderOf(prev)
+	if err != nil {
+		return err
+	}
+	if epoch < h.Epoch {
+		return fmt.Errorf("version %d was certified in epoch %d, below the epoch %d of version %d", first, epoch, h.Epoch, first-1)
 	}
 	return nil
 }

@@ -21,14 +21,18 @@ import (
 //
 // The data:
 //
-//	format (1 byte) = 2 | applied version | members: count, then (id, len(addr), addr) by id |
-//	len(retention), retention | state
+//	format (1 byte) = 3 | applied version | members: count, then (id, len(addr), addr) by id |
+//	len(retention), retention | base | epoch | state
 //
 // where retention is the last log retention decision applied (Core.retention;
-// empty: none). Format 1, without it, is still read.
+// empty: none), base the group's (base.go; 0: not fixed yet) and epoch
+// that of the entry at the applied version (0: none). Formats 1 (without
+// retention, base and epoch) and 2 (without base and epoch) are still
+// read: base 0, and the epoch not known.
 const (
 	coreSnapshotFormatV1 = 1
-	coreSnapshotFormat   = 2
+	coreSnapshotFormatV2 = 2
+	coreSnapshotFormat   = 3
 )
 
 func (cfg Config) withSnapshotDefaults() Config {
@@ -44,24 +48,26 @@ func (cfg Config) withSnapshotDefaults() Config {
 	return cfg
 }
 
-func encodeCoreSnapshot(version uint64, addrs map[uint64]string, retention, state []byte) []byte {
-	b := make([]byte, 0, 32+len(retention)+len(state))
+func encodeCoreSnapshot(snap coreSnapshot) []byte {
+	b := make([]byte, 0, 48+len(snap.retention)+len(snap.state))
 	b = append(b, coreSnapshotFormat)
-	b = binary.AppendUvarint(b, version)
-	ids := make([]uint64, 0, len(addrs))
-	for id := range addrs {
+	b = binary.AppendUvarint(b, snap.version)
+	ids := make([]uint64, 0, len(snap.addrs))
+	for id := range snap.addrs {
 		ids = append(ids, id)
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	b = binary.AppendUvarint(b, uint64(len(ids)))
 	for _, id := range ids {
 		b = binary.AppendUvarint(b, id)
-		b = binary.AppendUvarint(b, uint64(len(addrs[id])))
-		b = append(b, addrs[id]...)
+		b = binary.AppendUvarint(b, uint64(len(snap.addrs[id])))
+		b = append(b, snap.addrs[id]...)
 	}
-	b = binary.AppendUvarint(b, uint64(len(retention)))
-	b = append(b, retention...)
-	return append(b, state...)
+	b = binary.AppendUvarint(b, uint64(len(snap.retention)))
+	b = append(b, snap.retention...)
+	b = binary.AppendUvarint(b, snap.base)
+	b = binary.AppendUvarint(b, snap.epoch)
+	return append(b, snap.state...)
 }
 
 var errBadCoreSnapshot = errors.New("certifier group: bad snapshot data")
@@ -71,11 +77,14 @@ type coreSnapshot struct {
 	version   uint64
 	addrs     map[uint64]string
 	retention []byte // nil: none
-	state     []byte
+	// base is the group's (0: not fixed yet), epoch that of the entry at
+	// version (0: not known).
+	base, epoch uint64
+	state       []byte
 }
 
 func decodeCoreSnapshot(b []byte) (snap coreSnapshot, err error) {
-	if len(b) < 1 || b[0] != coreSnapshotFormat && b[0] != coreSnapshotFormatV1 {
+	if len(b) < 1 || b[0] < coreSnapshotFormatV1 || b[0] > coreSnapshotFormat {
 		return coreSnapshot{}, errBadCoreSnapshot
 	}
 	format := b[0]
@@ -101,7 +110,7 @@ func decodeCoreSnapshot(b []byte) (snap coreSnapshot, err error) {
 		snap.addrs[id] = string(b[:n])
 		b = b[n:]
 	}
-	if format == coreSnapshotFormat && err == nil {
+	if format >= coreSnapshotFormatV2 && err == nil {
 		n := next()
 		if n > uint64(len(b)) {
 			return coreSnapshot{}, errBadCoreSnapshot
@@ -110,6 +119,10 @@ func decodeCoreSnapshot(b []byte) (snap coreSnapshot, err error) {
 			snap.retention = b[:n:n]
 		}
 		b = b[n:]
+	}
+	if format >= coreSnapshotFormat && err == nil {
+		snap.base = next()
+		snap.epoch = next()
 	}
 	if err != nil {
 		return coreSnapshot{}, err
@@ -133,6 +146,7 @@ func (c *Core) restoreSnapshot(snap *raftpb.Snapshot) error {
 		return fmt.Errorf("raft snapshot at index %d: state at version %d, snapshot says %d", snap.GetMetadata().GetIndex(), state.Version(), version)
 	}
 	c.retention = decoded.retention
+	c.base, c.appliedEpoch = decoded.base, decoded.epoch
 	md := snap.GetMetadata()
 	c.state, c.spec, c.batch, c.batchBytes = state, nil, nil, 0
 	c.applied, c.appliedTerm, c.appliedVersion = md.GetIndex(), md.GetTerm(), version
@@ -159,7 +173,7 @@ func (c *Core) installSnapshot(snap *raftpb.Snapshot, out *Applied) {
 	if err := c.restoreSnapshot(snap); err != nil {
 		panic(fmt.Sprintf("certgroup: the leader's snapshot does not decode: %v", err))
 	}
-	out.Installed = c.appliedVersion
+	out.Installed, out.InstalledEpoch = c.appliedVersion, c.appliedEpoch
 	out.MembersChanged = true
 	if c.retention != nil {
 		out.Retention = c.retention
@@ -178,7 +192,8 @@ func (c *Core) maybeSnapshot(out *Applied) {
 	if len(c.spec) > 0 || state.Version() != c.appliedVersion {
 		state = c.appliedState()
 	}
-	data := encodeCoreSnapshot(c.appliedVersion, c.addrs, c.retention, state.Marshal())
+	data := encodeCoreSnapshot(coreSnapshot{version: c.appliedVersion, addrs: c.addrs, retention: c.retention,
+		base: c.base, epoch: c.appliedEpoch, state: state.Marshal()})
 	snap, err := c.mem.CreateSnapshot(c.applied, c.confState, data)
 	if err != nil {
 		panic(fmt.Sprintf("certgroup: snapshot at applied index %d: %v", c.applied, err))
@@ -242,6 +257,9 @@ func (c *Core) restoreInto(state *certification.State, e *raftpb.Entry) {
 	if _, ok := retentionOf(e.Data); ok || e.GetType() != raftpb.EntryNormal || len(e.Data) == 0 {
 		return
 	}
+	if _, ok, _ := baseOf(e.Data); ok {
+		return
+	}
 	if _, last := versionsOfData(e.Data); last <= state.Version() {
 		return
 	}
@@ -257,15 +275,16 @@ func (c *Core) restoreInto(state *certification.State, e *raftpb.Entry) {
 }
 
 // SnapshotVersion is the version of the last snapshot this member started
-// from or took (0: none).
-func (c *Core) SnapshotVersion() uint64 {
+// from or took (0: none), and the epoch of its entry at that version (0:
+// not known).
+func (c *Core) SnapshotVersion() (version, epoch uint64) {
 	if c.snapIndex == 0 {
-		return 0
+		return 0, 0
 	}
 	snap, err := c.mem.Snapshot()
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	decoded, _ := decodeCoreSnapshot(snap.GetData())
-	return decoded.version
+	return decoded.version, decoded.epoch
 }

@@ -185,8 +185,12 @@ func TestSpanConflictsAfterFailoverAndRestartFromSnapshot(t *testing.T) {
 
 	for id := uint64(1); id <= 3; id++ {
 		g.restart(id)
-		if v := g.cores[id].SnapshotVersion(); v < 4 {
+		v, epoch := g.cores[id].SnapshotVersion()
+		if v < 4 {
 			t.Fatalf("member %d restarted from a snapshot of version %d, which does not hold the span 2..4", id, v)
+		}
+		if base := g.cores[id].Base(); base == 0 || epoch <= base {
+			t.Fatalf("member %d restarted from a snapshot of version %d in epoch %d, base %d: want an epoch above the base", id, v, epoch, base)
 		}
 	}
 	g.elect(3)

@@ -84,13 +84,16 @@ func runsOf(history []modelEntry) []*pb.EpochRun {
 
 // Admit against the model: a replica whose history is a prefix of the
 // certifier's log is admitted, any other is refused: told to rewind to
-// where the two part (checkRefusal). Versions at or below the log's start cannot be compared (the
-// log no longer holds them): a replica exactly at the start is admitted,
-// one below it refused, as the behind-the-log rule says.
+// where the two part, or as needing a state transfer where they may part
+// at or below the log's start (checkRefusal); one below the log's start
+// is refused, as the behind-the-log rule says. The log no longer holds the versions at or below its start,
+// but it knows the epoch of the entry at its start, which tells a replica
+// exactly there apart. Where it does not (a log trimmed before it kept
+// that epoch), a replica exactly at the start is admitted.
 func TestAdmitAdmitsExactlyTheReplicasWhoseHistoryIsAPrefixOfTheLog(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	admitted, refused := 0, 0
-	for round := range 3000 {
+	admitted, refused, refusedAtStart := 0, 0, 0
+	for round := range 6000 {
 		leaders, epochs := raftLikeHistories(rng)
 		owner := leaders[epochs[rng.Intn(len(epochs))]]
 		certLog := owner[:rng.Intn(len(owner)+1)]
@@ -104,60 +107,74 @@ func TestAdmitAdmitsExactlyTheReplicasWhoseHistoryIsAPrefixOfTheLog(t *testing.T
 		}
 		durable := uint64(len(certLog))
 		log := LogHistory{Runs: r.view(startsAfter+1, durable), Durable: durable, StartsAfter: startsAfter}
+		startKnown := startsAfter > 0 && rng.Intn(4) != 0
+		if startKnown {
+			log.StartEpoch = certLog[startsAfter-1].epoch
+		}
 
 		held := leaders[epochs[rng.Intn(len(epochs))]]
 		replica := held[:rng.Intn(len(held)+1)]
+		if startsAfter > 0 && len(held) >= int(startsAfter) && rng.Intn(3) == 0 {
+			replica = held[:startsAfter] // exactly at the log's start
+		}
 		v := uint64(len(replica))
 		open := &pb.OpenSession{Replica: "r", ReplicaVersion: v, History: runsOf(replica)}
 		if v > 0 && len(open.History) == 0 {
 			t.Fatalf("round %d: a history of %d versions has no runs", round, v)
 		}
 
-		want := v >= startsAfter && (v == startsAfter || hasPrefix(certLog, replica))
+		want := v >= startsAfter && (hasPrefix(certLog, replica) || v == startsAfter && !startKnown)
 		err := Admit(open, log)
 		if got := err == nil; got != want {
-			t.Fatalf("round %d: replica %v (runs %v) against log %v (runs %v, starts after %d): admitted %v, want %v (%v)",
-				round, replica, open.History, certLog, log.Runs, startsAfter, got, want, err)
+			t.Fatalf("round %d: replica %v (runs %v) against log %v (runs %v, starts after %d in epoch %d): admitted %v, want %v (%v)",
+				round, replica, open.History, certLog, log.Runs, startsAfter, log.StartEpoch, got, want, err)
 		}
 		if err != nil {
 			refused++
-			checkRefusal(t, round, err, replica, certLog, startsAfter)
+			if v == startsAfter {
+				refusedAtStart++
+			}
+			checkRefusal(t, round, err, replica, certLog, log)
 		} else {
 			admitted++
 		}
 	}
-	if admitted < 300 || refused < 300 {
-		t.Fatalf("the histories exercised too little: %d admitted, %d refused", admitted, refused)
+	if admitted < 300 || refused < 300 || refusedAtStart < 40 {
+		t.Fatalf("the histories exercised too little: %d admitted, %d refused (%d exactly at the log's start)", admitted, refused, refusedAtStart)
 	}
 }
 
-// checkRefusal: a replica below the log's start needs a state transfer;
-// any other refused replica needs a rewind to the last version its history
-// shares with the log, which the refusal's detail names: above it the two
-// differ, up to it they agree (where the log still holds versions).
-func checkRefusal(t *testing.T, round int, err error, replica, certLog []modelEntry, startsAfter uint64) {
+// checkRefusal checks a refusal against the model. The replica and the
+// log agree on their first lcp versions. A replica below the log's start
+// needs a state transfer. One that agrees with the log above the log's
+// start (or a log that starts at version 1) is told to rewind to exactly
+// lcp. Otherwise they may part at or
+// below the start: a state transfer, or a rewind to the start if the log
+// knows the epoch there and it agrees.
+func checkRefusal(t *testing.T, round int, err error, replica, certLog []modelEntry, log LogHistory) {
 	t.Helper()
-	v := uint64(len(replica))
+	v, startsAfter := uint64(len(replica)), log.StartsAfter
+	lcp := uint64(0)
+	for lcp < v && lcp < uint64(len(certLog)) && replica[lcp] == certLog[lcp] {
+		lcp++
+	}
 	msg := status.Convert(err).Message()
-	if v < startsAfter {
-		if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(msg, pb.NeedsStateTransfer) {
-			t.Fatalf("round %d: a replica below the log's start refused with %v, want FailedPrecondition %q", round, err, pb.NeedsStateTransfer)
-		}
-		return
-	}
-	rw, ok := pb.RewindOf(err)
-	if !ok || !strings.HasPrefix(msg, pb.NeedsRewind) {
-		t.Fatalf("round %d: refused with %v, want FailedPrecondition %q with a RewindRequired detail", round, err, pb.NeedsRewind)
-	}
-	c := rw.CommonVersion
-	if rw.ReplicaVersion != v || rw.LogStartsAfter != startsAfter || c >= v || c < startsAfter {
+	rw, rewind := pb.RewindOf(err)
+	switch {
+	case status.Code(err) != codes.FailedPrecondition:
+		t.Fatalf("round %d: refused with %v, want FailedPrecondition", round, err)
+	case rewind && !strings.HasPrefix(msg, pb.NeedsRewind), !rewind && !strings.HasPrefix(msg, pb.NeedsStateTransfer):
+		t.Fatalf("round %d: the refusal %q does not start with its verdict", round, msg)
+	case v < startsAfter && rewind:
+		t.Fatalf("round %d: a replica below the log's start told to rewind: %v", round, rw)
+	case v >= startsAfter && (lcp > startsAfter || startsAfter == 0) && (!rewind || rw.CommonVersion != lcp):
+		t.Fatalf("round %d: a replica agreeing with the log up to %d, above its start %d, refused with %q (detail %v): want a rewind to %d",
+			round, lcp, startsAfter, msg, rw, lcp)
+	case rewind && startsAfter > 0 && lcp <= startsAfter && (rw.CommonVersion != startsAfter || lcp != startsAfter || log.StartEpoch == 0):
+		t.Fatalf("round %d: rewind to %v, but the replica and the log agree only on %d versions, the log starting after %d (epoch there %d)",
+			round, rw, lcp, startsAfter, log.StartEpoch)
+	case rewind && (rw.ReplicaVersion != v || rw.LogStartsAfter != startsAfter):
 		t.Fatalf("round %d: rewind detail %v for a replica at %d, log starting after %d", round, rw, v, startsAfter)
-	}
-	if c > startsAfter && !hasPrefix(certLog, replica[:c]) {
-		t.Fatalf("round %d: rewind to %d, but the replica and the log differ at or below it", round, c)
-	}
-	if c < uint64(len(certLog)) && certLog[c] == replica[c] {
-		t.Fatalf("round %d: rewind to %d, but the replica and the log agree at %d too", round, c, c+1)
 	}
 }
 
@@ -204,5 +221,45 @@ func TestAdmitWithoutHistoryComparesVersionsOnly(t *testing.T) {
 	bad := &pb.OpenSession{Replica: "r", ReplicaVersion: 5, History: []*pb.EpochRun{{Epoch: 2, FirstVersion: 3}, {Epoch: 1, FirstVersion: 4}}}
 	if err := Admit(bad, log); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a history out of order: %v, want InvalidArgument", err)
+	}
+}
+
+// A replica exactly at the log's start, or whose history meets the log
+// only there, is compared at the start: the log keeps the epoch of the
+// entry retention removed last. Where it does not know it, the start is
+// taken as common, as the version alone would say.
+func TestAdmitComparesAReplicaAtTheLogStartByTheEpochThere(t *testing.T) {
+	log := LogHistory{Runs: []*pb.EpochRun{{Epoch: 5, FirstVersion: 11}}, Durable: 50, StartsAfter: 10, StartEpoch: 4}
+	cases := []struct {
+		name    string
+		version uint64
+		history []*pb.EpochRun
+		common  uint64
+	}{
+		{"at the start, in its epoch", 10, []*pb.EpochRun{{Epoch: 4, FirstVersion: 1}}, 10},
+		{"at the start, in another epoch", 10, []*pb.EpochRun{{Epoch: 3, FirstVersion: 1}}, 9},
+		{"at the start, its last run beginning there", 10, []*pb.EpochRun{{Epoch: 1, FirstVersion: 1}, {Epoch: 4, FirstVersion: 10}}, 10},
+		{"past the start, parted right after it", 20, []*pb.EpochRun{{Epoch: 4, FirstVersion: 1}, {Epoch: 6, FirstVersion: 11}}, 10},
+		{"past the start, parted at it", 20, []*pb.EpochRun{{Epoch: 2, FirstVersion: 1}, {Epoch: 6, FirstVersion: 11}}, 9},
+		{"past the start, in the log's epoch after it", 20, []*pb.EpochRun{{Epoch: 4, FirstVersion: 1}, {Epoch: 5, FirstVersion: 11}}, 20},
+		{"a history recorded only after the start", 20, []*pb.EpochRun{{Epoch: 6, FirstVersion: 15}}, 10},
+	}
+	for _, c := range cases {
+		if got := CommonVersion(c.history, c.version, log); got != c.common {
+			t.Errorf("%s: common version %d, want %d", c.name, got, c.common)
+		}
+		err := Admit(&pb.OpenSession{Replica: "r", ReplicaVersion: c.version, History: c.history}, log)
+		if (err == nil) != (c.common >= c.version) {
+			t.Errorf("%s: Admit = %v, want admitted %v", c.name, err, c.common >= c.version)
+		}
+	}
+	err := Admit(&pb.OpenSession{Replica: "r", ReplicaVersion: 10, History: []*pb.EpochRun{{Epoch: 3, FirstVersion: 1}}}, log)
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "at most up to version 9") || !strings.Contains(msg, "starting after version 10, of epoch 4") {
+		t.Errorf("the refusal %q does not say where the histories part and where the log starts", msg)
+	}
+	unknown := log
+	unknown.StartEpoch = 0
+	if err := Admit(&pb.OpenSession{Replica: "r", ReplicaVersion: 10, History: []*pb.EpochRun{{Epoch: 3, FirstVersion: 1}}}, unknown); err != nil {
+		t.Errorf("a log that does not know the epoch at its start refuses a replica exactly there: %v", err)
 	}
 }

@@ -18,12 +18,14 @@ import (
 )
 
 // Every log entry carries the epoch that certified it (LogEntry.epoch): a
-// group leader's Raft term, or a single certifier's generation. Epochs
-// never decrease along the versioned log, so the log's history is a short
-// list of runs, (epoch, first version), which admission compares with a
-// replica's (Admit). logRuns keeps that list as the log grows; it is
-// rebuilt at start by scanning the log (scanLogRuns), so it needs no file
-// of its own and no place in a group's snapshots.
+// group's base plus its leader's Raft term (certgroup/base.go), or a
+// single certifier's generation. Epochs never decrease along the
+// versioned log, so the log's history is a short list of runs, (epoch,
+// first version), which admission compares with a replica's (Admit). logRuns keeps that list as the log grows; it is
+// rebuilt at start by scanning the log (scanLogRuns). The one epoch a scan
+// cannot find is that of the entry just before the log's start, once log
+// retention or a group's snapshot removed it: it is kept in a file of its
+// own (logstart.go) and, in a group, in the snapshots.
 
 // logRuns are the runs of the versioned log. The writer notes what it
 // appends (note) before the durable version passes it; admission reads
@@ -45,7 +47,8 @@ func (r *logRuns) note(epoch, version uint64) {
 			return
 		}
 		if epoch < last.GetEpoch() || version <= last.GetFirstVersion() {
-			// Raft terms and generations only grow, and the log only
+			// A group's epochs (its base fixed, terms growing) and a
+			// single certifier's generations only grow, and the log only
 			// appends: a broken invariant, not a disk fault.
 			panic(fmt.Sprintf("certifier: log version %d of epoch %d follows run (epoch %d from version %d)",
 				version, epoch, last.GetEpoch(), last.GetFirstVersion()))
@@ -54,11 +57,59 @@ func (r *logRuns) note(epoch, version uint64) {
 	r.runs = append(r.runs, &pb.EpochRun{Epoch: epoch, FirstVersion: version})
 }
 
-// reset forgets every run (the log restarts empty after a version).
-func (r *logRuns) reset() {
+// restartAfter forgets every run: the log restarts empty after version,
+// whose entry is of epoch (0: not known).
+func (r *logRuns) restartAfter(version, epoch uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.runs = nil
+	if epoch != 0 {
+		r.runs = append(r.runs, &pb.EpochRun{Epoch: epoch, FirstVersion: version})
+	}
+}
+
+// startAfter records that the entry at version, just before the first one
+// the log holds, is of epoch (0: not known): the first run reaches back
+// to it. The runs are the log's as scanned (scanLogRuns), so an epoch
+// above the first run's is a record that does not belong to this log.
+func (r *logRuns) startAfter(version, epoch uint64) error {
+	if epoch == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.runs) > 0 {
+		first := r.runs[0]
+		switch {
+		case first.GetFirstVersion() <= version:
+			// The caller passes the scanned log's StartsAfter, and a scan's
+			// first run starts at the log's first entry, after it.
+			panic(fmt.Sprintf("certifier: the log's runs start at version %d, not after version %d where the log starts",
+				first.GetFirstVersion(), version))
+		case first.GetEpoch() == epoch:
+			first.FirstVersion = version
+			return nil
+		case first.GetEpoch() < epoch:
+			return fmt.Errorf("the log's first entry, version %d, is of epoch %d, below epoch %d recorded for version %d before it",
+				first.GetFirstVersion(), first.GetEpoch(), epoch, version)
+		}
+	}
+	r.runs = append([]*pb.EpochRun{{Epoch: epoch, FirstVersion: version}}, r.runs...)
+	return nil
+}
+
+// epochAt is the epoch of the entry at version, 0 if the runs do not
+// reach back to it. Retention does not trim the runs (a handful, one per
+// epoch), so they still know the epochs of versions it removed.
+func (r *logRuns) epochAt(version uint64) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.runs) - 1; i >= 0; i-- {
+		if r.runs[i].GetFirstVersion() <= version {
+			return r.runs[i].GetEpoch()
+		}
+	}
+	return 0
 }
 
 // view returns the runs over the versions first..last the log holds: runs

@@ -1,14 +1,21 @@
 package certifier_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certclient"
 	"github.com/tashkent-db/tashkent/internal/certifier"
+	"github.com/tashkent-db/tashkent/internal/logentry"
 )
 
 // historyOf is the runs of delivered entries, as a replica records them.
@@ -90,5 +97,69 @@ func TestAdmissionTellsHistoriesApartByTheirEpochs(t *testing.T) {
 	oneEpoch := []*pb.EpochRun{{Epoch: historyA[0].Epoch, FirstVersion: 1}}
 	if err := openWith(t, srvA, 10, oneEpoch); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "only up to version 5") {
 		t.Fatalf("certifier A admitted (or refused otherwise) versions 6..10 of its first generation, which never certified them: %v", err)
+	}
+}
+
+// A log whose start retention removed still knows the epoch of the entry
+// it starts after, also after a restart: a replica exactly at the start
+// is admitted in that epoch and refused in another (the version alone
+// would admit it). A data directory without that record (written before
+// the certifier kept it) admits such a replica by its version.
+func TestAdmissionComparesAReplicaAtTheStartOfATrimmedLog(t *testing.T) {
+	dir := t.TempDir()
+	cfg := certifier.Config{DataDir: dir, SegmentBytes: 1 << 10, WindowVersions: 20,
+		Retention: certifier.RetentionPolicy{Bytes: -1, ReplicaTimeout: time.Hour, Interval: 20 * time.Millisecond}}
+	srv := listen(t, cfg)
+	var epoch atomic.Uint64
+	zero := uint64(0)
+	a, err := certclient.New(certclient.Options{Target: srv.Addr().String(), Replica: "a", AppliedVersion: &zero,
+		OnEntries: func(entries []logentry.Entry, _ uint64) error {
+			for _, e := range entries {
+				h, err := logentry.RawHeaderOf(e.Bytes)
+				if err != nil {
+					return err
+				}
+				epoch.Store(h.Epoch)
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	commitReporting(t, a, "a", 1, 200)
+	a.RequestCatchUp()
+	awaitStatus(t, srv, "retention keeps the certification window only", func(st *pb.StatusReply) bool {
+		return st.Retention.GetKeepFrom() == 181 && st.LogFirstVersion > 100
+	})
+	start := srv.Service.StatusNow().LogFirstVersion - 1
+	ours := []*pb.EpochRun{{Epoch: epoch.Load(), FirstVersion: 1}}
+	other := []*pb.EpochRun{{Epoch: 1, FirstVersion: 1}}
+	probe := func(when string) {
+		t.Helper()
+		if err := openWith(t, srv, start, ours); err != nil {
+			t.Fatalf("%s: a replica at the log's start %d with the log's history is refused: %v", when, start, err)
+		}
+		err := openWith(t, srv, start, other)
+		if status.Code(err) != codes.FailedPrecondition || !strings.HasPrefix(status.Convert(err).Message(), pb.NeedsStateTransfer) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("at most up to version %d", start-1)) {
+			t.Fatalf("%s: a replica at the log's start %d with another history: %v, want refused as agreeing at most up to %d", when, start, err, start-1)
+		}
+	}
+	probe("as retention removed the start")
+	a.Close()
+	srv.Close()
+
+	cfg.Retention.Interval = time.Hour // the log's start stays where it is
+	srv = listen(t, cfg)
+	probe("after a restart")
+	srv.Close()
+
+	if err := os.Remove(filepath.Join(dir, "log-start.json")); err != nil {
+		t.Fatal(err)
+	}
+	srv = listen(t, cfg)
+	if err := openWith(t, srv, start, other); err != nil {
+		t.Fatalf("without the record of the epoch at the log's start, a replica exactly there is refused: %v", err)
 	}
 }

@@ -23,24 +23,24 @@ import (
 // alike (group_retention.go).
 
 // restored is Callbacks.Restored: this member's state starts at a
-// snapshot of version (in commit order with what the writer has).
-func (g *groupMember) restored(version uint64) {
-	g.writer.submit(func() bool { g.restartAt(version); return g.s.Err() == nil }, true)
+// snapshot of version, whose entry is of epoch (in commit order with what
+// the writer has).
+func (g *groupMember) restored(version, epoch uint64) {
+	g.writer.submit(func() bool { g.restartAt(version, epoch); return g.s.Err() == nil }, true)
 }
 
-func (g *groupMember) restartAt(version uint64) {
+func (g *groupMember) restartAt(version, epoch uint64) {
 	s := g.s
 	if s.log.LastVersion() >= version {
 		return // the versioned log already holds everything up to it
 	}
-	if err := s.log.RestartAfter(version); err != nil {
+	if err := s.restartLogAfter(version, epoch); err != nil {
 		s.fail(fmt.Errorf("restart the versioned log after snapshot version %d: %w", version, err))
 		return
 	}
 	s.mu.Lock()
 	s.recent = newRecentEntries(s.cfg.RecentEntriesMax)
 	s.mu.Unlock()
-	s.runs.reset()
 	s.durable.advance(version)
 	g.discardCoveredStages(version)
 	s.cfg.Logger.Info("certifier group: this member starts at a snapshot; its versioned log restarts after it, and Fetch below it goes to other members",

@@ -43,14 +43,24 @@ var backends = []backend{
 // and waits until it leads.
 func openOneMemberGroup(t *testing.T, dir string) *Service {
 	t.Helper()
+	return openOneMemberGroupWith(t, dir, certgroup.Config{}, Config{})
+}
+
+// openOneMemberGroupWith is openOneMemberGroup with the group and the
+// service configured as core and cfg say, but for the member's id, its
+// decoder and election ticks, and the service's directory and group.
+func openOneMemberGroupWith(t *testing.T, dir string, core certgroup.Config, cfg Config) *Service {
+	t.Helper()
+	core.ID, core.Decode, core.ElectionTicks = 1, GroupEntryKeys, 10
 	node, err := certgroup.OpenNode(certgroup.NodeConfig{
-		Core:    certgroup.Config{ID: 1, Decode: GroupEntryKeys, ElectionTicks: 10},
+		Core:    core,
 		DataDir: filepath.Join(dir, "raft"), Members: map[uint64]string{1: "127.0.0.1:1"}, NoSync: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(Config{DataDir: dir, Group: node})
+	cfg.DataDir, cfg.Group = dir, node
+	s, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

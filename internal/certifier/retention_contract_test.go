@@ -55,10 +55,17 @@ func openRetentionService(t *testing.T, mode, dir string) *Service {
 }
 
 // retainNow runs the rule and waits until the decision is applied (in a
-// group, once Raft committed it). It returns the decision.
+// group, once Raft committed it). It returns the decision. The decision
+// is told by its time in milliseconds, so the rule runs once the clock has
+// passed the last decision's: in the same millisecond, the last one would
+// be taken for it.
 func retainNow(t *testing.T, s *Service) *pb.LogRetention {
 	t.Helper()
 	now := time.Now()
+	for now.UnixMilli() <= s.retention.Load().GetDecidedUnixMs() {
+		time.Sleep(time.Millisecond)
+		now = time.Now()
+	}
 	s.order.retain(now)
 	deadline := now.Add(10 * time.Second)
 	for {

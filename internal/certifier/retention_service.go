@@ -62,11 +62,12 @@ func durableProgress(replicas []replicaProgress, durable uint64) []replicaProgre
 }
 
 // applyRetention removes the log segments wholly below the decision's
-// keep_from and makes the decision the one Status and the metrics show.
-// A move of the log's first version is logged, with who holds the log.
+// keep_from (trimLogBefore) and makes the decision the one Status and the
+// metrics show. A move of the log's first version is logged, with who
+// holds the log.
 func (s *Service) applyRetention(d *pb.LogRetention) {
 	before := s.log.FirstVersion()
-	if err := s.log.TruncateBefore(d.GetKeepFrom()); err != nil {
+	if err := s.trimLogBefore(d.GetKeepFrom()); err != nil {
 		s.fail(fmt.Errorf("log retention: remove the segments before version %d: %w", d.GetKeepFrom(), err))
 		return
 	}

@@ -88,6 +88,9 @@ func Open(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	runs, err := scanLogRuns(log)
+	if err == nil {
+		err = restoreLogStart(cfg.DataDir, log, runs)
+	}
 	if err != nil {
 		log.Close()
 		return nil, err

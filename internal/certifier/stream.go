@@ -120,7 +120,11 @@ func (s *Service) checkOpen(open *pb.OpenSession) error {
 func (s *Service) logHistory() LogHistory {
 	durable := s.DurableVersion()
 	startsAfter := s.log.StartsAfter()
-	return LogHistory{Runs: s.runs.view(startsAfter+1, durable), Durable: durable, StartsAfter: startsAfter}
+	h := LogHistory{Runs: s.runs.view(startsAfter+1, durable), Durable: durable, StartsAfter: startsAfter}
+	if startsAfter > 0 {
+		h.StartEpoch = s.runs.epochAt(startsAfter)
+	}
+	return h
 }
 
 // recvEncoded reads the next message with its writesets left encoded

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/process"
 	"github.com/tashkent-db/tashkent/internal/testbin"
@@ -46,7 +48,16 @@ func TestReplicasThatAppliedVersionsTheCertifierLostAreRewound(t *testing.T) {
 	// The agents pin a snapshot every 100 ms, usable once durable: with a
 	// write a second, a few seconds give them pins to undo to.
 	time.Sleep(4 * time.Second)
+	// On replica2, a transaction open across the rewind (its snapshot may
+	// hold the lost versions) and an idle session.
+	open, idle := connectTo(t, r2.DSN()), connectTo(t, r2.DSN())
+	if _, err := open.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
 	held, durable := awaitUndurableVersion(t, st, r2)
+	if _, err := open.Exec(ctx, "SELECT count(*) FROM rows"); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(st.Certifier.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +66,14 @@ func TestReplicasThatAppliedVersionsTheCertifierLostAreRewound(t *testing.T) {
 
 	mustRun(t, bin, "up", "--data-dir", dir, "--no-demo")
 	t.Log(awaitLogLine(t, r2.Agent.Log, "rewound: the replica went back past versions that failed"))
+	qctx, qcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer qcancel()
+	if _, err := open.Exec(qctx, "SELECT 1"); err == nil {
+		t.Error("a transaction open on replica2 across the rewind was not ended")
+	}
+	if _, err := idle.Exec(qctx, "SELECT count(*) FROM rows"); err != nil {
+		t.Errorf("an idle session on replica2 was ended by the rewind: %v", err)
+	}
 	s := awaitHealthy(t, bin, dir)
 	for _, r := range s.Replicas {
 		if r.Rebuilt != nil {
@@ -106,4 +125,17 @@ func awaitLogLine(t *testing.T, path, text string) string {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// connectTo opens a connection that ends with the test.
+func connectTo(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }

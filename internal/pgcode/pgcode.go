@@ -27,6 +27,7 @@ const (
 	// Class 25: invalid transaction state.
 	InvalidTransactionState = "25000" // tashkent: a streamed writeset whose temporary file failed
 	ActiveSQLTransaction    = "25001"
+	NoActiveSQLTransaction  = "25P01"
 	InFailedSQLTransaction  = "25P02"
 
 	// Class 28: invalid authorization specification.
@@ -55,8 +56,9 @@ const (
 	ProgramLimitExceeded = "54000" // tashkent: a writeset over a limit
 
 	// Class 55: object not in prerequisite state.
-	ObjectInUse      = "55006"
-	LockNotAvailable = "55P03"
+	ObjectNotInPrerequisiteState = "55000"
+	ObjectInUse                  = "55006"
+	LockNotAvailable             = "55P03"
 
 	// Class 57: operator intervention.
 	QueryCanceled    = "57014"

@@ -37,7 +37,7 @@ const takePinSQL = `SELECT tashkent.snapshot_version(), pg_catalog.set_config('T
 	pg_catalog.set_config('bytea_output', 'hex', true)`
 
 // TakePin opens a pin on conn, which must be idle (not in a transaction)
-// and must stay the pin's until Release. The connection must not time out
+// and must stay the pin's while the pin is open. The connection must not time out
 // idle transactions (the agent's connections set
 // idle_in_transaction_session_timeout = 0).
 func TakePin(ctx context.Context, conn *pgx.Conn, now time.Time) (*Pin, error) {

@@ -28,8 +28,10 @@ import (
 // so a durability lag longer than Interval still moves the usable pin on.
 //
 // A pin Usable hands out is reserved for its caller until Return: Tick
-// neither drops nor reuses it. After a rewind to k, Rewound drops the pins
-// above k: they saw versions that failed.
+// neither drops nor reuses it, and Close leaves it open until Return.
+// After a rewind to k, Rewound drops the pins above k: they saw versions
+// that failed. Tick also drops the pins whose connection broke (the
+// server ended it, or restarted).
 //
 // Methods are safe for concurrent use. Tick (Rewinder.Run calls it every
 // Interval), TakeNow and Close talk to the database; the others only
@@ -121,12 +123,26 @@ func (p *Pins) Usable(c uint64) *Pin {
 	return nil
 }
 
-// Return ends the reservation of a pin Usable returned.
+// Return ends the reservation of a pin Usable returned; after Close it
+// releases the pin and closes its connection.
 func (p *Pins) Return(pin *Pin) {
 	p.mu.Lock()
 	delete(p.leased, pin)
+	closed := p.closed
+	if i := slices.Index(p.pins, pin); closed && i >= 0 {
+		p.pins = slices.Delete(p.pins, i, i+1)
+		p.drop = append(p.drop, pin)
+	}
 	p.mu.Unlock()
+	if closed { // Close left it to its reader
+		ctx, cancel := context.WithTimeout(context.Background(), pinCloseTimeout)
+		defer cancel()
+		p.releaseDropped(ctx)
+	}
 }
+
+// pinCloseTimeout bounds the release of a pin returned after Close.
+const pinCloseTimeout = 5 * time.Second
 
 // Rewound drops the pins above k, after the replica went back to k: their
 // snapshots hold versions that failed. A pin being taken meanwhile is
@@ -135,6 +151,9 @@ func (p *Pins) Rewound(k uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rewinds++
+	// The durable version heard was the log's the replica parted from; the
+	// next stream says what is durable in the one it is admitted to.
+	p.durable = min(p.durable, k)
 	keep := p.pins[:0]
 	for _, pin := range p.pins {
 		if pin.Version > k {
@@ -208,7 +227,8 @@ func (p *Pins) TakeNow(ctx context.Context) (uint64, error) {
 func (p *Pins) tick(ctx context.Context, now bool) (uint64, error) {
 	p.ticking.Lock()
 	defer p.ticking.Unlock()
-	take, err := p.plan(now)
+	p.dropBroken()
+	take, rewinds, err := p.plan(now)
 	p.releaseDropped(ctx)
 	if !take {
 		return 0, err
@@ -218,10 +238,10 @@ func (p *Pins) tick(ctx context.Context, now bool) (uint64, error) {
 		return 0, err
 	}
 	p.mu.Lock()
-	if p.rewinds != pin.rewinds || p.closed {
-		p.drop = append(p.drop, pin.Pin)
+	if p.rewinds != rewinds || p.closed {
+		p.drop = append(p.drop, pin)
 	} else {
-		p.insertLocked(pin.Pin)
+		p.insertLocked(pin)
 	}
 	p.mu.Unlock()
 	p.releaseDropped(ctx)
@@ -230,20 +250,24 @@ func (p *Pins) tick(ctx context.Context, now bool) (uint64, error) {
 
 // plan prunes the pins and says whether to take a candidate now (at once:
 // whatever the interval); if every connection holds a pin, one is dropped
-// to make room.
-func (p *Pins) plan(now bool) (bool, error) {
+// to make room. It returns the count of rewinds it saw not suspended,
+// under the same lock: the pin taken is kept only if no rewind began
+// since (its snapshot may predate the undo's commit, and its
+// snapshot_version follow the finish: its version would be the rewind's
+// target, its rows those of the version the rewind went back from).
+func (p *Pins) plan(now bool) (take bool, rewinds int, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.suspended {
 		if now {
-			return false, errPinsStopped
+			return false, 0, errPinsStopped
 		}
-		return false, nil
+		return false, 0, nil
 	}
 	p.pruneLocked()
 	at := p.cfg.Now()
 	if !now && at.Sub(p.taken) < p.cfg.Interval {
-		return false, nil
+		return false, 0, nil
 	}
 	if len(p.pins) >= p.cfg.ConnectionsMax {
 		victim := makeRoom(p.pins, p.durable, p.leased)
@@ -251,13 +275,38 @@ func (p *Pins) plan(now bool) (bool, error) {
 			victim = newestCandidate(p.pins, p.durable, p.leased)
 		}
 		if victim == nil {
-			return false, errNoRoomForPin(now)
+			return false, 0, errNoRoomForPin(now)
 		}
 		p.removeLocked(victim)
 		p.drop = append(p.drop, victim)
 	}
 	p.taken = at
-	return true, nil
+	return true, p.rewinds, nil
+}
+
+// dropBroken drops the pins whose connection broke: the server ended the
+// backend, or restarted, and the snapshot is gone. CheckConn reads what
+// the server sent without a round trip (a millisecond at most); it runs
+// under mu so that Usable cannot lease a pin while its connection is
+// read. Leased pins are their reader's to find broken.
+func (p *Pins) dropBroken() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	live := p.pins[:0]
+	for _, pin := range p.pins {
+		if pin.conn != nil && !p.leased[pin] && !connAlive(pin.conn) {
+			p.drop = append(p.drop, pin)
+		} else {
+			live = append(live, pin)
+		}
+	}
+	p.pins = live
+}
+
+// connAlive: conn has not broken. A FATAL message (a terminated backend)
+// closes it as CheckConn reads it.
+func connAlive(conn *pgx.Conn) bool {
+	return !conn.IsClosed() && conn.PgConn().CheckConn() == nil && !conn.IsClosed()
 }
 
 // errPinsStopped: no pin is taken during a rewind or after Close.
@@ -272,16 +321,9 @@ func errNoRoomForPin(now bool) error {
 	return errors.New("replica: no room for a pin: every connection holds a usable or a leased one")
 }
 
-// takenPin is a pin and the number of rewinds before it was taken.
-type takenPin struct {
-	*Pin
-	rewinds int
-}
-
 // take takes a pin on an idle connection, or a new one.
-func (p *Pins) take(ctx context.Context) (takenPin, error) {
+func (p *Pins) take(ctx context.Context) (*Pin, error) {
 	p.mu.Lock()
-	rewinds := p.rewinds
 	var conn *pgx.Conn
 	if n := len(p.idle); n > 0 {
 		conn, p.idle = p.idle[n-1], p.idle[:n-1]
@@ -290,15 +332,15 @@ func (p *Pins) take(ctx context.Context) (takenPin, error) {
 	if conn == nil {
 		var err error
 		if conn, err = p.cfg.Connect(ctx); err != nil {
-			return takenPin{}, fmt.Errorf("replica: connect for a pin: %w", err)
+			return nil, fmt.Errorf("replica: connect for a pin: %w", err)
 		}
 	}
 	pin, err := TakePin(ctx, conn, p.cfg.Now())
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx))
-		return takenPin{}, err
+		return nil, err
 	}
-	return takenPin{Pin: pin, rewinds: rewinds}, nil
+	return pin, nil
 }
 
 // releaseDropped ends the transactions of the dropped pins; their
@@ -410,14 +452,20 @@ func makeRoom(pins []*Pin, durable uint64, leased map[*Pin]bool) *Pin {
 	return candidates[len(candidates)-1]
 }
 
-// Close releases every pin and closes the connections, leased pins
-// included: call it once no rewind runs.
+// Close releases every pin and closes the connections; a leased pin is
+// released when it is returned, since a rewind may be reading through it.
 func (p *Pins) Close(ctx context.Context) {
 	p.mu.Lock()
 	p.closed = true
-	p.drop = append(p.drop, p.pins...)
-	p.pins = nil
-	clear(p.leased)
+	leased := p.pins[:0]
+	for _, pin := range p.pins {
+		if p.leased[pin] {
+			leased = append(leased, pin)
+		} else {
+			p.drop = append(p.drop, pin)
+		}
+	}
+	p.pins = leased
 	idle := p.idle
 	p.idle = nil
 	p.mu.Unlock()

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tashkent-db/tashkent/internal/logentry"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
@@ -22,6 +24,12 @@ const pinApplicationName = "tashkent-test-pin"
 // pinConnect opens pin connections to srv as the agent's are opened:
 // idle transactions never time out.
 func pinConnect(srv *pgserver.Server) func(ctx context.Context) (*pgx.Conn, error) {
+	return pinConnectDialing(srv, nil)
+}
+
+// pinConnectDialing is pinConnect whose connections are dialled by dial
+// (nil: pgx's own).
+func pinConnectDialing(srv *pgserver.Server, dial pgconn.DialFunc) func(ctx context.Context) (*pgx.Conn, error) {
 	return func(ctx context.Context) (*pgx.Conn, error) {
 		cfg, err := pgx.ParseConfig(srv.DSN("postgres"))
 		if err != nil {
@@ -29,6 +37,9 @@ func pinConnect(srv *pgserver.Server) func(ctx context.Context) (*pgx.Conn, erro
 		}
 		cfg.RuntimeParams["application_name"] = pinApplicationName
 		cfg.RuntimeParams["idle_in_transaction_session_timeout"] = "0"
+		if dial != nil {
+			cfg.DialFunc = dial
+		}
 		return pgx.ConnectConfig(ctx, cfg)
 	}
 }
@@ -315,5 +326,175 @@ func TestRewinderRunPinsUntilItsContextEnds(t *testing.T) {
 			t.Fatalf("%d pin connections open after Run ended", n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// writeHook runs a function once, at the next write to any connection
+// dialled through it.
+type writeHook struct {
+	mu   sync.Mutex
+	next func()
+}
+
+func (h *writeHook) arm(f func()) {
+	h.mu.Lock()
+	h.next = f
+	h.mu.Unlock()
+}
+
+func (h *writeHook) fire() {
+	h.mu.Lock()
+	f := h.next
+	h.next = nil
+	h.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+type hookedConn struct {
+	net.Conn
+	hook *writeHook
+}
+
+func (c *hookedConn) Write(b []byte) (int, error) {
+	c.hook.fire()
+	return c.Conn.Write(b)
+}
+
+// hookedPinConnect is pinConnect whose connections fire hook.
+func hookedPinConnect(srv *pgserver.Server, hook *writeHook) func(ctx context.Context) (*pgx.Conn, error) {
+	return pinConnectDialing(srv, func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &hookedConn{Conn: c, hook: hook}, nil
+	})
+}
+
+// Pins against a live server: a pin taken across a rewind is discarded,
+// even when the rewind ran while Tick released the pin that made room
+// (before it took the new one); a pin whose backend was ended is dropped
+// at the next Tick; Close leaves a leased pin to its reader until Return;
+// and a rewind whose apply connection broke during the undo keeps the pins
+// suspended until ResumeRewind.
+func TestPinsAcrossRewindsBrokenConnectionsAndClose(t *testing.T) {
+	c := newCluster(t, 1)
+	nd := c.nodes[0]
+	ctx := tctx(t)
+	c.commit(0, undoSchema)
+	hook := &writeHook{}
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	rw := NewRewinder(RewinderConfig{
+		Pins:    PinsConfig{Connect: hookedPinConnect(nd.srv, hook), Now: clock.Now, ConnectionsMax: 2},
+		Version: c.version(0),
+	})
+	t.Cleanup(func() { rw.Pins.Close(context.Background()) })
+	admin := nd.connect(t)
+	tick := func() {
+		t.Helper()
+		clock.Advance(PinIntervalDefault)
+		if err := rw.Pins.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commitAndDeliver := func(sql string) {
+		t.Helper()
+		for _, e := range c.commit(0, sql) {
+			rw.Delivered(logentry.Encode(e))
+		}
+	}
+
+	v1 := c.version(0)
+	tick()
+	commitAndDeliver(durableTxns[0])
+	tick()
+	commitAndDeliver(durableTxns[1])
+	// Both connections hold a candidate: the next Tick releases the newer
+	// to make room, and a whole rewind happens as it does.
+	hook.arm(func() { rw.Pins.suspend(); rw.Pins.resume() })
+	tick()
+	if got := rw.Pins.Versions(); !slices.Equal(got, []uint64{v1}) {
+		t.Fatalf("pins %v; want [%d]: the pin taken across a rewind is discarded", got, v1)
+	}
+
+	tick()
+	v3 := c.version(0)
+	if got := rw.Pins.Versions(); !slices.Equal(got, []uint64{v1, v3}) {
+		t.Fatalf("pins %v, want [%d %d]", got, v1, v3)
+	}
+	mustExec(t, admin, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '`+pinApplicationName+`'`)
+	awaitPinConnections(t, admin, 0)
+	if err := rw.Pins.Tick(ctx); err != nil { // not due: no candidate
+		t.Fatal(err)
+	}
+	if got := rw.Pins.Versions(); len(got) != 0 {
+		t.Fatalf("pins %v after their backends were ended, want none", got)
+	}
+
+	tick()
+	rw.Advance(v3)
+	pin := rw.Pins.Usable(v3)
+	if pin == nil || pin.Version != v3 {
+		t.Fatalf("usable pin %v, want one at %d", pin, v3)
+	}
+	rw.Pins.Close(ctx)
+	if _, err := pin.readRows(ctx, []pinQuery{{what: "a row", sql: `SELECT 'read'`}}); err != nil {
+		t.Fatalf("read through a leased pin after Close: %v", err)
+	}
+	rw.Pins.Return(pin)
+	if !pin.conn.IsClosed() {
+		t.Error("the leased pin's connection is open after Return, want it closed")
+	}
+	awaitPinConnections(t, admin, 0)
+}
+
+// awaitPinConnections waits until n pin connections are open.
+func awaitPinConnections(t *testing.T, admin *pgx.Conn, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for got := pinConnections(t, admin); got != n; got = pinConnections(t, admin) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pin connections open, want %d", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A rewind whose apply connection broke during the undo may have
+// committed it: the pins stay suspended (none is taken while the rows and
+// the replica's version may disagree) until ResumeRewind finds no marker.
+func TestPinsStaySuspendedWhenTheUndoConnectionBroke(t *testing.T) {
+	c := newCluster(t, 1)
+	nd := c.nodes[0]
+	ctx := tctx(t)
+	c.commit(0, undoSchema)
+	k := c.version(0)
+	rw := NewRewinder(RewinderConfig{Pins: PinsConfig{Connect: pinConnect(nd.srv)}, Version: k})
+	t.Cleanup(func() { rw.Pins.Close(context.Background()) })
+	if _, err := rw.Pins.TakeNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rw.Advance(k)
+	for _, e := range c.commit(0, durableTxns[0]) {
+		rw.Delivered(logentry.Encode(e))
+	}
+	broken := nd.applierConn(t)
+	if err := broken.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var cu *CannotUndoError
+	if _, err := rw.Rewind(ctx, broken, k, c.version(0)); err == nil || errors.As(err, &cu) {
+		t.Fatalf("Rewind on a closed apply connection: %v, want an error of the connection", err)
+	}
+	if _, err := rw.Pins.TakeNow(ctx); !errors.Is(err, errPinsStopped) {
+		t.Fatalf("TakeNow after the undo's connection broke: %v, want %v", err, errPinsStopped)
+	}
+	if _, resumed, err := rw.ResumeRewind(ctx, nd.apply); err != nil || resumed {
+		t.Fatalf("ResumeRewind: %v, %v; want no rewind pending", resumed, err)
+	}
+	if _, err := rw.Pins.TakeNow(ctx); err != nil {
+		t.Fatalf("TakeNow after ResumeRewind: %v", err)
 	}
 }

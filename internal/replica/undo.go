@@ -160,7 +160,8 @@ func (t *undoTable) keyArray() string {
 
 // Statements of the undo transaction (Undo). The rewind's own are the
 // extension's (extension/src/rewind.c); synchronous_commit is on for the
-// transaction, so that the undo is durable before the origin is set back.
+// transaction, so that once it committed its marker (tashkent.rewind)
+// survives a crash and the rewind can be finished after the restart.
 const (
 	rewindBeginSQL    = `SELECT tashkent.rewind_begin($1, $2)`
 	syncCommitOnSQL   = `SELECT pg_catalog.set_config('synchronous_commit', 'on', true)`
@@ -197,8 +198,10 @@ func undoDeleteSQL(m *tableMeta) string {
 // The transaction starts with tashkent.rewind_begin(k, v), which refuses
 // (55006) while another backend is in the commit order, closes the turn,
 // and inserts the marker (tashkent.rewind); it deletes the history runs
-// above k and commits with synchronous_commit on. The replica's version is
-// still v afterwards: FinishRewind sets it to k.
+// above k and commits with synchronous_commit on. From rewind_begin on,
+// sessions count the replica's version as k (committed_version, waits);
+// what holds it (the replication origin's progress) is still v until
+// FinishRewind sets it to k.
 //
 // A version that cannot be undone row by row is a CannotUndoError, before
 // anything is written.

@@ -18,8 +18,9 @@ import (
 
 // undoSchema has the table shapes an undo must restore: a primary key
 // with a secondary unique column, a composite key, a foreign key (whose
-// checks are off in the undo), a table without a primary key, and a
-// partitioned table whose rows move between partitions.
+// checks are off in the undo), a table without a primary key, a
+// partitioned table whose rows move between partitions, and a table with
+// an inheritor that holds a row of the same key.
 const undoSchema = `
 CREATE TABLE acct (id int PRIMARY KEY, bal int NOT NULL, u int UNIQUE, note text);
 CREATE TABLE pair (a int, b text, v text, PRIMARY KEY (a, b));
@@ -29,6 +30,8 @@ CREATE TABLE ev (k int, v text);
 CREATE TABLE part (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
 CREATE TABLE part_e PARTITION OF part FOR VALUES IN ('e');
 CREATE TABLE part_w PARTITION OF part FOR VALUES IN ('w');
+CREATE TABLE inh (id int PRIMARY KEY, v text);
+CREATE TABLE inh_kid (PRIMARY KEY (id)) INHERITS (inh);
 `
 
 // durableTxns are the versions 2..k that stay.
@@ -39,6 +42,7 @@ var durableTxns = []string{
 	 INSERT INTO part VALUES (1, 'e', 1), (2, 'w', 2)`,
 	`INSERT INTO ev VALUES (1, 'x'), (1, 'x'), (2, 'y')`,
 	`UPDATE acct SET bal = bal + 1 WHERE id = 1`,
+	`INSERT INTO inh VALUES (1, 'parent'); INSERT INTO inh_kid VALUES (1, 'kid')`,
 }
 
 // failedTxns are the versions k+1..v that fail: updates, deletes,
@@ -63,6 +67,7 @@ var failedTxns = []string{
 	`UPDATE ev SET v = 'z' WHERE k = 2`,
 	`INSERT INTO ev VALUES (3, 'w'); DELETE FROM ev WHERE k = 3`,
 	`UPDATE part SET region = 'w' WHERE id = 1`,
+	`UPDATE ONLY inh SET v = 'changed' WHERE id = 1`,
 }
 
 // undoFixture is a cluster of three servers: A commits every version as
@@ -120,7 +125,7 @@ func (f *undoFixture) checkRewound(t *testing.T, conn *pgx.Conn) {
 	t.Helper()
 	sameChecksums(t, checksum(t, f.r.connect(t)), checksum(t, conn))
 	if t.Failed() {
-		for _, tbl := range []string{"acct", "pair", "parent", "child", "ev", "part_e", "part_w"} {
+		for _, tbl := range []string{"acct", "pair", "parent", "child", "ev", "part_e", "part_w", "inh", "inh_kid"} {
 			t.Logf("%s on R:\n%s\non B:\n%s", tbl, dump(t, f.r.connect(t), tbl), dump(t, conn, tbl))
 		}
 	}
@@ -181,8 +186,13 @@ func TestUndoTakesTheReplicaBackToThePin(t *testing.T) {
 	if err := f.b.applier.Undo(ctx, f.b.apply, f.pin, f.failed()); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := ReadVersion(ctx, f.b.apply); v != f.v {
-		t.Errorf("after the undo, before the finish: version %d, want %d", v, f.v)
+	// The rows are at k: so is the version sessions see and wait on,
+	// although the origin's progress is still v.
+	if v, _ := ReadVersion(ctx, f.b.apply); v != f.k {
+		t.Errorf("after the undo, before the finish: version %d, want %d", v, f.k)
+	}
+	if p := originProgress(t, f.b.apply); p != f.v {
+		t.Errorf("after the undo, before the finish: the origin's progress %d, want %d", p, f.v)
 	}
 	from, err := FinishRewind(ctx, f.b.apply, f.k)
 	if err != nil || from != f.v {
@@ -200,6 +210,9 @@ func TestUndoTakesTheReplicaBackToThePin(t *testing.T) {
 func TestRewindRefusedWhileABackendIsInTheCommitOrder(t *testing.T) {
 	f := newUndoFixture(t)
 	ctx := tctx(t)
+	if err := f.b.applier.Undo(ctx, f.b.apply, f.pin, f.failed()[1:]); err == nil || !strings.Contains(err.Error(), "the entries start at version") {
+		t.Fatalf("undo of versions %d..%d through the pin at %d: %v; want refused (version %d would stay)", f.k+2, f.v, f.k, err, f.k+1)
+	}
 	release := make(chan struct{})
 	f.b.agent.SetDecide(func(r agenttest.Request, next uint64) wire.Decision {
 		<-release
@@ -251,10 +264,13 @@ func TestRewindRefusedWhileABackendIsInTheCommitOrder(t *testing.T) {
 // a finish that rolled back (its origin and shared state set back, its
 // marker deletion not) leaves it too: the agent's ResumeRewind, from a
 // fresh connection after the server restarted, ends in the same state as
-// an uninterrupted rewind, and the replica goes on.
+// an uninterrupted rewind, and the replica goes on. The undo commits
+// with synchronous_commit on whatever the session's setting: the WAL
+// writer, which flushes an asynchronous commit, waits ten seconds here.
 func TestRewindMarkerSurvivesACrashBetweenUndoAndFinish(t *testing.T) {
-	f := newUndoFixture(t, pgtest.WithSettings(map[string]string{"tashkent.recovery_roles": "postgres"}))
+	f := newUndoFixture(t, pgtest.WithSettings(map[string]string{"tashkent.recovery_roles": "postgres", "wal_writer_delay": "10s"}))
 	ctx := tctx(t)
+	mustExec(t, f.b.apply, `SET synchronous_commit = off`)
 	if err := f.b.applier.Undo(ctx, f.b.apply, f.pin, f.failed()); err != nil {
 		t.Fatal(err)
 	}
