@@ -922,12 +922,13 @@ tk_channel_open_feed(void)
 
 /*
  * tk_channel_feed_read waits up to timeout_ms for the agent's next word
- * on the feed's connection: true with its type ('V', 'X') and value when
- * one came, false when none did. A connection that broke or sent something
+ * on the feed's connection: true with its type ('V', 'X') and values when
+ * one came ('V': the durable version; 'X': C and the failed epoch), false
+ * when none did. A connection that broke or sent something
  * else is closed, with an ERROR.
  */
 bool
-tk_channel_feed_read(long timeout_ms, char *type, uint64 *value)
+tk_channel_feed_read(long timeout_ms, char *type, uint64 *value, uint64 *epoch)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	bool		warned = false;
@@ -942,13 +943,14 @@ tk_channel_feed_read(long timeout_ms, char *type, uint64 *value)
 		close_agent();
 		agent_unavailable("the connection broke (the agent stopped?)");
 	}
-	if (buf.len != 9 || (buf.data[0] != 'V' && buf.data[0] != 'X'))
+	if (!(buf.len == 9 && buf.data[0] == 'V') && !(buf.len == 17 && buf.data[0] == 'X'))
 	{
 		close_agent();
 		agent_unavailable("it sent the feed an unexpected message");
 	}
 	*type = (char) get_u8(&buf);
 	*value = get_u64(&buf);
+	*epoch = *type == 'X' ? get_u64(&buf) : 0;
 	pfree(buf.data);
 	return true;
 }

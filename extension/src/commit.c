@@ -255,7 +255,7 @@ commit_in_turn(uint64 first, const TkDecision *decision)
 	holding_epoch = decision->epoch;
 	tk_doom_clear();			/* a blocker doomed before: certified now */
 	set_slot(TK_SLOT_HOLDING, first, last);
-	tk_turn_wait(first, false);
+	tk_turn_wait(first, holding_epoch, false);
 	tk_safe_commit_choose(last, decision->epoch, decision->durable);
 	tk_turn_record(first, last);
 }
@@ -335,7 +335,7 @@ apply_in_turn(void)
 	slot->version = tk_apply_last;
 	LWLockRelease(tk_shared->lock);
 	holding = tk_apply_last;
-	tk_turn_wait(tk_apply_first, true);
+	tk_turn_wait(tk_apply_first, 0, true);
 	tk_turn_record(tk_apply_first, tk_apply_last);
 }
 
@@ -405,7 +405,7 @@ at_abort(void)
 	if (in_commit_order)
 		tk_turn_release();
 	end_transaction();
-	if (abandoned > tk_failed_after())
+	if (tk_version_failed(abandoned, abandoned_epoch))
 		abandoned = 0;			/* it failed (turn.c): no one applies it */
 	if (abandoned != 0 && !applier)
 	{

@@ -98,12 +98,13 @@ follow_agent(MemoryContext context, char **why)
 		while (!socket_moved())
 		{
 			uint64		value;
+			uint64		epoch;
 			char		type;
 
-			if (!tk_channel_feed_read(FEED_READ_MS, &type, &value))
+			if (!tk_channel_feed_read(FEED_READ_MS, &type, &value, &epoch))
 				continue;
 			if (type == 'X')
-				tk_failed_after_set(value);
+				tk_failed_after_set(value, epoch);
 			else
 				tk_durable_advance(value);
 			if (!heard)

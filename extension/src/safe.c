@@ -44,11 +44,13 @@
  * SQLSTATE TK006 (tk_safe_report_failed_fast_commit); any session can ask
  * tashkent.txn_state(v, e).
  *
- * failed_after is set by the feed ('X', feed.c) when the agent is told to
- * rewind, and set back to "none" (PG_UINT64_MAX) by the next 'X' the agent
- * sends, once its run after the rewind opens the admission gate: by then
- * the replica holds no failed version, and every backend that held one was
- * terminated (the rewind ends every transaction in progress). A commit
+ * failed_after and failed_epoch are set by the feed ('X' C, epoch, feed.c)
+ * when the agent is told to rewind: the versions above C decided in that
+ * epoch or an earlier one failed. The agent sets them back to "none"
+ * (PG_UINT64_MAX) once its run after the rewind opens the admission gate.
+ * The feed applies them asynchronously, maybe after the new epoch's first
+ * commits: the epoch keeps a late 'X' from failing those (a later epoch's
+ * version at a number above C did not fail). A commit
  * waiting for its turn with a failed version gets 40001 (turn.c): nothing
  * was committed.
  *
@@ -111,11 +113,16 @@ static FastCommit fast_last;
 void
 tk_safe_shmem_init(void)
 {
-	pg_atomic_init_u64(&tk_shared->failed_after, TK_NONE_FAILED);
+	SpinLockInit(&tk_shared->failed_lock);
+	tk_shared->failed_after = TK_NONE_FAILED;
+	tk_shared->failed_epoch = 0;
 	pg_atomic_init_u32(&tk_shared->mode, TK_MODE_UNKNOWN);
 	pg_atomic_init_u32(&tk_shared->failures, 0);
 	for (int i = 0; i < TK_FAILURES_KEPT; i++)
+	{
 		pg_atomic_init_u64(&tk_shared->failed_from[i], 0);
+		pg_atomic_init_u64(&tk_shared->failed_epoch_of[i], 0);
+	}
 }
 
 bool
@@ -124,37 +131,75 @@ tk_mode_ed(void)
 	return pg_atomic_read_u32(&tk_shared->mode) == TK_MODE_ED;
 }
 
+/* The common version C of the failure known now (TK_NONE_FAILED: none). */
 uint64
 tk_failed_after(void)
 {
-	return pg_atomic_read_u64(&tk_shared->failed_after);
+	uint64		c;
+
+	SpinLockAcquire(&tk_shared->failed_lock);
+	c = tk_shared->failed_after;
+	SpinLockRelease(&tk_shared->failed_lock);
+	return c;
 }
 
 /*
- * tk_failed_after_set records that every version above `version` failed
- * (TK_NONE_FAILED: none is known to) and wakes every backend: the waits for
- * durability and for the turn look again.
+ * tk_version_failed: whether version `version`, decided in `epoch`, is
+ * known to have failed: above C and of the failed epoch or an earlier one.
+ * A later epoch reuses the numbers above C, and its versions did not fail:
+ * so an 'X' the feed applies late, or a "none" it has not applied yet,
+ * never fails them. Allocates nothing, raises nothing.
+ */
+bool
+tk_version_failed(uint64 version, uint64 epoch)
+{
+	uint64		c;
+	uint64		failed_epoch;
+
+	SpinLockAcquire(&tk_shared->failed_lock);
+	c = tk_shared->failed_after;
+	failed_epoch = tk_shared->failed_epoch;
+	SpinLockRelease(&tk_shared->failed_lock);
+	return version > c && epoch <= failed_epoch;
+}
+
+/*
+ * tk_failed_after_set records that every version above `version` decided
+ * in `epoch` or earlier failed (TK_NONE_FAILED: none is known to) and
+ * wakes every backend: the waits for durability and for the turn look
+ * again. The agent sends the same failure again on every feed connection:
+ * it is counted and logged once.
  */
 void
-tk_failed_after_set(uint64 version)
+tk_failed_after_set(uint64 version, uint64 epoch)
 {
+	bool		same;
+
+	SpinLockAcquire(&tk_shared->failed_lock);
+	same = tk_shared->failed_after == version &&
+		(version == TK_NONE_FAILED || tk_shared->failed_epoch == epoch);
+	tk_shared->failed_after = version;
+	tk_shared->failed_epoch = version == TK_NONE_FAILED ? 0 : epoch;
+	SpinLockRelease(&tk_shared->failed_lock);
+	if (same)
+		return;
 	if (version != TK_NONE_FAILED)
 	{
 		uint32		n = pg_atomic_read_u32(&tk_shared->failures) + 1;
 
-		/* the feed is the only writer: C first, then the count */
+		/* the feed is the only writer: C and the epoch first, then the count */
 		pg_atomic_write_u64(&tk_shared->failed_from[n % TK_FAILURES_KEPT], version);
+		pg_atomic_write_u64(&tk_shared->failed_epoch_of[n % TK_FAILURES_KEPT], epoch);
 		pg_write_barrier();
 		pg_atomic_write_u32(&tk_shared->failures, n);
 	}
-	pg_atomic_write_u64(&tk_shared->failed_after, version);
 	pg_memory_barrier();
 	for (int i = 0; i < tk_shared->nslots; i++)
 		SetLatch(&GetPGProcByNumber(i)->procLatch);
 	if (version != TK_NONE_FAILED)
 		ereport(LOG,
-				(errmsg("tashkent: the versions after %llu failed; the transactions that hold them end",
-						(unsigned long long) version)));
+				(errmsg("tashkent: the versions after %llu of epoch %llu and earlier failed; the transactions that hold them end",
+						(unsigned long long) version, (unsigned long long) epoch)));
 }
 
 /* Whether this transaction is safe: its synchronous_commit is not off. */
@@ -279,7 +324,7 @@ tk_safe_commit_wait(void)
 		ResetLatch(MyLatch);
 		tk_durable_wait_begin(version);
 		/* failed first: a later epoch may make the same number durable */
-		if (version > tk_failed_after())
+		if (tk_version_failed(version, epoch))
 		{
 			send_failed(version, epoch);
 			break;
@@ -424,6 +469,7 @@ tk_safe_report_failed_fast_commit(void)
 {
 	uint32		failures;
 	uint64		from;
+	uint64		failed_epoch;
 
 	if (fast_last.version == 0)
 		return;
@@ -441,7 +487,8 @@ tk_safe_report_failed_fast_commit(void)
 		return;
 	}
 	from = pg_atomic_read_u64(&tk_shared->failed_from[(fast_last.failures + 1) % TK_FAILURES_KEPT]);
-	if (fast_last.version > from)
+	failed_epoch = pg_atomic_read_u64(&tk_shared->failed_epoch_of[(fast_last.failures + 1) % TK_FAILURES_KEPT]);
+	if (fast_last.version > from && fast_last.epoch <= failed_epoch)
 		ereport(WARNING,
 				(errcode(ERRCODE_TK_TRANSACTION_FAILED),
 				 errmsg("this session's last commit failed: the certifier lost version %llu (epoch %llu) before it became durable; nothing of it remains anywhere",

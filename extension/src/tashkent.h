@@ -65,6 +65,7 @@
 #include "storage/itemptr.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "storage/spin.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
 
@@ -215,19 +216,25 @@ typedef struct TkShared
 	 */
 	pg_atomic_uint64 *durable_waits;
 	/*
-	 * Mode ed (safe.c): every version above failed_after failed (the
-	 * agent's 'X'); PG_UINT64_MAX: none is known to. mode is the agent's
+	 * Mode ed (safe.c): every version above failed_after decided in an
+	 * epoch at or below failed_epoch failed (the agent's 'X'); a later
+	 * epoch's versions at the same numbers did not. PG_UINT64_MAX: none is
+	 * known to. failed_lock keeps the pair together. mode is the agent's
 	 * durability placement (TkMode), set before it admits clients.
 	 */
-	pg_atomic_uint64 failed_after;
+	slock_t		failed_lock;
+	uint64		failed_after;
+	uint64		failed_epoch;
 	pg_atomic_uint32 mode;
 	/*
-	 * The failures since the server started, and the common version C of
-	 * the last TK_FAILURES_KEPT (failed_from[n % TK_FAILURES_KEPT] is that
-	 * of the n-th): a session tells its client that a fast commit failed.
+	 * The failures since the server started, and the common version C and
+	 * failed epoch of the last TK_FAILURES_KEPT (failed_from[n %
+	 * TK_FAILURES_KEPT] is that of the n-th): a session tells its client
+	 * that a fast commit failed.
 	 */
 	pg_atomic_uint32 failures;
 	pg_atomic_uint64 failed_from[TK_FAILURES_KEPT];
+	pg_atomic_uint64 failed_epoch_of[TK_FAILURES_KEPT];
 } TkShared;
 
 extern TkShared *tk_shared;
@@ -242,7 +249,7 @@ extern TkSlot *tk_slot_of_pid(int pid);
 extern uint64 tk_committed(void);
 extern uint64 tk_committed_locked(void);
 extern uint64 tk_last_ddl_version(void);
-extern void tk_turn_wait(uint64 first, bool cancellable);
+extern void tk_turn_wait(uint64 first, uint64 epoch, bool cancellable);
 extern void tk_turn_record(uint64 first, uint64 last);
 extern void tk_turn_pass(uint64 last, bool ran_ddl);
 extern void tk_turn_release(void);
@@ -319,7 +326,7 @@ typedef struct TkStateAnswer
 extern bool tk_channel_txn_state(uint64 version, bool has_epoch, uint64 epoch,
 								 TimestampTz deadline, TkStateAnswer *answer);
 extern void tk_channel_open_feed(void);
-extern bool tk_channel_feed_read(long timeout_ms, char *type, uint64 *value);
+extern bool tk_channel_feed_read(long timeout_ms, char *type, uint64 *value, uint64 *epoch);
 extern void tk_channel_close(void);
 extern long tk_ms_left(TimestampTz deadline);
 
@@ -364,7 +371,8 @@ typedef enum TkMode
 extern void tk_safe_shmem_init(void);
 extern bool tk_mode_ed(void);
 extern uint64 tk_failed_after(void);
-extern void tk_failed_after_set(uint64 version);
+extern bool tk_version_failed(uint64 version, uint64 epoch);
+extern void tk_failed_after_set(uint64 version, uint64 epoch);
 extern void tk_safe_commit_choose(uint64 version, uint64 epoch, uint64 durable_when_decided);
 extern void tk_safe_commit_wait(void);
 extern void tk_safe_read_wait(void);

@@ -96,15 +96,16 @@ func (a *Agent) serveFeed(ctx context.Context, nc net.Conn, r *bufio.Reader, h w
 	}()
 	var sent uint64
 	sentAny := false
-	failedSent, failedSentAny := uint64(0), false
+	var failedSent wire.Failed
+	failedSentAny := false
 	for {
 		changed := a.durable.wait()
 		failedChanged := a.failed.wait()
 		// failed first: a durable version that follows may be a later
 		// epoch's, at a number that failed in this one (failed.go)
-		if f := a.failed.load(); !failedSentAny || f != failedSent {
+		if f, known := a.failed.load(); known && (!failedSentAny || f != failedSent) {
 			nc.SetWriteDeadline(time.Now().Add(feedWriteMax))
-			if _, err := nc.Write(wire.Encode(wire.Failed{After: f})); err != nil {
+			if _, err := nc.Write(wire.Encode(f)); err != nil {
 				return
 			}
 			failedSent, failedSentAny = f, true

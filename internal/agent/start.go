@@ -46,7 +46,7 @@ func (a *Agent) start(ctx context.Context) (*run, error) {
 		a.endRun(r)
 		return nil, err
 	}
-	a.failed.set(wire.NoneFailed) // the replica holds no failed version now (failed.go)
+	a.failed.set(wire.NoneFailed, 0) // the replica holds no failed version now (failed.go)
 	if err := r.control.exec(r.ctx, `SELECT tashkent.set_admitting(true, '')`); err != nil {
 		a.endRun(r)
 		return nil, fmt.Errorf("open the admission gate: %w", err)
@@ -309,6 +309,9 @@ func (r *run) settle() (uint64, []*order.Local, error) {
 	if err := r.awaitCertifyingSettled(); err != nil {
 		return 0, nil, err
 	}
+	if err := r.endHoldersNotDurable(); err != nil {
+		return 0, nil, err
+	}
 	var held []uint64
 	var v int64
 	err := r.control.query(r.ctx, `SELECT b.version FROM tashkent.backends() AS b
@@ -479,4 +482,25 @@ func (r *run) durableVersion() (uint64, error) {
 			r.a.log.Warn("waiting for the certifier", "certifier", r.a.cfg.Certifier, "err", grpctls.HintPlaintext(err))
 		}
 	}
+}
+
+// holdersNotDurableSQL lists the backends holding a version above the
+// durable version the extension last heard of.
+const holdersNotDurableSQL = `SELECT b.pid FROM tashkent.backends() AS b
+WHERE b.state OPERATOR(pg_catalog.=) ANY ('{holding,committing}'::pg_catalog.text[])
+	AND b.version OPERATOR(pg_catalog.>) COALESCE(tashkent.durable_version(), 0)`
+
+// endHoldersNotDurable: in mode ed a backend may hold a decided version
+// that is not durable, and it may have failed. The slot says its number,
+// not its transaction: inherited, it would take the entry the log holds
+// at that number, maybe another transaction of a later epoch, and commit
+// its own in its place. So such backends are ended; if their version
+// survived, the log brings it back and the applier commits it. Their
+// clients lose the connection: the outcome is theirs to ask
+// (tashkent.txn_state).
+func (r *run) endHoldersNotDurable() error {
+	if r.a.cfg.Mode != ModeED {
+		return nil
+	}
+	return r.terminateUntilGone("the backends holding versions not known to be durable (they may have failed)", holdersNotDurableSQL)
 }

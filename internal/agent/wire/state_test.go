@@ -35,8 +35,8 @@ func TestStateAndFeedFramesAreLaidOutAsTheBackendExpects(t *testing.T) {
 			[]byte{0, 0, 0, 15, 'q', 3, 1, 0, 0, 0, 0, 0, 0, 0, 7, 0, 2, 'a', 'b'}},
 		{wire.Durable{Version: 0x0a0b},
 			[]byte{0, 0, 0, 9, 'V', 0, 0, 0, 0, 0, 0, 0x0a, 0x0b}},
-		{wire.Failed{After: 0x0c0d},
-			[]byte{0, 0, 0, 9, 'X', 0, 0, 0, 0, 0, 0, 0x0c, 0x0d}},
+		{wire.Failed{After: 0x0c0d, Epoch: 0x0e},
+			[]byte{0, 0, 0, 17, 'X', 0, 0, 0, 0, 0, 0, 0x0c, 0x0d, 0, 0, 0, 0, 0, 0, 0, 0x0e}},
 		{wire.Decision{Kind: wire.Commit, Version: 5, Epoch: 6, Durable: 4},
 			[]byte{0, 0, 0, 31, 'D', 1, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0}},
 	} {

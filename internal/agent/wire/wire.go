@@ -36,9 +36,10 @@
 //	  'V' Durable   u64 the certifier's durable version: at once, then at
 //	                each advance (only the latest, once the socket's
 //	                buffer is full: the agent never waits for a feed)
-//	  'X' Failed    u64 every version above it failed (math.MaxUint64:
-//	                none is known to): at once, then at each change, before
-//	                any 'V' that follows the change
+//	  'X' Failed    u64 C, u64 epoch: every version above C decided in
+//	                that epoch or an earlier one failed (C math.MaxUint64:
+//	                none is known to): once the agent knows, then at each
+//	                change, before any 'V' that follows the change
 //
 // A streamed transaction (one too large to certify in one 'C') sends its
 // writeset as 'F' frames, each at most 4 MiB unless one change is larger,
@@ -228,10 +229,13 @@ type Durable struct {
 	Version uint64
 }
 
-// Failed tells the durability feed that every version above After failed
-// (NoneFailed: none is known to).
+// Failed tells the durability feed that every version above After
+// decided in Epoch or an earlier epoch failed (After NoneFailed: none is
+// known to). A later epoch reuses the numbers above After: its versions
+// did not fail.
 type Failed struct {
 	After uint64
+	Epoch uint64
 }
 
 // NoneFailed is Failed.After when no version is known to have failed.
@@ -316,7 +320,7 @@ func Decode(typ byte, p []byte) (Message, error) {
 	case 'V':
 		m = Durable{Version: d.u64()}
 	case 'X':
-		m = Failed{After: d.u64()}
+		m = Failed{After: d.u64(), Epoch: d.u64()}
 	default:
 		return nil, fmt.Errorf("%w: unknown type %q", ErrMalformed, typ)
 	}
@@ -390,6 +394,7 @@ func Encode(m Message) []byte {
 		e.u64(m.Version)
 	case Failed:
 		e.u64(m.After)
+		e.u64(m.Epoch)
 	}
 	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4))
 	return e.b
