@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	tkcluster "github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
@@ -153,4 +154,24 @@ func awaitServerLog(t *testing.T, c *cluster, i int, text string) {
 			t.Fatalf("replica %d's server log never said %q", i+1, text)
 		}
 	}
+}
+
+// tashkent's own reads of a replica (status, readiness, replica add) are
+// fast in mode ed: they answer while the certifier is down and the
+// replica holds a version that is not durable, which a safe read would
+// wait for.
+func TestTheGateIsReadWhileTheCertifierIsDown(t *testing.T) {
+	cert, c := startFailable(t, 1)
+	execSQL(t, c.fastConn(0), `INSERT INTO t VALUES (1, 1)`) // not durable for 2s
+	cert.kill()
+	defer cert.start() // the cluster's cleanup needs it
+	began := time.Now()
+	g, err := tkcluster.ReadGate(context.Background(), c.dsn(0, "postgres"))
+	if err != nil {
+		t.Fatalf("reading the gate while the certifier is down: %v (after %v)", err, time.Since(began))
+	}
+	if took := time.Since(began); took > time.Second {
+		t.Errorf("reading the gate took %v: it waited for durability", took)
+	}
+	t.Logf("gate read in %v: version %d, admitting %v", time.Since(began), g.Version, g.Admitting)
 }
