@@ -128,6 +128,12 @@ CREATE FUNCTION tashkent.set_write_refusal(why text) RETURNS void
 LANGUAGE c VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'tashkent_set_write_refusal';
 
+-- set_mode: the agent's durability placement, 'base', 'mw' or 'ed'
+-- (safe.c); the agent sets it before it admits clients.
+CREATE FUNCTION tashkent.set_mode(mode text) RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'tashkent_set_mode';
+
 CREATE FUNCTION tashkent.status(OUT committed bigint, OUT floor bigint, OUT agent_generation bigint,
 	OUT applier_pid integer, OUT admitting boolean, OUT admit_reason text, OUT incarnation bigint)
 RETURNS record
@@ -136,7 +142,8 @@ AS 'MODULE_PATHNAME', 'tashkent_status';
 
 REVOKE ALL ON FUNCTION tashkent.register_applier(), tashkent.apply_versions(bigint, bigint),
 	tashkent.backends(), tashkent.doom(integer, bigint), tashkent.set_admitting(boolean, text),
-	tashkent.set_catch_up_target(bigint), tashkent.set_write_refusal(text), tashkent.status() FROM PUBLIC;
+	tashkent.set_catch_up_target(bigint), tashkent.set_write_refusal(text), tashkent.set_mode(text),
+	tashkent.status() FROM PUBLIC;
 
 -- Capture triggers ---------------------------------------------------------
 --

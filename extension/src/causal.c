@@ -556,6 +556,7 @@ causal_post_parse_analyze(ParseState *pstate, Query *query, JumbleState *jstate)
 {
 	if (prev_post_parse_analyze)
 		prev_post_parse_analyze(pstate, query, jstate);
+	tk_safe_report_failed_fast_commit();
 	if (query->commandType != CMD_UTILITY && sync_due())
 		sync_transaction(NULL, false);
 }
@@ -609,6 +610,8 @@ refuse_write_while_stuck(QueryDesc *qd)
 static void
 causal_executor_start(QueryDesc *queryDesc, int eflags)
 {
+	/* a prepared statement executed again is not parsed again */
+	tk_safe_report_failed_fast_commit();
 	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && queryDesc->operation != CMD_SELECT)
 		refuse_write_while_stuck(queryDesc);
 	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && catch_up_due() && top_level_statement() &&
@@ -637,6 +640,7 @@ causal_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnl
 					   ProcessUtilityContext context, ParamListInfo params,
 					   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
+	tk_safe_report_failed_fast_commit();
 	if (sync_due())
 	{
 		if (begins_block(pstmt->utilityStmt))

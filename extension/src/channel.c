@@ -39,8 +39,10 @@
  *   agent -> backend
  *     'h' welcome   u8 accepted, u64 agent generation, u16 length + text
  *     'D' decision  u8 kind (TkDecisionKind), u64 version, u64 epoch (a
- *                   commit's: the epoch that certified it), u8 abort
- *                   reason, u32 length + detail
+ *                   commit's: the epoch that certified it), u64 the
+ *                   certifier's durable version the agent knew when it
+ *                   answered (a safe commit at or below it does not wait,
+ *                   safe.c), u8 abort reason, u32 length + detail
  *     's' synced    u8 known, u64 the certifier's durable version,
  *                   u16 length + why not (when not known)
  *     'k' held      u8 held, u64 the version commits are held after,
@@ -55,6 +57,9 @@
  *     'V' durable   u64 the certifier's durable version: at once, then
  *                   at each advance (once the socket's buffer is full, a
  *                   feed that reads slowly gets the latest only)
+ *     'X' failed    u64 every version above it failed (PG_UINT64_MAX:
+ *                   none is known to): at once, then at each change,
+ *                   always before a 'V' that follows the change (safe.c)
  *
  * A wait for a certification absorbs cancels, as the turn does (turn.c):
  * once the writeset is sent, the outcome is the certifier's, and the
@@ -532,6 +537,7 @@ read_decision(StringInfo buf, TkDecision *d)
 	d->kind = (TkDecisionKind) get_u8(buf);
 	d->version = get_u64(buf);
 	d->epoch = get_u64(buf);
+	d->durable = get_u64(buf);
 	d->abort_reason = get_u8(buf);
 	d->detail = get_text(buf, get_u32(buf));
 	if (d->kind < TK_DECISION_COMMIT || d->kind > TK_DECISION_UNKNOWN ||
@@ -916,12 +922,13 @@ tk_channel_open_feed(void)
 
 /*
  * tk_channel_feed_read waits up to timeout_ms for the agent's next word
- * on the feed's connection: true with the durable version when one came,
- * false when none did. A connection that broke or sent something else
- * is closed, with an ERROR.
+ * on the feed's connection: true with its type ('V', 'X') and values when
+ * one came ('V': the durable version; 'X': C and the failed epoch), false
+ * when none did. A connection that broke or sent something
+ * else is closed, with an ERROR.
  */
 bool
-tk_channel_feed_read(long timeout_ms, uint64 *durable)
+tk_channel_feed_read(long timeout_ms, char *type, uint64 *value, uint64 *epoch)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	bool		warned = false;
@@ -936,12 +943,14 @@ tk_channel_feed_read(long timeout_ms, uint64 *durable)
 		close_agent();
 		agent_unavailable("the connection broke (the agent stopped?)");
 	}
-	if (buf.len != 9 || get_u8(&buf) != 'V')
+	if (!(buf.len == 9 && buf.data[0] == 'V') && !(buf.len == 17 && buf.data[0] == 'X'))
 	{
 		close_agent();
 		agent_unavailable("it sent the feed an unexpected message");
 	}
-	*durable = get_u64(&buf);
+	*type = (char) get_u8(&buf);
+	*value = get_u64(&buf);
+	*epoch = *type == 'X' ? get_u64(&buf) : 0;
 	pfree(buf.data);
 	return true;
 }

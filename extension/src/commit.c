@@ -50,6 +50,11 @@
  * versions, one per fragment, which it commits at once: it waits for the
  * turn of the first and passes the turn on after the last.
  *
+ * In mode ed the certifier answers at the commit point, before the version
+ * is durable: a safe transaction's COMMIT then waits for durability after
+ * its locks are released, and a safe read-only transaction waits at
+ * PRE_COMMIT for what it may have read (safe.c).
+ *
  * A certified transaction that fails after PRE_COMMIT (an error in the
  * rest of PostgreSQL's pre-commit work, or its backend terminated while it
  * waited for its turn) tells the agent, which applies the version in its
@@ -140,12 +145,12 @@ raise_abort(const TkDecision *d)
 static uint64 conflict_to_await = 0;
 
 static void
-await_conflict(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+await_conflict(void)
 {
 	uint64		version = conflict_to_await;
 	TimestampTz deadline;
 
-	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel || version == 0)
+	if (version == 0)
 		return;
 	conflict_to_await = 0;
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), CONFLICT_CATCH_UP_MS);
@@ -154,6 +159,21 @@ await_conflict(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
+}
+
+/*
+ * after_locks: the top-level transaction's locks are released. A
+ * committed one waits for its durability if it is safe (safe.c); a
+ * refused one for the version it conflicted with.
+ */
+static void
+after_locks(ResourceReleasePhase phase, bool isCommit, bool isTopLevel, void *arg)
+{
+	if (phase != RESOURCE_RELEASE_AFTER_LOCKS || !isTopLevel)
+		return;
+	if (isCommit)
+		tk_safe_commit_wait();
+	await_conflict();
 }
 
 static void
@@ -227,13 +247,16 @@ take_decision(const TkDecision *decision)
  * writeset's span) wait for their turn and go with the commit record.
  */
 static void
-commit_in_turn(uint64 first, uint64 last, uint64 epoch)
+commit_in_turn(uint64 first, const TkDecision *decision)
 {
+	uint64		last = decision->version;
+
 	holding = last;
-	holding_epoch = epoch;
+	holding_epoch = decision->epoch;
 	tk_doom_clear();			/* a blocker doomed before: certified now */
 	set_slot(TK_SLOT_HOLDING, first, last);
-	tk_turn_wait(first, false);
+	tk_turn_wait(first, holding_epoch, false);
+	tk_safe_commit_choose(last, decision->epoch, decision->durable);
 	tk_turn_record(first, last);
 }
 
@@ -259,7 +282,7 @@ certify_streamed(void)
 	if (fragments == 0 || decision.version < fragments)
 		elog(ERROR, "tashkent: the agent committed %u fragments as version %llu",
 			 fragments, (unsigned long long) decision.version);
-	commit_in_turn(decision.version - fragments + 1, decision.version, decision.epoch);
+	commit_in_turn(decision.version - fragments + 1, &decision);
 }
 
 static void
@@ -297,7 +320,7 @@ certify_and_wait_turn(void)
 	tk_channel_certify(start, &writeset, &decision);
 	pfree(writeset.data);
 	take_decision(&decision);
-	commit_in_turn(decision.version, decision.version, decision.epoch);
+	commit_in_turn(decision.version, &decision);
 }
 
 static void
@@ -312,7 +335,7 @@ apply_in_turn(void)
 	slot->version = tk_apply_last;
 	LWLockRelease(tk_shared->lock);
 	holding = tk_apply_last;
-	tk_turn_wait(tk_apply_first, true);
+	tk_turn_wait(tk_apply_first, 0, true);
 	tk_turn_record(tk_apply_first, tk_apply_last);
 }
 
@@ -336,6 +359,8 @@ pre_commit(void)
 	}
 	if (tk_capture_pending())
 		certify_and_wait_turn();
+	if (holding == 0)
+		tk_safe_read_wait();
 }
 
 static void
@@ -376,9 +401,12 @@ at_abort(void)
 	bool		applier = tk_backend_is_applier;
 
 	tk_rewind_xact_end(false);
+	tk_safe_xact_end();
 	if (in_commit_order)
 		tk_turn_release();
 	end_transaction();
+	if (tk_version_failed(abandoned, abandoned_epoch))
+		abandoned = 0;			/* it failed (turn.c): no one applies it */
 	if (abandoned != 0 && !applier)
 	{
 		tk_channel_abandon(abandoned);
@@ -434,5 +462,5 @@ tk_commit_init(void)
 {
 	RegisterXactCallback(xact_callback, NULL);
 	RegisterSubXactCallback(subxact_callback, NULL);
-	RegisterResourceReleaseCallback(await_conflict, NULL);
+	RegisterResourceReleaseCallback(after_locks, NULL);
 }

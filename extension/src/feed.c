@@ -13,7 +13,8 @@
  * at once, then at each advance (the latest only, once the socket's
  * buffer is full: the agent never waits for a feed). Each goes to
  * tk_durable_advance, which keeps the maximum and wakes the backends
- * whose version it reached.
+ * whose version it reached. An 'X' frame says which versions failed
+ * (safe.c).
  *
  * The worker needs no database: it starts with the postmaster, and the
  * postmaster starts it again if it dies. When the agent is not there (not
@@ -96,11 +97,16 @@ follow_agent(MemoryContext context, char **why)
 		tk_channel_open_feed();
 		while (!socket_moved())
 		{
-			uint64		durable;
+			uint64		value;
+			uint64		epoch;
+			char		type;
 
-			if (!tk_channel_feed_read(FEED_READ_MS, &durable))
+			if (!tk_channel_feed_read(FEED_READ_MS, &type, &value, &epoch))
 				continue;
-			tk_durable_advance(durable);
+			if (type == 'X')
+				tk_failed_after_set(value, epoch);
+			else
+				tk_durable_advance(value);
 			if (!heard)
 				ereport(LOG,
 						(errmsg("tashkent durability feed: following the agent at \"%s\"", feed_socket)));

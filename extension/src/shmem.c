@@ -86,7 +86,10 @@ tk_shmem_startup(void)
 	base = (char *) tk_shared + ATOMIC64_ALIGN(base - (char *) tk_shared);
 	tk_shared->durable_waits = (pg_atomic_uint64 *) base;
 	if (!found)
+	{
 		tk_durable_init();
+		tk_safe_shmem_init();
+	}
 	LWLockRelease(AddinShmemInitLock);
 }
 

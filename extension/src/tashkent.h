@@ -42,6 +42,8 @@
  *               from the agent (the durability feed)
  *   state.c     a transaction's state (Kashi §2.2.1): txn_state,
  *               wait_durable, durable_version
+ *   safe.c      mode ed: a safe commit acknowledged only once durable, a
+ *               safe read-only transaction's wait, failed versions (TK006)
  *   hold.c      commits held after a version, for a snapshot at exactly
  *               that version (tashkent verify)
  *   rewind.c    the replica goes back to an earlier version: the undo's
@@ -63,11 +65,12 @@
 #include "storage/itemptr.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "storage/spin.h"
 #include "utils/relcache.h"
 #include "utils/snapshot.h"
 
 /* The version of the socket protocol between a backend and the agent. */
-#define TK_PROTOCOL_VERSION 2
+#define TK_PROTOCOL_VERSION 3
 
 /* The replication origin whose progress is the replica's version. */
 #define TK_ORIGIN_NAME "tashkent"
@@ -82,6 +85,7 @@
 #define ERRCODE_TK_NOT_APPLIER MAKE_SQLSTATE('T','K','0','0','3')
 #define ERRCODE_TK_VERSION_WAIT_TIMEOUT MAKE_SQLSTATE('T','K','0','0','4')
 #define ERRCODE_TK_KEYLESS_ROW_MISSING MAKE_SQLSTATE('T','K','0','0','5')
+#define ERRCODE_TK_TRANSACTION_FAILED MAKE_SQLSTATE('T','K','0','0','6')
 
 /* ---- tashkent.c: settings ---- */
 
@@ -149,6 +153,9 @@ typedef struct TkRingEntry
 
 #define TK_RING_SIZE 65536
 
+/* The failures of versions whose common version shared memory keeps (safe.c). */
+#define TK_FAILURES_KEPT 16
+
 typedef struct TkShared
 {
 	LWLock	   *lock;			/* everything below */
@@ -208,6 +215,26 @@ typedef struct TkShared
 	 * backend whose version it reached (durable.c).
 	 */
 	pg_atomic_uint64 *durable_waits;
+	/*
+	 * Mode ed (safe.c): every version above failed_after decided in an
+	 * epoch at or below failed_epoch failed (the agent's 'X'); a later
+	 * epoch's versions at the same numbers did not. PG_UINT64_MAX: none is
+	 * known to. failed_lock keeps the pair together. mode is the agent's
+	 * durability placement (TkMode), set before it admits clients.
+	 */
+	slock_t		failed_lock;
+	uint64		failed_after;
+	uint64		failed_epoch;
+	pg_atomic_uint32 mode;
+	/*
+	 * The failures since the server started, and the common version C and
+	 * failed epoch of the last TK_FAILURES_KEPT (failed_from[n %
+	 * TK_FAILURES_KEPT] is that of the n-th): a session tells its client
+	 * that a fast commit failed.
+	 */
+	pg_atomic_uint32 failures;
+	pg_atomic_uint64 failed_from[TK_FAILURES_KEPT];
+	pg_atomic_uint64 failed_epoch_of[TK_FAILURES_KEPT];
 } TkShared;
 
 extern TkShared *tk_shared;
@@ -222,7 +249,7 @@ extern TkSlot *tk_slot_of_pid(int pid);
 extern uint64 tk_committed(void);
 extern uint64 tk_committed_locked(void);
 extern uint64 tk_last_ddl_version(void);
-extern void tk_turn_wait(uint64 first, bool cancellable);
+extern void tk_turn_wait(uint64 first, uint64 epoch, bool cancellable);
 extern void tk_turn_record(uint64 first, uint64 last);
 extern void tk_turn_pass(uint64 last, bool ran_ddl);
 extern void tk_turn_release(void);
@@ -253,6 +280,8 @@ typedef struct TkDecision
 	uint64		version;		/* COMMIT: the commit version; ABORT: the
 								 * version it conflicted with, or 0 */
 	uint64		epoch;			/* COMMIT: the epoch that certified it */
+	uint64		durable;		/* the certifier's durable version the agent
+								 * knew when it answered */
 	int			abort_reason;	/* ABORT: TK_ABORT_* */
 	char	   *detail;			/* palloc'd; what the agent says */
 } TkDecision;
@@ -297,7 +326,7 @@ typedef struct TkStateAnswer
 extern bool tk_channel_txn_state(uint64 version, bool has_epoch, uint64 epoch,
 								 TimestampTz deadline, TkStateAnswer *answer);
 extern void tk_channel_open_feed(void);
-extern bool tk_channel_feed_read(long timeout_ms, uint64 *durable);
+extern bool tk_channel_feed_read(long timeout_ms, char *type, uint64 *value, uint64 *epoch);
 extern void tk_channel_close(void);
 extern long tk_ms_left(TimestampTz deadline);
 
@@ -327,6 +356,28 @@ extern bool tk_durable_reached(uint64 version);
 extern void tk_durable_wait_prepare(void);
 extern void tk_durable_wait_begin(uint64 version);
 extern void tk_durable_wait_end(void);
+
+/* ---- safe.c ---- */
+
+/* The agent's durability placement (tashkent.set_mode). */
+typedef enum TkMode
+{
+	TK_MODE_UNKNOWN = 0,		/* no agent said since the server started */
+	TK_MODE_BASE,
+	TK_MODE_MW,
+	TK_MODE_ED
+} TkMode;
+
+extern void tk_safe_shmem_init(void);
+extern bool tk_mode_ed(void);
+extern uint64 tk_failed_after(void);
+extern bool tk_version_failed(uint64 version, uint64 epoch);
+extern void tk_failed_after_set(uint64 version, uint64 epoch);
+extern void tk_safe_commit_choose(uint64 version, uint64 epoch, uint64 durable_when_decided);
+extern void tk_safe_commit_wait(void);
+extern void tk_safe_read_wait(void);
+extern void tk_safe_xact_end(void);
+extern void tk_safe_report_failed_fast_commit(void);
 
 /* ---- feed.c ---- */
 

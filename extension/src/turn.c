@@ -126,10 +126,13 @@ absorb_cancel(bool *warned)
  * which applies the versions again); otherwise it is absorbed. A local
  * commit (not cancellable) also waits while a hold keeps its version
  * (hold.c); the applier's runs never pass a hold, the agent cuts them.
- * Every commit waits while a rewind is under way (rewind.c).
+ * Every commit waits while a rewind is under way (rewind.c). A local
+ * commit whose version (of `epoch`) failed (safe.c) ends with 40001: it
+ * committed nothing; it is checked before the turn is taken, so a version
+ * known failed is never committed, even when its turn has come.
  */
 void
-tk_turn_wait(uint64 first, bool cancellable)
+tk_turn_wait(uint64 first, uint64 epoch, bool cancellable)
 {
 	TkSlot	   *slot = tk_my_slot();
 	uint64		predecessor = first - 1;
@@ -143,6 +146,15 @@ tk_turn_wait(uint64 first, bool cancellable)
 		bool		held;
 
 		ResetLatch(MyLatch);
+		/* a streamed commit's span failed if its last version did */
+		if (!cancellable && tk_version_failed(Max(first, slot->version), epoch))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("the certifier failed before making this transaction durable; nothing was committed"),
+					 errdetail("Its version %llu (epoch %llu) was decided, and the certifier lost every version after %llu.",
+							   (unsigned long long) Max(first, slot->version), (unsigned long long) epoch,
+							   (unsigned long long) tk_failed_after()),
+					 errhint("The transaction might succeed if retried.")));
 		LWLockAcquire(tk_shared->lock, LW_EXCLUSIVE);
 		committed = tk_shared->committed;
 		/* a streamed commit's slot holds its span: held if any of it is */

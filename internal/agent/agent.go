@@ -77,6 +77,8 @@ type Agent struct {
 	holds holds // the session that holds the replica's commits (hold.go)
 
 	rewinds rewinding // pins and the rewind asked for (rewind.go)
+
+	failed *failedWatch // the versions that failed, for the feeds (failed.go)
 }
 
 // New validates the configuration.
@@ -88,6 +90,7 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{
 		cfg: cfg, log: cfg.Logger, origin: origin, seq: newSequence(origin), metrics: newMetrics(),
 		ready: make(chan struct{}), state: StateStarting, conns: map[*backendConn]struct{}{}, durable: newDurableWatch(),
+		failed: newFailedWatch(),
 	}, nil
 }
 

@@ -83,7 +83,19 @@ func (c *backendConn) committed(local *order.Local, v, epoch uint64) wire.Decisi
 	c.mu.Lock()
 	c.decided = append(c.decided, local)
 	c.mu.Unlock()
-	return wire.Decision{Kind: wire.Commit, Version: v, Epoch: epoch}
+	return wire.Decision{Kind: wire.Commit, Version: v, Epoch: epoch, Durable: c.durableAtReply(v)}
+}
+
+// durableAtReply is the durable version a commit reply of version v tells
+// the backend. Outside mode ed the certifier answers a commit only once it
+// is durable, so the reply itself says v is; a safe commit then never
+// waits for the feed (extension/src/safe.c).
+func (c *backendConn) durableAtReply(v uint64) uint64 {
+	durable, _ := c.a.durable.load() // an admitted stream's: the reply came on one
+	if c.a.cfg.Mode != ModeED && v > durable {
+		return v
+	}
+	return durable
 }
 
 // startTimeout starts the connection's timer, which its certifications

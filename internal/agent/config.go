@@ -22,6 +22,14 @@ const (
 	// synchronous_commit=off and are caught up from the log after a crash
 	// (Tashkent §7.1, case 2). The paper's Tashkent-MW.
 	ModeMW Mode = "mw"
+	// ModeED: mw with eventual durability (Kashi, "Eventual Durability"):
+	// the certifier answers at the commit point, before the version is
+	// durable; a transaction whose synchronous_commit is off (fast) is
+	// acknowledged then, any other (safe) once durable
+	// (extension/src/safe.c). Replicas run synchronous_commit=on, the
+	// user's default, and never flush for a replicated commit; the agent's
+	// own sessions run with it off.
+	ModeED Mode = "ed"
 )
 
 // Config configures one agent.
@@ -150,9 +158,9 @@ func (c *Config) withDefaults() error {
 	switch c.Mode {
 	case "":
 		c.Mode = ModeMW
-	case ModeBase, ModeMW:
+	case ModeBase, ModeMW, ModeED:
 	default:
-		return fmt.Errorf("agent: mode must be %q or %q, not %q", ModeBase, ModeMW, c.Mode)
+		return fmt.Errorf("agent: mode must be %q, %q or %q, not %q", ModeBase, ModeMW, ModeED, c.Mode)
 	}
 	if c.SequenceStride == 0 {
 		c.SequenceStride = replica.SequenceStrideDefault

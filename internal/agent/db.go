@@ -61,6 +61,14 @@ func (a *Agent) connConfig(applicationName string) (*pgx.ConnConfig, error) {
 	// fragment is delivered: a server-wide limit on idle transactions
 	// would end it, and the run with it, again and again.
 	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = "0"
+	// In mode ed the server's synchronous_commit is on, so that clients
+	// are safe by default; the agent's sessions are fast: its applies are
+	// durable in the certifier's log, and its reads must not wait for
+	// durability (extension/src/safe.c). What must reach disk sets it on
+	// locally (the history, a rewind's undo).
+	if a.cfg.Mode == ModeED {
+		cfg.RuntimeParams["synchronous_commit"] = "off"
+	}
 	return cfg, nil
 }
 

@@ -48,7 +48,14 @@
 // server's durability feed (a background worker of the extension) says
 // hello as RoleFeed and then only reads: Durable{version} at once and at
 // each advance of the durable version an admitted stream brings
-// (feed.go).
+// (feed.go), and Failed{after} at once and at each change (failed.go):
+// in mode ed the versions above it failed, and the extension ends the
+// backends that hold one.
+//
+// In mode ed (config.go) the agent's stream takes commit replies at the
+// commit point (certclient.Options.EarlyDelivery); each Decision carries
+// the durable version the agent knew, and a safe commit above it waits in
+// the extension until the feed brings durability (extension/src/safe.c).
 //
 // # Applying
 //

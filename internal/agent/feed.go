@@ -96,8 +96,20 @@ func (a *Agent) serveFeed(ctx context.Context, nc net.Conn, r *bufio.Reader, h w
 	}()
 	var sent uint64
 	sentAny := false
+	var failedSent wire.Failed
+	failedSentAny := false
 	for {
 		changed := a.durable.wait()
+		failedChanged := a.failed.wait()
+		// failed first: a durable version that follows may be a later
+		// epoch's, at a number that failed in this one (failed.go)
+		if f, known := a.failed.load(); known && (!failedSentAny || f != failedSent) {
+			nc.SetWriteDeadline(time.Now().Add(feedWriteMax))
+			if _, err := nc.Write(wire.Encode(f)); err != nil {
+				return
+			}
+			failedSent, failedSentAny = f, true
+		}
 		if v, ok := a.durable.load(); ok && (!sentAny || v > sent) {
 			nc.SetWriteDeadline(time.Now().Add(feedWriteMax))
 			if _, err := nc.Write(wire.Encode(wire.Durable{Version: v})); err != nil {
@@ -107,6 +119,7 @@ func (a *Agent) serveFeed(ctx context.Context, nc net.Conn, r *bufio.Reader, h w
 		}
 		select {
 		case <-changed:
+		case <-failedChanged:
 		case <-closed:
 			return
 		case <-ctx.Done():

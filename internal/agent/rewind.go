@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -139,6 +140,8 @@ func (r *run) askRewind(rw *pb.RewindRequired, refusal string) {
 	r.admission.refuse(refusal) // what the replica holds may have failed
 	r.a.durable.suspend()
 	r.a.rewinds.ask(&rewindAsked{RewindRequired: rw, refusal: refusal})
+	// before the run ends: the backends holding failed versions end first
+	r.a.failed.set(rw.CommonVersion, r.failedEpoch())
 	r.a.log.Warn("the replica holds versions the certifier's log does not (failed versions); it goes back to where they agree before it serves again",
 		"replica_version", rw.ReplicaVersion, "common_version", rw.CommonVersion)
 	r.fail(fmt.Errorf("%w: the replica holds versions after %d that the certifier's log does not", errRestart, rw.CommonVersion))
@@ -271,4 +274,17 @@ WHERE a.backend_type OPERATOR(pg_catalog.=) 'client backend' AND a.pid OPERATOR(
 // endTransactions terminates those backends and waits until they are gone.
 func (r *run) endTransactions() error {
 	return r.terminateUntilGone("the transactions in progress around a rewind (they may have read versions that failed)", transactionsToEndSQL)
+}
+
+// failedEpoch is the epoch of a rewind verdict's failure: the newest
+// epoch the replica's history holds. Every decision a backend holds is of
+// it or an earlier one (a run is recorded before its first entry is
+// ordered, and entries come before the replies that depend on them); the
+// epoch the replica is admitted in next is later. Without a history
+// (an extension installed before it existed), every epoch.
+func (r *run) failedEpoch() uint64 {
+	if e := r.history.top(); e != 0 {
+		return e
+	}
+	return math.MaxUint64
 }

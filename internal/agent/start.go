@@ -13,6 +13,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/agent/order"
+	"github.com/tashkent-db/tashkent/internal/agent/wire"
 	"github.com/tashkent-db/tashkent/internal/certclient"
 	"github.com/tashkent-db/tashkent/internal/ctxtime"
 	"github.com/tashkent-db/tashkent/internal/grpctls"
@@ -45,6 +46,7 @@ func (a *Agent) start(ctx context.Context) (*run, error) {
 		a.endRun(r)
 		return nil, err
 	}
+	a.failed.set(wire.NoneFailed, 0) // the replica holds no failed version now (failed.go)
 	if err := r.control.exec(r.ctx, `SELECT tashkent.set_admitting(true, '')`); err != nil {
 		a.endRun(r)
 		return nil, fmt.Errorf("open the admission gate: %w", err)
@@ -129,6 +131,9 @@ func (r *run) install() error {
 	if err := c.exec(ctx, `SELECT tashkent.set_admitting(false, $1)`, "the replica is catching up with the cluster"); err != nil {
 		return fmt.Errorf("close the admission gate: %w", err)
 	}
+	if err := c.exec(ctx, `SELECT tashkent.set_mode($1)`, string(r.a.cfg.Mode)); err != nil {
+		return fmt.Errorf("tell the extension the durability mode (an extension older than the agent?): %w", err)
+	}
 	r.checkSettings()
 	if err := r.locally(r.configureSequences); err != nil {
 		return err
@@ -164,11 +169,18 @@ func (r *run) locally(f func(q replica.Querier) error) error {
 	return tx.Commit(r.ctx)
 }
 
+// serverSynchronousCommitSQL is the server's synchronous_commit, from its
+// configuration files (postgresql.conf, ALTER SYSTEM), PostgreSQL's default
+// if they do not set it: the agent's own sessions set their own (db.go).
+const serverSynchronousCommitSQL = `COALESCE((SELECT f.setting FROM pg_catalog.pg_file_settings AS f
+		WHERE f.name OPERATOR(pg_catalog.=) 'synchronous_commit' AND f.applied
+		ORDER BY f.seqno DESC LIMIT 1), 'on')`
+
 // checkSettings warns about settings that do not fit the agent and reads
 // the certify timeout.
 func (r *run) checkSettings() {
 	var syncCommit, roles, user, timeoutMs string
-	err := r.control.queryRow(r.ctx, `SELECT pg_catalog.current_setting('synchronous_commit'),
+	err := r.control.queryRow(r.ctx, `SELECT `+serverSynchronousCommitSQL+`,
 		pg_catalog.current_setting('tashkent.recovery_roles'), pg_catalog.current_user()::pg_catalog.text,
 		(SELECT s.setting FROM pg_catalog.pg_settings AS s WHERE s.name OPERATOR(pg_catalog.=) 'tashkent.certify_timeout')`,
 		nil, &syncCommit, &roles, &user, &timeoutMs)
@@ -176,7 +188,7 @@ func (r *run) checkSettings() {
 		r.a.log.Warn("could not read the replica's settings", "err", err)
 		return
 	}
-	want := map[Mode]string{ModeMW: "off", ModeBase: "on"}[r.a.cfg.Mode]
+	want := map[Mode]string{ModeMW: "off", ModeBase: "on", ModeED: "on"}[r.a.cfg.Mode]
 	if syncCommit != want {
 		r.a.log.Warn("the replica's synchronous_commit does not match the durability mode",
 			"mode", r.a.cfg.Mode, "synchronous_commit", syncCommit, "expected", want)
@@ -297,6 +309,9 @@ func (r *run) settle() (uint64, []*order.Local, error) {
 	if err := r.awaitCertifyingSettled(); err != nil {
 		return 0, nil, err
 	}
+	if err := r.endHoldersNotDurable(); err != nil {
+		return 0, nil, err
+	}
 	var held []uint64
 	var v int64
 	err := r.control.query(r.ctx, `SELECT b.version FROM tashkent.backends() AS b
@@ -367,6 +382,7 @@ func (r *run) openStream(committed uint64) error {
 	c, err := certclient.New(certclient.Options{
 		Target: r.a.cfg.Certifier, Replica: r.a.cfg.Name, ReplicaVersion: committed, AppliedVersion: &durable, Push: !r.a.cfg.NoPush,
 		StatusAddr: r.a.statusAddr(), Logger: r.a.log, DialOptions: r.a.cfg.CertifierDialOptions,
+		EarlyDelivery: r.a.cfg.Mode == ModeED,
 		OnEntries: func(entries []logentry.Entry, durable uint64) error {
 			r.a.heardDurable(durable)
 			if err := r.recordRuns(entries); err != nil {
@@ -466,4 +482,25 @@ func (r *run) durableVersion() (uint64, error) {
 			r.a.log.Warn("waiting for the certifier", "certifier", r.a.cfg.Certifier, "err", grpctls.HintPlaintext(err))
 		}
 	}
+}
+
+// holdersNotDurableSQL lists the backends holding a version above the
+// durable version the extension last heard of.
+const holdersNotDurableSQL = `SELECT b.pid FROM tashkent.backends() AS b
+WHERE b.state OPERATOR(pg_catalog.=) ANY ('{holding,committing}'::pg_catalog.text[])
+	AND b.version OPERATOR(pg_catalog.>) COALESCE(tashkent.durable_version(), 0)`
+
+// endHoldersNotDurable: in mode ed a backend may hold a decided version
+// that is not durable, and it may have failed. The slot says its number,
+// not its transaction: inherited, it would take the entry the log holds
+// at that number, maybe another transaction of a later epoch, and commit
+// its own in its place. So such backends are ended; if their version
+// survived, the log brings it back and the applier commits it. Their
+// clients lose the connection: the outcome is theirs to ask
+// (tashkent.txn_state).
+func (r *run) endHoldersNotDurable() error {
+	if r.a.cfg.Mode != ModeED {
+		return nil
+	}
+	return r.terminateUntilGone("the backends holding versions not known to be durable (they may have failed)", holdersNotDurableSQL)
 }

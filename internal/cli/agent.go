@@ -72,7 +72,7 @@ once the replica has caught up.`,
 	f := cmd.Flags()
 	f.StringVar(&cfg.Name, "name", "", "this replica's name, unique in the cluster")
 	f.StringVar(&cfg.Certifier, "certifier", "127.0.0.1:7400", "certifier address, or every member of a certifier group, comma-separated")
-	f.StringVar(&mode, "mode", string(agent.ModeMW), "durability placement: mw (certifier log; synchronous_commit=off) or base (each replica's WAL; on)")
+	f.StringVar(&mode, "mode", string(agent.ModeMW), "durability placement: mw (certifier log; synchronous_commit=off), base (each replica's WAL; on) or ed (mw answered at the commit point; on, the user's choice of safe)")
 	f.StringVar(&cfg.Database, "database", "postgres", "the replicated database")
 	f.StringVar(&cfg.Postgres, "postgres", "", `the replica's PostgreSQL as a connection string ("host=/var/run/postgresql port=5432" or a postgres:// URL); its database is replaced by --database. Empty: libpq's defaults and PG* variables`)
 	f.StringVar(&cfg.AdminUser, "admin-user", "", "superuser for the agent's connections (empty: the one --postgres names, or postgres); it must be in tashkent.recovery_roles")

@@ -105,7 +105,8 @@ data. Stop everything with ` + "`tashkent down --data-dir DIR`" + `.`,
 	f.StringVar(&o.Dir, "data-dir", "", "cluster directory (created if missing; reused if it holds a cluster)")
 	f.IntVar(&o.Replicas, "replicas", cluster.DefaultReplicas, "number of replicas of a new cluster; "+
 		"an existing cluster grows to it (tashkent replica add) or shrinks (tashkent replica remove, highest index first, data kept)")
-	f.StringVar(&mode, "mode", string(cluster.ModeMW), "durability placement of a new cluster: mw (certifier log) or base (each replica's WAL)")
+	f.StringVar(&mode, "mode", string(cluster.ModeMW), "durability placement of a new cluster: mw (certifier log), base (each replica's WAL) or ed (mw answered at the commit point: "+
+		"synchronous_commit on acknowledges once durable, off at once; single certifier)")
 	f.IntVar(&o.CertifierPort, "certifier-port", 0, "certifier gRPC port on 127.0.0.1 (0: a free port)")
 	f.IntVar(&o.BasePort, "base-port", 0, "PostgreSQL port of the first replica; replica K listens on base-port+K-1 (0: free ports)")
 	f.IntVar(&o.Certifiers, "certifiers", 0, "certifier group size of a new cluster: 1, or 3 or 5 members replicated with Raft (Tashkent §7.3)")

@@ -224,7 +224,7 @@ type Gate struct {
 func ReadGate(ctx context.Context, dsn string) (Gate, error) {
 	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := connectFast(ctx, dsn)
 	if err != nil {
 		return Gate{}, err
 	}
@@ -249,4 +249,18 @@ func ReadGate(ctx context.Context, dsn string) (Gate, error) {
 func listensOn(pid, port int) bool {
 	inode := netutil.ListeningInode(port)
 	return inode != "" && netutil.OwnsSocket(pid, inode)
+}
+
+// connectFast connects to a replica's PostgreSQL for tashkent's own
+// checks with synchronous_commit off: in mode ed a safe read-only
+// transaction waits until what it read is durable, so status, readiness
+// and the transfer checks would wait for the certifier, and time out
+// while it or the agent is down; they read state, and must not.
+func connectFast(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["synchronous_commit"] = "off"
+	return pgx.ConnectConfig(ctx, cfg)
 }

@@ -63,7 +63,7 @@
 //     extension source and server): pgserver.Init (initdb the first time;
 //     shared_preload_libraries = 'tashkent', default_transaction_isolation
 //     = 'repeatable read', synchronous_commit off for mode mw and on for
-//     base) and pgserver.StartDetached, on --base-port+K-1 or a free port.
+//     base and ed, wal_writer_flush_after = 0 for ed) and pgserver.StartDetached, on --base-port+K-1 or a free port.
 //  2. The certifier (or every group member): `tashkent certifier --config
 //     <data-dir>/certifier.toml` started detached (setsid, output to its
 //     log), ready when its Status RPC answers with its own PID. Up writes

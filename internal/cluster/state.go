@@ -38,16 +38,26 @@ const (
 	// ModeBase: each replica's WAL makes every commit durable
 	// (synchronous_commit=on).
 	ModeBase Mode = "base"
+	// ModeED: mw with eventual durability: commits are answered at the
+	// commit point; a safe transaction (synchronous_commit on, the
+	// replicas' default) is acknowledged once durable, a fast one (off) at
+	// once. Single certifier only.
+	ModeED Mode = "ed"
 )
 
 // ParseMode checks a --mode value.
 func ParseMode(s string) (Mode, error) {
 	switch m := Mode(s); m {
-	case ModeMW, ModeBase:
+	case ModeMW, ModeBase, ModeED:
 		return m, nil
 	}
-	return "", fmt.Errorf("mode must be %q or %q, not %q", ModeMW, ModeBase, s)
+	return "", fmt.Errorf("mode must be %q, %q or %q, not %q", ModeMW, ModeBase, ModeED, s)
 }
+
+// synchronousCommit is the replicas' synchronous_commit in mode m: on where
+// it is the user's default choice of a safe commit (ed) or the replica's
+// WAL makes commits durable (base).
+func (m Mode) synchronousCommit() bool { return m == ModeBase || m == ModeED }
 
 // State is the content of cluster.json: everything `tashkent up` started,
 // so that `down` and `status` (and `up` again) find it. Paths are absolute.

@@ -88,7 +88,7 @@ func checkRoom(ctx context.Context, donor, target *Replica) error {
 func databasesSize(ctx context.Context, dsn string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, donorCheckTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := connectFast(ctx, dsn)
 	if err != nil {
 		return 0, err
 	}
@@ -124,7 +124,7 @@ func existingAncestor(dir string) string {
 func unloggedTablesWithRows(ctx context.Context, dsn string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, donorCheckTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := connectFast(ctx, dsn)
 	if err != nil {
 		return nil, err
 	}

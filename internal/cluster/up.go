@@ -242,6 +242,9 @@ func newState(dir string, o Options) (*State, error) {
 	if _, err := ParseMode(string(mode)); err != nil {
 		return nil, err
 	}
+	if mode == ModeED && o.Certifiers > 1 {
+		return nil, fmt.Errorf("--mode ed runs with a single certifier: a certifier group answers commits only once they are durable, not at the commit point; use --certifiers 1, or --mode mw with a group")
+	}
 	for _, p := range []int{o.CertifierPort, o.BasePort, o.BasePort + n - 1} {
 		if p < 0 || p > 65535 {
 			return nil, fmt.Errorf("port %d out of range", p)
@@ -401,8 +404,8 @@ func (u *upper) startPostgres(ctx context.Context, r *Replica) error {
 	srv, err := pgserver.Init(ctx, pgserver.Config{
 		DataDir:           pg.DataDir,
 		Port:              pg.Port,
-		SynchronousCommit: u.st.Mode == ModeBase,
-		Settings:          postgresSettings(),
+		SynchronousCommit: u.st.Mode.synchronousCommit(),
+		Settings:          postgresSettings(u.st.Mode),
 		BinDir:            binDir,
 	})
 	if err != nil {
@@ -431,7 +434,7 @@ func (u *upper) startPostgres(ctx context.Context, r *Replica) error {
 	u.portsUsed[pg.Port] = true
 	u.mu.Unlock()
 	u.progress("%s: PostgreSQL started (pid %d, port %d, synchronous_commit=%s, tashkent extension loaded)",
-		r.Name, pid, pg.Port, map[bool]string{true: "on", false: "off"}[u.st.Mode == ModeBase])
+		r.Name, pid, pg.Port, map[bool]string{true: "on", false: "off"}[u.st.Mode.synchronousCommit()])
 	return u.save()
 }
 
@@ -440,12 +443,19 @@ func (u *upper) startPostgres(ctx context.Context, r *Replica) error {
 // at server start; REPEATABLE READ by default gives applications that
 // change nothing snapshot isolation, which is what the cluster certifies
 // (a transaction at READ COMMITTED reads a new snapshot per statement).
-func postgresSettings() map[string]string {
-	return map[string]string{
+// In mode ed no replicated commit flushes the WAL (synchronous_commit is
+// on only as the user's choice of a safe commit), so the WAL writer
+// flushes as in mw (pgserver's walWriterFlushAfter).
+func postgresSettings(mode Mode) map[string]string {
+	settings := map[string]string{
 		"shared_buffers":                sharedBuffers,
 		"shared_preload_libraries":      pgext.Library,
 		"default_transaction_isolation": "repeatable read",
 	}
+	if mode == ModeED {
+		settings["wal_writer_flush_after"] = "0"
+	}
+	return settings
 }
 
 // crashLeftover reports whether PostgreSQL refused to start because of the

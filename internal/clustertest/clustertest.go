@@ -37,6 +37,8 @@ type Options struct {
 	Settings map[string]string
 	// Agent adjusts replica i's agent configuration.
 	Agent func(i int, cfg *agent.Config)
+	// Certifier adjusts the in-process certifier's configuration.
+	Certifier func(cfg *certifier.Config)
 }
 
 // Cluster is a running test cluster.
@@ -78,7 +80,11 @@ func Start(t testing.TB, n int, opts Options) *Cluster {
 
 func (c *Cluster) listenCertifier(addr string) {
 	c.t.Helper()
-	srv, err := certifier.Listen(certifier.Config{DataDir: c.certDir, Logger: Logger(c.t, "certifier")}, addr, "")
+	cfg := certifier.Config{DataDir: c.certDir, Logger: Logger(c.t, "certifier")}
+	if c.opts.Certifier != nil {
+		c.opts.Certifier(&cfg)
+	}
+	srv, err := certifier.Listen(cfg, addr, "")
 	if err != nil {
 		c.t.Fatal(err)
 	}

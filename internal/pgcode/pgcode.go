@@ -87,6 +87,11 @@ const (
 	// KeylessRowMissing: a version deletes a row of a table without a
 	// primary key that this replica does not have; it diverged.
 	KeylessRowMissing = "TK005"
+	// TransactionFailed: a transaction's version failed before it became
+	// durable (mode ed): nothing of it remains; it is safe to retry. A
+	// safe one gets it as FATAL at COMMIT (the connection ends); a fast
+	// one's session as a WARNING at its next statement.
+	TransactionFailed = "TK006"
 )
 
 // Of is the SQLSTATE of a PostgreSQL error anywhere in err's chain, ""

@@ -67,11 +67,24 @@ func connect(ctx context.Context, rs []Replica) ([]*session, error) {
 	return ss, err
 }
 
+// dial connects with synchronous_commit off: in mode ed a safe read-only
+// transaction waits until what it read is durable, and verify compares
+// what the replicas hold, durable or not.
 func dial(ctx context.Context, r Replica) (*pgx.Conn, error) {
-	if r.Config != nil {
-		return pgx.ConnectConfig(ctx, r.Config.Copy())
+	cfg := r.Config
+	if cfg != nil {
+		cfg = cfg.Copy()
+	} else {
+		var err error
+		if cfg, err = pgx.ParseConfig(r.DSN); err != nil {
+			return nil, err
+		}
 	}
-	return pgx.Connect(ctx, r.DSN)
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["synchronous_commit"] = "off"
+	return pgx.ConnectConfig(ctx, cfg)
 }
 
 // closeAll closes every connection; a replica's hold ends with its

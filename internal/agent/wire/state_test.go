@@ -23,7 +23,7 @@ import (
 
 // The frames of transaction states and of the durability feed, byte by
 // byte as channel.c writes and reads them, and the decision with its
-// epoch.
+// epoch and the durable version known when it was sent.
 func TestStateAndFeedFramesAreLaidOutAsTheBackendExpects(t *testing.T) {
 	for _, c := range []struct {
 		m    wire.Message
@@ -35,8 +35,10 @@ func TestStateAndFeedFramesAreLaidOutAsTheBackendExpects(t *testing.T) {
 			[]byte{0, 0, 0, 15, 'q', 3, 1, 0, 0, 0, 0, 0, 0, 0, 7, 0, 2, 'a', 'b'}},
 		{wire.Durable{Version: 0x0a0b},
 			[]byte{0, 0, 0, 9, 'V', 0, 0, 0, 0, 0, 0, 0x0a, 0x0b}},
-		{wire.Decision{Kind: wire.Commit, Version: 5, Epoch: 6},
-			[]byte{0, 0, 0, 23, 'D', 1, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0}},
+		{wire.Failed{After: 0x0c0d, Epoch: 0x0e},
+			[]byte{0, 0, 0, 17, 'X', 0, 0, 0, 0, 0, 0, 0x0c, 0x0d, 0, 0, 0, 0, 0, 0, 0, 0x0e}},
+		{wire.Decision{Kind: wire.Commit, Version: 5, Epoch: 6, Durable: 4},
+			[]byte{0, 0, 0, 31, 'D', 1, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0}},
 	} {
 		if got := wire.Encode(c.m); !bytes.Equal(got, c.want) {
 			t.Errorf("%T: % x, want % x", c.m, got, c.want)

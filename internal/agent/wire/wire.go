@@ -24,8 +24,9 @@
 //	                u64 version, u8 epoch given, u64 epoch
 //	agent -> backend
 //	  'h' Welcome   u8 accepted, u64 agent generation, u16 length + text
-//	  'D' Decision  u8 kind, u64 version, u64 epoch, u8 abort reason,
-//	                u32 length + detail
+//	  'D' Decision  u8 kind, u64 version, u64 epoch, u64 durable (the
+//	                certifier's durable version the agent knew when it
+//	                answered), u8 abort reason, u32 length + detail
 //	  's' Synced    u8 known, u64 durable version, u16 length + text
 //	  'k' Held      u8 held, u64 version, u16 length + text
 //	  'q' StateAnswer
@@ -35,6 +36,10 @@
 //	  'V' Durable   u64 the certifier's durable version: at once, then at
 //	                each advance (only the latest, once the socket's
 //	                buffer is full: the agent never waits for a feed)
+//	  'X' Failed    u64 C, u64 epoch: every version above C decided in
+//	                that epoch or an earlier one failed (C math.MaxUint64:
+//	                none is known to): once the agent knows, then at each
+//	                change, before any 'V' that follows the change
 //
 // A streamed transaction (one too large to certify in one 'C') sends its
 // writeset as 'F' frames, each at most 4 MiB unless one change is larger,
@@ -49,10 +54,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 )
 
 // ProtocolVersion is TK_PROTOCOL_VERSION in extension/src/tashkent.h.
-const ProtocolVersion = 2
+const ProtocolVersion = 3
 
 // FrameBytesMax bounds a frame the agent reads: a writeset of
 // tashkent.writeset_max_bytes' largest value, with room for the header.
@@ -158,10 +164,13 @@ type Held struct {
 
 // Decision answers a Certify.
 type Decision struct {
-	Kind        DecisionKind
-	Version     uint64 // Commit: the commit version; Abort: the version it conflicted with, or 0
-	Epoch       uint64 // Commit: the epoch that certified it (LogEntry.epoch)
-	AbortReason uint8  // certifierpb.AbortReason
+	Kind    DecisionKind
+	Version uint64 // Commit: the commit version; Abort: the version it conflicted with, or 0
+	Epoch   uint64 // Commit: the epoch that certified it (LogEntry.epoch)
+	// Durable is the certifier's durable version the agent knew when it
+	// answered: a safe commit at or below it does not wait (safe.c).
+	Durable     uint64
+	AbortReason uint8 // certifierpb.AbortReason
 	Detail      string
 }
 
@@ -220,6 +229,18 @@ type Durable struct {
 	Version uint64
 }
 
+// Failed tells the durability feed that every version above After
+// decided in Epoch or an earlier epoch failed (After NoneFailed: none is
+// known to). A later epoch reuses the numbers above After: its versions
+// did not fail.
+type Failed struct {
+	After uint64
+	Epoch uint64
+}
+
+// NoneFailed is Failed.After when no version is known to have failed.
+const NoneFailed = math.MaxUint64
+
 // ErrMalformed wraps every error about a frame's contents.
 var ErrMalformed = errors.New("wire: malformed message")
 
@@ -261,6 +282,7 @@ func (Held) frameType() byte            { return 'k' }
 func (StateQuery) frameType() byte      { return 'Q' }
 func (StateAnswer) frameType() byte     { return 'q' }
 func (Durable) frameType() byte         { return 'V' }
+func (Failed) frameType() byte          { return 'X' }
 
 // Decode parses a frame read by ReadFrame.
 func Decode(typ byte, p []byte) (Message, error) {
@@ -280,7 +302,7 @@ func Decode(typ byte, p []byte) (Message, error) {
 	case 'h':
 		m = Welcome{Accepted: d.u8() != 0, Generation: d.u64(), Text: d.text(int(d.u16()))}
 	case 'D':
-		m = Decision{Kind: DecisionKind(d.u8()), Version: d.u64(), Epoch: d.u64(), AbortReason: d.u8(), Detail: d.text(int(d.u32()))}
+		m = Decision{Kind: DecisionKind(d.u8()), Version: d.u64(), Epoch: d.u64(), Durable: d.u64(), AbortReason: d.u8(), Detail: d.text(int(d.u32()))}
 	case 'S':
 		m = Sync{TimeoutMillis: d.u32()}
 	case 's':
@@ -297,6 +319,8 @@ func Decode(typ byte, p []byte) (Message, error) {
 		m = StateAnswer{State: TxnState(d.u8()), Final: d.u8() != 0, Durable: d.u64(), Text: d.text(int(d.u16()))}
 	case 'V':
 		m = Durable{Version: d.u64()}
+	case 'X':
+		m = Failed{After: d.u64(), Epoch: d.u64()}
 	default:
 		return nil, fmt.Errorf("%w: unknown type %q", ErrMalformed, typ)
 	}
@@ -339,6 +363,7 @@ func Encode(m Message) []byte {
 		e.u8(uint8(m.Kind))
 		e.u64(m.Version)
 		e.u64(m.Epoch)
+		e.u64(m.Durable)
 		e.u8(m.AbortReason)
 		detail := truncate(m.Detail, 32<<10) // the backend reads frames of at most 64 KiB
 		e.u32(uint32(len(detail)))
@@ -367,6 +392,9 @@ func Encode(m Message) []byte {
 		e.text16(m.Text)
 	case Durable:
 		e.u64(m.Version)
+	case Failed:
+		e.u64(m.After)
+		e.u64(m.Epoch)
 	}
 	binary.BigEndian.PutUint32(e.b, uint32(len(e.b)-4))
 	return e.b
