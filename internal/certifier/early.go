@@ -32,8 +32,8 @@ import (
 // and then its commit replies too, once their entries are sent: the
 // commit point. Config.UnsafeDeliverBeforeDurable makes every stream take
 // entries early with replies still sent once durable: it lets the fault
-// tests produce replicas that hold failed versions. No agent asks for
-// early delivery yet, and a certifier group refuses it.
+// tests produce replicas that hold failed versions. The agents of mode ed
+// ask for early delivery; a certifier group refuses it.
 
 // delivery is what a stream takes before it is durable.
 type delivery struct {
