@@ -98,6 +98,8 @@ type SuiteConfig struct {
 	Duration            time.Duration
 	Repeat              int
 	Warmup              time.Duration
+	// Warehouses is the TPC-C scale (tpcc).
+	Warehouses int
 	// Scale is the TPC-B scale (tpcb and select-only); Protocol is
 	// pgbench -M.
 	Scale    int
@@ -182,6 +184,9 @@ func (c *SuiteConfig) check() error {
 	if c.Baseline == "" {
 		c.Baseline = c.Systems[0].label()
 	}
+	if err := c.checkTPCC(); err != nil {
+		return err
+	}
 	if c.Workload.sysbench() {
 		if _, err := exec.LookPath(sysbenchBinary); err != nil {
 			return fmt.Errorf("sysbench not found (apt-get install sysbench): %w", err)
@@ -232,6 +237,8 @@ type SuiteRun struct {
 	Error string
 	// Breakdown is where the run's time went (--breakdown only).
 	Breakdown *Breakdown
+	// TPCC is the run per TPC-C transaction type (tpcc only).
+	TPCC *TPCCResult
 }
 
 // SuiteRow is the median over the repeats of one (system, point) cell.
@@ -281,6 +288,8 @@ type suiteRunner struct {
 	*runner
 	scfg    SuiteConfig
 	scripts []string
+	// tpcc is the TPC-C driver and data (tpcc only; tpcc.go).
+	tpcc *tpccData
 }
 
 // RunSuite starts every system, loads the workload into each, runs it on
@@ -332,6 +341,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		return rep, err
 	}
 	if err := r.prepareExtension(ctx); err != nil {
+		return rep, err
+	}
+	if err := r.prepareTPCC(ctx); err != nil {
 		return rep, err
 	}
 	if err := r.setupAll(ctx); err != nil {
@@ -448,6 +460,10 @@ func (r *suiteRunner) loadWorkload(ctx context.Context, s *system) error {
 		if err := sysbenchPrepare(ctx, s.endpoints()[0]); err != nil {
 			return err
 		}
+	case w == TPCC:
+		if err := r.tpcc.load(ctx, s.endpoints()[0], s.kind); err != nil {
+			return err
+		}
 	default:
 		table, rows := w.tableFor(r.maxClients)
 		if err := setupTable(ctx, s.endpoints()[0], table, rows); err != nil {
@@ -462,6 +478,9 @@ func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p po
 	w := r.scfg.Workload
 	if w.sysbench() {
 		return sysbenchRun(ctx, w, loads, seconds, tick)
+	}
+	if w == TPCC {
+		return r.tpcc.run(ctx, loads, seconds, tick)
 	}
 	o := runOpts{seconds: seconds, protocol: r.scfg.Protocol, builtin: w.builtin(), tick: tick, scripts: r.scripts}
 	if w == Contention {
@@ -553,6 +572,7 @@ func (r *suiteRunner) measureOne(ctx context.Context, s *system, p point, second
 	if err != nil {
 		return run, err
 	}
+	run.TPCC = res.TPCC
 	run.TPS, run.LatencyMs, run.Processed, run.Failed, run.Retries = res.TPS, res.LatencyMs, res.Processed, res.Failed, res.Retries
 	if before != nil {
 		after, err := s.certStatus(ctx)

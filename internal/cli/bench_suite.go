@@ -38,6 +38,10 @@ Systems (KIND or KIND:N):
                         (synchronous_commit off / on), a certifier and one agent per
                         replica; clients connect to the replicas' PostgreSQL
                         (without :N, one system per --replicas entry)
+  mw-safe               tashkent in mode ed (eventual durability), as 'tashkent up --mode ed'
+                        starts it, every transaction safe (synchronous_commit on)
+  mw-neworder-fast      mw-safe with TPC-C's NewOrder transactions fast (tpcc only: a
+                        trigger on new_order sets synchronous_commit off for them)
   streaming             PostgreSQL streaming replication: primary + N-1 synchronous standbys (default N=3)
   pgpool-native         pgpool-II 4.3 native replication over N backends (default 3)
   pgpool-si             pgpool-II 4.3 snapshot-isolation mode over N backends (default 3)
@@ -49,6 +53,9 @@ one replica of a running tashkent cluster against the same PostgreSQL alone.
 --fsync-delay D emulates slow disks (the paper's fsync took 8 ms): every PostgreSQL runs
 with an LD_PRELOAD shim (built with cc) whose fsync/fdatasync sleep D after the real
 flush, wal_sync_method pinned to fdatasync, and the certifier sleeps D after each log sync.
+tpcc is TPC-C by go-tpc (github.com/pingcap/go-tpc, built with 'go install' into the user's
+cache directory on first use; TASHKENT_GO_TPC names another binary): --warehouses, the
+clients are go-tpc threads; it reports tpmC, and latency and errors per transaction type.
 --scaleout measures the writing overhead wo on the first mw system with 2+ replicas and fits
 the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 		Args: cobra.NoArgs,
@@ -90,6 +97,9 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.IntVar(&cfg.Repeat, "repeat", 1, "runs of every cell, interleaved across systems; the table shows the median")
 	f.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured run on every system after loading (0: none)")
 	f.IntVar(&cfg.Scale, "scale", 1, "TPC-B scale factor (tpcb and select-only)")
+	if w == bench.TPCC {
+		f.IntVar(&cfg.Warehouses, "warehouses", 1, "TPC-C warehouses (go-tpc tpcc prepare --warehouses)")
+	}
 	f.StringVar(&cfg.Protocol, "protocol", "prepared", "pgbench -M: simple, extended or prepared (pgbench workloads)")
 	f.DurationVar(&cfg.Delay, "delay", 0, "one-way delay between the hosts of replicated systems (e.g. 500us, 2ms)")
 	f.DurationVar(&cfg.FsyncDelay, "fsync-delay", 0,
