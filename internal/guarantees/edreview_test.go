@@ -1,8 +1,10 @@
 package guarantees_test
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,5 +94,40 @@ func awaitServerLogCount(t *testing.T, c *cluster, i int, text string, n int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("replica %d's server log never said %q %d times", i+1, text, n)
 		}
+	}
+}
+
+// A backend that the agent ends because it holds a version not known to
+// be durable (its version may have failed) does not tell its client that
+// the transaction committed. The client is psql (libpq), which reads what
+// the server sends after the FATAL.
+func TestAnEndedHolderIsNotToldItCommitted(t *testing.T) {
+	cert, c := startFailable(t, 1)
+	holder := c.fastConn(0)
+	execSQL(t, holder, `SELECT tashkent.hold_commits(tashkent.committed_version(), 60000)`)
+	psql := exec.Command("psql", "-X", "-d", c.dsn(0, "postgres"), "-c", "INSERT INTO t VALUES (1, 1)")
+	var out bytes.Buffer
+	psql.Stdout, psql.Stderr = &out, &out
+	if err := psql.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- psql.Wait() }()
+	time.Sleep(500 * time.Millisecond)
+	cert.kill() // row 1's version is lost: it was not durable
+	c.StopAgent(0)
+	cert.start()
+	c.RunAgent(0, c.Config(0))
+	select {
+	case err := <-done:
+		t.Logf("psql ended (%v):\n%s", err, out.String())
+	case <-time.After(convergeLimit):
+		psql.Process.Kill()
+		t.Fatal("the held INSERT never returned")
+	}
+	execSQL(t, holder, `SELECT tashkent.release_commits()`)
+	awaitRowGone(t, c, 0, 1)
+	if strings.Contains(out.String(), "it committed") {
+		t.Errorf("the client of a transaction whose version failed was told it committed:\n%s", out.String())
 	}
 }
