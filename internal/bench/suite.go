@@ -762,6 +762,10 @@ func summarizeScripts(runs []SuiteRun, row SuiteRow) []ScriptRow {
 func scriptLatencies(scripts []ScriptResult) string {
 	var b strings.Builder
 	for _, sc := range scripts {
+		if sc.Processed == 0 {
+			fmt.Fprintf(&b, "  %s -", sc.Name)
+			continue
+		}
 		fmt.Fprintf(&b, "  %s %.1f tps %.2f ms", sc.Name, sc.TPS, sc.LatencyMs)
 	}
 	return b.String()
