@@ -43,14 +43,17 @@ const (
 	// Base is a tashkent cluster in mode base: replicas with
 	// synchronous_commit=on.
 	Base System = "base"
-	// MWSafe is a tashkent cluster in mode ed (eventual durability: row
-	// locks held until the commit point, the certifier's early delivery),
-	// started as `tashkent up --mode ed` starts one, every transaction
-	// safe (the replicas' synchronous_commit, on: acknowledged once
-	// durable). MWNewOrderFast is the same cluster with TPC-C's NewOrder
-	// transactions fast (tpcc.go: a trigger on new_order sets
-	// synchronous_commit off for the transaction); tpcc only.
-	MWSafe         System = "mw-safe"
+	// MWFast and MWSafe are a tashkent cluster in mode ed (eventual
+	// durability: row locks held until the commit point, the certifier's
+	// early delivery), started as `tashkent up --mode ed` starts one. Every
+	// client session of MWFast runs with synchronous_commit=off (fast
+	// transactions: acknowledged at the commit point), of MWSafe with the
+	// replicas' default, on (safe: acknowledged once durable).
+	MWFast System = "mw-fast"
+	MWSafe System = "mw-safe"
+	// MWNewOrderFast is mw-safe with TPC-C's NewOrder transactions fast
+	// (tpcc.go: a trigger on new_order sets synchronous_commit off for the
+	// transaction); tpcc only.
 	MWNewOrderFast System = "mw-neworder-fast"
 	// Streaming is PostgreSQL streaming replication: a primary and
 	// synchronous standbys (synchronous_standby_names), clients on the
@@ -68,7 +71,7 @@ const (
 var AllSystems = []System{SyncOn, SyncOff, MW, Base}
 
 // KnownSystems are all the systems the bench can start.
-var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, Base, MWSafe, MWNewOrderFast, Streaming, PgpoolNative, PgpoolSI}
+var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, Base, MWFast, MWSafe, MWNewOrderFast, Streaming, PgpoolNative, PgpoolSI}
 
 // ParseSystem checks a system name.
 func ParseSystem(s string) (System, error) {
@@ -77,14 +80,14 @@ func ParseSystem(s string) (System, error) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, base, mw-safe, mw-neworder-fast, streaming, pgpool-native or pgpool-si)", s)
+	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, base, mw-fast, mw-safe, mw-neworder-fast, streaming, pgpool-native or pgpool-si)", s)
 }
 
 func (k System) tashkent() bool { return k == MW || k == Base || k.eventualDurability() }
 
 // eventualDurability reports whether the system is a tashkent cluster in
 // mode ed.
-func (k System) eventualDurability() bool { return k == MWSafe || k == MWNewOrderFast }
+func (k System) eventualDurability() bool { return k == MWFast || k == MWSafe || k == MWNewOrderFast }
 
 // mode is the durability mode of a tashkent system's agents (--mode).
 func (k System) mode() string {
@@ -92,6 +95,16 @@ func (k System) mode() string {
 		return "ed"
 	}
 	return string(k)
+}
+
+// sessionOptions are the PostgreSQL options of every client session of a
+// run (libpq's PGOPTIONS): mode ed reads the session's effective
+// synchronous_commit to make each transaction fast or safe.
+func (k System) sessionOptions() string {
+	if k == MWFast {
+		return "-c synchronous_commit=off"
+	}
+	return ""
 }
 
 // replicated reports whether the system runs several servers (its replica

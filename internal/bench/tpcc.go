@@ -417,6 +417,9 @@ func (d *tpccData) run(ctx context.Context, loads []load, seconds int, tick func
 		return pgbenchResult{}, err
 	}
 	cmd := exec.CommandContext(ctx, d.bin, args...)
+	if len(loads) > 0 && loads[0].options != "" {
+		cmd.Env = append(os.Environ(), "PGOPTIONS="+loads[0].options) // go-tpc's lib/pq reads it
+	}
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		return pgbenchResult{}, err
