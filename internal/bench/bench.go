@@ -203,6 +203,9 @@ func (c *Config) check() error {
 		if _, err := ParseSystem(string(s)); err != nil {
 			return err
 		}
+		if s == MWNewOrderFast {
+			return fmt.Errorf("%s makes TPC-C's NewOrder transactions fast: it runs `tashkent bench tpcc` only", s)
+		}
 		if seen[s] {
 			return fmt.Errorf("system %s given twice", s)
 		}

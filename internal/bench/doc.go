@@ -10,11 +10,13 @@
 //   - `tashkent bench WORKLOAD --systems LIST` (SuiteConfig, RunSuite;
 //     suite.go, suite_report.go): one of the workloads of workload.go
 //     (AllUpdates, TPC-B, select-only, sysbench oltp_read_write and
-//     oltp_read_only, contention, mixed, an 80/20 read-mostly mix) against
-//     any of the systems of system.go and peers.go (standalone PostgreSQL
-//     with synchronous_commit on/off, tashkent mw, base, mw-fast and
-//     mw-safe with 1..8 replicas, streaming replication with synchronous
-//     standbys, pgpool-II native replication and snapshot-isolation mode). It writes CSV, Markdown and
+//     oltp_read_only, contention, mixed, an 80/20 read-mostly mix, TPC-C
+//     by go-tpc) against any of the systems of system.go and peers.go
+//     (standalone PostgreSQL with synchronous_commit on/off, tashkent mw,
+//     base, mw-fast and mw-safe with 1..8 replicas, mode ed with TPC-C's
+//     NewOrder fast, streaming replication with synchronous standbys,
+//     pgpool-II native replication and snapshot-isolation mode). It
+//     writes CSV, Markdown and
 //     PNG figures (plot.go, gonum/plot), every figure also as a ratio to a
 //     baseline of the same invocation. delay.go is the latency regime
 //     (a delaying relay between the hosts of a replicated system: the
@@ -33,8 +35,8 @@
 // write nothing durable. Without it, fsync here takes 0.1–1 ms and the
 // paper's durability-versus-ordering effect cannot show.
 //
-// Every workload but sysbench's is a pgbench script, so that every system
-// is driven by the same client with the same retry rule. A failed run of
+// Every workload but sysbench's and TPC-C's is a pgbench script, so that
+// every system is driven by the same client with the same retry rule. A failed run of
 // one system (pgpool-II ends sessions on a cross-backend deadlock, and
 // sysbench then crashes) is recorded as FAILED in its cell and the others
 // go on.
@@ -220,6 +222,28 @@
 //
 // (the first system is the baseline of the ratios; --out DIR keeps CSV,
 // Markdown and PNG).
+//
+// # TPC-C
+//
+// `tashkent bench tpcc` (tpcc.go, tpcc_report.go) runs go-tpc
+// (github.com/pingcap/go-tpc v1.0.12, `-d postgres`), built on first use
+// with `go install` into the user's cache directory ($TASHKENT_GO_TPC
+// names another binary). `go-tpc tpcc prepare --warehouses W` fills a
+// throwaway PostgreSQL once per invocation; pg_dump and pg_restore load
+// the same rows into every system (seeded into every replica of a
+// tashkent system). Each run is `go-tpc tpcc run -T C --time D
+// --ignore-error` on the system's endpoints (one host, every replica's
+// port: go-tpc opens its connections on them in turn). go-tpc does not
+// retry: a failed transaction counts as an error of its type. The suite's
+// table shows all transaction types together; the TPC-C tables show tpmC
+// with its ratio to the baseline, and per type throughput, latency and
+// errors, and the errors by the server's message. mw-neworder-fast is mode
+// ed with a statement trigger on INSERT into new_order (NewOrder's alone)
+// that sets synchronous_commit off for the transaction: NewOrder fast, the
+// others safe (Kashi, Eventual Durability §4.5). The ED thesis's figures:
+//
+//	tashkent bench tpcc --warehouses 1 --clients 2 --duration 10s \
+//	    --systems sync-on,mw:1,mw-safe:1,mw-neworder-fast:1 --repeat 3
 //
 // # Profiling
 //

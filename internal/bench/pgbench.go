@@ -25,6 +25,8 @@ type pgbenchResult struct {
 	Failed    int64
 	Retried   int64 // transactions retried (serialization failures)
 	Retries   int64 // total number of retries
+	// TPCC is go-tpc's report of a tpcc run, per transaction type.
+	TPCC *TPCCResult
 	// Statements are the per-statement average latencies of pgbench -r
 	// (SQL statements only, in script order); nil without -r.
 	Statements []StatementLatency

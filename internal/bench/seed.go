@@ -18,7 +18,9 @@ package bench
 //
 // sysbench's prepare writes random strings, different on every replica:
 // its tables are loaded through the first replica once the agents serve,
-// and reach the others as writesets.
+// and reach the others as writesets. go-tpc's TPC-C rows are random too,
+// but generated once per invocation and restored from the same dump into
+// every replica (tpcc.go).
 
 import (
 	"context"
@@ -58,6 +60,8 @@ func (r *suiteRunner) seedFor(s *system) func(ctx context.Context, dsn string) e
 		return nil
 	case w.tpcb():
 		return r.loadTPCB
+	case w == TPCC: // go-tpc's rows, the same dump in every replica (tpcc.go)
+		return func(ctx context.Context, dsn string) error { return r.tpcc.load(ctx, dsn, s.kind) }
 	}
 	return func(ctx context.Context, dsn string) error { return w.setup(ctx, dsn, r.maxClients) }
 }

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"io"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/pgtest"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
 
@@ -33,14 +33,7 @@ func TestSeededTPCBClusterConverges(t *testing.T) {
 	bin := testbin.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "tashkent-seed-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := pgtest.PublicTempDir(t, "tashkent-seed-test-")
 	r := &suiteRunner{scfg: SuiteConfig{Workload: TPCB, Scale: 2, Protocol: "prepared"},
 		runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: 4, dir: dir,
 			cfg: Config{Binary: bin, Scale: 2, Protocol: "prepared", Progress: io.Discard}}}

@@ -109,6 +109,8 @@ type SuiteConfig struct {
 	Duration time.Duration
 	Repeat   int
 	Warmup   time.Duration
+	// Warehouses is the TPC-C scale (tpcc).
+	Warehouses int
 	// Scale is the TPC-B scale (tpcb and select-only); Protocol is
 	// pgbench -M.
 	Scale    int
@@ -187,6 +189,9 @@ func (c *SuiteConfig) check() error {
 	}
 	if c.Baseline == "" {
 		c.Baseline = c.Systems[0].label()
+	}
+	if err := c.checkTPCC(); err != nil {
+		return err
 	}
 	if c.Workload.sysbench() {
 		if _, err := exec.LookPath(sysbenchBinary); err != nil {
@@ -288,6 +293,8 @@ type SuiteRun struct {
 	Error string
 	// Breakdown is where the run's time went (--breakdown only).
 	Breakdown *Breakdown
+	// TPCC is the run per TPC-C transaction type (tpcc only).
+	TPCC *TPCCResult
 }
 
 // SuiteRow is the median over the repeats of one (system, point) cell.
@@ -340,6 +347,8 @@ type suiteRunner struct {
 	*runner
 	scfg    SuiteConfig
 	scripts []string
+	// tpcc is the TPC-C driver and data (tpcc only; tpcc.go).
+	tpcc *tpccData
 }
 
 // RunSuite starts every system, loads the workload into each, runs it on
@@ -391,6 +400,9 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		return rep, err
 	}
 	if err := r.prepareExtension(ctx); err != nil {
+		return rep, err
+	}
+	if err := r.prepareTPCC(ctx); err != nil {
 		return rep, err
 	}
 	if err := r.setupAll(ctx); err != nil {
@@ -507,6 +519,10 @@ func (r *suiteRunner) loadWorkload(ctx context.Context, s *system) error {
 		if err := sysbenchPrepare(ctx, s.endpoints()[0]); err != nil {
 			return err
 		}
+	case w == TPCC:
+		if err := r.tpcc.load(ctx, s.endpoints()[0], s.kind); err != nil {
+			return err
+		}
 	default:
 		if err := w.setup(ctx, s.endpoints()[0], r.maxClients); err != nil {
 			return err
@@ -520,6 +536,9 @@ func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p po
 	w := r.scfg.Workload
 	if w.sysbench() {
 		return sysbenchRun(ctx, w, loads, seconds, tick)
+	}
+	if w == TPCC {
+		return r.tpcc.run(ctx, loads, seconds, tick)
 	}
 	o := runOpts{seconds: seconds, protocol: r.scfg.Protocol, builtin: w.builtin(), tick: tick, scripts: r.scripts, rate: r.scfg.Rate}
 	switch w {
@@ -624,6 +643,7 @@ func (r *suiteRunner) measureOne(ctx context.Context, s *system, p point, second
 	if err != nil {
 		return run, err
 	}
+	run.TPCC = res.TPCC
 	run.TPS, run.LatencyMs, run.Processed, run.Failed, run.Retries = res.TPS, res.LatencyMs, res.Processed, res.Failed, res.Retries
 	run.Scripts = res.Scripts
 	if before != nil {

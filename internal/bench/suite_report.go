@@ -19,7 +19,9 @@ func (rep *SuiteReport) header() string {
 	if c.Workload.tpcb() {
 		h += fmt.Sprintf(", scale %d", c.Scale)
 	}
-	if !c.Workload.sysbench() {
+	if c.Workload == TPCC {
+		h += fmt.Sprintf(", %d warehouse(s), go-tpc %s", c.Warehouses, goTPCVersion)
+	} else if !c.Workload.sysbench() {
 		h += ", pgbench -M " + c.Protocol
 	}
 	if c.Delay > 0 {
@@ -216,6 +218,7 @@ func (rep *SuiteReport) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "\n%s\n", so.summary())
 	}
 	rep.writeBreakdown(w)
+	rep.writeTPCC(w)
 }
 
 // writeFailures lists the cells that produced no result, and why.
@@ -240,6 +243,7 @@ func (rep *SuiteReport) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "\n%s\n", so.summary())
 	}
 	rep.writeBreakdown(w)
+	rep.writeTPCC(w)
 }
 
 // tpcbScaleNote says which TPC-B cells a spec-conforming database of this
@@ -305,6 +309,9 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	name := string(rep.Config.Workload)
 	if rep.Config.Workload.tpcb() && rep.Config.Scale > 1 {
 		name += "-scale" + strconv.Itoa(rep.Config.Scale)
+	}
+	if rep.Config.Workload == TPCC {
+		name += "-w" + strconv.Itoa(rep.Config.Warehouses)
 	}
 	if rep.Config.Delay > 0 {
 		name += "-delay" + delayName(rep.Config.Delay)
@@ -375,6 +382,11 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 			return nil, err
 		}
 		if err := writeCSV(path("-breakdown-commit.csv"), commit); err != nil {
+			return nil, err
+		}
+	}
+	if tpcc := rep.tpccCSV(); tpcc != nil {
+		if err := writeCSV(path("-types.csv"), tpcc); err != nil {
 			return nil, err
 		}
 	}

@@ -51,6 +51,10 @@ const (
 	// replicas' default, on (safe: acknowledged once durable).
 	MWFast System = "mw-fast"
 	MWSafe System = "mw-safe"
+	// MWNewOrderFast is mw-safe with TPC-C's NewOrder transactions fast
+	// (tpcc.go: a trigger on new_order sets synchronous_commit off for the
+	// transaction); tpcc only.
+	MWNewOrderFast System = "mw-neworder-fast"
 	// Streaming is PostgreSQL streaming replication: a primary and
 	// synchronous standbys (synchronous_standby_names), clients on the
 	// primary.
@@ -67,7 +71,7 @@ const (
 var AllSystems = []System{SyncOn, SyncOff, MW, Base}
 
 // KnownSystems are all the systems the bench can start.
-var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, Base, MWFast, MWSafe, Streaming, PgpoolNative, PgpoolSI}
+var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, Base, MWFast, MWSafe, MWNewOrderFast, Streaming, PgpoolNative, PgpoolSI}
 
 // ParseSystem checks a system name.
 func ParseSystem(s string) (System, error) {
@@ -76,14 +80,14 @@ func ParseSystem(s string) (System, error) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, base, mw-fast, mw-safe, streaming, pgpool-native or pgpool-si)", s)
+	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, base, mw-fast, mw-safe, mw-neworder-fast, streaming, pgpool-native or pgpool-si)", s)
 }
 
 func (k System) tashkent() bool { return k == MW || k == Base || k.eventualDurability() }
 
 // eventualDurability reports whether the system is a tashkent cluster in
 // mode ed.
-func (k System) eventualDurability() bool { return k == MWFast || k == MWSafe }
+func (k System) eventualDurability() bool { return k == MWFast || k == MWSafe || k == MWNewOrderFast }
 
 // mode is the durability mode of a tashkent system's agents (--mode).
 func (k System) mode() string {

@@ -55,10 +55,14 @@ const (
 	// reading from one replica of a running cluster costs against the
 	// same PostgreSQL alone.
 	SelectOnly Workload = "select-only"
+	// TPCC is TPC-C by go-tpc (tpcc.go), --warehouses warehouses, its
+	// clients as go-tpc threads: tpmC, and latency and errors per
+	// transaction type.
+	TPCC Workload = "tpcc"
 )
 
 // Workloads are all workloads, in the order the docs list them.
-var Workloads = []Workload{AllUpdates, TPCB, SelectOnly, OLTPReadWrite, OLTPReadOnly, Contention, Mixed, ReadMostly}
+var Workloads = []Workload{AllUpdates, TPCB, SelectOnly, OLTPReadWrite, OLTPReadOnly, Contention, Mixed, ReadMostly, TPCC}
 
 // ParseWorkload checks a workload name.
 func ParseWorkload(s string) (Workload, error) {
@@ -67,7 +71,7 @@ func ParseWorkload(s string) (Workload, error) {
 			return w, nil
 		}
 	}
-	return "", fmt.Errorf("unknown workload %q (want allupdates, tpcb, select-only, oltp_read_write, oltp_read_only, contention, mixed or readmostly)", s)
+	return "", fmt.Errorf("unknown workload %q (want allupdates, tpcb, select-only, oltp_read_write, oltp_read_only, contention, mixed, readmostly or tpcc)", s)
 }
 
 // WriteFraction is w of the scale-out model (Jiménez-Peris et al. §2.1):
@@ -78,6 +82,8 @@ func (w Workload) WriteFraction() float64 {
 		return 0
 	case ReadMostly:
 		return 0.2
+	case TPCC:
+		return 0.92 // all but OrderStatus and StockLevel, 4% each
 	}
 	return 1
 }

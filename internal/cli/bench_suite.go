@@ -43,6 +43,8 @@ Systems (KIND or KIND:N):
   mw-fast, mw-safe      tashkent in mode ed (eventual durability), as 'tashkent up --mode ed'
                         starts it; every client session runs with synchronous_commit off
                         (fast transactions) or on (safe transactions)
+  mw-neworder-fast      mw-safe with TPC-C's NewOrder transactions fast (tpcc only: a
+                        trigger on new_order sets synchronous_commit off for them)
   streaming             PostgreSQL streaming replication: primary + N-1 synchronous standbys (default N=3)
   pgpool-native         pgpool-II 4.3 native replication over N backends (default 3)
   pgpool-si             pgpool-II 4.3 snapshot-isolation mode over N backends (default 3)
@@ -59,6 +61,9 @@ contention is Kashi's (ED 4.4): one-row updates of 250 rows, a share c of them o
 mixed is ED 4.3: one INSERT per transaction, --fast-share percent of them fast (SET LOCAL
 synchronous_commit = off) and the rest safe (= on); the table reports each kind's latency.
 --rate offers a fixed load (pgbench -R), as the thesis's runs do (4000 tps).
+tpcc is TPC-C by go-tpc (github.com/pingcap/go-tpc, built with 'go install' into the user's
+cache directory on first use; TASHKENT_GO_TPC names another binary): --warehouses, the
+clients are go-tpc threads; it reports tpmC, and latency and errors per transaction type.
 --scaleout measures the writing overhead wo on the first mw system with 2+ replicas and fits
 the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 		Args: cobra.NoArgs,
@@ -109,6 +114,9 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.IntVar(&cfg.Repeat, "repeat", 1, "runs of every cell, interleaved across systems; the table shows the median")
 	f.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured run on every system after loading (0: none)")
 	f.IntVar(&cfg.Scale, "scale", 1, "TPC-B scale factor (tpcb and select-only)")
+	if w == bench.TPCC {
+		f.IntVar(&cfg.Warehouses, "warehouses", 1, "TPC-C warehouses (go-tpc tpcc prepare --warehouses)")
+	}
 	f.StringVar(&cfg.Protocol, "protocol", "prepared", "pgbench -M: simple, extended or prepared (pgbench workloads)")
 	f.DurationVar(&cfg.Delay, "delay", 0, "one-way delay between the hosts of replicated systems (e.g. 500us, 2ms)")
 	f.DurationVar(&cfg.FsyncDelay, "fsync-delay", 0,

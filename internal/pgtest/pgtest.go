@@ -212,3 +212,19 @@ func sweep(base string) {
 		}
 	}
 }
+
+// PublicTempDir is a new temporary directory, removed after the test, that
+// the postgres user can traverse (t.TempDir's parent is private), for the
+// data directories of servers a test starts itself.
+func PublicTempDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

@@ -2,7 +2,6 @@ package slowdisk_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,31 +11,17 @@ import (
 
 	"github.com/tashkent-db/tashkent/internal/bench/slowdisk"
 	"github.com/tashkent-db/tashkent/internal/pgserver"
+	"github.com/tashkent-db/tashkent/internal/pgtest"
 	"github.com/tashkent-db/tashkent/internal/wal"
 )
 
 const delay = 20 * time.Millisecond
 
-// publicTempDir is a temporary directory the postgres user can traverse
-// (PostgreSQL runs as postgres when the tests run as root).
-func publicTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "tashkent-slowdisk-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // A synchronous commit of PostgreSQL started with the shim waits for its
 // WAL flush, so it takes at least the delay (the slow disk of Tashkent §9);
 // an asynchronous one does not flush, so it does not.
 func TestPostgresSynchronousCommitTakesTheDelay(t *testing.T) {
-	dir := publicTempDir(t)
+	dir := pgtest.PublicTempDir(t, "tashkent-slowdisk-test-")
 	shim, err := slowdisk.Build(filepath.Join(dir, "shim"), delay)
 	if err != nil {
 		t.Fatal(err)
