@@ -250,13 +250,15 @@ static void
 commit_in_turn(uint64 first, const TkDecision *decision)
 {
 	uint64		last = decision->version;
+	uint32		failures;
 
 	holding = last;
 	holding_epoch = decision->epoch;
 	tk_doom_clear();			/* a blocker doomed before: certified now */
 	set_slot(TK_SLOT_HOLDING, first, last);
+	failures = tk_failures_known();
 	tk_turn_wait(first, holding_epoch, false);
-	tk_safe_commit_choose(last, decision->epoch, decision->durable);
+	tk_safe_commit_choose(last, decision->epoch, decision->durable, failures);
 	tk_turn_record(first, last);
 }
 
@@ -411,10 +413,17 @@ at_abort(void)
 	{
 		tk_channel_abandon(abandoned);
 		tk_causal_note_commit(abandoned, abandoned_epoch);
-		ereport(WARNING,
-				(errmsg("the cluster committed this transaction as version %llu; it failed here after certification and this replica applies its changes from the log",
-						(unsigned long long) abandoned),
-				 errhint("Do not retry it: it committed.")));
+		if (tk_mode_ed() && !tk_durable_reached(abandoned))
+			ereport(WARNING,
+					(errmsg("the cluster decided this transaction as version %llu of epoch %llu, which is not durable yet; it failed here after certification, and this replica applies its changes from the log if the version becomes durable",
+							(unsigned long long) abandoned, (unsigned long long) abandoned_epoch),
+					 errhint("Ask tashkent.txn_state(%llu, %llu) on any replica whether it became durable or failed before doing it again.",
+							 (unsigned long long) abandoned, (unsigned long long) abandoned_epoch)));
+		else
+			ereport(WARNING,
+					(errmsg("the cluster committed this transaction as version %llu; it failed here after certification and this replica applies its changes from the log",
+							(unsigned long long) abandoned),
+					 errhint("Do not retry it: it committed.")));
 	}
 }
 

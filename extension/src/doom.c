@@ -95,6 +95,15 @@ tk_doom_check(void)
 					 errhint("The transaction might succeed if retried.")));
 			break;
 		case TK_DOOM_DISPLACED:
+			if (tk_mode_ed() && !tk_durable_reached(tk_my_slot()->version))
+				ereport(FATAL,
+						(errcode(ERRCODE_TRANSACTION_RESOLUTION_UNKNOWN),
+						 errmsg("the cluster decided this transaction as version %llu, which is not durable yet, but this session had to give way to version %llu and ends",
+								(unsigned long long) tk_my_slot()->version, (unsigned long long) by),
+						 errdetail("The transaction holds a row lock (SELECT ... FOR UPDATE or a foreign key check) that the earlier version %llu needs; this replica applies the transaction's changes from the log instead if its version becomes durable.",
+								   (unsigned long long) by),
+						 errhint("Ask tashkent.txn_state(%llu) on any replica whether it became durable or failed before doing it again.",
+								 (unsigned long long) tk_my_slot()->version)));
 			ereport(FATAL,
 					(errcode(ERRCODE_TRANSACTION_RESOLUTION_UNKNOWN),
 					 errmsg("the cluster committed this transaction, but this session had to give way to version %llu and ends",

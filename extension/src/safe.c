@@ -210,12 +210,29 @@ transaction_is_safe(void)
 }
 
 /*
+ * tk_failures_known: the failures counted now. A commit reads it before
+ * its turn checks that its version has not failed (tk_turn_wait): a
+ * failure the check missed is counted after, and the session's report
+ * compares its fast commit with it (tk_safe_report_failed_fast_commit).
+ */
+uint32
+tk_failures_known(void)
+{
+	uint32		n = pg_atomic_read_u32(&tk_shared->failures);
+
+	pg_read_barrier();
+	return n;
+}
+
+/*
  * tk_safe_commit_choose: a certified transaction about to commit version
  * `version` of `epoch`; the agent knew durable_when_decided to be durable
- * when it answered. Called at PRE_COMMIT, where errors are still allowed.
+ * when it answered, and failures_before_turn failures were counted before
+ * its turn (tk_failures_known). Called at PRE_COMMIT, where errors are
+ * still allowed.
  */
 void
-tk_safe_commit_choose(uint64 version, uint64 epoch, uint64 durable_when_decided)
+tk_safe_commit_choose(uint64 version, uint64 epoch, uint64 durable_when_decided, uint32 failures_before_turn)
 {
 	bool		safe;
 
@@ -230,7 +247,7 @@ tk_safe_commit_choose(uint64 version, uint64 epoch, uint64 durable_when_decided)
 	{
 		fast_pending.version = version;
 		fast_pending.epoch = epoch;
-		fast_pending.failures = pg_atomic_read_u32(&tk_shared->failures);
+		fast_pending.failures = failures_before_turn;
 		return;
 	}
 	tk_durable_wait_prepare();
@@ -459,43 +476,48 @@ tk_safe_xact_end(void)
  * then failed) hears of it once, in a WARNING with SQLSTATE TK006.
  * Versions fail as a suffix of the replica's history at a failure, and
  * the fast commit was in that history (it committed here), so it failed
- * iff it lies above the common version C of the first failure after it
- * was decided; one at or below C is durable (C is in the certifier's
- * synced log), so later failures cannot take it. Before any failure,
- * durability clears it.
+ * iff it lies above the common version C of the first failure of its
+ * epoch or a later one counted since its turn; one at or below C is
+ * durable (C is in the certifier's synced log), so later failures cannot
+ * take it. A failure of an earlier epoch, applied late by the feed, says
+ * nothing of it. Before any failure, durability clears it. The WARNING
+ * names C: the session's earlier fast commits above it failed too.
  */
 void
 tk_safe_report_failed_fast_commit(void)
 {
 	uint32		failures;
-	uint64		from;
-	uint64		failed_epoch;
 
 	if (fast_last.version == 0)
 		return;
 	failures = pg_atomic_read_u32(&tk_shared->failures);
-	if (failures == fast_last.failures)
-	{
-		if (tk_durable_reached(fast_last.version))
-			fast_last.version = 0;
-		return;
-	}
 	pg_read_barrier();
 	if (failures - fast_last.failures > TK_FAILURES_KEPT)
 	{
 		fast_last.version = 0;	/* too many since: ask txn_state */
 		return;
 	}
-	from = pg_atomic_read_u64(&tk_shared->failed_from[(fast_last.failures + 1) % TK_FAILURES_KEPT]);
-	failed_epoch = pg_atomic_read_u64(&tk_shared->failed_epoch_of[(fast_last.failures + 1) % TK_FAILURES_KEPT]);
-	if (fast_last.version > from && fast_last.epoch <= failed_epoch)
-		ereport(WARNING,
-				(errcode(ERRCODE_TK_TRANSACTION_FAILED),
-				 errmsg("this session's last commit failed: the certifier lost version %llu (epoch %llu) before it became durable; nothing of it remains anywhere",
-						(unsigned long long) fast_last.version, (unsigned long long) fast_last.epoch),
-				 errdetail("It was fast (synchronous_commit = off), so it was acknowledged at its commit point, before it was durable."),
-				 errhint("Do it again if it must be done.")));
-	fast_last.version = 0;
+	for (; fast_last.failures != failures; fast_last.failures++)
+	{
+		uint32		n = fast_last.failures + 1;
+		uint64		from = pg_atomic_read_u64(&tk_shared->failed_from[n % TK_FAILURES_KEPT]);
+		uint64		failed_epoch = pg_atomic_read_u64(&tk_shared->failed_epoch_of[n % TK_FAILURES_KEPT]);
+
+		if (failed_epoch < fast_last.epoch)
+			continue;
+		if (fast_last.version > from)
+			ereport(WARNING,
+					(errcode(ERRCODE_TK_TRANSACTION_FAILED),
+					 errmsg("this session's last commit failed: the certifier lost version %llu (epoch %llu) before it became durable; nothing of it remains anywhere",
+							(unsigned long long) fast_last.version, (unsigned long long) fast_last.epoch),
+					 errdetail("It was fast (synchronous_commit = off), so it was acknowledged at its commit point, before it was durable. Every version above %llu of epoch %llu or earlier failed with it, so did this session's earlier fast commits among them.",
+							   (unsigned long long) from, (unsigned long long) failed_epoch),
+					 errhint("Do it again if it must be done.")));
+		fast_last.version = 0;
+		return;
+	}
+	if (tk_durable_reached(fast_last.version))
+		fast_last.version = 0;
 }
 
 /*

@@ -336,7 +336,7 @@ func (r *runner) setup(ctx context.Context) error {
 		top := slices.Max(r.cfg.Clients)
 		for _, s := range r.systems {
 			r.progress("warmup %-16s %d clients, %s (not measured)", s.label, top, r.cfg.Warmup)
-			if _, err := r.pgbench.run(ctx, spread(s.endpoints(), top),
+			if _, err := r.pgbench.run(ctx, withOptions(spread(s.endpoints(), top), s.kind.sessionOptions()),
 				runOpts{seconds: int(r.cfg.Warmup / time.Second), protocol: r.cfg.Protocol, builtin: r.cfg.Builtin}); err != nil {
 				return fmt.Errorf("%s: warmup: %w", s.label, err)
 			}
@@ -407,7 +407,7 @@ func (r *runner) measure(ctx context.Context, rep *Report) error {
 					return err
 				}
 				head := fmt.Sprintf("[%d/%d] %-16s %3d clients  repeat %d/%d", n, total, s.label, c, rpt, r.cfg.Repeat)
-				loads := spread(s.endpoints(), c)
+				loads := withOptions(spread(s.endpoints(), c), s.kind.sessionOptions())
 				before, err := s.certStatus(ctx)
 				if err != nil {
 					return err

@@ -212,3 +212,91 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 }
+
+// The end of pgbench 15.18's summary of a run of two weighted scripts.
+const scriptsOutput = `number of transactions actually processed: 12575
+number of failed transactions: 3 (0.024%)
+number of transactions retried: 4 (0.032%)
+total number of retries: 5
+latency average = 0.317 ms
+latency stddev = 0.537 ms
+initial connection time = 4.583 ms
+tps = 6290.248839 (without initial connection time)
+SQL script 1: /tmp/x/fast.sql
+ - weight: 50 (targets 50.0% of total)
+ - 6302 transactions (50.1% of total, tps = 3152.377589)
+ - number of failed transactions: 1 (0.016%)
+ - number of transactions retried: 1 (0.016%)
+ - total number of retries: 1
+ - latency average = 0.215 ms
+ - latency stddev = 0.247 ms
+SQL script 2: /tmp/x/safe.sql
+ - weight: 50 (targets 50.0% of total)
+ - 6273 transactions (49.9% of total, tps = 3137.871250)
+ - number of failed transactions: 2 (0.032%)
+ - number of transactions retried: 3 (0.048%)
+ - total number of retries: 4
+ - latency average = 0.419 ms
+ - latency stddev = 0.698 ms
+`
+
+// The per-script blocks are parsed, a script that ran nothing (weight 0)
+// has no latency, and two pgbench processes' scripts add up with their
+// latencies weighted by transactions.
+func TestParsePgbenchScripts(t *testing.T) {
+	r, err := parsePgbench(scriptsOutput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ScriptResult{
+		{Name: "fast", TPS: 3152.377589, LatencyMs: 0.215, Processed: 6302, Failed: 1, Retried: 1, Retries: 1},
+		{Name: "safe", TPS: 3137.871250, LatencyMs: 0.419, Processed: 6273, Failed: 2, Retried: 3, Retries: 4},
+	}
+	if !slices.Equal(r.Scripts, want) {
+		t.Fatalf("scripts %+v, want %+v", r.Scripts, want)
+	}
+	if one, _ := parsePgbench(sampleOutput); one.Scripts != nil {
+		t.Fatalf("one script parsed as %+v", one.Scripts)
+	}
+	idle, err := parsePgbench(`latency average = 3.710 ms
+tps = 503.358053 (without initial connection time)
+SQL script 1: /tmp/x/fast.sql
+ - weight: 0 (targets 0.0% of total)
+ - 0 transactions (0.0% of total, tps = 0.000000)
+ - number of failed transactions: 0 (NaN%)
+SQL script 2: /tmp/x/safe.sql
+ - weight: 100 (targets 100.0% of total)
+ - 1006 transactions (99.9% of total, tps = 502.858194)
+ - number of failed transactions: 0 (0.000%)
+ - latency average = 3.703 ms
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(idle.Scripts) != 2 || idle.Scripts[0].Processed != 0 || !math.IsNaN(idle.Scripts[0].LatencyMs) || idle.Scripts[1].LatencyMs != 3.703 {
+		t.Fatalf("weight-0 run parsed as %+v", idle.Scripts)
+	}
+	sum := sumScripts([]pgbenchResult{
+		{Scripts: []ScriptResult{{Name: "fast", TPS: 100, LatencyMs: 1, Processed: 300}, {Name: "safe", LatencyMs: nan}}},
+		{Scripts: []ScriptResult{{Name: "fast", TPS: 50, LatencyMs: 3, Processed: 100, Failed: 2}, {Name: "safe", LatencyMs: nan}}},
+	})
+	if len(sum) != 2 || sum[0].TPS != 150 || sum[0].Processed != 400 || sum[0].Failed != 2 || sum[0].LatencyMs != 1.5 ||
+		sum[1].Processed != 0 || !math.IsNaN(sum[1].LatencyMs) {
+		t.Fatalf("summed %+v", sum)
+	}
+}
+
+// -R is shared by the pgbench processes in proportion to their clients.
+func TestRateIsSharedByTheClients(t *testing.T) {
+	loads := spread([]string{"a", "b"}, 3)
+	o := runOpts{rate: 900}
+	if got := o.rateArgs(loads[0], loads); !slices.Equal(got, []string{"-R", "600.000"}) {
+		t.Errorf("first load (2 clients): %v", got)
+	}
+	if got := o.rateArgs(loads[1], loads); !slices.Equal(got, []string{"-R", "300.000"}) {
+		t.Errorf("second load (1 client): %v", got)
+	}
+	if got := (runOpts{}).rateArgs(loads[0], loads); got != nil {
+		t.Errorf("unthrottled: %v", got)
+	}
+}

@@ -10,11 +10,11 @@
 //   - `tashkent bench WORKLOAD --systems LIST` (SuiteConfig, RunSuite;
 //     suite.go, suite_report.go): one of the workloads of workload.go
 //     (AllUpdates, TPC-B, select-only, sysbench oltp_read_write and
-//     oltp_read_only, contention, an 80/20 read-mostly mix) against any of
-//     the systems of system.go and peers.go (standalone PostgreSQL with
-//     synchronous_commit on/off, tashkent mw and base with 1..8 replicas,
-//     streaming replication with synchronous standbys, pgpool-II native
-//     replication and snapshot-isolation mode). It writes CSV, Markdown and
+//     oltp_read_only, contention, mixed, an 80/20 read-mostly mix) against
+//     any of the systems of system.go and peers.go (standalone PostgreSQL
+//     with synchronous_commit on/off, tashkent mw, base, mw-fast and
+//     mw-safe with 1..8 replicas, streaming replication with synchronous
+//     standbys, pgpool-II native replication and snapshot-isolation mode). It writes CSV, Markdown and
 //     PNG figures (plot.go, gonum/plot), every figure also as a ratio to a
 //     baseline of the same invocation. delay.go is the latency regime
 //     (a delaying relay between the hosts of a replicated system: the
@@ -61,6 +61,15 @@
 //	          ideally 1.0x or more.
 //	base      tashkent mode base: the same cluster with synchronous_commit=on
 //	          on the replicas.
+//	mw-fast   tashkent mode ed (eventual durability), started as `tashkent up
+//	mw-safe   --mode ed` starts it: replicas with synchronous_commit=on and
+//	          wal_writer_flush_after=0, agents with --mode ed (they ask the
+//	          single certifier for early delivery), the certifier as in mw.
+//	          Row locks are held until the commit point, not until durable.
+//	          mw-fast's client sessions run with PGOPTIONS
+//	          "-c synchronous_commit=off": every transaction is fast
+//	          (acknowledged at its commit point); mw-safe's keep on: every
+//	          transaction is safe (acknowledged once durable).
 //
 // Every PostgreSQL gets the same settings apart from synchronous_commit and,
 // for tashkent, shared_preload_libraries (those of internal/pgserver plus
@@ -142,6 +151,38 @@
 // and reports the median and range of those ratios, with the load average
 // of the machine: the spread says whether a target is met reliably or in
 // one lucky cell.
+//
+// # Eventual durability (Kashi, chapter 4)
+//
+// The thesis's experiments, on this cluster (commands in BENCHMARKS.md):
+//
+//   - Fig. 4.1, latency of one client: allupdates --clients 1 on sync-off,
+//     sync-on, mw-fast, mw-safe (and mw).
+//   - Fig. 4.2-4.3, mixed (workload.go): one INSERT per transaction into a
+//     keyless table of two integer columns; --fast-share P runs the scripts
+//     fast.sql@P and safe.sql@(100-P), which differ only in their SET LOCAL
+//     synchronous_commit (off, on), so that both pay the same statement and
+//     the system's session default decides nothing (mw-fast and mw-safe
+//     are then the same system: the suite refuses both at once). pgbench
+//     reports each script apart ("SQL script N:"); the table, the
+//     WORKLOAD-scripts.csv file and the -latency-by-script figure show the
+//     fast and the safe transactions' tps and latency (medians over the
+//     repeats). sync-on is the thesis's baseline PostgreSQL (fast: its
+//     synchronous_commit=off); in mw a safe transaction also flushes its
+//     replica's WAL, so mw is no comparison here.
+//   - Fig. 4.4-4.6, contention: one-row updates of a table of 250 rows;
+//     at level c a transaction updates one of the first (1-c) of the rows
+//     (rounded: 125 rows at 0.5, 50 at 0.8, 13 at 0.95) with probability c
+//     and one of the others otherwise, so 0.5 is uniform. Not retried
+//     (--max-tries 1): the abort rate is the measurement. --isolation
+//     serializable is Fig. 4.4 (tashkent runs it as REPEATABLE READ),
+//     repeatable-read Fig. 4.5.
+//   - --rate R offers R transactions a second over all clients (pgbench
+//     -R, shared by the pgbench processes in proportion to their
+//     clients), as the thesis offers 4000; latency then counts from each
+//     transaction's scheduled start. Fig. 4.6 is one invocation per rate.
+//
+// TPC-C (Fig. 4.7-4.8) is not part of the bench.
 //
 // # Finding where the time goes
 //

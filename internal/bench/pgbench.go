@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -27,6 +28,22 @@ type pgbenchResult struct {
 	// Statements are the per-statement average latencies of pgbench -r
 	// (SQL statements only, in script order); nil without -r.
 	Statements []StatementLatency
+	// Scripts are the per-script statistics pgbench prints when it runs
+	// several scripts (-f A@W -f B@W), in the order of the -f options;
+	// nil with one script.
+	Scripts []ScriptResult
+}
+
+// ScriptResult is one script's part of a pgbench run ("SQL script N:").
+type ScriptResult struct {
+	// Name is the script's file name without its directory and ".sql".
+	Name      string
+	TPS       float64
+	LatencyMs float64 // NaN when the script ran no transaction
+	Processed int64
+	Failed    int64
+	Retried   int64 // transactions retried
+	Retries   int64 // total number of retries
 }
 
 // StatementLatency is one line of pgbench -r.
@@ -48,7 +65,42 @@ var (
 	// latency, failures, and (with --max-tries > 1) retries, then the
 	// statement's first line.
 	stmtLineRE = regexp.MustCompile(`^\s+([0-9.]+)\s+(\d+)(?:\s+(\d+))?\s+(\S.*)$`)
+	// The per-script block: its head, then " - " lines.
+	scriptHeadRE    = regexp.MustCompile(`^SQL script \d+: (.+)$`)
+	scriptTxRE      = regexp.MustCompile(`^ - (\d+) transactions \([^,]*, tps = ([0-9.]+)\)`)
+	scriptFailedRE  = regexp.MustCompile(`^ - number of failed transactions: (\d+)`)
+	scriptRetriedRE = regexp.MustCompile(`^ - number of transactions retried: (\d+)`)
+	scriptRetriesRE = regexp.MustCompile(`^ - total number of retries: (\d+)`)
+	scriptLatencyRE = regexp.MustCompile(`^ - latency average = ([0-9.]+) ms`)
 )
+
+// parseScripts reads the per-script blocks of pgbench's summary.
+func parseScripts(out string) []ScriptResult {
+	var scripts []ScriptResult
+	for _, line := range strings.Split(out, "\n") {
+		if m := scriptHeadRE.FindStringSubmatch(line); m != nil {
+			scripts = append(scripts, ScriptResult{Name: strings.TrimSuffix(filepath.Base(m[1]), ".sql"), LatencyMs: nan})
+			continue
+		}
+		if len(scripts) == 0 || !strings.HasPrefix(line, " - ") {
+			continue
+		}
+		sc := &scripts[len(scripts)-1]
+		if m := scriptTxRE.FindStringSubmatch(line); m != nil {
+			sc.Processed, _ = strconv.ParseInt(m[1], 10, 64)
+			sc.TPS, _ = strconv.ParseFloat(m[2], 64)
+		} else if m := scriptFailedRE.FindStringSubmatch(line); m != nil {
+			sc.Failed, _ = strconv.ParseInt(m[1], 10, 64)
+		} else if m := scriptRetriedRE.FindStringSubmatch(line); m != nil {
+			sc.Retried, _ = strconv.ParseInt(m[1], 10, 64)
+		} else if m := scriptRetriesRE.FindStringSubmatch(line); m != nil {
+			sc.Retries, _ = strconv.ParseInt(m[1], 10, 64)
+		} else if m := scriptLatencyRE.FindStringSubmatch(line); m != nil {
+			sc.LatencyMs, _ = strconv.ParseFloat(m[1], 64)
+		}
+	}
+	return scripts
+}
 
 // parsePgbench reads pgbench's summary. tps and latency are required; the
 // counters default to 0 when pgbench leaves them out.
@@ -87,6 +139,7 @@ func parsePgbench(out string) (pgbenchResult, error) {
 			*f.dst, _ = strconv.ParseInt(m[1], 10, 64)
 		}
 	}
+	r.Scripts = parseScripts(out)
 	return r, nil
 }
 
@@ -142,6 +195,25 @@ type load struct {
 	// pgbench's :client_id restarts at 0 in every process, and a script
 	// that gives every client its own rows adds :coff (pgbench -D).
 	offset int
+	// options are the PostgreSQL options of every session (PGOPTIONS,
+	// which libpq reads in pgbench and sysbench alike); "": none.
+	options string
+}
+
+// clientEnv is the environment of a client process of l.
+func (l load) clientEnv() []string {
+	if l.options == "" {
+		return nil // the bench's own
+	}
+	return append(os.Environ(), "PGOPTIONS="+l.options)
+}
+
+// withOptions sets the session options of every load.
+func withOptions(loads []load, options string) []load {
+	for i := range loads {
+		loads[i].options = options
+	}
+	return loads
 }
 
 // spread divides clients over the endpoints: one pgbench process per
@@ -178,6 +250,21 @@ type runOpts struct {
 	defines map[string]string
 	// maxTries is pgbench --max-tries; 0: 1000 (retry 40001 until done).
 	maxTries int
+	// rate is the offered load in transactions per second over all the
+	// loads (pgbench -R, shared by their clients); 0: as fast as they go.
+	rate float64
+}
+
+// rateArgs is pgbench -R for one load: its clients' share of the rate.
+func (o runOpts) rateArgs(l load, loads []load) []string {
+	if o.rate <= 0 {
+		return nil
+	}
+	total := 0
+	for _, x := range loads {
+		total += x.clients
+	}
+	return []string{"-R", strconv.FormatFloat(o.rate*float64(l.clients)/float64(total), 'f', 3, 64)}
 }
 
 // run runs the builtin script with every load at once for o.seconds and
@@ -213,8 +300,10 @@ func (p pgbench) run(ctx context.Context, loads []load, o runOpts) (pgbenchResul
 			if o.perStatement {
 				args = append(args, "-r")
 			}
+			args = append(args, o.rateArgs(l, loads)...)
 			args = append(args, l.dsn)
 			cmd := exec.CommandContext(ctx, p.path, args...)
+			cmd.Env = l.clientEnv()
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout = &stdout
 			pipe, err := cmd.StderrPipe()
@@ -272,6 +361,11 @@ func (p pgbench) run(ctx context.Context, loads []load, o runOpts) (pgbenchResul
 		weights += float64(max(o.res.Processed, 1))
 	}
 	sum.LatencyMs = latWeighted / weights
+	results := make([]pgbenchResult, len(outs))
+	for i, o := range outs {
+		results[i] = o.res
+	}
+	sum.Scripts = sumScripts(results)
 	for i, o := range outs {
 		w := float64(max(o.res.Processed, 1)) / weights
 		for j, st := range o.res.Statements {
@@ -285,6 +379,39 @@ func (p pgbench) run(ctx context.Context, loads []load, o runOpts) (pgbenchResul
 		}
 	}
 	return sum, nil
+}
+
+// sumScripts adds up the per-script statistics of several pgbench
+// processes that ran the same scripts: tps and counts summed, latency
+// averaged weighted by transactions.
+func sumScripts(results []pgbenchResult) []ScriptResult {
+	if len(results) == 0 || len(results[0].Scripts) == 0 {
+		return nil
+	}
+	out := make([]ScriptResult, len(results[0].Scripts))
+	for j := range out {
+		var latWeighted float64
+		out[j].Name = results[0].Scripts[j].Name
+		for _, r := range results {
+			if j >= len(r.Scripts) {
+				continue
+			}
+			sc := r.Scripts[j]
+			out[j].TPS += sc.TPS
+			out[j].Processed += sc.Processed
+			out[j].Failed += sc.Failed
+			out[j].Retried += sc.Retried
+			out[j].Retries += sc.Retries
+			if sc.Processed > 0 {
+				latWeighted += sc.LatencyMs * float64(sc.Processed)
+			}
+		}
+		out[j].LatencyMs = nan
+		if out[j].Processed > 0 {
+			out[j].LatencyMs = latWeighted / float64(out[j].Processed)
+		}
+	}
+	return out
 }
 
 // scanLines copies r into keep and calls line for every line read.

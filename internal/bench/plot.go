@@ -2,7 +2,8 @@ package bench
 
 // PNG figures with gonum/plot, drawn the way the Tashkent paper draws its
 // Fig. 4–13: one line per system, throughput or response time on y,
-// clients (or replicas, or the contention fraction c) on x.
+// clients (or replicas, the contention level c, the share of fast
+// transactions) on x.
 
 import (
 	"image/color"

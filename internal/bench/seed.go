@@ -8,7 +8,7 @@ package bench
 // every replica starts at version 0 with the same rows. The bench does the
 // same: it creates the workload's identical, deterministic data (TPC-B by
 // fillTPCB: generate_series, zero balances, no random values; the tables
-// of allupdates, contention and readmostly by setupTable) straight in
+// of allupdates, contention, mixed and readmostly by Workload.setup) straight in
 // every replica, in parallel, before the certifier and the agents start.
 // Nothing of it is certified or applied: loaded through a replica with its
 // agent running, every row would be a captured change, part of a writeset
@@ -59,6 +59,5 @@ func (r *suiteRunner) seedFor(s *system) func(ctx context.Context, dsn string) e
 	case w.tpcb():
 		return r.loadTPCB
 	}
-	table, rows := w.tableFor(r.maxClients)
-	return func(ctx context.Context, dsn string) error { return setupTable(ctx, dsn, table, rows) }
+	return func(ctx context.Context, dsn string) error { return w.setup(ctx, dsn, r.maxClients) }
 }

@@ -89,15 +89,26 @@ func ParseSystemSpecs(list string, replicas []int) ([]SystemSpec, error) {
 type SuiteConfig struct {
 	Workload Workload
 	Systems  []SystemSpec
-	// Clients are the client counts, one step each. Contention runs at
-	// the largest only and steps through ContentionFractions instead.
+	// Clients are the client counts, one step each. Contention and mixed
+	// run at the largest only and step through ContentionFractions or
+	// FastShares instead.
 	Clients []int
-	// ContentionFractions are the c of the contention workload: the
-	// fraction of transactions that hit the hottest 5% of the rows.
+	// ContentionFractions are the contention levels c of the contention
+	// workload (ED §4.4): with probability c a transaction updates one of
+	// the first (1-c) of the rows.
 	ContentionFractions []float64
-	Duration            time.Duration
-	Repeat              int
-	Warmup              time.Duration
+	// FastShares are the mixed workload's shares of fast transactions, in
+	// whole percent (ED §4.3).
+	FastShares []float64
+	// Isolation is the contention transactions' level: "repeatable read"
+	// (default) or "serializable".
+	Isolation string
+	// Rate is the offered load in transactions per second (pgbench -R),
+	// shared by all the clients; 0: every client as fast as it goes.
+	Rate     float64
+	Duration time.Duration
+	Repeat   int
+	Warmup   time.Duration
 	// Scale is the TPC-B scale (tpcb and select-only); Protocol is
 	// pgbench -M.
 	Scale    int
@@ -158,13 +169,8 @@ func (c *SuiteConfig) check() error {
 	if c.Protocol == "" {
 		c.Protocol = "prepared"
 	}
-	if c.Workload == Contention && len(c.ContentionFractions) == 0 {
-		c.ContentionFractions = []float64{0.5, 0.7, 0.9, 0.95}
-	}
-	for _, f := range c.ContentionFractions {
-		if f < 0 || f > 1 {
-			return fmt.Errorf("contention fraction %v: must be between 0 and 1", f)
-		}
+	if err := c.checkWorkloadParams(); err != nil {
+		return err
 	}
 	if len(c.Systems) == 0 {
 		return errors.New("no systems")
@@ -190,17 +196,64 @@ func (c *SuiteConfig) check() error {
 	return nil
 }
 
-// point is one x of a figure: a client count, and for contention c.
+// checkWorkloadParams checks, and defaults, what the contention and mixed
+// workloads step through, the isolation level and the rate.
+func (c *SuiteConfig) checkWorkloadParams() error {
+	if c.Workload == Contention && len(c.ContentionFractions) == 0 {
+		c.ContentionFractions = []float64{0.5, 0.6, 0.7, 0.8, 0.9, 0.95}
+	}
+	for _, f := range c.ContentionFractions {
+		if f <= 0 || f >= 1 {
+			return fmt.Errorf("contention level c = %v: must be above 0 and below 1 (0.5 is uniform)", f)
+		}
+	}
+	if c.Workload == Mixed && len(c.FastShares) == 0 {
+		c.FastShares = []float64{0, 25, 50, 75, 100}
+	}
+	for _, f := range c.FastShares {
+		if f < 0 || f > 100 || f != math.Trunc(f) {
+			return fmt.Errorf("fast share %v: must be a whole percent from 0 to 100", f)
+		}
+	}
+	switch c.Isolation {
+	case "":
+		c.Isolation = "repeatable read"
+	case "repeatable read", "serializable":
+	default:
+		return fmt.Errorf("isolation %q: must be \"repeatable read\" or \"serializable\"", c.Isolation)
+	}
+	if c.Rate < 0 || math.IsNaN(c.Rate) {
+		return fmt.Errorf("rate %v: must be 0 (unthrottled) or a positive number of transactions per second", c.Rate)
+	}
+	if c.Rate > 0 && c.Workload.sysbench() {
+		return errors.New("--rate throttles pgbench (-R); the sysbench workloads do not take it")
+	}
+	if c.Workload == Mixed && slices.ContainsFunc(c.Systems, func(sp SystemSpec) bool { return sp.Kind == MWFast }) &&
+		slices.ContainsFunc(c.Systems, func(sp SystemSpec) bool { return sp.Kind == MWSafe }) {
+		return errors.New("mixed: mw-fast and mw-safe run the same transactions (each script sets synchronous_commit itself); give one of them")
+	}
+	return nil
+}
+
+// point is one x of a figure: a client count, and for contention c or for
+// mixed the fast share.
 type point struct {
 	clients int
-	param   float64 // contention c; 0 otherwise
+	param   float64 // contention c, mixed fast share in percent; 0 otherwise
 }
 
 func (c *SuiteConfig) points() []point {
-	if c.Workload == Contention {
+	var params []float64
+	switch c.Workload {
+	case Contention:
+		params = c.ContentionFractions
+	case Mixed:
+		params = c.FastShares
+	}
+	if params != nil {
 		top := slices.Max(c.Clients)
 		var out []point
-		for _, f := range c.ContentionFractions {
+		for _, f := range params {
 			out = append(out, point{clients: top, param: f})
 		}
 		return out
@@ -225,6 +278,9 @@ type SuiteRun struct {
 	Processed int64
 	Failed    int64 // aborted and not retried (contention: --max-tries 1)
 	Retries   int64 // aborted and re-run
+	// Scripts are the per-script results of a run of several scripts
+	// (mixed: fast and safe; readmostly: read and write).
+	Scripts []ScriptResult
 	// Certifier counters over the run (tashkent systems only).
 	Certifications, Fsyncs uint64
 	// Error is why the run produced no result (the client failed, e.g.
@@ -247,6 +303,9 @@ type SuiteRow struct {
 	// AbortPct is aborted attempts (failed + retried) over all attempts.
 	AbortPct        float64
 	CommitsPerFsync float64
+	// Scripts are the medians of each script's tps and latency over the
+	// repeats, for a workload of several scripts.
+	Scripts []ScriptRow
 	// Ratio and LatencyRatio divide by the baseline's medians at the same
 	// point, measured in the same invocation.
 	Ratio, LatencyRatio float64
@@ -325,7 +384,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 		r.progress("note: scale %d is below the %d clients; pgbench's documentation asks for at least as many branches as clients, "+
 			"else the runs mostly measure update contention on the branch rows (TPC-B itself asks for one branch per tps)", cfg.Scale, r.maxClients)
 	}
-	if r.scripts, err = cfg.Workload.scripts(r.dir); err != nil {
+	if r.scripts, err = cfg.Workload.scripts(r.dir, cfg.Isolation); err != nil {
 		return rep, err
 	}
 	if err := r.buildSlowDisk(); err != nil {
@@ -419,10 +478,10 @@ func (r *suiteRunner) setupAll(ctx context.Context) error {
 	if r.scfg.Warmup <= 0 {
 		return nil
 	}
-	top := point{clients: r.maxClients, param: 0.5}
+	top := point{clients: r.maxClients, param: r.scfg.points()[0].param}
 	for _, s := range r.systems {
 		r.progress("warmup %-20s %d clients, %s (not measured)", s.label, top.clients, r.scfg.Warmup)
-		if _, err := r.runOnce(ctx, s, spread(r.clientEndpoints(s), top.clients), top, int(r.scfg.Warmup/time.Second), nil); err != nil {
+		if _, err := r.runOnce(ctx, s, r.loads(s, top.clients), top, int(r.scfg.Warmup/time.Second), nil); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -449,8 +508,7 @@ func (r *suiteRunner) loadWorkload(ctx context.Context, s *system) error {
 			return err
 		}
 	default:
-		table, rows := w.tableFor(r.maxClients)
-		if err := setupTable(ctx, s.endpoints()[0], table, rows); err != nil {
+		if err := w.setup(ctx, s.endpoints()[0], r.maxClients); err != nil {
 			return err
 		}
 	}
@@ -463,12 +521,21 @@ func (r *suiteRunner) runOnce(ctx context.Context, s *system, loads []load, p po
 	if w.sysbench() {
 		return sysbenchRun(ctx, w, loads, seconds, tick)
 	}
-	o := runOpts{seconds: seconds, protocol: r.scfg.Protocol, builtin: w.builtin(), tick: tick, scripts: r.scripts}
-	if w == Contention {
-		o.defines = map[string]string{"hot": strconv.Itoa(int(p.param*1000 + 0.5))}
+	o := runOpts{seconds: seconds, protocol: r.scfg.Protocol, builtin: w.builtin(), tick: tick, scripts: r.scripts, rate: r.scfg.Rate}
+	switch w {
+	case Contention:
+		o.defines = contentionDefines(p.param)
 		o.maxTries = 1 // the abort rate is the measurement
+	case Mixed:
+		o.scripts = weightedScripts(r.scripts, p.param)
 	}
 	return r.pgbench.run(ctx, loads, o)
+}
+
+// loads spreads a run's clients over the system's client endpoints, with
+// the system's session options.
+func (r *suiteRunner) loads(s *system, clients int) []load {
+	return withOptions(spread(r.clientEndpoints(s), clients), s.kind.sessionOptions())
 }
 
 // clientEndpoints are the endpoints the clients of a run connect to: all
@@ -497,14 +564,18 @@ func (r *suiteRunner) measureAll(ctx context.Context, rep *SuiteReport) error {
 					return err
 				}
 				head := fmt.Sprintf("[%d/%d] %-20s %3d clients", n, total, s.label, p.clients)
-				if r.scfg.Workload == Contention {
+				switch r.scfg.Workload {
+				case Contention:
 					head += fmt.Sprintf("  c=%.2f", p.param)
+				case Mixed:
+					head += fmt.Sprintf("  fast %3.0f%%", p.param)
 				}
 				run, err := r.measureOne(ctx, s, p, seconds, head)
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				line := fmt.Sprintf("%s  %9.1f tps  %7.2f ms  %5.1f%% aborts", head, run.TPS, run.LatencyMs, abortPct(run.Processed, run.Failed, run.Retries))
+				line := fmt.Sprintf("%s  %9.1f tps  %7.2f ms  %5.1f%% aborts%s", head, run.TPS, run.LatencyMs, abortPct(run.Processed, run.Failed, run.Retries),
+					scriptLatencies(run.Scripts))
 				if err != nil { // the system failed this run: record it, go on with the others
 					run.Error = firstLine(err.Error())
 					line = fmt.Sprintf("%s  FAILED: %v", head, err)
@@ -527,7 +598,7 @@ func (r *suiteRunner) measureAll(ctx context.Context, rep *SuiteReport) error {
 
 func (r *suiteRunner) measureOne(ctx context.Context, s *system, p point, seconds int, head string) (SuiteRun, error) {
 	run := SuiteRun{Label: s.label, Kind: s.kind, Replicas: s.replicas, Clients: p.clients, Param: p.param}
-	loads := spread(r.clientEndpoints(s), p.clients)
+	loads := r.loads(s, p.clients)
 	before, err := s.certStatus(ctx)
 	if err != nil {
 		return run, err
@@ -554,6 +625,7 @@ func (r *suiteRunner) measureOne(ctx context.Context, s *system, p point, second
 		return run, err
 	}
 	run.TPS, run.LatencyMs, run.Processed, run.Failed, run.Retries = res.TPS, res.LatencyMs, res.Processed, res.Failed, res.Retries
+	run.Scripts = res.Scripts
 	if before != nil {
 		after, err := s.certStatus(ctx)
 		if err != nil {
@@ -612,6 +684,7 @@ func summarizeSuite(runs []SuiteRun, points []point, systems []*system, baseline
 			}
 			row.Error = ""
 			row.TPS, row.LatencyMs = median(row.RunsTPS), median(lats)
+			row.Scripts = summarizeScripts(runs, row)
 			row.AbortPct = abortPct(processed, failed, retries)
 			if fsyncs > 0 {
 				row.CommitsPerFsync = float64(certs) / float64(fsyncs)
@@ -634,6 +707,68 @@ func summarizeSuite(runs []SuiteRun, points []point, systems []*system, baseline
 		}
 	}
 	return rows
+}
+
+// ScriptRow is one script's part of a SuiteRow: medians over the repeats.
+type ScriptRow struct {
+	Name      string
+	TPS       float64
+	LatencyMs float64 // NaN when no run of the cell ran the script
+	// AbortPct is the script's aborted attempts over its attempts, over
+	// all the repeats.
+	AbortPct float64
+}
+
+// summarizeScripts takes the medians of each script's tps and latency
+// over the successful runs of row's cell (runs of no transaction of a
+// script, e.g. the safe script at 100% fast, give it no latency).
+func summarizeScripts(runs []SuiteRun, row SuiteRow) []ScriptRow {
+	var out []ScriptRow
+	for _, r := range runs {
+		if r.Label != row.Label || r.Clients != row.Clients || r.Param != row.Param || r.Error != "" {
+			continue
+		}
+		for j, sc := range r.Scripts {
+			if j == len(out) {
+				out = append(out, ScriptRow{Name: sc.Name})
+			}
+		}
+	}
+	for j := range out {
+		var tps, lats []float64
+		var processed, failed, retries int64
+		for _, r := range runs {
+			if r.Label != row.Label || r.Clients != row.Clients || r.Param != row.Param || r.Error != "" || j >= len(r.Scripts) {
+				continue
+			}
+			sc := r.Scripts[j]
+			tps = append(tps, sc.TPS)
+			if sc.Processed > 0 {
+				lats = append(lats, sc.LatencyMs)
+			}
+			processed, failed, retries = processed+sc.Processed, failed+sc.Failed, retries+sc.Retries
+		}
+		out[j].TPS, out[j].LatencyMs = median(tps), nan
+		if len(lats) > 0 {
+			out[j].LatencyMs = median(lats)
+		}
+		out[j].AbortPct = abortPct(processed, failed, retries)
+	}
+	return out
+}
+
+// scriptLatencies is the progress line's part for a run of several
+// scripts: each one's tps and latency.
+func scriptLatencies(scripts []ScriptResult) string {
+	var b strings.Builder
+	for _, sc := range scripts {
+		if sc.Processed == 0 {
+			fmt.Fprintf(&b, "  %s -", sc.Name)
+			continue
+		}
+		fmt.Fprintf(&b, "  %s %.1f tps %.2f ms", sc.Name, sc.TPS, sc.LatencyMs)
+	}
+	return b.String()
 }
 
 // setRepeatRatios pairs each repeat of the row's cell with the baseline's

@@ -41,8 +41,29 @@ func (rep *SuiteReport) header() string {
 	if c.Workload.oneServer() {
 		h += ", every client on the system's first server (replica 1 of a running tashkent cluster)"
 	}
+	h += workloadNote(c)
 	if !math.IsNaN(rep.LoadBefore) && !math.IsNaN(rep.LoadAfter) && (rep.LoadBefore > 0 || rep.LoadAfter > 0) {
 		h += fmt.Sprintf("; load average %.2f when the runs began, %.2f when they ended", rep.LoadBefore, rep.LoadAfter)
+	}
+	return h
+}
+
+// workloadNote is the header's part that says how the contention and
+// mixed workloads, the offered rate and mode ed's systems ran.
+func workloadNote(c SuiteConfig) string {
+	var h string
+	switch c.Workload {
+	case Contention:
+		h += fmt.Sprintf(", one-row updates of %d rows at %s, a share c of them on the first (1-c) of the rows, aborts not retried",
+			contentionRows, strings.ToUpper(c.Isolation))
+	case Mixed:
+		h += ", one INSERT per transaction, fast ones with SET LOCAL synchronous_commit = off, safe ones with = on"
+	}
+	if c.Rate > 0 {
+		h += fmt.Sprintf(", offered rate %g tps (pgbench -R: latency counts from each transaction's scheduled start)", c.Rate)
+	}
+	if slices.ContainsFunc(c.Systems, func(sp SystemSpec) bool { return sp.Kind.eventualDurability() }) {
+		h += ", mw-fast and mw-safe: tashkent mode ed with every session's synchronous_commit off (fast) or on (safe)"
 	}
 	return h
 }
@@ -72,20 +93,25 @@ func fmtRatio(x float64) string {
 
 // tableRows renders the rows as cells, the heading first.
 func (rep *SuiteReport) tableRows() [][]string {
-	contention := rep.Config.Workload == Contention
+	param := rep.Config.Workload.paramName()
+	scripts := rep.scriptNames()
 	head := []string{"system", "clients"}
-	if contention {
-		head = append(head, "c")
+	if param != "" {
+		head = append(head, param)
 	}
-	head = append(head, "tps", "lat avg ms", "abort %", "vs "+rep.Config.Baseline, "lat vs "+rep.Config.Baseline, "tps of each run", "commits/fsync")
+	head = append(head, "tps", "lat avg ms", "abort %")
+	for _, name := range scripts {
+		head = append(head, name+" tps", name+" lat ms")
+	}
+	head = append(head, "vs "+rep.Config.Baseline, "lat vs "+rep.Config.Baseline, "tps of each run", "commits/fsync")
 	if rep.showRepeatRatios() {
 		head = append(head, "vs "+rep.Config.Baseline+" per repeat: median (min–max)")
 	}
 	out := [][]string{head}
 	for _, r := range rep.Rows {
 		row := []string{r.Label, strconv.Itoa(r.Clients)}
-		if contention {
-			row = append(row, fmt.Sprintf("%.2f", r.Param))
+		if param != "" {
+			row = append(row, fmtParam(rep.Config.Workload, r.Param))
 		}
 		runs := make([]string, len(r.RunsTPS))
 		for i, t := range r.RunsTPS {
@@ -96,10 +122,15 @@ func (rep *SuiteReport) tableRows() [][]string {
 			cpf = fmt.Sprintf("%.1f", r.CommitsPerFsync)
 		}
 		if r.Error != "" {
-			row = append(row, "FAILED", "-", "-", "-", "-", "-", "-")
+			row = append(row, "FAILED", "-", "-")
+			for range scripts {
+				row = append(row, "-", "-")
+			}
+			row = append(row, "-", "-", "-", "-")
 		} else {
-			row = append(row, fmt.Sprintf("%.1f", r.TPS), fmt.Sprintf("%.2f", r.LatencyMs), fmt.Sprintf("%.2f", r.AbortPct),
-				fmtRatio(r.Ratio), fmtRatio(r.LatencyRatio), strings.Join(runs, " "), cpf)
+			row = append(row, fmt.Sprintf("%.1f", r.TPS), fmt.Sprintf("%.2f", r.LatencyMs), fmt.Sprintf("%.2f", r.AbortPct))
+			row = append(row, scriptCells(r, scripts)...)
+			row = append(row, fmtRatio(r.Ratio), fmtRatio(r.LatencyRatio), strings.Join(runs, " "), cpf)
 		}
 		if rep.showRepeatRatios() {
 			row = append(row, fmtRatioSpread(r))
@@ -107,6 +138,45 @@ func (rep *SuiteReport) tableRows() [][]string {
 		out = append(out, row)
 	}
 	return out
+}
+
+// scriptNames are the scripts of a workload of several (mixed: fast and
+// safe), in pgbench's order; nil for one script.
+func (rep *SuiteReport) scriptNames() []string {
+	for _, r := range rep.Rows {
+		if len(r.Scripts) > 0 {
+			names := make([]string, len(r.Scripts))
+			for i, sc := range r.Scripts {
+				names[i] = sc.Name
+			}
+			return names
+		}
+	}
+	return nil
+}
+
+// scriptCells are a row's tps and latency of each named script; "-"
+// where the script ran no transaction (the safe one at 100% fast).
+func scriptCells(r SuiteRow, names []string) []string {
+	var out []string
+	for _, name := range names {
+		i := slices.IndexFunc(r.Scripts, func(sc ScriptRow) bool { return sc.Name == name })
+		if i < 0 || math.IsNaN(r.Scripts[i].LatencyMs) {
+			out = append(out, "-", "-")
+			continue
+		}
+		out = append(out, fmt.Sprintf("%.1f", r.Scripts[i].TPS), fmt.Sprintf("%.2f", r.Scripts[i].LatencyMs))
+	}
+	return out
+}
+
+// fmtParam prints a point's param: c with two decimals, a fast share as
+// a whole percent.
+func fmtParam(w Workload, x float64) string {
+	if w == Mixed {
+		return fmt.Sprintf("%.0f", x)
+	}
+	return fmt.Sprintf("%.2f", x)
 }
 
 const suiteFootnote = "Ratios divide by the baseline's median at the same point, measured in this invocation; " +
@@ -248,6 +318,12 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	if rep.Config.OneWriter {
 		name += "-onewriter"
 	}
+	if rep.Config.Workload == Contention && rep.Config.Isolation == "serializable" {
+		name += "-serializable"
+	}
+	if rep.Config.Rate > 0 {
+		name += "-rate" + strconv.FormatFloat(rep.Config.Rate, 'f', -1, 64)
+	}
 	var written []string
 	path := func(suffix string) string {
 		p := filepath.Join(dir, name+suffix)
@@ -260,7 +336,7 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 		}
 		return strconv.FormatFloat(x, 'f', 3, 64)
 	}
-	rows := [][]string{{"workload", "system", "kind", "replicas", "clients", "param_c", "tps_median", "latency_avg_ms_median", "abort_pct",
+	rows := [][]string{{"workload", "system", "kind", "replicas", "clients", "param", "tps_median", "latency_avg_ms_median", "abort_pct",
 		"ratio_tps_vs_baseline", "ratio_latency_vs_baseline", "baseline", "commits_per_fsync", "runs_tps", "delay_ms",
 		"ratio_per_repeat_median", "ratio_per_repeat_min", "ratio_per_repeat_max", "ratios_per_repeat", "load_before", "load_after"}}
 	for _, r := range rep.Rows {
@@ -280,7 +356,7 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	if err := writeCSV(path(".csv"), rows); err != nil {
 		return nil, err
 	}
-	runs := [][]string{{"system", "clients", "param_c", "repeat", "tps", "latency_avg_ms", "processed", "failed", "retries", "certifications", "fsyncs"}}
+	runs := [][]string{{"system", "clients", "param", "repeat", "tps", "latency_avg_ms", "processed", "failed", "retries", "certifications", "fsyncs"}}
 	for _, r := range rep.Runs {
 		runs = append(runs, []string{r.Label, strconv.Itoa(r.Clients), f3(r.Param), strconv.Itoa(r.Repeat), f3(r.TPS), f3(r.LatencyMs),
 			strconv.FormatInt(r.Processed, 10), strconv.FormatInt(r.Failed, 10), strconv.FormatInt(r.Retries, 10),
@@ -288,6 +364,11 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	}
 	if err := writeCSV(path("-runs.csv"), runs); err != nil {
 		return nil, err
+	}
+	if scripts := rep.scriptTable(name, f3); len(scripts) > 1 {
+		if err := writeCSV(path("-scripts.csv"), scripts); err != nil {
+			return nil, err
+		}
 	}
 	if cpu, commit := rep.breakdownTables(); len(cpu) > 1 {
 		if err := writeCSV(path("-breakdown-cpu.csv"), cpu); err != nil {
@@ -314,6 +395,18 @@ func (rep *SuiteReport) WriteFiles(dir string) ([]string, error) {
 	return written, nil
 }
 
+// scriptTable is WORKLOAD-scripts.csv: every cell's per-script medians
+// (mixed: the fast and the safe transactions apart).
+func (rep *SuiteReport) scriptTable(name string, f3 func(float64) string) [][]string {
+	out := [][]string{{"workload", "system", "clients", "param", "script", "tps_median", "latency_avg_ms_median", "abort_pct"}}
+	for _, r := range rep.Rows {
+		for _, sc := range r.Scripts {
+			out = append(out, []string{name, r.Label, strconv.Itoa(r.Clients), f3(r.Param), sc.Name, f3(sc.TPS), f3(sc.LatencyMs), f3(sc.AbortPct)})
+		}
+	}
+	return out
+}
+
 // figures are the PNGs of the report, by file suffix.
 func (rep *SuiteReport) figures() map[string]figure {
 	c := rep.Config
@@ -322,9 +415,13 @@ func (rep *SuiteReport) figures() map[string]figure {
 	figs := map[string]figure{}
 	x := func(r SuiteRow) float64 { return float64(r.Clients) }
 	xl := "clients"
-	if c.Workload == Contention {
+	switch c.Workload {
+	case Contention:
 		x = func(r SuiteRow) float64 { return r.Param }
-		xl = "fraction c of transactions on the hottest 5% of rows"
+		xl = fmt.Sprintf("contention level c (a share c of the updates on the first 1-c of %d rows)", contentionRows)
+	case Mixed:
+		x = func(r SuiteRow) float64 { return r.Param }
+		xl = "fast transactions (% of all)"
 	}
 	bySystem := func(y func(SuiteRow) float64) []series {
 		var out []series
@@ -351,6 +448,9 @@ func (rep *SuiteReport) figures() map[string]figure {
 	figs["-latency.png"] = figure{wl + ": response time" + suffix, xl, "ms", bySystem(func(r SuiteRow) float64 { return r.LatencyMs })}
 	figs["-latency-ratio.png"] = figure{wl + ": response time / " + base + suffix, xl, "ratio",
 		bySystem(func(r SuiteRow) float64 { return r.LatencyRatio })}
+	if names := rep.scriptNames(); names != nil {
+		figs["-latency-by-script.png"] = figure{wl + ": response time of each kind of transaction" + suffix, xl, "ms", rep.scriptSeries(names, x)}
+	}
 	if c.Workload == Contention {
 		figs["-aborts.png"] = figure{wl + ": abort rate" + suffix, xl, "% of attempts aborted", bySystem(func(r SuiteRow) float64 { return r.AbortPct })}
 	}
@@ -361,6 +461,27 @@ func (rep *SuiteReport) figures() map[string]figure {
 		figs["-scaleout.png"] = so.figure()
 	}
 	return figs
+}
+
+// scriptSeries are one line per system and script (mixed: "mw-safe fast",
+// "mw-safe safe"), each script's median latency against x; a point where
+// the script ran nothing is left out.
+func (rep *SuiteReport) scriptSeries(names []string, x func(SuiteRow) float64) []series {
+	var out []series
+	for _, sp := range rep.Config.Systems {
+		for _, name := range names {
+			s := series{name: sp.label() + " " + name}
+			for _, r := range rep.Rows {
+				i := slices.IndexFunc(r.Scripts, func(sc ScriptRow) bool { return sc.Name == name })
+				if r.Label != sp.label() || i < 0 || math.IsNaN(r.Scripts[i].LatencyMs) {
+					continue
+				}
+				s.xs, s.ys = append(s.xs, x(r)), append(s.ys, r.Scripts[i].LatencyMs)
+			}
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // replicaFigures plot throughput against replicas at the last point, one

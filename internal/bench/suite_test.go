@@ -481,3 +481,166 @@ func serverOnPort(t *testing.T, port int) *pgserver.Server {
 	}
 	return srv
 }
+
+// mw-fast and mw-safe are tashkent clusters in mode ed, configured as
+// `tashkent up --mode ed` configures one: replicas with
+// synchronous_commit on and the WAL writer flushing as in mw, agents with
+// --mode ed; only mw-fast's sessions run with synchronous_commit off.
+func TestEventualDurabilitySystems(t *testing.T) {
+	got, err := ParseSystemSpecs("mw, mw-fast:3, mw-safe", []int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[1].label() != "tashkent mw-fast x3" || got[2].label() != "tashkent mw-safe" {
+		t.Fatalf("specs %+v", got)
+	}
+	r := &runner{binDir: "/pg/bin", extBinDir: "/ext/bin"}
+	for _, tc := range []struct {
+		kind       System
+		mode       string
+		syncCommit bool
+		walFlush   string
+		options    string
+	}{
+		{MW, "mw", false, "", ""},
+		{MWFast, "ed", true, "0", "-c synchronous_commit=off"},
+		{MWSafe, "ed", true, "0", ""},
+	} {
+		s := &system{kind: tc.kind, dir: t.TempDir()}
+		cfg := s.pgConfig(r, 0)
+		if !tc.kind.tashkent() || tc.kind.mode() != tc.mode || cfg.SynchronousCommit != tc.syncCommit ||
+			cfg.Settings["wal_writer_flush_after"] != tc.walFlush || cfg.BinDir != "/ext/bin" || tc.kind.sessionOptions() != tc.options {
+			t.Errorf("%s: mode %q, config %+v, session options %q", tc.kind, tc.kind.mode(), cfg, tc.kind.sessionOptions())
+		}
+	}
+	loads := withOptions(spread([]string{"a"}, 2), MWFast.sessionOptions())
+	if env := loads[0].clientEnv(); len(env) == 0 || env[len(env)-1] != "PGOPTIONS=-c synchronous_commit=off" {
+		t.Errorf("mw-fast's client environment ends %v", env[max(len(env)-1, 0):])
+	}
+	if env := spread([]string{"a"}, 2)[0].clientEnv(); env != nil {
+		t.Errorf("a load without options changes the environment: %v", env)
+	}
+}
+
+// The contention and mixed parameters, the isolation and the rate are
+// checked and defaulted before anything starts.
+func TestWorkloadParamsAreChecked(t *testing.T) {
+	specs := func(list string) []SystemSpec {
+		sp, err := ParseSystemSpecs(list, []int{1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sp
+	}
+	base := func(w Workload, systems string) SuiteConfig {
+		return SuiteConfig{Workload: w, Systems: specs(systems), Clients: []int{1, 16}, Duration: time.Second, Binary: "tashkent"}
+	}
+	c := base(Mixed, "sync-on,mw-safe")
+	if err := c.check(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.FastShares, []float64{0, 25, 50, 75, 100}) || c.Isolation != "repeatable read" {
+		t.Fatalf("defaults: shares %v, isolation %q", c.FastShares, c.Isolation)
+	}
+	if pts := c.points(); len(pts) != 5 || pts[0] != (point{clients: 16, param: 0}) || pts[4] != (point{clients: 16, param: 100}) {
+		t.Fatalf("mixed points %+v", pts)
+	}
+	c = base(Contention, "sync-on,mw-safe")
+	if err := c.check(); err != nil {
+		t.Fatal(err)
+	}
+	if pts := c.points(); len(pts) != 6 || pts[0] != (point{clients: 16, param: 0.5}) || pts[5].param != 0.95 {
+		t.Fatalf("contention points %+v", pts)
+	}
+	for name, bad := range map[string]func(*SuiteConfig){
+		"c of 1":               func(c *SuiteConfig) { c.ContentionFractions = []float64{0.5, 1} },
+		"c of 0":               func(c *SuiteConfig) { c.ContentionFractions = []float64{0} },
+		"share over 100":       func(c *SuiteConfig) { c.Workload, c.FastShares = Mixed, []float64{101} },
+		"share of a fraction":  func(c *SuiteConfig) { c.Workload, c.FastShares = Mixed, []float64{12.5} },
+		"isolation":            func(c *SuiteConfig) { c.Isolation = "read committed" },
+		"negative rate":        func(c *SuiteConfig) { c.Rate = -1 },
+		"rate on sysbench":     func(c *SuiteConfig) { c.Workload, c.Rate = OLTPReadWrite, 100 },
+		"mixed on fast + safe": func(c *SuiteConfig) { c.Workload, c.Systems = Mixed, specs("mw-fast,mw-safe:3") },
+	} {
+		c := base(Contention, "sync-on,mw-fast")
+		bad(&c)
+		if err := c.check(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// A mixed run's table and files report the fast and the safe
+// transactions' tps and latency apart, medians over the repeats, with no
+// latency for a script that ran nothing.
+func TestMixedReportShowsEachScript(t *testing.T) {
+	systems := []*system{{kind: SyncOn, label: "pg sync=on"}, {kind: MWSafe, label: "tashkent mw-safe"}}
+	sc := func(fastTPS, fastMs, safeTPS, safeMs float64) []ScriptResult {
+		out := []ScriptResult{{Name: "fast", TPS: fastTPS, LatencyMs: fastMs, Processed: int64(fastTPS)},
+			{Name: "safe", TPS: safeTPS, LatencyMs: safeMs, Processed: int64(safeTPS)}}
+		for i := range out {
+			if out[i].Processed == 0 {
+				out[i].LatencyMs = nan
+			}
+		}
+		return out
+	}
+	var runs []SuiteRun
+	for rpt := 1; rpt <= 3; rpt++ {
+		f := float64(rpt)
+		runs = append(runs,
+			SuiteRun{Label: "pg sync=on", Clients: 4, Param: 50, Repeat: rpt, TPS: 200, LatencyMs: 2, Processed: 200, Scripts: sc(100, 0.1*f, 100, 1*f)},
+			SuiteRun{Label: "tashkent mw-safe", Clients: 4, Param: 50, Repeat: rpt, TPS: 100, LatencyMs: 4, Processed: 100, Scripts: sc(50, 0.5*f, 50, 5*f)},
+			SuiteRun{Label: "pg sync=on", Clients: 4, Param: 100, Repeat: rpt, TPS: 300, LatencyMs: 0.1, Processed: 300, Scripts: sc(300, 0.1, 0, 0)},
+			SuiteRun{Label: "tashkent mw-safe", Clients: 4, Param: 100, Repeat: rpt, TPS: 150, LatencyMs: 0.5, Processed: 150, Scripts: sc(150, 0.5, 0, 0)})
+	}
+	points := []point{{clients: 4, param: 50}, {clients: 4, param: 100}}
+	rows := summarizeSuite(runs, points, systems, "pg sync=on")
+	if len(rows) != 4 {
+		t.Fatalf("rows %+v", rows)
+	}
+	mw50 := rows[1]
+	if len(mw50.Scripts) != 2 || mw50.Scripts[0].LatencyMs != 1 || mw50.Scripts[1].LatencyMs != 10 || mw50.Scripts[1].TPS != 50 {
+		t.Fatalf("mw-safe at 50%%: %+v", mw50.Scripts)
+	}
+	if !math.IsNaN(rows[3].Scripts[1].LatencyMs) || rows[3].Scripts[0].LatencyMs != 0.5 {
+		t.Fatalf("mw-safe at 100%%: %+v", rows[3].Scripts)
+	}
+	rep := &SuiteReport{Config: SuiteConfig{Workload: Mixed, Clients: []int{4}, FastShares: []float64{50, 100}, Repeat: 3, Baseline: "pg sync=on", Duration: time.Second, Protocol: "prepared",
+		Systems: []SystemSpec{{Kind: SyncOn, Replicas: 1}, {Kind: MWSafe, Replicas: 1}}, Isolation: "repeatable read", Rate: 4000},
+		Runs: runs, Rows: rows}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	out := table.String()
+	t.Logf("table:%s", out)
+	for _, want := range []string{"fast %", "fast tps", "fast lat ms", "safe tps", "safe lat ms", "offered rate 4000 tps", "mw-safe: tashkent mode ed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table lacks %q:\n%s", want, out)
+		}
+	}
+	var mwLine []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[0] == "tashkent" && f[3] == "100" {
+			mwLine = f
+		}
+	}
+	// system (2 words), clients, fast %, tps, lat, abort %, fast tps, fast lat, safe tps, safe lat
+	if len(mwLine) < 11 || mwLine[7] != "150.0" || mwLine[8] != "0.50" || mwLine[9] != "-" || mwLine[10] != "-" {
+		t.Errorf("mw-safe at 100%% fast: %q", mwLine)
+	}
+	dir := t.TempDir()
+	files, err := rep.WriteFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(files, filepath.Join(dir, "mixed-rate4000-latency-by-script.png")) {
+		t.Errorf("files %v", files)
+	}
+	csv, err := os.ReadFile(filepath.Join(dir, "mixed-rate4000-scripts.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(csv), "mixed-rate4000,tashkent mw-safe,4,50.000,safe,50.000,10.000,0.000") {
+		t.Errorf("scripts.csv:\n%s", csv)
+	}
+}

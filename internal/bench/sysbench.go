@@ -99,6 +99,7 @@ func sysbenchRun(ctx context.Context, script Workload, loads []load, seconds int
 			args = append(args, "--threads="+strconv.Itoa(l.clients), "--time="+strconv.Itoa(seconds),
 				"--report-interval=1", "--db-ps-mode=auto", "--rand-seed="+strconv.Itoa(i+1), "run")
 			cmd := exec.CommandContext(ctx, sysbenchBinary, args...)
+			cmd.Env = l.clientEnv()
 			var all bytes.Buffer
 			pipe, err := cmd.StdoutPipe()
 			if err != nil {

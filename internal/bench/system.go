@@ -43,6 +43,14 @@ const (
 	// Base is a tashkent cluster in mode base: replicas with
 	// synchronous_commit=on.
 	Base System = "base"
+	// MWFast and MWSafe are a tashkent cluster in mode ed (eventual
+	// durability: row locks held until the commit point, the certifier's
+	// early delivery), started as `tashkent up --mode ed` starts one. Every
+	// client session of MWFast runs with synchronous_commit=off (fast
+	// transactions: acknowledged at the commit point), of MWSafe with the
+	// replicas' default, on (safe: acknowledged once durable).
+	MWFast System = "mw-fast"
+	MWSafe System = "mw-safe"
 	// Streaming is PostgreSQL streaming replication: a primary and
 	// synchronous standbys (synchronous_standby_names), clients on the
 	// primary.
@@ -59,7 +67,7 @@ const (
 var AllSystems = []System{SyncOn, SyncOff, MW, Base}
 
 // KnownSystems are all the systems the bench can start.
-var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, Base, Streaming, PgpoolNative, PgpoolSI}
+var KnownSystems = []System{SyncOn, SyncOff, SyncOnRR, MW, Base, MWFast, MWSafe, Streaming, PgpoolNative, PgpoolSI}
 
 // ParseSystem checks a system name.
 func ParseSystem(s string) (System, error) {
@@ -68,10 +76,32 @@ func ParseSystem(s string) (System, error) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, base, streaming, pgpool-native or pgpool-si)", s)
+	return "", fmt.Errorf("unknown system %q (want sync-on, sync-off, sync-on-rr, mw, base, mw-fast, mw-safe, streaming, pgpool-native or pgpool-si)", s)
 }
 
-func (k System) tashkent() bool { return k == MW || k == Base }
+func (k System) tashkent() bool { return k == MW || k == Base || k.eventualDurability() }
+
+// eventualDurability reports whether the system is a tashkent cluster in
+// mode ed.
+func (k System) eventualDurability() bool { return k == MWFast || k == MWSafe }
+
+// mode is the durability mode of a tashkent system's agents (--mode).
+func (k System) mode() string {
+	if k.eventualDurability() {
+		return "ed"
+	}
+	return string(k)
+}
+
+// sessionOptions are the PostgreSQL options of every client session of a
+// run (libpq's PGOPTIONS): mode ed reads the session's effective
+// synchronous_commit to make each transaction fast or safe.
+func (k System) sessionOptions() string {
+	if k == MWFast {
+		return "-c synchronous_commit=off"
+	}
+	return ""
+}
 
 // replicated reports whether the system runs several servers (its replica
 // count means something).
@@ -252,8 +282,11 @@ func (s *system) start(ctx context.Context, r *runner) error {
 
 // pgConfig is the configuration of server i of a standalone or tashkent
 // system. Every server gets the same settings but for synchronous_commit
-// (on for sync-on and base, off for sync-off and mw, with the WAL writer
-// setting pgserver pairs with it) and, for tashkent,
+// (on for sync-on, base and mode ed, off for sync-off and mw, with the WAL
+// writer setting pgserver pairs with it; mode ed's is mw's, as
+// internal/cluster sets it: no replicated commit flushes the replica's
+// WAL there, synchronous_commit is only the sessions' choice of fast or
+// safe) and, for tashkent,
 // the extension: the same shared_buffers, the same default isolation
 // (READ COMMITTED: the extension keeps a session's level, and maps only
 // SERIALIZABLE to REPEATABLE READ), the same binaries (the extension's
@@ -268,9 +301,12 @@ func (s *system) pgConfig(r *runner, i int) pgserver.Config {
 		settings["shared_preload_libraries"] = pgext.Library
 		binDir = r.extBinDir
 	}
+	if s.kind.eventualDurability() {
+		settings["wal_writer_flush_after"] = "0"
+	}
 	return pgserver.Config{
 		DataDir:           filepath.Join(s.dir, "pg"+strconv.Itoa(i+1)),
-		SynchronousCommit: s.kind == SyncOn || s.kind == SyncOnRR || s.kind == Base,
+		SynchronousCommit: s.kind == SyncOn || s.kind == SyncOnRR || s.kind == Base || s.kind.eventualDurability(),
 		Settings:          r.pgSettings(settings),
 		BinDir:            binDir,
 		NoSync:            true, // a throwaway instance: initdb's final sync only costs setup time
@@ -366,7 +402,7 @@ func (s *system) startAgent(ctx context.Context, r *runner, i int) error {
 				"--name", name,
 				"--replica-index", strconv.Itoa(i+1), // sequences offset per replica, as a deployment would run
 				"--certifier", s.certifierAddrForAgents(),
-				"--mode", string(s.kind),
+				"--mode", s.kind.mode(),
 				"--database", "postgres",
 				"--postgres", agentConnString(s.pgs[i]),
 				"--metrics", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))

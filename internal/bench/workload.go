@@ -7,9 +7,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -29,11 +31,21 @@ const (
 	// sysbench, pgsql driver), 2 tables of 10,000 rows.
 	OLTPReadWrite Workload = "oltp_read_write"
 	OLTPReadOnly  Workload = "oltp_read_only"
-	// Contention is ED §4.4: single-row update transactions at REPEATABLE
-	// READ on every system, a fraction c of which hit the hottest 5% of
-	// the rows (500 of 10,000). Aborts are not retried (pgbench
-	// --max-tries 1): the abort rate is what the table reports.
+	// Contention is ED §4.4 (Kashi, Fig. 4.4-4.6): single-row update
+	// transactions on a table of 250 rows, where the contention level c
+	// sends a transaction to the first (1-c) of the rows with probability
+	// c and to the other rows otherwise (c = 0.5 is uniform; at 0.95, 95%
+	// of the transactions update one of the first 13 rows). REPEATABLE
+	// READ by default, SERIALIZABLE with SuiteConfig.Isolation. Aborts are
+	// not retried (pgbench --max-tries 1): the abort rate is what the
+	// table reports.
 	Contention Workload = "contention"
+	// Mixed is ED §4.3 (Fig. 4.2-4.3): one INSERT into a table of two
+	// integer columns per transaction, a share of them fast (SET LOCAL
+	// synchronous_commit = off) and the rest safe (= on): two pgbench
+	// scripts, fast.sql and safe.sql, weighted by the share, whose
+	// latencies pgbench reports apart.
+	Mixed Workload = "mixed"
 	// ReadMostly is an 80/20 mix: 80% single-row reads, 20% single-row
 	// updates (pgbench -f read@80 -f write@20), for read scaling.
 	ReadMostly Workload = "readmostly"
@@ -46,7 +58,7 @@ const (
 )
 
 // Workloads are all workloads, in the order the docs list them.
-var Workloads = []Workload{AllUpdates, TPCB, SelectOnly, OLTPReadWrite, OLTPReadOnly, Contention, ReadMostly}
+var Workloads = []Workload{AllUpdates, TPCB, SelectOnly, OLTPReadWrite, OLTPReadOnly, Contention, Mixed, ReadMostly}
 
 // ParseWorkload checks a workload name.
 func ParseWorkload(s string) (Workload, error) {
@@ -55,7 +67,7 @@ func ParseWorkload(s string) (Workload, error) {
 			return w, nil
 		}
 	}
-	return "", fmt.Errorf("unknown workload %q (want allupdates, tpcb, select-only, oltp_read_write, oltp_read_only, contention or readmostly)", s)
+	return "", fmt.Errorf("unknown workload %q (want allupdates, tpcb, select-only, oltp_read_write, oltp_read_only, contention, mixed or readmostly)", s)
 }
 
 // WriteFraction is w of the scale-out model (Jiménez-Peris et al. §2.1):
@@ -88,13 +100,30 @@ func (w Workload) builtin() string {
 // cluster's).
 func (w Workload) oneServer() bool { return w == SelectOnly }
 
+// paramName is what a point's param means in the workload: the
+// contention level c, or the fast share; "" where a point is only a
+// client count.
+func (w Workload) paramName() string {
+	switch w {
+	case Contention:
+		return "c"
+	case Mixed:
+		return "fast %"
+	}
+	return ""
+}
+
 const (
 	// rowsPerClient is how many rows of its own an AllUpdates client
 	// updates (so that no two clients ever touch the same row).
 	rowsPerClient = 100
-	// contentionRows and contentionHotRows: the hottest 5% (ED §4.4).
-	contentionRows    = 10000
-	contentionHotRows = contentionRows / 20
+	// contentionRows is the size of the contention table (ED §4.4: 250
+	// rows of integer keys and values).
+	contentionRows = 250
+	// contentionDraws is the resolution of c in the contention script:
+	// a transaction draws r in [1, contentionDraws] and goes to the hot
+	// rows when r <= c*contentionDraws.
+	contentionDraws = 10000
 	// readMostlyRows is the size of the 80/20 table.
 	readMostlyRows = 10000
 	// sysbenchTables, sysbenchTableRows: sysbench --tables, --table-size.
@@ -105,8 +134,9 @@ const (
 )
 
 // scripts writes the workload's pgbench scripts into dir and returns the
-// -f arguments (FILE@WEIGHT).
-func (w Workload) scripts(dir string) ([]string, error) {
+// -f arguments (FILE@WEIGHT; mixed: FILE, weighted per point by
+// weightedScripts). isolation is the contention transactions' level.
+func (w Workload) scripts(dir, isolation string) ([]string, error) {
 	files := map[string]string{}
 	var args []string
 	switch w {
@@ -115,11 +145,12 @@ func (w Workload) scripts(dir string) ([]string, error) {
 			"UPDATE allupdates SET v = v + 1 WHERE id = :id;\n", rowsPerClient, rowsPerClient)
 		args = []string{"allupdates.sql"}
 	case Contention:
-		files["contention.sql"] = fmt.Sprintf("\\set r random(1, 1000)\n"+
-			"\\if :r <= :hot\n\\set id random(1, %d)\n\\else\n\\set id random(%d, %d)\n\\endif\n"+
-			"BEGIN ISOLATION LEVEL REPEATABLE READ;\nUPDATE contention SET v = v + 1 WHERE id = :id;\nEND;\n",
-			contentionHotRows, contentionHotRows+1, contentionRows)
+		files["contention.sql"] = contentionScript(isolation)
 		args = []string{"contention.sql"}
+	case Mixed:
+		files["fast.sql"] = mixedScript("off")
+		files["safe.sql"] = mixedScript("on")
+		args = []string{"fast.sql", "safe.sql"}
 	case ReadMostly:
 		files["read.sql"] = fmt.Sprintf("\\set id random(1, %d)\nSELECT v FROM kv WHERE id = :id;\n", readMostlyRows)
 		files["write.sql"] = fmt.Sprintf("\\set id random(1, %d)\nUPDATE kv SET v = v + 1 WHERE id = :id;\n", readMostlyRows)
@@ -138,6 +169,48 @@ func (w Workload) scripts(dir string) ([]string, error) {
 	return args, nil
 }
 
+// contentionScript is one update of the contention table: with
+// probability c (pgbench -D hotdraws=c*contentionDraws) one of the first
+// hot rows (-D hot=contentionHotRows(c)), else one of the others.
+func contentionScript(isolation string) string {
+	return fmt.Sprintf("\\set r random(1, %d)\n"+
+		"\\if :r <= :hotdraws\n\\set id random(1, :hot)\n\\else\n\\set id random(:hot + 1, %d)\n\\endif\n"+
+		"BEGIN ISOLATION LEVEL %s;\nUPDATE contention SET v = v + 1 WHERE id = :id;\nEND;\n",
+		contentionDraws, contentionRows, strings.ToUpper(isolation))
+}
+
+// contentionHotRows is how many of the first rows take the share c of the
+// transactions: the first (1-c) of the table, rounded, at least one row
+// and at most all but one.
+func contentionHotRows(c float64) int {
+	return min(max(int(math.Round(float64(contentionRows)*(1-c))), 1), contentionRows-1)
+}
+
+// contentionDefines are the pgbench -D values of the contention script at
+// level c.
+func contentionDefines(c float64) map[string]string {
+	return map[string]string{
+		"hotdraws": strconv.Itoa(int(math.Round(c * contentionDraws))),
+		"hot":      strconv.Itoa(contentionHotRows(c)),
+	}
+}
+
+// mixedScript is one transaction of the mixed workload, fast
+// (synchronous_commit off) or safe (on). Both scripts set it, so that
+// both pay the same statement and the system's session default decides
+// nothing.
+func mixedScript(synchronousCommit string) string {
+	return "\\set k random(1, 1000000)\n\\set v :client_id + :coff\nBEGIN;\nSET LOCAL synchronous_commit = " + synchronousCommit + ";\n" +
+		"INSERT INTO mixed (k, v) VALUES (:k, :v);\nEND;\n"
+}
+
+// weightedScripts gives the mixed workload's scripts (fast, safe) their
+// pgbench weights for a fast share in percent.
+func weightedScripts(scripts []string, fastPercent float64) []string {
+	fast := int(math.Round(fastPercent))
+	return []string{scripts[0] + "@" + strconv.Itoa(fast), scripts[1] + "@" + strconv.Itoa(100-fast)}
+}
+
 // tableFor is the table a pgbench-script workload creates, and its rows.
 func (w Workload) tableFor(maxClients int) (string, int) {
 	switch w {
@@ -149,6 +222,31 @@ func (w Workload) tableFor(maxClients int) (string, int) {
 		return "kv", readMostlyRows
 	}
 	return "", 0
+}
+
+// setup creates the table of a pgbench-script workload through dsn.
+func (w Workload) setup(ctx context.Context, dsn string, maxClients int) error {
+	if w == Mixed {
+		return createMixedTable(ctx, dsn)
+	}
+	table, rows := w.tableFor(maxClients)
+	return setupTable(ctx, dsn, table, rows)
+}
+
+// createMixedTable creates the mixed workload's table: two integer
+// columns, as ED §4.3 has it, and no key: an insert into it conflicts
+// with nothing (GUARANTEES.md, tables without a primary key), so every
+// abort-free run measures commit latency alone.
+func createMixedTable(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "CREATE TABLE mixed (k int NOT NULL, v int NOT NULL)"); err != nil {
+		return fmt.Errorf("create mixed: %w", err)
+	}
+	return nil
 }
 
 // setupTable creates the workload's table through dsn (a system's first

@@ -21,13 +21,15 @@ func newBenchSuiteCommand(w bench.Workload) *cobra.Command {
 		systems   string
 		replicas  string
 		fractions string
+		shares    string
+		isolation string
 	)
 	cmd := &cobra.Command{
 		Use:   string(w),
 		Short: "the " + string(w) + " workload against the systems of --systems, ratios from the same run",
 		Long: `Starts every system of --systems itself (temporary directory, free ports), loads the
-workload into each, runs it for every client count (contention: for every c of --c at the
-largest client count), alternating the systems --repeat times, and prints median tps,
+workload into each, runs it for every client count (contention: for every c of --c, mixed:
+for every share of --fast-share, at the largest client count), alternating the systems --repeat times, and prints median tps,
 latency, abort rate and ratios to the baseline measured in this same invocation. With --out,
 writes CSV, Markdown and PNG figures there. Everything it started is stopped by PID.
 
@@ -38,6 +40,9 @@ Systems (KIND or KIND:N):
                         (synchronous_commit off / on), a certifier and one agent per
                         replica; clients connect to the replicas' PostgreSQL
                         (without :N, one system per --replicas entry)
+  mw-fast, mw-safe      tashkent in mode ed (eventual durability), as 'tashkent up --mode ed'
+                        starts it; every client session runs with synchronous_commit off
+                        (fast transactions) or on (safe transactions)
   streaming             PostgreSQL streaming replication: primary + N-1 synchronous standbys (default N=3)
   pgpool-native         pgpool-II 4.3 native replication over N backends (default 3)
   pgpool-si             pgpool-II 4.3 snapshot-isolation mode over N backends (default 3)
@@ -49,6 +54,11 @@ one replica of a running tashkent cluster against the same PostgreSQL alone.
 --fsync-delay D emulates slow disks (the paper's fsync took 8 ms): every PostgreSQL runs
 with an LD_PRELOAD shim (built with cc) whose fsync/fdatasync sleep D after the real
 flush, wal_sync_method pinned to fdatasync, and the certifier sleeps D after each log sync.
+contention is Kashi's (ED 4.4): one-row updates of 250 rows, a share c of them on the first
+(1-c) of the rows (c = 0.5 is uniform), not retried: the table reports the abort rate.
+mixed is ED 4.3: one INSERT per transaction, --fast-share percent of them fast (SET LOCAL
+synchronous_commit = off) and the rest safe (= on); the table reports each kind's latency.
+--rate offers a fixed load (pgbench -R), as the thesis's runs do (4000 tps).
 --scaleout measures the writing overhead wo on the first mw system with 2+ replicas and fits
 the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 		Args: cobra.NoArgs,
@@ -68,6 +78,12 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 			if cfg.ContentionFractions, err = parseFloats(fractions); err != nil {
 				return fmt.Errorf("--c: %w", err)
 			}
+			if cfg.FastShares, err = parseFloats(shares); err != nil {
+				return fmt.Errorf("--fast-share: %w", err)
+			}
+			if cfg.Isolation, err = parseIsolation(isolation); err != nil {
+				return err
+			}
 			if cfg.Binary, err = os.Executable(); err != nil {
 				return fmt.Errorf("find the tashkent executable: %w", err)
 			}
@@ -85,7 +101,10 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.StringVar(&systems, "systems", "sync-on,sync-off,mw,base", "systems to compare (KIND or KIND:N), in the order runs alternate; the first is the baseline unless --baseline")
 	f.StringVar(&replicas, "replicas", "1", "comma-separated replica counts of each tashkent system given without :N")
 	f.StringVar(&clients, "clients", "1,4,8,16", "comma-separated client counts")
-	f.StringVar(&fractions, "c", "0.5,0.7,0.9,0.95", "contention only: fractions of transactions on the hottest 5% of rows")
+	f.StringVar(&fractions, "c", "0.5,0.6,0.7,0.8,0.9,0.95", "contention only: contention levels c (a share c of the updates goes to the first 1-c of the 250 rows)")
+	f.StringVar(&shares, "fast-share", "0,25,50,75,100", "mixed only: shares of fast transactions, in whole percent")
+	f.StringVar(&isolation, "isolation", "repeatable-read", "contention only: the transactions' isolation, repeatable-read or serializable (tashkent runs SERIALIZABLE as REPEATABLE READ)")
+	f.Float64Var(&cfg.Rate, "rate", 0, "offered load in transactions per second over all clients (pgbench -R); 0: as fast as the clients go")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of one measured run (whole seconds)")
 	f.IntVar(&cfg.Repeat, "repeat", 1, "runs of every cell, interleaved across systems; the table shows the median")
 	f.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured run on every system after loading (0: none)")
@@ -106,6 +125,17 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.StringVar(&cfg.Dir, "dir", "", "work directory for the systems (default: a new temporary one)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (data directories and logs) afterwards")
 	return cmd
+}
+
+// parseIsolation reads --isolation.
+func parseIsolation(s string) (string, error) {
+	switch s {
+	case "repeatable-read":
+		return "repeatable read", nil
+	case "serializable":
+		return "serializable", nil
+	}
+	return "", fmt.Errorf("--isolation %q: want repeatable-read or serializable", s)
 }
 
 func parseFloats(s string) ([]float64, error) {
