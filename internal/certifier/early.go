@@ -70,7 +70,8 @@ func (d delivery) durableNewsDue(sendable int, delivered, durable, durableSent u
 
 // awaitDeliveredTail waits, before a stream is admitted, until the
 // versions its replica holds that this process delivered early are
-// durable: they are the log's tail, at most one write away, not failed
+// durable: they are the log's tail, at most two writes away (the one in
+// flight and their own), not failed
 // versions. A replica reopening its stream (a dropped connection, a new
 // agent run) would otherwise be judged against the durable version alone
 // and told to rewind what the log is about to hold.
@@ -163,7 +164,9 @@ func (l *singleLog) deliverDecided(batch []certifying, entries []logentry.Entry,
 		last = max(last, spans[len(spans)-1].last)
 	}
 	l.stops.add(batch, refused, spans, last)
-	s.deliverable.advance(l.stops.through())
+	if s.earlyStreams.Load() > 0 { // a stream opening meanwhile starts at durable
+		s.deliverable.advance(l.stops.through())
+	}
 }
 
 // deliverPassed lets the streams that take entries early have what the
