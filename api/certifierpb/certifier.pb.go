@@ -884,7 +884,7 @@ type OpenSession struct {
 	History []*EpochRun `protobuf:"bytes,5,rep,name=history,proto3" json:"history,omitempty"`
 	// Take the commit point, not the durability point (Eventual Durability
 	// §3.7, early visibility): entries are sent once the certifier decided
-	// them and its writer took them (at most one write later), and commit
+	// them, before any write, and commit
 	// replies once their entry is sent, before they are durable. An entry that writes a whole table or the schema, a
 	// streamed span, and everything after them still wait until durable.
 	// What is delivered early may fail, and the replica is then told to

@@ -81,9 +81,9 @@ type Config struct {
 	// certifier only. Fault tests only: a replica that applied versions
 	// the certifier then lost must be rebuilt.
 	UnsafeDeliverBeforeDurable bool
-	// UnsafeFaultWriteDelay sleeps this long between delivering a batch
-	// early and writing it, so that a kill -9 fails versions replicas
-	// applied. Only with UnsafeDeliverBeforeDurable.
+	// UnsafeFaultWriteDelay sleeps this long before writing each batch,
+	// whose entries were delivered as they were decided, so that a kill -9
+	// fails versions replicas applied. Only with UnsafeDeliverBeforeDurable.
 	UnsafeFaultWriteDelay time.Duration
 }
 

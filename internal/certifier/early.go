@@ -2,7 +2,7 @@ package certifier
 
 import (
 	"context"
-	"time"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -14,10 +14,10 @@ import (
 
 // Early delivery (Eventual Durability, Kashi, §3.7: early visibility)
 // sends entries to replicas at their commit point, the certifier's
-// decision, rather than at their durability point. A single certifier's
-// writer marks the entries of the batch it takes deliverable just before
-// it writes them (Service.deliverable), so an entry waits at most for the
-// write in progress when it was decided, not for its own.
+// decision, rather than at their durability point. A single certifier
+// puts what it decides into the recent ring and marks it deliverable
+// (Service.deliverable) as it decides it (deliverDecided), so an entry
+// waits for no write, neither its own nor the one in progress.
 //
 // An entry delivered early may fail: if the certifier dies before it is
 // durable, its version is certified again, for another transaction, by
@@ -26,7 +26,9 @@ import (
 // by the entries' epochs (Admit). So that undoing such a suffix is a
 // matter of rows, the entries that write a whole table or the schema
 // (TRUNCATE, DDL: barriers) and streamed spans are delivered only once
-// durable, and nothing after them before they are.
+// durable, and nothing after them before they are (earlyStops). So is an
+// entry the recent ring cannot hold without dropping one not yet
+// durable: delivery reads what the ring lacks from the log.
 //
 // A stream takes entries early if it asks (OpenSession.early_delivery),
 // and then its commit replies too, once their entries are sent: the
@@ -68,7 +70,8 @@ func (d delivery) durableNewsDue(sendable int, delivered, durable, durableSent u
 
 // awaitDeliveredTail waits, before a stream is admitted, until the
 // versions its replica holds that this process delivered early are
-// durable: they are the log's tail, at most one write away, not failed
+// durable: they are the log's tail, at most two writes away (the one in
+// flight and their own), not failed
 // versions. A replica reopening its stream (a dropped connection, a new
 // agent run) would otherwise be judged against the durable version alone
 // and told to rewind what the log is about to hold.
@@ -83,9 +86,49 @@ func (s *Service) awaitDeliveredTail(ctx context.Context, version uint64) error 
 	return nil
 }
 
+// earlyStops are the versions decided and not yet durable that early
+// delivery stops before: barriers, the first versions of spans, and
+// entries the recent ring could not take (recentEntries.add). Guarded by
+// singleLog.mu.
+type earlyStops struct {
+	versions []uint64 // ascending
+	decided  uint64   // the last version decided
+}
+
+// through is the last version that may be delivered before it is
+// durable: the last decided, or the last before the first stop.
+func (e *earlyStops) through() uint64 {
+	if len(e.versions) > 0 {
+		return min(e.decided, e.versions[0]-1)
+	}
+	return e.decided
+}
+
+// passed forgets the stops at or below durable.
+func (e *earlyStops) passed(durable uint64) {
+	n := 0
+	for n < len(e.versions) && e.versions[n] <= durable {
+		n++
+	}
+	e.versions = e.versions[:copy(e.versions, e.versions[n:])]
+}
+
+// add takes what a call of decide committed: entries (put into the
+// recent ring) and spans, in version order; batch names the barriers.
+func (e *earlyStops) add(batch []certifying, refused []uint64, spans []committedSpan, last uint64) {
+	mark := len(e.versions)
+	e.versions = append(e.versions, refused...)
+	e.versions = committedBarriers(batch, e.versions)
+	for _, sp := range spans {
+		e.versions = append(e.versions, sp.first)
+	}
+	slices.Sort(e.versions[mark:]) // every stop of an earlier call is below these
+	e.decided = max(e.decided, last)
+}
+
 // committedBarriers appends to barriers the versions a decided batch
-// committed barrier entries at, in version order. Spans are left out: the
-// writer writes and syncs each span on its own (writeInOrder).
+// committed barrier entries at. Spans are not among them: their first
+// versions stop early delivery on their own (earlyStops.add).
 func committedBarriers(batch []certifying, barriers []uint64) []uint64 {
 	for i := range batch {
 		c := &batch[i]
@@ -97,30 +140,41 @@ func committedBarriers(batch []certifying, barriers []uint64) []uint64 {
 	return barriers
 }
 
-// deliverableThrough is the last version of entries (in version order)
-// that may be delivered before it is durable: the last one before the
-// first barrier among them (barriers in version order), or all of them.
-func deliverableThrough(entries []logentry.Entry, barriers []uint64) uint64 {
-	first, last := entries[0].Version, entries[len(entries)-1].Version
-	for _, b := range barriers {
-		if b >= first && b <= last {
-			return b - 1
-		}
-	}
-	return last
-}
-
-// deliverEarly marks entries, just put into the recent ring, deliverable
-// to the streams that take entries before they are durable. Entries the
-// ring cannot hold all at once are left to be delivered once durable:
-// delivery reads what the ring lacks from the log, where they are not yet.
-func (l *singleLog) deliverEarly(entries []logentry.Entry, barriers []uint64) {
+// deliverDecided puts the entries decide just committed into the recent
+// ring and lets the streams that take entries early have them, up to the
+// first stop. It runs under l.mu, so entries reach the ring in version
+// order.
+func (l *singleLog) deliverDecided(batch []certifying, entries []logentry.Entry, spans []committedSpan) {
 	s := l.s
-	if len(entries) > s.cfg.RecentEntriesMax {
+	if len(entries) == 0 && len(spans) == 0 {
 		return
 	}
-	s.deliverable.advance(deliverableThrough(entries, barriers))
-	if d := s.cfg.UnsafeFaultWriteDelay; d > 0 {
-		time.Sleep(d) // delivered, not yet written: a kill -9 now fails them
+	durable := s.DurableVersion()
+	var refused []uint64
+	last := uint64(0)
+	s.mu.Lock()
+	for _, e := range entries {
+		if !s.recent.add(e, durable) {
+			refused = append(refused, e.Version)
+		}
+		last = e.Version
 	}
+	s.mu.Unlock()
+	if len(spans) > 0 {
+		last = max(last, spans[len(spans)-1].last)
+	}
+	l.stops.add(batch, refused, spans, last)
+	if s.earlyStreams.Load() > 0 { // a stream opening meanwhile starts at durable
+		s.deliverable.advance(l.stops.through())
+	}
+}
+
+// deliverPassed lets the streams that take entries early have what the
+// stops the log just made durable held back.
+func (l *singleLog) deliverPassed() {
+	l.mu.Lock()
+	l.stops.passed(l.s.DurableVersion())
+	through := l.stops.through()
+	l.mu.Unlock()
+	l.s.deliverable.advance(through)
 }

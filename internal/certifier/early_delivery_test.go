@@ -21,8 +21,8 @@ import (
 const earlyFlush = time.Second
 
 // With delivery before durability (Eventual Durability §3.7, early
-// visibility), a replica is sent an entry as soon as the certifier's
-// writer takes it, before its flush; the commit's reply still waits for
+// visibility), a replica is sent an entry as soon as the certifier
+// decides it, before its flush; the commit's reply still waits for
 // the flush, and the message with the entry names the durable version
 // as it is, below the entry.
 func TestEarlyDeliverySendsAnEntryBeforeItIsDurableAndItsReplyAfter(t *testing.T) {
@@ -256,9 +256,33 @@ func TestSyncVersionCoversEntriesSentEarly(t *testing.T) {
 	}
 }
 
-// A batch the recent ring cannot hold at once is not sent early (the log
-// does not hold it yet): it goes out once durable, whole.
-func TestABatchLargerThanTheRingIsSentOnceDurable(t *testing.T) {
+// An entry decided while the write of an earlier one is in flight is
+// delivered at once: it waits for no write, not even the one it cannot
+// join.
+func TestAnEntryIsDeliveredWhileTheWriteBeforeItIsInFlight(t *testing.T) {
+	_, stream, _ := certifyEarly(t, upsert("public.t", 1))
+	if m, err := stream.Recv(); err != nil || versionsOf(t, m.Entries) != "1" || m.DurableVersion != 0 {
+		t.Fatalf("first message %v, %v: want entry 1 before it is durable", m, err)
+	}
+	sent := time.Now()
+	if err := stream.Send(&pb.CertifyStreamRequest{Requests: []*pb.CertifyRequest{{RequestId: 2, Txn: &pb.TxnID{Origin: "r1", Seq: 2}, StartVersion: 1,
+		Writeset: &pb.Writeset{Changes: []*pb.Change{upsert("public.t", 2)}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(sent); waited >= earlyFlush/2 || versionsOf(t, m.Entries) != "2" || m.DurableVersion != 0 {
+		t.Fatalf("after %v: entries %s, durable %d; want entry 2 at once, while the flush of 1 (%v) runs",
+			waited, versionsOf(t, m.Entries), m.DurableVersion, earlyFlush)
+	}
+}
+
+// The entries the recent ring cannot hold without dropping one not yet
+// durable are not sent early (the log does not hold them yet): they go
+// out once durable, after those it holds went out early.
+func TestEntriesBeyondTheRingAreSentOnceDurable(t *testing.T) {
 	srv := listen(t, certifier.Config{SyncDelay: earlyFlush, UnsafeDeliverBeforeDurable: true, RecentEntriesMax: 2})
 	stream := rawStream(t, srv)
 	msg := &pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: "r1", Push: true}}
@@ -270,22 +294,21 @@ func TestABatchLargerThanTheRingIsSentOnceDurable(t *testing.T) {
 	if err := stream.Send(msg); err != nil {
 		t.Fatal(err)
 	}
-	var entries []string
+	var early, late []string
 	for replies := 0; replies < 5; {
 		m, err := stream.Recv()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(m.Entries) > 0 && time.Since(sent) < earlyFlush {
-			t.Fatalf("entries %s sent after %v, before their flush: the ring holds 2 of 5", versionsOf(t, m.Entries), time.Since(sent))
-		}
-		if len(m.Entries) > 0 {
-			entries = append(entries, versionsOf(t, m.Entries))
+			early = append(early, versionsOf(t, m.Entries))
+		} else if len(m.Entries) > 0 {
+			late = append(late, versionsOf(t, m.Entries))
 		}
 		replies += len(m.Replies)
 	}
-	if got := strings.Join(entries, ","); got != "1,2,3,4,5" {
-		t.Fatalf("entries %s, want 1..5", got)
+	if e, l := strings.Join(early, ","), strings.Join(late, ","); e != "1,2" || l != "3,4,5" {
+		t.Fatalf("entries %q before the flush and %q after; want 1,2 (the ring holds 2) and then 3,4,5", e, l)
 	}
 }
 

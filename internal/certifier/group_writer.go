@@ -164,7 +164,7 @@ func (g *groupMember) appendEntries(entries []logentry.Entry) bool {
 		if e.Version <= last {
 			continue
 		}
-		s.recent.add(e)
+		s.recent.add(e, e.Version) // committed by the group: durable
 		records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
 	}
 	s.mu.Unlock()

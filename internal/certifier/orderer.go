@@ -142,12 +142,11 @@ func (s *Service) replay(base uint64, restore func(h logentry.RawHeader, txn cer
 			panic(fmt.Sprintf("certifier: log record %d holds entry %d", e.Version, h.Version))
 		}
 		if h.InSpan() {
-			s.recent.clear()
 			if h.Version != h.SpanLast {
 				return nil
 			}
 		} else {
-			s.recent.add(logentry.Entry{Version: e.Version, Bytes: e.Payload})
+			s.recent.add(logentry.Entry{Version: e.Version, Bytes: e.Payload}, e.Version)
 		}
 		txn, keys, err := GroupEntryKeys(e.Payload)
 		if err != nil {

@@ -4,11 +4,12 @@ import "github.com/tashkent-db/tashkent/internal/logentry"
 
 // recentEntries keeps the latest committed entries in memory, encoded, so
 // that delivering them to replicas neither reads the log back nor encodes
-// them again. It is a ring over versions [first, first+count). Guarded by
-// Service.mu.
+// them again. It is a ring over versions [first, first+count). A version
+// in that range it does not hold is a hole, read from the log: a span's
+// versions (span.go), or an entry add refused. Guarded by Service.mu.
 type recentEntries struct {
-	ring  []logentry.Entry
-	first uint64 // version of the oldest entry held; 0 when empty
+	ring  []logentry.Entry // the slots of versions outside the range are empty
+	first uint64           // version of the oldest entry held; 0 when empty
 	count int
 }
 
@@ -16,19 +17,44 @@ func newRecentEntries(capacity int) *recentEntries {
 	return &recentEntries{ring: make([]logentry.Entry, capacity)}
 }
 
-func (r *recentEntries) add(e logentry.Entry) {
+// add puts e into the ring after the versions it covers, leaving a hole
+// for the versions between. The oldest entries make room for it only if
+// they are durable (at or below durable): an entry delivered before it is
+// durable (early.go) must stay readable until the log holds it. Otherwise
+// add refuses e and reports false.
+func (r *recentEntries) add(e logentry.Entry, durable uint64) bool {
+	size := uint64(len(r.ring))
+	if r.count > 0 {
+		next := r.first + uint64(r.count)
+		if e.Version < next {
+			panic("certifier: recent entries must be added in version order")
+		}
+		if e.Version-r.first >= size {
+			newFirst := e.Version - size + 1
+			if min(newFirst, next)-1 > durable {
+				return false
+			}
+			r.dropBefore(newFirst)
+		}
+	}
 	if r.count == 0 {
 		r.first = e.Version
-	} else if e.Version != r.first+uint64(r.count) {
-		panic("certifier: recent entries must be added in version order")
 	}
-	if r.count == len(r.ring) {
+	r.ring[e.Version%size] = e
+	r.count = int(e.Version-r.first) + 1
+	return true
+}
+
+// dropBefore empties the slots of the versions below v.
+func (r *recentEntries) dropBefore(v uint64) {
+	if v >= r.first+uint64(r.count) {
+		r.clear()
+		return
+	}
+	for ; r.first < v; r.first++ {
 		r.ring[r.first%uint64(len(r.ring))] = logentry.Entry{}
-		r.first++
 		r.count--
 	}
-	r.ring[e.Version%uint64(len(r.ring))] = e
-	r.count++
 }
 
 // between appends the encoded entries (after, upTo] to dst if all of them
@@ -40,14 +66,18 @@ func (r *recentEntries) between(dst [][]byte, after, upTo uint64) ([][]byte, boo
 	if r.count == 0 || after+1 < r.first || upTo >= r.first+uint64(r.count) {
 		return dst, false
 	}
+	start := len(dst)
 	for v := after + 1; v <= upTo; v++ {
-		dst = append(dst, r.ring[v%uint64(len(r.ring))].Bytes)
+		e := r.ring[v%uint64(len(r.ring))]
+		if e.Version != v || e.Bytes == nil {
+			return dst[:start], false // a hole
+		}
+		dst = append(dst, e.Bytes)
 	}
 	return dst, true
 }
 
-// clear empties the ring: the next entry added starts it again. After a
-// span, whose entries the ring does not hold (span.go).
+// clear empties the ring: the next entry added starts it again.
 func (r *recentEntries) clear() {
 	clear(r.ring)
 	r.first, r.count = 0, 0

@@ -34,6 +34,9 @@ type Service struct {
 	// deliverable: the versions streams that take entries early may be
 	// sent, beyond durable (early.go).
 	deliverable *watermark
+	// earlyStreams counts the streams that take entries early: decide
+	// advances deliverable only while there is one (early.go).
+	earlyStreams atomic.Int32
 	// earlySent: the highest version sent to a replica before it was
 	// durable, as an entry or a commit reply (early.go); SyncVersion
 	// covers it.

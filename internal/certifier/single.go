@@ -20,7 +20,7 @@ import (
 // singleLog is the orderer of a certifier that runs alone: it certifies in
 // its own state, and its writer makes the versioned log durable (group
 // commit, Tashkent §6.1). What it decided leaves the service once durable,
-// or, to a stream that takes the commit point, when its writer takes it
+// or, to a stream that takes the commit point, as it is decided
 // (early.go).
 type singleLog struct {
 	s *Service
@@ -29,10 +29,8 @@ type singleLog struct {
 	state   *certification.State
 	pending []logentry.Entry // certified, not yet handed to the writer
 	spans   []committedSpan  // committed streamed transactions, likewise (span.go)
-	// barriers are the versions in pending that are delivered only once
-	// durable (early.go).
-	barriers []uint64
-	wake     chan struct{} // signalled when pending or spans becomes non-empty
+	stops   earlyStops       // where delivery before durability stops (early.go)
+	wake    chan struct{}    // signalled when pending or spans becomes non-empty
 
 	saved *pb.LogRetention // the retention decision last written (retain)
 
@@ -95,15 +93,17 @@ func (l *singleLog) admit(grpc.ServerStream, *pb.OpenSession) (context.Context, 
 }
 
 // decide runs the state machine for every prepared request, in order,
-// under one lock (decideSingle), and queues the new commits for the writer.
+// under one lock (decideSingle), queues the new commits for the writer,
+// and delivers them to the streams that take the commit point (early.go).
 func (l *singleLog) decide(_ context.Context, batch []certifying) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	wasEmpty := len(l.pending) == 0 && len(l.spans) == 0
+	entriesBefore, spansBefore := len(l.pending), len(l.spans)
 	claimStages(batch, l.s.staging.claim)
 	l.pending = decideSingle(l.state, l.generation, batch, l.pending)
 	l.spans = committedSpans(batch, l.generation, l.spans)
-	l.barriers = committedBarriers(batch, l.barriers)
+	l.deliverDecided(batch, l.pending[entriesBefore:], l.spans[spansBefore:])
 	if wasEmpty && (len(l.pending) > 0 || len(l.spans) > 0) {
 		l.signalWriter()
 	}
@@ -190,15 +190,13 @@ func (l *singleLog) windowStart() uint64 {
 
 // writeLoop is the single writer: it takes everything certified since the
 // last write and makes it durable with one write and one fsync (group
-// commit). A batch goes into the recent ring before it is written, so that
-// it is there once it is durable. The spans committed meanwhile are
-// copied in version order between the entries (writeSpan).
+// commit). The spans committed meanwhile are copied in version order
+// between the entries (writeSpan).
 func (l *singleLog) writeLoop() {
 	s := l.s
 	defer s.done.Done()
 	var batch []logentry.Entry
 	var spans []committedSpan
-	var barriers []uint64
 	for {
 		select {
 		case <-l.wake:
@@ -208,14 +206,14 @@ func (l *singleLog) writeLoop() {
 		l.mu.Lock()
 		batch, l.pending = l.pending, batch[:0]
 		spans, l.spans = l.spans, spans[:0]
-		barriers, l.barriers = l.barriers, barriers[:0]
 		l.mu.Unlock()
 		if len(batch) == 0 && len(spans) == 0 {
 			continue
 		}
-		if !l.writeInOrder(batch, spans, barriers) {
+		if !l.writeInOrder(batch, spans) {
 			return
 		}
+		l.deliverPassed()
 		// The streams just woken by the durable version are queued on this
 		// goroutine's P; the next batch's fsync would hold that P (a
 		// blocking system call keeps it until sysmon takes it back) and
@@ -237,8 +235,7 @@ func (l *singleLog) writeLoop() {
 
 // writeInOrder makes entries and spans durable in version order: the
 // entries before the next span as one group commit, then the span.
-// barriers are the versions among the entries delivered only once durable.
-func (l *singleLog) writeInOrder(batch []logentry.Entry, spans []committedSpan, barriers []uint64) bool {
+func (l *singleLog) writeInOrder(batch []logentry.Entry, spans []committedSpan) bool {
 	for len(batch) > 0 || len(spans) > 0 {
 		n := len(batch)
 		if len(spans) > 0 {
@@ -247,7 +244,7 @@ func (l *singleLog) writeInOrder(batch []logentry.Entry, spans []committedSpan, 
 				n++
 			}
 		}
-		if n > 0 && !l.writeEntries(batch[:n], barriers) {
+		if n > 0 && !l.writeEntries(batch[:n]) {
 			return false
 		}
 		batch = batch[n:]
@@ -261,19 +258,17 @@ func (l *singleLog) writeInOrder(batch []logentry.Entry, spans []committedSpan, 
 	return true
 }
 
-// writeEntries makes entries durable with one write and one fsync, and
-// lets the streams that take entries early have them first (early.go).
-func (l *singleLog) writeEntries(batch []logentry.Entry, barriers []uint64) bool {
+// writeEntries makes entries durable with one write and one fsync.
+func (l *singleLog) writeEntries(batch []logentry.Entry) bool {
 	s := l.s
 	s.runs.note(l.generation, batch[0].Version)
 	l.records = l.records[:0]
-	s.mu.Lock()
 	for _, e := range batch {
-		s.recent.add(e)
 		l.records = append(l.records, wal.Entry{Version: e.Version, Payload: e.Bytes})
 	}
-	s.mu.Unlock()
-	l.deliverEarly(batch, barriers)
+	if d := s.cfg.UnsafeFaultWriteDelay; d > 0 {
+		time.Sleep(d) // delivered early, not yet written: a kill -9 now fails them
+	}
 	ok := l.write(l.records)
 	clear(l.records)
 	return ok

@@ -135,12 +135,9 @@ func copySpan(sp committedSpan, stop <-chan struct{}, appendBatch func([]wal.Ent
 }
 
 // spanWritten makes a span whose entries are all in the log durable: the
-// recent ring starts again after it, the durable version moves to its
-// last version, and its stage goes.
+// durable version moves to its last version, and its stage goes. The
+// recent ring holds none of its versions.
 func (s *Service) spanWritten(sp committedSpan) {
-	s.mu.Lock()
-	s.recent.clear() // the next entry starts the ring again after the span
-	s.mu.Unlock()
 	s.durable.advance(sp.last)
 	s.staging.discard(txnOf(sp.txn))
 }

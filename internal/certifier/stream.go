@@ -82,9 +82,16 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	sendErr := make(chan error, 1)
 	recvErr := make(chan error, 1)
 	wg.Add(2)
+	d := s.deliveryOf(first.Open)
+	if d.earlyEntries { // before the first request is decided
+		s.earlyStreams.Add(1)
+	}
 	go func() {
 		defer wg.Done()
-		sendErr <- s.sendLoop(ctx, stream, st, queue, first.Open.ReplicaVersion, s.deliveryOf(first.Open))
+		if d.earlyEntries {
+			defer s.earlyStreams.Add(-1)
+		}
+		sendErr <- s.sendLoop(ctx, stream, st, queue, first.Open.ReplicaVersion, d)
 	}()
 	go func() {
 		defer wg.Done()

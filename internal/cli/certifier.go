@@ -140,7 +140,7 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 		"deliver entries to replicas before they are durable, replies still once durable (a single certifier): a replica that applied versions a crash then lost must be rebuilt; fault tests only")
 	_ = f.MarkHidden("unsafe-deliver-before-durable")
 	f.DurationVar(&cfg.UnsafeFaultWriteDelay, "unsafe-fault-write-delay", 0,
-		"with --unsafe-deliver-before-durable: sleep this long between delivering a batch and writing it, so that a kill -9 loses delivered versions; fault tests only")
+		"with --unsafe-deliver-before-durable: sleep this long before writing each batch, whose entries were delivered as they were decided, so that a kill -9 loses delivered versions; fault tests only")
 	_ = f.MarkHidden("unsafe-fault-write-delay")
 	addRetentionFlags(f, &cfg.Retention)
 	certTLS.AddFlags(f)

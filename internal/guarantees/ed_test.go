@@ -123,9 +123,8 @@ func TestSafeCommitIsAcknowledgedOnlyWhenDurable(t *testing.T) {
 
 // A fast transaction (synchronous_commit = off) is acknowledged at its
 // commit point, before it is durable (§2.2.1, property 4); SET LOCAL
-// chooses for one transaction. Each timed commit starts with the
-// certifier idle: it delivers a batch early when its writer takes it up,
-// which a batch waiting behind another's sync would not show.
+// chooses for one transaction. The certifier answers it as it decides
+// it, without waiting for its write or the one in progress.
 func TestFastCommitReturnsAtTheCommitPoint(t *testing.T) {
 	c := startED(t, 1, agent.ModeED)
 	writer := c.Connect(0)
