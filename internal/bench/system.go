@@ -370,6 +370,9 @@ func (s *system) startCertifier(ctx context.Context, r *runner) error {
 			args := append(r.profileArgs(s.fileName()+"-certifier"), "--log-level=warn", "certifier",
 				"--data-dir", dataDir, "--listen", addr, "--metrics-listen", "")
 			args = append(args, r.certifierSyncArgs()...)
+			if s.kind.eventualDurability() {
+				args = append(args, "--max-procs", strconv.Itoa(cluster.EDCertifierThreads))
+			}
 			args = append(args, r.cfg.CertifierArgs...)
 			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, "certifier.log"))
 		},

@@ -2,6 +2,7 @@ package certifier
 
 import (
 	"context"
+	"runtime"
 	"slices"
 
 	"google.golang.org/grpc/codes"
@@ -47,6 +48,18 @@ type delivery struct {
 func (s *Service) deliveryOf(open *pb.OpenSession) delivery {
 	early := open.GetEarlyDelivery()
 	return delivery{push: open.GetPush(), earlyEntries: early || s.cfg.UnsafeDeliverBeforeDurable, earlyReplies: early}
+}
+
+// warnOneThread says once that a stream takes the commit point from a
+// certifier running one Go thread: a log flush holds that thread, so a
+// commit arriving during it is decided, and answered, once it returns.
+func (s *Service) warnOneThread(d delivery) {
+	if d.earlyReplies && runtime.GOMAXPROCS(0) == 1 {
+		s.oneThread.Do(func() {
+			s.cfg.Logger.Warn("a replica takes the commit point (mode ed), but this certifier runs one Go thread: " +
+				"a commit that arrives while the log is flushed waits for the flush; run it with --max-procs 2 or more")
+		})
+	}
 }
 
 // repliesBound is the highest version a stream's replies may depend on

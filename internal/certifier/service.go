@@ -37,6 +37,7 @@ type Service struct {
 	// earlyStreams counts the streams that take entries early: decide
 	// advances deliverable only while there is one (early.go).
 	earlyStreams atomic.Int32
+	oneThread    sync.Once // warnOneThread
 	// earlySent: the highest version sent to a replica before it was
 	// durable, as an entry or a commit reply (early.go); SyncVersion
 	// covers it.

@@ -85,6 +85,7 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	d := s.deliveryOf(first.Open)
 	if d.earlyEntries { // before the first request is decided
 		s.earlyStreams.Add(1)
+		s.warnOneThread(d)
 	}
 	go func() {
 		defer wg.Done()

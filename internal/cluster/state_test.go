@@ -240,3 +240,21 @@ func mustNewReplica(t *testing.T, dir string, k, basePort int) *Replica {
 	}
 	return r
 }
+
+// A single certifier of mode ed runs two Go threads, so that a log flush
+// does not hold back the decisions (and fast commits) behind it; in the
+// other modes it runs one, beside the replicas.
+func TestASingleCertifierOfModeEDRunsTwoThreads(t *testing.T) {
+	for _, mode := range []Mode{ModeMW, ModeBase, ModeED} {
+		u := &upper{st: &State{Mode: mode}}
+		procs := int64(0)
+		for _, s := range u.certifierSettings(&Certifier{}) {
+			if s.Key == "max-procs" {
+				procs = int64(s.Value.(int))
+			}
+		}
+		if want := map[Mode]int64{ModeED: EDCertifierThreads}[mode]; procs != want {
+			t.Errorf("mode %s: the certifier's max-procs is %d, want %d (0: its default, one beside the replicas)", mode, procs, want)
+		}
+	}
+}
