@@ -23,6 +23,15 @@ import (
 // admitted by certifier.Admit, with the history the replica sends and the
 // log's runs. What is left here is I/O: streams and their sequence
 // numbers, the disk, timing.
+//
+// In mode ed (early.go) the writer makes the batch it takes up
+// deliverable just before it writes it: streams that asked for early
+// delivery (the agents of mode ed) are sent its entries, and their
+// commit replies, at once, and a message naming the durable version once
+// it passes what they hold. A stream opening at a version this process
+// delivered early waits until that version is durable before it is
+// judged (awaitDeliveredTail). A crash loses what was not synced: every
+// version above the surviving prefix that was delivered fails.
 type certProcess struct {
 	w           *world
 	up          bool
@@ -40,15 +49,34 @@ type certProcess struct {
 	// inFlight counts requests received and not yet answered, over all
 	// streams (stream.go, acquire and release).
 	inFlight int
+	// deliverable is the highest version streams that take entries early
+	// may be sent (early.go, Service.deliverable): what the writer has
+	// taken up. Never below the durable version.
+	deliverable uint64
+	// awaiting are the streams whose opening waits for the versions their
+	// replica holds of this process's early deliveries to be durable
+	// (awaitDeliveredTail), with the messages that came after the opening.
+	awaiting []*awaitingOpen
+}
+
+// awaitingOpen is a stream's opening message and what followed it, held
+// until the replica's version is durable.
+type awaitingOpen struct {
+	conn connID
+	msgs []message
 }
 
 // certStream is the certifier's side of one replica's stream.
 type certStream struct {
 	conn      connID
 	push      bool   // OpenSession.push
+	early     bool   // OpenSession.early_delivery: entries and replies at the commit point
 	delivered uint64 // highest version sent on this stream
-	recvNext  uint64 // next sequence number expected from the replica
-	sendNext  uint64
+	// durableSent is the durable version the stream's last message named
+	// (sendLoop's durableSent).
+	durableSent uint64
+	recvNext    uint64 // next sequence number expected from the replica
+	sendNext    uint64
 	// waiting are the answers (a zero Answer: a catch-up) not sent yet.
 	waiting []certifier.Answer
 }
@@ -75,6 +103,7 @@ func (c *certProcess) restart() {
 		c.state.Restore(e.Version, txn, keys)
 	}
 	c.disk.sync(len(c.disk.entries)) // recovery reads and syncs what it keeps
+	c.deliverable = c.disk.durable()
 	c.generation = c.nextGeneration()
 	c.w.note("certifier-up", c.incarnation, c.disk.last(), c.generation)
 }
@@ -116,14 +145,23 @@ func (c *certProcess) crashKeeping(keep int) {
 	}
 	c.up = false
 	c.incarnation++
+	delivered := c.deliverable > c.disk.durable()
 	lost := c.disk.crash(keep)
 	c.w.stats.CertifierCrashes++
 	c.w.note("certifier-crash", uint64(len(c.pending)), uint64(lost), c.disk.durable())
+	if delivered && lost > 0 {
+		c.w.noteFailure(c.disk.durable(), c.generation)
+	}
 	c.pending, c.writing, c.streams, c.state, c.inFlight = nil, false, nil, nil, 0
+	c.deliverable, c.awaiting = 0, nil
 }
 
 func (c *certProcess) receive(m message) {
 	if !c.up {
+		return
+	}
+	if a := c.awaitingOf(m.conn); a != nil {
+		a.msgs = append(a.msgs, m) // read once the stream is admitted, as gRPC would hold them
 		return
 	}
 	st := c.stream(m.conn)
@@ -131,6 +169,10 @@ func (c *certProcess) receive(m message) {
 	switch {
 	case open && st != nil:
 		return // a duplicate of the opening message
+	case open && c.holdsUndurableTail(m.req.Open):
+		c.awaiting = append(c.awaiting, &awaitingOpen{conn: m.conn, msgs: []message{m}})
+		c.w.note("stream-awaits-durable", uint64(m.conn.replica), m.conn.n, m.req.Open.ReplicaVersion)
+		return
 	case open:
 		st = c.open(m)
 		if st == nil {
@@ -160,6 +202,39 @@ func (c *certProcess) stream(conn connID) *certStream {
 	return nil
 }
 
+// holdsUndurableTail is awaitDeliveredTail's test: the replica holds
+// versions this process delivered early that are not durable yet. They
+// are the log's tail, one sync away, not failed versions: judged now,
+// the replica would be told to rewind what the log is about to hold.
+func (c *certProcess) holdsUndurableTail(o *pb.OpenSession) bool {
+	return min(o.ReplicaVersion, c.deliverable) > c.disk.durable()
+}
+
+func (c *certProcess) awaitingOf(conn connID) *awaitingOpen {
+	for _, a := range c.awaiting {
+		if a.conn == conn {
+			return a
+		}
+	}
+	return nil
+}
+
+// admitAwaiting reads, in arrival order, the messages of the streams
+// whose replica's version is durable now.
+func (c *certProcess) admitAwaiting() {
+	for i := 0; i < len(c.awaiting); {
+		a := c.awaiting[i]
+		if c.holdsUndurableTail(a.msgs[0].req.Open) {
+			i++
+			continue
+		}
+		c.awaiting = slices.Delete(c.awaiting, i, i+1)
+		for _, m := range a.msgs {
+			c.receive(m)
+		}
+	}
+}
+
 // open admits a stream as certifier.Admit says, comparing the history
 // the replica sent with the log's runs (stream.go, logHistory); a refused
 // stream ends with the refusal (the agent halts and is rebuilt).
@@ -176,7 +251,11 @@ func (c *certProcess) open(m message) *certStream {
 	if err != nil {
 		c.w.stats.Refusals++
 		c.w.note("stream-refused", uint64(m.conn.replica), m.conn.n, o.ReplicaVersion)
-		c.send(&certStream{conn: m.conn}, message{reset: true, refused: true})
+		refusal := message{reset: true, refused: true}
+		if rw, ok := pb.RewindOf(err); ok {
+			refusal.rewind, refusal.commonVersion = true, rw.CommonVersion
+		}
+		c.send(&certStream{conn: m.conn}, refusal)
 		return nil
 	}
 	// A newer stream of the same replica replaces the old one.
@@ -187,7 +266,7 @@ func (c *certProcess) open(m message) *certStream {
 		}
 		return false
 	})
-	st := &certStream{conn: m.conn, push: o.Push, delivered: o.ReplicaVersion, recvNext: 1}
+	st := &certStream{conn: m.conn, push: o.Push, early: o.EarlyDelivery, delivered: o.ReplicaVersion, durableSent: o.ReplicaVersion, recvNext: 1}
 	c.streams = append(c.streams, st)
 	c.w.note("stream-open", uint64(m.conn.replica), m.conn.n, o.ReplicaVersion)
 	return st
@@ -255,6 +334,13 @@ func (c *certProcess) kickWriter() {
 	}
 	c.writing = true
 	c.disk.write(c.pending)
+	if c.w.cfg.Mode == ModeED {
+		c.w.noteWritten(c.pending)
+		c.deliverable = c.disk.last() // deliverEarly: just before the write
+		for _, st := range c.streams {
+			c.flush(st)
+		}
+	}
 	c.pending = nil
 	if c.w.cfg.Mutation == MutationAckBeforeSync {
 		for _, st := range c.streams {
@@ -272,6 +358,7 @@ func (c *certProcess) kickWriter() {
 		for _, st := range c.streams {
 			c.flush(st)
 		}
+		c.admitAwaiting()
 		c.kickWriter()
 	})
 }
@@ -279,14 +366,22 @@ func (c *certProcess) kickWriter() {
 // flush is one round of the stream's sendLoop: the answers whose versions
 // are durable go out, after every durable entry the stream has not carried
 // yet; with none, a stream that asked for pushes is sent those entries.
+// A stream that takes entries early is sent them, and its replies, up to
+// the deliverable version, and a message that names the durable version
+// once that passes what it holds (delivery.durableNewsDue).
 func (c *certProcess) flush(st *certStream) {
 	durable := c.disk.durable()
 	if c.w.cfg.Mutation == MutationAckBeforeSync {
 		durable = c.disk.last()
 	}
+	through := durable
+	if st.early {
+		through = max(durable, c.deliverable)
+	}
 	var ready []certifier.Answer
-	ready, st.waiting = certifier.TakeSendable(st.waiting, durable, waitForOf, nil)
-	if len(ready) == 0 && !certifier.PushDue(st.push, 0, st.delivered, durable) {
+	ready, st.waiting = certifier.TakeSendable(st.waiting, through, waitForOf, nil)
+	durableNews := st.early && durable > st.durableSent && st.delivered > st.durableSent
+	if len(ready) == 0 && !certifier.PushDue(st.push, 0, st.delivered, through) && !durableNews {
 		return
 	}
 	var replies []*pb.CertifyReply
@@ -296,10 +391,11 @@ func (c *certProcess) flush(st *certStream) {
 		}
 	}
 	c.inFlight -= len(replies)
-	st.delivered, _ = certifier.SendReplies(c.disk.read, st.delivered, durable, durable, replies, func(m *pb.CertifyStreamReply) error {
+	st.delivered, _ = certifier.SendReplies(c.disk.read, st.delivered, through, durable, replies, func(m *pb.CertifyStreamReply) error {
 		c.send(st, message{rep: m})
 		return nil
 	})
+	st.durableSent = durable
 }
 
 func waitForOf(a certifier.Answer) uint64 { return a.WaitFor }

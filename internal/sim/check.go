@@ -22,6 +22,8 @@ func (w *world) check() {
 	}
 	w.checkAcknowledged(logs)
 	w.checkAbortedStayAborted(committedAt)
+	w.checkFailedStayFailed(logs, committedAt)
+	w.checkFailedSnapshots(logs, committedAt)
 	w.checkConvergence(logs[w.lineage()])
 	w.checkReads(logs, committedAt)
 	w.checkObservedPrefixes(logs, committedAt)
@@ -77,14 +79,22 @@ func (w *world) checkLog(log []logged) map[certification.TxnID]uint64 {
 }
 
 // checkAcknowledged: no acknowledged commit is lost; it is in the log of
-// its lineage at the version the client was told.
+// its lineage at the version the client was told. In mode ed this holds
+// for safe commits, which are acknowledged once durable; a fast one is
+// acknowledged at its commit point and may fail afterwards (Kashi
+// §2.2.1): it is in the log, or a certifier crash failed its version.
 func (w *world) checkAcknowledged(logs [][]logged) {
 	for _, t := range w.hist.txns {
 		if t.status != acked {
 			continue
 		}
 		log := logs[t.lineage]
-		if t.version == 0 || t.version > uint64(len(log)) || log[t.version-1].txn != t.id {
+		inLog := t.version != 0 && t.version <= uint64(len(log)) && log[t.version-1].txn == t.id
+		if !inLog && w.cfg.Mode == ModeED && t.fast && w.versionFailed(t.lineage, t.version, t.epoch) {
+			w.stats.FastFailed++
+			continue
+		}
+		if !inLog {
 			w.violate("acknowledged commit lost: %v was acknowledged at version %d, which the durable log of lineage %d (length %d) does not hold for it",
 				t.id, t.version, t.lineage, len(log))
 		}
@@ -104,6 +114,59 @@ func (w *world) checkAbortedStayAborted(committedAt []map[certification.TxnID]ui
 			if v := at[t.id]; v != 0 && (t.abortedIn == l || t.abortedIn == anyLineage) {
 				w.violate("%v was answered as aborted but committed at version %d of lineage %d", t.id, v, l)
 			}
+		}
+	}
+}
+
+// checkFailedStayFailed (mode ed): the failure report ('X' common
+// version, epoch, from the certifier that refused the replica) names only
+// versions that failed: a safe transaction told that its version failed
+// (TK006: nothing of it remains, safe to retry) is not in the log of the
+// lineage that told it, and a fast commit told so after its
+// acknowledgement is not in the log of its lineage. (Across a re-created
+// certifier, a version durable in the older lineage is reported failed
+// too: that log is gone.)
+func (w *world) checkFailedStayFailed(logs [][]logged, committedAt []map[certification.TxnID]uint64) {
+	for _, t := range w.hist.txns {
+		switch {
+		case t.status == failed:
+			if v := committedAt[t.abortedIn][t.id]; v != 0 {
+				w.violate("%v was told its version failed (TK006) but committed at version %d of lineage %d", t.id, v, t.abortedIn)
+			}
+		case t.toldFailed && committedAt[t.lineage][t.id] == t.version:
+			w.violate("%v, a fast commit, was told its version %d (epoch %d) failed, but the log of lineage %d holds it there", t.id, t.version, t.epoch, t.lineage)
+		}
+	}
+}
+
+// snapshotHeldFailed is true when, in mode ed, the version t's snapshot
+// was taken at is not the log's: its replica held versions that failed
+// (by log matching, an epoch at a version names one prefix).
+func (w *world) snapshotHeldFailed(t *txnRecord, logs [][]logged) bool {
+	if w.cfg.Mode != ModeED || t.snapshot == 0 {
+		return false
+	}
+	log := logs[t.lineage]
+	return t.snapshot > uint64(len(log)) || log[t.snapshot-1].epoch != t.snapshotEpoch
+}
+
+// checkFailedSnapshots (mode ed): a transaction whose snapshot held
+// failed versions may have read them (a fast read-only one may, §2.2.1
+// property 5a), but it must not commit: its version comes after the
+// failed ones, so it fails with them (durability is a prefix); and a safe
+// read-only one must not be acknowledged (property 5b, §2.2.3). Their
+// reads are not compared with the log (checkReads leaves them out).
+func (w *world) checkFailedSnapshots(logs [][]logged, committedAt []map[certification.TxnID]uint64) {
+	for _, t := range w.hist.txns {
+		if !w.snapshotHeldFailed(t, logs) {
+			continue
+		}
+		if v := committedAt[t.lineage][t.id]; v != 0 {
+			w.violate("%v committed at version %d from snapshot %d (epoch %d), which held versions that failed", t.id, v, t.snapshot, t.snapshotEpoch)
+		}
+		if t.status == readOnly && !t.fast {
+			w.violate("a safe read-only transaction was acknowledged although its snapshot held versions that failed: %v at snapshot %d (epoch %d)",
+				t.id, t.snapshot, t.snapshotEpoch)
 		}
 	}
 }
@@ -227,6 +290,9 @@ func (w *world) checkReads(logs [][]logged, committedAt []map[certification.TxnI
 		truths[l] = w.replay(log)
 	}
 	for _, t := range w.hist.txns {
+		if w.snapshotHeldFailed(t, logs) {
+			continue
+		}
 		for _, o := range t.reads {
 			if o.own {
 				continue
@@ -274,6 +340,9 @@ func (w *world) checkObservedPrefixes(logs [][]logged, committedAts []map[certif
 		writersOf[l] = writers
 	}
 	for _, t := range w.hist.txns {
+		if w.snapshotHeldFailed(t, logs) {
+			continue
+		}
 		writers, committedAt := writersOf[t.lineage], committedAts[t.lineage]
 		lo, hi := uint64(0), uint64(math.MaxUint64)
 		for _, o := range t.reads {

@@ -60,7 +60,8 @@ func (c *streamClient) connect() {
 	c.conn = connID{replica: r.id, n: r.connN}
 	c.connected, c.sendNext, c.recvNext, c.lastHeard = true, 0, 0, r.w.now
 	r.w.note("connect", uint64(r.id), r.connN, c.delivered)
-	open := &pb.OpenSession{Replica: r.name, ReplicaVersion: c.delivered, Push: !r.w.cfg.NoPush, History: slices.Clone(r.db.runs)}
+	open := &pb.OpenSession{Replica: r.name, ReplicaVersion: c.delivered, Push: !r.w.cfg.NoPush, History: slices.Clone(r.db.runs),
+		EarlyDelivery: r.w.cfg.Mode == ModeED}
 	c.sendMessage(message{req: &pb.CertifyStreamRequestEncoded{Open: open, CatchUp: true}, storeEpochs: slices.Clone(r.db.epochs)})
 	if len(c.pending) == 0 {
 		return
@@ -145,6 +146,9 @@ func (c *streamClient) receive(m message) {
 	if c.closed || !c.connected || m.conn != c.conn {
 		return // a message of an older stream
 	}
+	if m.refused && m.rewind && c.r.w.cfg.Mode == ModeED && c.r.askedToRewind(m.commonVersion, m.lineage) {
+		return // the run ended; the next one opened its own stream
+	}
 	if m.refused {
 		c.r.refused()
 	}
@@ -157,7 +161,7 @@ func (c *streamClient) receive(m message) {
 	}
 	c.recvNext++
 	c.lastHeard = c.r.w.now
-	if !c.deliver(m.rep.Entries, m.lineage) {
+	if !c.deliver(m.rep.Entries, m.rep.DurableVersion, m.lineage) {
 		c.breakStream()
 		return
 	}
@@ -175,8 +179,9 @@ func (c *streamClient) receive(m message) {
 }
 
 // deliver hands entries that continue the delivered sequence on (a gap
-// or a repeat drops the stream, as certclient does).
-func (c *streamClient) deliver(raw [][]byte, lineage int) bool {
+// or a repeat drops the stream, as certclient does), in a message that
+// names the durable version.
+func (c *streamClient) deliver(raw [][]byte, durable uint64, lineage int) bool {
 	entries, err := certclient.Continuing(raw, c.delivered)
 	if err != nil {
 		c.r.w.note("entry-out-of-sequence", uint64(c.r.id), c.delivered, 0)
@@ -189,6 +194,7 @@ func (c *streamClient) deliver(raw [][]byte, lineage int) bool {
 		return false
 	}
 	c.delivered = entries[len(entries)-1].Version
+	c.r.noteDelivered(c.delivered, durable)
 	c.settleFromLog(entries, lineage)
 	return true
 }

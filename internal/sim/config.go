@@ -2,8 +2,9 @@ package sim
 
 import "math/rand/v2"
 
-// Mode is where durability is placed (BRIEF.md, "Durability placements"):
-// it decides what a replica's store keeps when it crashes.
+// Mode is where durability is placed (docs/MODES.md): it decides what a
+// replica's store keeps when it crashes, and in ed when commits are
+// delivered and acknowledged.
 type Mode int
 
 const (
@@ -12,13 +13,16 @@ const (
 	// ModeMW: the store runs with synchronous_commit=off and loses the
 	// commits after its last flush; the certifier's log has them.
 	ModeMW
+	// ModeED is mw with eventual durability (Kashi, ch. 2, §3.6–3.8): the
+	// certifier delivers entries and commit replies at the commit point,
+	// before its log syncs them; a fast transaction is acknowledged then,
+	// a safe one once durable; a version the certifier loses before it
+	// is durable fails, and replicas that applied it rewind.
+	ModeED
 )
 
 func (m Mode) String() string {
-	if m == ModeMW {
-		return "mw"
-	}
-	return "base"
+	return [...]string{"base", "mw", "ed"}[m]
 }
 
 // Config is one simulated cluster and its faults. Times are in ticks, an
@@ -98,6 +102,10 @@ type Config struct {
 	// conflict with. A key a transaction writes several times is kept
 	// only if every write kept it (extension/src/writeset.c).
 	KeepingPercent int
+	// FastPercent is, in mode ed, the share of transactions that are fast
+	// (synchronous_commit off: acknowledged at the commit point); the
+	// others are safe (acknowledged once durable).
+	FastPercent int
 }
 
 // Mutation is a deliberate bug: each one must make a checker fail, or the
@@ -141,13 +149,22 @@ const (
 	// is admitted once the log reaches its version, and is caught up on
 	// top of them.
 	MutationCompareNumbersOnly
+	// MutationAckSafeBeforeDurable (mode ed) acknowledges a safe
+	// transaction at its commit point, as a fast one: a safe commit whose
+	// version then fails was acknowledged, and a safe read-only
+	// transaction may have read versions that fail.
+	MutationAckSafeBeforeDurable
+	// MutationKeepFailedVersion (mode ed) makes a rewind go back to its
+	// version without undoing the rows of the failed versions above it:
+	// the replica serves them on as if they were part of the log.
+	MutationKeepFailedVersion
 	mutationsEnd
 )
 
 func (m Mutation) String() string {
 	return [...]string{"none", "skip-conflict-check", "ack-before-sync", "commit-without-turn",
 		"read-above-snapshot", "recover-from-memory", "swap-remote-versions", "ignore-references",
-		"all-writes-keeping", "compare-numbers-only"}[m]
+		"all-writes-keeping", "compare-numbers-only", "ack-safe-before-durable", "keep-failed-version"}[m]
 }
 
 // DefaultConfig is a mid-sized cluster with every fault enabled.
@@ -192,6 +209,19 @@ func SwarmConfig(seed uint64) Config {
 	c.OneWayPartitionRate = []int{0, 50}[r.IntN(2)]
 	c.NoPush = r.IntN(4) == 0
 	c.CertifierRecreateWeight = []int{0, 0, 0, 1}[r.IntN(4)]
+	// Drawn last, so that the seeds that stay base or mw keep the
+	// configuration (and the run) they had before ed was added.
+	if r.IntN(3) == 0 {
+		c.Mode = ModeED
+		c.FastPercent = []int{0, 30, 70, 100}[r.IntN(4)]
+		// A safe commit's wait for durability compares version numbers
+		// only (extension/src/safe.c): one that outlives a rewind below
+		// its version (it was not failed) and then a re-created
+		// certifier waits for the new log's number, which names another
+		// transaction (doc.go, "Not modeled"). Re-creating the certifier
+		// loses durable versions anyway; ed seeds leave it out.
+		c.CertifierRecreateWeight = 0
+	}
 	return c
 }
 

@@ -95,10 +95,34 @@
 //   - lineages (lineage.go): re-creating the certifier from an empty data
 //     directory starts a new log whose versions reuse the numbers from 1,
 //     under generations no older lineage used. Replicas still hold the old
-//     lineage's versions: they must be refused and rebuilt. (Entries reach
-//     replicas only once durable, so a restarted certifier never leaves
-//     them another history; a re-created one does.) Each transaction is
-//     judged against the log of its lineage.
+//     lineage's versions: they must be refused and rebuilt. (In base and
+//     mw entries reach replicas only once durable, so a restarted
+//     certifier never leaves them another history; a re-created one
+//     does.) Each transaction is judged against the log of its lineage.
+//   - mode ed, eventual durability (ed.go; Kashi, "Eventual Durability",
+//     ch. 2 and §3.6–3.8; docs/MODES.md): streams ask for early delivery,
+//     and the certifier sends entries and commit replies once its writer
+//     takes them up, before the sync (certifier/early.go); a stream that
+//     opens at a version it delivered early waits until that version is
+//     durable before it is judged (awaitDeliveredTail). A replica commits
+//     at the commit point; a fast transaction (Config.FastPercent) is
+//     acknowledged then, a safe one once the durable version its stream
+//     names reaches its version, a safe read-only one once it reaches
+//     the replica's version at COMMIT. A certifier crash that loses
+//     delivered versions fails them and every later one of its epoch
+//     (durability is a prefix, §2.2.3); its next generation reuses the
+//     numbers. A replica that applied one is refused with a verdict
+//     "rewind to C" (certifier.Admit, pb.RewindRequired), and the agent
+//     (agent/rewind.go, failed.go) tells its sessions ('X' C, epoch: a
+//     safe commit waiting for durability fails with TK006 and is never
+//     acknowledged, a decided transaction waiting for its turn and a safe
+//     read above C get 40001, the fast commits above C are told they
+//     failed), ends its run and the transactions in the way, undoes what
+//     its store holds above C back to the newest usable pin (a snapshot
+//     taken in this agent process and database life, at a version the
+//     durable version reached), and catches up from there; without one
+//     it halts and is rebuilt. Seeds in mode ed never re-create the
+//     certifier (see Not modeled).
 //
 // Not modeled: row locks and the lock-watch preemption (Tashkent §8.2), the
 // wire protocol, DDL, the certifier group (Raft: internal/certgroup has its
@@ -106,7 +130,15 @@
 // version across an agent restart (order.Inherit): an agent crash closes
 // the simulated sessions, log retention (no replica is ever below the
 // log's start), and the time a rebuild's copy takes (the donor's store is
-// copied at once when the rebuild is due).
+// copied at once when the rebuild is due). In mode ed: barriers (TRUNCATE,
+// DDL) and streamed spans, which are delivered only once durable; the
+// rewinder's undo window and the limits of its pins; the durability feed
+// apart from the stream (a safe commit waits for what its replica's
+// stream names, and an agent or database crash ends the wait, unknown to
+// the client); and re-creating the certifier: a safe commit's wait
+// compares version numbers only (extension/src/safe.c), so one that
+// outlives a rewind below its version and then a re-created certifier
+// waits for the new log's number, which names another transaction.
 //
 // # Faults
 //
@@ -125,7 +157,8 @@
 // quarter of the SwarmConfig seeds), lets a store refuse a local commit
 // (soft recovery, Tashkent §8.1), and the certifier aborts requests over
 // its in-flight limit (overloaded). Streams ask for pushes, or not (Config.NoPush). SwarmConfig
-// varies the mix with the seed.
+// varies the mix with the seed, and runs a third of the seeds in mode ed
+// (drawn last, so the others run as they did before ed was added).
 //
 // # Checkers (check.go)
 //
@@ -139,7 +172,14 @@
 // applied the log's transaction at every version (long fork across replicas);
 // and, from the values read alone, without trusting the snapshots the
 // simulation recorded, each transaction's reads fit one prefix of the log
-// (long fork as observed by clients). A transaction whose client was
+// (long fork as observed by clients). In mode ed: the acknowledged commits
+// that must survive every crash are the safe ones; a fast one is in the
+// log or a certifier crash failed its version; a transaction told its
+// version failed (TK006, or a fast one told afterwards) is not in the log
+// of the lineage that told it; a transaction whose snapshot held failed
+// versions (its version there is not the log's) never commits, and a safe
+// read-only one is never acknowledged (Kashi §2.2.1, property 5b); the
+// reads of the others are checked as above. A transaction whose client was
 // answered 40001 must not be in the log of the lineage whose certifier
 // sent the answer (messages carry their sender's lineage, so an answer
 // delivered after a re-creation names the older one), nor, if its
@@ -153,11 +193,13 @@
 // Histories (lineage.go), checked as they happen: every version a replica
 // commits is durable in the log, with the log's transaction and epoch,
 // and its run was recorded before it (nothing reaches a replica before it
-// is durable, so no replica applies a failed version); it is committed on
+// is durable, so no replica applies a failed version; in mode ed, it is
+// the entry the certifier of its epoch delivered); it is committed on
 // top of versions of the same log, so every replica holds the log's
 // transaction at every version it holds (a replica caught up from a log
-// that holds other transactions at its versions is "another history at
-// the same versions"); the history a stream opens with gives the epochs
+// that holds other transactions at its versions, or in mode ed that
+// commits a new epoch's version on top of a failed one, holds "another
+// history at the same versions"); the history a stream opens with gives the epochs
 // the replica's store held when it was sent, and the certifier admits the
 // stream exactly when that history agrees with the log's epochs at every
 // version up to the replica's (compared version by version, not with
@@ -172,13 +214,19 @@
 // snapshot, recovery from the in-memory version instead of the store's, a
 // replica installing two versions in swapped order, requests sent
 // without their references, every write certified as a keeping update,
-// and admission by version numbers alone (Admit without the replica's
+// admission by version numbers alone (Admit without the replica's
 // history; it needs a re-created certifier, which the self-test turns on
-// in every seed of it). Each must be caught by the checker meant for it.
+// in every seed of it), and in mode ed a safe transaction acknowledged at
+// its commit point, like a fast one (caught as a lost acknowledged commit
+// or a safe read of failed versions), and a rewind that keeps the rows of
+// the failed versions (caught as a read of a value no committed
+// transaction wrote, G1a, or a state that differs from the log's replay).
+// Each must be caught by the checker meant for it.
 //
 // # Running
 //
 //	go test ./internal/sim -run TestSimulation              # 2,000 seeds
 //	go test ./internal/sim -run TestSimulation -seeds=100000
 //	go test ./internal/sim -run TestSimulation -seed=N -v   # replay one, with its trace
+//	go test ./internal/sim -run TestEventualDurability -v   # mode ed, versions failing often
 package sim

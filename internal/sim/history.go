@@ -15,6 +15,7 @@ const (
 	acked           // the client got COMMIT
 	aborted         // the client got 40001 (or its session died before COMMIT)
 	unknown         // the client does not know: certify timeout, crash while committing
+	failed          // mode ed: a safe commit whose version failed (FATAL TK006: nothing of it remains)
 )
 
 // txnRecord is everything a client saw of one transaction: the ledger the
@@ -38,8 +39,21 @@ type txnRecord struct {
 	// abortedIn is the lineage whose certifier sent its abort (the
 	// message carries the sender's lineage, so an answer that arrives
 	// after a re-creation names the older one), or anyLineage when its
-	// session closed before COMMIT was sent: no log may hold it.
+	// session closed before COMMIT was sent: no log may hold it. For a
+	// failed one, the lineage whose refusal reported the failure.
 	abortedIn int
+	// fast: mode ed, synchronous_commit off (acknowledged at the commit
+	// point); otherwise safe.
+	fast bool
+	// epoch is the epoch of its commit's log entry, once committed.
+	epoch uint64
+	// snapshotEpoch is the epoch the replica held its snapshot's version
+	// in (0 for snapshot 0): in mode ed, a snapshot whose version is not
+	// the log's held failed versions.
+	snapshotEpoch uint64
+	// toldFailed: mode ed, a fast commit its replica was told failed
+	// (WARNING TK006) after it was acknowledged.
+	toldFailed bool
 }
 
 // anyLineage is txnRecord.abortedIn for a transaction no certifier
@@ -80,18 +94,21 @@ type history struct {
 	byID      map[certification.TxnID]*txnRecord
 	values    map[int64]*writeInfo
 	lastValue int64
-	ackedAt   map[lineageVersion]*txnRecord // the transaction acknowledged with each version
+	ackedAt   map[ackedVersion]*txnRecord // the transaction acknowledged with each version
 }
 
-type lineageVersion struct {
+// ackedVersion is a version acknowledged in a lineage; in mode ed, where
+// a version that failed is decided again, in an epoch.
+type ackedVersion struct {
 	lineage int
 	version uint64
+	epoch   uint64
 }
 
 func newHistory(w *world) *history {
 	return &history{
 		w: w, byID: make(map[certification.TxnID]*txnRecord),
-		values: make(map[int64]*writeInfo), ackedAt: make(map[lineageVersion]*txnRecord),
+		values: make(map[int64]*writeInfo), ackedAt: make(map[ackedVersion]*txnRecord),
 	}
 }
 
@@ -126,7 +143,10 @@ func (h *history) ack(t *txnRecord, v uint64, lineage int) {
 	if t.status == acked && t.version != v {
 		h.w.violate("transaction %v acknowledged twice, at versions %d and %d", t.id, t.version, v)
 	}
-	at := lineageVersion{lineage, v}
+	at := ackedVersion{lineage: lineage, version: v}
+	if h.w.cfg.Mode == ModeED {
+		at.epoch = t.epoch
+	}
 	if other := h.ackedAt[at]; other != nil && other != t {
 		h.w.violate("version %d acknowledged to two transactions: %v and %v", v, other.id, t.id)
 	}
@@ -145,6 +165,8 @@ func (h *history) end(t *txnRecord, s status) {
 		h.w.stats.Unknown++
 	case readOnly:
 		h.w.stats.ReadOnly++
+	case failed:
+		h.w.stats.SafeFailed++
 	}
 	h.w.note("txn-end", t.id.Seq, uint64(s), uint64(t.replica))
 }

@@ -69,11 +69,17 @@ func (w *world) loggedTxn(l int, v uint64) (certification.TxnID, bool) {
 //     never follow it);
 //   - v is durable in the log of its lineage, with txn and epoch: nothing
 //     reaches a replica before it is durable, so no replica applies a
-//     failed version;
+//     failed version. In mode ed entries reach replicas at their commit
+//     point: v must be the entry the certifier of epoch wrote (ed.go), and
+//     may fail later;
 //   - the versions the store holds already are the same lineage's: every
 //     replica holds the log's transaction at every version it holds. A
 //     store that holds another lineage's versions at the same numbers
 //     must never be caught up from this one (certifier.Admit refuses it).
+//     In mode ed, where a store may hold versions that failed, the first
+//     version of each new epoch it commits must come on top of the log's
+//     versions, in their epochs: a replica never applies a later epoch's
+//     version on top of a failed one (it rewinds first).
 func (s *store) checkCommit(v uint64, txn certification.TxnID, epoch uint64) {
 	w := s.w
 	if recorded := epochInRuns(s.runs, v); recorded != epoch {
@@ -86,7 +92,13 @@ func (s *store) checkCommit(v uint64, txn certification.TxnID, epoch uint64) {
 		return
 	}
 	d := w.logOf(l)
-	if logged, ok := w.loggedTxn(l, v); v > d.durable() || !ok || logged != txn || d.epochAt(v) != epoch {
+	ed := w.cfg.Mode == ModeED
+	if ed {
+		if written, ok := w.written[epochVersion{epoch, v}]; !ok || written != txn {
+			w.violate("replica %d committed version %d (%v, epoch %d), which the certifier of that epoch never delivered (it wrote %v there)",
+				s.replica, v, txn, epoch, written)
+		}
+	} else if logged, ok := w.loggedTxn(l, v); v > d.durable() || !ok || logged != txn || d.epochAt(v) != epoch {
 		w.violate("replica %d committed version %d (%v, epoch %d) before the certifier made it durable (durable %d, the log has %v there): a failed version",
 			s.replica, v, txn, epoch, d.durable(), logged)
 	}
@@ -94,11 +106,11 @@ func (s *store) checkCommit(v uint64, txn certification.TxnID, epoch uint64) {
 		s.lineage = l
 		return
 	}
-	if s.lineage == l {
+	if s.lineage == l && (!ed || s.epochs[s.version-1] == epoch) {
 		return
 	}
 	for i := uint64(1); i <= s.version; i++ {
-		if logged, ok := w.loggedTxn(l, i); !ok || logged != s.applied[i-1] {
+		if logged, ok := w.loggedTxn(l, i); !ok || logged != s.applied[i-1] || (ed && d.epochAt(i) != s.epochs[i-1]) {
 			w.violate("another history at the same versions: replica %d holds %v (epoch %d) at version %d, where the log it is caught up from holds %v (epoch %d); it applied that log's version %d on top",
 				s.replica, s.applied[i-1], s.epochs[i-1], i, logged, d.epochAt(i), v)
 			break

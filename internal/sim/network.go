@@ -38,6 +38,11 @@ type message struct {
 	// refused: the reset is the certifier refusing the session
 	// (FailedPrecondition, pb.NeedsStateTransfer).
 	refused bool
+	// rewind: the refusal is a verdict "rewind to commonVersion"
+	// (pb.RewindRequired): the replica holds versions the log does not,
+	// above that version.
+	rewind        bool
+	commonVersion uint64
 	// lineage is the lineage (lineage.go) of the certifier that sent a
 	// message to a replica: a reply in flight when the certifier is
 	// re-created arrives after the next lineage began.

@@ -56,6 +56,12 @@ type replica struct {
 	// database restart), and the supervisor rebuilds the replica if its
 	// agent runs and still says it halted when its turn comes.
 	halted bool
+
+	// Mode ed (ed.go): the rewinder of the agent process and database
+	// life, and the certifier's durable version as the current run's
+	// stream last named it (the durability feed's).
+	rewinder     rewinder
+	durableHeard uint64
 }
 
 type deliveredEntry struct {
@@ -88,6 +94,7 @@ func (r *replica) restart() {
 	r.restarts++
 	r.origin = fmt.Sprintf("r%d.%d", r.id, r.restarts)
 	r.txnSeq = 0
+	r.rewinder = rewinder{}
 	r.ord = order.New(r.origin, r.recoveredVersion())
 	r.db.trimRuns(r.ord.Committed())
 	r.batch = nil
@@ -105,6 +112,7 @@ func (r *replica) openStream() {
 		r.client.close()
 	}
 	r.recovering, r.targetKnown = true, false
+	r.durableHeard = 0
 	clear(r.delivered)
 	r.client = newStreamClient(r, r.ord.Round(), r.ord.Committed())
 	r.client.connect()
@@ -189,7 +197,8 @@ func (r *replica) crashDatabase() {
 	r.batch = nil
 	r.versionBeforeCrash = r.db.version
 	r.dbUp = false
-	r.incarnation++ // in-flight commits and timers of this life are void
+	r.rewinder = rewinder{} // its pins were this life's
+	r.incarnation++         // in-flight commits and timers of this life are void
 	for _, s := range r.sessions {
 		s.lost()
 	}
@@ -267,10 +276,16 @@ func runsStarted(runs []*pb.EpochRun, heads []logentry.RawHeader) []*pb.EpochRun
 }
 
 // durableSeen notes the certifier's durable version: the first one after
-// a (re)start is the catch-up target.
+// a (re)start is the catch-up target. In mode ed it feeds the rewinder's
+// pins and ends the waits for durability it covers.
 func (r *replica) durableSeen(durable uint64) {
 	if r.recovering && !r.targetKnown {
 		r.target, r.targetKnown = durable, true
+	}
+	if durable > r.durableHeard {
+		r.durableHeard = durable
+		r.rewinder.advance(durable)
+		r.wakeDurable()
 	}
 	r.progress()
 }
@@ -398,8 +413,7 @@ func (r *replica) commitLocal(s *session) {
 		r.db.commit(v, txn.id, entry.epoch, txn.writes)
 		delete(r.delivered, v)
 	}, func() {
-		r.w.hist.ack(txn, v, r.db.lineage)
-		s.finish()
+		r.acknowledge(s, v, entry.epoch)
 	})
 }
 
@@ -408,8 +422,7 @@ func (r *replica) commitLocal(s *session) {
 func (r *replica) ackSoftRecovered() {
 	for _, s := range r.sessions {
 		if s.phase == awaitingApply && r.db.version >= s.version {
-			r.w.hist.ack(s.txn, s.version, r.db.lineage)
-			s.finish()
+			r.acknowledge(s, s.version, r.db.epochAt(s.version))
 		}
 	}
 }
@@ -450,6 +463,7 @@ func (r *replica) scheduleMaintenance() {
 			r.client.keepalive()
 		}
 		if r.up && r.dbUp {
+			r.rewinder.take(r.db.version)
 			r.ord.Observe(r.db.version)
 			r.progress()
 		}

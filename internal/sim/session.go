@@ -20,6 +20,10 @@ const (
 	waitingTurn         // certified, waiting for the versions below it (C4)
 	committing          // its commit is in flight in the store (C5)
 	awaitingApply       // the store refused its commit; the applier applies it
+	// awaitingDurable: mode ed, a safe transaction waits for durability:
+	// a writing one committed (visible) at version, a read-only one for
+	// the bound version (ed.go).
+	awaitingDurable
 )
 
 // session is one client connection and the model's commit path for its
@@ -38,6 +42,8 @@ type session struct {
 	local   *order.Local
 	reqID   uint64
 	version uint64 // the commit version, once certified
+	// decidedIn is the lineage of the certifier that decided it.
+	decidedIn int
 }
 
 // thinkTicksMax is the pause between a client's transactions.
@@ -68,6 +74,9 @@ func (s *session) begin() {
 	s.phase, s.started = active, false
 	s.opsLeft = int(w.between(1, int64(w.cfg.OpsPerTxnMax)))
 	s.writer = w.rng.IntN(100) >= w.cfg.ReadOnlyPercent
+	if w.cfg.Mode == ModeED {
+		s.txn.fast = w.rng.IntN(100) < w.cfg.FastPercent
+	}
 	s.scheduleStatement()
 }
 
@@ -86,6 +95,7 @@ func (s *session) statement() {
 	r, w := s.r, s.r.w
 	if !s.started {
 		s.txn.snapshot, s.started = r.db.version, true
+		s.txn.snapshotEpoch = r.db.epochAt(r.db.version)
 		s.txn.lineage = r.db.lineageOr(w.lineage())
 	}
 	key := w.rng.IntN(w.cfg.Keys)
@@ -120,11 +130,17 @@ func (s *session) read(key int) observation {
 	return observation{key: key, value: s.r.db.read(key, snapshot)}
 }
 
-// commit is C1–C3: a read-only transaction commits locally; an update
-// transaction registers with the order and asks the certifier.
+// commit is C1–C3: a read-only transaction commits locally (in mode ed,
+// a safe one once the replica's version at COMMIT is durable, ED
+// Postgres §3.8); an update transaction registers with the order and asks
+// the certifier.
 func (s *session) commit() {
 	r, w := s.r, s.r.w
 	if len(s.txn.writes) == 0 {
+		if s.waitsForDurability() && r.db.version > r.durableHeard {
+			s.phase, s.version = awaitingDurable, r.db.version
+			return
+		}
 		w.hist.end(s.txn, readOnly)
 		s.finish()
 		return
@@ -200,7 +216,7 @@ func (s *session) onReply(rep *pb.CertifyReply, lineage int) {
 		s.finish()
 		return
 	}
-	s.phase, s.version = waitingTurn, rep.CommitVersion
+	s.phase, s.version, s.decidedIn = waitingTurn, rep.CommitVersion, lineage
 	r.progress()
 }
 
@@ -216,6 +232,13 @@ func (s *session) lost() {
 		s.r.w.hist.end(s.txn, unknown)
 	case waitingTurn, committing, awaitingApply:
 		s.r.w.hist.end(s.txn, unknown) // certified, not acknowledged
+	case awaitingDurable:
+		if len(s.txn.writes) > 0 {
+			s.r.w.hist.end(s.txn, unknown) // committed at its commit point, not durable yet
+			break
+		}
+		s.txn.abortedIn = anyLineage // a read-only transaction ended before COMMIT returned
+		s.r.w.hist.end(s.txn, aborted)
 	default: // its COMMIT was never sent
 		s.txn.abortedIn = anyLineage
 		s.r.w.hist.end(s.txn, aborted)

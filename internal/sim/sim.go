@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+
+	"github.com/tashkent-db/tashkent/internal/certification"
 )
 
 // Result is what one seed's run produced.
@@ -49,7 +51,12 @@ type Stats struct {
 	// replica to copy and caught up from the log's start instead: the
 	// real supervisor cannot do that, so an operator must act there.
 	RebuildsWithoutDonor int
-	ConvergedAtTick      int64
+	// Mode ed (ed.go).
+	VersionFailures int // certifier crashes that lost versions delivered before they were durable
+	Rewinds         int // replicas that undid failed versions (back to a pin)
+	SafeFailed      int // safe commits whose version failed, never acknowledged (TK006)
+	FastFailed      int // fast commits acknowledged whose version then failed
+	ConvergedAtTick int64
 }
 
 // Options change how a run is observed, not what it does.
@@ -120,6 +127,10 @@ type world struct {
 	replicas []*replica
 	hist     *history
 	lineages lineages
+	// Mode ed: every entry the certifier's writer took up (and may have
+	// delivered before it was durable), and the crashes that lost some.
+	written  map[epochVersion]certification.TxnID
+	failures []failure
 	// supervisor rebuilds the replicas the certifier refused.
 	supervisor supervisor
 
@@ -139,6 +150,7 @@ func newWorld(seed uint64, cfg Config, opts Options) *world {
 	}
 	w.hist = newHistory(w)
 	w.lineages.ofEpoch = make(map[uint64]int)
+	w.written = make(map[epochVersion]certification.TxnID)
 	w.supervisor.w = w
 	w.net = newNetwork(w)
 	w.cert = newCertifier(w)

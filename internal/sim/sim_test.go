@@ -69,6 +69,8 @@ func requireFaultsHappened(t *testing.T, s Stats) {
 		"overloaded certifier": s.Overloaded, "certifier re-created": s.CertifierRecreations,
 		"refused streams": s.Refusals, "rebuilt from a donor": s.Rebuilds - s.RebuildsWithoutDonor,
 		"rebuilt without a donor": s.RebuildsWithoutDonor,
+		"ed: versions failed":     s.VersionFailures, "ed: rewinds": s.Rewinds,
+		"ed: safe commits failed": s.SafeFailed, "ed: fast commits failed": s.FastFailed,
 	}
 	if *seedsFlag < 200 {
 		return // too few seeds to expect every rare event
@@ -111,6 +113,10 @@ func add(total *Stats, s Stats) {
 	total.Refusals += s.Refusals
 	total.Rebuilds += s.Rebuilds
 	total.RebuildsWithoutDonor += s.RebuildsWithoutDonor
+	total.VersionFailures += s.VersionFailures
+	total.Rewinds += s.Rewinds
+	total.SafeFailed += s.SafeFailed
+	total.FastFailed += s.FastFailed
 	total.ConvergedAtTick = max(total.ConvergedAtTick, s.ConvergedAtTick)
 }
 
@@ -138,32 +144,33 @@ func TestDeterminism(t *testing.T) {
 }
 
 // TestMutationsAreCaught is the checkers' self-test: each deliberate bug
-// must be reported, in most seeds, by the checker meant for it. Without
-// this the checkers could pass because they check nothing.
+// must be reported, in most seeds, by the checker meant for it (a
+// violation that contains one of its phrases; none listed: any
+// violation). Without this the checkers could pass because they check
+// nothing.
 func TestMutationsAreCaught(t *testing.T) {
 	const seeds = 120
-	expect := map[Mutation]string{
-		MutationSkipConflictCheck:  "lost update",
-		MutationAckBeforeSync:      "", // replicas applying versions before they are durable, lost acknowledged commits
-		MutationCommitWithoutTurn:  "", // a gap in a replica's commits
-		MutationReadAboveSnapshot:  "",
-		MutationRecoverFromMemory:  "",
-		MutationSwapRemoteVersions: "long fork",
-		MutationIgnoreReferences:   "referenced row changed",
-		MutationAllWritesKeeping:   "referenced row changed",
-		MutationCompareNumbersOnly: "another history at the same versions",
+	expect := map[Mutation][]string{
+		MutationSkipConflictCheck:    {"lost update"},
+		MutationAckBeforeSync:        nil, // replicas applying versions before they are durable, lost acknowledged commits
+		MutationCommitWithoutTurn:    nil, // a gap in a replica's commits
+		MutationReadAboveSnapshot:    nil,
+		MutationRecoverFromMemory:    nil,
+		MutationSwapRemoteVersions:   {"long fork"},
+		MutationIgnoreReferences:     {"referenced row changed"},
+		MutationAllWritesKeeping:     {"referenced row changed"},
+		MutationCompareNumbersOnly:   {"another history at the same versions"},
+		MutationAckSafeBeforeDurable: {"acknowledged commit lost", "a safe read-only transaction was acknowledged"},
+		MutationKeepFailedVersion:    {"G1a", "state differs from the log's replay"},
 	}
 	for m := NoMutation + 1; m < mutationsEnd; m++ {
 		t.Run(m.String(), func(t *testing.T) {
 			caught, example := 0, ""
 			for seed := uint64(1); seed <= seeds; seed++ {
 				res := Run(seed, mutationConfig(m, seed), Options{})
-				for _, v := range res.Violations {
-					if strings.HasPrefix(v, expect[m]) {
-						caught++
-						example = v
-						break
-					}
+				if v, ok := caughtBy(res.Violations, expect[m]); ok {
+					caught++
+					example = v
 				}
 			}
 			t.Logf("caught in %d of %d seeds, e.g. %s", caught, seeds, example)
@@ -174,18 +181,68 @@ func TestMutationsAreCaught(t *testing.T) {
 	}
 }
 
+// caughtBy returns the first violation that contains one of phrases (any
+// violation if there are none).
+func caughtBy(violations, phrases []string) (string, bool) {
+	for _, v := range violations {
+		if len(phrases) == 0 || slices.ContainsFunc(phrases, func(p string) bool { return strings.Contains(v, p) }) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
 // mutationConfig is seed's swarm configuration with mutation m, and the
 // fault m needs in order to matter: comparing version numbers alone goes
 // wrong only for a replica that holds another lineage's versions, which
 // a re-created certifier leaves behind (SwarmConfig re-creates it in a
-// quarter of the seeds).
+// quarter of the seeds); the mutations of mode ed need failed versions
+// (edConfig) and, to acknowledge safe transactions early, safe ones.
 func mutationConfig(m Mutation, seed uint64) Config {
 	cfg := SwarmConfig(seed)
-	cfg.Mutation = m
-	if m == MutationCompareNumbersOnly {
+	switch m {
+	case MutationCompareNumbersOnly:
 		cfg.CertifierRecreateWeight = max(cfg.CertifierRecreateWeight, 1)
+	case MutationAckSafeBeforeDurable, MutationKeepFailedVersion:
+		cfg = edConfig(seed)
+		cfg.FastPercent = min(cfg.FastPercent, 50)
 	}
+	cfg.Mutation = m
 	return cfg
+}
+
+// edConfig is seed's swarm configuration in mode ed, with the faults
+// that make versions fail: certifier crashes, and a sync that takes up to
+// 10 ticks, which leaves the time to deliver versions before they are
+// durable. (No re-creation of the certifier: SwarmConfig.)
+func edConfig(seed uint64) Config {
+	cfg := SwarmConfig(seed)
+	if cfg.Mode != ModeED {
+		cfg.Mode, cfg.FastPercent, cfg.CertifierRecreateWeight = ModeED, 50, 0
+	}
+	cfg.CertifierCrashWeight = max(cfg.CertifierCrashWeight, 3)
+	cfg.DiskSyncTicksMax = max(cfg.DiskSyncTicksMax, 10)
+	return cfg
+}
+
+// TestEventualDurability runs mode ed where versions fail often
+// (edConfig): every checker passes, and failures, rewinds and both kinds
+// of failed commits happened.
+func TestEventualDurability(t *testing.T) {
+	const seeds = 300
+	var total Stats
+	for seed := uint64(1); seed <= seeds; seed++ {
+		res := Run(seed, edConfig(seed), Options{})
+		add(&total, res.Stats)
+		if len(res.Violations) > 0 {
+			t.Fatalf("%s\nreplay: Run(%d, edConfig(%d), Options{Trace: true})", res.Report(), seed, seed)
+		}
+	}
+	t.Logf("%d seeds: %d certifier crashes failed delivered versions, %d rewinds, %d rebuilds, %d safe commits failed (never acknowledged), %d fast commits acknowledged and failed",
+		seeds, total.VersionFailures, total.Rewinds, total.Rebuilds, total.SafeFailed, total.FastFailed)
+	if total.VersionFailures == 0 || total.Rewinds == 0 || total.SafeFailed == 0 || total.FastFailed == 0 {
+		t.Fatalf("mode ed never failed a version, rewound, or failed a safe and a fast commit: %+v", total)
+	}
 }
 
 // minCaught is how many of the 120 seeds must catch each mutation: about
@@ -193,15 +250,17 @@ func mutationConfig(m Mutation, seed uint64) Config {
 // checker or the fault mix got weaker). The rare ones need a crash or a
 // batch at the right moment.
 var minCaught = map[Mutation]int{
-	MutationSkipConflictCheck:  100,
-	MutationAckBeforeSync:      30,
-	MutationCommitWithoutTurn:  7,
-	MutationReadAboveSnapshot:  40,
-	MutationRecoverFromMemory:  12,
-	MutationSwapRemoteVersions: 7,
-	MutationIgnoreReferences:   50,
-	MutationAllWritesKeeping:   45,
-	MutationCompareNumbersOnly: 10,
+	MutationSkipConflictCheck:    100,
+	MutationAckBeforeSync:        30,
+	MutationCommitWithoutTurn:    7,
+	MutationReadAboveSnapshot:    40,
+	MutationRecoverFromMemory:    12,
+	MutationSwapRemoteVersions:   7,
+	MutationIgnoreReferences:     50,
+	MutationAllWritesKeeping:     45,
+	MutationCompareNumbersOnly:   10,
+	MutationAckSafeBeforeDurable: 25,
+	MutationKeepFailedVersion:    23,
 }
 
 // TestAbortIsFinalOnlyWithoutDuplicates documents an assumption of the

@@ -109,6 +109,36 @@ func (s *store) crash() int {
 	return lost
 }
 
+// rewind undoes the versions above k, as the agent's rewind does from a
+// pinned snapshot (replica.Rewinder), and makes the result durable (the
+// rewind commits synchronously). keepRows leaves each key's last value
+// written above k in place, visible from k on: the failed versions'
+// rows stay (MutationKeepFailedVersion).
+func (s *store) rewind(k uint64, keepRows bool) {
+	for key, h := range s.history {
+		n := len(h)
+		for n > 0 && h[n-1].version > k {
+			n--
+		}
+		kept := h[:n:n]
+		if keepRows && n < len(h) {
+			kept = append(kept, versioned{version: k, value: h[len(h)-1].value})
+		}
+		s.history[key] = kept
+	}
+	s.version, s.flushed = k, k
+	s.applied = s.applied[:k:k]
+	s.epochs = s.epochs[:k:k]
+}
+
+// epochAt is the epoch of the version v the store holds (0: none).
+func (s *store) epochAt(v uint64) uint64 {
+	if v == 0 || v > s.version {
+		return 0
+	}
+	return s.epochs[v-1]
+}
+
 // recordRuns inserts the runs that delivered entries start, before the
 // entries go to the order (internal/agent/history.go, recordRuns). The
 // insert commits with synchronous_commit=on, and PostgreSQL's flush of its

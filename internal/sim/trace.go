@@ -13,6 +13,7 @@ var traceArgs = map[string][3]string{
 	"agent-crash":           {"replica", "version", ""},
 	"applied":               {"replica", "up_to_version", "entries"},
 	"apply-cancelled":       {"replica", "first_version", "last_version"},
+	"cannot-rewind":         {"replica", "version", "common_version"},
 	"caught-up":             {"replica", "version", ""},
 	"certifier-crash":       {"lost_pending", "lost_unsynced", "durable"},
 	"certifier-recreated":   {"lineage", "", ""},
@@ -33,11 +34,15 @@ var traceArgs = map[string][3]string{
 	"rebuilt":               {"replica", "donor", "version"},
 	"rebuilt-without-donor": {"replica", "", ""},
 	"replica-up":            {"replica", "version", ""},
+	"rewind-asked":          {"replica", "common_version", "version"},
+	"rewound":               {"replica", "from_version", "to_version"},
 	"run-recorded":          {"replica", "epoch", "first_version"},
 	"stream-broken":         {"replica", "stream", ""},
+	"stream-awaits-durable": {"replica", "stream", "from_version"},
 	"stream-open":           {"replica", "stream", "from_version"},
 	"stream-refused":        {"replica", "stream", "from_version"},
 	"txn-end":               {"txn_seq", "status", "replica"},
+	"versions-failed":       {"above_version", "epoch", ""},
 	"violation":             {"index", "", ""},
 }
 
