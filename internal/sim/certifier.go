@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"slices"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
@@ -24,14 +25,19 @@ import (
 // log's runs. What is left here is I/O: streams and their sequence
 // numbers, the disk, timing.
 //
-// In mode ed (early.go) the writer makes the batch it takes up
-// deliverable just before it writes it: streams that asked for early
-// delivery (the agents of mode ed) are sent its entries, and their
-// commit replies, at once, and a message naming the durable version once
-// it passes what they hold. A stream opening at a version this process
-// delivered early waits until that version is durable before it is
-// judged (awaitDeliveredTail). A crash loses what was not synced: every
-// version above the surviving prefix that was delivered fails.
+// In mode ed (early.go here and in internal/certifier) what a message's
+// requests commit is deliverable as it is decided, before any write, and
+// while the write of an earlier batch may be in flight: streams that
+// asked for early delivery (the agents of mode ed) are sent the entries,
+// and their commit replies, at once, up to the first entry the recent
+// ring could not hold (that one waits until it is durable), and a
+// message naming the durable version once it passes what they hold. The
+// writer still writes and syncs everything decided since its last write
+// as one batch. A stream opening at a version this process delivered
+// early waits until that version is durable before it is judged
+// (awaitDeliveredTail). A crash loses what was not synced, decided
+// entries not yet written included: every version above the surviving
+// prefix fails if one of them was delivered.
 type certProcess struct {
 	w           *world
 	up          bool
@@ -50,9 +56,15 @@ type certProcess struct {
 	// streams (stream.go, acquire and release).
 	inFlight int
 	// deliverable is the highest version streams that take entries early
-	// may be sent (early.go, Service.deliverable): what the writer has
-	// taken up. Never below the durable version.
+	// may be sent (early.go, Service.deliverable): what decide committed,
+	// up to the first stop. Never below the durable version.
 	deliverable uint64
+	recent      recentRing
+	// decided is the last version decided, heldBack the versions decided
+	// and not yet durable that the recent ring refused (early.go's
+	// earlyStops: barriers and spans, its other stops, are not modeled).
+	decided  uint64
+	heldBack []uint64 // ascending
 	// awaiting are the streams whose opening waits for the versions their
 	// replica holds of this process's early deliveries to be durable
 	// (awaitDeliveredTail), with the messages that came after the opening.
@@ -104,6 +116,9 @@ func (c *certProcess) restart() {
 	}
 	c.disk.sync(len(c.disk.entries)) // recovery reads and syncs what it keeps
 	c.deliverable = c.disk.durable()
+	// What replay refills the ring with is durable: an empty ring decides
+	// the same.
+	c.recent = recentRing{capacity: uint64(cmp.Or(c.w.cfg.RecentEntriesMax, 1<<16))}
 	c.generation = c.nextGeneration()
 	c.w.note("certifier-up", c.incarnation, c.disk.last(), c.generation)
 }
@@ -122,7 +137,8 @@ func (c *certProcess) nextGeneration() uint64 {
 }
 
 // crash loses the streams, everything certified but not written, and
-// whatever the disk had not synced.
+// whatever the disk had not synced. Versions delivered early and lost
+// fail.
 func (c *certProcess) crash() {
 	c.crashKeeping(c.w.rng.IntN(len(c.disk.entries) - c.disk.synced + 1))
 }
@@ -145,15 +161,14 @@ func (c *certProcess) crashKeeping(keep int) {
 	}
 	c.up = false
 	c.incarnation++
-	delivered := c.deliverable > c.disk.durable()
 	lost := c.disk.crash(keep)
 	c.w.stats.CertifierCrashes++
 	c.w.note("certifier-crash", uint64(len(c.pending)), uint64(lost), c.disk.durable())
-	if delivered && lost > 0 {
+	if c.deliverable > c.disk.durable() { // written or only decided, delivered and lost
 		c.w.noteFailure(c.disk.durable(), c.generation)
 	}
 	c.pending, c.writing, c.streams, c.state, c.inFlight = nil, false, nil, nil, 0
-	c.deliverable, c.awaiting = 0, nil
+	c.deliverable, c.recent, c.decided, c.heldBack, c.awaiting = 0, recentRing{}, 0, nil, nil
 }
 
 func (c *certProcess) receive(m message) {
@@ -284,8 +299,11 @@ func (c *certProcess) close(st *certStream) {
 }
 
 // handle certifies a message's requests (certifier.CertifyMessage) and
-// queues their answers and its catch-up on the stream.
+// queues their answers and its catch-up on the stream. In mode ed what
+// they commit is deliverable at once (deliverDecided), which wakes every
+// stream, as the real deliverable watermark does.
 func (c *certProcess) handle(st *certStream, req *pb.CertifyStreamRequestEncoded) {
+	decided := false
 	if len(req.Requests) > 0 {
 		overloaded := make([]bool, len(req.Requests))
 		for i := range overloaded {
@@ -293,16 +311,22 @@ func (c *certProcess) handle(st *certStream, req *pb.CertifyStreamRequestEncoded
 			overloaded[i] = c.inFlight > c.w.cfg.InFlightRequestsMax
 		}
 		var answers []certifier.Answer
+		before := len(c.pending)
 		answers, c.pending = certifier.CertifyMessage(c.state, c.generation, c.limits(), req.Requests, overloaded, c.pending)
 		for i, a := range answers {
 			c.count(a, overloaded[i])
 			st.waiting = append(st.waiting, a)
 		}
+		decided = c.deliverDecided(c.pending[before:])
 	}
 	if req.CatchUp {
 		st.waiting = append(st.waiting, certifier.Answer{})
 	}
 	c.kickWriter()
+	if decided {
+		c.flushAll()
+		return
+	}
 	c.flush(st)
 }
 
@@ -327,25 +351,17 @@ func (c *certProcess) count(a certifier.Answer, overloaded bool) {
 }
 
 // kickWriter starts a group commit of everything pending, if none is in
-// flight.
+// flight. In mode ed its entries were deliverable since they were
+// decided (deliverDecided).
 func (c *certProcess) kickWriter() {
 	if c.writing || len(c.pending) == 0 {
 		return
 	}
 	c.writing = true
 	c.disk.write(c.pending)
-	if c.w.cfg.Mode == ModeED {
-		c.w.noteWritten(c.pending)
-		c.deliverable = c.disk.last() // deliverEarly: just before the write
-		for _, st := range c.streams {
-			c.flush(st)
-		}
-	}
 	c.pending = nil
 	if c.w.cfg.Mutation == MutationAckBeforeSync {
-		for _, st := range c.streams {
-			c.flush(st)
-		}
+		c.flushAll()
 	}
 	upTo, inc := len(c.disk.entries), c.incarnation
 	c.w.after(c.w.between(1, c.w.cfg.DiskSyncTicksMax), "fsync", func() {
@@ -355,9 +371,8 @@ func (c *certProcess) kickWriter() {
 		c.disk.sync(upTo)
 		c.writing = false
 		c.w.note("durable", c.disk.durable(), 0, 0)
-		for _, st := range c.streams {
-			c.flush(st)
-		}
+		c.deliverPassed()
+		c.flushAll()
 		c.admitAwaiting()
 		c.kickWriter()
 	})
@@ -391,11 +406,18 @@ func (c *certProcess) flush(st *certStream) {
 		}
 	}
 	c.inFlight -= len(replies)
-	st.delivered, _ = certifier.SendReplies(c.disk.read, st.delivered, through, durable, replies, func(m *pb.CertifyStreamReply) error {
+	st.delivered, _ = certifier.SendReplies(c.read, st.delivered, through, durable, replies, func(m *pb.CertifyStreamReply) error {
 		c.send(st, message{rep: m})
 		return nil
 	})
 	st.durableSent = durable
+}
+
+// flushAll is a send round on every stream, in opening order.
+func (c *certProcess) flushAll() {
+	for _, st := range c.streams {
+		c.flush(st)
+	}
 }
 
 func waitForOf(a certifier.Answer) uint64 { return a.WaitFor }

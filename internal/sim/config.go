@@ -102,6 +102,11 @@ type Config struct {
 	// conflict with. A key a transaction writes several times is kept
 	// only if every write kept it (extension/src/writeset.c).
 	KeepingPercent int
+	// RecentEntriesMax is, in mode ed, the capacity of the certifier's
+	// recent ring (certifier.Config.RecentEntriesMax): an entry it cannot
+	// hold without dropping one not yet durable is delivered only once
+	// durable, and the entries after it too.
+	RecentEntriesMax int
 	// FastPercent is, in mode ed, the share of transactions that are fast
 	// (synchronous_commit off: acknowledged at the commit point); the
 	// others are safe (acknowledged once durable).
@@ -178,7 +183,7 @@ func DefaultConfig() Config {
 		DownTicksMax: 40, DatabaseOnlyCrashRate: 30, AgentOnlyCrashRate: 20, OneWayPartitionRate: 30,
 		DiskSyncTicksMax: 3, StoreFlushTicks: 10, StalenessTicks: 10, CertifyTimeoutTicks: 120,
 		ReconnectDelayTicks: 3, RebuildTicksMax: 80, ApplyTicksMax: 2, ApplyBatchEntriesMax: 4, SoftRecoveryPerMille: 20,
-		InFlightRequestsMax: 1 << 16,
+		InFlightRequestsMax: 1 << 16, RecentEntriesMax: 1 << 16,
 	}
 }
 
@@ -214,6 +219,7 @@ func SwarmConfig(seed uint64) Config {
 	if r.IntN(3) == 0 {
 		c.Mode = ModeED
 		c.FastPercent = []int{0, 30, 70, 100}[r.IntN(4)]
+		c.RecentEntriesMax = []int{1 << 16, 1 << 16, 8, 2}[r.IntN(4)]
 		// A safe commit's wait for durability compares version numbers
 		// only (extension/src/safe.c): one that outlives a rewind below
 		// its version (it was not failed) and then a re-created

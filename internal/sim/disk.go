@@ -46,8 +46,9 @@ func (d *disk) write(es []logentry.Entry) {
 	}
 }
 
-// read is the certifier's certifier.EntryReader over the disk: delivery
-// reads what it sends from here.
+// read is a certifier.EntryReader over the disk: delivery reads what it
+// sends from here, and in mode ed from the batch not yet written too
+// (certProcess.read).
 func (d *disk) read(dst [][]byte, after, upTo uint64, _ int) ([][]byte, error) {
 	for _, e := range d.entries[after:min(upTo, d.last())] {
 		dst = append(dst, e.Bytes)

@@ -47,7 +47,8 @@
 //     certifies (LogEntry.epoch), as nextGeneration does: above the
 //     generation file's and every epoch in the log, and at least the clock
 //     (the tick). It admits streams with the log's runs (epoch, first
-//     version), computed from its entries.
+//     version), computed from its entries. A crash loses what was not
+//     synced, and in mode ed the versions decided and not yet written.
 //   - disk: entries written but not fsynced are lost on a crash (a random
 //     prefix of them survives, as a torn write behind a CRC would leave).
 //   - streamClient (certclient/client.go): pipelined requests; on a broken
@@ -101,26 +102,29 @@
 //     does.) Each transaction is judged against the log of its lineage.
 //   - mode ed, eventual durability (ed.go; Kashi, "Eventual Durability",
 //     ch. 2 and §3.6–3.8; docs/MODES.md): streams ask for early delivery,
-//     and the certifier sends entries and commit replies once its writer
-//     takes them up, before the sync (certifier/early.go); a stream that
-//     opens at a version it delivered early waits until that version is
-//     durable before it is judged (awaitDeliveredTail). A replica commits
-//     at the commit point; a fast transaction (Config.FastPercent) is
-//     acknowledged then, a safe one once the durable version its stream
-//     names reaches its version, a safe read-only one once it reaches
-//     the replica's version at COMMIT. A certifier crash that loses
-//     delivered versions fails them and every later one of its epoch
-//     (durability is a prefix, §2.2.3); its next generation reuses the
-//     numbers. A replica that applied one is refused with a verdict
-//     "rewind to C" (certifier.Admit, pb.RewindRequired), and the agent
-//     (agent/rewind.go, failed.go) tells its sessions ('X' C, epoch: a
-//     safe commit waiting for durability fails with TK006 and is never
-//     acknowledged, a decided transaction waiting for its turn and a safe
-//     read above C get 40001, the fast commits above C are told they
-//     failed), ends its run and the transactions in the way, undoes what
-//     its store holds above C back to the newest usable pin (a snapshot
-//     taken in this agent process and database life, at a version the
-//     durable version reached), and catches up from there; without one
+//     and the certifier sends entries and commit replies as it decides
+//     them, before any write, while the write of an earlier batch may be
+//     in flight (certifier/early.go; early.go here); an entry its recent
+//     ring cannot hold without dropping one not yet durable, and the
+//     entries after it, wait until it is durable (Config.RecentEntriesMax,
+//     small in some seeds). A stream that opens at a version it delivered
+//     early waits until that version is durable before it is judged
+//     (awaitDeliveredTail). A replica commits at the commit point; a fast
+//     transaction (Config.FastPercent) is acknowledged then, a safe one
+//     once the durable version its stream names reaches its version, a
+//     safe read-only one once it reaches the replica's version at COMMIT.
+//     A certifier crash that loses delivered versions fails them and every
+//     later one of its epoch (durability is a prefix, §2.2.3); its next
+//     generation reuses the numbers. A replica that applied one is refused
+//     with a verdict "rewind to C" (certifier.Admit, pb.RewindRequired),
+//     and the agent (agent/rewind.go, failed.go) tells its sessions ('X'
+//     C, epoch: a safe commit waiting for durability fails with TK006 and
+//     is never acknowledged, a decided transaction waiting for its turn
+//     and a safe read above C get 40001, the fast commits above C are told
+//     they failed), ends its run and the transactions in the way, undoes
+//     what its store holds above C back to the newest usable pin (a
+//     snapshot taken in this agent process and database life, at a version
+//     the durable version reached), and catches up from there; without one
 //     it halts and is rebuilt. Seeds in mode ed never re-create the
 //     certifier (see Not modeled).
 //

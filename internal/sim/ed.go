@@ -51,16 +51,16 @@ func (w *world) noteFailure(after, epoch uint64) {
 	w.note("versions-failed", after, epoch, 0)
 }
 
-// noteWritten records the entries the certifier's writer took up, which
-// streams may be sent before they are durable: the only entries a
-// replica may commit (checkCommit).
-func (w *world) noteWritten(entries []logentry.Entry) {
+// noteDecided records the entries the certifier decided, which streams
+// may be sent before they are durable, before they are even written:
+// the only entries a replica may commit (checkCommit).
+func (w *world) noteDecided(entries []logentry.Entry) {
 	for _, e := range entries {
 		h, err := logentry.RawHeaderOf(e.Bytes)
 		if err != nil {
-			panic("sim: the certifier wrote a log entry it cannot read: " + err.Error())
+			panic("sim: the certifier decided a log entry it cannot read: " + err.Error())
 		}
-		w.written[epochVersion{h.Epoch, h.Version}] = certification.TxnID{Origin: string(h.Origin), Seq: h.Seq}
+		w.decided[epochVersion{h.Epoch, h.Version}] = certification.TxnID{Origin: string(h.Origin), Seq: h.Seq}
 	}
 }
 

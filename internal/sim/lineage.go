@@ -94,9 +94,9 @@ func (s *store) checkCommit(v uint64, txn certification.TxnID, epoch uint64) {
 	d := w.logOf(l)
 	ed := w.cfg.Mode == ModeED
 	if ed {
-		if written, ok := w.written[epochVersion{epoch, v}]; !ok || written != txn {
-			w.violate("replica %d committed version %d (%v, epoch %d), which the certifier of that epoch never delivered (it wrote %v there)",
-				s.replica, v, txn, epoch, written)
+		if decided, ok := w.decided[epochVersion{epoch, v}]; !ok || decided != txn {
+			w.violate("replica %d committed version %d (%v, epoch %d), which the certifier of that epoch never delivered (it decided %v there)",
+				s.replica, v, txn, epoch, decided)
 		}
 	} else if logged, ok := w.loggedTxn(l, v); v > d.durable() || !ok || logged != txn || d.epochAt(v) != epoch {
 		w.violate("replica %d committed version %d (%v, epoch %d) before the certifier made it durable (durable %d, the log has %v there): a failed version",

@@ -404,3 +404,71 @@ func TestCommitOfAnUndeliveredVersionIsOneViolation(t *testing.T) {
 		t.Fatalf("want one violation, the commit's, and its outcome unknown (status %d): %q", txn.status, s.w.violations)
 	}
 }
+
+// Mode ed delivers what the certifier decides as it decides it: a commit
+// decided while the write of an earlier batch is in flight reaches the
+// replicas, and its fast client is acknowledged, before it is written.
+// A crash then fails both versions, the unwritten one included, and the
+// replicas rewind them.
+func TestScenarioEDDeliversAsDecided(t *testing.T) {
+	cfg := scenarioConfig()
+	cfg.Mode, cfg.DiskSyncTicksMax = ModeED, 100
+	s := newScenario(t, cfg)
+	c := s.w.cert
+	first := s.write(0, 1)
+	first.fast = true
+	for c.disk.last() == 0 {
+		s.runUntil(s.w.now + 1)
+	}
+	second := s.write(1, 2)
+	second.fast = true
+	s.runUntil(s.w.now + 4)
+	if !c.writing || c.disk.durable() != 0 || c.disk.last() != 1 || len(c.pending) != 1 {
+		t.Fatalf("want version 1's write in flight and version 2 decided, not written: durable %d, written %d, pending %d",
+			c.disk.durable(), c.disk.last(), len(c.pending))
+	}
+	s.requireAcked(second, 2)
+	for _, r := range s.w.replicas {
+		if r.db.version != 2 {
+			t.Fatalf("replica %d did not apply version 2 before it was written: %s", r.id, r.describe())
+		}
+	}
+	c.crashKeeping(0)
+	s.runUntil(s.w.now + 5)
+	c.restart()
+	s.heal()
+	if s.w.stats.VersionFailures != 1 || s.w.stats.FastFailed != 2 || s.w.stats.Rewinds == 0 {
+		t.Fatalf("want versions 1 and 2 failed, both fast commits with them, and rewinds: %+v", s.w.stats)
+	}
+}
+
+// An entry the recent ring cannot hold without dropping one not yet
+// durable stops early delivery: it and the entries after it reach the
+// replicas once it is durable.
+func TestScenarioEDRingFullStopsEarlyDelivery(t *testing.T) {
+	cfg := scenarioConfig()
+	cfg.Mode, cfg.DiskSyncTicksMax, cfg.RecentEntriesMax = ModeED, 100, 1
+	s := newScenario(t, cfg)
+	c := s.w.cert
+	s.write(0, 1)
+	for c.disk.last() == 0 {
+		s.runUntil(s.w.now + 1)
+	}
+	s.write(1, 2)
+	s.runUntil(s.w.now + 4)
+	if c.disk.durable() != 0 || len(c.pending) != 1 || c.deliverable != 1 || s.w.stats.EarlyStops != 1 {
+		t.Fatalf("want version 2 decided and held back: durable %d, pending %d, deliverable %d, stats %+v",
+			c.disk.durable(), len(c.pending), c.deliverable, s.w.stats)
+	}
+	if v := s.w.replicas[0].db.version; v != 1 {
+		t.Fatalf("replica 0 holds version %d, want 1 (version 2 is held back)", v)
+	}
+	for c.disk.durable() < 2 {
+		s.runUntil(s.w.now + 1)
+	}
+	s.runUntil(s.w.now + 4)
+	if v := s.w.replicas[0].db.version; v != 2 {
+		t.Fatalf("replica 0 holds version %d once version 2 is durable, want 2", v)
+	}
+	s.heal()
+}

@@ -56,6 +56,9 @@ type Stats struct {
 	Rewinds         int // replicas that undid failed versions (back to a pin)
 	SafeFailed      int // safe commits whose version failed, never acknowledged (TK006)
 	FastFailed      int // fast commits acknowledged whose version then failed
+	// EarlyStops are the entries the certifier's recent ring could not
+	// hold without dropping one not yet durable: delivered once durable.
+	EarlyStops      int
 	ConvergedAtTick int64
 }
 
@@ -127,9 +130,9 @@ type world struct {
 	replicas []*replica
 	hist     *history
 	lineages lineages
-	// Mode ed: every entry the certifier's writer took up (and may have
-	// delivered before it was durable), and the crashes that lost some.
-	written  map[epochVersion]certification.TxnID
+	// Mode ed: every entry the certifier decided (and may have delivered
+	// before it was written or durable), and the crashes that lost some.
+	decided  map[epochVersion]certification.TxnID
 	failures []failure
 	// supervisor rebuilds the replicas the certifier refused.
 	supervisor supervisor
@@ -150,7 +153,7 @@ func newWorld(seed uint64, cfg Config, opts Options) *world {
 	}
 	w.hist = newHistory(w)
 	w.lineages.ofEpoch = make(map[uint64]int)
-	w.written = make(map[epochVersion]certification.TxnID)
+	w.decided = make(map[epochVersion]certification.TxnID)
 	w.supervisor.w = w
 	w.net = newNetwork(w)
 	w.cert = newCertifier(w)

@@ -71,6 +71,7 @@ func requireFaultsHappened(t *testing.T, s Stats) {
 		"rebuilt without a donor": s.RebuildsWithoutDonor,
 		"ed: versions failed":     s.VersionFailures, "ed: rewinds": s.Rewinds,
 		"ed: safe commits failed": s.SafeFailed, "ed: fast commits failed": s.FastFailed,
+		"ed: entries held back by the recent ring": s.EarlyStops,
 	}
 	if *seedsFlag < 200 {
 		return // too few seeds to expect every rare event
@@ -117,6 +118,7 @@ func add(total *Stats, s Stats) {
 	total.Rewinds += s.Rewinds
 	total.SafeFailed += s.SafeFailed
 	total.FastFailed += s.FastFailed
+	total.EarlyStops += s.EarlyStops
 	total.ConvergedAtTick = max(total.ConvergedAtTick, s.ConvergedAtTick)
 }
 

@@ -26,6 +26,7 @@ var traceArgs = map[string][3]string{
 	"drop":                  {"replica", "stream", "msg_seq"},
 	"duplicate":             {"replica", "stream", "msg_seq"},
 	"durable":               {"version", "", ""},
+	"early-stop":            {"version", "durable", ""},
 	"entry-out-of-sequence": {"replica", "delivered", ""},
 	"halted":                {"replica", "version", ""},
 	"partition":             {"replica", "cut", ""},
