@@ -12,6 +12,7 @@ import (
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
 	"github.com/tashkent-db/tashkent/internal/logentry"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/replica"
 )
 
@@ -147,17 +148,42 @@ func (r *run) askRewind(rw *pb.RewindRequired, refusal string) {
 	r.fail(fmt.Errorf("%w: the replica holds versions after %d that the certifier's log does not", errRestart, rw.CommonVersion))
 }
 
+// resumeRewindTries bounds the immediate tries of an interrupted
+// rewind's finish; then the run's start is retried with its backoff.
+const resumeRewindTries = 20
+
 // resumeRewind finishes a rewind whose undo committed but whose finish did
 // not (the agent or its connection died in between), before anything
 // reads the replica's version.
+//
+// The finish is refused (55006) while a backend waits for its
+// certification. Sessions left open by clients begin transactions again as
+// soon as they are ended, so the transactions are ended right before each
+// try, and a refused try is repeated at once: with only the run's backoff
+// between tries, a replica under a steady write load can keep meeting a
+// new certification for as long as the load lasts.
 func (r *run) resumeRewind() error {
+	if _, pending, err := replica.PendingRewind(r.ctx, r.apply); err != nil || !pending {
+		if err != nil {
+			return fmt.Errorf("finish an interrupted rewind: %w", err)
+		}
+		return nil
+	}
 	var k uint64
 	var resumed bool
 	var err error
-	if rw := r.a.rewinds.forDatabase(r.started); rw != nil {
-		k, resumed, err = rw.ResumeRewind(r.ctx, r.apply)
-	} else {
-		k, resumed, err = replica.ResumeRewind(r.ctx, r.apply)
+	for try := 1; ; try++ {
+		if err = r.endTransactions(); err != nil {
+			return fmt.Errorf("finish an interrupted rewind: %w", err)
+		}
+		if rw := r.a.rewinds.forDatabase(r.started); rw != nil {
+			k, resumed, err = rw.ResumeRewind(r.ctx, r.apply)
+		} else {
+			k, resumed, err = replica.ResumeRewind(r.ctx, r.apply)
+		}
+		if err == nil || pgcode.Of(err) != pgcode.ObjectInUse || try == resumeRewindTries {
+			break
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("finish an interrupted rewind: %w", err)

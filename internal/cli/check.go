@@ -24,6 +24,7 @@ func newCheckCommand() *cobra.Command {
 		keep      bool
 		seed      uint64
 		certs     int
+		fastShare int
 	)
 	cmd := &cobra.Command{
 		Use:   "check",
@@ -49,6 +50,13 @@ restart of the leader and of a follower, SIGSTOP/SIGCONT of the leader, the
 leader cut from the other members, a follower cut off, a random
 majority/minority split. The summary reports the longest time without an
 acknowledged commit around each fault (the failover pauses).
+
+With --profile ed the cluster runs mode ed (eventual durability): half of the
+list-append transactions are fast (--fast-share), the certifier waits before
+writing each batch so that its kill -9 fails versions, and every fast and safe
+transaction's outcome is asked with tashkent.txn_state after the run: a failed
+fast commit is :fail in adya's history, an acknowledged safe commit must be
+durable, and no replica may keep a failed write.
 
 Then the detector self-test restarts the certifier (every member of a group)
 with its conflict check disabled and requires the checkers to notice. Exits non-zero on any failure.
@@ -86,6 +94,9 @@ Needs PostgreSQL 15 and adya (cargo install adya --locked).`,
 					return err
 				}
 			}
+			if cmd.Flags().Changed("fast-share") {
+				cfg.FastShare = fastShare
+			}
 			if cmd.Flags().Changed("self-test") {
 				cfg.SelfTest = selfTest
 			}
@@ -108,13 +119,14 @@ Needs PostgreSQL 15 and adya (cargo install adya --locked).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&profile, "profile", "short", "short (about a minute, what CI runs) or long (10 minutes of faults)")
+	f.StringVar(&profile, "profile", "short", "short (about a minute, what CI runs), long (10 minutes of faults) or ed (mode ed, fast and safe transactions, certifier kills that fail versions)")
 	f.StringVar(&dir, "out", "", "output directory: the cluster, histories, adya reports, faults.txt, summary.json (default: a new temporary directory)")
 	f.DurationVar(&duration, "duration", 0, "how long the workloads run under faults (default: the profile's)")
 	f.StringVar(&faultList, "faults", "all", "comma-separated fault kinds, all or none (the kinds depend on --certifiers; see docs/RELIABILITY.md)")
 	f.BoolVar(&selfTest, "self-test", true, "run the detector self-test (certifier without conflict check) after the checks")
 	f.BoolVar(&keep, "keep-cluster", false, "leave the cluster running (stop it with tashkent down --data-dir OUT/cluster)")
 	f.Uint64Var(&seed, "seed", 1, "seed of the workload and fault choices")
+	f.IntVar(&fastShare, "fast-share", 50, "mode ed: the percentage of list-append transactions run fast (synchronous_commit = off)")
 	f.IntVar(&certs, "certifiers", 0, "certifier group size: 1, 3 or 5 (default: the profile's, 1 short, 3 long)")
 	return cmd
 }

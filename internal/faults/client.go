@@ -43,6 +43,12 @@ type client struct {
 	conn *pgx.Conn
 	rng  *rand.Rand
 	ids  *processes
+	// onNotice, if set, receives the connection's notices (mode ed: the
+	// WARNING TK006 that tells a session its last fast commit failed).
+	onNotice pgconn.NoticeHandler
+	// params are run-time parameters of every connection (mode ed's
+	// list-append sessions run fast by default, see listAppend.step).
+	params map[string]string
 }
 
 func newClient(ep endpoint, ids *processes, seed uint64) *client {
@@ -51,9 +57,17 @@ func newClient(ep endpoint, ids *processes, seed uint64) *client {
 
 // connect (re)opens the connection, retrying until ctx ends.
 func (c *client) connect(ctx context.Context) error {
+	cfg, err := pgx.ParseConfig(c.ep.DSN)
+	if err != nil {
+		return err
+	}
+	cfg.OnNotice = c.onNotice
+	for k, v := range c.params {
+		cfg.RuntimeParams[k] = v
+	}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-		conn, err := pgx.Connect(cctx, c.ep.DSN)
+		conn, err := pgx.ConnectConfig(cctx, cfg)
 		cancel()
 		if err == nil {
 			c.conn = conn
@@ -126,13 +140,18 @@ func (c *client) failed(ctx context.Context, err error) (OpType, error) {
 }
 
 // commitOutcome classifies an error answering COMMIT. A certification abort
-// (40001) and constraint or data errors certainly did not commit; anything
+// (40001), constraint or data errors, and in mode ed a safe transaction's
+// FATAL TK006 (its version failed before it became durable; nothing of it
+// remains) certainly did not commit; anything
 // else (a broken connection, 08007 "outcome unknown" or "committed but
 // this session gave way", a backend terminated or crashed mid-COMMIT) may
 // have committed.
 func commitOutcome(err error) OpType {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
+		if pg.Code == sqlstateTransactionFailed {
+			return Fail
+		}
 		switch pg.Code[:2] {
 		case "40", "23", "22", "42", "25":
 			return Fail
@@ -140,6 +159,10 @@ func commitOutcome(err error) OpType {
 	}
 	return Info
 }
+
+// sqlstateTransactionFailed is tashkent's TK006: in mode ed, a version
+// failed before it became durable.
+const sqlstateTransactionFailed = "TK006"
 
 func isPgError(err error) bool {
 	var pg *pgconn.PgError

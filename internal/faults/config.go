@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/cluster"
 )
 
 // Config configures one run of the harness.
@@ -23,6 +25,19 @@ type Config struct {
 	// Certifiers is the size of the certifier group (0 or 1: a single
 	// certifier; 3 or 5: a Raft group, `tashkent up --certifiers N`).
 	Certifiers int
+	// Mode is the cluster's durability mode (`tashkent up --mode`; empty:
+	// mw). In mode ed a certifier kill -9 fails the versions it decided
+	// and had not made durable (ed.go).
+	Mode cluster.Mode
+	// FastShare is, in mode ed, the percentage of list-append transactions
+	// run fast (SET LOCAL synchronous_commit = off); the rest are safe.
+	FastShare int
+	// FaultWriteDelay, when positive, starts the single certifier with its
+	// hidden fault flags --unsafe-deliver-before-durable and
+	// --unsafe-fault-write-delay: it sleeps this long before writing each
+	// batch, so that a kill -9 lands while decided versions are not yet
+	// durable and fails them (mode ed).
+	FaultWriteDelay time.Duration
 	// Faults are the kinds injected; empty runs without faults. Group kinds
 	// (kill-leader, ...) need Certifiers > 1, the single certifier's kinds
 	// (kill-certifier, partition-replica, ...) a single certifier.
@@ -87,15 +102,46 @@ func LongProfile() Config {
 	return c
 }
 
-// Profile returns the named profile ("short" or "long").
+// EDFaults are the kinds of the ed profile: kill -9 of the certifier
+// every other fault (each one fails the versions it had not made durable),
+// between kill -9 of the other processes.
+var EDFaults = []FaultKind{KillCertifier, KillPostgres, KillCertifier, KillAgent, KillCertifier, KillBackend,
+	ClientDisconnect}
+
+// EDShortProfile is what CI runs for mode ed (internal/faults's test): a
+// single certifier that waits 300 ms before writing each batch, so that
+// its kills fail versions, half of the list-append transactions fast, and
+// no self-test (the mw profile runs it).
+func EDShortProfile() Config {
+	c := ShortProfile()
+	c.Mode = cluster.ModeED
+	c.FastShare = 50
+	c.FaultWriteDelay = 300 * time.Millisecond
+	c.Duration = 35 * time.Second
+	c.Faults = append([]FaultKind(nil), EDFaults...)
+	c.SelfTest = false
+	return c
+}
+
+// Profile returns the named profile ("short", "long" or "ed").
 func Profile(name string) (Config, error) {
 	switch name {
 	case "short":
 		return ShortProfile(), nil
 	case "long":
 		return LongProfile(), nil
+	case "ed":
+		return EDShortProfile(), nil
 	}
-	return Config{}, fmt.Errorf("profile must be short or long, not %q", name)
+	return Config{}, fmt.Errorf("profile must be short, long or ed, not %q", name)
+}
+
+// mode is the cluster's durability mode (mw by default).
+func (c Config) mode() cluster.Mode {
+	if c.Mode == "" {
+		return cluster.ModeMW
+	}
+	return c.Mode
 }
 
 func (c Config) validate() error {
@@ -114,6 +160,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("a kept cluster cannot have partition faults: the relay to the certifier's namespace ends with the run")
 	case c.Certifiers != 0 && c.Certifiers != 1 && c.Certifiers != 3 && c.Certifiers != 5:
 		return fmt.Errorf("the certifier group must have 1, 3 or 5 members, not %d", c.Certifiers)
+	case c.mode() != cluster.ModeMW && c.mode() != cluster.ModeED:
+		return fmt.Errorf("the fault test runs mode mw or ed, not %q", c.Mode)
+	case c.mode() == cluster.ModeED && c.Certifiers > 1:
+		return fmt.Errorf("mode ed runs a single certifier, not a group of %d", c.Certifiers)
+	case c.FastShare < 0 || c.FastShare > 100:
+		return fmt.Errorf("the fast share is a percentage, not %d", c.FastShare)
+	case c.FastShare > 0 && c.mode() != cluster.ModeED:
+		return fmt.Errorf("fast transactions need mode ed (a fast share of %d%% in mode %s)", c.FastShare, c.mode())
+	case c.FaultWriteDelay > 0 && c.Certifiers > 1:
+		return fmt.Errorf("the certifier's write delay is a fault point of a single certifier")
 	}
 	for _, k := range c.Faults {
 		if groupKind(k) && c.Certifiers <= 1 {

@@ -34,6 +34,9 @@ type control struct {
 	// exits.
 	cert     *exec.Cmd
 	certDone chan struct{}
+	// certRecovered is the durable version the certifier reported when
+	// it was last ready: what its log held when it started.
+	certRecovered uint64
 	// net is the certifier's network namespace (nil: the host's).
 	net *certNet
 
@@ -42,6 +45,10 @@ type control struct {
 	// (group.go), by member id.
 	certifiers int
 	members    map[int]*member
+	// mode is the cluster's durability mode; certArgs are flags given to
+	// every certifier the harness starts (the write delay's fault flags).
+	mode     cluster.Mode
+	certArgs []string
 }
 
 // up starts whatever of the cluster is not running and waits until all of
@@ -50,7 +57,7 @@ func (c *control) up(ctx context.Context) error {
 	// No supervisor: a replica that halts is a failure the checkers must
 	// see, not one to repair behind their back.
 	noAutoRebuild := false
-	st, err := cluster.Up(ctx, cluster.Options{Dir: c.dir, Binary: c.bin, Replicas: 3, Mode: cluster.ModeMW, Certifiers: c.certifiers,
+	st, err := cluster.Up(ctx, cluster.Options{Dir: c.dir, Binary: c.bin, Replicas: 3, Mode: c.mode, Certifiers: c.certifiers,
 		AutoRebuild: &noAutoRebuild})
 	if st != nil {
 		c.mu.Lock()
@@ -76,6 +83,15 @@ func (c *control) down(ctx context.Context) error {
 		c.net.teardown()
 	}
 	return err
+}
+
+// harnessDSN is where the harness's own sessions (faults, checks) reach
+// replica r: fast (synchronous_commit = off), so that in mode ed a read
+// right after a rewind is not refused with 40001 as a safe one may be (it
+// names a version number, not an epoch; docs/GUARANTEES.md). In mw the
+// replicas run with off already.
+func harnessDSN(r *cluster.Replica) string {
+	return r.DSN() + "&options=-csynchronous_commit%3Doff"
 }
 
 func (c *control) endpoints() []endpoint {
@@ -250,6 +266,7 @@ func (c *control) startCertifier(ctx context.Context, unsafe bool) error {
 	if unsafe {
 		args = append(args, "--unsafe-fault-skip-conflict-check")
 	}
+	args = append(args, c.certArgs...)
 	cmd := exec.Command(c.bin, args...)
 	if c.net != nil {
 		cmd = c.net.command(c.bin, args...)
@@ -273,6 +290,9 @@ func (c *control) startCertifier(ctx context.Context, unsafe bool) error {
 	for {
 		s, err := cluster.QueryCertifier(ctx, addr)
 		if err == nil && s.Pid == int64(cmd.Process.Pid) {
+			c.mu.Lock()
+			c.certRecovered = s.DurableVersion
+			c.mu.Unlock()
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -284,6 +304,58 @@ func (c *control) startCertifier(ctx context.Context, unsafe bool) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// certifierDecided asks the single certifier the highest version it has
+// decided.
+func (c *control) certifierDecided(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := cluster.QueryCertifier(ctx, c.certifierDial(c.state().Certifier.Port))
+	if err != nil {
+		return 0, err
+	}
+	return s.Version, nil
+}
+
+// awaitSessions waits until every replica's agent has a session with the
+// certifier that runs now: the certifier admitted its history, so that a
+// replica that held failed versions has undone them (mode ed). A fault
+// that lands on a replica still holding them would leave it to be
+// rebuilt, which this harness does not do.
+func (c *control) awaitSessions(ctx context.Context) error {
+	st := c.state()
+	deadline := time.Now().Add(admitWait)
+	var missing []string
+	for time.Now().Before(deadline) {
+		s, err := cluster.QueryCertifier(ctx, c.certifierDial(st.Certifier.Port))
+		if err == nil {
+			connected := map[string]bool{}
+			for _, r := range s.Replicas {
+				connected[r.Name] = r.Connected
+			}
+			missing = missing[:0]
+			for _, r := range st.Replicas {
+				if !connected[r.Name] {
+					missing = append(missing, r.Name)
+				}
+			}
+			if len(missing) == 0 {
+				return nil
+			}
+		}
+		if ctxtime.Sleep(ctx, 100*time.Millisecond) != nil {
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("%v had no session with the restarted certifier within %s", missing, admitWait)
+}
+
+// recovered is the durable version the certifier started with.
+func (c *control) recovered() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.certRecovered
 }
 
 // restartCertifier starts the certifier again after it was killed.
@@ -354,7 +426,7 @@ func (c *control) terminateBackends(ctx context.Context, i int) ([]int, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, reps[i].DSN())
+	conn, err := pgx.Connect(cctx, harnessDSN(reps[i]))
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +488,7 @@ func (c *control) killBackend(ctx context.Context, i int) (int, string, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, turnHolderSearch+10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, reps[i].DSN())
+	conn, err := pgx.Connect(cctx, harnessDSN(reps[i]))
 	if err != nil {
 		return 0, "", err
 	}
@@ -465,7 +537,7 @@ func (c *control) awaitAdmitting(ctx context.Context, i int) error {
 		if !process.Alive(r.Postgres.PID) {
 			return fmt.Errorf("the postmaster (pid %d) of %s died", r.Postgres.PID, r.Name)
 		}
-		g, err := cluster.ReadGate(ctx, r.DSN())
+		g, err := cluster.ReadGate(ctx, harnessDSN(r))
 		switch {
 		case err != nil:
 			last = err

@@ -72,7 +72,7 @@ func convergedOnce(ctx context.Context, st *cluster.State) (bool, string, error)
 }
 
 func readReplica(ctx context.Context, r *cluster.Replica) (*replicaView, error) {
-	conn, err := pgx.Connect(ctx, r.DSN())
+	conn, err := pgx.Connect(ctx, harnessDSN(r))
 	if err != nil {
 		return nil, err
 	}

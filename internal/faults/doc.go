@@ -10,7 +10,7 @@
 // commit, or while it holds the replica's commit turn (§8.1), an agent
 // that dies while backends wait for its decisions, a certifier restarted
 // on its log while agents re-send. Only kill -9 of real processes
-// exercises those paths, so Run starts a real 3-replica mw cluster with
+// exercises those paths, so Run starts a real 3-replica cluster (mode mw, or ed) with
 // cluster.Up (what `tashkent up` runs: PostgreSQL with the extension, an
 // agent per replica, the certifier) and signals the PIDs recorded in
 // cluster.json, or, for kill-backend, a backend that tashkent.backends()
@@ -18,6 +18,17 @@
 // PostgreSQL servers, as applications do. The seeded deterministic
 // simulation (internal/sim) covers the same checkers over many more
 // interleavings, without PostgreSQL.
+//
+// Mode ed (Config.Mode, EDShortProfile; ed.go) runs the same harness on a
+// cluster with eventual durability (Kashi ch. 2): a share of the
+// list-append transactions is fast, and the certifier waits before writing
+// each batch (a hidden fault flag) so that each kill -9 of it fails the
+// versions it decided and had not made durable. After the run each
+// transaction's outcome is asked with tashkent.txn_state(version, epoch):
+// a fast commit that failed becomes :fail in the history, so that adya
+// reports any transaction that read its write and did not fail with it
+// (G1a); an acknowledged safe commit must be durable, a safe COMMIT told
+// FATAL TK006 failed, and no replica may keep a failed write.
 //
 // Layout, one concern per file:
 //
@@ -27,6 +38,8 @@
 //   - listappend.go, history.go, adya.go: the list-append workload, its
 //     EDN history, and adya's verdict (G2-item allowed, everything else
 //     forbidden).
+//   - ed.go: mode ed's fast and safe transactions, their outcomes resolved
+//     after the run, and its checks.
 //   - bank.go, longfork.go: invariants checked by the harness itself.
 //   - converge.go: equal versions and checksums after the faults heal.
 //   - nemesis.go, control.go, netpart.go: the faults, the processes (and

@@ -40,6 +40,38 @@ func TestShortProfile(t *testing.T) {
 	}
 }
 
+// TestEDShortProfile is the fault test of mode ed CI runs: a real
+// 3-replica ed cluster whose certifier waits before writing each batch
+// (its hidden fault flag), half of the list-append transactions fast, and
+// kill -9 of the certifier between kills of the other processes. Each
+// certifier kill fails the versions it decided and had not written; the
+// checks (ed.go) require every fast commit to end durable or failed, every
+// acknowledged safe commit durable, every FATAL TK006 failed, no replica
+// keeping a failed write, and adya to find no transaction that read a
+// failed one's write and did not fail with it. A run in which nothing
+// failed proves nothing and fails.
+func TestEDShortProfile(t *testing.T) {
+	cfg := EDShortProfile()
+	if testing.Short() {
+		cfg.Duration = 25 * time.Second
+	}
+	sum := runProfile(t, cfg, EDFaults)
+	e := sum.ED
+	if e == nil {
+		t.Fatal("the summary has no mode ed result")
+	}
+	if e.FailedVersions == 0 || e.FastFailed == 0 {
+		t.Errorf("no failure exercised: %d versions failed at certifier kills, %d fast commits failed", e.FailedVersions, e.FastFailed)
+	}
+	if e.FastCommits == e.FastFailed || e.SafeCommits == 0 || e.FastReads == 0 || e.SafeReads == 0 {
+		t.Errorf("a kind of transaction is missing: %d fast commits (%d failed), %d safe commits, %d fast reads, %d safe reads",
+			e.FastCommits, e.FastFailed, e.SafeCommits, e.FastReads, e.SafeReads)
+	}
+	if sum.AcknowledgedCommits == 0 || len(sum.Lost) > 0 {
+		t.Errorf("durability: %d acknowledged writes checked, %d lost", sum.AcknowledgedCommits, len(sum.Lost))
+	}
+}
+
 // outputDir keeps the histories of a failed run for inspection.
 func outputDir(t *testing.T) string {
 	dir, err := os.MkdirTemp("", "tashkent-faults-")

@@ -75,6 +75,21 @@ func (h *History) Add(t OpType, process int, value []Mop, errText string) int {
 	return op.Index
 }
 
+// SetOutcome changes the type and error of the completion at index: the
+// outcome of a fast transaction of mode ed is known only after the run.
+func (h *History) SetOutcome(index int, t OpType, errText string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ops[index].Type, h.ops[index].Error = t, errText
+}
+
+// TypeAt returns the type of the operation at index.
+func (h *History) TypeAt(index int) OpType {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ops[index].Type
+}
+
 // Ops returns a copy of the operations so far.
 func (h *History) Ops() []Op {
 	h.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,10 @@ type listAppend struct {
 
 	ackMu sync.Mutex
 	acked map[int][]int // key -> elements whose append was acknowledged
+
+	// ed records, in mode ed, each transaction's outcome to check after
+	// the run (nil in mw).
+	ed *edLedger
 }
 
 func newListAppend(table string) *listAppend {
@@ -87,11 +92,17 @@ func (w *listAppend) generate(c *client) []Mop {
 // step runs one transaction on c and records its invocation and completion.
 func (w *listAppend) step(ctx context.Context, c *client, disconnect bool) OpType {
 	mops := w.generate(c)
+	fast := w.ed.drawFast(c)
 	w.hist.Add(Invoke, c.proc, mops, "")
 	proc := c.proc
 	done := make([]Mop, len(mops))
 	copy(done, mops)
 	t, err := c.txn(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		if w.ed != nil {
+			if _, err := conn.Exec(ctx, setDurability(fast)); err != nil {
+				return err
+			}
+		}
 		for i := range done {
 			if err := w.runMop(ctx, conn, &done[i]); err != nil {
 				return err
@@ -103,16 +114,60 @@ func (w *listAppend) step(ctx context.Context, c *client, disconnect bool) OpTyp
 		}
 		return nil
 	})
-	switch t {
-	case OK:
+	switch {
+	case t == OK && w.ed != nil:
+		return w.committedED(ctx, c, proc, mops, done, fast)
+	case t == OK:
 		w.hist.Add(OK, proc, done, "")
 		w.ack(done)
-	case Fail:
-		w.hist.Add(Fail, proc, mops, errText(err))
+	case t == Fail:
+		i := w.hist.Add(Fail, proc, mops, errText(err))
+		if w.ed != nil {
+			w.ed.failedAtCommit(i, mops, err)
+		}
 	default:
 		w.hist.Add(Info, proc, mops, errText(err))
 	}
 	return t
+}
+
+// setDurability makes a transaction of mode ed fast or safe. The session
+// runs fast by default (synchronous_commit = off), so that the query of
+// last_commit() after a COMMIT is a fast read: a safe one right after a
+// rewind may be refused with 40001 (it names a version number, not an
+// epoch; docs/GUARANTEES.md).
+func setDurability(fast bool) string {
+	if fast {
+		return "SET LOCAL synchronous_commit = off"
+	}
+	return "SET LOCAL synchronous_commit = on"
+}
+
+// committedED records a transaction of mode ed whose COMMIT was
+// acknowledged: a writing one with its last_commit(), so that its outcome
+// can be asked after the run (ed.go). A safe writing one is durable, and
+// its appends acknowledged, at once; a fast one whose last_commit() went
+// unanswered may still fail, so its outcome is unknown.
+func (w *listAppend) committedED(ctx context.Context, c *client, proc int, mops, done []Mop, fast bool) OpType {
+	writes := slices.ContainsFunc(done, func(m Mop) bool { return m.Kind == Append })
+	kind := edKindOf(fast, writes)
+	var ref txnRef
+	if writes {
+		var err error
+		if ref, err = lastCommit(ctx, c); err != nil && fast {
+			w.hist.Add(Info, proc, mops, "fast COMMIT acknowledged; last_commit() unanswered: "+err.Error())
+			w.ed.addUnresolved()
+			return Info
+		}
+	}
+	i := w.hist.Add(OK, proc, done, "")
+	if !fast {
+		w.ack(done)
+	}
+	if ref.Version != 0 || !writes {
+		w.ed.add(edTxn{kind: kind, op: i, ref: ref, mops: done})
+	}
+	return OK
 }
 
 func (w *listAppend) runMop(ctx context.Context, conn *pgx.Conn, m *Mop) error {

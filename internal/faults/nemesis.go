@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
@@ -167,9 +168,13 @@ type Fault struct {
 	Backend string `json:"backend,omitempty"`
 	// LeaderBefore and LeaderAfter are the certifier group's leader when
 	// the fault was injected and right after it healed (0: none known).
-	LeaderBefore int    `json:"leader_before,omitempty"`
-	LeaderAfter  int    `json:"leader_after,omitempty"`
-	Error        string `json:"error,omitempty"`
+	LeaderBefore int `json:"leader_before,omitempty"`
+	LeaderAfter  int `json:"leader_after,omitempty"`
+	// FailedVersions, for kill-certifier, counts the versions the
+	// certifier had decided before the kill and did not find in its log
+	// after it (a lower bound).
+	FailedVersions uint64 `json:"failed_versions,omitempty"`
+	Error          string `json:"error,omitempty"`
 }
 
 func (f Fault) String() string {
@@ -179,6 +184,9 @@ func (f Fault) String() string {
 	}
 	if f.LeaderBefore > 0 {
 		s += fmt.Sprintf(" leader %d -> %d", f.LeaderBefore, f.LeaderAfter)
+	}
+	if f.FailedVersions > 0 {
+		s += fmt.Sprintf(", %d versions failed", f.FailedVersions)
 	}
 	if f.Pause > 0 {
 		s += fmt.Sprintf(", longest time without a commit %.3fs", f.Pause.Seconds())
@@ -260,6 +268,14 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 	var err error
 	switch kind {
 	case KillPostgres, KillAgent, KillCertifier:
+		// The versions the certifier decided before the kill and does
+		// not find in its log after it are failed (at least those: it
+		// may decide more between the question and the signal).
+		decided, asked := uint64(0), false
+		if kind == KillCertifier {
+			d, qerr := n.ctl.certifierDecided(ctx)
+			decided, asked = d, qerr == nil
+		}
 		err = signal(f.PIDs, syscall.SIGKILL)
 		if err == nil && !waitGone(f.PIDs, 10*time.Second) {
 			err = fmt.Errorf("still running 10 s after SIGKILL")
@@ -272,6 +288,13 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 		}
 		if uerr := restart(heal); uerr != nil {
 			err = fmt.Errorf("restart: %w", uerr)
+			break
+		}
+		if asked && decided > n.ctl.recovered() {
+			f.FailedVersions = decided - n.ctl.recovered()
+		}
+		if werr := n.awaitWhole(heal, kind, t); werr != nil {
+			err = werr
 		}
 	case PausePostgres, PauseAgent, PauseCertifier:
 		err = signal(f.PIDs, syscall.SIGSTOP)
@@ -323,6 +346,22 @@ func (n *nemesis) inject(ctx context.Context, kind FaultKind) {
 		n.logf("fault %s %s: %v", kind, t.name, err)
 	}
 	n.log.add(f)
+}
+
+// awaitWhole waits, in mode ed, until a restart left the cluster whole:
+// after a certifier kill every replica rewound what failed and has a
+// session again, after a replica's kill it admits clients again. Only
+// then may the next fault come: a replica that crashes while it holds
+// failed versions cannot undo them (its pinned snapshots are gone) and
+// must be rebuilt from a peer.
+func (n *nemesis) awaitWhole(ctx context.Context, kind FaultKind, t target) error {
+	if n.ctl.mode != cluster.ModeED {
+		return nil
+	}
+	if kind == KillCertifier {
+		return n.ctl.awaitSessions(ctx)
+	}
+	return n.ctl.awaitAdmitting(ctx, t.replica)
 }
 
 // pick chooses the process a fault hits.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
@@ -37,11 +39,12 @@ type runner struct {
 	seed uint64
 }
 
-// Run starts a 3-replica mw cluster in cfg.Dir/cluster, drives the
-// list-append, bank and long-fork workloads on every replica while it
-// injects faults, heals them, and checks isolation (adya), the bank
-// invariant, long forks, durability of every acknowledged commit and
-// convergence; then the detector self-test. The returned summary says what
+// Run starts a 3-replica cluster (mode mw, or ed: cfg.Mode) in
+// cfg.Dir/cluster, drives the list-append, bank and long-fork workloads on
+// every replica while it injects faults, heals them, and checks isolation
+// (adya), the bank invariant, long forks, durability of every
+// acknowledged commit and convergence; in mode ed also the outcome of
+// every fast and safe transaction (ed.go); then the detector self-test. The returned summary says what
 // failed; the error is for a harness that could not run at all.
 func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if err := cfg.validate(); err != nil {
@@ -61,9 +64,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if _, err := os.Stat(filepath.Join(dir, "cluster")); err == nil {
 		return nil, fmt.Errorf("%s already holds a cluster from an earlier run: give the fault test a new output directory", dir)
 	}
-	r := &runner{cfg: cfg, adya: adya, ctl: &control{dir: filepath.Join(dir, "cluster"), bin: cfg.Binary, certifiers: cfg.Certifiers},
-		sum: &Summary{Dir: dir, Certifiers: max(cfg.Certifiers, 1)}, seed: cfg.Seed}
-	r.progress("starting a 3-replica mw cluster with %d certifier(s) in %s", max(cfg.Certifiers, 1), r.ctl.dir)
+	ctl := &control{dir: filepath.Join(dir, "cluster"), bin: cfg.Binary, certifiers: cfg.Certifiers, mode: cfg.mode()}
+	if cfg.FaultWriteDelay > 0 {
+		ctl.certArgs = []string{"--unsafe-deliver-before-durable", "--unsafe-fault-write-delay", cfg.FaultWriteDelay.String()}
+	}
+	r := &runner{cfg: cfg, adya: adya, ctl: ctl, sum: &Summary{Dir: dir, Mode: cfg.mode(), Certifiers: max(cfg.Certifiers, 1)}, seed: cfg.Seed}
+	r.progress("starting a 3-replica %s cluster with %d certifier(s) in %s", cfg.mode(), max(cfg.Certifiers, 1), r.ctl.dir)
 	if err := r.ctl.up(ctx); err != nil {
 		_ = r.ctl.down(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("start the cluster: %w", err)
@@ -95,6 +101,9 @@ func (r *runner) progress(format string, args ...any) {
 
 func (r *runner) run(ctx context.Context) error {
 	la := newListAppend(tableListAppend)
+	if r.cfg.mode() == cluster.ModeED {
+		la.ed = newEDLedger(r.cfg.FastShare)
+	}
 	bk := newBank(tableBank)
 	lf := newLongFork(tableLongFork)
 	st := newListAppend(tableSelfTest)
@@ -117,6 +126,13 @@ func (r *runner) run(ctx context.Context) error {
 		r.sum.fail("convergence: %v", err)
 	} else {
 		r.progress("converged in %.2f s", conv.Seconds())
+	}
+	if la.ed != nil {
+		r.progress("asking the state of every transaction of mode ed")
+		r.sum.ED = r.resolveED(ctx, la)
+		for _, v := range r.sum.ED.Violations {
+			r.sum.fail("mode ed: %s", v)
+		}
 	}
 	r.checkDurability(ctx, la, bk, lf)
 	r.sum.LongForkReads, r.sum.LongForkInserts = lf.counts()
@@ -197,6 +213,10 @@ func (r *runner) workload(ctx context.Context, la *listAppend, bk *bank, lf *lon
 	for _, ep := range r.ctl.endpoints() {
 		for range r.cfg.ClientsPerReplica {
 			c := newClient(ep, &r.ids, r.nextSeed())
+			if la.ed != nil {
+				c.onNotice = la.ed.notice
+				c.params = map[string]string{"synchronous_commit": "off"}
+			}
 			wg.Go(func() { r.loop(ctx, wctx, c, func(ctx context.Context) { r.listAppendStep(ctx, la, c, disconnect) }) })
 		}
 		b := newClient(ep, &r.ids, r.nextSeed())
@@ -265,7 +285,7 @@ func (r *runner) checkDurability(ctx context.Context, la *listAppend, bk *bank, 
 	r.sum.AcknowledgedCommits = la.ackedCount() + ins
 	for _, rep := range r.ctl.state().Replicas {
 		err := func() error {
-			conn, err := pgx.Connect(ctx, rep.DSN())
+			conn, err := pgx.Connect(ctx, harnessDSN(rep))
 			if err != nil {
 				return err
 			}
@@ -285,6 +305,12 @@ func (r *runner) checkDurability(ctx context.Context, la *listAppend, bk *bank, 
 			for _, l := range append(la.lost(lists), lf.lost(keys)...) {
 				r.sum.Lost = append(r.sum.Lost, rep.Name+": "+l)
 				r.sum.fail("durability on %s: %s", rep.Name, l)
+			}
+			if la.ed != nil {
+				for _, v := range la.ed.finalViolations(la.table, lists, la.hist) {
+					r.sum.ED.Violations = append(r.sum.ED.Violations, rep.Name+": "+v)
+					r.sum.fail("mode ed on %s: %s", rep.Name, v)
+				}
 			}
 			bk.check(rep.Name+" (final state)", balances)
 			return nil

@@ -9,12 +9,15 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/tashkent-db/tashkent/internal/cluster"
 )
 
 // Summary is the outcome of one run. Failures lists every reason the run
 // failed; a run passes when it is empty.
 type Summary struct {
-	Dir string `json:"dir"`
+	Dir  string       `json:"dir"`
+	Mode cluster.Mode `json:"mode"`
 	// Certifiers is the size of the certifier group (1: a single one).
 	Certifiers int `json:"certifiers"`
 	// Transactions are the list-append transactions adya checked, by outcome.
@@ -41,8 +44,10 @@ type Summary struct {
 	// own, the connections relayed across each replica's veth (and the
 	// harness's), by name.
 	RelayConnections map[string]int `json:"relay_connections,omitempty"`
-	SelfTest         *SelfTest      `json:"self_test,omitempty"`
-	Failures         []string       `json:"failures,omitempty"`
+	// ED is what mode ed's checks found (nil in mw).
+	ED       *EDResult `json:"ed,omitempty"`
+	SelfTest *SelfTest `json:"self_test,omitempty"`
+	Failures []string  `json:"failures,omitempty"`
 }
 
 // SelfTest is the outcome of the detector self-test.
@@ -90,11 +95,18 @@ func (s *Summary) BackendKills() (n, turn int) {
 
 // Write prints the summary for people.
 func (s *Summary) Write(w io.Writer) {
-	fmt.Fprintf(w, "fault-test summary (%s, %d certifier(s))\n", s.Dir, s.Certifiers)
+	fmt.Fprintf(w, "fault-test summary (%s, mode %s, %d certifier(s))\n", s.Dir, s.Mode, s.Certifiers)
 	fmt.Fprintf(w, "  list-append transactions checked: %d (%d ok, %d failed, %d unknown)\n",
 		s.Transactions[OK]+s.Transactions[Fail]+s.Transactions[Info], s.Transactions[OK], s.Transactions[Fail], s.Transactions[Info])
 	if s.Adya != nil {
 		fmt.Fprintf(w, "  adya (%s): valid=%s, anomalies %s\n", adyaModel, s.Adya.Valid, describeAnomalies(s.Adya))
+	}
+	if e := s.ED; e != nil {
+		fmt.Fprintf(w, "  mode ed (%d%% fast): %d versions failed at certifier kills (at least); "+
+			"fast commits %d, %d failed; safe commits %d, %d more failed at COMMIT (TK006); "+
+			"fast reads %d, %d failed with a write they read; safe reads %d; %d TK006 warnings; %d fast commits unresolved\n",
+			e.FastShare, e.FailedVersions, e.FastCommits, e.FastFailed, e.SafeCommits, e.SafeFailed,
+			e.FastReads, e.FastReadsFailed, e.SafeReads, e.Warnings, e.Unresolved)
 	}
 	fmt.Fprintf(w, "  bank: %d reads, transfers %d ok / %d failed / %d unknown, %d violations\n",
 		s.Bank.Reads, s.Bank.Transfers[OK], s.Bank.Transfers[Fail], s.Bank.Transfers[Info], len(s.Bank.Violations))
