@@ -3,6 +3,8 @@ package faults
 import (
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The checkers must fail on the anomalies they exist for; these tests feed
@@ -76,6 +78,13 @@ func TestHistoryEDN(t *testing.T) {
 func TestCommitOutcome(t *testing.T) {
 	if got := commitOutcome(errString("connection reset")); got != Info {
 		t.Errorf("a broken connection at COMMIT is %s, want info", got)
+	}
+	notSent := &pgconn.PgError{Severity: "ERROR", Code: "57P03", Message: "this replica cannot commit writes now: the agent is recovering"}
+	if got := commitOutcome(notSent); got != Fail {
+		t.Errorf("ERROR 57P03 at COMMIT (nothing sent for certification) is %s, want fail", got)
+	}
+	if got := commitOutcome(&pgconn.PgError{Severity: "ERROR", Code: "08007"}); got != Info {
+		t.Errorf("08007 at COMMIT (sent, unanswered) is %s, want info", got)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
 const (
@@ -140,16 +142,18 @@ func (c *client) failed(ctx context.Context, err error) (OpType, error) {
 }
 
 // commitOutcome classifies an error answering COMMIT. A certification abort
-// (40001), constraint or data errors, and in mode ed a safe transaction's
-// FATAL TK006 (its version failed before it became durable; nothing of it
-// remains) certainly did not commit; anything
+// (40001), constraint or data errors, an ERROR 57P03 (the agent was not
+// there to take the writeset, or refused it while recovering: nothing was
+// sent for certification; one sent and unanswered is 08007), and in mode
+// ed a safe transaction's FATAL TK006 (its version failed before it became
+// durable; nothing of it remains) certainly did not commit; anything
 // else (a broken connection, 08007 "outcome unknown" or "committed but
 // this session gave way", a backend terminated or crashed mid-COMMIT) may
 // have committed.
 func commitOutcome(err error) OpType {
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
-		if pg.Code == sqlstateTransactionFailed {
+		if pg.Code == sqlstateTransactionFailed || (pg.Code == pgcode.CannotConnectNow && pg.Severity == "ERROR") {
 			return Fail
 		}
 		switch pg.Code[:2] {
