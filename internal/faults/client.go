@@ -101,7 +101,25 @@ var errDisconnect = errors.New("client disconnected mid-transaction on purpose")
 
 // txn runs body inside BEGIN ... COMMIT and classifies the outcome the way
 // Elle needs it (see outcomeOf). It drops the connection when it broke.
+//
+// After a refusal (57P03: the replica is catching up, or rewinding in mode
+// ed) or a broken connection it pauses before returning, as an
+// application backs off: clients of the agent's own role, which the
+// admission gate lets in (tashkent up's clusters use one role for both),
+// retrying at once would keep beginning transactions that a rewind must
+// end before it can run.
 func (c *client) txn(ctx context.Context, body func(ctx context.Context, conn *pgx.Conn) error) (OpType, error) {
+	t, err := c.attempt(ctx, body)
+	if err != nil && (c.conn == nil || pgcode.Of(err) == pgcode.CannotConnectNow) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(reconnectPause):
+		}
+	}
+	return t, err
+}
+
+func (c *client) attempt(ctx context.Context, body func(ctx context.Context, conn *pgx.Conn) error) (OpType, error) {
 	ctx, cancel := context.WithTimeout(ctx, txnTimeout)
 	defer cancel()
 	if _, err := c.conn.Exec(ctx, "BEGIN"); err != nil {
