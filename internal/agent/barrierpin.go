@@ -37,7 +37,9 @@ import (
 // a barrier that takes longer to commit (a large index built, a long
 // span) gets no pin of its own. It ends with its session too, and the
 // session is closed when the run ends. A barrier delivered while another
-// session (tashkent verify) holds the replica gets no pin either.
+// session (tashkent verify) holds the replica gets no pin either, nor one
+// delivered while the replica does not serve (catching up), when no
+// session may hold its commits.
 type barrierPinner struct {
 	r *run
 
