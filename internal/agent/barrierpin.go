@@ -33,9 +33,10 @@ import (
 // before the hold, and a local version right after it then too: the pin
 // then holds a later version, a candidate like the others.
 //
-// A hold lasts at most barrierHoldMax, waiting for the barrier included:
-// a barrier that takes longer to commit (a large index built, a long
-// span) gets no pin of its own. It ends with its session too, and the
+// Each wait of a hold lasts at most barrierHoldMax: the reservation until
+// the session takes it over, the hold before the barrier, the wait for
+// the barrier's commit. A barrier that takes longer to commit (a large
+// index built, a long span) gets no pin of its own. It ends with its session too, and the
 // session is closed when the run ends. A barrier delivered while another
 // session (tashkent verify) holds the replica gets no pin either, nor one
 // delivered while the replica does not serve (catching up), when no
@@ -249,5 +250,9 @@ func (p *barrierPinner) release() {
 		p.pid = 0
 		p.conn.Close(context.WithoutCancel(ctx))
 		p.conn = nil
+		return
 	}
+	// A barrier delivered next reserves a hold at once: it must not find
+	// this one, whose release message may not have arrived yet.
+	p.r.a.endHoldOf(pid, "a pin at a barrier was taken")
 }

@@ -101,6 +101,20 @@ func (h *holds) logLevel() slog.Level {
 	return slog.LevelInfo
 }
 
+// endHoldOf ends the hold of backend pid's session now. The extension
+// tells the agent of a release without waiting for it
+// (tashkent.release_commits); a caller that must not meet its own hold
+// afterwards ends it here, and the message, arriving later, finds no hold
+// of that session to end.
+func (a *Agent) endHoldOf(pid int32, why string) {
+	h := &a.holds
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.holder != nil && h.holder.pid == pid {
+		h.endLocked(h.holder, why)
+	}
+}
+
 // reserve holds the order after version v, for at most limit, for the
 // session of backend pid: its first Hold takes the hold over. False if a
 // session holds the replica, or has a reservation.
@@ -135,7 +149,7 @@ func (a *Agent) cancelReservation(pid int32) {
 }
 
 func (h *holds) cancelReservationLocked(a *Agent, pid int32) {
-	if h.holder != nil || h.reserved != pid {
+	if pid == 0 || h.holder != nil || h.reserved != pid {
 		return
 	}
 	h.timer.Stop()
