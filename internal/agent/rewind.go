@@ -26,7 +26,7 @@ import (
 // and, before the next one serves, takes the replica back to a version
 // k <= C by undoing rows (replica.Rewinder: pinned snapshots and the
 // entries above them), then catches up from k. If it cannot undo (no pin,
-// the replica's database restarted, a barrier in the way), the replica
+// the replica's database restarted, a barrier with no pin after it), the replica
 // halts and is rebuilt from a peer.
 //
 // The agent keeps pins only once its certifier sends it entries before
@@ -125,6 +125,23 @@ func (r *run) noteDelivered(entries []logentry.Entry, durable uint64) {
 	}
 	rw.Delivered(entries...)
 	rw.Advance(durable)
+	r.pinBarrier(entries)
+}
+
+// pinBarrier asks for a pin at the last barrier among entries, before
+// they reach the order (barrierPinner). The pinner's session connects
+// with the first entries a Rewinder hears of: from then on the agent
+// keeps pins.
+func (r *run) pinBarrier(entries []logentry.Entry) {
+	r.barriers.start()
+	b, err := lastBarrier(entries)
+	if err != nil {
+		r.a.log.Warn("could not read a delivered entry's changes to find barriers", "err", err)
+		return
+	}
+	if b.at != 0 {
+		r.barriers.want(b)
+	}
 }
 
 // streamOpened tells the run's Rewinder, if any, that a stream opens at

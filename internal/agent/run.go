@@ -40,6 +40,9 @@ type run struct {
 	// "": they are not.
 	refusal atomic.Pointer[string]
 
+	// barriers takes pins at barriers (barrierpin.go).
+	barriers *barrierPinner
+
 	lostOnce sync.Once
 	lost     chan error // the run's end: the database is lost
 	wg       sync.WaitGroup
@@ -50,8 +53,10 @@ func newRun(a *Agent, ctx context.Context) *run {
 	applier := replica.NewApplier()
 	applier.Logger = a.log
 	applier.Copies = &a.metrics.copies
-	return &run{a: a, ctx: rctx, cancel: cancel, control: &control{}, applier: applier, history: &history{},
+	r := &run{a: a, ctx: rctx, cancel: cancel, control: &control{}, applier: applier, history: &history{},
 		registered: make(chan struct{}), lost: make(chan error, 1), certifyTimeout: certifyTimeoutDefault}
+	r.barriers = newBarrierPinner(r)
+	return r
 }
 
 // fail ends the run: its database is lost (restarted, crashed, or lost

@@ -77,6 +77,7 @@ func (r *run) startSteps() error {
 		return err
 	}
 	r.spawn(r.applyLoop)
+	r.spawn(r.barriers.run)
 	r.spawn(r.maintain)
 	r.spawn(r.watchApply)
 	r.spawn(func() { r.watchInherited(inherited) })

@@ -57,7 +57,7 @@ func TestReplicasThatAppliedVersionsTheCertifierLostAreRewound(t *testing.T) {
 	if _, err := open.Exec(ctx, "SELECT count(*) FROM rows"); err != nil {
 		t.Fatal(err)
 	}
-	killCertifierLosingVersions(t, bin, dir, r2)
+	killCertifierLosingVersions(t, bin, dir, r2, func() {})
 	t.Log(awaitLogLine(t, r2.Agent.Log, "rewound: the replica went back past versions that failed"))
 	qctx, qcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer qcancel()
@@ -82,15 +82,83 @@ func TestReplicasThatAppliedVersionsTheCertifierLostAreRewound(t *testing.T) {
 	checkConverged(t, load(t, dir), w)
 }
 
-// killCertifierLosingVersions kills the certifier with SIGKILL while
-// replica r holds versions it has not made durable, and starts it again
-// with `up`. The kill may land between a batch's write and its sync, and
-// then the restarted certifier finds the versions in its log: it tries
-// again, up to five times, until a version r held is lost.
-func killCertifierLosingVersions(t *testing.T, bin, dir string, r *cluster.Replica) {
+// A failure right after a barrier is rewound too. A TRUNCATE cannot be
+// undone row by row, so a rewind needs a pin taken after it; the pins
+// taken every 100 ms hold versions delivered early, usable only once
+// durable, a second later here. The certifier delivers the TRUNCATE only
+// once durable, and the agent pins at exactly its version as it applies
+// it: the certifier is killed while replica2 holds versions after the
+// TRUNCATE that are not durable yet, and replica2 goes back to the
+// TRUNCATE or later instead of halting for a rebuild.
+func TestAFailureRightAfterATruncateIsRewound(t *testing.T) {
+	bin := testbin.Path(t)
+	dir, st := newCluster(t, bin, 2, "--certifier-arg=--unsafe-deliver-before-durable", "--certifier-arg=--unsafe-fault-write-delay=1s")
+	setupTable(t, st)
+	r1, r2 := st.ReplicaByIndex(1), st.ReplicaByIndex(2)
+	ctx, cancel := context.WithCancel(context.Background())
+	admin := connectTo(t, r1.DSN())
+	if _, err := admin.Exec(ctx, "CREATE TABLE scratch (id int PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, r2.DSN(), "SELECT count(*)::text FROM hot", "10")
+
+	w := &groupWorkload{acked: map[int]bool{}}
+	var wg sync.WaitGroup
+	for k := 1; k <= 3; k++ {
+		wg.Go(func() { w.run(ctx, t, r1.DSN(), k) })
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	time.Sleep(2 * time.Second)
+	killCertifierLosingVersions(t, bin, dir, r2, func() { truncate(t, admin) })
+	line := awaitLogLine(t, r2.Agent.Log, "rewound: the replica went back past versions that failed")
+	t.Log(line)
+	s := awaitHealthy(t, bin, dir)
+	for _, r := range s.Replicas {
+		if r.Rebuilt != nil {
+			t.Errorf("%s was rebuilt (%+v): it should have been rewound", r.Name, r.Rebuilt)
+		}
+	}
+	time.Sleep(time.Second) // writes go on after the rewind
+	cancel()
+	wg.Wait()
+	checkConverged(t, load(t, dir), w)
+}
+
+// truncate truncates table scratch through conn, trying again for up to
+// 30 seconds while its replica reconnects to a restarted certifier: each
+// attempt of killCertifierLosingVersions kills the certifier right after
+// a TRUNCATE.
+func truncate(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := conn.Exec(ctx, "TRUNCATE scratch")
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TRUNCATE: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// killCertifierLosingVersions runs before, then kills the certifier with
+// SIGKILL while replica r holds versions it has not made durable, and
+// starts it again with `up`. The kill may land between a batch's write
+// and its sync, and then the restarted certifier finds the versions in
+// its log: it tries again, up to five times, until a version r held is
+// lost.
+func killCertifierLosingVersions(t *testing.T, bin, dir string, r *cluster.Replica, before func()) {
 	t.Helper()
 	for attempt := 1; attempt <= 5; attempt++ {
 		st := load(t, dir)
+		before()
 		held, durable := awaitUndurableVersion(t, st, r)
 		if err := syscall.Kill(st.Certifier.PID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)

@@ -384,3 +384,61 @@ func SpanEntryBytesMax(txn *pb.TxnID, fragmentBytes, certifiedBytes int) int {
 	n += protowire.SizeTag(spanChecksumField) + protowire.SizeFixed32()
 	return n + 3*VersionBytesMax // the version, epoch, span_first, span_last and span_bytes
 }
+
+// Writeset's and Change's field numbers: Writeset.changes, Change.op.
+const (
+	changesField protowire.Number = 1
+	opField      protowire.Number = 2
+)
+
+// IsBarrier reports whether an encoded entry is a barrier: a change of
+// its writeset truncates a table or runs DDL (pb.Op_OP_TRUNCATE,
+// pb.Op_OP_DDL), or the entry is part of a span. Such versions cannot be
+// undone row by row, and the certifier delivers them only once durable.
+// It reads the ops without decoding the rows.
+func IsBarrier(b []byte) (bool, error) {
+	h, err := RawHeaderOf(b)
+	if err != nil || h.InSpan() {
+		return h.InSpan(), err
+	}
+	barrier := false
+	err = eachField(b, writesetField, func(ws []byte) error {
+		return eachField(ws, changesField, func(change []byte) error {
+			return eachField(change, opField, func(op []byte) error {
+				o, _ := protowire.ConsumeVarint(op)
+				barrier = barrier || o == uint64(pb.Op_OP_TRUNCATE) || o == uint64(pb.Op_OP_DDL)
+				return nil
+			})
+		})
+	})
+	return barrier, err
+}
+
+// eachField calls f with the value of each field numbered num of an
+// encoded message: a bytes field's without its length, a varint's
+// encoded.
+func eachField(b []byte, num protowire.Number, f func(v []byte) error) error {
+	for len(b) > 0 {
+		n, typ, m := protowire.ConsumeTag(b)
+		if m < 0 {
+			return fmt.Errorf("log entry: bad tag: %w", protowire.ParseError(m))
+		}
+		b = b[m:]
+		m = protowire.ConsumeFieldValue(n, typ, b)
+		if m < 0 {
+			return fmt.Errorf("log entry: bad field %d: %w", n, protowire.ParseError(m))
+		}
+		v := b[:m]
+		b = b[m:]
+		if n != num {
+			continue
+		}
+		if typ == protowire.BytesType {
+			v, _ = protowire.ConsumeBytes(v)
+		}
+		if err := f(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}

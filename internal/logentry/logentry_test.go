@@ -154,3 +154,34 @@ func TestRawHeaderOfRefusesAVersionOutsideItsSpan(t *testing.T) {
 		t.Fatal("version 9 in span 3..5 was accepted")
 	}
 }
+
+// A barrier is an entry with a TRUNCATE or DDL change, wherever among its
+// changes, or a span's entry; row changes are not.
+func TestIsBarrierFindsTruncateDDLAndSpans(t *testing.T) {
+	row := &pb.Change{Table: "public.t", Op: pb.Op_OP_UPSERT, Key: []byte(`[1]`), Row: []byte(`{"id":1}`)}
+	entry := func(changes ...*pb.Change) []byte {
+		return Encode(&pb.LogEntry{Version: 5, Txn: &pb.TxnID{Origin: "r1", Seq: 1}, Writeset: &pb.Writeset{Changes: changes}}).Bytes
+	}
+	span, err := proto.Marshal(&pb.LogEntry{Version: 5, SpanFirst: 4, SpanLast: 6, Writeset: &pb.Writeset{Changes: []*pb.Change{row}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		entry []byte
+		want  bool
+	}{
+		{"rows", entry(row, &pb.Change{Table: "public.t", Op: pb.Op_OP_DELETE, Key: []byte(`[2]`)}), false},
+		{"empty", entry(), false},
+		{"truncate after a row", entry(row, &pb.Change{Table: "public.t", Op: pb.Op_OP_TRUNCATE}), true},
+		{"ddl", entry(&pb.Change{Op: pb.Op_OP_DDL, Row: []byte("CREATE TABLE u (id int)")}), true},
+		{"span", span, true},
+	} {
+		if got, err := IsBarrier(c.entry); err != nil || got != c.want {
+			t.Errorf("%s: IsBarrier = %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+	if _, err := IsBarrier([]byte{0x1a, 0x05, 0x0a}); err == nil {
+		t.Error("IsBarrier of a truncated writeset: no error")
+	}
+}

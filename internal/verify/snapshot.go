@@ -172,6 +172,11 @@ func holdAll(ctx context.Context, ss []*session, v uint64, o Options) ([]uint64,
 	err := each(rctx, ss, func(ctx context.Context, s *session) error {
 		var got int64
 		err := s.conn.QueryRow(ctx, `SELECT tashkent.hold_commits($1, $2)`, int64(v), o.HoldMax.Milliseconds()).Scan(&got)
+		if pgcode.Of(err) == pgcode.ObjectInUse {
+			// another session holds the replica for a moment: a verify,
+			// or the agent pinning a snapshot at a TRUNCATE or DDL
+			return fmt.Errorf("%w: hold the commits of %s: %w", errRetry, s.name, err)
+		}
 		if err != nil {
 			return fmt.Errorf("hold the commits of %s: %w", s.name, err)
 		}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tashkent-db/tashkent/internal/ctxtime"
 	"github.com/tashkent-db/tashkent/internal/pgcode"
 )
 
@@ -108,9 +109,14 @@ func (r *Report) Differences() int {
 }
 
 // attempts bounds the tries at a snapshot and a scan: a hold that lapsed,
-// a DDL or TRUNCATE under way or arriving from another replica make one
-// fail, and the next one usually gets through.
-const attempts = 3
+// a DDL or TRUNCATE under way or arriving from another replica, another
+// session holding a replica's commits make one fail, and the next one
+// usually gets through; retryPause apart, doubled each time, so that an
+// agent's hold for a pin at a barrier (up to a few seconds) can end.
+const (
+	attempts   = 4
+	retryPause = 500 * time.Millisecond
+)
 
 // Run compares the replicas.
 func Run(ctx context.Context, o Options) (*Report, error) {
@@ -126,6 +132,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return r, nil
 		}
 		if !errors.Is(err, errRetry) || attempt == attempts || ctx.Err() != nil {
+			return nil, err
+		}
+		if err := ctxtime.Sleep(ctx, retryPause<<(attempt-1)); err != nil {
 			return nil, err
 		}
 	}
