@@ -864,11 +864,14 @@ type Request struct {
 // lookup, Version, 0 when the transaction did not commit, and
 // FirstVersion, the first of the span it committed as: Version for one
 // version), the abort ticket, and the versions right after the decision
-// (for an abort's description).
+// (for an abort's description). Entry is a new commit of one version as
+// the log will hold it (empty otherwise): a leader that delivers at the
+// commit point sends it before Raft commits it.
 type Result struct {
 	Outcome                       certification.Outcome
 	Version, FirstVersion, Ticket uint64
 	LowWaterMark, Latest          uint64
+	Entry                         logentry.Entry
 }
 
 // certifyAll decides the requests in order, as Certify and Lookup would,
@@ -888,6 +891,9 @@ func (c *Core) certifyAll(reqs []Request) ([]Result, error) {
 			res.Outcome, res.Ticket, err = c.CertifySpan(r.Certify, *r.Span)
 		default:
 			res.Outcome, res.Ticket, err = c.Certify(r.Certify, r.Prefix)
+			if err == nil && res.Outcome.Decision == certification.Commit && !res.Outcome.Duplicate {
+				res.Entry = c.batch[len(c.batch)-1]
+			}
 		}
 		if err != nil {
 			return out, err

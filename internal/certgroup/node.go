@@ -401,12 +401,17 @@ func (n *Node) Certify(ctx context.Context, req certification.Request, prefix lo
 // lock (the stream receivers and the Raft loop contend for it): Certify or
 // Lookup for each request, in order. A leader still applying its log is
 // waited for (up to readyWaitMax) before the first request. On an error the
-// results before it stand and the rest are not decided.
-func (n *Node) CertifyAll(ctx context.Context, reqs []Request) ([]Result, error) {
+// results before it stand and the rest are not decided. decided, if not
+// nil, is called with the results while the lock is still held, so that
+// the calls of every stream see the versions in order.
+func (n *Node) CertifyAll(ctx context.Context, reqs []Request, decided func([]Result)) ([]Result, error) {
 	deadline := time.Now().Add(readyWaitMax)
 	for {
 		n.mu.Lock()
 		out, err := n.core.certifyAll(reqs)
+		if len(out) > 0 && decided != nil {
+			decided(out)
+		}
 		changed := n.changed
 		n.mu.Unlock()
 		if len(out) > 0 {

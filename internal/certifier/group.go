@@ -88,6 +88,7 @@ type groupMember struct {
 	missing missingSpan  // the span the writer waits for, if any
 	peers   *memberConns // to the other members (group_stage.go)
 	stageMu sync.Mutex   // streamed requests' claims and decisions (decide)
+	early   groupEarly   // delivery at the commit point (group_early.go)
 	// stopped ends with the service: a fetch from another member.
 	stopped     context.Context
 	stopStopped context.CancelFunc
@@ -100,6 +101,7 @@ func newGroupMember(s *Service, node *certgroup.Node) (*groupMember, int, error)
 	g := &groupMember{s: s, node: node, confirmed: newWatermark(0), writer: newLogWriter(), peers: newMemberConns(node, s.cfg.Limits)}
 	g.stopped, g.stopStopped = context.WithCancel(context.Background())
 	restored, err := s.replay(s.windowBase(), nil)
+	g.early.ringCommitted = s.log.LastVersion()
 	return g, restored, err
 }
 
@@ -139,6 +141,7 @@ func (g *groupMember) close() {
 // writer all the same, the others expire.
 func (g *groupMember) lostLeadership() {
 	g.leadership.lost()
+	g.dropSpeculation()
 	g.s.staging.releaseAll(time.Now())
 }
 
@@ -168,16 +171,27 @@ func (g *groupMember) missingSpanVersions() uint64 {
 // admit refuses a stream at once on a member that does not lead, naming
 // the leader for the client to follow. On the leader the stream lives as
 // long as its leadership: replies certified in it are dropped, never
-// sent, once it is lost. Every version a replica holds was committed by
-// the group, so a new leader still applying its log reaches it soon.
+// sent, once it is lost. A replica that takes entries only once durable
+// holds versions the group committed, so a new leader still applying its
+// log reaches them soon; one that takes them early may hold failed
+// versions too, and is waited for only up to what the leader applied
+// (admitEarly).
 func (g *groupMember) admit(stream grpc.ServerStream, open *pb.OpenSession) (context.Context, error) {
 	if err := g.checkLeader(stream); err != nil {
 		return nil, err
 	}
 	if open.GetReplica() != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), groupCatchUpWaitMax)
-		_, err := g.s.durable.wait(ctx, open.ReplicaVersion)
-		cancel()
+		defer cancel()
+		holds := open.ReplicaVersion
+		if g.s.takesEarly(open) {
+			applied, err := g.admitEarly(ctx)
+			if err != nil {
+				return nil, err
+			}
+			holds = min(holds, applied)
+		}
+		_, err := g.s.durable.wait(ctx, holds)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "replica %q is at version %d, this certifier member has applied %d so far; retry",
 				open.Replica, open.ReplicaVersion, g.s.DurableVersion())
@@ -230,10 +244,11 @@ func (g *groupMember) decide(ctx context.Context, batch []certifying) (int, erro
 	if len(toDecide) == 0 {
 		return len(batch), nil
 	}
-	results, err := g.node.CertifyAll(ctx, toDecide)
+	results, err := g.node.CertifyAll(ctx, toDecide, func(results []certgroup.Result) {
+		g.deliverDecided(batch, decided, results)
+	})
 	for k, r := range results {
 		c := &batch[decided[k]]
-		c.outcome, c.lowWaterMark, c.latest, c.ticket = r.Outcome, r.LowWaterMark, r.Latest, r.Ticket
 		if c.lookedUp() {
 			lookUp(c, func(certification.TxnID) (uint64, uint64, bool) { return r.FirstVersion, r.Version, r.Version != 0 })
 		}
@@ -330,7 +345,7 @@ func (g *groupMember) syncVersion(ctx context.Context) (uint64, error) {
 	if _, now, leading := g.node.Leader(); !leading || now != term {
 		return 0, status.Error(codes.Unavailable, "certifier leadership lost before it was confirmed; ask the new leader")
 	}
-	return v, nil
+	return max(v, g.s.earlySent.get()), nil // earlySent: this leadership's (dropSpeculation)
 }
 
 // describe adds the member's view of the group to a status reply.

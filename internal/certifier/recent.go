@@ -1,6 +1,10 @@
 package certifier
 
-import "github.com/tashkent-db/tashkent/internal/logentry"
+import (
+	"bytes"
+
+	"github.com/tashkent-db/tashkent/internal/logentry"
+)
 
 // recentEntries keeps the latest committed entries in memory, encoded, so
 // that delivering them to replicas neither reads the log back nor encodes
@@ -75,6 +79,26 @@ func (r *recentEntries) between(dst [][]byte, after, upTo uint64) ([][]byte, boo
 		dst = append(dst, e.Bytes)
 	}
 	return dst, true
+}
+
+// dropFrom empties the slots of the versions from v on.
+func (r *recentEntries) dropFrom(v uint64) {
+	for r.count > 0 && r.first+uint64(r.count) > v {
+		r.count--
+		r.ring[(r.first+uint64(r.count))%uint64(len(r.ring))] = logentry.Entry{}
+	}
+	if r.count == 0 {
+		r.first = 0
+	}
+}
+
+// holds reports whether the ring holds e: the same bytes at its version.
+func (r *recentEntries) holds(e logentry.Entry) bool {
+	if r.count == 0 || e.Version < r.first || e.Version >= r.first+uint64(r.count) {
+		return false
+	}
+	held := r.ring[e.Version%uint64(len(r.ring))]
+	return held.Version == e.Version && bytes.Equal(held.Bytes, e.Bytes)
 }
 
 // clear empties the ring: the next entry added starts it again.

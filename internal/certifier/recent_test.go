@@ -67,11 +67,35 @@ func TestTheRecentRingKeepsWhatIsNotDurable(t *testing.T) {
 	}
 }
 
+// A group member's ring drops a speculative tail, and knows an entry it
+// holds from another at the same version.
+func TestRecentEntriesDropATailAndTellEntriesApart(t *testing.T) {
+	r := newRecentEntries(4)
+	for v := uint64(1); v <= 3; v++ {
+		r.add(entry(v), v)
+	}
+	other := logentry.Entry{Version: 3, Bytes: []byte("another entry at 3")}
+	if !r.holds(entry(3)) || r.holds(other) || r.holds(entry(4)) {
+		t.Fatal("holds does not tell the entry at 3 from another at 3, or holds 4")
+	}
+	r.dropFrom(3)
+	if r.holds(entry(3)) || !r.holds(entry(2)) || heldBetween(r, 0, 2) != "1 2 " {
+		t.Fatalf("after dropFrom(3): holds 3 %v, holds 2 %v, (0,2] %q", r.holds(entry(3)), r.holds(entry(2)), heldBetween(r, 0, 2))
+	}
+	if !r.add(other, 3) || !r.holds(other) {
+		t.Fatal("the entry replacing the dropped tail is not held")
+	}
+	r.dropFrom(1)
+	if !r.add(entry(7), 7) || heldBetween(r, 6, 7) != "7 " {
+		t.Fatal("a ring emptied by dropFrom does not start again")
+	}
+}
+
 // Early delivery stops before the first barrier, span or refused entry
 // not yet durable, and goes on once it is.
 func TestEarlyDeliveryStopsBeforeTheFirstStopUntilItIsDurable(t *testing.T) {
 	var s earlyStops
-	s.add(nil, []uint64{7}, []committedSpan{{first: 4, last: 5}}, 9)
+	s.add([]uint64{7, 4}, 9) // entry 7 refused, a span at 4..5
 	if got := s.through(); got != 3 {
 		t.Fatalf("through = %d with a span at 4..5 and entry 7 refused, want 3", got)
 	}

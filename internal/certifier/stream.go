@@ -61,10 +61,7 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if err != nil {
 		return err
 	}
-	if first.Open.GetEarlyDelivery() && s.cfg.Group != nil {
-		return status.Error(codes.Unimplemented, "a certifier group does not deliver before durability (OpenSession.early_delivery): use a single certifier")
-	}
-	if err := s.awaitDeliveredTail(stream.Context(), first.Open.GetReplicaVersion()); err != nil {
+	if err := s.awaitDeliveredTail(stream.Context(), lifetime, first.Open.GetReplicaVersion()); err != nil {
 		return err
 	}
 	if err := s.checkOpen(first.Open); err != nil {

@@ -1,0 +1,122 @@
+package certifier
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/certgroup"
+	"github.com/tashkent-db/tashkent/internal/certification"
+	"github.com/tashkent-db/tashkent/internal/logentry"
+)
+
+// Early delivery in a certifier group (early.go; Eventual Durability,
+// Kashi, §3.7). The leader certifies speculatively in the group's state
+// (certgroup.Core.Certify): a version is decided, the commit point, when
+// the leader certifies it, and durable, the durability point, when Raft
+// commits it. The leader delivers at the commit point as a single
+// certifier does: what it decides goes into the recent ring as it decides
+// it (deliverDecided, called under the Node's lock, so in version order),
+// and the streams that take entries early may have it up to the first
+// stop (earlyStops).
+//
+// When the leader loses its leadership, the versions it decided and Raft
+// did not commit may never commit: a new leader certifies those numbers
+// again, for other transactions, in its term's epoch (certgroup's epoch
+// is the group's base plus the term). The old leader drops its ring's
+// speculative tail, and its stops and deliverable version go back to the
+// durable version (dropSpeculation); its streams ended with the
+// leadership. A replica that applied such a version holds a history that
+// is not a prefix of the log, which the new leader's admission finds by
+// the epochs (Admit) once it has applied its whole log (admitEarly).
+//
+// The committed path (appendEntries) adds to the ring only what it does
+// not hold already: on the leader, the entries it decided; where the ring
+// holds another entry at a committed version (a speculative tail whose
+// leadership loss is reported later), that tail goes first.
+
+// groupEarly is what a member delivers before durability while it leads.
+type groupEarly struct {
+	mu    sync.Mutex // guards stops; taken under the Node's lock
+	stops earlyStops
+	// ringCommitted is the last version the committed path put into (or
+	// found in) the recent ring: above it, the ring holds only versions
+	// this member decided as leader. Guarded by Service.mu.
+	ringCommitted uint64
+}
+
+// deliverDecided is called by certgroup.Node.CertifyAll with the results
+// of a message's requests, under the Node's lock: the new commits go into
+// the recent ring in version order, and the streams that take entries
+// early may have them up to the first stop. Each result is copied into
+// its request (decided: the batch index of each result's request).
+func (g *groupMember) deliverDecided(batch []certifying, decided []int, results []certgroup.Result) {
+	entries := make([]logentry.Entry, 0, len(results))
+	last := uint64(0)
+	for k, r := range results {
+		c := &batch[decided[k]]
+		c.outcome, c.lowWaterMark, c.latest, c.ticket = r.Outcome, r.LowWaterMark, r.Latest, r.Ticket
+		if r.Entry.Bytes != nil {
+			entries = append(entries, r.Entry)
+		}
+		if r.Outcome.Decision == certification.Commit && !r.Outcome.Duplicate {
+			last = max(last, r.Outcome.CommitVersion)
+		}
+	}
+	if last == 0 {
+		return
+	}
+	stops, _ := g.s.addDecided(entries, nil)
+	g.early.mu.Lock()
+	g.early.stops.add(batchStops(batch, stops), last)
+	through := g.early.stops.through()
+	g.early.mu.Unlock()
+	g.s.advanceDeliverable(through)
+}
+
+// deliverPassed lets the streams that take entries early have what the
+// stops the committed path just made durable held back.
+func (g *groupMember) deliverPassed() {
+	g.early.mu.Lock()
+	g.early.stops.passed(g.s.DurableVersion())
+	through := g.early.stops.through()
+	g.early.mu.Unlock()
+	g.s.deliverable.advance(through)
+}
+
+// dropSpeculation forgets what this member decided as a leader that Raft
+// has not committed (see the comment at the top of this file). It runs in
+// the Raft loop, before the versions committed in the same batch are
+// reported, and before this member can lead again.
+func (g *groupMember) dropSpeculation() {
+	s := g.s
+	s.mu.Lock()
+	s.recent.dropFrom(g.early.ringCommitted + 1)
+	s.mu.Unlock()
+	g.early.mu.Lock()
+	g.early.stops = earlyStops{}
+	g.early.mu.Unlock()
+	durable := s.DurableVersion()
+	s.deliverable.lower(durable)
+	s.earlySent.lower(durable)
+}
+
+// admitEarly waits, for a replica that takes entries early, until this
+// leader has applied its whole log, and returns the version it applied:
+// the versions the replica holds above it are either this leadership's,
+// delivered early (awaitDeliveredTail waits for them), or failed
+// versions of an earlier leader, which Admit then finds.
+func (g *groupMember) admitEarly(ctx context.Context) (uint64, error) {
+	v, _, _, err := g.node.ReadVersion(ctx)
+	if err != nil {
+		return 0, status.Errorf(codes.Unavailable, "certifier member %d: %v; retry", g.node.ID(), err)
+	}
+	return v, nil
+}
+
+// takesEarly reports whether a session takes entries before they are
+// durable, and so may hold versions that failed.
+func (s *Service) takesEarly(open *pb.OpenSession) bool { return s.deliveryOf(open).earlyEntries }
