@@ -43,6 +43,10 @@ type NodeConfig struct {
 	// UnsafeFaultPartitionFile: see partitionFile (real-process fault
 	// tests only).
 	UnsafeFaultPartitionFile string
+	// UnsafeFaultPeerDelay: every Raft message to a peer is sent this long
+	// after Raft handed it over, as on a link with that one-way latency (an
+	// emulated distant member; benchmarks and tests only). Zero: at once.
+	UnsafeFaultPeerDelay time.Duration
 }
 
 // Callbacks are how a Node reports to the service, all from its one loop
@@ -150,6 +154,10 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 		n.partition = &partitionFile{path: cfg.UnsafeFaultPartitionFile}
 		n.log.Warn("UNSAFE: fault point set: Raft messages to and from the members listed in this file are dropped while it exists",
 			"file", cfg.UnsafeFaultPartitionFile)
+	}
+	if cfg.UnsafeFaultPeerDelay > 0 {
+		n.log.Warn("UNSAFE: fault point set: every Raft message to a peer is delayed (an emulated distant member; benchmarks and tests only)",
+			"delay", cfg.UnsafeFaultPeerDelay)
 	}
 	return n, nil
 }

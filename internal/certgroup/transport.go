@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
+	"github.com/tashkent-db/tashkent/internal/wal"
 )
 
 // peerQueueMax bounds the messages waiting for one peer. Past it messages
@@ -39,7 +40,9 @@ var peerConnectParams = grpc.ConnectParams{
 
 // transport sends Raft messages to peers over gRPC: one Raft.Send stream
 // per peer, fed by a queue, so a slow or dead peer never blocks the Ready
-// loop.
+// loop. With NodeConfig.UnsafeFaultPeerDelay each message is stamped when
+// queued and sent once that delay has passed: a link with that latency,
+// still pipelined and in order.
 type transport struct {
 	n    *Node
 	dial []grpc.DialOption
@@ -53,8 +56,18 @@ type transport struct {
 
 type peer struct {
 	id    uint64
-	queue chan *raftpb.Message
+	queue chan queued
 	conn  *grpc.ClientConn
+	// held is a message taken from the queue that was not yet due when a
+	// batch was sent: the next batch starts with it (pump's goroutine only).
+	held *queued
+}
+
+// queued is a message waiting for its peer, with the time it may be sent
+// at (zero: at once; see NodeConfig.UnsafeFaultPeerDelay).
+type queued struct {
+	m   *raftpb.Message
+	due time.Time
 }
 
 func newTransport(n *Node, dial []grpc.DialOption) *transport {
@@ -77,8 +90,12 @@ func (t *transport) send(msgs []*raftpb.Message) {
 			t.n.snapshotSent(m, false)
 			continue
 		}
+		q := queued{m: m}
+		if t.n.cfg.UnsafeFaultPeerDelay > 0 {
+			q.due = time.Now().Add(t.n.cfg.UnsafeFaultPeerDelay)
+		}
 		select {
-		case p.queue <- m:
+		case p.queue <- q:
 		default:
 			t.n.reportUnreachable(p.id)
 			t.n.snapshotSent(m, false)
@@ -101,7 +118,7 @@ func (t *transport) peer(id uint64) *peer {
 		t.n.log.Error("certifier group: cannot dial peer", "peer", id, "addr", addr, "err", err)
 		return nil
 	}
-	p := &peer{id: id, queue: make(chan *raftpb.Message, peerQueueMax), conn: conn}
+	p := &peer{id: id, queue: make(chan queued, peerQueueMax), conn: conn}
 	t.peers[id] = p
 	t.wg.Add(1)
 	go t.pump(p)
@@ -138,30 +155,25 @@ func (t *transport) stream(client pb.RaftClient, p *peer) error {
 	}
 	batch := &pb.RaftMessages{}
 	for {
-		var m *raftpb.Message
-		select {
-		case m = <-p.queue:
-		case <-ctx.Done():
-			return ctx.Err()
+		q, err := p.next(ctx)
+		if err != nil {
+			return err
 		}
+		awaitDue(q.due)
 		batch.Messages = batch.Messages[:0]
 		var snaps []*raftpb.Message
-		for m != nil {
-			if m.GetType() == raftpb.MessageType_MsgSnap {
-				snaps = append(snaps, m)
+		for q.m != nil {
+			if q.m.GetType() == raftpb.MessageType_MsgSnap {
+				snaps = append(snaps, q.m)
 			}
-			b, err := proto.Marshal(m)
+			b, err := proto.Marshal(q.m)
 			if err != nil {
 				return err
 			}
 			batch.Messages = append(batch.Messages, b)
-			select {
-			case m = <-p.queue:
-			default:
-				m = nil
-			}
+			q = p.nextDue()
 		}
-		err := s.Send(batch)
+		err = s.Send(batch)
 		for _, m := range snaps {
 			t.n.snapshotSent(m, err == nil)
 		}
@@ -169,6 +181,46 @@ func (t *transport) stream(client pb.RaftClient, p *peer) error {
 			return err
 		}
 	}
+}
+
+// next waits for the next message to the peer.
+func (p *peer) next(ctx context.Context) (queued, error) {
+	if q := p.held; q != nil {
+		p.held = nil
+		return *q, nil
+	}
+	select {
+	case q := <-p.queue:
+		return q, nil
+	case <-ctx.Done():
+		return queued{}, ctx.Err()
+	}
+}
+
+// nextDue takes the next message if one is waiting and due (m nil: none);
+// one waiting but not yet due is held for the next batch.
+func (p *peer) nextDue() queued {
+	select {
+	case q := <-p.queue:
+		if !q.due.IsZero() && time.Now().Before(q.due) {
+			p.held = &q
+			return queued{}
+		}
+		return q
+	default:
+		return queued{}
+	}
+}
+
+// awaitDue blocks until due, in nanosleep (wal.SlowDiskSleep), not on a
+// timer: it wakes within tens of microseconds, where a parked goroutine
+// may wake up to a millisecond late, as much as the delay a benchmark
+// emulates. Close waits for it: at most one delay.
+func awaitDue(due time.Time) {
+	if due.IsZero() {
+		return
+	}
+	wal.SlowDiskSleep(time.Until(due))
 }
 
 func (t *transport) close() {
@@ -187,6 +239,16 @@ func (n *Node) RaftServer() *Server { return &Server{n: n} }
 
 // Send receives one peer's messages.
 func (s *Server) Send(stream pb.Raft_SendServer) error {
+	return receive(stream, func(m *raftpb.Message) {
+		if !s.n.partition.isCut(m.GetFrom()) {
+			s.n.step(m)
+		}
+	})
+}
+
+// receive hands each message of a peer's stream to deliver, in order,
+// until the peer closes it.
+func receive(stream pb.Raft_SendServer, deliver func(*raftpb.Message)) error {
 	for {
 		batch, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -200,10 +262,7 @@ func (s *Server) Send(stream pb.Raft_SendServer) error {
 			if err := proto.Unmarshal(b, m); err != nil {
 				return err
 			}
-			if s.n.partition.isCut(m.GetFrom()) {
-				continue
-			}
-			s.n.step(m)
+			deliver(m)
 		}
 	}
 }

@@ -29,17 +29,17 @@ func addRetentionFlags(f *pflag.FlagSet, p *certifier.RetentionPolicy) {
 
 func newCertifierCommand() *cobra.Command {
 	var (
-		memoryLimit   int64
-		partitionFile string
-		memberID      uint64
-		peers         string
-		join          bool
-		cfg           certifier.Config
-		listen        string
-		metrics       string
-		segmentMiB    int64
-		certTLS       grpctls.Files
-		snapshots     groupSnapshotFlags
+		memoryLimit int64
+		faults      groupFaults
+		memberID    uint64
+		peers       string
+		join        bool
+		cfg         certifier.Config
+		listen      string
+		metrics     string
+		segmentMiB  int64
+		certTLS     grpctls.Files
+		snapshots   groupSnapshotFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "certifier",
@@ -72,12 +72,15 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 				slog.Warn("UNSAFE: --unsafe-fault-skip-conflict-check is set: every writeset commits without a conflict check; " +
 					"snapshot isolation is broken on purpose (fault-harness self-test only)")
 			}
+			if err := faults.check(peers); err != nil {
+				return err
+			}
 			tlsServer, tlsDial, err := certifierTLS(certTLS)
 			if err != nil {
 				return err
 			}
 			if peers != "" {
-				node, err := openGroupMember(cfg, memberID, peers, join, partitionFile, tlsDial, snapshots)
+				node, err := openGroupMember(cfg, memberID, peers, join, faults, tlsDial, snapshots)
 				if err != nil {
 					return err
 				}
@@ -130,9 +133,7 @@ are given every member (--certifier a,b,c) and follow the leader.`,
 	f.BoolVar(&cfg.UnsafeSkipConflictCheck, "unsafe-fault-skip-conflict-check", false,
 		"commit every writeset without a conflict check: breaks snapshot isolation; the fault harness's self-test only")
 	_ = f.MarkHidden("unsafe-fault-skip-conflict-check")
-	f.StringVar(&partitionFile, "unsafe-fault-partition-file", "",
-		"drop Raft messages to and from the member ids listed in this file while it exists: real-process fault tests only")
-	_ = f.MarkHidden("unsafe-fault-partition-file")
+	faults.addFlags(f)
 	f.DurationVar(&cfg.SyncDelay, "unsafe-fault-fsync-delay", 0,
 		"sleep this long after every sync of the log (an emulated slow disk, Tashkent §9): benchmarks only")
 	_ = f.MarkHidden("unsafe-fault-fsync-delay")

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
@@ -42,7 +44,7 @@ func parsePeers(s string) (map[uint64]string, error) {
 
 // openGroupMember opens this member's Raft node; its log lives beside the
 // versioned log, in <data-dir>/raft.
-func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, partitionFile string, dial []grpc.DialOption,
+func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, faults groupFaults, dial []grpc.DialOption,
 	snapshots groupSnapshotFlags) (*certgroup.Node, error) {
 	members, err := parsePeers(peers)
 	if err != nil {
@@ -67,8 +69,37 @@ func openGroupMember(cfg certifier.Config, id uint64, peers string, join bool, p
 		// The member dials its peers with the certifier TLS it serves with.
 		DialOptions: dial,
 
-		UnsafeFaultPartitionFile: partitionFile,
+		UnsafeFaultPartitionFile: faults.partitionFile,
+		UnsafeFaultPeerDelay:     faults.peerDelay,
 	})
+}
+
+// groupFaults are a group member's fault points (hidden flags): for fault
+// tests and benchmarks only.
+type groupFaults struct {
+	partitionFile string
+	peerDelay     time.Duration
+}
+
+func (g *groupFaults) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&g.partitionFile, "unsafe-fault-partition-file", "",
+		"drop Raft messages to and from the member ids listed in this file while it exists: real-process fault tests only")
+	_ = f.MarkHidden("unsafe-fault-partition-file")
+	f.DurationVar(&g.peerDelay, "unsafe-fault-peer-delay", 0,
+		"send every Raft message to another group member this long after it is ready, as over a link with that one-way latency (an emulated distant member): benchmarks and tests only")
+	_ = f.MarkHidden("unsafe-fault-peer-delay")
+}
+
+// check refuses a negative delay, and the peer delay on a single
+// certifier (it has no peers to delay).
+func (g *groupFaults) check(peers string) error {
+	if g.peerDelay < 0 {
+		return errors.New("--unsafe-fault-peer-delay must not be negative")
+	}
+	if g.peerDelay > 0 && peers == "" {
+		return errors.New("--unsafe-fault-peer-delay delays the Raft messages between certifier group members: it needs --id and --peers")
+	}
+	return nil
 }
 
 // groupSnapshotFlags: when a group member snapshots its state and compacts
