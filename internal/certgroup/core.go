@@ -527,6 +527,18 @@ func (c *Core) ReadVersion() (version, ticket, term uint64, err error) {
 	return c.appliedVersion, c.abortTicket(), c.leaderTerm, nil
 }
 
+// CertifyingEpoch is the epoch this leader certifies in and the first
+// version it may certify in it, once it has applied its whole log: every
+// version of an earlier epoch that will ever be durable is below it (an
+// earlier leader's are in this leader's log before its own first entry).
+// Errors: *NotLeaderError, ErrNotReady.
+func (c *Core) CertifyingEpoch() (epoch, firstVersion uint64, err error) {
+	if err := c.checkCertifying(); err != nil {
+		return 0, 0, err
+	}
+	return c.epoch(), c.appliedVersion + 1, nil
+}
+
 func (c *Core) abortTicket() uint64 {
 	if c.openTicket == 0 {
 		c.lastTicket++

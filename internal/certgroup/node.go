@@ -458,24 +458,43 @@ func (n *Node) Lookup(txn certification.TxnID) (version, ticket uint64, err erro
 // ReadVersion: see Core.ReadVersion. A leader still applying its log is
 // waited for (up to readyWaitMax).
 func (n *Node) ReadVersion(ctx context.Context) (version, ticket, term uint64, err error) {
+	err = n.whenReady(ctx, func() (err error) {
+		version, ticket, term, err = n.core.ReadVersion()
+		return err
+	})
+	if err == nil {
+		n.signal()
+	}
+	return version, ticket, term, err
+}
+
+// CertifyingEpoch: see Core.CertifyingEpoch. A leader still applying its
+// log is waited for (up to readyWaitMax).
+func (n *Node) CertifyingEpoch(ctx context.Context) (epoch, firstVersion uint64, err error) {
+	err = n.whenReady(ctx, func() (err error) {
+		epoch, firstVersion, err = n.core.CertifyingEpoch()
+		return err
+	})
+	return epoch, firstVersion, err
+}
+
+// whenReady calls read under the lock until it returns anything but
+// ErrNotReady, or readyWaitMax passed, or ctx ended.
+func (n *Node) whenReady(ctx context.Context, read func() error) error {
 	deadline := time.Now().Add(readyWaitMax)
 	for {
 		n.mu.Lock()
-		version, ticket, term, err = n.core.ReadVersion()
+		err := read()
 		changed := n.changed
 		n.mu.Unlock()
-		if err == nil {
-			n.signal()
-			return version, ticket, term, nil
-		}
 		if !errors.Is(err, ErrNotReady) || time.Now().After(deadline) {
-			return 0, 0, 0, err
+			return err
 		}
 		select {
 		case <-changed:
 		case <-time.After(time.Until(deadline)):
 		case <-ctx.Done():
-			return 0, 0, 0, err
+			return err
 		}
 	}
 }

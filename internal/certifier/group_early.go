@@ -120,3 +120,13 @@ func (g *groupMember) admitEarly(ctx context.Context) (uint64, error) {
 // takesEarly reports whether a session takes entries before they are
 // durable, and so may hold versions that failed.
 func (s *Service) takesEarly(open *pb.OpenSession) bool { return s.deliveryOf(open).earlyEntries }
+
+// certifyingEpoch waits until this member leads and has applied its whole
+// log (certgroup.Core.CertifyingEpoch).
+func (g *groupMember) certifyingEpoch(ctx context.Context) (uint64, uint64, error) {
+	epoch, first, err := g.node.CertifyingEpoch(ctx)
+	if err != nil {
+		return 0, 0, status.Errorf(codes.Unavailable, "certifier member %d: %v; retry", g.node.ID(), err)
+	}
+	return epoch, first, nil
+}

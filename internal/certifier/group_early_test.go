@@ -25,6 +25,9 @@ type earlyReplica struct {
 	entries map[uint64]*pb.LogEntry
 	raw     map[uint64][]byte
 	durable uint64 // the last durable version named
+	// epoch and epochFirst: the epoch the certifier certifies in, and its
+	// first version, as the last message named them
+	epoch, epochFirst uint64
 }
 
 func openEarly(t *testing.T, srv *certifier.Server, name string) *earlyReplica {
@@ -68,6 +71,7 @@ func (r *earlyReplica) receive() *pb.CertifyStreamReply {
 		r.entries[e.Version], r.raw[e.Version] = e, b
 	}
 	r.durable = max(r.durable, m.DurableVersion)
+	r.epoch, r.epochFirst = m.Epoch, m.EpochFirstVersion
 	return m
 }
 
@@ -134,6 +138,10 @@ func TestAGroupLeadersUncommittedVersionFailsAndIsRewound(t *testing.T) {
 	r2 := openEarly(t, g.servers[next], "r2")
 	if reply := r2.certify(1, 3); reply.CommitVersion != 2 {
 		t.Fatalf("the new leader's first commit: %v; want version 2, the failed one's number", reply)
+	}
+	if r2.epoch <= r1.entries[2].GetEpoch() || r2.epochFirst != 2 {
+		t.Fatalf("the new leader's messages name epoch %d from version %d; want a later epoch than %d, from version 2: "+
+			"a transaction of an earlier epoch at 2 or above has failed", r2.epoch, r2.epochFirst, r1.entries[2].GetEpoch())
 	}
 	if r2.entries[2].GetEpoch() <= r1.entries[2].GetEpoch() {
 		t.Fatalf("the new leader's version 2 is of epoch %d, the failed one of %d: admission cannot tell them apart", r2.entries[2].GetEpoch(), r1.entries[2].GetEpoch())

@@ -72,6 +72,11 @@ type orderer interface {
 	// and a group member's view of the group.
 	describe(r *pb.StatusReply)
 
+	// certifyingEpoch is the epoch this process certifies in and the
+	// first version it may certify in it (CertifyStreamReply.epoch): on a
+	// group member, once it leads and has applied its whole log.
+	certifyingEpoch(ctx context.Context) (epoch, firstVersion uint64, err error)
+
 	// certifies reports whether this process certifies now (a single
 	// certifier always, a group member while it leads) and the group's
 	// term (0 for a single certifier).

@@ -35,8 +35,10 @@ type singleLog struct {
 	saved *pb.LogRetention // the retention decision last written (retain)
 
 	// generation is the epoch of every entry this process certifies
-	// (epochs.go, nextGeneration).
-	generation uint64
+	// (epochs.go, nextGeneration), from firstVersion on: the versions
+	// below were in the log, synced, when it started.
+	generation   uint64
+	firstVersion uint64
 
 	records []wal.Entry // the writer's, reused across batches
 }
@@ -72,6 +74,7 @@ func newSingleLog(s *Service) (*singleLog, int, error) {
 		}
 		l.state.Restore(h.Version, txn, keys)
 	})
+	l.firstVersion = s.log.LastVersion() + 1
 	return l, restored, err
 }
 
@@ -82,6 +85,10 @@ func (l *singleLog) start() {
 
 // close has nothing to release: the writer ends with the service.
 func (l *singleLog) close() {}
+
+func (l *singleLog) certifyingEpoch(context.Context) (uint64, uint64, error) {
+	return l.generation, l.firstVersion, nil
+}
 
 // certifies: a single certifier always certifies; it has no term.
 func (l *singleLog) certifies() (bool, uint64) { return true, 0 }

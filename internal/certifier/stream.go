@@ -37,6 +37,9 @@ type streamState struct {
 	s        *Service
 	inFlight atomic.Int64    // this stream's share of Service.inFlight
 	session  *replicaSession // the replica's progress (replicas.go)
+	// epoch and epochFirst name the epoch the stream's decisions are
+	// taken in, in every message (CertifyStreamReply.epoch).
+	epoch, epochFirst uint64
 }
 
 func (st *streamState) acquire() bool {
@@ -67,13 +70,17 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if err := s.checkOpen(first.Open); err != nil {
 		return err
 	}
+	epoch, epochFirst, err := s.order.certifyingEpoch(lifetime)
+	if err != nil {
+		return err
+	}
 	session := s.replicas.opened(first.Open.Replica, sessionStatusAddr(stream.Context(), first.Open.StatusAddr), first.Open.ReplicaVersion)
 	defer session.close()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	stopFollowing := context.AfterFunc(lifetime, cancel)
 	defer stopFollowing()
-	st := &streamState{s: s, session: session}
+	st := &streamState{s: s, session: session, epoch: epoch, epochFirst: epochFirst}
 	queue := make(chan queued, streamQueueMax)
 	var wg sync.WaitGroup
 	sendErr := make(chan error, 1)
@@ -355,7 +362,7 @@ func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServ
 	if through > durable {
 		s.earlySent.advance(through) // SyncVersion covers what a replica may show
 	}
-	delivered, err := s.send(stream, ready, delivered, through, durable)
+	delivered, err := s.send(stream, st, ready, delivered, through, durable)
 	st.release(answered(ready))
 	if errors.Is(err, wal.ErrCompacted) { // retention removed what this replica still needed
 		err = errBehindLog(st.session.name, delivered, s.log.StartsAfter())
@@ -392,7 +399,7 @@ func answered(batch []queued) int64 {
 
 // send delivers entries (delivered, through], then the replies
 // (SendReplies).
-func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delivered, through, durable uint64) (uint64, error) {
+func (s *Service) send(stream pb.Certifier_CertifyServer, st *streamState, batch []queued, delivered, through, durable uint64) (uint64, error) {
 	var replies []*pb.CertifyReply
 	for _, q := range batch {
 		if q.reply != nil {
@@ -402,6 +409,7 @@ func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delive
 	var sendStart time.Time
 	delivered, err := SendReplies(s.entriesUpToBytes, delivered, through, durable, replies, func(m *pb.CertifyStreamReply) error {
 		sendStart = time.Now()
+		m.Epoch, m.EpochFirstVersion = st.epoch, st.epochFirst
 		return stream.Send(m)
 	})
 	if err != nil {

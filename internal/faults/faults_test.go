@@ -72,6 +72,30 @@ func TestEDShortProfile(t *testing.T) {
 	}
 }
 
+// TestEDGroupShortProfile is the ed profile against a certifier group:
+// the leader killed or cut off with versions no other member received.
+func TestEDGroupShortProfile(t *testing.T) {
+	cfg := EDGroupShortProfile()
+	if testing.Short() {
+		cfg.Duration = 25 * time.Second
+	}
+	sum := runProfile(t, cfg, EDGroupFaults)
+	e := sum.ED
+	if e == nil {
+		t.Fatal("the summary has no mode ed result")
+	}
+	if e.FastFailed+e.SafeFailed == 0 {
+		t.Errorf("no failure exercised: no fast commit failed and no safe commit was refused (%d fast, %d safe commits)", e.FastCommits, e.SafeCommits)
+	}
+	if e.FastCommits == 0 || e.SafeCommits == 0 || e.FastReads == 0 || e.SafeReads == 0 {
+		t.Errorf("a kind of transaction is missing: %d fast commits, %d safe commits, %d fast reads, %d safe reads",
+			e.FastCommits, e.SafeCommits, e.FastReads, e.SafeReads)
+	}
+	if sum.AcknowledgedCommits == 0 || len(sum.Lost) > 0 {
+		t.Errorf("durability: %d acknowledged writes checked, %d lost", sum.AcknowledgedCommits, len(sum.Lost))
+	}
+}
+
 // outputDir keeps the histories of a failed run for inspection.
 func outputDir(t *testing.T) string {
 	dir, err := os.MkdirTemp("", "tashkent-faults-")
