@@ -65,8 +65,13 @@ type Config struct {
 	// and certifier (e.g. --blocker-grace=1s, --max-procs=1): experiments
 	// on their settings.
 	AgentArgs, CertifierArgs []string
+	// Certifiers is the size of every tashkent system's certifier: 1 (or
+	// 0), a single certifier; 3 or 5, a certifier group of that many
+	// members (certifiergroup.go).
+	Certifiers int
 	// ProfileDir, if set, makes every certifier and agent write a Go CPU
-	// profile there (SYSTEM-certifier.prof, SYSTEM-agentK.prof), covering
+	// profile there (SYSTEM-certifier.prof or SYSTEM-certifier-K.prof,
+	// SYSTEM-agentK.prof), covering
 	// its whole life: setup, the runs and the idle time between them.
 	ProfileDir string
 	// Progress receives one line per step; Live rewrites a status line
@@ -188,6 +193,9 @@ func (c *Config) check() error {
 	case "tpcb-like", "simple-update", "select-only":
 	default:
 		return fmt.Errorf("builtin %q: must be tpcb-like, simple-update or select-only", c.Builtin)
+	}
+	if err := checkCertifiers(c.Certifiers, 0); err != nil {
+		return err
 	}
 	if c.Replicas < 1 || c.Replicas > 8 {
 		return fmt.Errorf("replicas %d: must be between 1 and 8", c.Replicas)

@@ -129,8 +129,8 @@ func (s *system) snapshotCPU() cpuSnapshot {
 			add("agents", p.pid(), processCPU)
 		}
 	}
-	if s.certifier != nil {
-		add("certifier", s.certifier.pid(), processCPU)
+	for _, p := range s.certifiers { // a group's members, summed
+		add("certifier", p.pid(), processCPU)
 	}
 	if s.pgpool != nil {
 		add("pgpool", s.pgpool.pid(), postgresCPU) // pgpool's children too
@@ -529,7 +529,7 @@ func agentLine(row SuiteRow, b *Breakdown, processed, retries int64) []string {
 
 const breakdownFootnote = "CPU from /proc/PID/stat over each run (10 ms ticks), summed over the cell's repeats and divided by its " +
 	"committed transactions; a part's processes include their exited children (PostgreSQL backends, pgpool children, the " +
-	"pgbench clients). system: postgres + agents + certifier + pgpool, the servers' CPU per commit, and its ratio to the " +
+	"pgbench clients); certifier: every member of a certifier group, summed. system: postgres + agents + certifier + pgpool, the servers' CPU per commit, and its ratio to the " +
 	"baseline's. postgres is split by process, sampled every 100 ms: client backends (sessions over TCP; the commit hook, " +
 	"capture and the wait for the certifier run there), agent sessions (the agents' applier and control connections, over " +
 	"the Unix socket), pg other (postmaster, WAL writer, checkpointer, autovacuum, walsenders, and what the sampling " +

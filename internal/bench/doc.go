@@ -102,7 +102,18 @@
 // with its log next to its data. The certifier runs with --shares-host on
 // the real disk, as `tashkent up` runs it (one Go thread on two cores),
 // and without it with --fsync-delay, where a log flush would hold that
-// thread for the emulated delay. An agent connects to its replica through
+// thread for the emulated delay. --certifiers 3 (or 5) gives every tashkent
+// system a certifier group instead (certifiergroup.go): members
+// `tashkent certifier --id K --peers 1=ADDR,2=ADDR,...` on loopback, all
+// ports picked before the first member starts, each keeping every CPU (no
+// --shares-host, no --max-procs, as `tashkent up --certifiers N` runs
+// them), each given every --certifier-arg; the system is ready once a
+// member leads, and its agents are given every member and follow the
+// leader. The certifier's counters are the leader's (Status over every
+// member), the breakdown's certifier CPU the members' sum. --delay needs a
+// single certifier (a member's redirect to the leader would go around the
+// relay); --certifier-arg=--unsafe-fault-peer-delay=D delays the links
+// between members instead. An agent connects to its replica through
 // the server's Unix socket, listens for its backends on the extension's
 // socket in the data directory, and serves /metrics and /healthz on a free
 // port; a system is ready when every agent's /healthz answers 200 and its
@@ -111,9 +122,9 @@
 // gate, so it asks). It does not use `tashkent up` (internal/cluster),
 // whose replicas run with a smaller shared_buffers. At the end, and after a
 // failure or Ctrl-C, it stops what it started by the PIDs it started:
-// agents (SIGTERM), pgpool, certifier (SIGTERM), PostgreSQL (fast
-// shutdown). The directory is removed unless --keep, or the bench failed
-// (its logs are then worth reading).
+// agents (SIGTERM), pgpool, the certifier or every group member
+// (SIGTERM), PostgreSQL (fast shutdown). The directory is removed unless
+// --keep, or the bench failed (its logs are then worth reading).
 //
 // Each measured run is `pgbench -n --max-tries 1000 -T D -M PROTOCOL -c C
 // -j min(C,2) -P 1` against the system's endpoint. -n: no vacuum by pgbench
@@ -248,7 +259,8 @@
 // # Profiling
 //
 // --profile-dir DIR runs every certifier and agent with the hidden root
-// flag --cpu-profile (SYSTEM-certifier.prof, SYSTEM-agentK.prof), written
+// flag --cpu-profile (SYSTEM-certifier.prof, or SYSTEM-certifier-K.prof
+// for group member K, SYSTEM-agentK.prof), written
 // when the bench stops them; a profile covers the process's whole life,
 // loading included. Read one with `go tool pprof -top BINARY FILE`.
 // --agent-arg and --certifier-arg pass a flag to every agent or certifier

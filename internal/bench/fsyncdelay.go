@@ -72,6 +72,15 @@ func (r *runner) certifierSyncArgs() []string {
 	if r.cfg.FsyncDelay <= 0 {
 		return []string{"--shares-host"}
 	}
+	return r.certifierFsyncDelayArgs()
+}
+
+// certifierFsyncDelayArgs is the regime's flag alone, for a member of a
+// certifier group (which never shares the host: certifiergroup.go).
+func (r *runner) certifierFsyncDelayArgs() []string {
+	if r.cfg.FsyncDelay <= 0 {
+		return nil
+	}
 	return []string{"--unsafe-fault-fsync-delay", r.cfg.FsyncDelay.String()}
 }
 

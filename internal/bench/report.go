@@ -18,7 +18,7 @@ func (rep *Report) header() string {
 	c := rep.Config
 	return fmt.Sprintf("pgbench -b %s, scale %d, -M %s, %s per run, median of %d run(s) per cell, systems interleaved, %d CPUs; "+
 		"tashkent systems have %d replica(s)", c.Builtin, c.Scale, c.Protocol, c.Duration, c.Repeat, rep.CPUs, c.Replicas) +
-		fsyncDelayNote(c.FsyncDelay)
+		certifierGroupNote(c.Certifiers) + fsyncDelayNote(c.FsyncDelay)
 }
 
 // fileBase is the name the output files start with: pgbench, with

@@ -137,6 +137,9 @@ type SuiteConfig struct {
 	// AgentArgs and CertifierArgs are extra flags of every tashkent agent
 	// and certifier (Config.AgentArgs).
 	AgentArgs, CertifierArgs []string
+	// Certifiers is the size of every tashkent system's certifier group
+	// (Config.Certifiers); --delay needs a single certifier.
+	Certifiers int
 	// Breakdown measures, in every run, CPU per process kind (PostgreSQL
 	// split into client backends, the agents' sessions and the rest),
 	// the agents' certifications, applies and dooms, and the replicas'
@@ -160,6 +163,9 @@ func (c *SuiteConfig) check() error {
 		return err
 	}
 	if err := checkFsyncDelay(c.FsyncDelay); err != nil {
+		return err
+	}
+	if err := checkCertifiers(c.Certifiers, c.Delay); err != nil {
 		return err
 	}
 	if c.Repeat < 1 {
@@ -372,8 +378,8 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (rep *SuiteReport, err error
 	}
 	r := &suiteRunner{scfg: cfg, runner: &runner{binDir: binDir, pgbench: newPgbench(binDir), maxClients: slices.Max(cfg.Clients),
 		cfg: Config{Binary: cfg.Binary, Scale: cfg.Scale, Protocol: cfg.Protocol, FsyncDelay: cfg.FsyncDelay, Staleness: cfg.Staleness, AgentArgs: cfg.AgentArgs,
-			CertifierArgs: cfg.CertifierArgs,
-			ProfileDir:    profiles, Progress: cfg.Progress, Live: cfg.Live}}}
+			CertifierArgs: cfg.CertifierArgs, Certifiers: cfg.Certifiers,
+			ProfileDir: profiles, Progress: cfg.Progress, Live: cfg.Live}}}
 	var removeDir bool
 	if r.dir, removeDir, err = workDir(cfg.Dir, cfg.Keep); err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ func (rep *SuiteReport) header() string {
 	if len(c.AgentArgs) > 0 {
 		h += ", tashkent agents with " + strings.Join(c.AgentArgs, " ")
 	}
+	h += certifierGroupNote(c.Certifiers)
 	if len(c.CertifierArgs) > 0 {
 		h += ", certifiers with " + strings.Join(c.CertifierArgs, " ")
 	}

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,10 +136,14 @@ type system struct {
 	dir      string
 	replicas int
 
-	pgs       []*pgserver.Server
-	certifier *proc
-	certAddr  string
-	agents    []*proc
+	pgs []*pgserver.Server
+	// certifiers are the single certifier, or every member of the
+	// certifier group (Config.Certifiers) in member id order; certAddr is
+	// its address, or every member's, comma-separated (what agents and
+	// cluster.QueryCertifier take: the leader answers).
+	certifiers []*proc
+	certAddr   string
+	agents     []*proc
 	// metricsPort are the agents' Prometheus ports (breakdown.go).
 	metricsPort []int
 
@@ -202,8 +207,12 @@ func (s *system) pids() string {
 	for i, pg := range s.pgs {
 		out += fmt.Sprintf(" postgres%d=%d", i+1, pg.PID())
 	}
-	if s.certifier != nil {
-		out += fmt.Sprintf(" certifier=%d", s.certifier.pid())
+	for i, p := range s.certifiers {
+		if len(s.certifiers) == 1 {
+			out += fmt.Sprintf(" certifier=%d", p.pid())
+		} else {
+			out += fmt.Sprintf(" certifier%d=%d", i+1, p.pid())
+		}
 	}
 	if s.pgpool != nil {
 		out += fmt.Sprintf(" pgpool=%d", s.pgpool.pid())
@@ -323,13 +332,9 @@ func (s *system) pgConfig(r *runner, i int) pgserver.Config {
 func startWithPorts(ctx context.Context, r *runner, what string, nports int, timeout time.Duration, start func(ports []int) (*proc, error),
 	record func(*proc, []int), ready func(context.Context, []int) error) error {
 	for attempt := 1; ; attempt++ {
-		ports := make([]int, nports)
-		for i := range ports {
-			p, err := netutil.FreePort()
-			if err != nil {
-				return fmt.Errorf("%s: pick a free port: %w", what, err)
-			}
-			ports[i] = p
+		ports, err := freePorts(nports)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		p, err := start(ports)
 		if err != nil {
@@ -349,6 +354,27 @@ func startWithPorts(ctx context.Context, r *runner, what string, nports int, tim
 	}
 }
 
+// freePorts picks n distinct ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range 20 * n {
+		if len(ports) == n {
+			break
+		}
+		p, err := netutil.FreePort()
+		if err != nil {
+			return nil, fmt.Errorf("pick a free port: %w", err)
+		}
+		if !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
+	}
+	if len(ports) < n {
+		return nil, errors.New("pick free ports: the kernel keeps handing out the same ports")
+	}
+	return ports, nil
+}
+
 // profileArgs puts the hidden root flag --cpu-profile before the
 // subcommand when profiles are asked for.
 func (r *runner) profileArgs(name string) []string {
@@ -358,7 +384,12 @@ func (r *runner) profileArgs(name string) []string {
 	return []string{"--cpu-profile=" + filepath.Join(r.cfg.ProfileDir, name+".prof")}
 }
 
+// startCertifier starts the system's certifier, or its certifier group
+// (certifiergroup.go) with Config.Certifiers above 1.
 func (s *system) startCertifier(ctx context.Context, r *runner) error {
+	if r.cfg.Certifiers > 1 {
+		return s.startCertifierGroup(ctx, r, r.cfg.Certifiers)
+	}
 	dataDir := filepath.Join(s.dir, "certifier")
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return err
@@ -377,18 +408,11 @@ func (s *system) startCertifier(ctx context.Context, r *runner) error {
 			return startProc(what, r.cfg.Binary, args, filepath.Join(s.dir, "certifier.log"))
 		},
 		func(p *proc, ports []int) {
-			s.certifier = p
+			s.certifiers = []*proc{p}
 			s.certAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 		},
 		func(ctx context.Context, ports []int) error {
-			st, err := cluster.QueryCertifier(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
-			if err != nil {
-				return err
-			}
-			if int(st.Pid) != s.certifier.pid() {
-				return fmt.Errorf("port %d is served by pid %d, not by the certifier just started", ports[0], st.Pid)
-			}
-			return nil
+			return servedBy(net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), s.certifiers[0].pid())(ctx)
 		})
 }
 
@@ -476,8 +500,9 @@ func agentConnString(pg *pgserver.Server) string {
 	return fmt.Sprintf("host=%s port=%d user=postgres sslmode=disable", host, pg.Port())
 }
 
-// certifierAddrForAgents is the certifier's address, or the relay's that
-// delays the link to it.
+// certifierAddrForAgents is the certifier's address (every member's, for
+// a group: the agents follow the leader), or the relay's that delays the
+// link to a single certifier.
 func (s *system) certifierAddrForAgents() string {
 	if len(s.relays) > 0 {
 		return s.relays[0].addr()
@@ -488,8 +513,8 @@ func (s *system) certifierAddrForAgents() string {
 // stop stops everything of the system that runs, in the order of
 // dependence: agents (each closes its replica's gate and its backends'
 // connections, so nothing commits while the rest goes away), pgpool, the
-// certifier, then PostgreSQL (fast shutdown). Each process is signalled
-// by the PID the bench started it with.
+// certifier (every member of a group), then PostgreSQL (fast shutdown).
+// Each process is signalled by the PID the bench started it with.
 func (s *system) stop() error {
 	var errs []error
 	var wg sync.WaitGroup
@@ -511,10 +536,8 @@ func (s *system) stop() error {
 			errs = append(errs, err)
 		}
 	}
-	if s.certifier != nil {
-		if err := s.certifier.stop(certGrace); err != nil {
-			errs = append(errs, err)
-		}
+	if err := s.stopCertifiers(); err != nil {
+		errs = append(errs, err)
 	}
 	for _, rl := range s.relays {
 		rl.close()
@@ -561,7 +584,7 @@ func (s *system) direct(ctx context.Context, stmts ...string) error {
 
 // certStatus reads the certifier's counters (nil for systems without one).
 func (s *system) certStatus(ctx context.Context) (*certCounters, error) {
-	if s.certifier == nil {
+	if len(s.certifiers) == 0 {
 		return nil, nil
 	}
 	st, err := cluster.QueryCertifier(ctx, s.certAddr)

@@ -91,6 +91,7 @@ runs with an LD_PRELOAD shim whose fsync/fdatasync sleep D after the real flush
 	f.StringVar(&cfg.Protocol, "protocol", "prepared", "pgbench -M: simple, extended or prepared")
 	f.StringVar(&cfg.Builtin, "builtin", "tpcb-like", "pgbench -b: tpcb-like, simple-update (no branch/teller hot rows) or select-only")
 	f.IntVar(&cfg.Replicas, "replicas", 1, "replicas of each tashkent system")
+	f.IntVar(&cfg.Certifiers, "certifiers", 1, "certifier of every tashkent system: 1 (single) or a Raft group of 3 or 5 members on loopback")
 	f.IntVar(&cfg.Repeat, "repeat", 1, "runs of every (system, clients) cell, interleaved across systems; the table shows the median")
 	f.StringVar(&systems, "systems", "sync-on,sync-off,mw,base", "systems to compare, in the order runs alternate")
 	f.DurationVar(&cfg.Warmup, "warmup", 3*time.Second, "unmeasured pgbench run on every system after loading (0: none)")

@@ -51,6 +51,8 @@ Systems (KIND or KIND:N):
 
 --delay adds a one-way delay to the links between the hosts of each replicated system
 (agent->certifier, standby->primary, pgpool->backends) through a user-space relay.
+--certifiers 3 (or 5) gives every tashkent system a certifier group on loopback instead of one
+certifier, every --certifier-arg to each member, the agents following its leader (not with --delay).
 select-only is pgbench -S on TPC-B data with every client on the system's first server:
 one replica of a running tashkent cluster against the same PostgreSQL alone.
 --fsync-delay D emulates slow disks (the paper's fsync took 8 ms): every PostgreSQL runs
@@ -126,6 +128,7 @@ the scale-out model so(n) = n/(1+wo*w*(n-1)) (Jimenez-Peris et al. 2.1).`,
 	f.DurationVar(&cfg.Staleness, "staleness", 0, "every tashkent agent's --staleness (how often a replica asks the certifier for versions it was not sent); 0: the agent's default")
 	f.StringArrayVar(&cfg.AgentArgs, "agent-arg", nil, "an extra flag of every tashkent agent, e.g. --agent-arg=--blocker-grace=1s (repeatable; the header names them)")
 	f.StringArrayVar(&cfg.CertifierArgs, "certifier-arg", nil, "an extra flag of every tashkent certifier, e.g. --certifier-arg=--max-procs=1 (repeatable; the header names them)")
+	f.IntVar(&cfg.Certifiers, "certifiers", 1, "certifier of every tashkent system: 1 (single) or a Raft group of 3 or 5 members on loopback, every --certifier-arg to each (not with --delay)")
 	f.BoolVar(&cfg.OneWriter, "one-writer", false, "send every client of a tashkent system to replica 1 (the others only apply), as streaming replication sends them to its primary")
 	f.BoolVar(&cfg.Breakdown, "breakdown", false, "per run: CPU per committed transaction of every kind of process (PostgreSQL's client backends, agent sessions, the rest; agents; certifier), the agents' certifications and applies, aborts by cause, replica staleness")
 	f.StringVar(&cfg.ProfileDir, "profile-dir", "", "run every certifier and agent with --cpu-profile into this directory (seeding does not go through them)")
