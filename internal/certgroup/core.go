@@ -219,6 +219,14 @@ type Core struct {
 	// answered as commits; the next Advance reports LostLeadership so that
 	// no reply waiting for them is ever sent (they are failed versions).
 	proposalDropped bool
+	// refusedTerm is the term in which Raft refused a proposal of this
+	// leader (Raft refuses them while the leadership is handed over). Its
+	// versions may have been delivered at their commit point (mode ed)
+	// with this term's epoch: certifying those numbers again in the same
+	// term would give one (version, epoch) to two transactions. So the
+	// leader certifies no more in that term, and hands its leadership over
+	// again if the transfer was given up (handOverAgain).
+	refusedTerm uint64
 
 	// Abort decisions are sent only once a majority confirmed, after the
 	// decision, that this member still leads (Raft's ReadIndex): a deposed
@@ -492,6 +500,7 @@ func (c *Core) propose(data []byte, first uint64, entries ...logentry.Entry) boo
 		c.fenceVersion = first - 1
 		c.dropSpeculation()
 		c.proposalDropped = true
+		c.refusedTerm = c.leaderTerm
 		return false
 	}
 	c.spec = append(c.spec, entries...)
@@ -568,10 +577,23 @@ func (c *Core) checkCertifying() error {
 	if st.RaftState != raft.StateLeader {
 		return &NotLeaderError{Leader: st.Lead}
 	}
-	if c.leaderTerm == 0 || st.GetTerm() != c.leaderTerm || c.appliedTerm != c.leaderTerm || c.state.Version() < c.fenceVersion || c.base == 0 {
+	if c.leaderTerm == 0 || st.GetTerm() != c.leaderTerm || c.appliedTerm != c.leaderTerm || c.state.Version() < c.fenceVersion || c.base == 0 ||
+		c.refusedTerm == c.leaderTerm {
 		return ErrNotReady
 	}
 	return nil
+}
+
+// handOverAgain transfers the leadership once more if this leader had a
+// proposal refused in its term (refusedTerm) and the transfer that
+// refused it was given up: it certifies no more in this term.
+func (c *Core) handOverAgain() {
+	if c.leaderTerm == 0 || c.refusedTerm != c.leaderTerm {
+		return
+	}
+	if st := c.rn.BasicStatus(); st.RaftState == raft.StateLeader && st.LeadTransferee == raft.None {
+		c.TransferLeadership()
+	}
 }
 
 // CommittedVersion reports the version a transaction committed at (or was
@@ -605,6 +627,7 @@ func (c *Core) Ready() (Batch, bool) {
 	c.proposeBase()
 	c.proposeBatch()
 	c.confirmLeadership()
+	c.handOverAgain()
 	if !c.rn.HasReady() {
 		return Batch{}, false
 	}
