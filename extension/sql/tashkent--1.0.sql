@@ -615,6 +615,21 @@ AS 'MODULE_PATHNAME', 'tashkent_rewind_finish';
 
 REVOKE ALL ON FUNCTION tashkent.rewind_begin(bigint, bigint), tashkent.rewind_finish(bigint) FROM PUBLIC;
 
+-- The rewind fence (src/fence.c): from raise_rewind_fence, which the agent
+-- calls before it ends the transactions in a rewind's way, to
+-- lower_rewind_fence, clients' transactions in this database are refused
+-- (57P03); the agent's sessions (tashkent.agent_session) go on.
+-- Superusers only (no grants).
+CREATE FUNCTION tashkent.raise_rewind_fence(target bigint) RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'tashkent_raise_rewind_fence';
+
+CREATE FUNCTION tashkent.lower_rewind_fence() RETURNS void
+LANGUAGE c VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'tashkent_lower_rewind_fence';
+
+REVOKE ALL ON FUNCTION tashkent.raise_rewind_fence(bigint), tashkent.lower_rewind_fence() FROM PUBLIC;
+
 -- align_sequence makes one sequence advance by ±stride and hand out only
 -- values congruent to the replica index modulo the stride. Returns
 -- 'unchanged', 'aligned', or NULL (no settings, or not a user sequence).

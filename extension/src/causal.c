@@ -610,6 +610,8 @@ refuse_write_while_stuck(QueryDesc *qd)
 static void
 causal_executor_start(QueryDesc *queryDesc, int eflags)
 {
+	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY))
+		tk_fence_check();		/* before any wait: a refusal is immediate */
 	/* a prepared statement executed again is not parsed again */
 	tk_safe_report_failed_fast_commit();
 	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && queryDesc->operation != CMD_SELECT)
@@ -640,6 +642,8 @@ causal_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnl
 					   ProcessUtilityContext context, ParamListInfo params,
 					   QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
+	if (begins_block(pstmt->utilityStmt) || PlannedStmtRequiresSnapshot(pstmt))
+		tk_fence_check();
 	tk_safe_report_failed_fast_commit();
 	if (sync_due())
 	{

@@ -75,6 +75,7 @@ tk_shmem_startup(void)
 		tk_shared->origin = InvalidRepOriginId;
 		strlcpy(tk_shared->admit_reason, "the replica has not caught up with the cluster since its server started",
 				sizeof(tk_shared->admit_reason));
+		pg_atomic_init_u32(&tk_shared->fence_raised, 0);
 	}
 	base += MAXALIGN(sizeof(TkShared));
 	tk_shared->slots = (TkSlot *) base;

@@ -16,6 +16,7 @@ PG_MODULE_MAGIC;
 
 char	   *tk_agent_socket = NULL;
 bool		tk_maintenance = false;
+bool		tk_agent_session = false;
 int			tk_certify_timeout = 60000;
 int			tk_writeset_max_bytes = 4194304;	/* 4 GiB, in kB */
 int			tk_writeset_max_rows = 100000000;
@@ -61,6 +62,17 @@ define_settings(void)
 							 &tk_maintenance,
 							 false,
 							 PGC_SUSET, 0, NULL, NULL, NULL);
+	/*
+	 * Set at connection start only (PGC_SU_BACKEND: the startup packet,
+	 * ALTER ROLE ... SET), by superusers: a client cannot switch it on
+	 * in its session to pass the rewind fence.
+	 */
+	DefineCustomBoolVariable("tashkent.agent_session",
+							 "Marks a session as the tashkent agent's own.",
+							 "The agent's sessions run while a rewind refuses clients' transactions; the agent connects with it on.",
+							 &tk_agent_session,
+							 false,
+							 PGC_SU_BACKEND, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("tashkent.certify_timeout",
 							"How long a commit waits for the certifier's decision.",
 							"After it the commit fails with SQLSTATE 08007: its outcome is unknown.",

@@ -91,6 +91,7 @@
 
 extern char *tk_agent_socket;	/* tashkent.agent_socket */
 extern bool tk_maintenance;		/* tashkent.maintenance */
+extern bool tk_agent_session;	/* tashkent.agent_session */
 extern int	tk_certify_timeout; /* tashkent.certify_timeout, ms */
 extern int	tk_writeset_max_bytes;	/* tashkent.writeset_max_bytes, kB */
 extern int	tk_writeset_max_rows;	/* tashkent.writeset_max_rows */
@@ -191,6 +192,14 @@ typedef struct TkShared
 	uint64		rewind_target;
 	/* tashkent.rewind was read in this server life and held no marker */
 	bool		rewind_marker_checked;
+	/*
+	 * The rewind fence (fence.c): clients' transactions in fence_database
+	 * are refused while the agent rewinds to fence_target or below. Written
+	 * under the lock; fence_raised is also read without it, per statement.
+	 */
+	pg_atomic_uint32 fence_raised;
+	Oid			fence_database;
+	uint64		fence_target;
 	int			nslots;
 	TkSlot	   *slots;
 	/*
@@ -663,5 +672,9 @@ extern void tk_rewind_refuse_pending_marker(void);
 /* The hint of a refusal while a rewind runs (its undo or its finish). */
 #define TK_REWIND_UNDER_WAY_HINT "The tashkent agent finishes the rewind (tashkent.rewind_finish) once its undo committed, or rolls the undo back; retry then."
 extern void tk_rewind_xact_end(bool committed);
+
+/* ---- fence.c ---- */
+
+extern void tk_fence_check(void);
 
 #endif							/* TASHKENT_H */

@@ -52,6 +52,10 @@ func (a *Agent) connConfig(applicationName string) (*pgx.ConnConfig, error) {
 		cfg.Password = a.cfg.AdminPassword
 	}
 	cfg.RuntimeParams["application_name"] = applicationName
+	// The extension tells the agent's sessions from clients by it: they
+	// run while a rewind's fence refuses clients' transactions (rewind.go).
+	// Only a superuser may set it, at connection start.
+	cfg.RuntimeParams["tashkent.agent_session"] = "on"
 	// The agent's own sessions must never wait for the agent (a role's
 	// ALTER ROLE ... SET tashkent.sync_wait = on would make them), nor for
 	// the replica to catch up, which they make it do.

@@ -180,15 +180,19 @@ const resumeRewindTries = 20
 // between tries, a replica under a steady write load can keep meeting a
 // new certification for as long as the load lasts.
 func (r *run) resumeRewind() error {
-	if _, pending, err := replica.PendingRewind(r.ctx, r.apply); err != nil || !pending {
+	target, pending, err := replica.PendingRewind(r.ctx, r.apply)
+	if err != nil || !pending {
 		if err != nil {
 			return fmt.Errorf("finish an interrupted rewind: %w", err)
 		}
 		return nil
 	}
+	if err := r.raiseFence(target); err != nil {
+		return fmt.Errorf("finish an interrupted rewind: %w", err)
+	}
+	defer r.lowerFence()
 	var k uint64
 	var resumed bool
-	var err error
 	for try := 1; ; try++ {
 		if err = r.endTransactions(); err != nil {
 			return fmt.Errorf("finish an interrupted rewind: %w", err)
@@ -212,19 +216,26 @@ func (r *run) resumeRewind() error {
 }
 
 // rewindIfAsked takes the replica back below the version a refusal named,
-// if it holds versions above it. The gate is closed. Backends in the
-// commit order or in a transaction are ended first, whatever the
+// if it holds versions above it. The gate is closed, and the fence raised
+// (raiseFence): from here clients' transactions are refused. Backends in
+// the commit order or in a transaction are ended then, whatever the
 // replica's version: their snapshots may hold failed versions, a backend
 // may hold a failed version not committed yet, and the rewind needs the
-// turn. They are ended again once the undo committed: a session that was
-// idle may have begun a transaction meanwhile. A replica that cannot be
-// rewound halts for a rebuild (errHalted).
+// turn. They are ended again once the undo committed, for an extension
+// without the fence, where a session that was idle may have begun a
+// transaction meanwhile. A replica that cannot be rewound halts for a
+// rebuild (errHalted).
 func (r *run) rewindIfAsked() error {
 	asked := r.a.rewinds.take()
 	if asked == nil {
 		return nil
 	}
 	r.a.setState(StateRecovering, fmt.Sprintf("going back to version %d or below: the replica holds versions the certifier's log does not", asked.CommonVersion))
+	if err := r.raiseFence(asked.CommonVersion); err != nil {
+		r.a.rewinds.ask(asked)
+		return err
+	}
+	defer r.lowerFence()
 	if err := r.rewindTo(asked); err != nil {
 		if !errors.Is(err, errHalted) {
 			r.a.rewinds.ask(asked) // the next start finishes it (resumeRewind) or tries again
@@ -300,13 +311,51 @@ func (r *run) cannotRewind(asked *rewindAsked, why string) error {
 	return errHalted
 }
 
+// lowerFenceSQL lowers the rewind fence; an agent that starts lowers one
+// that an earlier agent left raised (it died during a rewind).
+const lowerFenceSQL = `SELECT tashkent.lower_rewind_fence()`
+
+// raiseFence makes the extension refuse clients' transactions (57P03,
+// extension/src/fence.c) while the replica goes back to target or below,
+// before the transactions in the way are listed: clients that reconnect
+// and retry at once cannot begin new ones, so the set to end only
+// shrinks, and no transaction reads a version that failed while the
+// rewind runs. The agent's own sessions go on (tashkent.agent_session,
+// db.go). An extension without the fence is warned about: the rewind
+// goes on without it.
+func (r *run) raiseFence(target uint64) error {
+	err := r.control.exec(r.ctx, `SELECT tashkent.raise_rewind_fence($1)`, int64(target))
+	if pgcode.MissingObject(err) {
+		r.a.log.Warn("this extension has no rewind fence: clients that retry at once can delay a rewind (install the extension that matches the agent)")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("refuse clients' transactions during the rewind: %w", err)
+	}
+	return nil
+}
+
+// lowerFence lets clients' transactions in again: the rewind finished or
+// was given up. If it cannot, the fence stays until the next run's start
+// lowers it (install).
+func (r *run) lowerFence() {
+	err := r.control.exec(context.WithoutCancel(r.ctx), lowerFenceSQL)
+	if err != nil && !pgcode.MissingObject(err) {
+		r.a.log.Warn("could not lower the rewind fence: clients' transactions stay refused until the agent starts its run again", "err", err)
+	}
+}
+
 // transactionsToEndSQL lists the client backends of the replica's
 // database a rewind must end: those inside a transaction, whose snapshot
 // may hold failed versions, and those in the commit order (certifying,
 // holding or committing a version), which tashkent.rewind_begin refuses
 // to run beside; a durable version a backend held comes back from the
 // log. The agent's own connections (its role and its application names)
-// are left alone, the pins' open transactions among them.
+// are left alone, the pins' open transactions among them. A session idle
+// in a transaction block that failed is not listed: PostgreSQL released
+// its snapshot and cleared its xact_start at the failure, and it can only
+// roll back. One whose failure was inside a savepoint is: it keeps its
+// xact_start and snapshot, and reads again after ROLLBACK TO SAVEPOINT.
 const transactionsToEndSQL = `SELECT a.pid FROM pg_catalog.pg_stat_activity AS a
 WHERE a.backend_type OPERATOR(pg_catalog.=) 'client backend' AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()
 	AND a.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()

@@ -126,6 +126,9 @@ func (r *run) install() error {
 	if err := c.exec(ctx, `SELECT tashkent.set_write_refusal('')`); err != nil {
 		return fmt.Errorf("lift a write refusal an earlier agent left: %w", err)
 	}
+	if err := c.exec(ctx, lowerFenceSQL); err != nil && !pgcode.MissingObject(err) {
+		return fmt.Errorf("lower a rewind fence an earlier agent left: %w", err)
+	}
 	if err := c.queryRow(ctx, databaseIdentitySQL, nil, &r.started); err != nil {
 		return fmt.Errorf("read the database's identity: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tashkent-db/tashkent/internal/cluster"
+	"github.com/tashkent-db/tashkent/internal/pgcode"
 	"github.com/tashkent-db/tashkent/internal/process"
 	"github.com/tashkent-db/tashkent/internal/testbin"
 )
@@ -30,17 +31,11 @@ import (
 // acknowledged commit on every replica, and nobody rebuilt.
 func TestReplicasThatAppliedVersionsTheCertifierLostAreRewound(t *testing.T) {
 	bin := testbin.Path(t)
-	dir, st := newCluster(t, bin, 2, "--certifier-arg=--unsafe-deliver-before-durable", "--certifier-arg=--unsafe-fault-write-delay=1s")
-	setupTable(t, st)
+	dir, st := newEarlyDeliveryCluster(t, bin)
 	r1, r2 := st.ReplicaByIndex(1), st.ReplicaByIndex(2)
-	eventually(t, r2.DSN(), "SELECT count(*)::text FROM hot", "10")
-
-	w := &groupWorkload{acked: map[int]bool{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for k := 1; k <= 3; k++ { // several clients: a batch, and what fails, holds several versions
-		wg.Go(func() { w.run(ctx, t, r1.DSN(), k) })
-	}
+	w := runGroupWorkload(ctx, t, &wg, r1.DSN())
 	defer func() {
 		cancel()
 		wg.Wait()
@@ -64,8 +59,18 @@ func TestReplicasThatAppliedVersionsTheCertifierLostAreRewound(t *testing.T) {
 	if _, err := open.Exec(qctx, "SELECT 1"); err == nil {
 		t.Error("a transaction open on replica2 across the rewind was not ended")
 	}
-	if _, err := idle.Exec(qctx, "SELECT count(*) FROM rows"); err != nil {
-		t.Errorf("an idle session on replica2 was ended by the rewind: %v", err)
+	// refused (57P03) until the agent lowers the rewind fence, right after
+	// the line
+	for {
+		_, err := idle.Exec(qctx, "SELECT count(*) FROM rows")
+		if err == nil {
+			break
+		}
+		if pgcode.Of(err) != pgcode.CannotConnectNow || qctx.Err() != nil {
+			t.Errorf("an idle session on replica2 was ended by the rewind: %v", err)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	s := awaitHealthy(t, bin, dir)
 	for _, r := range s.Replicas {
@@ -92,21 +97,15 @@ func TestReplicasThatAppliedVersionsTheCertifierLostAreRewound(t *testing.T) {
 // TRUNCATE or later instead of halting for a rebuild.
 func TestAFailureRightAfterATruncateIsRewound(t *testing.T) {
 	bin := testbin.Path(t)
-	dir, st := newCluster(t, bin, 2, "--certifier-arg=--unsafe-deliver-before-durable", "--certifier-arg=--unsafe-fault-write-delay=1s")
-	setupTable(t, st)
+	dir, st := newEarlyDeliveryCluster(t, bin)
 	r1, r2 := st.ReplicaByIndex(1), st.ReplicaByIndex(2)
 	ctx, cancel := context.WithCancel(context.Background())
 	admin := connectTo(t, r1.DSN())
 	if _, err := admin.Exec(ctx, "CREATE TABLE scratch (id int PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, r2.DSN(), "SELECT count(*)::text FROM hot", "10")
-
-	w := &groupWorkload{acked: map[int]bool{}}
 	var wg sync.WaitGroup
-	for k := 1; k <= 3; k++ {
-		wg.Go(func() { w.run(ctx, t, r1.DSN(), k) })
-	}
+	w := runGroupWorkload(ctx, t, &wg, r1.DSN())
 	defer func() {
 		cancel()
 		wg.Wait()
@@ -125,6 +124,28 @@ func TestAFailureRightAfterATruncateIsRewound(t *testing.T) {
 	cancel()
 	wg.Wait()
 	checkConverged(t, load(t, dir), w)
+}
+
+// newEarlyDeliveryCluster starts two replicas whose certifier delivers
+// entries before they are durable and waits a second before writing each
+// batch (hidden fault flags), with setupTable's tables on both.
+func newEarlyDeliveryCluster(t *testing.T, bin string) (string, *cluster.State) {
+	t.Helper()
+	dir, st := newCluster(t, bin, 2, "--certifier-arg=--unsafe-deliver-before-durable", "--certifier-arg=--unsafe-fault-write-delay=1s")
+	setupTable(t, st)
+	eventually(t, st.ReplicaByIndex(2).DSN(), "SELECT count(*)::text FROM hot", "10")
+	return dir, st
+}
+
+// runGroupWorkload runs three clients of a groupWorkload on dsn until ctx
+// ends, in wg: several clients, so that a batch, and what fails, holds
+// several versions.
+func runGroupWorkload(ctx context.Context, t *testing.T, wg *sync.WaitGroup, dsn string) *groupWorkload {
+	w := &groupWorkload{acked: map[int]bool{}}
+	for k := 1; k <= 3; k++ {
+		wg.Go(func() { w.run(ctx, t, dsn, k) })
+	}
+	return w
 }
 
 // truncate truncates table scratch through conn, trying again for up to
