@@ -1664,8 +1664,8 @@ type CertifyStreamReply struct {
 	// a group leader's: the group's base plus its term) and the first version
 	// it may certify in it. Every version below that one is final in an
 	// earlier epoch, or will never be: a transaction of an earlier epoch at
-	// that version or above has failed, for good. 0: not known (an older
-	// certifier).
+	// that version or above has failed, for good. Set in a stream's first
+	// message only; 0 otherwise, or from an older certifier.
 	Epoch             uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	EpochFirstVersion uint64 `protobuf:"varint,5,opt,name=epoch_first_version,json=epochFirstVersion,proto3" json:"epoch_first_version,omitempty"`
 	unknownFields     protoimpl.UnknownFields

@@ -578,7 +578,7 @@ func (c *Core) checkCertifying() error {
 		return &NotLeaderError{Leader: st.Lead}
 	}
 	if c.leaderTerm == 0 || st.GetTerm() != c.leaderTerm || c.appliedTerm != c.leaderTerm || c.state.Version() < c.fenceVersion || c.base == 0 ||
-		c.refusedTerm == c.leaderTerm {
+		c.refusedTerm == c.leaderTerm || st.LeadTransferee != raft.None { // Raft would refuse its proposal
 		return ErrNotReady
 	}
 	return nil

@@ -1,6 +1,7 @@
 package certifier
 
 import (
+	"cmp"
 	"context"
 	"runtime"
 	"slices"
@@ -106,40 +107,54 @@ func (s *Service) awaitDeliveredTail(ctx, lifetime context.Context, version uint
 	return nil
 }
 
-// earlyStops are the versions decided and not yet durable that early
-// delivery stops before: barriers, the first versions of spans, and
-// entries the recent ring could not take (recentEntries.add). Guarded by
-// singleLog.mu.
+// earlyStops are where early delivery stops among the versions decided
+// and not yet durable: barriers, the first versions of spans, and entries
+// the recent ring could not take (recentEntries.add), each until it is
+// durable; and on a group's leader, versions the ring lacks below what it
+// decided, until all of them are (groupMember.deliverDecided). Guarded by
+// singleLog.mu, or groupEarly.mu.
 type earlyStops struct {
-	versions []uint64 // ascending
-	decided  uint64   // the last version decided
+	stops   []earlyStop // ascending by at
+	decided uint64      // the last version decided
 }
+
+// earlyStop holds delivery before version at until version until is
+// durable.
+type earlyStop struct{ at, until uint64 }
 
 // through is the last version that may be delivered before it is
 // durable: the last decided, or the last before the first stop.
 func (e *earlyStops) through() uint64 {
-	if len(e.versions) > 0 {
-		return min(e.decided, e.versions[0]-1)
+	if len(e.stops) > 0 {
+		return min(e.decided, e.stops[0].at-1)
 	}
 	return e.decided
 }
 
-// passed forgets the stops at or below durable.
+// passed forgets the first stops that durable passed.
 func (e *earlyStops) passed(durable uint64) {
 	n := 0
-	for n < len(e.versions) && e.versions[n] <= durable {
+	for n < len(e.stops) && e.stops[n].until <= durable {
 		n++
 	}
-	e.versions = e.versions[:copy(e.versions, e.versions[n:])]
+	e.stops = e.stops[:copy(e.stops, e.stops[n:])]
 }
 
 // add takes the stops of what a call of decide committed, up to last;
 // every stop of an earlier call is below these.
 func (e *earlyStops) add(stops []uint64, last uint64) {
-	mark := len(e.versions)
-	e.versions = append(e.versions, stops...)
-	slices.Sort(e.versions[mark:])
+	mark := len(e.stops)
+	for _, v := range stops {
+		e.stops = append(e.stops, earlyStop{at: v, until: v})
+	}
+	slices.SortFunc(e.stops[mark:], func(a, b earlyStop) int { return cmp.Compare(a.at, b.at) })
 	e.decided = max(e.decided, last)
+}
+
+// addGap holds delivery before version from until every version up to
+// until is durable; it comes before the stops of the same call.
+func (e *earlyStops) addGap(from, until uint64) {
+	e.stops = append(e.stops, earlyStop{at: from, until: until})
 }
 
 // batchStops appends to stops where early delivery stops in a decided

@@ -55,13 +55,18 @@ type leadership struct {
 	tenure atomic.Uint64 // counts leaderships lost
 }
 
-func (l *leadership) context() context.Context {
+// current is the context of the current leadership and its tenure. The
+// tenure is read first: with a leadership lost meanwhile (lost moves the
+// tenure first) it is the lost one's, whatever the context, and
+// mayDeliver refuses every message of the stream.
+func (l *leadership) current() (context.Context, uint64) {
+	tenure := l.tenure.Load()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
 		l.ctx, l.cancel = context.WithCancel(context.Background())
 	}
-	return l.ctx
+	return l.ctx, tenure
 }
 
 // lost ends the current leadership. The tenure moves first: a reply of
@@ -176,28 +181,39 @@ func (g *groupMember) missingSpanVersions() uint64 {
 // log reaches them soon; one that takes them early may hold failed
 // versions too, and is waited for only up to what the leader applied
 // (admitEarly).
-func (g *groupMember) admit(stream grpc.ServerStream, open *pb.OpenSession) (context.Context, error) {
+func (g *groupMember) admit(stream grpc.ServerStream, open *pb.OpenSession) (context.Context, uint64, error) {
 	if err := g.checkLeader(stream); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	lifetime, tenure := g.leadership.current()
 	if open.GetReplica() != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), groupCatchUpWaitMax)
+		ctx, cancel := context.WithTimeout(stream.Context(), groupCatchUpWaitMax)
 		defer cancel()
 		holds := open.ReplicaVersion
 		if g.s.takesEarly(open) {
 			applied, err := g.admitEarly(ctx)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			holds = min(holds, applied)
 		}
 		_, err := g.s.durable.wait(ctx, holds)
 		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "replica %q is at version %d, this certifier member has applied %d so far; retry",
+			return nil, 0, status.Errorf(codes.Unavailable, "replica %q is at version %d, this certifier member has applied %d so far; retry",
 				open.Replica, open.ReplicaVersion, g.s.DurableVersion())
 		}
 	}
-	return g.leadership.context(), nil
+	return lifetime, tenure, nil
+}
+
+// mayDeliver: see orderer.mayDeliver. leadership.lost moves the tenure
+// before the versions committed in the same batch reach the ring and the
+// durable version, so a message made from them finds it moved.
+func (g *groupMember) mayDeliver(tenure uint64) error {
+	if g.leadership.tenure.Load() != tenure {
+		return status.Error(codes.Unavailable, "certifier leadership lost: this stream ends; re-send to the new leader")
+	}
+	return nil
 }
 
 // checkLeader refuses a stream on a member that does not lead, naming the
@@ -345,7 +361,7 @@ func (g *groupMember) syncVersion(ctx context.Context) (uint64, error) {
 	if _, now, leading := g.node.Leader(); !leading || now != term {
 		return 0, status.Error(codes.Unavailable, "certifier leadership lost before it was confirmed; ask the new leader")
 	}
-	return max(v, g.s.earlySent.get()), nil // earlySent: this leadership's (dropSpeculation)
+	return max(v, g.early.sentVersion()), nil
 }
 
 // describe adds the member's view of the group to a status reply.

@@ -1,6 +1,7 @@
 package certifier
 
 import (
+	"cmp"
 	"context"
 	"sync"
 
@@ -34,14 +35,25 @@ import (
 // the epochs (Admit) once it has applied its whole log (admitEarly).
 //
 // The committed path (appendEntries) adds to the ring only what it does
-// not hold already: on the leader, the entries it decided; where the ring
-// holds another entry at a committed version (a speculative tail whose
-// leadership loss is reported later), that tail goes first.
+// not hold already (recentEntries.replace): on the leader, the entries it
+// decided; where the ring holds another entry at a committed version (a
+// speculative tail whose leadership loss is reported later), that tail
+// goes first. A stream admitted in a lost leadership sends nothing more
+// (mayDeliver): the durable version and the entries this member holds
+// are then another leader's, and its replica may hold failed versions.
+//
+// Deciding costs the ring and the stops only while some stream takes
+// entries early (Service.earlyStreams); the versions decided meanwhile,
+// and those a new leader's versioned-log writer has not yet put into the
+// ring, are a gap that delivery waits behind until all of it is durable.
 
 // groupEarly is what a member delivers before durability while it leads.
 type groupEarly struct {
-	mu    sync.Mutex // guards stops; taken under the Node's lock
+	// mu guards stops and sent, and orders the moves of the service's
+	// deliverable version; taken under the Node's lock.
+	mu    sync.Mutex
 	stops earlyStops
+	sent  uint64 // the highest version this leadership sent before it was durable
 	// ringCommitted is the last version the committed path put into (or
 	// found in) the recent ring: above it, the ring holds only versions
 	// this member decided as leader. Guarded by Service.mu.
@@ -49,13 +61,18 @@ type groupEarly struct {
 }
 
 // deliverDecided is called by certgroup.Node.CertifyAll with the results
-// of a message's requests, under the Node's lock: the new commits go into
-// the recent ring in version order, and the streams that take entries
-// early may have them up to the first stop. Each result is copied into
-// its request (decided: the batch index of each result's request).
+// of a message's requests, under the Node's lock. Each result is copied
+// into its request (decided: the batch index of each result's request).
+// While some stream takes entries early, the new commits go into the
+// recent ring, in version order, and those streams may have them up to
+// the first stop. Versions decided while none did, and those the
+// versioned-log writer has not yet put into the ring after a change of
+// leader, are missing there: delivery stops before them until all of them
+// are durable (a gap), for they are in no log before that and may hold a
+// barrier.
 func (g *groupMember) deliverDecided(batch []certifying, decided []int, results []certgroup.Result) {
-	entries := make([]logentry.Entry, 0, len(results))
-	last := uint64(0)
+	var entries []logentry.Entry
+	first, last := uint64(0), uint64(0)
 	for k, r := range results {
 		c := &batch[decided[k]]
 		c.outcome, c.lowWaterMark, c.latest, c.ticket = r.Outcome, r.LowWaterMark, r.Latest, r.Ticket
@@ -63,28 +80,49 @@ func (g *groupMember) deliverDecided(batch []certifying, decided []int, results 
 			entries = append(entries, r.Entry)
 		}
 		if r.Outcome.Decision == certification.Commit && !r.Outcome.Duplicate {
-			last = max(last, r.Outcome.CommitVersion)
+			first = cmp.Or(first, r.Outcome.FirstVersion, r.Outcome.CommitVersion)
+			last = r.Outcome.CommitVersion
 		}
 	}
-	if last == 0 {
+	if last == 0 || g.s.earlyStreams.Load() == 0 {
 		return
 	}
-	stops, _ := g.s.addDecided(entries, nil)
+	gapFrom, stops := g.addSpeculative(entries, first)
 	g.early.mu.Lock()
+	defer g.early.mu.Unlock()
+	if gapFrom != 0 {
+		g.early.stops.addGap(gapFrom, first-1)
+	}
 	g.early.stops.add(batchStops(batch, stops), last)
-	through := g.early.stops.through()
-	g.early.mu.Unlock()
-	g.s.advanceDeliverable(through)
+	g.s.advanceDeliverable(g.early.stops.through())
+}
+
+// addSpeculative puts entries just decided, from version first on, into
+// the recent ring. It returns the first version below first the ring
+// lacks (0: none), and the versions the ring refused.
+func (g *groupMember) addSpeculative(entries []logentry.Entry, first uint64) (gapFrom uint64, refused []uint64) {
+	s := g.s
+	durable := s.DurableVersion()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if next := max(s.recent.next(), g.early.ringCommitted+1); next < first {
+		gapFrom = next
+	}
+	for _, e := range entries {
+		if !s.recent.add(e, durable) {
+			refused = append(refused, e.Version)
+		}
+	}
+	return gapFrom, refused
 }
 
 // deliverPassed lets the streams that take entries early have what the
 // stops the committed path just made durable held back.
 func (g *groupMember) deliverPassed() {
 	g.early.mu.Lock()
+	defer g.early.mu.Unlock()
 	g.early.stops.passed(g.s.DurableVersion())
-	through := g.early.stops.through()
-	g.early.mu.Unlock()
-	g.s.deliverable.advance(through)
+	g.s.deliverable.advance(g.early.stops.through())
 }
 
 // dropSpeculation forgets what this member decided as a leader that Raft
@@ -97,11 +135,27 @@ func (g *groupMember) dropSpeculation() {
 	s.recent.dropFrom(g.early.ringCommitted + 1)
 	s.mu.Unlock()
 	g.early.mu.Lock()
-	g.early.stops = earlyStops{}
-	g.early.mu.Unlock()
-	durable := s.DurableVersion()
-	s.deliverable.lower(durable)
-	s.earlySent.lower(durable)
+	defer g.early.mu.Unlock()
+	g.early.stops, g.early.sent = earlyStops{}, 0
+	s.deliverable.lower(s.DurableVersion())
+}
+
+// sentEarly: see orderer.sentEarly. A stream of a lost leadership counts
+// no more (mayDeliver refuses its messages).
+func (g *groupMember) sentEarly(tenure, through uint64) {
+	g.early.mu.Lock()
+	defer g.early.mu.Unlock()
+	if g.leadership.tenure.Load() == tenure {
+		g.early.sent = max(g.early.sent, through)
+	}
+}
+
+// sentVersion is the highest version this leadership sent before it was
+// durable.
+func (e *groupEarly) sentVersion() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sent
 }
 
 // admitEarly waits, for a replica that takes entries early, until this
@@ -110,11 +164,11 @@ func (g *groupMember) dropSpeculation() {
 // delivered early (awaitDeliveredTail waits for them), or failed
 // versions of an earlier leader, which Admit then finds.
 func (g *groupMember) admitEarly(ctx context.Context) (uint64, error) {
-	v, _, _, err := g.node.ReadVersion(ctx)
+	_, first, err := g.certifyingEpoch(ctx)
 	if err != nil {
-		return 0, status.Errorf(codes.Unavailable, "certifier member %d: %v; retry", g.node.ID(), err)
+		return 0, err
 	}
-	return v, nil
+	return first - 1, nil
 }
 
 // takesEarly reports whether a session takes entries before they are

@@ -26,7 +26,7 @@ type earlyReplica struct {
 	raw     map[uint64][]byte
 	durable uint64 // the last durable version named
 	// epoch and epochFirst: the epoch the certifier certifies in, and its
-	// first version, as the last message named them
+	// first version, as the stream's first message named them
 	epoch, epochFirst uint64
 }
 
@@ -71,7 +71,9 @@ func (r *earlyReplica) receive() *pb.CertifyStreamReply {
 		r.entries[e.Version], r.raw[e.Version] = e, b
 	}
 	r.durable = max(r.durable, m.DurableVersion)
-	r.epoch, r.epochFirst = m.Epoch, m.EpochFirstVersion
+	if m.Epoch != 0 { // the stream's first message names it
+		r.epoch, r.epochFirst = m.Epoch, m.EpochFirstVersion
+	}
 	return m
 }
 
@@ -201,4 +203,78 @@ func fetchOne(t *testing.T, srv *certifier.Server, version uint64) []byte {
 		t.Fatalf("fetch after %d: %v, %v", version-1, m, err)
 	}
 	return m.Entries[0]
+}
+
+// Versions a leader decided while no stream took entries early are not in
+// its recent ring, and, while Raft has not committed them, in no log: a
+// stream that takes entries early and opens then is delivered nothing
+// beyond them until they are durable, and then everything, without a gap.
+func TestAGroupLeaderHoldsEarlyDeliveryBehindVersionsItsRingLacks(t *testing.T) {
+	g := startRestartableGroup(t, 3, certgroup.Config{ElectionTicks: 200})
+	leader := leaderOf(t, g.servers)
+	for i := range g.servers {
+		if i != leader {
+			g.stop(i)
+		}
+	}
+	late := rawStream(t, g.servers[leader]) // takes entries once durable
+	if err := late.Send(&pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: "r0"}, Requests: []*pb.CertifyRequest{
+		{RequestId: 1, Txn: &pb.TxnID{Origin: "r0", Seq: 1}, Writeset: &pb.Writeset{Changes: []*pb.Change{upsert("public.t", 1)}}},
+		{RequestId: 2, Txn: &pb.TxnID{Origin: "r0", Seq: 2}, Writeset: &pb.Writeset{Changes: []*pb.Change{upsert("public.t", 2)}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return g.servers[leader].Service.StatusNow().Version == 2 })
+
+	r := openEarly(t, g.servers[leader], "r1")
+	if err := r.stream.Send(&pb.CertifyStreamRequest{Requests: []*pb.CertifyRequest{{RequestId: 3, Txn: &pb.TxnID{Origin: "r1", Seq: 3},
+		Writeset: &pb.Writeset{Changes: []*pb.Change{upsert("public.t", 3)}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *pb.CertifyStreamReply, 16)
+	failed := make(chan error, 1)
+	go func() {
+		for {
+			m, err := r.stream.Recv()
+			if err != nil {
+				failed <- err
+				return
+			}
+			got <- m
+		}
+	}()
+	select {
+	case m := <-got:
+		if len(m.Entries) > 0 || len(m.Replies) > 0 {
+			t.Fatalf("before versions 1 and 2 are durable the stream was sent %d entries and %v", len(m.Entries), m.Replies)
+		}
+	case err := <-failed:
+		t.Fatalf("the stream failed before versions 1 and 2 were durable: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	g.start((leader + 1) % 3)
+	var versions []uint64
+	for {
+		select {
+		case m := <-got:
+			for _, b := range m.Entries {
+				v, err := logentry.VersionOf(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				versions = append(versions, v)
+			}
+			for _, reply := range m.Replies {
+				if reply.RequestId == 3 {
+					if reply.CommitVersion != 3 || len(versions) != 3 || versions[0] != 1 || versions[2] != 3 {
+						t.Fatalf("reply %v after entries %v; want commit 3 after entries 1, 2, 3", reply, versions)
+					}
+					return
+				}
+			}
+		case err := <-failed:
+			t.Fatalf("the stream failed once the follower was back (entries so far %v): %v", versions, err)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("no reply 15 s after a follower came back (entries so far %v)", versions)
+		}
+	}
 }

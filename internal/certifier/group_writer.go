@@ -165,10 +165,7 @@ func (g *groupMember) appendEntries(entries []logentry.Entry) bool {
 			continue
 		}
 		g.early.ringCommitted = e.Version
-		if !s.recent.holds(e) { // a leader holds what it decided (group_early.go)
-			s.recent.dropFrom(e.Version)
-			s.recent.add(e, e.Version) // committed by the group: durable
-		}
+		s.recent.replace(e) // a leader may hold it, or another entry at its version (group_early.go)
 		records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
 	}
 	s.mu.Unlock()

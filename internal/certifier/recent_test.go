@@ -67,26 +67,30 @@ func TestTheRecentRingKeepsWhatIsNotDurable(t *testing.T) {
 	}
 }
 
-// A group member's ring drops a speculative tail, and knows an entry it
-// holds from another at the same version.
-func TestRecentEntriesDropATailAndTellEntriesApart(t *testing.T) {
-	r := newRecentEntries(4)
-	for v := uint64(1); v <= 3; v++ {
+// A group member's ring drops a speculative tail; a committed entry fills
+// a hole in place and replaces another entry at its version, with the
+// entries after it.
+func TestRecentEntriesTakeCommittedEntriesOverSpeculativeOnes(t *testing.T) {
+	r := newRecentEntries(8)
+	for _, v := range []uint64{1, 2, 4, 5} { // a hole at 3
 		r.add(entry(v), v)
 	}
-	other := logentry.Entry{Version: 3, Bytes: []byte("another entry at 3")}
-	if !r.holds(entry(3)) || r.holds(other) || r.holds(entry(4)) {
-		t.Fatal("holds does not tell the entry at 3 from another at 3, or holds 4")
+	r.replace(entry(3))
+	if got := heldBetween(r, 0, 5); got != "1 2 3 4 5 " {
+		t.Fatalf("after filling the hole at 3: %q, want 1 2 3 4 5", got)
 	}
+	other := logentry.Entry{Version: 4, Bytes: []byte("another entry at 4")}
+	r.replace(other)
+	if got := heldBetween(r, 0, 4); got != "1 2 3 another entry at 4 " || r.next() != 5 {
+		t.Fatalf("after another entry at 4: %q, next %d; want it in place of 4 and 5 gone", got, r.next())
+	}
+	r.replace(entry(2)) // the same entry: left
 	r.dropFrom(3)
-	if r.holds(entry(3)) || !r.holds(entry(2)) || heldBetween(r, 0, 2) != "1 2 " {
-		t.Fatalf("after dropFrom(3): holds 3 %v, holds 2 %v, (0,2] %q", r.holds(entry(3)), r.holds(entry(2)), heldBetween(r, 0, 2))
-	}
-	if !r.add(other, 3) || !r.holds(other) {
-		t.Fatal("the entry replacing the dropped tail is not held")
+	if heldBetween(r, 0, 2) != "1 2 " || r.next() != 3 {
+		t.Fatalf("after dropFrom(3): %q, next %d", heldBetween(r, 0, 2), r.next())
 	}
 	r.dropFrom(1)
-	if !r.add(entry(7), 7) || heldBetween(r, 6, 7) != "7 " {
+	if r.next() != 0 || !r.add(entry(7), 7) || heldBetween(r, 6, 7) != "7 " {
 		t.Fatal("a ring emptied by dropFrom does not start again")
 	}
 }

@@ -95,9 +95,14 @@ func (l *singleLog) certifies() (bool, uint64) { return true, 0 }
 
 // admit: a single certifier serves every stream for as long as it runs,
 // and holds every version a replica can hold already.
-func (l *singleLog) admit(grpc.ServerStream, *pb.OpenSession) (context.Context, error) {
-	return context.Background(), nil
+func (l *singleLog) admit(grpc.ServerStream, *pb.OpenSession) (context.Context, uint64, error) {
+	return context.Background(), 0, nil
 }
+
+// mayDeliver: a single certifier's one tenure lasts as long as it runs.
+func (l *singleLog) mayDeliver(uint64) error { return nil }
+
+func (l *singleLog) sentEarly(_, through uint64) { l.s.earlySent.advance(through) }
 
 // decide runs the state machine for every prepared request, in order,
 // under one lock (decideSingle), queues the new commits for the writer,

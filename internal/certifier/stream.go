@@ -37,9 +37,12 @@ type streamState struct {
 	s        *Service
 	inFlight atomic.Int64    // this stream's share of Service.inFlight
 	session  *replicaSession // the replica's progress (replicas.go)
+	tenure   uint64          // the tenure it was admitted in (orderer.mayDeliver)
 	// epoch and epochFirst name the epoch the stream's decisions are
-	// taken in, in every message (CertifyStreamReply.epoch).
+	// taken in, in its first message (CertifyStreamReply.epoch); the
+	// sender's goroutine clears epochToSend once sent.
 	epoch, epochFirst uint64
+	epochToSend       bool
 }
 
 func (st *streamState) acquire() bool {
@@ -60,7 +63,7 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if err != nil {
 		return err
 	}
-	lifetime, err := s.order.admit(stream, first.Open)
+	lifetime, tenure, err := s.order.admit(stream, first.Open)
 	if err != nil {
 		return err
 	}
@@ -80,7 +83,7 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	defer cancel()
 	stopFollowing := context.AfterFunc(lifetime, cancel)
 	defer stopFollowing()
-	st := &streamState{s: s, session: session, epoch: epoch, epochFirst: epochFirst}
+	st := &streamState{s: s, session: session, tenure: tenure, epoch: epoch, epochFirst: epochFirst, epochToSend: true}
 	queue := make(chan queued, streamQueueMax)
 	var wg sync.WaitGroup
 	sendErr := make(chan error, 1)
@@ -360,7 +363,7 @@ func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServ
 		return delivered, err
 	}
 	if through > durable {
-		s.earlySent.advance(through) // SyncVersion covers what a replica may show
+		s.order.sentEarly(st.tenure, through) // SyncVersion covers what a replica may show
 	}
 	delivered, err := s.send(stream, st, ready, delivered, through, durable)
 	st.release(answered(ready))
@@ -408,8 +411,13 @@ func (s *Service) send(stream pb.Certifier_CertifyServer, st *streamState, batch
 	}
 	var sendStart time.Time
 	delivered, err := SendReplies(s.entriesUpToBytes, delivered, through, durable, replies, func(m *pb.CertifyStreamReply) error {
+		if err := s.order.mayDeliver(st.tenure); err != nil {
+			return err
+		}
+		if st.epochToSend {
+			m.Epoch, m.EpochFirstVersion, st.epochToSend = st.epoch, st.epochFirst, false
+		}
 		sendStart = time.Now()
-		m.Epoch, m.EpochFirstVersion = st.epoch, st.epochFirst
 		return stream.Send(m)
 	})
 	if err != nil {
