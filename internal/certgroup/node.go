@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -156,8 +157,14 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 			"file", cfg.UnsafeFaultPartitionFile)
 	}
 	if cfg.UnsafeFaultPeerDelay > 0 {
+		// Each peer's sender waits out the delay in nanosleep (awaitDue),
+		// holding a Go P: with as many peers as Ps, the member's other
+		// goroutines (its decisions and replies) would wait for the
+		// sleeps, which a real network latency does not make them do.
+		procs := runtime.GOMAXPROCS(0) + len(cfg.Members) - 1
+		runtime.GOMAXPROCS(procs)
 		n.log.Warn("UNSAFE: fault point set: every Raft message to a peer is delayed (an emulated distant member; benchmarks and tests only)",
-			"delay", cfg.UnsafeFaultPeerDelay)
+			"delay", cfg.UnsafeFaultPeerDelay, "go_threads", procs)
 	}
 	return n, nil
 }
