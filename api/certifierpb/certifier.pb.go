@@ -1660,8 +1660,16 @@ type CertifyStreamReply struct {
 	Replies []*CertifyReply `protobuf:"bytes,2,rep,name=replies,proto3" json:"replies,omitempty"`
 	// The certifier's durable version when this batch was sent.
 	DurableVersion uint64 `protobuf:"varint,3,opt,name=durable_version,json=durableVersion,proto3" json:"durable_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The epoch the certifier certifies in (a single certifier's generation,
+	// a group leader's: the group's base plus its term) and the first version
+	// it may certify in it. Every version below that one is final in an
+	// earlier epoch, or will never be: a transaction of an earlier epoch at
+	// that version or above has failed, for good. Set in a stream's first
+	// message only; 0 otherwise, or from an older certifier.
+	Epoch             uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	EpochFirstVersion uint64 `protobuf:"varint,5,opt,name=epoch_first_version,json=epochFirstVersion,proto3" json:"epoch_first_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CertifyStreamReply) Reset() {
@@ -1711,6 +1719,20 @@ func (x *CertifyStreamReply) GetReplies() []*CertifyReply {
 func (x *CertifyStreamReply) GetDurableVersion() uint64 {
 	if x != nil {
 		return x.DurableVersion
+	}
+	return 0
+}
+
+func (x *CertifyStreamReply) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *CertifyStreamReply) GetEpochFirstVersion() uint64 {
+	if x != nil {
+		return x.EpochFirstVersion
 	}
 	return 0
 }
@@ -2659,11 +2681,13 @@ const file_api_certifierpb_certifier_proto_rawDesc = "" +
 	"\x0eRewindRequired\x12%\n" +
 	"\x0ecommon_version\x18\x01 \x01(\x04R\rcommonVersion\x12'\n" +
 	"\x0freplica_version\x18\x02 \x01(\x04R\x0ereplicaVersion\x12(\n" +
-	"\x10log_starts_after\x18\x03 \x01(\x04R\x0elogStartsAfter\"\x96\x01\n" +
+	"\x10log_starts_after\x18\x03 \x01(\x04R\x0elogStartsAfter\"\xdc\x01\n" +
 	"\x12CertifyStreamReply\x12\x18\n" +
 	"\aentries\x18\x01 \x03(\fR\aentries\x12=\n" +
 	"\areplies\x18\x02 \x03(\v2#.tashkent.certifier.v1.CertifyReplyR\areplies\x12'\n" +
-	"\x0fdurable_version\x18\x03 \x01(\x04R\x0edurableVersion\"K\n" +
+	"\x0fdurable_version\x18\x03 \x01(\x04R\x0edurableVersion\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12.\n" +
+	"\x13epoch_first_version\x18\x05 \x01(\x04R\x11epochFirstVersion\"K\n" +
 	"\fFetchRequest\x12#\n" +
 	"\rafter_version\x18\x01 \x01(\x04R\fafterVersion\x12\x16\n" +
 	"\x06follow\x18\x02 \x01(\bR\x06follow\"&\n" +

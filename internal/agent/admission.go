@@ -1,6 +1,10 @@
 package agent
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/tashkent-db/tashkent/internal/agent/wire"
+)
 
 // admission is what the run's certifier streams said of the replica's
 // history: whether the certifier admitted it, and the certifier's durable
@@ -22,6 +26,37 @@ type admission struct {
 	admitted bool
 	durable  uint64
 	refused  string // why the last stream was refused, "" if none was since one admitted
+	// certifying is the latest epoch an admitted stream said its
+	// certifier certifies in (certifierEpoch).
+	certifying certifierEpoch
+}
+
+// certifierEpoch is the epoch a certifier certifies in and the first
+// version it may certify in it (CertifyStreamReply.epoch): a transaction
+// of an earlier epoch at that version or above has failed, for good,
+// even while no entry of the new epoch has reached the replica yet.
+type certifierEpoch struct{ epoch, firstVersion uint64 }
+
+// failed reports whether q names such a transaction.
+func (c certifierEpoch) failed(q wire.StateQuery) bool {
+	return q.HasEpoch && q.Epoch < c.epoch && q.Version >= c.firstVersion
+}
+
+// heardEpoch records the epoch an admitted stream's certifier certifies
+// in (certclient.Options.OnEpoch).
+func (a *admission) heardEpoch(epoch, firstVersion uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if epoch > a.certifying.epoch {
+		a.certifying = certifierEpoch{epoch: epoch, firstVersion: firstVersion}
+	}
+}
+
+// epoch is the latest certifierEpoch heard (zero: none).
+func (a *admission) epoch() certifierEpoch {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.certifying
 }
 
 // heard records a message of an admitted stream, with the certifier's

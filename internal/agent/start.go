@@ -401,6 +401,7 @@ func (r *run) openStream(committed uint64) error {
 			return nil
 		},
 		OnRefused: r.refused,
+		OnEpoch:   r.admission.heardEpoch,
 		History:   r.history.toSend,
 	})
 	if err != nil {

@@ -88,14 +88,20 @@ func epochAt(runs []*pb.EpochRun, v uint64) (uint64, bool) {
 	return 0, false
 }
 
-// stateOf answers q from the history, or says why it cannot yet.
-func (h *history) stateOf(durable uint64, q wire.StateQuery) wire.StateAnswer {
+// stateOf answers q from the history, or says why it cannot yet. An
+// unknown the history cannot settle is failed if the certifier's epoch
+// says so (certifierEpoch): after a failure no entry of the new epoch may
+// have come yet.
+func (h *history) stateOf(durable uint64, certifying certifierEpoch, q wire.StateQuery) wire.StateAnswer {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.loaded {
 		return wire.StateAnswer{Text: "the agent has not read the replica's history yet"}
 	}
 	state, forGood := stateOf(h.runs, h.through, durable, q)
+	if state == wire.StateUnknown && forGood == "" && certifying.failed(q) {
+		state = wire.StateFailed
+	}
 	final := state == wire.StateDurable || state == wire.StateFailed || forGood != ""
 	return wire.StateAnswer{State: state, Final: final, Durable: durable, Text: forGood}
 }
@@ -129,5 +135,5 @@ func (a *Agent) judgeState(q wire.StateQuery) wire.StateAnswer {
 	if why != "" {
 		return wire.StateAnswer{Text: why}
 	}
-	return r.history.stateOf(durable, q)
+	return r.history.stateOf(durable, r.admission.epoch(), q)
 }

@@ -63,17 +63,17 @@ func TestStateOfIsUnknownWithoutARecord(t *testing.T) {
 // commit's epoch is the one its run holds.
 func TestHistoryAnswersOnceLoaded(t *testing.T) {
 	h := &history{}
-	if a := h.stateOf(10, wire.StateQuery{Version: 1}); a.State != wire.StateUnavailable || a.Text == "" {
+	if a := h.stateOf(10, certifierEpoch{}, wire.StateQuery{Version: 1}); a.State != wire.StateUnavailable || a.Text == "" {
 		t.Fatalf("a history not read yet answered %+v, want unavailable with why", a)
 	}
 	h.runs, h.loaded, h.through = []*pb.EpochRun{{Epoch: 3, FirstVersion: 1}, {Epoch: 5, FirstVersion: 8}}, true, 9
-	if a := h.stateOf(10, wire.StateQuery{Version: 9}); a.State != wire.StateDurable || !a.Final || a.Durable != 10 {
+	if a := h.stateOf(10, certifierEpoch{}, wire.StateQuery{Version: 9}); a.State != wire.StateDurable || !a.Final || a.Durable != 10 {
 		t.Fatalf("version 9 of a history covering it: %+v, want durable (final) with durable version 10", a)
 	}
-	if a := h.stateOf(8, wire.StateQuery{Version: 9}); a.State != wire.StateCommitted || a.Final {
+	if a := h.stateOf(8, certifierEpoch{}, wire.StateQuery{Version: 9}); a.State != wire.StateCommitted || a.Final {
 		t.Fatalf("version 9 above the durable version: %+v, want committed, not final", a)
 	}
-	if a := h.stateOf(10, wire.StateQuery{Version: 9, HasEpoch: true, Epoch: 6}); a.State != wire.StateUnknown || !a.Final || a.Text == "" {
+	if a := h.stateOf(10, certifierEpoch{}, wire.StateQuery{Version: 9, HasEpoch: true, Epoch: 6}); a.State != wire.StateUnknown || !a.Final || a.Text == "" {
 		t.Fatalf("version 9 in an epoch newer than its durable one: %+v, want unknown, final, with why", a)
 	}
 	if e := h.epochOf(7); e != 3 {
@@ -105,5 +105,29 @@ func TestTxnStateAnswersOnlyOnAnAdmittedHistory(t *testing.T) {
 	r.admission.heard(8)
 	if got := a.judgeState(q); got.State != wire.StateDurable || got.Durable != 10 {
 		t.Fatalf("admitted again: %+v, want durable by the highest durable version heard (10)", got)
+	}
+}
+
+// A transaction of an earlier epoch at or above the version the
+// certifier's epoch begins at has failed, even before an entry of the new
+// epoch reached the replica: the history alone says unknown.
+func TestAnEarlierEpochAboveTheCertifiersFirstVersionHasFailed(t *testing.T) {
+	h := &history{loaded: true, runs: []*pb.EpochRun{{Epoch: 7, FirstVersion: 100}}, through: 120}
+	certifying := certifierEpoch{epoch: 9, firstVersion: 121}
+	failed := wire.StateQuery{Version: 125, HasEpoch: true, Epoch: 7}
+	if a := h.stateOf(120, certifierEpoch{}, failed); a.State != wire.StateUnknown || a.Final {
+		t.Fatalf("without the certifier's epoch: %v (final %v), want unknown, not final", a.State, a.Final)
+	}
+	if a := h.stateOf(120, certifying, failed); a.State != wire.StateFailed || !a.Final {
+		t.Fatalf("version 125 of epoch 7 under a certifier of epoch 9 from version 121: %v, want failed", a.State)
+	}
+	for _, q := range []wire.StateQuery{
+		{Version: 120, HasEpoch: true, Epoch: 7}, // below 121: the history's, durable
+		{Version: 125, HasEpoch: true, Epoch: 9}, // the certifier's own epoch: not decided yet
+		{Version: 125},                           // no epoch named
+	} {
+		if a := h.stateOf(120, certifying, q); a.State == wire.StateFailed {
+			t.Errorf("%+v is failed under a certifier of epoch 9 from version 121", q)
+		}
 	}
 }

@@ -95,6 +95,10 @@ type Options struct {
 	// not (pb.NeedsRewind). The client keeps trying meanwhile. Called from the client's
 	// goroutine; it must not call back into the Client.
 	OnRefused func(err error)
+	// OnEpoch, if set, is told the epoch the certifier certifies in and
+	// the first version it may certify in it, as an admitted stream's
+	// messages carry them (CertifyStreamReply.epoch).
+	OnEpoch func(epoch, firstVersion uint64)
 	// History, when set, returns the replica's history (its runs) up to
 	// the version the session opens at, everything OnEntries was given
 	// included; the client sends it with every session it opens
@@ -478,6 +482,9 @@ func (c *Client) receive(stream pb.Certifier_CertifyClient) error {
 		c.mu.Lock()
 		c.connected, c.received, c.heardAt, c.handing = true, true, time.Now(), true
 		c.mu.Unlock()
+		if msg.Epoch != 0 && c.opts.OnEpoch != nil {
+			c.opts.OnEpoch(msg.Epoch, msg.EpochFirstVersion)
+		}
 		err = c.deliver(msg.Entries, msg.DurableVersion)
 		c.mu.Lock()
 		c.heardAt, c.handing = time.Now(), false

@@ -219,6 +219,14 @@ type Core struct {
 	// answered as commits; the next Advance reports LostLeadership so that
 	// no reply waiting for them is ever sent (they are failed versions).
 	proposalDropped bool
+	// refusedTerm is the term in which Raft refused a proposal of this
+	// leader (Raft refuses them while the leadership is handed over). Its
+	// versions may have been delivered at their commit point (mode ed)
+	// with this term's epoch: certifying those numbers again in the same
+	// term would give one (version, epoch) to two transactions. So the
+	// leader certifies no more in that term, and hands its leadership over
+	// again if the transfer was given up (handOverAgain).
+	refusedTerm uint64
 
 	// Abort decisions are sent only once a majority confirmed, after the
 	// decision, that this member still leads (Raft's ReadIndex): a deposed
@@ -492,6 +500,7 @@ func (c *Core) propose(data []byte, first uint64, entries ...logentry.Entry) boo
 		c.fenceVersion = first - 1
 		c.dropSpeculation()
 		c.proposalDropped = true
+		c.refusedTerm = c.leaderTerm
 		return false
 	}
 	c.spec = append(c.spec, entries...)
@@ -527,6 +536,18 @@ func (c *Core) ReadVersion() (version, ticket, term uint64, err error) {
 	return c.appliedVersion, c.abortTicket(), c.leaderTerm, nil
 }
 
+// CertifyingEpoch is the epoch this leader certifies in and the first
+// version it may certify in it, once it has applied its whole log: every
+// version of an earlier epoch that will ever be durable is below it (an
+// earlier leader's are in this leader's log before its own first entry).
+// Errors: *NotLeaderError, ErrNotReady.
+func (c *Core) CertifyingEpoch() (epoch, firstVersion uint64, err error) {
+	if err := c.checkCertifying(); err != nil {
+		return 0, 0, err
+	}
+	return c.epoch(), c.appliedVersion + 1, nil
+}
+
 func (c *Core) abortTicket() uint64 {
 	if c.openTicket == 0 {
 		c.lastTicket++
@@ -556,10 +577,23 @@ func (c *Core) checkCertifying() error {
 	if st.RaftState != raft.StateLeader {
 		return &NotLeaderError{Leader: st.Lead}
 	}
-	if c.leaderTerm == 0 || st.GetTerm() != c.leaderTerm || c.appliedTerm != c.leaderTerm || c.state.Version() < c.fenceVersion || c.base == 0 {
+	if c.leaderTerm == 0 || st.GetTerm() != c.leaderTerm || c.appliedTerm != c.leaderTerm || c.state.Version() < c.fenceVersion || c.base == 0 ||
+		c.refusedTerm == c.leaderTerm || st.LeadTransferee != raft.None { // Raft would refuse its proposal
 		return ErrNotReady
 	}
 	return nil
+}
+
+// handOverAgain transfers the leadership once more if this leader had a
+// proposal refused in its term (refusedTerm) and the transfer that
+// refused it was given up: it certifies no more in this term.
+func (c *Core) handOverAgain() {
+	if c.leaderTerm == 0 || c.refusedTerm != c.leaderTerm {
+		return
+	}
+	if st := c.rn.BasicStatus(); st.RaftState == raft.StateLeader && st.LeadTransferee == raft.None {
+		c.TransferLeadership()
+	}
 }
 
 // CommittedVersion reports the version a transaction committed at (or was
@@ -593,6 +627,7 @@ func (c *Core) Ready() (Batch, bool) {
 	c.proposeBase()
 	c.proposeBatch()
 	c.confirmLeadership()
+	c.handOverAgain()
 	if !c.rn.HasReady() {
 		return Batch{}, false
 	}
@@ -864,11 +899,14 @@ type Request struct {
 // lookup, Version, 0 when the transaction did not commit, and
 // FirstVersion, the first of the span it committed as: Version for one
 // version), the abort ticket, and the versions right after the decision
-// (for an abort's description).
+// (for an abort's description). Entry is a new commit of one version as
+// the log will hold it (empty otherwise): a leader that delivers at the
+// commit point sends it before Raft commits it.
 type Result struct {
 	Outcome                       certification.Outcome
 	Version, FirstVersion, Ticket uint64
 	LowWaterMark, Latest          uint64
+	Entry                         logentry.Entry
 }
 
 // certifyAll decides the requests in order, as Certify and Lookup would,
@@ -888,6 +926,9 @@ func (c *Core) certifyAll(reqs []Request) ([]Result, error) {
 			res.Outcome, res.Ticket, err = c.CertifySpan(r.Certify, *r.Span)
 		default:
 			res.Outcome, res.Ticket, err = c.Certify(r.Certify, r.Prefix)
+			if err == nil && res.Outcome.Decision == certification.Commit && !res.Outcome.Duplicate {
+				res.Entry = c.batch[len(c.batch)-1]
+			}
 		}
 		if err != nil {
 			return out, err

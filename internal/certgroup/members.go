@@ -124,7 +124,8 @@ func (c *Core) ReachableVotersWithout(id uint64) (reachable, voters int, ok bool
 
 // TransferLeadership hands the leadership to the voter with the most of
 // the log among those the leader heard from recently (leader only) and
-// returns it, 0 if there is none.
+// returns it, 0 if there is none. What it certified is proposed first,
+// and it certifies nothing while the transfer runs (checkCertifying).
 func (c *Core) TransferLeadership() uint64 {
 	st := c.rn.Status()
 	if st.RaftState != raft.StateLeader {
@@ -137,6 +138,7 @@ func (c *Core) TransferLeadership() uint64 {
 		}
 	}
 	if best != 0 {
+		c.proposeBatch() // Raft refuses proposals until the transfer ends
 		c.rn.TransferLeader(best)
 	}
 	return best

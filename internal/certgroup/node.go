@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
 	"time"
@@ -156,8 +157,14 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 			"file", cfg.UnsafeFaultPartitionFile)
 	}
 	if cfg.UnsafeFaultPeerDelay > 0 {
+		// Each peer's sender waits out the delay in nanosleep (awaitDue),
+		// holding a Go P: with as many peers as Ps, the member's other
+		// goroutines (its decisions and replies) would wait for the
+		// sleeps, which a real network latency does not make them do.
+		procs := runtime.GOMAXPROCS(0) + len(cfg.Members) - 1
+		runtime.GOMAXPROCS(procs)
 		n.log.Warn("UNSAFE: fault point set: every Raft message to a peer is delayed (an emulated distant member; benchmarks and tests only)",
-			"delay", cfg.UnsafeFaultPeerDelay)
+			"delay", cfg.UnsafeFaultPeerDelay, "go_threads", procs)
 	}
 	return n, nil
 }
@@ -409,12 +416,17 @@ func (n *Node) Certify(ctx context.Context, req certification.Request, prefix lo
 // lock (the stream receivers and the Raft loop contend for it): Certify or
 // Lookup for each request, in order. A leader still applying its log is
 // waited for (up to readyWaitMax) before the first request. On an error the
-// results before it stand and the rest are not decided.
-func (n *Node) CertifyAll(ctx context.Context, reqs []Request) ([]Result, error) {
+// results before it stand and the rest are not decided. decided, if not
+// nil, is called with the results while the lock is still held, so that
+// the calls of every stream see the versions in order.
+func (n *Node) CertifyAll(ctx context.Context, reqs []Request, decided func([]Result)) ([]Result, error) {
 	deadline := time.Now().Add(readyWaitMax)
 	for {
 		n.mu.Lock()
 		out, err := n.core.certifyAll(reqs)
+		if len(out) > 0 && decided != nil {
+			decided(out)
+		}
 		changed := n.changed
 		n.mu.Unlock()
 		if len(out) > 0 {
@@ -453,24 +465,43 @@ func (n *Node) Lookup(txn certification.TxnID) (version, ticket uint64, err erro
 // ReadVersion: see Core.ReadVersion. A leader still applying its log is
 // waited for (up to readyWaitMax).
 func (n *Node) ReadVersion(ctx context.Context) (version, ticket, term uint64, err error) {
+	err = n.whenReady(ctx, func() (err error) {
+		version, ticket, term, err = n.core.ReadVersion()
+		return err
+	})
+	if err == nil {
+		n.signal()
+	}
+	return version, ticket, term, err
+}
+
+// CertifyingEpoch: see Core.CertifyingEpoch. A leader still applying its
+// log is waited for (up to readyWaitMax).
+func (n *Node) CertifyingEpoch(ctx context.Context) (epoch, firstVersion uint64, err error) {
+	err = n.whenReady(ctx, func() (err error) {
+		epoch, firstVersion, err = n.core.CertifyingEpoch()
+		return err
+	})
+	return epoch, firstVersion, err
+}
+
+// whenReady calls read under the lock until it returns anything but
+// ErrNotReady, or readyWaitMax passed, or ctx ended.
+func (n *Node) whenReady(ctx context.Context, read func() error) error {
 	deadline := time.Now().Add(readyWaitMax)
 	for {
 		n.mu.Lock()
-		version, ticket, term, err = n.core.ReadVersion()
+		err := read()
 		changed := n.changed
 		n.mu.Unlock()
-		if err == nil {
-			n.signal()
-			return version, ticket, term, nil
-		}
 		if !errors.Is(err, ErrNotReady) || time.Now().After(deadline) {
-			return 0, 0, 0, err
+			return err
 		}
 		select {
 		case <-changed:
 		case <-time.After(time.Until(deadline)):
 		case <-ctx.Done():
-			return 0, 0, 0, err
+			return err
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package certgroup
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -237,5 +238,50 @@ func TestNodeReportsALostLeadershipBeforeTheVersionsCommitted(t *testing.T) {
 	n.report(Applied{LostLeadership: true, Committed: []logentry.Entry{batchTestEntry(1)}}, Status{Role: "follower"})
 	if len(order) != 2 || order[0] != "lost" {
 		t.Fatalf("reported %v; the lost leadership must come first", order)
+	}
+}
+
+// A leader whose proposal Raft refused certifies no more in that term,
+// even if the transfer that refused it is given up and it still leads: the
+// versions it answered may have been delivered at their commit point with
+// this term's epoch, and giving their numbers to other transactions in
+// the same term would give one (version, epoch) to two transactions. It
+// hands its leadership over again instead, and the next leader certifies
+// them in a later epoch.
+func TestARefusedProposalEndsCertificationInItsTerm(t *testing.T) {
+	g := newMemGroup(t)
+	g.elect(1)
+	for seq := uint64(1); seq <= 3; seq++ {
+		if o, err := g.certify(1, seq); err != nil || o.CommitVersion != seq {
+			t.Fatalf("certify %d: %+v, %v", seq, o, err)
+		}
+	}
+	_, term, _ := g.cores[1].Leader()
+	epoch := g.cores[1].epoch()
+	g.isolated[2] = true
+	g.cores[1].rn.TransferLeader(2) // Raft refuses proposals until the transfer ends
+	g.pump()
+	for range 2 * DefaultElectionTicks { // the transfer to an unreachable member is given up
+		g.cores[1].Tick()
+	}
+	if _, now, leading := g.cores[1].Leader(); !leading || now != term {
+		t.Fatalf("member 1 leads %v in term %d; the test needs it still leading in term %d", leading, now, term)
+	}
+	if _, err := g.certify(1, 11); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("member 1 certified again in the term its proposal was refused in: %v", err)
+	}
+	g.isolated[2] = false
+	g.pump()
+	next := uint64(0)
+	for id := uint64(2); id <= 3; id++ {
+		if _, _, leading := g.cores[id].Leader(); leading {
+			next = id
+		}
+	}
+	if next == 0 {
+		t.Fatal("member 1 did not hand its leadership over again")
+	}
+	if o, err := g.certify(next, 11); err != nil || o.CommitVersion != 1 || g.cores[next].epoch() <= epoch {
+		t.Fatalf("the next leader's first commit: %+v, %v, epoch %d; want version 1 in a later epoch than %d", o, err, g.cores[next].epoch(), epoch)
 	}
 }

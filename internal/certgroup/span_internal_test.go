@@ -244,10 +244,10 @@ func TestLeaderLosingLeadershipDropsItsUncommittedSpan(t *testing.T) {
 	}
 }
 
-// A span head Raft refuses (the leader hands its leadership over) is not
-// answered: the state goes back to the applied versions and the next
-// Advance reports a lost leadership.
-func TestRefusedSpanIsNotAnswered(t *testing.T) {
+// A streamed request that arrives while the leader hands its leadership
+// over is not decided (Raft would refuse its head): ErrNotReady, and the
+// state stays at the applied versions.
+func TestSpanDuringATransferIsNotDecided(t *testing.T) {
 	g := newMemGroup(t)
 	g.elect(1)
 	g.mustCertify(1, 1, 1)
@@ -255,16 +255,10 @@ func TestRefusedSpanIsNotAnswered(t *testing.T) {
 	g.cores[1].rn.TransferLeader(2)
 	req, span := spanTestRequest(10, 1, 3)
 	if o, _, err := g.cores[1].CertifySpan(req, span); !errors.Is(err, ErrNotReady) {
-		t.Fatalf("a span Raft refused: %+v, %v; want ErrNotReady", o, err)
+		t.Fatalf("a span during a transfer: %+v, %v; want ErrNotReady", o, err)
 	}
 	if v, _ := g.cores[1].Versions(); v != 1 {
-		t.Fatalf("the state is at version %d after a refused span, want 1", v)
-	}
-	if _, ok := g.cores[1].Ready(); !ok {
-		t.Fatal("no Ready after the transfer")
-	}
-	if a := g.cores[1].Advance(); !a.LostLeadership {
-		t.Fatal("the Advance after a refused span does not report a lost leadership")
+		t.Fatalf("the state is at version %d after a span during a transfer, want 1", v)
 	}
 }
 

@@ -1,6 +1,7 @@
 package certifier
 
 import (
+	"cmp"
 	"context"
 	"runtime"
 	"slices"
@@ -36,7 +37,8 @@ import (
 // commit point. Config.UnsafeDeliverBeforeDurable makes every stream take
 // entries early with replies still sent once durable: it lets the fault
 // tests produce replicas that hold failed versions. The agents of mode ed
-// ask for early delivery; a certifier group refuses it.
+// ask for early delivery. A certifier group's leader delivers early the
+// same way (group_early.go).
 
 // delivery is what a stream takes before it is durable.
 type delivery struct {
@@ -88,60 +90,89 @@ func (d delivery) durableNewsDue(sendable int, delivered, durable, durableSent u
 // versions. A replica reopening its stream (a dropped connection, a new
 // agent run) would otherwise be judged against the durable version alone
 // and told to rewind what the log is about to hold.
-func (s *Service) awaitDeliveredTail(ctx context.Context, version uint64) error {
+//
+// The wait ends with the stream or with lifetime (a group member's
+// leadership: its speculative versions may then never be durable).
+func (s *Service) awaitDeliveredTail(ctx, lifetime context.Context, version uint64) error {
 	tail := min(version, s.deliverable.get())
 	if tail <= s.DurableVersion() {
 		return nil
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer context.AfterFunc(lifetime, cancel)()
+	defer cancel()
 	if _, err := s.durable.wait(ctx, tail); err != nil {
 		return status.Errorf(codes.Unavailable, "waiting for the versions the replica holds to be durable: %v", err)
 	}
 	return nil
 }
 
-// earlyStops are the versions decided and not yet durable that early
-// delivery stops before: barriers, the first versions of spans, and
-// entries the recent ring could not take (recentEntries.add). Guarded by
-// singleLog.mu.
+// earlyStops are where early delivery stops among the versions decided
+// and not yet durable: barriers, the first versions of spans, and entries
+// the recent ring could not take (recentEntries.add), each until it is
+// durable; and on a group's leader, versions the ring lacks below what it
+// decided, until all of them are (groupMember.deliverDecided). Guarded by
+// singleLog.mu, or groupEarly.mu.
 type earlyStops struct {
-	versions []uint64 // ascending
-	decided  uint64   // the last version decided
+	stops   []earlyStop // ascending by at
+	decided uint64      // the last version decided
 }
+
+// earlyStop holds delivery before version at until version until is
+// durable.
+type earlyStop struct{ at, until uint64 }
 
 // through is the last version that may be delivered before it is
 // durable: the last decided, or the last before the first stop.
 func (e *earlyStops) through() uint64 {
-	if len(e.versions) > 0 {
-		return min(e.decided, e.versions[0]-1)
+	if len(e.stops) > 0 {
+		return min(e.decided, e.stops[0].at-1)
 	}
 	return e.decided
 }
 
-// passed forgets the stops at or below durable.
+// passed forgets the first stops that durable passed.
 func (e *earlyStops) passed(durable uint64) {
 	n := 0
-	for n < len(e.versions) && e.versions[n] <= durable {
+	for n < len(e.stops) && e.stops[n].until <= durable {
 		n++
 	}
-	e.versions = e.versions[:copy(e.versions, e.versions[n:])]
+	e.stops = e.stops[:copy(e.stops, e.stops[n:])]
 }
 
-// add takes what a call of decide committed: entries (put into the
-// recent ring) and spans, in version order; batch names the barriers.
-func (e *earlyStops) add(batch []certifying, refused []uint64, spans []committedSpan, last uint64) {
-	mark := len(e.versions)
-	e.versions = append(e.versions, refused...)
-	e.versions = committedBarriers(batch, e.versions)
-	for _, sp := range spans {
-		e.versions = append(e.versions, sp.first)
+// add takes the stops of what a call of decide committed, up to last;
+// every stop of an earlier call is below these.
+func (e *earlyStops) add(stops []uint64, last uint64) {
+	mark := len(e.stops)
+	for _, v := range stops {
+		e.stops = append(e.stops, earlyStop{at: v, until: v})
 	}
-	slices.Sort(e.versions[mark:]) // every stop of an earlier call is below these
+	slices.SortFunc(e.stops[mark:], func(a, b earlyStop) int { return cmp.Compare(a.at, b.at) })
 	e.decided = max(e.decided, last)
+}
+
+// addGap holds delivery before version from until every version up to
+// until is durable; it comes before the stops of the same call.
+func (e *earlyStops) addGap(from, until uint64) {
+	e.stops = append(e.stops, earlyStop{at: from, until: until})
+}
+
+// batchStops appends to stops where early delivery stops in a decided
+// batch: the barriers it committed and the first versions of its spans.
+func batchStops(batch []certifying, stops []uint64) []uint64 {
+	stops = committedBarriers(batch, stops)
+	for i := range batch {
+		c := &batch[i]
+		if c.reply == nil && !c.lookedUp() && c.req.Streamed != nil && c.outcome.Decision == certification.Commit && !c.outcome.Duplicate {
+			stops = append(stops, c.outcome.FirstVersion)
+		}
+	}
+	return stops
 }
 
 // committedBarriers appends to barriers the versions a decided batch
 // committed barrier entries at. Spans are not among them: their first
-// versions stop early delivery on their own (earlyStops.add).
+// versions stop early delivery on their own (batchStops).
 func committedBarriers(batch []certifying, barriers []uint64) []uint64 {
 	for i := range batch {
 		c := &batch[i]
@@ -158,27 +189,40 @@ func committedBarriers(batch []certifying, barriers []uint64) []uint64 {
 // first stop. It runs under l.mu, so entries reach the ring in version
 // order.
 func (l *singleLog) deliverDecided(batch []certifying, entries []logentry.Entry, spans []committedSpan) {
-	s := l.s
 	if len(entries) == 0 && len(spans) == 0 {
 		return
 	}
-	durable := s.DurableVersion()
-	var refused []uint64
-	last := uint64(0)
-	s.mu.Lock()
-	for _, e := range entries {
-		if !s.recent.add(e, durable) {
-			refused = append(refused, e.Version)
-		}
-		last = e.Version
-	}
-	s.mu.Unlock()
+	stops, last := l.s.addDecided(entries, nil)
 	if len(spans) > 0 {
 		last = max(last, spans[len(spans)-1].last)
 	}
-	l.stops.add(batch, refused, spans, last)
-	if s.earlyStreams.Load() > 0 { // a stream opening meanwhile starts at durable
-		s.deliverable.advance(l.stops.through())
+	l.stops.add(batchStops(batch, stops), last)
+	l.s.advanceDeliverable(l.stops.through())
+}
+
+// addDecided puts entries just decided into the recent ring, in version
+// order, and returns stops with the versions the ring refused appended
+// (recentEntries.add), and the last version of entries.
+func (s *Service) addDecided(entries []logentry.Entry, stops []uint64) ([]uint64, uint64) {
+	durable := s.DurableVersion()
+	last := uint64(0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range entries {
+		if !s.recent.add(e, durable) {
+			stops = append(stops, e.Version)
+		}
+		last = e.Version
+	}
+	return stops, last
+}
+
+// advanceDeliverable lets the streams that take entries early have the
+// versions up to through, if there are such streams: a stream opening
+// meanwhile starts at the durable version.
+func (s *Service) advanceDeliverable(through uint64) {
+	if s.earlyStreams.Load() > 0 {
+		s.deliverable.advance(through)
 	}
 }
 

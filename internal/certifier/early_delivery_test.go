@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pb "github.com/tashkent-db/tashkent/api/certifierpb"
@@ -332,21 +331,6 @@ func TestRetentionCountsAReplicaOnlyUpToTheDurableVersion(t *testing.T) {
 		}
 		return false
 	})
-}
-
-// A certifier group refuses a session that asks for the commit point:
-// it does not deliver before durability.
-func TestAGroupRefusesEarlyDelivery(t *testing.T) {
-	servers, _ := inProcessGroup(t, 3)
-	leader := leaderOf(t, servers)
-	stream := rawStream(t, servers[leader])
-	if err := stream.Send(&pb.CertifyStreamRequest{Open: &pb.OpenSession{Replica: "r1", EarlyDelivery: true}}); err != nil {
-		t.Fatal(err)
-	}
-	_, err := stream.Recv()
-	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "early_delivery") {
-		t.Fatalf("a group answered a session asking for early delivery with %v; want Unimplemented naming it", err)
-	}
 }
 
 // certifyEarly opens a pushed stream to a certifier that delivers before

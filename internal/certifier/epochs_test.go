@@ -163,3 +163,22 @@ func TestAdmissionComparesAReplicaAtTheStartOfATrimmedLog(t *testing.T) {
 		t.Fatalf("without the record of the epoch at the log's start, a replica exactly there is refused: %v", err)
 	}
 }
+
+// A single certifier's messages name its generation and the first version
+// it certifies in it: after a restart, a later epoch from the version
+// after the log's last.
+func TestAStreamHearsTheEpochItsCertifierCertifiesIn(t *testing.T) {
+	dir := t.TempDir()
+	srv := listen(t, certifier.Config{DataDir: dir})
+	first := openEarly(t, srv, "r1")
+	if reply := first.certify(1, 1); reply.CommitVersion != 1 || first.epoch == 0 || first.epochFirst != 1 {
+		t.Fatalf("reply %v; epoch %d from version %d: want a generation from version 1", reply, first.epoch, first.epochFirst)
+	}
+	srv.Close()
+	srv = listen(t, certifier.Config{DataDir: dir})
+	second := openEarly(t, srv, "r2")
+	if reply := second.certify(1, 2); reply.CommitVersion != 2 || second.epoch <= first.epoch || second.epochFirst != 2 {
+		t.Fatalf("after a restart: reply %v; epoch %d from version %d: want a later generation than %d, from version 2",
+			reply, second.epoch, second.epochFirst, first.epoch)
+	}
+}

@@ -55,13 +55,18 @@ type leadership struct {
 	tenure atomic.Uint64 // counts leaderships lost
 }
 
-func (l *leadership) context() context.Context {
+// current is the context of the current leadership and its tenure. The
+// tenure is read first: with a leadership lost meanwhile (lost moves the
+// tenure first) it is the lost one's, whatever the context, and
+// mayDeliver refuses every message of the stream.
+func (l *leadership) current() (context.Context, uint64) {
+	tenure := l.tenure.Load()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
 		l.ctx, l.cancel = context.WithCancel(context.Background())
 	}
-	return l.ctx
+	return l.ctx, tenure
 }
 
 // lost ends the current leadership. The tenure moves first: a reply of
@@ -88,6 +93,7 @@ type groupMember struct {
 	missing missingSpan  // the span the writer waits for, if any
 	peers   *memberConns // to the other members (group_stage.go)
 	stageMu sync.Mutex   // streamed requests' claims and decisions (decide)
+	early   groupEarly   // delivery at the commit point (group_early.go)
 	// stopped ends with the service: a fetch from another member.
 	stopped     context.Context
 	stopStopped context.CancelFunc
@@ -100,6 +106,7 @@ func newGroupMember(s *Service, node *certgroup.Node) (*groupMember, int, error)
 	g := &groupMember{s: s, node: node, confirmed: newWatermark(0), writer: newLogWriter(), peers: newMemberConns(node, s.cfg.Limits)}
 	g.stopped, g.stopStopped = context.WithCancel(context.Background())
 	restored, err := s.replay(s.windowBase(), nil)
+	g.early.ringCommitted = s.log.LastVersion()
 	return g, restored, err
 }
 
@@ -139,6 +146,7 @@ func (g *groupMember) close() {
 // writer all the same, the others expire.
 func (g *groupMember) lostLeadership() {
 	g.leadership.lost()
+	g.dropSpeculation()
 	g.s.staging.releaseAll(time.Now())
 }
 
@@ -168,22 +176,44 @@ func (g *groupMember) missingSpanVersions() uint64 {
 // admit refuses a stream at once on a member that does not lead, naming
 // the leader for the client to follow. On the leader the stream lives as
 // long as its leadership: replies certified in it are dropped, never
-// sent, once it is lost. Every version a replica holds was committed by
-// the group, so a new leader still applying its log reaches it soon.
-func (g *groupMember) admit(stream grpc.ServerStream, open *pb.OpenSession) (context.Context, error) {
+// sent, once it is lost. A replica that takes entries only once durable
+// holds versions the group committed, so a new leader still applying its
+// log reaches them soon; one that takes them early may hold failed
+// versions too, and is waited for only up to what the leader applied
+// (admitEarly).
+func (g *groupMember) admit(stream grpc.ServerStream, open *pb.OpenSession) (context.Context, uint64, error) {
 	if err := g.checkLeader(stream); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	lifetime, tenure := g.leadership.current()
 	if open.GetReplica() != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), groupCatchUpWaitMax)
-		_, err := g.s.durable.wait(ctx, open.ReplicaVersion)
-		cancel()
+		ctx, cancel := context.WithTimeout(stream.Context(), groupCatchUpWaitMax)
+		defer cancel()
+		holds := open.ReplicaVersion
+		if g.s.takesEarly(open) {
+			applied, err := g.admitEarly(ctx)
+			if err != nil {
+				return nil, 0, err
+			}
+			holds = min(holds, applied)
+		}
+		_, err := g.s.durable.wait(ctx, holds)
 		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "replica %q is at version %d, this certifier member has applied %d so far; retry",
+			return nil, 0, status.Errorf(codes.Unavailable, "replica %q is at version %d, this certifier member has applied %d so far; retry",
 				open.Replica, open.ReplicaVersion, g.s.DurableVersion())
 		}
 	}
-	return g.leadership.context(), nil
+	return lifetime, tenure, nil
+}
+
+// mayDeliver: see orderer.mayDeliver. leadership.lost moves the tenure
+// before the versions committed in the same batch reach the ring and the
+// durable version, so a message made from them finds it moved.
+func (g *groupMember) mayDeliver(tenure uint64) error {
+	if g.leadership.tenure.Load() != tenure {
+		return status.Error(codes.Unavailable, "certifier leadership lost: this stream ends; re-send to the new leader")
+	}
+	return nil
 }
 
 // checkLeader refuses a stream on a member that does not lead, naming the
@@ -230,10 +260,11 @@ func (g *groupMember) decide(ctx context.Context, batch []certifying) (int, erro
 	if len(toDecide) == 0 {
 		return len(batch), nil
 	}
-	results, err := g.node.CertifyAll(ctx, toDecide)
+	results, err := g.node.CertifyAll(ctx, toDecide, func(results []certgroup.Result) {
+		g.deliverDecided(batch, decided, results)
+	})
 	for k, r := range results {
 		c := &batch[decided[k]]
-		c.outcome, c.lowWaterMark, c.latest, c.ticket = r.Outcome, r.LowWaterMark, r.Latest, r.Ticket
 		if c.lookedUp() {
 			lookUp(c, func(certification.TxnID) (uint64, uint64, bool) { return r.FirstVersion, r.Version, r.Version != 0 })
 		}
@@ -330,7 +361,7 @@ func (g *groupMember) syncVersion(ctx context.Context) (uint64, error) {
 	if _, now, leading := g.node.Leader(); !leading || now != term {
 		return 0, status.Error(codes.Unavailable, "certifier leadership lost before it was confirmed; ask the new leader")
 	}
-	return v, nil
+	return max(v, g.early.sentVersion()), nil
 }
 
 // describe adds the member's view of the group to a status reply.

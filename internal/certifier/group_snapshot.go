@@ -40,6 +40,7 @@ func (g *groupMember) restartAt(version, epoch uint64) {
 	}
 	s.mu.Lock()
 	s.recent = newRecentEntries(s.cfg.RecentEntriesMax)
+	g.early.ringCommitted = version
 	s.mu.Unlock()
 	s.durable.advance(version)
 	g.discardCoveredStages(version)

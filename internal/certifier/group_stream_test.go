@@ -100,7 +100,8 @@ func (g *restartableGroup) start(i int) {
 	logger := slog.New(slog.NewTextHandler(io.MultiWriter(g.logs[i], os.Stderr), nil))
 	core := g.core
 	core.ID, core.Decode = uint64(i+1), certifier.DecodeEntryKeys
-	node, err := certgroup.OpenNode(certgroup.NodeConfig{Core: core, DataDir: filepath.Join(g.dirs[i], "raft"), Members: g.members, Logger: logger})
+	node, err := certgroup.OpenNode(certgroup.NodeConfig{Core: core, DataDir: filepath.Join(g.dirs[i], "raft"), Members: g.members, Logger: logger,
+		UnsafeFaultPartitionFile: g.partitionFile(i)})
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -111,6 +112,34 @@ func (g *restartableGroup) start(i int) {
 		g.t.Fatal(err)
 	}
 	g.servers[i] = srv
+}
+
+// partitionFile is member i's fault point (isolate).
+func (g *restartableGroup) partitionFile(i int) string { return filepath.Join(g.dirs[i], "partition") }
+
+// isolate cuts member i off from every other member, both ways, until
+// heal.
+func (g *restartableGroup) isolate(i int) {
+	g.t.Helper()
+	for j := range g.servers {
+		cut := "*"
+		if j != i {
+			cut = strconv.Itoa(i + 1)
+		}
+		if err := os.WriteFile(g.partitionFile(j), []byte(cut), 0o644); err != nil {
+			g.t.Fatal(err)
+		}
+	}
+}
+
+// heal ends every partition.
+func (g *restartableGroup) heal() {
+	g.t.Helper()
+	for j := range g.servers {
+		if err := os.Remove(g.partitionFile(j)); err != nil && !os.IsNotExist(err) {
+			g.t.Fatal(err)
+		}
+	}
 }
 
 func (g *restartableGroup) stop(i int) {

@@ -164,7 +164,8 @@ func (g *groupMember) appendEntries(entries []logentry.Entry) bool {
 		if e.Version <= last {
 			continue
 		}
-		s.recent.add(e, e.Version) // committed by the group: durable
+		g.early.ringCommitted = e.Version
+		s.recent.replace(e) // a leader may hold it, or another entry at its version (group_early.go)
 		records = append(records, wal.Entry{Version: e.Version, Payload: e.Bytes})
 	}
 	s.mu.Unlock()
@@ -183,6 +184,7 @@ func (g *groupMember) appendEntries(entries []logentry.Entry) bool {
 	s.stats.fsyncs.Store(syncs)
 	s.stats.loggedEntries.Store(synced)
 	s.durable.advance(records[len(records)-1].Version)
+	g.deliverPassed()
 	return true
 }
 
@@ -198,7 +200,7 @@ func (g *groupMember) writeSpan(head logentry.Entry) bool {
 	sp := committedSpan{first: e.First, last: e.Last, txn: e.Txn, certified: e.Certified, bytes: e.SpanBytes, checksum: e.SpanChecksum, epoch: e.Epoch}
 	if s.log.LastVersion() >= sp.last { // written before a restart: its stage, if kept, goes
 		// Its run is the log's, which the scan at start recorded.
-		s.spanWritten(sp)
+		g.spanWritten(sp)
 		return true
 	}
 	if !g.cutPartialSpan(sp) {
@@ -218,8 +220,19 @@ func (g *groupMember) writeSpan(head logentry.Entry) bool {
 		return false
 	}
 	s.runs.note(sp.epoch, sp.first)
-	s.spanWritten(sp)
+	g.spanWritten(sp)
 	return true
+}
+
+// spanWritten: the span is durable here; the ring holds none of it (a
+// hole), and what it holds after it is this member's speculation until
+// the committed path finds it (group_early.go).
+func (g *groupMember) spanWritten(sp committedSpan) {
+	g.s.mu.Lock()
+	g.early.ringCommitted = sp.last
+	g.s.mu.Unlock()
+	g.s.spanWritten(sp)
+	g.deliverPassed()
 }
 
 // cutPartialSpan removes what an attempt that did not finish wrote of sp.

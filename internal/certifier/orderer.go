@@ -38,11 +38,23 @@ type orderer interface {
 
 	// admit lets a Certify stream start, before its session is checked.
 	// It returns the context the stream lives in, which ends when this
-	// process can no longer answer for what it decides, or the error to
-	// end the stream with (a group member that does not lead names the
-	// leader in the stream's trailer). It waits, within a bound, until
-	// this process holds the version the replica opens at.
-	admit(stream grpc.ServerStream, open *pb.OpenSession) (context.Context, error)
+	// process can no longer answer for what it decides, and the tenure
+	// that context belongs to (mayDeliver), or the error to end the stream
+	// with (a group member that does not lead names the leader in the
+	// stream's trailer). It waits, within a bound, until this process
+	// holds the version the replica opens at.
+	admit(stream grpc.ServerStream, open *pb.OpenSession) (context.Context, uint64, error)
+
+	// mayDeliver refuses a message of a stream admitted in an earlier
+	// tenure (a group member's lost leadership): once it is lost, the
+	// durable version and the entries this member holds may be another
+	// leader's, and its stream's replica may hold versions that failed.
+	// Called just before each message is sent, after it was made.
+	mayDeliver(tenure uint64) error
+
+	// sentEarly records that a stream of tenure sent entries up to
+	// through before they were durable: syncVersion covers them.
+	sentEarly(tenure, through uint64)
 
 	// decide takes the decisions for a message's prepared requests, in
 	// order, filling each one's outcome (a request already answered by
@@ -71,6 +83,11 @@ type orderer interface {
 	// describe fills in this orderer's part of a Status reply: its role,
 	// and a group member's view of the group.
 	describe(r *pb.StatusReply)
+
+	// certifyingEpoch is the epoch this process certifies in and the
+	// first version it may certify in it (CertifyStreamReply.epoch): on a
+	// group member, once it leads and has applied its whole log.
+	certifyingEpoch(ctx context.Context) (epoch, firstVersion uint64, err error)
 
 	// certifies reports whether this process certifies now (a single
 	// certifier always, a group member while it leads) and the group's

@@ -276,12 +276,14 @@ func TestOrdererOrdersAndPersistsCommits(t *testing.T) {
 // trailer, which it does not expect.
 type noTrailerStream struct{ grpc.ServerStream }
 
+func (noTrailerStream) Context() context.Context { return context.Background() }
+
 // A serving orderer admits a replica at its durable version, for a
 // lifetime that lasts while it serves, and describes itself in Status.
 func TestOrdererAdmitsAStreamAndDescribesItself(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend, s *Service, _ func() *Service) {
 		commitRows(t, s, "r1", 1, "a", "b")
-		lifetime, err := s.order.admit(noTrailerStream{}, &pb.OpenSession{Replica: "r1", ReplicaVersion: 2})
+		lifetime, _, err := s.order.admit(noTrailerStream{}, &pb.OpenSession{Replica: "r1", ReplicaVersion: 2})
 		if err != nil {
 			t.Fatalf("admit a replica at the durable version: %v", err)
 		}

@@ -1,6 +1,10 @@
 package certifier
 
-import "github.com/tashkent-db/tashkent/internal/logentry"
+import (
+	"bytes"
+
+	"github.com/tashkent-db/tashkent/internal/logentry"
+)
 
 // recentEntries keeps the latest committed entries in memory, encoded, so
 // that delivering them to replicas neither reads the log back nor encodes
@@ -75,6 +79,48 @@ func (r *recentEntries) between(dst [][]byte, after, upTo uint64) ([][]byte, boo
 		dst = append(dst, e.Bytes)
 	}
 	return dst, true
+}
+
+// next is the version after the last one held (0: the ring is empty).
+func (r *recentEntries) next() uint64 {
+	if r.count == 0 {
+		return 0
+	}
+	return r.first + uint64(r.count)
+}
+
+// replace puts a committed entry e into the ring: into its slot if the
+// ring's range covers it and the slot is a hole, or after the range as
+// add does; where the ring holds another entry at its version (another
+// leader's, taken back), that entry and those after it go first. An entry
+// the ring already holds, or older than its range, is left.
+func (r *recentEntries) replace(e logentry.Entry) {
+	if r.count == 0 || e.Version >= r.next() {
+		r.add(e, e.Version)
+		return
+	}
+	if e.Version < r.first {
+		return
+	}
+	slot := &r.ring[e.Version%uint64(len(r.ring))]
+	switch {
+	case slot.Version != e.Version || slot.Bytes == nil:
+		*slot = e
+	case !bytes.Equal(slot.Bytes, e.Bytes):
+		r.dropFrom(e.Version)
+		r.add(e, e.Version)
+	}
+}
+
+// dropFrom empties the slots of the versions from v on.
+func (r *recentEntries) dropFrom(v uint64) {
+	for r.count > 0 && r.first+uint64(r.count) > v {
+		r.count--
+		r.ring[(r.first+uint64(r.count))%uint64(len(r.ring))] = logentry.Entry{}
+	}
+	if r.count == 0 {
+		r.first = 0
+	}
 }
 
 // clear empties the ring: the next entry added starts it again.

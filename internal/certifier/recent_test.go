@@ -67,11 +67,39 @@ func TestTheRecentRingKeepsWhatIsNotDurable(t *testing.T) {
 	}
 }
 
+// A group member's ring drops a speculative tail; a committed entry fills
+// a hole in place and replaces another entry at its version, with the
+// entries after it.
+func TestRecentEntriesTakeCommittedEntriesOverSpeculativeOnes(t *testing.T) {
+	r := newRecentEntries(8)
+	for _, v := range []uint64{1, 2, 4, 5} { // a hole at 3
+		r.add(entry(v), v)
+	}
+	r.replace(entry(3))
+	if got := heldBetween(r, 0, 5); got != "1 2 3 4 5 " {
+		t.Fatalf("after filling the hole at 3: %q, want 1 2 3 4 5", got)
+	}
+	other := logentry.Entry{Version: 4, Bytes: []byte("another entry at 4")}
+	r.replace(other)
+	if got := heldBetween(r, 0, 4); got != "1 2 3 another entry at 4 " || r.next() != 5 {
+		t.Fatalf("after another entry at 4: %q, next %d; want it in place of 4 and 5 gone", got, r.next())
+	}
+	r.replace(entry(2)) // the same entry: left
+	r.dropFrom(3)
+	if heldBetween(r, 0, 2) != "1 2 " || r.next() != 3 {
+		t.Fatalf("after dropFrom(3): %q, next %d", heldBetween(r, 0, 2), r.next())
+	}
+	r.dropFrom(1)
+	if r.next() != 0 || !r.add(entry(7), 7) || heldBetween(r, 6, 7) != "7 " {
+		t.Fatal("a ring emptied by dropFrom does not start again")
+	}
+}
+
 // Early delivery stops before the first barrier, span or refused entry
 // not yet durable, and goes on once it is.
 func TestEarlyDeliveryStopsBeforeTheFirstStopUntilItIsDurable(t *testing.T) {
 	var s earlyStops
-	s.add(nil, []uint64{7}, []committedSpan{{first: 4, last: 5}}, 9)
+	s.add([]uint64{7, 4}, 9) // entry 7 refused, a span at 4..5
 	if got := s.through(); got != 3 {
 		t.Fatalf("through = %d with a span at 4..5 and entry 7 refused, want 3", got)
 	}

@@ -35,8 +35,10 @@ type singleLog struct {
 	saved *pb.LogRetention // the retention decision last written (retain)
 
 	// generation is the epoch of every entry this process certifies
-	// (epochs.go, nextGeneration).
-	generation uint64
+	// (epochs.go, nextGeneration), from firstVersion on: the versions
+	// below were in the log, synced, when it started.
+	generation   uint64
+	firstVersion uint64
 
 	records []wal.Entry // the writer's, reused across batches
 }
@@ -72,6 +74,7 @@ func newSingleLog(s *Service) (*singleLog, int, error) {
 		}
 		l.state.Restore(h.Version, txn, keys)
 	})
+	l.firstVersion = s.log.LastVersion() + 1
 	return l, restored, err
 }
 
@@ -83,14 +86,23 @@ func (l *singleLog) start() {
 // close has nothing to release: the writer ends with the service.
 func (l *singleLog) close() {}
 
+func (l *singleLog) certifyingEpoch(context.Context) (uint64, uint64, error) {
+	return l.generation, l.firstVersion, nil
+}
+
 // certifies: a single certifier always certifies; it has no term.
 func (l *singleLog) certifies() (bool, uint64) { return true, 0 }
 
 // admit: a single certifier serves every stream for as long as it runs,
 // and holds every version a replica can hold already.
-func (l *singleLog) admit(grpc.ServerStream, *pb.OpenSession) (context.Context, error) {
-	return context.Background(), nil
+func (l *singleLog) admit(grpc.ServerStream, *pb.OpenSession) (context.Context, uint64, error) {
+	return context.Background(), 0, nil
 }
+
+// mayDeliver: a single certifier's one tenure lasts as long as it runs.
+func (l *singleLog) mayDeliver(uint64) error { return nil }
+
+func (l *singleLog) sentEarly(_, through uint64) { l.s.earlySent.advance(through) }
 
 // decide runs the state machine for every prepared request, in order,
 // under one lock (decideSingle), queues the new commits for the writer,

@@ -37,6 +37,12 @@ type streamState struct {
 	s        *Service
 	inFlight atomic.Int64    // this stream's share of Service.inFlight
 	session  *replicaSession // the replica's progress (replicas.go)
+	tenure   uint64          // the tenure it was admitted in (orderer.mayDeliver)
+	// epoch and epochFirst name the epoch the stream's decisions are
+	// taken in, in its first message (CertifyStreamReply.epoch); the
+	// sender's goroutine clears epochToSend once sent.
+	epoch, epochFirst uint64
+	epochToSend       bool
 }
 
 func (st *streamState) acquire() bool {
@@ -57,17 +63,18 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	if err != nil {
 		return err
 	}
-	lifetime, err := s.order.admit(stream, first.Open)
+	lifetime, tenure, err := s.order.admit(stream, first.Open)
 	if err != nil {
 		return err
 	}
-	if first.Open.GetEarlyDelivery() && s.cfg.Group != nil {
-		return status.Error(codes.Unimplemented, "a certifier group does not deliver before durability (OpenSession.early_delivery): use a single certifier")
-	}
-	if err := s.awaitDeliveredTail(stream.Context(), first.Open.GetReplicaVersion()); err != nil {
+	if err := s.awaitDeliveredTail(stream.Context(), lifetime, first.Open.GetReplicaVersion()); err != nil {
 		return err
 	}
 	if err := s.checkOpen(first.Open); err != nil {
+		return err
+	}
+	epoch, epochFirst, err := s.order.certifyingEpoch(lifetime)
+	if err != nil {
 		return err
 	}
 	session := s.replicas.opened(first.Open.Replica, sessionStatusAddr(stream.Context(), first.Open.StatusAddr), first.Open.ReplicaVersion)
@@ -76,7 +83,7 @@ func (s *Service) Certify(stream pb.Certifier_CertifyServer) error {
 	defer cancel()
 	stopFollowing := context.AfterFunc(lifetime, cancel)
 	defer stopFollowing()
-	st := &streamState{s: s, session: session}
+	st := &streamState{s: s, session: session, tenure: tenure, epoch: epoch, epochFirst: epochFirst, epochToSend: true}
 	queue := make(chan queued, streamQueueMax)
 	var wg sync.WaitGroup
 	sendErr := make(chan error, 1)
@@ -356,9 +363,9 @@ func (s *Service) sendReady(ctx context.Context, stream pb.Certifier_CertifyServ
 		return delivered, err
 	}
 	if through > durable {
-		s.earlySent.advance(through) // SyncVersion covers what a replica may show
+		s.order.sentEarly(st.tenure, through) // SyncVersion covers what a replica may show
 	}
-	delivered, err := s.send(stream, ready, delivered, through, durable)
+	delivered, err := s.send(stream, st, ready, delivered, through, durable)
 	st.release(answered(ready))
 	if errors.Is(err, wal.ErrCompacted) { // retention removed what this replica still needed
 		err = errBehindLog(st.session.name, delivered, s.log.StartsAfter())
@@ -395,7 +402,7 @@ func answered(batch []queued) int64 {
 
 // send delivers entries (delivered, through], then the replies
 // (SendReplies).
-func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delivered, through, durable uint64) (uint64, error) {
+func (s *Service) send(stream pb.Certifier_CertifyServer, st *streamState, batch []queued, delivered, through, durable uint64) (uint64, error) {
 	var replies []*pb.CertifyReply
 	for _, q := range batch {
 		if q.reply != nil {
@@ -404,6 +411,12 @@ func (s *Service) send(stream pb.Certifier_CertifyServer, batch []queued, delive
 	}
 	var sendStart time.Time
 	delivered, err := SendReplies(s.entriesUpToBytes, delivered, through, durable, replies, func(m *pb.CertifyStreamReply) error {
+		if err := s.order.mayDeliver(st.tenure); err != nil {
+			return err
+		}
+		if st.epochToSend {
+			m.Epoch, m.EpochFirstVersion, st.epochToSend = st.epoch, st.epochFirst, false
+		}
 		sendStart = time.Now()
 		return stream.Send(m)
 	})

@@ -5,7 +5,8 @@ import (
 	"sync"
 )
 
-// watermark is a version that only grows, with a way to wait for it.
+// watermark is a version that grows, with a way to wait for it; only a
+// group member's early delivery ever lowers one (lower).
 type watermark struct {
 	mu      sync.Mutex
 	version uint64
@@ -21,6 +22,19 @@ func (w *watermark) advance(v uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if v > w.version {
+		w.version = v
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+}
+
+// lower moves the version back to v if it is above: what it stood for
+// was taken back (a group member's speculative versions, group_early.go).
+// A waiter already past v has returned; the others wait on.
+func (w *watermark) lower(v uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if v < w.version {
 		w.version = v
 		close(w.changed)
 		w.changed = make(chan struct{})

@@ -56,7 +56,10 @@ list-append transactions are fast (--fast-share), the certifier waits before
 writing each batch so that its kill -9 fails versions, and every fast and safe
 transaction's outcome is asked with tashkent.txn_state after the run: a failed
 fast commit is :fail in adya's history, an acknowledged safe commit must be
-durable, and no replica may keep a failed write.
+durable, and no replica may keep a failed write. --profile ed-group does the
+same against a 3-member certifier group whose members hear each other 50 ms
+late, so that killing or cutting off the leader fails the versions it decided
+that no other member received.
 
 Then the detector self-test restarts the certifier (every member of a group)
 with its conflict check disabled and requires the checkers to notice. Exits non-zero on any failure.
@@ -119,7 +122,7 @@ Needs PostgreSQL 15 and adya (cargo install adya --locked).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&profile, "profile", "short", "short (about a minute, what CI runs), long (10 minutes of faults) or ed (mode ed, fast and safe transactions, certifier kills that fail versions)")
+	f.StringVar(&profile, "profile", "short", "short (about a minute, what CI runs), long (10 minutes of faults), ed (mode ed, fast and safe transactions, certifier kills that fail versions) or ed-group (ed against a certifier group, leader kills and cuts)")
 	f.StringVar(&dir, "out", "", "output directory: the cluster, histories, adya reports, faults.txt, summary.json (default: a new temporary directory)")
 	f.DurationVar(&duration, "duration", 0, "how long the workloads run under faults (default: the profile's)")
 	f.StringVar(&faultList, "faults", "all", "comma-separated fault kinds, all or none (the kinds depend on --certifiers; see docs/RELIABILITY.md)")

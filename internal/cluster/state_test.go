@@ -126,8 +126,8 @@ func TestNewStateChecksOptions(t *testing.T) {
 	if err != nil || len(st.Replicas) != DefaultReplicas || st.Mode != ModeMW {
 		t.Fatalf("defaults: %+v, %v", st, err)
 	}
-	if _, err := newState("/tmp/x", Options{Mode: ModeED, Certifiers: 3}); err == nil || !strings.Contains(err.Error(), "single certifier") {
-		t.Errorf("newState accepted mode ed with a certifier group: %v", err)
+	if st, err := newState("/tmp/x", Options{Mode: ModeED, Certifiers: 3}); err != nil || len(st.CertifierMembers()) != 3 {
+		t.Errorf("mode ed with a certifier group of 3: %v", err)
 	}
 	if st, err := newState("/tmp/x", Options{Mode: ModeED}); err != nil || !st.Mode.synchronousCommit() || postgresSettings(st.Mode)["wal_writer_flush_after"] != "0" {
 		t.Errorf("mode ed: %v; replicas' synchronous_commit on: %v, settings %v", err, st != nil && st.Mode.synchronousCommit(), postgresSettings(ModeED))

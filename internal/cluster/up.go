@@ -242,9 +242,6 @@ func newState(dir string, o Options) (*State, error) {
 	if _, err := ParseMode(string(mode)); err != nil {
 		return nil, err
 	}
-	if mode == ModeED && o.Certifiers > 1 {
-		return nil, fmt.Errorf("--mode ed runs with a single certifier: a certifier group answers commits only once they are durable, not at the commit point; use --certifiers 1, or --mode mw with a group")
-	}
 	for _, p := range []int{o.CertifierPort, o.BasePort, o.BasePort + n - 1} {
 		if p < 0 || p > 65535 {
 			return nil, fmt.Errorf("port %d out of range", p)

@@ -38,6 +38,12 @@ type Config struct {
 	// batch, so that a kill -9 lands while decided versions are not yet
 	// durable and fails them (mode ed).
 	FaultWriteDelay time.Duration
+	// FaultPeerDelay, when positive, starts the members of a certifier
+	// group with the hidden fault flag --unsafe-fault-peer-delay: every
+	// Raft message between them arrives this much later, so that a leader
+	// killed or cut off holds versions it decided that no other member
+	// has, which fail (mode ed).
+	FaultPeerDelay time.Duration
 	// Faults are the kinds injected; empty runs without faults. Group kinds
 	// (kill-leader, ...) need Certifiers > 1, the single certifier's kinds
 	// (kill-certifier, partition-replica, ...) a single certifier.
@@ -123,7 +129,26 @@ func EDShortProfile() Config {
 	return c
 }
 
-// Profile returns the named profile ("short", "long" or "ed").
+// EDGroupFaults are the kinds of the ed-group profile: the leader killed
+// or cut off every other fault (each one fails the versions it decided
+// that no other member received), between kill -9 of the other
+// processes.
+var EDGroupFaults = []FaultKind{KillLeader, KillPostgres, PartitionLeader, KillAgent, KillLeader, KillBackend,
+	ClientDisconnect}
+
+// EDGroupShortProfile is EDShortProfile against a 3-member certifier
+// group whose members hear each other 50 ms late (FaultPeerDelay).
+func EDGroupShortProfile() Config {
+	c := EDShortProfile()
+	c.Certifiers = 3
+	c.FaultWriteDelay = 0
+	c.FaultPeerDelay = 50 * time.Millisecond
+	c.Faults = append([]FaultKind(nil), EDGroupFaults...)
+	return c
+}
+
+// Profile returns the named profile ("short", "long", "ed" or
+// "ed-group").
 func Profile(name string) (Config, error) {
 	switch name {
 	case "short":
@@ -132,8 +157,10 @@ func Profile(name string) (Config, error) {
 		return LongProfile(), nil
 	case "ed":
 		return EDShortProfile(), nil
+	case "ed-group":
+		return EDGroupShortProfile(), nil
 	}
-	return Config{}, fmt.Errorf("profile must be short, long or ed, not %q", name)
+	return Config{}, fmt.Errorf("profile must be short, long, ed or ed-group, not %q", name)
 }
 
 // mode is the cluster's durability mode (mw by default).
@@ -162,8 +189,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("the certifier group must have 1, 3 or 5 members, not %d", c.Certifiers)
 	case c.mode() != cluster.ModeMW && c.mode() != cluster.ModeED:
 		return fmt.Errorf("the fault test runs mode mw or ed, not %q", c.Mode)
-	case c.mode() == cluster.ModeED && c.Certifiers > 1:
-		return fmt.Errorf("mode ed runs a single certifier, not a group of %d", c.Certifiers)
+	case c.FaultPeerDelay > 0 && c.Certifiers <= 1:
+		return fmt.Errorf("the delay between certifier members needs a certifier group (--certifiers 3)")
 	case c.FastShare < 0 || c.FastShare > 100:
 		return fmt.Errorf("the fast share is a percentage, not %d", c.FastShare)
 	case c.FastShare > 0 && c.mode() != cluster.ModeED:

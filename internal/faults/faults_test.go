@@ -51,17 +51,32 @@ func TestShortProfile(t *testing.T) {
 // failed one's write and did not fail with it. A run in which nothing
 // failed proves nothing and fails.
 func TestEDShortProfile(t *testing.T) {
-	cfg := EDShortProfile()
+	e := runEDProfile(t, EDShortProfile(), EDFaults)
+	if e.FailedVersions == 0 || e.FastFailed == 0 {
+		t.Errorf("no failure exercised: %d versions failed at certifier kills, %d fast commits failed", e.FailedVersions, e.FastFailed)
+	}
+}
+
+// TestEDGroupShortProfile is the ed profile against a certifier group:
+// the leader killed or cut off with versions no other member received.
+func TestEDGroupShortProfile(t *testing.T) {
+	e := runEDProfile(t, EDGroupShortProfile(), EDGroupFaults)
+	if e.FastFailed+e.SafeFailed == 0 {
+		t.Errorf("no failure exercised: no fast commit failed and no safe commit got TK006 (%d fast, %d safe commits)", e.FastCommits, e.SafeCommits)
+	}
+}
+
+// runEDProfile runs a mode ed profile and checks what every one must
+// show: each kind of transaction, and no acknowledged write lost.
+func runEDProfile(t *testing.T, cfg Config, kinds []FaultKind) *EDResult {
+	t.Helper()
 	if testing.Short() {
 		cfg.Duration = 25 * time.Second
 	}
-	sum := runProfile(t, cfg, EDFaults)
+	sum := runProfile(t, cfg, kinds)
 	e := sum.ED
 	if e == nil {
 		t.Fatal("the summary has no mode ed result")
-	}
-	if e.FailedVersions == 0 || e.FastFailed == 0 {
-		t.Errorf("no failure exercised: %d versions failed at certifier kills, %d fast commits failed", e.FailedVersions, e.FastFailed)
 	}
 	if e.FastCommits == e.FastFailed || e.SafeCommits == 0 || e.FastReads == 0 || e.SafeReads == 0 {
 		t.Errorf("a kind of transaction is missing: %d fast commits (%d failed), %d safe commits, %d fast reads, %d safe reads",
@@ -70,6 +85,7 @@ func TestEDShortProfile(t *testing.T) {
 	if sum.AcknowledgedCommits == 0 || len(sum.Lost) > 0 {
 		t.Errorf("durability: %d acknowledged writes checked, %d lost", sum.AcknowledgedCommits, len(sum.Lost))
 	}
+	return e
 }
 
 // outputDir keeps the histories of a failed run for inspection.

@@ -136,6 +136,7 @@ func (c *control) startMember(ctx context.Context, id int, unsafe bool) error {
 	if unsafe {
 		args = append(args, "--unsafe-fault-skip-conflict-check")
 	}
+	args = append(args, c.certArgs...)
 	cmd := exec.Command(c.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

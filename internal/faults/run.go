@@ -68,6 +68,9 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if cfg.FaultWriteDelay > 0 {
 		ctl.certArgs = []string{"--unsafe-deliver-before-durable", "--unsafe-fault-write-delay", cfg.FaultWriteDelay.String()}
 	}
+	if cfg.FaultPeerDelay > 0 {
+		ctl.certArgs = []string{"--unsafe-fault-peer-delay", cfg.FaultPeerDelay.String()}
+	}
 	r := &runner{cfg: cfg, adya: adya, ctl: ctl, sum: &Summary{Dir: dir, Mode: cfg.mode(), Certifiers: max(cfg.Certifiers, 1)}, seed: cfg.Seed}
 	r.progress("starting a 3-replica %s cluster with %d certifier(s) in %s", cfg.mode(), max(cfg.Certifiers, 1), r.ctl.dir)
 	if err := r.ctl.up(ctx); err != nil {
