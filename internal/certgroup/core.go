@@ -102,7 +102,7 @@ const maxInflightMsgs = 256
 
 // ErrNotReady means this member is the leader but has not yet applied its
 // whole log (its barrier entry), or has just re-fenced itself; retry soon.
-var ErrNotReady = errors.New("certifier group: the leader is still applying its log; retry")
+var ErrNotReady = errors.New("certifier group: the leader is not ready to certify (still applying its log, or handing its leadership over); retry")
 
 // NotLeaderError is returned by Certify on a member that is not the leader.
 type NotLeaderError struct {

@@ -161,12 +161,28 @@ func OpenNode(cfg NodeConfig) (*Node, error) {
 		// holding a Go P: with as many peers as Ps, the member's other
 		// goroutines (its decisions and replies) would wait for the
 		// sleeps, which a real network latency does not make them do.
-		procs := runtime.GOMAXPROCS(0) + len(cfg.Members) - 1
-		runtime.GOMAXPROCS(procs)
+		procs := raiseProcsForPeerDelay(len(cfg.Members) - 1)
 		n.log.Warn("UNSAFE: fault point set: every Raft message to a peer is delayed (an emulated distant member; benchmarks and tests only)",
 			"delay", cfg.UnsafeFaultPeerDelay, "go_threads", procs)
 	}
 	return n, nil
+}
+
+// peerDelayProcs raises GOMAXPROCS once per process, however many
+// members with a peer delay it opens (in-process tests open several).
+var peerDelayProcs struct {
+	once  sync.Once
+	procs int
+}
+
+// raiseProcsForPeerDelay adds one Go thread per peer to GOMAXPROCS, once,
+// and returns the result.
+func raiseProcsForPeerDelay(peers int) int {
+	peerDelayProcs.once.Do(func() {
+		peerDelayProcs.procs = runtime.GOMAXPROCS(0) + peers
+		runtime.GOMAXPROCS(peerDelayProcs.procs)
+	})
+	return peerDelayProcs.procs
 }
 
 // Start runs the node until Close.

@@ -152,9 +152,16 @@ func (e *earlyStops) add(stops []uint64, last uint64) {
 }
 
 // addGap holds delivery before version from until every version up to
-// until is durable; it comes before the stops of the same call.
+// until is durable; it comes before the stops of the same call, and
+// starts after those of earlier calls (the versions an earlier call's
+// stops hold are already held back).
 func (e *earlyStops) addGap(from, until uint64) {
-	e.stops = append(e.stops, earlyStop{at: from, until: until})
+	if n := len(e.stops); n > 0 {
+		from = max(from, e.stops[n-1].until+1)
+	}
+	if from <= until {
+		e.stops = append(e.stops, earlyStop{at: from, until: until})
+	}
 }
 
 // batchStops appends to stops where early delivery stops in a decided

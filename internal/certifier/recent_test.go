@@ -112,3 +112,19 @@ func TestEarlyDeliveryStopsBeforeTheFirstStopUntilItIsDurable(t *testing.T) {
 		t.Fatalf("through = %d once every stop is durable, want 9", got)
 	}
 }
+
+// A gap holds delivery until every version in it is durable, and starts
+// after the stops an earlier call left: here entry 4 refused, then a gap
+// from 4 (the ring's next version) to 8 below a decision at 9.
+func TestAGapHoldsDeliveryUntilAllOfItIsDurable(t *testing.T) {
+	var s earlyStops
+	s.add([]uint64{4}, 4)
+	s.addGap(4, 8)
+	s.add(nil, 9)
+	for _, c := range []struct{ durable, through uint64 }{{3, 3}, {4, 4}, {7, 4}, {8, 9}} {
+		s.passed(c.durable)
+		if got := s.through(); got != c.through {
+			t.Fatalf("durable %d: through %d, want %d", c.durable, got, c.through)
+		}
+	}
+}
