@@ -11,7 +11,9 @@
  * waiter up to it has its latch set. The worker connects to the agent's
  * socket as role 2 and reads 'V' frames (channel.c): the durable version
  * at once, then at each advance (the latest only, once the socket's
- * buffer is full: the agent never waits for a feed). Each goes to
+ * buffer is full: the agent never waits for a feed). Outside mode ed,
+ * where no commit waits for the feed, the agent sends at most one per
+ * 10 ms. Each goes to
  * tk_durable_advance, which keeps the maximum and wakes the backends
  * whose version it reached. An 'X' frame says which versions failed
  * (safe.c).

@@ -72,6 +72,14 @@ func (w *durableWatch) wait() <-chan struct{} {
 // again when it can.
 const feedWriteMax = 10 * time.Second
 
+// feedPace is how often at most a feed sends outside mode ed. There no
+// commit waits for the feed: the certifier answers a commit once it is
+// durable, and the decision says so. Only tashkent.durable_version() and
+// wait_durable read it, and an advance per certifier batch would wake the
+// feed's worker about once per commit. In mode ed a safe COMMIT waits for
+// the feed, which sends each advance at once.
+const feedPace = 10 * time.Millisecond
+
 // serveFeed serves the extension's durability feed (extension/src/feed.c,
 // Hello role 2): the durable version at once if known, then at each
 // advance (none while the watch is suspended), until the connection
@@ -98,6 +106,8 @@ func (a *Agent) serveFeed(ctx context.Context, nc net.Conn, r *bufio.Reader, h w
 	sentAny := false
 	var failedSent wire.Failed
 	failedSentAny := false
+	paced := a.cfg.Mode != ModeED
+	var lastSent time.Time
 	for {
 		changed := a.durable.wait()
 		failedChanged := a.failed.wait()
@@ -115,7 +125,8 @@ func (a *Agent) serveFeed(ctx context.Context, nc net.Conn, r *bufio.Reader, h w
 			if _, err := nc.Write(wire.Encode(wire.Durable{Version: v})); err != nil {
 				return
 			}
-			sent, sentAny = v, true
+			sent, sentAny, lastSent = v, true, time.Now()
+			a.metrics.feedSends.Inc()
 		}
 		select {
 		case <-changed:
@@ -124,6 +135,15 @@ func (a *Agent) serveFeed(ctx context.Context, nc net.Conn, r *bufio.Reader, h w
 			return
 		case <-ctx.Done():
 			return
+		}
+		if wait := feedPace - time.Since(lastSent); paced && wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-closed:
+				return
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
 }

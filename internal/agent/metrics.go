@@ -27,6 +27,7 @@ type metrics struct {
 	syncs         *prometheus.CounterVec
 	stateQueries  *prometheus.CounterVec
 	feeds         prometheus.Gauge
+	feedSends     prometheus.Counter
 	batchVersions prometheus.Histogram
 	dooms         *prometheus.CounterVec
 	backends      prometheus.Gauge
@@ -65,6 +66,8 @@ func newMetrics() *metrics {
 			Help: "Transaction states asked by backends (tashkent.txn_state, wait_durable), by answer: durable, committed, failed, unknown, unavailable."}, []string{"state"}),
 		feeds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_agent_durability_feeds",
 			Help: "Durability feeds connected to the agent's socket: 1 while the server's feed worker follows the durable version."}),
+		feedSends: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_durability_feed_sends_total",
+			Help: "Durable versions sent to durability feeds: each advance in mode ed, at most one per 10 ms in mw and base."}),
 		batchVersions: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tashkent_agent_apply_batch_versions",
 			Help: "Remote versions per apply transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 9)}),
 		dooms: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_dooms_total",
@@ -85,7 +88,7 @@ func newMetrics() *metrics {
 		rewoundVersions: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_rewound_versions_total",
 			Help: "Versions undone by rewinds: those that failed and the durable ones after the pin, which the replica then applied again."}),
 	}
-	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.streamed, m.stagedBytes, m.syncs, m.stateQueries, m.feeds, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
+	m.registry.MustRegister(m.delivered, m.applied, m.certifications, m.certifyLatency, m.streamed, m.stagedBytes, m.syncs, m.stateQueries, m.feeds, m.feedSends, m.batchVersions, m.dooms, m.backends, m.starts, m.state,
 		m.flowControlPausing, m.flowControlPauses, m.writesRefused, m.rewinds, m.rewoundVersions)
 	m.verify = newVerifyMetrics(m.registry)
 	m.registerCopyCounters()
