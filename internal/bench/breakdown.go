@@ -267,8 +267,10 @@ type breakdownProbe struct {
 	cpu     cpuSnapshot
 	pg      *pgSampler
 	agent   map[string]float64
-	// conns read the replicas' versions (staleness).
-	conns []*pgx.Conn
+	// conns read the replicas' versions, certifier the certifier's
+	// (staleness), each over one connection for the whole run.
+	conns     []*pgx.Conn
+	certifier *cluster.StatusQuerier
 	stop  chan struct{}
 	done  sync.WaitGroup
 	mu    sync.Mutex
@@ -283,6 +285,9 @@ func (s *system) startBreakdown(ctx context.Context) (*breakdownProbe, error) {
 			return nil, fmt.Errorf("%s: %w", s.label, err)
 		}
 		p.agent = m
+		if p.certifier, err = cluster.NewStatusQuerier(s.certAddr); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.label, err)
+		}
 		for _, pg := range s.pgs {
 			conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
 			if err != nil {
@@ -338,7 +343,7 @@ func (p *breakdownProbe) sampleStaleness(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		st, err := cluster.QueryCertifier(ctx, p.s.certAddr)
+		st, err := p.certifier.Query(ctx)
 		if err != nil {
 			continue
 		}
@@ -357,6 +362,9 @@ func (p *breakdownProbe) sampleStaleness(ctx context.Context) {
 func (p *breakdownProbe) closeConns() {
 	for _, c := range p.conns {
 		c.Close(context.Background())
+	}
+	if p.certifier != nil {
+		p.certifier.Close()
 	}
 }
 

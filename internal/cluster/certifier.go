@@ -19,19 +19,48 @@ import (
 // that answers. dial replaces the plaintext default (certifier TLS:
 // State.QueryCertifier).
 func QueryCertifier(ctx context.Context, addr string, dial ...grpc.DialOption) (*pb.StatusReply, error) {
-	addrs := strings.Split(addr, ",")
-	if len(addrs) == 1 {
-		return queryMember(ctx, addr, dial...)
+	q, err := NewStatusQuerier(addr, dial...)
+	if err != nil {
+		return nil, err
 	}
+	defer q.Close()
+	return q.Query(ctx)
+}
+
+// StatusQuerier asks a certifier, or every member of a group, for its
+// Status over connections it keeps: for a caller that asks again and
+// again (the bench's samples), which would otherwise cost the certifier
+// a connection per question.
+type StatusQuerier struct {
+	addrs []string
+	conns []*grpc.ClientConn
+}
+
+// NewStatusQuerier connects lazily to addr, as QueryCertifier takes it.
+func NewStatusQuerier(addr string, dial ...grpc.DialOption) (*StatusQuerier, error) {
+	q := &StatusQuerier{addrs: strings.Split(addr, ",")}
+	for _, a := range q.addrs {
+		conn, err := dialCertifier(a, dial...)
+		if err != nil {
+			q.Close()
+			return nil, err
+		}
+		q.conns = append(q.conns, conn)
+	}
+	return q, nil
+}
+
+// Query is QueryCertifier's answer.
+func (q *StatusQuerier) Query(ctx context.Context) (*pb.StatusReply, error) {
 	var first *pb.StatusReply
 	var errs []error
-	for _, a := range addrs {
-		st, err := queryMember(ctx, a, dial...)
+	for i, conn := range q.conns {
+		st, err := pb.NewCertifierClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("certifier %s: status: %w", q.addrs[i], grpctls.HintPlaintext(err)))
 			continue
 		}
-		if st.Role == "leader" {
+		if len(q.conns) == 1 || st.Role == "leader" {
 			return st, nil
 		}
 		if first == nil {
@@ -44,6 +73,13 @@ func QueryCertifier(ctx context.Context, addr string, dial ...grpc.DialOption) (
 	return nil, errors.Join(errs...)
 }
 
+// Close closes the connections.
+func (q *StatusQuerier) Close() {
+	for _, c := range q.conns {
+		c.Close()
+	}
+}
+
 // dialCertifier connects to one certifier (member) at addr: plaintext, or
 // what dial says.
 func dialCertifier(addr string, dial ...grpc.DialOption) (*grpc.ClientConn, error) {
@@ -52,17 +88,4 @@ func dialCertifier(addr string, dial ...grpc.DialOption) (*grpc.ClientConn, erro
 		return nil, fmt.Errorf("certifier %s: %w", addr, err)
 	}
 	return conn, nil
-}
-
-func queryMember(ctx context.Context, addr string, dial ...grpc.DialOption) (*pb.StatusReply, error) {
-	conn, err := dialCertifier(addr, dial...)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	st, err := pb.NewCertifierClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
-	if err != nil {
-		return nil, fmt.Errorf("certifier %s: status: %w", addr, grpctls.HintPlaintext(err))
-	}
-	return st, nil
 }

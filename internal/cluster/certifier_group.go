@@ -100,7 +100,7 @@ func groupStatus(ctx context.Context, st *State, c *CertifierStatus) {
 		ms.Process.Running, ms.Process.Detail = tashkentRunning(certifierIdentity(m), m.PID)
 		if ms.Process.Running {
 			cctx, cancel := context.WithTimeout(ctx, statusTimeout)
-			rep, err := queryMember(cctx, ms.Addr, dial...)
+			rep, err := QueryCertifier(cctx, ms.Addr, dial...)
 			cancel()
 			err = errors.Join(dialErr, err)
 			if err != nil {
@@ -164,7 +164,7 @@ func addOnlineMembers(ctx context.Context, c *CertifierStatus, group []*pb.Membe
 	for id, addr := range inGroup {
 		ms := MemberStatus{ID: id, Addr: addr, Process: ProcStatus{Detail: "added online (not started by tashkent up)"}}
 		cctx, cancel := context.WithTimeout(ctx, statusTimeout)
-		rep, err := queryMember(cctx, addr, dial...)
+		rep, err := QueryCertifier(cctx, addr, dial...)
 		cancel()
 		if err != nil {
 			ms.Error = err.Error()
