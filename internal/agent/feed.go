@@ -128,15 +128,17 @@ func (a *Agent) serveFeed(ctx context.Context, nc net.Conn, r *bufio.Reader, h w
 			sent, sentAny, lastSent = v, true, time.Now()
 			a.metrics.feedSends.Inc()
 		}
+		failedNews := false
 		select {
 		case <-changed:
 		case <-failedChanged:
+			failedNews = true
 		case <-closed:
 			return
 		case <-ctx.Done():
 			return
 		}
-		if wait := feedPace - time.Since(lastSent); paced && wait > 0 {
+		if wait := feedPace - time.Since(lastSent); paced && !failedNews && wait > 0 {
 			select {
 			case <-time.After(wait):
 			case <-closed:

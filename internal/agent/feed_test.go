@@ -25,12 +25,12 @@ func TestTheDurabilityFeedIsPacedOutsideModeED(t *testing.T) {
 		cfg.MetricsAddr = "127.0.0.1:0"
 	}}, schema)
 	metrics := "http://" + c.Agents[0].MetricsAddr().String() + "/metrics"
-	before := feedSends(t, metrics)
 	start := time.Now()
+	before := feedSends(t, metrics)
 	const commits = 300
 	last := write(t, c, 0, 1, commits)
-	took := time.Since(start)
 	sent := feedSends(t, metrics) - before
+	took := time.Since(start)
 	if most := int(took/feedPace) + 2; sent > most {
 		t.Errorf("the agent sent %d durable versions to the feed during %d commits in %v, want at most %d (one per %v)",
 			sent, commits, took, most, feedPace)

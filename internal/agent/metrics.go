@@ -67,7 +67,7 @@ func newMetrics() *metrics {
 		feeds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tashkent_agent_durability_feeds",
 			Help: "Durability feeds connected to the agent's socket: 1 while the server's feed worker follows the durable version."}),
 		feedSends: prometheus.NewCounter(prometheus.CounterOpts{Name: "tashkent_agent_durability_feed_sends_total",
-			Help: "Durable versions sent to durability feeds: each advance in mode ed, at most one per 10 ms in mw and base."}),
+			Help: "Durable versions sent to durability feeds: in mode ed as they advance, at most one per 10 ms in mw and base."}),
 		batchVersions: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tashkent_agent_apply_batch_versions",
 			Help: "Remote versions per apply transaction.", Buckets: prometheus.ExponentialBuckets(1, 2, 9)}),
 		dooms: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tashkent_agent_dooms_total",

@@ -56,6 +56,10 @@ import (
 
 const stalenessSampleEvery = 50 * time.Millisecond
 
+// stalenessSampleMax bounds one sample's question to the certifier: one
+// that does not answer (stopped by a fault) does not hold up the run's end.
+const stalenessSampleMax = 2 * time.Second
+
 // cpuParts are the kinds of process a breakdown reports, in table order;
 // together they are the machine's busy time.
 var cpuParts = []string{"postgres", "agents", "certifier", "pgpool", "pgbench", "bench", "others"}
@@ -271,10 +275,10 @@ type breakdownProbe struct {
 	// (staleness), each over one connection for the whole run.
 	conns     []*pgx.Conn
 	certifier *cluster.StatusQuerier
-	stop  chan struct{}
-	done  sync.WaitGroup
-	mu    sync.Mutex
-	stale []float64
+	stop      chan struct{}
+	done      sync.WaitGroup
+	mu        sync.Mutex
+	stale     []float64
 }
 
 func (s *system) startBreakdown(ctx context.Context) (*breakdownProbe, error) {
@@ -285,9 +289,7 @@ func (s *system) startBreakdown(ctx context.Context) (*breakdownProbe, error) {
 			return nil, fmt.Errorf("%s: %w", s.label, err)
 		}
 		p.agent = m
-		if p.certifier, err = cluster.NewStatusQuerier(s.certAddr); err != nil {
-			return nil, fmt.Errorf("%s: %w", s.label, err)
-		}
+		p.certifier = cluster.NewStatusQuerier(s.certAddr)
 		for _, pg := range s.pgs {
 			conn, err := pgx.Connect(ctx, pg.DSN("postgres"))
 			if err != nil {
@@ -343,7 +345,9 @@ func (p *breakdownProbe) sampleStaleness(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		st, err := p.certifier.Query(ctx)
+		qctx, cancel := context.WithTimeout(ctx, stalenessSampleMax)
+		st, err := p.certifier.Query(qctx)
+		cancel()
 		if err != nil {
 			continue
 		}

@@ -19,10 +19,7 @@ import (
 // that answers. dial replaces the plaintext default (certifier TLS:
 // State.QueryCertifier).
 func QueryCertifier(ctx context.Context, addr string, dial ...grpc.DialOption) (*pb.StatusReply, error) {
-	q, err := NewStatusQuerier(addr, dial...)
-	if err != nil {
-		return nil, err
-	}
+	q := NewStatusQuerier(addr, dial...)
 	defer q.Close()
 	return q.Query(ctx)
 }
@@ -30,24 +27,22 @@ func QueryCertifier(ctx context.Context, addr string, dial ...grpc.DialOption) (
 // StatusQuerier asks a certifier, or every member of a group, for its
 // Status over connections it keeps: for a caller that asks again and
 // again (the bench's samples), which would otherwise cost the certifier
-// a connection per question.
+// a connection per question. A member found unreachable is connected to
+// again after gRPC's backoff, not at the next question.
 type StatusQuerier struct {
-	addrs []string
-	conns []*grpc.ClientConn
+	addrs    []string
+	conns    []*grpc.ClientConn // nil where dialErrs holds why not
+	dialErrs []error
 }
 
 // NewStatusQuerier connects lazily to addr, as QueryCertifier takes it.
-func NewStatusQuerier(addr string, dial ...grpc.DialOption) (*StatusQuerier, error) {
+func NewStatusQuerier(addr string, dial ...grpc.DialOption) *StatusQuerier {
 	q := &StatusQuerier{addrs: strings.Split(addr, ",")}
 	for _, a := range q.addrs {
 		conn, err := dialCertifier(a, dial...)
-		if err != nil {
-			q.Close()
-			return nil, err
-		}
-		q.conns = append(q.conns, conn)
+		q.conns, q.dialErrs = append(q.conns, conn), append(q.dialErrs, err)
 	}
-	return q, nil
+	return q
 }
 
 // Query is QueryCertifier's answer.
@@ -55,6 +50,10 @@ func (q *StatusQuerier) Query(ctx context.Context) (*pb.StatusReply, error) {
 	var first *pb.StatusReply
 	var errs []error
 	for i, conn := range q.conns {
+		if conn == nil {
+			errs = append(errs, q.dialErrs[i])
+			continue
+		}
 		st, err := pb.NewCertifierClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("certifier %s: status: %w", q.addrs[i], grpctls.HintPlaintext(err)))
@@ -76,7 +75,9 @@ func (q *StatusQuerier) Query(ctx context.Context) (*pb.StatusReply, error) {
 // Close closes the connections.
 func (q *StatusQuerier) Close() {
 	for _, c := range q.conns {
-		c.Close()
+		if c != nil {
+			c.Close()
+		}
 	}
 }
 
