@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -319,16 +320,16 @@ func (c *control) certifierDecided(ctx context.Context) (uint64, error) {
 }
 
 // awaitSessions waits until every replica's agent has a session with the
-// certifier that runs now: the certifier admitted its history, so that a
-// replica that held failed versions has undone them (mode ed). A fault
-// that lands on a replica still holding them would leave it to be
-// rebuilt, which this harness does not do.
+// certifier, or the group's leader, that runs now: it admitted the
+// replica's history, so that a replica that held failed versions has
+// undone them (mode ed). A fault that lands on a replica still holding
+// them would leave it to be rebuilt, which this harness does not do.
 func (c *control) awaitSessions(ctx context.Context) error {
 	st := c.state()
 	deadline := time.Now().Add(admitWait)
 	var missing []string
 	for time.Now().Before(deadline) {
-		s, err := cluster.QueryCertifier(ctx, c.certifierDial(st.Certifier.Port))
+		s, err := cluster.QueryCertifier(ctx, c.certifierAddrs())
 		if err == nil {
 			connected := map[string]bool{}
 			for _, r := range s.Replicas {
@@ -348,7 +349,17 @@ func (c *control) awaitSessions(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	return fmt.Errorf("%v had no session with the restarted certifier within %s", missing, admitWait)
+	return fmt.Errorf("%v had no session with the certifier (the group's leader) within %s of the fault", missing, admitWait)
+}
+
+// certifierAddrs is where the harness asks the certifier, or every member
+// of the group, as cluster.QueryCertifier takes it (the leader answers).
+func (c *control) certifierAddrs() string {
+	var addrs []string
+	for _, m := range c.state().CertifierMembers() {
+		addrs = append(addrs, c.certifierDial(m.Port))
+	}
+	return strings.Join(addrs, ",")
 }
 
 // recovered is the durable version the certifier started with.

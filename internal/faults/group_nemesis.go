@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tashkent-db/tashkent/internal/cluster"
 	"github.com/tashkent-db/tashkent/internal/ctxtime"
 )
 
@@ -49,6 +50,12 @@ func (n *nemesis) injectGroup(ctx context.Context, kind FaultKind) Fault {
 		err = n.partition(ctx, heal, kind, cuts)
 	default:
 		err = fmt.Errorf("the nemesis cannot inject %s", kind)
+	}
+	if err == nil && n.ctl.mode == cluster.ModeED {
+		// As after a single certifier's kill (awaitWhole): the versions
+		// a lost leadership decided failed, and the next fault must not
+		// find a replica that still holds them.
+		err = n.ctl.awaitSessions(heal)
 	}
 	f.Healed = n.log.since()
 	if err != nil {
