@@ -11,10 +11,6 @@ import (
 	"github.com/tashkent-db/tashkent/internal/pgtest"
 )
 
-// feedPace is the agent's: outside mode ed, at most one durable version per
-// this long goes to the durability feed.
-const feedPace = 10 * time.Millisecond
-
 // Outside mode ed no commit waits for the durability feed: the certifier
 // answers a commit once it is durable. So the agent paces the feed instead
 // of sending each certifier batch's advance, which would wake the server's
@@ -31,9 +27,9 @@ func TestTheDurabilityFeedIsPacedOutsideModeED(t *testing.T) {
 	last := write(t, c, 0, 1, commits)
 	sent := feedSends(t, metrics) - before
 	took := time.Since(start)
-	if most := int(took/feedPace) + 2; sent > most {
+	if most := int(took/agent.FeedPace) + 2; sent > most {
 		t.Errorf("the agent sent %d durable versions to the feed during %d commits in %v, want at most %d (one per %v)",
-			sent, commits, took, most, feedPace)
+			sent, commits, took, most, agent.FeedPace)
 	}
 	conn := c.Connect(0)
 	pgtest.AwaitDurableVersion(t, conn, int64(last), 5*time.Second)
