@@ -212,6 +212,13 @@ func fetchOne(t *testing.T, srv *certifier.Server, version uint64) []byte {
 func TestAGroupLeaderHoldsEarlyDeliveryBehindVersionsItsRingLacks(t *testing.T) {
 	g := startRestartableGroup(t, 3, certgroup.Config{ElectionTicks: 200})
 	leader := leaderOf(t, g.servers)
+	// A new leader certifies once it has applied its log, its term's first
+	// entry included, which needs a follower: stopped before that, they
+	// would leave it unable to decide versions 1 and 2.
+	waitFor(t, func() bool {
+		st := g.servers[leader].Service.StatusNow()
+		return st.Role == "leader" && st.AppliedIndex > 0 && st.AppliedIndex >= st.RaftIndex
+	})
 	for i := range g.servers {
 		if i != leader {
 			g.stop(i)
