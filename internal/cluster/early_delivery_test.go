@@ -174,13 +174,21 @@ func truncate(t *testing.T, conn *pgx.Conn) {
 // starts it again with `up`. The kill may land between a batch's write
 // and its sync, and then the restarted certifier finds the versions in
 // its log: it tries again, up to five times, until a version r held is
-// lost.
+// lost. The replica may have received later versions between the read of
+// its version and the kill: a kill that kept the version read may still
+// have lost those, and the replica is then asked to rewind (its agent's
+// log says so), or is found rewinding by the next attempt.
 func killCertifierLosingVersions(t *testing.T, bin, dir string, r *cluster.Replica, before func()) {
 	t.Helper()
 	for attempt := 1; attempt <= 5; attempt++ {
 		st := load(t, dir)
+		asked := rewindsAsked(t, r)
 		before()
-		held, durable := awaitUndurableVersion(t, st, r)
+		held, durable, rewinding := awaitUndurableVersion(t, st, r)
+		if rewinding {
+			t.Logf("%s is rewinding: the last kill lost versions it received after its version was read", r.Name)
+			return
+		}
 		if err := syscall.Kill(st.Certifier.PID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -195,30 +203,62 @@ func killCertifierLosingVersions(t *testing.T, bin, dir string, r *cluster.Repli
 			t.Fatal(err)
 		}
 		t.Logf("kill -9 of the certifier while %s held version %d, durable %d; it recovered up to %d", r.Name, held, durable, rep.DurableVersion)
-		if rep.DurableVersion < held {
+		if rep.DurableVersion < held || awaitRewindAsked(t, r, asked, 3*time.Second) {
 			return
 		}
 	}
 	t.Fatalf("in five kills the certifier never lost a version %s held", r.Name)
 }
 
+// rewindAskedText is what an agent logs when admission asks it to rewind.
+const rewindAskedText = "it goes back to where they agree before it serves again"
+
+// rewindsAsked counts the rewinds replica r's agent was asked for.
+func rewindsAsked(t *testing.T, r *cluster.Replica) int {
+	t.Helper()
+	return strings.Count(readFile(t, r.Agent.Log), rewindAskedText)
+}
+
+// awaitRewindAsked waits up to wait until r's agent was asked for more
+// rewinds than before.
+func awaitRewindAsked(t *testing.T, r *cluster.Replica, before int, wait time.Duration) bool {
+	t.Helper()
+	for deadline := time.Now().Add(wait); ; time.Sleep(100 * time.Millisecond) {
+		if rewindsAsked(t, r) > before {
+			t.Logf("%s was asked to rewind: the kill lost versions it received after its version was read", r.Name)
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
 // awaitUndurableVersion waits until replica r holds a version above the
-// certifier's durable one and returns both.
-func awaitUndurableVersion(t *testing.T, st *cluster.State, r *cluster.Replica) (held, durable uint64) {
+// certifier's durable one and returns both, or until r refuses the read
+// because it is rewinding (57P03, or 57P01 for a read the rewind ended),
+// and returns rewinding.
+func awaitUndurableVersion(t *testing.T, st *cluster.State, r *cluster.Replica) (held, durable uint64, rewinding bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		v := replicaVersion(t, r) // first: durable only grows
+		v, err := readReplicaVersion(r) // first: durable only grows
+		if code := pgcode.Of(err); code == pgcode.CannotConnectNow || code == pgcode.AdminShutdown {
+			return 0, 0, true
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		rep, err := cluster.QueryCertifier(ctx, st.CertifierAddr())
 		cancel()
 		if err == nil && v > rep.DurableVersion {
-			return v, rep.DurableVersion
+			return v, rep.DurableVersion, false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("%s never held a version the certifier had not made durable", r.Name)
-	return 0, 0
+	return 0, 0, false
 }
 
 // awaitLogLine waits up to a minute until the log at path has a line that

@@ -160,18 +160,23 @@ func TestAReplicaPausedPastTheLogBoundIsRebuiltByTheSupervisor(t *testing.T) {
 // replicaVersion reads replica r's version.
 func replicaVersion(t *testing.T, r *cluster.Replica) uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, r.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	v, err := cluster.ReadVersion(ctx, conn)
+	v, err := readReplicaVersion(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// readReplicaVersion reads replica r's version on a new connection.
+func readReplicaVersion(r *cluster.Replica) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.DSN())
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	return cluster.ReadVersion(ctx, conn)
 }
 
 // stopReplica stops r's agent (SIGKILL) and PostgreSQL (a fast shutdown),

@@ -109,7 +109,7 @@ func rewindDuration(t *testing.T, log string) (time.Duration, bool) {
 		if err != nil {
 			t.Fatalf("the agent's log line %q: %v", line, err)
 		}
-		if strings.Contains(line, "it goes back to where they agree before it serves again") {
+		if strings.Contains(line, rewindAskedText) {
 			asked = at
 		}
 		for _, end := range rewindEnds {
