@@ -213,11 +213,15 @@ func TestAGroupLeaderHoldsEarlyDeliveryBehindVersionsItsRingLacks(t *testing.T) 
 	g := startRestartableGroup(t, 3, certgroup.Config{ElectionTicks: 200})
 	leader := leaderOf(t, g.servers)
 	// A new leader certifies once it has applied its log, its term's first
-	// entry included, which needs a follower: stopped before that, they
-	// would leave it unable to decide versions 1 and 2.
+	// entry and the group's base included, which need a follower: stopped
+	// before that, they would leave it unable to decide versions 1 and 2.
+	// SyncVersion answers only a leader that certifies, and decides
+	// nothing.
 	waitFor(t, func() bool {
-		st := g.servers[leader].Service.StatusNow()
-		return st.Role == "leader" && st.AppliedIndex > 0 && st.AppliedIndex >= st.RaftIndex
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := g.servers[leader].Service.SyncVersion(ctx, &pb.SyncVersionRequest{})
+		return err == nil
 	})
 	for i := range g.servers {
 		if i != leader {
