@@ -185,6 +185,9 @@ func killCertifierLosingVersions(t *testing.T, bin, dir string, r *cluster.Repli
 		asked := rewindsAsked(t, r)
 		before()
 		held, durable, rewinding := awaitUndurableVersion(t, st, r)
+		if rewinding && attempt == 1 {
+			t.Fatalf("%s refused to say its version before any kill, as if rewinding", r.Name)
+		}
 		if rewinding {
 			t.Logf("%s is rewinding: the last kill lost versions it received after its version was read", r.Name)
 			return
@@ -220,11 +223,11 @@ func rewindsAsked(t *testing.T, r *cluster.Replica) int {
 }
 
 // awaitRewindAsked waits up to wait until r's agent was asked for more
-// rewinds than before.
-func awaitRewindAsked(t *testing.T, r *cluster.Replica, before int, wait time.Duration) bool {
+// rewinds than the seen ones.
+func awaitRewindAsked(t *testing.T, r *cluster.Replica, seen int, wait time.Duration) bool {
 	t.Helper()
 	for deadline := time.Now().Add(wait); ; time.Sleep(100 * time.Millisecond) {
-		if rewindsAsked(t, r) > before {
+		if rewindsAsked(t, r) > seen {
 			t.Logf("%s was asked to rewind: the kill lost versions it received after its version was read", r.Name)
 			return true
 		}
@@ -236,14 +239,14 @@ func awaitRewindAsked(t *testing.T, r *cluster.Replica, before int, wait time.Du
 
 // awaitUndurableVersion waits until replica r holds a version above the
 // certifier's durable one and returns both, or until r refuses the read
-// because it is rewinding (57P03, or 57P01 for a read the rewind ended),
-// and returns rewinding.
+// because it is rewinding (the fence's 57P03, or 57P01 for a read the
+// rewind ended), and returns rewinding.
 func awaitUndurableVersion(t *testing.T, st *cluster.State, r *cluster.Replica) (held, durable uint64, rewinding bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		v, err := readReplicaVersion(r) // first: durable only grows
-		if code := pgcode.Of(err); code == pgcode.CannotConnectNow || code == pgcode.AdminShutdown {
+		if refusedByRewind(err) || pgcode.Of(err) == pgcode.AdminShutdown {
 			return 0, 0, true
 		}
 		if err != nil {

@@ -173,10 +173,16 @@ func (c *retryingClients) note(err error) {
 	switch {
 	case err == nil:
 		c.committed++
-	case errors.As(err, &pgErr) && pgErr.Code == pgcode.CannotConnectNow && strings.Contains(pgErr.Message, "rewinding versions that failed"):
+	case refusedByRewind(err) && errors.As(err, &pgErr):
 		c.refusals++
 		c.oneRefusal = pgErr.Message + " (HINT: " + pgErr.Hint + ")"
 	}
+}
+
+// refusedByRewind reports whether err is the rewind fence's refusal.
+func refusedByRewind(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgcode.CannotConnectNow && strings.Contains(pgErr.Message, "rewinding versions that failed")
 }
 
 // awaitCommitOn waits up to 10 seconds for one more commit of c.
